@@ -1,0 +1,17 @@
+"""blockbpe_jax: exact byte-level BPE tokenization on the GPU, as a JAX primitive.
+
+    tok = blockbpe_jax.Tokenizer.from_file("cl100k_base.tiktoken")
+    ids, counts = blockbpe_jax.encode(data, lengths, tok, max_tokens=1024)   # jittable
+
+`data` is uint8[B, L] and `lengths` int32[B]; see `encode` for the options.
+"""
+
+from .ops import HAS_CUDA_MODULE, Encoded, encode
+from .tokenizer import Tokenizer, pack_strings
+from .vocab import Vocab, VocabError, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json
+
+__all__ = [
+    "encode", "Encoded", "Tokenizer", "pack_strings", "Vocab", "VocabError",
+    "load_tiktoken_file", "load_tokenizer_json", "from_tiktoken_encoding", "HAS_CUDA_MODULE",
+]
+__version__ = "0.1.0"

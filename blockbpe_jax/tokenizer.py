@@ -1,0 +1,148 @@
+"""`Tokenizer`: a vocabulary, its host tables, its device tables, and host conveniences."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Iterable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import ops
+from .tables import build_special_tables, build_vocab_tables
+from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json
+
+
+class Tokenizer:
+    """Byte-level BPE vocabulary ready for `blockbpe_jax.encode`.
+
+    Build one with `Tokenizer.from_file(path)` (a `.tiktoken` rank file, a Llama-3
+    `tokenizer.model`, or an HF `tokenizer.json`) or `Tokenizer.from_tiktoken(encoding)`.
+    Host tables are built once; device copies are cached per (device, allowed specials).
+    """
+
+    def __init__(self, vocab: Vocab):
+        self.vocab = vocab
+        self._tables = build_vocab_tables(vocab)
+        self._special_cache: dict = {}
+        self._device_cache: dict = {}
+        self._lock = threading.Lock()
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, **kwargs) -> "Tokenizer":
+        path = os.fspath(path)
+        if path.endswith(".json"):
+            return cls(load_tokenizer_json(path))
+        return cls(load_tiktoken_file(path, **kwargs))
+
+    @classmethod
+    def from_tiktoken(cls, encoding) -> "Tokenizer":
+        return cls(from_tiktoken_encoding(encoding))
+
+    def __repr__(self) -> str:
+        return (f"Tokenizer({self.vocab.name!r}, n_vocab={self.vocab.n_vocab}, "
+                f"pattern={self.vocab.pattern_name}, specials={len(self.vocab.special_tokens)})")
+
+    # -- tables ---------------------------------------------------------------------------
+    @property
+    def max_piece_len(self) -> int:
+        return self._tables.max_piece_len
+
+    def _special_key(self, allowed_special) -> tuple:
+        if allowed_special is None or allowed_special == "none":
+            return ()
+        if allowed_special == "all":
+            return tuple(sorted(self.vocab.special_tokens))
+        if isinstance(allowed_special, str):
+            raise ValueError(f"allowed_special must be 'all', 'none' or a collection of special "
+                             f"tokens, got the string {allowed_special!r}")
+        names = tuple(sorted(set(allowed_special)))
+        unknown = [s for s in names if s not in self.vocab.special_tokens]
+        if unknown:
+            raise ValueError(f"not special tokens of {self.vocab.name}: {unknown}")
+        return names
+
+    def host_tables(self, allowed_special="none") -> tuple[np.ndarray, ...]:
+        """The FFI operands after (data, lengths), as NumPy arrays."""
+        key = self._special_key(allowed_special)
+        with self._lock:
+            sp = self._special_cache.get(key)
+            if sp is None:
+                sp = self._special_cache[key] = build_special_tables(self.vocab, key)
+        t = self._tables
+        return (t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data,
+                sp.special_offsets, sp.special_data, sp.special_ids)
+
+    def device_tables(self, allowed_special="none", device=None) -> tuple[jax.Array, ...]:
+        """The FFI table operands on `device` (default: JAX's default device), cached."""
+        device = device or jax.devices()[0]
+        key = (device, self._special_key(allowed_special))
+        with self._lock:
+            cached = self._device_cache.get(key)
+        if cached is None:
+            cached = tuple(jax.device_put(a, device) for a in self.host_tables(allowed_special))
+            with self._lock:
+                self._device_cache[key] = cached
+        return cached
+
+    def table_nbytes(self, allowed_special="none") -> int:
+        return sum(a.nbytes for a in self.host_tables(allowed_special))
+
+    # -- host conveniences ----------------------------------------------------------------
+    def encode_batch(self, texts: Sequence[str | bytes], *, max_tokens: int | None = None,
+                     max_len: int | None = None, allowed_special="none", mode: str = "exact",
+                     pad_id: int = 0, block_size: int = 256, device=None) -> ops.Encoded:
+        """Packs strings into uint8[B, L] and calls `encode` on `device`.
+
+        L is `max_len` or the longest string rounded up to a power of two (so repeated calls
+        reuse compiled shapes); `max_tokens` defaults to L, which never truncates.
+        """
+        data, lengths = pack_strings(texts, max_len=max_len)
+        device = device or jax.devices()[0]
+        data = jax.device_put(data, device)
+        lengths = jax.device_put(lengths, device)
+        return ops.encode(data, lengths, self, max_tokens=max_tokens or data.shape[1],
+                          pad_id=pad_id, allowed_special=allowed_special, mode=mode,
+                          block_size=block_size)
+
+    def decode_bytes(self, ids, counts) -> list[bytes]:
+        """Token ids (padded rows plus counts) back to byte strings."""
+        ids = np.asarray(ids)
+        counts = np.minimum(np.asarray(counts), ids.shape[-1])
+        tb = self.vocab.token_bytes
+        out = []
+        for row, n in zip(ids.reshape(-1, ids.shape[-1]), counts.reshape(-1)):
+            try:
+                out.append(b"".join(tb[i] for i in row[: int(n)].tolist()))
+            except (IndexError, TypeError):
+                bad = [i for i in row[: int(n)].tolist() if not 0 <= i < len(tb) or tb[i] is None]
+                raise ValueError(f"decode: ids not in the vocabulary: {bad[:10]}") from None
+        return out
+
+    def decode(self, ids, counts, errors: str = "replace") -> list[str]:
+        """Token ids back to strings (`errors` as in bytes.decode, like tiktoken's)."""
+        return [b.decode("utf-8", errors=errors) for b in self.decode_bytes(ids, counts)]
+
+
+def pack_strings(texts: Iterable[str | bytes], *, max_len: int | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """list of str/bytes -> (uint8[B, L], int32[B]); raises if a string exceeds max_len."""
+    blobs = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
+    lengths = np.fromiter((len(b) for b in blobs), dtype=np.int64, count=len(blobs))
+    longest = int(lengths.max()) if len(blobs) else 0
+    if max_len is None:
+        max_len = 1 << max(4, (max(longest, 1) - 1).bit_length())
+    elif longest > max_len:
+        i = int(np.argmax(lengths))
+        raise ValueError(f"string {i} has {longest} bytes, more than max_len={max_len}")
+    flat = np.frombuffer(b"".join(blobs), dtype=np.uint8)
+    data = np.zeros((len(blobs), max_len), dtype=np.uint8)
+    # Scatter the concatenation into rows: position j of row b is flat[starts[b] + j].
+    rows = np.repeat(np.arange(len(blobs)), lengths)
+    starts = np.cumsum(lengths) - lengths
+    cols = np.arange(flat.size) - np.repeat(starts, lengths)
+    data[rows, cols] = flat
+    return data, lengths.astype(np.int32)

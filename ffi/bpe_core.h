@@ -1,0 +1,200 @@
+// The tokenization rules of blockbpe_jax, written once for both executors.
+//
+// Every function here is BBPE_HD: a plain inline function for g++ (the CPU handler) and a
+// __host__ __device__ function for nvcc (the CUDA kernels). The CPU handler runs the merge
+// passes sequentially; the CUDA kernel runs them with one thread block per string. Both call
+// these functions for every decision (table probes, special-token matches, which pairs merge),
+// so the CPU tests in CI vouch for the rules the GPU applies.
+#pragma once
+
+#include <cstdint>
+
+#ifndef BBPE_HD
+#if defined(__CUDACC__)
+#define BBPE_HD __host__ __device__ __forceinline__
+#else
+#define BBPE_HD inline
+#endif
+#endif
+
+namespace bbpe {
+
+// ---------------------------------------------------------------------------------------------
+// Working tokens. A token is an int32: the id in the low 30 bits, plus a flag saying that no
+// pair may be formed with the token before it (it starts a segment: a pre-tokenizer piece, a
+// special token, or the text after one). Merges never cross a segment start.
+constexpr int32_t kSegStart = 1 << 30;
+constexpr int32_t kIdMask = kSegStart - 1;
+constexpr int32_t kDeleted = -1;          // a position that compaction removes
+constexpr int32_t kNoRank = 0x7fffffff;   // "this pair does not merge"
+
+BBPE_HD int32_t token_id(int32_t tok) { return tok & kIdMask; }
+// (kDeleted has every bit set, so it is tested first.)
+BBPE_HD bool starts_segment(int32_t tok) { return tok >= 0 && (tok & kSegStart) != 0; }
+
+// Modes of the `mode` attribute: 0 is the paper's byte-level mode (segments are the text
+// between special tokens); 1..4 name the exact pre-tokenizer patterns (see pretokenize.h).
+constexpr int kModeBytes = 0;
+
+// ---------------------------------------------------------------------------------------------
+// Vocabulary tables, built by blockbpe_jax/tables.py (the layouts are documented there too).
+struct VocabView {
+  const int32_t* pair_table;     // [pair_slots][4] rows (left, right, rank, merged id)
+  uint32_t pair_mask;            // pair_slots - 1 (a power of two)
+  const int32_t* byte_ids;       // [256] id of each single-byte token
+  const int32_t* piece_table;    // [piece_slots][4] rows (fnv1a hash, id, byte length, 0)
+  uint32_t piece_mask;           // piece_slots - 1
+  const int32_t* token_offsets;  // [n_vocab + 1]
+  const uint8_t* token_data;     // bytes of every token
+  int32_t n_vocab;
+  int32_t max_piece_len;         // longest piece in piece_table; 0 disables the shortcut
+};
+
+struct SpecialView {
+  const int32_t* offsets;  // [count + 1] into data; sorted longest first
+  const uint8_t* data;
+  const int32_t* ids;
+  int32_t count;
+};
+
+// The pair hash: a multiply-xorshift mix of (left, right). tables.py mirrors it in NumPy.
+BBPE_HD uint32_t pair_hash(uint32_t left, uint32_t right) {
+  uint32_t h = left * 0x9E3779B1u + right;
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return h;
+}
+
+// Rank of the pair (left, right) and the id it merges into; kNoRank when it does not merge.
+// Open addressing with linear probing; the table is at most half full, so probes are short
+// and a miss ends at the first empty row. One row is one 16-byte load on the GPU.
+BBPE_HD int32_t lookup_pair(const VocabView& v, int32_t left, int32_t right, int32_t* merged) {
+  uint32_t slot = pair_hash((uint32_t)left, (uint32_t)right) & v.pair_mask;
+  for (uint32_t probe = 0; probe <= v.pair_mask; ++probe) {
+    const int32_t* row = v.pair_table + 4 * (size_t)slot;
+#if defined(__CUDA_ARCH__)
+    const int4 r = __ldg(reinterpret_cast<const int4*>(row));
+    const int32_t rl = r.x, rr = r.y, rank = r.z, mid = r.w;
+#else
+    const int32_t rl = row[0], rr = row[1], rank = row[2], mid = row[3];
+#endif
+    if (rl == left && rr == right) {
+      if (merged) *merged = mid;
+      return rank;
+    }
+    if (rl < 0) break;
+    slot = (slot + 1) & v.pair_mask;
+  }
+  return kNoRank;
+}
+
+// Rank of the pair starting at position i of a token array of length n.
+BBPE_HD int32_t rank_at(const VocabView& v, const int32_t* tok, int i, int n) {
+  if (i + 1 >= n || starts_segment(tok[i + 1])) return kNoRank;
+  return lookup_pair(v, token_id(tok[i]), token_id(tok[i + 1]), nullptr);
+}
+
+BBPE_HD int32_t merged_id(const VocabView& v, int32_t left_tok, int32_t right_tok) {
+  int32_t mid = -1;
+  lookup_pair(v, token_id(left_tok), token_id(right_tok), &mid);
+  return mid;
+}
+
+// FNV-1a over bytes; tables.py mirrors it.
+BBPE_HD uint32_t piece_hash(const uint8_t* p, int n) {
+  uint32_t h = 0x811C9DC5u;
+  for (int i = 0; i < n; ++i) h = (h ^ p[i]) * 0x01000193u;
+  return h;
+}
+
+// The id of the token whose bytes are exactly p[0..n), or -1 (tiktoken's whole-piece shortcut,
+// HF's ignore_merges). Hash hits are confirmed byte by byte against the id -> bytes table.
+BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n) {
+  if (n > v.max_piece_len) return -1;
+  const uint32_t h = piece_hash(p, n);
+  uint32_t slot = h & v.piece_mask;
+  for (uint32_t probe = 0; probe <= v.piece_mask; ++probe) {
+    const int32_t* row = v.piece_table + 4 * (size_t)slot;
+    const int32_t id = row[1];
+    if (id < 0) return -1;
+    if ((uint32_t)row[0] == h && row[2] == n && id < v.n_vocab) {
+      const uint8_t* q = v.token_data + v.token_offsets[id];
+      bool same = v.token_offsets[id + 1] - v.token_offsets[id] == n;
+      for (int i = 0; same && i < n; ++i) same = p[i] == q[i];
+      if (same) return id;
+    }
+    slot = (slot + 1) & v.piece_mask;
+  }
+  return -1;
+}
+
+// Index of the allowed special token whose bytes start at text[i] (longest first), or -1.
+BBPE_HD int special_match_at(const SpecialView& s, const uint8_t* text, int n, int i) {
+  for (int k = 0; k < s.count; ++k) {
+    const int beg = s.offsets[k], len = s.offsets[k + 1] - beg;
+    if (len <= 0 || i + len > n || s.data[beg] != text[i]) continue;
+    bool same = true;
+    for (int j = 1; same && j < len; ++j) same = s.data[beg + j] == text[i + j];
+    if (same) return k;
+  }
+  return -1;
+}
+
+BBPE_HD int special_len(const SpecialView& s, int k) { return s.offsets[k + 1] - s.offsets[k]; }
+
+// A (non-special) byte starts a segment at the start of the text, right after a special token,
+// or where the pre-tokenizer starts a piece (bytes mode leaves piece_start all zero).
+BBPE_HD bool byte_starts_segment(int i, const uint8_t* is_special, const uint8_t* piece_start) {
+  return i == 0 || is_special[i - 1] || piece_start[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// One merge pass, as scan operators. A pass merges, in every segment, all non-overlapping
+// occurrences of that segment's lowest-rank pair, leftmost first within runs such as "a a a"
+// (the sweep of GPT-2's original encoder; on the shared vocabularies it reproduces tiktoken's
+// and HF's sequential lowest-rank-first merging exactly).
+
+// Segmented minimum: the running minimum rank since the latest segment start, and where that
+// segment started. A scan with this operator gives every pair its segment's minimum so far.
+struct SegMin {
+  int32_t start;  // index of the segment start seen last, or -1 if none yet
+  int32_t rank;
+};
+BBPE_HD SegMin seg_min_combine(SegMin a, SegMin b) {
+  if (b.start >= 0) return b;
+  return SegMin{a.start, a.rank < b.rank ? a.rank : b.rank};
+}
+
+// Leftmost-first selection: pair i merges iff it is a candidate (its rank is its segment's
+// minimum) and pair i-1 did not merge. Over a stretch of pairs this is a function of one bit
+// (did the pair before the stretch merge?) that also yields how many tokens the stretch keeps
+// (token i+1 of a merged pair goes away). Composing two stretches is associative, so a block
+// scans it. Index [b] of each field is for "the pair before merged" == b.
+struct MergeCarry {
+  uint8_t out[2];    // did the stretch's last pair merge
+  int32_t kept[2];   // tokens of the stretch that survive compaction
+};
+BBPE_HD MergeCarry merge_carry_identity() { return MergeCarry{{0, 1}, {0, 0}}; }
+BBPE_HD MergeCarry merge_carry_combine(MergeCarry a, MergeCarry b) {
+  MergeCarry c;
+  for (int in = 0; in < 2; ++in) {
+    c.out[in] = b.out[a.out[in]];
+    c.kept[in] = a.kept[in] + b.kept[a.out[in]];
+  }
+  return c;
+}
+// Extends a stretch by one position: `cand` says pair i is a candidate; `exists` is false past
+// the end of the string (so the identity carries through).
+BBPE_HD MergeCarry merge_carry_push(MergeCarry c, bool cand) {
+  for (int in = 0; in < 2; ++in) {
+    const bool prev_merged = c.out[in];
+    c.kept[in] += prev_merged ? 0 : 1;  // token i survives unless it was the right half
+    c.out[in] = cand && !prev_merged;
+  }
+  return c;
+}
+
+}  // namespace bbpe

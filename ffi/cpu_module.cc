@@ -1,0 +1,73 @@
+// CPU FFI target `bbpe_encode` and the nanobind module that registers it.
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "encode_cpu.h"
+#include "encode_ffi.h"
+#include "nanobind/nanobind.h"
+
+namespace nb = nanobind;
+namespace ffi = xla::ffi;
+
+namespace bbpe {
+
+// Strings are independent: split the batch over a few host threads.
+static void encode_rows(const EncodeParams& p, int64_t begin, int64_t end) {
+  CpuScratch scratch;
+  for (int64_t b = begin; b < end; ++b) {
+    const int n = encode_string(p, p.data + b * p.max_len, p.lengths[b], scratch);
+    int32_t* out = p.ids + b * p.max_tokens;
+    const int kept = std::min(n, p.max_tokens);
+    for (int j = 0; j < kept; ++j) out[j] = token_id(scratch.tok[j]);
+    std::fill(out + kept, out + p.max_tokens, p.pad_id);
+    p.counts[b] = n;
+  }
+}
+
+static ffi::Error encode_cpu(ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths,
+                             ffi::Buffer<ffi::S32> pair_table, ffi::Buffer<ffi::S32> byte_ids,
+                             ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
+                             ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
+                             ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
+                             int32_t mode, int32_t pad_id, int32_t max_piece_len, int32_t /*block_size*/,
+                             ffi::Result<ffi::Buffer<ffi::S32>> ids,
+                             ffi::Result<ffi::Buffer<ffi::S32>> counts,
+                             ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
+  EncodeParams p;
+  ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
+                                      token_data, special_offsets, special_data, special_ids, mode,
+                                      pad_id, max_piece_len, ids, counts, workspace, &p);
+  if (err.failure()) return err;
+  err = check_lengths(p.lengths, p.batch, p.max_len);
+  if (err.failure()) return err;
+#ifndef BBPE_HAVE_PRETOKENIZE
+  if (mode != kModeBytes) return ffi::Error::InvalidArgument("bbpe_encode: exact mode is not built");
+#endif
+  const int64_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t workers = std::min<int64_t>(hw, p.batch);
+  if (workers <= 1) {
+    encode_rows(p, 0, p.batch);
+  } else {
+    std::vector<std::thread> pool;
+    const int64_t per = (p.batch + workers - 1) / workers;
+    for (int64_t w = 0; w < workers; ++w)
+      pool.emplace_back(encode_rows, std::cref(p), w * per, std::min(p.batch, (w + 1) * per));
+    for (auto& t : pool) t.join();
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace bbpe
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCpu, bbpe::encode_cpu, bbpe::bind_encode(ffi::Ffi::Bind()));
+
+NB_MODULE(_blockbpe_cpu, m) {
+  m.def("registrations", []() {
+    nb::dict d;
+    d["bbpe_encode"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCpu));
+    return d;
+  });
+  m.attr("smem_max_len") = bbpe::kSmemMaxLen;
+  m.attr("workspace_bytes_per_position") = bbpe::kBytesPerPosition;
+}

@@ -1,0 +1,118 @@
+// The XLA FFI signature of `bbpe_encode`, shared by the CPU and CUDA handlers, and the checks
+// that turn its buffers into EncodeParams. Everything checked here is known without reading
+// device memory (shapes, sizes); the string lengths are checked by each handler.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "encode_params.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace bbpe {
+
+namespace ffi = xla::ffi;
+
+// Operands in order: data, lengths, then the vocabulary and special-token tables.
+// Attributes: mode, pad_id, max_piece_len (0 disables the whole-piece shortcut), block_size.
+// Results: ids, counts, workspace.
+template <typename Binding>
+auto bind_encode(Binding b) {
+  return std::move(b).template Arg<ffi::Buffer<ffi::U8>>()  // data [..., L]
+      .template Arg<ffi::Buffer<ffi::S32>>()      // lengths [...]
+      .template Arg<ffi::Buffer<ffi::S32>>()      // pair_table [P, 4]
+      .template Arg<ffi::Buffer<ffi::S32>>()      // byte_ids [256]
+      .template Arg<ffi::Buffer<ffi::S32>>()      // piece_table [Q, 4]
+      .template Arg<ffi::Buffer<ffi::S32>>()      // token_offsets [V + 1]
+      .template Arg<ffi::Buffer<ffi::U8>>()       // token_data [D]
+      .template Arg<ffi::Buffer<ffi::S32>>()      // special_offsets [S + 1]
+      .template Arg<ffi::Buffer<ffi::U8>>()       // special_data
+      .template Arg<ffi::Buffer<ffi::S32>>()      // special_ids [max(S, 1)]
+      .template Attr<int32_t>("mode")
+      .template Attr<int32_t>("pad_id")
+      .template Attr<int32_t>("max_piece_len")
+      .template Attr<int32_t>("block_size")
+      .template Ret<ffi::Buffer<ffi::S32>>()      // ids [..., T]
+      .template Ret<ffi::Buffer<ffi::S32>>()      // counts [...]
+      .template Ret<ffi::Buffer<ffi::U8>>();      // workspace
+}
+
+inline bool is_power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+inline int64_t leading_count(ffi::Span<const int64_t> dims, size_t drop_last) {
+  int64_t n = 1;
+  for (size_t i = 0; i + drop_last < dims.size(); ++i) n *= dims[i];
+  return n;
+}
+
+inline ffi::Error make_encode_params(
+    ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths, ffi::Buffer<ffi::S32> pair_table,
+    ffi::Buffer<ffi::S32> byte_ids, ffi::Buffer<ffi::S32> piece_table,
+    ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
+    ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data,
+    ffi::Buffer<ffi::S32> special_ids, int32_t mode, int32_t pad_id, int32_t max_piece_len,
+    ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
+    ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
+  auto bad = [](const std::string& what) { return ffi::Error::InvalidArgument("bbpe_encode: " + what); };
+  const auto ddims = data.dimensions();
+  if (ddims.size() < 1) return bad("data must have a trailing byte axis: uint8[batch, max_len]");
+  const int64_t batch = leading_count(ddims, 1);
+  const int64_t max_len = ddims.back();
+  if (max_len > (1 << 30)) return bad("max_len is too large");
+  if ((int64_t)lengths.element_count() != batch)
+    return bad("lengths must have one entry per string (" + std::to_string(batch) + "), got " +
+               std::to_string(lengths.element_count()));
+  const auto idims = ids->dimensions();
+  if (idims.size() < 1 || leading_count(idims, 1) != batch || (int64_t)counts->element_count() != batch)
+    return bad("ids must be int32[batch, max_tokens] and counts int32[batch]");
+  const int64_t pair_rows = pair_table.element_count() / 4;
+  if (pair_table.element_count() % 4 != 0 || !is_power_of_two(pair_rows))
+    return bad("pair_table must be int32[P, 4] with P a power of two");
+  const int64_t piece_rows = piece_table.element_count() / 4;
+  if (piece_table.element_count() % 4 != 0 || !is_power_of_two(piece_rows))
+    return bad("piece_table must be int32[Q, 4] with Q a power of two");
+  if (byte_ids.element_count() != 256) return bad("byte_ids must be int32[256]");
+  if (token_offsets.element_count() < 2 || token_data.element_count() < 1)
+    return bad("the token tables are empty");
+  const int64_t n_special = (int64_t)special_offsets.element_count() - 1;
+  if (n_special < 0 || (int64_t)special_ids.element_count() < (n_special > 0 ? n_special : 1) ||
+      special_data.element_count() < 1)
+    return bad("special-token tables are inconsistent");
+  if (mode < 0 || mode > 4) return bad("unknown mode " + std::to_string(mode));
+  if (max_piece_len < 0) return bad("max_piece_len must be >= 0");
+  if (max_len > kSmemMaxLen &&
+      (int64_t)workspace->element_count() < batch * workspace_bytes_per_string(max_len))
+    return bad("workspace is too small for strings longer than " + std::to_string(kSmemMaxLen));
+
+  p->data = data.typed_data();
+  p->lengths = lengths.typed_data();
+  p->batch = batch;
+  p->max_len = (int32_t)max_len;
+  p->max_tokens = (int32_t)idims.back();
+  p->pad_id = pad_id;
+  p->mode = mode;
+  p->vocab = VocabView{pair_table.typed_data(), (uint32_t)(pair_rows - 1), byte_ids.typed_data(),
+                       piece_table.typed_data(), (uint32_t)(piece_rows - 1),
+                       token_offsets.typed_data(), token_data.typed_data(),
+                       (int32_t)token_offsets.element_count() - 1, max_piece_len};
+  p->special = SpecialView{special_offsets.typed_data(), special_data.typed_data(),
+                           special_ids.typed_data(), (int32_t)n_special};
+  p->ids = ids->typed_data();
+  p->counts = counts->typed_data();
+  p->workspace = workspace->typed_data();
+  return ffi::Error::Success();
+}
+
+// Host-side check of the string lengths (the CUDA handler copies them back first).
+inline ffi::Error check_lengths(const int32_t* lengths, int64_t batch, int32_t max_len) {
+  for (int64_t b = 0; b < batch; ++b) {
+    if (lengths[b] < 0 || lengths[b] > max_len)
+      return ffi::Error::InvalidArgument(
+          "bbpe_encode: lengths[" + std::to_string(b) + "] = " + std::to_string(lengths[b]) +
+          " is outside [0, " + std::to_string(max_len) + "]");
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace bbpe
