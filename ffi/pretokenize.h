@@ -1,0 +1,772 @@
+// Exact, regex-equivalent pre-tokenizer: piece boundaries of tiktoken / HF tokenizers for the
+// GPT-2 (r50k, p50k), cl100k, o200k and Llama-3 patterns, as two finite automata over code
+// point classes that run sequentially on the CPU and in parallel (prefix scans of transition
+// maps) inside one CUDA thread block per string. All logic is BBPE_HD and shared.
+//
+// ---------------------------------------------------------------------------------------------
+// Patterns (ids of the `pattern` argument; 0 is the paper's bytes mode):
+//   1 kPatR50k   '(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s
+//                 (r50k_base, p50k_base, gpt2; HF's ByteLevel(use_regex) regex
+//                 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//                 gives the same pieces)
+//   2 kPatCl100k '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|
+//                  ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s     (tiktoken cl100k_base)
+//   3 kPatO200k  the 7-alternative o200k_base pattern (DESIGN.md), tiktoken and HF o200k_hf alike
+//   4 kPatLlama3 (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+//                  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+          (Llama 3)
+//
+// ORACLE DISAGREEMENT (found while testing): the HF port of cl100k
+// (shared/data/vocab/cl100k_hf/tokenizer.json) does not use tiktoken's cl100k regex but the
+// Llama-3 regex above (no `\s++$`). The two differ only on a whitespace run that reaches the
+// end of a sub-text and contains \r or \n: tiktoken cl100k gives "\n  " as one piece at the end
+// of "x\n  ", HF cl100k_hf gives "\n" + "  ". So: tiktoken cl100k_base -> pattern 2; HF
+// cl100k_hf/tokenizer.json -> pattern 4 (pick the id from the vocabulary's own regex string).
+// No other disagreement: tiktoken (Rust regex) and HF (Oniguruma) agree on every code point's
+// class (both are Unicode 16.0.0, see unicode_table.h), and both fold (?i:s) to s, S and
+// U+017F LATIN SMALL LETTER LONG S (the only non-ASCII match of any contraction letter).
+//
+// Special tokens: bytes with is_special[i] != 0 belong to special tokens. They end the sub-text
+// before them (so `$` and `(?!\S)` see an end there) and a new sub-text starts after them, as
+// tiktoken and HF pre-tokenize each slice between specials independently. Their flag is
+// don't-care (written as 0); the first byte after them always gets a 1.
+//
+// Invalid UTF-8 (input is raw bytes): a code point starts at every byte that begins a valid,
+// complete, shortest-form UTF-8 sequence (no surrogates, <= U+10FFFF, no special byte inside),
+// and at every byte that is not covered by such a sequence; each such uncovered byte is ONE
+// code point of class C_SYM, i.e. it behaves like an ordinary symbol such as a private-use
+// character (not \s, \p{L}, \p{N}, \p{M}). Valid input is unaffected. The tests check this
+// against the oracles with every invalid byte replaced by a private-use character.
+//
+// piece_start[i] = 1 iff a piece starts at byte i (0 for UTF-8 continuation bytes).
+//
+// ---------------------------------------------------------------------------------------------
+// The automata. Per byte i: a class c_i (byte_class: C_NONE for continuation bytes, which are
+// identity steps, so every "per code point" statement below also holds per byte).
+//   Backward: T[n] = init, T[i] = G(T[i+1], c_i). T[i] summarises text[i..end of sub-text): the
+//     class of the next code point plus the little lookahead the regexes need: whether the
+//     whitespace run starting there contains \r/\n, whether it reaches the end (cl100k's
+//     \s++$), the contraction that follows an apostrophe ('s 'd 'm 't = 1 more letter,
+//     'll 've 're = 2), and for o200k whether the letter run there can complete the first
+//     alternative (see o200k below).
+//   Forward: S[0] = FREE, (S[i+1], flag_i) = F(S[i], c_i, T[i+1]). S says which alternative
+//     the current piece is in and how far; flag_i (piece start) depends only on (S[i], c_i,
+//     T[i+1]). Regex leftmost-first semantics are encoded by deciding, at a piece start, which
+//     alternative matches, using only c_i and T[i+1].
+// Both have at most 16 states (o200k's backward automaton uses exactly 16), so the transition
+// map of a chunk over all states is a uint64 of 16 nibbles; composing maps is associative and
+// is what pretokenize_chunked and the CUDA block scans compute. State counts (bwd/fwd):
+//   bytes 1/2, r50k 8/8, cl100k 11/10, llama3 11/10 (one unused), o200k 16/13.
+#pragma once
+
+#include <stdint.h>
+
+#ifndef BBPE_HD
+#if defined(__CUDACC__)
+#define BBPE_HD __host__ __device__ __forceinline__
+#else
+#define BBPE_HD inline
+#endif
+#endif
+
+#include "unicode_table.h"
+
+#include <vector>
+#ifdef __CUDACC__
+#include <cub/block/block_scan.cuh>
+#endif
+
+namespace bbpe {
+
+enum PretokPattern : int {
+  kPatBytes = 0,   // no pre-tokenizer: one piece per sub-text between specials
+  kPatR50k = 1,    // also p50k_base and gpt2
+  kPatCl100k = 2,  // tiktoken cl100k_base (HF cl100k_hf uses kPatLlama3's regex)
+  kPatO200k = 3,
+  kPatLlama3 = 4,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Code point classes (pattern independent; each pattern's steps interpret them).
+enum CpClass : uint8_t {
+  C_NONE = 0,  // UTF-8 continuation byte inside a valid sequence: not a code point
+  C_SPECIAL,   // byte of a special token
+  C_SYM,       // anything else: punctuation, symbols, controls, Cf, Co, unassigned, invalid bytes
+  C_APOS,      // '
+  C_SLASH,     // /
+  C_SPACE,     // ' '
+  C_NL,        // \r \n
+  C_WS,        // other White_Space
+  C_N,         // \p{N}
+  C_M,         // \p{M}
+  C_LU,        // Lu | Lt without a contraction role
+  C_LL,        // Ll without a contraction role
+  C_LB,        // Lm | Lo ("both" in o200k's upper and lower sets)
+  C_LU_C1,     // S D M T
+  C_LU_L,      // L
+  C_LU_E,      // E
+  C_LU_RV,     // R V
+  C_LL_C1,     // s d m t
+  C_LL_L,      // l
+  C_LL_E,      // e
+  C_LL_RV,     // r v
+  C_LONG_S,    // U+017F: Ll, and (?i:s) matches it
+  C_COUNT
+};
+
+BBPE_HD bool cls_ws(uint8_t c) { return c == C_SPACE || c == C_NL || c == C_WS; }
+BBPE_HD bool cls_letter(uint8_t c) { return c >= C_LU; }
+BBPE_HD bool cls_upper(uint8_t c) { return c == C_LU || (c >= C_LU_C1 && c <= C_LU_RV); }
+BBPE_HD bool cls_lower(uint8_t c) { return c == C_LL || (c >= C_LL_C1 && c <= C_LL_RV) || c == C_LONG_S; }
+
+BBPE_HD uint8_t ascii_class(uint32_t c) {
+  if (c >= 'a' && c <= 'z') {
+    switch (c) {
+      case 's': case 'd': case 'm': case 't': return C_LL_C1;
+      case 'l': return C_LL_L;
+      case 'e': return C_LL_E;
+      case 'r': case 'v': return C_LL_RV;
+      default: return C_LL;
+    }
+  }
+  if (c >= 'A' && c <= 'Z') {
+    switch (c) {
+      case 'S': case 'D': case 'M': case 'T': return C_LU_C1;
+      case 'L': return C_LU_L;
+      case 'E': return C_LU_E;
+      case 'R': case 'V': return C_LU_RV;
+      default: return C_LU;
+    }
+  }
+  if (c >= '0' && c <= '9') return C_N;
+  switch (c) {
+    case ' ': return C_SPACE;
+    case '\n': case '\r': return C_NL;
+    case '\t': case 0x0B: case 0x0C: return C_WS;
+    case '\'': return C_APOS;
+    case '/': return C_SLASH;
+    default: return C_SYM;
+  }
+}
+
+BBPE_HD uint8_t cp_class(uint32_t cp, const UnicodeTables& ut) {
+  if (cp < 128) return ascii_class(cp);
+  if (cp == 0x17F) return C_LONG_S;
+  switch (unicode_general_class(cp, ut)) {
+    case UCLS_LU: case UCLS_LT: return C_LU;
+    case UCLS_LL: return C_LL;
+    case UCLS_LM: case UCLS_LO: return C_LB;
+    case UCLS_M: return C_M;
+    case UCLS_N: return C_N;
+    case UCLS_WS: return C_WS;
+    default: return C_SYM;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// UTF-8. Length (1..4) of the valid, complete, shortest-form, non-surrogate sequence that
+// starts at byte i of text[0..n) and contains no special byte; 0 if there is none. Looks at
+// bytes i..i+3 only.
+BBPE_HD int utf8_decode(const uint8_t* text, int n, const uint8_t* sp, int i, uint32_t* cp) {
+  const uint32_t b0 = text[i];
+  if (b0 < 0x80) { *cp = b0; return 1; }
+  if (b0 < 0xC2 || b0 > 0xF4) return 0;  // continuation byte, overlong lead, or > U+10FFFF
+  const int len = b0 < 0xE0 ? 2 : (b0 < 0xF0 ? 3 : 4);
+  if (i + len > n) return 0;
+  uint32_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (b0 == 0xE0) lo = 0xA0;
+  else if (b0 == 0xED) hi = 0x9F;  // no surrogates
+  else if (b0 == 0xF0) lo = 0x90;
+  else if (b0 == 0xF4) hi = 0x8F;
+  uint32_t v = b0 & (len == 2 ? 0x1F : (len == 3 ? 0x0F : 0x07));
+  for (int k = 1; k < len; ++k) {
+    const uint32_t b = text[i + k];
+    if (k == 1 ? (b < lo || b > hi) : ((b & 0xC0) != 0x80)) return 0;
+    if (sp && sp[i + k]) return 0;
+    v = (v << 6) | (b & 0x3F);
+  }
+  *cp = v;
+  return len;
+}
+
+// Class of byte i (see CpClass). Reads bytes i-3..i+3 of the segment.
+BBPE_HD uint8_t byte_class(const uint8_t* text, int n, const uint8_t* sp, int i,
+                           const UnicodeTables& ut) {
+  if (sp && sp[i]) return C_SPECIAL;
+  const uint8_t b = text[i];
+  if (b < 0x80) return ascii_class(b);
+  uint32_t cp;
+  if (utf8_decode(text, n, sp, i, &cp)) return cp_class(cp, ut);
+  if ((b & 0xC0) == 0x80) {
+    // A continuation byte is covered iff the nearest non-continuation byte before it (at most
+    // 3 back, no special byte in between) starts a valid sequence that reaches it.
+    for (int d = 1; d <= 3; ++d) {
+      const int j = i - d;
+      if (j < 0 || (sp && sp[j])) break;
+      if ((text[j] & 0xC0) != 0x80) {
+        uint32_t cpj;
+        if (utf8_decode(text, n, sp, j, &cpj) > d) return C_NONE;
+        break;
+      }
+    }
+  }
+  return C_SYM;  // invalid byte: one code point that behaves like a symbol
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contraction letters. A letter's "tag" in the backward state says what an apostrophe just
+// before it would start: TG_C1 = [sdmt] (1 more code point), TG_C2 = r/v followed by e, TG_LC2
+// = l followed by l (2 more), TG_L0 = an l not followed by l, TG_E = an e (so an r/v before it
+// can see it). The regex crate and Oniguruma both match (?i:s) with s, S, U+017F and the other
+// contraction letters only with their ASCII cases.
+enum LetterTag : uint8_t { TG_P = 0, TG_C1, TG_C2, TG_L0, TG_LC2, TG_E, TG_COUNT };
+
+// ci: case-insensitive contractions (cl100k, o200k, llama3); r50k is case-sensitive.
+BBPE_HD uint8_t letter_tag(uint8_t c, bool ci, int next_tag /* -1: next is not a letter */) {
+  int k;  // 0 plain, 1 sdmt, 2 l, 3 e, 4 rv
+  switch (c) {
+    case C_LL_C1: k = 1; break;
+    case C_LL_L: k = 2; break;
+    case C_LL_E: k = 3; break;
+    case C_LL_RV: k = 4; break;
+    case C_LU_C1: k = ci ? 1 : 0; break;
+    case C_LU_L: k = ci ? 2 : 0; break;
+    case C_LU_E: k = ci ? 3 : 0; break;
+    case C_LU_RV: k = ci ? 4 : 0; break;
+    case C_LONG_S: k = ci ? 1 : 0; break;
+    default: k = 0;
+  }
+  switch (k) {
+    case 1: return TG_C1;
+    case 2: return (next_tag == TG_L0 || next_tag == TG_LC2) ? TG_LC2 : TG_L0;
+    case 3: return TG_E;
+    case 4: return next_tag == TG_E ? TG_C2 : TG_P;
+    default: return TG_P;
+  }
+}
+// Code points a contraction takes after the apostrophe (0: none).
+BBPE_HD int tag_contraction(int tag) {
+  return tag == TG_C1 ? 1 : ((tag == TG_C2 || tag == TG_LC2) ? 2 : 0);
+}
+
+// Forward step result: next state in the low nibble, piece-start flag in bit 4.
+BBPE_HD uint8_t fwd_result(int next, bool start) { return (uint8_t)(next | (start ? 16 : 0)); }
+
+// ---------------------------------------------------------------------------------------------
+// Bytes mode: one piece per sub-text. bwd: 1 state; fwd: FREE, IN.
+struct PatBytes {
+  static constexpr int kBwdStates = 1, kFwdStates = 2;
+  BBPE_HD static uint8_t bwd_init() { return 0; }
+  BBPE_HD static uint8_t fwd_init() { return 0; }
+  BBPE_HD static uint8_t bwd(uint8_t t, uint8_t) { return t; }
+  BBPE_HD static uint8_t fwd(uint8_t s, uint8_t c, uint8_t) {
+    if (c == C_NONE) return s;
+    if (c == C_SPECIAL) return fwd_result(0, false);
+    return fwd_result(1, s == 0);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// r50k: '(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s
+// Pieces: a contraction (only where a piece starts at the apostrophe); runs of letters, of
+// digits, of other symbols (\p{M} is a symbol here), each optionally led by ONE space; and
+// whitespace: a whitespace run followed by \S splits off its last code point (which leads the
+// next piece if it is a space, else is a piece alone); a run at the end is one piece.
+// bwd (8): NS (end of sub-text or whitespace: "not \S"), S (a \S that is not a letter),
+//          LET+tag (6 letter tags, lowercase contraction letters only).
+// fwd (8): FREE (next code point starts a piece), L, N, S, WS (runs), PRE (a space that
+//          leads the next code point's run), C1, C2 (contraction code points left).
+struct PatR50k {
+  enum { B_NS = 0, B_S = 1, B_LET = 2 };
+  enum { F_FREE = 0, F_L, F_N, F_S, F_WS, F_PRE, F_C1, F_C2 };
+  static constexpr int kBwdStates = 8, kFwdStates = 8;
+  BBPE_HD static uint8_t bwd_init() { return B_NS; }
+  BBPE_HD static uint8_t fwd_init() { return F_FREE; }
+  BBPE_HD static bool sym(uint8_t c) { return c == C_SYM || c == C_APOS || c == C_SLASH || c == C_M; }
+  BBPE_HD static uint8_t bwd(uint8_t t, uint8_t c) {
+    if (c == C_NONE) return t;
+    if (c == C_SPECIAL || cls_ws(c)) return B_NS;
+    if (cls_letter(c)) return (uint8_t)(B_LET + letter_tag(c, false, t >= B_LET ? t - B_LET : -1));
+    return B_S;
+  }
+  BBPE_HD static int run_state(uint8_t c) {
+    return cls_letter(c) ? F_L : (c == C_N ? F_N : (cls_ws(c) ? F_WS : F_S));
+  }
+  BBPE_HD static uint8_t fwd(uint8_t s, uint8_t c, uint8_t t) {
+    if (c == C_NONE) return s;
+    if (c == C_SPECIAL) return fwd_result(F_FREE, false);
+    switch (s) {  // does c continue the current piece?
+      case F_L: if (cls_letter(c)) return fwd_result(F_L, false); break;
+      case F_N: if (c == C_N) return fwd_result(F_N, false); break;
+      case F_S: if (sym(c)) return fwd_result(F_S, false); break;
+      case F_WS: if (cls_ws(c) && t == B_NS) return fwd_result(F_WS, false); break;
+      case F_PRE: return fwd_result(run_state(c), false);
+      case F_C2: return fwd_result(F_C1, false);
+      case F_C1: return fwd_result(F_FREE, false);
+      default: break;
+    }
+    // A piece starts at c.
+    if (c == C_APOS) {
+      const int k = t >= B_LET ? tag_contraction(t - B_LET) : 0;
+      return fwd_result(k == 1 ? F_C1 : (k == 2 ? F_C2 : F_S), true);
+    }
+    if (c == C_SPACE) return fwd_result(t != B_NS ? F_PRE : F_WS, true);
+    return fwd_result(run_state(c), true);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// cl100k (kCl = true) and llama3 (kCl = false). The two regexes differ only in cl100k's
+// `\s++$` (llama3's `\s*[\r\n]+`, `\s+` and the non-possessive quantifiers match the same
+// pieces as cl100k's `\s*[\r\n]`, `\s`, possessive ones).
+// Pieces: a contraction (case-insensitive, only where a piece starts at the apostrophe);
+// [^\r\n\p{L}\p{N}]? + letters (any one non-letter/digit/newline code point, including a
+// space, tab, apostrophe or mark, leads a following letter run); 1-3 digits; " "? + symbols
+// (\p{M} included) + any \r\n after them; whitespace: [cl100k only: a run reaching the end is
+// one piece]; a run containing \r/\n up to its last \r/\n; else a run followed by \S leaves
+// its last code point to the next piece.
+// bwd (11): WPL/WNL (whitespace run without / with \r\n; llama3's end of sub-text is WPL),
+//           END (cl100k: end of sub-text, or a whitespace run reaching it), N, S, LET+tag (6).
+// fwd (10): FREE, L, N1, N2 (digits so far), S, SNL (newlines after symbols), WSNL (run up to
+//           its last \r\n), WSRUN (run that leaves its last code point), C1, C2.
+template <bool kCl>
+struct PatCl {
+  enum { B_WPL = 0, B_WNL, B_END, B_N, B_S, B_LET };
+  enum { F_FREE = 0, F_L, F_N1, F_N2, F_S, F_SNL, F_WSNL, F_WSRUN, F_C1, F_C2 };
+  static constexpr int kBwdStates = 11, kFwdStates = 10;
+  BBPE_HD static uint8_t bwd_init() { return kCl ? B_END : B_WPL; }
+  BBPE_HD static uint8_t fwd_init() { return F_FREE; }
+  BBPE_HD static bool sym(uint8_t c) { return c == C_SYM || c == C_APOS || c == C_SLASH || c == C_M; }
+  BBPE_HD static uint8_t bwd(uint8_t t, uint8_t c) {
+    if (c == C_NONE) return t;
+    if (c == C_SPECIAL) return bwd_init();
+    if (cls_ws(c)) {
+      if (kCl && t == B_END) return B_END;
+      return (c == C_NL || t == B_WNL) ? B_WNL : B_WPL;
+    }
+    if (c == C_N) return B_N;
+    if (cls_letter(c)) return (uint8_t)(B_LET + letter_tag(c, true, t >= B_LET ? t - B_LET : -1));
+    return B_S;
+  }
+  BBPE_HD static uint8_t fwd(uint8_t s, uint8_t c, uint8_t t) {
+    if (c == C_NONE) return s;
+    if (c == C_SPECIAL) return fwd_result(F_FREE, false);
+    const bool next_letter = t >= B_LET;
+    const bool next_not_S = t <= B_END;  // whitespace or end of sub-text
+    switch (s) {
+      case F_L: if (cls_letter(c)) return fwd_result(F_L, false); break;
+      case F_N1: if (c == C_N) return fwd_result(F_N2, false); break;
+      case F_N2: if (c == C_N) return fwd_result(F_FREE, false); break;
+      case F_S:
+        if (sym(c)) return fwd_result(F_S, false);
+        if (c == C_NL) return fwd_result(F_SNL, false);
+        break;
+      case F_SNL: if (c == C_NL) return fwd_result(F_SNL, false); break;
+      case F_WSNL: if (cls_ws(c) && (c == C_NL || t == B_WNL)) return fwd_result(F_WSNL, false); break;
+      case F_WSRUN: if (cls_ws(c) && next_not_S) return fwd_result(F_WSRUN, false); break;
+      case F_C2: return fwd_result(F_C1, false);
+      case F_C1: return fwd_result(F_FREE, false);
+      default: break;
+    }
+    // A piece starts at c; pick the alternative that matches first.
+    if (c == C_APOS) {
+      const int k = next_letter ? tag_contraction(t - B_LET) : 0;
+      if (k) return fwd_result(k == 1 ? F_C1 : F_C2, true);
+      return fwd_result(next_letter ? F_L : F_S, true);
+    }
+    if (cls_letter(c)) return fwd_result(F_L, true);
+    if (c == C_N) return fwd_result(F_N1, true);
+    if (sym(c)) return fwd_result(next_letter ? F_L : F_S, true);
+    // whitespace
+    if (c != C_NL && next_letter) return fwd_result(F_L, true);
+    if (c == C_SPACE && t == B_S) return fwd_result(F_S, true);
+    if (kCl && t == B_END) return fwd_result(F_WSRUN, true);  // \s++$
+    if (c == C_NL || t == B_WNL) return fwd_result(F_WSNL, true);
+    return fwd_result(F_WSRUN, true);
+  }
+};
+using PatCl100k = PatCl<true>;
+using PatLlama3 = PatCl<false>;
+
+// ---------------------------------------------------------------------------------------------
+// o200k:  P?U*W+C? | P?U+W*C? | \p{N}{1,3} | " "?[^\s\p{L}\p{N}]+[\r\n/]* | \s*[\r\n]+ |
+//         \s+(?!\S) | \s+
+// with P = [^\r\n\p{L}\p{N}] (includes \p{M}), U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}],
+// W = [\p{Ll}\p{Lm}\p{Lo}\p{M}], C = (?i:'s|'t|'re|'ve|'m|'ll|'d). Write UP = Lu|Lt (only in
+// U), LO = Ll (only in W), B = Lm|Lo|M (in both). From a position q, let R = the maximal run of
+// U code points. The first alternative (O1) succeeds at q iff R contains a B or R is followed
+// by an LO ("Xt(q)" below); then it ends after R plus the W run that follows, if R is followed
+// by LO, else right after the last B in R (backtracking of U*). Otherwise the second (O2)
+// takes R (all UP). The optional C then follows. A prefix P code point leads a letter piece
+// iff the next code point is in L|M; a \p{M} at a piece start, not followed by a run where O1
+// succeeds, is a piece by itself (O1 without the prefix: U* = "", W+ = the mark), + C?.
+// bwd (16): WPL (whitespace w/o \r\n, or end), WNL, N, S, LET + tag + 6 * Xt (12: the letter
+//           tags for contractions, and Xt of the run starting at this letter/mark).
+// fwd (13): FREE, UPH (O1, in R), WPH (O1, in the W run), O2, LEND (a lone mark; C may follow),
+//           C1, C2, N1, N2, S, SNL ([\r\n/]* after symbols), WSNL, WSRUN.
+struct PatO200k {
+  enum { B_WPL = 0, B_WNL, B_N, B_S, B_LET };
+  enum { F_FREE = 0, F_UPH, F_WPH, F_O2, F_LEND, F_C1, F_C2, F_N1, F_N2, F_S, F_SNL, F_WSNL, F_WSRUN };
+  static constexpr int kBwdStates = 16, kFwdStates = 13;
+  BBPE_HD static uint8_t bwd_init() { return B_WPL; }
+  BBPE_HD static uint8_t fwd_init() { return F_FREE; }
+  BBPE_HD static bool sym(uint8_t c) { return c == C_SYM || c == C_APOS || c == C_SLASH; }
+  BBPE_HD static uint8_t let_state(int tag, int xt) { return (uint8_t)(B_LET + tag + TG_COUNT * xt); }
+  BBPE_HD static uint8_t bwd(uint8_t t, uint8_t c) {
+    if (c == C_NONE) return t;
+    if (c == C_SPECIAL) return B_WPL;
+    if (cls_ws(c)) return (c == C_NL || t == B_WNL) ? B_WNL : B_WPL;
+    if (c == C_N) return B_N;
+    if (sym(c)) return B_S;
+    if (c == C_M || c == C_LB) return let_state(TG_P, 1);
+    const int next_tag = t >= B_LET ? (t - B_LET) % TG_COUNT : -1;
+    const int tag = letter_tag(c, true, next_tag);
+    if (cls_lower(c)) return let_state(tag, 1);
+    // upper: Xt is that of the run after it
+    const int xt = t >= B_LET ? (t - B_LET) / TG_COUNT : 0;
+    return let_state(tag, xt);
+  }
+  BBPE_HD static uint8_t fwd(uint8_t s, uint8_t c, uint8_t t) {
+    if (c == C_NONE) return s;
+    if (c == C_SPECIAL) return fwd_result(F_FREE, false);
+    const bool next_letter = t >= B_LET;                    // next is in L|M
+    const bool next_xt = t >= B_LET + TG_COUNT;             // ... and O1 succeeds there
+    const int contraction = next_letter ? tag_contraction((t - B_LET) % TG_COUNT) : 0;
+    const bool next_not_S = t <= B_WNL;
+    const bool letter_state = s == F_UPH || s == F_WPH || s == F_O2 || s == F_LEND;
+    switch (s) {
+      case F_UPH:
+        if (cls_upper(c) && next_xt) return fwd_result(F_UPH, false);
+        if (c == C_LB || c == C_M) return fwd_result(F_UPH, false);
+        if (cls_lower(c)) return fwd_result(F_WPH, false);
+        break;
+      case F_WPH:
+        if (cls_lower(c) || c == C_LB || c == C_M) return fwd_result(F_WPH, false);
+        break;
+      case F_O2: if (cls_upper(c)) return fwd_result(F_O2, false); break;
+      case F_C2: return fwd_result(F_C1, false);
+      case F_C1: return fwd_result(F_FREE, false);
+      case F_N1: if (c == C_N) return fwd_result(F_N2, false); break;
+      case F_N2: if (c == C_N) return fwd_result(F_FREE, false); break;
+      case F_S:
+        if (sym(c) || c == C_M) return fwd_result(F_S, false);
+        if (c == C_NL) return fwd_result(F_SNL, false);
+        break;
+      case F_SNL: if (c == C_NL || c == C_SLASH) return fwd_result(F_SNL, false); break;
+      case F_WSNL: if (cls_ws(c) && (c == C_NL || t == B_WNL)) return fwd_result(F_WSNL, false); break;
+      case F_WSRUN: if (cls_ws(c) && next_not_S) return fwd_result(F_WSRUN, false); break;
+      default: break;
+    }
+    // The letter part of the piece ended before c: the optional contraction.
+    if (letter_state && c == C_APOS && contraction)
+      return fwd_result(contraction == 1 ? F_C1 : F_C2, false);
+    // A piece starts at c.
+    const int letter_next = next_xt ? F_UPH : F_O2;  // state after a prefix code point
+    if (cls_upper(c)) return fwd_result(next_xt ? F_UPH : F_O2, true);
+    if (cls_lower(c)) return fwd_result(F_WPH, true);
+    if (c == C_LB) return fwd_result(F_UPH, true);
+    if (c == C_M) return fwd_result(next_xt ? F_UPH : F_LEND, true);
+    if (c == C_N) return fwd_result(F_N1, true);
+    if (sym(c)) return fwd_result(next_letter ? letter_next : F_S, true);
+    if (c != C_NL && next_letter) return fwd_result(letter_next, true);
+    if (c == C_SPACE && t == B_S) return fwd_result(F_S, true);
+    if (c == C_NL || t == B_WNL) return fwd_result(F_WSNL, true);
+    return fwd_result(F_WSRUN, true);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Transition maps: nibble x of a map = image of state x. map_then(a, b) = "a, then b".
+constexpr uint64_t kMapIdentity = 0xFEDCBA9876543210ull;
+BBPE_HD uint8_t map_apply(uint64_t m, uint8_t x) { return (uint8_t)((m >> (4 * x)) & 15); }
+BBPE_HD uint64_t map_then(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+#if defined(__CUDACC__)
+#pragma unroll
+#endif
+  for (int x = 0; x < 16; ++x) r |= (uint64_t)map_apply(b, map_apply(a, (uint8_t)x)) << (4 * x);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunk helpers (a chunk = cnt consecutive bytes, given by their classes). P is one of the
+// Pat* structs. These are the only functions the sequential, chunked and CUDA paths use.
+
+// Backward map of a chunk: nibble x = T at the chunk's first byte when T at its end is x.
+template <class P>
+BBPE_HD uint64_t chunk_bwd_map(const uint8_t* cls, int cnt) {
+  uint64_t m = kMapIdentity;
+  for (int i = cnt - 1; i >= 0; --i) {
+    const uint8_t c = cls[i];
+    if (c == C_NONE) continue;
+    uint64_t r = m;
+    for (int x = 0; x < P::kBwdStates; ++x) {
+      const uint64_t sh = 4 * x;
+      r = (r & ~(15ull << sh)) | ((uint64_t)P::bwd(map_apply(m, (uint8_t)x), c) << sh);
+    }
+    m = r;
+  }
+  return m;
+}
+
+// Backward replay from T at the chunk's end: tn[i] = T[i+1]; returns T at the chunk's start.
+template <class P>
+BBPE_HD uint8_t chunk_bwd_replay(const uint8_t* cls, int cnt, uint8_t t_end, uint8_t* tn) {
+  uint8_t t = t_end;
+  for (int i = cnt - 1; i >= 0; --i) {
+    tn[i] = t;
+    t = P::bwd(t, cls[i]);
+  }
+  return t;
+}
+
+// Forward map of a chunk: nibble x = S after the chunk when S before it is x.
+template <class P>
+BBPE_HD uint64_t chunk_fwd_map(const uint8_t* cls, const uint8_t* tn, int cnt) {
+  uint64_t m = kMapIdentity;
+  for (int i = 0; i < cnt; ++i) {
+    const uint8_t c = cls[i];
+    if (c == C_NONE) continue;
+    uint64_t r = m;
+    for (int x = 0; x < P::kFwdStates; ++x) {
+      const uint64_t sh = 4 * x;
+      r = (r & ~(15ull << sh)) | ((uint64_t)(P::fwd(map_apply(m, (uint8_t)x), c, tn[i]) & 15) << sh);
+    }
+    m = r;
+  }
+  return m;
+}
+
+// Forward replay from S at the chunk's start: writes flags[i]; returns S after the chunk.
+template <class P>
+BBPE_HD uint8_t chunk_fwd_replay(const uint8_t* cls, const uint8_t* tn, int cnt, uint8_t s,
+                                 uint8_t* flags) {
+  for (int i = 0; i < cnt; ++i) {
+    const uint8_t r = P::fwd(s, cls[i], tn[i]);
+    flags[i] = (uint8_t)(r >> 4);
+    s = (uint8_t)(r & 15);
+  }
+  return s;
+}
+
+// Calls f.template run<P>() for the Pat* struct of a pattern id; returns false for bad ids.
+// (One copy for the host below and one for the device: run() is host-only or device-only.)
+#define BBPE_DISPATCH_PATTERN_BODY                                 \
+  switch (pattern) {                                               \
+    case kPatBytes: f.template run<PatBytes>(); return true;       \
+    case kPatR50k: f.template run<PatR50k>(); return true;         \
+    case kPatCl100k: f.template run<PatCl100k>(); return true;     \
+    case kPatO200k: f.template run<PatO200k>(); return true;       \
+    case kPatLlama3: f.template run<PatLlama3>(); return true;     \
+    default: return false;                                         \
+  }
+template <class F>
+inline bool dispatch_pattern(int pattern, F& f) {
+  BBPE_DISPATCH_PATTERN_BODY
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+// The Unicode tables as host arrays.
+inline const UnicodeTables& host_unicode_tables() {
+  static const uint8_t stage1[] = BBPE_UTAB_STAGE1_INIT;
+  static const uint8_t stage2[] = BBPE_UTAB_STAGE2_INIT;
+  static const UnicodeTables t{stage1, stage2};
+  return t;
+}
+
+struct PretokHostArgs {
+  const uint8_t* text;
+  int n;
+  const uint8_t* sp;
+  uint8_t* out;
+  int chunk;  // 0: sequential
+  const UnicodeTables* ut;
+
+  template <class P>
+  void run() {
+    if (n <= 0) return;
+    std::vector<uint8_t> cls(n), tn(n);
+    for (int i = 0; i < n; ++i) cls[i] = byte_class(text, n, sp, i, *ut);
+    if (chunk <= 0) {  // one chunk: one pass backward, one forward
+      chunk_bwd_replay<P>(cls.data(), n, P::bwd_init(), tn.data());
+      chunk_fwd_replay<P>(cls.data(), tn.data(), n, P::fwd_init(), out);
+      return;
+    }
+    // Emulation of the parallel decomposition: per-chunk maps, exclusive scans, replays.
+    const int nch = (n + chunk - 1) / chunk;
+    std::vector<uint64_t> map(nch), excl(nch);
+    auto cnt = [&](int c) { return (c + 1) * chunk <= n ? chunk : n - c * chunk; };
+    for (int c = 0; c < nch; ++c) map[c] = chunk_bwd_map<P>(&cls[c * chunk], cnt(c));
+    uint64_t acc = kMapIdentity;  // exclusive scan from the last chunk down
+    for (int c = nch - 1; c >= 0; --c) { excl[c] = acc; acc = map_then(acc, map[c]); }
+    for (int c = 0; c < nch; ++c)
+      chunk_bwd_replay<P>(&cls[c * chunk], cnt(c), map_apply(excl[c], P::bwd_init()), &tn[c * chunk]);
+    for (int c = 0; c < nch; ++c) map[c] = chunk_fwd_map<P>(&cls[c * chunk], &tn[c * chunk], cnt(c));
+    acc = kMapIdentity;  // exclusive scan from the first chunk up
+    for (int c = 0; c < nch; ++c) { excl[c] = acc; acc = map_then(acc, map[c]); }
+    for (int c = 0; c < nch; ++c)
+      chunk_fwd_replay<P>(&cls[c * chunk], &tn[c * chunk], cnt(c), map_apply(excl[c], P::fwd_init()),
+                          &out[c * chunk]);
+  }
+};
+
+// Reference: one backward pass, one forward pass. Returns false for an unknown pattern id.
+inline bool pretokenize_sequential(int pattern, const uint8_t* text, int n,
+                                   const uint8_t* is_special_byte, uint8_t* piece_start,
+                                   const UnicodeTables& ut = host_unicode_tables()) {
+  PretokHostArgs a{text, n, is_special_byte, piece_start, 0, &ut};
+  return dispatch_pattern(pattern, a);
+}
+
+// Host emulation of the parallel decomposition with chunks of chunk_bytes bytes (>= 1).
+inline bool pretokenize_chunked(int pattern, const uint8_t* text, int n,
+                                const uint8_t* is_special_byte, int chunk_bytes,
+                                uint8_t* piece_start,
+                                const UnicodeTables& ut = host_unicode_tables()) {
+  PretokHostArgs a{text, n, is_special_byte, piece_start, chunk_bytes < 1 ? 1 : chunk_bytes, &ut};
+  return dispatch_pattern(pattern, a);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUDA: one thread block per string.
+#ifdef __CUDACC__
+
+static __device__ const uint8_t kBbpeDeviceStage1[] = BBPE_UTAB_STAGE1_INIT;
+static __device__ const uint8_t kBbpeDeviceStage2[] = BBPE_UTAB_STAGE2_INIT;
+// The Unicode tables as __device__ const arrays (global memory, cached).
+__device__ __forceinline__ UnicodeTables device_unicode_tables() {
+  return UnicodeTables{kBbpeDeviceStage1, kBbpeDeviceStage2};
+}
+
+struct MapThenOp {
+  __device__ __forceinline__ uint64_t operator()(uint64_t a, uint64_t b) const { return map_then(a, b); }
+};
+
+// block_pretokenize<BLOCK_THREADS, ITEMS_PER_THREAD>: thread k owns the ITEMS_PER_THREAD
+// consecutive bytes [k * IPT, (k+1) * IPT) of a tile of BLOCK_THREADS * IPT bytes, i.e. exactly
+// the chunks of pretokenize_chunked(chunk_bytes = IPT); a code point belongs to the thread that
+// owns its lead byte. Per tile:
+//   1. byte_class of each owned byte (reads up to 3 bytes either side, from text);
+//   2. chunk_bwd_map; exclusive scan of the maps in REVERSED thread order (maps are exchanged
+//      through shared memory so cub::BlockScan scans chunk T-1 first), applied to the state
+//      carried in from the tiles after this one -> T at the chunk's end; chunk_bwd_replay;
+//   3. chunk_fwd_map; exclusive scan in thread order applied to the carried-in forward state
+//      -> S at the chunk's start; chunk_fwd_replay writes the flags.
+// Strings longer than one tile (n > BLOCK_THREADS * IPT) run step 2 over the tiles from the
+// last to the first, parking T[i+1] in piece_start[i], then step 3 from the first tile to the
+// last (each thread only re-reads the bytes it wrote itself).
+// text, is_special (nullable) and piece_start may live in shared or global memory;
+// piece_start must not alias the others. All threads of the block must call it (it syncs).
+template <int BLOCK_THREADS, int ITEMS_PER_THREAD>
+struct BlockPretokenizer {
+  using MapScan = cub::BlockScan<uint64_t, BLOCK_THREADS>;
+  struct TempStorage {
+    typename MapScan::TempStorage scan;
+    uint64_t xchg[BLOCK_THREADS];
+  };
+  static constexpr int kTile = BLOCK_THREADS * ITEMS_PER_THREAD;
+
+  TempStorage& tmp;
+  const uint8_t* text;
+  int n;
+  const uint8_t* sp;
+  uint8_t* out;
+  const UnicodeTables& ut;
+
+  __device__ BlockPretokenizer(TempStorage& t, const uint8_t* text_, int n_, const uint8_t* sp_,
+                               uint8_t* out_, const UnicodeTables& ut_)
+      : tmp(t), text(text_), n(n_), sp(sp_), out(out_), ut(ut_) {}
+
+  __device__ __forceinline__ void classify(int base, uint8_t (&cls)[ITEMS_PER_THREAD]) {
+#pragma unroll
+    for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+      cls[i] = base + i < n ? byte_class(text, n, sp, base + i, ut) : (uint8_t)C_NONE;
+  }
+
+  // Backward scan over the block: returns T at the end of this thread's chunk, given T at the
+  // tile's end (carry); *tile_start = T at the tile's start.
+  __device__ __forceinline__ uint8_t suffix_state(uint64_t m, uint8_t carry, uint8_t* tile_start) {
+    const int tid = threadIdx.x;
+    tmp.xchg[BLOCK_THREADS - 1 - tid] = m;
+    __syncthreads();
+    const uint64_t in = tmp.xchg[tid];  // map of chunk BLOCK_THREADS-1-tid
+    __syncthreads();
+    uint64_t excl, agg;
+    MapScan(tmp.scan).ExclusiveScan(in, excl, kMapIdentity, MapThenOp(), agg);
+    tmp.xchg[BLOCK_THREADS - 1 - tid] = excl;  // back to the chunk's owner
+    __syncthreads();
+    const uint64_t mine = tmp.xchg[tid];
+    __syncthreads();
+    *tile_start = map_apply(agg, carry);
+    return map_apply(mine, carry);
+  }
+
+  // Forward scan over the block: returns S at the start of this thread's chunk, given S at the
+  // tile's start (carry); *tile_end = S after the tile.
+  __device__ __forceinline__ uint8_t prefix_state(uint64_t m, uint8_t carry, uint8_t* tile_end) {
+    uint64_t excl, agg;
+    MapScan(tmp.scan).ExclusiveScan(m, excl, kMapIdentity, MapThenOp(), agg);
+    __syncthreads();
+    *tile_end = map_apply(agg, carry);
+    return map_apply(excl, carry);
+  }
+
+  template <class P>
+  __device__ __forceinline__ void run() {
+    if (n <= 0) return;
+    uint8_t cls[ITEMS_PER_THREAD], tn[ITEMS_PER_THREAD], flags[ITEMS_PER_THREAD];
+    const int ntiles = (n + kTile - 1) / kTile;
+    if (ntiles == 1) {
+      const int base = threadIdx.x * ITEMS_PER_THREAD;
+      uint8_t dummy;
+      classify(base, cls);
+      const uint8_t t_end = suffix_state(chunk_bwd_map<P>(cls, ITEMS_PER_THREAD), P::bwd_init(), &dummy);
+      chunk_bwd_replay<P>(cls, ITEMS_PER_THREAD, t_end, tn);
+      const uint8_t s0 = prefix_state(chunk_fwd_map<P>(cls, tn, ITEMS_PER_THREAD), P::fwd_init(), &dummy);
+      chunk_fwd_replay<P>(cls, tn, ITEMS_PER_THREAD, s0, flags);
+#pragma unroll
+      for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+        if (base + i < n) out[base + i] = flags[i];
+      return;
+    }
+    uint8_t carry = P::bwd_init();
+    for (int tile = ntiles - 1; tile >= 0; --tile) {
+      const int base = tile * kTile + threadIdx.x * ITEMS_PER_THREAD;
+      classify(base, cls);
+      const uint8_t t_end = suffix_state(chunk_bwd_map<P>(cls, ITEMS_PER_THREAD), carry, &carry);
+      chunk_bwd_replay<P>(cls, ITEMS_PER_THREAD, t_end, tn);
+#pragma unroll
+      for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+        if (base + i < n) out[base + i] = tn[i];  // parked until the forward pass
+    }
+    carry = P::fwd_init();
+    for (int tile = 0; tile < ntiles; ++tile) {
+      const int base = tile * kTile + threadIdx.x * ITEMS_PER_THREAD;
+      classify(base, cls);
+#pragma unroll
+      for (int i = 0; i < ITEMS_PER_THREAD; ++i) tn[i] = base + i < n ? out[base + i] : 0;
+      const uint8_t s0 = prefix_state(chunk_fwd_map<P>(cls, tn, ITEMS_PER_THREAD), carry, &carry);
+      chunk_fwd_replay<P>(cls, tn, ITEMS_PER_THREAD, s0, flags);
+#pragma unroll
+      for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+        if (base + i < n) out[base + i] = flags[i];
+    }
+  }
+};
+
+// Marks piece starts of text[0..n) into piece_start[0..n) (see the file comment). Any n >= 0;
+// n <= BLOCK_THREADS * ITEMS_PER_THREAD is one tile. pattern: a PretokPattern id; unknown ids
+// leave piece_start untouched and return false. Launch with blockDim.x == BLOCK_THREADS.
+template <int BLOCK_THREADS, int ITEMS_PER_THREAD>
+__device__ __forceinline__ bool block_pretokenize(
+    int pattern, const uint8_t* text, int n, const uint8_t* is_special, uint8_t* piece_start,
+    const UnicodeTables& ut,
+    typename BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>::TempStorage& tmp) {
+  BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD> f(tmp, text, n, is_special, piece_start, ut);
+  BBPE_DISPATCH_PATTERN_BODY
+}
+
+#endif  // __CUDACC__
+
+}  // namespace bbpe

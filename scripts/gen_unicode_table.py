@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""Generate ffi/unicode_table.h: the code point -> character class table used by
+the pre-tokenizer (ffi/pretokenize.h).
+
+Reproducible: the output depends only on the Unicode data of the pinned source,
+``unicodedata2==16.0.0`` (Unicode 16.0.0), and on this script.  The script refuses
+to run with any other Unicode version (``--allow-version`` overrides, for experiments).
+
+Why Unicode 16.0.0: it is what the two oracles use.  Checked empirically (every code
+point, U+0000..U+10FFFF less surrogates, probed through the engines themselves with
+patterns \\p{Lu}, \\p{Ll}, \\p{Lt}, \\p{Lm}, \\p{Lo}, \\p{M}, \\p{N}, \\s):
+  * tiktoken 0.14.0 (Rust regex / fancy-regex, regex-syntax tables)  == Unicode 16.0.0
+  * HF tokenizers 0.23.3 (Oniguruma)                                 == Unicode 16.0.0
+  * Python `regex` 2026.5.9 uses Unicode 17.0.0 (differs on ~4,700 code points, e.g.
+    U+0295 Ll->Lo, new scripts); Python 3.11 `unicodedata` is 14.0.0 (differs on ~9,400).
+  `--verify-tiktoken` re-runs that probe against the generated table.
+
+Classes (one nibble per code point):
+  0 OTHER (everything not below: punctuation, symbols, controls that are not
+    White_Space, Cf, Co, Cs, unassigned), 1 Lu, 2 Ll, 3 Lt, 4 Lm, 5 Lo,
+  6 M (Mn|Mc|Me), 7 N (Nd|Nl|No), 8 WS (White_Space, which is what `\\s` means in the
+  Rust regex crate and in Oniguruma; it has been these 25 code points since Unicode 6.3).
+  A White_Space code point is WS whatever its General_Category (all are Zs/Zl/Zp/Cc).
+
+Layout: stage1[cp >> 8] (uint8, for cp < LIMIT) picks a deduplicated 256-entry block;
+stage2 holds the blocks, two classes per byte (low nibble = even code point).
+Code points >= LIMIT are all OTHER except a few ranges emitted as code (variation
+selectors supplement E0100..E01EF is Mn).
+
+Usage:  pip install unicodedata2==16.0.0 && python scripts/gen_unicode_table.py
+        (writes ffi/unicode_table.h next to this script's ../ffi; --out to change;
+         --check exits 1 if the file on disk differs from what would be generated)
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+
+UNICODE_VERSION = "16.0.0"
+
+# PropList.txt White_Space (unchanged since Unicode 6.3, when U+180E left it).
+WHITE_SPACE = (
+    list(range(0x09, 0x0E)) + [0x20, 0x85, 0xA0, 0x1680] + list(range(0x2000, 0x200B))
+    + [0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
+)
+
+CLASS_NAMES = ["OTHER", "LU", "LL", "LT", "LM", "LO", "M", "N", "WS"]
+GC_TO_CLASS = {
+    "Lu": 1, "Ll": 2, "Lt": 3, "Lm": 4, "Lo": 5,
+    "Mn": 6, "Mc": 6, "Me": 6,
+    "Nd": 7, "Nl": 7, "No": 7,
+}
+BLOCK = 256
+
+
+def load_ucd(allow_version: str | None):
+    try:
+        import unicodedata2 as ucd  # type: ignore
+    except ImportError:
+        sys.exit("gen_unicode_table.py needs unicodedata2==%s (pip install unicodedata2==%s)"
+                 % (UNICODE_VERSION, UNICODE_VERSION))
+    want = allow_version or UNICODE_VERSION
+    if ucd.unidata_version != want:
+        sys.exit("unicodedata2 has Unicode %s, expected %s (pip install unicodedata2==%s)"
+                 % (ucd.unidata_version, want, UNICODE_VERSION))
+    return ucd
+
+
+def compute_classes(ucd):
+    ws = set(WHITE_SPACE)
+    cls = bytearray(0x110000)
+    for cp in range(0x110000):
+        if cp in ws:
+            cls[cp] = 8
+        elif 0xD800 <= cp < 0xE000:
+            cls[cp] = 0
+        else:
+            cls[cp] = GC_TO_CLASS.get(ucd.category(chr(cp)), 0)
+    return cls
+
+
+def build_tables(cls):
+    # LIMIT: end of the last 256-block below U+E0000 that holds a non-OTHER class.
+    last = max(cp for cp in range(0xE0000) if cls[cp])
+    limit = (last // BLOCK + 1) * BLOCK
+    # Ranges at or above LIMIT, emitted as code.
+    high = []
+    cp = limit
+    while cp < 0x110000:
+        if cls[cp]:
+            start, c = cp, cls[cp]
+            while cp < 0x110000 and cls[cp] == c:
+                cp += 1
+            high.append((start, cp - 1, c))
+        else:
+            cp += 1
+    blocks: dict[bytes, int] = {}
+    stage1 = []
+    for base in range(0, limit, BLOCK):
+        b = bytes(cls[base:base + BLOCK])
+        stage1.append(blocks.setdefault(b, len(blocks)))
+    assert len(blocks) <= 256, "stage1 entries must fit uint8"
+    stage2 = bytearray()
+    for b in blocks:  # insertion order == index order
+        for i in range(0, BLOCK, 2):
+            stage2.append(b[i] | (b[i + 1] << 4))
+    return limit, high, stage1, stage2
+
+
+def fmt_array(values, per_line):
+    lines = []
+    for i in range(0, len(values), per_line):
+        lines.append("  " + ",".join(str(v) for v in values[i:i + per_line]) + ", \\")
+    return "\n".join(lines)
+
+
+def render(ucd_version, limit, high, stage1, stage2, cls):
+    digest = hashlib.sha256(bytes(cls)).hexdigest()
+    counts = [0] * len(CLASS_NAMES)
+    for c in cls:
+        counts[c] += 1
+    out = []
+    w = out.append
+    w("// GENERATED by scripts/gen_unicode_table.py -- do not edit by hand.")
+    w("// Code point -> character class for the exact pre-tokenizer (ffi/pretokenize.h).")
+    w("//")
+    w("// Source: unicodedata2 %s (Unicode %s) General_Category; White_Space from" % (ucd_version, ucd_version))
+    w("// PropList.txt (25 code points, stable since Unicode 6.3), overriding the category.")
+    w("// Oracles (checked empirically over every code point, see the script's docstring):")
+    w("//   tiktoken 0.14 (Rust regex crate) and HF tokenizers 0.23.3 (Oniguruma) both match")
+    w("//   Unicode 16.0.0 exactly for \\p{Lu,Ll,Lt,Lm,Lo,M,N} and \\s.  Python `regex`")
+    w("//   2026.5.9 is Unicode 17.0.0 and Python 3.11 `unicodedata` 14.0.0: do not use them")
+    w("//   as class oracles for recently assigned code points.")
+    w("// sha256 of the full 0x110000-entry class array: %s" % digest)
+    w("// Class counts: " + ", ".join("%s=%d" % (n, c) for n, c in zip(CLASS_NAMES, counts)))
+    w("//")
+    w("// Layout: for cp < BBPE_UTAB_LIMIT, block = stage1[cp >> 8];")
+    w("//   byte = stage2[block * 128 + ((cp & 255) >> 1)]; class = (byte >> ((cp & 1) * 4)) & 15.")
+    w("// The arrays are #define'd initializer lists with no memory-space qualifier: the CPU code")
+    w("// instantiates them as `static const uint8_t`, CUDA code as `__device__ const uint8_t`")
+    w("// (or copies them where it likes), and passes pointers in a bbpe::UnicodeTables.")
+    w("#pragma once")
+    w("#include <stdint.h>")
+    w("")
+    w("#ifndef BBPE_HD")
+    w("#if defined(__CUDACC__)")
+    w("#define BBPE_HD __host__ __device__ __forceinline__")
+    w("#else")
+    w("#define BBPE_HD inline")
+    w("#endif")
+    w("#endif")
+    w("")
+    w('#define BBPE_UNICODE_VERSION "%s"' % ucd_version)
+    w("#define BBPE_UTAB_LIMIT 0x%X" % limit)
+    w("#define BBPE_UTAB_STAGE1_SIZE %d" % len(stage1))
+    w("#define BBPE_UTAB_STAGE2_SIZE %d" % len(stage2))
+    w("")
+    w("// clang-format off")
+    w("#define BBPE_UTAB_STAGE1_INIT { \\")
+    w(fmt_array(stage1, 32))
+    w("}")
+    w("")
+    w("#define BBPE_UTAB_STAGE2_INIT { \\")
+    w(fmt_array(list(stage2), 32))
+    w("}")
+    w("// clang-format on")
+    w("")
+    w("namespace bbpe {")
+    w("")
+    w("// General classes stored in the table (one nibble each).")
+    w("enum UClass : uint8_t {")
+    for i, n in enumerate(CLASS_NAMES):
+        w("  UCLS_%s = %d," % (n, i))
+    w("};")
+    w("")
+    w("struct UnicodeTables {")
+    w("  const uint8_t* stage1;  // BBPE_UTAB_STAGE1_SIZE entries")
+    w("  const uint8_t* stage2;  // BBPE_UTAB_STAGE2_SIZE bytes (2 classes per byte)")
+    w("};")
+    w("")
+    w("// Class of a Unicode scalar value (cp <= 0x10FFFF; surrogates give OTHER).")
+    w("BBPE_HD uint8_t unicode_general_class(uint32_t cp, const UnicodeTables& ut) {")
+    w("  if (cp < BBPE_UTAB_LIMIT) {")
+    w("    const uint32_t blk = ut.stage1[cp >> 8];")
+    w("    const uint8_t b = ut.stage2[blk * 128u + ((cp & 255u) >> 1)];")
+    w("    return (uint8_t)((b >> ((cp & 1u) * 4u)) & 15u);")
+    w("  }")
+    for (a, b, c) in high:
+        w("  if (cp >= 0x%X && cp <= 0x%X) return %d;  // UCLS_%s" % (a, b, c, CLASS_NAMES[c]))
+    w("  return UCLS_OTHER;")
+    w("}")
+    w("")
+    w("}  // namespace bbpe")
+    w("")
+    return "\n".join(out)
+
+
+def verify_tiktoken(cls):
+    """Probe tiktoken's own regex engine for every code point and compare."""
+    import tiktoken
+    cps = [c for c in range(0x110000) if not (0xD800 <= c < 0xE000)]
+    big = "".join(map(chr, cps))
+    ranks = {bytes([i]): i for i in range(256)}
+    bad = 0
+    for name, pat, want in [
+        ("Lu", r"\p{Lu}", {1}), ("Ll", r"\p{Ll}", {2}), ("Lt", r"\p{Lt}", {3}),
+        ("Lm", r"\p{Lm}", {4}), ("Lo", r"\p{Lo}", {5}), ("M", r"\p{M}", {6}),
+        ("N", r"\p{N}", {7}), ("s", r"\s", {8}),
+    ]:
+        enc = tiktoken.Encoding("probe_" + name, pat_str=pat, mergeable_ranks=ranks, special_tokens={})
+        got = set(map(ord, bytes(enc.encode_ordinary(big)).decode("utf-8")))
+        exp = {c for c in cps if cls[c] in want}
+        diff = got ^ exp
+        print("%-3s tiktoken=%d table=%d diff=%d" % (name, len(got), len(exp), len(diff)))
+        bad += len(diff)
+    return bad
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(here, "..", "ffi", "unicode_table.h"))
+    ap.add_argument("--check", action="store_true", help="exit 1 if --out is not up to date")
+    ap.add_argument("--verify-tiktoken", action="store_true", help="probe tiktoken's classes too")
+    ap.add_argument("--allow-version", default=None, help="accept this Unicode version instead")
+    args = ap.parse_args()
+    ucd = load_ucd(args.allow_version)
+    cls = compute_classes(ucd)
+    limit, high, stage1, stage2 = build_tables(cls)
+    text = render(ucd.unidata_version, limit, high, stage1, stage2, cls)
+    # Self-check: decode the tables back and compare with the class array.
+    for cp in range(0x110000):
+        if cp < limit:
+            b = stage2[stage1[cp >> 8] * 128 + ((cp & 255) >> 1)]
+            c = (b >> ((cp & 1) * 4)) & 15
+        else:
+            c = next((k for (a, e, k) in high if a <= cp <= e), 0)
+        assert c == cls[cp], hex(cp)
+    if args.check:
+        old = open(args.out, encoding="utf-8").read() if os.path.exists(args.out) else ""
+        if old != text:
+            print("%s is out of date" % args.out)
+            sys.exit(1)
+        print("%s is up to date" % args.out)
+    else:
+        with open(args.out, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        print("wrote %s: %d bytes, %d blocks, stage1 %d, stage2 %d, limit 0x%X, high %s"
+              % (args.out, len(text), len(stage2) // 128, len(stage1), len(stage2), limit,
+                 [(hex(a), hex(b), c) for a, b, c in high]))
+    if args.verify_tiktoken:
+        bad = verify_tiktoken(cls)
+        if bad:
+            sys.exit("tiktoken disagrees on %d code points" % bad)
+
+
+if __name__ == "__main__":
+    main()
