@@ -7,7 +7,7 @@
 
 #include "bpe_core.h"
 #include "encode_params.h"
-#if __has_include("pretokenize.h")  // TEMPORARY until the pre-tokenizer lands
+#if defined(BBPE_EXACT_MODE)  // TEMPORARY until the pre-tokenizer is integrated
 #include "pretokenize.h"
 #define BBPE_HAVE_PRETOKENIZE 1
 #endif

@@ -1,0 +1,63 @@
+"""Shared data and oracles for tests, benchmarks and examples (needs tiktoken / tokenizers).
+
+The corpora and vocabularies live outside the repo (`blockbpe_jax._data.find_data_dir`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+
+from ._data import find_data_dir
+
+# name -> (.tiktoken-format file, tokenizer.json), relative to the data dir's vocab/.
+VOCAB_FILES = {
+    "r50k": ("tiktoken/r50k_base.tiktoken", "gpt2/tokenizer.json"),
+    "cl100k": ("tiktoken/cl100k_base.tiktoken", "cl100k_hf/tokenizer.json"),
+    "o200k": ("tiktoken/o200k_base.tiktoken", "o200k_hf/tokenizer.json"),
+    "llama3": ("llama3/tokenizer.model", "llama3/tokenizer.json"),
+}
+BYTES_MODE_PATTERN = r"(?s:.+)"  # tiktoken with this pattern == our bytes mode
+
+
+def data_dir() -> Path:
+    path = find_data_dir()
+    if path is None:
+        raise FileNotFoundError("shared data not found: set BLOCKBPE_DATA or place it at ../shared/data")
+    return path
+
+
+def corpus_paths(root: Path | None = None) -> list[Path]:
+    root = root or data_dir()
+    return sorted(p for p in (root / "corpus").iterdir() if p.is_file())
+
+
+def read_corpus(path: Path) -> bytes:
+    """The raw UTF-8 bytes of a corpus file (.gz files decompressed)."""
+    return gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
+
+
+def excerpts(raw: bytes, lo: int, hi: int, seed: int = 0) -> list[bytes]:
+    """Cuts `raw` into consecutive excerpts of lo..hi bytes (covering all of it), each ending
+    on a UTF-8 character boundary (so it may run up to 3 bytes past hi)."""
+    rng = random.Random(seed)
+    out, i = [], 0
+    while i < len(raw):
+        j = min(len(raw), i + rng.randint(lo, hi))
+        while j < len(raw) and (raw[j] & 0xC0) == 0x80:
+            j += 1
+        out.append(raw[i:j])
+        i = j
+    return out
+
+
+def tiktoken_oracle(name: str, tokenizer, pattern: str):
+    """A tiktoken.Encoding over the same ranks and specials as `tokenizer`, with `pattern`."""
+    import tiktoken
+    import tiktoken.load
+
+    path = data_dir() / "vocab" / VOCAB_FILES[name][0]
+    return tiktoken.Encoding(f"{name}_oracle", pat_str=pattern,
+                             mergeable_ranks=tiktoken.load.load_tiktoken_bpe(str(path)),
+                             special_tokens=dict(tokenizer.vocab.special_tokens))

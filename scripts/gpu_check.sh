@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One device call: build against the machine's own jax, run the GPU tests, optionally the
+# benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
+#   scripts/gpu_check.sh [test] [bench] [sanitize] [pytest -k expression via PYTEST_K]
+# Needs the shared data carried in .carry/data (see BUILD_NOTES.md) and, for the peers,
+# wheels in .whl/.
+set -uo pipefail
+OUT=${OUT:-/tmp/bbpe_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 BLOCKBPE_DATA=${BLOCKBPE_DATA:-$PWD/.carry/data}
+stages=${*:-test}
+{
+  date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__)"
+} > "$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+t0=$(date +%s)
+python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+python3 -c "import blockbpe_jax as b, jax; print('cuda module:', b.HAS_CUDA_MODULE, jax.devices())"
+for stage in $stages; do
+  case $stage in
+    test)
+      python3 -m pytest -q -rs -k "${PYTEST_K:-gpu}" tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40 ;;
+    bench)
+      python3 benchmarks/run_all.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
+    sanitize)
+      for tool in memcheck racecheck initcheck synccheck; do
+        compute-sanitizer --tool $tool --error-exitcode 3 python3 tests/sanitize_driver.py \
+          > "$OUT/sanitizer_$tool.log" 2>&1; echo "$tool: exit $?"; tail -3 "$OUT/sanitizer_$tool.log"
+      done ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done

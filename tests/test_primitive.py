@@ -1,0 +1,133 @@
+"""The encode primitive as a JAX citizen: jit, vmap, shapes, truncation, padding, bad input."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import blockbpe_jax as bb
+
+from helpers import BACKENDS, device_for, load_tokenizer
+
+TEXTS = ["Hello world, this is BlockBPE.", "", "aaaaaaaaaaaaaaaaaaaaaaaaa", "  spaces   and\ttabs\n\n",
+         "ünïcödé ✓ 日本語 🎉", "1234567890 numbers 3.14159"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("cl100k", "tiktoken")
+
+
+def _packed(device):
+    data, lengths = bb.pack_strings(TEXTS, max_len=64)
+    return jax.device_put(data, device), jax.device_put(lengths, device)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_jit_equals_eager_and_tiktoken(tok, backend):
+    import tiktoken.load
+    from blockbpe_jax import testing
+    kind, bs = backend
+    data, lengths = _packed(device_for(kind))
+    eager = bb.encode(data, lengths, tok, max_tokens=64, mode="bytes", block_size=bs)
+    jitted = jax.jit(lambda d, l: bb.encode(d, l, tok, max_tokens=64, mode="bytes", block_size=bs))(data, lengths)
+    np.testing.assert_array_equal(np.asarray(eager.ids), np.asarray(jitted.ids))
+    np.testing.assert_array_equal(np.asarray(eager.counts), np.asarray(jitted.counts))
+    enc = testing.tiktoken_oracle("cl100k", tok, testing.BYTES_MODE_PATTERN)
+    for k, text in enumerate(TEXTS):
+        assert np.asarray(eager.ids)[k, :int(eager.counts[k])].tolist() == enc.encode_ordinary(text)
+    assert eager.ids.devices() == {device_for(kind)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vmap_folds_lanes_into_the_batch(tok, backend):
+    kind, bs = backend
+    data, lengths = _packed(device_for(kind))
+    stacked = jnp.stack([data, data[::-1]])
+    stacked_len = jnp.stack([lengths, lengths[::-1]])
+    f = lambda d, l: bb.encode(d, l, tok, max_tokens=32, mode="bytes", block_size=bs)
+    out = jax.jit(jax.vmap(f))(stacked, stacked_len)
+    assert out.ids.shape == (2, len(TEXTS), 32)
+    for lane in range(2):
+        ref = f(stacked[lane], stacked_len[lane])
+        np.testing.assert_array_equal(np.asarray(out.ids[lane]), np.asarray(ref.ids))
+        np.testing.assert_array_equal(np.asarray(out.counts[lane]), np.asarray(ref.counts))
+    # Only the lengths batched: the data is broadcast to every lane.
+    cut = jnp.stack([lengths, jnp.minimum(lengths, 5)])
+    out = jax.vmap(f, in_axes=(None, 0))(data, cut)
+    np.testing.assert_array_equal(np.asarray(out.ids[1]), np.asarray(f(data, jnp.minimum(lengths, 5)).ids))
+
+
+def test_vmap_keeps_one_copy_of_the_tables(tok):
+    data, lengths = _packed(jax.devices("cpu")[0])
+    f = lambda d, l: bb.encode(d, l, tok, max_tokens=8, mode="bytes")
+    hlo = jax.jit(jax.vmap(f)).lower(jnp.stack([data] * 4), jnp.stack([lengths] * 4)).as_text()
+    pair_rows = tok.host_tables()[0].shape[0]
+    assert f"tensor<{pair_rows}x4xi32>" in hlo          # the table is an operand once, as is
+    assert f"tensor<4x{pair_rows}x4xi32>" not in hlo    # and never tiled per lane
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_truncation_padding_and_empty_strings(tok, backend):
+    kind, bs = backend
+    data, lengths = _packed(device_for(kind))
+    full = bb.encode(data, lengths, tok, max_tokens=64, mode="bytes", block_size=bs)
+    short = bb.encode(data, lengths, tok, max_tokens=3, pad_id=-7, mode="bytes", block_size=bs)
+    counts = np.asarray(full.counts)
+    np.testing.assert_array_equal(np.asarray(short.counts), counts)  # true counts, not clipped
+    assert (counts > 3).any()  # so truncation is visible as counts > max_tokens
+    for k in range(len(TEXTS)):
+        n = min(3, counts[k])
+        assert np.asarray(short.ids)[k, :n].tolist() == np.asarray(full.ids)[k, :n].tolist()
+        assert (np.asarray(short.ids)[k, n:] == -7).all()
+    assert counts[1] == 0 and (np.asarray(full.ids)[1] == 0).all()
+
+
+def test_bad_inputs_raise_clear_errors(tok):
+    data, lengths = _packed(jax.devices("cpu")[0])
+    with pytest.raises(TypeError, match="uint8"):
+        bb.encode(data.astype(jnp.int32), lengths, tok, max_tokens=8)
+    with pytest.raises(TypeError, match="uint8"):
+        bb.encode(data[0], lengths, tok, max_tokens=8)
+    with pytest.raises(TypeError, match="int32"):
+        bb.encode(data, lengths.astype(jnp.int64 if jax.config.x64_enabled else jnp.int16), tok, max_tokens=8)
+    with pytest.raises(TypeError, match="lengths"):
+        bb.encode(data, lengths[:2], tok, max_tokens=8)
+    with pytest.raises(ValueError, match=r"lengths\[0\] = 65 is outside \[0, 64\]"):
+        bb.encode(data, lengths.at[0].set(65), tok, max_tokens=8)
+    with pytest.raises(ValueError, match="outside"):
+        bb.encode(data, lengths.at[2].set(-1), tok, max_tokens=8)
+    with pytest.raises(ValueError, match="max_tokens"):
+        bb.encode(data, lengths, tok, max_tokens=0)
+    with pytest.raises(ValueError, match="block_size"):
+        bb.encode(data, lengths, tok, max_tokens=8, block_size=128)
+    with pytest.raises(ValueError, match="mode"):
+        bb.encode(data, lengths, tok, max_tokens=8, mode="regex")
+    with pytest.raises(ValueError, match="not special tokens"):
+        bb.encode(data, lengths, tok, max_tokens=8, allowed_special={"<|nope|>"})
+    # Under jit the lengths are not known in Python: the handler itself refuses them.
+    f = jax.jit(lambda d, l: bb.encode(d, l, tok, max_tokens=8, mode="bytes"))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"INVALID_ARGUMENT.*lengths\[3\] = 99"):
+        f(data, lengths.at[3].set(99)).ids.block_until_ready()
+
+
+def test_handler_rejects_malformed_tables(tok):
+    data, lengths = _packed(jax.devices("cpu")[0])
+    tables = list(tok.host_tables())
+    out = (jax.ShapeDtypeStruct((data.shape[0], 8), jnp.int32), jax.ShapeDtypeStruct((data.shape[0],), jnp.int32),
+           jax.ShapeDtypeStruct((1,), jnp.uint8))
+    attrs = dict(mode=np.int32(0), pad_id=np.int32(0), max_piece_len=np.int32(0), block_size=np.int32(256))
+    call = lambda tabs: jax.ffi.ffi_call("bbpe_encode", out)(data, lengths, *tabs, **attrs)[0].block_until_ready()
+    call(tables)  # well-formed: fine
+    for index, bad, message in [
+        (0, np.zeros((0, 4), np.int32), "pair_table"),
+        (0, np.zeros((3, 4), np.int32), "power of two"),
+        (1, np.zeros(10, np.int32), "byte_ids"),
+        (3, np.zeros(1, np.int32), "empty"),
+    ]:
+        broken = list(tables)
+        broken[index] = bad
+        with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+            call(broken)
