@@ -488,80 +488,100 @@ BBPE_HD uint64_t map_then(uint64_t a, uint64_t b) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Chunk helpers (a chunk = cnt consecutive bytes, given by their classes). P is one of the
-// Pat* structs. These are the only functions the sequential, chunked and CUDA paths use.
+// Step tables: the step functions of one pattern tabulated for the parallel paths, so that a
+// chunk map is a chain of map_then (one code path for every pattern, small device code).
+//   bwd[c]          map over t: t -> G(t, c)
+//   fwd[c * 16 + t] map over s: s -> F(s, c, t)   (next state)
+//   flag[c * 16 + t] bit s = piece-start flag of F(s, c, t)
+// Unused states map to themselves... or anywhere: they are never reached from the init states.
+constexpr int kTabFwdEntries = C_COUNT * 16;
+constexpr int kTabEntries = kTabFwdEntries + C_COUNT;  // fill_pretok_table indices
+struct PretokTables {
+  uint64_t fwd[kTabFwdEntries];
+  uint64_t bwd[C_COUNT];
+  uint16_t flag[kTabFwdEntries];
+  uint8_t bwd_init, fwd_init;
+};
 
-// Backward map of a chunk: nibble x = T at the chunk's first byte when T at its end is x.
 template <class P>
-BBPE_HD uint64_t chunk_bwd_map(const uint8_t* cls, int cnt) {
-  uint64_t m = kMapIdentity;
-  for (int i = cnt - 1; i >= 0; --i) {
-    const uint8_t c = cls[i];
-    if (c == C_NONE) continue;
-    uint64_t r = m;
-    for (int x = 0; x < P::kBwdStates; ++x) {
-      const uint64_t sh = 4 * x;
-      r = (r & ~(15ull << sh)) | ((uint64_t)P::bwd(map_apply(m, (uint8_t)x), c) << sh);
+BBPE_HD void fill_pretok_table_entry(PretokTables& tab, int k) {
+  if (k < kTabFwdEntries) {
+    const uint8_t c = (uint8_t)(k >> 4), t = (uint8_t)(k & 15);
+    uint64_t m = kMapIdentity;
+    uint16_t f = 0;
+    for (int s = 0; s < P::kFwdStates; ++s) {
+      const uint8_t r = t < P::kBwdStates ? P::fwd((uint8_t)s, c, t) : (uint8_t)s;
+      m = (m & ~(15ull << (4 * s))) | ((uint64_t)(r & 15) << (4 * s));
+      f |= (uint16_t)((r >> 4) << s);
     }
-    m = r;
+    tab.fwd[k] = m;
+    tab.flag[k] = f;
+  } else if (k < kTabEntries) {
+    const uint8_t c = (uint8_t)(k - kTabFwdEntries);
+    uint64_t m = kMapIdentity;
+    for (int t = 0; t < P::kBwdStates; ++t)
+      m = (m & ~(15ull << (4 * t))) | ((uint64_t)P::bwd((uint8_t)t, c) << (4 * t));
+    tab.bwd[c] = m;
+    if (c == 0) {
+      tab.bwd_init = P::bwd_init();
+      tab.fwd_init = P::fwd_init();
+    }
   }
+}
+
+// Fills entry k (0 <= k < kTabEntries) of the tables of `pattern`; false for unknown patterns.
+BBPE_HD bool fill_pretok_table(int pattern, PretokTables& tab, int k) {
+  switch (pattern) {
+    case kPatBytes: fill_pretok_table_entry<PatBytes>(tab, k); return true;
+    case kPatR50k: fill_pretok_table_entry<PatR50k>(tab, k); return true;
+    case kPatCl100k: fill_pretok_table_entry<PatCl100k>(tab, k); return true;
+    case kPatO200k: fill_pretok_table_entry<PatO200k>(tab, k); return true;
+    case kPatLlama3: fill_pretok_table_entry<PatLlama3>(tab, k); return true;
+    default: return false;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunk helpers (a chunk = cnt consecutive bytes, given by their classes). pretokenize_chunked
+// and the CUDA block function use exactly these.
+
+// Backward map of a chunk: nibble x = T at the chunk's first byte when T after its end is x.
+BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const uint8_t* cls, int cnt) {
+  uint64_t m = kMapIdentity;
+  for (int i = cnt - 1; i >= 0; --i)
+    if (cls[i] != C_NONE) m = map_then(m, tab.bwd[cls[i]]);
   return m;
 }
 
-// Backward replay from T at the chunk's end: tn[i] = T[i+1]; returns T at the chunk's start.
-template <class P>
-BBPE_HD uint8_t chunk_bwd_replay(const uint8_t* cls, int cnt, uint8_t t_end, uint8_t* tn) {
+// Backward replay from T after the chunk: tn[i] = T[i+1]; returns T at the chunk's start.
+BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const uint8_t* cls, int cnt,
+                                 uint8_t t_end, uint8_t* tn) {
   uint8_t t = t_end;
   for (int i = cnt - 1; i >= 0; --i) {
     tn[i] = t;
-    t = P::bwd(t, cls[i]);
+    t = map_apply(tab.bwd[cls[i]], t);
   }
   return t;
 }
 
 // Forward map of a chunk: nibble x = S after the chunk when S before it is x.
-template <class P>
-BBPE_HD uint64_t chunk_fwd_map(const uint8_t* cls, const uint8_t* tn, int cnt) {
+BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const uint8_t* cls, const uint8_t* tn,
+                               int cnt) {
   uint64_t m = kMapIdentity;
-  for (int i = 0; i < cnt; ++i) {
-    const uint8_t c = cls[i];
-    if (c == C_NONE) continue;
-    uint64_t r = m;
-    for (int x = 0; x < P::kFwdStates; ++x) {
-      const uint64_t sh = 4 * x;
-      r = (r & ~(15ull << sh)) | ((uint64_t)(P::fwd(map_apply(m, (uint8_t)x), c, tn[i]) & 15) << sh);
-    }
-    m = r;
-  }
+  for (int i = 0; i < cnt; ++i)
+    if (cls[i] != C_NONE) m = map_then(m, tab.fwd[cls[i] * 16 + tn[i]]);
   return m;
 }
 
-// Forward replay from S at the chunk's start: writes flags[i]; returns S after the chunk.
-template <class P>
-BBPE_HD uint8_t chunk_fwd_replay(const uint8_t* cls, const uint8_t* tn, int cnt, uint8_t s,
-                                 uint8_t* flags) {
+// Forward replay from S before the chunk: writes flags[i]; returns S after the chunk.
+BBPE_HD uint8_t chunk_fwd_replay(const PretokTables& tab, const uint8_t* cls, const uint8_t* tn,
+                                 int cnt, uint8_t s, uint8_t* flags) {
   for (int i = 0; i < cnt; ++i) {
-    const uint8_t r = P::fwd(s, cls[i], tn[i]);
-    flags[i] = (uint8_t)(r >> 4);
-    s = (uint8_t)(r & 15);
+    const int k = cls[i] * 16 + tn[i];
+    flags[i] = (uint8_t)((tab.flag[k] >> s) & 1);
+    s = map_apply(tab.fwd[k], s);
   }
   return s;
-}
-
-// Calls f.template run<P>() for the Pat* struct of a pattern id; returns false for bad ids.
-// (One copy for the host below and one for the device: run() is host-only or device-only.)
-#define BBPE_DISPATCH_PATTERN_BODY                                 \
-  switch (pattern) {                                               \
-    case kPatBytes: f.template run<PatBytes>(); return true;       \
-    case kPatR50k: f.template run<PatR50k>(); return true;         \
-    case kPatCl100k: f.template run<PatCl100k>(); return true;     \
-    case kPatO200k: f.template run<PatO200k>(); return true;       \
-    case kPatLlama3: f.template run<PatLlama3>(); return true;     \
-    default: return false;                                         \
-  }
-template <class F>
-inline bool dispatch_pattern(int pattern, F& f) {
-  BBPE_DISPATCH_PATTERN_BODY
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -575,57 +595,89 @@ inline const UnicodeTables& host_unicode_tables() {
   return t;
 }
 
-struct PretokHostArgs {
-  const uint8_t* text;
-  int n;
-  const uint8_t* sp;
-  uint8_t* out;
-  int chunk;  // 0: sequential
-  const UnicodeTables* ut;
+// The step tables of a pattern (0..4), built once; nullptr for unknown patterns.
+inline const PretokTables* host_pretok_tables(int pattern) {
+  struct All {
+    PretokTables tab[5];
+    All() {
+      for (int p = 0; p < 5; ++p)
+        for (int k = 0; k < kTabEntries; ++k) fill_pretok_table(p, tab[p], k);
+    }
+  };
+  static const All all;
+  return pattern >= 0 && pattern < 5 ? &all.tab[pattern] : nullptr;
+}
 
+// The sequential reference runs the step functions themselves (not the tables), one pass
+// backward and one forward.
+struct PretokSequential {
+  const uint8_t* cls;
+  int n;
+  uint8_t* out;
   template <class P>
   void run() {
-    if (n <= 0) return;
-    std::vector<uint8_t> cls(n), tn(n);
-    for (int i = 0; i < n; ++i) cls[i] = byte_class(text, n, sp, i, *ut);
-    if (chunk <= 0) {  // one chunk: one pass backward, one forward
-      chunk_bwd_replay<P>(cls.data(), n, P::bwd_init(), tn.data());
-      chunk_fwd_replay<P>(cls.data(), tn.data(), n, P::fwd_init(), out);
-      return;
+    std::vector<uint8_t> tn(n);
+    uint8_t t = P::bwd_init();
+    for (int i = n - 1; i >= 0; --i) {
+      tn[i] = t;
+      t = P::bwd(t, cls[i]);
     }
-    // Emulation of the parallel decomposition: per-chunk maps, exclusive scans, replays.
-    const int nch = (n + chunk - 1) / chunk;
-    std::vector<uint64_t> map(nch), excl(nch);
-    auto cnt = [&](int c) { return (c + 1) * chunk <= n ? chunk : n - c * chunk; };
-    for (int c = 0; c < nch; ++c) map[c] = chunk_bwd_map<P>(&cls[c * chunk], cnt(c));
-    uint64_t acc = kMapIdentity;  // exclusive scan from the last chunk down
-    for (int c = nch - 1; c >= 0; --c) { excl[c] = acc; acc = map_then(acc, map[c]); }
-    for (int c = 0; c < nch; ++c)
-      chunk_bwd_replay<P>(&cls[c * chunk], cnt(c), map_apply(excl[c], P::bwd_init()), &tn[c * chunk]);
-    for (int c = 0; c < nch; ++c) map[c] = chunk_fwd_map<P>(&cls[c * chunk], &tn[c * chunk], cnt(c));
-    acc = kMapIdentity;  // exclusive scan from the first chunk up
-    for (int c = 0; c < nch; ++c) { excl[c] = acc; acc = map_then(acc, map[c]); }
-    for (int c = 0; c < nch; ++c)
-      chunk_fwd_replay<P>(&cls[c * chunk], &tn[c * chunk], cnt(c), map_apply(excl[c], P::fwd_init()),
-                          &out[c * chunk]);
+    uint8_t s = P::fwd_init();
+    for (int i = 0; i < n; ++i) {
+      const uint8_t r = P::fwd(s, cls[i], tn[i]);
+      out[i] = (uint8_t)(r >> 4);
+      s = (uint8_t)(r & 15);
+    }
   }
 };
 
-// Reference: one backward pass, one forward pass. Returns false for an unknown pattern id.
+// Reference: returns false (and writes nothing) for an unknown pattern id.
 inline bool pretokenize_sequential(int pattern, const uint8_t* text, int n,
                                    const uint8_t* is_special_byte, uint8_t* piece_start,
                                    const UnicodeTables& ut = host_unicode_tables()) {
-  PretokHostArgs a{text, n, is_special_byte, piece_start, 0, &ut};
-  return dispatch_pattern(pattern, a);
+  if (pattern < 0 || pattern > 4) return false;
+  if (n <= 0) return true;
+  std::vector<uint8_t> cls(n);
+  for (int i = 0; i < n; ++i) cls[i] = byte_class(text, n, is_special_byte, i, ut);
+  PretokSequential f{cls.data(), n, piece_start};
+  switch (pattern) {
+    case kPatBytes: f.run<PatBytes>(); break;
+    case kPatR50k: f.run<PatR50k>(); break;
+    case kPatCl100k: f.run<PatCl100k>(); break;
+    case kPatO200k: f.run<PatO200k>(); break;
+    default: f.run<PatLlama3>(); break;
+  }
+  return true;
 }
 
-// Host emulation of the parallel decomposition with chunks of chunk_bytes bytes (>= 1).
+// Host emulation of the parallel decomposition, chunks of chunk_bytes (>= 1) bytes: per-chunk
+// maps, exclusive scans of the maps (backward from the last chunk, then forward), replays.
 inline bool pretokenize_chunked(int pattern, const uint8_t* text, int n,
                                 const uint8_t* is_special_byte, int chunk_bytes,
                                 uint8_t* piece_start,
                                 const UnicodeTables& ut = host_unicode_tables()) {
-  PretokHostArgs a{text, n, is_special_byte, piece_start, chunk_bytes < 1 ? 1 : chunk_bytes, &ut};
-  return dispatch_pattern(pattern, a);
+  const PretokTables* tabp = host_pretok_tables(pattern);
+  if (!tabp) return false;
+  if (n <= 0) return true;
+  const PretokTables& tab = *tabp;
+  const int chunk = chunk_bytes < 1 ? 1 : chunk_bytes;
+  const int nch = (n + chunk - 1) / chunk;
+  std::vector<uint8_t> cls(n), tn(n);
+  std::vector<uint64_t> map(nch), excl(nch);
+  for (int i = 0; i < n; ++i) cls[i] = byte_class(text, n, is_special_byte, i, ut);
+  auto cnt = [&](int c) { return (c + 1) * chunk <= n ? chunk : n - c * chunk; };
+  for (int c = 0; c < nch; ++c) map[c] = chunk_bwd_map(tab, &cls[c * chunk], cnt(c));
+  uint64_t acc = kMapIdentity;
+  for (int c = nch - 1; c >= 0; --c) { excl[c] = acc; acc = map_then(acc, map[c]); }
+  for (int c = 0; c < nch; ++c)
+    chunk_bwd_replay(tab, &cls[c * chunk], cnt(c), map_apply(excl[c], tab.bwd_init), &tn[c * chunk]);
+  for (int c = 0; c < nch; ++c) map[c] = chunk_fwd_map(tab, &cls[c * chunk], &tn[c * chunk], cnt(c));
+  acc = kMapIdentity;
+  for (int c = 0; c < nch; ++c) { excl[c] = acc; acc = map_then(acc, map[c]); }
+  for (int c = 0; c < nch; ++c)
+    chunk_fwd_replay(tab, &cls[c * chunk], &tn[c * chunk], cnt(c), map_apply(excl[c], tab.fwd_init),
+                     &piece_start[c * chunk]);
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -643,50 +695,38 @@ struct MapThenOp {
   __device__ __forceinline__ uint64_t operator()(uint64_t a, uint64_t b) const { return map_then(a, b); }
 };
 
-// block_pretokenize<BLOCK_THREADS, ITEMS_PER_THREAD>: thread k owns the ITEMS_PER_THREAD
+// BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>: thread k owns the ITEMS_PER_THREAD
 // consecutive bytes [k * IPT, (k+1) * IPT) of a tile of BLOCK_THREADS * IPT bytes, i.e. exactly
 // the chunks of pretokenize_chunked(chunk_bytes = IPT); a code point belongs to the thread that
-// owns its lead byte. Per tile:
+// owns its lead byte. Steps (the same helpers as pretokenize_chunked):
+//   0. the block fills the step tables of the pattern into shared memory (fill_pretok_table);
 //   1. byte_class of each owned byte (reads up to 3 bytes either side, from text);
-//   2. chunk_bwd_map; exclusive scan of the maps in REVERSED thread order (maps are exchanged
-//      through shared memory so cub::BlockScan scans chunk T-1 first), applied to the state
-//      carried in from the tiles after this one -> T at the chunk's end; chunk_bwd_replay;
-//   3. chunk_fwd_map; exclusive scan in thread order applied to the carried-in forward state
-//      -> S at the chunk's start; chunk_fwd_replay writes the flags.
-// Strings longer than one tile (n > BLOCK_THREADS * IPT) run step 2 over the tiles from the
-// last to the first, parking T[i+1] in piece_start[i], then step 3 from the first tile to the
-// last (each thread only re-reads the bytes it wrote itself).
-// text, is_special (nullable) and piece_start may live in shared or global memory;
-// piece_start must not alias the others. All threads of the block must call it (it syncs).
+//   2. chunk_bwd_map; exclusive scan of the maps in REVERSED chunk order (the maps go through
+//      shared memory so that cub::BlockScan sees chunk BLOCK_THREADS-1 first), applied to the
+//      state carried in from later tiles -> T after the chunk; chunk_bwd_replay;
+//   3. chunk_fwd_map; exclusive scan in thread order, applied to the state carried in from
+//      earlier tiles -> S before the chunk; chunk_fwd_replay writes the flags.
+// Strings longer than a tile run step 2 over the tiles from the last to the first, parking
+// T[i+1] in piece_start[i], then step 3 from the first tile to the last (a thread re-reads
+// only bytes it wrote itself). One tile keeps everything in registers.
+// text, is_special (nullable) and piece_start may be in shared or global memory; piece_start
+// must not alias them. Every thread of the block must call it (it synchronizes).
 template <int BLOCK_THREADS, int ITEMS_PER_THREAD>
 struct BlockPretokenizer {
   using MapScan = cub::BlockScan<uint64_t, BLOCK_THREADS>;
   struct TempStorage {
+    PretokTables tab;
     typename MapScan::TempStorage scan;
     uint64_t xchg[BLOCK_THREADS];
   };
   static constexpr int kTile = BLOCK_THREADS * ITEMS_PER_THREAD;
 
   TempStorage& tmp;
-  const uint8_t* text;
-  int n;
-  const uint8_t* sp;
-  uint8_t* out;
-  const UnicodeTables& ut;
+  __device__ __forceinline__ explicit BlockPretokenizer(TempStorage& t) : tmp(t) {}
 
-  __device__ BlockPretokenizer(TempStorage& t, const uint8_t* text_, int n_, const uint8_t* sp_,
-                               uint8_t* out_, const UnicodeTables& ut_)
-      : tmp(t), text(text_), n(n_), sp(sp_), out(out_), ut(ut_) {}
-
-  __device__ __forceinline__ void classify(int base, uint8_t (&cls)[ITEMS_PER_THREAD]) {
-#pragma unroll
-    for (int i = 0; i < ITEMS_PER_THREAD; ++i)
-      cls[i] = base + i < n ? byte_class(text, n, sp, base + i, ut) : (uint8_t)C_NONE;
-  }
-
-  // Backward scan over the block: returns T at the end of this thread's chunk, given T at the
-  // tile's end (carry); *tile_start = T at the tile's start.
-  __device__ __forceinline__ uint8_t suffix_state(uint64_t m, uint8_t carry, uint8_t* tile_start) {
+  // Backward scan: T after this thread's chunk, given T after the tile (carry, updated to T
+  // at the tile's start).
+  __device__ __forceinline__ uint8_t suffix_state(uint64_t m, uint8_t& carry) {
     const int tid = threadIdx.x;
     tmp.xchg[BLOCK_THREADS - 1 - tid] = m;
     __syncthreads();
@@ -698,73 +738,76 @@ struct BlockPretokenizer {
     __syncthreads();
     const uint64_t mine = tmp.xchg[tid];
     __syncthreads();
-    *tile_start = map_apply(agg, carry);
-    return map_apply(mine, carry);
+    const uint8_t t = map_apply(mine, carry);
+    carry = map_apply(agg, carry);
+    return t;
   }
 
-  // Forward scan over the block: returns S at the start of this thread's chunk, given S at the
-  // tile's start (carry); *tile_end = S after the tile.
-  __device__ __forceinline__ uint8_t prefix_state(uint64_t m, uint8_t carry, uint8_t* tile_end) {
+  // Forward scan: S before this thread's chunk, given S before the tile (carry, updated to S
+  // after the tile).
+  __device__ __forceinline__ uint8_t prefix_state(uint64_t m, uint8_t& carry) {
     uint64_t excl, agg;
     MapScan(tmp.scan).ExclusiveScan(m, excl, kMapIdentity, MapThenOp(), agg);
     __syncthreads();
-    *tile_end = map_apply(agg, carry);
-    return map_apply(excl, carry);
+    const uint8_t s = map_apply(excl, carry);
+    carry = map_apply(agg, carry);
+    return s;
   }
 
-  template <class P>
-  __device__ __forceinline__ void run() {
-    if (n <= 0) return;
+  __device__ __forceinline__ bool run(int pattern, const uint8_t* text, int n, const uint8_t* sp,
+                                      uint8_t* out, const UnicodeTables& ut) {
+    if (pattern < 0 || pattern > 4) return false;
+    for (int k = threadIdx.x; k < kTabEntries; k += BLOCK_THREADS) fill_pretok_table(pattern, tmp.tab, k);
+    __syncthreads();
+    if (n <= 0) return true;
+    const PretokTables& tab = tmp.tab;
     uint8_t cls[ITEMS_PER_THREAD], tn[ITEMS_PER_THREAD], flags[ITEMS_PER_THREAD];
     const int ntiles = (n + kTile - 1) / kTile;
-    if (ntiles == 1) {
-      const int base = threadIdx.x * ITEMS_PER_THREAD;
-      uint8_t dummy;
-      classify(base, cls);
-      const uint8_t t_end = suffix_state(chunk_bwd_map<P>(cls, ITEMS_PER_THREAD), P::bwd_init(), &dummy);
-      chunk_bwd_replay<P>(cls, ITEMS_PER_THREAD, t_end, tn);
-      const uint8_t s0 = prefix_state(chunk_fwd_map<P>(cls, tn, ITEMS_PER_THREAD), P::fwd_init(), &dummy);
-      chunk_fwd_replay<P>(cls, tn, ITEMS_PER_THREAD, s0, flags);
-#pragma unroll
-      for (int i = 0; i < ITEMS_PER_THREAD; ++i)
-        if (base + i < n) out[base + i] = flags[i];
-      return;
-    }
-    uint8_t carry = P::bwd_init();
+    uint8_t carry = tab.bwd_init;
     for (int tile = ntiles - 1; tile >= 0; --tile) {
       const int base = tile * kTile + threadIdx.x * ITEMS_PER_THREAD;
-      classify(base, cls);
-      const uint8_t t_end = suffix_state(chunk_bwd_map<P>(cls, ITEMS_PER_THREAD), carry, &carry);
-      chunk_bwd_replay<P>(cls, ITEMS_PER_THREAD, t_end, tn);
 #pragma unroll
       for (int i = 0; i < ITEMS_PER_THREAD; ++i)
-        if (base + i < n) out[base + i] = tn[i];  // parked until the forward pass
+        cls[i] = base + i < n ? byte_class(text, n, sp, base + i, ut) : (uint8_t)C_NONE;
+      const uint8_t t_end = suffix_state(chunk_bwd_map(tab, cls, ITEMS_PER_THREAD), carry);
+      chunk_bwd_replay(tab, cls, ITEMS_PER_THREAD, t_end, tn);
+      if (ntiles > 1) {
+#pragma unroll
+        for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+          if (base + i < n) out[base + i] = tn[i];  // parked until the forward pass
+      }
     }
-    carry = P::fwd_init();
+    carry = tab.fwd_init;
     for (int tile = 0; tile < ntiles; ++tile) {
       const int base = tile * kTile + threadIdx.x * ITEMS_PER_THREAD;
-      classify(base, cls);
+      if (ntiles > 1) {  // (one tile: cls and tn are still those of tile 0)
 #pragma unroll
-      for (int i = 0; i < ITEMS_PER_THREAD; ++i) tn[i] = base + i < n ? out[base + i] : 0;
-      const uint8_t s0 = prefix_state(chunk_fwd_map<P>(cls, tn, ITEMS_PER_THREAD), carry, &carry);
-      chunk_fwd_replay<P>(cls, tn, ITEMS_PER_THREAD, s0, flags);
+        for (int i = 0; i < ITEMS_PER_THREAD; ++i) {
+          const bool in = base + i < n;
+          cls[i] = in ? byte_class(text, n, sp, base + i, ut) : (uint8_t)C_NONE;
+          tn[i] = in ? out[base + i] : (uint8_t)0;
+        }
+      }
+      const uint8_t s0 = prefix_state(chunk_fwd_map(tab, cls, tn, ITEMS_PER_THREAD), carry);
+      chunk_fwd_replay(tab, cls, tn, ITEMS_PER_THREAD, s0, flags);
 #pragma unroll
       for (int i = 0; i < ITEMS_PER_THREAD; ++i)
         if (base + i < n) out[base + i] = flags[i];
     }
+    return true;
   }
 };
 
-// Marks piece starts of text[0..n) into piece_start[0..n) (see the file comment). Any n >= 0;
-// n <= BLOCK_THREADS * ITEMS_PER_THREAD is one tile. pattern: a PretokPattern id; unknown ids
-// leave piece_start untouched and return false. Launch with blockDim.x == BLOCK_THREADS.
+// Marks piece starts of text[0..n) into piece_start[0..n) (see the top of this file). Any
+// n >= 0 (n <= BLOCK_THREADS * ITEMS_PER_THREAD is one tile). Unknown pattern ids leave
+// piece_start untouched and return false (uniformly). Launch with blockDim.x == BLOCK_THREADS.
 template <int BLOCK_THREADS, int ITEMS_PER_THREAD>
 __device__ __forceinline__ bool block_pretokenize(
     int pattern, const uint8_t* text, int n, const uint8_t* is_special, uint8_t* piece_start,
     const UnicodeTables& ut,
     typename BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>::TempStorage& tmp) {
-  BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD> f(tmp, text, n, is_special, piece_start, ut);
-  BBPE_DISPATCH_PATTERN_BODY
+  return BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>(tmp).run(pattern, text, n, is_special,
+                                                                     piece_start, ut);
 }
 
 #endif  // __CUDACC__
