@@ -41,9 +41,6 @@ static ffi::Error encode_cpu(ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> le
   if (err.failure()) return err;
   err = check_lengths(p.lengths, p.batch, p.max_len);
   if (err.failure()) return err;
-#ifndef BBPE_HAVE_PRETOKENIZE
-  if (mode != kModeBytes) return ffi::Error::InvalidArgument("bbpe_encode: exact mode is not built");
-#endif
   const int64_t hw = std::max(1u, std::thread::hardware_concurrency());
   const int64_t workers = std::min<int64_t>(hw, p.batch);
   if (workers <= 1) {

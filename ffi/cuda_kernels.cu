@@ -17,10 +17,7 @@
 
 #include "bpe_core.h"
 #include "encode_ffi.h"
-#if defined(BBPE_EXACT_MODE)  // TEMPORARY until the pre-tokenizer is integrated
 #include "pretokenize.h"
-#define BBPE_HAVE_PRETOKENIZE 1
-#endif
 
 namespace bbpe {
 namespace {
@@ -59,6 +56,10 @@ struct MergeCarryOp {
   }
 };
 
+// The pre-tokenizer works in tiles of 4096 bytes per block, whatever the block size.
+template <int kThreads>
+constexpr int kPretokItems = 4096 / kThreads;
+
 template <int kThreads>
 struct Scans {
   using SegMinScan = cub::BlockScan<SegMin, kThreads>;
@@ -68,8 +69,19 @@ struct Scans {
     typename SegMinScan::TempStorage seg;
     typename CarryScan::TempStorage carry;
     typename IntScan::TempStorage count;
+    typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage pretok;
   };
 };
+
+// The pre-tokenizer as a separate (not inlined) function: inlined into the encode kernel, its
+// unrolled automata made ptxas run for many minutes.
+template <int kThreads>
+__device__ __noinline__ void pretokenize_block(
+    int mode, const uint8_t* text, int n, const uint8_t* is_special, uint8_t* piece_start,
+    typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage& tmp) {
+  block_pretokenize<kThreads, kPretokItems<kThreads>>(mode, text, n, is_special, piece_start,
+                                                      device_unicode_tables(), tmp);
+}
 
 // Removes kDeleted tokens from a.tok into a.next_tok and swaps the buffers; returns the count.
 template <int kThreads>
@@ -206,12 +218,10 @@ __global__ void __launch_bounds__(kThreads) encode_kernel(EncodeParams p, int ca
     __syncthreads();
   }
 
-#ifdef BBPE_HAVE_PRETOKENIZE
   if (p.mode != kModeBytes) {
-    block_pretokenize<kThreads>(p.mode, a.text, n, a.is_special, a.piece_start);
+    pretokenize_block<kThreads>(p.mode, a.text, n, a.is_special, a.piece_start, tmp.pretok);
     __syncthreads();
   }
-#endif
 
   // Initial tokens: one per byte; a special token's id at its first byte.
   for (int i = threadIdx.x; i < n; i += kThreads) {
@@ -277,9 +287,6 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
                                       token_data, special_offsets, special_data, special_ids, mode,
                                       pad_id, max_piece_len, ids, counts, workspace, &p);
   if (err.failure()) return err;
-#ifndef BBPE_HAVE_PRETOKENIZE
-  if (mode != kModeBytes) return ffi::Error::InvalidArgument("bbpe_encode: exact mode is not built");
-#endif
   if (p.batch == 0) return ffi::Error::Success();
   if (check) {
     // The checked target reads the lengths back (one small copy and a stream sync) so that a

@@ -7,10 +7,7 @@
 
 #include "bpe_core.h"
 #include "encode_params.h"
-#if defined(BBPE_EXACT_MODE)  // TEMPORARY until the pre-tokenizer is integrated
 #include "pretokenize.h"
-#define BBPE_HAVE_PRETOKENIZE 1
-#endif
 
 namespace bbpe {
 
@@ -45,10 +42,8 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
   s.piece_start.assign(n + 1, 0);
   s.tok.resize(n + 1);
   mark_specials(p.special, text, n, s.is_special.data(), s.tok.data());
-#ifdef BBPE_HAVE_PRETOKENIZE
   if (p.mode != kModeBytes)
     pretokenize_sequential(p.mode, text, n, s.is_special.data(), s.piece_start.data());
-#endif
 
   for (int i = 0; i < n; ++i) {
     if (s.is_special[i]) continue;
