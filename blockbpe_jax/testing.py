@@ -61,3 +61,25 @@ def tiktoken_oracle(name: str, tokenizer, pattern: str):
     return tiktoken.Encoding(f"{name}_oracle", pat_str=pattern,
                              mergeable_ranks=tiktoken.load.load_tiktoken_bpe(str(path)),
                              special_tokens=dict(tokenizer.vocab.special_tokens))
+
+
+# Fragments that stress pre-tokenizers: scripts, case, digits of several kinds, whitespace
+# runs, contractions (also with U+2019 and U+017F), punctuation, emoji, combining marks.
+TEXT_FRAGMENTS = [
+    "hello", "Hello", "HELLO", "hELLo", "Привет", "日本語", "مرحبا", "नमस्ते", "ǅungla", "ʰmod",
+    "ﬁne", "Straße", "ΣΊΣΥΦΟΣ", "1", "12", "123", "1234567", "٣٤٥", "½", "Ⅻ", "3.14", "1,000",
+    " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r", " \n ", "\u00a0", "\u3000", "\u2028",
+    "\x0b", "\x0c", "\u0085", "'s", "'S", "'ll", "'LL", "'ve", "'Re", "'d", "'m", "'t", "'",
+    "''", "’s", "'ſ", "don't", "I'M", ".", ",", "!?", "...", "/", "//", "@#$", "(", ")", "-",
+    "—", "«»", "🎉", "👩‍👩‍👧", "🇯🇵", "❤️", "e\u0301", "\u0301", "a\u0308\u0323", "\u200d",
+]
+
+
+def mixed_text(specials=()):
+    """A hypothesis strategy for text mixing TEXT_FRAGMENTS, arbitrary Unicode and `specials`."""
+    from hypothesis import strategies as st
+
+    pieces = st.sampled_from(TEXT_FRAGMENTS) | st.text(max_size=6)
+    if specials:
+        pieces = pieces | st.sampled_from(sorted(specials))
+    return st.lists(pieces, max_size=48).map("".join)

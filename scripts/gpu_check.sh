@@ -25,7 +25,8 @@ python3 -c "import blockbpe_jax as b, jax; print('cuda module:', b.HAS_CUDA_MODU
 for stage in $stages; do
   case $stage in
     test)
-      python3 -m pytest -q -rs -k "${PYTEST_K:-gpu}" tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40 ;;
+      python3 -m pytest -v -rs --durations=10 -p no:cacheprovider -k "${PYTEST_K:-gpu}" tests \
+        > "$OUT/pytest_gpu.log" 2>&1; tail -25 "$OUT/pytest_gpu.log" ;;
     bench)
       python3 benchmarks/run_all.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
     sanitize)
