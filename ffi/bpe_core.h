@@ -157,6 +157,32 @@ BBPE_HD bool byte_starts_segment(int i, const uint8_t* is_special, const uint8_t
 // (the sweep of GPT-2's original encoder; on the shared vocabularies it reproduces tiktoken's
 // and HF's sequential lowest-rank-first merging exactly).
 
+// The pass rule applied by one thread to one segment held in tok[0..m), in place: pass after
+// pass, merge every leftmost-first occurrence of the segment's lowest-rank pair. rank[0..m) is
+// scratch; fresh[0..m) marks the tokens a pass created, so only pairs next to a merge are
+// looked up again. Returns the segment's final token count. The CPU handler runs every segment
+// this way; the CUDA kernel runs short pieces this way (one thread each) and everything else
+// with the block-wide passes below, which apply the same rule to all segments at once.
+BBPE_HD int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m) {
+  for (int i = 0; i < m; ++i) rank[i] = rank_at(v, tok, i, m);
+  for (;;) {
+    int32_t lowest = kNoRank;
+    for (int i = 0; i + 1 < m; ++i) lowest = rank[i] < lowest ? rank[i] : lowest;
+    if (lowest == kNoRank) return m;
+    int j = 0;
+    for (int i = 0; i < m; ++i, ++j) {
+      const bool merges = i + 1 < m && rank[i] == lowest;
+      tok[j] = merges ? (merged_id(v, tok[i], tok[i + 1]) | (tok[i] & kSegStart)) : tok[i];
+      rank[j] = rank[i];  // still right unless this token or the next one is fresh
+      fresh[j] = merges;
+      i += merges;        // the right half is consumed
+    }
+    m = j;
+    for (int i = 0; i < m; ++i)
+      if (fresh[i] || (i + 1 < m && fresh[i + 1])) rank[i] = rank_at(v, tok, i, m);
+  }
+}
+
 // Segmented minimum: the running minimum rank since the latest segment start, and where that
 // segment started. A scan with this operator gives every pair its segment's minimum so far.
 struct SegMin {

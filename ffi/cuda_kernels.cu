@@ -56,6 +56,9 @@ struct MergeCarryOp {
   }
 };
 
+// Pieces up to this many bytes are merged by one thread each (exact mode).
+constexpr int kShortPieceLen = 64;
+
 // The pre-tokenizer works in tiles of 4096 bytes per block, whatever the block size.
 template <int kThreads>
 constexpr int kPretokItems = 4096 / kThreads;
@@ -235,27 +238,40 @@ __global__ void __launch_bounds__(kThreads) encode_kernel(EncodeParams p, int ca
     }
   }
   __syncthreads();
-  // Whole-piece shortcut: the thread at a segment's first byte looks the segment up.
-  if (v.max_piece_len > 0) {
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      if (a.is_special[i] || !starts_segment(a.tok[i])) continue;
-      int end = i + 1;
-      while (end < n && end - i <= v.max_piece_len && !a.is_special[end] &&
-             !byte_starts_segment(end, a.is_special, a.piece_start))
-        ++end;
-      if (end - i < 2 || end - i > v.max_piece_len) continue;
-      const int32_t id = lookup_piece(v, a.text + i, end - i);
-      if (id < 0) continue;
-      a.tok[i] = id | kSegStart;
+  // Per segment, by the thread at its first byte: the whole-piece shortcut; else, for a short
+  // pre-tokenizer piece, merge_segment in place (no block-wide step waits on it); longer
+  // segments (and every segment in bytes mode, the paper's algorithm) go to the block passes.
+  const int short_len = p.mode == kModeBytes ? 0 : kShortPieceLen;
+  const int scan_len = max(short_len, v.max_piece_len) + 1;
+  uint8_t* fresh = reinterpret_cast<uint8_t*>(a.merged);  // scratch, disjoint per segment
+  bool has_long = false;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    if (a.is_special[i] || !starts_segment(a.tok[i])) continue;
+    int end = i + 1;
+    while (end < n && end - i < scan_len && !a.is_special[end] &&
+           !byte_starts_segment(end, a.is_special, a.piece_start))
+      ++end;
+    const bool capped = end < n && end - i == scan_len && !a.is_special[end] &&
+                        !byte_starts_segment(end, a.is_special, a.piece_start);
+    const int m = end - i;  // the segment's length, unless capped (then it is longer)
+    const int32_t whole = capped || m < 2 ? -1 : lookup_piece(v, a.text + i, m);
+    if (whole >= 0) {
+      a.tok[i] = whole | kSegStart;
       for (int j = i + 1; j < end; ++j) a.tok[j] = kDeleted;
+    } else if (!capped && m <= short_len) {
+      const int k = merge_segment(v, a.tok + i, a.rank + i, fresh + i, m);
+      for (int j = i + k; j < end; ++j) a.tok[j] = kDeleted;
+    } else {
+      has_long = true;
     }
   }
-  __syncthreads();
+  has_long = __syncthreads_or(has_long);
   n = compact_deleted<kThreads>(a, n, tmp);
-  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
-  __syncthreads();
-
-  n = merge_passes<kThreads>(v, a, n, tmp);
+  if (has_long) {
+    for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
+    __syncthreads();
+    n = merge_passes<kThreads>(v, a, n, tmp);
+  }
 
   for (int j = threadIdx.x; j < p.max_tokens; j += kThreads)
     out[j] = j < n ? token_id(a.tok[j]) : p.pad_id;

@@ -1,5 +1,5 @@
-// The CPU executor: the same steps as the CUDA kernel (cuda_kernels.cu), one string at a time,
-// each step a sequential loop over the rules in bpe_core.h.
+// The CPU executor: the steps of the CUDA kernel (cuda_kernels.cu), one string at a time, each
+// a sequential loop over the rules in bpe_core.h; every segment is merged by merge_segment.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +13,8 @@ namespace bbpe {
 
 struct CpuScratch {
   std::vector<uint8_t> is_special, piece_start;
-  std::vector<int32_t> tok, next_tok, rank, next_rank, merged;
+  std::vector<int32_t> tok, rank;
+  std::vector<uint8_t> fresh;
 };
 
 // Marks allowed special tokens, leftmost match first, longest match at a position; writes
@@ -50,73 +51,24 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
     const bool seg = byte_starts_segment(i, s.is_special.data(), s.piece_start.data());
     s.tok[i] = v.byte_ids[text[i]] | (seg ? kSegStart : 0);
   }
-  // Whole-piece shortcut: a segment whose bytes are a token becomes that token.
-  if (v.max_piece_len > 0) {
-    for (int i = 0; i < n; ++i) {
-      if (s.is_special[i] || !starts_segment(s.tok[i])) continue;
-      int end = i + 1;
-      while (end < n && end - i <= v.max_piece_len && !s.is_special[end] &&
-             !byte_starts_segment(end, s.is_special.data(), s.piece_start.data()))
-        ++end;
-      if (end - i < 2 || end - i > v.max_piece_len) continue;
-      const int32_t id = lookup_piece(v, text + i, end - i);
-      if (id < 0) continue;
-      s.tok[i] = id | kSegStart;
-      for (int j = i + 1; j < end; ++j) s.tok[j] = kDeleted;
-    }
-  }
-  n = (int)(std::remove(s.tok.begin(), s.tok.begin() + n, kDeleted) - s.tok.begin());
-
+  // Each segment in turn: the whole-piece shortcut, else the merge passes; results are packed
+  // to the front of s.tok as we go (a segment never grows).
   s.rank.resize(n + 1);
-  for (int i = 0; i < n; ++i) s.rank[i] = rank_at(v, s.tok.data(), i, n);
-
-  // Merge passes until no pair merges.
-  s.merged.resize(n + 1);
-  s.next_tok.resize(n + 1);
-  s.next_rank.resize(n + 1);
-  for (;;) {
-    // Each segment's minimum rank (segments are short; two sweeps over each).
-    bool any = false;
-    for (int start = 0; start < n;) {
-      int end = start + 1;
-      int32_t seg_min = s.rank[start];
-      while (end < n && !starts_segment(s.tok[end])) seg_min = std::min(seg_min, s.rank[end++]);
-      bool prev_merged = false;
-      for (int i = start; i < end; ++i) {
-        const bool cand = s.rank[i] != kNoRank && s.rank[i] == seg_min;
-        const bool merges = cand && !prev_merged;
-        s.merged[i] = merges ? merged_id(v, s.tok[i], s.tok[i + 1]) : -1;
-        prev_merged = merges;
-        any |= merges;
-      }
-      start = end;
-    }
-    if (!any) break;
-    // Compaction, re-ranking only the pairs a merge touched (as the kernel does).
-    int j = 0;
-    for (int i = 0; i < n; ++i) {
-      const bool is_merge = s.merged[i] >= 0;
-      const int32_t t = is_merge ? (s.merged[i] | (s.tok[i] & kSegStart)) : s.tok[i];
-      const int k = is_merge ? i + 2 : i + 1;  // the next surviving token
-      int32_t r;
-      if (k >= n || starts_segment(s.tok[k])) {
-        r = kNoRank;
-      } else if (is_merge || s.merged[k] >= 0) {
-        const int32_t right = s.merged[k] >= 0 ? s.merged[k] : s.tok[k];
-        r = lookup_pair(v, token_id(t), token_id(right), nullptr);
-      } else {
-        r = s.rank[i];
-      }
-      s.next_tok[j] = t;
-      s.next_rank[j] = r;
-      ++j;
-      if (is_merge) ++i;  // skip the right half
-    }
-    n = j;
-    std::swap(s.tok, s.next_tok);
-    std::swap(s.rank, s.next_rank);
+  s.fresh.resize(n + 1);
+  int count = 0;
+  for (int start = 0; start < n;) {
+    int end = start + 1;
+    while (end < n && s.tok[end] != kDeleted && !starts_segment(s.tok[end])) ++end;
+    int m = end - start;
+    const int32_t whole = s.is_special[start] || m < 2 ? -1 : lookup_piece(v, text + start, m);
+    if (whole >= 0) s.tok[start] = whole | kSegStart;
+    m = whole >= 0 || s.is_special[start] ? 1 : merge_segment(v, &s.tok[start], &s.rank[start],
+                                                               &s.fresh[start], m);
+    std::copy(s.tok.begin() + start, s.tok.begin() + start + m, s.tok.begin() + count);
+    count += m;
+    for (start = end; start < n && s.tok[start] == kDeleted;) ++start;  // rest of a special
   }
-  return n;
+  return count;
 }
 
 }  // namespace bbpe

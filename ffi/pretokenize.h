@@ -546,40 +546,45 @@ BBPE_HD bool fill_pretok_table(int pattern, PretokTables& tab, int k) {
 // and the CUDA block function use exactly these.
 
 // Backward map of a chunk: nibble x = T at the chunk's first byte when T after its end is x.
-BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const uint8_t* cls, int cnt) {
+template <class C>
+BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
   uint64_t m = kMapIdentity;
   for (int i = cnt - 1; i >= 0; --i)
     if (cls[i] != C_NONE) m = map_then(m, tab.bwd[cls[i]]);
   return m;
 }
 
-// Backward replay from T after the chunk: tn[i] = T[i+1]; returns T at the chunk's start.
-BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const uint8_t* cls, int cnt,
-                                 uint8_t t_end, uint8_t* tn) {
+// Backward replay from T after the chunk. Turns each class into the key of its forward step,
+// key[i] = cls[i] * 16 + T[i+1] (cls and key may be the same array); returns T at the
+// chunk's start.
+template <class C, class K>
+BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const C* cls, int cnt, uint8_t t_end,
+                                 K* key) {
   uint8_t t = t_end;
   for (int i = cnt - 1; i >= 0; --i) {
-    tn[i] = t;
-    t = map_apply(tab.bwd[cls[i]], t);
+    const uint8_t c = (uint8_t)cls[i];
+    key[i] = (K)(c * 16 + t);
+    t = map_apply(tab.bwd[c], t);
   }
   return t;
 }
 
 // Forward map of a chunk: nibble x = S after the chunk when S before it is x.
-BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const uint8_t* cls, const uint8_t* tn,
-                               int cnt) {
+template <class K>
+BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const K* key, int cnt) {
   uint64_t m = kMapIdentity;
   for (int i = 0; i < cnt; ++i)
-    if (cls[i] != C_NONE) m = map_then(m, tab.fwd[cls[i] * 16 + tn[i]]);
+    if (key[i] >= 16) m = map_then(m, tab.fwd[key[i]]);  // (keys < 16 are C_NONE: identity)
   return m;
 }
 
-// Forward replay from S before the chunk: writes flags[i]; returns S after the chunk.
-BBPE_HD uint8_t chunk_fwd_replay(const PretokTables& tab, const uint8_t* cls, const uint8_t* tn,
-                                 int cnt, uint8_t s, uint8_t* flags) {
+// Forward replay from S before the chunk: writes flags[i] for i < valid; returns S after it.
+template <class K>
+BBPE_HD uint8_t chunk_fwd_replay(const PretokTables& tab, const K* key, int cnt, uint8_t s,
+                                 uint8_t* flags, int valid) {
   for (int i = 0; i < cnt; ++i) {
-    const int k = cls[i] * 16 + tn[i];
-    flags[i] = (uint8_t)((tab.flag[k] >> s) & 1);
-    s = map_apply(tab.fwd[k], s);
+    if (i < valid) flags[i] = (uint8_t)((tab.flag[key[i]] >> s) & 1);
+    s = map_apply(tab.fwd[key[i]], s);
   }
   return s;
 }
@@ -662,7 +667,8 @@ inline bool pretokenize_chunked(int pattern, const uint8_t* text, int n,
   const PretokTables& tab = *tabp;
   const int chunk = chunk_bytes < 1 ? 1 : chunk_bytes;
   const int nch = (n + chunk - 1) / chunk;
-  std::vector<uint8_t> cls(n), tn(n);
+  std::vector<uint8_t> cls(n);
+  std::vector<uint16_t> key(n);
   std::vector<uint64_t> map(nch), excl(nch);
   for (int i = 0; i < n; ++i) cls[i] = byte_class(text, n, is_special_byte, i, ut);
   auto cnt = [&](int c) { return (c + 1) * chunk <= n ? chunk : n - c * chunk; };
@@ -670,13 +676,13 @@ inline bool pretokenize_chunked(int pattern, const uint8_t* text, int n,
   uint64_t acc = kMapIdentity;
   for (int c = nch - 1; c >= 0; --c) { excl[c] = acc; acc = map_then(acc, map[c]); }
   for (int c = 0; c < nch; ++c)
-    chunk_bwd_replay(tab, &cls[c * chunk], cnt(c), map_apply(excl[c], tab.bwd_init), &tn[c * chunk]);
-  for (int c = 0; c < nch; ++c) map[c] = chunk_fwd_map(tab, &cls[c * chunk], &tn[c * chunk], cnt(c));
+    chunk_bwd_replay(tab, &cls[c * chunk], cnt(c), map_apply(excl[c], tab.bwd_init), &key[c * chunk]);
+  for (int c = 0; c < nch; ++c) map[c] = chunk_fwd_map(tab, &key[c * chunk], cnt(c));
   acc = kMapIdentity;
   for (int c = 0; c < nch; ++c) { excl[c] = acc; acc = map_then(acc, map[c]); }
   for (int c = 0; c < nch; ++c)
-    chunk_fwd_replay(tab, &cls[c * chunk], &tn[c * chunk], cnt(c), map_apply(excl[c], tab.fwd_init),
-                     &piece_start[c * chunk]);
+    chunk_fwd_replay(tab, &key[c * chunk], cnt(c), map_apply(excl[c], tab.fwd_init),
+                     &piece_start[c * chunk], cnt(c));
   return true;
 }
 
@@ -701,11 +707,11 @@ struct MapThenOp {
 // owns its lead byte. Steps (the same helpers as pretokenize_chunked):
 //   0. the block fills the step tables of the pattern into shared memory (fill_pretok_table);
 //   1. byte_class of each owned byte (reads up to 3 bytes either side, from text);
-//   2. chunk_bwd_map; exclusive scan of the maps in REVERSED chunk order (the maps go through
-//      shared memory so that cub::BlockScan sees chunk BLOCK_THREADS-1 first), applied to the
-//      state carried in from later tiles -> T after the chunk; chunk_bwd_replay;
-//   3. chunk_fwd_map; exclusive scan in thread order, applied to the state carried in from
-//      earlier tiles -> S before the chunk; chunk_fwd_replay writes the flags.
+//   2. chunk_bwd_map; exclusive suffix scan of the maps (warp shuffles, see suffix_state),
+//      applied to the state carried in from later tiles -> T after the chunk;
+//      chunk_bwd_replay;
+//   3. chunk_fwd_map; exclusive scan in thread order (cub::BlockScan), applied to the state
+//      carried in from earlier tiles -> S before the chunk; chunk_fwd_replay writes the flags.
 // Strings longer than a tile run step 2 over the tiles from the last to the first, parking
 // T[i+1] in piece_start[i], then step 3 from the first tile to the last (a thread re-reads
 // only bytes it wrote itself). One tile keeps everything in registers.
@@ -713,32 +719,61 @@ struct MapThenOp {
 // must not alias them. Every thread of the block must call it (it synchronizes).
 template <int BLOCK_THREADS, int ITEMS_PER_THREAD>
 struct BlockPretokenizer {
-  using MapScan = cub::BlockScan<uint64_t, BLOCK_THREADS>;
+  static_assert(BLOCK_THREADS % 32 == 0 && BLOCK_THREADS <= 1024, "whole warps, at most 1024");
+  static_assert(ITEMS_PER_THREAD >= 1, "ITEMS_PER_THREAD >= 1");
+  static constexpr int kWarps = BLOCK_THREADS / 32;
+  // Forward scan: cub::BlockScan with the map-composition operator. The warp-scan algorithm:
+  // the raking one composes 32 maps serially per raking thread and spills at 1024 threads
+  // (64 registers); warp scans need ~40 registers and 320 B of shared memory.
+  using MapScan = cub::BlockScan<uint64_t, BLOCK_THREADS, cub::BLOCK_SCAN_WARP_SCANS>;
   struct TempStorage {
-    PretokTables tab;
-    typename MapScan::TempStorage scan;
-    uint64_t xchg[BLOCK_THREADS];
+    PretokTables tab;                     // 3,696 B
+    typename MapScan::TempStorage scan;   // forward scan
+    uint64_t warp_maps[kWarps];           // backward scan: warp aggregates ...
+    uint64_t warp_excl[kWarps];           // ... and their suffix scan
+    uint64_t block_agg;
   };
   static constexpr int kTile = BLOCK_THREADS * ITEMS_PER_THREAD;
 
   TempStorage& tmp;
   __device__ __forceinline__ explicit BlockPretokenizer(TempStorage& t) : tmp(t) {}
 
+  // Inclusive suffix scan within a warp: lane l gets M_31 ; M_30 ; ... ; M_l (";" = then: the
+  // later chunk's map is applied first, as the backward automaton runs from the end).
+  __device__ __forceinline__ static uint64_t warp_suffix(uint64_t x, int lane) {
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const uint64_t o = __shfl_down_sync(0xffffffffu, x, d);
+      if (lane + d < 32) x = map_then(o, x);
+    }
+    return x;
+  }
+
   // Backward scan: T after this thread's chunk, given T after the tile (carry, updated to T
-  // at the tile's start).
+  // at the tile's start). An exclusive SUFFIX scan of the chunk maps over the block. cub scans
+  // only in thread order, and a reversed-composition operator does not help (a prefix in
+  // thread order covers the chunks before a thread, the backward pass needs those after it),
+  // so this is the warp-scan algorithm mirrored: shuffles down within warps, then one warp
+  // scans the warp aggregates from the last warp down (2 * kWarps * 8 B of shared memory, no
+  // round trip of every map through shared memory).
   __device__ __forceinline__ uint8_t suffix_state(uint64_t m, uint8_t& carry) {
-    const int tid = threadIdx.x;
-    tmp.xchg[BLOCK_THREADS - 1 - tid] = m;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint64_t inc = warp_suffix(m, lane);
+    uint64_t exc = __shfl_down_sync(0xffffffffu, inc, 1);
+    if (lane == 31) exc = kMapIdentity;
+    if (lane == 0) tmp.warp_maps[warp] = inc;
     __syncthreads();
-    const uint64_t in = tmp.xchg[tid];  // map of chunk BLOCK_THREADS-1-tid
+    if (warp == 0) {
+      const uint64_t a = warp_suffix(lane < kWarps ? tmp.warp_maps[lane] : kMapIdentity, lane);
+      uint64_t ae = __shfl_down_sync(0xffffffffu, a, 1);
+      if (lane == 31) ae = kMapIdentity;
+      if (lane < kWarps) tmp.warp_excl[lane] = ae;
+      if (lane == 0) tmp.block_agg = a;
+    }
     __syncthreads();
-    uint64_t excl, agg;
-    MapScan(tmp.scan).ExclusiveScan(in, excl, kMapIdentity, MapThenOp(), agg);
-    tmp.xchg[BLOCK_THREADS - 1 - tid] = excl;  // back to the chunk's owner
-    __syncthreads();
-    const uint64_t mine = tmp.xchg[tid];
-    __syncthreads();
-    const uint8_t t = map_apply(mine, carry);
+    const uint8_t t = map_apply(map_then(tmp.warp_excl[warp], exc), carry);
+    const uint64_t agg = tmp.block_agg;
+    __syncthreads();  // before warp_maps / warp_excl / block_agg are written again
     carry = map_apply(agg, carry);
     return t;
   }
@@ -748,7 +783,7 @@ struct BlockPretokenizer {
   __device__ __forceinline__ uint8_t prefix_state(uint64_t m, uint8_t& carry) {
     uint64_t excl, agg;
     MapScan(tmp.scan).ExclusiveScan(m, excl, kMapIdentity, MapThenOp(), agg);
-    __syncthreads();
+    __syncthreads();  // before tmp.scan is used again
     const uint8_t s = map_apply(excl, carry);
     carry = map_apply(agg, carry);
     return s;
@@ -761,38 +796,33 @@ struct BlockPretokenizer {
     __syncthreads();
     if (n <= 0) return true;
     const PretokTables& tab = tmp.tab;
-    uint8_t cls[ITEMS_PER_THREAD], tn[ITEMS_PER_THREAD], flags[ITEMS_PER_THREAD];
+    // key[i]: the class of byte i, then (after the backward replay) its forward-step key.
+    uint16_t key[ITEMS_PER_THREAD];
     const int ntiles = (n + kTile - 1) / kTile;
     uint8_t carry = tab.bwd_init;
     for (int tile = ntiles - 1; tile >= 0; --tile) {
       const int base = tile * kTile + threadIdx.x * ITEMS_PER_THREAD;
 #pragma unroll
       for (int i = 0; i < ITEMS_PER_THREAD; ++i)
-        cls[i] = base + i < n ? byte_class(text, n, sp, base + i, ut) : (uint8_t)C_NONE;
-      const uint8_t t_end = suffix_state(chunk_bwd_map(tab, cls, ITEMS_PER_THREAD), carry);
-      chunk_bwd_replay(tab, cls, ITEMS_PER_THREAD, t_end, tn);
+        key[i] = base + i < n ? byte_class(text, n, sp, base + i, ut) : (uint8_t)C_NONE;
+      const uint8_t t_end = suffix_state(chunk_bwd_map(tab, key, ITEMS_PER_THREAD), carry);
+      chunk_bwd_replay(tab, key, ITEMS_PER_THREAD, t_end, key);
       if (ntiles > 1) {
 #pragma unroll
         for (int i = 0; i < ITEMS_PER_THREAD; ++i)
-          if (base + i < n) out[base + i] = tn[i];  // parked until the forward pass
+          if (base + i < n) out[base + i] = (uint8_t)(key[i] & 15);  // T[i+1], parked
       }
     }
     carry = tab.fwd_init;
     for (int tile = 0; tile < ntiles; ++tile) {
       const int base = tile * kTile + threadIdx.x * ITEMS_PER_THREAD;
-      if (ntiles > 1) {  // (one tile: cls and tn are still those of tile 0)
+      if (ntiles > 1) {  // (one tile: key still holds tile 0's keys)
 #pragma unroll
-        for (int i = 0; i < ITEMS_PER_THREAD; ++i) {
-          const bool in = base + i < n;
-          cls[i] = in ? byte_class(text, n, sp, base + i, ut) : (uint8_t)C_NONE;
-          tn[i] = in ? out[base + i] : (uint8_t)0;
-        }
+        for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+          key[i] = base + i < n ? byte_class(text, n, sp, base + i, ut) * 16 + out[base + i] : 0;
       }
-      const uint8_t s0 = prefix_state(chunk_fwd_map(tab, cls, tn, ITEMS_PER_THREAD), carry);
-      chunk_fwd_replay(tab, cls, tn, ITEMS_PER_THREAD, s0, flags);
-#pragma unroll
-      for (int i = 0; i < ITEMS_PER_THREAD; ++i)
-        if (base + i < n) out[base + i] = flags[i];
+      const uint8_t s0 = prefix_state(chunk_fwd_map(tab, key, ITEMS_PER_THREAD), carry);
+      chunk_fwd_replay(tab, key, ITEMS_PER_THREAD, s0, out + base, n - base);
     }
     return true;
   }
@@ -808,6 +838,17 @@ __device__ __forceinline__ bool block_pretokenize(
     typename BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>::TempStorage& tmp) {
   return BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>(tmp).run(pattern, text, n, is_special,
                                                                      piece_start, ut);
+}
+
+// Convenience form: the device Unicode tables and a static __shared__ TempStorage (about
+// 4.2 KB), tiles of 4096 bytes by default (256x16, 512x8, 1024x4).
+template <int BLOCK_THREADS, int ITEMS_PER_THREAD = (BLOCK_THREADS >= 4096 ? 1 : 4096 / BLOCK_THREADS)>
+__device__ __forceinline__ bool block_pretokenize(int pattern, const uint8_t* text, int n,
+                                                  const uint8_t* is_special, uint8_t* piece_start) {
+  __shared__ typename BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>::TempStorage tmp;
+  const UnicodeTables ut = device_unicode_tables();
+  return block_pretokenize<BLOCK_THREADS, ITEMS_PER_THREAD>(pattern, text, n, is_special,
+                                                            piece_start, ut, tmp);
 }
 
 #endif  // __CUDACC__
