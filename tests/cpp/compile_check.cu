@@ -37,6 +37,17 @@ pretok_kernel(int pattern, const uint8_t* data, const int* offsets, const uint8_
     for (int i = threadIdx.x; i < n; i += BT) flags[beg + i] = ps[i];
 }
 
+// The convenience form (static shared TempStorage, device Unicode tables, 4096-byte tiles).
+template <int BT>
+__global__ void __launch_bounds__(BT)
+pretok_kernel_simple(int pattern, const uint8_t* data, const int* offsets, const uint8_t* special,
+                     uint8_t* flags) {
+  const int beg = offsets[blockIdx.x];
+  bbpe::block_pretokenize<BT>(pattern, data + beg, offsets[blockIdx.x + 1] - beg, special + beg,
+                              flags + beg);
+}
+
+template __global__ void pretok_kernel_simple<256>(int, const uint8_t*, const int*, const uint8_t*, uint8_t*);
 template __global__ void pretok_kernel<256, 16>(int, const uint8_t*, const int*, const uint8_t*, uint8_t*);
 template __global__ void pretok_kernel<512, 8>(int, const uint8_t*, const int*, const uint8_t*, uint8_t*);
 template __global__ void pretok_kernel<1024, 4>(int, const uint8_t*, const int*, const uint8_t*, uint8_t*);

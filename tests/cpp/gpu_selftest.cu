@@ -38,7 +38,7 @@ struct Batch {
   }
 };
 
-template <int BT, int IPT>
+template <int BT, int IPT, bool kSimple = false>
 float run_kernel(int pattern, const Batch& b, std::vector<uint8_t>& flags, int reps = 1) {
   uint8_t *d_data, *d_sp, *d_flags;
   int* d_off;
@@ -55,11 +55,16 @@ float run_kernel(int pattern, const Batch& b, std::vector<uint8_t>& flags, int r
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  bbpe_check::pretok_kernel<BT, IPT><<<blocks, BT>>>(pattern, d_data, d_off, d_sp, d_flags);  // warm-up
+  auto launch = [&] {
+    if (kSimple)
+      bbpe_check::pretok_kernel_simple<BT><<<blocks, BT>>>(pattern, d_data, d_off, d_sp, d_flags);
+    else
+      bbpe_check::pretok_kernel<BT, IPT><<<blocks, BT>>>(pattern, d_data, d_off, d_sp, d_flags);
+  };
+  launch();  // warm-up
   CK(cudaGetLastError());
   CK(cudaEventRecord(e0));
-  for (int r = 0; r < reps; ++r)
-    bbpe_check::pretok_kernel<BT, IPT><<<blocks, BT>>>(pattern, d_data, d_off, d_sp, d_flags);
+  for (int r = 0; r < reps; ++r) launch();
   CK(cudaEventRecord(e1));
   CK(cudaEventSynchronize(e1));
   CK(cudaGetLastError());
@@ -139,6 +144,7 @@ int main(int argc, char** argv) {
     run_kernel<256, 16>(p, b, got); bad += check("256x16", p, b, got);
     run_kernel<512, 8>(p, b, got); bad += check("512x8", p, b, got);
     run_kernel<1024, 4>(p, b, got); bad += check("1024x4", p, b, got);
+    run_kernel<256, 16, true>(p, b, got); bad += check("simple256", p, b, got);
   }
   printf("mismatching strings: %ld\n", bad);
 
