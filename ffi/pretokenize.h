@@ -21,9 +21,26 @@
 // end of a sub-text and contains \r or \n: tiktoken cl100k gives "\n  " as one piece at the end
 // of "x\n  ", HF cl100k_hf gives "\n" + "  ". So: tiktoken cl100k_base -> pattern 2; HF
 // cl100k_hf/tokenizer.json -> pattern 4 (pick the id from the vocabulary's own regex string).
+// With the cl100k vocabulary the ids happen to agree all the same (no cl100k token has spaces
+// after a newline), but the pieces do not.
 // No other disagreement: tiktoken (Rust regex) and HF (Oniguruma) agree on every code point's
 // class (both are Unicode 16.0.0, see unicode_table.h), and both fold (?i:s) to s, S and
 // U+017F LATIN SMALL LETTER LONG S (the only non-ASCII match of any contraction letter).
+// Not oracles: Python's `regex` module is Unicode 17.0 (e.g. U+0295 is Lo there, Ll in 16.0),
+// and Oniguruma reads tiktoken's possessive `\p{N}{1,3}+` as `(\p{N}{1,3})+` (the tests run
+// tiktoken's patterns through Oniguruma with `{1,3}+` -> `{1,3}` and `$` -> `\z`).
+//
+// API (namespace bbpe):
+//   host:   pretokenize_sequential(pattern, text, n, is_special, piece_start[, ut]) -> bool
+//           pretokenize_chunked(pattern, text, n, is_special, chunk_bytes, piece_start[, ut])
+//           host_unicode_tables(), host_pretok_tables(pattern)
+//   device: block_pretokenize<BLOCK_THREADS, ITEMS_PER_THREAD>(pattern, text, n, is_special,
+//               piece_start, ut, BlockPretokenizer<..>::TempStorage&) -> bool
+//           block_pretokenize<BLOCK_THREADS>(pattern, text, n, is_special, piece_start)
+//           device_unicode_tables()
+//   shared: byte_class, utf8_decode, cp_class, Pat*::bwd/fwd (the automata), the step tables
+//           (fill_pretok_table), map_then / map_apply, chunk_bwd_map, chunk_bwd_replay,
+//           chunk_fwd_map, chunk_fwd_replay.
 //
 // Special tokens: bytes with is_special[i] != 0 belong to special tokens. They end the sub-text
 // before them (so `$` and `(?!\S)` see an end there) and a new sub-text starts after them, as
@@ -493,7 +510,7 @@ BBPE_HD uint64_t map_then(uint64_t a, uint64_t b) {
 //   bwd[c]          map over t: t -> G(t, c)
 //   fwd[c * 16 + t] map over s: s -> F(s, c, t)   (next state)
 //   flag[c * 16 + t] bit s = piece-start flag of F(s, c, t)
-// Unused states map to themselves... or anywhere: they are never reached from the init states.
+// Entries of states a pattern does not have are identity (never reached from its init states).
 constexpr int kTabFwdEntries = C_COUNT * 16;
 constexpr int kTabEntries = kTabFwdEntries + C_COUNT;  // fill_pretok_table indices
 struct PretokTables {

@@ -305,7 +305,7 @@ def test_corpus_excerpts(shim, data_dir, pattern, corpus):
     if not path.exists():
         pytest.skip(f"{corpus} not in {data_dir / 'corpus'}")
     data = read_corpus(path)
-    texts = excerpts(data, 400 if FULL else 12, seed=pattern * 1000 + CORPORA.index(corpus))
+    texts = excerpts(data, 400 if FULL else 30, seed=pattern * 1000 + CORPORA.index(corpus))
     if FULL:  # the whole corpus, in consecutive 8 KiB excerpts
         i = 0
         while i < len(data):
@@ -313,7 +313,7 @@ def test_corpus_excerpts(shim, data_dir, pattern, corpus):
             texts.append(data[i:j].decode("utf-8"))
             i = j
     enc = tiktoken_enc(data_dir, pattern)
-    hf = [hf_tokenizer(data_dir, name) for name, p in HF_FILES.items() if p == pattern]
+    hf = hf_for(data_dir, pattern)
     for k, text in enumerate(texts):
         # long excerpts get fewer chunkings, the short ones all of them
         flags = check_text(shim, pattern, text, CHUNKS if len(text) < 2048 or FULL else (7, 64))
@@ -348,12 +348,20 @@ CASES = [
 ]
 
 
+def hf_for(data_dir, pattern):
+    return [hf_tokenizer(data_dir, name) for name, p in HF_FILES.items() if p == pattern]
+
+
 @pytest.mark.parametrize("pattern", PATTERN_IDS)
 def test_cases(shim, data_dir, pattern):
     enc = tiktoken_enc(data_dir, pattern)
+    hf = hf_for(data_dir, pattern)
     for text in CASES:
         flags = check_text(shim, pattern, text, range(1, 12))
         check_tiktoken_ids(enc, text, flags)
+        if SPECIAL not in text:  # (pre_tokenize_str does not split added tokens)
+            for tok in hf:
+                check_hf_pieces(tok, text, flags)
 
 
 def test_cl100k_hf_is_llama3_regex(shim, data_dir):
@@ -398,11 +406,15 @@ def test_random_fragments(shim, data_dir, pattern):
     """Many short strings from FRAGMENTS (seeded; BLOCKBPE_FULL=1 runs 10x more)."""
     rng = random.Random(pattern)
     enc = tiktoken_enc(data_dir, pattern)
+    hf = hf_for(data_dir, pattern)
     for k in range(5000 if FULL else 500):
         text = gen_text(rng)
         flags = check_text(shim, pattern, text)
         if k % 4 == 0:
             check_tiktoken_ids(enc, text, flags)
+            if SPECIAL not in text:
+                for tok in hf:
+                    check_hf_pieces(tok, text, flags)
 
 
 try:
