@@ -145,24 +145,6 @@ def nbytes_of(texts) -> int:
 
 # --------------------------------------------------------------------------------------------
 # our encode
-class _TablesAsArgs:
-    """A Tokenizer stand-in whose device tables are the jitted function's own arguments.
-
-    `jax.jit(lambda d, l: bb.encode(d, l, tok, ...))` closes over the tables and embeds them
-    in the HLO as constants (MBs per executable, slower compiles); passing them as arguments
-    is what a model step would do. Everything else is forwarded to the real Tokenizer."""
-
-    def __init__(self, tok, tables):
-        self._tok = tok
-        self._tables = tables
-
-    def __getattr__(self, name):
-        return getattr(self._tok, name)
-
-    def device_tables(self, allowed_special="none", device=None):  # noqa: ARG002
-        return self._tables
-
-
 class Ours:
     """Jitted blockbpe_jax.encode calls for one tokenizer on one device, cached by shape."""
 
@@ -172,37 +154,21 @@ class Ours:
         import jax
         self._jitted: dict = {}
         self.bb, self.jax, self.tok, self.dev, self.vocab_name = bb, jax, tok, device, vocab_name
-        self.tables = tok.device_tables(device=device)
+        # Tables are passed to the jitted function as an argument (an EncodeTables pytree),
+        # as a model step would, so they are not embedded in the program as constants.
+        self.tables = tok.tables(device=device)
         self.unavailable: dict[str, str] = {}   # mode -> "exact mode unavailable: ..."
         self.notes: list[str] = []
         self._fns: dict = {}
-        # Which call style works here: tables as arguments (preferred), unchecked lengths
-        # (no host read-back; the benchmark's device-resident timing).
-        self.tables_as_args, self.check_lengths = True, False
-        probe = self.put(*bb.pack_strings(["probe text"], max_len=16))
-        for as_args, ck in ((True, False), (True, True), (False, False), (False, True)):
-            self.tables_as_args, self.check_lengths = as_args, ck
-            self._fns.clear()
-            try:
-                self.fn("bytes", 256, 16)(*probe)[0].block_until_ready()
-                break
-            except Exception as e:  # noqa: BLE001
-                self.notes.append(f"call style tables_as_args={as_args} check_lengths={ck} failed: "
-                                  f"{str(e).splitlines()[0][:200]}")
-        else:
-            raise RuntimeError("no call style of blockbpe_jax.encode works: " + "; ".join(self.notes))
-        self._fns.clear()
 
     def put(self, data, lengths):
         return (self.jax.device_put(data, self.dev), self.jax.device_put(lengths, self.dev))
 
-    def _one(self, mode, bs, T, ck):
+    def _one(self, mode, bs, T):
+        # check_lengths=False: a fixed launch with no host read-back (device-resident timing).
         bb = self.bb
-        if self.tables_as_args:
-            return lambda d, l, tabs: bb.encode(d, l, _TablesAsArgs(self.tok, tabs), max_tokens=T,
-                                                mode=mode, block_size=bs, check_lengths=ck)
-        return lambda d, l, tabs: bb.encode(d, l, self.tok, max_tokens=T, mode=mode,
-                                            block_size=bs, check_lengths=ck)
+        return lambda d, l, tabs: bb.encode(d, l, tabs, max_tokens=T, mode=mode, block_size=bs,
+                                            check_lengths=False)
 
     def fn(self, mode: str, bs: int, T: int, chain: int = 1):
         """(data, lengths) -> (ids, counts[, acc]) on the device, jitted; `chain` > 1 runs the
@@ -212,7 +178,7 @@ class Ours:
         f = self._fns.get(key)
         if f is None:
             jax, jnp = self.jax, self.jax.numpy
-            one = self._one(mode, bs, T, self.check_lengths)
+            one = self._one(mode, bs, T)
             if chain == 1:
                 body = lambda d, l, tabs: tuple(one(d, l, tabs))  # noqa: E731
             else:

@@ -8,6 +8,7 @@ by the Tokenizer), never attributes: attributes are hashed into the HLO.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -35,6 +36,38 @@ HAS_CUDA_MODULE = _blockbpe_cuda is not None
 SMEM_MAX_LEN = _blockbpe_cpu.smem_max_len
 BLOCK_SIZES = (256, 512, 1024)
 MODES = {"bytes": 0, "r50k": 1, "cl100k": 2, "o200k": 3, "llama3": 4}
+
+
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["pair_table", "byte_ids", "piece_table", "token_offsets",
+                                "token_data", "special_offsets", "special_data", "special_ids"],
+                   meta_fields=["name", "exact_mode", "exact_error", "max_piece_len", "specials"])
+@dataclasses.dataclass(frozen=True)
+class EncodeTables:
+    """A tokenizer's device tables for one set of allowed specials: a pytree.
+
+    Pass it to a jitted function as an argument (`jax.jit(f)(data, lengths, tok.tables())`):
+    a Tokenizer closed over by a jitted function gets its tables embedded in the program as
+    constants (tens of MB of HLO, slow compiles); arguments are not copied.
+    """
+
+    pair_table: jax.Array
+    byte_ids: jax.Array
+    piece_table: jax.Array
+    token_offsets: jax.Array
+    token_data: jax.Array
+    special_offsets: jax.Array
+    special_data: jax.Array
+    special_ids: jax.Array
+    name: str
+    exact_mode: int            # the pattern id for mode="exact", or -1
+    exact_error: str | None    # why exact mode is unavailable, if it is
+    max_piece_len: int         # 0 disables the whole-piece shortcut
+    specials: tuple            # the allowed special tokens
+
+    def operands(self) -> tuple:
+        return (self.pair_table, self.byte_ids, self.piece_table, self.token_offsets,
+                self.token_data, self.special_offsets, self.special_data, self.special_ids)
 
 
 class Encoded(NamedTuple):
@@ -94,40 +127,34 @@ def _encode_call(mode: int, pad_id: int, max_piece_len: int, block_size: int, ma
     return call
 
 
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
-def resolve_mode(tokenizer: "Tokenizer", mode: str) -> int:
+def resolve_mode(tables: EncodeTables, mode: str) -> int:
     """Maps mode="exact" to the vocabulary's pattern id (or raises), "bytes" to 0."""
     if mode == "bytes":
         return MODES["bytes"]
     if mode != "exact":
         raise ValueError(f"mode must be 'exact' or 'bytes', got {mode!r}")
-    vocab = tokenizer.vocab
-    if vocab.unsupported:
-        raise ValueError(f"exact mode is not supported for {vocab.source}: {vocab.unsupported}")
-    if vocab.pattern_name not in MODES:
-        raise ValueError(
-            f"exact mode needs a known pre-tokenizer pattern (r50k, cl100k, o200k, llama3); "
-            f"{vocab.source} has {vocab.pattern!r}. Use mode='bytes' for byte-level BPE.")
-    return MODES[vocab.pattern_name]
+    if tables.exact_mode < 0:
+        raise ValueError(f"exact mode is not supported for {tables.name}: {tables.exact_error}. "
+                         f"Use mode='bytes' for byte-level BPE without a pre-tokenizer.")
+    return tables.exact_mode
 
 
-def encode(data, lengths, tokenizer: "Tokenizer", *, max_tokens: int, pad_id: int = 0,
-           allowed_special="none", mode: str = "exact", block_size: int = 256,
+def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: int,
+           pad_id: int = 0, allowed_special=None, mode: str = "exact", block_size: int = 256,
            check_lengths: bool = True) -> Encoded:
     """Tokenizes a batch of byte strings on the device that holds `data`.
 
     Args:
       data: uint8[B, L] bytes, string b in data[b, :lengths[b]] (the rest is ignored).
       lengths: int32[B] byte lengths, each in [0, L].
-      tokenizer: a `Tokenizer` (vocabulary + cached device tables).
+      tokenizer: a `Tokenizer`, or its `EncodeTables` (`tok.tables(...)`, a pytree: pass that
+        as an argument of jitted functions so the tables are not embedded as constants).
       max_tokens: static width T of the output.
       pad_id: written after each string's tokens.
-      allowed_special: "all", "none" or a collection of special-token strings that are
-        recognised in the text (like tiktoken's `allowed_special`); other specials' text is
-        tokenized as ordinary text (tiktoken's `encode_ordinary` when "none").
+      allowed_special: "all", "none" (default) or a collection of special-token strings that
+        are recognised in the text (like tiktoken's `allowed_special`); other specials' text is
+        tokenized as ordinary text (tiktoken's `encode_ordinary` when "none"). With
+        EncodeTables they are fixed by the tables (`tok.tables(allowed_special)`).
       mode: "exact" (ids equal to tiktoken / HF with the vocabulary's pre-tokenizer) or "bytes"
         (the BlockBPE paper: no pre-tokenizer, merges run over the whole text between specials).
       block_size: CUDA threads per string (256, 512 or 1024); ignored on CPU.
@@ -138,8 +165,14 @@ def encode(data, lengths, tokenizer: "Tokenizer", *, max_tokens: int, pad_id: in
       Encoded(ids int32[B, T], counts int32[B]); counts are the full token counts, so
       counts > T flags truncation.
     """
-    data = jnp.asarray(data) if not isinstance(data, (jax.Array, jax.core.Tracer)) else data
-    lengths = jnp.asarray(lengths) if not isinstance(lengths, (jax.Array, jax.core.Tracer)) else lengths
+    if isinstance(lengths, np.ndarray) and lengths.ndim == 1:
+        # Host lengths are checked here; device ones by the handler (check_lengths).
+        bad = np.flatnonzero((lengths < 0) | (lengths > np.shape(data)[-1]))
+        if bad.size:
+            b = int(bad[0])
+            raise ValueError(f"encode: lengths[{b}] = {int(lengths[b])} is outside [0, {np.shape(data)[-1]}]")
+    data = data if isinstance(data, (jax.Array, jax.core.Tracer)) else jnp.asarray(data)
+    lengths = lengths if isinstance(lengths, (jax.Array, jax.core.Tracer)) else jnp.asarray(lengths)
     if data.dtype != jnp.uint8 or data.ndim != 2:
         raise TypeError(f"encode: data must be uint8[batch, max_len], got {data.dtype}{list(data.shape)}")
     if lengths.dtype != jnp.int32 or lengths.shape != data.shape[:1]:
@@ -149,16 +182,14 @@ def encode(data, lengths, tokenizer: "Tokenizer", *, max_tokens: int, pad_id: in
         raise ValueError(f"encode: max_tokens must be a positive int, got {max_tokens!r}")
     if block_size not in BLOCK_SIZES:
         raise ValueError(f"encode: block_size must be one of {BLOCK_SIZES}, got {block_size!r}")
-    if _is_concrete(lengths):
-        host = np.asarray(lengths)
-        bad = np.flatnonzero((host < 0) | (host > data.shape[1]))
-        if bad.size:
-            b = int(bad[0])
-            raise ValueError(f"encode: lengths[{b}] = {int(host[b])} is outside [0, {data.shape[1]}]")
-    mode_id = resolve_mode(tokenizer, mode)
-    tables = tokenizer.device_tables(allowed_special)
-    max_piece_len = tokenizer.max_piece_len if tokenizer.vocab.whole_piece_shortcut else 0
-    call = _encode_call(mode_id, int(pad_id), max_piece_len, int(block_size), int(max_tokens),
-                        bool(check_lengths))
-    ids, counts = call(data, lengths, *tables)
+    if isinstance(tokenizer, EncodeTables):
+        tables = tokenizer
+        if allowed_special is not None:
+            raise ValueError("encode: EncodeTables fix the allowed specials; choose them with "
+                             "tok.tables(allowed_special=...) instead")
+    else:
+        tables = tokenizer.tables("none" if allowed_special is None else allowed_special)
+    call = _encode_call(resolve_mode(tables, mode), int(pad_id), tables.max_piece_len,
+                        int(block_size), int(max_tokens), bool(check_lengths))
+    ids, counts = call(data, lengths, *tables.operands())
     return Encoded(ids, counts)

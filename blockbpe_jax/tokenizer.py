@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import ops
+from . import _blockbpe_cpu, ops
 from .tables import build_special_tables, build_vocab_tables
 from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json
 
@@ -76,14 +76,26 @@ class Tokenizer:
         return (t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data,
                 sp.special_offsets, sp.special_data, sp.special_ids)
 
-    def device_tables(self, allowed_special="none", device=None) -> tuple[jax.Array, ...]:
-        """The FFI table operands on `device` (default: JAX's default device), cached."""
+    def tables(self, allowed_special="none", device=None) -> ops.EncodeTables:
+        """The encode operands on `device` (default: JAX's default device), cached: a pytree
+        to pass to jitted functions as an argument."""
         device = device or jax.devices()[0]
         key = (device, self._special_key(allowed_special))
         with self._lock:
             cached = self._device_cache.get(key)
         if cached is None:
-            cached = tuple(jax.device_put(a, device) for a in self.host_tables(allowed_special))
+            arrays = [jax.device_put(a, device) for a in self.host_tables(allowed_special)]
+            vocab = self.vocab
+            if vocab.unsupported:
+                exact, error = -1, vocab.unsupported
+            elif vocab.pattern_name in ops.MODES:
+                exact, error = ops.MODES[vocab.pattern_name], None
+            else:
+                exact, error = -1, f"its pre-tokenizer pattern {vocab.pattern!r} is not one we implement"
+            cached = ops.EncodeTables(
+                *arrays, name=vocab.name, exact_mode=exact, exact_error=error,
+                max_piece_len=self.max_piece_len if vocab.whole_piece_shortcut else 0,
+                specials=key[1])
             with self._lock:
                 self._device_cache[key] = cached
         return cached
@@ -104,9 +116,10 @@ class Tokenizer:
         device = device or jax.devices()[0]
         data = jax.device_put(data, device)
         lengths = jax.device_put(lengths, device)
+        # pack_strings guarantees 0 <= lengths <= L: no need for the handler's read-back.
         return ops.encode(data, lengths, self, max_tokens=max_tokens or data.shape[1],
                           pad_id=pad_id, allowed_special=allowed_special, mode=mode,
-                          block_size=block_size)
+                          block_size=block_size, check_lengths=False)
 
     def decode_bytes(self, ids, counts) -> list[bytes]:
         """Token ids (padded rows plus counts) back to byte strings."""
@@ -127,22 +140,12 @@ class Tokenizer:
         return [b.decode("utf-8", errors=errors) for b in self.decode_bytes(ids, counts)]
 
 
-def pack_strings(texts: Iterable[str | bytes], *, max_len: int | None = None
+def pack_strings(texts: Sequence[str | bytes], *, max_len: int | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """list of str/bytes -> (uint8[B, L], int32[B]); raises if a string exceeds max_len."""
-    blobs = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
-    lengths = np.fromiter((len(b) for b in blobs), dtype=np.int64, count=len(blobs))
-    longest = int(lengths.max()) if len(blobs) else 0
-    if max_len is None:
-        max_len = 1 << max(4, (max(longest, 1) - 1).bit_length())
-    elif longest > max_len:
-        i = int(np.argmax(lengths))
-        raise ValueError(f"string {i} has {longest} bytes, more than max_len={max_len}")
-    flat = np.frombuffer(b"".join(blobs), dtype=np.uint8)
-    data = np.zeros((len(blobs), max_len), dtype=np.uint8)
-    # Scatter the concatenation into rows: position j of row b is flat[starts[b] + j].
-    rows = np.repeat(np.arange(len(blobs)), lengths)
-    starts = np.cumsum(lengths) - lengths
-    cols = np.arange(flat.size) - np.repeat(starts, lengths)
-    data[rows, cols] = flat
-    return data, lengths.astype(np.int32)
+    """list of str/bytes -> (uint8[B, L] zero-padded, int32[B] byte lengths), natively.
+
+    L is `max_len`, or the longest string rounded up to a power of two (at least 16) so that
+    repeated calls reuse compiled shapes. Raises ValueError if a string exceeds `max_len`.
+    """
+    texts = texts if isinstance(texts, list) else list(texts)
+    return _blockbpe_cpu.pack_strings(texts, -1 if max_len is None else int(max_len))

@@ -1,11 +1,15 @@
 // CPU FFI target `bbpe_encode` and the nanobind module that registers it.
 #include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
 #include "encode_cpu.h"
 #include "encode_ffi.h"
 #include "nanobind/nanobind.h"
+#include "nanobind/ndarray.h"
 
 namespace nb = nanobind;
 namespace ffi = xla::ffi;
@@ -59,10 +63,59 @@ static ffi::Error encode_cpu(ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> le
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCpu, bbpe::encode_cpu, bbpe::bind_encode(ffi::Ffi::Bind()));
 
+// list[str | bytes] -> (uint8[B, max_len] zero-padded, int32[B]) without Python-level loops
+// (max_len < 0: the longest string rounded up to a power of two, at least 16):
+// str is read through its cached UTF-8 form, bytes directly; one memcpy per string.
+static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
+  nb::list items = nb::list(texts);
+  const size_t batch = nb::len(items);
+  std::vector<std::pair<const char*, Py_ssize_t>> views(batch);
+  for (size_t b = 0; b < batch; ++b) {
+    PyObject* o = items[b].ptr();
+    const char* p = nullptr;
+    Py_ssize_t n = 0;
+    if (PyUnicode_Check(o)) {
+      p = PyUnicode_AsUTF8AndSize(o, &n);
+      if (!p) throw nb::python_error();
+    } else if (PyBytes_Check(o)) {
+      p = PyBytes_AS_STRING(o);
+      n = PyBytes_GET_SIZE(o);
+    } else {
+      throw nb::type_error(("pack_strings: item " + std::to_string(b) + " is neither str nor bytes").c_str());
+    }
+    if (max_len >= 0 && n > max_len)
+      throw nb::value_error(("pack_strings: string " + std::to_string(b) + " has " + std::to_string(n) +
+                             " bytes, more than max_len=" + std::to_string(max_len)).c_str());
+    views[b] = {p, n};
+  }
+  if (max_len < 0) {  // auto: the longest string rounded up to a power of two, at least 16
+    Py_ssize_t longest = 0;
+    for (auto& v : views) longest = std::max(longest, v.second);
+    max_len = 16;
+    while (max_len < longest) max_len *= 2;
+  }
+  uint8_t* data = new uint8_t[batch * max_len + 1];
+  int32_t* lengths = new int32_t[batch + 1];
+  for (size_t b = 0; b < batch; ++b) {
+    uint8_t* row = data + b * max_len;
+    std::memcpy(row, views[b].first, views[b].second);
+    std::memset(row + views[b].second, 0, max_len - views[b].second);
+    lengths[b] = (int32_t)views[b].second;
+  }
+  nb::capsule own_data(data, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
+  nb::capsule own_len(lengths, [](void* p) noexcept { delete[] static_cast<int32_t*>(p); });
+  size_t shape[2] = {batch, (size_t)max_len};
+  return nb::make_tuple(nb::ndarray<nb::numpy, uint8_t>(data, 2, shape, own_data),
+                        nb::ndarray<nb::numpy, int32_t>(lengths, 1, shape, own_len));
+}
+
 NB_MODULE(_blockbpe_cpu, m) {
+  m.def("pack_strings", &pack_strings, nb::arg("texts"), nb::arg("max_len"));
   m.def("registrations", []() {
     nb::dict d;
     d["bbpe_encode"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCpu));
+    // The CPU handler reads lengths for free, so the "unchecked" target checks them too.
+    d["bbpe_encode_unchecked"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCpu));
     return d;
   });
   m.attr("smem_max_len") = bbpe::kSmemMaxLen;
