@@ -32,6 +32,7 @@
 //
 // API (namespace bbpe):
 //   host:   pretokenize_sequential(pattern, text, n, is_special, piece_start[, ut]) -> bool
+//           pretokenize_direct(...same...)  (the step functions without tables; tests)
 //           pretokenize_chunked(pattern, text, n, is_special, chunk_bytes, piece_start[, ut])
 //           host_unicode_tables(), host_pretok_tables(pattern)
 //   device: block_pretokenize<BLOCK_THREADS, ITEMS_PER_THREAD>(pattern, text, n, is_special,
@@ -511,12 +512,14 @@ BBPE_HD uint64_t map_then(uint64_t a, uint64_t b) {
 //   fwd[c * 16 + t] map over s: s -> F(s, c, t)   (next state)
 //   flag[c * 16 + t] bit s = piece-start flag of F(s, c, t)
 // Entries of states a pattern does not have are identity (never reached from its init states).
+//   ascii[b]         byte_class of an ASCII byte b (a lookup instead of ascii_class's branches)
 constexpr int kTabFwdEntries = C_COUNT * 16;
-constexpr int kTabEntries = kTabFwdEntries + C_COUNT;  // fill_pretok_table indices
+constexpr int kTabEntries = kTabFwdEntries + C_COUNT + 128;  // fill_pretok_table indices
 struct PretokTables {
   uint64_t fwd[kTabFwdEntries];
   uint64_t bwd[C_COUNT];
   uint16_t flag[kTabFwdEntries];
+  uint8_t ascii[128];
   uint8_t bwd_init, fwd_init;
 };
 
@@ -533,7 +536,9 @@ BBPE_HD void fill_pretok_table_entry(PretokTables& tab, int k) {
     }
     tab.fwd[k] = m;
     tab.flag[k] = f;
-  } else if (k < kTabEntries) {
+  } else if (k >= kTabFwdEntries + C_COUNT) {
+    if (k < kTabEntries) tab.ascii[k - kTabFwdEntries - C_COUNT] = ascii_class((uint32_t)(k - kTabFwdEntries - C_COUNT));
+  } else {
     const uint8_t c = (uint8_t)(k - kTabFwdEntries);
     uint64_t m = kMapIdentity;
     for (int t = 0; t < P::kBwdStates; ++t)
@@ -556,6 +561,14 @@ BBPE_HD bool fill_pretok_table(int pattern, PretokTables& tab, int k) {
     case kPatLlama3: fill_pretok_table_entry<PatLlama3>(tab, k); return true;
     default: return false;
   }
+}
+
+// byte_class with the ASCII lookup of the tables (same result).
+BBPE_HD uint8_t byte_class_tab(const PretokTables& tab, const uint8_t* text, int n,
+                               const uint8_t* sp, int i, const UnicodeTables& ut) {
+  const uint8_t b = text[i];
+  if (b < 0x80 && !(sp && sp[i])) return tab.ascii[b];
+  return byte_class(text, n, sp, i, ut);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -630,9 +643,32 @@ inline const PretokTables* host_pretok_tables(int pattern) {
   return pattern >= 0 && pattern < 5 ? &all.tab[pattern] : nullptr;
 }
 
-// The sequential reference runs the step functions themselves (not the tables), one pass
-// backward and one forward.
-struct PretokSequential {
+// Reference: one pass backward, one pass forward, with the step tables (this is what the CPU
+// handler runs). Returns false (and writes nothing) for an unknown pattern id.
+inline bool pretokenize_sequential(int pattern, const uint8_t* text, int n,
+                                   const uint8_t* is_special_byte, uint8_t* piece_start,
+                                   const UnicodeTables& ut = host_unicode_tables()) {
+  const PretokTables* tabp = host_pretok_tables(pattern);
+  if (!tabp) return false;
+  if (n <= 0) return true;
+  const PretokTables& tab = *tabp;
+  std::vector<uint16_t> key(n);
+  uint8_t t = tab.bwd_init;
+  for (int i = n - 1; i >= 0; --i) {
+    const uint8_t c = byte_class_tab(tab, text, n, is_special_byte, i, ut);
+    key[i] = (uint16_t)(c * 16 + t);
+    t = map_apply(tab.bwd[c], t);
+  }
+  uint8_t s = tab.fwd_init;
+  for (int i = 0; i < n; ++i) {
+    piece_start[i] = (uint8_t)((tab.flag[key[i]] >> s) & 1);
+    s = map_apply(tab.fwd[key[i]], s);
+  }
+  return true;
+}
+
+// The same with the step functions themselves instead of the tables (slower; for tests).
+struct PretokDirect {
   const uint8_t* cls;
   int n;
   uint8_t* out;
@@ -652,16 +688,14 @@ struct PretokSequential {
     }
   }
 };
-
-// Reference: returns false (and writes nothing) for an unknown pattern id.
-inline bool pretokenize_sequential(int pattern, const uint8_t* text, int n,
-                                   const uint8_t* is_special_byte, uint8_t* piece_start,
-                                   const UnicodeTables& ut = host_unicode_tables()) {
+inline bool pretokenize_direct(int pattern, const uint8_t* text, int n,
+                               const uint8_t* is_special_byte, uint8_t* piece_start,
+                               const UnicodeTables& ut = host_unicode_tables()) {
   if (pattern < 0 || pattern > 4) return false;
   if (n <= 0) return true;
   std::vector<uint8_t> cls(n);
   for (int i = 0; i < n; ++i) cls[i] = byte_class(text, n, is_special_byte, i, ut);
-  PretokSequential f{cls.data(), n, piece_start};
+  PretokDirect f{cls.data(), n, piece_start};
   switch (pattern) {
     case kPatBytes: f.run<PatBytes>(); break;
     case kPatR50k: f.run<PatR50k>(); break;
@@ -687,7 +721,7 @@ inline bool pretokenize_chunked(int pattern, const uint8_t* text, int n,
   std::vector<uint8_t> cls(n);
   std::vector<uint16_t> key(n);
   std::vector<uint64_t> map(nch), excl(nch);
-  for (int i = 0; i < n; ++i) cls[i] = byte_class(text, n, is_special_byte, i, ut);
+  for (int i = 0; i < n; ++i) cls[i] = byte_class_tab(tab, text, n, is_special_byte, i, ut);
   auto cnt = [&](int c) { return (c + 1) * chunk <= n ? chunk : n - c * chunk; };
   for (int c = 0; c < nch; ++c) map[c] = chunk_bwd_map(tab, &cls[c * chunk], cnt(c));
   uint64_t acc = kMapIdentity;
@@ -723,7 +757,7 @@ struct MapThenOp {
 // the chunks of pretokenize_chunked(chunk_bytes = IPT); a code point belongs to the thread that
 // owns its lead byte. Steps (the same helpers as pretokenize_chunked):
 //   0. the block fills the step tables of the pattern into shared memory (fill_pretok_table);
-//   1. byte_class of each owned byte (reads up to 3 bytes either side, from text);
+//   1. byte_class(_tab) of each owned byte (reads up to 3 bytes either side, from text);
 //   2. chunk_bwd_map; exclusive suffix scan of the maps (warp shuffles, see suffix_state),
 //      applied to the state carried in from later tiles -> T after the chunk;
 //      chunk_bwd_replay;
@@ -821,7 +855,7 @@ struct BlockPretokenizer {
       const int base = tile * kTile + threadIdx.x * ITEMS_PER_THREAD;
 #pragma unroll
       for (int i = 0; i < ITEMS_PER_THREAD; ++i)
-        key[i] = base + i < n ? byte_class(text, n, sp, base + i, ut) : (uint8_t)C_NONE;
+        key[i] = base + i < n ? byte_class_tab(tab, text, n, sp, base + i, ut) : (uint8_t)C_NONE;
       const uint8_t t_end = suffix_state(chunk_bwd_map(tab, key, ITEMS_PER_THREAD), carry);
       chunk_bwd_replay(tab, key, ITEMS_PER_THREAD, t_end, key);
       if (ntiles > 1) {
@@ -836,7 +870,7 @@ struct BlockPretokenizer {
       if (ntiles > 1) {  // (one tile: key still holds tile 0's keys)
 #pragma unroll
         for (int i = 0; i < ITEMS_PER_THREAD; ++i)
-          key[i] = base + i < n ? byte_class(text, n, sp, base + i, ut) * 16 + out[base + i] : 0;
+          key[i] = base + i < n ? byte_class_tab(tab, text, n, sp, base + i, ut) * 16 + out[base + i] : 0;
       }
       const uint8_t s0 = prefix_state(chunk_fwd_map(tab, key, ITEMS_PER_THREAD), carry);
       chunk_fwd_replay(tab, key, ITEMS_PER_THREAD, s0, out + base, n - base);

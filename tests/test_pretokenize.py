@@ -2,7 +2,8 @@
 
 The C++ header is compiled into a tiny shared library (tests/cpp/pretok_shim.cc, g++) and
 called through ctypes. For every pattern, pretokenize_sequential and pretokenize_chunked (chunk
-sizes 1, 3, 7, 16, 64) must give exactly the piece starts of the oracles:
+sizes 1, 3, 7, 16, 64) and pretokenize_direct (the step functions without the step tables) must
+give exactly the piece starts of the oracles:
 
 * piece oracle: Oniguruma (HF tokenizers' regex engine) running the tiktoken pattern through
   `pre_tokenizers.Split(..., "isolated")`. Two spellings differ between the engines and are
@@ -80,9 +81,11 @@ class Shim:
         self.lib = ctypes.CDLL(str(path))
         vp, i = ctypes.c_void_p, ctypes.c_int
         self.lib.bbpe_pretok_sequential.argtypes = [i, vp, i, vp, vp]
+        self.lib.bbpe_pretok_direct.argtypes = [i, vp, i, vp, vp]
         self.lib.bbpe_pretok_chunked.argtypes = [i, vp, i, vp, i, vp]
         self.lib.bbpe_unicode_classes.argtypes = [vp]
-        for f in (self.lib.bbpe_pretok_sequential, self.lib.bbpe_pretok_chunked):
+        for f in (self.lib.bbpe_pretok_sequential, self.lib.bbpe_pretok_direct,
+                  self.lib.bbpe_pretok_chunked):
             f.restype = ctypes.c_int
 
     @staticmethod
@@ -90,9 +93,13 @@ class Shim:
         return None if a is None else a.ctypes.data_as(ctypes.c_void_p)
 
     def flags(self, pattern: int, data: bytes, special: np.ndarray | None = None, chunk: int = 0):
+        """chunk 0: pretokenize_sequential; -1: pretokenize_direct; k > 0: chunked by k."""
         buf = np.frombuffer(data, np.uint8).copy() if data else np.zeros(1, np.uint8)
         out = np.full(max(len(data), 1), 7, np.uint8)
-        if chunk:
+        if chunk == -1:
+            rc = self.lib.bbpe_pretok_direct(pattern, self._ptr(buf), len(data), self._ptr(special),
+                                             self._ptr(out))
+        elif chunk:
             rc = self.lib.bbpe_pretok_chunked(pattern, self._ptr(buf), len(data), self._ptr(special),
                                               chunk, self._ptr(out))
         else:
@@ -213,13 +220,14 @@ def check_text(shim: Shim, pattern: int, text: str, chunks=CHUNKS):
     want = oracle_flags(pattern, text)
     if sp is not None:
         want[sp.astype(bool)] = 0
-    for chunk in (0,) + tuple(chunks):
+    for chunk in (0, -1) + tuple(chunks):
         got = shim.flags(pattern, data, sp, chunk)
         if sp is not None:
             got = got.copy()
             got[sp.astype(bool)] = 0
         if not np.array_equal(got, want):
-            raise AssertionError(describe(pattern, data, got, want, f"chunk={chunk or 'sequential'}"))
+            label = {0: "sequential", -1: "direct"}.get(chunk, f"chunk={chunk}")
+            raise AssertionError(describe(pattern, data, got, want, label))
     return want
 
 
@@ -485,7 +493,7 @@ def test_invalid_utf8(shim, pattern):
     for _ in range(3000 if FULL else 300):
         data = random_bytes(rng, rng.randint(1, 48))
         seq = shim.flags(pattern, data)
-        for chunk in CHUNKS:
+        for chunk in (-1,) + CHUNKS:
             assert np.array_equal(shim.flags(pattern, data, None, chunk), seq), (data, chunk)
         text, lens = decode_with_pua(data)
         off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
@@ -536,7 +544,10 @@ def test_bytes_mode_and_edges(shim):
         for chunk in CHUNKS:
             assert shim.flags(p, b"x", None, chunk).tolist() == [1]
     buf = np.zeros(4, np.uint8)
-    assert shim.lib.bbpe_pretok_sequential(9, buf.ctypes.data, 4, None, buf.ctypes.data) == -1
+    for f in (shim.lib.bbpe_pretok_sequential, shim.lib.bbpe_pretok_direct):
+        assert f(9, buf.ctypes.data, 4, None, buf.ctypes.data) == -1
+        assert f(-1, buf.ctypes.data, 4, None, buf.ctypes.data) == -1
+    assert shim.lib.bbpe_pretok_chunked(5, buf.ctypes.data, 4, None, 3, buf.ctypes.data) == -1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,11 @@ int bbpe_pretok_sequential(int pattern, const uint8_t* text, int n, const uint8_
   return bbpe::pretokenize_sequential(pattern, text, n, is_special, piece_start) ? 0 : -1;
 }
 
+int bbpe_pretok_direct(int pattern, const uint8_t* text, int n, const uint8_t* is_special,
+                       uint8_t* piece_start) {
+  return bbpe::pretokenize_direct(pattern, text, n, is_special, piece_start) ? 0 : -1;
+}
+
 int bbpe_pretok_chunked(int pattern, const uint8_t* text, int n, const uint8_t* is_special,
                         int chunk_bytes, uint8_t* piece_start) {
   return bbpe::pretokenize_chunked(pattern, text, n, is_special, chunk_bytes, piece_start) ? 0 : -1;
