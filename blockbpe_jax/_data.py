@@ -1,7 +1,7 @@
 """Where the shared test data (vocabularies and corpora) lives, for tests, benchmarks, examples.
 
 Order: the BLOCKBPE_DATA environment variable if set (and then only it), else
-``<repo root>/../shared/data``, else None. The data is never copied into the repo.
+``<repo root>/../shared/data`` (for an editable install), else ``<cwd>/../shared/data``, else None. The data is never copied into the repo.
 """
 
 from __future__ import annotations
@@ -22,5 +22,7 @@ def find_data_dir() -> Path | None:
         path = Path(configured).expanduser()
         return path if path.is_dir() else None
     repo_root = Path(__file__).resolve().parent.parent
-    candidate = repo_root.parent / "shared" / "data"
-    return candidate if candidate.is_dir() else None
+    for candidate in (repo_root.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"):
+        if candidate.is_dir():
+            return candidate
+    return None

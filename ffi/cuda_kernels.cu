@@ -86,22 +86,6 @@ __device__ __noinline__ void pretokenize_block(
                                                       device_unicode_tables(), tmp);
 }
 
-// Removes kDeleted tokens from a.tok into a.next_tok and swaps the buffers; returns the count.
-template <int kThreads>
-__device__ int compact_deleted(BlockArrays& a, int n, typename Scans<kThreads>::Storage& tmp) {
-  const int per = (n + kThreads - 1) / kThreads;
-  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
-  int kept = 0;
-  for (int i = lo; i < hi; ++i) kept += a.tok[i] != kDeleted;
-  int offset, total;
-  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(kept, offset, total);
-  for (int i = lo; i < hi; ++i)
-    if (a.tok[i] != kDeleted) a.next_tok[offset++] = a.tok[i];
-  __syncthreads();
-  int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t;
-  return total;
-}
-
 // Merge passes over a.tok / a.rank (n tokens); returns the final count.
 template <int kThreads>
 __device__ int merge_passes(const VocabView& v, BlockArrays& a, int n,
@@ -176,7 +160,7 @@ __device__ int merge_passes(const VocabView& v, BlockArrays& a, int n,
 }
 
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads) encode_kernel(EncodeParams p, int cap, bool use_smem) {
+__global__ void __launch_bounds__(kThreads, 1) encode_kernel(EncodeParams p, int cap, bool use_smem) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ typename Scans<kThreads>::Storage tmp;
   const int64_t b = blockIdx.x;
@@ -226,47 +210,68 @@ __global__ void __launch_bounds__(kThreads) encode_kernel(EncodeParams p, int ca
     __syncthreads();
   }
 
-  // Initial tokens: one per byte; a special token's id at its first byte.
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    if (a.is_special[i] == 2) {
-      a.tok[i] = p.special.ids[a.tok[i]] | kSegStart;
-    } else if (a.is_special[i]) {
-      a.tok[i] = kDeleted;
+  // Initial tokens: one per byte; a special token's id at its first byte. Alongside, the
+  // segment starts (special tokens and pieces) are listed, in order, in next_rank.
+  const int per = (n + kThreads - 1) / kThreads;
+  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
+  int my_starts = 0;
+  for (int i = lo; i < hi; ++i) {
+    const bool special = a.is_special[i] != 0;
+    const bool seg = special ? a.is_special[i] == 2 : byte_starts_segment(i, a.is_special, a.piece_start);
+    if (special) {
+      a.tok[i] = seg ? p.special.ids[a.tok[i]] | kSegStart : kDeleted;
     } else {
-      const bool seg = byte_starts_segment(i, a.is_special, a.piece_start);
       a.tok[i] = v.byte_ids[a.text[i]] | (seg ? kSegStart : 0);
     }
+    my_starts += seg;
   }
+  int first_start, n_segments;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_starts, first_start, n_segments);
+  int32_t* seg_start = a.next_rank;
+  for (int i = lo; i < hi; ++i)
+    if (a.is_special[i] == 2 || (!a.is_special[i] && byte_starts_segment(i, a.is_special, a.piece_start)))
+      seg_start[first_start++] = i;
+  if (threadIdx.x == 0) seg_start[n_segments] = n;
   __syncthreads();
-  // Per segment, by the thread at its first byte: the whole-piece shortcut; else, for a short
-  // pre-tokenizer piece, merge_segment in place (no block-wide step waits on it); longer
-  // segments (and every segment in bytes mode, the paper's algorithm) go to the block passes.
+
+  // Each thread takes a run of consecutive segments: a special token stays one token; a
+  // segment whose bytes are a token becomes it (whole-piece shortcut); a short pre-tokenizer
+  // piece is merged in place by merge_segment (nothing block-wide waits on it); longer ones
+  // (and in bytes mode, the paper's algorithm, all of them) are left to the block passes.
+  // Then one scan places every segment's tokens: compaction comes for free.
   const int short_len = p.mode == kModeBytes ? 0 : kShortPieceLen;
-  const int scan_len = max(short_len, v.max_piece_len) + 1;
   uint8_t* fresh = reinterpret_cast<uint8_t*>(a.merged);  // scratch, disjoint per segment
+  const int seg_per = (n_segments + kThreads - 1) / kThreads;
+  const int seg_lo = min(n_segments, (int)threadIdx.x * seg_per);
+  const int seg_hi = min(n_segments, seg_lo + seg_per);
   bool has_long = false;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    if (a.is_special[i] || !starts_segment(a.tok[i])) continue;
-    int end = i + 1;
-    while (end < n && end - i < scan_len && !a.is_special[end] &&
-           !byte_starts_segment(end, a.is_special, a.piece_start))
-      ++end;
-    const bool capped = end < n && end - i == scan_len && !a.is_special[end] &&
-                        !byte_starts_segment(end, a.is_special, a.piece_start);
-    const int m = end - i;  // the segment's length, unless capped (then it is longer)
-    const int32_t whole = capped || m < 2 ? -1 : lookup_piece(v, a.text + i, m);
-    if (whole >= 0) {
-      a.tok[i] = whole | kSegStart;
-      for (int j = i + 1; j < end; ++j) a.tok[j] = kDeleted;
-    } else if (!capped && m <= short_len) {
-      const int k = merge_segment(v, a.tok + i, a.rank + i, fresh + i, m);
-      for (int j = i + k; j < end; ++j) a.tok[j] = kDeleted;
+  int my_tokens = 0;
+  for (int k = seg_lo; k < seg_hi; ++k) {
+    const int s0 = seg_start[k], m = seg_start[k + 1] - s0;
+    int count = m;
+    if (a.is_special[s0]) {
+      count = 1;
     } else {
-      has_long = true;
+      const int32_t whole = m < 2 ? -1 : lookup_piece(v, a.text + s0, m);
+      if (whole >= 0) {
+        a.tok[s0] = whole | kSegStart;
+        count = 1;
+      } else if (m <= short_len) {
+        count = merge_segment(v, a.tok + s0, a.rank + s0, fresh + s0, m);
+      } else {
+        has_long |= m > 1;
+      }
     }
+    a.rank[s0] = count;  // the segment's own scratch slot, read back below by this thread
+    my_tokens += count;
   }
+  int out_at;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_tokens, out_at, n);
+  for (int k = seg_lo; k < seg_hi; ++k)
+    for (int j = 0, s0 = seg_start[k], count = a.rank[s0]; j < count; ++j)
+      a.next_tok[out_at++] = a.tok[s0 + j];
   has_long = __syncthreads_or(has_long);
-  n = compact_deleted<kThreads>(a, n, tmp);
+  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
   if (has_long) {
     for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
     __syncthreads();

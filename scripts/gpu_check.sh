@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build against the machine's own jax, run the GPU tests, optionally the
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
-#   scripts/gpu_check.sh [test] [bench] [sanitize] [pytest -k expression via PYTEST_K]
+#   scripts/gpu_check.sh [test] [profile] [bench] [sanitize]
+# (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS)
 # Needs the shared data carried in .carry/data (see BUILD_NOTES.md) and, for the peers,
 # wheels in .whl/.
 set -uo pipefail
@@ -29,6 +30,11 @@ for stage in $stages; do
         > "$OUT/pytest_gpu.log" 2>&1; tail -25 "$OUT/pytest_gpu.log" ;;
     bench)
       python3 benchmarks/run_all.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
+    profile)
+      ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats python3 benchmarks/profile_kernel.py ${PROFILE_ARGS:-} \
+        > "$OUT/ncu.txt" 2>&1; grep -E "Duration|Throughput|Occupancy|Registers|Shared Memory|Stall|Warp Cycles|Eligible|Block Limit" "$OUT/ncu.txt" | head -40 ;;
     sanitize)
       for tool in memcheck racecheck initcheck synccheck; do
         compute-sanitizer --tool $tool --error-exitcode 3 python3 tests/sanitize_driver.py \

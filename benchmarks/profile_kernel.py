@@ -1,0 +1,35 @@
+"""One warm encode of 1024 x 4096 War and Peace bytes (cl100k), for ncu / compute-sanitizer.
+
+    ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 python3 benchmarks/profile_kernel.py
+"""
+
+import argparse
+
+import jax
+import numpy as np
+
+import blockbpe_jax as bb
+from blockbpe_jax import testing
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--vocab", default="cl100k")
+parser.add_argument("--batch", type=int, default=1024)
+parser.add_argument("--bytes", type=int, default=4096)
+parser.add_argument("--mode", default="exact")
+parser.add_argument("--block-size", type=int, default=256)
+parser.add_argument("--calls", type=int, default=3)
+args = parser.parse_args()
+
+root = testing.data_dir()
+tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[args.vocab][0])
+raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()
+texts = [raw[i * args.bytes:(i + 1) * args.bytes] for i in range(args.batch)]
+data, lengths = bb.pack_strings(texts, max_len=args.bytes)
+data, lengths = jax.device_put(data), jax.device_put(lengths)
+tables = tok.tables()
+f = jax.jit(lambda d, l, t: bb.encode(d, l, t, max_tokens=args.bytes, mode=args.mode,
+                                      block_size=args.block_size, check_lengths=False))
+for _ in range(args.calls):
+    ids, counts = f(data, lengths, tables)
+    counts.block_until_ready()
+print("tokens:", int(np.asarray(counts).sum()), "for", args.batch * args.bytes, "bytes")
