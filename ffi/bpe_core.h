@@ -9,13 +9,7 @@
 
 #include <cstdint>
 
-#ifndef BBPE_HD
-#if defined(__CUDACC__)
-#define BBPE_HD __host__ __device__ __forceinline__
-#else
-#define BBPE_HD inline
-#endif
-#endif
+#include "bbpe_hd.h"
 
 namespace bbpe {
 

@@ -295,6 +295,7 @@ cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+template <bool kCheck>
 ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths,
                        ffi::Buffer<ffi::S32> pair_table, ffi::Buffer<ffi::S32> byte_ids,
                        ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
@@ -302,14 +303,14 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
                        ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
                        int32_t mode, int32_t pad_id, int32_t max_piece_len, int32_t block_size,
                        ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
-                       ffi::Result<ffi::Buffer<ffi::U8>> workspace, bool check) {
+                       ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
   EncodeParams p;
   ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
                                       token_data, special_offsets, special_data, special_ids, mode,
                                       pad_id, max_piece_len, ids, counts, workspace, &p);
   if (err.failure()) return err;
   if (p.batch == 0) return ffi::Error::Success();
-  if (check) {
+  if (kCheck) {
     // The checked target reads the lengths back (one small copy and a stream sync) so that a
     // bad length is an exception; bbpe_encode_unchecked skips this and flags the row instead.
     std::vector<int32_t> host(p.batch);
@@ -333,26 +334,12 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
   return ffi::Error::Success();
 }
 
-template <bool kCheck>
-ffi::Error encode_cuda_entry(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths,
-                             ffi::Buffer<ffi::S32> pair_table, ffi::Buffer<ffi::S32> byte_ids,
-                             ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
-                             ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
-                             ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
-                             int32_t mode, int32_t pad_id, int32_t max_piece_len, int32_t block_size,
-                             ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
-                             ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
-  return encode_cuda(stream, data, lengths, pair_table, byte_ids, piece_table, token_offsets, token_data,
-                     special_offsets, special_data, special_ids, mode, pad_id, max_piece_len, block_size,
-                     ids, counts, workspace, kCheck);
-}
-
 }  // namespace
 }  // namespace bbpe
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCuda, bbpe::encode_cuda_entry<true>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCuda, bbpe::encode_cuda<true>,
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
 // No host read-back: a fixed launch on the stream, safe to capture in a CUDA graph.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked, bbpe::encode_cuda_entry<false>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked, bbpe::encode_cuda<false>,
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
                               {xla::ffi::Traits::kCmdBufferCompatible});

@@ -78,13 +78,7 @@
 
 #include <stdint.h>
 
-#ifndef BBPE_HD
-#if defined(__CUDACC__)
-#define BBPE_HD __host__ __device__ __forceinline__
-#else
-#define BBPE_HD inline
-#endif
-#endif
+#include "bbpe_hd.h"
 
 #include "unicode_table.h"
 

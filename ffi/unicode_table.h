@@ -19,13 +19,7 @@
 #pragma once
 #include <stdint.h>
 
-#ifndef BBPE_HD
-#if defined(__CUDACC__)
-#define BBPE_HD __host__ __device__ __forceinline__
-#else
-#define BBPE_HD inline
-#endif
-#endif
+#include "bbpe_hd.h"
 
 #define BBPE_UNICODE_VERSION "16.0.0"
 #define BBPE_UTAB_LIMIT 0x32400
