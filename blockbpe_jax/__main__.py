@@ -1,0 +1,7 @@
+"""`python -m blockbpe_jax ...` runs the `blockbpe-jax` command line tool."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,761 @@
+"""`blockbpe-jax`: tokenize files into .npz/.npy shards, benchmark, inspect a vocabulary.
+
+    blockbpe-jax encode book.txt -o out/ --vocab cl100k_base.tiktoken --split lines
+    blockbpe-jax encode data.jsonl --jsonl-field text -o out/ --tiktoken o200k_base --max-tokens 2048
+    blockbpe-jax bench --vocab cl100k_base.tiktoken            # War and Peace from the shared data
+    blockbpe-jax info --vocab tokenizer.json
+
+Exit status: 0 on success, 2 for a usage or input problem (missing file, bad vocabulary, bad
+option; one line on stderr naming the culprit), 1 when tokenization itself fails.
+Also runnable as `python -m blockbpe_jax`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, NamedTuple, Sequence
+
+import numpy as np
+
+PROG = "blockbpe-jax"
+SPLITS_HELP = "lines (one document per non-empty line), file (one per file), chunk:N (pieces of at most N bytes)"
+
+
+class CLIError(Exception):
+    """A usage or input problem: reported as one line, exit status 2."""
+
+    def __init__(self, message: str, prog: str = PROG):
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the usage block and exits; we want one line and our own exit path.
+    def error(self, message):
+        raise CLIError(f"{message} (see {self.prog} --help)", prog=self.prog)
+
+
+# --------------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------------
+
+
+def load_tokenizer(vocab: str | os.PathLike | None = None, tiktoken_name: str | None = None):
+    """A Tokenizer from a vocabulary path (file, or a directory holding tokenizer.json or
+    tokenizer.model) or a tiktoken encoding name (tiktoken's cache; TIKTOKEN_CACHE_DIR works
+    offline). Raises CLIError with a one-line message."""
+    import blockbpe_jax as bb
+
+    if vocab is not None and tiktoken_name is not None:
+        raise CLIError("give either --vocab or --tiktoken, not both")
+    if tiktoken_name is not None:
+        try:
+            import tiktoken
+        except ImportError:
+            raise CLIError("--tiktoken needs the tiktoken package (pip install tiktoken)") from None
+        try:
+            enc = tiktoken.get_encoding(tiktoken_name)
+        except ValueError as e:
+            if "Unknown encoding" in str(e):
+                names = ", ".join(tiktoken.list_encoding_names())
+                raise CLIError(f"unknown tiktoken encoding {tiktoken_name!r} (known: {names})") from None
+            raise CLIError(f"tiktoken encoding {tiktoken_name!r}: {_one_line(e)}") from None
+        except Exception as e:  # network / cache failures come in many types
+            cache = os.environ.get("TIKTOKEN_CACHE_DIR", "<tiktoken's default cache>")
+            raise CLIError(f"cannot load tiktoken encoding {tiktoken_name!r} ({type(e).__name__}: "
+                           f"{_one_line(e, 120)}); offline, point TIKTOKEN_CACHE_DIR at a cache that holds "
+                           f"it (now {cache}) or pass --vocab FILE") from None
+        try:
+            return bb.Tokenizer.from_tiktoken(enc)
+        except bb.VocabError as e:
+            raise CLIError(str(e)) from None
+    if vocab is None:
+        raise CLIError("no vocabulary: give --vocab PATH or --tiktoken NAME")
+    path = Path(vocab).expanduser()
+    if not path.exists():
+        raise CLIError(f"{path}: vocabulary not found")
+    if path.is_dir():
+        for name in ("tokenizer.json", "tokenizer.model"):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise CLIError(f"{path}: a directory without tokenizer.json or tokenizer.model")
+    try:
+        return bb.Tokenizer.from_file(path)
+    except bb.VocabError as e:
+        raise CLIError(_one_line(e)) from None
+    except (OSError, UnicodeError) as e:
+        raise CLIError(f"{path}: cannot read vocabulary: {_one_line(e)}") from None
+
+
+def _shared_vocab_default() -> Path | None:
+    from ._data import find_data_dir
+
+    root = find_data_dir()
+    path = root / "vocab" / "tiktoken" / "cl100k_base.tiktoken" if root else None
+    return path if path is not None and path.is_file() else None
+
+
+def _one_line(e: BaseException | str, limit: int = 300) -> str:
+    text = str(e).strip()
+    text = text.splitlines()[0] if text else type(e).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse_allowed_special(text: str, tok):
+    """"none" | "all" | "A,B,..." -> the `allowed_special` argument of encode."""
+    if text in ("none", "all"):
+        return text
+    names = [s for s in text.split(",") if s]
+    unknown = [s for s in names if s not in tok.vocab.special_tokens]
+    if unknown:
+        known = sorted(tok.vocab.special_tokens)
+        shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
+        raise CLIError(f"--allowed-special: {', '.join(unknown)} not special tokens of "
+                       f"{tok.vocab.name} (known: {shown or 'none'})")
+    return set(names)
+
+
+def _check_mode(tok, mode: str, device=None) -> None:
+    """Fails early (CLIError) when `mode` cannot run with this vocabulary and build."""
+    import jax
+
+    from . import ops
+    from .tokenizer import pack_strings
+
+    device = device or jax.devices()[0]
+    data, lengths = pack_strings([b"ok"], max_len=16)
+    try:  # one tiny call: the same checks and errors as the real thing
+        ops.encode(jax.device_put(data, device), jax.device_put(lengths, device),
+                   tok.tables("none", device), max_tokens=16, mode=mode)
+    except (ValueError, jax.errors.JaxRuntimeError) as e:
+        raise CLIError(f"--mode {mode}: {_one_line(e)}") from None
+
+
+def _device(name: str | None):
+    import jax
+
+    if name is None:
+        return jax.devices()[0]
+    try:
+        return jax.devices(name)[0]
+    except RuntimeError as e:
+        raise CLIError(f"--device {name}: {_one_line(e)}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Documents
+# --------------------------------------------------------------------------------------------
+
+
+class Doc(NamedTuple):
+    data: bytes
+    file_index: int
+    position: int  # 1-based line for lines/jsonl, byte offset for chunk, 0 for file
+    consumed: int  # input bytes this document accounts for (progress)
+
+
+def parse_split(text: str) -> tuple[str, int]:
+    if text in ("lines", "file"):
+        return text, 0
+    if text.startswith("chunk:"):
+        try:
+            n = int(text[6:])
+        except ValueError:
+            n = 0
+        if n >= 4:
+            return "chunk", n
+    raise CLIError(f"--split {text!r}: expected {SPLITS_HELP}; N >= 4")
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _check_utf8(data: bytes, path: Path, where: str) -> None:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CLIError(f"{path}:{where}: not valid UTF-8 (byte {e.start}: {e.reason})") from None
+
+
+def chunk_cuts(data: bytes, n: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of consecutive pieces of at most n bytes, each ending on a UTF-8 character
+    boundary, cut just before the last whitespace of the piece's second half when there is one
+    (pre-tokenizer pieces start with their space, so such a cut changes few tokens)."""
+    i, size = 0, len(data)
+    while i < size:
+        j = min(size, i + n)
+        if j < size:
+            ws = max(data.rfind(c, i + n // 2, j) for c in (b" ", b"\n", b"\t", b"\r"))
+            if ws > i:
+                j = ws
+            else:
+                while j > i and (data[j] & 0xC0) == 0x80:
+                    j -= 1
+                if j == i:  # cannot happen in valid UTF-8 with n >= 4
+                    j = min(size, i + n)
+        yield i, j
+        i = j
+
+
+def iter_documents(paths: Sequence[Path], split: str, chunk: int, jsonl_field: str | None
+                   ) -> Iterator[Doc]:
+    for fi, path in enumerate(paths):
+        if jsonl_field is not None:
+            with _open_binary(path) as f:
+                for line_no, line in enumerate(f, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        obj = json.loads(line)
+                    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                        raise CLIError(f"{path}:{line_no}: not valid JSON: {_one_line(e)}") from None
+                    if not isinstance(obj, dict) or jsonl_field not in obj:
+                        raise CLIError(f"{path}:{line_no}: no field {jsonl_field!r} (--jsonl-field)")
+                    text = obj[jsonl_field]
+                    if not isinstance(text, str):
+                        raise CLIError(f"{path}:{line_no}: field {jsonl_field!r} is "
+                                       f"{type(text).__name__}, not a string")
+                    yield Doc(text.encode("utf-8", "surrogatepass"), fi, line_no, len(line))
+        elif split == "lines":
+            with _open_binary(path) as f:
+                for line_no, line in enumerate(f, start=1):
+                    body = line[:-1] if line.endswith(b"\n") else line
+                    if body.endswith(b"\r"):
+                        body = body[:-1]
+                    if not body:
+                        continue
+                    _check_utf8(body, path, str(line_no))
+                    yield Doc(body, fi, line_no, len(line))
+        else:
+            with _open_binary(path) as f:
+                data = f.read()
+            _check_utf8(data, path, "")
+            if split == "file":
+                yield Doc(data, fi, 0, len(data))
+            else:
+                for a, b in chunk_cuts(data, chunk):
+                    yield Doc(data[a:b], fi, a, b - a)
+
+
+# --------------------------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------------------------
+
+
+class Progress:
+    """tqdm over input bytes when importable, else a plain counter on stderr."""
+
+    def __init__(self, total: int | None, enabled: bool):
+        self.bar = None
+        self.total = total
+        self.enabled = enabled
+        self.done = self.docs = 0
+        self.last = 0.0
+
+    def _start(self) -> None:  # lazily, so errors found before the first batch print one line
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self.enabled = "counter"
+            return
+        self.bar = tqdm(total=self.total, unit="B", unit_scale=True, unit_divisor=1024,
+                        desc="encode", file=sys.stderr, dynamic_ncols=True)
+
+    def update(self, nbytes: int, ndocs: int) -> None:
+        if self.enabled is True and self.bar is None:
+            self._start()
+        self.done += nbytes
+        self.docs += ndocs
+        if self.bar is not None:
+            self.bar.update(nbytes)
+            self.bar.set_postfix(docs=self.docs, refresh=False)
+        elif self.enabled == "counter" and time.monotonic() - self.last > 0.5:
+            self.last = time.monotonic()
+            print(f"\rencode: {self.docs} documents, {self.done / 1e6:.2f} MB", end="",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled == "counter":
+            print(f"\rencode: {self.docs} documents, {self.done / 1e6:.2f} MB", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------------------------
+# encode
+# --------------------------------------------------------------------------------------------
+
+
+class ShardWriter:
+    def __init__(self, out: Path, prefix: str, fmt: str, max_tokens: int | None, pad_id: int,
+                 shard_size: int):
+        self.out, self.prefix, self.fmt = out, prefix, fmt
+        self.max_tokens, self.pad_id, self.shard_size = max_tokens, pad_id, shard_size
+        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.pending = 0
+        self.shards: list[dict] = []
+
+    def add(self, ids: np.ndarray, counts: np.ndarray, file_index: np.ndarray, position: np.ndarray):
+        start = 0
+        while start < len(counts):
+            take = min(len(counts) - start, self.shard_size - self.pending)
+            sl = slice(start, start + take)
+            self.rows.append((ids[sl], counts[sl], file_index[sl], position[sl]))
+            self.pending += take
+            start += take
+            if self.pending == self.shard_size:
+                self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        counts = np.concatenate([r[1] for r in self.rows])
+        width = self.max_tokens or max(1, int(counts.max()))
+        ids = np.full((len(counts), width), self.pad_id, dtype=np.int32)
+        row = 0
+        for part, c, _, _ in self.rows:
+            w = min(width, part.shape[1])
+            ids[row:row + len(c), :w] = part[:, :w]
+            row += len(c)
+        arrays = dict(ids=ids, counts=counts.astype(np.int32),
+                      file_index=np.concatenate([r[2] for r in self.rows]).astype(np.int32),
+                      position=np.concatenate([r[3] for r in self.rows]).astype(np.int64))
+        k = len(self.shards)
+        if self.fmt == "npz":
+            names = [f"{self.prefix}{k:05d}.npz"]
+            np.savez(self.out / names[0], **arrays)
+        else:
+            names = []
+            for key, arr in arrays.items():
+                names.append(f"{self.prefix}{k:05d}.{key}.npy")
+                np.save(self.out / names[-1], arr)
+        self.shards.append(dict(files=names, documents=int(len(counts)), width=int(width),
+                                tokens=int(np.minimum(counts, width).sum())))
+        self.rows, self.pending = [], 0
+
+
+def cmd_encode(args) -> int:
+    import jax
+
+    from . import ops
+    from .tokenizer import pack_strings
+
+    paths = [Path(p).expanduser() for p in args.inputs]
+    for p in paths:
+        if not p.exists():
+            raise CLIError(f"{p}: no such file")
+        if not p.is_file():
+            raise CLIError(f"{p}: not a regular file")
+    split, chunk = parse_split(args.split)
+    for name, val in (("--batch-size", args.batch_size), ("--shard-size", args.shard_size),
+                      ("--max-tokens", args.max_tokens), ("--max-len", args.max_len)):
+        if val is not None and val < 1:
+            raise CLIError(f"{name} must be a positive integer, got {val}")
+    if chunk and args.max_len and chunk > args.max_len:
+        raise CLIError(f"--split chunk:{chunk} makes documents longer than --max-len {args.max_len}")
+    tok = load_tokenizer(args.vocab, args.tiktoken)
+    device = _device(args.device)
+    _check_mode(tok, args.mode, device)
+    allowed = parse_allowed_special(args.allowed_special, tok)
+
+    out = Path(args.output).expanduser()
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"{out}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / f"{args.prefix}manifest.json"
+    if manifest_path.exists() and not args.overwrite:
+        raise CLIError(f"{manifest_path}: output exists (use --overwrite or another --output)")
+
+    total = None if any(p.suffix == ".gz" for p in paths) else sum(p.stat().st_size for p in paths)
+    progress = Progress(total, enabled=not args.quiet)
+    writer = ShardWriter(out, args.prefix, args.format, args.max_tokens, args.pad_id, args.shard_size)
+    tokens_total = truncated = docs_total = 0
+    t0 = time.perf_counter()
+
+    tables = tok.tables(allowed, device)  # on the chosen device (else JAX's default device)
+
+    def launch(batch: list[Doc]):
+        blobs = [d.data for d in batch]
+        if args.max_len is not None:
+            longest = max(range(len(blobs)), key=lambda i: len(blobs[i]))
+            if len(blobs[longest]) > args.max_len:
+                d = batch[longest]
+                where = f"line {d.position}" if d.position and split != "chunk" else f"byte {d.position}"
+                raise CLIError(f"{paths[d.file_index]}: document at {where} has {len(d.data)} bytes, "
+                               f"more than --max-len {args.max_len} (use --split chunk:N)")
+        data, lengths = pack_strings(blobs, max_len=args.max_len)
+        width = args.max_tokens or data.shape[1]  # tokens <= bytes: never truncates
+        enc = ops.encode(jax.device_put(data, device), jax.device_put(lengths, device), tables,
+                         max_tokens=width, pad_id=args.pad_id, mode=args.mode,
+                         block_size=args.block_size, check_lengths=False)  # packed: valid
+        return enc, batch
+
+    def finish(pending) -> None:
+        nonlocal tokens_total, truncated, docs_total
+        enc, batch = pending
+        ids, counts = jax.device_get((enc.ids, enc.counts))
+        if args.max_tokens is None:  # trim the never-truncating width to what was used
+            ids = ids[:, : max(1, int(counts.max()))]
+        writer.add(ids, counts, np.fromiter((d.file_index for d in batch), np.int32, len(batch)),
+                   np.fromiter((d.position for d in batch), np.int64, len(batch)))
+        tokens_total += int(counts.sum())
+        if args.max_tokens is not None:
+            truncated += int((counts > args.max_tokens).sum())
+        docs_total += len(batch)
+        progress.update(sum(d.consumed for d in batch), len(batch))
+
+    try:
+        pending = None
+        batch: list[Doc] = []
+        for doc in iter_documents(paths, split, chunk, args.jsonl_field):
+            batch.append(doc)
+            if len(batch) == args.batch_size:
+                launched = launch(batch)  # dispatch is asynchronous: the device works while
+                if pending is not None:    # we read and pack the next batch
+                    finish(pending)
+                pending, batch = launched, []
+        if batch:
+            launched = launch(batch)
+            if pending is not None:
+                finish(pending)
+            pending = launched
+        if pending is not None:
+            finish(pending)
+        writer.flush()
+    finally:
+        progress.close()
+    elapsed = time.perf_counter() - t0
+
+    manifest = dict(
+        tool=f"{PROG} {_version()}", vocab=tok.vocab.name, vocab_source=tok.vocab.source,
+        n_vocab=tok.vocab.n_vocab, mode=args.mode, split=args.split, jsonl_field=args.jsonl_field,
+        allowed_special=sorted(allowed) if isinstance(allowed, set) else allowed,
+        pad_id=args.pad_id, max_tokens=args.max_tokens, max_len=args.max_len,
+        inputs=[str(p) for p in paths], documents=docs_total, tokens=tokens_total,
+        truncated_documents=truncated, format=args.format, shards=writer.shards,
+        arrays=dict(ids="int32[N, T] token ids, pad_id after counts[i] tokens",
+                    counts="int32[N] true token counts (> T: truncated to T)",
+                    file_index="int32[N] index into inputs", position="int64[N] line (lines, "
+                    "jsonl) or byte offset (chunk) of the document in its input; 0 for file"),
+        device=str(device), seconds=round(elapsed, 3),
+    )
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    mb = sum(p.stat().st_size for p in paths) / 1e6
+    print(f"{docs_total} documents, {tokens_total} tokens -> {len(writer.shards)} shard(s) in {out} "
+          f"({elapsed:.1f} s, {mb / max(elapsed, 1e-9):.1f} MB/s of input)")
+    if truncated:
+        print(f"warning: {truncated} document(s) had more than --max-tokens {args.max_tokens} tokens "
+              f"and were truncated (counts hold their true lengths)", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# bench
+# --------------------------------------------------------------------------------------------
+
+
+def make_excerpts(raw: bytes, batch: int, nbytes: int) -> list[bytes]:
+    """`batch` consecutive excerpts of at most `nbytes` bytes ending on character boundaries,
+    cycling through `raw` if it is short."""
+    out, i = [], 0
+    while len(out) < batch:
+        if i >= len(raw):
+            i = 0
+        j = min(len(raw), i + nbytes)
+        while j > i and j < len(raw) and (raw[j] & 0xC0) == 0x80:
+            j -= 1
+        out.append(raw[i:j])
+        i = j
+    return out
+
+
+def _median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def cmd_bench(args) -> int:
+    import jax
+
+    from . import ops
+    from .tokenizer import pack_strings
+
+    if args.file is not None:
+        path = Path(args.file).expanduser()
+        if not path.is_file():
+            raise CLIError(f"{path}: no such file")
+    else:
+        from ._data import find_data_dir
+
+        root = find_data_dir()
+        path = root / "corpus" / "war_and_peace_en.txt" if root else None
+        if path is None or not path.is_file():
+            raise CLIError("no input: give a FILE (the shared War and Peace was not found; "
+                           "set BLOCKBPE_DATA)")
+    vocab = args.vocab
+    if vocab is None and args.tiktoken is None:
+        vocab = _shared_vocab_default()
+        if vocab is None:
+            raise CLIError("no vocabulary: give --vocab PATH or --tiktoken NAME")
+    for name, val in (("--batch", args.batch), ("--bytes", args.bytes), ("--repeats", args.repeats)):
+        if val < 1:
+            raise CLIError(f"{name} must be a positive integer, got {val}")
+    tok = load_tokenizer(vocab, args.tiktoken)
+    device = _device(args.device)
+    _check_mode(tok, args.mode, device)
+    raw = (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")).read()
+    _check_utf8(raw, path, "")
+    if not raw:
+        raise CLIError(f"{path}: empty file")
+    texts = make_excerpts(raw, args.batch, args.bytes)
+    nbytes = sum(map(len, texts))
+    data, lengths = pack_strings(texts, max_len=args.bytes)
+    T = args.bytes  # tokens <= bytes
+
+    d_data, d_len = jax.device_put(data, device), jax.device_put(lengths, device)
+    tables = tok.tables("none", device)
+    # The tables are an argument: closed over, they would be embedded in the program.
+    run = jax.jit(lambda d, n, t: ops.encode(d, n, t, max_tokens=T, mode=args.mode,
+                                             block_size=args.block_size, check_lengths=False))
+    t = time.perf_counter()
+    ids, counts = jax.block_until_ready(run(d_data, d_len, tables))
+    compile_s = time.perf_counter() - t
+    dev_s = _median_time(lambda: jax.block_until_ready(run(d_data, d_len, tables)), args.repeats)
+
+    def end_to_end():
+        dd, ll = pack_strings(texts, max_len=args.bytes)
+        jax.device_get(run(jax.device_put(dd, device), jax.device_put(ll, device), tables))
+
+    e2e_s = _median_time(end_to_end, args.repeats)
+    ntok = int(np.asarray(counts).sum())
+    result = dict(vocab=tok.vocab.name, mode=args.mode, device=str(device), file=str(path),
+                  batch=args.batch, bytes_per_string=args.bytes, input_bytes=nbytes, tokens=ntok,
+                  block_size=args.block_size, repeats=args.repeats, compile_s=round(compile_s, 3),
+                  device_s=dev_s, device_MBps=nbytes / dev_s / 1e6, tokens_per_s=ntok / dev_s,
+                  end_to_end_s=e2e_s, end_to_end_MBps=nbytes / e2e_s / 1e6)
+    if args.compare_tiktoken:
+        result.update(_bench_tiktoken(tok, texts, args, np.asarray(ids), np.asarray(counts), nbytes))
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{tok.vocab.name}, mode={args.mode}, {device}: {args.batch} x {args.bytes} B "
+          f"({nbytes / 1e6:.2f} MB, {ntok} tokens) from {path.name}")
+    print(f"  on-device encode : {result['device_MBps']:9.2f} MB/s  {ntok / dev_s / 1e6:7.2f} M tokens/s "
+          f"(median of {args.repeats}; compile {compile_s:.2f} s)")
+    print(f"  end to end       : {result['end_to_end_MBps']:9.2f} MB/s  (pack + copy in + encode + copy out)")
+    if "tiktoken_MBps" in result:
+        print(f"  tiktoken (host)  : {result['tiktoken_MBps']:9.2f} MB/s  "
+              f"ids equal: {result['tiktoken_ids_equal']}")
+    return 0
+
+
+def _bench_tiktoken(tok, texts, args, ids, counts, nbytes) -> dict:
+    try:
+        import tiktoken
+    except ImportError:
+        raise CLIError("--compare-tiktoken needs the tiktoken package") from None
+    v = tok.vocab
+    pattern = v.pattern if args.mode == "exact" else r"(?s:.+)"
+    special = v.special_ids
+    enc = tiktoken.Encoding(f"{v.name}_bench", pat_str=pattern, special_tokens=dict(v.special_tokens),
+                            mergeable_ranks={b: i for i, b in enumerate(v.token_bytes)
+                                             if b is not None and i not in special})
+    strs = [t.decode("utf-8") for t in texts]
+    ref = enc.encode_ordinary_batch(strs)
+    secs = _median_time(lambda: enc.encode_ordinary_batch(strs), args.repeats)
+    equal = all(int(counts[b]) == len(r) and ids[b, : len(r)].tolist() == r for b, r in enumerate(ref))
+    return dict(tiktoken_s=secs, tiktoken_MBps=nbytes / secs / 1e6, tiktoken_ids_equal=equal)
+
+
+# --------------------------------------------------------------------------------------------
+# info
+# --------------------------------------------------------------------------------------------
+
+
+def exact_mode_status(tok) -> tuple[bool, str]:
+    """(usable, explanation) for mode="exact" with this vocabulary in this build."""
+    try:
+        _check_mode(tok, "exact")
+    except CLIError as e:
+        return False, str(e).removeprefix("--mode exact: ")
+    return True, f"yes (pre-tokenizer {tok.vocab.pattern_name})"
+
+
+def cmd_info(args) -> int:
+    import jax
+
+    from . import ops
+
+    tok = load_tokenizer(args.vocab, args.tiktoken)
+    v = tok.vocab
+    tables = dict(zip(("pair_table", "byte_ids", "piece_table", "token_offsets", "token_data",
+                       "special_offsets", "special_data", "special_ids"),
+                      tok.host_tables("all" if v.special_tokens else "none")))
+    exact_ok, exact_text = exact_mode_status(tok)
+    specials = sorted(v.special_tokens.items(), key=lambda kv: kv[1])
+    info = dict(
+        name=v.name, source=v.source, n_vocab=v.n_vocab, mergeable_tokens=len(v.mergeable_ids),
+        merges=len(v.merges), special_tokens=dict(specials), pattern_name=v.pattern_name,
+        pattern=v.pattern, whole_piece_shortcut=v.whole_piece_shortcut, unsupported=v.unsupported,
+        exact_mode=exact_ok, exact_mode_detail=exact_text, max_piece_len=tok.max_piece_len,
+        table_bytes=sum(a.nbytes for a in tables.values()),
+        tables={k: dict(shape=list(a.shape), dtype=str(a.dtype), bytes=int(a.nbytes))
+                for k, a in tables.items()},
+        cuda_module=ops.HAS_CUDA_MODULE, devices=[str(d) for d in jax.devices()],
+    )
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    shown = specials if args.all_specials else specials[:10]
+    special_text = ", ".join(f"{s}={i}" for s, i in shown)
+    if len(shown) < len(specials):
+        special_text += f", ... ({len(specials) - len(shown)} more; --all-specials)"
+    rows = [
+        ("vocabulary", v.name),
+        ("source", v.source),
+        ("n_vocab", f"{v.n_vocab} ({len(v.mergeable_ids)} mergeable, {len(v.merges)} merge pairs)"),
+        ("special tokens", f"{len(specials)}" + (f": {special_text}" if specials else "")),
+        ("pattern", f"{v.pattern_name or 'unrecognised'}: {v.pattern}"),
+        ("whole-piece shortcut", "yes" if v.whole_piece_shortcut else "no"),
+        ("exact mode", exact_text if exact_ok else f"no: {exact_text}"),
+        ("bytes mode", "yes"),
+        ("max piece length", f"{tok.max_piece_len} bytes"),
+        ("table bytes", f"{info['table_bytes']:,} ("
+         + ", ".join(f"{k} {a.nbytes:,}" for k, a in tables.items()) + ")"),
+        ("backends", f"cpu{', cuda' if ops.HAS_CUDA_MODULE else ''} built; JAX devices: "
+         + ", ".join(info["devices"])),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, val in rows:
+        print(f"{k:<{width}}  {val}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Parser and entry point
+# --------------------------------------------------------------------------------------------
+
+
+def _version() -> str:
+    try:
+        from . import __version__
+
+        return __version__
+    except ImportError:  # pragma: no cover
+        return "?"
+
+
+def _add_vocab_options(p, required_hint: str) -> None:
+    g = p.add_argument_group("vocabulary")
+    g.add_argument("--vocab", metavar="PATH",
+                   help=".tiktoken file, Llama-3 tokenizer.model, tokenizer.json, or a directory "
+                        "holding one" + required_hint)
+    g.add_argument("--tiktoken", metavar="NAME",
+                   help="tiktoken encoding name (e.g. cl100k_base), loaded through tiktoken's cache "
+                        "(TIKTOKEN_CACHE_DIR works offline)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Byte-level BPE tokenization on the GPU (JAX FFI).",
+                     epilog="Exit status: 0 ok, 2 usage/input error, 1 tokenization failure.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    e = sub.add_parser("encode", help="tokenize text or JSONL files into .npz/.npy shards",
+                       description="Tokenize text or JSONL files into .npz (or .npy) shards holding "
+                                   "ids int32[N, T], counts int32[N] (true counts), file_index "
+                                   "int32[N], position int64[N], plus a manifest.json.")
+    e.add_argument("inputs", nargs="+", metavar="FILE", help="UTF-8 text or JSONL files (.gz ok)")
+    e.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    _add_vocab_options(e, " (this or --tiktoken is required)")
+    e.add_argument("--mode", choices=("exact", "bytes"), default="exact",
+                   help="exact: ids equal to tiktoken / HF (default); bytes: BlockBPE paper mode")
+    e.add_argument("--split", default="lines", metavar="HOW", help=f"documents: {SPLITS_HELP}; "
+                   "default lines (ignored with --jsonl-field)")
+    e.add_argument("--jsonl-field", metavar="FIELD",
+                   help="inputs are JSONL; each line's FIELD (a string) is one document")
+    e.add_argument("--max-tokens", type=int, metavar="T",
+                   help="fixed width of ids; longer documents are truncated (counts keep true "
+                        "lengths). Default: no truncation, each shard as wide as its longest")
+    e.add_argument("--max-len", type=int, metavar="L",
+                   help="byte width of each batch (static shape; documents longer than L are an "
+                        "error). Default: the longest in the batch, rounded up to a power of two")
+    e.add_argument("--batch-size", type=int, default=256, metavar="B", help="documents per encode call")
+    e.add_argument("--shard-size", type=int, default=65536, metavar="N", help="documents per shard")
+    e.add_argument("--allowed-special", default="none", metavar="WHICH",
+                   help="special tokens recognised in the text: none (default), all, or A,B,...")
+    e.add_argument("--pad-id", type=int, default=0)
+    e.add_argument("--block-size", type=int, default=256, choices=(256, 512, 1024),
+                   help="CUDA threads per string")
+    e.add_argument("--device", choices=("cpu", "gpu"), help="default: JAX's default device")
+    e.add_argument("--format", choices=("npz", "npy"), default="npz",
+                   help="npz: one file per shard; npy: one file per array per shard")
+    e.add_argument("--prefix", default="shard-", help="shard file name prefix (default shard-)")
+    e.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    e.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    e.set_defaults(func=cmd_encode)
+
+    b = sub.add_parser("bench", help="quick local throughput on a file (default: War and Peace)",
+                       description="Encode a batch of excerpts of FILE (default: the shared War and "
+                                   "Peace) and report MB/s, on the device and end to end.")
+    b.add_argument("file", nargs="?", metavar="FILE", help="UTF-8 text (.gz ok)")
+    _add_vocab_options(b, " (default: the shared cl100k_base.tiktoken)")
+    b.add_argument("--mode", choices=("exact", "bytes"), default="exact")
+    b.add_argument("--batch", type=int, default=256, help="strings per call (default 256)")
+    b.add_argument("--bytes", type=int, default=512, help="bytes per string (default 512)")
+    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--block-size", type=int, default=256, choices=(256, 512, 1024))
+    b.add_argument("--device", choices=("cpu", "gpu"))
+    b.add_argument("--compare-tiktoken", action="store_true",
+                   help="also time tiktoken on the same excerpts and check the ids are equal")
+    b.add_argument("--json", action="store_true", help="print a JSON object")
+    b.set_defaults(func=cmd_bench)
+
+    i = sub.add_parser("info", help="describe a vocabulary",
+                       description="Vocabulary size, special tokens, pre-tokenizer pattern, exact "
+                                   "mode support, device table sizes.")
+    _add_vocab_options(i, " (this or --tiktoken is required)")
+    i.add_argument("--all-specials", action="store_true", help="list every special token")
+    i.add_argument("--json", action="store_true", help="print a JSON object")
+    i.set_defaults(func=cmd_info)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except CLIError as e:
+        print(f"{e.prog}: error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help / --version
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        import jax
+
+        if isinstance(e, jax.errors.JaxRuntimeError):
+            print(f"{PROG}: error: tokenization failed: {_one_line(e)}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
