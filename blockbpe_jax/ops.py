@@ -188,7 +188,11 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
             raise ValueError("encode: EncodeTables fix the allowed specials; choose them with "
                              "tok.tables(allowed_special=...) instead")
     else:
-        tables = tokenizer.tables("none" if allowed_special is None else allowed_special)
+        # Tables go where the data is (a concrete single-device array); under a trace, to
+        # JAX's default device.
+        devices = () if isinstance(data, jax.core.Tracer) else data.devices()
+        device = next(iter(devices)) if len(devices) == 1 else None
+        tables = tokenizer.tables("none" if allowed_special is None else allowed_special, device)
     call = _encode_call(resolve_mode(tables, mode), int(pad_id), tables.max_piece_len,
                         int(block_size), int(max_tokens), bool(check_lengths))
     ids, counts = call(data, lengths, *tables.operands())

@@ -84,7 +84,9 @@ class Tokenizer:
         with self._lock:
             cached = self._device_cache.get(key)
         if cached is None:
-            arrays = [jax.device_put(a, device) for a in self.host_tables(allowed_special)]
+            # Concrete arrays even when first asked for inside a trace (no tracer is cached).
+            with jax.ensure_compile_time_eval():
+                arrays = [jax.device_put(a, device) for a in self.host_tables(allowed_special)]
             vocab = self.vocab
             if vocab.unsupported:
                 exact, error = -1, vocab.unsupported
@@ -117,8 +119,8 @@ class Tokenizer:
         data = jax.device_put(data, device)
         lengths = jax.device_put(lengths, device)
         # pack_strings guarantees 0 <= lengths <= L: no need for the handler's read-back.
-        return ops.encode(data, lengths, self, max_tokens=max_tokens or data.shape[1],
-                          pad_id=pad_id, allowed_special=allowed_special, mode=mode,
+        return ops.encode(data, lengths, self.tables(allowed_special, device),
+                          max_tokens=max_tokens or data.shape[1], pad_id=pad_id, mode=mode,
                           block_size=block_size, check_lengths=False)
 
     def decode_bytes(self, ids, counts) -> list[bytes]:

@@ -148,3 +148,24 @@ def test_handler_rejects_malformed_tables(tok):
         broken[index] = bad
         with pytest.raises(jax.errors.JaxRuntimeError, match=message):
             call(broken)
+
+
+def test_tables_first_built_inside_jit_are_concrete(data_dir):
+    import blockbpe_jax.tokenizer as tk
+    fresh = tk.Tokenizer(load_tokenizer("r50k", "tiktoken").vocab)  # empty table cache
+    data, lengths = _packed(jax.devices("cpu")[0])
+    f = jax.jit(lambda d, l: bb.encode(d, l, fresh, max_tokens=16, mode="bytes"))
+    first = f(data, lengths)
+    later = bb.encode(data, lengths, fresh, max_tokens=16, mode="bytes")  # no leaked tracer
+    np.testing.assert_array_equal(np.asarray(first.ids), np.asarray(later.ids))
+    assert all(isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer)
+               for a in fresh.tables().operands())
+
+
+def test_tables_follow_the_data_device(tok):
+    cpu = jax.devices("cpu")[0]
+    data, lengths = _packed(cpu)
+    out = bb.encode(data, lengths, tok, max_tokens=8, mode="bytes")
+    assert out.ids.devices() == {cpu}
+    ids, _ = tok.encode_batch(TEXTS, device=cpu, mode="bytes")
+    assert ids.devices() == {cpu}
