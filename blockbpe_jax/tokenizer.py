@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from typing import Sequence
@@ -12,14 +13,16 @@ import numpy as np
 
 from . import _blockbpe_cpu, ops
 from .tables import build_special_tables, build_vocab_tables
-from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json
+from .vocab import (Vocab, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json,
+                    vocab_from_tokenizer_json)
 
 
 class Tokenizer:
     """Byte-level BPE vocabulary ready for `blockbpe_jax.encode`.
 
     Build one with `Tokenizer.from_file(path)` (a `.tiktoken` rank file, a Llama-3
-    `tokenizer.model`, or an HF `tokenizer.json`) or `Tokenizer.from_tiktoken(encoding)`.
+    `tokenizer.model`, or an HF `tokenizer.json`), `from_tiktoken(encoding)`,
+    `from_tiktoken_name("cl100k_base")` or `from_hf(tokenizers.Tokenizer)`.
     Host tables are built once; device copies are cached per (device, allowed specials).
     """
 
@@ -40,7 +43,22 @@ class Tokenizer:
 
     @classmethod
     def from_tiktoken(cls, encoding) -> "Tokenizer":
+        """From a `tiktoken.Encoding` (its ranks, specials and pattern)."""
         return cls(from_tiktoken_encoding(encoding))
+
+    @classmethod
+    def from_tiktoken_name(cls, name: str) -> "Tokenizer":
+        """From a tiktoken encoding name, through tiktoken's cache (TIKTOKEN_CACHE_DIR works
+        offline)."""
+        import tiktoken
+
+        return cls.from_tiktoken(tiktoken.get_encoding(name))
+
+    @classmethod
+    def from_hf(cls, tokenizer) -> "Tokenizer":
+        """From a `tokenizers.Tokenizer` (byte-level BPE), via its JSON serialisation."""
+        doc = json.loads(tokenizer.to_str())
+        return cls(vocab_from_tokenizer_json(doc, "<tokenizers.Tokenizer>"))
 
     def __repr__(self) -> str:
         return (f"Tokenizer({self.vocab.name!r}, n_vocab={self.vocab.n_vocab}, "

@@ -625,6 +625,12 @@ def load_tokenizer_json(path: str | os.PathLike) -> Vocab:
         raise VocabError(f"{path}: cannot read: {e}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise VocabError(f"{path}: not valid JSON: {e}") from e
+    return vocab_from_tokenizer_json(doc, path)
+
+
+def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
+    """The Vocab of a parsed tokenizer.json document; `path` names it in errors."""
+    path = Path(path)
     if not isinstance(doc, dict):
         raise VocabError(f"{path}: top level is not a JSON object")
     model = doc.get("model")

@@ -169,3 +169,27 @@ def test_tables_follow_the_data_device(tok):
     assert out.ids.devices() == {cpu}
     ids, _ = tok.encode_batch(TEXTS, device=cpu, mode="bytes")
     assert ids.devices() == {cpu}
+
+
+def test_loading_from_the_usual_places(data_dir, tmp_path, monkeypatch):
+    import tiktoken
+    from tokenizers import Tokenizer as HFTokenizer
+    from blockbpe_jax import testing
+    hf = HFTokenizer.from_file(str(data_dir / "vocab" / testing.VOCAB_FILES["o200k"][1]))
+    from_object = bb.Tokenizer.from_hf(hf)
+    from_file = load_tokenizer("o200k", "json")
+    assert from_object.vocab.token_bytes == from_file.vocab.token_bytes
+    assert from_object.vocab.merges == from_file.vocab.merges
+    text = "Hello wörld 12345 'll\n\n  x"
+    ids, counts = from_object.encode_batch([text])
+    assert np.asarray(ids)[0, :int(counts[0])].tolist() == hf.encode(text, add_special_tokens=False).ids
+    # A tiktoken encoding name through tiktoken's offline cache (TIKTOKEN_CACHE_DIR).
+    import hashlib
+    import shutil
+    src = data_dir / "vocab" / "tiktoken" / "r50k_base.tiktoken"
+    blob_url = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+    shutil.copy(src, tmp_path / hashlib.sha1(blob_url.encode()).hexdigest())
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    tiktoken.registry.ENCODINGS.pop("r50k_base", None)
+    by_name = bb.Tokenizer.from_tiktoken_name("r50k_base")
+    assert by_name.vocab.token_bytes == load_tokenizer("r50k", "tiktoken").vocab.token_bytes
