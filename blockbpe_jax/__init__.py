@@ -3,15 +3,20 @@
     tok = blockbpe_jax.Tokenizer.from_file("cl100k_base.tiktoken")
     ids, counts = blockbpe_jax.encode(data, lengths, tok, max_tokens=1024)   # jittable
 
-`data` is uint8[B, L] and `lengths` int32[B]; see `encode` for the options.
+`data` is uint8[B, L] and `lengths` int32[B]; see `encode` for the options. `decode` (ids back
+to bytes on the device), `finalize` (BOS/EOS, padding and truncation sides) and
+`attention_mask` are jittable too; `encode_sharded` runs encode per device of a mesh.
 """
 
-from .ops import HAS_CUDA_MODULE, Encoded, encode
+from .ops import HAS_CUDA_MODULE, Encoded, EncodeTables, encode
+from .postprocess import attention_mask, decode, finalize
+from .sharding import encode_sharded
 from .tokenizer import Tokenizer, pack_strings
 from .vocab import Vocab, VocabError, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json
 
 __all__ = [
-    "encode", "Encoded", "Tokenizer", "pack_strings", "Vocab", "VocabError",
+    "encode", "Encoded", "EncodeTables", "decode", "finalize", "attention_mask",
+    "encode_sharded", "Tokenizer", "pack_strings", "Vocab", "VocabError",
     "load_tiktoken_file", "load_tokenizer_json", "from_tiktoken_encoding", "HAS_CUDA_MODULE",
 ]
 __version__ = "0.1.0"
