@@ -36,21 +36,10 @@ REPO = Path(__file__).resolve().parents[1]
 FULL = os.environ.get("BLOCKBPE_FULL", "") not in ("", "0")
 CHUNKS = (1, 3, 7, 16, 64)
 
-O200K = "|".join([
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-    r"""\p{N}{1,3}""",
-    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
-    r"""\s*[\r\n]+""",
-    r"""\s+(?!\S)""",
-    r"""\s+""",
-])
-PATTERNS = {  # id -> (name, tiktoken pattern)
-    1: ("r50k", r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""),
-    2: ("cl100k", r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""),
-    3: ("o200k", O200K),
-    4: ("llama3", r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""),
-}
+from blockbpe_jax.vocab import KNOWN_PATTERNS  # noqa: E402
+
+PATTERNS = {pid: (name, KNOWN_PATTERNS[name])  # id -> (name, tiktoken pattern)
+            for pid, name in {1: "r50k", 2: "cl100k", 3: "o200k", 4: "llama3"}.items()}
 PATTERN_IDS = sorted(PATTERNS)
 TIKTOKEN_FILES = {1: "tiktoken/r50k_base.tiktoken", 2: "tiktoken/cl100k_base.tiktoken",
                   3: "tiktoken/o200k_base.tiktoken", 4: "llama3/tokenizer.model"}
