@@ -2,7 +2,10 @@
 //
 // A block loads its string into shared memory (or, past kSmemMaxLen bytes, into its slice of a
 // global workspace), marks special tokens and pre-tokenizer pieces, builds the initial byte
-// tokens, applies the whole-piece shortcut, and then runs merge passes. Each pass:
+// tokens and lists the segments (specials and pieces). Each thread then takes a run of
+// segments: whole-piece shortcut, or, for a piece of up to kShortPieceLen bytes, merge_segment
+// (bpe_core.h) in place; one scan packs the results. Longer segments, and every segment in bytes
+// mode (the paper's algorithm), go through block-wide merge passes. Each pass:
 //   1. segmented minimum of the cached pair ranks (block scan, SegMin),
 //   2. every pair whose rank is its segment's minimum is a candidate; leftmost-first selection
 //      and the surviving-token count come out of one block scan (MergeCarry),
