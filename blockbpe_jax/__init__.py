@@ -10,13 +10,14 @@ to bytes on the device), `finalize` (BOS/EOS, padding and truncation sides) and
 
 from .ops import HAS_CUDA_MODULE, Encoded, EncodeTables, encode
 from .postprocess import attention_mask, decode, finalize
+from .ragged import encode_ragged, pack_ragged
 from .sharding import encode_sharded
 from .tokenizer import Tokenizer, pack_strings
 from .vocab import Vocab, VocabError, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json
 
 __all__ = [
     "encode", "Encoded", "EncodeTables", "decode", "finalize", "attention_mask",
-    "encode_sharded", "Tokenizer", "pack_strings", "Vocab", "VocabError",
+    "encode_sharded", "encode_ragged", "pack_ragged", "Tokenizer", "pack_strings", "Vocab", "VocabError",
     "load_tiktoken_file", "load_tokenizer_json", "from_tiktoken_encoding", "HAS_CUDA_MODULE",
 ]
 __version__ = "0.1.0"

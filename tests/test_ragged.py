@@ -1,0 +1,50 @@
+"""Ragged input (flat bytes + offsets) gives exactly what padded input gives."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import blockbpe_jax as bb
+from blockbpe_jax import testing
+from blockbpe_jax.ragged import encode_ragged, pack_ragged, unflatten
+
+from helpers import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok(data_dir):
+    return load_tokenizer("cl100k", "tiktoken")
+
+
+def test_unflatten_equals_pack_strings():
+    texts = ["abc", "", "ünï", "x" * 40]
+    flat, offsets = pack_ragged(texts)
+    data, lengths = unflatten(flat, offsets, 64)
+    ref_data, ref_lengths = bb.pack_strings(texts, max_len=64)
+    np.testing.assert_array_equal(np.asarray(data), ref_data)
+    np.testing.assert_array_equal(np.asarray(lengths), ref_lengths)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(testing.mixed_text(), max_size=6))
+def test_encode_ragged_equals_padded(tok, drawn):
+    texts = drawn + ["tail"]  # at least one string
+    flat, offsets = pack_ragged(texts)
+    max_len = 1 << max(4, (max(len(t.encode()) for t in texts) - 1).bit_length())
+    ragged = jax.jit(lambda f, o, t: encode_ragged(f, o, t, max_len=max_len, max_tokens=max_len))(
+        flat, offsets, tok.tables())
+    padded = tok.encode_batch(texts, max_len=max_len)
+    np.testing.assert_array_equal(np.asarray(ragged.ids), np.asarray(padded.ids))
+    np.testing.assert_array_equal(np.asarray(ragged.counts), np.asarray(padded.counts))
+
+
+def test_too_long_string_is_refused_not_cut(tok):
+    flat, offsets = pack_ragged(["short", "x" * 100])
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"lengths\[1\] = 100 is outside \[0, 32\]"):
+        encode_ragged(flat, offsets, tok, max_len=32, max_tokens=32).ids.block_until_ready()
+    with pytest.raises(TypeError, match="offsets"):
+        encode_ragged(flat, offsets.astype(np.int64), tok, max_len=32, max_tokens=8)
