@@ -1,0 +1,471 @@
+"""Bad inputs (issue P5): each case raises a clear error of the right type whose message names
+the problem. CPU only.
+
+Cases already checked elsewhere are not repeated here (BUILD_NOTES.md has the full table):
+tests/test_primitive.py::test_bad_inputs_raise_clear_errors (int32 / 1-D data, int16 lengths,
+short lengths, host length 65 > 64, device length -1, max_tokens=0, block_size=128,
+mode="regex", unknown special, jitted length 99), test_bad_lengths_on_device,
+test_handler_rejects_malformed_tables; tests/test_vocab.py::test_malformed_tiktoken_line,
+test_malformed_tokenizer_json, test_tiktoken_missing_single_byte, test_tiktoken_empty_file,
+test_tiktoken_special_colliding_with_token, test_tokenizer_json_not_json,
+test_unsupported_features_load_with_reason; tests/test_fuzz.py::test_exactly_L_bytes_and_one_more
+(L+1 bytes through pack_strings, encode_batch, host and device lengths).
+
+Tests marked xfail(strict=True) pin down bugs found while writing this file (reported, not
+fixed here): they fail loudly once the bug is fixed, so the marker can be removed.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import re
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import blockbpe_jax as bb
+from blockbpe_jax import testing
+from blockbpe_jax.vocab import VocabError, bytes_to_unicode
+
+from helpers import load_tokenizer
+
+CPU = jax.devices("cpu")[0]
+TEXTS = ["hello world", "", "naïve café 12345", "<|endoftext|> x"]
+
+
+@pytest.fixture(scope="module")
+def tok(data_dir):
+    return load_tokenizer("cl100k", "tiktoken")
+
+
+@pytest.fixture(scope="module")
+def packed(tok):
+    return bb.pack_strings(TEXTS, max_len=32)
+
+
+# ---------------------------------------------------------------------------------------------
+# encode: data and lengths
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("convert, shown", [
+    (lambda d: d.astype(np.int8), r"int8\[4, 32\]"),
+    (lambda d: d.astype(np.uint16), r"uint16\[4, 32\]"),
+    (lambda d: d.astype(np.float32), r"float32\[4, 32\]"),
+    (lambda d: d.astype(bool), r"bool\[4, 32\]"),
+    (lambda d: d[None], r"uint8\[1, 4, 32\]"),
+    (lambda d: d.tolist(), r"int32\[4, 32\]"),  # a nested list becomes int32
+])
+def test_data_of_wrong_dtype_or_shape(tok, packed, convert, shown):
+    data, lengths = packed
+    with pytest.raises(TypeError, match=r"data must be uint8\[batch, max_len\], got " + shown):
+        bb.encode(convert(data), lengths, tok, max_tokens=8)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: data without a byte axis (a bytes object, a 0-d "
+                   "array) with NumPy lengths raises IndexError('tuple index out of range') from "
+                   "the host length check instead of the TypeError naming data")
+@pytest.mark.parametrize("data", [b"hello world", np.uint8(104)], ids=["bytes", "0d"])
+def test_data_without_byte_axis(tok, data):
+    with pytest.raises(TypeError, match="data must be uint8"):
+        bb.encode(data, np.array([1], np.int32), tok, max_tokens=8)
+
+
+@pytest.mark.parametrize("convert, shown", [
+    (lambda n: n.astype(np.float32), r"float32\[4\]"),
+    (lambda n: n.astype(np.uint32), r"uint32\[4\]"),
+    (lambda n: n.astype(bool), r"bool\[4\]"),
+    (lambda n: n[:, None], r"int32\[4, 1\]"),
+    (lambda n: n[0], r"int32\[\]"),
+    (lambda n: np.concatenate([n, n]), r"int32\[8\]"),
+])
+def test_lengths_of_wrong_dtype_or_shape(tok, packed, convert, shown):
+    data, lengths = packed
+    with pytest.raises(TypeError, match=r"lengths must be int32\[4\], got " + shown):
+        bb.encode(data, convert(lengths), tok, max_tokens=8)
+
+
+@pytest.mark.parametrize("row, value", [(0, -1), (3, 33), (1, 2**31 - 1), (2, 2**32 + 3)])
+def test_host_lengths_out_of_range(tok, packed, row, value):
+    """NumPy lengths are checked in Python (int64 ones too, before any narrowing)."""
+    data, lengths = packed
+    bad = lengths.astype(np.int64)
+    bad[row] = value
+    with pytest.raises(ValueError, match=rf"lengths\[{row}\] = {value} is outside \[0, 32\]"):
+        bb.encode(data, bad, tok, max_tokens=8)
+
+
+# The handler's INVALID_ARGUMENT reaches Python as jax.errors.JaxRuntimeError while jax runs the
+# call through its Python dispatch path (a signature's first call), but as ValueError once the
+# C++ fast path serves it (after a successful call with the same shapes and options).
+HANDLER_ERRORS = (jax.errors.JaxRuntimeError, ValueError)
+
+
+@pytest.mark.parametrize("after_good_call", [False, True], ids=["first_call", "after_good_call"])
+@pytest.mark.parametrize("how", ["device_array", "python_list", "unchecked_on_cpu", "jit"])
+def test_device_lengths_out_of_range(tok, how, after_good_call):
+    """Lengths that are not a host NumPy array are checked by the handler: INVALID_ARGUMENT.
+    On CPU that holds for check_lengths=False too (the CPU handler reads lengths for free)."""
+    # A batch size of its own per case, so "first call" really is the first of its signature.
+    batch = 5 + 2 * ["device_array", "python_list", "unchecked_on_cpu", "jit"].index(how) + after_good_call
+    data, lengths = bb.pack_strings((TEXTS * 3)[:batch], max_len=32)
+    data = jax.device_put(data, CPU)
+    bad = lengths.copy()
+    bad[2] = 33
+    kwargs = dict(check_lengths=False) if how == "unchecked_on_cpu" else {}
+    if how == "jit":
+        tables = tok.tables(device=CPU)
+        f = jax.jit(lambda d, l, t: bb.encode(d, l, t, max_tokens=8))
+        call = lambda l: f(data, jax.device_put(l, CPU), tables)
+    else:
+        convert = (lambda l: l.tolist()) if how == "python_list" else (lambda l: jax.device_put(l, CPU))
+        call = lambda l: bb.encode(data, convert(l), tok, max_tokens=8, **kwargs)
+    if after_good_call:
+        call(lengths).ids.block_until_ready()
+    with pytest.raises(HANDLER_ERRORS, match=r"INVALID_ARGUMENT: bbpe_encode: lengths\[2\] = 33 is outside \[0, 32\]"):
+        call(bad).ids.block_until_ready()
+
+
+@pytest.mark.xfail(strict=True, reason="README / encode docstring promise jax.errors.JaxRuntimeError "
+                   "for a bad device length, but after a successful call with the same signature "
+                   "jax's C++ dispatch path raises ValueError instead")
+def test_device_length_error_type_after_good_call(tok):
+    data, lengths = bb.pack_strings(TEXTS[:3], max_len=16)
+    data, good = jax.device_put(data, CPU), jax.device_put(lengths, CPU)
+    bb.encode(data, good, tok, max_tokens=4).ids.block_until_ready()
+    with pytest.raises(jax.errors.JaxRuntimeError):
+        bb.encode(data, good.at[0].set(99), tok, max_tokens=4).ids.block_until_ready()
+
+
+# ---------------------------------------------------------------------------------------------
+# encode: options
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_tokens", [-1, -(2**40), 8.0, "8", None])
+def test_max_tokens_not_positive_int(tok, packed, max_tokens):
+    data, lengths = packed
+    with pytest.raises(ValueError, match=r"max_tokens must be a positive int, got " + repr(max_tokens)):
+        bb.encode(data, lengths, tok, max_tokens=max_tokens)
+
+
+@pytest.mark.parametrize("block_size", [0, 64, 2048, "256", None])
+def test_bad_block_size(tok, packed, block_size):
+    data, lengths = packed
+    with pytest.raises(ValueError, match=r"block_size must be one of \(256, 512, 1024\), got " + repr(block_size)):
+        bb.encode(data, lengths, tok, max_tokens=8, block_size=block_size)
+
+
+@pytest.mark.parametrize("mode", [None, "EXACT", "", "byte"])
+def test_bad_mode(tok, packed, mode):
+    data, lengths = packed
+    with pytest.raises(ValueError, match=r"mode must be 'exact' or 'bytes', got " + repr(mode)):
+        bb.encode(data, lengths, tok, max_tokens=8, mode=mode)
+    with pytest.raises(ValueError, match="mode must be"):
+        tok.encode_batch(TEXTS, mode=mode, device=CPU)
+
+
+@pytest.mark.parametrize("allowed, message", [
+    ({"<|nope|>"}, r"not special tokens of cl100k_base: \['<\|nope\|>'\]"),
+    (["<|endoftext|>", "<|endoftext"], r"not special tokens of cl100k_base: \['<\|endoftext'\]"),
+    ({100257}, r"not special tokens of cl100k_base: \[100257\]"),
+    ("<|endoftext|>", "got the string '<\\|endoftext\\|>'"),
+    ("ALL", "allowed_special must be 'all', 'none' or a collection"),
+])
+def test_unknown_allowed_special(tok, packed, allowed, message):
+    data, lengths = packed
+    with pytest.raises(ValueError, match=message):
+        bb.encode(data, lengths, tok, max_tokens=8, allowed_special=allowed)
+    with pytest.raises(ValueError, match=message):
+        tok.encode_batch(TEXTS, allowed_special=allowed, device=CPU)
+
+
+def test_allowed_special_with_tables(tok, packed):
+    data, lengths = packed
+    with pytest.raises(ValueError, match=r"EncodeTables fix the allowed specials; choose them with "
+                                         r"tok.tables\(allowed_special=...\)"):
+        bb.encode(data, lengths, tok.tables(device=CPU), max_tokens=8, allowed_special="all")
+
+
+def test_vmap_over_tables(tok, packed):
+    data, lengths = packed
+    tables = tok.tables(device=CPU)
+    stacked = jax.tree.map(lambda a: jnp.stack([a, a]), tables)
+    f = jax.vmap(lambda d, l, t: bb.encode(d, l, t, max_tokens=8))
+    with pytest.raises(ValueError, match="the vocabulary tables cannot be vmapped over"):
+        f(jnp.stack([data, data]), jnp.stack([lengths, lengths]), stacked)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact mode on a vocabulary whose pre-tokenizer we do not implement
+# ---------------------------------------------------------------------------------------------
+
+
+def _small_tokenizer_json(**overrides) -> dict:
+    """A valid byte-level BPE tokenizer.json: 256 bytes + 'ab', 'abc', 'bc' (GPT-2 style)."""
+    u = bytes_to_unicode()
+    vocab = {u[b]: b for b in range(256)} | {"ab": 256, "abc": 257, "bc": 258}
+    doc = {
+        "version": "1.0", "added_tokens": [], "normalizer": None, "post_processor": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+        "decoder": None,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "vocab": vocab,
+                  "merges": ["a b", "ab c", "b c"]},
+    }
+    doc.update(overrides)
+    return doc
+
+
+def _write_json(path, doc):
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+UNSUPPORTED_PRE_TOKENIZERS = {
+    "metaspace": ({"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581",
+                                     "prepend_scheme": "always", "split": True}},
+                  "pre_tokenizer Metaspace is not supported"),
+    "nfc": ({"normalizer": {"type": "NFC"}}, "normalizer NFC is not supported"),
+    "unknown_regex": ({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                          {"type": "Split", "pattern": {"Regex": r"\w+|\s+|[^\w\s]+"},
+                           "behavior": "Isolated", "invert": False},
+                          {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}},
+                      r"pre-tokenizer pattern '\\\\w\+\|\\\\s\+\|\[\^\\\\w\\\\s\]\+' is not one we implement"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNSUPPORTED_PRE_TOKENIZERS))
+def test_exact_mode_on_unsupported_pre_tokenizer(tmp_path, case):
+    overrides, message = UNSUPPORTED_PRE_TOKENIZERS[case]
+    path = _write_json(tmp_path / "tokenizer.json", _small_tokenizer_json(**overrides))
+    tok = bb.Tokenizer.from_file(path)  # loads: bytes mode is still available
+    data, lengths = bb.pack_strings(["abc abc"], max_len=16)
+    with pytest.raises(ValueError, match=rf"exact mode is not supported for {tmp_path.name}: .*{message}.*"
+                                         r"Use mode='bytes'"):
+        bb.encode(data, lengths, tok, max_tokens=8)
+    with pytest.raises(ValueError, match=message):
+        tok.encode_batch(["abc"], device=CPU)
+    with pytest.raises(ValueError, match=message):  # also when the tables are passed to jit
+        jax.jit(lambda d, l, t: bb.encode(d, l, t, max_tokens=8))(data, lengths, tok.tables(device=CPU))
+    out = bb.encode(data, lengths, tok, max_tokens=8, mode="bytes")
+    assert np.asarray(out.ids)[0, :3].tolist() == [257, 32, 257]  # "abc" " " "abc"
+
+
+def test_exact_mode_on_tiktoken_file_without_known_pattern(tmp_path, data_dir):
+    """A rank file under an unknown name has no pattern: exact mode says so, bytes mode works."""
+    path = tmp_path / "mine.tiktoken"
+    shutil.copy(data_dir / "vocab" / "tiktoken" / "r50k_base.tiktoken", path)
+    tok = bb.Tokenizer.from_file(path)
+    data, lengths = bb.pack_strings(["hello world"], max_len=16)
+    with pytest.raises(ValueError, match=r"exact mode is not supported for mine: its pre-tokenizer pattern None"):
+        bb.encode(data, lengths, tok, max_tokens=8)
+    custom = bb.Tokenizer.from_file(path, pattern=r"\S+|\s+")
+    with pytest.raises(ValueError, match=r"exact mode is not supported for mine: its pre-tokenizer pattern '\\\\S\+\|\\\\s\+'"):
+        bb.encode(data, lengths, custom, max_tokens=8)
+    assert np.asarray(bb.encode(data, lengths, tok, max_tokens=8, mode="bytes").counts).tolist() == [2]
+
+
+def test_exact_mode_on_tiktoken_encoding_with_bytes_pattern(data_dir):
+    tiktoken = pytest.importorskip("tiktoken")
+    import tiktoken.load
+    ranks = tiktoken.load.load_tiktoken_bpe(str(data_dir / "vocab" / "tiktoken" / "r50k_base.tiktoken"))
+    enc = tiktoken.Encoding("r50k_bytes", pat_str=testing.BYTES_MODE_PATTERN, mergeable_ranks=ranks,
+                            special_tokens={})
+    tok = bb.Tokenizer.from_tiktoken(enc)
+    data, lengths = bb.pack_strings(["hello world"], max_len=16)
+    with pytest.raises(ValueError, match=r"exact mode is not supported for r50k_bytes: .*\(\?s:\.\+\)"):
+        bb.encode(data, lengths, tok, max_tokens=8)
+    out = bb.encode(data, lengths, tok, max_tokens=8, mode="bytes")
+    assert np.asarray(out.ids)[0, :2].tolist() == enc.encode_ordinary("hello world")
+
+
+# ---------------------------------------------------------------------------------------------
+# Malformed vocabulary files: bb.VocabError naming the file and line (or JSON path)
+# ---------------------------------------------------------------------------------------------
+
+
+def at(path, rest: str) -> str:
+    """A regex for an error message that starts with `path` (escaped) then `rest`."""
+    return "^" + re.escape(str(path)) + rest
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _small_tiktoken_text() -> str:
+    lines = [f"{_b64(bytes([b]))} {b}" for b in range(256)]
+    lines += [f"{_b64(b'ab')} 256", f"{_b64(b'abc')} 257", f"{_b64(b'hello world')} 258"]
+    return "\n".join(lines) + "\n"
+
+
+def test_truncated_tiktoken_file_every_cut_of_last_line(tmp_path):
+    """A file cut anywhere inside its last line (a partial download) names that line: the cut
+    leaves a line without a rank, a partial base64 token, or a shorter rank that is already
+    taken. (A cut exactly at a line end leaves a valid, shorter file.)"""
+    text = _small_tiktoken_text().encode()
+    last_start = text.rstrip(b"\n").rfind(b"\n") + 1
+    last_line_no = text[:last_start].count(b"\n") + 1
+    path = tmp_path / "cut.tiktoken"
+    for cut in range(last_start + 1, len(text) - 1):
+        path.write_bytes(text[:cut])
+        with pytest.raises(VocabError, match=at(path, rf":{last_line_no}: ")) as info:
+            bb.Tokenizer.from_file(path)
+        message = str(info.value)
+        assert any(m in message for m in ("expected '<base64 token> <rank>'", "not valid base64",
+                                          "duplicate rank")), (cut, message)
+
+
+def test_truncated_real_vocab(tmp_path, data_dir):
+    raw = (data_dir / "vocab" / "tiktoken" / "r50k_base.tiktoken").read_bytes()
+    cut = raw.rfind(b"\n", 0, len(raw) // 2) + 7  # 6 bytes into some line in the middle
+    line_no = raw[:cut].count(b"\n") + 1
+    path = tmp_path / "r50k_base.tiktoken"
+    path.write_bytes(raw[:cut])
+    with pytest.raises(VocabError, match=at(path, rf":{line_no}: ")):
+        bb.Tokenizer.from_file(path)
+
+
+def test_binary_file_as_vocab(tmp_path, data_dir):
+    """A gzipped (binary) file passed as a rank file: line 1 is not '<base64> <rank>'."""
+    path = tmp_path / "gz.tiktoken"
+    path.write_bytes(gzip.compress(_small_tiktoken_text().encode()))
+    with pytest.raises(VocabError, match=at(path, ":1: ")):
+        bb.Tokenizer.from_file(path)
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe")
+    with pytest.raises(VocabError, match=at(path, ": not valid JSON")):
+        bb.Tokenizer.from_file(path)
+
+
+@pytest.mark.parametrize("name", ["missing.tiktoken", "tokenizer.json", "a_directory"])
+def test_unreadable_vocab_file(tmp_path, name):
+    path = tmp_path / name
+    if name == "a_directory":
+        path.mkdir()
+    with pytest.raises(VocabError, match=at(path, ": cannot read")):
+        bb.Tokenizer.from_file(path)
+
+
+def test_non_dense_ranks_load_and_encode_like_tiktoken(tmp_path):
+    """Holes in the ranks are fine: they load and encode exactly like tiktoken."""
+    tiktoken = pytest.importorskip("tiktoken")
+    ranks = {bytes([b]): 3 * b + 1 for b in range(256)}  # every rank a hole apart
+    ranks |= {b"ab": 1000, b"abc": 1200, b"bc": 900, b" a": 5000, b"hello": 7000}
+    path = tmp_path / "holes.tiktoken"
+    path.write_text("".join(f"{_b64(t)} {r}\n" for t, r in ranks.items()))
+    pattern = r"\S+|\s+"
+    tok = bb.Tokenizer.from_file(path, special_tokens={"<|s|>": 9000})
+    enc = tiktoken.Encoding("holes", pat_str=pattern, mergeable_ranks=ranks, special_tokens={"<|s|>": 9000})
+    texts = ["abc bc ab", "hello abcabc", "<|s|>abc<|s|>", "", "x" * 40]
+    ids, counts = tok.encode_batch(texts, mode="bytes", allowed_special="all", device=CPU)
+    bytes_enc = tiktoken.Encoding("holes_bytes", pat_str=testing.BYTES_MODE_PATTERN,
+                                  mergeable_ranks=ranks, special_tokens={"<|s|>": 9000})
+    for k, text in enumerate(texts):
+        assert np.asarray(ids)[k, :int(counts[k])].tolist() == bytes_enc.encode(text, allowed_special="all")
+    assert tok.decode(ids, counts) == texts
+    assert enc.n_vocab == tok.vocab.n_vocab == 9001
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"type": "Unigram", "vocab": [["a", 0.0]]}, "model.type: model type 'Unigram' is not supported"),
+    ({"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"},
+     "model.type: model type 'WordLevel' is not supported"),
+    ({"vocab": {"a": 0}}, "model.type: model type None is not supported"),
+])
+def test_unsupported_model_types(tmp_path, model, message):
+    path = _write_json(tmp_path / "tokenizer.json", _small_tokenizer_json(model=model))
+    with pytest.raises(VocabError, match=at(path, rf": {message}")):
+        bb.Tokenizer.from_file(path)
+
+
+def test_tokenizer_json_non_integer_id(tmp_path):
+    doc = _small_tokenizer_json()
+    doc["model"]["vocab"]["xyz"] = "300"
+    path = _write_json(tmp_path / "tokenizer.json", doc)
+    with pytest.raises(VocabError, match=at(path, rf": model.vocab\['xyz'\]: id '300' is not an integer")):
+        bb.Tokenizer.from_file(path)
+
+
+def test_tokenizer_json_merge_as_string_with_three_parts(tmp_path):
+    doc = _small_tokenizer_json()
+    doc["model"]["merges"] = doc["model"]["merges"] + ["a b c"]
+    path = _write_json(tmp_path / "tokenizer.json", doc)
+    with pytest.raises(VocabError, match=at(path, r": model.merges\[3\]: expected two tokens")):
+        bb.Tokenizer.from_file(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# pack_strings
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("item", [3, None, 2.5, bytearray(b"ab"), memoryview(b"ab"), ["ab"],
+                                  np.array([97], np.uint8)])
+def test_pack_strings_non_str_items(item):
+    with pytest.raises(TypeError, match="pack_strings: item 1 is neither str nor bytes"):
+        bb.pack_strings(["ok", item, "ok"])
+
+
+def test_pack_strings_too_long():
+    with pytest.raises(ValueError, match="pack_strings: string 2 has 5 bytes, more than max_len=4"):
+        bb.pack_strings(["", "abcd", "abcde"], max_len=4)
+    with pytest.raises(ValueError, match="string 0 has 2 bytes, more than max_len=1"):
+        bb.pack_strings(["é"], max_len=1)  # bytes, not characters
+    with pytest.raises(ValueError, match="string 0 has 1 bytes, more than max_len=0"):
+        bb.pack_strings(["a"], max_len=0)
+
+
+def test_pack_strings_lone_surrogate():
+    with pytest.raises(UnicodeEncodeError, match="surrogates not allowed"):
+        bb.pack_strings(["ok", "a\ud800b"])
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a bare str is taken as a sequence of 1-char strings "
+                   "(pack_strings('hello') packs 5 rows)")
+def test_pack_strings_bare_string():
+    with pytest.raises(TypeError):
+        bb.pack_strings("hello")
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a negative max_len silently means 'automatic'")
+def test_pack_strings_negative_max_len():
+    with pytest.raises(ValueError, match="max_len"):
+        bb.pack_strings(["hello"], max_len=-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# decode (host) of ids outside the vocabulary
+# ---------------------------------------------------------------------------------------------
+
+
+def test_decode_ids_outside_vocabulary(tok):
+    n = tok.vocab.n_vocab
+    holes = [i for i, b in enumerate(tok.vocab.token_bytes) if b is None]
+    for bad in (n, n + 1000, 2**31 - 1, holes[0]):
+        ids = np.array([[15339, bad, 1917]], np.int32)
+        with pytest.raises(ValueError, match=rf"decode: ids not in the vocabulary: \[{bad}\]"):
+            tok.decode(ids, np.array([3]))
+        with pytest.raises(ValueError, match=rf"decode: ids not in the vocabulary: \[{bad}\]"):
+            tok.decode_bytes(ids, np.array([3]))
+    # Past the count an id is padding and is not looked at.
+    assert tok.decode(np.array([[15339, n]], np.int32), np.array([1])) == ["hello"]
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a negative id indexes the token list from the end "
+                   "(id -1 decodes as the last token, '<|endofprompt|>' for cl100k)")
+def test_decode_negative_id(tok):
+    with pytest.raises(ValueError, match=r"decode: ids not in the vocabulary: \[-1\]"):
+        tok.decode(np.array([[-1, 15339]], np.int32), np.array([2]))
+
+
+@pytest.mark.xfail(strict=True, reason="bug: count -1 (the flag of a row with a bad length under "
+                   "check_lengths=False) decodes ids[:-1] instead of being refused")
+def test_decode_negative_count(tok):
+    with pytest.raises(ValueError, match="count"):
+        tok.decode(np.array([[15339, 1917, 0]], np.int32), np.array([-1]))
