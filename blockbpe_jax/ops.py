@@ -159,12 +159,18 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
         (the BlockBPE paper: no pre-tokenizer, merges run over the whole text between specials).
       block_size: CUDA threads per string (256, 512 or 1024); ignored on CPU.
       check_lengths: on GPU, copy `lengths` back to validate them (one small sync); with False
-        the call is a fixed launch (CUDA-graph compatible) and a bad row gets count -1.
+        the call is a fixed launch (CUDA-graph compatible) and a bad row gets count -1. A bad
+        device length raises jax.errors.JaxRuntimeError ("INVALID_ARGUMENT: ..."); jax's C++
+        fast dispatch path (a repeated call with the same signature) surfaces the same message
+        as a ValueError.
 
     Returns:
       Encoded(ids int32[B, T], counts int32[B]); counts are the full token counts, so
       counts > T flags truncation.
     """
+    if np.ndim(data) != 2:
+        raise TypeError(f"encode: data must be uint8[batch, max_len], got "
+                        f"{getattr(data, 'dtype', type(data).__name__)}{list(np.shape(data))}")
     if isinstance(lengths, np.ndarray) and lengths.ndim == 1:
         # Host lengths are checked here; device ones by the handler (check_lengths).
         bad = np.flatnonzero((lengths < 0) | (lengths > np.shape(data)[-1]))

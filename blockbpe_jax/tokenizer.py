@@ -144,15 +144,20 @@ class Tokenizer:
     def decode_bytes(self, ids, counts) -> list[bytes]:
         """Token ids (padded rows plus counts) back to byte strings."""
         ids = np.asarray(ids)
-        counts = np.minimum(np.asarray(counts), ids.shape[-1])
+        counts = np.asarray(counts)
+        if (counts < 0).any():
+            b = int(np.flatnonzero(counts.reshape(-1) < 0)[0])
+            raise ValueError(f"decode: counts[{b}] = {int(counts.reshape(-1)[b])} is negative "
+                             f"(-1 flags a row whose input length was invalid)")
+        counts = np.minimum(counts, ids.shape[-1])
         tb = self.vocab.token_bytes
         out = []
         for row, n in zip(ids.reshape(-1, ids.shape[-1]), counts.reshape(-1)):
-            try:
-                out.append(b"".join(tb[i] for i in row[: int(n)].tolist()))
-            except (IndexError, TypeError):
-                bad = [i for i in row[: int(n)].tolist() if not 0 <= i < len(tb) or tb[i] is None]
-                raise ValueError(f"decode: ids not in the vocabulary: {bad[:10]}") from None
+            row = row[: int(n)].tolist()
+            bad = [i for i in row if not 0 <= i < len(tb) or tb[i] is None]
+            if bad:
+                raise ValueError(f"decode: ids not in the vocabulary: {bad[:10]}")
+            out.append(b"".join(tb[i] for i in row))
         return out
 
     def decode(self, ids, counts, errors: str = "replace") -> list[str]:
@@ -167,5 +172,10 @@ def pack_strings(texts: Sequence[str | bytes], *, max_len: int | None = None
     L is `max_len`, or the longest string rounded up to a power of two (at least 16) so that
     repeated calls reuse compiled shapes. Raises ValueError if a string exceeds `max_len`.
     """
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("pack_strings: texts must be a sequence of str/bytes, not a single "
+                        f"{type(texts).__name__}")
+    if max_len is not None and (not isinstance(max_len, (int, np.integer)) or max_len < 0):
+        raise ValueError(f"pack_strings: max_len must be a non-negative int or None, got {max_len!r}")
     texts = texts if isinstance(texts, list) else list(texts)
     return _blockbpe_cpu.pack_strings(texts, -1 if max_len is None else int(max_len))
