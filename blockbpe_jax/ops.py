@@ -184,8 +184,11 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
     if lengths.dtype != jnp.int32 or lengths.shape != data.shape[:1]:
         raise TypeError(f"encode: lengths must be int32[{data.shape[0]}], got "
                         f"{lengths.dtype}{list(lengths.shape)}")
-    if not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
-        raise ValueError(f"encode: max_tokens must be a positive int, got {max_tokens!r}")
+    if (not isinstance(max_tokens, (int, np.integer)) or isinstance(max_tokens, bool)
+            or not 1 <= max_tokens < 2**31):
+        raise ValueError(f"encode: max_tokens must be a positive int below 2**31, got {max_tokens!r}")
+    if not isinstance(pad_id, (int, np.integer)) or not -2**31 <= pad_id < 2**31:
+        raise ValueError(f"encode: pad_id must be an int32, got {pad_id!r}")
     if block_size not in BLOCK_SIZES:
         raise ValueError(f"encode: block_size must be one of {BLOCK_SIZES}, got {block_size!r}")
     if isinstance(tokenizer, EncodeTables):

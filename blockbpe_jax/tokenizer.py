@@ -111,7 +111,10 @@ class Tokenizer:
             elif vocab.pattern_name in ops.MODES:
                 exact, error = ops.MODES[vocab.pattern_name], None
             else:
-                exact, error = -1, f"its pre-tokenizer pattern {vocab.pattern!r} is not one we implement"
+                exact, error = -1, (
+                    "it has no pre-tokenizer pattern (pass pattern= when loading a .tiktoken file)"
+                    if vocab.pattern is None else
+                    f"its pre-tokenizer pattern {vocab.pattern!r} is not one we implement")
             cached = ops.EncodeTables(
                 *arrays, name=vocab.name, exact_mode=exact, exact_error=error,
                 max_piece_len=self.max_piece_len if vocab.whole_piece_shortcut else 0,

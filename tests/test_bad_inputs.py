@@ -144,10 +144,11 @@ def test_device_length_error_type_after_good_call(tok):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("max_tokens", [-1, -(2**40), 8.0, "8", None])
+@pytest.mark.parametrize("max_tokens", [-1, -(2**40), 8.0, "8", None, True, 2**31])
 def test_max_tokens_not_positive_int(tok, packed, max_tokens):
     data, lengths = packed
-    with pytest.raises(ValueError, match=r"max_tokens must be a positive int, got " + repr(max_tokens)):
+    with pytest.raises(ValueError, match=r"max_tokens must be a positive int below 2\*\*31, got "
+                       + repr(max_tokens)):
         bb.encode(data, lengths, tok, max_tokens=max_tokens)
 
 
@@ -253,13 +254,20 @@ def test_exact_mode_on_unsupported_pre_tokenizer(tmp_path, case):
     assert np.asarray(out.ids)[0, :3].tolist() == [257, 32, 257]  # "abc" " " "abc"
 
 
+@pytest.mark.parametrize("pad_id", [2**31, -2**31 - 1, 1.5, "0"])
+def test_pad_id_not_int32(tok, packed, pad_id):
+    data, lengths = packed
+    with pytest.raises(ValueError, match="pad_id must be an int32"):
+        bb.encode(data, lengths, tok, max_tokens=8, pad_id=pad_id)
+
+
 def test_exact_mode_on_tiktoken_file_without_known_pattern(tmp_path, data_dir):
     """A rank file under an unknown name has no pattern: exact mode says so, bytes mode works."""
     path = tmp_path / "mine.tiktoken"
     shutil.copy(data_dir / "vocab" / "tiktoken" / "r50k_base.tiktoken", path)
     tok = bb.Tokenizer.from_file(path)
     data, lengths = bb.pack_strings(["hello world"], max_len=16)
-    with pytest.raises(ValueError, match=r"exact mode is not supported for mine: its pre-tokenizer pattern None"):
+    with pytest.raises(ValueError, match=r"exact mode is not supported for mine: it has no pre-tokenizer pattern"):
         bb.encode(data, lengths, tok, max_tokens=8)
     custom = bb.Tokenizer.from_file(path, pattern=r"\S+|\s+")
     with pytest.raises(ValueError, match=r"exact mode is not supported for mine: its pre-tokenizer pattern '\\\\S\+\|\\\\s\+'"):
