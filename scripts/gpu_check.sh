@@ -37,7 +37,7 @@ for stage in $stages; do
         > "$OUT/ncu.txt" 2>&1; grep -E "Duration|Throughput|Occupancy|Registers|Shared Memory|Stall|Warp Cycles|Eligible|Block Limit" "$OUT/ncu.txt" | head -40 ;;
     sanitize)
       for tool in memcheck racecheck initcheck synccheck; do
-        compute-sanitizer --tool $tool --error-exitcode 3 python3 tests/sanitize_driver.py \
+        compute-sanitizer --tool $tool --error-exitcode 3 python3 scripts/sanitize_driver.py \
           > "$OUT/sanitizer_$tool.log" 2>&1; echo "$tool: exit $?"; tail -3 "$OUT/sanitizer_$tool.log"
       done ;;
     *) echo "unknown stage $stage" ;;

@@ -1,0 +1,35 @@
+"""Small GPU workload for compute-sanitizer (scripts/gpu_check.sh sanitize): every mode and
+block size, special tokens, the shared-memory and the global-workspace paths, bad rows with
+check_lengths=False. Exits non-zero if any result differs from the CPU handler's."""
+
+import jax
+import numpy as np
+
+import blockbpe_jax as bb
+from blockbpe_jax import testing
+
+root = testing.data_dir()
+tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES["cl100k"][0])
+raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()[:200_000].decode("utf-8", "ignore")
+texts = [raw[i * 900:(i + 1) * 900] for i in range(16)] + ["", "<|endoftext|>x<|endoftext|>",
+                                                          " " * 3000 + "y", "9" * 1000]
+gpu, cpu = jax.devices("gpu")[0], jax.devices("cpu")[0]
+bad = 0
+for max_len in (4096, 12000):  # shared memory, then the global workspace
+    data, lengths = bb.pack_strings(texts, max_len=max_len)
+    for mode in ("exact", "bytes"):
+        ref = bb.encode(jax.device_put(data, cpu), jax.device_put(lengths, cpu), tok,
+                        max_tokens=1024, mode=mode, allowed_special="all")
+        for bs in (256, 512, 1024):
+            out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths, gpu), tok,
+                            max_tokens=1024, mode=mode, allowed_special="all", block_size=bs)
+            same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
+                    and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
+            bad += not same
+            print(f"L={max_len} mode={mode} block={bs}: {'ok' if same else 'DIFFERENT'}")
+lengths_bad = lengths.copy()
+lengths_bad[0] = max_len + 1
+out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths_bad, gpu), tok, max_tokens=64,
+                check_lengths=False)
+bad += int(np.asarray(out.counts)[0]) != -1
+raise SystemExit(1 if bad else 0)
