@@ -33,6 +33,16 @@ def load(paths) -> dict:
     return merged
 
 
+def _save(fig, out_dir, name: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = Path(out_dir) / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _subtitle(res) -> str:
     m = res.get("meta", {})
     return f"{m.get('device', '?')} · jax {m.get('jax', '?')} · {m.get('date_utc', '?')[:10]}"
@@ -97,11 +107,7 @@ def plot_paper(res, out_dir, plt):
             ax_.set_xlabel("batch (strings)")
     fig.suptitle(f"BlockBPE paper experiment: GPT-2 (r50k) vocabulary, bytes mode, War and Peace "
                  f"excerpts\n{_subtitle(res)}", fontsize=11)
-    fig.tight_layout()
-    path = Path(out_dir) / "paper_throughput.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out_dir, "paper_throughput.png")
 
 
 def _peer_bars(row):
@@ -154,11 +160,7 @@ def plot_peers(res, out_dir, plt):
     thr = res["peers"].get("threads", "?")
     fig.suptitle(f"cl100k, War and Peace excerpts: blockbpe_jax vs CPU tokenizers ({thr} threads); "
                  f"all ids checked equal to tiktoken's\n{_subtitle(res)}", fontsize=11)
-    fig.tight_layout()
-    path = Path(out_dir) / "peers.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out_dir, "peers.png")
 
 
 def plot_scaling(res, out_dir, plt):
@@ -202,11 +204,7 @@ def plot_scaling(res, out_dir, plt):
         axes[1].set_xlabel(f"batch (strings of {L} B)")
         axes[1].set_title("cost vs batch size")
     fig.suptitle(f"Scaling, {sc.get('vocab', '?')} vocabulary, device time per call\n{_subtitle(res)}", fontsize=11)
-    fig.tight_layout()
-    path = Path(out_dir) / "scaling.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out_dir, "scaling.png")
 
 
 def peers_markdown(res) -> str:

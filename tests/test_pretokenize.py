@@ -21,7 +21,6 @@ runs every corpus whole and more generated examples (slow).
 from __future__ import annotations
 
 import ctypes
-import gzip
 import os
 import random
 import shutil
@@ -36,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 FULL = os.environ.get("BLOCKBPE_FULL", "") not in ("", "0")
 CHUNKS = (1, 3, 7, 16, 64)
 
+from blockbpe_jax import testing  # noqa: E402
 from blockbpe_jax.vocab import KNOWN_PATTERNS  # noqa: E402
 
 PATTERNS = {pid: (name, KNOWN_PATTERNS[name])  # id -> (name, tiktoken pattern)
@@ -51,18 +51,7 @@ SPECIAL = "<|endoftext|>"
 # Fixtures
 
 
-def _data_dir() -> Path | None:
-    env = os.environ.get("BLOCKBPE_DATA")
-    path = Path(env) if env else REPO.parent / "shared" / "data"
-    return path if (path / "corpus").is_dir() and (path / "vocab").is_dir() else None
-
-
-@pytest.fixture(scope="session")
-def data_dir() -> Path:
-    path = _data_dir()
-    if path is None:
-        pytest.skip("shared data not found: set BLOCKBPE_DATA or place it at <repo>/../shared/data")
-    return path
+# data_dir: the shared session fixture in tests/conftest.py.
 
 
 class Shim:
@@ -265,15 +254,11 @@ def check_hf_pieces(tok, text: str, flags: np.ndarray):
 
 
 def corpus_files(data_dir: Path):
-    return sorted(p for p in (data_dir / "corpus").iterdir() if p.is_file())
+    return testing.corpus_paths(data_dir)
 
 
 CORPORA = ["code_python_stdlib.py.txt.gz", "gsm8k_test.jsonl", "gsm8k_train.jsonl.gz",
            "war_and_peace_en.txt", "wikitext2_test.txt.gz"]
-
-
-def read_corpus(path: Path) -> bytes:
-    return gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
 
 
 def utf8_cut(data: bytes, i: int) -> int:
@@ -301,7 +286,7 @@ def test_corpus_excerpts(shim, data_dir, pattern, corpus):
     path = data_dir / "corpus" / corpus
     if not path.exists():
         pytest.skip(f"{corpus} not in {data_dir / 'corpus'}")
-    data = read_corpus(path)
+    data = testing.read_corpus(path)
     texts = excerpts(data, 400 if FULL else 30, seed=pattern * 1000 + CORPORA.index(corpus))
     if FULL:  # the whole corpus, in consecutive 8 KiB excerpts
         i = 0
