@@ -41,7 +41,8 @@ MODES = {"bytes": 0, "r50k": 1, "cl100k": 2, "o200k": 3, "llama3": 4}
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["pair_table", "byte_ids", "piece_table", "token_offsets",
                                 "token_data", "special_offsets", "special_data", "special_ids"],
-                   meta_fields=["name", "exact_mode", "exact_error", "max_piece_len", "specials"])
+                   meta_fields=["name", "exact_mode", "exact_error", "max_piece_len", "rank_is_id",
+                                "specials"])
 @dataclasses.dataclass(frozen=True)
 class EncodeTables:
     """A tokenizer's device tables for one set of allowed specials: a pytree.
@@ -63,6 +64,7 @@ class EncodeTables:
     exact_mode: int            # the pattern id for mode="exact", or -1
     exact_error: str | None    # why exact mode is unavailable, if it is
     max_piece_len: int         # 0 disables the whole-piece shortcut
+    rank_is_id: bool           # every pair's rank is its merged id (saves a probe per merge)
     specials: tuple            # the allowed special tokens
 
     def operands(self) -> tuple:
@@ -81,17 +83,15 @@ class Encoded(NamedTuple):
     counts: jax.Array
 
 
-def _workspace_bytes(batch: int, max_len: int) -> int:
-    # Strings that do not fit in shared memory are tokenized in a global workspace, passed as
-    # an extra (discarded) output so XLA allocates it: no allocation inside the handler.
-    if max_len <= SMEM_MAX_LEN:
-        return 1
-    padded = (max(max_len, 1) + 15) // 16 * 16
-    return batch * padded * _blockbpe_cpu.workspace_bytes_per_position
+def _workspace_bytes(batch: int, max_len: int, mode: int) -> int:
+    # The CUDA kernel's arrays that do not live in shared memory (ffi/encode_params.h), passed
+    # as an extra, discarded output so that XLA allocates them: no allocation in the handler.
+    return int(_blockbpe_cpu.workspace_bytes(batch, max_len, mode))
 
 
 @functools.lru_cache(maxsize=None)
-def _encode_call(mode: int, pad_id: int, max_piece_len: int, block_size: int, max_tokens: int,
+def _encode_call(mode: int, pad_id: int, max_piece_len: int, rank_is_id: bool, block_size: int,
+                 max_tokens: int,
                  checked: bool):
     """A vmappable function (data, lengths, *tables) -> (ids, counts) for fixed attributes."""
     target = "bbpe_encode" if checked else "bbpe_encode_unchecked"
@@ -99,15 +99,22 @@ def _encode_call(mode: int, pad_id: int, max_piece_len: int, block_size: int, ma
     @jax.custom_batching.custom_vmap
     def call(data, lengths, *tables):
         batch, max_len = data.shape
-        out_types = (
-            jax.ShapeDtypeStruct((batch, max_tokens), jnp.int32),
-            jax.ShapeDtypeStruct((batch,), jnp.int32),
-            jax.ShapeDtypeStruct((_workspace_bytes(batch, max_len),), jnp.uint8),
-        )
-        ids, counts, _ = jax.ffi.ffi_call(target, out_types)(
-            data, lengths, *tables, mode=np.int32(mode), pad_id=np.int32(pad_id),
-            max_piece_len=np.int32(max_piece_len), block_size=np.int32(block_size))
-        return ids, counts
+
+        def ffi(workspace_bytes):
+            out_types = (
+                jax.ShapeDtypeStruct((batch, max_tokens), jnp.int32),
+                jax.ShapeDtypeStruct((batch,), jnp.int32),
+                jax.ShapeDtypeStruct((workspace_bytes,), jnp.uint8),
+            )
+            ids, counts, _ = jax.ffi.ffi_call(target, out_types)(
+                data, lengths, *tables, mode=np.int32(mode), pad_id=np.int32(pad_id),
+                max_piece_len=np.int32(max_piece_len), rank_is_id=np.int32(rank_is_id),
+                block_size=np.int32(block_size))
+            return ids, counts
+
+        # Only the CUDA kernel uses the workspace: the CPU handler gets a one-byte stand-in.
+        return jax.lax.platform_dependent(
+            cpu=lambda: ffi(1), default=lambda: ffi(_workspace_bytes(batch, max_len, mode)))
 
     @call.def_vmap
     def _vmap_rule(axis_size, in_batched, data, lengths, *tables):
@@ -203,6 +210,7 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
         device = next(iter(devices)) if len(devices) == 1 else None
         tables = tokenizer.tables("none" if allowed_special is None else allowed_special, device)
     call = _encode_call(resolve_mode(tables, mode), int(pad_id), tables.max_piece_len,
+                        bool(tables.rank_is_id),
                         int(block_size), int(max_tokens), bool(check_lengths))
     ids, counts = call(data, lengths, *tables.operands())
     return Encoded(ids, counts)

@@ -8,10 +8,11 @@ change them only together with it. All arrays are int32 unless noted.
   a lookup walks slot, slot+1, ... (mod P) until it finds (l, r) or an empty row.
   P = power of two >= max(16, 2 * number of merges), so the table is at most half full.
 * piece table, int32[Q, 4]: whole-piece shortcut (piece bytes -> token id), same probing with
-  home slot piece_hash(bytes) & (Q-1). Row = (int32 view of piece_hash, token_id, byte_len, 0);
+  home slot piece_hash(bytes) & (Q-1). Row = (int32 view of piece_hash, token_id, byte_len,
+  offset of the token's bytes in token_data);
   an empty row is all -1 (test token_id == -1: a real hash may be 0xFFFFFFFF). Holds the
-  mergeable (non-special) tokens of at most 255 bytes; a hit must still compare bytes, via
-  token_offsets / token_data. Q = power of two >= max(16, 2 * number of mergeable tokens).
+  mergeable (non-special) tokens of at most 255 bytes; a hit must still compare bytes (at the
+  row's offset in token_data). Q = power of two >= max(16, 2 * number of mergeable tokens).
 * token_offsets int32[V+1], token_data uint8[max(1, D)]: bytes of id i are
   token_data[token_offsets[i]:token_offsets[i+1]] (empty for holes), specials included.
 * special tables: the allowed specials' UTF-8 bytes, longest first (ties by bytes), so the
@@ -152,10 +153,11 @@ def _place_by_linear_probing(home_slots: np.ndarray, capacity: int) -> np.ndarra
 class VocabTables:
     pair_table: np.ndarray  # int32[P, 4]: (left, right, rank, merged_id); empty = -1s
     byte_ids: np.ndarray  # int32[256]
-    piece_table: np.ndarray  # int32[Q, 4]: (int32(piece_hash), token_id, byte_len, 0); empty = -1s
+    piece_table: np.ndarray  # int32[Q, 4]: (int32(piece_hash), token_id, byte_len, offset); empty = -1s
     token_offsets: np.ndarray  # int32[V+1]
     token_data: np.ndarray  # uint8[max(1, D)]
     max_piece_len: int  # longest byte_len in piece_table
+    rank_is_id: bool  # every pair's rank equals its merged id (true of tiktoken vocabularies)
     nbytes: int  # total bytes of all arrays
 
     def __repr__(self) -> str:
@@ -203,7 +205,7 @@ def _build_piece_table(vocab: Vocab, offsets: np.ndarray, data: np.ndarray) -> t
     table[slots, 0] = hashes.view(np.int32)
     table[slots, 1] = ids
     table[slots, 2] = lengths
-    table[slots, 3] = 0
+    table[slots, 3] = offsets[ids]
     return table, int(lengths.max(initial=0))
 
 
@@ -221,6 +223,7 @@ def build_vocab_tables(vocab: Vocab) -> VocabTables:
         token_offsets=offsets,
         token_data=data,
         max_piece_len=max_piece_len,
+        rank_is_id=bool(np.array_equal(pair_table[:, 2], pair_table[:, 3])),
         nbytes=sum(a.nbytes for a in arrays),
     )
 
@@ -247,13 +250,12 @@ def lookup_piece(tables: VocabTables, data: bytes) -> int | None:
     h = piece_hash(data)
     stored_hash = h - (1 << 32) if h >= 1 << 31 else h  # the int32 view stored in column 0
     slot = h & mask
-    offsets, token_data = tables.token_offsets, tables.token_data
+    token_data = tables.token_data
     for _ in range(table.shape[0]):
-        row_hash, token_id, byte_len, _zero = table[slot].tolist()
+        row_hash, token_id, byte_len, start = table[slot].tolist()
         if token_id == -1:
             return None
         if row_hash == stored_hash and byte_len == len(data):
-            start = int(offsets[token_id])
             if token_data[start : start + byte_len].tobytes() == data:
                 return token_id
         slot = (slot + 1) & mask

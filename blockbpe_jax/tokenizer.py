@@ -118,6 +118,7 @@ class Tokenizer:
             cached = ops.EncodeTables(
                 *arrays, name=vocab.name, exact_mode=exact, exact_error=error,
                 max_piece_len=self.max_piece_len if vocab.whole_piece_shortcut else 0,
+                rank_is_id=self._tables.rank_is_id,
                 specials=key[1])
             with self._lock:
                 self._device_cache[key] = cached

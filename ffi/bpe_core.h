@@ -36,12 +36,14 @@ struct VocabView {
   const int32_t* pair_table;     // [pair_slots][4] rows (left, right, rank, merged id)
   uint32_t pair_mask;            // pair_slots - 1 (a power of two)
   const int32_t* byte_ids;       // [256] id of each single-byte token
-  const int32_t* piece_table;    // [piece_slots][4] rows (fnv1a hash, id, byte length, 0)
+  const int32_t* piece_table;    // [piece_slots][4] rows (fnv1a hash, id, byte length, offset)
   uint32_t piece_mask;           // piece_slots - 1
   const int32_t* token_offsets;  // [n_vocab + 1]
   const uint8_t* token_data;     // bytes of every token
   int32_t n_vocab;
   int32_t max_piece_len;         // longest piece in piece_table; 0 disables the shortcut
+  int64_t token_data_len;        // bytes in token_data
+  bool rank_is_id;               // every pair's rank is its merged id (tiktoken vocabularies)
 };
 
 struct SpecialView {
@@ -105,20 +107,26 @@ BBPE_HD uint32_t piece_hash(const uint8_t* p, int n) {
 }
 
 // The id of the token whose bytes are exactly p[0..n), or -1 (tiktoken's whole-piece shortcut,
-// HF's ignore_merges). Hash hits are confirmed byte by byte against the id -> bytes table.
+// HF's ignore_merges). Hash hits are confirmed byte by byte against token_data at the row's
+// offset (all bytes compared, no early exit: the loads are independent, so they overlap).
 BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n) {
   if (n > v.max_piece_len) return -1;
   const uint32_t h = piece_hash(p, n);
   uint32_t slot = h & v.piece_mask;
   for (uint32_t probe = 0; probe <= v.piece_mask; ++probe) {
     const int32_t* row = v.piece_table + 4 * (size_t)slot;
-    const int32_t id = row[1];
+#if defined(__CUDA_ARCH__)
+    const int4 r = __ldg(reinterpret_cast<const int4*>(row));
+    const int32_t rh = r.x, id = r.y, len = r.z, off = r.w;
+#else
+    const int32_t rh = row[0], id = row[1], len = row[2], off = row[3];
+#endif
     if (id < 0) return -1;
-    if ((uint32_t)row[0] == h && row[2] == n && id < v.n_vocab) {
-      const uint8_t* q = v.token_data + v.token_offsets[id];
-      bool same = v.token_offsets[id + 1] - v.token_offsets[id] == n;
-      for (int i = 0; same && i < n; ++i) same = p[i] == q[i];
-      if (same) return id;
+    if ((uint32_t)rh == h && len == n && id < v.n_vocab && off >= 0 && off + (int64_t)n <= v.token_data_len) {
+      const uint8_t* q = v.token_data + off;
+      int diff = 0;
+      for (int i = 0; i < n; ++i) diff |= p[i] ^ q[i];
+      if (diff == 0) return id;
     }
     slot = (slot + 1) & v.piece_mask;
   }
@@ -139,10 +147,37 @@ BBPE_HD int special_match_at(const SpecialView& s, const uint8_t* text, int n, i
 
 BBPE_HD int special_len(const SpecialView& s, int k) { return s.offsets[k + 1] - s.offsets[k]; }
 
+// Leftmost-first resolution of special-token matches. match[i] is special_match_at(..., i) for
+// every i (or -1). Walking left to right, a match counts unless it starts inside an earlier
+// one that counted. Writes is_special[i] = 2 at the first byte of each accepted match and 1 at
+// its other bytes; other entries are left as they are (callers zero them first).
+BBPE_HD void accept_special_matches(const SpecialView& s, const int32_t* match, int n,
+                                    uint8_t* is_special) {
+  for (int i = 0; i < n;) {
+    const int k = match[i];
+    if (k < 0) { ++i; continue; }
+    const int len = special_len(s, k);
+    is_special[i] = 2;
+    for (int j = 1; j < len; ++j) is_special[i + j] = 1;
+    i += len;
+  }
+}
+
 // A (non-special) byte starts a segment at the start of the text, right after a special token,
 // or where the pre-tokenizer starts a piece (bytes mode leaves piece_start all zero).
 BBPE_HD bool byte_starts_segment(int i, const uint8_t* is_special, const uint8_t* piece_start) {
   return i == 0 || is_special[i - 1] || piece_start[i];
+}
+
+// The working token position i starts with: the byte's id; the special token's id at the
+// first byte of an accepted special token (match = its index), kDeleted at its other bytes;
+// flagged kSegStart where a segment starts.
+BBPE_HD int32_t initial_token(const VocabView& v, const SpecialView& s, uint8_t byte,
+                              const uint8_t* is_special, const uint8_t* piece_start, int32_t match,
+                              int i) {
+  if (is_special[i] == 2) return s.ids[match] | kSegStart;
+  if (is_special[i]) return kDeleted;
+  return v.byte_ids[byte] | (byte_starts_segment(i, is_special, piece_start) ? kSegStart : 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -166,7 +201,8 @@ BBPE_HD int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8
     int j = 0;
     for (int i = 0; i < m; ++i, ++j) {
       const bool merges = i + 1 < m && rank[i] == lowest;
-      tok[j] = merges ? (merged_id(v, tok[i], tok[i + 1]) | (tok[i] & kSegStart)) : tok[i];
+      const int32_t mid = !merges ? 0 : v.rank_is_id ? lowest : merged_id(v, tok[i], tok[i + 1]);
+      tok[j] = merges ? (mid | (tok[i] & kSegStart)) : tok[i];
       rank[j] = rank[i];  // still right unless this token or the next one is fresh
       fresh[j] = merges;
       i += merges;        // the right half is consumed

@@ -1,21 +1,24 @@
 // CUDA FFI target `bbpe_encode`: one thread block per string (BlockBPE).
 //
 // A block loads its string into shared memory (or, past kSmemMaxLen bytes, into its slice of a
-// global workspace), marks special tokens and pre-tokenizer pieces, builds the initial byte
-// tokens and lists the segments (specials and pieces). Each thread then takes a run of
-// segments: whole-piece shortcut, or, for a piece of up to kShortPieceLen bytes, merge_segment
-// (bpe_core.h) in place; one scan packs the results. Longer segments, and every segment in bytes
-// mode (the paper's algorithm), go through block-wide merge passes. Each pass:
+// global workspace), marks special tokens and pre-tokenizer pieces and builds the initial byte
+// tokens, flagging segment starts (specials and pieces). Each thread then takes the segments
+// that start in its stretch of bytes: a special token stays one token; whole-piece shortcut;
+// a piece of up to kShortPieceLen bytes is merged in place by merge_segment (bpe_core.h). One
+// scan places the results, straight into the output when nothing is left to do. Longer
+// segments, and every segment in bytes mode (the paper's algorithm), go through block-wide
+// merge passes. Each pass:
 //   1. segmented minimum of the cached pair ranks (block scan, SegMin),
 //   2. every pair whose rank is its segment's minimum is a candidate; leftmost-first selection
 //      and the surviving-token count come out of one block scan (MergeCarry),
 //   3. compaction into the other buffer; only pairs next to a merge are looked up again.
 // Passes stop when no segment has a mergeable pair. The rules are those of bpe_core.h, the same
-// functions the CPU handler calls.
+// functions the CPU handler calls. Where each array lives: encode_params.h.
 #include <cuda_runtime.h>
 
 #include <cub/block/block_scan.cuh>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bpe_core.h"
@@ -25,28 +28,29 @@
 namespace bbpe {
 namespace {
 
-// Per-block arrays: where they live (shared memory or global workspace) is decided at launch.
+// Per-block arrays: the core ones (every string) and the pass ones (merge passes only); where
+// they live (shared memory or global workspace) is decided per launch (encode_params.h).
 struct BlockArrays {
   uint8_t* text;
-  uint8_t* piece_start;
+  uint8_t* piece_start;  // after the initial tokens: 1 where a segment starts
   uint8_t* is_special;
   int32_t* tok;
-  int32_t* next_tok;
   int32_t* rank;
+  int32_t* next_tok;
   int32_t* next_rank;
   int32_t* merged;
 };
 
-__device__ BlockArrays carve(uint8_t* base, int cap) {
+__device__ BlockArrays carve(uint8_t* core, uint8_t* pass, int cap) {
   BlockArrays a;
-  a.tok = reinterpret_cast<int32_t*>(base);
-  a.next_tok = a.tok + cap;
-  a.rank = a.next_tok + cap;
-  a.next_rank = a.rank + cap;
-  a.merged = a.next_rank + cap;
-  a.text = reinterpret_cast<uint8_t*>(a.merged + cap);
+  a.tok = reinterpret_cast<int32_t*>(core);
+  a.rank = a.tok + cap;
+  a.text = reinterpret_cast<uint8_t*>(a.rank + cap);
   a.piece_start = a.text + cap;
   a.is_special = a.piece_start + cap;
+  a.next_tok = reinterpret_cast<int32_t*>(pass);
+  a.next_rank = a.next_tok + cap;
+  a.merged = a.next_rank + cap;
   return a;
 }
 
@@ -127,7 +131,7 @@ __device__ int merge_passes(const VocabView& v, BlockArrays& a, int n,
     for (int i = lo; i < hi; ++i) {
       run = seg_min_combine(run, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
       const bool merges = !prev && a.rank[i] != kNoRank && a.rank[i] == seg_min[run.start];
-      a.merged[i] = merges ? merged_id(v, a.tok[i], a.tok[i + 1]) : -1;
+      a.merged[i] = !merges ? -1 : v.rank_is_id ? a.rank[i] : merged_id(v, a.tok[i], a.tok[i + 1]);
       prev = merges;
     }
     __syncthreads();
@@ -162,13 +166,62 @@ __device__ int merge_passes(const VocabView& v, BlockArrays& a, int n,
   return n;
 }
 
+// Stage clocks (a build option, BLOCKBPE_STAGE_CLOCKS=ON; normal builds compile them away):
+// thread 0 of every block adds the cycles of each stage to device counters; every warp adds
+// its threads' own segment-work cycles (sum and maximum, to see the imbalance the barrier
+// after that stage waits on). benchmarks/stage_clocks.py reads them through the CUDA module.
+enum StageClockSlot : int {
+  kClockLoad, kClockSpecials, kClockPretokenize, kClockInitial, kClockSegments, kClockOutput,
+  kClockPasses, kClockThreadSegmentSum, kClockWarpSegmentMaxSum, kClockBlocks, kClockLongBlocks,
+  kStageClockSlots
+};
+#ifdef BBPE_STAGE_CLOCKS
+__device__ unsigned long long g_stage_clocks[kStageClockSlots];
+struct StageClock {
+  long long last = clock64();
+  __device__ void mark(int slot) {
+    if (threadIdx.x == 0) {
+      const long long now = clock64();
+      atomicAdd(&g_stage_clocks[slot], (unsigned long long)(now - last));
+      last = now;
+    }
+  }
+  __device__ void count(int slot, bool yes) {
+    if (threadIdx.x == 0 && yes) atomicAdd(&g_stage_clocks[slot], 1ull);
+  }
+  __device__ void thread_work(long long cycles) {  // every thread of the block calls it
+    const unsigned c = (unsigned)min(cycles, (long long)0xffffffff);
+    const unsigned sum = __reduce_add_sync(0xffffffffu, c), mx = __reduce_max_sync(0xffffffffu, c);
+    if ((threadIdx.x & 31) == 0) {
+      atomicAdd(&g_stage_clocks[kClockThreadSegmentSum], (unsigned long long)sum);
+      atomicAdd(&g_stage_clocks[kClockWarpSegmentMaxSum], (unsigned long long)mx);
+    }
+  }
+};
+#else
+struct StageClock {
+  __device__ void mark(int) {}
+  __device__ void count(int, bool) {}
+};
+#endif
+
+// Shared-memory-lean blocks fit four to an SM at 256 threads (64 registers per thread).
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads, 1) encode_kernel(EncodeParams p, int cap, bool use_smem) {
+constexpr int kMinBlocksPerSm = kThreads >= 1024 ? 1 : 1024 / kThreads;
+
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_kernel(EncodeParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ typename Scans<kThreads>::Storage tmp;
+  StageClock clock;
   const int64_t b = blockIdx.x;
-  uint8_t* base = use_smem ? smem : p.workspace + b * workspace_bytes_per_string(p.max_len);
-  BlockArrays a = carve(base, cap);
+  const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
+  uint8_t* ws = p.workspace + b * workspace_bytes_per_string(p.max_len, p.mode);
+  uint8_t* core = p.max_len <= kSmemMaxLen ? smem : ws;
+  uint8_t* pass = passes_in_smem(p.max_len, p.mode) ? smem + (size_t)kCoreBytesPerPosition * cap
+                  : p.max_len <= kSmemMaxLen        ? ws
+                                                    : ws + (size_t)kCoreBytesPerPosition * cap;
+  BlockArrays a = carve(core, pass, cap);
   int32_t* out = p.ids + b * p.max_tokens;
   int n = p.lengths[b];
   if (n < 0 || n > p.max_len) {  // unchecked call with a bad length: no reads, flag the row
@@ -184,10 +237,10 @@ __global__ void __launch_bounds__(kThreads, 1) encode_kernel(EncodeParams p, int
     a.is_special[i] = 0;
   }
   __syncthreads();
+  clock.mark(kClockLoad);
 
-  // Special tokens: every position looks for a match in parallel; the rare matches are then
-  // resolved leftmost-first by one thread (a match inside an earlier match does not count).
-  // is_special: 2 at the first byte of an accepted match, 1 at its other bytes.
+  // Special tokens: every position looks for a match in parallel (into tok); the rare matches
+  // are then resolved leftmost-first by one thread (accept_special_matches).
   if (p.special.count > 0) {
     bool found = false;
     for (int i = threadIdx.x; i < n; i += kThreads) {
@@ -195,106 +248,100 @@ __global__ void __launch_bounds__(kThreads, 1) encode_kernel(EncodeParams p, int
       a.tok[i] = k;
       found |= k >= 0;
     }
-    if (__syncthreads_or(found) && threadIdx.x == 0) {
-      for (int i = 0; i < n;) {
-        const int k = a.tok[i];
-        if (k < 0) { ++i; continue; }
-        const int len = special_len(p.special, k);
-        a.is_special[i] = 2;
-        for (int j = 1; j < len; ++j) a.is_special[i + j] = 1;
-        i += len;
-      }
-    }
+    if (__syncthreads_or(found) && threadIdx.x == 0)
+      accept_special_matches(p.special, a.tok, n, a.is_special);
     __syncthreads();
   }
+  clock.mark(kClockSpecials);
 
   if (p.mode != kModeBytes) {
     pretokenize_block<kThreads>(p.mode, a.text, n, a.is_special, a.piece_start, tmp.pretok);
     __syncthreads();
   }
+  clock.mark(kClockPretokenize);
 
-  // Initial tokens: one per byte; a special token's id at its first byte. Alongside, the
-  // segment starts (special tokens and pieces) are listed, in order, in next_rank.
+  // Initial tokens; from here on piece_start flags every segment start (specials included).
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const int32_t t = initial_token(v, p.special, a.text[i], a.is_special, a.piece_start, a.tok[i], i);
+    a.tok[i] = t;
+    a.piece_start[i] = starts_segment(t);
+  }
+  __syncthreads();
+  clock.mark(kClockInitial);
+
+  // Each thread takes the segments that start in its stretch of bytes: a special token stays
+  // one token; a segment whose bytes are a token becomes it (whole-piece shortcut); a short
+  // pre-tokenizer piece is merged in place by merge_segment (nothing block-wide waits on it);
+  // longer ones (and in bytes mode, the paper's algorithm, all of them) are left to the block
+  // passes. A segment's text is dead once its whole-piece lookup missed, so it is the scratch
+  // merge_segment needs; rank[start] keeps the segment's token count for the placement below.
+  const int short_len = p.mode == kModeBytes ? 0 : kShortPieceLen;
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
-  int my_starts = 0;
-  for (int i = lo; i < hi; ++i) {
-    const bool special = a.is_special[i] != 0;
-    const bool seg = special ? a.is_special[i] == 2 : byte_starts_segment(i, a.is_special, a.piece_start);
-    if (special) {
-      a.tok[i] = seg ? p.special.ids[a.tok[i]] | kSegStart : kDeleted;
-    } else {
-      a.tok[i] = v.byte_ids[a.text[i]] | (seg ? kSegStart : 0);
-    }
-    my_starts += seg;
-  }
-  int first_start, n_segments;
-  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_starts, first_start, n_segments);
-  int32_t* seg_start = a.next_rank;
-  for (int i = lo; i < hi; ++i)
-    if (a.is_special[i] == 2 || (!a.is_special[i] && byte_starts_segment(i, a.is_special, a.piece_start)))
-      seg_start[first_start++] = i;
-  if (threadIdx.x == 0) seg_start[n_segments] = n;
-  __syncthreads();
-
-  // Each thread takes a run of consecutive segments: a special token stays one token; a
-  // segment whose bytes are a token becomes it (whole-piece shortcut); a short pre-tokenizer
-  // piece is merged in place by merge_segment (nothing block-wide waits on it); longer ones
-  // (and in bytes mode, the paper's algorithm, all of them) are left to the block passes.
-  // Then one scan places every segment's tokens: compaction comes for free.
-  const int short_len = p.mode == kModeBytes ? 0 : kShortPieceLen;
-  uint8_t* fresh = reinterpret_cast<uint8_t*>(a.merged);  // scratch, disjoint per segment
-  const int seg_per = (n_segments + kThreads - 1) / kThreads;
-  const int seg_lo = min(n_segments, (int)threadIdx.x * seg_per);
-  const int seg_hi = min(n_segments, seg_lo + seg_per);
   bool has_long = false;
   int my_tokens = 0;
-  for (int k = seg_lo; k < seg_hi; ++k) {
-    const int s0 = seg_start[k], m = seg_start[k + 1] - s0;
-    int count = m;
-    if (a.is_special[s0]) {
-      count = 1;
-    } else {
+#ifdef BBPE_STAGE_CLOCKS
+  const long long work_t0 = clock64();
+#endif
+  for (int s0 = lo; s0 < hi; ++s0) {
+    if (!a.piece_start[s0]) continue;
+    int count = 1;
+    if (!a.is_special[s0]) {
+      int end = s0 + 1;
+      while (end < n && !a.piece_start[end]) ++end;
+      const int m = end - s0;
       const int32_t whole = m < 2 ? -1 : lookup_piece(v, a.text + s0, m);
       if (whole >= 0) {
         a.tok[s0] = whole | kSegStart;
-        count = 1;
       } else if (m <= short_len) {
-        count = merge_segment(v, a.tok + s0, a.rank + s0, fresh + s0, m);
+        count = merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, m);
       } else {
+        count = m;
         has_long |= m > 1;
       }
     }
-    a.rank[s0] = count;  // the segment's own scratch slot, read back below by this thread
+    a.rank[s0] = count;
     my_tokens += count;
   }
+#ifdef BBPE_STAGE_CLOCKS
+  clock.thread_work(clock64() - work_t0);
+#endif
   int out_at;
   typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_tokens, out_at, n);
-  for (int k = seg_lo; k < seg_hi; ++k)
-    for (int j = 0, s0 = seg_start[k], count = a.rank[s0]; j < count; ++j)
-      a.next_tok[out_at++] = a.tok[s0 + j];
   has_long = __syncthreads_or(has_long);
-  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
+  clock.mark(kClockSegments);
+
+  // Placement: straight into the output when every segment is done, else into the other
+  // token buffer for the passes.
+  int32_t* dst = has_long ? a.next_tok : out;
+  const int dst_cap = has_long ? n : p.max_tokens;
+  for (int s0 = lo; s0 < hi; ++s0) {
+    if (!a.piece_start[s0]) continue;
+    for (int j = 0, count = a.rank[s0]; j < count; ++j, ++out_at)
+      if (out_at < dst_cap) dst[out_at] = has_long ? a.tok[s0 + j] : token_id(a.tok[s0 + j]);
+  }
   if (has_long) {
+    __syncthreads();
+    { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
     for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
     __syncthreads();
     n = merge_passes<kThreads>(v, a, n, tmp);
+    for (int j = threadIdx.x; j < min(n, p.max_tokens); j += kThreads) out[j] = token_id(a.tok[j]);
   }
-
-  for (int j = threadIdx.x; j < p.max_tokens; j += kThreads)
-    out[j] = j < n ? token_id(a.tok[j]) : p.pad_id;
+  for (int j = n + threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
   if (threadIdx.x == 0) p.counts[b] = n;
+  clock.mark(has_long ? kClockPasses : kClockOutput);
+  clock.count(kClockBlocks, true);
+  clock.count(kClockLongBlocks, has_long);
 }
 
 template <int kThreads>
 cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
-  const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
-  const bool use_smem = p.max_len <= kSmemMaxLen;
-  const size_t smem = use_smem ? (size_t)kBytesPerPosition * cap : 0;
+  const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.mode);
   cudaError_t err = cudaFuncSetAttribute(encode_kernel<kThreads>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
-  encode_kernel<kThreads><<<(unsigned)p.batch, kThreads, smem, stream>>>(p, cap, use_smem);
+  encode_kernel<kThreads><<<(unsigned)p.batch, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -304,15 +351,18 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
                        ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
                        ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
                        ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
-                       int32_t mode, int32_t pad_id, int32_t max_piece_len, int32_t block_size,
+                       int32_t mode, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id, int32_t block_size,
                        ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
                        ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
   EncodeParams p;
   ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
                                       token_data, special_offsets, special_data, special_ids, mode,
-                                      pad_id, max_piece_len, ids, counts, workspace, &p);
+                                      pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
   if (err.failure()) return err;
   if (p.batch == 0) return ffi::Error::Success();
+  if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.mode))
+    return ffi::Error::InvalidArgument("bbpe_encode: workspace has " + std::to_string(p.workspace_size) +
+                                       " bytes, needs " + std::to_string(workspace_bytes(p.batch, p.max_len, p.mode)));
   if (kCheck) {
     // The checked target reads the lengths back (one small copy and a stream sync) so that a
     // bad length is an exception; bbpe_encode_unchecked skips this and flags the row instead.
@@ -338,6 +388,23 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
 }
 
 }  // namespace
+
+#ifdef BBPE_STAGE_CLOCKS
+// Reads and zeroes the stage clocks (the names in StageClockSlot order).
+std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks() {
+  static const char* names[kStageClockSlots] = {
+      "load", "specials", "pretokenize", "initial", "segments", "output", "passes",
+      "thread_segment_sum", "warp_segment_max_sum", "blocks", "long_blocks"};
+  unsigned long long host[kStageClockSlots] = {};
+  cudaDeviceSynchronize();
+  cudaMemcpyFromSymbol(host, g_stage_clocks, sizeof(host));
+  const unsigned long long zero[kStageClockSlots] = {};
+  cudaMemcpyToSymbol(g_stage_clocks, zero, sizeof(zero));
+  std::vector<std::pair<std::string, unsigned long long>> out;
+  for (int k = 0; k < kStageClockSlots; ++k) out.emplace_back(names[k], host[k]);
+  return out;
+}
+#endif
 }  // namespace bbpe
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCuda, bbpe::encode_cuda<true>,

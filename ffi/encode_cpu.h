@@ -17,40 +17,22 @@ struct CpuScratch {
   std::vector<uint8_t> fresh;
 };
 
-// Marks allowed special tokens, leftmost match first, longest match at a position; writes
-// their tokens (special id, segment start) and kDeleted over the rest of their bytes.
-inline void mark_specials(const SpecialView& sp, const uint8_t* text, int n, uint8_t* is_special,
-                          int32_t* tok) {
-  std::fill(is_special, is_special + n, 0);
-  if (sp.count == 0) return;
-  for (int i = 0; i < n;) {
-    const int k = special_match_at(sp, text, n, i);
-    if (k < 0) { ++i; continue; }
-    const int len = special_len(sp, k);
-    tok[i] = sp.ids[k] | kSegStart;
-    for (int j = 0; j < len; ++j) {
-      is_special[i + j] = 1;
-      if (j > 0) tok[i + j] = kDeleted;
-    }
-    i += len;
-  }
-}
-
 // Tokenizes text[0..n) into s.tok[0..count); returns count.
 inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s) {
   const VocabView& v = p.vocab;
   s.is_special.resize(n + 1);
   s.piece_start.assign(n + 1, 0);
   s.tok.resize(n + 1);
-  mark_specials(p.special, text, n, s.is_special.data(), s.tok.data());
+  std::fill(s.is_special.begin(), s.is_special.end(), 0);
+  if (p.special.count > 0) {  // s.tok holds each position's match until initial_token
+    for (int i = 0; i < n; ++i) s.tok[i] = special_match_at(p.special, text, n, i);
+    accept_special_matches(p.special, s.tok.data(), n, s.is_special.data());
+  }
   if (p.mode != kModeBytes)
     pretokenize_sequential(p.mode, text, n, s.is_special.data(), s.piece_start.data());
-
-  for (int i = 0; i < n; ++i) {
-    if (s.is_special[i]) continue;
-    const bool seg = byte_starts_segment(i, s.is_special.data(), s.piece_start.data());
-    s.tok[i] = v.byte_ids[text[i]] | (seg ? kSegStart : 0);
-  }
+  for (int i = 0; i < n; ++i)
+    s.tok[i] = initial_token(v, p.special, text[i], s.is_special.data(), s.piece_start.data(),
+                             s.tok[i], i);
   // Each segment in turn: the whole-piece shortcut, else the merge passes; results are packed
   // to the front of s.tok as we go (a segment never grows).
   s.rank.resize(n + 1);

@@ -15,7 +15,8 @@ namespace bbpe {
 namespace ffi = xla::ffi;
 
 // Operands in order: data, lengths, then the vocabulary and special-token tables.
-// Attributes: mode, pad_id, max_piece_len (0 disables the whole-piece shortcut), block_size.
+// Attributes: mode, pad_id, max_piece_len (0 disables the whole-piece shortcut), rank_is_id
+// (1: every pair's rank is its merged id, as in tiktoken vocabularies), block_size.
 // Results: ids, counts, workspace.
 template <typename Binding>
 auto bind_encode(Binding b) {
@@ -32,6 +33,7 @@ auto bind_encode(Binding b) {
       .template Attr<int32_t>("mode")
       .template Attr<int32_t>("pad_id")
       .template Attr<int32_t>("max_piece_len")
+      .template Attr<int32_t>("rank_is_id")
       .template Attr<int32_t>("block_size")
       .template Ret<ffi::Buffer<ffi::S32>>()      // ids [..., T]
       .template Ret<ffi::Buffer<ffi::S32>>()      // counts [...]
@@ -52,6 +54,7 @@ inline ffi::Error make_encode_params(
     ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
     ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data,
     ffi::Buffer<ffi::S32> special_ids, int32_t mode, int32_t pad_id, int32_t max_piece_len,
+    int32_t rank_is_id,
     ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
     ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
   auto bad = [](const std::string& what) { return ffi::Error::InvalidArgument("bbpe_encode: " + what); };
@@ -81,9 +84,6 @@ inline ffi::Error make_encode_params(
     return bad("special-token tables are inconsistent");
   if (mode < 0 || mode > 4) return bad("unknown mode " + std::to_string(mode));
   if (max_piece_len < 0) return bad("max_piece_len must be >= 0");
-  if (max_len > kSmemMaxLen &&
-      (int64_t)workspace->element_count() < batch * workspace_bytes_per_string(max_len))
-    return bad("workspace is too small for strings longer than " + std::to_string(kSmemMaxLen));
 
   p->data = data.typed_data();
   p->lengths = lengths.typed_data();
@@ -95,12 +95,14 @@ inline ffi::Error make_encode_params(
   p->vocab = VocabView{pair_table.typed_data(), (uint32_t)(pair_rows - 1), byte_ids.typed_data(),
                        piece_table.typed_data(), (uint32_t)(piece_rows - 1),
                        token_offsets.typed_data(), token_data.typed_data(),
-                       (int32_t)token_offsets.element_count() - 1, max_piece_len};
+                       (int32_t)token_offsets.element_count() - 1, max_piece_len,
+                       (int64_t)token_data.element_count(), rank_is_id != 0};
   p->special = SpecialView{special_offsets.typed_data(), special_data.typed_data(),
                            special_ids.typed_data(), (int32_t)n_special};
   p->ids = ids->typed_data();
   p->counts = counts->typed_data();
   p->workspace = workspace->typed_data();
+  p->workspace_size = (int64_t)workspace->element_count();
   return ffi::Error::Success();
 }
 

@@ -1,4 +1,5 @@
-// The operands and attributes of one encode call, as both handlers see them after validation.
+// The operands and attributes of one encode call, as both handlers see them after validation,
+// and where the CUDA kernel keeps its per-string arrays.
 #pragma once
 
 #include <cstdint>
@@ -8,17 +9,42 @@
 namespace bbpe {
 
 // Strings up to this many bytes are tokenized in shared memory; longer ones use a global
-// workspace that the caller passes as an extra output (see workspace_bytes_per_string).
+// workspace that the caller passes as an extra output (see workspace_bytes).
 constexpr int kSmemMaxLen = 8192;
 
-// Per string position: text, piece-start and special-byte flags (1 byte each) and five int32
-// arrays (two token buffers, two rank buffers, merged ids).
-constexpr int kBytesPerPosition = 3 + 5 * 4;
+// Per string position the kernel needs
+//   core arrays: text, piece-start and special-byte flags (1 byte each), tokens and pair
+//                ranks (int32 each): what exact mode touches on its common path;
+//   pass arrays: the second token and rank buffers and the merged ids (int32 each), used
+//                only by the block-wide merge passes (long pieces, and bytes mode).
+constexpr int kCoreBytesPerPosition = 3 + 2 * 4;
+constexpr int kPassBytesPerPosition = 3 * 4;
+constexpr int kBytesPerPosition = kCoreBytesPerPosition + kPassBytesPerPosition;
 
 // Positions are padded to a multiple of 16 so every array stays 16-byte aligned.
 BBPE_HD int64_t padded_len(int64_t len) { return (len + 15) / 16 * 16; }
-BBPE_HD int64_t workspace_bytes_per_string(int64_t len) {
-  return kBytesPerPosition * padded_len(len < 1 ? 1 : len);
+
+// Where the arrays live. Up to kSmemMaxLen bytes, the core arrays are in shared memory; the
+// pass arrays too in bytes mode (every string runs the passes), but in exact mode they go to
+// the global workspace: passes are rare there, and a smaller shared footprint lets more blocks
+// share an SM. Past kSmemMaxLen everything is in the workspace.
+BBPE_HD bool passes_in_smem(int64_t max_len, int mode) {
+  return max_len <= kSmemMaxLen && mode == kModeBytes;
+}
+BBPE_HD int64_t smem_bytes_per_string(int64_t max_len, int mode) {
+  if (max_len > kSmemMaxLen) return 0;
+  const int64_t cap = padded_len(max_len < 1 ? 1 : max_len);
+  return cap * (passes_in_smem(max_len, mode) ? kBytesPerPosition : kCoreBytesPerPosition);
+}
+BBPE_HD int64_t workspace_bytes_per_string(int64_t max_len, int mode) {
+  const int64_t cap = padded_len(max_len < 1 ? 1 : max_len);
+  if (max_len > kSmemMaxLen) return cap * kBytesPerPosition;
+  return passes_in_smem(max_len, mode) ? 0 : cap * kPassBytesPerPosition;
+}
+// The size of the workspace output (at least one byte: XLA buffers are never empty).
+BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int mode) {
+  const int64_t total = batch * workspace_bytes_per_string(max_len, mode);
+  return total < 1 ? 1 : total;
 }
 
 struct EncodeParams {
@@ -33,7 +59,8 @@ struct EncodeParams {
   SpecialView special;
   int32_t* ids;             // [batch, max_tokens]
   int32_t* counts;          // [batch] true token count (> max_tokens means truncated)
-  uint8_t* workspace;       // [batch * workspace_bytes_per_string(L)] or unused
+  uint8_t* workspace;       // CUDA: [workspace_bytes(batch, max_len, mode)]; the CPU ignores it
+  int64_t workspace_size;
 };
 
 }  // namespace bbpe

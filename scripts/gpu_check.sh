@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device call: build against the machine's own jax, run the GPU tests, optionally the
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
-#   scripts/gpu_check.sh [test] [profile] [bench] [sanitize]
-# (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS)
+#   scripts/gpu_check.sh [test] [fuzz] [profile] [bench] [sanitize] [clocks]
+# (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
+#  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test). `clocks` rebuilds with the stage clocks
+# compiled in (benchmarks/stage_clocks.py), so it goes last.
 # Needs the shared data carried in .carry/data (see BUILD_NOTES.md) and, for the peers,
 # wheels in .whl/.
 set -uo pipefail
@@ -35,11 +37,22 @@ for stage in $stages; do
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section SchedulerStats python3 benchmarks/profile_kernel.py ${PROFILE_ARGS:-} \
         > "$OUT/ncu.txt" 2>&1; grep -E "Duration|Throughput|Occupancy|Registers|Shared Memory|Stall|Warp Cycles|Eligible|Block Limit" "$OUT/ncu.txt" | head -40 ;;
+    fuzz)
+      BLOCKBPE_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-200} BLOCKBPE_HYPOTHESIS_RANDOM=1 python3 -m pytest -q \
+        -p no:cacheprovider --hypothesis-show-statistics tests/test_fuzz_gpu.py \
+        > "$OUT/fuzz_gpu.log" 2>&1; echo "fuzz: exit $?"; grep -E "passed|failed|error" "$OUT/fuzz_gpu.log" | tail -3 ;;
     sanitize)
+      # Only our kernel is instrumented (kns filter); JAX must not grab most of the memory.
       for tool in memcheck racecheck initcheck synccheck; do
-        compute-sanitizer --tool $tool --error-exitcode 3 python3 scripts/sanitize_driver.py \
-          > "$OUT/sanitizer_$tool.log" 2>&1; echo "$tool: exit $?"; tail -3 "$OUT/sanitizer_$tool.log"
+        XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer \
+          --tool $tool --kernel-name kns=encode_kernel --error-exitcode 3 \
+          python3 scripts/sanitize_driver.py > "$OUT/sanitizer_$tool.log" 2>&1
+        echo "$tool: exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|ok|DIFFERENT" "$OUT/sanitizer_$tool.log" | sort | uniq -c | tail -6
       done ;;
+    clocks)
+      BLOCKBPE_STAGE_CLOCKS=ON python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build_clocks.log" 2>&1 \
+        || { tail -30 "$OUT/build_clocks.log"; exit 1; }
+      python3 benchmarks/stage_clocks.py --out "$OUT" 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

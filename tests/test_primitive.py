@@ -135,7 +135,8 @@ def test_handler_rejects_malformed_tables(tok):
     tables = list(tok.host_tables())
     out = (jax.ShapeDtypeStruct((data.shape[0], 8), jnp.int32), jax.ShapeDtypeStruct((data.shape[0],), jnp.int32),
            jax.ShapeDtypeStruct((1,), jnp.uint8))
-    attrs = dict(mode=np.int32(0), pad_id=np.int32(0), max_piece_len=np.int32(0), block_size=np.int32(256))
+    attrs = dict(mode=np.int32(0), pad_id=np.int32(0), max_piece_len=np.int32(0), rank_is_id=np.int32(1),
+                 block_size=np.int32(256))
     call = lambda tabs: jax.ffi.ffi_call("bbpe_encode", out)(data, lengths, *tabs, **attrs)[0].block_until_ready()
     call(tables)  # well-formed: fine
     for index, bad, message in [

@@ -611,7 +611,13 @@ def test_table_layout(vocab, tables, name):
     pair_empty = t.pair_table[:, 0] == -1
     assert (t.pair_table[pair_empty] == -1).all() and (~pair_empty).sum() == len(v.merges)
     piece_empty = t.piece_table[:, 1] == -1
-    assert (t.piece_table[piece_empty] == -1).all() and (t.piece_table[~piece_empty, 3] == 0).all()
+    assert (t.piece_table[piece_empty] == -1).all()
+    full = t.piece_table[~piece_empty]
+    assert (full[:, 3] == t.token_offsets[full[:, 1]]).all()  # offset of the token's bytes
+    # rank_is_id: true exactly when every pair's rank is its merged id (tiktoken files)
+    assert t.rank_is_id == bool((t.pair_table[:, 2] == t.pair_table[:, 3]).all())
+    if VOCAB_FILES[name][0].endswith(".tiktoken"):
+        assert t.rank_is_id  # a tiktoken pair's rank is the merged token's rank = id
     in_piece_table = set(t.piece_table[~piece_empty, 1].tolist())
     assert in_piece_table == {i for i in v.mergeable_ids if len(v.token_bytes[i]) <= 255}
     assert t.max_piece_len == int(t.piece_table[~piece_empty, 2].max())

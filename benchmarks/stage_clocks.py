@@ -1,0 +1,78 @@
+"""Where a block's time goes: per-stage cycles of the CUDA kernel.
+
+Needs a build with the stage clocks compiled in (they cost a few atomics per block, so normal
+builds leave them out):
+
+    BLOCKBPE_STAGE_CLOCKS=ON pip install --no-build-isolation --no-deps -e .
+    python3 benchmarks/stage_clocks.py --out results/
+
+For each shape it runs a few warm encodes of War and Peace excerpts and prints, per block, the
+average cycles thread 0 spent in each stage (load, specials, pretokenize, initial tokens,
+per-thread segment work, output or merge passes), and the mean and per-warp maximum of the
+threads' own segment work (their ratio is what the barrier after that stage waits on).
+"""
+
+import argparse
+import json
+import pathlib
+import sys
+
+import jax
+import numpy as np
+
+import blockbpe_jax as bb
+from blockbpe_jax import ops, testing
+
+SHAPES = [("cl100k", "exact", 1024, 4096), ("cl100k", "exact", 1024, 512),
+          ("cl100k", "exact", 64, 512), ("o200k", "exact", 1024, 4096),
+          ("r50k", "bytes", 1024, 4096)]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path, default=None)
+    parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--block-size", type=int, default=256)
+    args = parser.parse_args(argv)
+    cuda = ops._blockbpe_cuda
+    if cuda is None or not hasattr(cuda, "read_stage_clocks"):
+        print("stage_clocks: needs a CUDA build with BLOCKBPE_STAGE_CLOCKS=ON", file=sys.stderr)
+        return 2
+    root = testing.data_dir()
+    raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()
+    rows = []
+    for vocab, mode, batch, length in SHAPES:
+        tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[vocab][0])
+        texts = [raw[i * length:(i + 1) * length] for i in range(batch)]
+        data, lengths = bb.pack_strings(texts, max_len=length)
+        data, lengths = jax.device_put(data), jax.device_put(lengths)
+        f = jax.jit(lambda d, l, t: bb.encode(d, l, t, max_tokens=length, mode=mode,  # noqa: E731
+                                              block_size=args.block_size, check_lengths=False))
+        tables = tok.tables()
+        f(data, lengths, tables)[1].block_until_ready()   # compile + warm-up
+        cuda.read_stage_clocks()                           # zero
+        for _ in range(args.calls):
+            f(data, lengths, tables)[1].block_until_ready()
+        clocks = dict(cuda.read_stage_clocks())
+        blocks = max(1, clocks["blocks"])
+        threads = blocks * args.block_size
+        per_block = {k: round(clocks[k] / blocks) for k in
+                     ("load", "specials", "pretokenize", "initial", "segments", "output", "passes")}
+        row = {"vocab": vocab, "mode": mode, "batch": batch, "bytes": length,
+               "block_size": args.block_size, "cycles_per_block": per_block,
+               "total_cycles_per_block": sum(per_block.values()),
+               "segment_work_mean_per_thread": round(clocks["thread_segment_sum"] / threads),
+               "segment_work_warp_max_mean": round(clocks["warp_segment_max_sum"] / (threads // 32)),
+               "long_block_fraction": round(clocks["long_blocks"] / blocks, 4)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        dev = jax.devices()[0]
+        (args.out / "stage_clocks.json").write_text(json.dumps(
+            {"device": dev.device_kind, "jax": jax.__version__, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
