@@ -8,8 +8,8 @@ builds leave them out):
 
 For each shape it runs a few warm encodes of War and Peace excerpts and prints, per block, the
 average cycles thread 0 spent in each stage (load, specials, pretokenize, initial tokens,
-per-thread segment work, output or merge passes), and the mean and per-warp maximum of the
-threads' own segment work (their ratio is what the barrier after that stage waits on).
+segments: whole-piece lookups; merges: short pieces merged one per thread; output, or the
+block-wide merge passes), and the fraction of blocks that needed the passes.
 """
 
 import argparse
@@ -55,14 +55,11 @@ def main(argv=None) -> int:
             f(data, lengths, tables)[1].block_until_ready()
         clocks = dict(cuda.read_stage_clocks())
         blocks = max(1, clocks["blocks"])
-        threads = blocks * args.block_size
-        per_block = {k: round(clocks[k] / blocks) for k in
-                     ("load", "specials", "pretokenize", "initial", "segments", "output", "passes")}
+        per_block = {k: round(clocks[k] / blocks) for k in ("load", "specials", "pretokenize",
+                     "initial", "segments", "merges", "output", "passes")}
         row = {"vocab": vocab, "mode": mode, "batch": batch, "bytes": length,
                "block_size": args.block_size, "cycles_per_block": per_block,
                "total_cycles_per_block": sum(per_block.values()),
-               "segment_work_mean_per_thread": round(clocks["thread_segment_sum"] / threads),
-               "segment_work_warp_max_mean": round(clocks["warp_segment_max_sum"] / (threads // 32)),
                "long_block_fraction": round(clocks["long_blocks"] / blocks, 4)}
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -167,18 +167,21 @@ __device__ int merge_passes(const VocabView& v, BlockArrays& a, int n,
 }
 
 // Stage clocks (a build option, BLOCKBPE_STAGE_CLOCKS=ON; normal builds compile them away):
-// thread 0 of every block adds the cycles of each stage to device counters; every warp adds
-// its threads' own segment-work cycles (sum and maximum, to see the imbalance the barrier
-// after that stage waits on). benchmarks/stage_clocks.py reads them through the CUDA module.
+// thread 0 of every block adds the cycles of each stage to device counters, which
+// benchmarks/stage_clocks.py reads through the CUDA module.
 enum StageClockSlot : int {
-  kClockLoad, kClockSpecials, kClockPretokenize, kClockInitial, kClockSegments, kClockOutput,
-  kClockPasses, kClockThreadSegmentSum, kClockWarpSegmentMaxSum, kClockBlocks, kClockLongBlocks,
-  kStageClockSlots
+  kClockLoad, kClockSpecials, kClockPretokenize, kClockInitial, kClockSegments, kClockMerges,
+  kClockOutput, kClockPasses, kClockBlocks, kClockLongBlocks, kStageClockSlots
 };
 #ifdef BBPE_STAGE_CLOCKS
 __device__ unsigned long long g_stage_clocks[kStageClockSlots];
 struct StageClock {
-  long long last = clock64();
+  long long last;
+  __device__ StageClock() {
+#ifdef __CUDA_ARCH__  // (the host pass sees this constructor too)
+    last = clock64();
+#endif
+  }
   __device__ void mark(int slot) {
     if (threadIdx.x == 0) {
       const long long now = clock64();
@@ -188,14 +191,6 @@ struct StageClock {
   }
   __device__ void count(int slot, bool yes) {
     if (threadIdx.x == 0 && yes) atomicAdd(&g_stage_clocks[slot], 1ull);
-  }
-  __device__ void thread_work(long long cycles) {  // every thread of the block calls it
-    const unsigned c = (unsigned)min(cycles, (long long)0xffffffff);
-    const unsigned sum = __reduce_add_sync(0xffffffffu, c), mx = __reduce_max_sync(0xffffffffu, c);
-    if ((threadIdx.x & 31) == 0) {
-      atomicAdd(&g_stage_clocks[kClockThreadSegmentSum], (unsigned long long)sum);
-      atomicAdd(&g_stage_clocks[kClockWarpSegmentMaxSum], (unsigned long long)mx);
-    }
   }
 };
 #else
@@ -269,20 +264,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   __syncthreads();
   clock.mark(kClockInitial);
 
-  // Each thread takes the segments that start in its stretch of bytes: a special token stays
-  // one token; a segment whose bytes are a token becomes it (whole-piece shortcut); a short
-  // pre-tokenizer piece is merged in place by merge_segment (nothing block-wide waits on it);
-  // longer ones (and in bytes mode, the paper's algorithm, all of them) are left to the block
-  // passes. A segment's text is dead once its whole-piece lookup missed, so it is the scratch
-  // merge_segment needs; rank[start] keeps the segment's token count for the placement below.
+  // 1. Each thread takes the segments that start in its stretch of bytes: a special token
+  //    stays one token; a segment whose bytes are a token becomes it (whole-piece shortcut); a
+  //    short pre-tokenizer piece that is not a token is listed for step 2; longer ones (and in
+  //    bytes mode, the paper's algorithm, all of them) are left to the block passes.
+  //    rank[start] holds the segment's token count (its length until it is merged).
   const int short_len = p.mode == kModeBytes ? 0 : kShortPieceLen;
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
   bool has_long = false;
-  int my_tokens = 0;
-#ifdef BBPE_STAGE_CLOCKS
-  const long long work_t0 = clock64();
-#endif
+  int my_merges = 0;
   for (int s0 = lo; s0 < hi; ++s0) {
     if (!a.piece_start[s0]) continue;
     int count = 1;
@@ -293,23 +284,40 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
       const int32_t whole = m < 2 ? -1 : lookup_piece(v, a.text + s0, m);
       if (whole >= 0) {
         a.tok[s0] = whole | kSegStart;
-      } else if (m <= short_len) {
-        count = merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, m);
       } else {
         count = m;
-        has_long |= m > 1;
+        if (m > 1 && m <= short_len) {
+          a.piece_start[s0] = 2;  // to merge in step 2
+          ++my_merges;
+        }
+        has_long |= m > short_len && m > 1;
       }
     }
     a.rank[s0] = count;
-    my_tokens += count;
   }
-#ifdef BBPE_STAGE_CLOCKS
-  clock.thread_work(clock64() - work_t0);
-#endif
-  int out_at;
-  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_tokens, out_at, n);
+  int first_merge, n_merges;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_merges, first_merge, n_merges);
+  int32_t* merge_list = a.next_rank;  // free until the passes
+  for (int s0 = lo; my_merges > 0 && s0 < hi; ++s0)
+    if (a.piece_start[s0] == 2) merge_list[first_merge++] = s0;
   has_long = __syncthreads_or(has_long);
   clock.mark(kClockSegments);
+
+  // 2. The listed pieces, dealt round robin over the warps: each warp then waits on the
+  //    slowest of a few pieces at once, not on one lane's pieces one after another. Each is
+  //    merged in place by merge_segment (bpe_core.h), its dead text as the scratch it needs.
+  constexpr int kWarps = kThreads / 32;
+  for (int g = (threadIdx.x % 32) * kWarps + threadIdx.x / 32; g < n_merges; g += kThreads) {
+    const int s0 = merge_list[g];
+    a.rank[s0] = merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, a.rank[s0]);
+  }
+  __syncthreads();
+  int my_tokens = 0;
+  for (int s0 = lo; s0 < hi; ++s0)
+    if (a.piece_start[s0]) my_tokens += a.rank[s0];
+  int out_at;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_tokens, out_at, n);
+  clock.mark(kClockMerges);
 
   // Placement: straight into the output when every segment is done, else into the other
   // token buffer for the passes.
@@ -393,8 +401,8 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
 // Reads and zeroes the stage clocks (the names in StageClockSlot order).
 std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks() {
   static const char* names[kStageClockSlots] = {
-      "load", "specials", "pretokenize", "initial", "segments", "output", "passes",
-      "thread_segment_sum", "warp_segment_max_sum", "blocks", "long_blocks"};
+      "load", "specials", "pretokenize", "initial", "segments", "merges", "output", "passes",
+      "blocks", "long_blocks"};
   unsigned long long host[kStageClockSlots] = {};
   cudaDeviceSynchronize();
   cudaMemcpyFromSymbol(host, g_stage_clocks, sizeof(host));

@@ -489,6 +489,12 @@ struct PatO200k {
 // ---------------------------------------------------------------------------------------------
 // Transition maps: nibble x of a map = image of state x. map_then(a, b) = "a, then b".
 constexpr uint64_t kMapIdentity = 0xFEDCBA9876543210ull;
+BBPE_HD uint64_t map_constant(uint8_t x) { return 0x1111111111111111ull * x; }
+BBPE_HD uint64_t live_states(int count) { return count >= 16 ? ~0ull : (1ull << (4 * count)) - 1; }
+// Whether every live state has the same image.
+BBPE_HD bool map_is_constant(uint64_t m, uint64_t live) {
+  return ((m ^ map_constant((uint8_t)(m & 15))) & live) == 0;
+}
 BBPE_HD uint8_t map_apply(uint64_t m, uint8_t x) { return (uint8_t)((m >> (4 * x)) & 15); }
 BBPE_HD uint64_t map_then(uint64_t a, uint64_t b) {
   uint64_t r = 0;
@@ -515,6 +521,7 @@ struct PretokTables {
   uint16_t flag[kTabFwdEntries];
   uint8_t ascii[128];
   uint8_t bwd_init, fwd_init;
+  uint64_t bwd_live, fwd_live;  // 0xF in the nibble of every state the automaton has
 };
 
 template <class P>
@@ -541,6 +548,8 @@ BBPE_HD void fill_pretok_table_entry(PretokTables& tab, int k) {
     if (c == 0) {
       tab.bwd_init = P::bwd_init();
       tab.fwd_init = P::fwd_init();
+      tab.bwd_live = live_states(P::kBwdStates);
+      tab.fwd_live = live_states(P::kFwdStates);
     }
   }
 }
@@ -570,12 +579,26 @@ BBPE_HD uint8_t byte_class_tab(const PretokTables& tab, const uint8_t* text, int
 // and the CUDA block function use exactly these.
 
 // Backward map of a chunk: nibble x = T at the chunk's first byte when T after its end is x.
+// The automata forget their past within a code point or two: once every live state has the
+// same image, the rest of the chunk steps that one state (a map_apply per byte instead of a
+// map_then). The maps differ from the full composition only at dead states, which no caller
+// ever applies them to.
 template <class C>
 BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
   uint64_t m = kMapIdentity;
-  for (int i = cnt - 1; i >= 0; --i)
-    if (cls[i] != C_NONE) m = map_then(m, tab.bwd[cls[i]]);
-  return m;
+  bool constant = false;
+  uint8_t t = 0;
+  for (int i = cnt - 1; i >= 0; --i) {
+    if (cls[i] == C_NONE) continue;
+    if (constant) {
+      t = map_apply(tab.bwd[cls[i]], t);
+    } else {
+      m = map_then(m, tab.bwd[cls[i]]);
+      constant = map_is_constant(m, tab.bwd_live);
+      t = (uint8_t)(m & 15);
+    }
+  }
+  return constant ? map_constant(t) : m;
 }
 
 // Backward replay from T after the chunk. Turns each class into the key of its forward step,
@@ -594,12 +617,23 @@ BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const C* cls, int cnt,
 }
 
 // Forward map of a chunk: nibble x = S after the chunk when S before it is x.
+// (The same shortcut as chunk_bwd_map once the map is constant.)
 template <class K>
 BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const K* key, int cnt) {
   uint64_t m = kMapIdentity;
-  for (int i = 0; i < cnt; ++i)
-    if (key[i] >= 16) m = map_then(m, tab.fwd[key[i]]);  // (keys < 16 are C_NONE: identity)
-  return m;
+  bool constant = false;
+  uint8_t s = 0;
+  for (int i = 0; i < cnt; ++i) {
+    if (key[i] < 16) continue;  // C_NONE (continuation bytes): identity
+    if (constant) {
+      s = map_apply(tab.fwd[key[i]], s);
+    } else {
+      m = map_then(m, tab.fwd[key[i]]);
+      constant = map_is_constant(m, tab.fwd_live);
+      s = (uint8_t)(m & 15);
+    }
+  }
+  return constant ? map_constant(s) : m;
 }
 
 // Forward replay from S before the chunk: writes flags[i] for i < valid; returns S after it.
