@@ -268,7 +268,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   //    stays one token; a segment whose bytes are a token becomes it (whole-piece shortcut); a
   //    short pre-tokenizer piece that is not a token is listed for step 2; longer ones (and in
   //    bytes mode, the paper's algorithm, all of them) are left to the block passes.
-  //    rank[start] holds the segment's token count (its length until it is merged).
+  //    rank[start] holds the segment's token count, or minus its length while it waits for
+  //    step 2 (only the owner touches rank[start] here; piece_start is read-only from now on).
   const int short_len = p.mode == kModeBytes ? 0 : kShortPieceLen;
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
@@ -287,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
       } else {
         count = m;
         if (m > 1 && m <= short_len) {
-          a.piece_start[s0] = 2;  // to merge in step 2
+          count = -m;  // to merge in step 2
           ++my_merges;
         }
         has_long |= m > short_len && m > 1;
@@ -299,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_merges, first_merge, n_merges);
   int32_t* merge_list = a.next_rank;  // free until the passes
   for (int s0 = lo; my_merges > 0 && s0 < hi; ++s0)
-    if (a.piece_start[s0] == 2) merge_list[first_merge++] = s0;
+    if (a.piece_start[s0] && a.rank[s0] < 0) merge_list[first_merge++] = s0;
   has_long = __syncthreads_or(has_long);
   clock.mark(kClockSegments);
 
@@ -309,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   constexpr int kWarps = kThreads / 32;
   for (int g = (threadIdx.x % 32) * kWarps + threadIdx.x / 32; g < n_merges; g += kThreads) {
     const int s0 = merge_list[g];
-    a.rank[s0] = merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, a.rank[s0]);
+    a.rank[s0] = merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, -a.rank[s0]);
   }
   __syncthreads();
   int my_tokens = 0;

@@ -13,10 +13,13 @@ import blockbpe_jax as bb
 from blockbpe_jax import testing
 from blockbpe_jax.postprocess import attention_mask, decode, finalize
 
-from helpers import load_tokenizer
+from helpers import device_for, gpu_devices, load_tokenizer
 
 ROUND_TRIP = [("cl100k", "tiktoken"), ("llama3", "tiktoken"), ("llama3", "json")]
 CHUNK, MAX_LEN = 128, 8200  # fixed shapes: one compile per vocabulary
+DEVICES = [pytest.param("cpu", id="cpu"),
+           pytest.param("gpu", id="gpu", marks=pytest.mark.skipif(not gpu_devices(),
+                                                                reason="no GPU visible to JAX"))]
 
 
 @jax.jit
@@ -25,13 +28,14 @@ def _encode_decode(data, lengths, tables):
     return enc, decode(enc.ids, enc.counts, tables, max_bytes=MAX_LEN)
 
 
-def _round_trip(tables, texts: list[bytes]):
+def _round_trip(tables, texts: list[bytes], device=None):
     """Encodes and decodes `texts` in fixed-shape chunks; returns (index, got) of failures."""
     bad = []
     for start in range(0, len(texts), CHUNK):
         chunk = texts[start:start + CHUNK]
         data, lengths = bb.pack_strings(chunk + [b""] * (CHUNK - len(chunk)), max_len=MAX_LEN)
-        enc, (out, n) = _encode_decode(data, lengths, tables)
+        enc, (out, n) = _encode_decode(jax.device_put(data, device), jax.device_put(lengths, device),
+                                       tables)
         out, n = np.asarray(out), np.asarray(n)
         assert (np.asarray(enc.counts) <= MAX_LEN).all()
         np.testing.assert_array_equal(n, lengths)          # empty padding rows included
@@ -42,12 +46,14 @@ def _round_trip(tables, texts: list[bytes]):
     return bad
 
 
+@pytest.mark.parametrize("kind", DEVICES)
 @pytest.mark.parametrize("name,fmt", ROUND_TRIP)
-def test_decode_round_trips_every_corpus(name, fmt, data_dir):
-    tables = load_tokenizer(name, fmt).tables()
+def test_decode_round_trips_every_corpus(name, fmt, kind, data_dir):
+    device = device_for(kind)
+    tables = load_tokenizer(name, fmt).tables(device=device)
     for seed, path in enumerate(testing.corpus_paths(data_dir)):
         texts = testing.excerpts(testing.read_corpus(path), 1, 8192, seed=200 + seed)
-        bad = _round_trip(tables, texts)
+        bad = _round_trip(tables, texts, device)
         assert not bad, f"{path.name}: {len(bad)}/{len(texts)} rows differ, first #{bad[0][0]}"
 
 
