@@ -277,7 +277,7 @@ def part_memory(ctx, res):
     bb, testing = ctx["bb"], ctx["testing"]
     ops = bb.ops
     smem_max = int(getattr(ops, "SMEM_MAX_LEN", 8192))
-    per_pos = int(getattr(getattr(ops, "_blockbpe_cpu", None), "workspace_bytes_per_position", 23))
+    modes = {"exact": 2, "bytes": 0}  # the workspace depends only on whether mode is bytes
     names = ["pair_table", "byte_ids", "piece_table", "token_offsets", "token_data",
              "special_offsets", "special_data", "special_ids"]
     vocabs = {}
@@ -301,15 +301,15 @@ def part_memory(ctx, res):
         log(f"  {name:7s} n_vocab={v['n_vocab']:7d} tables={v['table_nbytes'] / 2**20:7.2f} MiB "
             f"(load {load_s:.1f} s)")
 
-    def workspace(batch, length):
-        if length <= smem_max:
-            return 0
-        return batch * ((length + 15) // 16 * 16) * per_pos
+    def workspace(batch, length, mode="exact"):
+        size = ops._workspace_bytes(batch, length, modes[mode])  # the kernel's own rule
+        return 0 if size <= 1 else size
 
     shapes = sorted({*PEER_GRID, *[(b, l) for b in PAPER_BATCHES for l in PAPER_LENGTHS],
                      *[(b, l) for b in SCALE_LENGTH_BATCHES for l in SCALE_LENGTHS],
                      (4096, 512), (1024, 16384), (1024, 65536)})
-    ws = [{"batch": b, "bytes": l, "workspace_bytes": workspace(b, l),
+    ws = [{"batch": b, "bytes": l, "workspace_bytes_exact": workspace(b, l, "exact"),
+           "workspace_bytes_bytes_mode": workspace(b, l, "bytes"),
            "ids_bytes": b * l * 4 + b * 4, "input_bytes": b * l + b * 4} for b, l in shapes]
     # XLA's accounting of whole calls (cl100k, T = L): arguments (input + tables), outputs
     # (ids, counts, and the workspace, which is an output), temporaries.
@@ -325,17 +325,17 @@ def part_memory(ctx, res):
                 except Exception as e:  # noqa: BLE001
                     ma = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
                 measured.append({"mode": mode, "batch": b, "bytes": l, "max_tokens": l,
-                                 "workspace_bytes_rule": workspace(b, l), **ma})
+                                 "workspace_bytes_rule": workspace(b, l, mode), **ma})
     except Exception as e:  # noqa: BLE001
         measured.append({"error": f"{type(e).__name__}: {e}"[:300]})
     res["memory"] = {
         "vocabs": vocabs,
         "xla_memory_analysis_cl100k": measured,
         "smem_max_len": smem_max,
-        "workspace_bytes_per_position": per_pos,
-        "workspace_rule": (f"strings with L <= {smem_max} bytes: shared memory only (workspace 0); "
-                           f"L > {smem_max}: a global workspace of B * ceil16(L) * {per_pos} bytes, "
-                           "allocated by XLA as a discarded output"),
+        "workspace_rule": (f"exact mode, L <= {smem_max}: B * ceil16(L) * 12 bytes (the merge-pass "
+                           f"buffers; the rest is in shared memory); bytes mode, L <= {smem_max}: 0; "
+                           f"L > {smem_max}: B * ceil16(L) * 23 bytes; allocated by XLA as a "
+                           "discarded output (ffi/encode_params.h)"),
         "ids_rule": "ids int32[B, T] + counts int32[B]; the benchmark uses T = L (never truncates)",
         "shapes": ws,
     }
