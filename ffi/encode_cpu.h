@@ -3,6 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
+#include <queue>
+#include <utility>
 #include <vector>
 
 #include "bpe_core.h"
@@ -15,7 +18,70 @@ struct CpuScratch {
   std::vector<uint8_t> is_special, piece_start;
   std::vector<int32_t> tok, rank;
   std::vector<uint8_t> fresh;
+  // merge_segment_heap (its own arrays: rank and fresh above are indexed by text position)
+  std::vector<int32_t> next, prev, pair_rank, batch, touched;
+  std::vector<uint8_t> alive;
 };
+
+// Segments longer than this are merged by merge_segment_heap: merge_segment rescans the whole
+// segment every pass, which is quadratic in a long piece (a 256 KiB run of letters took 4.8 s).
+constexpr int kHeapMergeMinLen = 64;
+
+// merge_segment's rule (bpe_core.h) in O(m log m) for one segment tok[0..m): the same passes,
+// each merging every leftmost-first occurrence of the lowest rank present when the pass
+// starts, with the pairs in a heap of (rank, position) and the tokens in a linked list instead
+// of a rescan per pass. Pairs formed by a pass are ranked after it, as in merge_segment.
+// Returns the final count, packed to tok[0..count).
+inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratch& s) {
+  auto& next = s.next; auto& prev = s.prev; auto& rank = s.pair_rank; auto& alive = s.alive;
+  next.resize(m); prev.resize(m); rank.resize(m);
+  alive.assign(m, 1);
+  auto pair_rank = [&](int i) {
+    return next[i] < 0 ? kNoRank : lookup_pair(v, token_id(tok[i]), token_id(tok[next[i]]), nullptr);
+  };
+  using Entry = std::pair<int32_t, int32_t>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  for (int i = 0; i < m; ++i) {
+    next[i] = i + 1 < m ? i + 1 : -1;
+    prev[i] = i - 1;
+  }
+  for (int i = 0; i < m; ++i) {
+    rank[i] = pair_rank(i);
+    if (rank[i] != kNoRank) heap.push({rank[i], i});
+  }
+  while (!heap.empty()) {
+    const int32_t lowest = heap.top().first;
+    s.batch.clear();
+    while (!heap.empty() && heap.top().first == lowest) {  // pops in position order
+      const int i = heap.top().second;
+      heap.pop();
+      if (alive[i] && rank[i] == lowest && (s.batch.empty() || s.batch.back() != i)) s.batch.push_back(i);
+    }
+    s.touched.clear();
+    for (const int i : s.batch) {
+      if (!alive[i] || rank[i] != lowest) continue;  // consumed as the right half just before
+      const int k = next[i];
+      const int32_t mid = v.rank_is_id ? lowest : merged_id(v, tok[i], tok[k]);
+      tok[i] = mid | (tok[i] & kSegStart);
+      alive[k] = 0;
+      next[i] = next[k];
+      if (next[k] >= 0) prev[next[k]] = i;
+      rank[i] = kNoRank;  // until re-ranked below (so a later batch entry at i is skipped)
+      s.touched.push_back(i);
+    }
+    for (const int i : s.touched) {
+      if (!alive[i]) continue;
+      for (const int j : {prev[i], i}) {
+        if (j < 0) continue;
+        rank[j] = pair_rank(j);
+        if (rank[j] != kNoRank) heap.push({rank[j], j});
+      }
+    }
+  }
+  int count = 0;
+  for (int i = 0; i >= 0; i = next[i]) tok[count++] = tok[i];
+  return count;
+}
 
 // Tokenizes text[0..n) into s.tok[0..count); returns count.
 inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s) {
@@ -44,8 +110,12 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
     int m = end - start;
     const int32_t whole = s.is_special[start] || m < 2 ? -1 : lookup_piece(v, text + start, m);
     if (whole >= 0) s.tok[start] = whole | kSegStart;
-    m = whole >= 0 || s.is_special[start] ? 1 : merge_segment(v, &s.tok[start], &s.rank[start],
-                                                               &s.fresh[start], m);
+    if (whole >= 0 || s.is_special[start])
+      m = 1;
+    else if (m > kHeapMergeMinLen)
+      m = merge_segment_heap(v, &s.tok[start], m, s);
+    else
+      m = merge_segment(v, &s.tok[start], &s.rank[start], &s.fresh[start], m);
     std::copy(s.tok.begin() + start, s.tok.begin() + start + m, s.tok.begin() + count);
     count += m;
     for (start = end; start < n && s.tok[start] == kDeleted;) ++start;  // rest of a special
