@@ -131,7 +131,9 @@ def _encode_call(mode: int, pad_id: int, max_piece_len: int, rank_is_id: bool, b
                            *tables)
         return (ids.reshape(lanes, batch, max_tokens), counts.reshape(lanes, batch)), (True, True)
 
-    return call
+    # jit: eager calls then hit a compilation cache (a bare platform_dependent, re-traced per
+    # eager call, compiled a new executable every time: 1.6 MiB and milliseconds per call).
+    return jax.jit(call)
 
 
 def resolve_mode(tables: EncodeTables, mode: str) -> int:
