@@ -4,8 +4,9 @@
 // global workspace), marks special tokens and pre-tokenizer pieces and builds the initial byte
 // tokens, flagging segment starts (specials and pieces). Each thread then takes the segments
 // that start in its stretch of bytes: a special token stays one token; whole-piece shortcut;
-// a piece of up to kShortPieceLen bytes is merged in place by merge_segment (bpe_core.h). One
-// scan places the results, straight into the output when nothing is left to do. Longer
+// a piece of up to kShortPieceLen bytes that is not a token is listed, and the list is dealt
+// over the warps, each piece merged in place by one thread with merge_segment (bpe_core.h).
+// One scan places the results, straight into the output when nothing is left to do. Longer
 // segments, and every segment in bytes mode (the paper's algorithm), go through block-wide
 // merge passes. Each pass:
 //   1. segmented minimum of the cached pair ranks (block scan, SegMin),
