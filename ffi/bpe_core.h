@@ -64,24 +64,32 @@ BBPE_HD uint32_t pair_hash(uint32_t left, uint32_t right) {
   return h;
 }
 
+// One 16-byte row of a hash table (pair or piece table): one load on the GPU.
+struct TableRow {
+  int32_t a, b, c, d;
+};
+BBPE_HD TableRow load_row(const int32_t* table, uint32_t slot) {
+  const int32_t* row = table + 4 * (size_t)slot;
+#if defined(__CUDA_ARCH__)
+  const int4 r = __ldg(reinterpret_cast<const int4*>(row));
+  return TableRow{r.x, r.y, r.z, r.w};
+#else
+  return TableRow{row[0], row[1], row[2], row[3]};
+#endif
+}
+
 // Rank of the pair (left, right) and the id it merges into; kNoRank when it does not merge.
 // Open addressing with linear probing; the table is at most half full, so probes are short
-// and a miss ends at the first empty row. One row is one 16-byte load on the GPU.
+// and a miss ends at the first empty row. Rows are (left, right, rank, merged id).
 BBPE_HD int32_t lookup_pair(const VocabView& v, int32_t left, int32_t right, int32_t* merged) {
   uint32_t slot = pair_hash((uint32_t)left, (uint32_t)right) & v.pair_mask;
   for (uint32_t probe = 0; probe <= v.pair_mask; ++probe) {
-    const int32_t* row = v.pair_table + 4 * (size_t)slot;
-#if defined(__CUDA_ARCH__)
-    const int4 r = __ldg(reinterpret_cast<const int4*>(row));
-    const int32_t rl = r.x, rr = r.y, rank = r.z, mid = r.w;
-#else
-    const int32_t rl = row[0], rr = row[1], rank = row[2], mid = row[3];
-#endif
-    if (rl == left && rr == right) {
-      if (merged) *merged = mid;
-      return rank;
+    const TableRow r = load_row(v.pair_table, slot);
+    if (r.a == left && r.b == right) {
+      if (merged) *merged = r.d;
+      return r.c;
     }
-    if (rl < 0) break;
+    if (r.a < 0) break;
     slot = (slot + 1) & v.pair_mask;
   }
   return kNoRank;
@@ -93,7 +101,10 @@ BBPE_HD int32_t rank_at(const VocabView& v, const int32_t* tok, int i, int n) {
   return lookup_pair(v, token_id(tok[i]), token_id(tok[i + 1]), nullptr);
 }
 
-BBPE_HD int32_t merged_id(const VocabView& v, int32_t left_tok, int32_t right_tok) {
+// The id that the pair (left_tok, right_tok), whose rank is `rank`, merges into: the rank
+// itself in tiktoken vocabularies (rank_is_id), else a probe of the pair table.
+BBPE_HD int32_t merged_id(const VocabView& v, int32_t rank, int32_t left_tok, int32_t right_tok) {
+  if (v.rank_is_id) return rank;
   int32_t mid = -1;
   lookup_pair(v, token_id(left_tok), token_id(right_tok), &mid);
   return mid;
@@ -114,13 +125,8 @@ BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n) {
   const uint32_t h = piece_hash(p, n);
   uint32_t slot = h & v.piece_mask;
   for (uint32_t probe = 0; probe <= v.piece_mask; ++probe) {
-    const int32_t* row = v.piece_table + 4 * (size_t)slot;
-#if defined(__CUDA_ARCH__)
-    const int4 r = __ldg(reinterpret_cast<const int4*>(row));
-    const int32_t rh = r.x, id = r.y, len = r.z, off = r.w;
-#else
-    const int32_t rh = row[0], id = row[1], len = row[2], off = row[3];
-#endif
+    const TableRow r = load_row(v.piece_table, slot);  // (hash, id, byte length, offset)
+    const int32_t rh = r.a, id = r.b, len = r.c, off = r.d;
     if (id < 0) return -1;
     if ((uint32_t)rh == h && len == n && id < v.n_vocab && off >= 0 && off + (int64_t)n <= v.token_data_len) {
       const uint8_t* q = v.token_data + off;
@@ -201,8 +207,7 @@ BBPE_HD int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8
     int j = 0;
     for (int i = 0; i < m; ++i, ++j) {
       const bool merges = i + 1 < m && rank[i] == lowest;
-      const int32_t mid = !merges ? 0 : v.rank_is_id ? lowest : merged_id(v, tok[i], tok[i + 1]);
-      tok[j] = merges ? (mid | (tok[i] & kSegStart)) : tok[i];
+      tok[j] = merges ? (merged_id(v, lowest, tok[i], tok[i + 1]) | (tok[i] & kSegStart)) : tok[i];
       rank[j] = rank[i];  // still right unless this token or the next one is fresh
       fresh[j] = merges;
       i += merges;        // the right half is consumed

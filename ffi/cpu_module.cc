@@ -122,6 +122,4 @@ NB_MODULE(_blockbpe_cpu, m) {
   m.attr("smem_max_len") = bbpe::kSmemMaxLen;
   m.def("workspace_bytes", &bbpe::workspace_bytes, nb::arg("batch"), nb::arg("max_len"), nb::arg("mode"),
         "Bytes of the workspace output of one encode call (the CUDA kernel's global arrays).");
-  m.def("smem_bytes_per_string", &bbpe::smem_bytes_per_string, nb::arg("max_len"), nb::arg("mode"),
-        "Dynamic shared memory of one CUDA block (one string).");
 }

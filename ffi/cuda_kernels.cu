@@ -132,7 +132,7 @@ __device__ int merge_passes(const VocabView& v, BlockArrays& a, int n,
     for (int i = lo; i < hi; ++i) {
       run = seg_min_combine(run, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
       const bool merges = !prev && a.rank[i] != kNoRank && a.rank[i] == seg_min[run.start];
-      a.merged[i] = !merges ? -1 : v.rank_is_id ? a.rank[i] : merged_id(v, a.tok[i], a.tok[i + 1]);
+      a.merged[i] = merges ? merged_id(v, a.rank[i], a.tok[i], a.tok[i + 1]) : -1;
       prev = merges;
     }
     __syncthreads();

@@ -61,8 +61,7 @@ inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratc
     for (const int i : s.batch) {
       if (!alive[i] || rank[i] != lowest) continue;  // consumed as the right half just before
       const int k = next[i];
-      const int32_t mid = v.rank_is_id ? lowest : merged_id(v, tok[i], tok[k]);
-      tok[i] = mid | (tok[i] & kSegStart);
+      tok[i] = merged_id(v, lowest, tok[i], tok[k]) | (tok[i] & kSegStart);
       alive[k] = 0;
       next[i] = next[k];
       if (next[k] >= 0) prev[next[k]] = i;

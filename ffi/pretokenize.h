@@ -578,27 +578,35 @@ BBPE_HD uint8_t byte_class_tab(const PretokTables& tab, const uint8_t* text, int
 // Chunk helpers (a chunk = cnt consecutive bytes, given by their classes). pretokenize_chunked
 // and the CUDA block function use exactly these.
 
-// Backward map of a chunk: nibble x = T at the chunk's first byte when T after its end is x.
-// The automata forget their past within a code point or two: once every live state has the
-// same image, the rest of the chunk steps that one state (a map_apply per byte instead of a
-// map_then). The maps differ from the full composition only at dead states, which no caller
-// ever applies them to.
-template <class C>
-BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
-  uint64_t m = kMapIdentity;
+// A chunk's map, composed step by step. The automata forget their past within a code point
+// or two: once every live state has the same image, the rest of the chunk steps that one
+// state (a map_apply per byte instead of a map_then). The result differs from the full
+// composition only at dead states, which no caller ever applies it to.
+struct ChunkMap {
+  uint64_t live;                // the automaton's states (map_is_constant looks at these)
+  uint64_t m = kMapIdentity;    // the map so far, while it is not constant
   bool constant = false;
-  uint8_t t = 0;
-  for (int i = cnt - 1; i >= 0; --i) {
-    if (cls[i] == C_NONE) continue;
+  uint8_t state = 0;            // the one image, once it is
+  BBPE_HD explicit ChunkMap(uint64_t live_states) : live(live_states) {}
+  BBPE_HD void then(uint64_t step) {
     if (constant) {
-      t = map_apply(tab.bwd[cls[i]], t);
+      state = map_apply(step, state);
     } else {
-      m = map_then(m, tab.bwd[cls[i]]);
-      constant = map_is_constant(m, tab.bwd_live);
-      t = (uint8_t)(m & 15);
+      m = map_then(m, step);
+      constant = map_is_constant(m, live);
+      state = (uint8_t)(m & 15);
     }
   }
-  return constant ? map_constant(t) : m;
+  BBPE_HD uint64_t map() const { return constant ? map_constant(state) : m; }
+};
+
+// Backward map of a chunk: nibble x = T at the chunk's first byte when T after its end is x.
+template <class C>
+BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
+  ChunkMap acc(tab.bwd_live);
+  for (int i = cnt - 1; i >= 0; --i)
+    if (cls[i] != C_NONE) acc.then(tab.bwd[cls[i]]);
+  return acc.map();
 }
 
 // Backward replay from T after the chunk. Turns each class into the key of its forward step,
@@ -617,23 +625,12 @@ BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const C* cls, int cnt,
 }
 
 // Forward map of a chunk: nibble x = S after the chunk when S before it is x.
-// (The same shortcut as chunk_bwd_map once the map is constant.)
 template <class K>
 BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const K* key, int cnt) {
-  uint64_t m = kMapIdentity;
-  bool constant = false;
-  uint8_t s = 0;
-  for (int i = 0; i < cnt; ++i) {
-    if (key[i] < 16) continue;  // C_NONE (continuation bytes): identity
-    if (constant) {
-      s = map_apply(tab.fwd[key[i]], s);
-    } else {
-      m = map_then(m, tab.fwd[key[i]]);
-      constant = map_is_constant(m, tab.fwd_live);
-      s = (uint8_t)(m & 15);
-    }
-  }
-  return constant ? map_constant(s) : m;
+  ChunkMap acc(tab.fwd_live);
+  for (int i = 0; i < cnt; ++i)
+    if (key[i] >= 16) acc.then(tab.fwd[key[i]]);  // (keys < 16 are C_NONE: identity)
+  return acc.map();
 }
 
 // Forward replay from S before the chunk: writes flags[i] for i < valid; returns S after it.

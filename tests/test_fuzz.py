@@ -488,15 +488,19 @@ def test_max_tokens_smaller_than_the_result(name, fmt, text, max_tokens, pad_id)
 # ---------------------------------------------------------------------------------------------
 
 
+def draw_invalid_utf8(name, fmt, data):
+    """(the first 6 specials, raw bytes drawn with them, the tokenizer); at most 160 chars."""
+    specials = specials_of(name, fmt)[:6]
+    raw = data.draw(raw_bytes(specials), label="raw")
+    assume(len(pua_view(raw)[0]) <= 160)
+    return specials, raw, load_tokenizer(name, fmt)
+
+
 @pytest.mark.parametrize("name, fmt", VOCABS)
 @fuzz(60)
 @given(data=st.data())
 def test_invalid_utf8_exact_mode(name, fmt, data):
-    specials = specials_of(name, fmt)[:6]
-    raw = data.draw(raw_bytes(specials), label="raw")
-    tok = load_tokenizer(name, fmt)
-    text, _ = pua_view(raw)
-    assume(len(text) <= 160)
+    specials, raw, tok = draw_invalid_utf8(name, fmt, data)
     if fmt == "json":
         ref = hf_raw_reference(name, raw, "exact")
     else:
@@ -511,11 +515,7 @@ def test_invalid_utf8_exact_mode(name, fmt, data):
 @fuzz(40)
 @given(data=st.data())
 def test_invalid_utf8_bytes_mode(name, fmt, data):
-    specials = specials_of(name, fmt)[:6]
-    raw = data.draw(raw_bytes(specials), label="raw")
-    tok = load_tokenizer(name, fmt)
-    text, _ = pua_view(raw)
-    assume(len(text) <= 160)
+    specials, raw, tok = draw_invalid_utf8(name, fmt, data)
     # tokenizer.json vocabularies: every added token is always recognised (HF's rule).
     allowed, split_on = (set(specials), specials) if fmt == "tiktoken" else ("all", specials_of(name, fmt))
     ids, counts = encode_cpu(tok, [raw], allowed=allowed, mode="bytes")
