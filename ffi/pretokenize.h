@@ -865,10 +865,20 @@ struct BlockPretokenizer {
     return s;
   }
 
+  // prebuilt: the pattern's step tables already filled in global memory (copied, 3.7 KB), or
+  // nullptr to fill them here (about 400 entries, each evaluating the automata for every state).
   __device__ __forceinline__ bool run(int pattern, const uint8_t* text, int n, const uint8_t* sp,
-                                      uint8_t* out, const UnicodeTables& ut) {
+                                      uint8_t* out, const UnicodeTables& ut,
+                                      const PretokTables* prebuilt = nullptr) {
     if (pattern < 0 || pattern > 4) return false;
-    for (int k = threadIdx.x; k < kTabEntries; k += BLOCK_THREADS) fill_pretok_table(pattern, tmp.tab, k);
+    if (prebuilt) {
+      static_assert(sizeof(PretokTables) % 8 == 0, "copied as 8-byte words");
+      const uint64_t* src = reinterpret_cast<const uint64_t*>(prebuilt);
+      uint64_t* dst = reinterpret_cast<uint64_t*>(&tmp.tab);
+      for (int k = threadIdx.x; k < (int)(sizeof(PretokTables) / 8); k += BLOCK_THREADS) dst[k] = src[k];
+    } else {
+      for (int k = threadIdx.x; k < kTabEntries; k += BLOCK_THREADS) fill_pretok_table(pattern, tmp.tab, k);
+    }
     __syncthreads();
     if (n <= 0) return true;
     const PretokTables& tab = tmp.tab;
@@ -911,9 +921,10 @@ template <int BLOCK_THREADS, int ITEMS_PER_THREAD>
 __device__ __forceinline__ bool block_pretokenize(
     int pattern, const uint8_t* text, int n, const uint8_t* is_special, uint8_t* piece_start,
     const UnicodeTables& ut,
-    typename BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>::TempStorage& tmp) {
+    typename BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>::TempStorage& tmp,
+    const PretokTables* prebuilt = nullptr) {
   return BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>(tmp).run(pattern, text, n, is_special,
-                                                                     piece_start, ut);
+                                                                     piece_start, ut, prebuilt);
 }
 
 // Convenience form: the device Unicode tables and a static __shared__ TempStorage (about
