@@ -84,25 +84,15 @@ struct Scans {
   };
 };
 
-// The step tables of each pattern, filled on the device by fill_pretok_tables before the encode
-// kernel of each exact-mode call (one tiny launch; each device has its own copy), so that a
-// block copies 3.7 KB instead of evaluating the automata for ~400 table entries.
-__device__ PretokTables g_pretok_tables[5];
-
-__global__ void fill_pretok_tables(int pattern) {
-  for (int k = threadIdx.x; k < kTabEntries; k += blockDim.x)
-    fill_pretok_table(pattern, g_pretok_tables[pattern], k);
-}
-
 // The pre-tokenizer as a separate (not inlined) function: inlined into the encode kernel, its
 // unrolled automata made ptxas run for many minutes.
 template <int kThreads>
 __device__ __noinline__ void pretokenize_block(
     int mode, const uint8_t* text, int n, const uint8_t* is_special, uint8_t* piece_start,
+    const PretokTables* tables,
     typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage& tmp) {
   block_pretokenize<kThreads, kPretokItems<kThreads>>(mode, text, n, is_special, piece_start,
-                                                      device_unicode_tables(), tmp,
-                                                      &g_pretok_tables[mode]);
+                                                      device_unicode_tables(), tmp, tables);
 }
 
 // Merge passes over a.tok / a.rank (n tokens); returns the final count.
@@ -217,7 +207,8 @@ template <int kThreads>
 constexpr int kMinBlocksPerSm = kThreads >= 1024 ? 1 : 1024 / kThreads;
 
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_kernel(EncodeParams p) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_kernel(
+    const __grid_constant__ EncodeParams p, const __grid_constant__ PretokTables pretok_tables) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ typename Scans<kThreads>::Storage tmp;
   StageClock clock;
@@ -262,7 +253,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   clock.mark(kClockSpecials);
 
   if (p.mode != kModeBytes) {
-    pretokenize_block<kThreads>(p.mode, a.text, n, a.is_special, a.piece_start, tmp.pretok);
+    pretokenize_block<kThreads>(p.mode, a.text, n, a.is_special, a.piece_start, &pretok_tables,
+                                tmp.pretok);
     __syncthreads();
   }
   clock.mark(kClockPretokenize);
@@ -362,8 +354,10 @@ cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
   cudaError_t err = cudaFuncSetAttribute(encode_kernel<kThreads>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
-  if (p.mode != kModeBytes) fill_pretok_tables<<<1, 256, 0, stream>>>(p.mode);
-  encode_kernel<kThreads><<<(unsigned)p.batch, kThreads, smem, stream>>>(p);
+  // The pre-tokenizer's step tables travel as a kernel parameter (3.7 KB, built once on the
+  // host): no per-block evaluation of the automata, no extra launch, no device state.
+  encode_kernel<kThreads><<<(unsigned)p.batch, kThreads, smem, stream>>>(
+      p, *host_pretok_tables(p.mode));
   return cudaGetLastError();
 }
 

@@ -33,7 +33,8 @@
 // API (namespace bbpe):
 //   host:   pretokenize_sequential(pattern, text, n, is_special, piece_start[, ut]) -> bool
 //           pretokenize_direct(...same...)  (the step functions without tables; tests)
-//           pretokenize_chunked(pattern, text, n, is_special, chunk_bytes, piece_start[, ut])
+//           pretokenize_chunked(pattern, text, n, is_special, chunk_bytes, piece_start
+//                               [, lookback, ut])
 //           host_unicode_tables(), host_pretok_tables(pattern)
 //   device: block_pretokenize<BLOCK_THREADS, ITEMS_PER_THREAD>(pattern, text, n, is_special,
 //               piece_start, ut, BlockPretokenizer<..>::TempStorage&) -> bool
@@ -41,7 +42,7 @@
 //           device_unicode_tables()
 //   shared: byte_class, utf8_decode, cp_class, Pat*::bwd/fwd (the automata), the step tables
 //           (fill_pretok_table), map_then / map_apply, chunk_bwd_map, chunk_bwd_replay,
-//           chunk_fwd_map, chunk_fwd_replay.
+//           chunk_fwd_map, chunk_fwd_replay, edge_state.
 //
 // Special tokens: bytes with is_special[i] != 0 belong to special tokens. They end the sub-text
 // before them (so `$` and `(?!\S)` see an end there) and a new sub-text starts after them, as
@@ -644,6 +645,27 @@ BBPE_HD uint8_t chunk_fwd_replay(const PretokTables& tab, const K* key, int cnt,
   return s;
 }
 
+// The state at a chunk's edge without a scan. A chunk's map is usually constant (see
+// ChunkMap), so the state after a chunk (backward pass) or before it (forward pass) is the
+// image of the nearest constant map among the next (resp. previous) chunks, stepped through
+// the maps in between. maps[at], maps[at + step], ... are the `count` chunks between this one
+// and the tile's edge, nearest first, and `carry` is the state at that edge. Returns false
+// when more than max_steps maps would have to be stepped through (always for max_steps < 0,
+// which the tests use to force the scan); the caller then scans.
+constexpr int kPretokLookback = 8;
+BBPE_HD bool edge_state(const uint64_t* maps, int at, int step, int count, uint64_t live,
+                        uint8_t carry, int max_steps, uint8_t* state) {
+  if (max_steps < 0) return false;
+  int j = 0;
+  while (j < count && !map_is_constant(maps[at + j * step], live)) {
+    if (++j > max_steps) return false;
+  }
+  uint8_t x = j < count ? (uint8_t)(maps[at + j * step] & 15) : carry;  // (state 0 is live)
+  while (--j >= 0) x = map_apply(maps[at + j * step], x);
+  *state = x;
+  return true;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
@@ -731,11 +753,13 @@ inline bool pretokenize_direct(int pattern, const uint8_t* text, int n,
   return true;
 }
 
-// Host emulation of the parallel decomposition, chunks of chunk_bytes (>= 1) bytes: per-chunk
-// maps, exclusive scans of the maps (backward from the last chunk, then forward), replays.
+// Host emulation of the parallel decomposition, chunks of chunk_bytes (>= 1) bytes, the
+// whole string as one tile: per-chunk maps; each chunk's edge state from edge_state (at most
+// `lookback` chunks away) or, if that fails for any chunk, from exclusive scans of the maps
+// (backward from the last chunk, then forward); replays.
 inline bool pretokenize_chunked(int pattern, const uint8_t* text, int n,
                                 const uint8_t* is_special_byte, int chunk_bytes,
-                                uint8_t* piece_start,
+                                uint8_t* piece_start, int lookback = kPretokLookback,
                                 const UnicodeTables& ut = host_unicode_tables()) {
   const PretokTables* tabp = host_pretok_tables(pattern);
   if (!tabp) return false;
@@ -743,22 +767,32 @@ inline bool pretokenize_chunked(int pattern, const uint8_t* text, int n,
   const PretokTables& tab = *tabp;
   const int chunk = chunk_bytes < 1 ? 1 : chunk_bytes;
   const int nch = (n + chunk - 1) / chunk;
-  std::vector<uint8_t> cls(n);
+  std::vector<uint8_t> cls(n), edge(nch);
   std::vector<uint16_t> key(n);
-  std::vector<uint64_t> map(nch), excl(nch);
+  std::vector<uint64_t> map(nch);
   for (int i = 0; i < n; ++i) cls[i] = byte_class_tab(tab, text, n, is_special_byte, i, ut);
   auto cnt = [&](int c) { return (c + 1) * chunk <= n ? chunk : n - c * chunk; };
+  // edge[c] = T after chunk c.
   for (int c = 0; c < nch; ++c) map[c] = chunk_bwd_map(tab, &cls[c * chunk], cnt(c));
-  uint64_t acc = kMapIdentity;
-  for (int c = nch - 1; c >= 0; --c) { excl[c] = acc; acc = map_then(acc, map[c]); }
+  bool ok = true;
   for (int c = 0; c < nch; ++c)
-    chunk_bwd_replay(tab, &cls[c * chunk], cnt(c), map_apply(excl[c], tab.bwd_init), &key[c * chunk]);
+    ok &= edge_state(map.data(), c + 1, 1, nch - 1 - c, tab.bwd_live, tab.bwd_init, lookback, &edge[c]);
+  if (!ok) {
+    uint64_t acc = kMapIdentity;
+    for (int c = nch - 1; c >= 0; --c) { edge[c] = map_apply(acc, tab.bwd_init); acc = map_then(acc, map[c]); }
+  }
+  for (int c = 0; c < nch; ++c) chunk_bwd_replay(tab, &cls[c * chunk], cnt(c), edge[c], &key[c * chunk]);
+  // edge[c] = S before chunk c.
   for (int c = 0; c < nch; ++c) map[c] = chunk_fwd_map(tab, &key[c * chunk], cnt(c));
-  acc = kMapIdentity;
-  for (int c = 0; c < nch; ++c) { excl[c] = acc; acc = map_then(acc, map[c]); }
+  ok = true;
   for (int c = 0; c < nch; ++c)
-    chunk_fwd_replay(tab, &key[c * chunk], cnt(c), map_apply(excl[c], tab.fwd_init),
-                     &piece_start[c * chunk], cnt(c));
+    ok &= edge_state(map.data(), c - 1, -1, c, tab.fwd_live, tab.fwd_init, lookback, &edge[c]);
+  if (!ok) {
+    uint64_t acc = kMapIdentity;
+    for (int c = 0; c < nch; ++c) { edge[c] = map_apply(acc, tab.fwd_init); acc = map_then(acc, map[c]); }
+  }
+  for (int c = 0; c < nch; ++c)
+    chunk_fwd_replay(tab, &key[c * chunk], cnt(c), edge[c], &piece_start[c * chunk], cnt(c));
   return true;
 }
 
@@ -781,13 +815,15 @@ struct MapThenOp {
 // consecutive bytes [k * IPT, (k+1) * IPT) of a tile of BLOCK_THREADS * IPT bytes, i.e. exactly
 // the chunks of pretokenize_chunked(chunk_bytes = IPT); a code point belongs to the thread that
 // owns its lead byte. Steps (the same helpers as pretokenize_chunked):
-//   0. the block fills the step tables of the pattern into shared memory (fill_pretok_table);
+//   0. the step tables of the pattern go to shared memory (copied from `prebuilt`, else filled);
 //   1. byte_class(_tab) of each owned byte (reads up to 3 bytes either side, from text);
-//   2. chunk_bwd_map; exclusive suffix scan of the maps (warp shuffles, see suffix_state),
-//      applied to the state carried in from later tiles -> T after the chunk;
-//      chunk_bwd_replay;
-//   3. chunk_fwd_map; exclusive scan in thread order (cub::BlockScan), applied to the state
-//      carried in from earlier tiles -> S before the chunk; chunk_fwd_replay writes the flags.
+//   2. chunk_bwd_map; T after the chunk from the next chunks' maps (edge_state: usually the
+//      very next map is constant), or, when some chunk of the tile needs more than
+//      kPretokLookback maps, from an exclusive suffix scan of the maps (warp shuffles, see
+//      suffix_state) applied to the state carried in from later tiles; chunk_bwd_replay;
+//   3. chunk_fwd_map; S before the chunk from the previous chunks' maps (edge_state), or an
+//      exclusive scan in thread order (cub::BlockScan) applied to the state carried in from
+//      earlier tiles; chunk_fwd_replay writes the flags.
 // Strings longer than a tile run step 2 over the tiles from the last to the first, parking
 // T[i+1] in piece_start[i], then step 3 from the first tile to the last (a thread re-reads
 // only bytes it wrote itself). One tile keeps everything in registers.
@@ -803,11 +839,17 @@ struct BlockPretokenizer {
   // (64 registers); warp scans need ~40 registers and 320 B of shared memory.
   using MapScan = cub::BlockScan<uint64_t, BLOCK_THREADS, cub::BLOCK_SCAN_WARP_SCANS>;
   struct TempStorage {
-    PretokTables tab;                     // 3,696 B
-    typename MapScan::TempStorage scan;   // forward scan
-    uint64_t warp_maps[kWarps];           // backward scan: warp aggregates ...
-    uint64_t warp_excl[kWarps];           // ... and their suffix scan
-    uint64_t block_agg;
+    PretokTables tab;                       // 3,696 B
+    union {
+      uint64_t maps[BLOCK_THREADS];         // every chunk's map, for edge_state
+      struct {                              // the scans, when edge_state does not reach:
+        typename MapScan::TempStorage scan; // forward scan
+        uint64_t warp_maps[kWarps];         // backward scan: warp aggregates ...
+        uint64_t warp_excl[kWarps];         // ... and their suffix scan
+        uint64_t block_agg;
+      };
+    };
+    uint8_t tile_edge;                      // the state handed to the next tile
   };
   static constexpr int kTile = BLOCK_THREADS * ITEMS_PER_THREAD;
 
@@ -865,8 +907,9 @@ struct BlockPretokenizer {
     return s;
   }
 
-  // prebuilt: the pattern's step tables already filled in global memory (copied, 3.7 KB), or
-  // nullptr to fill them here (about 400 entries, each evaluating the automata for every state).
+  // prebuilt: the pattern's step tables, built on the host (the encode kernel gets them as a
+  // kernel parameter) and copied here (3.7 KB), or nullptr to fill them here (about 400
+  // entries, each evaluating the automata for every state).
   __device__ __forceinline__ bool run(int pattern, const uint8_t* text, int n, const uint8_t* sp,
                                       uint8_t* out, const UnicodeTables& ut,
                                       const PretokTables* prebuilt = nullptr) {
@@ -882,17 +925,28 @@ struct BlockPretokenizer {
     __syncthreads();
     if (n <= 0) return true;
     const PretokTables& tab = tmp.tab;
+    const int k = threadIdx.x;
     // key[i]: the class of byte i, then (after the backward replay) its forward-step key.
     uint16_t key[ITEMS_PER_THREAD];
     const int ntiles = (n + kTile - 1) / kTile;
     uint8_t carry = tab.bwd_init;
     for (int tile = ntiles - 1; tile >= 0; --tile) {
-      const int base = tile * kTile + threadIdx.x * ITEMS_PER_THREAD;
+      const int base = tile * kTile + k * ITEMS_PER_THREAD;
+      const int live = live_chunks(n, tile);
 #pragma unroll
       for (int i = 0; i < ITEMS_PER_THREAD; ++i)
         key[i] = base + i < n ? byte_class_tab(tab, text, n, sp, base + i, ut) : (uint8_t)C_NONE;
-      const uint8_t t_end = suffix_state(chunk_bwd_map(tab, key, ITEMS_PER_THREAD), carry);
-      chunk_bwd_replay(tab, key, ITEMS_PER_THREAD, t_end, key);
+      // T after this chunk: from the maps of the next chunks (edge_state), else a block scan.
+      const uint64_t m = chunk_bwd_map(tab, key, ITEMS_PER_THREAD);
+      tmp.maps[k] = m;
+      __syncthreads();
+      uint8_t t_end = carry;
+      const bool ok = k >= live || edge_state(tmp.maps, k + 1, 1, live - 1 - k, tab.bwd_live, carry,
+                                              kPretokLookback, &t_end);
+      const bool scan = __syncthreads_or(!ok);
+      if (scan) t_end = suffix_state(m, carry);
+      const uint8_t t_start = chunk_bwd_replay(tab, key, ITEMS_PER_THREAD, t_end, key);
+      if (!scan && tile > 0) carry = hand_over(k == 0, t_start);
       if (ntiles > 1) {
 #pragma unroll
         for (int i = 0; i < ITEMS_PER_THREAD; ++i)
@@ -901,16 +955,39 @@ struct BlockPretokenizer {
     }
     carry = tab.fwd_init;
     for (int tile = 0; tile < ntiles; ++tile) {
-      const int base = tile * kTile + threadIdx.x * ITEMS_PER_THREAD;
+      const int base = tile * kTile + k * ITEMS_PER_THREAD;
+      const int live = live_chunks(n, tile);
       if (ntiles > 1) {  // (one tile: key still holds tile 0's keys)
 #pragma unroll
         for (int i = 0; i < ITEMS_PER_THREAD; ++i)
           key[i] = base + i < n ? byte_class_tab(tab, text, n, sp, base + i, ut) * 16 + out[base + i] : 0;
       }
-      const uint8_t s0 = prefix_state(chunk_fwd_map(tab, key, ITEMS_PER_THREAD), carry);
-      chunk_fwd_replay(tab, key, ITEMS_PER_THREAD, s0, out + base, n - base);
+      // S before this chunk: from the maps of the chunks before it, else a block scan.
+      const uint64_t m = chunk_fwd_map(tab, key, ITEMS_PER_THREAD);
+      tmp.maps[k] = m;
+      __syncthreads();
+      uint8_t s0 = carry;
+      const bool ok = k >= live || edge_state(tmp.maps, k - 1, -1, k, tab.fwd_live, carry,
+                                              kPretokLookback, &s0);
+      const bool scan = __syncthreads_or(!ok);
+      if (scan) s0 = prefix_state(m, carry);
+      const uint8_t s_end = chunk_fwd_replay(tab, key, ITEMS_PER_THREAD, s0, out + base, n - base);
+      if (!scan && tile + 1 < ntiles) carry = hand_over(k == live - 1, s_end);
     }
     return true;
+  }
+
+  // Chunks of the tile that hold bytes of the string (the rest are past its end).
+  __device__ __forceinline__ static int live_chunks(int n, int tile) {
+    const int left = n - tile * kTile;
+    return left >= kTile ? BLOCK_THREADS : (left + ITEMS_PER_THREAD - 1) / ITEMS_PER_THREAD;
+  }
+
+  // The state at the tile's edge, from the one thread whose chunk is there.
+  __device__ __forceinline__ uint8_t hand_over(bool mine, uint8_t state) {
+    if (mine) tmp.tile_edge = state;
+    __syncthreads();
+    return tmp.tile_edge;  // (rewritten only after two more barriers)
   }
 };
 

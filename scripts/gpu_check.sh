@@ -42,12 +42,14 @@ for stage in $stages; do
         -p no:cacheprovider --hypothesis-show-statistics tests/test_fuzz_gpu.py \
         > "$OUT/fuzz_gpu.log" 2>&1; echo "fuzz: exit $?"; grep -E "passed|failed|error" "$OUT/fuzz_gpu.log" | tail -3 ;;
     sanitize)
-      # Only our kernel is instrumented (kns filter); JAX must not grab most of the memory.
+      # Only our kernel is instrumented (kns filter; SANITIZE_ALL_KERNELS=1 instruments XLA's
+      # kernels too); JAX must not grab most of the memory.
       # (initcheck with --check-api-memory-access no loses track of memcpy-written buffers and
       # reports every read of them: do not use it. See BUILD_NOTES.md, compute-sanitizer.)
+      filter="--kernel-name kns=encode_kernel"; [ -n "${SANITIZE_ALL_KERNELS:-}" ] && filter=""
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
         XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer \
-          --tool $tool --kernel-name kns=encode_kernel --error-exitcode 3 \
+          --tool $tool $filter --error-exitcode 3 \
           python3 scripts/sanitize_driver.py > "$OUT/sanitizer_$tool.log" 2>&1
         echo "$tool: exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|ok|DIFFERENT" "$OUT/sanitizer_$tool.log" | sort | uniq -c | tail -6
       done ;;

@@ -33,7 +33,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FULL = os.environ.get("BLOCKBPE_FULL", "") not in ("", "0")
-CHUNKS = (1, 3, 7, 16, 64)
+# Chunkings for pretokenize_chunked: k bytes per chunk (edge states by lookback where it
+# reaches, else scans), or (k, -1): the scans forced.
+CHUNKS = (1, 3, 7, 16, 64, (16, -1))
 
 from blockbpe_jax import testing  # noqa: E402
 from blockbpe_jax.vocab import KNOWN_PATTERNS  # noqa: E402
@@ -60,7 +62,7 @@ class Shim:
         vp, i = ctypes.c_void_p, ctypes.c_int
         self.lib.bbpe_pretok_sequential.argtypes = [i, vp, i, vp, vp]
         self.lib.bbpe_pretok_direct.argtypes = [i, vp, i, vp, vp]
-        self.lib.bbpe_pretok_chunked.argtypes = [i, vp, i, vp, i, vp]
+        self.lib.bbpe_pretok_chunked.argtypes = [i, vp, i, vp, i, i, vp]
         self.lib.bbpe_unicode_classes.argtypes = [vp]
         for f in (self.lib.bbpe_pretok_sequential, self.lib.bbpe_pretok_direct,
                   self.lib.bbpe_pretok_chunked):
@@ -70,8 +72,11 @@ class Shim:
     def _ptr(a):
         return None if a is None else a.ctypes.data_as(ctypes.c_void_p)
 
-    def flags(self, pattern: int, data: bytes, special: np.ndarray | None = None, chunk: int = 0):
-        """chunk 0: pretokenize_sequential; -1: pretokenize_direct; k > 0: chunked by k."""
+    def flags(self, pattern: int, data: bytes, special: np.ndarray | None = None,
+              chunk: int | tuple[int, int] = 0):
+        """chunk 0: pretokenize_sequential; -1: pretokenize_direct; k > 0: chunked by k;
+        (k, lookback): chunked by k with that lookback (-1: always scan)."""
+        chunk, lookback = chunk if isinstance(chunk, tuple) else (chunk, 8)  # 8: kPretokLookback
         buf = np.frombuffer(data, np.uint8).copy() if data else np.zeros(1, np.uint8)
         out = np.full(max(len(data), 1), 7, np.uint8)
         if chunk == -1:
@@ -79,7 +84,7 @@ class Shim:
                                              self._ptr(out))
         elif chunk:
             rc = self.lib.bbpe_pretok_chunked(pattern, self._ptr(buf), len(data), self._ptr(special),
-                                              chunk, self._ptr(out))
+                                              chunk, lookback, self._ptr(out))
         else:
             rc = self.lib.bbpe_pretok_sequential(pattern, self._ptr(buf), len(data),
                                                  self._ptr(special), self._ptr(out))
@@ -521,7 +526,7 @@ def test_bytes_mode_and_edges(shim):
     for f in (shim.lib.bbpe_pretok_sequential, shim.lib.bbpe_pretok_direct):
         assert f(9, buf.ctypes.data, 4, None, buf.ctypes.data) == -1
         assert f(-1, buf.ctypes.data, 4, None, buf.ctypes.data) == -1
-    assert shim.lib.bbpe_pretok_chunked(5, buf.ctypes.data, 4, None, 3, buf.ctypes.data) == -1
+    assert shim.lib.bbpe_pretok_chunked(5, buf.ctypes.data, 4, None, 3, 8, buf.ctypes.data) == -1
 
 
 # ---------------------------------------------------------------------------------------------

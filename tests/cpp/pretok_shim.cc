@@ -15,8 +15,9 @@ int bbpe_pretok_direct(int pattern, const uint8_t* text, int n, const uint8_t* i
 }
 
 int bbpe_pretok_chunked(int pattern, const uint8_t* text, int n, const uint8_t* is_special,
-                        int chunk_bytes, uint8_t* piece_start) {
-  return bbpe::pretokenize_chunked(pattern, text, n, is_special, chunk_bytes, piece_start) ? 0 : -1;
+                        int chunk_bytes, int lookback, uint8_t* piece_start) {
+  return bbpe::pretokenize_chunked(pattern, text, n, is_special, chunk_bytes, piece_start, lookback)
+             ? 0 : -1;
 }
 
 // General class (UCLS_*) of every code point 0..0x10FFFF into out[0x110000].
