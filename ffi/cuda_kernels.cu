@@ -268,23 +268,33 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   __syncthreads();
   clock.mark(kClockInitial);
 
-  // 1. Each thread takes the segments that start in its stretch of bytes: a special token
-  //    stays one token; a segment whose bytes are a token becomes it (whole-piece shortcut); a
-  //    short pre-tokenizer piece that is not a token is listed for step 2; longer ones (and in
-  //    bytes mode, the paper's algorithm, all of them) are left to the block passes.
-  //    rank[start] holds the segment's token count, or minus its length while it waits for
-  //    step 2 (only the owner touches rank[start] here; piece_start is read-only from now on).
+  // 1. The segment starts are listed (one scan over the threads' stretches of bytes), and
+  //    the threads take the segments round robin (an even share each, whatever the piece
+  //    lengths): a special token stays one token; a segment whose bytes are a token becomes it
+  //    (whole-piece shortcut); a short pre-tokenizer piece that is not a token goes on the
+  //    merge list for step 2; longer ones (and in bytes mode, the paper's algorithm, all of
+  //    them) are left to the block passes. rank[start] holds the segment's token count, or
+  //    minus its length while it waits for step 2 (only the segment's thread touches
+  //    rank[start] here; piece_start is read-only from now on).
   const int short_len = p.mode == kModeBytes ? 0 : kShortPieceLen;
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
+  int32_t* seg_list = a.next_tok;     // free until the placement
+  int32_t* merge_list = a.next_rank;  // free until the passes
+  __shared__ int n_merges;
+  int my_starts = 0;
+  for (int s0 = lo; s0 < hi; ++s0) my_starts += a.piece_start[s0];
+  int first_seg, n_segs;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_starts, first_seg, n_segs);
+  for (int s0 = lo; my_starts > 0 && s0 < hi; ++s0)
+    if (a.piece_start[s0]) seg_list[first_seg++] = s0;
+  if (threadIdx.x == 0) n_merges = 0;
+  __syncthreads();
   bool has_long = false;
-  int my_merges = 0;
-  for (int s0 = lo; s0 < hi; ++s0) {
-    if (!a.piece_start[s0]) continue;
+  for (int g = threadIdx.x; g < n_segs; g += kThreads) {
+    const int s0 = seg_list[g], end = g + 1 < n_segs ? seg_list[g + 1] : n;
     int count = 1;
     if (!a.is_special[s0]) {
-      int end = s0 + 1;
-      while (end < n && !a.piece_start[end]) ++end;
       const int m = end - s0;
       const int32_t whole = m < 2 ? -1 : lookup_piece(v, a.text + s0, m);
       if (whole >= 0) {
@@ -293,26 +303,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
         count = m;
         if (m > 1 && m <= short_len) {
           count = -m;  // to merge in step 2
-          ++my_merges;
+          merge_list[atomicAdd(&n_merges, 1)] = s0;
         }
         has_long |= m > short_len && m > 1;
       }
     }
     a.rank[s0] = count;
   }
-  int first_merge, n_merges;
-  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_merges, first_merge, n_merges);
-  int32_t* merge_list = a.next_rank;  // free until the passes
-  for (int s0 = lo; my_merges > 0 && s0 < hi; ++s0)
-    if (a.piece_start[s0] && a.rank[s0] < 0) merge_list[first_merge++] = s0;
   has_long = __syncthreads_or(has_long);
+  const int n_listed = n_merges;  // (the order of the list does not matter: pieces are independent)
   clock.mark(kClockSegments);
 
   // 2. The listed pieces, dealt round robin over the warps: each warp then waits on the
   //    slowest of a few pieces at once, not on one lane's pieces one after another. Each is
   //    merged in place by merge_segment (bpe_core.h), its dead text as the scratch it needs.
   constexpr int kWarps = kThreads / 32;
-  for (int g = (threadIdx.x % 32) * kWarps + threadIdx.x / 32; g < n_merges; g += kThreads) {
+  for (int g = (threadIdx.x % 32) * kWarps + threadIdx.x / 32; g < n_listed; g += kThreads) {
     const int s0 = merge_list[g];
     a.rank[s0] = merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, -a.rank[s0]);
   }

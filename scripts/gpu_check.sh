@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build against the machine's own jax, run the GPU tests, optionally the
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
-#   scripts/gpu_check.sh [test] [fuzz] [profile] [bench] [sanitize] [sharded] [clocks]
+#   scripts/gpu_check.sh [test] [fuzz] [profile] [bench] [hostpath] [sanitize] [sharded] [clocks]
 # (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test). `clocks` rebuilds with the stage clocks
 # compiled in (benchmarks/stage_clocks.py), so it goes last.
@@ -53,6 +53,8 @@ for stage in $stages; do
           python3 scripts/sanitize_driver.py > "$OUT/sanitizer_$tool.log" 2>&1
         echo "$tool: exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|ok|DIFFERENT" "$OUT/sanitizer_$tool.log" | sort | uniq -c | tail -6
       done ;;
+    hostpath)
+      python3 benchmarks/host_path.py --out "$OUT" 2>&1 | tee "$OUT/host_path.log" | tail -4 ;;
     sharded)
       python3 benchmarks/sharded.py --out "$OUT" 2>&1 | tee "$OUT/sharded.log" | tail -5 ;;
     clocks)

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Where end-to-end time goes between a Python list[str] and padded ids on the GPU.
+
+    python3 benchmarks/host_path.py --out DIR [--cells 1024x512,1024x4096]
+
+cl100k, exact mode, War and Peace excerpts (the issue-4 cells). For each cell: the pieces
+(pack_strings, device_put of one array, the encode on device-resident input) and whole paths
+from list[str] to ids on the device, each checked equal to the device-resident ids:
+  two_puts    pack_strings, device_put(data), device_put(lengths), jitted encode
+  tuple_put   the same with one device_put((data, lengths)) call
+  pinned      device_put into pinned host memory first, then to the device
+  chunks_k    the batch in k chunks, each packed, put and dispatched before the next is
+              packed (the host packs chunk i+1 while the GPU works on chunk i), ids joined
+              on the device
+Medians of repeated runs after warm-up (run_all.measure). Writes DIR/host_path.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+
+from run_all import excerpts, measure  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--cells", default="1024x512,1024x4096")
+    args = ap.parse_args()
+
+    import jax
+    import jax.numpy as jnp
+
+    import blockbpe_jax as bb
+    from blockbpe_jax._data import find_data_dir
+
+    data_dir = find_data_dir()
+    if data_dir is None:
+        sys.exit("host_path: no shared data (set BLOCKBPE_DATA)")
+    raw = (data_dir / "corpus" / "war_and_peace_en.txt").read_bytes()
+    tok = bb.Tokenizer.from_file(data_dir / "vocab" / "tiktoken" / "cl100k_base.tiktoken")
+    dev = jax.devices()[0]
+    tables = tok.tables(device=dev)
+    enc = jax.jit(lambda d, l, t, T: bb.encode(d, l, t, max_tokens=T, check_lengths=False)[:2],
+                  static_argnums=3)
+    join = jax.jit(lambda parts: jnp.concatenate(parts, axis=0))
+    results = {"device": str(dev.device_kind), "jax": jax.__version__,
+               "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cells": []}
+
+    for cell in args.cells.split(","):
+        B, L = map(int, cell.split("x"))
+        texts = excerpts(raw, B, L)
+        total = sum(len(t.encode()) for t in texts)
+        d_np, l_np = bb.pack_strings(texts, max_len=L)
+        d_dev, l_dev = jax.device_put(d_np, dev), jax.device_put(l_np, dev)
+        ref = np.asarray(enc(d_dev, l_dev, tables, L)[0])
+
+        def block(x):
+            jax.block_until_ready(x)
+            return x
+
+        def two_puts(texts=texts):
+            d, l = bb.pack_strings(texts, max_len=L)
+            return block(enc(jax.device_put(d, dev), jax.device_put(l, dev), tables, L)[0])
+
+        def tuple_put(texts=texts):
+            d, l = bb.pack_strings(texts, max_len=L)
+            return block(enc(*jax.device_put((d, l), dev), tables, L)[0])
+
+        pinned = jax.sharding.SingleDeviceSharding(dev, memory_kind="pinned_host")
+
+        def pinned_put():
+            d, l = bb.pack_strings(texts, max_len=L)
+            return block(enc(*jax.device_put(jax.device_put((d, l), pinned), dev), tables, L)[0])
+
+        def chunks(k):
+            step = -(-B // k)
+
+            def run():
+                parts = []
+                for lo in range(0, B, step):
+                    d, l = bb.pack_strings(texts[lo:lo + step], max_len=L)
+                    parts.append(enc(*jax.device_put((d, l), dev), tables, L)[0])
+                return block(join(parts))
+            return run
+
+        pieces = {
+            "pack_s": lambda: bb.pack_strings(texts, max_len=L),
+            "put_data_s": lambda: block(jax.device_put(d_np, dev)),
+            "put_lengths_s": lambda: block(jax.device_put(l_np, dev)),
+            "put_tuple_s": lambda: block(jax.device_put((d_np, l_np), dev)),
+            "device_resident_encode_s": lambda: block(enc(d_dev, l_dev, tables, L)[0]),
+        }
+        paths = {"two_puts": two_puts, "tuple_put": tuple_put, "pinned": pinned_put,
+                 "chunks_2": chunks(2), "chunks_4": chunks(4), "chunks_8": chunks(8)}
+        row = {"batch": B, "bytes": L, "total_bytes": total}
+        for name, fn in pieces.items():
+            try:
+                row[name] = measure(fn, target_s=0.3, max_reps=100)["s"]
+            except Exception as e:  # noqa: BLE001
+                row[name + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        for name, fn in paths.items():
+            try:
+                row[name + "_equal"] = bool(np.array_equal(np.asarray(fn()), ref))
+                s = measure(fn, target_s=0.5, max_reps=100)["s"]
+                row[name + "_s"], row[name + "_MBps"] = s, total / s / 1e6
+            except Exception as e:  # noqa: BLE001
+                row[name + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        results["cells"].append(row)
+        print(json.dumps({k: (round(v * 1e6) if k.endswith("_s") else v) for k, v in row.items()}),
+              flush=True)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "host_path.json").write_text(json.dumps(results, indent=1))
+    print(f"wrote {out / 'host_path.json'}")
+
+
+if __name__ == "__main__":
+    main()
