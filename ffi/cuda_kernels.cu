@@ -2,10 +2,11 @@
 //
 // A block loads its string into shared memory (or, past kSmemMaxLen bytes, into its slice of a
 // global workspace), marks special tokens and pre-tokenizer pieces and builds the initial byte
-// tokens, flagging segment starts (specials and pieces). Each thread then takes the segments
-// that start in its stretch of bytes: a special token stays one token; whole-piece shortcut;
-// a piece of up to kShortPieceLen bytes that is not a token is listed, and the list is dealt
-// over the warps, each piece merged in place by one thread with merge_segment (bpe_core.h).
+// tokens, flagging segment starts (specials and pieces). The segment starts are listed and
+// the threads take them round robin: a special token stays one token; whole-piece shortcut;
+// a piece of up to kShortPieceLen bytes that is not a token goes on a merge list, which is
+// dealt over the warps, each piece merged in place by one thread with merge_segment
+// (bpe_core.h). The pre-tokenizer's step tables arrive as a kernel parameter.
 // One scan places the results, straight into the output when nothing is left to do. Longer
 // segments, and every segment in bytes mode (the paper's algorithm), go through block-wide
 // merge passes. Each pass:
