@@ -53,6 +53,7 @@ SCALE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SCALE_BATCH_LEN = 512
 SCALE_MAX_TOTAL_BYTES = 16 << 20   # cap on batch x length for one call in the scaling sweeps
 SLOW_CALL_S = 2.0                  # a series stops growing past a call this slow
+STREAM = 8                         # batches in the end-to-end stream measurement
 BYTES_CHECK_BYTES = 2 << 20        # tiktoken with one piece per string is superlinear: check
                                    # only the first rows of long bytes-mode strings (>= 1 row)
 
@@ -460,14 +461,41 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
         d.block_until_ready()
         l.block_until_ready()
 
-    for name, fn in (("h2d_tuple", h2d_tuple), ("h2d_pinned", h2d_pinned), ("e2e_tuple", e2e_tuple)):
+    def e2e_numpy():  # the jitted call moves its NumPy arguments itself (what encode_batch does)
+        ids = f(*bb.pack_strings(texts, max_len=L))[0]
+        ids.block_until_ready()
+        return ids
+
+    # A stream: STREAM batches (rotations of this batch: same bytes, other rows) packed and
+    # dispatched one after another with no wait in between, one block at the end: the host
+    # packs and sends batch i+1 while the GPU encodes batch i, as in an input pipeline.
+    stream = [texts[k * len(texts) // STREAM:] + texts[:k * len(texts) // STREAM] for k in range(STREAM)]
+
+    def e2e_stream():
+        outs = [f(*bb.pack_strings(t, max_len=L))[0] for t in stream]
+        jax.block_until_ready(outs)
+        return outs
+
+    for name, fn in (("h2d_tuple", h2d_tuple), ("h2d_pinned", h2d_pinned), ("e2e_tuple", e2e_tuple),
+                     ("e2e_numpy", e2e_numpy)):
         try:
             variants[name + "_s"] = measure(fn, target_s=0.2, max_reps=50)["s"]
         except Exception as e:  # noqa: BLE001
             variants[name + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"
-    if "e2e_tuple_s" in variants:
-        same = same and bool(np.array_equal(np.asarray(e2e_tuple()), np.asarray(ref_ids)))
-        variants["e2e_tuple_MBps"] = total / variants["e2e_tuple_s"] / 1e6
+    for name, fn in (("e2e_tuple", e2e_tuple), ("e2e_numpy", e2e_numpy)):
+        if name + "_s" in variants:
+            same = same and bool(np.array_equal(np.asarray(fn()), np.asarray(ref_ids)))
+            variants[name + "_MBps"] = total / variants[name + "_s"] / 1e6
+    try:
+        rows = len(texts)
+        ref = np.asarray(ref_ids)
+        for k, got in enumerate(e2e_stream()):
+            shift = k * rows // STREAM
+            same = same and bool(np.array_equal(np.asarray(got), np.roll(ref, -shift, axis=0)))
+        st = measure(e2e_stream, target_s=0.5, max_reps=30)["s"] / STREAM
+        variants.update(e2e_stream_s=st, e2e_stream_MBps=total / st / 1e6, e2e_stream_batches=STREAM)
+    except Exception as e:  # noqa: BLE001
+        variants["e2e_stream_error"] = f"{type(e).__name__}: {str(e)[:200]}"
 
     def fast_ljust():
         ids = f(*ours.put(*pack_ljust(texts, L)))[0]
@@ -517,15 +545,20 @@ def summarize_targets(res) -> dict:
         mode, e = ours(cell)
         fp = rows.get(cell, {}).get("fastest_peer")
         if e and fp and "e2e_MBps" in e:
-            best = max(e["e2e_MBps"], e.get("e2e_ljust_MBps", 0))
+            # One batch: the best of the list[str] -> ids paths we timed (each checked equal);
+            # stream: batches back to back (see e2e). "met" asks it of the single batch.
+            one = {k[:-5]: e[k] for k in ("e2e_MBps", "e2e_tuple_MBps", "e2e_numpy_MBps", "e2e_api_MBps")
+                   if e.get(k)}
+            best = max(one, key=one.get)
+            stream = e.get("e2e_stream_MBps")
             t[f"end_to_end_{cell[0]}x{cell[1]}"] = {
                 "target": ">= 3x the fastest exact CPU peer", "mode": mode,
                 "fastest_peer": fp["name"], "fastest_peer_MBps": fp["MBps"],
-                "ours_e2e_MBps": e["e2e_MBps"], "ratio": e["e2e_MBps"] / fp["MBps"],
-                "ours_e2e_ljust_MBps": e.get("e2e_ljust_MBps"),
-                "ratio_ljust": best / fp["MBps"],
-                "ours_e2e_api_MBps": e.get("e2e_api_MBps"),
-                "met": mode == "exact" and e["e2e_MBps"] >= 3 * fp["MBps"]}
+                "one_batch_MBps": one, "one_batch_best": best,
+                "ratio_one_batch": one[best] / fp["MBps"],
+                "stream_MBps": stream, "ratio_stream": stream / fp["MBps"] if stream else None,
+                "met": mode == "exact" and one[best] >= 3 * fp["MBps"],
+                "met_stream": bool(mode == "exact" and stream and stream >= 3 * fp["MBps"])}
     mode, e = ours((64, 512))
     if e:
         t["latency_64x512"] = {"target": "<= 100 us device-resident", "mode": mode,

@@ -186,8 +186,11 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
         if bad.size:
             b = int(bad[0])
             raise ValueError(f"encode: lengths[{b}] = {int(lengths[b])} is outside [0, {np.shape(data)[-1]}]")
-    data = data if isinstance(data, (jax.Array, jax.core.Tracer)) else jnp.asarray(data)
-    lengths = lengths if isinstance(lengths, (jax.Array, jax.core.Tracer)) else jnp.asarray(lengths)
+    # NumPy arrays go to the jitted call as they are: its dispatch moves them to the default
+    # device with less overhead than a separate device_put (benchmarks/host_path.py).
+    keep = (jax.Array, jax.core.Tracer, np.ndarray)
+    data = data if isinstance(data, keep) else jnp.asarray(data)
+    lengths = lengths if isinstance(lengths, keep) else jnp.asarray(lengths)
     if data.dtype != jnp.uint8 or data.ndim != 2:
         raise TypeError(f"encode: data must be uint8[batch, max_len], got {data.dtype}{list(data.shape)}")
     if lengths.dtype != jnp.int32 or lengths.shape != data.shape[:1]:
@@ -208,7 +211,8 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
     else:
         # Tables go where the data is (a concrete single-device array); under a trace, to
         # JAX's default device.
-        devices = () if isinstance(data, jax.core.Tracer) else data.devices()
+        concrete = isinstance(data, jax.Array) and not isinstance(data, jax.core.Tracer)
+        devices = data.devices() if concrete else ()
         device = next(iter(devices)) if len(devices) == 1 else None
         tables = tokenizer.tables("none" if allowed_special is None else allowed_special, device)
     call = _encode_call(resolve_mode(tables, mode), int(pad_id), tables.max_piece_len,

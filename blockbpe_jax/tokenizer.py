@@ -137,9 +137,9 @@ class Tokenizer:
         reuse compiled shapes); `max_tokens` defaults to L, which never truncates.
         """
         data, lengths = pack_strings(texts, max_len=max_len)
-        device = device or jax.devices()[0]
-        data = jax.device_put(data, device)
-        lengths = jax.device_put(lengths, device)
+        if device is not None and device != jax.devices()[0]:
+            data, lengths = jax.device_put((data, lengths), device)
+        # (else the NumPy arrays ride along with the jitted call to the default device)
         # pack_strings guarantees 0 <= lengths <= L: no need for the handler's read-back.
         return ops.encode(data, lengths, self.tables(allowed_special, device),
                           max_tokens=max_tokens or data.shape[1], pad_id=pad_id, mode=mode,

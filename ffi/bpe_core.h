@@ -81,67 +81,24 @@ BBPE_HD TableRow load_row(const int32_t* table, uint32_t slot) {
 // Rank of the pair (left, right) and the id it merges into; kNoRank when it does not merge.
 // Open addressing with linear probing; the table is at most half full, so probes are short
 // and a miss ends at the first empty row. Rows are (left, right, rank, merged id).
-BBPE_HD uint32_t pair_slot(const VocabView& v, int32_t left, int32_t right) {
-  return pair_hash((uint32_t)left, (uint32_t)right) & v.pair_mask;
-}
-// The probe sequence from its first row r (at `slot`), already loaded.
-BBPE_HD int32_t lookup_pair_from(const VocabView& v, int32_t left, int32_t right, uint32_t slot,
-                                 TableRow r, int32_t* merged) {
-  for (uint32_t probe = 0;;) {
+BBPE_HD int32_t lookup_pair(const VocabView& v, int32_t left, int32_t right, int32_t* merged) {
+  uint32_t slot = pair_hash((uint32_t)left, (uint32_t)right) & v.pair_mask;
+  for (uint32_t probe = 0; probe <= v.pair_mask; ++probe) {
+    const TableRow r = load_row(v.pair_table, slot);
     if (r.a == left && r.b == right) {
       if (merged) *merged = r.d;
       return r.c;
     }
-    if (r.a < 0 || ++probe > v.pair_mask) return kNoRank;
+    if (r.a < 0) break;
     slot = (slot + 1) & v.pair_mask;
-    r = load_row(v.pair_table, slot);
   }
-}
-BBPE_HD int32_t lookup_pair(const VocabView& v, int32_t left, int32_t right, int32_t* merged) {
-  const uint32_t slot = pair_slot(v, left, right);
-  return lookup_pair_from(v, left, right, slot, load_row(v.pair_table, slot), merged);
+  return kNoRank;
 }
 
 // Rank of the pair starting at position i of a token array of length n.
 BBPE_HD int32_t rank_at(const VocabView& v, const int32_t* tok, int i, int n) {
   if (i + 1 >= n || starts_segment(tok[i + 1])) return kNoRank;
   return lookup_pair(v, token_id(tok[i]), token_id(tok[i + 1]), nullptr);
-}
-
-// rank[i] = rank_at(v, tok, i, m) for every i < m (fresh == nullptr), or only where fresh[i]
-// or fresh[i + 1] is set. The first rows of up to kRankBatch pairs are loaded before any is
-// examined, so on the GPU their latencies overlap instead of adding up.
-constexpr int kRankBatch = 4;
-BBPE_HD void rank_pairs(const VocabView& v, const int32_t* tok, int32_t* rank, const uint8_t* fresh,
-                        int m) {
-  for (int i0 = 0; i0 < m; i0 += kRankBatch) {
-    bool probe[kRankBatch];
-    uint32_t slot[kRankBatch];
-    TableRow row[kRankBatch];
-#if defined(__CUDACC__)
-#pragma unroll
-#endif
-    for (int k = 0; k < kRankBatch; ++k) {
-      const int i = i0 + k;
-      probe[k] = false;
-      if (i >= m || (fresh && !fresh[i] && !(i + 1 < m && fresh[i + 1]))) continue;
-      if (i + 1 >= m || starts_segment(tok[i + 1])) {
-        rank[i] = kNoRank;
-        continue;
-      }
-      probe[k] = true;
-      slot[k] = pair_slot(v, token_id(tok[i]), token_id(tok[i + 1]));
-      row[k] = load_row(v.pair_table, slot[k]);
-    }
-#if defined(__CUDACC__)
-#pragma unroll
-#endif
-    for (int k = 0; k < kRankBatch; ++k) {
-      const int i = i0 + k;
-      if (probe[k])
-        rank[i] = lookup_pair_from(v, token_id(tok[i]), token_id(tok[i + 1]), slot[k], row[k], nullptr);
-    }
-  }
 }
 
 // The id that the pair (left_tok, right_tok), whose rank is `rank`, merges into: the rank
@@ -242,7 +199,7 @@ BBPE_HD int32_t initial_token(const VocabView& v, const SpecialView& s, uint8_t 
 // this way; the CUDA kernel runs short pieces this way (one thread each) and everything else
 // with the block-wide passes below, which apply the same rule to all segments at once.
 BBPE_HD int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m) {
-  rank_pairs(v, tok, rank, nullptr, m);
+  for (int i = 0; i < m; ++i) rank[i] = rank_at(v, tok, i, m);
   for (;;) {
     int32_t lowest = kNoRank;
     for (int i = 0; i + 1 < m; ++i) lowest = rank[i] < lowest ? rank[i] : lowest;
@@ -256,7 +213,8 @@ BBPE_HD int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8
       i += merges;        // the right half is consumed
     }
     m = j;
-    rank_pairs(v, tok, rank, fresh, m);
+    for (int i = 0; i < m; ++i)
+      if (fresh[i] || (i + 1 < m && fresh[i + 1])) rank[i] = rank_at(v, tok, i, m);
   }
 }
 
