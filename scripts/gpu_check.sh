@@ -48,9 +48,11 @@ for stage in $stages; do
       # reports every read of them: do not use it. See BUILD_NOTES.md, compute-sanitizer.)
       filter="--kernel-name kns=encode_kernel"; [ -n "${SANITIZE_ALL_KERNELS:-}" ] && filter=""
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
+        echo "+ compute-sanitizer --tool $tool $filter --error-exitcode 3 python3 scripts/sanitize_driver.py" \
+          > "$OUT/sanitizer_$tool.log"
         XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer \
           --tool $tool $filter --error-exitcode 3 \
-          python3 scripts/sanitize_driver.py > "$OUT/sanitizer_$tool.log" 2>&1
+          python3 scripts/sanitize_driver.py >> "$OUT/sanitizer_$tool.log" 2>&1
         echo "$tool: exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|ok|DIFFERENT" "$OUT/sanitizer_$tool.log" | sort | uniq -c | tail -6
       done ;;
     hostpath)
