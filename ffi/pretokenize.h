@@ -602,23 +602,8 @@ struct ChunkMap {
 };
 
 // Backward map of a chunk: nibble x = T at the chunk's first byte when T after its end is x.
-// Most bytes' own backward steps are constant (a letter: the lookahead state before it does
-// not depend on what follows; 70-90% of the bytes of English text), and then so is the
-// chunk's map: the constant of the first such byte, replayed backward through the bytes
-// before it. One pass from the end finds that with map_apply only (t restarts at every
-// constant step); a chunk with no constant step composes the maps (ChunkMap).
 template <class C>
 BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
-  bool fixed = false;
-  uint8_t t = 0;
-  for (int i = cnt - 1; i >= 0; --i) {
-    if (cls[i] == C_NONE) continue;
-    const uint64_t step = tab.bwd[cls[i]];
-    const bool constant = map_is_constant(step, tab.bwd_live);
-    t = constant ? (uint8_t)(step & 15) : map_apply(step, t);
-    fixed |= constant;
-  }
-  if (fixed) return map_constant(t);
   ChunkMap acc(tab.bwd_live);
   for (int i = cnt - 1; i >= 0; --i)
     if (cls[i] != C_NONE) acc.then(tab.bwd[cls[i]]);
