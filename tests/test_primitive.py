@@ -41,6 +41,19 @@ def test_jit_equals_eager_and_tiktoken(tok, backend):
     assert eager.ids.devices() == {device_for(kind)}
 
 
+def test_numpy_inputs_go_to_the_default_device(tok):
+    # NumPy inputs ride along with the jitted call (no separate device_put): same ids, on
+    # JAX's default device; Tokenizer.encode_batch takes this path.
+    data, lengths = bb.pack_strings(TEXTS, max_len=64)
+    out = bb.encode(data, lengths, tok, max_tokens=64)
+    ref = bb.encode(jax.device_put(data), jax.device_put(lengths), tok, max_tokens=64)
+    np.testing.assert_array_equal(np.asarray(out.ids), np.asarray(ref.ids))
+    np.testing.assert_array_equal(np.asarray(out.counts), np.asarray(ref.counts))
+    assert out.ids.devices() == {jax.devices()[0]}
+    batch = tok.encode_batch(TEXTS, max_len=64)
+    np.testing.assert_array_equal(np.asarray(batch.ids), np.asarray(ref.ids))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_vmap_folds_lanes_into_the_batch(tok, backend):
     kind, bs = backend
