@@ -416,8 +416,9 @@ def part_peers(ctx, res, budget):
 
 def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
     """End to end: list[str] on the host -> padded ids on the device (packing + transfer +
-    encode), two ways: the harness's path (pack_strings, device_put, jitted encode with
-    unchecked lengths) and the public convenience `Tokenizer.encode_batch`."""
+    encode): the harness's path (pack_strings, device_put, jitted encode with unchecked
+    lengths), the same with NumPy arguments, a stream of batches, and the public
+    `Tokenizer.encode_batch` (what each is: benchmarks/README.md)."""
     bb = ctx["bb"]
     f = ours.fn(mode, bs, T)
 
@@ -439,29 +440,9 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
         d.block_until_ready()
         l.block_until_ready()
     h = measure(h2d, target_s=0.2, max_reps=50)
-    # Transfer variants (what would a faster host path use?): both arrays in one device_put
-    # call, and staging through pinned host memory.
-    jax = ours.jax
-    variants = {}
-
-    def h2d_tuple():
-        d, l = jax.device_put((d_np, l_np), ours.dev)
-        d.block_until_ready()
-        l.block_until_ready()
-
-    def e2e_tuple():
-        d, l = bb.pack_strings(texts, max_len=L)
-        ids = f(*jax.device_put((d, l), ours.dev))[0]
-        ids.block_until_ready()
-        return ids
-
-    def h2d_pinned():
-        pinned = jax.sharding.SingleDeviceSharding(ours.dev, memory_kind="pinned_host")
-        d, l = jax.device_put(jax.device_put((d_np, l_np), pinned), ours.dev)
-        d.block_until_ready()
-        l.block_until_ready()
-
-    def e2e_numpy():  # the jitted call moves its NumPy arguments itself (what encode_batch does)
+    # The NumPy arrays handed straight to the jitted call, which moves them itself (what
+    # encode_batch does; other transfer variants: benchmarks/host_path.py).
+    def e2e_numpy():
         ids = f(*bb.pack_strings(texts, max_len=L))[0]
         ids.block_until_ready()
         return ids
@@ -469,33 +450,19 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
     # A stream: STREAM batches (rotations of this batch: same bytes, other rows) packed and
     # dispatched one after another with no wait in between, one block at the end: the host
     # packs and sends batch i+1 while the GPU encodes batch i, as in an input pipeline.
-    stream = [texts[k * len(texts) // STREAM:] + texts[:k * len(texts) // STREAM] for k in range(STREAM)]
+    shifts = [k * len(texts) // STREAM for k in range(STREAM)]
 
     def e2e_stream():
-        outs = [f(*bb.pack_strings(t, max_len=L))[0] for t in stream]
-        jax.block_until_ready(outs)
+        outs = [f(*bb.pack_strings(texts[s:] + texts[:s], max_len=L))[0] for s in shifts]
+        ours.jax.block_until_ready(outs)
         return outs
 
-    for name, fn in (("h2d_tuple", h2d_tuple), ("h2d_pinned", h2d_pinned), ("e2e_tuple", e2e_tuple),
-                     ("e2e_numpy", e2e_numpy)):
-        try:
-            variants[name + "_s"] = measure(fn, target_s=0.2, max_reps=50)["s"]
-        except Exception as e:  # noqa: BLE001
-            variants[name + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"
-    for name, fn in (("e2e_tuple", e2e_tuple), ("e2e_numpy", e2e_numpy)):
-        if name + "_s" in variants:
-            same = same and bool(np.array_equal(np.asarray(fn()), np.asarray(ref_ids)))
-            variants[name + "_MBps"] = total / variants[name + "_s"] / 1e6
-    try:
-        rows = len(texts)
-        ref = np.asarray(ref_ids)
-        for k, got in enumerate(e2e_stream()):
-            shift = k * rows // STREAM
-            same = same and bool(np.array_equal(np.asarray(got), np.roll(ref, -shift, axis=0)))
-        st = measure(e2e_stream, target_s=0.5, max_reps=30)["s"] / STREAM
-        variants.update(e2e_stream_s=st, e2e_stream_MBps=total / st / 1e6, e2e_stream_batches=STREAM)
-    except Exception as e:  # noqa: BLE001
-        variants["e2e_stream_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    ref = np.asarray(ref_ids)
+    same = same and bool(np.array_equal(np.asarray(e2e_numpy()), ref))
+    same = same and all(np.array_equal(np.asarray(got), np.roll(ref, -s, axis=0))
+                        for s, got in zip(shifts, e2e_stream()))
+    mn = measure(e2e_numpy, target_s=0.3, max_reps=50)
+    st = measure(e2e_stream, target_s=0.5, max_reps=30)["s"] / STREAM
 
     def fast_ljust():
         ids = f(*ours.put(*pack_ljust(texts, L)))[0]
@@ -510,7 +477,9 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
            "e2e_ljust_s": mj["s"], "e2e_ljust_MBps": total / mj["s"] / 1e6,
            "pack_ljust_s": pj["s"], "pack_ljust_MBps": total / pj["s"] / 1e6,
            "pack_s": pack["s"], "pack_MBps": total / pack["s"] / 1e6,
-           "h2d_s": h["s"], "h2d_MBps": (d_np.nbytes + l_np.nbytes) / h["s"] / 1e6, **variants}
+           "h2d_s": h["s"], "h2d_MBps": (d_np.nbytes + l_np.nbytes) / h["s"] / 1e6,
+           "e2e_numpy_s": mn["s"], "e2e_numpy_MBps": total / mn["s"] / 1e6,
+           "e2e_stream_s": st, "e2e_stream_MBps": total / st / 1e6, "e2e_stream_batches": STREAM}
     try:
         def api():
             e = tok.encode_batch(texts, max_len=L, max_tokens=T, mode=mode, block_size=bs,
@@ -547,7 +516,7 @@ def summarize_targets(res) -> dict:
         if e and fp and "e2e_MBps" in e:
             # One batch: the best of the list[str] -> ids paths we timed (each checked equal);
             # stream: batches back to back (see e2e). "met" asks it of the single batch.
-            one = {k[:-5]: e[k] for k in ("e2e_MBps", "e2e_tuple_MBps", "e2e_numpy_MBps", "e2e_api_MBps")
+            one = {k[:-5]: e[k] for k in ("e2e_MBps", "e2e_numpy_MBps", "e2e_api_MBps")
                    if e.get(k)}
             best = max(one, key=one.get)
             stream = e.get("e2e_stream_MBps")

@@ -7,6 +7,7 @@
 // so the CPU tests in CI vouch for the rules the GPU applies.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "bbpe_hd.h"

@@ -215,12 +215,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   StageClock clock;
   const int64_t b = blockIdx.x;
   const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
-  uint8_t* ws = p.workspace + b * workspace_bytes_per_string(p.max_len, p.mode);
-  uint8_t* core = p.max_len <= kSmemMaxLen ? smem : ws;
-  uint8_t* pass = passes_in_smem(p.max_len, p.mode) ? smem + (size_t)kCoreBytesPerPosition * cap
-                  : p.max_len <= kSmemMaxLen        ? ws
-                                                    : ws + (size_t)kCoreBytesPerPosition * cap;
-  BlockArrays a = carve(core, pass, cap);
+  const BlockPlacement at = place_block_arrays(
+      smem, p.workspace + b * workspace_bytes_per_string(p.max_len, p.mode), p.max_len, p.mode);
+  BlockArrays a = carve(at.core, at.pass, cap);
   int32_t* out = p.ids + b * p.max_tokens;
   int n = p.lengths[b];
   if (n < 0 || n > p.max_len) {  // unchecked call with a bad length: no reads, flag the row

@@ -41,6 +41,17 @@ BBPE_HD int64_t workspace_bytes_per_string(int64_t max_len, int mode) {
   if (max_len > kSmemMaxLen) return cap * kBytesPerPosition;
   return passes_in_smem(max_len, mode) ? 0 : cap * kPassBytesPerPosition;
 }
+// The same rule as pointers: where one block's core and pass arrays start, given its dynamic
+// shared memory and its slice of the workspace (workspace_bytes_per_string bytes).
+struct BlockPlacement {
+  uint8_t* core;
+  uint8_t* pass;
+};
+BBPE_HD BlockPlacement place_block_arrays(uint8_t* smem, uint8_t* ws, int64_t max_len, int mode) {
+  const int64_t core_bytes = padded_len(max_len < 1 ? 1 : max_len) * kCoreBytesPerPosition;
+  if (max_len > kSmemMaxLen) return BlockPlacement{ws, ws + core_bytes};
+  return BlockPlacement{smem, passes_in_smem(max_len, mode) ? smem + core_bytes : ws};
+}
 // The size of the workspace output (at least one byte: XLA buffers are never empty).
 BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int mode) {
   const int64_t total = batch * workspace_bytes_per_string(max_len, mode);

@@ -64,6 +64,7 @@ class Shim:
         self.lib.bbpe_pretok_direct.argtypes = [i, vp, i, vp, vp]
         self.lib.bbpe_pretok_chunked.argtypes = [i, vp, i, vp, i, i, vp]
         self.lib.bbpe_unicode_classes.argtypes = [vp]
+        self.lookback = self.lib.bbpe_pretok_lookback()  # the kernel's kPretokLookback
         for f in (self.lib.bbpe_pretok_sequential, self.lib.bbpe_pretok_direct,
                   self.lib.bbpe_pretok_chunked):
             f.restype = ctypes.c_int
@@ -76,7 +77,7 @@ class Shim:
               chunk: int | tuple[int, int] = 0):
         """chunk 0: pretokenize_sequential; -1: pretokenize_direct; k > 0: chunked by k;
         (k, lookback): chunked by k with that lookback (-1: always scan)."""
-        chunk, lookback = chunk if isinstance(chunk, tuple) else (chunk, 8)  # 8: kPretokLookback
+        chunk, lookback = chunk if isinstance(chunk, tuple) else (chunk, self.lookback)
         buf = np.frombuffer(data, np.uint8).copy() if data else np.zeros(1, np.uint8)
         out = np.full(max(len(data), 1), 7, np.uint8)
         if chunk == -1:
@@ -526,7 +527,7 @@ def test_bytes_mode_and_edges(shim):
     for f in (shim.lib.bbpe_pretok_sequential, shim.lib.bbpe_pretok_direct):
         assert f(9, buf.ctypes.data, 4, None, buf.ctypes.data) == -1
         assert f(-1, buf.ctypes.data, 4, None, buf.ctypes.data) == -1
-    assert shim.lib.bbpe_pretok_chunked(5, buf.ctypes.data, 4, None, 3, 8, buf.ctypes.data) == -1
+    assert shim.lib.bbpe_pretok_chunked(5, buf.ctypes.data, 4, None, 3, shim.lookback, buf.ctypes.data) == -1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ int bbpe_pretok_chunked(int pattern, const uint8_t* text, int n, const uint8_t* 
              ? 0 : -1;
 }
 
+int bbpe_pretok_lookback() { return bbpe::kPretokLookback; }
+
 // General class (UCLS_*) of every code point 0..0x10FFFF into out[0x110000].
 void bbpe_unicode_classes(uint8_t* out) {
   const bbpe::UnicodeTables& ut = bbpe::host_unicode_tables();
