@@ -3,10 +3,12 @@
 The layouts below are a contract with ffi/: the C++ side reads these arrays bit for bit, so
 change them only together with it. All arrays are int32 unless noted.
 
-* pair table, int32[P, 4]: open addressing with linear probing. Row = (left, right, rank,
-  merged_id); an empty row is (-1, -1, -1, -1). A pair's home slot is pair_hash(l, r) & (P-1);
-  a lookup walks slot, slot+1, ... (mod P) until it finds (l, r) or an empty row.
-  P = power of two >= max(16, 2 * number of merges), so the table is at most half full.
+* pair table, int32[P, 4]: two-choice (cuckoo) hashing. Row = (left, right, rank,
+  merged_id); an empty row is (-1, -1, -1, -1). A pair is in slot pair_hash(l, r) & (P-1) or
+  in slot pair_hash_alt(l, r) & (P-1), so a lookup is two independent row loads (the GPU
+  issues both at once) and a miss is known without a walk. P = the smallest power of two
+  >= max(16, 2 * number of merges) (at most half full) at which the placement succeeds (it
+  doubles P on the rare failure; never for the shared vocabularies).
 * piece table, int32[Q, 4]: whole-piece shortcut (piece bytes -> token id), same probing with
   home slot piece_hash(bytes) & (Q-1). Row = (int32 view of piece_hash, token_id, byte_len,
   offset of the token's bytes in token_data);
@@ -33,6 +35,7 @@ from .vocab import Vocab
 
 __all__ = [
     "pair_hash",
+    "pair_hash_alt",
     "piece_hash",
     "VocabTables",
     "build_vocab_tables",
@@ -68,6 +71,11 @@ def pair_hash(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return h
 
 
+def pair_hash_alt(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """The second hash of the two-choice pair table: pair_hash of (right ^ 0x5BD1E995, left)."""
+    return pair_hash(np.asarray(right).astype(np.uint32) ^ np.uint32(0x5BD1E995), left)
+
+
 def _pair_hash_int(left: int, right: int) -> int:
     """pair_hash for one pair in Python ints (fast enough to call per lookup)."""
     h = ((left & _U32) * 0x9E3779B1 + (right & _U32)) & _U32
@@ -77,6 +85,10 @@ def _pair_hash_int(left: int, right: int) -> int:
     h = (h * 0xC2B2AE35) & _U32
     h ^= h >> 16
     return h
+
+
+def _pair_hash_alt_int(left: int, right: int) -> int:
+    return _pair_hash_int((right & _U32) ^ 0x5BD1E995, left)
 
 
 def piece_hash(data: bytes) -> int:
@@ -144,6 +156,40 @@ def _place_by_linear_probing(home_slots: np.ndarray, capacity: int) -> np.ndarra
     return slot_of_key
 
 
+def _place_by_two_choices(first: np.ndarray, second: np.ndarray, capacity: int,
+                          max_kicks: int = 1000) -> np.ndarray | None:
+    """Slot of every key in a two-choice (cuckoo) table: key k at first[k] or second[k].
+
+    Vectorised for the many keys whose first choice (then second choice) is free and wanted by
+    no earlier key; the rest are inserted one by one, each evicting the occupant of its slot
+    to that key's other choice, until a free slot ends the chain. None if a chain runs past
+    max_kicks (the caller then retries with a larger table). Deterministic for a given order."""
+    n = len(first)
+    first = first.astype(np.int64) & (capacity - 1)
+    second = second.astype(np.int64) & (capacity - 1)
+    owner = np.full(capacity, -1, dtype=np.int64)
+    slot_of_key = np.full(n, -1, dtype=np.int64)
+    for choice in (first, second):
+        pending = np.flatnonzero(slot_of_key < 0)
+        pending = pending[owner[choice[pending]] < 0]
+        won, at = np.unique(choice[pending], return_index=True)  # first key asking wins
+        owner[won] = pending[at]
+        slot_of_key[pending[at]] = won
+    for key in np.flatnonzero(slot_of_key < 0).tolist():
+        slot = int(first[key])
+        for _ in range(max_kicks):
+            evicted = int(owner[slot])
+            owner[slot] = key
+            slot_of_key[key] = slot
+            if evicted < 0:
+                break
+            key = evicted
+            slot = int(second[key]) if slot == first[key] else int(first[key])
+        else:
+            return None
+    return slot_of_key
+
+
 # --------------------------------------------------------------------------------------------
 # Vocabulary tables
 # --------------------------------------------------------------------------------------------
@@ -185,10 +231,14 @@ def _build_pair_table(vocab: Vocab) -> np.ndarray:
     rows = np.empty((n, 4), dtype=np.int64)
     rows[:, :2] = np.fromiter((x for pair in vocab.merges for x in pair), np.int64, 2 * n).reshape(n, 2)
     rows[:, 2:] = np.fromiter((x for v in vocab.merges.values() for x in v), np.int64, 2 * n).reshape(n, 2)
-    rows = rows[np.argsort(rows[:, 2], kind="stable")]  # low ranks (common merges) nearest home
+    rows = rows[np.argsort(rows[:, 2], kind="stable")]  # (deterministic order)
+    first, second = pair_hash(rows[:, 0], rows[:, 1]), pair_hash_alt(rows[:, 0], rows[:, 1])
     capacity = _capacity(n)
+    while (slots := _place_by_two_choices(first, second, capacity)) is None:
+        capacity *= 2
+        if capacity > 64 * _capacity(n):  # only identical hash pairs could get here
+            raise ValueError(f"cannot place {n} merges in a two-choice pair table")
     table = np.full((capacity, 4), -1, dtype=np.int32)
-    slots = _place_by_linear_probing(pair_hash(rows[:, 0], rows[:, 1]), capacity)
     table[slots] = rows
     return table
 
@@ -232,14 +282,10 @@ def lookup_pair(tables: VocabTables, left: int, right: int) -> tuple[int, int] |
     """(rank, merged_id) of the pair, probing exactly as the kernels do; None if absent."""
     table = tables.pair_table
     mask = table.shape[0] - 1
-    slot = _pair_hash_int(left, right) & mask
-    for _ in range(table.shape[0]):
+    for slot in (_pair_hash_int(left, right) & mask, _pair_hash_alt_int(left, right) & mask):
         row_left, row_right, rank, merged = table[slot].tolist()
-        if row_left == -1:
-            return None
-        if row_left == left and row_right == right:
+        if row_left == left and row_right == right and left >= 0:
             return rank, merged
-        slot = (slot + 1) & mask
     return None
 
 

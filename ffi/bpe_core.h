@@ -79,21 +79,22 @@ BBPE_HD TableRow load_row(const int32_t* table, uint32_t slot) {
 #endif
 }
 
+// The pair table's second hash (two-choice hashing: a pair is in one of two slots).
+BBPE_HD uint32_t pair_hash_alt(uint32_t left, uint32_t right) {
+  return pair_hash(right ^ 0x5BD1E995u, left);
+}
+
 // Rank of the pair (left, right) and the id it merges into; kNoRank when it does not merge.
-// Open addressing with linear probing; the table is at most half full, so probes are short
-// and a miss ends at the first empty row. Rows are (left, right, rank, merged id).
+// Rows are (left, right, rank, merged id); the pair is in its first or its second slot
+// (tables.py places it), so both rows are loaded at once: one memory round trip, hit or
+// miss, and no loop (ids are >= 0; empty rows are -1).
 BBPE_HD int32_t lookup_pair(const VocabView& v, int32_t left, int32_t right, int32_t* merged) {
-  uint32_t slot = pair_hash((uint32_t)left, (uint32_t)right) & v.pair_mask;
-  for (uint32_t probe = 0; probe <= v.pair_mask; ++probe) {
-    const TableRow r = load_row(v.pair_table, slot);
-    if (r.a == left && r.b == right) {
-      if (merged) *merged = r.d;
-      return r.c;
-    }
-    if (r.a < 0) break;
-    slot = (slot + 1) & v.pair_mask;
-  }
-  return kNoRank;
+  const TableRow r1 = load_row(v.pair_table, pair_hash((uint32_t)left, (uint32_t)right) & v.pair_mask);
+  const TableRow r2 = load_row(v.pair_table, pair_hash_alt((uint32_t)left, (uint32_t)right) & v.pair_mask);
+  const bool in1 = r1.a == left && r1.b == right, in2 = r2.a == left && r2.b == right;
+  if (left < 0 || !(in1 || in2)) return kNoRank;
+  if (merged) *merged = in1 ? r1.d : r2.d;
+  return in1 ? r1.c : r2.c;
 }
 
 // Rank of the pair starting at position i of a token array of length n.
@@ -199,7 +200,7 @@ BBPE_HD int32_t initial_token(const VocabView& v, const SpecialView& s, uint8_t 
 // looked up again. Returns the segment's final token count. The CPU handler runs every segment
 // this way; the CUDA kernel runs short pieces this way (one thread each) and everything else
 // with the block-wide passes below, which apply the same rule to all segments at once.
-BBPE_HD int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m) {
+BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m) {
   for (int i = 0; i < m; ++i) rank[i] = rank_at(v, tok, i, m);
   for (;;) {
     int32_t lowest = kNoRank;
@@ -217,6 +218,19 @@ BBPE_HD int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8
     for (int i = 0; i < m; ++i)
       if (fresh[i] || (i + 1 < m && fresh[i + 1])) rank[i] = rank_at(v, tok, i, m);
   }
+}
+
+// The same leftmost-first selection for pairs given as bits (bit i: pair (i, i+1) has its
+// segment's lowest rank; the CUDA kernel's lane-parallel merges of short pieces hold one token
+// per lane). Only a run of equal tokens ("a a a a") makes consecutive candidates; in each run
+// of set bits the 1st, 3rd, ... pair merges, as merge_segment's sweep does. Branch-free:
+// adding the run starts that sit at even bits carries through exactly those runs and clears
+// them, which tells the runs that start at an even bit from those that start at an odd one.
+BBPE_HD uint32_t leftmost_first_merges(uint32_t cand) {
+  const uint32_t even_bits = 0x55555555u;
+  const uint32_t run_starts = cand & ~(cand << 1);
+  const uint32_t even_runs = cand & ~(cand + (run_starts & even_bits));
+  return (even_runs & even_bits) | (cand & ~even_runs & ~even_bits);
 }
 
 // Segmented minimum: the running minimum rank since the latest segment start, and where that

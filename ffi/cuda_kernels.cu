@@ -65,7 +65,10 @@ struct MergeCarryOp {
   }
 };
 
-// Pieces up to this many bytes are merged by one thread each (exact mode).
+// Exact mode: pieces up to kLanePieceLen bytes are merged lane-parallel (a warp packs several
+// into its 32 lanes, merge_in_lanes); up to kShortPieceLen bytes by one thread each
+// (merge_segment); longer ones by the block passes.
+constexpr int kLanePieceLen = 32;
 constexpr int kShortPieceLen = 64;
 
 // The pre-tokenizer works in tiles of 4096 bytes per block, whatever the block size.
@@ -82,8 +85,101 @@ struct Scans {
     typename CarryScan::TempStorage carry;
     typename IntScan::TempStorage count;
     typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage pretok;
+    int2 lanes[kThreads];  // merge_in_lanes: (token, rank) of each lane, for the compaction
   };
 };
+
+// Lane-parallel merges of short pieces (exact mode; lengths 2..32, listed in list[0..n)).
+// Warp w takes list entries w, w + kWarps, ... 32 at a time and packs as many whole pieces as
+// fit into its 32 lanes, one token per lane (next fit, in list order). Then it runs
+// merge_segment's rule on all of them at once, pass after pass: each piece's lowest rank
+// (a reduction over the piece's lanes), its leftmost-first occurrences of it from the
+// candidate bits (leftmost_first_merges, bpe_core.h), the merged tokens (merged_id), the
+// compaction (through shared memory: slots), and a pair lookup in every lane whose pair a
+// merge changed. A pass thus waits for one round of table probes, not for a thread's walk
+// over its piece. The result is what merge_segment gives: tok[s0..) of each piece rewritten
+// and rank[s0] = its token count (rank[s0] holds minus the length on entry).
+__device__ __forceinline__ uint32_t lanes_upto(int lane) {  // bits 0..lane
+  return lane >= 31 ? ~0u : (2u << lane) - 1;
+}
+
+template <int kThreads>
+__device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, const int32_t* list,
+                               int n, int2* slots) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x & 31;
+  for (int first = threadIdx.x / 32; first < n; first += 32 * kWarps) {  // uniform per warp
+    const int g = first + kWarps * lane;
+    const bool listed = g < n;
+    const int s0 = listed ? list[g] : 0;
+    const int len = listed ? -rank[s0] : 0;
+    int end = len;  // inclusive prefix sum of the lengths over the lanes
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(~0u, end, d);
+      if (lane >= d) end += o;
+    }
+    const int n_listed = __popc(__ballot_sync(~0u, listed));
+    for (int done = 0, base = 0; done < n_listed;) {
+      // Next fit: pieces done..k-1 go into the lanes (the prefix sums grow, so the pieces
+      // that fit are a run of lanes from `done`; the first one always fits).
+      const uint32_t fits = __ballot_sync(~0u, listed && lane >= done && end - base <= 32);
+      const int k = 32 - __clz(fits);
+      const int at = end - len - base;  // lane of this piece's first token, if in this round
+      uint32_t starts = __reduce_or_sync(~0u, lane >= done && lane < k ? 1u << at : 0u);
+      int used = __shfl_sync(~0u, end, k - 1) - base;
+      // Lane -> its piece (the lane of the list entry) and position in it.
+      const int piece = done + __popc(starts & lanes_upto(lane)) - 1;
+      const int piece_s0 = __shfl_sync(~0u, s0, lane < used ? piece : lane);
+      const int piece_at = __shfl_sync(~0u, at, lane < used ? piece : lane);
+      int32_t t = lane < used ? tok[piece_s0 + lane - piece_at] : 0;  // (compaction moves
+      // tokens across lanes, so the write-back finds each lane's piece again)
+      int32_t r = kNoRank;
+      for (uint32_t fresh = ~0u;;) {
+        // Pairs to look up (bit i of fresh: token i or i + 1 is new; all in the first round):
+        // this lane's token and the next one's, if that is in the same piece.
+        const uint32_t used_mask = used >= 32 ? ~0u : (1u << used) - 1;
+        const int32_t right = __shfl_down_sync(~0u, t, 1);
+        const bool has_right = lane + 1 < used && !((starts >> (lane + 1)) & 1);
+        if (!has_right) r = kNoRank;
+        else if ((fresh >> lane) & 1) r = lookup_pair(v, token_id(t), token_id(right), nullptr);
+        // This piece's lanes: from its start to the next start (or `used`).
+        const int head = 31 - __clz(starts & lanes_upto(lane));
+        const uint32_t later = starts & ~lanes_upto(lane);
+        const int tail = later ? __ffs(later) - 1 : used;
+        const uint32_t mine = lane < used ? (tail >= 32 ? ~0u : (1u << tail) - 1) & ~((1u << head) - 1)
+                                          : 1u << lane;
+        const int32_t lowest = (int32_t)__reduce_min_sync(mine, (uint32_t)r);
+        const uint32_t merges = leftmost_first_merges(
+            __ballot_sync(~0u, r != kNoRank && r == lowest));
+        if (merges == 0) {  // (uniform) write back; the lanes' pieces by their order
+          const int p = done + __popc(starts & lanes_upto(lane)) - 1;
+          const int ps0 = __shfl_sync(~0u, s0, lane < used ? p : lane);
+          if (lane < used) {
+            tok[ps0 + lane - head] = t;
+            if (lane == head) rank[ps0] = __popc(mine);
+          }
+          break;
+        }
+        if ((merges >> lane) & 1) t = merged_id(v, r, t, right) | (t & kSegStart);
+        // Compaction: the right halves go; kept tokens move down to lane `to`.
+        const uint32_t keep = used_mask & ~(merges << 1);
+        const bool kept = (keep >> lane) & 1;
+        const int to = __popc(keep & ((1u << lane) - 1));
+        if (kept) slots[to] = make_int2(t, r);
+        starts = __reduce_or_sync(~0u, kept && ((starts >> lane) & 1) ? 1u << to : 0u);
+        fresh = __reduce_or_sync(~0u, kept && ((merges >> lane) & 1) ? 1u << to : 0u);
+        fresh |= fresh >> 1;  // lane i looks up when token i or token i + 1 is new
+        used = __popc(keep);
+        __syncwarp();
+        if (lane < used) { const int2 x = slots[lane]; t = x.x; r = x.y; }
+        __syncwarp();
+      }
+      base = __shfl_sync(~0u, end, k - 1);
+      done = k;
+    }
+  }
+}
 
 // The pre-tokenizer as a separate (not inlined) function: inlined into the encode kernel, its
 // unrolled automata made ptxas run for many minutes.
@@ -227,10 +323,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   }
   const VocabView& v = p.vocab;
   const uint8_t* src = p.data + b * (int64_t)p.max_len;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    a.text[i] = src[i];
-    a.piece_start[i] = 0;
-    a.is_special[i] = 0;
+  if (((reinterpret_cast<uintptr_t>(src) | (uintptr_t)p.max_len) & 15) == 0) {
+    // 16 bytes per load (the row is aligned and n rounded up stays inside it; the arrays are
+    // 16-byte aligned by construction): one memory round trip per thread, not one per byte.
+    for (int i = threadIdx.x; i < (n + 15) / 16; i += kThreads) {
+      reinterpret_cast<uint4*>(a.text)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
+      reinterpret_cast<uint4*>(a.piece_start)[i] = make_uint4(0, 0, 0, 0);
+      reinterpret_cast<uint4*>(a.is_special)[i] = make_uint4(0, 0, 0, 0);
+    }
+  } else {
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      a.text[i] = src[i];
+      a.piece_start[i] = 0;
+      a.is_special[i] = 0;
+    }
   }
   __syncthreads();
   clock.mark(kClockLoad);
@@ -278,15 +384,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
   int32_t* seg_list = a.next_tok;     // free until the placement
-  int32_t* merge_list = a.next_rank;  // free until the passes
-  __shared__ int n_merges;
+  int32_t* merge_list = a.next_rank;  // free until the passes: pieces for merge_in_lanes from
+                                      // the front, for merge_segment from the back
+  __shared__ int n_lane_merges, n_thread_merges;
   int my_starts = 0;
   for (int s0 = lo; s0 < hi; ++s0) my_starts += a.piece_start[s0];
   int first_seg, n_segs;
   typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_starts, first_seg, n_segs);
   for (int s0 = lo; my_starts > 0 && s0 < hi; ++s0)
     if (a.piece_start[s0]) seg_list[first_seg++] = s0;
-  if (threadIdx.x == 0) n_merges = 0;
+  if (threadIdx.x == 0) n_lane_merges = n_thread_merges = 0;
   __syncthreads();
   bool has_long = false;
   for (int g = threadIdx.x; g < n_segs; g += kThreads) {
@@ -301,7 +408,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
         count = m;
         if (m > 1 && m <= short_len) {
           count = -m;  // to merge in step 2
-          merge_list[atomicAdd(&n_merges, 1)] = s0;
+          if (m <= kLanePieceLen) merge_list[atomicAdd(&n_lane_merges, 1)] = s0;
+          else merge_list[cap - 1 - atomicAdd(&n_thread_merges, 1)] = s0;
         }
         has_long |= m > short_len && m > 1;
       }
@@ -309,15 +417,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
     a.rank[s0] = count;
   }
   has_long = __syncthreads_or(has_long);
-  const int n_listed = n_merges;  // (the order of the list does not matter: pieces are independent)
+  // (the order of the lists does not matter: pieces are independent)
+  const int n_lane = n_lane_merges, n_thread = n_thread_merges;
   clock.mark(kClockSegments);
 
-  // 2. The listed pieces, dealt round robin over the warps: each warp then waits on the
-  //    slowest of a few pieces at once, not on one lane's pieces one after another. Each is
-  //    merged in place by merge_segment (bpe_core.h), its dead text as the scratch it needs.
-  constexpr int kWarps = kThreads / 32;
-  for (int g = (threadIdx.x % 32) * kWarps + threadIdx.x / 32; g < n_listed; g += kThreads) {
-    const int s0 = merge_list[g];
+  // 2. The listed pieces: up to 32 bytes lane-parallel, a warp's lanes shared by several
+  //    pieces (merge_in_lanes); the rare longer ones by one thread each, in place, with
+  //    merge_segment (bpe_core.h; the piece's dead text is the scratch it needs).
+  merge_in_lanes<kThreads>(v, a.tok, a.rank, merge_list, n_lane, tmp.lanes + (threadIdx.x & ~31));
+  for (int g = threadIdx.x; g < n_thread; g += kThreads) {
+    const int s0 = merge_list[cap - 1 - g];
     a.rank[s0] = merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, -a.rank[s0]);
   }
   __syncthreads();

@@ -202,7 +202,7 @@ BBPE_HD int utf8_decode(const uint8_t* text, int n, const uint8_t* sp, int i, ui
 }
 
 // Class of byte i (see CpClass). Reads bytes i-3..i+3 of the segment.
-BBPE_HD uint8_t byte_class(const uint8_t* text, int n, const uint8_t* sp, int i,
+BBPE_HD_OUTLINE uint8_t byte_class(const uint8_t* text, int n, const uint8_t* sp, int i,
                            const UnicodeTables& ut) {
   if (sp && sp[i]) return C_SPECIAL;
   const uint8_t b = text[i];
@@ -497,7 +497,7 @@ BBPE_HD bool map_is_constant(uint64_t m, uint64_t live) {
   return ((m ^ map_constant((uint8_t)(m & 15))) & live) == 0;
 }
 BBPE_HD uint8_t map_apply(uint64_t m, uint8_t x) { return (uint8_t)((m >> (4 * x)) & 15); }
-BBPE_HD uint64_t map_then(uint64_t a, uint64_t b) {
+BBPE_HD_OUTLINE uint64_t map_then(uint64_t a, uint64_t b) {
   uint64_t r = 0;
 #if defined(__CUDACC__)
 #pragma unroll

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One device call: build against the machine's own jax, run the GPU tests, optionally the
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
-#   scripts/gpu_check.sh [test] [fuzz] [profile] [bench] [hostpath] [sanitize] [sharded] [clocks]
+#   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
+#                        [sharded] [variants] [clocks]
 # (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
-#  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test). `clocks` rebuilds with the stage clocks
-# compiled in (benchmarks/stage_clocks.py), so it goes last.
+#  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`).
+# `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
 # Needs the shared data carried in .carry/data (see BUILD_NOTES.md) and, for the peers,
 # wheels in .whl/.
 set -uo pipefail
@@ -25,7 +26,11 @@ t0=$(date +%s)
 python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 python3 -c "import blockbpe_jax as b, jax; print('cuda module:', b.HAS_CUDA_MODULE, jax.devices())"
+rebuilt=""  # set when `variants` left a patched build behind
 for stage in $stages; do
+  if [ -n "$rebuilt" ] && [ "$stage" != clocks ]; then
+    python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build_restore.log" 2>&1; rebuilt=""
+  fi
   case $stage in
     test)
       python3 -m pytest -v -rs --durations=10 -p no:cacheprovider -k "${PYTEST_K:-gpu}" tests \
@@ -37,6 +42,16 @@ for stage in $stages; do
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section SchedulerStats python3 benchmarks/profile_kernel.py ${PROFILE_ARGS:-} \
         > "$OUT/ncu.txt" 2>&1; grep -E "Duration|Throughput|Occupancy|Registers|Shared Memory|Stall|Warp Cycles|Eligible|Block Limit" "$OUT/ncu.txt" | head -40 ;;
+    srcprofile)
+      # Where the kernel's warps stall, per source line (the build has -lineinfo): the full
+      # set with source counters on one encode; the report and its source page come back.
+      ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 --set full \
+        --import-source yes -f -o "$OUT/encode_full" python3 benchmarks/profile_kernel.py ${PROFILE_ARGS:-} \
+        > "$OUT/ncu_full.log" 2>&1; echo "srcprofile: exit $?"
+      ncu --import "$OUT/encode_full.ncu-rep" --page source --csv --print-source cuda,sass \
+        > "$OUT/ncu_source.csv" 2> "$OUT/ncu_source.err"
+      ncu --import "$OUT/encode_full.ncu-rep" --page details > "$OUT/ncu_details.txt" 2>&1
+      ls -la "$OUT"/ncu_* "$OUT"/encode_full* ;;
     fuzz)
       BLOCKBPE_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-200} BLOCKBPE_HYPOTHESIS_RANDOM=1 python3 -m pytest -q \
         -p no:cacheprovider --hypothesis-show-statistics tests/test_fuzz_gpu.py \
@@ -59,6 +74,20 @@ for stage in $stages; do
       python3 benchmarks/host_path.py --out "$OUT" 2>&1 | tee "$OUT/host_path.log" | tail -4 ;;
     sharded)
       python3 benchmarks/sharded.py --out "$OUT" 2>&1 | tee "$OUT/sharded.log" | tail -5 ;;
+    variants)
+      # A/B of kernel variants: benchmarks/kernel_time.py on the checked-out kernel ("base"),
+      # then with each patch of $VARIANTS applied in turn (patch -p1; reverted after).
+      python3 benchmarks/kernel_time.py --label base --out "$OUT" 2>&1 | tee "$OUT/variants.log"
+      for v in ${VARIANTS:-}; do
+        name=$(basename "$v" .patch)
+        patch -p1 < "$v" > /dev/null || { echo "$name: does not apply" | tee -a "$OUT/variants.log"; continue; }
+        if python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build_$name.log" 2>&1; then
+          python3 benchmarks/kernel_time.py --label "$name" --out "$OUT" 2>&1 | tee -a "$OUT/variants.log"
+        else
+          echo "$name: build failed" | tee -a "$OUT/variants.log"; tail -20 "$OUT/build_$name.log"
+        fi
+        patch -R -p1 < "$v" > /dev/null; rebuilt=1
+      done ;;
     clocks)
       BLOCKBPE_STAGE_CLOCKS=ON python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build_clocks.log" 2>&1 \
         || { tail -30 "$OUT/build_clocks.log"; exit 1; }

@@ -65,6 +65,8 @@ class Shim:
         self.lib.bbpe_pretok_chunked.argtypes = [i, vp, i, vp, i, i, vp]
         self.lib.bbpe_unicode_classes.argtypes = [vp]
         self.lookback = self.lib.bbpe_pretok_lookback()  # the kernel's kPretokLookback
+        self.lib.bbpe_leftmost_first_merges.argtypes = [ctypes.c_uint32]
+        self.lib.bbpe_leftmost_first_merges.restype = ctypes.c_uint32
         for f in (self.lib.bbpe_pretok_sequential, self.lib.bbpe_pretok_direct,
                   self.lib.bbpe_pretok_chunked):
             f.restype = ctypes.c_int
@@ -560,3 +562,26 @@ def test_unicode_table_up_to_date():
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_unicode_table.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _leftmost_first_sweep(candidates: int) -> int:
+    """merge_segment's rule, one pair after another: a candidate pair merges unless the pair
+    before it merged (its left token is then gone)."""
+    merges, prev = 0, False
+    for i in range(32):
+        prev = bool(candidates >> i & 1) and not prev
+        merges |= prev << i
+    return merges
+
+
+def test_leftmost_first_merges_bits_equal_the_sweep(shim):
+    """The branch-free bit form (bpe_core.h, used by the CUDA kernel's lane-parallel merges,
+    which the CPU never runs) selects exactly the pairs of the sequential sweep: every mask of
+    the low 16 bits, every single run of set bits, and random 32-bit masks."""
+    rng = np.random.default_rng(0)
+    masks = list(range(1 << 16))
+    masks += [((1 << (e - s)) - 1) << s for s in range(32) for e in range(s, 33)]
+    masks += [int(a & b | c) for a, b, c in rng.integers(0, 1 << 32, size=(20_000, 3), dtype=np.uint64)]
+    for m in masks:
+        m &= 0xFFFFFFFF
+        assert shim.lib.bbpe_leftmost_first_merges(m) == _leftmost_first_sweep(m), hex(m)

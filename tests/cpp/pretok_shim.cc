@@ -1,5 +1,6 @@
-// Minimal C ABI over ffi/pretokenize.h for tests/test_pretokenize.py (loaded with ctypes).
-// Temporary, until the nanobind module exposes the pre-tokenizer.
+// Minimal C ABI over ffi/pretokenize.h (and one bpe_core.h rule) for tests/test_pretokenize.py
+// (loaded with ctypes). Temporary, until the nanobind module exposes the pre-tokenizer.
+#include "bpe_core.h"
 #include "pretokenize.h"
 
 extern "C" {
@@ -21,6 +22,11 @@ int bbpe_pretok_chunked(int pattern, const uint8_t* text, int n, const uint8_t* 
 }
 
 int bbpe_pretok_lookback() { return bbpe::kPretokLookback; }
+
+// The bit form of the leftmost-first merge selection (the kernel's lane-parallel merges).
+uint32_t bbpe_leftmost_first_merges(uint32_t candidates) {
+  return bbpe::leftmost_first_merges(candidates);
+}
 
 // General class (UCLS_*) of every code point 0..0x10FFFF into out[0x110000].
 void bbpe_unicode_classes(uint8_t* out) {
