@@ -147,8 +147,10 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
         const int head = 31 - __clz(starts & lanes_upto(lane));
         const uint32_t later = starts & ~lanes_upto(lane);
         const int tail = later ? __ffs(later) - 1 : used;
+        // (the idle lanes past `used` form one group: each distinct mask may cost the
+        // reduction another round)
         const uint32_t mine = lane < used ? (tail >= 32 ? ~0u : (1u << tail) - 1) & ~((1u << head) - 1)
-                                          : 1u << lane;
+                                          : ~used_mask;
         const int32_t lowest = (int32_t)__reduce_min_sync(mine, (uint32_t)r);
         const uint32_t merges = leftmost_first_merges(
             __ballot_sync(~0u, r != kNoRank && r == lowest));
@@ -194,7 +196,7 @@ __device__ __noinline__ void pretokenize_block(
 
 // Merge passes over a.tok / a.rank (n tokens); returns the final count.
 template <int kThreads>
-__device__ int merge_passes(const VocabView& v, BlockArrays& a, int n,
+__device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int n,
                             typename Scans<kThreads>::Storage& tmp) {
   for (;;) {
     const int per = (n + kThreads - 1) / kThreads;

@@ -920,7 +920,7 @@ struct BlockPretokenizer {
       uint64_t* dst = reinterpret_cast<uint64_t*>(&tmp.tab);
       for (int k = threadIdx.x; k < (int)(sizeof(PretokTables) / 8); k += BLOCK_THREADS) dst[k] = src[k];
     } else {
-      for (int k = threadIdx.x; k < kTabEntries; k += BLOCK_THREADS) fill_pretok_table(pattern, tmp.tab, k);
+      fill_tables(pattern, tmp.tab);
     }
     __syncthreads();
     if (n <= 0) return true;
@@ -975,6 +975,12 @@ struct BlockPretokenizer {
       if (!scan && tile + 1 < ntiles) carry = hand_over(k == live - 1, s_end);
     }
     return true;
+  }
+
+  // The step tables evaluated here (no prebuilt copy): every pattern's automata, 60 KB of
+  // machine code, kept out of line (the encode kernel always passes prebuilt tables).
+  __device__ __noinline__ static void fill_tables(int pattern, PretokTables& tab) {
+    for (int k = threadIdx.x; k < kTabEntries; k += BLOCK_THREADS) fill_pretok_table(pattern, tab, k);
   }
 
   // Chunks of the tile that hold bytes of the string (the rest are past its end).

@@ -23,12 +23,15 @@ from hypothesis import strategies as st
 
 from blockbpe_jax import _data
 from blockbpe_jax.tables import (
+    _pair_hash_alt_int,
     _pair_hash_int,
+    _place_by_two_choices,
     build_special_tables,
     build_vocab_tables,
     lookup_pair,
     lookup_piece,
     pair_hash,
+    pair_hash_alt,
     piece_hash,
 )
 from blockbpe_jax.vocab import (
@@ -591,6 +594,39 @@ def test_pair_hash_matches_reference():
     expected = [_pair_hash_reference(int(a), int(b)) for a, b in zip(left, right)]
     assert hashes.tolist() == expected
     assert [_pair_hash_int(int(a), int(b)) for a, b in zip(left, right)] == expected
+
+
+def test_pair_hash_alt_is_pair_hash_of_swapped_salted_pair():
+    rng = np.random.default_rng(1)
+    left = rng.integers(0, 2**31 - 1, 2000, dtype=np.int64)
+    right = rng.integers(0, 2**31 - 1, 2000, dtype=np.int64)
+    alt = pair_hash_alt(left.astype(np.int32), right.astype(np.int32))
+    expected = [_pair_hash_reference(int(b) ^ 0x5BD1E995, int(a)) for a, b in zip(left, right)]
+    assert alt.tolist() == expected
+    assert [_pair_hash_alt_int(int(a), int(b)) for a, b in zip(left, right)] == expected
+
+
+@pytest.mark.parametrize("load, crowd", [(0.45, 1), (0.1, 8)])
+def test_two_choice_placement(load, crowd):
+    """Every key lands in one of its two slots, one key per slot: at the shared vocabularies'
+    load (0.38-0.45), and with first choices crowded onto an eighth of the slots (most keys
+    then go through the eviction chains)."""
+    rng = np.random.default_rng(2)
+    capacity = 1 << 12
+    n = int(load * capacity)
+    first = rng.integers(0, capacity // crowd, n)
+    second = rng.integers(0, capacity, n)
+    slots = _place_by_two_choices(first, second, capacity)
+    assert slots is not None
+    assert ((slots == first) | (slots == second)).all()
+    assert len(set(slots.tolist())) == n
+
+
+def test_two_choice_placement_reports_failure():
+    """Three keys that share both slots cannot be placed: None, so the builder grows the table."""
+    first, second = np.array([5, 5, 5, 9]), np.array([7, 7, 7, 3])
+    assert _place_by_two_choices(first, second, 16) is None
+    assert _place_by_two_choices(first[1:], second[1:], 16) is not None
 
 
 def test_piece_hash_is_fnv1a():
