@@ -93,7 +93,7 @@ struct Scans {
 // Warp w takes list entries w, w + kWarps, ... 32 at a time and packs as many whole pieces as
 // fit into its 32 lanes, one token per lane (next fit, in list order). Then it runs
 // merge_segment's rule on all of them at once, pass after pass: each piece's lowest rank
-// (a reduction over the piece's lanes), its leftmost-first occurrences of it from the
+// (a segmented minimum over the piece's lanes), its leftmost-first occurrences of it from the
 // candidate bits (leftmost_first_merges, bpe_core.h), the merged tokens (merged_id), the
 // compaction (through shared memory: slots), and a pair lookup in every lane whose pair a
 // merge changed. A pass thus waits for one round of table probes, not for a thread's walk
@@ -143,15 +143,20 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
         const bool has_right = lane + 1 < used && !((starts >> (lane + 1)) & 1);
         if (!has_right) r = kNoRank;
         else if ((fresh >> lane) & 1) r = lookup_pair(v, token_id(t), token_id(right), nullptr);
-        // This piece's lanes: from its start to the next start (or `used`).
+        // This piece's lanes [head, tail): from its start to the next start (or `used`).
         const int head = 31 - __clz(starts & lanes_upto(lane));
         const uint32_t later = starts & ~lanes_upto(lane);
         const int tail = later ? __ffs(later) - 1 : used;
-        // (the idle lanes past `used` form one group: each distinct mask may cost the
-        // reduction another round)
-        const uint32_t mine = lane < used ? (tail >= 32 ? ~0u : (1u << tail) - 1) & ~((1u << head) - 1)
-                                          : ~used_mask;
-        const int32_t lowest = (int32_t)__reduce_min_sync(mine, (uint32_t)r);
+        // The piece's lowest rank: a suffix minimum within the piece (shuffles down that stop
+        // at its tail), read at its head. (A reduction with each piece's lane mask costs a
+        // round per distinct mask: with one mask per idle lane it took a fifth of the kernel.)
+        int32_t low = r;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const int32_t o = __shfl_down_sync(~0u, low, d);
+          if (lane + d < tail) low = min(low, o);
+        }
+        const int32_t lowest = __shfl_sync(~0u, low, head);
         const uint32_t merges = leftmost_first_merges(
             __ballot_sync(~0u, r != kNoRank && r == lowest));
         if (merges == 0) {  // (uniform) write back; the lanes' pieces by their order
@@ -159,7 +164,7 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
           const int ps0 = __shfl_sync(~0u, s0, lane < used ? p : lane);
           if (lane < used) {
             tok[ps0 + lane - head] = t;
-            if (lane == head) rank[ps0] = __popc(mine);
+            if (lane == head) rank[ps0] = tail - head;
           }
           break;
         }
