@@ -136,16 +136,6 @@ def _encode_call(mode: int, pad_id: int, max_piece_len: int, rank_is_id: bool, b
     return jax.jit(call)
 
 
-def _check_static_args(max_tokens, pad_id, block_size) -> None:
-    if (not isinstance(max_tokens, (int, np.integer)) or isinstance(max_tokens, bool)
-            or not 1 <= max_tokens < 2**31):
-        raise ValueError(f"encode: max_tokens must be a positive int below 2**31, got {max_tokens!r}")
-    if not isinstance(pad_id, (int, np.integer)) or not -2**31 <= pad_id < 2**31:
-        raise ValueError(f"encode: pad_id must be an int32, got {pad_id!r}")
-    if block_size not in BLOCK_SIZES:
-        raise ValueError(f"encode: block_size must be one of {BLOCK_SIZES}, got {block_size!r}")
-
-
 def resolve_mode(tables: EncodeTables, mode: str) -> int:
     """Maps mode="exact" to the vocabulary's pattern id (or raises), "bytes" to 0."""
     if mode == "bytes":
@@ -207,7 +197,13 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
     if lengths.dtype != jnp.int32 or lengths.shape != data.shape[:1]:
         raise TypeError(f"encode: lengths must be int32[{data.shape[0]}], got "
                         f"{lengths.dtype}{list(lengths.shape)}")
-    _check_static_args(max_tokens, pad_id, block_size)
+    if (not isinstance(max_tokens, (int, np.integer)) or isinstance(max_tokens, bool)
+            or not 1 <= max_tokens < 2**31):
+        raise ValueError(f"encode: max_tokens must be a positive int below 2**31, got {max_tokens!r}")
+    if not isinstance(pad_id, (int, np.integer)) or not -2**31 <= pad_id < 2**31:
+        raise ValueError(f"encode: pad_id must be an int32, got {pad_id!r}")
+    if block_size not in BLOCK_SIZES:
+        raise ValueError(f"encode: block_size must be one of {BLOCK_SIZES}, got {block_size!r}")
     if isinstance(tokenizer, EncodeTables):
         tables = tokenizer
         if allowed_special is not None:
@@ -225,41 +221,3 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
                         int(block_size), int(max_tokens), bool(check_lengths))
     ids, counts = call(data, lengths, *tables.operands())
     return Encoded(ids, counts)
-
-
-def encode_packed(packed: np.ndarray, shape: tuple[int, int], tables: EncodeTables, *,
-                  max_tokens: int, pad_id: int = 0, mode: str = "exact",
-                  block_size: int = 256) -> Encoded:
-    """`encode` of a batch held in one host buffer (`tokenizer.pack_strings`' layout: the
-    uint8[B, L] rows, zeros up to a 16-byte boundary, then int32[B] little-endian lengths),
-    which goes to the default device as one array: JAX pays a fixed cost per host array moved
-    (benchmarks/host_path.py), so this saves one of the two transfers of `encode(data,
-    lengths)`. The lengths are trusted (pack_strings checks them): check_lengths=False."""
-    batch, max_len = (int(x) for x in shape)
-    lengths_at = (batch * max_len + 15) // 16 * 16
-    if not (isinstance(packed, np.ndarray) and packed.dtype == np.uint8 and packed.ndim == 1
-            and packed.size >= lengths_at + 4 * batch):
-        raise TypeError(f"encode_packed: packed must be uint8[>= {lengths_at + 4 * batch}] from "
-                        f"pack_strings, got {getattr(packed, 'dtype', type(packed).__name__)}"
-                        f"{list(np.shape(packed))}")
-    _check_static_args(max_tokens, pad_id, block_size)
-    call = _encode_packed_call(batch, max_len, resolve_mode(tables, mode), int(pad_id),
-                               tables.max_piece_len, bool(tables.rank_is_id), int(block_size),
-                               int(max_tokens))
-    ids, counts = call(packed[: lengths_at + 4 * batch], *tables.operands())
-    return Encoded(ids, counts)
-
-
-@functools.lru_cache(maxsize=None)
-def _encode_packed_call(batch, max_len, mode, pad_id, max_piece_len, rank_is_id, block_size,
-                        max_tokens):
-    inner = _encode_call(mode, pad_id, max_piece_len, rank_is_id, block_size, max_tokens, False)
-    lengths_at = (batch * max_len + 15) // 16 * 16
-
-    def call(packed, *tables):
-        data = packed[: batch * max_len].reshape(batch, max_len)
-        lengths = jax.lax.bitcast_convert_type(
-            packed[lengths_at:].reshape(batch, 4), jnp.int32)  # (little-endian, as written)
-        return inner(data, lengths, *tables)
-
-    return jax.jit(call)

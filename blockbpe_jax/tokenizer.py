@@ -136,21 +136,14 @@ class Tokenizer:
         L is `max_len` or the longest string rounded up to a power of two (so repeated calls
         reuse compiled shapes); `max_tokens` defaults to L, which never truncates.
         """
-        if isinstance(texts, (str, bytes)):
-            pack_strings(texts)  # (raises the TypeError)
-        if max_len is not None and (not isinstance(max_len, (int, np.integer)) or max_len < 0):
-            pack_strings([], max_len=max_len)  # (raises the ValueError)
-        data, lengths, flat = _pack(texts, max_len)
-        tables = self.tables(allowed_special, device)
-        kwargs = dict(max_tokens=max_tokens or data.shape[1], pad_id=pad_id, mode=mode,
-                      block_size=block_size)
+        data, lengths = pack_strings(texts, max_len=max_len)
         if device is not None and device != jax.devices()[0]:
             data, lengths = jax.device_put((data, lengths), device)
-            # pack_strings guarantees 0 <= lengths <= L: no need for the handler's read-back.
-            return ops.encode(data, lengths, tables, check_lengths=False, **kwargs)
-        # To the default device as one array with the call (one transfer; JAX pays a fixed
-        # cost per host array moved, ~160 us on the H200 machine: benchmarks/host_path.py).
-        return ops.encode_packed(flat, data.shape, tables, **kwargs)
+        # (else the NumPy arrays ride along with the jitted call to the default device)
+        # pack_strings guarantees 0 <= lengths <= L: no need for the handler's read-back.
+        return ops.encode(data, lengths, self.tables(allowed_special, device),
+                          max_tokens=max_tokens or data.shape[1], pad_id=pad_id, mode=mode,
+                          block_size=block_size, check_lengths=False)
 
     def decode_bytes(self, ids, counts) -> list[bytes]:
         """Token ids (padded rows plus counts) back to byte strings."""
@@ -188,16 +181,5 @@ def pack_strings(texts: Sequence[str | bytes], *, max_len: int | None = None
                         f"{type(texts).__name__}")
     if max_len is not None and (not isinstance(max_len, (int, np.integer)) or max_len < 0):
         raise ValueError(f"pack_strings: max_len must be a non-negative int or None, got {max_len!r}")
-    return _pack(texts, max_len)[:2]
-
-
-def _pack(texts, max_len):
-    """pack_strings, plus the one buffer both arrays are views of: uint8[...] holding the
-    B * L row bytes, zeros up to a 16-byte boundary, then the lengths as little-endian int32
-    (`ops.encode_packed` takes it: one host-to-device transfer instead of two)."""
     texts = texts if isinstance(texts, list) else list(texts)
-    flat, batch, max_len, lengths_at = _blockbpe_cpu.pack_strings(
-        texts, -1 if max_len is None else int(max_len))
-    data = flat[: batch * max_len].reshape(batch, max_len)
-    lengths = flat[lengths_at: lengths_at + 4 * batch].view("<i4")
-    return data, lengths, flat
+    return _blockbpe_cpu.pack_strings(texts, -1 if max_len is None else int(max_len))

@@ -95,23 +95,19 @@ static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
     max_len = 16;
     while (max_len < longest) max_len *= 2;
   }
-  // One buffer: the rows, zeros up to a 16-byte boundary, then the lengths (so that a batch
-  // can travel to the device as one array: blockbpe_jax.tokenizer.pack_strings says how).
-  const size_t lengths_at = (batch * max_len + 15) / 16 * 16;
-  const size_t total = lengths_at + 4 * batch;
-  uint8_t* flat = new uint8_t[total > 0 ? total : 1];
+  uint8_t* data = new uint8_t[batch * max_len + 1];
+  int32_t* lengths = new int32_t[batch + 1];
   for (size_t b = 0; b < batch; ++b) {
-    uint8_t* row = flat + b * max_len;
+    uint8_t* row = data + b * max_len;
     std::memcpy(row, views[b].first, views[b].second);
     std::memset(row + views[b].second, 0, max_len - views[b].second);
-    const int32_t n = (int32_t)views[b].second;
-    std::memcpy(flat + lengths_at + 4 * b, &n, 4);
+    lengths[b] = (int32_t)views[b].second;
   }
-  std::memset(flat + batch * max_len, 0, lengths_at - batch * max_len);
-  nb::capsule owner(flat, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
-  size_t shape[1] = {total};
-  return nb::make_tuple(nb::ndarray<nb::numpy, uint8_t>(flat, 1, shape, owner), batch, max_len,
-                        lengths_at);
+  nb::capsule own_data(data, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
+  nb::capsule own_len(lengths, [](void* p) noexcept { delete[] static_cast<int32_t*>(p); });
+  size_t shape[2] = {batch, (size_t)max_len};
+  return nb::make_tuple(nb::ndarray<nb::numpy, uint8_t>(data, 2, shape, own_data),
+                        nb::ndarray<nb::numpy, int32_t>(lengths, 1, shape, own_len));
 }
 
 NB_MODULE(_blockbpe_cpu, m) {
