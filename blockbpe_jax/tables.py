@@ -9,11 +9,9 @@ change them only together with it. All arrays are int32 unless noted.
   issues both at once) and a miss is known without a walk. P = the smallest power of two
   >= max(16, 2 * number of merges) (at most half full) at which the placement succeeds (it
   doubles P on the rare failure; never for the shared vocabularies).
-* piece table, int32[Q, 8]: whole-piece shortcut (piece bytes -> token id), linear probing
-  (a lookup walks slot, slot+1, ... until it finds the piece or an empty row) from home slot
-  piece_hash(bytes) & (Q-1). Row = (int32 view of piece_hash, token_id, byte_len, offset of
-  the token's bytes in token_data, then the token's first 16 bytes as four little-endian
-  words, zero padded: a piece of up to 16 bytes is confirmed without a second load);
+* piece table, int32[Q, 4]: whole-piece shortcut (piece bytes -> token id), same probing with
+  home slot piece_hash(bytes) & (Q-1). Row = (int32 view of piece_hash, token_id, byte_len,
+  offset of the token's bytes in token_data);
   an empty row is all -1 (test token_id == -1: a real hash may be 0xFFFFFFFF). Holds the
   mergeable (non-special) tokens of at most 255 bytes; a hit must still compare bytes (at the
   row's offset in token_data). Q = power of two >= max(16, 2 * number of mergeable tokens).
@@ -201,7 +199,7 @@ def _place_by_two_choices(first: np.ndarray, second: np.ndarray, capacity: int,
 class VocabTables:
     pair_table: np.ndarray  # int32[P, 4]: (left, right, rank, merged_id); empty = -1s
     byte_ids: np.ndarray  # int32[256]
-    piece_table: np.ndarray  # int32[Q, 8]: (int32(piece_hash), token_id, byte_len, offset, 16 bytes); empty = -1s
+    piece_table: np.ndarray  # int32[Q, 4]: (int32(piece_hash), token_id, byte_len, offset); empty = -1s
     token_offsets: np.ndarray  # int32[V+1]
     token_data: np.ndarray  # uint8[max(1, D)]
     max_piece_len: int  # longest byte_len in piece_table
@@ -252,17 +250,12 @@ def _build_piece_table(vocab: Vocab, offsets: np.ndarray, data: np.ndarray) -> t
     ids = mergeable[lengths <= MAX_PIECE_TABLE_LEN]
     lengths = lengths[lengths <= MAX_PIECE_TABLE_LEN]
     hashes = _piece_hashes(offsets, data, ids)
-    head = np.zeros((len(ids), 16), dtype=np.uint8)  # first 16 bytes of every token
-    for position in range(16):
-        long_enough = lengths > position
-        head[long_enough, position] = data[offsets[ids[long_enough]].astype(np.int64) + position]
-    table = np.full((capacity, 8), -1, dtype=np.int32)
+    table = np.full((capacity, 4), -1, dtype=np.int32)
     slots = _place_by_linear_probing(hashes, capacity)
     table[slots, 0] = hashes.view(np.int32)
     table[slots, 1] = ids
     table[slots, 2] = lengths
     table[slots, 3] = offsets[ids]
-    table[slots, 4:] = head.view("<i4")
     return table, int(lengths.max(initial=0))
 
 
@@ -305,14 +298,11 @@ def lookup_piece(tables: VocabTables, data: bytes) -> int | None:
     slot = h & mask
     token_data = tables.token_data
     for _ in range(table.shape[0]):
-        row_hash, token_id, byte_len, start = table[slot, :4].tolist()
+        row_hash, token_id, byte_len, start = table[slot].tolist()
         if token_id == -1:
             return None
         if row_hash == stored_hash and byte_len == len(data):
-            # Up to 16 bytes: the row's own copy of the token's first bytes, as the kernels do.
-            stored = (table[slot, 4:].astype("<i4").tobytes()[:byte_len] if byte_len <= 16
-                      else token_data[start : start + byte_len].tobytes())
-            if stored == data:
+            if token_data[start : start + byte_len].tobytes() == data:
                 return token_id
         slot = (slot + 1) & mask
     return None

@@ -37,8 +37,7 @@ struct VocabView {
   const int32_t* pair_table;     // [pair_slots][4] rows (left, right, rank, merged id)
   uint32_t pair_mask;            // pair_slots - 1 (a power of two)
   const int32_t* byte_ids;       // [256] id of each single-byte token
-  const int32_t* piece_table;    // [piece_slots][8] rows (fnv1a hash, id, byte length, offset,
-                                 // the token's first 16 bytes)
+  const int32_t* piece_table;    // [piece_slots][4] rows (fnv1a hash, id, byte length, offset)
   uint32_t piece_mask;           // piece_slots - 1
   const int32_t* token_offsets;  // [n_vocab + 1]
   const uint8_t* token_data;     // bytes of every token
@@ -121,35 +120,20 @@ BBPE_HD uint32_t piece_hash(const uint8_t* p, int n) {
 }
 
 // The id of the token whose bytes are exactly p[0..n), or -1 (tiktoken's whole-piece shortcut,
-// HF's ignore_merges). A piece-table row is 32 bytes, two 16-byte halves loaded together:
-// (hash, id, byte length, offset into token_data) and the token's first 16 bytes (zero
-// padded). A hash hit is confirmed against those bytes, or, for tokens over 16 bytes, against
-// token_data (all bytes compared, no early exit: the loads overlap); so a piece of up to 16
-// bytes costs one memory round trip, not two.
+// HF's ignore_merges). Hash hits are confirmed byte by byte against token_data at the row's
+// offset (all bytes compared, no early exit: the loads are independent, so they overlap).
 BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n) {
   if (n > v.max_piece_len) return -1;
   const uint32_t h = piece_hash(p, n);
-  uint32_t w0 = 0, w1 = 0, w2 = 0, w3 = 0;  // p's first 16 bytes as the rows hold them
-  for (int i = 0; i < n && i < 16; ++i) {
-    const uint32_t b = (uint32_t)p[i] << (8 * (i & 3));
-    if (i < 4) w0 |= b; else if (i < 8) w1 |= b; else if (i < 12) w2 |= b; else w3 |= b;
-  }
   uint32_t slot = h & v.piece_mask;
   for (uint32_t probe = 0; probe <= v.piece_mask; ++probe) {
-    const TableRow r = load_row(v.piece_table, 2 * slot);      // (hash, id, byte length, offset)
-    const TableRow b = load_row(v.piece_table, 2 * slot + 1);  // first 16 bytes
+    const TableRow r = load_row(v.piece_table, slot);  // (hash, id, byte length, offset)
     const int32_t rh = r.a, id = r.b, len = r.c, off = r.d;
     if (id < 0) return -1;
-    if ((uint32_t)rh == h && len == n && id < v.n_vocab) {
+    if ((uint32_t)rh == h && len == n && id < v.n_vocab && off >= 0 && off + (int64_t)n <= v.token_data_len) {
+      const uint8_t* q = v.token_data + off;
       int diff = 0;
-      if (n <= 16) {
-        diff = ((w0 ^ (uint32_t)b.a) | (w1 ^ (uint32_t)b.b) | (w2 ^ (uint32_t)b.c) | (w3 ^ (uint32_t)b.d)) != 0;
-      } else if (off >= 0 && off + (int64_t)n <= v.token_data_len) {
-        const uint8_t* q = v.token_data + off;
-        for (int i = 0; i < n; ++i) diff |= p[i] ^ q[i];
-      } else {
-        diff = 1;
-      }
+      for (int i = 0; i < n; ++i) diff |= p[i] ^ q[i];
       if (diff == 0) return id;
     }
     slot = (slot + 1) & v.piece_mask;

@@ -24,7 +24,7 @@ auto bind_encode(Binding b) {
       .template Arg<ffi::Buffer<ffi::S32>>()      // lengths [...]
       .template Arg<ffi::Buffer<ffi::S32>>()      // pair_table [P, 4]
       .template Arg<ffi::Buffer<ffi::S32>>()      // byte_ids [256]
-      .template Arg<ffi::Buffer<ffi::S32>>()      // piece_table [Q, 8]
+      .template Arg<ffi::Buffer<ffi::S32>>()      // piece_table [Q, 4]
       .template Arg<ffi::Buffer<ffi::S32>>()      // token_offsets [V + 1]
       .template Arg<ffi::Buffer<ffi::U8>>()       // token_data [D]
       .template Arg<ffi::Buffer<ffi::S32>>()      // special_offsets [S + 1]
@@ -72,9 +72,9 @@ inline ffi::Error make_encode_params(
   const int64_t pair_rows = pair_table.element_count() / 4;
   if (pair_table.element_count() % 4 != 0 || !is_power_of_two(pair_rows))
     return bad("pair_table must be int32[P, 4] with P a power of two");
-  const int64_t piece_rows = piece_table.element_count() / 8;
-  if (piece_table.element_count() % 8 != 0 || !is_power_of_two(piece_rows))
-    return bad("piece_table must be int32[Q, 8] with Q a power of two");
+  const int64_t piece_rows = piece_table.element_count() / 4;
+  if (piece_table.element_count() % 4 != 0 || !is_power_of_two(piece_rows))
+    return bad("piece_table must be int32[Q, 4] with Q a power of two");
   if (byte_ids.element_count() != 256) return bad("byte_ids must be int32[256]");
   if (token_offsets.element_count() < 2 || token_data.element_count() < 1)
     return bad("the token tables are empty");
