@@ -198,8 +198,9 @@ BBPE_HD int32_t initial_token(const VocabView& v, const SpecialView& s, uint8_t 
 // pass, merge every leftmost-first occurrence of the segment's lowest-rank pair. rank[0..m) is
 // scratch; fresh[0..m) marks the tokens a pass created, so only pairs next to a merge are
 // looked up again. Returns the segment's final token count. The CPU handler runs every segment
-// this way; the CUDA kernel runs short pieces this way (one thread each) and everything else
-// with the block-wide passes below, which apply the same rule to all segments at once.
+// this way; the CUDA kernel runs pieces of 33-64 bytes this way (one thread each), shorter ones
+// lane-parallel (merge_in_lanes, with leftmost_first_merges below) and everything else with
+// the block-wide passes below, which apply the same rule to all segments at once.
 BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m) {
   for (int i = 0; i < m; ++i) rank[i] = rank_at(v, tok, i, m);
   for (;;) {
