@@ -609,8 +609,8 @@ def test_pair_hash_alt_is_pair_hash_of_swapped_salted_pair():
 @pytest.mark.parametrize("load, crowd", [(0.45, 1), (0.1, 8)])
 def test_two_choice_placement(load, crowd):
     """Every key lands in one of its two slots, one key per slot: at the shared vocabularies'
-    load (0.38-0.45), and with first choices crowded onto an eighth of the slots (most keys
-    then go through the eviction chains)."""
+    load (0.38-0.45), and with first choices crowded onto an eighth of the slots. Both cases
+    need the eviction chains (149 and 16 keys find both choices taken by earlier keys)."""
     rng = np.random.default_rng(2)
     capacity = 1 << 12
     n = int(load * capacity)
