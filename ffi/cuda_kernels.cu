@@ -4,9 +4,10 @@
 // global workspace), marks special tokens and pre-tokenizer pieces and builds the initial byte
 // tokens, flagging segment starts (specials and pieces). The segment starts are listed and
 // the threads take them round robin: a special token stays one token; whole-piece shortcut;
-// a piece of up to kShortPieceLen bytes that is not a token goes on a merge list, which is
-// dealt over the warps, each piece merged in place by one thread with merge_segment
-// (bpe_core.h). The pre-tokenizer's step tables arrive as a kernel parameter.
+// a piece of up to kShortPieceLen bytes that is not a token goes on a merge list: up to
+// kLanePieceLen bytes, merged lane-parallel, several pieces to a warp (merge_in_lanes); longer
+// ones in place by one thread each with merge_segment (bpe_core.h). The pre-tokenizer's step
+// tables arrive as a kernel parameter.
 // One scan places the results, straight into the output when nothing is left to do. Longer
 // segments, and every segment in bytes mode (the paper's algorithm), go through block-wide
 // merge passes. Each pass:
