@@ -231,7 +231,6 @@ def _build_pair_table(vocab: Vocab) -> np.ndarray:
     rows = np.empty((n, 4), dtype=np.int64)
     rows[:, :2] = np.fromiter((x for pair in vocab.merges for x in pair), np.int64, 2 * n).reshape(n, 2)
     rows[:, 2:] = np.fromiter((x for v in vocab.merges.values() for x in v), np.int64, 2 * n).reshape(n, 2)
-    rows = rows[np.argsort(rows[:, 2], kind="stable")]  # (deterministic order)
     first, second = pair_hash(rows[:, 0], rows[:, 1]), pair_hash_alt(rows[:, 0], rows[:, 1])
     capacity = _capacity(n)
     while (slots := _place_by_two_choices(first, second, capacity)) is None:

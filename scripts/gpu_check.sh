@@ -22,14 +22,17 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
 fi
+build() {  # the editable build against the machine's jax; log to $OUT/$1
+  python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/$1" 2>&1
+}
 t0=$(date +%s)
-python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+build build.log || { tail -50 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 python3 -c "import blockbpe_jax as b, jax; print('cuda module:', b.HAS_CUDA_MODULE, jax.devices())"
 rebuilt=""  # set when `variants` left a patched build behind
 for stage in $stages; do
   if [ -n "$rebuilt" ] && [ "$stage" != clocks ]; then
-    python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build_restore.log" 2>&1; rebuilt=""
+    build build_restore.log; rebuilt=""
   fi
   case $stage in
     test)
@@ -81,7 +84,7 @@ for stage in $stages; do
       for v in ${VARIANTS:-}; do
         name=$(basename "$v" .patch)
         patch -p1 < "$v" > /dev/null || { echo "$name: does not apply" | tee -a "$OUT/variants.log"; continue; }
-        if python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build_$name.log" 2>&1; then
+        if build "build_$name.log"; then
           python3 benchmarks/kernel_time.py --label "$name" --out "$OUT" 2>&1 | tee -a "$OUT/variants.log"
         else
           echo "$name: build failed" | tee -a "$OUT/variants.log"; tail -20 "$OUT/build_$name.log"
@@ -89,8 +92,7 @@ for stage in $stages; do
         patch -R -p1 < "$v" > /dev/null; rebuilt=1
       done ;;
     clocks)
-      BLOCKBPE_STAGE_CLOCKS=ON python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build_clocks.log" 2>&1 \
-        || { tail -30 "$OUT/build_clocks.log"; exit 1; }
+      BLOCKBPE_STAGE_CLOCKS=ON build build_clocks.log || { tail -30 "$OUT/build_clocks.log"; exit 1; }
       python3 benchmarks/stage_clocks.py --out "$OUT" 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
     *) echo "unknown stage $stage" ;;
   esac
