@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _blockbpe_cpu, ops
+from . import _blockbpe_cpu, ops, staging
 from .tables import build_special_tables, build_vocab_tables
 from .vocab import (Vocab, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json,
                     vocab_from_tokenizer_json)
@@ -131,19 +131,37 @@ class Tokenizer:
     def encode_batch(self, texts: Sequence[str | bytes], *, max_tokens: int | None = None,
                      max_len: int | None = None, allowed_special="none", mode: str = "exact",
                      pad_id: int = 0, block_size: int = 256, device=None) -> ops.Encoded:
-        """Packs strings into uint8[B, L] and calls `encode` on `device`.
+        """Packs strings into uint8[B, L] and calls `encode` on `device` (default: JAX's
+        default device).
 
         L is `max_len` or the longest string rounded up to a power of two (so repeated calls
-        reuse compiled shapes); `max_tokens` defaults to L, which never truncates.
+        reuse compiled shapes); `max_tokens` defaults to L, which never truncates. On a CUDA
+        GPU the strings are packed into pinned memory and copied by one DMA
+        (`blockbpe_jax/staging.py`); elsewhere the NumPy arrays travel with the call.
         """
+        texts = _text_list(texts, max_len)
+        target = device or jax.devices()[0]
+        # Packing guarantees 0 <= lengths <= L: no need for the handler's read-back.
+        def run(data, lengths):
+            return ops.encode(data, lengths, self.tables(allowed_special, device),
+                              max_tokens=max_tokens or data.shape[1], pad_id=pad_id, mode=mode,
+                              block_size=block_size, check_lengths=False)
+
+        if staging.available(target) and len(texts) > 0 and max_len != 0:
+            # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how).
+            staged = staging.stage_strings(texts, max_len=max_len, device=target)
+            try:
+                out = run(staged.data, staged.lengths)
+            except BaseException:
+                staged.discard()
+                raise
+            staged.release(out.counts)
+            return out
         data, lengths = pack_strings(texts, max_len=max_len)
         if device is not None and device != jax.devices()[0]:
             data, lengths = jax.device_put((data, lengths), device)
         # (else the NumPy arrays ride along with the jitted call to the default device)
-        # pack_strings guarantees 0 <= lengths <= L: no need for the handler's read-back.
-        return ops.encode(data, lengths, self.tables(allowed_special, device),
-                          max_tokens=max_tokens or data.shape[1], pad_id=pad_id, mode=mode,
-                          block_size=block_size, check_lengths=False)
+        return run(data, lengths)
 
     def decode_bytes(self, ids, counts) -> list[bytes]:
         """Token ids (padded rows plus counts) back to byte strings."""
@@ -176,10 +194,15 @@ def pack_strings(texts: Sequence[str | bytes], *, max_len: int | None = None
     L is `max_len`, or the longest string rounded up to a power of two (at least 16) so that
     repeated calls reuse compiled shapes. Raises ValueError if a string exceeds `max_len`.
     """
+    texts = _text_list(texts, max_len)
+    return _blockbpe_cpu.pack_strings(texts, -1 if max_len is None else int(max_len))
+
+
+def _text_list(texts, max_len) -> list:
+    """The checks every packing path makes before the native packer sees `texts`."""
     if isinstance(texts, (str, bytes)):
         raise TypeError("pack_strings: texts must be a sequence of str/bytes, not a single "
                         f"{type(texts).__name__}")
     if max_len is not None and (not isinstance(max_len, (int, np.integer)) or max_len < 0):
         raise ValueError(f"pack_strings: max_len must be a non-negative int or None, got {max_len!r}")
-    texts = texts if isinstance(texts, list) else list(texts)
-    return _blockbpe_cpu.pack_strings(texts, -1 if max_len is None else int(max_len))
+    return texts if isinstance(texts, list) else list(texts)

@@ -10,6 +10,7 @@
 #include "encode_ffi.h"
 #include "nanobind/nanobind.h"
 #include "nanobind/ndarray.h"
+#include "pack_strings.h"
 
 namespace nb = nanobind;
 namespace ffi = xla::ffi;
@@ -65,44 +66,14 @@ static ffi::Error encode_cpu(ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> le
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCpu, bbpe::encode_cpu, bbpe::bind_encode(ffi::Ffi::Bind()));
 
 // list[str | bytes] -> (uint8[B, max_len] zero-padded, int32[B]) without Python-level loops
-// (max_len < 0: the longest string rounded up to a power of two, at least 16):
-// str is read through its cached UTF-8 form, bytes directly; one memcpy per string.
+// (the rule: pack_strings.h).
 static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
   nb::list items = nb::list(texts);
-  const size_t batch = nb::len(items);
-  std::vector<std::pair<const char*, Py_ssize_t>> views(batch);
-  for (size_t b = 0; b < batch; ++b) {
-    PyObject* o = items[b].ptr();
-    const char* p = nullptr;
-    Py_ssize_t n = 0;
-    if (PyUnicode_Check(o)) {
-      p = PyUnicode_AsUTF8AndSize(o, &n);
-      if (!p) throw nb::python_error();
-    } else if (PyBytes_Check(o)) {
-      p = PyBytes_AS_STRING(o);
-      n = PyBytes_GET_SIZE(o);
-    } else {
-      throw nb::type_error(("pack_strings: item " + std::to_string(b) + " is neither str nor bytes").c_str());
-    }
-    if (max_len >= 0 && n > max_len)
-      throw nb::value_error(("pack_strings: string " + std::to_string(b) + " has " + std::to_string(n) +
-                             " bytes, more than max_len=" + std::to_string(max_len)).c_str());
-    views[b] = {p, n};
-  }
-  if (max_len < 0) {  // auto: the longest string rounded up to a power of two, at least 16
-    Py_ssize_t longest = 0;
-    for (auto& v : views) longest = std::max(longest, v.second);
-    max_len = 16;
-    while (max_len < longest) max_len *= 2;
-  }
+  const std::vector<bbpe::StringView> views = bbpe::string_views(items, max_len);
+  const size_t batch = views.size();
   uint8_t* data = new uint8_t[batch * max_len + 1];
   int32_t* lengths = new int32_t[batch + 1];
-  for (size_t b = 0; b < batch; ++b) {
-    uint8_t* row = data + b * max_len;
-    std::memcpy(row, views[b].first, views[b].second);
-    std::memset(row + views[b].second, 0, max_len - views[b].second);
-    lengths[b] = (int32_t)views[b].second;
-  }
+  bbpe::write_rows(views, max_len, data, lengths);
   nb::capsule own_data(data, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
   nb::capsule own_len(lengths, [](void* p) noexcept { delete[] static_cast<int32_t*>(p); });
   size_t shape[2] = {batch, (size_t)max_len};

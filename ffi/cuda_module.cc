@@ -1,8 +1,19 @@
-// CUDA FFI targets and the nanobind module that registers them (kernels in cuda_kernels.cu).
+// CUDA FFI targets and the nanobind module that registers them (kernels in cuda_kernels.cu),
+// plus `HostStaging`: string batches packed into page-locked memory and copied to the GPU on a
+// private stream, for Tokenizer.encode_batch (blockbpe_jax/staging.py).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
 #include "nanobind/nanobind.h"
+#include "nanobind/ndarray.h"
 #include "nanobind/stl/pair.h"
 #include "nanobind/stl/string.h"
 #include "nanobind/stl/vector.h"
+#include "pack_strings.h"
 #include "xla/ffi/api/api.h"
 
 namespace nb = nanobind;
@@ -15,6 +26,138 @@ std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks();  //
 }
 #endif
 
+namespace bbpe {
+
+static void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("HostStaging: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// Device memory that lives as long as the last DLPack view of it (JAX frees an imported
+// buffer when its last array goes, which may be after the staging slot grew).
+struct DeviceAllocation {
+  void* ptr = nullptr;
+  int device = 0;
+  DeviceAllocation(int device, size_t bytes) : device(device) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    check_cuda(cudaMalloc(&ptr, bytes), "cudaMalloc");
+  }
+  ~DeviceAllocation() {
+    cudaSetDevice(device);
+    cudaFree(ptr);
+  }
+};
+
+// One staging slot: pinned host rows + lengths, their device copy, a private stream and an
+// event marking the end of the last copy. JAX's own transfer of a NumPy argument costs
+// 150-250 us of fixed overhead per array on the H200 (benchmarks/host_path.py), more than the
+// kernel takes for 1024 x 512 bytes; this path is one memcpy into pinned memory and one DMA.
+// The caller (staging.py) hands a slot out again only after the computation that read its
+// device buffer has finished; the event guards the pinned buffer.
+class HostStaging {
+ public:
+  explicit HostStaging(int device) : device_(device) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  ~HostStaging() {
+    cudaSetDevice(device_);
+    cudaEventSynchronize(copied_);
+    cudaEventDestroy(copied_);
+    cudaStreamDestroy(stream_);
+    if (host_) cudaFreeHost(host_);
+  }
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+
+  // Packs `texts` (the rule of pack_strings.h) into the pinned buffer and starts its copy to
+  // the device. Returns (batch, max_len) of the packed rows.
+  std::pair<int64_t, int64_t> upload(nb::handle texts, int64_t max_len) {
+    nb::list items = nb::list(texts);
+    const std::vector<StringView> views = string_views(items, max_len);
+    batch_ = (int64_t)views.size();
+    max_len_ = max_len;
+    // Lengths after the rows, at a 256-byte boundary (JAX imports aligned buffers only).
+    lengths_at_ = (size_t)((batch_ * max_len_ + 255) / 256 * 256);
+    const size_t bytes = lengths_at_ + (size_t)batch_ * sizeof(int32_t);
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    {
+      nb::gil_scoped_release unlocked;  // the previous copy out of the pinned rows
+      check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
+    }
+    if (bytes > capacity_) {
+      const size_t grown = std::max(bytes, capacity_ * 2);
+      if (host_) check_cuda(cudaFreeHost(host_), "cudaFreeHost");
+      host_ = nullptr;
+      capacity_ = 0;
+      check_cuda(cudaHostAlloc((void**)&host_, grown, cudaHostAllocDefault), "cudaHostAlloc");
+      device_buffer_ = std::make_shared<DeviceAllocation>(device_, grown);
+      capacity_ = grown;
+    }
+    write_rows(views, max_len_, host_, reinterpret_cast<int32_t*>(host_ + lengths_at_));
+    check_cuda(cudaMemcpyAsync(device_buffer_->ptr, host_, bytes, cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync");
+    check_cuda(cudaEventRecord(copied_, stream_), "cudaEventRecord");
+    return {batch_, max_len_};
+  }
+
+  // Orders the last copy before work on a consumer's stream (the DLPack `stream` argument:
+  // 1 = legacy default stream, 2 = per-thread default, > 2 a stream handle; None, 0 or -1:
+  // wait on the host, the safe choice).
+  void wait_on(nb::object stream) {
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    const int64_t s = stream.is_none() ? 0 : nb::cast<int64_t>(stream);
+    if (s <= 0) {
+      nb::gil_scoped_release unlocked;
+      check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
+      return;
+    }
+    cudaStream_t consumer = s == 1 ? cudaStreamLegacy
+                          : s == 2 ? cudaStreamPerThread
+                                   : reinterpret_cast<cudaStream_t>(s);
+    check_cuda(cudaStreamWaitEvent(consumer, copied_, 0), "cudaStreamWaitEvent");
+  }
+
+  // Views of the device copy: (uint8[B, L] rows, int32[B] lengths); each keeps the device
+  // allocation alive. Export them through DLPack after wait_on.
+  nb::tuple device_arrays() {
+    if (!device_buffer_ || batch_ == 0) throw nb::value_error("HostStaging: nothing uploaded");
+    auto owner = [&]() {
+      auto* keep = new std::shared_ptr<DeviceAllocation>(device_buffer_);
+      return nb::capsule(keep, [](void* p) noexcept {
+        delete static_cast<std::shared_ptr<DeviceAllocation>*>(p);
+      });
+    };
+    uint8_t* base = static_cast<uint8_t*>(device_buffer_->ptr);
+    const size_t data_shape[2] = {(size_t)batch_, (size_t)max_len_};
+    const size_t lengths_shape[1] = {(size_t)batch_};
+    // array_api: objects with __dlpack__ / __dlpack_device__ (no framework would give bare
+    // capsules, which jax.dlpack.from_dlpack no longer takes).
+    using Rows = nb::ndarray<nb::array_api, uint8_t, nb::device::cuda>;
+    using Lengths = nb::ndarray<nb::array_api, int32_t, nb::device::cuda>;
+    return nb::make_tuple(
+        Rows(base, 2, data_shape, owner(), nullptr, nb::dtype<uint8_t>(), nb::device::cuda::value,
+             device_),
+        Lengths(base + lengths_at_, 1, lengths_shape, owner(), nullptr, nb::dtype<int32_t>(),
+                nb::device::cuda::value, device_));
+  }
+
+  size_t capacity() const { return capacity_; }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t copied_ = nullptr;
+  uint8_t* host_ = nullptr;  // pinned
+  size_t capacity_ = 0;      // bytes of host_ and of device_buffer_
+  std::shared_ptr<DeviceAllocation> device_buffer_;
+  int64_t batch_ = 0, max_len_ = 0;
+  size_t lengths_at_ = 0;
+};
+
+}  // namespace bbpe
+
 NB_MODULE(_blockbpe_cuda, m) {
   m.def("registrations", []() {
     nb::dict d;
@@ -22,6 +165,12 @@ NB_MODULE(_blockbpe_cuda, m) {
     d["bbpe_encode_unchecked"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCudaUnchecked));
     return d;
   });
+  nb::class_<bbpe::HostStaging>(m, "HostStaging")
+      .def(nb::init<int>(), nb::arg("device"))
+      .def("upload", &bbpe::HostStaging::upload, nb::arg("texts"), nb::arg("max_len"))
+      .def("wait_on", &bbpe::HostStaging::wait_on, nb::arg("stream").none())
+      .def("device_arrays", &bbpe::HostStaging::device_arrays)
+      .def_prop_ro("capacity", &bbpe::HostStaging::capacity);
 #ifdef BBPE_STAGE_CLOCKS
   m.def("read_stage_clocks", &bbpe::read_stage_clocks,
         "Reads and zeroes the kernel's stage clocks (a BLOCKBPE_STAGE_CLOCKS=ON build only).");

@@ -1,0 +1,92 @@
+"""Tokenizer.encode_batch's GPU input path (blockbpe_jax/staging.py): pinned staging, one DMA,
+DLPack import. Differential: the staged ids against the NumPy path's and tiktoken's."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import blockbpe_jax as bb
+from blockbpe_jax import ops, staging, testing
+from blockbpe_jax.vocab import KNOWN_PATTERNS
+
+from helpers import gpu_devices, load_tokenizer, oracle
+
+needs_gpu = pytest.mark.skipif(not gpu_devices() or not ops.HAS_CUDA_MODULE,
+                               reason="no GPU visible to JAX, or no CUDA module in this build")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("cl100k", "tiktoken")
+
+
+@pytest.fixture(scope="module")
+def corpus_texts():
+    raw = b"".join(testing.read_corpus(p) for p in testing.corpus_paths())
+    return [t.decode("utf-8", "replace") for t in testing.excerpts(raw, 0, 4000, seed=3)[:600]]
+
+
+def _reference(tok, texts, max_len):
+    # The NumPy path (what encode_batch does off the GPU), on the GPU.
+    data, lengths = bb.pack_strings(texts, max_len=max_len)
+    dev = gpu_devices()[0]
+    out = bb.encode(jax.device_put(data, dev), jax.device_put(lengths, dev), tok,
+                    max_tokens=data.shape[1])
+    return np.asarray(out.ids), np.asarray(out.counts)
+
+
+def test_cpu_devices_do_not_stage():
+    assert not staging.available(jax.devices("cpu")[0])
+
+
+@needs_gpu
+@pytest.mark.parametrize("max_len", [None, 4096])
+def test_staged_equals_numpy_path_and_tiktoken_gpu(tok, corpus_texts, max_len):
+    enc = oracle("cl100k", "tiktoken", KNOWN_PATTERNS["cl100k"])
+    texts = corpus_texts[:256] + ["", "ünïcödé ✓ 日本語 🎉", b"raw bytes \xff\xfe"]
+    out = tok.encode_batch(texts, max_len=max_len)
+    ids, counts = np.asarray(out.ids), np.asarray(out.counts)
+    ref_ids, ref_counts = _reference(tok, texts, max_len)
+    np.testing.assert_array_equal(ids, ref_ids)
+    np.testing.assert_array_equal(counts, ref_counts)
+    for k, t in enumerate(texts[:-1]):  # tiktoken takes str only
+        assert ids[k, :counts[k]].tolist() == enc.encode_ordinary(t), k
+    assert out.ids.devices() == {gpu_devices()[0]}
+
+
+@needs_gpu
+def test_stream_of_batches_reuses_slots_safely_gpu(tok, corpus_texts):
+    # More batches in flight than slots, growing and shrinking shapes, no wait in between: a
+    # slot refilled before its encode had read it would change that batch's ids.
+    shapes = [(512, 4096), (64, 512), (512, 4096), (256, 1024), (600, 4096), (8, 64)] * 3
+    outs, refs = [], []
+    for k, (batch, max_len) in enumerate(shapes):
+        texts = [t.encode()[:max_len].decode("utf-8", "ignore")
+                 for t in np.roll(np.array(corpus_texts, dtype=object), 37 * k)[:batch]]
+        outs.append(tok.encode_batch(texts, max_len=max_len))
+        refs.append(texts)
+    for texts, out, (batch, max_len) in zip(refs, outs, shapes):
+        ref_ids, ref_counts = _reference(tok, texts, max_len)
+        np.testing.assert_array_equal(np.asarray(out.ids), ref_ids)
+        np.testing.assert_array_equal(np.asarray(out.counts), ref_counts)
+    pool = staging._pools[gpu_devices()[0]]
+    assert pool.count <= staging.MAX_SLOTS
+
+
+@needs_gpu
+def test_bad_input_and_deleted_outputs_leave_the_pool_usable_gpu(tok, corpus_texts):
+    with pytest.raises(TypeError, match="item 1 is neither str nor bytes"):
+        tok.encode_batch(["ok", 3])
+    with pytest.raises(ValueError, match="more than max_len=16"):
+        tok.encode_batch(["x" * 17], max_len=16)
+    with pytest.raises(ValueError, match="block_size"):
+        tok.encode_batch(["ok"], block_size=100)
+    texts = corpus_texts[:64]
+    for _ in range(staging.MAX_SLOTS + 2):
+        tok.encode_batch(texts, max_len=4096).counts.delete()  # the consumer is gone
+    out = tok.encode_batch(texts, max_len=4096)
+    ref_ids, _ = _reference(tok, texts, 4096)
+    np.testing.assert_array_equal(np.asarray(out.ids), ref_ids)
+    assert staging._pools[gpu_devices()[0]].count <= staging.MAX_SLOTS
