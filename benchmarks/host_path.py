@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where end-to-end time goes between a Python list[str] and padded ids on the GPU.
 
-    python3 benchmarks/host_path.py --out DIR [--cells 1024x512,1024x4096]
+    python3 benchmarks/host_path.py --out DIR [--cells 64x512,1024x512,1024x2048,1024x4096]
 
 cl100k, exact mode, War and Peace excerpts (the issue-4 cells). For each cell: the pieces
 (pack_strings, device_put of one array, the encode on device-resident input) and whole paths
@@ -12,6 +12,14 @@ from list[str] to ids on the device, each checked equal to the device-resident i
   chunks_k    the batch in k chunks, each packed, put and dispatched before the next is
               packed (the host packs chunk i+1 while the GPU works on chunk i), ids joined
               on the device
+  staged      the GPU path of Tokenizer.encode_batch (blockbpe_jax/staging.py): pack into
+              pinned memory, one DMA, the slot's DLPack views (imported once per shape),
+              jitted encode; pieces: stage_upload_s (pack + DMA until the copy ended),
+              stage_import_s (two jax.dlpack.from_dlpack calls)
+  staged_reimport  the same with a fresh import per batch (the first design: its import
+              and the deletion of the imported arrays cost 100-300 us per batch)
+  api / api_numpy  Tokenizer.encode_batch, one batch, with staging and with
+              BLOCKBPE_STAGING=0 (NumPy arrays handed to the jitted call)
   stream_api  an input pipeline: 8 different batches through the public
               Tokenizer.encode_batch one after another (async dispatch: the host packs and
               puts batch i+1 while the GPU encodes batch i), one block at the end; time per
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -38,13 +47,14 @@ from run_all import excerpts, measure  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(HERE / "results"))
-    ap.add_argument("--cells", default="1024x512,1024x4096")
+    ap.add_argument("--cells", default="64x512,1024x512,1024x2048,1024x4096")
     args = ap.parse_args()
 
     import jax
     import jax.numpy as jnp
 
     import blockbpe_jax as bb
+    from blockbpe_jax import staging
     from blockbpe_jax._data import find_data_dir
 
     data_dir = find_data_dir()
@@ -122,6 +132,40 @@ def main() -> None:
         }
         paths = {"two_puts": two_puts, "tuple_put": tuple_put, "pinned": pinned_put,
                  "numpy_args": numpy_args, "chunks_2": chunks(2), "chunks_4": chunks(4)}
+        if staging.available(dev):
+            slot = bb.ops._blockbpe_cuda.HostStaging(dev.local_hardware_id)
+
+            def stage_upload():
+                slot.upload(texts, L)
+                slot.wait()
+
+            def stage_import():
+                return [jax.dlpack.from_dlpack(a) for a in slot.device_arrays()]
+
+            def staged():
+                st = staging.stage_strings(texts, max_len=L, device=dev)
+                ids, counts = enc(st.data, st.lengths, tables, L)
+                st.release(counts)
+                return block(ids)
+
+            def staged_reimport():  # a fresh import per batch (the first design)
+                stage_upload()
+                return block(enc(*stage_import(), tables, L)[0])
+
+            def api(texts=texts):
+                return block(tok.encode_batch(texts, max_len=L, max_tokens=L, device=dev).ids)
+
+            def api_numpy():
+                os.environ["BLOCKBPE_STAGING"] = "0"
+                try:
+                    return api()
+                finally:
+                    del os.environ["BLOCKBPE_STAGING"]
+
+            stage_upload()
+            pieces.update(stage_upload_s=stage_upload, stage_import_s=stage_import)
+            paths.update(staged=staged, staged_reimport=staged_reimport, api=api,
+                         api_numpy=api_numpy)
         row = {"batch": B, "bytes": L, "total_bytes": total}
         for name, fn in pieces.items():
             try:

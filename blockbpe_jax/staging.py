@@ -1,19 +1,24 @@
 """Host-to-GPU path of `Tokenizer.encode_batch`: strings packed into pinned memory, one copy
-on a private CUDA stream, the device buffer handed to JAX through DLPack (no copy).
+on a private CUDA stream into a device buffer that JAX sees through DLPack (no JAX transfer).
 
 Why: JAX's transfer of a NumPy argument costs 150-250 us of fixed overhead per array on the
-H200 (benchmarks/host_path.py), more than the kernel takes for a 1024 x 512-byte batch.
+H200 (benchmarks/host_path.py), more than the kernel takes for a 1024 x 512-byte batch; an
+import through DLPack costs 50-100 us and deleting the imported arrays after use as much
+again, so a slot imports its device buffer once per batch shape and refills it in place.
 
-Safety: a slot (pinned buffer + device buffer, `_blockbpe_cuda.HostStaging`) is reused only
-once the encode that read it has finished (its `counts` output is ready); the pinned buffer
-is refilled only after its last copy ended (a CUDA event, checked in C++); the consumer's
-stream waits on that event through the DLPack `stream` argument. A slot whose consumer can no
-longer be queried (a deleted array) is dropped, not reused. At most `MAX_SLOTS` slots per
-device, each as large as the largest batch it carried (pinned + device bytes: B * L + 4 B).
+Safety, since JAX arrays are meant to be immutable and these are refilled underneath:
+- the views never leave this module (encode only reads them);
+- a slot (`_blockbpe_cuda.HostStaging`: pinned buffer, device buffer, stream, event) is
+  refilled only once the encode that read it has finished (its `counts` output is ready);
+  a slot whose consumer can no longer be queried (a deleted array) is dropped, not reused;
+- the host waits for the copy to end before the encode is dispatched.
+At most `MAX_SLOTS` slots per device, each as large as the largest batch it carried (pinned
+and device bytes: B * L + 4 B, rounded up).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 
@@ -31,26 +36,32 @@ def available(device) -> bool:
             and os.environ.get("BLOCKBPE_STAGING", "1") != "0")
 
 
-class _DLPackExport:
-    """A device view whose `__dlpack__` first orders the slot's copy before the consumer."""
+class _Slot:
+    """A HostStaging and the JAX arrays viewing its device buffer for the last shape."""
 
-    def __init__(self, array, slot):
-        self._array, self._slot = array, slot
+    def __init__(self, device):
+        self.native = ops._blockbpe_cuda.HostStaging(device.local_hardware_id)
+        self.views: tuple | None = None
+        self.key: tuple | None = None
 
-    def __dlpack_device__(self):
-        return self._array.__dlpack_device__()
-
-    def __dlpack__(self, *, stream=None, **kwargs):
-        self._slot.wait_on(stream)
-        return self._array.__dlpack__(stream=stream, **kwargs)
+    def fill(self, texts, max_len: int) -> tuple:
+        """Uploads `texts`; returns (data uint8[B, L], lengths int32[B]) once the copy ended."""
+        batch, width = self.native.upload(texts, max_len)
+        self.native.wait()
+        key = (batch, width, self.native.generation)
+        if key != self.key:
+            self.views = None
+            self.views = tuple(jax.dlpack.from_dlpack(a) for a in self.native.device_arrays())
+            self.key = key
+        return self.views
 
 
 class Staged:
     """One uploaded batch: `data` uint8[B, L] and `lengths` int32[B] on the device. Call
-    `release(consumer)` with an output of the computation that reads them (or None if none
-    was dispatched), so the slot can be reused once `consumer` is ready."""
+    `release(consumer)` with an output of the computation that reads them, or `discard()`
+    when the call failed."""
 
-    def __init__(self, pool: "_Pool", slot, data, lengths):
+    def __init__(self, pool: "_Pool", slot: _Slot, data, lengths):
         self._pool, self._slot = pool, slot
         self.data, self.lengths = data, lengths
 
@@ -59,8 +70,8 @@ class Staged:
         self._slot = None
 
     def discard(self) -> None:
-        """After a failed call: whether a computation still reads the slot is unknown, so it
-        is not reused (it is freed with its last view)."""
+        """Whether a computation still reads the slot is unknown: it is not reused (it is
+        freed with its last view)."""
         self._pool.drop()
         self._slot = None
 
@@ -68,11 +79,12 @@ class Staged:
 class _Pool:
     def __init__(self, device):
         self.device = device
-        self.idle: list[tuple[object, object]] = []  # (slot, consumer or None), oldest first
-        self.count = 0                               # slots owned, idle or handed out
+        self.idle: list[tuple[_Slot, object]] = []  # (slot, consumer or None), oldest first
+        self.count = 0                                # slots owned, idle or handed out
         self.lock = threading.Lock()
 
-    def take(self):
+    def take(self) -> _Slot:
+        """A slot no computation reads any more."""
         with self.lock:
             for k, (slot, consumer) in enumerate(self.idle):
                 ready = _is_ready(consumer)
@@ -89,14 +101,14 @@ class _Pool:
             else:
                 slot, consumer = self.idle.pop(0)
         if slot is None:
-            return ops._blockbpe_cuda.HostStaging(self.device.local_hardware_id)
+            return _Slot(self.device)
         try:
             consumer.block_until_ready()
         except Exception:  # noqa: BLE001 - a deleted consumer: replace the slot
-            return ops._blockbpe_cuda.HostStaging(self.device.local_hardware_id)
+            return _Slot(self.device)
         return slot
 
-    def give_back(self, slot, consumer) -> None:
+    def give_back(self, slot: _Slot, consumer) -> None:
         with self.lock:
             self.idle.append((slot, consumer))
 
@@ -118,6 +130,14 @@ _pools: dict = {}
 _pools_lock = threading.Lock()
 
 
+@atexit.register
+def _free_slots() -> None:
+    # Before JAX's own exit handlers (registered earlier, run later): the views go, then the
+    # pinned and device buffers, while the CUDA context is still there.
+    with _pools_lock:
+        _pools.clear()
+
+
 def stage_strings(texts, *, max_len: int | None, device) -> Staged:
     """Packs `texts` (like `pack_strings`) straight into pinned memory and uploads them to
     `device` (a CUDA GPU). Raises what `pack_strings` raises for bad items or lengths."""
@@ -127,14 +147,11 @@ def stage_strings(texts, *, max_len: int | None, device) -> Staged:
             pool = _pools[device] = _Pool(device)
     slot = pool.take()
     try:
-        slot.upload(texts, -1 if max_len is None else int(max_len))
-    except BaseException:
-        pool.give_back(slot, None)  # nothing was copied: the slot is clean
+        data, lengths = slot.fill(texts, -1 if max_len is None else int(max_len))
+    except (TypeError, ValueError):
+        pool.give_back(slot, None)  # rejected by the packer before any copy: the slot is clean
         raise
-    try:
-        data, lengths = (jax.dlpack.from_dlpack(_DLPackExport(a, slot))
-                         for a in slot.device_arrays())
     except BaseException:
-        pool.drop()  # a view may exist: do not reuse the slot
+        pool.drop()
         raise
     return Staged(pool, slot, data, lengths)

@@ -53,7 +53,8 @@ struct DeviceAllocation {
 // 150-250 us of fixed overhead per array on the H200 (benchmarks/host_path.py), more than the
 // kernel takes for 1024 x 512 bytes; this path is one memcpy into pinned memory and one DMA.
 // The caller (staging.py) hands a slot out again only after the computation that read its
-// device buffer has finished; the event guards the pinned buffer.
+// device buffer has finished, and dispatches the next one only after wait(); the event also
+// guards the pinned buffer.
 class HostStaging {
  public:
   explicit HostStaging(int device) : device_(device) {
@@ -94,6 +95,7 @@ class HostStaging {
       check_cuda(cudaHostAlloc((void**)&host_, grown, cudaHostAllocDefault), "cudaHostAlloc");
       device_buffer_ = std::make_shared<DeviceAllocation>(device_, grown);
       capacity_ = grown;
+      ++generation_;
     }
     write_rows(views, max_len_, host_, reinterpret_cast<int32_t*>(host_ + lengths_at_));
     check_cuda(cudaMemcpyAsync(device_buffer_->ptr, host_, bytes, cudaMemcpyHostToDevice, stream_),
@@ -102,25 +104,16 @@ class HostStaging {
     return {batch_, max_len_};
   }
 
-  // Orders the last copy before work on a consumer's stream (the DLPack `stream` argument:
-  // 1 = legacy default stream, 2 = per-thread default, > 2 a stream handle; None, 0 or -1:
-  // wait on the host, the safe choice).
-  void wait_on(nb::object stream) {
+  // Blocks until the last copy has ended (the GIL released meanwhile).
+  void wait() {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    const int64_t s = stream.is_none() ? 0 : nb::cast<int64_t>(stream);
-    if (s <= 0) {
-      nb::gil_scoped_release unlocked;
-      check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
-      return;
-    }
-    cudaStream_t consumer = s == 1 ? cudaStreamLegacy
-                          : s == 2 ? cudaStreamPerThread
-                                   : reinterpret_cast<cudaStream_t>(s);
-    check_cuda(cudaStreamWaitEvent(consumer, copied_, 0), "cudaStreamWaitEvent");
+    nb::gil_scoped_release unlocked;
+    check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
   }
 
   // Views of the device copy: (uint8[B, L] rows, int32[B] lengths); each keeps the device
-  // allocation alive. Export them through DLPack after wait_on.
+  // allocation alive. They stay valid (and see each new upload of the same shape) until the
+  // buffer grows, which changes `generation`.
   nb::tuple device_arrays() {
     if (!device_buffer_ || batch_ == 0) throw nb::value_error("HostStaging: nothing uploaded");
     auto owner = [&]() {
@@ -133,7 +126,8 @@ class HostStaging {
     const size_t data_shape[2] = {(size_t)batch_, (size_t)max_len_};
     const size_t lengths_shape[1] = {(size_t)batch_};
     // array_api: objects with __dlpack__ / __dlpack_device__ (no framework would give bare
-    // capsules, which jax.dlpack.from_dlpack no longer takes).
+    // capsules, which jax.dlpack.from_dlpack no longer takes). nanobind ignores the DLPack
+    // stream argument: the caller waits for the copy first.
     using Rows = nb::ndarray<nb::array_api, uint8_t, nb::device::cuda>;
     using Lengths = nb::ndarray<nb::array_api, int32_t, nb::device::cuda>;
     return nb::make_tuple(
@@ -144,6 +138,7 @@ class HostStaging {
   }
 
   size_t capacity() const { return capacity_; }
+  int64_t generation() const { return generation_; }
 
  private:
   int device_;
@@ -154,6 +149,7 @@ class HostStaging {
   std::shared_ptr<DeviceAllocation> device_buffer_;
   int64_t batch_ = 0, max_len_ = 0;
   size_t lengths_at_ = 0;
+  int64_t generation_ = 0;  // device buffers allocated so far
 };
 
 }  // namespace bbpe
@@ -168,9 +164,10 @@ NB_MODULE(_blockbpe_cuda, m) {
   nb::class_<bbpe::HostStaging>(m, "HostStaging")
       .def(nb::init<int>(), nb::arg("device"))
       .def("upload", &bbpe::HostStaging::upload, nb::arg("texts"), nb::arg("max_len"))
-      .def("wait_on", &bbpe::HostStaging::wait_on, nb::arg("stream").none())
+      .def("wait", &bbpe::HostStaging::wait)
       .def("device_arrays", &bbpe::HostStaging::device_arrays)
-      .def_prop_ro("capacity", &bbpe::HostStaging::capacity);
+      .def_prop_ro("capacity", &bbpe::HostStaging::capacity)
+      .def_prop_ro("generation", &bbpe::HostStaging::generation);
 #ifdef BBPE_STAGE_CLOCKS
   m.def("read_stage_clocks", &bbpe::read_stage_clocks,
         "Reads and zeroes the kernel's stage clocks (a BLOCKBPE_STAGE_CLOCKS=ON build only).");

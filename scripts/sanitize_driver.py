@@ -1,6 +1,6 @@
 """Small GPU workload for compute-sanitizer (scripts/gpu_check.sh sanitize): every mode and
 block size, special tokens, the shared-memory and the global-workspace paths, bad rows with
-check_lengths=False. Exits non-zero if any result differs from the CPU handler's."""
+check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape). Exits non-zero if any result differs from the CPU handler's."""
 
 import jax
 import numpy as np
@@ -32,4 +32,13 @@ lengths_bad[0] = max_len + 1
 out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths_bad, gpu), tok, max_tokens=64,
                 check_lengths=False)
 bad += int(np.asarray(out.counts)[0]) != -1
+print(f"bad length flagged: {'ok' if int(np.asarray(out.counts)[0]) == -1 else 'DIFFERENT'}")
+for k, (batch, width) in enumerate([(16, 1024), (16, 1024), (20, 4096), (16, 1024)] * 2):
+    rows = [t[:width // 2] for t in (texts[k:] + texts[:k])[:batch]]
+    ref = tok.encode_batch(rows, max_len=width, device=cpu, allowed_special="all")
+    out = tok.encode_batch(rows, max_len=width, device=gpu, allowed_special="all")
+    same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
+            and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
+    bad += not same
+    print(f"staged {batch}x{width} #{k}: {'ok' if same else 'DIFFERENT'}")
 raise SystemExit(1 if bad else 0)

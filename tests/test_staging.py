@@ -90,3 +90,18 @@ def test_bad_input_and_deleted_outputs_leave_the_pool_usable_gpu(tok, corpus_tex
     ref_ids, _ = _reference(tok, texts, 4096)
     np.testing.assert_array_equal(np.asarray(out.ids), ref_ids)
     assert staging._pools[gpu_devices()[0]].count <= staging.MAX_SLOTS
+
+
+@needs_gpu
+def test_refilled_views_see_each_new_batch_gpu(tok, corpus_texts):
+    # A slot keeps its DLPack views per shape and is refilled in place: batches of one shape,
+    # each with other text, more of them than slots, each checked after all were dispatched.
+    outs, batches = [], []
+    for k in range(3 * staging.MAX_SLOTS):
+        texts = corpus_texts[40 * k:40 * k + 40]
+        batches.append(texts)
+        outs.append(tok.encode_batch(texts, max_len=4096))
+    for texts, out in zip(batches, outs):
+        ref_ids, ref_counts = _reference(tok, texts, 4096)
+        np.testing.assert_array_equal(np.asarray(out.ids), ref_ids)
+        np.testing.assert_array_equal(np.asarray(out.counts), ref_counts)
