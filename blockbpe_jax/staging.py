@@ -135,6 +135,9 @@ def _free_slots() -> None:
     # Before JAX's own exit handlers (registered earlier, run later): the views go, then the
     # pinned and device buffers, while the CUDA context is still there.
     with _pools_lock:
+        for pool in _pools.values():
+            for slot, _ in pool.idle:
+                slot.views = slot.native = None
         _pools.clear()
 
 

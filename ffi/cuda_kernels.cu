@@ -210,6 +210,21 @@ __device__ __noinline__ void pretokenize_block(
     int mode, const uint8_t* text, int n, const uint8_t* is_special, uint8_t* piece_start,
     const PretokTables* tables,
     typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage& tmp) {
+  // In 4096-byte tiles a short string keeps most threads idle (512 bytes: one warp of 256
+  // threads), so strings up to 4 * kThreads bytes go in 4-byte chunks, every thread busy
+  // (H200, cl100k: 1024 x 512 114 -> 74 us, 64 x 512 66 -> 40 us; 2-byte chunks were slower).
+  // Only the chunk size differs: the two share one TempStorage layout.
+  constexpr int kSmall = 4;
+  if (kPretokItems<kThreads> > kSmall && n <= kThreads * kSmall) {
+    using Small = BlockPretokenizer<kThreads, kSmall>;
+    static_assert(sizeof(typename Small::TempStorage) ==
+                  sizeof(typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage),
+                  "the small-chunk pre-tokenizer reuses the block's TempStorage");
+    block_pretokenize<kThreads, kSmall>(mode, text, n, is_special, piece_start,
+                                        device_unicode_tables(),
+                                        reinterpret_cast<typename Small::TempStorage&>(tmp), tables);
+    return;
+  }
   block_pretokenize<kThreads, kPretokItems<kThreads>>(mode, text, n, is_special, piece_start,
                                                       device_unicode_tables(), tmp, tables);
 }
