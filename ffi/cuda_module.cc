@@ -77,11 +77,11 @@ class HostStaging {
   std::pair<int64_t, int64_t> upload(nb::handle texts, int64_t max_len) {
     nb::list items = nb::list(texts);
     const std::vector<StringView> views = string_views(items, max_len);
-    batch_ = (int64_t)views.size();
-    max_len_ = max_len;
+    const int64_t batch = (int64_t)views.size();
+    if (batch == 0 || max_len == 0) throw nb::value_error("HostStaging: empty batch or rows");
     // Lengths after the rows, at a 256-byte boundary (JAX imports aligned buffers only).
-    lengths_at_ = (size_t)((batch_ * max_len_ + 255) / 256 * 256);
-    const size_t bytes = lengths_at_ + (size_t)batch_ * sizeof(int32_t);
+    const size_t lengths_at = (size_t)((batch * max_len + 255) / 256 * 256);
+    const size_t bytes = lengths_at + (size_t)batch * sizeof(int32_t);
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     {
       nb::gil_scoped_release unlocked;  // the previous copy out of the pinned rows
@@ -97,10 +97,11 @@ class HostStaging {
       capacity_ = grown;
       ++generation_;
     }
-    write_rows(views, max_len_, host_, reinterpret_cast<int32_t*>(host_ + lengths_at_));
+    write_rows(views, max_len, host_, reinterpret_cast<int32_t*>(host_ + lengths_at));
     check_cuda(cudaMemcpyAsync(device_buffer_->ptr, host_, bytes, cudaMemcpyHostToDevice, stream_),
                "cudaMemcpyAsync");
     check_cuda(cudaEventRecord(copied_, stream_), "cudaEventRecord");
+    batch_ = batch, max_len_ = max_len, lengths_at_ = lengths_at;  // what device_arrays shows
     return {batch_, max_len_};
   }
 

@@ -43,7 +43,8 @@ def test_jit_equals_eager_and_tiktoken(tok, backend):
 
 def test_numpy_inputs_go_to_the_default_device(tok):
     # NumPy inputs ride along with the jitted call (no separate device_put): same ids, on
-    # JAX's default device; Tokenizer.encode_batch takes this path.
+    # JAX's default device; Tokenizer.encode_batch takes this path off the GPU (on a GPU it
+    # stages through pinned memory, tests/test_staging.py).
     data, lengths = bb.pack_strings(TEXTS, max_len=64)
     out = bb.encode(data, lengths, tok, max_tokens=64)
     ref = bb.encode(jax.device_put(data), jax.device_put(lengths), tok, max_tokens=64)
