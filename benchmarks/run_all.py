@@ -40,6 +40,7 @@ if str(HERE) not in sys.path:
 import numpy as np  # noqa: E402
 
 import peers as peers_mod  # noqa: E402
+import plot  # noqa: E402  (matplotlib only when a PNG is drawn)
 
 PARTS = ("memory", "peers", "paper", "scaling")
 
@@ -465,16 +466,20 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
     # dispatched one after another with no wait in between, one block at the end: the host
     # packs and sends batch i+1 while the GPU encodes batch i, as in an input pipeline.
     shifts = [k * len(texts) // STREAM for k in range(STREAM)]
+    rotations = [texts[s:] + texts[:s] for s in shifts]
+    ref = np.asarray(ref_ids)
+
+    def stream_equal(outs) -> bool:  # each batch's ids against the rotated reference
+        return all(np.array_equal(np.asarray(got), np.roll(ref, -s, axis=0))
+                   for s, got in zip(shifts, outs))
 
     def e2e_stream():
-        outs = [f(*bb.pack_strings(texts[s:] + texts[:s], max_len=L))[0] for s in shifts]
+        outs = [f(*bb.pack_strings(r, max_len=L))[0] for r in rotations]
         ours.jax.block_until_ready(outs)
         return outs
 
-    ref = np.asarray(ref_ids)
     same = same and bool(np.array_equal(np.asarray(e2e_numpy()), ref))
-    same = same and all(np.array_equal(np.asarray(got), np.roll(ref, -s, axis=0))
-                        for s, got in zip(shifts, e2e_stream()))
+    same = same and stream_equal(e2e_stream())
     mn = measure(e2e_numpy, target_s=0.3, max_reps=50)
     st = measure(e2e_stream, target_s=0.5, max_reps=30)["s"] / STREAM
 
@@ -508,13 +513,11 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
             return ids
 
         def api_stream():
-            outs = [api(texts[s:] + texts[:s]) for s in shifts]
+            outs = [api(r) for r in rotations]
             ours.jax.block_until_ready(outs)
             return outs
 
-        api_same = bool(np.array_equal(np.asarray(api_one()), ref)) and all(
-            np.array_equal(np.asarray(got), np.roll(ref, -s, axis=0))
-            for s, got in zip(shifts, api_stream()))
+        api_same = bool(np.array_equal(np.asarray(api_one()), ref)) and stream_equal(api_stream())
         out["e2e_api_ids_equal_device_resident"] = api_same
         if api_same:
             a = measure(api_one, target_s=0.3, max_reps=50)
@@ -550,10 +553,9 @@ def summarize_targets(res) -> dict:
         if e and fp and "e2e_MBps" in e:
             # One batch: the best of the list[str] -> ids paths we timed (each checked equal);
             # stream: batches back to back (see e2e). "met" asks it of the single batch.
-            one = {k[:-5]: e[k] for k in ("e2e_MBps", "e2e_numpy_MBps", "e2e_api_MBps")
-                   if e.get(k)}
+            one = {k[:-5]: e[k] for k in plot.ONE_BATCH_KEYS if e.get(k)}
             best = max(one, key=one.get)
-            streams = {k[:-5]: e[k] for k in ("e2e_stream_MBps", "e2e_api_stream_MBps") if e.get(k)}
+            streams = {k[:-5]: e[k] for k in plot.STREAM_KEYS if e.get(k)}
             stream = max(streams.values()) if streams else None
             t[f"end_to_end_{cell[0]}x{cell[1]}"] = {
                 "target": ">= 3x the fastest exact CPU peer", "mode": mode,
@@ -874,7 +876,6 @@ def main(argv=None):
     log(f"wrote {out_path} ({budget.elapsed():.0f} s)")
     if not args.no_plots:
         try:
-            import plot
             for png in plot.make_all([out_path], out_dir):
                 log(f"wrote {png}")
         except ImportError as e:

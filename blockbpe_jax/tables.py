@@ -71,9 +71,12 @@ def pair_hash(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return h
 
 
+_PAIR_ALT_SALT = 0x5BD1E995  # bpe_core.h pair_hash_alt
+
+
 def pair_hash_alt(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """The second hash of the two-choice pair table: pair_hash of (right ^ 0x5BD1E995, left)."""
-    return pair_hash(np.asarray(right).astype(np.uint32) ^ np.uint32(0x5BD1E995), left)
+    """The second hash of the two-choice pair table: pair_hash of (right ^ salt, left)."""
+    return pair_hash(np.asarray(right).astype(np.uint32) ^ np.uint32(_PAIR_ALT_SALT), left)
 
 
 def _pair_hash_int(left: int, right: int) -> int:
@@ -88,7 +91,7 @@ def _pair_hash_int(left: int, right: int) -> int:
 
 
 def _pair_hash_alt_int(left: int, right: int) -> int:
-    return _pair_hash_int((right & _U32) ^ 0x5BD1E995, left)
+    return _pair_hash_int((right & _U32) ^ _PAIR_ALT_SALT, left)
 
 
 def piece_hash(data: bytes) -> int:

@@ -105,7 +105,6 @@ __device__ __forceinline__ uint32_t lanes_upto(int lane) {  // bits 0..lane
   return lane >= 31 ? ~0u : (2u << lane) - 1;
 }
 
-template <int kThreads>
 __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, const int32_t* list,
                                const int32_t* lens, int n, int2* slots, int* next_bin) {
   const int lane = threadIdx.x & 31;
@@ -143,12 +142,14 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
       const int at = end - len - base;  // lane of this piece's first token, if in this round
       uint32_t starts = __reduce_or_sync(~0u, lane >= done && lane < k ? 1u << at : 0u);
       int used = __shfl_sync(~0u, end, k - 1) - base;
-      // Lane -> its piece (the lane of the list entry) and position in it.
-      const int piece = done + __popc(starts & lanes_upto(lane)) - 1;
-      const int piece_s0 = __shfl_sync(~0u, s0, lane < used ? piece : lane);
-      const int piece_at = __shfl_sync(~0u, at, lane < used ? piece : lane);
-      int32_t t = lane < used ? tok[piece_s0 + lane - piece_at] : 0;  // (compaction moves
-      // tokens across lanes, so the write-back finds each lane's piece again)
+      // Lane -> the list lane of its piece (pieces keep their order in the lanes; compaction
+      // moves tokens across lanes, so the write-back asks again with the final starts).
+      const auto piece_lane = [&](uint32_t piece_starts) {
+        return lane < used ? done + __popc(piece_starts & lanes_upto(lane)) - 1 : lane;
+      };
+      const int piece_s0 = __shfl_sync(~0u, s0, piece_lane(starts));
+      const int piece_at = __shfl_sync(~0u, at, piece_lane(starts));
+      int32_t t = lane < used ? tok[piece_s0 + lane - piece_at] : 0;
       int32_t r = kNoRank;
       for (uint32_t fresh = ~0u;;) {
         // Pairs to look up (bit i of fresh: token i or i + 1 is new; all in the first round):
@@ -174,9 +175,8 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
         const int32_t lowest = __shfl_sync(~0u, low, head);
         const uint32_t merges = leftmost_first_merges(
             __ballot_sync(~0u, r != kNoRank && r == lowest));
-        if (merges == 0) {  // (uniform) write back; the lanes' pieces by their order
-          const int p = done + __popc(starts & lanes_upto(lane)) - 1;
-          const int ps0 = __shfl_sync(~0u, s0, lane < used ? p : lane);
+        if (merges == 0) {  // (uniform) write back
+          const int ps0 = __shfl_sync(~0u, s0, piece_lane(starts));
           if (lane < used) {
             tok[ps0 + lane - head] = t;
             if (lane == head) rank[ps0] = tail - head;
@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
     lane_lens[at] = m;
   }
   __syncthreads();
-  merge_in_lanes<kThreads>(v, a.tok, a.rank, lane_list, lane_lens, n_lane,
+  merge_in_lanes(v, a.tok, a.rank, lane_list, lane_lens, n_lane,
                            tmp.lanes + (threadIdx.x & ~31), &next_lane_bin);
   for (int g = threadIdx.x; g < n_thread; g += kThreads) {
     const int s0 = merge_list[cap - 1 - g];
