@@ -35,13 +35,14 @@ if _blockbpe_cuda is not None:
 HAS_CUDA_MODULE = _blockbpe_cuda is not None
 SMEM_MAX_LEN = _blockbpe_cpu.smem_max_len
 BLOCK_SIZES = (256, 512, 1024)
-MODES = {"bytes": 0, "r50k": 1, "cl100k": 2, "o200k": 3, "llama3": 4}
+BYTES_MODE_STAGES = 0   # pretok_stages of bytes mode: no pre-tokenizer
 
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["pair_table", "byte_ids", "piece_table", "token_offsets",
-                                "token_data", "special_offsets", "special_data", "special_ids"],
-                   meta_fields=["name", "exact_mode", "exact_error", "max_piece_len", "rank_is_id",
+                                "token_data", "special_offsets", "special_data", "special_ids",
+                                "pretok"],
+                   meta_fields=["name", "exact_stages", "exact_error", "max_piece_len", "rank_is_id",
                                 "specials"])
 @dataclasses.dataclass(frozen=True)
 class EncodeTables:
@@ -60,8 +61,9 @@ class EncodeTables:
     special_offsets: jax.Array
     special_data: jax.Array
     special_ids: jax.Array
+    pretok: jax.Array          # the pre-tokenizer's tables (uint8, ffi/pretokenize.h)
     name: str
-    exact_mode: int            # the pattern id for mode="exact", or -1
+    exact_stages: int          # pre-tokenizer stages in `pretok` for mode="exact", or -1
     exact_error: str | None    # why exact mode is unavailable, if it is
     max_piece_len: int         # 0 disables the whole-piece shortcut
     rank_is_id: bool           # every pair's rank is its merged id (saves a probe per merge)
@@ -69,7 +71,8 @@ class EncodeTables:
 
     def operands(self) -> tuple:
         return (self.pair_table, self.byte_ids, self.piece_table, self.token_offsets,
-                self.token_data, self.special_offsets, self.special_data, self.special_ids)
+                self.token_data, self.special_offsets, self.special_data, self.special_ids,
+                self.pretok)
 
 
 class Encoded(NamedTuple):
@@ -83,14 +86,14 @@ class Encoded(NamedTuple):
     counts: jax.Array
 
 
-def _workspace_bytes(batch: int, max_len: int, mode: int) -> int:
+def _workspace_bytes(batch: int, max_len: int, pretok_stages: int) -> int:
     # The CUDA kernel's arrays that do not live in shared memory (ffi/encode_params.h), passed
     # as an extra, discarded output so that XLA allocates them: no allocation in the handler.
-    return int(_blockbpe_cpu.workspace_bytes(batch, max_len, mode))
+    return int(_blockbpe_cpu.workspace_bytes(batch, max_len, pretok_stages))
 
 
 @functools.lru_cache(maxsize=None)
-def _encode_call(mode: int, pad_id: int, max_piece_len: int, rank_is_id: bool, block_size: int,
+def _encode_call(pretok_stages: int, pad_id: int, max_piece_len: int, rank_is_id: bool, block_size: int,
                  max_tokens: int,
                  checked: bool):
     """A vmappable function (data, lengths, *tables) -> (ids, counts) for fixed attributes."""
@@ -107,14 +110,14 @@ def _encode_call(mode: int, pad_id: int, max_piece_len: int, rank_is_id: bool, b
                 jax.ShapeDtypeStruct((workspace_bytes,), jnp.uint8),
             )
             ids, counts, _ = jax.ffi.ffi_call(target, out_types)(
-                data, lengths, *tables, mode=np.int32(mode), pad_id=np.int32(pad_id),
+                data, lengths, *tables, pretok_stages=np.int32(pretok_stages), pad_id=np.int32(pad_id),
                 max_piece_len=np.int32(max_piece_len), rank_is_id=np.int32(rank_is_id),
                 block_size=np.int32(block_size))
             return ids, counts
 
         # Only the CUDA kernel uses the workspace: the CPU handler gets a one-byte stand-in.
         return jax.lax.platform_dependent(
-            cpu=lambda: ffi(1), default=lambda: ffi(_workspace_bytes(batch, max_len, mode)))
+            cpu=lambda: ffi(1), default=lambda: ffi(_workspace_bytes(batch, max_len, pretok_stages)))
 
     @call.def_vmap
     def _vmap_rule(axis_size, in_batched, data, lengths, *tables):
@@ -137,15 +140,16 @@ def _encode_call(mode: int, pad_id: int, max_piece_len: int, rank_is_id: bool, b
 
 
 def resolve_mode(tables: EncodeTables, mode: str) -> int:
-    """Maps mode="exact" to the vocabulary's pattern id (or raises), "bytes" to 0."""
+    """The pretok_stages attribute: mode="exact" -> the pre-tokenizer's stages (or raises),
+    "bytes" -> 0."""
     if mode == "bytes":
-        return MODES["bytes"]
+        return BYTES_MODE_STAGES
     if mode != "exact":
         raise ValueError(f"mode must be 'exact' or 'bytes', got {mode!r}")
-    if tables.exact_mode < 0:
+    if tables.exact_stages < 0:
         raise ValueError(f"exact mode is not supported for {tables.name}: {tables.exact_error}. "
                          f"Use mode='bytes' for byte-level BPE without a pre-tokenizer.")
-    return tables.exact_mode
+    return tables.exact_stages
 
 
 def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: int,

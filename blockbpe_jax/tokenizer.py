@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _blockbpe_cpu, ops, staging
+from . import _blockbpe_cpu, ops, pretok, staging, tekken
 from .tables import build_special_tables, build_vocab_tables
-from .vocab import (Vocab, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json,
+from .vocab import (Vocab, from_tiktoken_encoding, load_tiktoken_file, read_json,
                     vocab_from_tokenizer_json)
 
 
@@ -31,14 +31,18 @@ class Tokenizer:
         self._tables = build_vocab_tables(vocab)
         self._special_cache: dict = {}
         self._device_cache: dict = {}
+        self._pretok_cache: tuple | None = None
         self._lock = threading.Lock()
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
     def from_file(cls, path: str | os.PathLike, **kwargs) -> "Tokenizer":
         path = os.fspath(path)
-        if path.endswith(".json"):
-            return cls(load_tokenizer_json(path))
+        if path.endswith(".json"):   # HF tokenizer.json or Mistral Tekken
+            doc = read_json(path)
+            if tekken.is_tekken_json(doc):
+                return cls(tekken.vocab_from_tekken(doc, path))
+            return cls(vocab_from_tokenizer_json(doc, path))
         return cls(load_tiktoken_file(path, **kwargs))
 
     @classmethod
@@ -92,7 +96,27 @@ class Tokenizer:
                 sp = self._special_cache[key] = build_special_tables(self.vocab, key)
         t = self._tables
         return (t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data,
-                sp.special_offsets, sp.special_data, sp.special_ids)
+                sp.special_offsets, sp.special_data, sp.special_ids, self._pretok()[0])
+
+    def _pretok(self) -> tuple[np.ndarray, int, str | None]:
+        """(operand, stages, None) of the pre-tokenizer, or (placeholder, -1, why exact mode is
+        unavailable). Compiled once, at the first use."""
+        with self._lock:
+            if self._pretok_cache is None:
+                vocab = self.vocab
+                placeholder = pretok.BYTES_MODE.operand()
+                if vocab.unsupported:
+                    res = (placeholder, -1, vocab.unsupported)
+                elif vocab.pretokenizer is None:
+                    res = (placeholder, -1, "it has no pre-tokenizer pattern (pass pattern= when "
+                                            "loading a .tiktoken file)")
+                else:
+                    try:
+                        res = (vocab.pretokenizer.operand(), len(vocab.pretokenizer.stages), None)
+                    except pretok.PretokenizerUnsupported as e:
+                        res = (placeholder, -1, str(e))
+                self._pretok_cache = res
+            return self._pretok_cache
 
     def tables(self, allowed_special="none", device=None) -> ops.EncodeTables:
         """The encode operands on `device` (default: JAX's default device), cached: a pytree
@@ -106,17 +130,9 @@ class Tokenizer:
             with jax.ensure_compile_time_eval():
                 arrays = [jax.device_put(a, device) for a in self.host_tables(allowed_special)]
             vocab = self.vocab
-            if vocab.unsupported:
-                exact, error = -1, vocab.unsupported
-            elif vocab.pattern_name in ops.MODES:
-                exact, error = ops.MODES[vocab.pattern_name], None
-            else:
-                exact, error = -1, (
-                    "it has no pre-tokenizer pattern (pass pattern= when loading a .tiktoken file)"
-                    if vocab.pattern is None else
-                    f"its pre-tokenizer pattern {vocab.pattern!r} is not one we implement")
+            _, exact, error = self._pretok()
             cached = ops.EncodeTables(
-                *arrays, name=vocab.name, exact_mode=exact, exact_error=error,
+                *arrays, name=vocab.name, exact_stages=exact, exact_error=error,
                 max_piece_len=self.max_piece_len if vocab.whole_piece_shortcut else 0,
                 rank_is_id=self._tables.rank_is_id,
                 specials=key[1])

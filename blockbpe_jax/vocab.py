@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from . import pretok
+from .pretok import HF_BYTELEVEL_PATTERN, Pretokenizer
+
 __all__ = [
     "VocabError",
     "Vocab",
@@ -76,9 +79,6 @@ KNOWN_PATTERNS: dict[str, str] = {
     "llama3": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
 }
 
-# The regex HF's ByteLevel pre-tokenizer applies when `use_regex: true` (the original GPT-2
-# pattern). It is equivalent to tiktoken's r50k spelling (see _normalise_pattern).
-HF_BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 # Which spelling in the shared tokenizer.json files maps to which name:
 #   gpt2/tokenizer.json       ByteLevel(use_regex=true) = HF_BYTELEVEL_PATTERN      -> "r50k"
@@ -298,6 +298,9 @@ class Vocab:
     pattern: str | None
     pattern_name: str | None
     whole_piece_shortcut: bool
+    # The pre-tokenizer as data (blockbpe_jax/pretok), None when the file names none; compiled
+    # at the first exact-mode use.
+    pretokenizer: Pretokenizer | None
     unsupported: str | None
     source: str
 
@@ -414,6 +417,7 @@ def _vocab_from_ranks(
         pattern=pattern,
         pattern_name=recognise_pattern(pattern),
         whole_piece_shortcut=True,
+        pretokenizer=None if pattern is None else pretok.from_tiktoken_pattern(pattern),
         unsupported=None,
         source=source,
     )
@@ -555,77 +559,30 @@ def _decode_byte_level(text: str) -> bytes | None:
         return None
 
 
-def _hf_pre_tokenizer_pattern(pre: object) -> tuple[str | None, str | None]:
-    """(pattern, unsupported reason) for a tokenizer.json pre_tokenizer.
-
-    Supported shapes (everything else gets a reason, not an exception):
-    * ByteLevel(add_prefix_space=false, use_regex=true): the GPT-2 regex;
-    * Sequence[Split(Regex P, Isolated, invert=false), ByteLevel(add_prefix_space=false,
-      use_regex=false)]: P;
-    * the same with Split(Removed, invert=true) (the cl100k_hf / o200k_hf form): invert keeps
-      the regex matches and removes the text between them, which equals Isolated only when the
-      regex matches every character, so we accept it only for a recognised pattern (all of
-      KNOWN_PATTERNS end in a whitespace catch-all and cover every character).
-    """
-    if not isinstance(pre, dict):
-        return None, "pre_tokenizer is missing (no ByteLevel pre-tokenizer) and is not supported"
-    steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else [pre]
-    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
-        return None, "pre_tokenizer Sequence is malformed"
-    types = [s.get("type") for s in steps]
-
-    def prefix_space_reason(byte_level: dict) -> str | None:
-        # HF's default when the field is absent is add_prefix_space=true.
-        if byte_level.get("add_prefix_space", True):
-            return "pre_tokenizer ByteLevel with add_prefix_space=true is not supported"
-        return None
-
-    if types == ["ByteLevel"]:
-        if not steps[0].get("use_regex", True):
-            return None, "pre_tokenizer ByteLevel(use_regex=false) without a Split is not supported"
-        return HF_BYTELEVEL_PATTERN, prefix_space_reason(steps[0])
-    if types == ["Split", "ByteLevel"]:
-        split = steps[0]
-        regex = split.get("pattern", {})
-        if not isinstance(regex, dict) or not isinstance(regex.get("Regex"), str):
-            return None, "pre_tokenizer Split with a String (not Regex) pattern is not supported"
-        pattern = regex["Regex"]
-        shape = (split.get("behavior"), bool(split.get("invert", False)))
-        if shape == ("Removed", True):
-            if recognise_pattern(pattern) is None:
-                return pattern, (
-                    "pre_tokenizer Split(behavior=Removed, invert=true) is only supported for a "
-                    "recognised pattern"
-                )
-        elif shape != ("Isolated", False):
-            return pattern, f"pre_tokenizer Split(behavior={shape[0]}, invert={shape[1]}) is not supported"
-        if steps[1].get("use_regex", True):
-            return pattern, "pre_tokenizer Split followed by ByteLevel(use_regex=true) is not supported"
-        return pattern, prefix_space_reason(steps[1])
-    described = "Sequence[" + ", ".join(map(str, types)) + "]" if pre.get("type") == "Sequence" else str(types[0])
-    return None, f"pre_tokenizer {described} is not supported"
-
-
 def load_tokenizer_json(path: str | os.PathLike) -> Vocab:
     """Load an HF ``tokenizer.json`` whose model is byte-level BPE.
 
     All ``added_tokens`` go into ``special_tokens``, special or not: HF matches every added
     token in the raw text before pre-tokenizing, which is exactly how special tokens are
-    handled here. Exact pre-tokenization is limited to the forms _hf_pre_tokenizer_pattern
+    handled here. Exact pre-tokenization is limited to the pre-tokenizers pretok.from_hf
     accepts with no normalizer; anything else loads, with the reason in ``unsupported``.
 
     A pair listed twice in model.merges takes the rank of its last occurrence, as in HF (its
     merge map is built by inserting the list in order).
     """
+    return vocab_from_tokenizer_json(read_json(path), path)
+
+
+def read_json(path: str | os.PathLike) -> object:
+    """A JSON file's document; VocabError naming the file when it cannot be read or parsed."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
-            doc = json.load(f)
+            return json.load(f)
     except OSError as e:
         raise VocabError(f"{path}: cannot read: {e}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise VocabError(f"{path}: not valid JSON: {e}") from e
-    return vocab_from_tokenizer_json(doc, path)
 
 
 def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
@@ -708,12 +665,17 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
 
     token_bytes = _place_specials(str(path), token_bytes, added)
 
-    if doc.get("normalizer") is not None:
-        kind = doc["normalizer"].get("type") if isinstance(doc["normalizer"], dict) else doc["normalizer"]
+    normalizer = doc.get("normalizer")
+    if normalizer is not None and normalizer != {"type": "Sequence", "normalizers": []}:
+        kind = normalizer.get("type") if isinstance(normalizer, dict) else normalizer
         reasons.insert(0, f"normalizer {kind} is not supported")
-    pattern, pre_reason = _hf_pre_tokenizer_pattern(doc.get("pre_tokenizer"))
-    if pre_reason:
-        reasons.append(pre_reason)
+    try:
+        pretokenizer = pretok.from_hf(doc.get("pre_tokenizer"))
+    except pretok.PretokenizerUnsupported as e:
+        pretokenizer = None
+        reasons.append(str(e))
+    stages = pretokenizer.stages if pretokenizer is not None else ()
+    pattern = stages[0].pattern if len(stages) == 1 else None
     # BPE options that change the merge results themselves (not just pre-tokenization).
     if model.get("dropout") not in (None, 0, 0.0):
         reasons.append("model.dropout is not supported")
@@ -731,6 +693,7 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
         pattern=pattern,
         pattern_name=recognise_pattern(pattern),
         whole_piece_shortcut=bool(model.get("ignore_merges", False)),
+        pretokenizer=pretokenizer,
         unsupported="; ".join(reasons) or None,
         source=str(path),
     )

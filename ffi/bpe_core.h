@@ -27,8 +27,9 @@ BBPE_HD int32_t token_id(int32_t tok) { return tok & kIdMask; }
 // (kDeleted has every bit set, so it is tested first.)
 BBPE_HD bool starts_segment(int32_t tok) { return tok >= 0 && (tok & kSegStart) != 0; }
 
-// Modes of the `mode` attribute: 0 is the paper's byte-level mode (segments are the text
-// between special tokens); 1..4 name the exact pre-tokenizer patterns (see pretokenize.h).
+// The `pretok_stages` attribute: 0 is the paper's byte-level mode (segments are the text
+// between special tokens, no pre-tokenizer); otherwise the number of pre-tokenizer stages
+// whose tables the call passes (pretokenize.h).
 constexpr int kModeBytes = 0;
 
 // ---------------------------------------------------------------------------------------------

@@ -207,26 +207,23 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
 // unrolled automata made ptxas run for many minutes.
 template <int kThreads>
 __device__ __noinline__ void pretokenize_block(
-    int mode, const uint8_t* text, int n, const uint8_t* is_special, uint8_t* piece_start,
-    const PretokTables* tables,
+    const PretokView& v, const uint8_t* text, int n, const uint8_t* is_special, uint8_t* piece_start,
     typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage& tmp) {
   // In 4096-byte tiles a short string keeps most threads idle (512 bytes: one warp of 256
   // threads), so strings up to 4 * kThreads bytes go in 4-byte chunks, every thread busy
-  // (H200, cl100k: 1024 x 512 114 -> 74 us, 64 x 512 66 -> 40 us; 2-byte chunks were slower).
-  // Only the chunk size differs: the two share one TempStorage layout.
+  // (2-byte chunks were slower). Only the chunk size differs: the two share one TempStorage
+  // layout.
   constexpr int kSmall = 4;
   if (kPretokItems<kThreads> > kSmall && n <= kThreads * kSmall) {
     using Small = BlockPretokenizer<kThreads, kSmall>;
     static_assert(sizeof(typename Small::TempStorage) ==
                   sizeof(typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage),
                   "the small-chunk pre-tokenizer reuses the block's TempStorage");
-    block_pretokenize<kThreads, kSmall>(mode, text, n, is_special, piece_start,
-                                        device_unicode_tables(),
-                                        reinterpret_cast<typename Small::TempStorage&>(tmp), tables);
+    block_pretokenize<kThreads, kSmall>(v, text, n, is_special, piece_start,
+                                        reinterpret_cast<typename Small::TempStorage&>(tmp));
     return;
   }
-  block_pretokenize<kThreads, kPretokItems<kThreads>>(mode, text, n, is_special, piece_start,
-                                                      device_unicode_tables(), tmp, tables);
+  block_pretokenize<kThreads, kPretokItems<kThreads>>(v, text, n, is_special, piece_start, tmp);
 }
 
 // Merge passes over a.tok / a.rank (n tokens); returns the final count.
@@ -342,14 +339,14 @@ constexpr int kMinBlocksPerSm = kThreads >= 1024 ? 1 : 1024 / kThreads;
 
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_kernel(
-    const __grid_constant__ EncodeParams p, const __grid_constant__ PretokTables pretok_tables) {
+    const __grid_constant__ EncodeParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ typename Scans<kThreads>::Storage tmp;
   StageClock clock;
   const int64_t b = blockIdx.x;
   const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
   const BlockPlacement at = place_block_arrays(
-      smem, p.workspace + b * workspace_bytes_per_string(p.max_len, p.mode), p.max_len, p.mode);
+      smem, p.workspace + b * workspace_bytes_per_string(p.max_len, p.pretok_stages), p.max_len, p.pretok_stages);
   BlockArrays a = carve(at.core, at.pass, cap);
   int32_t* out = p.ids + b * p.max_tokens;
   int n = p.lengths[b];
@@ -393,9 +390,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   }
   clock.mark(kClockSpecials);
 
-  if (p.mode != kModeBytes) {
-    pretokenize_block<kThreads>(p.mode, a.text, n, a.is_special, a.piece_start, &pretok_tables,
-                                tmp.pretok);
+  if (p.pretok_stages != kModeBytes) {
+    pretokenize_block<kThreads>(p.pretok, a.text, n, a.is_special, a.piece_start, tmp.pretok);
     __syncthreads();
   }
   clock.mark(kClockPretokenize);
@@ -417,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   //    them) are left to the block passes. rank[start] holds the segment's token count, or
   //    minus its length while it waits for step 2 (only the segment's thread touches
   //    rank[start] here; piece_start is read-only from now on).
-  const int short_len = p.mode == kModeBytes ? 0 : kShortPieceLen;
+  const int short_len = p.pretok_stages == kModeBytes ? 0 : kShortPieceLen;
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
   int32_t* seg_list = a.next_tok;     // free until the placement
@@ -532,14 +528,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
 
 template <int kThreads>
 cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
-  const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.mode);
+  const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.pretok_stages);
   cudaError_t err = cudaFuncSetAttribute(encode_kernel<kThreads>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
-  // The pre-tokenizer's step tables travel as a kernel parameter (3.7 KB, built once on the
-  // host): no per-block evaluation of the automata, no extra launch, no device state.
-  encode_kernel<kThreads><<<(unsigned)p.batch, kThreads, smem, stream>>>(
-      p, *host_pretok_tables(p.mode));
+  encode_kernel<kThreads><<<(unsigned)p.batch, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -549,18 +542,18 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
                        ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
                        ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
                        ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
-                       int32_t mode, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id, int32_t block_size,
+                       ffi::Buffer<ffi::U8> pretok, int32_t pretok_stages, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id, int32_t block_size,
                        ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
                        ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
   EncodeParams p;
   ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
-                                      token_data, special_offsets, special_data, special_ids, mode,
+                                      token_data, special_offsets, special_data, special_ids, pretok, pretok_stages,
                                       pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
   if (err.failure()) return err;
   if (p.batch == 0) return ffi::Error::Success();
-  if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.mode))
+  if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages))
     return ffi::Error::InvalidArgument("bbpe_encode: workspace has " + std::to_string(p.workspace_size) +
-                                       " bytes, needs " + std::to_string(workspace_bytes(p.batch, p.max_len, p.mode)));
+                                       " bytes, needs " + std::to_string(workspace_bytes(p.batch, p.max_len, p.pretok_stages)));
   if (kCheck) {
     // The checked target reads the lengths back (one small copy and a stream sync) so that a
     // bad length is an exception; bbpe_encode_unchecked skips this and flags the row instead.

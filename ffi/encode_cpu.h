@@ -93,8 +93,7 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
     for (int i = 0; i < n; ++i) s.tok[i] = special_match_at(p.special, text, n, i);
     accept_special_matches(p.special, s.tok.data(), n, s.is_special.data());
   }
-  if (p.mode != kModeBytes)
-    pretokenize_sequential(p.mode, text, n, s.is_special.data(), s.piece_start.data());
+  pretokenize_sequential(p.pretok, text, n, s.is_special.data(), s.piece_start.data());
   for (int i = 0; i < n; ++i)
     s.tok[i] = initial_token(v, p.special, text[i], s.is_special.data(), s.piece_start.data(),
                              s.tok[i], i);

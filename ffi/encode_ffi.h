@@ -14,8 +14,9 @@ namespace bbpe {
 
 namespace ffi = xla::ffi;
 
-// Operands in order: data, lengths, then the vocabulary and special-token tables.
-// Attributes: mode, pad_id, max_piece_len (0 disables the whole-piece shortcut), rank_is_id
+// Operands in order: data, lengths, the vocabulary and special-token tables, the
+// pre-tokenizer tables (pretokenize.h, PretokView).
+// Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), pad_id, max_piece_len (0 disables the whole-piece shortcut), rank_is_id
 // (1: every pair's rank is its merged id, as in tiktoken vocabularies), block_size.
 // Results: ids, counts, workspace.
 template <typename Binding>
@@ -30,7 +31,8 @@ auto bind_encode(Binding b) {
       .template Arg<ffi::Buffer<ffi::S32>>()      // special_offsets [S + 1]
       .template Arg<ffi::Buffer<ffi::U8>>()       // special_data
       .template Arg<ffi::Buffer<ffi::S32>>()      // special_ids [max(S, 1)]
-      .template Attr<int32_t>("mode")
+      .template Arg<ffi::Buffer<ffi::U8>>()       // pretok [pretok_operand_bytes(stages, blocks)]
+      .template Attr<int32_t>("pretok_stages")
       .template Attr<int32_t>("pad_id")
       .template Attr<int32_t>("max_piece_len")
       .template Attr<int32_t>("rank_is_id")
@@ -53,7 +55,7 @@ inline ffi::Error make_encode_params(
     ffi::Buffer<ffi::S32> byte_ids, ffi::Buffer<ffi::S32> piece_table,
     ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
     ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data,
-    ffi::Buffer<ffi::S32> special_ids, int32_t mode, int32_t pad_id, int32_t max_piece_len,
+    ffi::Buffer<ffi::S32> special_ids, ffi::Buffer<ffi::U8> pretok, int32_t pretok_stages, int32_t pad_id, int32_t max_piece_len,
     int32_t rank_is_id,
     ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
     ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
@@ -82,7 +84,12 @@ inline ffi::Error make_encode_params(
   if (n_special < 0 || (int64_t)special_ids.element_count() < (n_special > 0 ? n_special : 1) ||
       special_data.element_count() < 1)
     return bad("special-token tables are inconsistent");
-  if (mode < 0 || mode > 4) return bad("unknown mode " + std::to_string(mode));
+  if (pretok_stages < 0 || pretok_stages > kMaxPretokStages)
+    return bad("pretok_stages must be in [0, " + std::to_string(kMaxPretokStages) + "], got " +
+               std::to_string(pretok_stages));
+  if (!pretok_view(pretok.typed_data(), (int64_t)pretok.element_count(), pretok_stages, &p->pretok))
+    return bad("the pre-tokenizer operand has " + std::to_string(pretok.element_count()) +
+               " bytes, which is not the layout of " + std::to_string(pretok_stages) + " stage(s)");
   if (max_piece_len < 0) return bad("max_piece_len must be >= 0");
 
   p->data = data.typed_data();
@@ -91,7 +98,7 @@ inline ffi::Error make_encode_params(
   p->max_len = (int32_t)max_len;
   p->max_tokens = (int32_t)idims.back();
   p->pad_id = pad_id;
-  p->mode = mode;
+  p->pretok_stages = pretok_stages;
   p->vocab = VocabView{pair_table.typed_data(), (uint32_t)(pair_rows - 1), byte_ids.typed_data(),
                        piece_table.typed_data(), (uint32_t)(piece_rows - 1),
                        token_offsets.typed_data(), token_data.typed_data(),

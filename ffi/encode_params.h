@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "bpe_core.h"
+#include "pretokenize.h"
 
 namespace bbpe {
 
@@ -28,18 +29,18 @@ BBPE_HD int64_t padded_len(int64_t len) { return (len + 15) / 16 * 16; }
 // pass arrays too in bytes mode (every string runs the passes), but in exact mode they go to
 // the global workspace: passes are rare there, and a smaller shared footprint lets more blocks
 // share an SM. Past kSmemMaxLen everything is in the workspace.
-BBPE_HD bool passes_in_smem(int64_t max_len, int mode) {
-  return max_len <= kSmemMaxLen && mode == kModeBytes;
+BBPE_HD bool passes_in_smem(int64_t max_len, int pretok_stages) {
+  return max_len <= kSmemMaxLen && pretok_stages == kModeBytes;
 }
-BBPE_HD int64_t smem_bytes_per_string(int64_t max_len, int mode) {
+BBPE_HD int64_t smem_bytes_per_string(int64_t max_len, int pretok_stages) {
   if (max_len > kSmemMaxLen) return 0;
   const int64_t cap = padded_len(max_len < 1 ? 1 : max_len);
-  return cap * (passes_in_smem(max_len, mode) ? kBytesPerPosition : kCoreBytesPerPosition);
+  return cap * (passes_in_smem(max_len, pretok_stages) ? kBytesPerPosition : kCoreBytesPerPosition);
 }
-BBPE_HD int64_t workspace_bytes_per_string(int64_t max_len, int mode) {
+BBPE_HD int64_t workspace_bytes_per_string(int64_t max_len, int pretok_stages) {
   const int64_t cap = padded_len(max_len < 1 ? 1 : max_len);
   if (max_len > kSmemMaxLen) return cap * kBytesPerPosition;
-  return passes_in_smem(max_len, mode) ? 0 : cap * kPassBytesPerPosition;
+  return passes_in_smem(max_len, pretok_stages) ? 0 : cap * kPassBytesPerPosition;
 }
 // The same rule as pointers: where one block's core and pass arrays start, given its dynamic
 // shared memory and its slice of the workspace (workspace_bytes_per_string bytes).
@@ -47,14 +48,14 @@ struct BlockPlacement {
   uint8_t* core;
   uint8_t* pass;
 };
-BBPE_HD BlockPlacement place_block_arrays(uint8_t* smem, uint8_t* ws, int64_t max_len, int mode) {
+BBPE_HD BlockPlacement place_block_arrays(uint8_t* smem, uint8_t* ws, int64_t max_len, int pretok_stages) {
   const int64_t core_bytes = padded_len(max_len < 1 ? 1 : max_len) * kCoreBytesPerPosition;
   if (max_len > kSmemMaxLen) return BlockPlacement{ws, ws + core_bytes};
-  return BlockPlacement{smem, passes_in_smem(max_len, mode) ? smem + core_bytes : ws};
+  return BlockPlacement{smem, passes_in_smem(max_len, pretok_stages) ? smem + core_bytes : ws};
 }
 // The size of the workspace output (at least one byte: XLA buffers are never empty).
-BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int mode) {
-  const int64_t total = batch * workspace_bytes_per_string(max_len, mode);
+BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int pretok_stages) {
+  const int64_t total = batch * workspace_bytes_per_string(max_len, pretok_stages);
   return total < 1 ? 1 : total;
 }
 
@@ -65,12 +66,13 @@ struct EncodeParams {
   int32_t max_len;          // L
   int32_t max_tokens;       // T
   int32_t pad_id;
-  int32_t mode;             // kModeBytes or a pattern id (pretokenize.h)
+  int32_t pretok_stages;    // stages of the pre-tokenizer; kModeBytes (0): none
+  PretokView pretok;        // their tables (pretokenize.h)
   VocabView vocab;
   SpecialView special;
   int32_t* ids;             // [batch, max_tokens]
   int32_t* counts;          // [batch] true token count (> max_tokens means truncated)
-  uint8_t* workspace;       // CUDA: [workspace_bytes(batch, max_len, mode)]; the CPU ignores it
+  uint8_t* workspace;       // CUDA: [workspace_bytes(batch, max_len, pretok_stages)]; the CPU ignores it
   int64_t workspace_size;
 };
 

@@ -2,7 +2,7 @@
 # One device call: build against the machine's own jax, run the GPU tests, optionally the
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
-#                        [sharded] [variants] [clocks]
+#                        [sharded] [families] [ktime] [variants] [clocks]
 # (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
@@ -40,6 +40,10 @@ for stage in $stages; do
         > "$OUT/pytest_gpu.log" 2>&1; tail -25 "$OUT/pytest_gpu.log" ;;
     bench)
       python3 benchmarks/run_all.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
+    families)  # exact mode per tokenizer family vs its reference (benchmarks/families.py)
+      python3 benchmarks/families.py --out "$OUT" 2>&1 | tee "$OUT/families.log" | tail -20 ;;
+    ktime)     # GPU time of fixed shapes (benchmarks/kernel_time.py)
+      python3 benchmarks/kernel_time.py --label head --out "$OUT" 2>&1 | tee "$OUT/ktime.log" | tail -8 ;;
     profile)
       ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \

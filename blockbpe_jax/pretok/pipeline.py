@@ -1,0 +1,181 @@
+"""A tokenizer's pre-tokenizer as data: its stages (one regex each), read from a tiktoken pattern
+or an HF tokenizer.json `pre_tokenizer`, compiled once (cached on disk) into the kernels'
+operand."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import io
+import os
+import pathlib
+import re
+
+import numpy as np
+
+from . import compiler, tables
+from .compiler import PretokenizerUnsupported
+
+# The regex HF's ByteLevel pre-tokenizer applies when `use_regex: true` (the GPT-2 pattern).
+HF_BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# HF Punctuation: Rust's is_ascii_punctuation or a Unicode P category, one code point per match.
+HF_PUNCTUATION_PATTERN = r"[\p{P}!-/:-@\[-`{-~]"
+_BEHAVIOURS = {"Isolated": "isolated", "MergedWithPrevious": "merged_with_previous",
+               "MergedWithNext": "merged_with_next", "Contiguous": "contiguous"}
+_COMPILER_VERSION = "1"   # bump when compiler.py's output changes (invalidates the disk cache)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One regex split. total: every character must be inside a match (tiktoken drops the text
+    between matches, HF Split(Removed, invert=true) removes it), checked at compile time."""
+    pattern: str
+    flavour: str = "tiktoken"        # what `$` means: see regex_syntax.FLAVOURS
+    behaviour: str = "isolated"
+    invert: bool = False
+    total: bool = False
+    where: str = "pattern"           # names the stage in error messages
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretokenizer:
+    stages: tuple[Stage, ...]
+
+    def automata(self) -> list[compiler.Automata]:
+        return [_compile_cached(s) for s in self.stages]
+
+    def operand(self) -> np.ndarray:
+        """The uint8 operand of the encode call (ffi/pretokenize.h, PretokView)."""
+        return _operand(self)
+
+    def pieces(self, text: str, specials=()) -> list[int]:
+        """Piece start offsets (code points) of text, in Python (a reference for tests)."""
+        starts: set[int] = set()
+        for a in self.automata():
+            starts = set(compiler.run_automata(a, text, specials, boundaries=starts))
+        return sorted(starts)
+
+
+@functools.lru_cache(maxsize=64)
+def _operand(p: Pretokenizer) -> np.ndarray:
+    op = tables.pack(p.automata())
+    op.setflags(write=False)
+    return op
+
+
+def _cache_dir() -> pathlib.Path | None:
+    root = os.environ.get("BLOCKBPE_CACHE_DIR")
+    if root == "":
+        return None
+    base = pathlib.Path(root) if root else pathlib.Path(
+        os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "blockbpe_jax"
+    return base / "pretok"
+
+
+@functools.lru_cache(maxsize=64)
+def _compile_cached(stage: Stage) -> compiler.Automata:
+    """compiler.compile_pattern with a disk cache ($BLOCKBPE_CACHE_DIR, default
+    ~/.cache/blockbpe_jax; "" turns it off): a large pattern takes seconds to compile."""
+    key = hashlib.sha256(repr((_COMPILER_VERSION, stage.pattern, stage.flavour, stage.behaviour,
+                               stage.invert, stage.total)).encode()).hexdigest()[:32]
+    d = _cache_dir()
+    path = d / f"{key}.npz" if d else None
+    if path is not None and path.exists():
+        try:
+            with np.load(path) as z:
+                return compiler.Automata(
+                    class_of_cp=z["class_of_cp"].astype(np.int32), n_classes=int(z["n_classes"]),
+                    bwd=z["bwd"], fwd=z["fwd"], flag=z["flag"], bwd_init=int(z["bwd_init"]),
+                    fwd_init=int(z["fwd_init"]))
+        except (OSError, KeyError, ValueError):
+            pass  # a damaged entry is rebuilt
+    a = compiler.compile_pattern(stage.pattern, flavour=stage.flavour, behaviour=stage.behaviour,
+                                 invert=stage.invert, total=stage.total, where=stage.where)
+    if path is not None:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            buf = io.BytesIO()
+            np.savez_compressed(buf, class_of_cp=a.class_of_cp.astype(np.uint8), n_classes=a.n_classes,
+                                bwd=a.bwd, fwd=a.fwd, flag=a.flag, bwd_init=a.bwd_init,
+                                fwd_init=a.fwd_init)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(buf.getvalue())
+            tmp.replace(path)
+        except OSError:
+            pass  # no cache where the disk is read-only
+    return a
+
+
+def from_tiktoken_pattern(pattern: str) -> Pretokenizer:
+    """tiktoken's semantics: one regex, text between matches dropped (so it must not occur)."""
+    return Pretokenizer((Stage(pattern, "tiktoken", "isolated", False, True, "pattern"),))
+
+
+BYTES_MODE = Pretokenizer(())
+
+
+def from_hf(pre: object, where: str = "pre_tokenizer") -> Pretokenizer:
+    """The stages of a tokenizer.json `pre_tokenizer` (PretokenizerUnsupported names anything we
+    cannot run exactly). Supported: ByteLevel (use_regex, add_prefix_space=false), Split (Regex or
+    String; Isolated, MergedWithPrevious, MergedWithNext, Contiguous; invert with Isolated; Removed
+    with invert=true when the regex matches every character), Digits, Punctuation, and Sequences
+    of those."""
+    if pre is None:
+        raise PretokenizerUnsupported(f"{where}: no pre-tokenizer (a byte-level BPE needs one; "
+                                      f"use mode='bytes' for none)")
+    if not isinstance(pre, dict):
+        raise PretokenizerUnsupported(f"{where}: expected an object, got {type(pre).__name__}")
+    kind = pre.get("type")
+    if kind == "Sequence":
+        steps = pre.get("pretokenizers")
+        if not isinstance(steps, list):
+            raise PretokenizerUnsupported(f"{where}.pretokenizers: missing or not a list")
+        stages: list[Stage] = []
+        for k, step in enumerate(steps):
+            stages.extend(from_hf(step, f"{where}.pretokenizers[{k}]").stages)
+        if len(stages) > tables.MAX_STAGES:
+            raise PretokenizerUnsupported(f"{where}: {len(stages)} regex stages; at most "
+                                          f"{tables.MAX_STAGES} are supported")
+        return Pretokenizer(tuple(stages))
+    if kind == "ByteLevel":
+        if pre.get("add_prefix_space", True):
+            raise PretokenizerUnsupported(f"{where}: ByteLevel with add_prefix_space=true is not "
+                                          f"supported")
+        if not pre.get("use_regex", True):
+            return Pretokenizer(())   # only the byte-to-character mapping: nothing to split
+        return Pretokenizer((Stage(HF_BYTELEVEL_PATTERN, "hf", "isolated", False, False,
+                                   f"{where}.regex"),))
+    if kind == "Split":
+        pat = pre.get("pattern")
+        if isinstance(pat, dict) and isinstance(pat.get("Regex"), str):
+            regex = pat["Regex"]
+        elif isinstance(pat, dict) and isinstance(pat.get("String"), str):
+            regex = re.escape(pat["String"])
+            if not regex:
+                raise PretokenizerUnsupported(f"{where}.pattern: empty String pattern")
+        else:
+            raise PretokenizerUnsupported(f"{where}.pattern: expected {{'Regex': ...}} or "
+                                          f"{{'String': ...}}, got {pat!r}")
+        behaviour, invert = pre.get("behavior"), bool(pre.get("invert", False))
+        if invert and behaviour not in ("Isolated", "Removed"):
+            raise PretokenizerUnsupported(f"{where}.invert: Split invert=true is only supported "
+                                          f"with behavior Isolated (or Removed)")
+        total = False
+        if behaviour == "Removed" and invert:
+            behaviour, total = "Isolated", True   # keeps the matches: equal when nothing else is left
+        elif behaviour not in _BEHAVIOURS:
+            raise PretokenizerUnsupported(f"{where}.behavior: {behaviour!r} is not supported "
+                                          f"(text would be removed)" if behaviour == "Removed" else
+                                          f"{where}.behavior: {behaviour!r} is not supported")
+        return Pretokenizer((Stage(regex, "hf", _BEHAVIOURS[behaviour], invert, total,
+                                   f"{where}.pattern"),))
+    if kind == "Digits":
+        behaviour = "isolated" if pre.get("individual_digits", False) else "contiguous"
+        return Pretokenizer((Stage(r"\p{N}", "hf", behaviour, False, False, where),))
+    if kind == "Punctuation":
+        behaviour = _BEHAVIOURS.get(pre.get("behavior", "Isolated"))
+        if behaviour is None:
+            raise PretokenizerUnsupported(f"{where}.behavior: {pre.get('behavior')!r} is not supported")
+        return Pretokenizer((Stage(HF_PUNCTUATION_PATTERN, "hf", behaviour, False, False, where),))
+    raise PretokenizerUnsupported(f"{where}: pre-tokenizer type {kind!r} is not supported")

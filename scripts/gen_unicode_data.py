@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Generate blockbpe_jax/pretok/unicode16.npz: the Unicode properties the pre-tokenizer
+compiler (blockbpe_jax/pretok) derives character classes from.
+
+  gc      uint8[0x110000]  General_Category, an index into GC_NAMES (Cn for surrogates too)
+  ws      bool[0x110000]   White_Space (what `\\s` means in Rust's regex and in Oniguruma)
+  scripts uint8[0x110000]  Script, an index into SCRIPT_NAMES (0 = any other script)
+
+Why Unicode 16.0.0: the oracles use it. Checked by probing every code point through the engines
+themselves (tests/test_pretokenize.py::test_unicode_properties_match_tiktoken does it for
+tiktoken): tiktoken 0.14.0 (Rust regex) and HF tokenizers 0.23.3 (Oniguruma) are Unicode
+16.0.0; Python's `regex` 2026.5.9 is 17.0.0 (e.g. U+0295 Ll -> Lo) and Python 3.11's
+`unicodedata` 14.0.0. General categories come from
+`unicodedata2==16.0.0`. Scripts come from the `regex` module, which is one version ahead
+(17.0.0), restricted to code points assigned in 16.0.0 (a script never changes for an assigned
+code point between these versions; new code points stay "other").
+
+Usage: pip install unicodedata2==16.0.0 regex && python scripts/gen_unicode_data.py [--check]
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import pathlib
+import sys
+
+import numpy as np
+
+GC_NAMES = ("Cn Lu Ll Lt Lm Lo Mn Mc Me Nd Nl No Pc Pd Ps Pe Pi Pf Po Sm Sc Sk So "
+            "Zs Zl Zp Cc Cf Cs Co").split()
+# Scripts a pre-tokenizer pattern may name (\p{Han}, \p{Script=Hiragana}, ...).
+SCRIPT_NAMES = ("Other Latin Greek Cyrillic Armenian Hebrew Arabic Devanagari Bengali Thai "
+                "Hangul Hiragana Katakana Han Common Inherited").split()
+WHITE_SPACE = (list(range(0x09, 0x0E)) + [0x20, 0x85, 0xA0, 0x1680] + list(range(0x2000, 0x200B))
+               + [0x2028, 0x2029, 0x202F, 0x205F, 0x3000])
+OUT = pathlib.Path(__file__).resolve().parent.parent / "blockbpe_jax" / "pretok" / "unicode16.npz"
+
+
+def build() -> dict[str, np.ndarray]:
+    import regex
+    import unicodedata2 as ucd
+    if ucd.unidata_version != "16.0.0":
+        sys.exit(f"unicodedata2 is Unicode {ucd.unidata_version}, need 16.0.0")
+    index = {name: i for i, name in enumerate(GC_NAMES)}
+    gc = np.zeros(0x110000, np.uint8)
+    for cp in range(0x110000):
+        gc[cp] = index[ucd.category(chr(cp))]
+    ws = np.zeros(0x110000, bool)
+    ws[WHITE_SPACE] = True
+    scripts = np.zeros(0x110000, np.uint8)
+    text = "".join(chr(cp) for cp in range(0x110000) if not 0xD800 <= cp < 0xE000)
+    cps = np.array([ord(ch) for ch in text], np.int64)
+    for k, name in enumerate(SCRIPT_NAMES[1:], start=1):
+        for m in regex.finditer(rf"\p{{Script={name}}}+", text):
+            scripts[cps[m.start():m.end()]] = k
+    scripts[gc == index["Cn"]] = 0
+    return {"gc": gc, "ws": ws, "scripts": scripts,
+            "gc_names": np.array(GC_NAMES), "script_names": np.array(SCRIPT_NAMES)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", action="store_true", help="exit 1 if the file on disk differs")
+    args = ap.parse_args()
+    data = build()
+    if args.check:
+        old = np.load(OUT)
+        same = all(np.array_equal(old[k], v) for k, v in data.items())
+        print("up to date" if same else "differs")
+        sys.exit(0 if same else 1)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **data)
+    OUT.write_bytes(buf.getvalue())
+    print(f"wrote {OUT} ({len(buf.getvalue())} bytes)")
+
+
+if __name__ == "__main__":
+    main()
