@@ -204,16 +204,21 @@ BBPE_HD_OUTLINE uint64_t map_then(uint64_t a, uint64_t b) {
 // ---------------------------------------------------------------------------------------------
 // Steps. A class value may carry kMaxClasses (a piece of an earlier stage starts at the byte):
 // the backward automaton then restarts before it (constant map to init) and the forward one
-// steps it from init.
+// steps it from init. kBoundaries = false (the first stage, which has no earlier pieces)
+// compiles the check away: it sits in the innermost loops.
+template <bool kBoundaries = true>
 BBPE_HD uint64_t bwd_step(const PretokTables& tab, uint8_t cls) {
-  return (cls & kMaxClasses) ? map_constant(tab.bwd_init & 15) : tab.bwd[cls];
+  return (kBoundaries && (cls & kMaxClasses)) ? map_constant(tab.bwd_init & 15)
+                                              : tab.bwd[cls & (kMaxClasses - 1)];
 }
+template <bool kBoundaries = true>
 BBPE_HD uint64_t fwd_step(const PretokTables& tab, uint16_t key) {
   const uint64_t m = tab.fwd[key & (kKeyBoundary - 1)];
-  return (key & kKeyBoundary) ? map_constant(map_apply(m, tab.fwd_init & 15)) : m;
+  return (kBoundaries && (key & kKeyBoundary)) ? map_constant(map_apply(m, tab.fwd_init & 15)) : m;
 }
+template <bool kBoundaries = true>
 BBPE_HD uint8_t fwd_flag(const PretokTables& tab, uint16_t key, uint8_t s) {
-  if (key & kKeyBoundary) s = tab.fwd_init & 15;
+  if (kBoundaries && (key & kKeyBoundary)) s = tab.fwd_init & 15;
   return (uint8_t)((tab.flag[key & (kKeyBoundary - 1)] >> s) & 1);
 }
 // The class of byte i for stage `stage`, with the boundary mark of the earlier stages' flags.
@@ -250,45 +255,45 @@ struct ChunkMap {
 };
 
 // Backward map of a chunk: nibble x = T at the chunk's first byte when T after its end is x.
-template <class C>
+template <bool kBoundaries = true, class C>
 BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
   ChunkMap acc(tab.bwd_live);
   for (int i = cnt - 1; i >= 0; --i)
-    if (cls[i] != kClassNone) acc.then(bwd_step(tab, (uint8_t)cls[i]));
+    if (cls[i] != kClassNone) acc.then(bwd_step<kBoundaries>(tab, (uint8_t)cls[i]));
   return acc.map();
 }
 
 // Backward replay from T after the chunk. Turns each class into the key of its forward step,
 // key[i] = cls[i] * 16 + T[i+1] (cls and key may be the same array); returns T at the
 // chunk's start.
-template <class C, class K>
+template <bool kBoundaries = true, class C, class K>
 BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const C* cls, int cnt, uint8_t t_end,
                                  K* key) {
   uint8_t t = t_end;
   for (int i = cnt - 1; i >= 0; --i) {
     const uint8_t c = (uint8_t)cls[i];
     key[i] = (K)(c * 16 + t);
-    t = map_apply(bwd_step(tab, c), t);
+    t = map_apply(bwd_step<kBoundaries>(tab, c), t);
   }
   return t;
 }
 
 // Forward map of a chunk: nibble x = S after the chunk when S before it is x.
-template <class K>
+template <bool kBoundaries = true, class K>
 BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const K* key, int cnt) {
   ChunkMap acc(tab.fwd_live);
   for (int i = 0; i < cnt; ++i)
-    if (key[i] >= 16) acc.then(fwd_step(tab, (uint16_t)key[i]));  // (keys < 16: continuation bytes)
+    if (key[i] >= 16) acc.then(fwd_step<kBoundaries>(tab, (uint16_t)key[i]));  // (keys < 16: continuation bytes)
   return acc.map();
 }
 
 // Forward replay from S before the chunk: writes flags[i] for i < valid; returns S after it.
-template <class K>
+template <bool kBoundaries = true, class K>
 BBPE_HD uint8_t chunk_fwd_replay(const PretokTables& tab, const K* key, int cnt, uint8_t s,
                                  uint8_t* flags, int valid) {
   for (int i = 0; i < cnt; ++i) {
-    if (i < valid) flags[i] = fwd_flag(tab, (uint16_t)key[i], s);
-    s = map_apply(fwd_step(tab, (uint16_t)key[i]), s);
+    if (i < valid) flags[i] = fwd_flag<kBoundaries>(tab, (uint16_t)key[i], s);
+    s = map_apply(fwd_step<kBoundaries>(tab, (uint16_t)key[i]), s);
   }
   return s;
 }
@@ -489,9 +494,10 @@ struct BlockPretokenizer {
   }
 
   // One stage: tables = its step tables (global memory; copied to shared memory here), ct =
-  // its class table, has_prev = out holds the flags of earlier stages (else it is written
+  // its class table, kBoundaries = out holds the flags of earlier stages (else it is written
   // without being read).
-  __device__ __forceinline__ void run(const PretokTables* tables, const ClassTable& ct, bool has_prev,
+  template <bool kBoundaries>
+  __device__ __forceinline__ void run(const PretokTables* tables, const ClassTable& ct,
                                       const uint8_t* text, int n, const uint8_t* sp, uint8_t* out) {
     static_assert(sizeof(PretokTables) % 8 == 0, "copied as 8-byte words");
     const uint64_t* src = reinterpret_cast<const uint64_t*>(tables);
@@ -510,10 +516,10 @@ struct BlockPretokenizer {
       const int live = live_chunks(n, tile);
 #pragma unroll
       for (int i = 0; i < ITEMS_PER_THREAD; ++i)
-        key[i] = base + i < n ? stage_class(tab, text, n, sp, base + i, ct, has_prev && out[base + i])
+        key[i] = base + i < n ? stage_class(tab, text, n, sp, base + i, ct, kBoundaries && out[base + i])
                               : kClassNone;
       // T after this chunk: from the maps of the next chunks (edge_state), else a block scan.
-      const uint64_t m = chunk_bwd_map(tab, key, ITEMS_PER_THREAD);
+      const uint64_t m = chunk_bwd_map<kBoundaries>(tab, key, ITEMS_PER_THREAD);
       tmp.maps[k] = m;
       __syncthreads();
       uint8_t t_end = carry;
@@ -521,7 +527,7 @@ struct BlockPretokenizer {
                                               kPretokLookback, &t_end);
       const bool scan = __syncthreads_or(!ok);
       if (scan) t_end = suffix_state(m, carry);
-      const uint8_t t_start = chunk_bwd_replay(tab, key, ITEMS_PER_THREAD, t_end, key);
+      const uint8_t t_start = chunk_bwd_replay<kBoundaries>(tab, key, ITEMS_PER_THREAD, t_end, key);
       if (!scan && tile > 0) carry = hand_over(k == 0, t_start);
       if (ntiles > 1) {
 #pragma unroll
@@ -546,7 +552,7 @@ struct BlockPretokenizer {
         }
       }
       // S before this chunk: from the maps of the chunks before it, else a block scan.
-      const uint64_t m = chunk_fwd_map(tab, key, ITEMS_PER_THREAD);
+      const uint64_t m = chunk_fwd_map<kBoundaries>(tab, key, ITEMS_PER_THREAD);
       tmp.maps[k] = m;
       __syncthreads();
       uint8_t s0 = carry;
@@ -554,7 +560,7 @@ struct BlockPretokenizer {
                                               kPretokLookback, &s0);
       const bool scan = __syncthreads_or(!ok);
       if (scan) s0 = prefix_state(m, carry);
-      const uint8_t s_end = chunk_fwd_replay(tab, key, ITEMS_PER_THREAD, s0, out + base, n - base);
+      const uint8_t s_end = chunk_fwd_replay<kBoundaries>(tab, key, ITEMS_PER_THREAD, s0, out + base, n - base);
       if (!scan && tile + 1 < ntiles) carry = hand_over(k == live - 1, s_end);
     }
     __syncthreads();  // before tmp.tab is overwritten by the next stage
@@ -582,8 +588,9 @@ __device__ __forceinline__ void block_pretokenize(
     const PretokView& v, const uint8_t* text, int n, const uint8_t* is_special, uint8_t* piece_start,
     typename BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>::TempStorage& tmp) {
   BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD> bp(tmp);
-  for (int st = 0; st < v.n_stages; ++st)
-    bp.run(v.tables + st, v.classes(st), st > 0, text, n, is_special, piece_start);
+  if (v.n_stages > 0) bp.template run<false>(v.tables, v.classes(0), text, n, is_special, piece_start);
+  for (int st = 1; st < v.n_stages; ++st)
+    bp.template run<true>(v.tables + st, v.classes(st), text, n, is_special, piece_start);
 }
 
 #endif  // __CUDACC__
