@@ -592,7 +592,9 @@ def exact_mode_status(tok) -> tuple[bool, str]:
         _check_mode(tok, "exact")
     except CLIError as e:
         return False, str(e).removeprefix("--mode exact: ")
-    return True, f"yes (pre-tokenizer {tok.vocab.pattern_name})"
+    stages = tok.vocab.pretokenizer.stages if tok.vocab.pretokenizer else ()
+    name = tok.vocab.pattern_name or "compiled from its regex"
+    return True, f"yes (pre-tokenizer: {name}" + (f", {len(stages)} stages)" if len(stages) > 1 else ")")
 
 
 def cmd_info(args) -> int:
@@ -602,9 +604,8 @@ def cmd_info(args) -> int:
 
     tok = load_tokenizer(args.vocab, args.tiktoken)
     v = tok.vocab
-    tables = dict(zip(("pair_table", "byte_ids", "piece_table", "token_offsets", "token_data",
-                       "special_offsets", "special_data", "special_ids"),
-                      tok.host_tables("all" if v.special_tokens else "none")))
+    from .ops import TABLE_OPERANDS
+    tables = dict(zip(TABLE_OPERANDS, tok.host_tables("all" if v.special_tokens else "none")))
     exact_ok, exact_text = exact_mode_status(tok)
     specials = sorted(v.special_tokens.items(), key=lambda kv: kv[1])
     info = dict(
@@ -629,7 +630,8 @@ def cmd_info(args) -> int:
         ("source", v.source),
         ("n_vocab", f"{v.n_vocab} ({len(v.mergeable_ids)} mergeable, {len(v.merges)} merge pairs)"),
         ("special tokens", f"{len(specials)}" + (f": {special_text}" if specials else "")),
-        ("pattern", f"{v.pattern_name or 'unrecognised'}: {v.pattern}"),
+        ("pattern", f"{v.pattern_name or 'unrecognised'}: {v.pattern}" if v.pattern or not v.pretokenizer
+         else " | ".join(f"{st.behaviour} {st.pattern!r}" for st in v.pretokenizer.stages)),
         ("whole-piece shortcut", "yes" if v.whole_piece_shortcut else "no"),
         ("exact mode", exact_text if exact_ok else f"no: {exact_text}"),
         ("bytes mode", "yes"),

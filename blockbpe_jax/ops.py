@@ -38,10 +38,13 @@ BLOCK_SIZES = (256, 512, 1024)
 BYTES_MODE_STAGES = 0   # pretok_stages of bytes mode: no pre-tokenizer
 
 
+# The encode call's operands after (data, lengths), in order (ffi/encode_ffi.h).
+TABLE_OPERANDS = ("pair_table", "byte_ids", "piece_table", "token_offsets", "token_data",
+                  "special_offsets", "special_data", "special_ids", "pretok")
+
+
 @functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["pair_table", "byte_ids", "piece_table", "token_offsets",
-                                "token_data", "special_offsets", "special_data", "special_ids",
-                                "pretok"],
+                   data_fields=list(TABLE_OPERANDS),
                    meta_fields=["name", "exact_stages", "exact_error", "max_piece_len", "rank_is_id",
                                 "specials"])
 @dataclasses.dataclass(frozen=True)
@@ -70,9 +73,7 @@ class EncodeTables:
     specials: tuple            # the allowed special tokens
 
     def operands(self) -> tuple:
-        return (self.pair_table, self.byte_ids, self.piece_table, self.token_offsets,
-                self.token_data, self.special_offsets, self.special_data, self.special_ids,
-                self.pretok)
+        return tuple(getattr(self, name) for name in TABLE_OPERANDS)
 
 
 class Encoded(NamedTuple):

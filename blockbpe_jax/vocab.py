@@ -447,6 +447,11 @@ def load_tiktoken_file(
         contents = path.read_bytes()
     except OSError as e:
         raise VocabError(f"{path}: cannot read: {e}") from e
+    if contents[:4] == b"GGUF":
+        raise VocabError(f"{path}: a GGUF file; reading vocabularies from GGUF is not supported")
+    if contents[:1] == b"\n" and "\u2581".encode() in contents[:65536]:
+        raise VocabError(f"{path}: a SentencePiece model (protobuf); SentencePiece BPE "
+                         f"(merges over characters, byte fallback) is not supported yet")
 
     ranks: dict[bytes, int] = {}
     line_of_token: dict[bytes, int] = {}  # only consulted to word a duplicate error

@@ -1,5 +1,6 @@
 """Small GPU workload for compute-sanitizer (scripts/gpu_check.sh sanitize): every mode and
-block size, special tokens, the shared-memory and the global-workspace paths, bad rows with
+block size, special tokens, the shared-memory and the global-workspace paths, a three-stage
+pre-tokenizer, bad rows with
 check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape). Exits non-zero if any result differs from the CPU handler's."""
 
 import jax
@@ -27,6 +28,25 @@ for max_len in (4096, 12000):  # shared memory, then the global workspace
                     and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
             bad += not same
             print(f"L={max_len} mode={mode} block={bs}: {'ok' if same else 'DIFFERENT'}")
+# A three-stage pre-tokenizer (DeepSeek-V3's Sequence of Splits) on the same vocabulary: the
+# earlier stages' flags restart the later stages, in shared memory and in the workspace.
+import dataclasses  # noqa: E402
+from blockbpe_jax import pretok  # noqa: E402
+split = lambda p: {"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated"}  # noqa: E731
+staged_tok = bb.Tokenizer(dataclasses.replace(tok.vocab, pretokenizer=pretok.from_hf(
+    {"type": "Sequence", "pretokenizers": [split(r"\p{N}{1,3}"), split(r"[一-龥぀-ゟ゠-ヿ]+"),
+                                          split(r" ?\p{L}+|\s+(?!\S)|\s+|[^\s\p{L}]+")]})))
+for max_len in (4096, 12000):
+    data, lengths = bb.pack_strings(texts, max_len=max_len)
+    ref = bb.encode(jax.device_put(data, cpu), jax.device_put(lengths, cpu), staged_tok,
+                    max_tokens=1024, allowed_special="all")
+    for bs in (256, 512, 1024):
+        out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths, gpu), staged_tok,
+                        max_tokens=1024, allowed_special="all", block_size=bs)
+        same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
+                and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
+        bad += not same
+        print(f"3 stages L={max_len} block={bs}: {'ok' if same else 'DIFFERENT'}")
 lengths_bad = lengths.copy()
 lengths_bad[0] = max_len + 1
 out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths_bad, gpu), tok, max_tokens=64,

@@ -243,9 +243,102 @@ def test_refusal_normalizer(data_dir, tmp_path):
         bb.Tokenizer.from_file(path).encode_batch(["abc"], device=CPU)
 
 
+@pytest.mark.parametrize("key", ["mistral-v1-spm", "mistral-v7-spm"])
+def test_refusal_sentencepiece_model(key):
+    path = families.require(key)
+    with pytest.raises(bb.VocabError, match=r"a SentencePiece model \(protobuf\); SentencePiece BPE "
+                                            r"\(merges over characters, byte fallback\) is not supported yet"):
+        bb.Tokenizer.from_file(path)
+
+
 def test_state_limit_refusal():
     # Counting 20 letters needs 20 states in each automaton.
     pattern = r"a{20}|(?s:.)"
     with pytest.raises(pretok.PretokenizerUnsupported, match=r"pattern: the pattern needs \d+ lookahead "
                                                              r"and \d+ match states; the kernels hold at most 16"):
         pretok.compile_pattern(pattern)
+
+
+# ---------------------------------------------------------------------------------------------
+# tiktoken-format tokenizers with their own regex (item 5): the pattern of each family on a
+# shared rank file, against tiktoken with the same pattern and ranks. Kimi K2 uses class
+# intersections and the Han script; Qwen2 single digits; Tekken digits and [\r\n/]*.
+
+TIKTOKEN_PATTERNS = {
+    "kimi_k2": "|".join([
+        r"[\p{Han}]+",
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"\p{N}{1,3}", r" ?[^\s\p{L}\p{N}]+[\r\n]*", r"\s*[\r\n]+", r"\s+(?!\S)", r"\s+"]),
+    "qwen2": QWEN2,
+    "tekken": (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}"
+               r"\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+"
+               r"[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+}
+
+
+@pytest.fixture(scope="module", params=list(TIKTOKEN_PATTERNS))
+def pattern_family(request, data_dir):
+    path = data_dir / "vocab" / "tiktoken" / "o200k_base.tiktoken"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    pattern = TIKTOKEN_PATTERNS[request.param]
+    tok = bb.Tokenizer.from_file(path, name=request.param, pattern=pattern, special_tokens={})
+    enc = testing.tiktoken_oracle("o200k", tok, pattern)
+    return tok, enc.encode_ordinary
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tiktoken_patterns(pattern_family, data_dir, backend):
+    tok, reference = pattern_family
+    assert_same(tok, corpus_texts(data_dir, 20 if FULL else 4, seed=14) + MIXED, reference, backend)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hypothesis per family: mixed scripts, digit and whitespace runs, combining marks, emoji.
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from test_fuzz import fuzz, runs_text, unicode_text  # noqa: E402
+
+texts_strategy = st.lists(unicode_text | runs_text | st.sampled_from(MIXED), min_size=1, max_size=6)
+
+
+@fuzz(30)
+@given(texts=texts_strategy)
+def test_fuzz_deepseek(deepseek, texts):
+    tok, hf = deepseek
+    assert_same(tok, texts, lambda t: hf.encode(t, add_special_tokens=False).ids)
+
+
+@fuzz(30)
+@given(texts=texts_strategy)
+def test_fuzz_tekken(tekken, texts):
+    tok, reference, _ = tekken
+    assert_same(tok, texts, reference)
+
+
+@fuzz(30)
+@given(texts=texts_strategy)
+def test_fuzz_tiktoken_patterns(pattern_family, texts):
+    tok, reference = pattern_family
+    assert_same(tok, texts, reference)
+
+
+@pytest.fixture(scope="module", params=["four_stages", "contiguous", "merged_with_previous",
+                                        "digits_individual", "lookahead_and_lazy"])
+def hf_config(request, data_dir):
+    from tokenizers import Tokenizer
+    doc = copy.deepcopy(gpt2_doc(data_dir))
+    steps = CONFIGS[request.param]
+    doc["pre_tokenizer"] = steps[0] if len(steps) == 1 else {"type": "Sequence", "pretokenizers": steps}
+    hf = Tokenizer.from_str(json.dumps(doc))
+    return bb.Tokenizer.from_hf(hf), hf
+
+
+@fuzz(30)
+@given(texts=texts_strategy)
+def test_fuzz_hf_configs(hf_config, texts):
+    tok, hf = hf_config
+    assert_same(tok, texts, lambda t: hf.encode(t, add_special_tokens=False).ids)
