@@ -6,8 +6,9 @@
 // the threads take them round robin: a special token stays one token; whole-piece shortcut;
 // a piece of up to kShortPieceLen bytes that is not a token goes on a merge list: up to
 // kLanePieceLen bytes, merged lane-parallel, several pieces to a warp (merge_in_lanes); longer
-// ones in place by one thread each with merge_segment (bpe_core.h). The pre-tokenizer's step
-// tables arrive as a kernel parameter.
+// ones in place by one thread each with merge_segment (bpe_core.h). The pre-tokenizer's tables
+// are an operand (pretokenize.h, PretokView): each block copies a stage's step tables to
+// shared memory.
 // One scan places the results, straight into the output when nothing is left to do. Longer
 // segments, and every segment in bytes mode (the paper's algorithm), go through block-wide
 // merge passes. Each pass:

@@ -1,9 +1,9 @@
 """Exactness of the pre-tokenizer (ffi/pretokenize.h) against tiktoken and HF tokenizers.
 
 The C++ header is compiled into a tiny shared library (tests/cpp/pretok_shim.cc, g++) and
-called through ctypes. For every pattern, pretokenize_sequential and pretokenize_chunked (chunk
-sizes 1, 3, 7, 16, 64) and pretokenize_direct (the step functions without the step tables) must
-give exactly the piece starts of the oracles:
+called through ctypes with the tables blockbpe_jax/pretok compiles from each pattern. For every
+pattern, pretokenize_sequential and pretokenize_chunked (chunk sizes 1, 3, 7, 16, 64) and the
+compiler's Python reference must give exactly the piece starts of the oracles:
 
 * piece oracle: Oniguruma (HF tokenizers' regex engine) running the tiktoken pattern through
   `pre_tokenizers.Split(..., "isolated")`. Two spellings differ between the engines and are
@@ -12,8 +12,8 @@ give exactly the piece starts of the oracles:
   it, possessive and greedy match the same);
 * tiktoken (Rust regex, the real oracle): BPE of each of our pieces, concatenated, equals
   `encode_ordinary` (and `encode` with specials allowed);
-* HF tokenizer.json: the file's own pre-tokenizer gives our pieces (gpt2 -> pattern 1,
-  cl100k_hf -> pattern 4, see pretokenize.h, o200k_hf -> 3, llama3 -> 4).
+* HF tokenizer.json: the file's own pre-tokenizer gives our pieces (gpt2 -> r50k's pattern,
+  cl100k_hf -> Llama 3's (test_cl100k_hf_is_llama3_regex), o200k_hf -> o200k, llama3 -> llama3).
 
 Environment: BLOCKBPE_DATA (shared data dir, default <repo>/../shared/data); BLOCKBPE_FULL=1
 runs every corpus whole and more generated examples (slow).

@@ -151,20 +151,24 @@ def _build_repeat(nfa: _Nfa, node: rs.Repeat, nxt: int, depth: int) -> int:
     return tail
 
 
-def _nullable(nfa: _Nfa, start: int) -> bool:
-    # Whether the pattern can match without consuming a code point (assertions assumed true).
-    seen, stack = set(), [start]
+def _epsilon_walk(nfa: _Nfa, q0: int, passes):
+    """The nodes reachable from q0 without consuming a code point, in the regex's priority
+    order (depth first, each node once, as a backtracking engine tries them); the walk goes on
+    past an assertion or split q only where passes(q)."""
+    seen, stack = set(), [q0]
     while stack:
         q = stack.pop()
         if q in seen:
             continue
         seen.add(q)
-        k = nfa.kind[q]
-        if k == "match":
-            return True
-        if k != "char":
-            stack.extend(nfa.out[q])
-    return False
+        yield q
+        if nfa.kind[q] not in ("char", "match") and passes(q):
+            stack.extend(reversed(nfa.out[q]))
+
+
+def _nullable(nfa: _Nfa, start: int) -> bool:
+    # Whether the pattern can match without consuming a code point (assertions assumed true).
+    return any(nfa.kind[q] == "match" for q in _epsilon_walk(nfa, start, lambda q: True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +191,7 @@ def _partition(sets: Sequence[rs.CharSet]) -> tuple[np.ndarray, list[int]]:
 @dataclasses.dataclass
 class Automata:
     """The compiled pre-tokenizer of one regex (before packing into kernel tables)."""
-    class_of_cp: np.ndarray      # int32[0x110000]: code point -> class (>= 2)
+    class_of_cp: np.ndarray      # uint8[0x110000]: code point -> class (>= 2)
     n_classes: int               # including the two fixed classes
     bwd: np.ndarray              # int32[C, NB]: T -> G(T, c)
     fwd: np.ndarray              # int32[C, NB, NF]: (c, T[i+1], S) -> S'
@@ -287,29 +291,23 @@ class _Compiler:
         state) for the first step that consumes c and can still succeed, ("match",) if the
         pattern ends first, None if neither."""
         nfa = self.nfa
-        seen = set()
-        stack = [q0]
-        while stack:
-            q = stack.pop()
-            if q in seen:
-                continue
-            seen.add(q)
+
+        def passes(q):  # whether an assertion holds here (a real code point of class c follows)
             k = nfa.kind[q]
-            if k == "match":
-                return ("match",)
-            if k == "char":
-                if c in self.accepts[q] and nfa.out[q][0] in b_next:
-                    return ("char", nfa.out[q][0])
-                continue
             if k == "end":
-                continue  # a real code point follows
-            if k == "eol" and c not in self.accepts[q]:
-                continue
+                return False
+            if k == "eol":
+                return c in self.accepts[q]
             if k == "look":
                 sub, negate = nfa.arg[q]
-                if (sub in b_here) == negate:
-                    continue
-            stack.extend(reversed(nfa.out[q]))
+                return (sub in b_here) != negate
+            return True
+
+        for q in _epsilon_walk(nfa, q0, passes):
+            if nfa.kind[q] == "match":
+                return ("match",)
+            if nfa.kind[q] == "char" and c in self.accepts[q] and nfa.out[q][0] in b_next:
+                return ("char", nfa.out[q][0])
         return None
 
     def search(self, context: str, c: int, b_here, b_next):
@@ -431,7 +429,7 @@ class _Compiler:
             raise PretokenizerUnsupported(
                 f"{self.where}: the pattern needs {len(keep)} character classes; the kernels "
                 f"hold at most {MAX_CLASSES}")
-        return Automata(class_of_cp=lut[self.cls_of_cp], n_classes=len(keep),
+        return Automata(class_of_cp=lut[self.cls_of_cp].astype(np.uint8), n_classes=len(keep),
                         bwd=qb[keep], fwd=qf[keep], flag=qflag[keep], bwd_init=0, fwd_init=0)
 
 

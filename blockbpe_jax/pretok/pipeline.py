@@ -85,7 +85,7 @@ def _compile_cached(stage: Stage) -> compiler.Automata:
         try:
             with np.load(path) as z:
                 return compiler.Automata(
-                    class_of_cp=z["class_of_cp"].astype(np.int32), n_classes=int(z["n_classes"]),
+                    class_of_cp=z["class_of_cp"], n_classes=int(z["n_classes"]),
                     bwd=z["bwd"], fwd=z["fwd"], flag=z["flag"], bwd_init=int(z["bwd_init"]),
                     fwd_init=int(z["fwd_init"]))
         except (OSError, KeyError, ValueError):
