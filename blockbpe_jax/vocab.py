@@ -25,6 +25,7 @@ import functools
 import json
 import os
 import re
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -670,12 +671,13 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
 
     token_bytes = _place_specials(str(path), token_bytes, added)
 
-    normalizer = doc.get("normalizer")
-    if normalizer is not None and normalizer != {"type": "Sequence", "normalizers": []}:
-        kind = normalizer.get("type") if isinstance(normalizer, dict) else normalizer
-        reasons.insert(0, f"normalizer {kind} is not supported")
     try:
-        pretokenizer = pretok.from_hf(doc.get("pre_tokenizer"))
+        nfc = pretok.nfc_from_hf(doc.get("normalizer"))
+    except pretok.PretokenizerUnsupported as e:
+        nfc = False
+        reasons.insert(0, str(e))
+    try:
+        pretokenizer = dataclasses.replace(pretok.from_hf(doc.get("pre_tokenizer")), nfc=nfc)
     except pretok.PretokenizerUnsupported as e:
         pretokenizer = None
         reasons.append(str(e))

@@ -23,7 +23,7 @@ static void encode_rows(const EncodeParams& p, int64_t begin, int64_t end) {
   for (int64_t b = begin; b < end; ++b) {
     const int n = encode_string(p, p.data + b * p.max_len, p.lengths[b], scratch);
     int32_t* out = p.ids + b * p.max_tokens;
-    const int kept = std::min(n, p.max_tokens);
+    const int kept = std::max(0, std::min(n, p.max_tokens));  // (n < 0: a reported row)
     for (int j = 0; j < kept; ++j) out[j] = token_id(scratch.tok[j]);
     std::fill(out + kept, out + p.max_tokens, p.pad_id);
     p.counts[b] = n;
@@ -35,14 +35,14 @@ static ffi::Error encode_cpu(ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> le
                              ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
                              ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
                              ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
-                             ffi::Buffer<ffi::U8> pretok, int32_t pretok_stages, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
+                             ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs, int32_t pretok_stages, int32_t nfc, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
                              int32_t /*block_size*/,
                              ffi::Result<ffi::Buffer<ffi::S32>> ids,
                              ffi::Result<ffi::Buffer<ffi::S32>> counts,
                              ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
   EncodeParams p;
   ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
-                                      token_data, special_offsets, special_data, special_ids, pretok, pretok_stages,
+                                      token_data, special_offsets, special_data, special_ids, pretok, nfc_pairs, pretok_stages, nfc,
                                       pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
   if (err.failure()) return err;
   err = check_lengths(p.lengths, p.batch, p.max_len);

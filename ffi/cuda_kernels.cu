@@ -391,6 +391,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   }
   clock.mark(kClockSpecials);
 
+  if (p.pretok.nfc) {  // a string that may not be in NFC is reported, not tokenized
+    bool suspect = false;
+    for (int i = threadIdx.x; i < n; i += kThreads)
+      suspect |= nfc_suspect_at(p.pretok, p.nfc_pairs, a.text, n, a.is_special, i);
+    if (__syncthreads_or(suspect)) {
+      for (int j = threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
+      if (threadIdx.x == 0) p.counts[b] = kCountNotNormalized;
+      return;
+    }
+  }
   if (p.pretok_stages != kModeBytes) {
     pretokenize_block<kThreads>(p.pretok, a.text, n, a.is_special, a.piece_start, tmp.pretok);
     __syncthreads();
@@ -543,12 +553,12 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
                        ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
                        ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
                        ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
-                       ffi::Buffer<ffi::U8> pretok, int32_t pretok_stages, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id, int32_t block_size,
+                       ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs, int32_t pretok_stages, int32_t nfc, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id, int32_t block_size,
                        ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
                        ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
   EncodeParams p;
   ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
-                                      token_data, special_offsets, special_data, special_ids, pretok, pretok_stages,
+                                      token_data, special_offsets, special_data, special_ids, pretok, nfc_pairs, pretok_stages, nfc,
                                       pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
   if (err.failure()) return err;
   if (p.batch == 0) return ffi::Error::Success();

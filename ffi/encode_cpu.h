@@ -82,7 +82,8 @@ inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratc
   return count;
 }
 
-// Tokenizes text[0..n) into s.tok[0..count); returns count.
+// Tokenizes text[0..n) into s.tok[0..count); returns count (kCountNotNormalized: the text may
+// not be in the NFC form its tokenizer requires).
 inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s) {
   const VocabView& v = p.vocab;
   s.is_special.resize(n + 1);
@@ -93,6 +94,9 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
     for (int i = 0; i < n; ++i) s.tok[i] = special_match_at(p.special, text, n, i);
     accept_special_matches(p.special, s.tok.data(), n, s.is_special.data());
   }
+  if (p.pretok.nfc)
+    for (int i = 0; i < n; ++i)
+      if (nfc_suspect_at(p.pretok, p.nfc_pairs, text, n, s.is_special.data(), i)) return kCountNotNormalized;
   pretokenize_sequential(p.pretok, text, n, s.is_special.data(), s.piece_start.data());
   for (int i = 0; i < n; ++i)
     s.tok[i] = initial_token(v, p.special, text[i], s.is_special.data(), s.piece_start.data(),

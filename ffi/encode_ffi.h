@@ -15,8 +15,9 @@ namespace bbpe {
 namespace ffi = xla::ffi;
 
 // Operands in order: data, lengths, the vocabulary and special-token tables, the
-// pre-tokenizer tables (pretokenize.h, PretokView).
-// Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), pad_id, max_piece_len (0 disables the whole-piece shortcut), rank_is_id
+// pre-tokenizer tables (pretokenize.h, PretokView), the NFC composition pairs.
+// Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), nfc (NfcAttr, pretokenize.h:
+// NFC tables in the operand, and whether the text is checked), pad_id, max_piece_len (0 disables the whole-piece shortcut), rank_is_id
 // (1: every pair's rank is its merged id, as in tiktoken vocabularies), block_size.
 // Results: ids, counts, workspace.
 template <typename Binding>
@@ -31,8 +32,10 @@ auto bind_encode(Binding b) {
       .template Arg<ffi::Buffer<ffi::S32>>()      // special_offsets [S + 1]
       .template Arg<ffi::Buffer<ffi::U8>>()       // special_data
       .template Arg<ffi::Buffer<ffi::S32>>()      // special_ids [max(S, 1)]
-      .template Arg<ffi::Buffer<ffi::U8>>()       // pretok [pretok_operand_bytes(stages, blocks)]
+      .template Arg<ffi::Buffer<ffi::U8>>()       // pretok [pretok_operand_bytes(...)]
+      .template Arg<ffi::Buffer<ffi::S32>>()      // nfc_pairs [K, 2] (K >= 1)
       .template Attr<int32_t>("pretok_stages")
+      .template Attr<int32_t>("nfc")
       .template Attr<int32_t>("pad_id")
       .template Attr<int32_t>("max_piece_len")
       .template Attr<int32_t>("rank_is_id")
@@ -55,7 +58,7 @@ inline ffi::Error make_encode_params(
     ffi::Buffer<ffi::S32> byte_ids, ffi::Buffer<ffi::S32> piece_table,
     ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
     ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data,
-    ffi::Buffer<ffi::S32> special_ids, ffi::Buffer<ffi::U8> pretok, int32_t pretok_stages, int32_t pad_id, int32_t max_piece_len,
+    ffi::Buffer<ffi::S32> special_ids, ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs, int32_t pretok_stages, int32_t nfc, int32_t pad_id, int32_t max_piece_len,
     int32_t rank_is_id,
     ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
     ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
@@ -87,9 +90,13 @@ inline ffi::Error make_encode_params(
   if (pretok_stages < 0 || pretok_stages > kMaxPretokStages)
     return bad("pretok_stages must be in [0, " + std::to_string(kMaxPretokStages) + "], got " +
                std::to_string(pretok_stages));
-  if (!pretok_view(pretok.typed_data(), (int64_t)pretok.element_count(), pretok_stages, &p->pretok))
+  if (!pretok_view(pretok.typed_data(), (int64_t)pretok.element_count(), pretok_stages, nfc, &p->pretok))
     return bad("the pre-tokenizer operand has " + std::to_string(pretok.element_count()) +
-               " bytes, which is not the layout of " + std::to_string(pretok_stages) + " stage(s)");
+               " bytes, which is not the layout of " + std::to_string(pretok_stages) +
+               " stage(s) with nfc=" + std::to_string(nfc));
+  if (nfc_pairs.element_count() < 2 || nfc_pairs.element_count() % 2 != 0)
+    return bad("nfc_pairs must be int32[K, 2] with K >= 1");
+  p->nfc_pairs = NfcPairs{nfc_pairs.typed_data(), (int32_t)(nfc_pairs.element_count() / 2)};
   if (max_piece_len < 0) return bad("max_piece_len must be >= 0");
 
   p->data = data.typed_data();

@@ -68,6 +68,7 @@ struct EncodeParams {
   int32_t pad_id;
   int32_t pretok_stages;    // stages of the pre-tokenizer; kModeBytes (0): none
   PretokView pretok;        // their tables (pretokenize.h)
+  NfcPairs nfc_pairs;       // with pretok.nfc: the composition pairs (pretokenize.h)
   VocabView vocab;
   SpecialView special;
   int32_t* ids;             // [batch, max_tokens]

@@ -113,44 +113,56 @@ struct ClassTable {
 };
 
 // The pre-tokenizer operand: stage k's PretokTables at tables + k, its class table at
-// stage1 + k * kClassStage1Len and stage2 + k * n_blocks * 256 (every stage has n_blocks
-// blocks). Its layout is checked against the operand's size on the host (pretok_view), and
-// the kernels clamp every index they read from it, so no table content can make them read
-// out of bounds.
+// stage1 + k * kClassStage1Len and stage2 + k * n_blocks * 256 (every table has n_blocks
+// blocks). A tokenizer whose normalizer is NFC has one more table after the stages' (nfc):
+// code point -> Canonical_Combining_Class, in the same format. Its layout is checked against
+// the operand's size on the host (pretok_view), and the kernels clamp every index they read
+// from it, so no table content can make them read out of bounds.
 struct PretokView {
   const PretokTables* tables;
   const uint16_t* stage1;
   const uint8_t* stage2;
   uint32_t n_blocks;
   int32_t n_stages;  // 0: no pre-tokenizer (bytes mode)
+  bool nfc;          // the text must be in NFC (nfc_suspect_at; the pairs are an operand)
   BBPE_HD ClassTable classes(int k) const {
     return ClassTable{stage1 + (int64_t)k * kClassStage1Len, stage2 + (int64_t)k * n_blocks * 256, n_blocks};
   }
 };
-// Bytes of an operand for n_stages stages of n_blocks blocks.
-BBPE_HD int64_t pretok_operand_bytes(int n_stages, int64_t n_blocks) {
-  return n_stages * ((int64_t)sizeof(PretokTables) + kClassStage1Len * 2 + n_blocks * 256);
+// Bytes of an operand for n_tables class tables (stages, + 1 with nfc) of n_blocks blocks.
+BBPE_HD int64_t pretok_operand_bytes(int n_stages, int n_tables, int64_t n_blocks) {
+  return n_stages * (int64_t)sizeof(PretokTables) + n_tables * (kClassStage1Len * 2 + n_blocks * 256);
 }
+// The `nfc` attribute: the operand has no NFC tables, or has them and the text is checked, or
+// has them and the caller normalized the text already (no check).
+enum NfcAttr : int { kNfcNone = 0, kNfcCheck = 1, kNfcTrusted = 2 };
 // The view of an operand of `bytes` bytes at `base` (host or device pointer); false when its
 // size does not fit the layout.
-BBPE_HD bool pretok_view(const uint8_t* base, int64_t bytes, int n_stages, PretokView* v) {
+BBPE_HD bool pretok_view(const uint8_t* base, int64_t bytes, int n_stages, int nfc, PretokView* v) {
   v->n_stages = n_stages;
+  v->nfc = nfc == kNfcCheck && n_stages > 0;
   if (n_stages == 0) { v->tables = nullptr; v->stage1 = nullptr; v->stage2 = nullptr; v->n_blocks = 0; return true; }
-  if (n_stages < 0 || n_stages > kMaxPretokStages) return false;
-  const int64_t fixed = pretok_operand_bytes(n_stages, 0);
-  const int64_t per_block = (int64_t)n_stages * 256;
+  if (n_stages < 0 || n_stages > kMaxPretokStages || nfc < kNfcNone || nfc > kNfcTrusted) return false;
+  const int n_tables = n_stages + (nfc != kNfcNone ? 1 : 0);
+  const int64_t fixed = pretok_operand_bytes(n_stages, n_tables, 0);
+  const int64_t per_block = (int64_t)n_tables * 256;
   if (bytes < fixed + per_block || (bytes - fixed) % per_block != 0) return false;
   v->tables = reinterpret_cast<const PretokTables*>(base);
   v->stage1 = reinterpret_cast<const uint16_t*>(base + n_stages * sizeof(PretokTables));
-  v->stage2 = base + n_stages * (sizeof(PretokTables) + kClassStage1Len * 2);
+  v->stage2 = base + n_stages * sizeof(PretokTables) + n_tables * kClassStage1Len * 2;
   v->n_blocks = (uint32_t)((bytes - fixed) / per_block);
   return true;
 }
 
-BBPE_HD uint8_t cp_class(uint32_t cp, const ClassTable& ct) {
+// The table's byte for a code point: the class in the low bits; in the first stage's table of
+// an NFC tokenizer also the marks below.
+BBPE_HD uint8_t cp_table_byte(uint32_t cp, const ClassTable& ct) {
   uint32_t blk = ct.stage1[cp >> 8];
   if (blk >= ct.n_blocks) blk = 0;
-  return ct.stage2[blk * 256 + (cp & 255)] & (kMaxClasses - 1);
+  return ct.stage2[blk * 256 + (cp & 255)];
+}
+BBPE_HD uint8_t cp_class(uint32_t cp, const ClassTable& ct) {
+  return cp_table_byte(cp, ct) & (kMaxClasses - 1);
 }
 
 // Class of byte i (reads bytes i-3..i+3 of the segment).
@@ -180,6 +192,88 @@ BBPE_HD uint8_t byte_class(const PretokTables& tab, const uint8_t* text, int n, 
   const uint8_t b = text[i];
   if (b < 0x80) return tab.ascii[b] & (kMaxClasses - 1);
   return byte_class_slow(tab, text, n, sp, i, ct);
+}
+
+// ---------------------------------------------------------------------------------------------
+// NFC (tokenizers whose normalizer is NFC). The primitive does not rewrite text: it checks that
+// a string is already in NFC, which almost all real text is, and reports one that is not
+// (count kCountNotNormalized) instead of tokenizing it differently from the reference. The
+// check is exact (UAX #15): a string is in NFC iff it has no code point whose NFC_Quick_Check
+// is No, no two adjacent non-starters out of canonical order, and no code point whose quick
+// check is Maybe that would compose with the last starter before it (not blocked: every code
+// point in between is a non-starter of a lower combining class).
+constexpr uint8_t kMarkMaybe = 0x20;       // NFC_Quick_Check Maybe (second of a composite)
+constexpr uint8_t kMarkNonStarter = 0x40;  // Canonical_Combining_Class != 0
+constexpr uint8_t kMarkNotNfc = 0x80;      // NFC_Quick_Check No
+constexpr int32_t kCountNotNormalized = -2;
+// In the combining-class table: a starter whose canonical decomposition ends in a non-starter
+// (no code point has class 255). A mark that may compose after one is reported without
+// decomposing it (a mark blocked by the decomposition's own leaves the string in NFC, so
+// such a string, e.g. U+1E0A U+0301, is reported although it is in NFC: rare; the host
+// path, Tokenizer.encode_batch, normalizes and skips the check).
+constexpr uint8_t kCccTrail = 255;
+BBPE_HD uint8_t nfc_ccc(uint8_t table_byte) { return table_byte == kCccTrail ? 0 : table_byte; }
+
+// The composition pairs (first, second) of the primary composites, sorted: [n][2].
+struct NfcPairs {
+  const int32_t* pairs;
+  int32_t n;
+};
+
+// Whether NFC composes `first` and `second` (Hangul syllables by their arithmetic).
+BBPE_HD bool nfc_composes(const NfcPairs& np, uint32_t first, uint32_t second) {
+  if (first >= 0x1100 && first <= 0x1112 && second >= 0x1161 && second <= 0x1175) return true;  // L+V
+  if (first >= 0xAC00 && first <= 0xD7A3 && (first - 0xAC00) % 28 == 0 && second >= 0x11A8 &&
+      second <= 0x11C2)
+    return true;  // LV+T
+  int lo = 0, hi = np.n;  // binary search
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    const uint32_t f = (uint32_t)np.pairs[2 * mid], s = (uint32_t)np.pairs[2 * mid + 1];
+    if (f < first || (f == first && s < second)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < np.n && (uint32_t)np.pairs[2 * lo] == first && (uint32_t)np.pairs[2 * lo + 1] == second;
+}
+
+// The code point that ends just before byte i (its start in *start), or false where there is
+// none in this sub-text (start of text, special byte, or an invalid byte).
+BBPE_HD bool nfc_previous(const uint8_t* text, int n, const uint8_t* sp, int i, uint32_t* cp, int* start) {
+  for (int d = 1; d <= 4; ++d) {
+    const int j = i - d;
+    if (j < 0 || (sp && sp[j])) return false;
+    if ((text[j] & 0xC0) == 0x80) continue;
+    *start = j;
+    return utf8_decode(text, n, sp, j, cp) == d;
+  }
+  return false;
+}
+
+// Whether the code point that starts at byte i (if one does) shows that text[0..n) is not in
+// NFC. Special-token bytes end a sub-text (each is normalized on its own); invalid bytes stay
+// as they are (starters).
+BBPE_HD_OUTLINE bool nfc_suspect_at(const PretokView& v, const NfcPairs& np, const uint8_t* text,
+                                    int n, const uint8_t* sp, int i) {
+  uint32_t cp;
+  if (text[i] < 0x80 || (sp && sp[i]) || !utf8_decode(text, n, sp, i, &cp)) return false;
+  const ClassTable marks = v.classes(0), ccc_table = v.classes(v.n_stages);
+  const uint8_t mark = cp_table_byte(cp, marks);
+  if (mark & kMarkNotNfc) return true;
+  if (!(mark & (kMarkNonStarter | kMarkMaybe))) return false;
+  const uint8_t ccc = nfc_ccc(cp_table_byte(cp, ccc_table));
+  uint32_t prev;
+  int at = i;
+  if (!nfc_previous(text, n, sp, at, &prev, &at)) return false;
+  uint8_t prev_byte = prev < 0x80 ? 0 : cp_table_byte(prev, ccc_table);
+  if (ccc != 0 && nfc_ccc(prev_byte) > ccc) return true;  // out of canonical order
+  if (!(mark & kMarkMaybe)) return false;
+  // The last starter before it, unless blocked (a starter or a class >= ccc in between).
+  while (nfc_ccc(prev_byte) != 0) {
+    if (ccc == 0 || nfc_ccc(prev_byte) >= ccc) return false;
+    if (!nfc_previous(text, n, sp, at, &prev, &at)) return false;
+    prev_byte = prev < 0x80 ? 0 : cp_table_byte(prev, ccc_table);
+  }
+  return prev_byte == kCccTrail || nfc_composes(np, prev, cp);
 }
 
 // ---------------------------------------------------------------------------------------------

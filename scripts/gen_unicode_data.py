@@ -5,6 +5,14 @@ compiler (blockbpe_jax/pretok) derives character classes from.
   gc      uint8[0x110000]  General_Category, an index into GC_NAMES (Cn for surrogates too)
   ws      bool[0x110000]   White_Space (what `\\s` means in Rust's regex and in Oniguruma)
   scripts uint8[0x110000]  Script, an index into SCRIPT_NAMES (0 = any other script)
+  ccc     uint8[0x110000]  Canonical_Combining_Class
+  nfc_qc  uint8[0x110000]  NFC_Quick_Check: 0 Yes, 1 Maybe, 2 No (derived: No = the code point
+                           alone is not NFC; Maybe = the second code point of a primary
+                           composite, and the Hangul V and T jamo)
+  nfc_pairs int32[K, 2]    the (first, second) code points of every primary composite (the
+                           pairs NFC composes; Hangul syllables are algorithmic), sorted
+  nfc_trail bool[0x110000] starters whose canonical decomposition ends in a non-starter (a mark
+                           after one may be reordered into it)
 
 Why Unicode 16.0.0: the oracles use it. Checked by probing every code point through the engines
 themselves (tests/test_pretokenize.py::test_unicode_properties_match_tiktoken does it for
@@ -54,7 +62,31 @@ def build() -> dict[str, np.ndarray]:
         for m in regex.finditer(rf"\p{{Script={name}}}+", text):
             scripts[cps[m.start():m.end()]] = k
     scripts[gc == index["Cn"]] = 0
-    return {"gc": gc, "ws": ws, "scripts": scripts,
+    ccc = np.zeros(0x110000, np.uint8)
+    nfc_qc = np.zeros(0x110000, np.uint8)
+    pairs = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        ch = chr(cp)
+        ccc[cp] = ucd.combining(ch)
+        if ucd.normalize("NFC", ch) != ch:
+            nfc_qc[cp] = 2
+        d = ucd.decomposition(ch)
+        if d and not d.startswith("<"):
+            parts = [int(x, 16) for x in d.split()]
+            if len(parts) == 2 and ucd.normalize("NFC", "".join(map(chr, parts))) == ch:
+                nfc_qc[parts[1]] = max(nfc_qc[parts[1]], 1)
+                pairs.append(parts)
+    nfc_trail = np.zeros(0x110000, bool)
+    for cp in range(0x110000):
+        if not 0xD800 <= cp < 0xE000 and ccc[cp] == 0:
+            nfd = ucd.normalize("NFD", chr(cp))
+            nfc_trail[cp] = len(nfd) > 1 and ucd.combining(nfd[-1]) != 0
+    nfc_qc[0x1161:0x1176] = 1   # Hangul V jamo compose with a preceding L or LV syllable
+    nfc_qc[0x11A8:0x11C3] = 1   # Hangul T jamo with a preceding LV syllable
+    return {"gc": gc, "ws": ws, "scripts": scripts, "ccc": ccc, "nfc_qc": nfc_qc,
+            "nfc_pairs": np.array(sorted(pairs), np.int32).reshape(-1, 2), "nfc_trail": nfc_trail,
             "gc_names": np.array(GC_NAMES), "script_names": np.array(SCRIPT_NAMES)}
 
 

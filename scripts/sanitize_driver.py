@@ -1,6 +1,6 @@
 """Small GPU workload for compute-sanitizer (scripts/gpu_check.sh sanitize): every mode and
 block size, special tokens, the shared-memory and the global-workspace paths, a three-stage
-pre-tokenizer, bad rows with
+pre-tokenizer, an NFC tokenizer, bad rows with
 check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape). Exits non-zero if any result differs from the CPU handler's."""
 
 import jax
@@ -47,6 +47,19 @@ for max_len in (4096, 12000):
                 and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
         bad += not same
         print(f"3 stages L={max_len} block={bs}: {'ok' if same else 'DIFFERENT'}")
+# An NFC tokenizer: decomposed text is reported (count -2) by the device check, the rest encoded.
+nfc_tok = bb.Tokenizer(dataclasses.replace(tok.vocab, pretokenizer=dataclasses.replace(
+    tok.vocab.pretokenizer, nfc=True)))
+nfc_texts = texts + ["cafe\u0301", "\u0958 \u0915\u093c", "\u1100\u1161 \uac00\u11a8", "\u1e0a\u0323"]
+data, lengths = bb.pack_strings(nfc_texts, max_len=4096)
+ref = bb.encode(jax.device_put(data, cpu), jax.device_put(lengths, cpu), nfc_tok, max_tokens=1024)
+for bs in (256, 512, 1024):
+    out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths, gpu), nfc_tok, max_tokens=1024,
+                    block_size=bs)
+    same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
+            and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
+    bad += not same
+    print(f"nfc block={bs}: {'ok' if same else 'DIFFERENT'} ({int((np.asarray(ref.counts) == -2).sum())} reported)")
 lengths_bad = lengths.copy()
 lengths_bad[0] = max_len + 1
 out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths_bad, gpu), tok, max_tokens=64,

@@ -228,7 +228,7 @@ UNSUPPORTED_PRE_TOKENIZERS = {
     "metaspace": ({"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581",
                                      "prepend_scheme": "always", "split": True}},
                   "pre_tokenizer: pre-tokenizer type 'Metaspace' is not supported"),
-    "nfc": ({"normalizer": {"type": "NFC"}}, "normalizer NFC is not supported"),
+    "nfkc": ({"normalizer": {"type": "NFKC"}}, "normalizer NFKC is not supported"),
     "unknown_regex": ({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
                           {"type": "Split", "pattern": {"Regex": r"\w+|\s+|[^\w\s]+"},
                            "behavior": "Isolated", "invert": False},

@@ -149,7 +149,7 @@ def test_handler_rejects_malformed_tables(tok):
     tables = list(tok.host_tables())
     out = (jax.ShapeDtypeStruct((data.shape[0], 8), jnp.int32), jax.ShapeDtypeStruct((data.shape[0],), jnp.int32),
            jax.ShapeDtypeStruct((1,), jnp.uint8))
-    attrs = dict(pretok_stages=np.int32(0), pad_id=np.int32(0), max_piece_len=np.int32(0), rank_is_id=np.int32(1),
+    attrs = dict(pretok_stages=np.int32(0), nfc=np.int32(0), pad_id=np.int32(0), max_piece_len=np.int32(0), rank_is_id=np.int32(1),
                  block_size=np.int32(256))
     call = lambda tabs: jax.ffi.ffi_call("bbpe_encode", out)(data, lengths, *tabs, **attrs)[0].block_until_ready()
     call(tables)  # well-formed: fine
@@ -167,10 +167,13 @@ def test_handler_rejects_malformed_tables(tok):
     exact = list(tok.host_tables())
     attrs["pretok_stages"] = np.int32(1)
     for op, stages in [(np.zeros(5, np.uint8), 1), (exact[8], 2), (exact[8], 9)]:
-        broken = exact[:8] + [op]
+        broken = exact[:8] + [op] + exact[9:]
         attrs["pretok_stages"] = np.int32(stages)
         with pytest.raises(jax.errors.JaxRuntimeError, match="pre-tokenizer operand|pretok_stages"):
             call(broken)
+    attrs["pretok_stages"] = np.int32(0)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="nfc_pairs must be int32"):
+        call(exact[:9] + [np.zeros(3, np.int32)])
 
 
 def test_tables_first_built_inside_jit_are_concrete(data_dir):

@@ -383,7 +383,7 @@ def test_added_tokens_are_all_specials(tmp_path):
 
 
 UNSUPPORTED_CASES = {
-    "normalizer": ({"normalizer": {"type": "NFC"}}, "normalizer NFC is not supported"),
+    "normalizer": ({"normalizer": {"type": "NFKC"}}, "normalizer: normalizer NFKC is not supported (only NFC)"),
     "metaspace": ({"pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}},
                   "pre_tokenizer: pre-tokenizer type 'Metaspace' is not supported"),
     "whitespace_seq": ({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Whitespace"}]}},

@@ -9,7 +9,7 @@
 
 from .compiler import PretokenizerUnsupported, compile_pattern
 from .pipeline import (BYTES_MODE, HF_BYTELEVEL_PATTERN, Pretokenizer, Stage, from_hf,
-                       from_tiktoken_pattern)
+                       from_tiktoken_pattern, nfc_from_hf, nfc_pairs)
 
-__all__ = ["PretokenizerUnsupported", "compile_pattern", "Pretokenizer", "Stage", "from_hf",
+__all__ = ["PretokenizerUnsupported", "compile_pattern", "Pretokenizer", "Stage", "from_hf", "nfc_from_hf", "nfc_pairs",
            "from_tiktoken_pattern", "BYTES_MODE", "HF_BYTELEVEL_PATTERN"]

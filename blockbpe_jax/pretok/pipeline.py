@@ -40,7 +40,10 @@ class Stage:
 
 @dataclasses.dataclass(frozen=True)
 class Pretokenizer:
+    """The stages, and whether the tokenizer's normalizer is NFC (then the kernels check that
+    the text is in NFC: ffi/pretokenize.h, nfc_suspect_at)."""
     stages: tuple[Stage, ...]
+    nfc: bool = False
 
     def automata(self) -> list[compiler.Automata]:
         return [_compile_cached(s) for s in self.stages]
@@ -59,7 +62,7 @@ class Pretokenizer:
 
 @functools.lru_cache(maxsize=64)
 def _operand(p: Pretokenizer) -> np.ndarray:
-    op = tables.pack(p.automata())
+    op = tables.pack(p.automata(), p.nfc)
     op.setflags(write=False)
     return op
 
@@ -113,6 +116,32 @@ def from_tiktoken_pattern(pattern: str) -> Pretokenizer:
 
 
 BYTES_MODE = Pretokenizer(())
+
+
+def nfc_pairs(nfc: bool) -> np.ndarray:
+    """The encode call's composition-pair operand: int32[K, 2], one stand-in row without NFC."""
+    from . import unicode as uni
+    return uni.nfc_pairs() if nfc else np.zeros((1, 2), np.int32)
+
+
+def nfc_from_hf(normalizer: object, where: str = "normalizer") -> bool:
+    """Whether a tokenizer.json `normalizer` is NFC (True) or none (False); NFC inside a
+    Sequence counts. Anything else (NFKC, NFD, Lowercase, Replace, Prepend, ...) raises
+    PretokenizerUnsupported naming it."""
+    if normalizer is None:
+        return False
+    if not isinstance(normalizer, dict):
+        raise PretokenizerUnsupported(f"{where}: expected an object, got {type(normalizer).__name__}")
+    kind = normalizer.get("type")
+    if kind == "NFC":
+        return True
+    if kind == "Sequence" and isinstance(normalizer.get("normalizers"), list):
+        steps = normalizer["normalizers"]
+        if not steps:
+            return False
+        if len(steps) == 1:
+            return nfc_from_hf(steps[0], f"{where}.normalizers[0]")
+    raise PretokenizerUnsupported(f"{where}: normalizer {kind} is not supported (only NFC)")
 
 
 def from_hf(pre: object, where: str = "pre_tokenizer") -> Pretokenizer:

@@ -1,14 +1,20 @@
 """Pack compiled pre-tokenizer stages into the kernels' operand (ffi/pretokenize.h: PretokView).
 
-Layout for S stages with B class blocks each: S x PretokTables, then S x stage1 (uint16[4352]:
-code point >> 8 -> block), then S x B x 256 class bytes. Stages with fewer blocks are padded.
+Layout for S stages with B class blocks each: S x PretokTables, then the stage1 arrays
+(uint16[4352]: code point >> 8 -> block) of the S class tables, then their B x 256 bytes
+(tables with fewer blocks are padded). With nfc, the first table's bytes also carry the NFC
+marks and one more table holds the Canonical_Combining_Class of every code point.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import unicode as uni
 from .compiler import MAX_CLASSES, MAX_STATES, INVALID_BYTE_STAND_IN, Automata
+
+MARK_MAYBE, MARK_NON_STARTER, MARK_NOT_NFC = 0x20, 0x40, 0x80   # kMarkMaybe, ... (pretokenize.h)
+CCC_TRAIL = 255   # kCccTrail: in the combining-class table, a starter that decomposes to marks
 
 MAX_STAGES = 4          # kMaxPretokStages
 STAGE1_LEN = 0x110000 >> 8
@@ -64,17 +70,24 @@ def class_blocks(class_of_cp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return stage1.astype(np.uint16).reshape(-1), blocks
 
 
-def pack(stages: list[Automata]) -> np.ndarray:
+def pack(stages: list[Automata], nfc: bool = False) -> np.ndarray:
     """The operand (uint8) for these stages; a one-byte placeholder for none (bytes mode)."""
     if not stages:
         return np.zeros(1, np.uint8)
     if len(stages) > MAX_STAGES:
         raise ValueError(f"at most {MAX_STAGES} pre-tokenizer stages are supported, got {len(stages)}")
     records = np.stack([stage_tables(a) for a in stages])
-    split = [class_blocks(a.class_of_cp) for a in stages]
+    per_cp = [a.class_of_cp.astype(np.uint8) for a in stages]
+    if nfc:
+        ccc, qc = uni.ccc(), uni.nfc_quick_check()
+        per_cp[0] = per_cp[0] | np.where(ccc > 0, MARK_NON_STARTER, 0).astype(np.uint8) \
+            | np.where(qc == 1, MARK_MAYBE, 0).astype(np.uint8) \
+            | np.where(qc == 2, MARK_NOT_NFC, 0).astype(np.uint8)
+        per_cp.append(np.where(uni.nfc_trail(), CCC_TRAIL, ccc).astype(np.uint8))
+    split = [class_blocks(t) for t in per_cp]
     n_blocks = max(b.shape[0] for _, b in split)
     stage1 = np.concatenate([s1 for s1, _ in split])
-    stage2 = np.zeros((len(stages), n_blocks, 256), np.uint8)
+    stage2 = np.zeros((len(split), n_blocks, 256), np.uint8)
     for k, (_, b) in enumerate(split):
         stage2[k, :b.shape[0]] = b
     return np.concatenate([records.view(np.uint8).reshape(-1), stage1.view(np.uint8),

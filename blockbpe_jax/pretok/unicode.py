@@ -82,6 +82,26 @@ def white_space():
     return property_set("White_Space")
 
 
+def ccc() -> np.ndarray:
+    """uint8[0x110000]: Canonical_Combining_Class."""
+    return _data()["ccc"]
+
+
+def nfc_quick_check() -> np.ndarray:
+    """uint8[0x110000]: NFC_Quick_Check, 0 Yes, 1 Maybe, 2 No."""
+    return _data()["nfc_qc"]
+
+
+def nfc_trail() -> np.ndarray:
+    """bool[0x110000]: starters whose canonical decomposition ends in a non-starter."""
+    return _data()["nfc_trail"]
+
+
+def nfc_pairs() -> np.ndarray:
+    """int32[K, 2]: the (first, second) code points of the primary composites, sorted."""
+    return _data()["nfc_pairs"]
+
+
 def general_category(cp: int) -> str:
     d = _data()
     return str(d["gc_names"][d["gc"][cp]])
