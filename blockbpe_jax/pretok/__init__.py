@@ -1,7 +1,8 @@
 """Pre-tokenizers as data: regexes compiled into the automata the kernels run.
 
     regex_syntax.py  the regex family of BPE pre-tokenizers -> syntax tree
-    compiler.py      syntax tree -> NFA -> the backward/forward automata (minimised)
+    nfa.py           syntax tree -> NFA with ordered choices
+    compiler.py      NFA -> the backward/forward automata (minimised), code point classes
     tables.py        automata -> the kernels' operand (ffi/pretokenize.h)
     pipeline.py      a tokenizer's stages (tiktoken pattern, HF pre_tokenizer) + compile cache
     unicode.py       Unicode 16.0.0 properties (unicode16.npz)

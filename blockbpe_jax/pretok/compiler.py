@@ -30,6 +30,7 @@ import numpy as np
 
 from . import regex_syntax as rs
 from . import unicode as uni
+from .nfa import Nfa, PretokenizerUnsupported, build, epsilon_walk, nullable
 
 MAX_STATES = 16        # 4-bit states: a chunk map is one uint64 in the kernels
 MAX_CLASSES = 32       # PretokTables' class dimension (ffi/pretokenize.h)
@@ -50,125 +51,6 @@ _FLAG_RULES = {
     "contiguous": {("start", "match"): 1, ("start", "gap"): 1, ("after", "match"): 0,
                    ("after", "gap"): 1, ("gap", "match"): 1, ("gap", "gap"): 0},
 }
-
-
-class PretokenizerUnsupported(ValueError):
-    """A pre-tokenizer cannot be compiled exactly (the message names the construct)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# NFA with ordered choices (Thompson-style, built back to front).
-@dataclasses.dataclass
-class _Nfa:
-    kind: list = dataclasses.field(default_factory=list)   # char split end eol look match
-    arg: list = dataclasses.field(default_factory=list)    # CharSet | None | (sub_start, negate)
-    out: list = dataclasses.field(default_factory=list)    # successors, in priority order
-    sets: list = dataclasses.field(default_factory=list)   # the CharSets, in order of first use
-
-    def add(self, kind, arg=None, out=()):
-        self.kind.append(kind)
-        self.arg.append(arg)
-        self.out.append(list(out))
-        return len(self.kind) - 1
-
-
-def _single_set(node) -> rs.CharSet | None:
-    """The CharSet of a node that matches exactly one code point, else None."""
-    if isinstance(node, rs.Chars):
-        return node.cs
-    if isinstance(node, rs.Alt) and all(isinstance(x, rs.Chars) for x in node.items):
-        acc = rs.empty_set()
-        for x in node.items:
-            acc = acc | x.cs
-        return acc
-    return None
-
-
-def _build(nfa: _Nfa, node, nxt: int, depth: int) -> int:
-    if isinstance(node, rs.Chars):
-        return nfa.add("char", node.cs, [nxt])
-    if isinstance(node, rs.Seq):
-        for item in reversed(node.items):
-            nxt = _build(nfa, item, nxt, depth)
-        return nxt
-    if isinstance(node, rs.Alt):
-        starts = [_build(nfa, item, nxt, depth) for item in node.items]
-        return nfa.add("split", None, starts)
-    if isinstance(node, rs.EndOfText):
-        return nfa.add("end", None, [nxt])
-    if isinstance(node, rs.EndOfLine):   # the end, or a \n next
-        return nfa.add("eol", rs.chars(0x0A), [nxt])
-    if isinstance(node, rs.Look):
-        if depth > 0:
-            raise PretokenizerUnsupported("a lookahead inside a lookahead is not supported")
-        sub_match = nfa.add("match")
-        sub_start = _build(nfa, node.item, sub_match, depth + 1)
-        return nfa.add("look", (sub_start, node.negate), [nxt])
-    if isinstance(node, rs.Repeat):
-        return _build_repeat(nfa, node, nxt, depth)
-    raise TypeError(node)
-
-
-def _build_repeat(nfa: _Nfa, node: rs.Repeat, nxt: int, depth: int) -> int:
-    body = node.item
-    possessive = node.possessive
-    if possessive:
-        # X{m,n}+ with X one code point: taking X is forced while the next code point is in X,
-        # so the possessive form is the greedy one where every exit not at the maximum count
-        # asserts (?!X). Possessive groups of several code points are not in this family.
-        cs = _single_set(body)
-        if cs is None:
-            raise PretokenizerUnsupported("a possessive quantifier on more than one code point "
-                                          "is not supported")
-    lo, hi = node.lo, node.hi
-
-    def exit_to(target: int) -> int:
-        if not possessive:
-            return target
-        sub_match = nfa.add("match")
-        sub_start = nfa.add("char", _single_set(body), [sub_match])
-        return nfa.add("look", (sub_start, True), [target])
-
-    def choice(take: int, leave: int) -> int:
-        return nfa.add("split", None, [take, leave] if node.greedy else [leave, take])
-
-    if hi is None:
-        loop = nfa.add("split", None, [])
-        take = _build(nfa, body, loop, depth)
-        leave = exit_to(nxt)
-        nfa.out[loop] = [take, leave] if node.greedy else [leave, take]
-        tail = loop
-    else:
-        # (X(X(...)?)?)? with hi - lo optional copies, nested so that counts are unambiguous.
-        tail = nxt
-        for k in range(hi - lo):
-            take = _build(nfa, body, tail, depth)
-            tail = choice(take, exit_to(nxt) if k < hi - lo else nxt)
-        if hi == lo:
-            tail = nxt
-    for _ in range(lo):
-        tail = _build(nfa, body, tail, depth)
-    return tail
-
-
-def _epsilon_walk(nfa: _Nfa, q0: int, passes):
-    """The nodes reachable from q0 without consuming a code point, in the regex's priority
-    order (depth first, each node once, as a backtracking engine tries them); the walk goes on
-    past an assertion or split q only where passes(q)."""
-    seen, stack = set(), [q0]
-    while stack:
-        q = stack.pop()
-        if q in seen:
-            continue
-        seen.add(q)
-        yield q
-        if nfa.kind[q] not in ("char", "match") and passes(q):
-            stack.extend(reversed(nfa.out[q]))
-
-
-def _nullable(nfa: _Nfa, start: int) -> bool:
-    # Whether the pattern can match without consuming a code point (assertions assumed true).
-    return any(nfa.kind[q] == "match" for q in _epsilon_walk(nfa, start, lambda q: True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,16 +99,18 @@ class _Compiler:
             raise PretokenizerUnsupported(f"{where}: Split behavior {behaviour!r} is not supported "
                                           f"(supported: {', '.join(BEHAVIOURS)})")
         if invert and behaviour != "isolated":
+            # (with Isolated, matches and the text between them are pieces alike: invert
+            # changes nothing)
             raise PretokenizerUnsupported(f"{where}: Split invert=true is only supported with "
                                           f"behavior Isolated")
-        self.flavour, self.behaviour = flavour, behaviour
-        nfa = _Nfa()
+        self.behaviour = behaviour
+        nfa = Nfa()
         self.match = nfa.add("match")
         try:
-            self.start = _build(nfa, tree, self.match, 0)
+            self.start = build(nfa, tree, self.match, 0)
         except PretokenizerUnsupported as e:
             raise PretokenizerUnsupported(f"{where}: {e}") from None
-        if _nullable(nfa, self.start):
+        if nullable(nfa, self.start):
             raise PretokenizerUnsupported(f"{where}: the pattern can match the empty string")
         self.nfa = nfa
         char_nodes = [q for q, k in enumerate(nfa.kind) if k in ("char", "eol")]
@@ -238,14 +122,12 @@ class _Compiler:
                 sets.append(key)
         self.cls_of_cp, self.reps = _partition(sets)
         self.n_cp_classes = len(self.reps)
-        # accepts[q] = the classes char node q consumes
+        # accepts[q] = the classes char node q consumes (for an eol node: the classes of \n)
         self.accepts = {}
         for q in char_nodes:
             mask = nfa.arg[q].mask
             self.accepts[q] = frozenset(c for c, rep in enumerate(self.reps, start=2) if mask[rep])
-        self.look_nodes = [q for q, k in enumerate(nfa.kind) if k == "look"]
-        # Evaluation order of the fixpoint: nodes of lookahead sub-patterns first.
-        self._memo_b: dict = {}
+        self._memo_b: dict = {}   # can_succeed's results
 
     # B(c, B_next): the states that can succeed at position i, where c is the class at i
     # (None: the end of the sub-text) and B_next the set at i + 1.
@@ -303,7 +185,7 @@ class _Compiler:
                 return (sub in b_here) != negate
             return True
 
-        for q in _epsilon_walk(nfa, q0, passes):
+        for q in epsilon_walk(nfa, q0, passes):
             if nfa.kind[q] == "match":
                 return ("match",)
             if nfa.kind[q] == "char" and c in self.accepts[q] and nfa.out[q][0] in b_next:
