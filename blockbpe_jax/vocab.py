@@ -602,6 +602,9 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
     model_type = model.get("type", "BPE" if "merges" in model else None)
     if model_type != "BPE":
         raise VocabError(f"{path}: model.type: model type {model_type!r} is not supported")
+    if model.get("byte_fallback"):
+        raise VocabError(f"{path}: model.byte_fallback: SentencePiece-style BPE (merges over "
+                         f"characters, byte fallback) is not supported yet")
     vocab_json = model.get("vocab")
     merges_json = model.get("merges")
     if not isinstance(vocab_json, dict):

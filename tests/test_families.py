@@ -260,6 +260,20 @@ def test_refusal_sentencepiece_model(key):
         bb.Tokenizer.from_file(path)
 
 
+def test_refusal_sentencepiece_json(data_dir, tmp_path):
+    """A Llama-2-style tokenizer.json (BPE with byte_fallback) is refused at load, by name."""
+    doc = copy.deepcopy(gpt2_doc(data_dir))
+    doc["model"]["byte_fallback"] = True
+    doc["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "},
+                                                    "content": "\u2581"}]}
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(bb.VocabError, match=r"model.byte_fallback: SentencePiece-style BPE \(merges "
+                                            r"over characters, byte fallback\) is not supported yet"):
+        bb.Tokenizer.from_file(path)
+
+
 def test_state_limit_refusal():
     # Counting 20 letters needs 20 states in each automaton.
     pattern = r"a{20}|(?s:.)"
