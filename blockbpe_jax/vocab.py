@@ -342,14 +342,14 @@ def _place_specials(
 ) -> list[bytes | None]:
     """Put special tokens' UTF-8 bytes at their ids, growing the list; reject collisions with a
     mergeable token of different bytes (the same bytes at the same id is fine: HF files list
-    their specials in model.vocab too)."""
+    their specials in model.vocab too). Several special strings may share an id, as tiktoken
+    allows (gpt-oss's o200k_harmony has '<|endofprompt|>' and '<|reserved_200018|>'): each
+    encodes to it, and it decodes to the first one listed."""
     seen_ids: dict[int, str] = {}
     for text, token_id in special_tokens.items():
         _check_id(f"{where}: special token {text!r}", token_id)
         if token_id in seen_ids:
-            raise VocabError(
-                f"{where}: special tokens {seen_ids[token_id]!r} and {text!r} share id {token_id}"
-            )
+            continue
         seen_ids[token_id] = text
         if not text:
             raise VocabError(f"{where}: special token with id {token_id} is empty")

@@ -453,3 +453,43 @@ def test_fuzz_nfc(nfc_tok, texts):
     texts = [t for t in texts if t] or ["x"]
     assert_same(tok, texts, nfc_reference(hf), allowed_special="all")
     check_nfc_primitive(tok, hf, texts)
+
+
+# ---------------------------------------------------------------------------------------------
+# gpt-oss (o200k_harmony): o200k's ranks and pattern with the Harmony chat format's specials,
+# built by tiktoken's own constructor from the shared rank file (no download).
+
+@pytest.fixture(scope="module")
+def harmony(data_dir):
+    tiktoken = pytest.importorskip("tiktoken")
+    import tiktoken.load
+    try:
+        import tiktoken_ext.openai_public as openai_public
+    except ImportError:
+        pytest.skip("tiktoken_ext.openai_public is not importable")
+    if not hasattr(openai_public, "o200k_harmony"):
+        pytest.skip("this tiktoken has no o200k_harmony")
+    path = data_dir / "vocab" / "tiktoken" / "o200k_base.tiktoken"
+    ranks = tiktoken.load.load_tiktoken_bpe(str(path))
+    real = openai_public.load_tiktoken_bpe
+    openai_public.load_tiktoken_bpe = lambda *args, **kwargs: ranks
+    try:
+        spec = openai_public.o200k_harmony()
+    finally:
+        openai_public.load_tiktoken_bpe = real
+    enc = tiktoken.Encoding(**spec)
+    return bb.Tokenizer.from_tiktoken(enc), enc
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpt_oss_harmony(harmony, data_dir, backend):
+    tok, enc = harmony
+    assert len(tok.vocab.special_tokens) == len(enc.special_tokens_set) > 1000
+    chat = ("<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>"
+            "What is 12345 * 678?<|end|><|start|>assistant<|channel|>analysis<|message|>"
+            "Compute: 12345*678 = 8369910.<|end|><|start|>assistant<|channel|>final"
+            "<|message|>8,369,910<|return|>")
+    texts = [chat, chat.replace("<|return|>", "<|call|>"), "<|reserved_200500|>x y"] + MIXED
+    assert_same(tok, texts, lambda t: enc.encode(t, allowed_special="all"), backend, "all")
+    texts = corpus_texts(data_dir, 4, seed=16)
+    assert_same(tok, texts, enc.encode_ordinary, backend)
