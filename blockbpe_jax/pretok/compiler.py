@@ -339,27 +339,28 @@ def _merge_states(gbwd: np.ndarray, trans: dict, nf_raw: int):
         if ra != rb:
             p[max(ra, rb)] = min(ra, rb)
 
-    def pairs_to_merge(group, values):
-        # (value, value) pairs that must share a group: values of members of one group
-        order = np.argsort(group, kind="stable")
-        g, v = group[order], values[..., order]
-        need = (g[1:] == g[:-1]) & (v[..., 1:] != v[..., :-1])
-        idx = np.nonzero(need)
-        return set(zip(v[..., :-1][idx].tolist(), v[..., 1:][idx].tolist()))
+    def against_representative(keys, values, size):
+        # Each key's representative value (the last one written) and every value's mismatch
+        # with it: members of one key that must agree (no sort: keys are small integers).
+        rep = np.zeros(size, values.dtype)
+        rep[keys] = values
+        bad = np.flatnonzero(values != rep[keys])
+        return rep[keys][bad], values[bad]
 
     def close(pb, pf):
         # Propagate forced merges to a fixpoint (in place); False on a flag conflict.
         while True:
             pb[:], pf[:] = roots(pb), roots(pf)
-            merge_b = pairs_to_merge(pb, pb[images])
+            merge_b = set()
+            for img in pb[images]:   # G must map a group into one group, class by class
+                a, b = against_representative(pb, img, nb)
+                merge_b.update(zip(a.tolist(), b.tolist()))
             key = (Cc * (nb + 1) + pb[T]) * (nf_raw + 1) + pf[S]
-            order = np.argsort(key, kind="stable")
-            k, fl, nx = key[order], FL[order], pf[NS[order]]
-            same = k[1:] == k[:-1]
-            if np.any(same & (fl[1:] != fl[:-1])):
+            size = n_cls * (nb + 1) * (nf_raw + 1)
+            if against_representative(key, FL, size)[0].size:
                 return False
-            idx = np.flatnonzero(same & (nx[1:] != nx[:-1]))
-            merge_f = set(zip(nx[idx].tolist(), nx[idx + 1].tolist()))
+            a, b = against_representative(key, pf[NS], size)
+            merge_f = set(zip(a.tolist(), b.tolist()))
             if not merge_b and not merge_f:
                 return True
             for a, b in merge_b:

@@ -112,22 +112,24 @@ def _fold_orbits() -> dict[int, tuple[int, ...]]:
     # Simple case folding as the regex engines apply it for (?i): code points whose one-character
     # case fold (casefold, else lower) is the same. s, S and U+017F share an orbit; so do k, K
     # and U+212A.
+    # Only code points that fold to another one are visited in full; a fold target joins its
+    # own orbit (folding is idempotent), so the orbits are those of grouping every code point.
     groups: dict[str, list[int]] = {}
-    for cp in range(N_CODE_POINTS):
-        if 0xD800 <= cp < 0xE000:
-            continue
+    for cp in np.flatnonzero(SCALAR_VALUES).tolist():
         ch = chr(cp)
         f = ch.casefold()
+        if f == ch:
+            continue
         if len(f) != 1:
             f = ch.lower()
-            if len(f) != 1:
+            if len(f) != 1 or f == ch:
                 continue
         groups.setdefault(f, []).append(cp)
     orbits = {}
     for f, members in groups.items():
-        if len(members) > 1:
-            for cp in members:
-                orbits[cp] = tuple(members)
+        members = sorted(set(members) | {ord(f)})
+        for cp in members:
+            orbits[cp] = tuple(members)
     return orbits
 
 
