@@ -13,7 +13,6 @@ Writes DIR/families.json.
 from __future__ import annotations
 
 import argparse
-import base64
 import importlib.util
 import json
 import pathlib
@@ -41,7 +40,6 @@ def package_file(package, *parts):
 
 def families(root: pathlib.Path):
     """(name, file, format, reference name, reference batch encoder)."""
-    import tiktoken
     from tokenizers import Tokenizer
 
     def hf_ref(path):
@@ -62,10 +60,9 @@ def families(root: pathlib.Path):
     # and the same without the normalizer: what the device's NFC check costs. The raw bytes
     # go to the primitive, which checks them (War and Peace is in NFC).
     doc = json.loads((root / "vocab" / "llama3" / "tokenizer.json").read_bytes())
-    qwen2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
     doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": qwen2}, "behavior": "Isolated", "invert": False},
+        {"type": "Split", "pattern": {"Regex": testing.QWEN2_PATTERN}, "behavior": "Isolated",
+         "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
     for label, normalizer in (("Qwen2 split, no normalizer", None), ("Qwen2 split + NFC", {"type": "NFC"})):
         doc["normalizer"] = normalizer
@@ -78,12 +75,7 @@ def families(root: pathlib.Path):
                     "HF tokenizers", hf_ref(ds)))
     tk = package_file("mistral_common", "data", "tekken_240911.json")
     if tk is not None:
-        doc = json.loads(tk.read_bytes())
-        cfg = doc["config"]
-        n_sp = cfg["default_num_special_tokens"]
-        inner = cfg["default_vocab_size"] - n_sp
-        ranks = {base64.b64decode(e["token_bytes"]): e["rank"] for e in doc["vocab"] if e["rank"] < inner}
-        enc = tiktoken.Encoding("tekken", pat_str=cfg["pattern"], mergeable_ranks=ranks, special_tokens={})
+        enc, n_sp = testing.tekken_oracle(tk)
         out.append(("Mistral Tekken", bb.Tokenizer.from_file(tk), "Tekken JSON", "tiktoken (as mistral-common)",
                     lambda texts, enc=enc, n=n_sp: [[i + n for i in r] for r in
                                                     enc.encode_ordinary_batch(texts, num_threads=16)]))

@@ -19,6 +19,9 @@ VOCAB_FILES = {
     "llama3": ("llama3/tokenizer.model", "llama3/tokenizer.json"),
 }
 BYTES_MODE_PATTERN = r"(?s:.+)"  # tiktoken with this pattern == our bytes mode
+# Qwen2's pre-tokenizer regex (single digits): tests/test_families.py and benchmarks/families.py
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def data_dir() -> Path:
@@ -50,6 +53,24 @@ def excerpts(raw: bytes, lo: int, hi: int, seed: int = 0) -> list[bytes]:
         out.append(raw[i:j])
         i = j
     return out
+
+
+def tekken_oracle(path: Path):
+    """(tiktoken.Encoding, id offset) of a Mistral Tekken file, built as mistral_common's
+    Tekkenizer builds it: ranks below default_vocab_size - num_special, id = rank + offset."""
+    import base64
+    import json
+
+    import tiktoken
+
+    doc = json.loads(Path(path).read_bytes())
+    cfg = doc["config"]
+    n_special = cfg["default_num_special_tokens"]
+    inner = cfg["default_vocab_size"] - n_special
+    ranks = {base64.b64decode(e["token_bytes"]): e["rank"] for e in doc["vocab"] if e["rank"] < inner}
+    enc = tiktoken.Encoding(Path(path).stem, pat_str=cfg["pattern"], mergeable_ranks=ranks,
+                            special_tokens={})
+    return enc, n_special
 
 
 def tiktoken_oracle(name: str, tokenizer, pattern: str):

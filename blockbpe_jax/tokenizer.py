@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -97,7 +98,12 @@ class Tokenizer:
         t = self._tables
         return (t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data,
                 sp.special_offsets, sp.special_data, sp.special_ids, self._pretok()[0],
-                pretok.nfc_pairs(bool(self.vocab.pretokenizer and self.vocab.pretokenizer.nfc)))
+                pretok.nfc_pairs(self.nfc))
+
+    @property
+    def nfc(self) -> bool:
+        """Whether the tokenizer's normalizer is NFC (exact mode requires text in NFC)."""
+        return bool(self.vocab.pretokenizer and self.vocab.pretokenizer.nfc)
 
     def _pretok(self) -> tuple[np.ndarray, int, str | None]:
         """(operand, stages, None) of the pre-tokenizer, or (placeholder, -1, why exact mode is
@@ -134,7 +140,7 @@ class Tokenizer:
             _, exact, error = self._pretok()
             cached = ops.EncodeTables(
                 *arrays, name=vocab.name, exact_stages=exact, exact_error=error,
-                nfc=bool(vocab.pretokenizer and vocab.pretokenizer.nfc),
+                nfc=self.nfc,
                 max_piece_len=self.max_piece_len if vocab.whole_piece_shortcut else 0,
                 rank_is_id=self._tables.rank_is_id,
                 specials=key[1])
@@ -159,7 +165,7 @@ class Tokenizer:
         tokenizer whose normalizer is NFC gets its strings normalized here first (`normalize`).
         """
         texts = _text_list(texts, max_len)
-        nfc = mode == "exact" and self.vocab.pretokenizer is not None and self.vocab.pretokenizer.nfc
+        nfc = mode == "exact" and self.nfc
         if nfc:
             texts = self.normalize(texts)
         target = device or jax.devices()[0]
@@ -190,7 +196,7 @@ class Tokenizer:
         raw bytes does not rewrite text: it reports a string that may not be in NFC with count
         -2 (ffi/pretokenize.h), so normalize first where text may be decomposed. Bytes that are
         not valid UTF-8 are left as they are."""
-        if self.vocab.pretokenizer is None or not self.vocab.pretokenizer.nfc:
+        if not self.nfc:
             return list(texts)
         out = []
         for t in texts:
@@ -240,13 +246,18 @@ def pack_strings(texts: Sequence[str | bytes], *, max_len: int | None = None
 
 
 def _nfc(text: str) -> str:
+    return _unicodedata().normalize("NFC", text)
+
+
+@functools.lru_cache(maxsize=1)
+def _unicodedata():
     # unicodedata2 carries Unicode 16.0 (the kernels' tables); the standard library's module is
     # older, which only matters for code points assigned since (normalization is stable).
     try:
         import unicodedata2 as ucd
     except ImportError:  # pragma: no cover - depends on the environment
         import unicodedata as ucd
-    return ucd.normalize("NFC", text)
+    return ucd
 
 
 def _text_list(texts, max_len) -> list:

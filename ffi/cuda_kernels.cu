@@ -347,7 +347,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   const int64_t b = blockIdx.x;
   const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
   const BlockPlacement at = place_block_arrays(
-      smem, p.workspace + b * workspace_bytes_per_string(p.max_len, p.pretok_stages), p.max_len, p.pretok_stages);
+      smem, p.workspace + b * workspace_bytes_per_string(p.max_len, p.pretok_stages), p.max_len,
+      p.pretok_stages);
   BlockArrays a = carve(at.core, at.pass, cap);
   int32_t* out = p.ids + b * p.max_tokens;
   int n = p.lengths[b];
@@ -553,12 +554,15 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
                        ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
                        ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
                        ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
-                       ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs, int32_t pretok_stages, int32_t nfc, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id, int32_t block_size,
+                       ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
+                       int32_t pretok_stages, int32_t nfc, int32_t pad_id, int32_t max_piece_len,
+                       int32_t rank_is_id, int32_t block_size,
                        ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
                        ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
   EncodeParams p;
   ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
-                                      token_data, special_offsets, special_data, special_ids, pretok, nfc_pairs, pretok_stages, nfc,
+                                      token_data, special_offsets, special_data, special_ids,
+                                      pretok, nfc_pairs, pretok_stages, nfc,
                                       pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
   if (err.failure()) return err;
   if (p.batch == 0) return ffi::Error::Success();

@@ -96,7 +96,8 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
   }
   if (p.pretok.nfc)
     for (int i = 0; i < n; ++i)
-      if (nfc_suspect_at(p.pretok, p.nfc_pairs, text, n, s.is_special.data(), i)) return kCountNotNormalized;
+      if (nfc_suspect_at(p.pretok, p.nfc_pairs, text, n, s.is_special.data(), i))
+        return kCountNotNormalized;
   pretokenize_sequential(p.pretok, text, n, s.is_special.data(), s.piece_start.data());
   for (int i = 0; i < n; ++i)
     s.tok[i] = initial_token(v, p.special, text[i], s.is_special.data(), s.piece_start.data(),

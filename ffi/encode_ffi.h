@@ -17,8 +17,9 @@ namespace ffi = xla::ffi;
 // Operands in order: data, lengths, the vocabulary and special-token tables, the
 // pre-tokenizer tables (pretokenize.h, PretokView), the NFC composition pairs.
 // Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), nfc (NfcAttr, pretokenize.h:
-// NFC tables in the operand, and whether the text is checked), pad_id, max_piece_len (0 disables the whole-piece shortcut), rank_is_id
-// (1: every pair's rank is its merged id, as in tiktoken vocabularies), block_size.
+// NFC tables in the operand, and whether the text is checked), pad_id, max_piece_len (0
+// disables the whole-piece shortcut), rank_is_id (1: every pair's rank is its merged id, as
+// in tiktoken vocabularies), block_size.
 // Results: ids, counts, workspace.
 template <typename Binding>
 auto bind_encode(Binding b) {
@@ -58,8 +59,8 @@ inline ffi::Error make_encode_params(
     ffi::Buffer<ffi::S32> byte_ids, ffi::Buffer<ffi::S32> piece_table,
     ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
     ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data,
-    ffi::Buffer<ffi::S32> special_ids, ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs, int32_t pretok_stages, int32_t nfc, int32_t pad_id, int32_t max_piece_len,
-    int32_t rank_is_id,
+    ffi::Buffer<ffi::S32> special_ids, ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
+    int32_t pretok_stages, int32_t nfc, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
     ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
     ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
   auto bad = [](const std::string& what) { return ffi::Error::InvalidArgument("bbpe_encode: " + what); };

@@ -34,7 +34,7 @@
 // API (namespace bbpe):
 //   host:   pretokenize_sequential(view, text, n, is_special, piece_start)
 //           pretokenize_chunked(view, text, n, is_special, chunk_bytes, piece_start[, lookback])
-//   device: pretokenize_stage<BLOCK_THREADS, ITEMS_PER_THREAD>(...) (BlockPretokenizer)
+//   device: block_pretokenize<BLOCK_THREADS, ITEMS_PER_THREAD>(...) (BlockPretokenizer)
 //   shared: PretokView (the tables of all stages), byte_class, utf8_decode, map_then /
 //           map_apply, chunk_bwd_map, chunk_bwd_replay, chunk_fwd_map, chunk_fwd_replay,
 //           edge_state.

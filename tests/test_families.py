@@ -98,14 +98,8 @@ def test_deepseek_corpora(deepseek, data_dir, backend):
 @pytest.fixture(scope="module", params=["mistral-tekken-240718", "mistral-tekken-240911"])
 def tekken(request):
     path = families.require(request.param)
-    tiktoken = pytest.importorskip("tiktoken")
-    import base64
-    doc = json.loads(path.read_bytes())
-    cfg = doc["config"]
-    n_special = cfg["default_num_special_tokens"]
-    inner = cfg["default_vocab_size"] - n_special
-    ranks = {base64.b64decode(e["token_bytes"]): e["rank"] for e in doc["vocab"] if e["rank"] < inner}
-    enc = tiktoken.Encoding(path.stem, pat_str=cfg["pattern"], mergeable_ranks=ranks, special_tokens={})
+    pytest.importorskip("tiktoken")
+    enc, n_special = testing.tekken_oracle(path)
 
     def reference(text):
         return [i + n_special for i in enc.encode_ordinary(text)]
@@ -147,8 +141,7 @@ def split(regex, behavior="Isolated", invert=False, string=False):
             "behavior": behavior, "invert": invert}
 
 
-QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = testing.QWEN2_PATTERN
 CONFIGS = {
     "qwen2_single_digits": [split(QWEN2), BYTE_LEVEL],
     "bytelevel_regex": [BYTE_LEVEL_REGEX],
@@ -461,7 +454,7 @@ def test_fuzz_nfc(nfc_tok, texts):
 
 @pytest.fixture(scope="module")
 def harmony(data_dir):
-    tiktoken = pytest.importorskip("tiktoken")
+    pytest.importorskip("tiktoken")
     import tiktoken.load
     try:
         import tiktoken_ext.openai_public as openai_public

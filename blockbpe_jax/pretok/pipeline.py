@@ -86,11 +86,9 @@ def _compile_cached(stage: Stage) -> compiler.Automata:
     path = d / f"{key}.npz" if d else None
     if path is not None and path.exists():
         try:
-            with np.load(path) as z:
-                return compiler.Automata(
-                    class_of_cp=z["class_of_cp"], n_classes=int(z["n_classes"]),
-                    bwd=z["bwd"], fwd=z["fwd"], flag=z["flag"], bwd_init=int(z["bwd_init"]),
-                    fwd_init=int(z["fwd_init"]))
+            with np.load(path) as z:   # arrays as saved, 0-d ones back to ints
+                return compiler.Automata(**{f.name: z[f.name] if z[f.name].ndim else int(z[f.name])
+                                            for f in dataclasses.fields(compiler.Automata)})
         except (OSError, KeyError, ValueError):
             pass  # a damaged entry is rebuilt
     a = compiler.compile_pattern(stage.pattern, flavour=stage.flavour, behaviour=stage.behaviour,
@@ -99,9 +97,7 @@ def _compile_cached(stage: Stage) -> compiler.Automata:
         try:
             d.mkdir(parents=True, exist_ok=True)
             buf = io.BytesIO()
-            np.savez_compressed(buf, class_of_cp=a.class_of_cp.astype(np.uint8), n_classes=a.n_classes,
-                                bwd=a.bwd, fwd=a.fwd, flag=a.flag, bwd_init=a.bwd_init,
-                                fwd_init=a.fwd_init)
+            np.savez_compressed(buf, **dataclasses.asdict(a))
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_bytes(buf.getvalue())
             tmp.replace(path)

@@ -102,6 +102,7 @@ Node = Union[Chars, Seq, Alt, Repeat, EndOfText, EndOfLine, Look]
 # What `$` means: tiktoken (Rust regex, no multi-line flag): end of text; HF tokenizers
 # (Oniguruma, Ruby syntax): end of line, i.e. before a \n or at the end.
 FLAVOURS = ("tiktoken", "hf")
+_SET_ESCAPES = "sSdDpP"   # escapes that stand for a set of code points
 
 
 class _Parser:
@@ -219,7 +220,7 @@ class _Parser:
                 return Look(Seq((Repeat(Chars(chars(0x0A)), 0, 1, True, False), EndOfText())), negate=False)
             if esc in "AbBG":
                 self.fail(f"anchor \\{esc} is not supported")
-            return Chars(self._fold(self.escape(in_class=False), ci))
+            return Chars(self._fold(self.escape(), ci))
         self.i += 1
         return Chars(self._fold(chars(ord(c)), ci))
 
@@ -273,8 +274,9 @@ class _Parser:
             fail(f"inline flags (?{flags}) are not supported (only i and {dotall})")
         return "".join(sorted(set(fl + "".join(allowed[f] for f in flags))))
 
-    def escape(self, in_class: bool) -> CharSet:
-        """A backslash escape at self.i (inside or outside a class) as a CharSet."""
+    def escape(self) -> CharSet:
+        """A backslash escape at self.i (inside or outside a class) as a CharSet: one code point,
+        or a set for the escapes in _SET_ESCAPES."""
         esc = self.peek(1)
         self.i += 2
         simple = {"n": 0x0A, "r": 0x0D, "t": 0x09, "f": 0x0C, "v": 0x0B, "a": 0x07, "e": 0x1B, "0": 0}
@@ -379,19 +381,14 @@ class _Parser:
         return chars(lo)
 
     def _class_char(self) -> int | CharSet:
+        """A class member: a code point (which may start a range) or a set escape (\\s, \\p...)."""
         c = self.peek()
-        if c == "\\":
-            s = self.escape(in_class=True)
-            members = np.flatnonzero(s.mask)
-            return int(members[0]) if members.size == 1 and not self._was_class_escape() else s
-        self.i += 1
-        return ord(c)
-
-    def _was_class_escape(self) -> bool:
-        # The escape just read was \s \d \p... (a set) rather than a single character.
-        back = self.p[:self.i]
-        k = back.rfind("\\")
-        return k >= 0 and back[k + 1:k + 2] in "sSdDpP"
+        if c != "\\":
+            self.i += 1
+            return ord(c)
+        is_set = self.peek(1) in _SET_ESCAPES
+        s = self.escape()
+        return s if is_set else int(np.flatnonzero(s.mask)[0])
 
     @staticmethod
     def _fold(cs: CharSet, ci: bool) -> CharSet:
