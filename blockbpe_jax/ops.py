@@ -40,12 +40,13 @@ BYTES_MODE_STAGES = 0   # pretok_stages of bytes mode: no pre-tokenizer
 
 # The encode call's operands after (data, lengths), in order (ffi/encode_ffi.h).
 TABLE_OPERANDS = ("pair_table", "byte_ids", "piece_table", "token_offsets", "token_data",
-                  "special_offsets", "special_data", "special_ids", "pretok", "nfc_pairs")
+                  "special_offsets", "special_data", "special_ids", "pretok", "nfc_pairs",
+                  "char_table")
 
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=list(TABLE_OPERANDS),
-                   meta_fields=["name", "exact_stages", "nfc", "exact_error", "max_piece_len", "rank_is_id",
+                   meta_fields=["name", "exact_stages", "symbols", "nfc", "exact_error", "max_piece_len", "rank_is_id",
                                 "specials"])
 @dataclasses.dataclass(frozen=True)
 class EncodeTables:
@@ -66,8 +67,10 @@ class EncodeTables:
     special_ids: jax.Array
     pretok: jax.Array          # the pre-tokenizer's tables (uint8, ffi/pretokenize.h)
     nfc_pairs: jax.Array       # NFC composition pairs int32[K, 2] (a stand-in row without NFC)
+    char_table: jax.Array      # SentencePiece BPE's character tables (ffi/char_symbols.h)
     name: str
     exact_stages: int          # pre-tokenizer stages in `pretok` for mode="exact", or -1
+    symbols: int               # 0: byte-level BPE; 1: SentencePiece BPE (merges over characters)
     nfc: bool                  # exact mode checks that the text is in NFC (its normalizer)
     exact_error: str | None    # why exact mode is unavailable, if it is
     max_piece_len: int         # 0 disables the whole-piece shortcut
@@ -98,7 +101,7 @@ def _workspace_bytes(batch: int, max_len: int, pretok_stages: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _encode_call(pretok_stages: int, nfc: int, pad_id: int, max_piece_len: int, rank_is_id: bool, block_size: int,
+def _encode_call(pretok_stages: int, symbols: int, nfc: int, pad_id: int, max_piece_len: int, rank_is_id: bool, block_size: int,
                  max_tokens: int,
                  checked: bool):
     """A vmappable function (data, lengths, *tables) -> (ids, counts) for fixed attributes."""
@@ -116,7 +119,7 @@ def _encode_call(pretok_stages: int, nfc: int, pad_id: int, max_piece_len: int, 
             )
             ids, counts, _ = jax.ffi.ffi_call(target, out_types)(
                 data, lengths, *tables, pretok_stages=np.int32(pretok_stages),
-                nfc=np.int32(nfc), pad_id=np.int32(pad_id),
+                symbols=np.int32(symbols), nfc=np.int32(nfc), pad_id=np.int32(pad_id),
                 max_piece_len=np.int32(max_piece_len), rank_is_id=np.int32(rank_is_id),
                 block_size=np.int32(block_size))
             return ids, counts
@@ -148,10 +151,16 @@ def _encode_call(pretok_stages: int, nfc: int, pad_id: int, max_piece_len: int, 
 def resolve_mode(tables: EncodeTables, mode: str) -> int:
     """The pretok_stages attribute: mode="exact" -> the pre-tokenizer's stages (or raises),
     "bytes" -> 0."""
+    if mode not in ("exact", "bytes"):
+        raise ValueError(f"mode must be 'exact' or 'bytes', got {mode!r}")
+    if tables.symbols:
+        if mode == "bytes":
+            raise ValueError(f"mode='bytes' is byte-level BPE without a pre-tokenizer; "
+                             f"{tables.name} is a SentencePiece BPE model (merges over "
+                             f"characters): use mode='exact'")
+        return BYTES_MODE_STAGES
     if mode == "bytes":
         return BYTES_MODE_STAGES
-    if mode != "exact":
-        raise ValueError(f"mode must be 'exact' or 'bytes', got {mode!r}")
     if tables.exact_stages < 0:
         raise ValueError(f"exact mode is not supported for {tables.name}: {tables.exact_error}. "
                          f"Use mode='bytes' for byte-level BPE without a pre-tokenizer.")
@@ -231,7 +240,7 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
         tables = tokenizer.tables("none" if allowed_special is None else allowed_special, device)
     # nfc attribute (ffi/pretokenize.h, NfcAttr): 0 no NFC tables, 1 check the text, 2 trusted
     nfc = 0 if not tables.nfc else (2 if assume_nfc else 1)
-    call = _encode_call(resolve_mode(tables, mode), nfc, int(pad_id),
+    call = _encode_call(resolve_mode(tables, mode), tables.symbols, nfc, int(pad_id),
                         tables.max_piece_len,
                         bool(tables.rank_is_id),
                         int(block_size), int(max_tokens), bool(check_lengths))

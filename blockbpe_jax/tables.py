@@ -19,6 +19,11 @@ change them only together with it. All arrays are int32 unless noted.
   token_data[token_offsets[i]:token_offsets[i+1]] (empty for holes), specials included.
 * special tables: the allowed specials' UTF-8 bytes, longest first (ties by bytes), so the
   first match at a position is the longest one.
+* SentencePiece BPE (vocab.char_level; ffi/char_symbols.h): byte_ids holds the byte-fallback
+  pieces <0xXX>; the piece table holds the one-character pieces of 2-4 UTF-8 bytes (their
+  bytes appended to token_data, as the text spells them: `▁` is the piece of U+2581);
+  char_table is the int32 layout documented in char_symbols.h. Byte-level vocabularies pass
+  a one-entry stand-in char_table.
 
 lookup_pair / lookup_piece are the reference probes, in plain Python, that the tests use to
 prove the layout.
@@ -208,6 +213,8 @@ class VocabTables:
     max_piece_len: int  # longest byte_len in piece_table
     rank_is_id: bool  # every pair's rank equals its merged id (true of tiktoken vocabularies)
     nbytes: int  # total bytes of all arrays
+    char_table: np.ndarray  # int32: SentencePiece BPE's character tables, or a [1] stand-in
+    symbols: int  # SYMBOLS_BYTES or SYMBOLS_CHARS (ffi/char_symbols.h)
 
     def __repr__(self) -> str:
         return (
@@ -261,13 +268,49 @@ def _build_piece_table(vocab: Vocab, offsets: np.ndarray, data: np.ndarray) -> t
     return table, int(lengths.max(initial=0))
 
 
+SYMBOLS_BYTES, SYMBOLS_CHARS = 0, 1  # the `symbols` attribute (ffi/char_symbols.h)
+CHAR_TABLE_HEADER = 132            # kCharTableHeader
+
+
+def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(piece_table, token_data extended, char_table, max key length) of SentencePiece BPE."""
+    cl = vocab.char_level
+    wide = [(ch.encode("utf-8"), i) for ch, i in cl.char_ids.items() if len(ch.encode("utf-8")) > 1]
+    keys = b"".join(k for k, _ in wide)
+    offsets = np.cumsum([0] + [len(k) for k, _ in wide], dtype=np.int64)[:-1] + data.size
+    if data.size + len(keys) > np.iinfo(np.int32).max:
+        raise ValueError(f"{vocab.name}: token bytes do not fit int32 offsets")
+    capacity = _capacity(len(wide))
+    hashes = np.asarray([piece_hash(k) for k, _ in wide], dtype=np.uint32)
+    table = np.full((capacity, 4), -1, dtype=np.int32)
+    slots = _place_by_linear_probing(hashes, capacity)
+    table[slots, 0] = hashes.view(np.int32)
+    table[slots, 1] = [i for _, i in wide]
+    table[slots, 2] = [len(k) for k, _ in wide]
+    table[slots, 3] = offsets
+    extended = np.concatenate([data, np.frombuffer(keys, dtype=np.uint8)])
+    char_table = np.full(CHAR_TABLE_HEADER + max(len(cl.run_ids), 1), -1, dtype=np.int32)
+    for ch, i in cl.char_ids.items():
+        if len(ch) == 1 and ord(ch) < 128:
+            char_table[ord(ch)] = i
+    char_table[128:131] = (cl.replacement_id, cl.prefix_id, cl.word_start_id)
+    char_table[131] = max(len(cl.run_ids) - 1, 0)
+    char_table[CHAR_TABLE_HEADER:CHAR_TABLE_HEADER + len(cl.run_ids)] = cl.run_ids
+    return table, extended, char_table, max((len(k) for k, _ in wide), default=1)
+
+
 def build_vocab_tables(vocab: Vocab) -> VocabTables:
     """All per-vocabulary device tables (see the module docstring for the layouts)."""
     offsets, data = _token_bytes_arrays(vocab)
     pair_table = _build_pair_table(vocab)
-    piece_table, max_piece_len = _build_piece_table(vocab, offsets, data)
+    if vocab.char_level is None:
+        piece_table, max_piece_len = _build_piece_table(vocab, offsets, data)
+        char_table, symbols = np.full(1, -1, dtype=np.int32), SYMBOLS_BYTES
+    else:
+        piece_table, data, char_table, max_piece_len = _build_char_tables(vocab, data)
+        symbols = SYMBOLS_CHARS
     byte_ids = np.asarray(vocab.byte_ids, dtype=np.int32)
-    arrays = (pair_table, byte_ids, piece_table, offsets, data)
+    arrays = (pair_table, byte_ids, piece_table, offsets, data, char_table)
     return VocabTables(
         pair_table=pair_table,
         byte_ids=byte_ids,
@@ -277,6 +320,8 @@ def build_vocab_tables(vocab: Vocab) -> VocabTables:
         max_piece_len=max_piece_len,
         rank_is_id=bool(np.array_equal(pair_table[:, 2], pair_table[:, 3])),
         nbytes=sum(a.nbytes for a in arrays),
+        char_table=char_table,
+        symbols=symbols,
     )
 
 
@@ -329,13 +374,13 @@ def build_special_tables(vocab: Vocab, allowed: str | Iterable[str] | None) -> S
     Sorted longest first (ties by bytes) so a linear scan's first match is the longest match,
     which is what tiktoken and HF do when one special is a prefix of another."""
     if allowed is None:
-        names: list[str] = []
+        names: list[str] = list(vocab.always_special)
     elif allowed == "all":
         names = list(vocab.special_tokens)
     elif isinstance(allowed, str):
         raise ValueError(f"allowed must be 'all', None or a collection of names, not {allowed!r}")
     else:
-        names = list(dict.fromkeys(allowed))
+        names = list(dict.fromkeys([*vocab.always_special, *allowed]))
         unknown = [n for n in names if n not in vocab.special_tokens]
         if unknown:
             raise ValueError(f"{vocab.name}: unknown special tokens: {', '.join(map(repr, unknown))}")

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _blockbpe_cpu, ops, pretok, staging, tekken
+from . import _blockbpe_cpu, ops, pretok, sentencepiece, staging, tekken
 from .tables import build_special_tables, build_vocab_tables
 from .vocab import (Vocab, from_tiktoken_encoding, load_tiktoken_file, read_json,
                     vocab_from_tokenizer_json)
@@ -39,12 +39,23 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path: str | os.PathLike, **kwargs) -> "Tokenizer":
         path = os.fspath(path)
+        if sentencepiece.is_sentencepiece_model(_file_head(path)):
+            return cls(sentencepiece.load_sentencepiece_model(path))
         if path.endswith(".json"):   # HF tokenizer.json or Mistral Tekken
             doc = read_json(path)
             if tekken.is_tekken_json(doc):
                 return cls(tekken.vocab_from_tekken(doc, path))
             return cls(vocab_from_tokenizer_json(doc, path))
         return cls(load_tiktoken_file(path, **kwargs))
+
+    @classmethod
+    def from_sentencepiece(cls, model) -> "Tokenizer":
+        """From a SentencePiece BPE model: a `.model` path or a
+        `sentencepiece.SentencePieceProcessor` (its serialized model)."""
+        if isinstance(model, (str, os.PathLike)):
+            return cls(sentencepiece.load_sentencepiece_model(model))
+        return cls(sentencepiece.vocab_from_sentencepiece(
+            model.serialized_model_proto(), "<sentencepiece.SentencePieceProcessor>"))
 
     @classmethod
     def from_tiktoken(cls, encoding) -> "Tokenizer":
@@ -98,7 +109,7 @@ class Tokenizer:
         t = self._tables
         return (t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data,
                 sp.special_offsets, sp.special_data, sp.special_ids, self._pretok()[0],
-                pretok.nfc_pairs(self.nfc))
+                pretok.nfc_pairs(self.nfc), t.char_table)
 
     @property
     def nfc(self) -> bool:
@@ -114,6 +125,8 @@ class Tokenizer:
                 placeholder = pretok.BYTES_MODE.operand()
                 if vocab.unsupported:
                     res = (placeholder, -1, vocab.unsupported)
+                elif vocab.char_level is not None:  # SentencePiece BPE: no pre-tokenizer
+                    res = (placeholder, 0, None)
                 elif vocab.pretokenizer is None:
                     res = (placeholder, -1, "it has no pre-tokenizer pattern (pass pattern= when "
                                             "loading a .tiktoken file)")
@@ -140,8 +153,10 @@ class Tokenizer:
             _, exact, error = self._pretok()
             cached = ops.EncodeTables(
                 *arrays, name=vocab.name, exact_stages=exact, exact_error=error,
-                nfc=self.nfc,
-                max_piece_len=self.max_piece_len if vocab.whole_piece_shortcut else 0,
+                symbols=self._tables.symbols, nfc=self.nfc,
+                # (SentencePiece BPE looks characters up in the piece table)
+                max_piece_len=(self.max_piece_len if vocab.whole_piece_shortcut or vocab.char_level
+                               else 0),
                 rank_is_id=self._tables.rank_is_id,
                 specials=key[1])
             with self._lock:
@@ -220,18 +235,29 @@ class Tokenizer:
                              f"(-1 flags a row whose input length was invalid)")
         counts = np.minimum(counts, ids.shape[-1])
         tb = self.vocab.token_bytes
+        dummy_prefix = self.vocab.char_level is not None and self.vocab.char_level.prefix_id >= 0
         out = []
         for row, n in zip(ids.reshape(-1, ids.shape[-1]), counts.reshape(-1)):
             row = row[: int(n)].tolist()
             bad = [i for i in row if not 0 <= i < len(tb) or tb[i] is None]
             if bad:
                 raise ValueError(f"decode: ids not in the vocabulary: {bad[:10]}")
-            out.append(b"".join(tb[i] for i in row))
+            text = b"".join(tb[i] for i in row)
+            # SentencePiece's decoder drops the space its dummy prefix put in front.
+            out.append(text[1:] if dummy_prefix and text[:1] == b" " else text)
         return out
 
     def decode(self, ids, counts, errors: str = "replace") -> list[str]:
         """Token ids back to strings (`errors` as in bytes.decode, like tiktoken's)."""
         return [b.decode("utf-8", errors=errors) for b in self.decode_bytes(ids, counts)]
+
+
+def _file_head(path: str, size: int = 64) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(size)
+    except OSError:
+        return b""  # the loader that reads it says why
 
 
 def pack_strings(texts: Sequence[str | bytes], *, max_len: int | None = None

@@ -28,10 +28,13 @@ import re
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from . import pretok
 from .pretok import HF_BYTELEVEL_PATTERN, Pretokenizer
+
+if TYPE_CHECKING:
+    from .sentencepiece import CharLevel
 
 __all__ = [
     "VocabError",
@@ -304,6 +307,11 @@ class Vocab:
     pretokenizer: Pretokenizer | None
     unsupported: str | None
     source: str
+    # SentencePiece BPE (merges over characters; blockbpe_jax/sentencepiece.py), else None.
+    char_level: "CharLevel | None" = None
+    # Special tokens matched in text whatever the allowed specials (SentencePiece user-defined
+    # pieces).
+    always_special: tuple[str, ...] = ()
 
     @property
     def n_vocab(self) -> int:

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bpe_core.h"
+#include "char_symbols.h"
 #include "encode_ffi.h"
 #include "pretokenize.h"
 
@@ -300,6 +301,66 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
   return n;
 }
 
+// Copies the tokens of src[0..n) that are not kDeleted, in order, to dst[at..); returns how
+// many (block-uniform).
+template <int kThreads>
+__device__ int compact_tokens(const int32_t* src, int n, int32_t* dst, int at,
+                              typename Scans<kThreads>::Storage& tmp) {
+  const int per = (n + kThreads - 1) / kThreads;
+  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
+  int mine = 0;
+  for (int i = lo; i < hi; ++i) mine += src[i] != kDeleted;
+  int first, total;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, first, total);
+  for (int i = lo, j = at + first; i < hi; ++i)
+    if (src[i] != kDeleted) dst[j++] = src[i];
+  __syncthreads();
+  return total;
+}
+
+// SentencePiece-style BPE (char_symbols.h) of the block's string, specials marked (a.tok[i]:
+// the special matched at i): character symbols, dense, after the dummy prefix; word starts
+// flagged; the block-wide passes; then the runs. Leaves the tokens in a.tok; returns their count.
+template <int kThreads>
+__device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, int n,
+                                         typename Scans<kThreads>::Storage& tmp) {
+  const VocabView& v = p.vocab;
+  const CharView& c = p.chars;
+  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = char_at(v, c, a.text, n, a.is_special, i);
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += kThreads)
+    a.tok[i] = initial_char_token(v, c, p.special, a.text, n, a.is_special, a.tok[i], a.rank, i);
+  __syncthreads();
+  const int prefix = n > 0 && c.prefix_id >= 0;
+  if (prefix && threadIdx.x == 0) a.next_tok[0] = c.prefix_id | kSegStart;
+  n = compact_tokens<kThreads>(a.tok, n, a.next_tok, prefix, tmp) + prefix;
+  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
+  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = starts_word(c, a.tok, i);
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += kThreads) a.tok[i] |= a.rank[i] ? kSegStart : 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
+  __syncthreads();
+  n = merge_passes<kThreads>(v, a, n, tmp);
+  if (c.run_max == 0) return n;
+  // Runs: their starts and lengths first (a.rank is free), then one thread per run.
+  bool any = false;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    a.rank[i] = starts_run(c, a.tok, i) ? run_length(c, a.tok, i, n) : 0;
+    any |= a.rank[i] > 1;
+  }
+  if (!__syncthreads_or(any)) return n;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const int len = a.rank[i];
+    if (len < 2) continue;
+    for (int k = merge_run(c, a.tok + i, len); k < len; ++k) a.tok[i + k] = kDeleted;
+  }
+  __syncthreads();
+  n = compact_tokens<kThreads>(a.tok, n, a.next_tok, 0, tmp);
+  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
+  return n;
+}
+
 // Stage clocks (a build option, BLOCKBPE_STAGE_CLOCKS=ON; normal builds compile them away):
 // thread 0 of every block adds the cycles of each stage to device counters, which
 // benchmarks/stage_clocks.py reads through the CUDA module.
@@ -338,26 +399,25 @@ struct StageClock {
 template <int kThreads>
 constexpr int kMinBlocksPerSm = kThreads >= 1024 ? 1 : 1024 / kThreads;
 
+// The start of every block: its arrays, its string loaded, the special tokens marked (a.tok[i]:
+// the special matched at i, is_special). False (the row written and flagged) for a length
+// outside [0, max_len], which only an unchecked call can pass.
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_kernel(
-    const __grid_constant__ EncodeParams p) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ typename Scans<kThreads>::Storage tmp;
-  StageClock clock;
+__device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem, BlockArrays& a,
+                                            int32_t*& out, int& n, StageClock& clock) {
   const int64_t b = blockIdx.x;
   const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
   const BlockPlacement at = place_block_arrays(
       smem, p.workspace + b * workspace_bytes_per_string(p.max_len, p.pretok_stages), p.max_len,
       p.pretok_stages);
-  BlockArrays a = carve(at.core, at.pass, cap);
-  int32_t* out = p.ids + b * p.max_tokens;
-  int n = p.lengths[b];
+  a = carve(at.core, at.pass, cap);
+  out = p.ids + b * p.max_tokens;
+  n = p.lengths[b];
   if (n < 0 || n > p.max_len) {  // unchecked call with a bad length: no reads, flag the row
     for (int j = threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
     if (threadIdx.x == 0) p.counts[b] = -1;
-    return;
+    return false;
   }
-  const VocabView& v = p.vocab;
   const uint8_t* src = p.data + b * (int64_t)p.max_len;
   if (((reinterpret_cast<uintptr_t>(src) | (uintptr_t)p.max_len) & 15) == 0) {
     // 16 bytes per load (the row is aligned and n rounded up stays inside it; the arrays are
@@ -391,7 +451,41 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
     __syncthreads();
   }
   clock.mark(kClockSpecials);
+  return true;
+}
 
+// SentencePiece-style BPE (symbols = kSymbolsChars): one block per string, encode_chars.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_chars_kernel(
+    const __grid_constant__ EncodeParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ typename Scans<kThreads>::Storage tmp;
+  StageClock clock;
+  BlockArrays a;
+  int32_t* out;
+  int n;
+  if (!begin_block<kThreads>(p, smem, a, out, n, clock)) return;
+  n = encode_chars<kThreads>(p, a, n, tmp);
+  for (int j = threadIdx.x; j < min(n, p.max_tokens); j += kThreads) out[j] = token_id(a.tok[j]);
+  for (int j = n + threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
+  if (threadIdx.x == 0) p.counts[blockIdx.x] = n;
+  clock.mark(kClockPasses);
+  clock.count(kClockBlocks, true);
+}
+
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_kernel(
+    const __grid_constant__ EncodeParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ typename Scans<kThreads>::Storage tmp;
+  StageClock clock;
+  const int64_t b = blockIdx.x;
+  const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
+  BlockArrays a;
+  int32_t* out;
+  int n;
+  if (!begin_block<kThreads>(p, smem, a, out, n, clock)) return;
+  const VocabView& v = p.vocab;
   if (p.pretok.nfc) {  // a string that may not be in NFC is reported, not tokenized
     bool suspect = false;
     for (int i = threadIdx.x; i < n; i += kThreads)
@@ -541,10 +635,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
 template <int kThreads>
 cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
   const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.pretok_stages);
-  cudaError_t err = cudaFuncSetAttribute(encode_kernel<kThreads>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  const auto kernel = p.symbols == kSymbolsChars ? encode_chars_kernel<kThreads> : encode_kernel<kThreads>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
-  encode_kernel<kThreads><<<(unsigned)p.batch, kThreads, smem, stream>>>(p);
+  kernel<<<(unsigned)p.batch, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -555,14 +649,15 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
                        ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
                        ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
                        ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
-                       int32_t pretok_stages, int32_t nfc, int32_t pad_id, int32_t max_piece_len,
+                       ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols,
+                       int32_t nfc, int32_t pad_id, int32_t max_piece_len,
                        int32_t rank_is_id, int32_t block_size,
                        ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
                        ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
   EncodeParams p;
   ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
                                       token_data, special_offsets, special_data, special_ids,
-                                      pretok, nfc_pairs, pretok_stages, nfc,
+                                      pretok, nfc_pairs, char_table, pretok_stages, symbols, nfc,
                                       pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
   if (err.failure()) return err;
   if (p.batch == 0) return ffi::Error::Success();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bpe_core.h"
+#include "char_symbols.h"
 #include "encode_params.h"
 #include "pretokenize.h"
 
@@ -16,7 +17,7 @@ namespace bbpe {
 
 struct CpuScratch {
   std::vector<uint8_t> is_special, piece_start;
-  std::vector<int32_t> tok, rank;
+  std::vector<int32_t> tok, rank, chars;
   std::vector<uint8_t> fresh;
   // merge_segment_heap (its own arrays: rank and fresh above are indexed by text position)
   std::vector<int32_t> next, prev, pair_rank, batch, touched;
@@ -82,6 +83,52 @@ inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratc
   return count;
 }
 
+// Merges one segment tok[0..m) in place; returns its token count.
+inline int merge_one_segment(const VocabView& v, int32_t* tok, int m, CpuScratch& s) {
+  if (m < 2) return m;
+  if (m > kHeapMergeMinLen) return merge_segment_heap(v, tok, m, s);
+  return merge_segment(v, tok, s.rank.data(), s.fresh.data(), m);
+}
+
+// SentencePiece-style BPE (char_symbols.h) of text[0..n) into s.tok[0..count), the specials
+// already marked (s.tok[i] = the special matched at i); returns count.
+inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s) {
+  const VocabView& v = p.vocab;
+  const CharView& c = p.chars;
+  const uint8_t* sp = s.is_special.data();
+  s.rank.resize(n + 2);
+  s.fresh.resize(n + 2);
+  for (int i = 0; i < n; ++i) s.rank[i] = char_at(v, c, text, n, sp, i);
+  for (int i = 0; i < n; ++i)
+    s.tok[i] = initial_char_token(v, c, p.special, text, n, sp, s.tok[i], s.rank.data(), i);
+  // The symbols, dense, after the dummy prefix; then each segment's merges, packed as we go.
+  std::vector<int32_t>& t = s.chars;
+  t.clear();
+  if (n > 0 && c.prefix_id >= 0) t.push_back(c.prefix_id | kSegStart);
+  for (int i = 0; i < n; ++i)
+    if (s.tok[i] != kDeleted) t.push_back(s.tok[i]);
+  for (int j = (int)t.size() - 1; j > 0; --j)
+    if (starts_word(c, t.data(), j)) t[j] |= kSegStart;
+  int count = 0;
+  for (int start = 0, m = (int)t.size(); start < m;) {
+    int end = start + 1;
+    while (end < m && !starts_segment(t[end])) ++end;
+    const int kept = merge_one_segment(v, &t[start], end - start, s);
+    std::copy(t.begin() + start, t.begin() + start + kept, t.begin() + count);
+    count += kept;
+    start = end;
+  }
+  // The runs, last (into s.tok: n + 1 entries, and count <= n + 1).
+  int out = 0;
+  for (int i = 0; i < count;) {
+    const int len = starts_run(c, t.data(), i) ? run_length(c, t.data(), i, count) : 1;
+    std::copy(t.begin() + i, t.begin() + i + len, s.tok.begin() + out);
+    out += len > 1 ? merge_run(c, &s.tok[out], len) : 1;
+    i += len;
+  }
+  return out;
+}
+
 // Tokenizes text[0..n) into s.tok[0..count); returns count (kCountNotNormalized: the text may
 // not be in the NFC form its tokenizer requires).
 inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s) {
@@ -94,6 +141,7 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
     for (int i = 0; i < n; ++i) s.tok[i] = special_match_at(p.special, text, n, i);
     accept_special_matches(p.special, s.tok.data(), n, s.is_special.data());
   }
+  if (p.symbols == kSymbolsChars) return encode_chars(p, text, n, s);
   if (p.pretok.nfc)
     for (int i = 0; i < n; ++i)
       if (nfc_suspect_at(p.pretok, p.nfc_pairs, text, n, s.is_special.data(), i))
@@ -115,10 +163,8 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
     if (whole >= 0) s.tok[start] = whole | kSegStart;
     if (whole >= 0 || s.is_special[start])
       m = 1;
-    else if (m > kHeapMergeMinLen)
-      m = merge_segment_heap(v, &s.tok[start], m, s);
     else
-      m = merge_segment(v, &s.tok[start], &s.rank[start], &s.fresh[start], m);
+      m = merge_one_segment(v, &s.tok[start], m, s);
     std::copy(s.tok.begin() + start, s.tok.begin() + start + m, s.tok.begin() + count);
     count += m;
     for (start = end; start < n && s.tok[start] == kDeleted;) ++start;  // rest of a special

@@ -15,8 +15,10 @@ namespace bbpe {
 namespace ffi = xla::ffi;
 
 // Operands in order: data, lengths, the vocabulary and special-token tables, the
-// pre-tokenizer tables (pretokenize.h, PretokView), the NFC composition pairs.
-// Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), nfc (NfcAttr, pretokenize.h:
+// pre-tokenizer tables (pretokenize.h, PretokView), the NFC composition pairs, the character
+// tables of SentencePiece-style BPE (char_symbols.h).
+// Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), symbols (char_symbols.h:
+// kSymbolsBytes or kSymbolsChars), nfc (NfcAttr, pretokenize.h:
 // NFC tables in the operand, and whether the text is checked), pad_id, max_piece_len (0
 // disables the whole-piece shortcut), rank_is_id (1: every pair's rank is its merged id, as
 // in tiktoken vocabularies), block_size.
@@ -35,7 +37,9 @@ auto bind_encode(Binding b) {
       .template Arg<ffi::Buffer<ffi::S32>>()      // special_ids [max(S, 1)]
       .template Arg<ffi::Buffer<ffi::U8>>()       // pretok [pretok_operand_bytes(...)]
       .template Arg<ffi::Buffer<ffi::S32>>()      // nfc_pairs [K, 2] (K >= 1)
+      .template Arg<ffi::Buffer<ffi::S32>>()      // char_table [kCharTableHeader + run_max + 1] or [1]
       .template Attr<int32_t>("pretok_stages")
+      .template Attr<int32_t>("symbols")
       .template Attr<int32_t>("nfc")
       .template Attr<int32_t>("pad_id")
       .template Attr<int32_t>("max_piece_len")
@@ -60,7 +64,7 @@ inline ffi::Error make_encode_params(
     ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
     ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data,
     ffi::Buffer<ffi::S32> special_ids, ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
-    int32_t pretok_stages, int32_t nfc, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
+    ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols, int32_t nfc, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
     ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
     ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
   auto bad = [](const std::string& what) { return ffi::Error::InvalidArgument("bbpe_encode: " + what); };
@@ -99,6 +103,23 @@ inline ffi::Error make_encode_params(
     return bad("nfc_pairs must be int32[K, 2] with K >= 1");
   p->nfc_pairs = NfcPairs{nfc_pairs.typed_data(), (int32_t)(nfc_pairs.element_count() / 2)};
   if (max_piece_len < 0) return bad("max_piece_len must be >= 0");
+  if (symbols != kSymbolsBytes && symbols != kSymbolsChars)
+    return bad("symbols must be 0 (bytes) or 1 (characters), got " + std::to_string(symbols));
+  p->symbols = symbols;
+  p->chars = CharView{};
+  if (symbols == kSymbolsChars) {
+    // Merges over characters have no pre-tokenizer and no NFC check (a SentencePiece model's
+    // normalizer is refused at load unless it is the identity).
+    if (pretok_stages != kModeBytes || nfc != 0)
+      return bad("symbols=1 (characters) takes pretok_stages=0 and nfc=0");
+    const int32_t* c = char_table.typed_data();
+    const int64_t size = (int64_t)char_table.element_count();
+    const int32_t run_max = size > kCharTableHeader - 1 ? c[kCharTableHeader - 1] : -1;
+    if (run_max < 0 || run_max > (1 << 20) || size != kCharTableHeader + run_max + 1)
+      return bad("char_table must be int32[" + std::to_string(kCharTableHeader) +
+                 " + run_max + 1] (char_symbols.h), got " + std::to_string(size) + " entries");
+    p->chars = CharView{c, c[128], c[129], c[130], run_max, c + kCharTableHeader};
+  }
 
   p->data = data.typed_data();
   p->lengths = lengths.typed_data();

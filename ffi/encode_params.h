@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "bpe_core.h"
+#include "char_symbols.h"
 #include "pretokenize.h"
 
 namespace bbpe {
@@ -22,8 +23,9 @@ constexpr int kCoreBytesPerPosition = 3 + 2 * 4;
 constexpr int kPassBytesPerPosition = 3 * 4;
 constexpr int kBytesPerPosition = kCoreBytesPerPosition + kPassBytesPerPosition;
 
-// Positions are padded to a multiple of 16 so every array stays 16-byte aligned.
-BBPE_HD int64_t padded_len(int64_t len) { return (len + 15) / 16 * 16; }
+// Positions per string: one more than the string's bytes (room for SentencePiece's dummy
+// prefix), padded to a multiple of 16 so every array stays 16-byte aligned.
+BBPE_HD int64_t padded_len(int64_t len) { return (len + 1 + 15) / 16 * 16; }
 
 // Where the arrays live. Up to kSmemMaxLen bytes, the core arrays are in shared memory; the
 // pass arrays too in bytes mode (every string runs the passes), but in exact mode they go to
@@ -67,6 +69,8 @@ struct EncodeParams {
   int32_t max_tokens;       // T
   int32_t pad_id;
   int32_t pretok_stages;    // stages of the pre-tokenizer; kModeBytes (0): none
+  int32_t symbols;          // kSymbolsBytes or kSymbolsChars (char_symbols.h)
+  CharView chars;           // with kSymbolsChars: the character tables
   PretokView pretok;        // their tables (pretokenize.h)
   NfcPairs nfc_pairs;       // with pretok.nfc: the composition pairs (pretokenize.h)
   VocabView vocab;

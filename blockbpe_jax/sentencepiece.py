@@ -1,0 +1,263 @@
+"""SentencePiece BPE models (`.model` files: Llama 2, Mistral v1-v7, Gemma) as a Vocab whose
+merges run over characters (the kernel's rules: ffi/char_symbols.h).
+
+The file is a protobuf ModelProto; the few fields that decide tokenization are read here
+directly (no `sentencepiece` dependency). sentencepiece's BPE encoder splits the normalized
+text into characters and repeatedly merges the adjacent pair whose concatenation is the piece
+with the highest score, leftmost first on equal scores; a character without a piece becomes
+its UTF-8 bytes' <0xXX> pieces. That maps onto the byte-level engine with a pair table ranked
+by score, given three properties of the vocabulary that are checked here (a model without
+them is refused, naming what is missing):
+
+* every character of every piece is itself a piece (so a fallback character never merges);
+* scores of multi-character pieces are distinct, except for one group of runs of a single
+  character (Mistral's and Llama 2's `▁▁`..`▁`x16) whose shared score is the lowest and that
+  no other piece overlaps: the kernel applies those runs last, in sentencepiece's order;
+* the normalizer is the identity (no NFKC map, no whitespace collapsing), with sentencepiece's
+  dummy prefix and whitespace escaping as options.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from .vocab import MAX_TOKEN_ID, Vocab, VocabError, _place_specials
+
+SPACE = "\u2581"  # `▁`: sentencepiece's escaped space
+REPLACEMENT = "\ufffd"
+
+# SentencePiece.Type and TrainerSpec.ModelType (sentencepiece_model.proto)
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+MODEL_TYPES = {1: "UNIGRAM", 2: "BPE", 3: "WORD", 4: "CHAR"}
+
+
+@dataclass(frozen=True)
+class CharLevel:
+    """What the character-level kernel path needs besides the pair table (ffi/char_symbols.h)."""
+
+    char_ids: dict[str, int]   # one-character pieces by the character the text holds
+    replacement_id: int        # piece of U+FFFD (a byte that is not valid UTF-8), or -1
+    prefix_id: int             # piece of the dummy prefix `▁`, or -1
+    word_start_id: int         # piece that starts a word (`▁`), or -1 (no word segments)
+    run_ids: tuple[int, ...]   # run_ids[k]: piece of k run characters, -1 if none; () if no runs
+
+
+# --------------------------------------------------------------------------------------------
+# Protobuf wire format (only what ModelProto needs)
+# --------------------------------------------------------------------------------------------
+
+def _varint(data: bytes, at: int, where: str) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise VocabError(f"{where}: truncated or malformed protobuf varint")
+        b = data[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, at
+
+
+def _fields(data: bytes, where: str):
+    """(field number, wire type, value) of a message: ints for varints, bytes otherwise."""
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at, where)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = _varint(data, at, where)
+        elif wire == 1 or wire == 5:
+            size = 8 if wire == 1 else 4
+            value, at = data[at:at + size], at + size
+        elif wire == 2:
+            size, at = _varint(data, at, where)
+            value, at = data[at:at + size], at + size
+        else:
+            raise VocabError(f"{where}: protobuf wire type {wire} is not valid here")
+        if at > len(data):
+            raise VocabError(f"{where}: truncated protobuf message")
+        yield number, wire, value
+
+
+def _message(data: bytes, where: str, defaults: dict[int, object]) -> dict[int, object]:
+    out = dict(defaults)
+    for number, _, value in _fields(data, where):
+        out[number] = value
+    return out
+
+
+def _text(value: object, where: str) -> str:
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        raise VocabError(f"{where}: not valid UTF-8") from None
+
+
+def is_sentencepiece_model(head: bytes) -> bool:
+    """Whether a file that starts with `head` looks like a ModelProto (field 1, a piece)."""
+    return head[:1] == b"\n" and head[2:3] == b"\n"  # pieces[0] { piece: ... }
+
+
+# --------------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------------
+
+def load_sentencepiece_model(path: str | os.PathLike) -> Vocab:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise VocabError(f"{path}: cannot read: {e}") from e
+    return vocab_from_sentencepiece(data, str(path), path.name)
+
+
+def vocab_from_sentencepiece(data: bytes, where: str, name: str = "sentencepiece") -> Vocab:
+    pieces: list[tuple[str, float, int]] = []
+    trainer, normalizer = b"", b""
+    for number, wire, value in _fields(data, where):
+        if number == 1 and wire == 2:
+            at = f"{where}: pieces[{len(pieces)}]"
+            m = _message(value, at, {1: b"", 2: struct.pack("<f", 0.0), 3: NORMAL})
+            pieces.append((_text(m[1], at), struct.unpack("<f", m[2])[0], int(m[3])))
+        elif number == 2 and wire == 2:
+            trainer = value
+        elif number == 3 and wire == 2:
+            normalizer = value
+    if not pieces:
+        raise VocabError(f"{where}: no pieces (not a SentencePiece model?)")
+    if len(pieces) > MAX_TOKEN_ID:
+        raise VocabError(f"{where}: {len(pieces)} pieces is too many")
+    t = _message(trainer, f"{where}: trainer_spec", {3: 1, 24: 0, 35: 0})
+    n = _message(normalizer, f"{where}: normalizer_spec", {1: b"", 2: b"", 3: 1, 4: 1, 5: 1, 6: b""})
+
+    def refuse(what: str):
+        raise VocabError(f"{where}: {what}")
+
+    if t[3] != 2:
+        refuse(f"trainer_spec.model_type: {MODEL_TYPES.get(t[3], t[3])} models are not supported "
+               f"(only BPE)")
+    if not t[35]:
+        refuse("trainer_spec.byte_fallback is false: models without byte fallback (unknown "
+               "characters as <unk>) are not supported")
+    if t[24]:
+        refuse("trainer_spec.treat_whitespace_as_suffix is not supported")
+    norm_name = _text(n[1], f"{where}: normalizer_spec.name")
+    if n[2] or n[6] or norm_name not in ("", "identity"):
+        refuse(f"normalizer_spec: the {norm_name or 'custom'!r} normalization is not supported "
+               f"(only 'identity')")
+    if n[4]:
+        refuse("normalizer_spec.remove_extra_whitespaces is not supported")
+    escape = bool(n[5])
+
+    ids: dict[str, int] = {}
+    by_type: dict[int, list[int]] = defaultdict(list)
+    for i, (piece, _, kind) in enumerate(pieces):
+        at = f"pieces[{i}] ({piece!r})"
+        if kind not in (NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE):
+            refuse(f"{at}: unknown piece type {kind}")
+        if kind == UNUSED:
+            refuse(f"{at}: UNUSED pieces (merged, then split again by sentencepiece) are not "
+                   f"supported")
+        if not piece or piece in ids:
+            refuse(f"{at}: empty or duplicate piece")
+        ids[piece] = i
+        by_type[kind].append(i)
+
+    # Byte fallback pieces <0x00>..<0xFF>.
+    byte_ids = [ids.get(f"<0x{b:02X}>", -1) for b in range(256)]
+    if -1 in byte_ids or any(pieces[i][2] != BYTE for i in byte_ids):
+        refuse("byte_fallback is set but the 256 BYTE pieces <0x00>..<0xFF> are not all there")
+
+    normal = {pieces[i][0]: i for i in by_type[NORMAL]}
+    chars = {p: i for p, i in normal.items() if len(p) == 1}
+    for p in normal:
+        missing = next((ch for ch in p if ch not in chars), None)
+        if missing is not None:
+            refuse(f"piece {p!r}: its character {missing!r} is not a piece")
+
+    # Ranks from scores (highest first); the one allowed tie group: runs of one character.
+    multi = [i for i in by_type[NORMAL] if len(pieces[i][0]) > 1]
+    groups: dict[float, list[int]] = defaultdict(list)
+    for i in multi:
+        groups[pieces[i][1]].append(i)
+    ties = [g for g in groups.values() if len(g) > 1]
+    run_group: list[int] = []
+    if ties:
+        run_group = min(ties, key=lambda g: pieces[g[0]][1])
+        run_char = pieces[run_group[0]][0][0]
+        lowest = min(pieces[i][1] for i in multi)
+        shape_ok = (len(ties) == 1 and pieces[run_group[0]][1] == lowest
+                    and all(set(pieces[i][0]) == {run_char} for i in run_group)
+                    and not any(run_char * 2 in pieces[i][0] for i in multi if i not in set(run_group)))
+        if not shape_ok:
+            a, b = ties[0][:2]
+            refuse(f"pieces {pieces[a][0]!r} and {pieces[b][0]!r} share the score {pieces[a][1]}: "
+                   f"sentencepiece breaks such ties by position, which is only supported for one "
+                   f"group of runs of a single character with the lowest score")
+    in_run_group = set(run_group)
+    ranked = sorted((i for i in multi if i not in in_run_group), key=lambda i: -pieces[i][1])
+    merges: dict[tuple[int, int], tuple[int, int]] = {}
+    for rank, i in enumerate(ranked):
+        piece = pieces[i][0]
+        for cut in range(1, len(piece)):
+            left, right = normal.get(piece[:cut]), normal.get(piece[cut:])
+            if left is not None and right is not None:
+                merges[(left, right)] = (rank, i)
+    run_ids: tuple[int, ...] = ()
+    if run_group:
+        longest = max(len(pieces[i][0]) for i in run_group)
+        run_ids = tuple(normal.get(run_char * k, -1) if k else -1 for k in range(longest + 1))
+
+    # Bytes of each id (decoding): `▁` is a space; BYTE pieces their byte; the rest their text.
+    token_bytes: list[bytes | None] = []
+    for piece, _, kind in pieces:
+        if kind == BYTE:
+            token_bytes.append(bytes([int(piece[3:5], 16)]))
+        elif kind in (NORMAL, USER_DEFINED) and escape:
+            token_bytes.append(piece.replace(SPACE, " ").encode("utf-8"))
+        else:
+            token_bytes.append(piece.encode("utf-8"))
+    # Control and unknown pieces are special tokens (matched in text only when allowed);
+    # user-defined ones are always matched, as sentencepiece does.
+    specials = {pieces[i][0]: i for k in (UNKNOWN, CONTROL, USER_DEFINED) for i in by_type[k]}
+    user_defined = tuple(pieces[i][0] for i in by_type[USER_DEFINED])
+    token_bytes = _place_specials(where, token_bytes, {s: i for s, i in specials.items()
+                                                       if pieces[i][2] != USER_DEFINED})
+
+    space_id = chars.get(SPACE, -1)
+    char_ids = dict(chars)
+    if escape and space_id >= 0:
+        char_ids[" "] = space_id
+    elif escape:
+        refuse("normalizer_spec.escape_whitespaces is set but there is no piece '\u2581'")
+    # Word segments are exact when no piece has a `▁` after another character.
+    words = escape and not any(a != SPACE and b == SPACE for p in normal for a, b in zip(p, p[1:]))
+    char_level = CharLevel(
+        char_ids=char_ids,
+        replacement_id=chars.get(REPLACEMENT, -1),
+        prefix_id=space_id if n[3] and escape else -1,
+        word_start_id=space_id if words else -1,
+        run_ids=run_ids,
+    )
+    if n[3] and not escape:
+        refuse("normalizer_spec.add_dummy_prefix without escape_whitespaces is not supported")
+    return Vocab(
+        name=name,
+        token_bytes=tuple(token_bytes),
+        merges=merges,
+        byte_ids=tuple(byte_ids),
+        special_tokens=specials,
+        pattern=None,
+        pattern_name=None,
+        whole_piece_shortcut=False,
+        pretokenizer=None,
+        unsupported=None,
+        source=where,
+        char_level=char_level,
+        always_special=user_defined,
+    )
