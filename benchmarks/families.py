@@ -79,6 +79,19 @@ def families(root: pathlib.Path):
         out.append(("Mistral Tekken", bb.Tokenizer.from_file(tk), "Tekken JSON", "tiktoken (as mistral-common)",
                     lambda texts, enc=enc, n=n_sp: [[i + n for i in r] for r in
                                                     enc.encode_ordinary_batch(texts, num_threads=16)]))
+    # SentencePiece BPE (merges over characters), against the sentencepiece library.
+    try:
+        import sentencepiece as spm
+    except ImportError:
+        spm = None
+    for label, fname in (("Mistral v1 SentencePiece", "tokenizer.model.v1"),
+                         ("Mistral v7 SentencePiece", "mistral_instruct_tokenizer_241114.model.v7")):
+        path = package_file("mistral_common", "data", fname)
+        if path is not None and spm is not None:
+            sp = spm.SentencePieceProcessor(model_file=str(path))
+            out.append((label, bb.Tokenizer.from_file(path), ".model (SentencePiece BPE)",
+                        "sentencepiece (16 threads)",
+                        lambda texts, sp=sp: sp.encode(texts, num_threads=16)))
     return out
 
 

@@ -269,7 +269,7 @@ def _build_piece_table(vocab: Vocab, offsets: np.ndarray, data: np.ndarray) -> t
 
 
 SYMBOLS_BYTES, SYMBOLS_CHARS = 0, 1  # the `symbols` attribute (ffi/char_symbols.h)
-CHAR_TABLE_HEADER = 132            # kCharTableHeader
+CHAR_TABLE_HEADER = 137            # kCharTableHeader
 
 
 def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -289,13 +289,18 @@ def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple[np.ndarray, np.n
     table[slots, 2] = [len(k) for k, _ in wide]
     table[slots, 3] = offsets
     extended = np.concatenate([data, np.frombuffer(keys, dtype=np.uint8)])
-    char_table = np.full(CHAR_TABLE_HEADER + max(len(cl.run_ids), 1), -1, dtype=np.int32)
+    runs = cl.runs
+    width = max((len(row) for row in runs.table), default=0) or 1 if runs else 0
+    char_table = np.full(CHAR_TABLE_HEADER + (runs.long * width if runs else 0), -1, dtype=np.int32)
     for ch, i in cl.char_ids.items():
         if len(ch) == 1 and ord(ch) < 128:
             char_table[ord(ch)] = i
-    char_table[128:131] = (cl.replacement_id, cl.prefix_id, cl.word_start_id)
-    char_table[131] = max(len(cl.run_ids) - 1, 0)
-    char_table[CHAR_TABLE_HEADER:CHAR_TABLE_HEADER + len(cl.run_ids)] = cl.run_ids
+    char_table[128:132] = (cl.replacement_id, cl.prefix_id, cl.prefix_rule, cl.word_start_id)
+    if runs:
+        char_table[132:137] = (runs.run_id, runs.long, runs.long_id, runs.step, width)
+        for m, row in enumerate(runs.table):
+            at = CHAR_TABLE_HEADER + m * width
+            char_table[at:at + len(row)] = row
     return table, extended, char_table, max((len(k) for k, _ in wide), default=1)
 
 

@@ -599,6 +599,32 @@ def read_json(path: str | os.PathLike) -> object:
         raise VocabError(f"{path}: not valid JSON: {e}") from e
 
 
+def parse_hf_merges(path, merges_json: list, vocab_json: dict, prefix_len: int = 0
+                    ) -> dict[tuple[int, int], tuple[int, int]]:
+    """model.merges of a tokenizer.json: (left id, right id) -> (rank = list index, merged id);
+    a pair listed twice takes its last rank, as in HF."""
+    merges: dict[tuple[int, int], tuple[int, int]] = {}
+    for rank, merge in enumerate(merges_json):
+        at = f"{path}: model.merges[{rank}]"
+        if isinstance(merge, str):
+            parts = merge.split(" ")
+        elif isinstance(merge, list) and all(isinstance(p, str) for p in merge):
+            parts = merge
+        else:
+            raise VocabError(f"{at}: expected \"a b\" or [a, b], got {merge!r}")
+        if len(parts) != 2:
+            raise VocabError(f"{at}: expected two tokens, got {merge!r}")
+        left, right = parts
+        for part in parts:
+            if part not in vocab_json:
+                raise VocabError(f"{at}: merge {merge!r} refers to unknown token {part!r}")
+        merged = vocab_json.get(left + right[prefix_len:])
+        if merged is None:
+            raise VocabError(f"{at}: merge result {left + right[prefix_len:]!r} is not in model.vocab")
+        merges[(vocab_json[left], vocab_json[right])] = (rank, merged)
+    return merges
+
+
 def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
     """The Vocab of a parsed tokenizer.json document; `path` names it in errors."""
     path = Path(path)
@@ -610,9 +636,9 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
     model_type = model.get("type", "BPE" if "merges" in model else None)
     if model_type != "BPE":
         raise VocabError(f"{path}: model.type: model type {model_type!r} is not supported")
-    if model.get("byte_fallback"):
-        raise VocabError(f"{path}: model.byte_fallback: SentencePiece-style BPE (merges over "
-                         f"characters, byte fallback) is not supported yet")
+    if model.get("byte_fallback"):  # SentencePiece-style: merges over characters
+        from .sentencepiece import vocab_from_hf_json
+        return vocab_from_hf_json(doc, path)
     vocab_json = model.get("vocab")
     merges_json = model.get("merges")
     if not isinstance(vocab_json, dict):
@@ -659,26 +685,7 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
     byte_ids = tuple(vocab_json[bytes_to_unicode()[b]] for b in range(256))
 
     # HF drops the continuing-subword prefix from the right half when it names the result.
-    prefix_len = len(model.get("continuing_subword_prefix") or "")
-    merges: dict[tuple[int, int], tuple[int, int]] = {}
-    for rank, merge in enumerate(merges_json):
-        at = f"{path}: model.merges[{rank}]"
-        if isinstance(merge, str):
-            parts = merge.split(" ")
-        elif isinstance(merge, list) and all(isinstance(p, str) for p in merge):
-            parts = merge
-        else:
-            raise VocabError(f"{at}: expected \"a b\" or [a, b], got {merge!r}")
-        if len(parts) != 2:
-            raise VocabError(f"{at}: expected two tokens, got {merge!r}")
-        left, right = parts
-        for part in parts:
-            if part not in vocab_json:
-                raise VocabError(f"{at}: merge {merge!r} refers to unknown token {part!r}")
-        merged = vocab_json.get(left + right[prefix_len:])
-        if merged is None:
-            raise VocabError(f"{at}: merge result {left + right[prefix_len:]!r} is not in model.vocab")
-        merges[(vocab_json[left], vocab_json[right])] = (rank, merged)
+    merges = parse_hf_merges(path, merges_json, vocab_json, len(model.get("continuing_subword_prefix") or ""))
 
     token_bytes = _place_specials(str(path), token_bytes, added)
 

@@ -9,17 +9,24 @@
 //   character of every piece is itself a piece (checked at load). A byte that is not part of
 //   valid UTF-8 is one U+FFFD character, as sentencepiece's normalizer makes it, or its own
 //   byte-fallback piece when the vocabulary has no U+FFFD.
-//   The dummy prefix: a `▁` before a non-empty text (add_dummy_prefix).
+//   The dummy prefix: a `▁` before the text (sentencepiece's add_dummy_prefix), or before
+//   every segment between specials (HF's Prepend normalizer, which normalizes each segment),
+//   or only where the segment does not start with a space (HF's Metaspace): prefix_before.
 //   Merges: the pair table and the passes of bpe_core.h, a pair's rank being its piece's
 //   place in score order (sentencepiece merges the highest score first, leftmost on ties).
 //   Words: where no piece has a `▁` after another character (sentencepiece's
 //   split_by_whitespace vocabularies; checked at load), no merge crosses into a `▁` that
 //   follows another symbol, so each such `▁` starts a segment and the passes merge the words
 //   side by side instead of the whole text as one segment.
-//   Runs: the pieces made of one repeated character (`▁▁`, `▁▁▁`, ...) share one score, the
-//   lowest of all, and sentencepiece breaks that tie by position. They are left out of the
-//   pair table and applied after every other merge, to each run of single `▁` symbols, as
-//   sentencepiece's leftmost-first order does (merge_run).
+//   Runs: the pieces made of one repeated character (`▁▁`, `▁▁▁`, ...) can be ranked so that
+//   merging one of them makes a pair that ranks before the pairs still waiting (sentencepiece
+//   gives them one score and breaks the tie by position; HF files converted from scores order
+//   them by ids). Passes would then differ from the reference's one-merge-at-a-time order, so
+//   those merges are left out of the pair table and, after every other merge (the loader
+//   checks that they rank last and touch nothing else), each run of single run characters is
+//   split as the reference splits it: a run of m >= T characters starts with a P-character
+//   piece and goes on as a run of m - P, shorter runs come from a table. The loader derives
+//   T, P and the table by replaying the reference order (blockbpe_jax/sentencepiece.py).
 #pragma once
 
 #include <cstdint>
@@ -38,20 +45,43 @@ constexpr int kSymbolsChars = 1;  // SentencePiece-style BPE (this file)
 //   [0, 128)        piece id of each ASCII character (-1: none; ' ' -> the piece of `▁`)
 //   [128]           piece id of U+FFFD, or -1
 //   [129]           piece id of the dummy prefix `▁`, or -1 (no dummy prefix)
-//   [130]           piece id that starts a word (`▁`), or -1 (segments are the text between
+//   [130]           where the prefix goes: kPrefix* bits
+//   [131]           piece id that starts a word (`▁`), or -1 (segments are the text between
 //                   specials)
-//   [131]           run_max: the longest run piece (0: no run pieces)
-//   [132 + k]       for k in [0, run_max]: id of the piece of k run characters, or -1
-//                   ([132 + 1] is the run character's own piece)
-constexpr int kCharTableHeader = 132;
+//   [132]           the run character's piece id, or -1 (no run rule)
+//   [133], [134]    T (>= 1) and the piece id that starts a run of T or more characters
+//   [135], [136]    P (its length, 1 <= P <= T) and W (entries per table row, >= 1)
+//   [137 + m*W + k] for m in [0, T): the ids of a run of m characters, -1 after the last
+constexpr int kCharTableHeader = 137;
+constexpr int32_t kPrefixEverySegment = 1;   // also after each special token (else: text start)
+constexpr int32_t kPrefixUnlessSpace = 2;    // not where the segment starts with ' ' or `▁`
+constexpr int32_t kPrefixBeforeSpecial = 4;  // at the text start even before a special token
 struct CharView {
   const int32_t* ascii_ids;
   int32_t replacement_id;
   int32_t prefix_id;
+  int32_t prefix_rule;
   int32_t word_start_id;
-  int32_t run_max;
-  const int32_t* run_ids;
+  int32_t run_id;        // the run character's piece, -1: no run rule
+  int32_t run_long;      // T
+  int32_t run_long_id;   // piece that starts a run of T or more
+  int32_t run_step;      // P
+  int32_t run_width;     // W
+  const int32_t* run_table;  // [T][W]
 };
+
+// Whether a dummy-prefix `▁` goes right before byte i of text[0..n) (specials marked in sp).
+BBPE_HD bool prefix_before(const CharView& c, const uint8_t* text, int n, const uint8_t* sp, int i) {
+  if (c.prefix_id < 0 || sp[i] == 1) return false;
+  if (i == 0) {
+    if (sp[0] && !(c.prefix_rule & kPrefixBeforeSpecial)) return false;
+  } else if (!(c.prefix_rule & kPrefixEverySegment) || !sp[i - 1] || sp[i]) {
+    return false;
+  }
+  const bool space = text[i] == ' ' || (i + 2 < n && text[i] == 0xE2 && text[i + 1] == 0x96 &&
+                                        text[i + 2] == 0x81 && !sp[i + 1] && !sp[i + 2]);
+  return !(space && (c.prefix_rule & kPrefixUnlessSpace));
+}
 
 // What the initial-symbol step records at a byte before the tokens are made: the piece id of
 // the character that starts there (-1: not a piece), or kNotLead.
@@ -83,14 +113,14 @@ BBPE_HD int char_lead(const uint8_t* text, int n, const uint8_t* sp, int i) {
 
 // The working token at byte i (chars[j] = char_at(j) for every j): a character's piece at its
 // lead byte (kDeleted at its other bytes), byte-fallback pieces, specials as in initial_token.
-// Segments start after specials, and at the text's start when there is no dummy prefix (the
-// prefix token starts the first segment instead).
+// Segments start at the text's start and after specials, except where a prefix token goes
+// before the byte: that token starts the segment instead.
 BBPE_HD int32_t initial_char_token(const VocabView& v, const CharView& c, const SpecialView& s,
                                    const uint8_t* text, int n, const uint8_t* sp, int32_t match,
                                    const int32_t* chars, int i) {
   if (sp[i] == 2) return s.ids[match] | kSegStart;
   if (sp[i]) return kDeleted;
-  const bool seg = i == 0 ? c.prefix_id < 0 : sp[i - 1] != 0;
+  const bool seg = (i == 0 || sp[i - 1]) && !prefix_before(c, text, n, sp, i);
   const int32_t fallback = v.byte_ids[text[i]];
   int32_t id;
   if (chars[i] != kNotLead) {
@@ -111,37 +141,25 @@ BBPE_HD bool starts_word(const CharView& c, const int32_t* tok, int i) {
 
 // A run starts at token i: a single run character that does not continue a run.
 BBPE_HD bool starts_run(const CharView& c, const int32_t* tok, int i) {
-  return c.run_max > 0 && token_id(tok[i]) == c.run_ids[1] &&
-         (i == 0 || starts_segment(tok[i]) || token_id(tok[i - 1]) != c.run_ids[1]);
+  return c.run_id >= 0 && token_id(tok[i]) == c.run_id &&
+         (i == 0 || starts_segment(tok[i]) || token_id(tok[i - 1]) != c.run_id);
 }
 // Length of the run that starts at token i (of n).
 BBPE_HD int run_length(const CharView& c, const int32_t* tok, int i, int n) {
   int j = i + 1;
-  while (j < n && token_id(tok[j]) == c.run_ids[1] && !starts_segment(tok[j])) ++j;
+  while (j < n && token_id(tok[j]) == c.run_id && !starts_segment(tok[j])) ++j;
   return j - i;
 }
 
-// Merges a run of m single run characters in tok[0..m) as sentencepiece does: it takes the
-// leftmost mergeable pair first, so a piece grows from the left as long as the next symbol
-// extends it to a piece, and a piece completed to its right can join the one before it
-// (16 x `▁` in Mistral's vocabulary, which has runs of 1-14 and 16: 14 + 1 + 1 -> 14 + 2 ->
-// 16). A stack of piece lengths in tok[0..top) replays that order. Returns the token count.
+// Rewrites the run of m single run characters in tok[0..m) as its pieces; returns how many.
 BBPE_HD_OUTLINE int merge_run(const CharView& c, int32_t* tok, int m) {
   const int32_t flag = tok[0] & kSegStart;
-  int top = 0;
-  for (int r = 0; r < m; ++r) {
-    int32_t len = 1;
-    while (top > 0) {
-      const int32_t sum = tok[top - 1] + len;
-      if (sum > c.run_max || c.run_ids[sum] < 0) break;
-      len = sum;
-      --top;
-    }
-    tok[top++] = len;
-  }
-  for (int k = 0; k < top; ++k) tok[k] = c.run_ids[tok[k]];
+  int out = 0;
+  for (; m >= c.run_long; m -= c.run_step) tok[out++] = c.run_long_id;
+  const int32_t* row = c.run_table + (size_t)m * c.run_width;
+  for (int k = 0; k < c.run_width && row[k] >= 0; ++k) tok[out++] = row[k];
   tok[0] |= flag;
-  return top;
+  return out;
 }
 
 }  // namespace bbpe

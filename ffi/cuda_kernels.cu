@@ -301,25 +301,29 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
   return n;
 }
 
-// Copies the tokens of src[0..n) that are not kDeleted, in order, to dst[at..); returns how
-// many (block-uniform).
-template <int kThreads>
-__device__ int compact_tokens(const int32_t* src, int n, int32_t* dst, int at,
+// Copies the tokens of src[0..n) that are not kDeleted, in order, to dst[0..), each after
+// the token before(i) gives for its position where that is not kDeleted; returns how many
+// (block-uniform).
+template <int kThreads, typename Before>
+__device__ int compact_tokens(const int32_t* src, int n, int32_t* dst, Before before,
                               typename Scans<kThreads>::Storage& tmp) {
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
   int mine = 0;
-  for (int i = lo; i < hi; ++i) mine += src[i] != kDeleted;
+  for (int i = lo; i < hi; ++i) mine += (src[i] != kDeleted) + (before(i) != kDeleted);
   int first, total;
   typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, first, total);
-  for (int i = lo, j = at + first; i < hi; ++i)
+  for (int i = lo, j = first; i < hi; ++i) {
+    const int32_t extra = before(i);
+    if (extra != kDeleted) dst[j++] = extra;
     if (src[i] != kDeleted) dst[j++] = src[i];
+  }
   __syncthreads();
   return total;
 }
 
 // SentencePiece-style BPE (char_symbols.h) of the block's string, specials marked (a.tok[i]:
-// the special matched at i): character symbols, dense, after the dummy prefix; word starts
+// the special matched at i): character symbols, dense, with the dummy prefixes; word starts
 // flagged; the block-wide passes; then the runs. Leaves the tokens in a.tok; returns their count.
 template <int kThreads>
 __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, int n,
@@ -331,9 +335,10 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
   for (int i = threadIdx.x; i < n; i += kThreads)
     a.tok[i] = initial_char_token(v, c, p.special, a.text, n, a.is_special, a.tok[i], a.rank, i);
   __syncthreads();
-  const int prefix = n > 0 && c.prefix_id >= 0;
-  if (prefix && threadIdx.x == 0) a.next_tok[0] = c.prefix_id | kSegStart;
-  n = compact_tokens<kThreads>(a.tok, n, a.next_tok, prefix, tmp) + prefix;
+  const auto prefix = [&](int i) {
+    return prefix_before(c, a.text, n, a.is_special, i) ? c.prefix_id | kSegStart : kDeleted;
+  };
+  n = compact_tokens<kThreads>(a.tok, n, a.next_tok, prefix, tmp);
   { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
   for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = starts_word(c, a.tok, i);
   __syncthreads();
@@ -342,7 +347,7 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
   for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
   __syncthreads();
   n = merge_passes<kThreads>(v, a, n, tmp);
-  if (c.run_max == 0) return n;
+  if (c.run_id < 0) return n;
   // Runs: their starts and lengths first (a.rank is free), then one thread per run.
   bool any = false;
   for (int i = threadIdx.x; i < n; i += kThreads) {
@@ -356,7 +361,7 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
     for (int k = merge_run(c, a.tok + i, len); k < len; ++k) a.tok[i + k] = kDeleted;
   }
   __syncthreads();
-  n = compact_tokens<kThreads>(a.tok, n, a.next_tok, 0, tmp);
+  n = compact_tokens<kThreads>(a.tok, n, a.next_tok, [](int) { return kDeleted; }, tmp);
   { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
   return n;
 }

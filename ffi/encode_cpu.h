@@ -96,17 +96,18 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
   const VocabView& v = p.vocab;
   const CharView& c = p.chars;
   const uint8_t* sp = s.is_special.data();
-  s.rank.resize(n + 2);
-  s.fresh.resize(n + 2);
+  s.rank.resize(2 * n + 2);  // (scratch of merge_segment: room for any segment)
+  s.fresh.resize(2 * n + 2);
   for (int i = 0; i < n; ++i) s.rank[i] = char_at(v, c, text, n, sp, i);
   for (int i = 0; i < n; ++i)
     s.tok[i] = initial_char_token(v, c, p.special, text, n, sp, s.tok[i], s.rank.data(), i);
-  // The symbols, dense, after the dummy prefix; then each segment's merges, packed as we go.
+  // The symbols, dense, with the dummy prefixes; then each segment's merges, packed as we go.
   std::vector<int32_t>& t = s.chars;
   t.clear();
-  if (n > 0 && c.prefix_id >= 0) t.push_back(c.prefix_id | kSegStart);
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < n; ++i) {
+    if (prefix_before(c, text, n, sp, i)) t.push_back(c.prefix_id | kSegStart);
     if (s.tok[i] != kDeleted) t.push_back(s.tok[i]);
+  }
   for (int j = (int)t.size() - 1; j > 0; --j)
     if (starts_word(c, t.data(), j)) t[j] |= kSegStart;
   int count = 0;
@@ -118,7 +119,7 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
     count += kept;
     start = end;
   }
-  // The runs, last (into s.tok: n + 1 entries, and count <= n + 1).
+  // The runs, last (into s.tok: the loader keeps count <= n + 1, sentencepiece.py).
   int out = 0;
   for (int i = 0; i < count;) {
     const int len = starts_run(c, t.data(), i) ? run_length(c, t.data(), i, count) : 1;

@@ -37,7 +37,7 @@ auto bind_encode(Binding b) {
       .template Arg<ffi::Buffer<ffi::S32>>()      // special_ids [max(S, 1)]
       .template Arg<ffi::Buffer<ffi::U8>>()       // pretok [pretok_operand_bytes(...)]
       .template Arg<ffi::Buffer<ffi::S32>>()      // nfc_pairs [K, 2] (K >= 1)
-      .template Arg<ffi::Buffer<ffi::S32>>()      // char_table [kCharTableHeader + run_max + 1] or [1]
+      .template Arg<ffi::Buffer<ffi::S32>>()      // char_table [kCharTableHeader + T * W] or [1]
       .template Attr<int32_t>("pretok_stages")
       .template Attr<int32_t>("symbols")
       .template Attr<int32_t>("nfc")
@@ -114,11 +114,15 @@ inline ffi::Error make_encode_params(
       return bad("symbols=1 (characters) takes pretok_stages=0 and nfc=0");
     const int32_t* c = char_table.typed_data();
     const int64_t size = (int64_t)char_table.element_count();
-    const int32_t run_max = size > kCharTableHeader - 1 ? c[kCharTableHeader - 1] : -1;
-    if (run_max < 0 || run_max > (1 << 20) || size != kCharTableHeader + run_max + 1)
+    const bool header = size >= kCharTableHeader;
+    const int64_t runs = header ? (int64_t)c[133] * c[136] : 0;  // T * W
+    const bool runs_ok = header && (c[132] < 0 || (c[133] >= 1 && c[133] <= 4096 && c[135] >= 1 &&
+                                                   c[135] <= c[133] && c[136] >= 1 && c[136] <= 4096));
+    if (!runs_ok || size != kCharTableHeader + (c[132] < 0 ? 0 : runs))
       return bad("char_table must be int32[" + std::to_string(kCharTableHeader) +
-                 " + run_max + 1] (char_symbols.h), got " + std::to_string(size) + " entries");
-    p->chars = CharView{c, c[128], c[129], c[130], run_max, c + kCharTableHeader};
+                 " + T * W] (char_symbols.h), got " + std::to_string(size) + " entries");
+    p->chars = CharView{c, c[128], c[129], c[130], c[131], c[132], c[133], c[134], c[135], c[136],
+                        c + kCharTableHeader};
   }
 
   p->data = data.typed_data();

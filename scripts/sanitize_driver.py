@@ -1,6 +1,6 @@
 """Small GPU workload for compute-sanitizer (scripts/gpu_check.sh sanitize): every mode and
 block size, special tokens, the shared-memory and the global-workspace paths, a three-stage
-pre-tokenizer, an NFC tokenizer, bad rows with
+pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, bad rows with
 check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape). Exits non-zero if any result differs from the CPU handler's."""
 
 import jax
@@ -60,6 +60,26 @@ for bs in (256, 512, 1024):
             and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
     bad += not same
     print(f"nfc block={bs}: {'ok' if same else 'DIFFERENT'} ({int((np.asarray(ref.counts) == -2).sum())} reported)")
+# SentencePiece BPE (merges over characters): Mistral v7 with its user-defined pieces, runs of
+# spaces, bytes that are not UTF-8, in shared memory and in the workspace.
+import importlib.util, pathlib  # noqa: E401,E402
+spec = importlib.util.find_spec("mistral_common")
+if spec is not None:
+    sp_path = pathlib.Path(spec.origin).parent / "data" / "mistral_instruct_tokenizer_241114.model.v7"
+    sp_tok = bb.Tokenizer.from_file(sp_path)
+    sp_texts = [t.encode() for t in texts] + [b"[REF]x " * 40, b" " * 2000 + b"y", b"a\xff\xe2\x96 b" * 50,
+                                               "日本語 😀 é".encode() * 30]
+    for max_len in (4096, 12000):
+        data, lengths = bb.pack_strings(sp_texts, max_len=max_len)
+        ref = bb.encode(jax.device_put(data, cpu), jax.device_put(lengths, cpu), sp_tok,
+                        max_tokens=2048, allowed_special="all")
+        for bs in (256, 512, 1024):
+            out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths, gpu), sp_tok,
+                            max_tokens=2048, allowed_special="all", block_size=bs)
+            same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
+                    and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
+            bad += not same
+            print(f"sentencepiece L={max_len} block={bs}: {'ok' if same else 'DIFFERENT'}")
 lengths_bad = lengths.copy()
 lengths_bad[0] = max_len + 1
 out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths_bad, gpu), tok, max_tokens=64,

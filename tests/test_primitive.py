@@ -149,7 +149,7 @@ def test_handler_rejects_malformed_tables(tok):
     tables = list(tok.host_tables())
     out = (jax.ShapeDtypeStruct((data.shape[0], 8), jnp.int32), jax.ShapeDtypeStruct((data.shape[0],), jnp.int32),
            jax.ShapeDtypeStruct((1,), jnp.uint8))
-    attrs = dict(pretok_stages=np.int32(0), nfc=np.int32(0), pad_id=np.int32(0), max_piece_len=np.int32(0), rank_is_id=np.int32(1),
+    attrs = dict(pretok_stages=np.int32(0), symbols=np.int32(0), nfc=np.int32(0), pad_id=np.int32(0), max_piece_len=np.int32(0), rank_is_id=np.int32(1),
                  block_size=np.int32(256))
     call = lambda tabs: jax.ffi.ffi_call("bbpe_encode", out)(data, lengths, *tabs, **attrs)[0].block_until_ready()
     call(tables)  # well-formed: fine
@@ -173,7 +173,23 @@ def test_handler_rejects_malformed_tables(tok):
             call(broken)
     attrs["pretok_stages"] = np.int32(0)
     with pytest.raises(jax.errors.JaxRuntimeError, match="nfc_pairs must be int32"):
-        call(exact[:9] + [np.zeros(3, np.int32)])
+        call(exact[:9] + [np.zeros(3, np.int32)] + exact[10:])
+    # Merges over characters (symbols=1) need the character tables' layout, and no pre-tokenizer.
+    attrs["symbols"] = np.int32(1)
+    for char_table in (exact[10], np.zeros(136, np.int32), np.full(137, -1, np.int32)[:-1]):
+        with pytest.raises(jax.errors.JaxRuntimeError, match=r"char_table must be int32\[137 \+ T \* W\]"):
+            call(exact[:10] + [char_table])
+    runs = np.full(137, -1, np.int32)
+    runs[132:137] = (5, 3, 7, 4, 2)  # P > T
+    with pytest.raises(jax.errors.JaxRuntimeError, match="char_table must be"):
+        call(exact[:10] + [np.concatenate([runs, np.zeros(6, np.int32)])])
+    call(exact[:10] + [np.full(137, -1, np.int32)])  # a well-formed table without runs
+    attrs["pretok_stages"] = np.int32(1)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"symbols=1 \(characters\) takes pretok_stages=0"):
+        call(exact[:10] + [np.full(137, -1, np.int32)])
+    attrs["symbols"] = np.int32(2)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="symbols must be 0"):
+        call(tables)
 
 
 def test_tables_first_built_inside_jit_are_concrete(data_dir):

@@ -650,8 +650,9 @@ def test_table_layout(vocab, tables, name):
     data = t.token_data.tobytes()
     offsets = t.token_offsets.tolist()
     assert [data[offsets[i] : offsets[i + 1]] for i in range(v.n_vocab)] == [b or b"" for b in v.token_bytes]
-    arrays = (t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data)
+    arrays = (t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data, t.char_table)
     assert t.nbytes == sum(a.nbytes for a in arrays)
+    assert t.symbols == 0 and t.char_table.tolist() == [-1]  # byte-level: the stand-in
 
 
 @pytest.mark.parametrize("name", list(VOCAB_FILES))

@@ -1,0 +1,325 @@
+"""SentencePiece BPE models (`.model`, merges over characters) == the `sentencepiece` library.
+
+Files: Mistral's v1 (Llama-2 style, 32000 pieces), v2, v3 and v7 (32768, with control and
+user-defined pieces), shipped in the PyPI package mistral-common (tests/families.py finds them
+and checks their sha256; docs/families.md). Texts: every shared corpus cut into 1-8192-byte
+excerpts, whitespace runs (the tie group sentencepiece breaks by position), raw bytes that are
+not valid UTF-8 (sentencepiece makes each such byte U+FFFD), and hypothesis text. Specials:
+user-defined pieces are always matched (as sentencepiece does); control pieces, when allowed,
+are matched like user-defined ones, checked against sentencepiece on a copy of the model whose
+control pieces are made user-defined. CPU here; GPU at 256/512/1024 threads where one is visible.
+"""
+from __future__ import annotations
+
+import json
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import blockbpe_jax as bb
+
+import families
+from helpers import BACKENDS, device_for
+from test_families import CPU, FULL, MIXED, assert_same, corpus_texts, ours
+from test_fuzz import fuzz, raw_bytes, runs_text, unicode_text
+
+spm = pytest.importorskip("sentencepiece", reason="the reference library `sentencepiece` is not installed")
+from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402
+
+MODELS = ["mistral-v1-spm", "mistral-v2-spm", "mistral-v3-spm", "mistral-v7-spm"]
+SPACES = [" " * k + tail for k in (1, 2, 3, 13, 14, 15, 16, 17, 18, 29, 30, 31, 32, 33, 45, 100,
+                                    1000, 4000) for tail in ("", "x", "\n")]
+EDGES = ["", " ", "  a", "a\u2581b", "\u2581", "\x01\x02", "\ufffd", "\U0001F600 \U0001F44D\U0001F3FD",
+         "\t\tindent\n    four\n        eight", "x" * 300, "ab" * 200, "1234567890" * 5]
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def model(request):
+    path = families.require(request.param)
+    return bb.Tokenizer.from_file(path), spm.SentencePieceProcessor(model_file=str(path))
+
+
+def reference(sp):
+    return lambda text: sp.encode(text)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_corpora(model, data_dir, backend):
+    tok, sp = model
+    texts = corpus_texts(data_dir, 20 if FULL else 6, seed=41) + MIXED + SPACES + EDGES
+    assert_same(tok, texts, reference(sp), backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_invalid_utf8(model, backend):
+    """Raw bytes: each byte outside valid UTF-8 is one U+FFFD, as sentencepiece's normalizer
+    makes it (these vocabularies have a U+FFFD piece)."""
+    tok, sp = model
+    texts = [b"ab\xffcd", b"\xff\xfe", b"\xe2\x96", b"\xe2\x96x", b"\xc0\x80", b"\xed\xa0\x80",
+             b"\xf4\x90\x80\x80", b"\x80", b"x\xe2\x96\x81y", b" \xe4\xb8 \xe4\xb8\xad"]
+    assert ours(tok, texts, backend=backend) == [sp.encode(t) for t in texts]
+
+
+RUNS = [pre + ch * k + post for ch in "-=#*._~0\t\u2500\u2581 " for k in (1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 65, 257)
+        for pre, post in (("", ""), ("a ", "b"), (" ", "\n"))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_runs(model, backend):
+    """Runs of one character: the pieces of runs outrank each other in ways merge passes would
+    get wrong unless handled (the run rule for `▁`)."""
+    tok, sp = model
+    assert_same(tok, RUNS, reference(sp), backend)
+
+
+def test_model_properties(model):
+    """What the kernel relies on, as loaded: byte fallback, word segments, the run group."""
+    tok, sp = model
+    cl = tok.vocab.char_level
+    assert cl.prefix_id == cl.word_start_id == sp.piece_to_id("\u2581")
+    assert cl.char_ids[" "] == sp.piece_to_id("\u2581")
+    assert cl.replacement_id == sp.piece_to_id("\ufffd")
+    # the tie sentencepiece breaks by position: runs of `▁` split off 16 at a time
+    assert sp.id_to_piece(cl.runs.run_id) == "\u2581"
+    assert (cl.runs.step, sp.id_to_piece(cl.runs.long_id)) == (16, "\u2581" * 16)
+    assert tok.vocab.byte_ids == tuple(sp.piece_to_id(f"<0x{b:02X}>") for b in range(256))
+
+
+def test_decode(model, data_dir):
+    tok, sp = model
+    texts = corpus_texts(data_dir, 3, seed=5) + MIXED + SPACES[:6]
+    ids, counts = tok.encode_batch(texts, device=CPU)
+    decoded = tok.decode(ids, counts)
+    for text, row, n, got in zip(texts, np.asarray(ids), np.asarray(counts), decoded):
+        assert got == sp.decode(row[:n].tolist())
+        assert got == text
+
+
+def with_user_defined(path, names) -> spm.SentencePieceProcessor:
+    """The model with the named control pieces made user-defined (matched in text)."""
+    m = model_pb2.ModelProto()
+    m.ParseFromString(path.read_bytes())
+    for p in m.pieces:
+        if p.piece in names:
+            p.type = model_pb2.ModelProto.SentencePiece.USER_DEFINED
+    return spm.SentencePieceProcessor(model_proto=m.SerializeToString())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_specials(backend):
+    """v7's user-defined pieces are matched whatever is allowed; allowed control pieces are
+    matched as sentencepiece matches user-defined ones."""
+    path = families.require("mistral-v7-spm")
+    tok, sp = bb.Tokenizer.from_file(path), spm.SentencePieceProcessor(model_file=str(path))
+    texts = ["[REF]x", "x [REF] y[/REF]", "[INST] hi [/INST]", "<s>[INST]a</s>", " [INST]",
+             "a[REFERENCE_DOC_1]b [INST][INST]"]
+    assert ours(tok, texts, backend=backend) == [sp.encode(t) for t in texts]
+    allowed = ["[INST]", "[/INST]", "<s>", "</s>"]
+    sp2 = with_user_defined(path, allowed)
+    assert ours(tok, texts, backend=backend, allowed_special=allowed) == [sp2.encode(t) for t in texts]
+    assert ours(tok, texts, backend=backend, allowed_special="all")[2] == sp2.encode(texts[2])
+
+
+def test_bytes_mode_refused(model):
+    tok, _ = model
+    with pytest.raises(ValueError, match=r"is a SentencePiece BPE model \(merges over characters\): "
+                                         r"use mode='exact'"):
+        tok.encode_batch(["x"], device=CPU, mode="bytes")
+
+
+def test_from_processor(model):
+    tok, sp = model
+    again = bb.Tokenizer.from_sentencepiece(sp)
+    assert again.vocab.merges == tok.vocab.merges and again.vocab.byte_ids == tok.vocab.byte_ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Hypothesis
+
+spaces_text = st.lists(st.sampled_from([" ", "  ", " " * 15, " " * 16, "\u2581", "\n", "a", "ab",
+                                        "\U0001F600", "é", "日本"]), max_size=30).map("".join)
+
+
+@pytest.fixture(scope="module", params=["mistral-v1-spm", "mistral-v7-spm"])
+def fuzz_model(request):
+    path = families.require(request.param)
+    return bb.Tokenizer.from_file(path), spm.SentencePieceProcessor(model_file=str(path))
+
+
+@fuzz(40)
+@given(texts=st.lists(unicode_text | runs_text | spaces_text | st.sampled_from(MIXED), min_size=1,
+                      max_size=6))
+def test_fuzz_text(fuzz_model, texts):
+    tok, sp = fuzz_model
+    assert_same(tok, texts, reference(sp))
+
+
+@fuzz(40)
+@given(texts=st.lists(raw_bytes(), min_size=1, max_size=6))
+def test_fuzz_bytes(fuzz_model, texts):
+    tok, sp = fuzz_model
+    assert ours(tok, texts) == [sp.encode(t) for t in texts]
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals: each with its message.
+
+def edited(path, edit) -> bytes:
+    m = model_pb2.ModelProto()
+    m.ParseFromString(path.read_bytes())
+    edit(m)
+    return m.SerializeToString()
+
+
+def _piece(m, text):
+    return next(p for p in m.pieces if p.piece == text)
+
+
+def _set(obj, **fields):
+    for k, v in fields.items():
+        setattr(obj, k, v)
+
+
+REFUSALS = {
+    "unigram": (lambda m: _set(m.trainer_spec, model_type=1),
+                "trainer_spec.model_type: UNIGRAM models are not supported (only BPE)"),
+    "no_byte_fallback": (lambda m: _set(m.trainer_spec, byte_fallback=False),
+                         "trainer_spec.byte_fallback is false: models without byte fallback"),
+    "suffix": (lambda m: _set(m.trainer_spec, treat_whitespace_as_suffix=True),
+               "trainer_spec.treat_whitespace_as_suffix is not supported"),
+    "nfkc": (lambda m: _set(m.normalizer_spec, name="nmt_nfkc", precompiled_charsmap=b"\x00" * 8),
+             "normalizer_spec: the 'nmt_nfkc' normalization is not supported (only 'identity')"),
+    "collapse": (lambda m: _set(m.normalizer_spec, remove_extra_whitespaces=True),
+                 "normalizer_spec.remove_extra_whitespaces is not supported"),
+    "unused": (lambda m: _set(_piece(m, "▁the"), type=5),
+               "('▁the'): UNUSED pieces (merged, then split again by sentencepiece) are not supported"),
+    "run_tie": (lambda m: [_set(_piece(m, "▁" * k), score=_piece(m, "▁the").score) for k in (2, 3)],
+                "runs of '▁' share one rank"),
+    "lost_char": (lambda m: _set(_piece(m, "q"), type=3),
+                  "its character 'q' is not a piece"),
+    "no_byte": (lambda m: _set(_piece(m, "<0x41>"), piece="<0xGG>"),
+                "the 256 BYTE pieces <0x00>..<0xFF> are not all there"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSALS))
+def test_refusals(name, tmp_path):
+    path = families.require("mistral-v7-spm")
+    edit, message = REFUSALS[name]
+    bad = tmp_path / "bad.model"
+    bad.write_bytes(edited(path, edit))
+    with pytest.raises(bb.VocabError) as e:
+        bb.Tokenizer.from_file(bad)
+    assert str(e.value).startswith(f"{bad}: ") and message in str(e.value)
+
+
+def test_truncated_file(tmp_path):
+    path = families.require("mistral-v1-spm")
+    bad = tmp_path / "cut.model"
+    bad.write_bytes(path.read_bytes()[:1001])
+    with pytest.raises(bb.VocabError, match=r"truncated"):
+        bb.Tokenizer.from_file(bad)
+
+
+def test_protobuf_defaults():
+    """Fields a model leaves out take protobuf's defaults: no trainer_spec means UNIGRAM."""
+    m = model_pb2.ModelProto()
+    for k, piece in enumerate(["<unk>", "a", "b", "ab"]):
+        m.pieces.add(piece=piece, score=-1.5 * k, type=2 if k == 0 else 1)
+    with pytest.raises(bb.VocabError, match="^<mem>: trainer_spec.model_type: UNIGRAM"):
+        bb.sentencepiece.vocab_from_sentencepiece(m.SerializeToString(), "<mem>")
+
+
+# ---------------------------------------------------------------------------------------------
+# The same models as HF tokenizer.json (BPE with byte_fallback), == HF tokenizers on that JSON.
+
+HF_STYLES = {
+    # Llama 2 / Mistral on the Hub (legacy): normalize each segment, no pre-tokenizer
+    "prepend": ({"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}, None),
+    "metaspace_first": (None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                               "split": False}),
+    "metaspace_always": (None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+                                "split": False}),
+    "replace_only": ({"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}, None),
+}
+
+
+def hf_json_from_model(path, style: str) -> dict:
+    """tokenizer.json of a SentencePiece BPE model as HF's converters write it: merges from the
+    pieces, ranked by the merged piece's score (ties by ids), the specials as added tokens."""
+    m = model_pb2.ModelProto()
+    m.ParseFromString(path.read_bytes())
+    vocab = {p.piece: i for i, p in enumerate(m.pieces)}
+    merges = sorted((-p.score, vocab[p.piece[:k]], vocab[p.piece[k:]], p.piece[:k], p.piece[k:])
+                    for p in m.pieces if p.type == 1 for k in range(1, len(p.piece))
+                    if p.piece[:k] in vocab and p.piece[k:] in vocab)
+    normalizer, pre_tokenizer = HF_STYLES[style]
+    added = [{"id": i, "content": p.piece, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, p in enumerate(m.pieces) if p.type in (2, 3)]
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+            "normalizer": normalizer, "pre_tokenizer": pre_tokenizer, "post_processor": None,
+            "decoder": None,
+            "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                      "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": True,
+                      "byte_fallback": True, "vocab": vocab, "merges": [[a, b] for *_, a, b in merges]}}
+
+
+@pytest.fixture(scope="module", params=list(HF_STYLES))
+def hf_model(request, tmp_path_factory):
+    tokenizers = pytest.importorskip("tokenizers")
+    doc = hf_json_from_model(families.require("mistral-v1-spm"), request.param)
+    path = tmp_path_factory.mktemp(request.param) / "tokenizer.json"
+    path.write_text(json.dumps(doc))
+    return bb.Tokenizer.from_file(path), tokenizers.Tokenizer.from_file(str(path))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hf_json(hf_model, data_dir, backend):
+    tok, hf = hf_model
+    texts = corpus_texts(data_dir, 6, seed=43) + MIXED + SPACES + EDGES + RUNS
+    # (HF matches its added tokens in text: all allowed; wikitext spells "<unk>")
+    assert_same(tok, texts, lambda t: hf.encode(t, add_special_tokens=False).ids, backend,
+                allowed_special="all")
+    with_specials = ["<s>hello</s>", "<s> x", "a<s>b", "<s><s> </s>", "</s>", "  <s>\u2581y"]
+    assert ours(tok, with_specials, backend=backend, allowed_special="all") == \
+        [hf.encode(t, add_special_tokens=False).ids for t in with_specials]
+
+
+@fuzz(30)
+@given(texts=st.lists(unicode_text | runs_text | spaces_text | st.sampled_from(MIXED), min_size=1,
+                      max_size=6))
+def test_fuzz_hf_json(hf_model, texts):
+    tok, hf = hf_model
+    assert_same(tok, texts, lambda t: hf.encode(t, add_special_tokens=False).ids, allowed_special="all")
+
+
+HF_REFUSALS = {
+    "split": (lambda d: d.update(normalizer=None, pre_tokenizer={"type": "Metaspace", "split": True}),
+              "pre_tokenizer: Metaspace with split=true is not supported"),
+    "nfkc": (lambda d: d.update(normalizer={"type": "NFKC"}),
+             "is not supported with byte_fallback BPE (only Prepend('\u2581') and Replace(' ', '\u2581'))"),
+    "no_normalizer": (lambda d: d.update(normalizer=None),
+                      "byte_fallback BPE without a Replace(' ', '\u2581') normalizer or a Metaspace"),
+    "bytelevel": (lambda d: d.update(normalizer=None, pre_tokenizer={"type": "ByteLevel"}),
+                  "pre_tokenizer 'ByteLevel' is not supported with byte_fallback BPE (only Metaspace)"),
+    "one_byte_added": (lambda d: d["added_tokens"].append(
+        {"id": 500, "content": "\n", "special": True, "normalized": False}),
+        "one-byte added token '\\n' is not supported with a prefix per segment"),
+    "no_bytes": (lambda d: d["model"]["vocab"].pop("<0x41>"),
+                 "byte_fallback needs the 256 tokens <0x00>..<0xFF>"),
+}
+
+
+@pytest.mark.parametrize("name", list(HF_REFUSALS))
+def test_hf_refusals(name, tmp_path):
+    doc = hf_json_from_model(families.require("mistral-v1-spm"), "prepend")
+    edit, message = HF_REFUSALS[name]
+    edit(doc)
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(bb.VocabError) as e:
+        bb.Tokenizer.from_file(path)
+    assert str(e.value).startswith(f"{path}: ") and message in str(e.value)
