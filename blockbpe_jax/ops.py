@@ -46,7 +46,7 @@ TABLE_OPERANDS = ("pair_table", "byte_ids", "piece_table", "token_offsets", "tok
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=list(TABLE_OPERANDS),
-                   meta_fields=["name", "exact_stages", "symbols", "nfc", "exact_error", "max_piece_len", "rank_is_id",
+                   meta_fields=["name", "exact_stages", "symbols", "char_runs", "nfc", "exact_error", "max_piece_len", "rank_is_id",
                                 "specials"])
 @dataclasses.dataclass(frozen=True)
 class EncodeTables:
@@ -71,6 +71,7 @@ class EncodeTables:
     name: str
     exact_stages: int          # pre-tokenizer stages in `pretok` for mode="exact", or -1
     symbols: int               # 0: byte-level BPE; 1: SentencePiece BPE (merges over characters)
+    char_runs: tuple           # its run rule's (T, P, W) attributes (ffi/char_symbols.h)
     nfc: bool                  # exact mode checks that the text is in NFC (its normalizer)
     exact_error: str | None    # why exact mode is unavailable, if it is
     max_piece_len: int         # 0 disables the whole-piece shortcut
@@ -101,7 +102,7 @@ def _workspace_bytes(batch: int, max_len: int, pretok_stages: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _encode_call(pretok_stages: int, symbols: int, nfc: int, pad_id: int, max_piece_len: int, rank_is_id: bool, block_size: int,
+def _encode_call(pretok_stages: int, symbols: int, char_runs: tuple, nfc: int, pad_id: int, max_piece_len: int, rank_is_id: bool, block_size: int,
                  max_tokens: int,
                  checked: bool):
     """A vmappable function (data, lengths, *tables) -> (ids, counts) for fixed attributes."""
@@ -119,7 +120,8 @@ def _encode_call(pretok_stages: int, symbols: int, nfc: int, pad_id: int, max_pi
             )
             ids, counts, _ = jax.ffi.ffi_call(target, out_types)(
                 data, lengths, *tables, pretok_stages=np.int32(pretok_stages),
-                symbols=np.int32(symbols), nfc=np.int32(nfc), pad_id=np.int32(pad_id),
+                symbols=np.int32(symbols), run_long=np.int32(char_runs[0]),
+                run_step=np.int32(char_runs[1]), run_width=np.int32(char_runs[2]), nfc=np.int32(nfc), pad_id=np.int32(pad_id),
                 max_piece_len=np.int32(max_piece_len), rank_is_id=np.int32(rank_is_id),
                 block_size=np.int32(block_size))
             return ids, counts
@@ -240,7 +242,7 @@ def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: 
         tables = tokenizer.tables("none" if allowed_special is None else allowed_special, device)
     # nfc attribute (ffi/pretokenize.h, NfcAttr): 0 no NFC tables, 1 check the text, 2 trusted
     nfc = 0 if not tables.nfc else (2 if assume_nfc else 1)
-    call = _encode_call(resolve_mode(tables, mode), tables.symbols, nfc, int(pad_id),
+    call = _encode_call(resolve_mode(tables, mode), tables.symbols, tables.char_runs, nfc, int(pad_id),
                         tables.max_piece_len,
                         bool(tables.rank_is_id),
                         int(block_size), int(max_tokens), bool(check_lengths))

@@ -215,6 +215,7 @@ class VocabTables:
     nbytes: int  # total bytes of all arrays
     char_table: np.ndarray  # int32: SentencePiece BPE's character tables, or a [1] stand-in
     symbols: int  # SYMBOLS_BYTES or SYMBOLS_CHARS (ffi/char_symbols.h)
+    char_runs: tuple[int, int, int]  # the run rule's (T, P, W) attributes; (0, 0, 0): none
 
     def __repr__(self) -> str:
         return (
@@ -269,11 +270,12 @@ def _build_piece_table(vocab: Vocab, offsets: np.ndarray, data: np.ndarray) -> t
 
 
 SYMBOLS_BYTES, SYMBOLS_CHARS = 0, 1  # the `symbols` attribute (ffi/char_symbols.h)
-CHAR_TABLE_HEADER = 137            # kCharTableHeader
+CHAR_TABLE_HEADER = 134            # kCharTableHeader
 
 
-def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(piece_table, token_data extended, char_table, max key length) of SentencePiece BPE."""
+def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple:
+    """(piece_table, token_data extended, char_table, char_runs, max key length) of
+    SentencePiece BPE."""
     cl = vocab.char_level
     wide = [(ch.encode("utf-8"), i) for ch, i in cl.char_ids.items() if len(ch.encode("utf-8")) > 1]
     keys = b"".join(k for k, _ in wide)
@@ -290,18 +292,19 @@ def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple[np.ndarray, np.n
     table[slots, 3] = offsets
     extended = np.concatenate([data, np.frombuffer(keys, dtype=np.uint8)])
     runs = cl.runs
-    width = max((len(row) for row in runs.table), default=0) or 1 if runs else 0
+    width = (max((len(row) for row in runs.table), default=0) or 1) if runs else 0
     char_table = np.full(CHAR_TABLE_HEADER + (runs.long * width if runs else 0), -1, dtype=np.int32)
     for ch, i in cl.char_ids.items():
         if len(ch) == 1 and ord(ch) < 128:
             char_table[ord(ch)] = i
     char_table[128:132] = (cl.replacement_id, cl.prefix_id, cl.prefix_rule, cl.word_start_id)
     if runs:
-        char_table[132:137] = (runs.run_id, runs.long, runs.long_id, runs.step, width)
+        char_table[132:134] = (runs.run_id, runs.long_id)
         for m, row in enumerate(runs.table):
             at = CHAR_TABLE_HEADER + m * width
             char_table[at:at + len(row)] = row
-    return table, extended, char_table, max((len(k) for k, _ in wide), default=1)
+    char_runs = (runs.long, runs.step, width) if runs else (0, 0, 0)
+    return table, extended, char_table, char_runs, max((len(k) for k, _ in wide), default=1)
 
 
 def build_vocab_tables(vocab: Vocab) -> VocabTables:
@@ -310,9 +313,9 @@ def build_vocab_tables(vocab: Vocab) -> VocabTables:
     pair_table = _build_pair_table(vocab)
     if vocab.char_level is None:
         piece_table, max_piece_len = _build_piece_table(vocab, offsets, data)
-        char_table, symbols = np.full(1, -1, dtype=np.int32), SYMBOLS_BYTES
+        char_table, symbols, char_runs = np.full(1, -1, dtype=np.int32), SYMBOLS_BYTES, (0, 0, 0)
     else:
-        piece_table, data, char_table, max_piece_len = _build_char_tables(vocab, data)
+        piece_table, data, char_table, char_runs, max_piece_len = _build_char_tables(vocab, data)
         symbols = SYMBOLS_CHARS
     byte_ids = np.asarray(vocab.byte_ids, dtype=np.int32)
     arrays = (pair_table, byte_ids, piece_table, offsets, data, char_table)
@@ -327,6 +330,7 @@ def build_vocab_tables(vocab: Vocab) -> VocabTables:
         nbytes=sum(a.nbytes for a in arrays),
         char_table=char_table,
         symbols=symbols,
+        char_runs=char_runs,
     )
 
 

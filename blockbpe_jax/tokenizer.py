@@ -153,7 +153,7 @@ class Tokenizer:
             _, exact, error = self._pretok()
             cached = ops.EncodeTables(
                 *arrays, name=vocab.name, exact_stages=exact, exact_error=error,
-                symbols=self._tables.symbols, nfc=self.nfc,
+                symbols=self._tables.symbols, char_runs=self._tables.char_runs, nfc=self.nfc,
                 # (SentencePiece BPE looks characters up in the piece table)
                 max_piece_len=(self.max_piece_len if vocab.whole_piece_shortcut or vocab.char_level
                                else 0),

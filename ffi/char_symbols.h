@@ -48,27 +48,37 @@ constexpr int kSymbolsChars = 1;  // SentencePiece-style BPE (this file)
 //   [130]           where the prefix goes: kPrefix* bits
 //   [131]           piece id that starts a word (`▁`), or -1 (segments are the text between
 //                   specials)
-//   [132]           the run character's piece id, or -1 (no run rule)
-//   [133], [134]    T (>= 1) and the piece id that starts a run of T or more characters
-//   [135], [136]    P (its length, 1 <= P <= T) and W (entries per table row, >= 1)
-//   [137 + m*W + k] for m in [0, T): the ids of a run of m characters, -1 after the last
-constexpr int kCharTableHeader = 137;
+//   [132]           the run character's piece id (with a run rule)
+//   [133]           the piece id that starts a run of T or more characters
+//   [134 + m*W + k] for m in [0, T): the ids of a run of m characters, -1 after the last
+// T, P (the length of piece [133]) and W are attributes, not table entries: the host checks
+// them against the operand's size without reading device memory. T = 0: no run rule.
+constexpr int kCharTableHeader = 134;
 constexpr int32_t kPrefixEverySegment = 1;   // also after each special token (else: text start)
 constexpr int32_t kPrefixUnlessSpace = 2;    // not where the segment starts with ' ' or `▁`
 constexpr int32_t kPrefixBeforeSpecial = 4;  // at the text start even before a special token
-struct CharView {
+struct CharTable {  // the operand and its attributes, as the FFI handler checked them
+  const int32_t* data;
+  int32_t run_long, run_step, run_width;
+};
+struct CharView {  // the same, read (char_view): what the rules below use
   const int32_t* ascii_ids;
   int32_t replacement_id;
   int32_t prefix_id;
   int32_t prefix_rule;
   int32_t word_start_id;
-  int32_t run_id;        // the run character's piece, -1: no run rule
-  int32_t run_long;      // T
+  int32_t run_id;        // the run character's piece
   int32_t run_long_id;   // piece that starts a run of T or more
+  int32_t run_long;      // T (0: no run rule)
   int32_t run_step;      // P
   int32_t run_width;     // W
   const int32_t* run_table;  // [T][W]
 };
+BBPE_HD CharView char_view(const CharTable& t) {
+  const int32_t* c = t.data;
+  return CharView{c, c[128], c[129], c[130], c[131], c[132], c[133], t.run_long, t.run_step,
+                  t.run_width, c + kCharTableHeader};
+}
 
 // Whether a dummy-prefix `▁` goes right before byte i of text[0..n) (specials marked in sp).
 BBPE_HD bool prefix_before(const CharView& c, const uint8_t* text, int n, const uint8_t* sp, int i) {
@@ -141,7 +151,7 @@ BBPE_HD bool starts_word(const CharView& c, const int32_t* tok, int i) {
 
 // A run starts at token i: a single run character that does not continue a run.
 BBPE_HD bool starts_run(const CharView& c, const int32_t* tok, int i) {
-  return c.run_id >= 0 && token_id(tok[i]) == c.run_id &&
+  return c.run_long > 0 && token_id(tok[i]) == c.run_id &&
          (i == 0 || starts_segment(tok[i]) || token_id(tok[i - 1]) != c.run_id);
 }
 // Length of the run that starts at token i (of n).
@@ -154,10 +164,11 @@ BBPE_HD int run_length(const CharView& c, const int32_t* tok, int i, int n) {
 // Rewrites the run of m single run characters in tok[0..m) as its pieces; returns how many.
 BBPE_HD_OUTLINE int merge_run(const CharView& c, int32_t* tok, int m) {
   const int32_t flag = tok[0] & kSegStart;
+  const int room = m;  // (a table of the loader's never needs more; a hand-made one gets cut)
   int out = 0;
   for (; m >= c.run_long; m -= c.run_step) tok[out++] = c.run_long_id;
   const int32_t* row = c.run_table + (size_t)m * c.run_width;
-  for (int k = 0; k < c.run_width && row[k] >= 0; ++k) tok[out++] = row[k];
+  for (int k = 0; k < c.run_width && row[k] >= 0 && out < room; ++k) tok[out++] = row[k];
   tok[0] |= flag;
   return out;
 }

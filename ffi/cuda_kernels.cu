@@ -329,7 +329,7 @@ template <int kThreads>
 __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, int n,
                                          typename Scans<kThreads>::Storage& tmp) {
   const VocabView& v = p.vocab;
-  const CharView& c = p.chars;
+  const CharView c = char_view(p.chars);
   for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = char_at(v, c, a.text, n, a.is_special, i);
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += kThreads)
@@ -347,7 +347,7 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
   for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
   __syncthreads();
   n = merge_passes<kThreads>(v, a, n, tmp);
-  if (c.run_id < 0) return n;
+  if (c.run_long == 0) return n;
   // Runs: their starts and lengths first (a.rank is free), then one thread per run.
   bool any = false;
   for (int i = threadIdx.x; i < n; i += kThreads) {
@@ -655,14 +655,15 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
                        ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
                        ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
                        ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols,
-                       int32_t nfc, int32_t pad_id, int32_t max_piece_len,
+                       int32_t run_long, int32_t run_step, int32_t run_width, int32_t nfc, int32_t pad_id, int32_t max_piece_len,
                        int32_t rank_is_id, int32_t block_size,
                        ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
                        ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
   EncodeParams p;
   ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
                                       token_data, special_offsets, special_data, special_ids,
-                                      pretok, nfc_pairs, char_table, pretok_stages, symbols, nfc,
+                                      pretok, nfc_pairs, char_table, pretok_stages, symbols,
+                                      run_long, run_step, run_width, nfc,
                                       pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
   if (err.failure()) return err;
   if (p.batch == 0) return ffi::Error::Success();

@@ -94,7 +94,7 @@ inline int merge_one_segment(const VocabView& v, int32_t* tok, int m, CpuScratch
 // already marked (s.tok[i] = the special matched at i); returns count.
 inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s) {
   const VocabView& v = p.vocab;
-  const CharView& c = p.chars;
+  const CharView c = char_view(p.chars);
   const uint8_t* sp = s.is_special.data();
   s.rank.resize(2 * n + 2);  // (scratch of merge_segment: room for any segment)
   s.fresh.resize(2 * n + 2);

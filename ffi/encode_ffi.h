@@ -40,6 +40,9 @@ auto bind_encode(Binding b) {
       .template Arg<ffi::Buffer<ffi::S32>>()      // char_table [kCharTableHeader + T * W] or [1]
       .template Attr<int32_t>("pretok_stages")
       .template Attr<int32_t>("symbols")
+      .template Attr<int32_t>("run_long")
+      .template Attr<int32_t>("run_step")
+      .template Attr<int32_t>("run_width")
       .template Attr<int32_t>("nfc")
       .template Attr<int32_t>("pad_id")
       .template Attr<int32_t>("max_piece_len")
@@ -64,7 +67,8 @@ inline ffi::Error make_encode_params(
     ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
     ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data,
     ffi::Buffer<ffi::S32> special_ids, ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
-    ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols, int32_t nfc, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
+    ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols, int32_t run_long,
+    int32_t run_step, int32_t run_width, int32_t nfc, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
     ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
     ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
   auto bad = [](const std::string& what) { return ffi::Error::InvalidArgument("bbpe_encode: " + what); };
@@ -106,23 +110,22 @@ inline ffi::Error make_encode_params(
   if (symbols != kSymbolsBytes && symbols != kSymbolsChars)
     return bad("symbols must be 0 (bytes) or 1 (characters), got " + std::to_string(symbols));
   p->symbols = symbols;
-  p->chars = CharView{};
+  p->chars = CharTable{};
   if (symbols == kSymbolsChars) {
     // Merges over characters have no pre-tokenizer and no NFC check (a SentencePiece model's
     // normalizer is refused at load unless it is the identity).
     if (pretok_stages != kModeBytes || nfc != 0)
       return bad("symbols=1 (characters) takes pretok_stages=0 and nfc=0");
-    const int32_t* c = char_table.typed_data();
     const int64_t size = (int64_t)char_table.element_count();
-    const bool header = size >= kCharTableHeader;
-    const int64_t runs = header ? (int64_t)c[133] * c[136] : 0;  // T * W
-    const bool runs_ok = header && (c[132] < 0 || (c[133] >= 1 && c[133] <= 4096 && c[135] >= 1 &&
-                                                   c[135] <= c[133] && c[136] >= 1 && c[136] <= 4096));
-    if (!runs_ok || size != kCharTableHeader + (c[132] < 0 ? 0 : runs))
-      return bad("char_table must be int32[" + std::to_string(kCharTableHeader) +
-                 " + T * W] (char_symbols.h), got " + std::to_string(size) + " entries");
-    p->chars = CharView{c, c[128], c[129], c[130], c[131], c[132], c[133], c[134], c[135], c[136],
-                        c + kCharTableHeader};
+    const bool runs_ok = run_long == 0 || (run_long > 0 && run_long <= 4096 && run_step >= 1 &&
+                                           run_step <= run_long && run_width >= 1 && run_width <= 4096);
+    if (!runs_ok || size != kCharTableHeader + (int64_t)run_long * run_width)
+      return bad("char_table must be int32[" + std::to_string(kCharTableHeader) + " + T * W] with "
+                 "1 <= run_step <= T (char_symbols.h); got " + std::to_string(size) +
+                 " entries, T=" + std::to_string(run_long) + ", run_step=" + std::to_string(run_step) +
+                 ", W=" + std::to_string(run_width));
+    // (device memory under CUDA: the kernel reads it, char_view)
+    p->chars = CharTable{char_table.typed_data(), run_long, run_step, run_width};
   }
 
   p->data = data.typed_data();

@@ -70,7 +70,7 @@ struct EncodeParams {
   int32_t pad_id;
   int32_t pretok_stages;    // stages of the pre-tokenizer; kModeBytes (0): none
   int32_t symbols;          // kSymbolsBytes or kSymbolsChars (char_symbols.h)
-  CharView chars;           // with kSymbolsChars: the character tables
+  CharTable chars;          // with kSymbolsChars: the character tables
   PretokView pretok;        // their tables (pretokenize.h)
   NfcPairs nfc_pairs;       // with pretok.nfc: the composition pairs (pretokenize.h)
   VocabView vocab;

@@ -149,7 +149,8 @@ def test_handler_rejects_malformed_tables(tok):
     tables = list(tok.host_tables())
     out = (jax.ShapeDtypeStruct((data.shape[0], 8), jnp.int32), jax.ShapeDtypeStruct((data.shape[0],), jnp.int32),
            jax.ShapeDtypeStruct((1,), jnp.uint8))
-    attrs = dict(pretok_stages=np.int32(0), symbols=np.int32(0), nfc=np.int32(0), pad_id=np.int32(0), max_piece_len=np.int32(0), rank_is_id=np.int32(1),
+    attrs = dict(pretok_stages=np.int32(0), symbols=np.int32(0), run_long=np.int32(0),
+                 run_step=np.int32(0), run_width=np.int32(0), nfc=np.int32(0), pad_id=np.int32(0), max_piece_len=np.int32(0), rank_is_id=np.int32(1),
                  block_size=np.int32(256))
     call = lambda tabs: jax.ffi.ffi_call("bbpe_encode", out)(data, lengths, *tabs, **attrs)[0].block_until_ready()
     call(tables)  # well-formed: fine
@@ -176,17 +177,20 @@ def test_handler_rejects_malformed_tables(tok):
         call(exact[:9] + [np.zeros(3, np.int32)] + exact[10:])
     # Merges over characters (symbols=1) need the character tables' layout, and no pre-tokenizer.
     attrs["symbols"] = np.int32(1)
-    for char_table in (exact[10], np.zeros(136, np.int32), np.full(137, -1, np.int32)[:-1]):
-        with pytest.raises(jax.errors.JaxRuntimeError, match=r"char_table must be int32\[137 \+ T \* W\]"):
+    for char_table in (exact[10], np.zeros(133, np.int32), np.full(135, -1, np.int32)):
+        with pytest.raises(jax.errors.JaxRuntimeError, match=r"char_table must be int32\[134 \+ T \* W\]"):
             call(exact[:10] + [char_table])
-    runs = np.full(137, -1, np.int32)
-    runs[132:137] = (5, 3, 7, 4, 2)  # P > T
-    with pytest.raises(jax.errors.JaxRuntimeError, match="char_table must be"):
-        call(exact[:10] + [np.concatenate([runs, np.zeros(6, np.int32)])])
-    call(exact[:10] + [np.full(137, -1, np.int32)])  # a well-formed table without runs
+    call(exact[:10] + [np.full(134, -1, np.int32)])  # a well-formed table without runs
+    for long, step, width in ((3, 4, 2), (3, 0, 2), (3, 2, 0), (-1, 1, 1)):  # P > T, P = 0, W = 0
+        attrs.update(run_long=np.int32(long), run_step=np.int32(step), run_width=np.int32(width))
+        with pytest.raises(jax.errors.JaxRuntimeError, match="char_table must be"):
+            call(exact[:10] + [np.full(134 + max(long * width, 0), -1, np.int32)])
+    attrs.update(run_long=np.int32(3), run_step=np.int32(2), run_width=np.int32(2))
+    call(exact[:10] + [np.full(134 + 6, -1, np.int32)])  # a well-formed run layout
+    attrs.update(run_long=np.int32(0), run_step=np.int32(0), run_width=np.int32(0))
     attrs["pretok_stages"] = np.int32(1)
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"symbols=1 \(characters\) takes pretok_stages=0"):
-        call(exact[:10] + [np.full(137, -1, np.int32)])
+        call(exact[:10] + [np.full(134, -1, np.int32)])
     attrs["symbols"] = np.int32(2)
     with pytest.raises(jax.errors.JaxRuntimeError, match="symbols must be 0"):
         call(tables)
