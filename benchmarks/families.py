@@ -1,6 +1,6 @@
 """Device throughput of exact mode per tokenizer family, with the family's own reference.
 
-    python3 benchmarks/families.py [--out DIR] [--batch 1024] [--bytes 4096]
+    python3 benchmarks/families.py [--out DIR] [--batch 1024] [--bytes 4096] [--only TEXT]
 
 For every family found (the shared vocabularies; DeepSeek-V3 and Mistral Tekken from their PyPI
 packages, see tests/test_families.py): War and Peace excerpts, ids checked equal to the
@@ -101,6 +101,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--bytes", type=int, default=4096)
     ap.add_argument("--block-size", type=int, default=256)
+    ap.add_argument("--only", default="", help="families whose name contains this text")
     args = ap.parse_args(argv)
     root = testing.data_dir()
     raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()
@@ -109,6 +110,8 @@ def main(argv=None) -> int:
     dev = jax.devices()[0]
     rows = []
     for name, tok, fmt, ref_name, ref in families(root):
+        if args.only not in name:
+            continue
         L = args.bytes
         ours = Ours(bb, tok, dev, name)
         data, lengths = ours.put(*bb.pack_strings(texts, max_len=L))

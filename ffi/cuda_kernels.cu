@@ -324,7 +324,8 @@ __device__ int compact_tokens(const int32_t* src, int n, int32_t* dst, Before be
 
 // SentencePiece-style BPE (char_symbols.h) of the block's string, specials marked (a.tok[i]:
 // the special matched at i): character symbols, dense, with the dummy prefixes; word starts
-// flagged; the block-wide passes; then the runs. Leaves the tokens in a.tok; returns their count.
+// flagged; short words merged by one thread each, long ones by the block passes; then the
+// runs. Leaves the tokens in a.tok; returns their count.
 template <int kThreads>
 __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, int n,
                                          typename Scans<kThreads>::Storage& tmp) {
@@ -344,9 +345,40 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += kThreads) a.tok[i] |= a.rank[i] ? kSegStart : 0;
   __syncthreads();
-  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
+  // Words of up to kShortPieceLen symbols: one thread each merges one in place with
+  // merge_segment (rank and the dead text are its scratch; then rank[start] = its token count);
+  // longer ones stay whole for the block passes. The results are packed into next_tok.
+  const int per = (n + kThreads - 1) / kThreads;
+  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
+  int32_t* starts = a.next_rank;  // (free until the passes)
+  int mine = 0;
+  for (int i = lo; i < hi; ++i) mine += starts_segment(a.tok[i]);
+  int at, n_words;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, at, n_words);
+  for (int i = lo; i < hi; ++i)
+    if (starts_segment(a.tok[i])) starts[at++] = i;
   __syncthreads();
-  n = merge_passes<kThreads>(v, a, n, tmp);
+  bool has_long = false;
+  for (int g = threadIdx.x; g < n_words; g += kThreads) {
+    const int s0 = starts[g], m = (g + 1 < n_words ? starts[g + 1] : n) - s0;
+    has_long |= m > kShortPieceLen;
+    a.rank[s0] = m > 1 && m <= kShortPieceLen ? merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, m) : m;
+  }
+  has_long = __syncthreads_or(has_long);
+  mine = 0;
+  for (int i = lo; i < hi; ++i)
+    if (starts_segment(a.tok[i])) mine += a.rank[i];
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, at, n);
+  for (int i = lo; i < hi; ++i)
+    if (starts_segment(a.tok[i]))
+      for (int j = 0, count = a.rank[i]; j < count; ++j) a.next_tok[at++] = a.tok[i + j];
+  __syncthreads();
+  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
+  if (has_long) {
+    for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
+    __syncthreads();
+    n = merge_passes<kThreads>(v, a, n, tmp);
+  }
   if (c.run_long == 0) return n;
   // Runs: their starts and lengths first (a.rank is free), then one thread per run.
   bool any = false;

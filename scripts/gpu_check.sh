@@ -4,6 +4,7 @@
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [variants] [clocks]
 # (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
+#  FAMILIES_ARGS: options of benchmarks/families.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
 # Needs the shared data carried in .carry/data (see BUILD_NOTES.md) and, for the peers,
@@ -41,7 +42,7 @@ for stage in $stages; do
     bench)
       python3 benchmarks/run_all.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
     families)  # exact mode per tokenizer family vs its reference (benchmarks/families.py)
-      python3 benchmarks/families.py --out "$OUT" 2>&1 | tee "$OUT/families.log" | tail -20 ;;
+      python3 benchmarks/families.py --out "$OUT" ${FAMILIES_ARGS:-} 2>&1 | tee "$OUT/families.log" | tail -20 ;;
     ktime)     # GPU time of fixed shapes (benchmarks/kernel_time.py)
       python3 benchmarks/kernel_time.py --label head --out "$OUT" 2>&1 | tee "$OUT/ktime.log" | tail -8 ;;
     profile)
