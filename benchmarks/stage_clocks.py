@@ -9,7 +9,9 @@ builds leave them out):
 For each shape it runs a few warm encodes of War and Peace excerpts and prints, per block, the
 average cycles thread 0 spent in each stage (load, specials, pretokenize, initial tokens,
 segments: whole-piece lookups; merges: short pieces merged one per thread; output, or the
-block-wide merge passes), and the fraction of blocks that needed the passes.
+block-wide merge passes), and the fraction of blocks that needed the passes. SentencePiece
+BPE (mistral-v1): initial = character symbols, prefixes and word flags; merges = words merged
+one per thread and packed; passes = long words; output = runs and output.
 """
 
 import argparse
@@ -25,7 +27,15 @@ from blockbpe_jax import ops, testing
 
 SHAPES = [("cl100k", "exact", 1024, 4096), ("cl100k", "exact", 1024, 512),
           ("cl100k", "exact", 64, 512), ("o200k", "exact", 1024, 4096),
-          ("r50k", "bytes", 1024, 4096)]
+          ("r50k", "bytes", 1024, 4096), ("mistral-v1", "exact", 1024, 4096)]
+
+
+def load(vocab: str, root: pathlib.Path) -> bb.Tokenizer:
+    if vocab == "mistral-v1":  # SentencePiece BPE, from the mistral-common package
+        import importlib.util
+        spec = importlib.util.find_spec("mistral_common")
+        return bb.Tokenizer.from_file(pathlib.Path(spec.origin).parent / "data" / "tokenizer.model.v1")
+    return bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[vocab][0])
 
 
 def main(argv=None) -> int:
@@ -33,6 +43,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=None)
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--block-size", type=int, default=256)
+    parser.add_argument("--only", default="", help="shapes whose vocabulary contains this text")
     args = parser.parse_args(argv)
     cuda = ops._blockbpe_cuda
     if cuda is None or not hasattr(cuda, "read_stage_clocks"):
@@ -42,7 +53,9 @@ def main(argv=None) -> int:
     raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()
     rows = []
     for vocab, mode, batch, length in SHAPES:
-        tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[vocab][0])
+        if args.only not in vocab:
+            continue
+        tok = load(vocab, root)
         texts = [raw[i * length:(i + 1) * length] for i in range(batch)]
         data, lengths = bb.pack_strings(texts, max_len=length)
         data, lengths = jax.device_put(data), jax.device_put(lengths)

@@ -301,103 +301,6 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
   return n;
 }
 
-// Copies the tokens of src[0..n) that are not kDeleted, in order, to dst[0..), each after
-// the token before(i) gives for its position where that is not kDeleted; returns how many
-// (block-uniform).
-template <int kThreads, typename Before>
-__device__ int compact_tokens(const int32_t* src, int n, int32_t* dst, Before before,
-                              typename Scans<kThreads>::Storage& tmp) {
-  const int per = (n + kThreads - 1) / kThreads;
-  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
-  int mine = 0;
-  for (int i = lo; i < hi; ++i) mine += (src[i] != kDeleted) + (before(i) != kDeleted);
-  int first, total;
-  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, first, total);
-  for (int i = lo, j = first; i < hi; ++i) {
-    const int32_t extra = before(i);
-    if (extra != kDeleted) dst[j++] = extra;
-    if (src[i] != kDeleted) dst[j++] = src[i];
-  }
-  __syncthreads();
-  return total;
-}
-
-// SentencePiece-style BPE (char_symbols.h) of the block's string, specials marked (a.tok[i]:
-// the special matched at i): character symbols, dense, with the dummy prefixes; word starts
-// flagged; short words merged by one thread each, long ones by the block passes; then the
-// runs. Leaves the tokens in a.tok; returns their count.
-template <int kThreads>
-__device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, int n,
-                                         typename Scans<kThreads>::Storage& tmp) {
-  const VocabView& v = p.vocab;
-  const CharView c = char_view(p.chars);
-  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = char_at(v, c, a.text, n, a.is_special, i);
-  __syncthreads();
-  for (int i = threadIdx.x; i < n; i += kThreads)
-    a.tok[i] = initial_char_token(v, c, p.special, a.text, n, a.is_special, a.tok[i], a.rank, i);
-  __syncthreads();
-  const auto prefix = [&](int i) {
-    return prefix_before(c, a.text, n, a.is_special, i) ? c.prefix_id | kSegStart : kDeleted;
-  };
-  n = compact_tokens<kThreads>(a.tok, n, a.next_tok, prefix, tmp);
-  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
-  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = starts_word(c, a.tok, i);
-  __syncthreads();
-  for (int i = threadIdx.x; i < n; i += kThreads) a.tok[i] |= a.rank[i] ? kSegStart : 0;
-  __syncthreads();
-  // Words of up to kShortPieceLen symbols: one thread each merges one in place with
-  // merge_segment (rank and the dead text are its scratch; then rank[start] = its token count);
-  // longer ones stay whole for the block passes. The results are packed into next_tok.
-  const int per = (n + kThreads - 1) / kThreads;
-  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
-  int32_t* starts = a.next_rank;  // (free until the passes)
-  int mine = 0;
-  for (int i = lo; i < hi; ++i) mine += starts_segment(a.tok[i]);
-  int at, n_words;
-  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, at, n_words);
-  for (int i = lo; i < hi; ++i)
-    if (starts_segment(a.tok[i])) starts[at++] = i;
-  __syncthreads();
-  bool has_long = false;
-  for (int g = threadIdx.x; g < n_words; g += kThreads) {
-    const int s0 = starts[g], m = (g + 1 < n_words ? starts[g + 1] : n) - s0;
-    has_long |= m > kShortPieceLen;
-    a.rank[s0] = m > 1 && m <= kShortPieceLen ? merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, m) : m;
-  }
-  has_long = __syncthreads_or(has_long);
-  mine = 0;
-  for (int i = lo; i < hi; ++i)
-    if (starts_segment(a.tok[i])) mine += a.rank[i];
-  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, at, n);
-  for (int i = lo; i < hi; ++i)
-    if (starts_segment(a.tok[i]))
-      for (int j = 0, count = a.rank[i]; j < count; ++j) a.next_tok[at++] = a.tok[i + j];
-  __syncthreads();
-  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
-  if (has_long) {
-    for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
-    __syncthreads();
-    n = merge_passes<kThreads>(v, a, n, tmp);
-  }
-  if (c.run_long == 0) return n;
-  // Runs: their starts and lengths first (a.rank is free), then one thread per run.
-  bool any = false;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    a.rank[i] = starts_run(c, a.tok, i) ? run_length(c, a.tok, i, n) : 0;
-    any |= a.rank[i] > 1;
-  }
-  if (!__syncthreads_or(any)) return n;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const int len = a.rank[i];
-    if (len < 2) continue;
-    for (int k = merge_run(c, a.tok + i, len); k < len; ++k) a.tok[i + k] = kDeleted;
-  }
-  __syncthreads();
-  n = compact_tokens<kThreads>(a.tok, n, a.next_tok, [](int) { return kDeleted; }, tmp);
-  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
-  return n;
-}
-
 // Stage clocks (a build option, BLOCKBPE_STAGE_CLOCKS=ON; normal builds compile them away):
 // thread 0 of every block adds the cycles of each stage to device counters, which
 // benchmarks/stage_clocks.py reads through the CUDA module.
@@ -435,6 +338,107 @@ struct StageClock {
 // Shared-memory-lean blocks fit four to an SM at 256 threads (64 registers per thread).
 template <int kThreads>
 constexpr int kMinBlocksPerSm = kThreads >= 1024 ? 1 : 1024 / kThreads;
+
+// Copies the tokens of src[0..n) that are not kDeleted, in order, to dst[0..), each after
+// the token before(i) gives for its position where that is not kDeleted; returns how many
+// (block-uniform).
+template <int kThreads, typename Before>
+__device__ int compact_tokens(const int32_t* src, int n, int32_t* dst, Before before,
+                              typename Scans<kThreads>::Storage& tmp) {
+  const int per = (n + kThreads - 1) / kThreads;
+  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
+  int mine = 0;
+  for (int i = lo; i < hi; ++i) mine += (src[i] != kDeleted) + (before(i) != kDeleted);
+  int first, total;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, first, total);
+  for (int i = lo, j = first; i < hi; ++i) {
+    const int32_t extra = before(i);
+    if (extra != kDeleted) dst[j++] = extra;
+    if (src[i] != kDeleted) dst[j++] = src[i];
+  }
+  __syncthreads();
+  return total;
+}
+
+// SentencePiece-style BPE (char_symbols.h) of the block's string, specials marked (a.tok[i]:
+// the special matched at i): character symbols, dense, with the dummy prefixes; word starts
+// flagged; short words merged by one thread each, long ones by the block passes; then the
+// runs. Leaves the tokens in a.tok; returns their count.
+template <int kThreads>
+__device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, int n,
+                                         typename Scans<kThreads>::Storage& tmp, StageClock& clock) {
+  const VocabView& v = p.vocab;
+  const CharView c = char_view(p.chars);
+  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = char_at(v, c, a.text, n, a.is_special, i);
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += kThreads)
+    a.tok[i] = initial_char_token(v, c, p.special, a.text, n, a.is_special, a.tok[i], a.rank, i);
+  __syncthreads();
+  const auto prefix = [&](int i) {
+    return prefix_before(c, a.text, n, a.is_special, i) ? c.prefix_id | kSegStart : kDeleted;
+  };
+  n = compact_tokens<kThreads>(a.tok, n, a.next_tok, prefix, tmp);
+  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
+  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = starts_word(c, a.tok, i);
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += kThreads) a.tok[i] |= a.rank[i] ? kSegStart : 0;
+  __syncthreads();
+  clock.mark(kClockInitial);
+  // Words of up to kShortPieceLen symbols: one thread each merges one in place with
+  // merge_segment (rank and the dead text are its scratch; then rank[start] = its token count);
+  // longer ones stay whole for the block passes. The results are packed into next_tok.
+  const int per = (n + kThreads - 1) / kThreads;
+  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
+  int32_t* starts = a.next_rank;  // (free until the passes)
+  int mine = 0;
+  for (int i = lo; i < hi; ++i) mine += starts_segment(a.tok[i]);
+  int at, n_words;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, at, n_words);
+  for (int i = lo; i < hi; ++i)
+    if (starts_segment(a.tok[i])) starts[at++] = i;
+  __syncthreads();
+  bool has_long = false;
+  for (int g = threadIdx.x; g < n_words; g += kThreads) {
+    const int s0 = starts[g], m = (g + 1 < n_words ? starts[g + 1] : n) - s0;
+    has_long |= m > kShortPieceLen;
+    a.rank[s0] = m > 1 && m <= kShortPieceLen ? merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, m) : m;
+  }
+  has_long = __syncthreads_or(has_long);
+  mine = 0;
+  for (int i = lo; i < hi; ++i)
+    if (starts_segment(a.tok[i])) mine += a.rank[i];
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, at, n);
+  for (int i = lo; i < hi; ++i)
+    if (starts_segment(a.tok[i]))
+      for (int j = 0, count = a.rank[i]; j < count; ++j) a.next_tok[at++] = a.tok[i + j];
+  __syncthreads();
+  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
+  clock.mark(kClockMerges);
+  clock.count(kClockLongBlocks, has_long);
+  if (has_long) {
+    for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
+    __syncthreads();
+    n = merge_passes<kThreads>(v, a, n, tmp);
+  }
+  clock.mark(kClockPasses);
+  if (c.run_long == 0) return n;
+  // Runs: their starts and lengths first (a.rank is free), then one thread per run.
+  bool any = false;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    a.rank[i] = starts_run(c, a.tok, i) ? run_length(c, a.tok, i, n) : 0;
+    any |= a.rank[i] > 1;
+  }
+  if (!__syncthreads_or(any)) return n;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const int len = a.rank[i];
+    if (len < 2) continue;
+    for (int k = merge_run(c, a.tok + i, len); k < len; ++k) a.tok[i + k] = kDeleted;
+  }
+  __syncthreads();
+  n = compact_tokens<kThreads>(a.tok, n, a.next_tok, [](int) { return kDeleted; }, tmp);
+  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
+  return n;
+}
 
 // The start of every block: its arrays, its string loaded, the special tokens marked (a.tok[i]:
 // the special matched at i, is_special). False (the row written and flagged) for a length
@@ -502,11 +506,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ch
   int32_t* out;
   int n;
   if (!begin_block<kThreads>(p, smem, a, out, n, clock)) return;
-  n = encode_chars<kThreads>(p, a, n, tmp);
+  n = encode_chars<kThreads>(p, a, n, tmp, clock);
   for (int j = threadIdx.x; j < min(n, p.max_tokens); j += kThreads) out[j] = token_id(a.tok[j]);
   for (int j = n + threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
   if (threadIdx.x == 0) p.counts[blockIdx.x] = n;
-  clock.mark(kClockPasses);
+  clock.mark(kClockOutput);  // (the runs and the output)
   clock.count(kClockBlocks, true);
 }
 

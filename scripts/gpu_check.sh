@@ -4,7 +4,7 @@
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [variants] [clocks]
 # (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
-#  FAMILIES_ARGS: options of benchmarks/families.py;
+#  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
 # Needs the shared data carried in .carry/data (see BUILD_NOTES.md) and, for the peers,
@@ -98,7 +98,7 @@ for stage in $stages; do
       done ;;
     clocks)
       BLOCKBPE_STAGE_CLOCKS=ON build build_clocks.log || { tail -30 "$OUT/build_clocks.log"; exit 1; }
-      python3 benchmarks/stage_clocks.py --out "$OUT" 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
+      python3 benchmarks/stage_clocks.py --out "$OUT" ${CLOCKS_ARGS:-} 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
