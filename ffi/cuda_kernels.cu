@@ -205,6 +205,50 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
   }
 }
 
+// Step 2 of both kernels: the pieces listed in merge_list (n_lane of 2..kLanePieceLen tokens
+// from the front, by_len[m] of them of length m; n_thread longer ones from the back,
+// merge_list[cap - 1 - g]), each with rank[s0] = minus its length, are merged in place; then
+// rank[s0] = the piece's token count. sorted_list is free scratch (one entry per lane piece).
+// The lane list is sorted by length, longest first (a counting sort into sorted_list): a bin
+// then holds pieces of similar lengths and pass counts, the longest bins are claimed first,
+// and a warp that finishes early claims the next one (simulated on War and Peace: ~20 instead
+// of 29 rounds of passes for the slowest warp; H200: 1024 x 4096 cl100k 226-235 -> 202-216 us).
+template <int kThreads>
+__device__ __forceinline__ void merge_listed_pieces(const VocabView& v, BlockArrays& a,
+                                                    const int32_t* merge_list, int n_lane,
+                                                    int n_thread, int cap, int32_t* sorted_list,
+                                                    int* by_len, int* next_lane_bin,
+                                                    typename Scans<kThreads>::Storage& tmp) {
+  if (threadIdx.x < 32) {  // lane l: pieces of length kLanePieceLen - l
+    const int m = kLanePieceLen - (int)threadIdx.x;
+    const int count = m >= 2 ? by_len[m] : 0;
+    int before = count;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(~0u, before, d);
+      if ((int)threadIdx.x >= d) before += o;
+    }
+    if (m >= 2) by_len[m] = before - count;
+  }
+  __syncthreads();
+  int32_t* lane_list = sorted_list;
+  int32_t* lane_lens = a.merged;  // (free until the passes)
+  for (int g = threadIdx.x; g < n_lane; g += kThreads) {
+    const int s0 = merge_list[g], m = -a.rank[s0];
+    const int at = atomicAdd(&by_len[m], 1);
+    lane_list[at] = s0;
+    lane_lens[at] = m;
+  }
+  __syncthreads();
+  merge_in_lanes(v, a.tok, a.rank, lane_list, lane_lens, n_lane,
+                 tmp.lanes + (threadIdx.x & ~31), next_lane_bin);
+  for (int g = threadIdx.x; g < n_thread; g += kThreads) {
+    const int s0 = merge_list[cap - 1 - g];
+    a.rank[s0] = merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, -a.rank[s0]);
+  }
+  __syncthreads();
+}
+
 // The pre-tokenizer as a separate (not inlined) function: inlined into the encode kernel, its
 // unrolled automata made ptxas run for many minutes.
 template <int kThreads>
@@ -384,26 +428,44 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
   for (int i = threadIdx.x; i < n; i += kThreads) a.tok[i] |= a.rank[i] ? kSegStart : 0;
   __syncthreads();
   clock.mark(kClockInitial);
-  // Words of up to kShortPieceLen symbols: one thread each merges one in place with
-  // merge_segment (rank and the dead text are its scratch; then rank[start] = its token count);
-  // longer ones stay whole for the block passes. The results are packed into next_tok.
+  // Words: listed, then those of up to kShortPieceLen symbols merged as the exact path merges
+  // short pieces (merge_listed_pieces: lane-parallel up to kLanePieceLen, else one thread
+  // each); longer ones stay whole for the block passes. The results are packed into next_tok.
+  const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
-  int32_t* starts = a.next_rank;  // (free until the passes)
+  int32_t* seg_list = a.next_tok;     // (free until the placement)
+  int32_t* merge_list = a.next_rank;  // (free until the passes)
+  __shared__ int n_lane_merges, n_thread_merges, next_lane_bin;
+  __shared__ int by_len[kLanePieceLen + 1];
   int mine = 0;
   for (int i = lo; i < hi; ++i) mine += starts_segment(a.tok[i]);
   int at, n_words;
   typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, at, n_words);
   for (int i = lo; i < hi; ++i)
-    if (starts_segment(a.tok[i])) starts[at++] = i;
+    if (starts_segment(a.tok[i])) seg_list[at++] = i;
+  if (threadIdx.x == 0) n_lane_merges = n_thread_merges = next_lane_bin = 0;
+  if (threadIdx.x <= kLanePieceLen) by_len[threadIdx.x] = 0;
   __syncthreads();
   bool has_long = false;
   for (int g = threadIdx.x; g < n_words; g += kThreads) {
-    const int s0 = starts[g], m = (g + 1 < n_words ? starts[g + 1] : n) - s0;
+    const int s0 = seg_list[g], m = (g + 1 < n_words ? seg_list[g + 1] : n) - s0;
+    int count = m;
+    if (m > 1 && m <= kShortPieceLen) {
+      count = -m;
+      if (m <= kLanePieceLen) {
+        merge_list[atomicAdd(&n_lane_merges, 1)] = s0;
+        atomicAdd(&by_len[m], 1);
+      } else {
+        merge_list[cap - 1 - atomicAdd(&n_thread_merges, 1)] = s0;
+      }
+    }
     has_long |= m > kShortPieceLen;
-    a.rank[s0] = m > 1 && m <= kShortPieceLen ? merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, m) : m;
+    a.rank[s0] = count;
   }
   has_long = __syncthreads_or(has_long);
+  merge_listed_pieces<kThreads>(v, a, merge_list, n_lane_merges, n_thread_merges, cap, seg_list,
+                                by_len, &next_lane_bin, tmp);
   mine = 0;
   for (int i = lo; i < hi; ++i)
     if (starts_segment(a.tok[i])) mine += a.rank[i];
@@ -609,39 +671,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   // 2. The listed pieces: up to 32 bytes lane-parallel, a warp's lanes shared by several
   //    pieces (merge_in_lanes); the rare longer ones by one thread each, in place, with
   //    merge_segment (bpe_core.h; the piece's dead text is the scratch it needs).
-  // The lane list sorted by length, longest first (a counting sort into seg_list, which is
-  // free now): a bin then holds pieces of similar lengths and pass counts, the longest bins
-  // are claimed first, and a warp that finishes early claims the next one (simulated on War
-  // and Peace: ~20 instead of 29 rounds of passes for the slowest warp; H200: 1024 x 4096
-  // cl100k 226-235 -> 202-216 us).
-  if (threadIdx.x < 32) {  // lane l: pieces of length kLanePieceLen - l
-    const int m = kLanePieceLen - (int)threadIdx.x;
-    const int count = m >= 2 ? by_len[m] : 0;
-    int before = count;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int o = __shfl_up_sync(~0u, before, d);
-      if ((int)threadIdx.x >= d) before += o;
-    }
-    if (m >= 2) by_len[m] = before - count;
-  }
-  __syncthreads();
-  int32_t* lane_list = seg_list;
-  int32_t* lane_lens = a.merged;  // (free until the passes)
-  for (int g = threadIdx.x; g < n_lane; g += kThreads) {
-    const int s0 = merge_list[g], m = -a.rank[s0];
-    const int at = atomicAdd(&by_len[m], 1);
-    lane_list[at] = s0;
-    lane_lens[at] = m;
-  }
-  __syncthreads();
-  merge_in_lanes(v, a.tok, a.rank, lane_list, lane_lens, n_lane,
-                           tmp.lanes + (threadIdx.x & ~31), &next_lane_bin);
-  for (int g = threadIdx.x; g < n_thread; g += kThreads) {
-    const int s0 = merge_list[cap - 1 - g];
-    a.rank[s0] = merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, -a.rank[s0]);
-  }
-  __syncthreads();
+  merge_listed_pieces<kThreads>(v, a, merge_list, n_lane, n_thread, cap, seg_list, by_len,
+                                &next_lane_bin, tmp);
   int my_tokens = 0;
   for (int s0 = lo; s0 < hi; ++s0)
     if (a.piece_start[s0]) my_tokens += a.rank[s0];
