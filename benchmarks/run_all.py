@@ -318,7 +318,7 @@ def part_memory(ctx, res):
             f"(load {load_s:.1f} s)")
 
     def workspace(batch, length, mode="exact"):
-        size = ops._workspace_bytes(batch, length, modes[mode])  # the kernel's own rule
+        size = ops._workspace_bytes(batch, length, modes[mode], 0)  # the kernel's own rule (byte-level)
         return 0 if size <= 1 else size
 
     shapes = sorted({*PEER_GRID, *[(b, l) for b in PAPER_BATCHES for l in PAPER_LENGTHS],

@@ -95,10 +95,10 @@ class Encoded(NamedTuple):
     counts: jax.Array
 
 
-def _workspace_bytes(batch: int, max_len: int, pretok_stages: int) -> int:
+def _workspace_bytes(batch: int, max_len: int, pretok_stages: int, symbols: int) -> int:
     # The CUDA kernel's arrays that do not live in shared memory (ffi/encode_params.h), passed
     # as an extra, discarded output so that XLA allocates them: no allocation in the handler.
-    return int(_blockbpe_cpu.workspace_bytes(batch, max_len, pretok_stages))
+    return int(_blockbpe_cpu.workspace_bytes(batch, max_len, pretok_stages, symbols))
 
 
 @functools.lru_cache(maxsize=None)
@@ -128,7 +128,7 @@ def _encode_call(pretok_stages: int, symbols: int, char_runs: tuple, nfc: int, p
 
         # Only the CUDA kernel uses the workspace: the CPU handler gets a one-byte stand-in.
         return jax.lax.platform_dependent(
-            cpu=lambda: ffi(1), default=lambda: ffi(_workspace_bytes(batch, max_len, pretok_stages)))
+            cpu=lambda: ffi(1), default=lambda: ffi(_workspace_bytes(batch, max_len, pretok_stages, symbols)))
 
     @call.def_vmap
     def _vmap_rule(axis_size, in_batched, data, lengths, *tables):

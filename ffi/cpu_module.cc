@@ -97,6 +97,6 @@ NB_MODULE(_blockbpe_cpu, m) {
   });
   m.attr("smem_max_len") = bbpe::kSmemMaxLen;
   m.def("workspace_bytes", &bbpe::workspace_bytes, nb::arg("batch"), nb::arg("max_len"),
-        nb::arg("pretok_stages"),
+        nb::arg("pretok_stages"), nb::arg("symbols"),
         "Bytes of the workspace output of one encode call (the CUDA kernel's global arrays).");
 }

@@ -421,8 +421,9 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
   const auto prefix = [&](int i) {
     return prefix_before(c, a.text, n, a.is_special, i) ? c.prefix_id | kSegStart : kDeleted;
   };
-  n = compact_tokens<kThreads>(a.tok, n, a.next_tok, prefix, tmp);
-  { int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t; }
+  // (into rank, free now: the symbols stay in the core arrays, shared memory up to kSmemMaxLen)
+  n = compact_tokens<kThreads>(a.tok, n, a.rank, prefix, tmp);
+  { int32_t* t = a.tok; a.tok = a.rank; a.rank = t; }
   for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = starts_word(c, a.tok, i);
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += kThreads) a.tok[i] |= a.rank[i] ? kSegStart : 0;
@@ -511,8 +512,8 @@ __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem
   const int64_t b = blockIdx.x;
   const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
   const BlockPlacement at = place_block_arrays(
-      smem, p.workspace + b * workspace_bytes_per_string(p.max_len, p.pretok_stages), p.max_len,
-      p.pretok_stages);
+      smem, p.workspace + b * workspace_bytes_per_string(p.max_len, p.pretok_stages, p.symbols),
+      p.max_len, p.pretok_stages, p.symbols);
   a = carve(at.core, at.pass, cap);
   out = p.ids + b * p.max_tokens;
   n = p.lengths[b];
@@ -706,7 +707,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
 
 template <int kThreads>
 cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
-  const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.pretok_stages);
+  const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.pretok_stages, p.symbols);
   const auto kernel = p.symbols == kSymbolsChars ? encode_chars_kernel<kThreads> : encode_kernel<kThreads>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
@@ -734,9 +735,9 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
                                       pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
   if (err.failure()) return err;
   if (p.batch == 0) return ffi::Error::Success();
-  if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages))
+  if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols))
     return ffi::Error::InvalidArgument("bbpe_encode: workspace has " + std::to_string(p.workspace_size) +
-                                       " bytes, needs " + std::to_string(workspace_bytes(p.batch, p.max_len, p.pretok_stages)));
+                                       " bytes, needs " + std::to_string(workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols)));
   if (kCheck) {
     // The checked target reads the lengths back (one small copy and a stream sync) so that a
     // bad length is an exception; bbpe_encode_unchecked skips this and flags the row instead.

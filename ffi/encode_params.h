@@ -28,21 +28,22 @@ constexpr int kBytesPerPosition = kCoreBytesPerPosition + kPassBytesPerPosition;
 BBPE_HD int64_t padded_len(int64_t len) { return (len + 1 + 15) / 16 * 16; }
 
 // Where the arrays live. Up to kSmemMaxLen bytes, the core arrays are in shared memory; the
-// pass arrays too in bytes mode (every string runs the passes), but in exact mode they go to
-// the global workspace: passes are rare there, and a smaller shared footprint lets more blocks
-// share an SM. Past kSmemMaxLen everything is in the workspace.
-BBPE_HD bool passes_in_smem(int64_t max_len, int pretok_stages) {
-  return max_len <= kSmemMaxLen && pretok_stages == kModeBytes;
+// pass arrays too in bytes mode (every string runs the passes), but in exact mode and for
+// SentencePiece BPE they go to the global workspace: passes are rare there, and a smaller
+// shared footprint lets more blocks share an SM. Past kSmemMaxLen everything is in the
+// workspace.
+BBPE_HD bool passes_in_smem(int64_t max_len, int pretok_stages, int symbols) {
+  return max_len <= kSmemMaxLen && pretok_stages == kModeBytes && symbols == kSymbolsBytes;
 }
-BBPE_HD int64_t smem_bytes_per_string(int64_t max_len, int pretok_stages) {
+BBPE_HD int64_t smem_bytes_per_string(int64_t max_len, int pretok_stages, int symbols) {
   if (max_len > kSmemMaxLen) return 0;
   const int64_t cap = padded_len(max_len < 1 ? 1 : max_len);
-  return cap * (passes_in_smem(max_len, pretok_stages) ? kBytesPerPosition : kCoreBytesPerPosition);
+  return cap * (passes_in_smem(max_len, pretok_stages, symbols) ? kBytesPerPosition : kCoreBytesPerPosition);
 }
-BBPE_HD int64_t workspace_bytes_per_string(int64_t max_len, int pretok_stages) {
+BBPE_HD int64_t workspace_bytes_per_string(int64_t max_len, int pretok_stages, int symbols) {
   const int64_t cap = padded_len(max_len < 1 ? 1 : max_len);
   if (max_len > kSmemMaxLen) return cap * kBytesPerPosition;
-  return passes_in_smem(max_len, pretok_stages) ? 0 : cap * kPassBytesPerPosition;
+  return passes_in_smem(max_len, pretok_stages, symbols) ? 0 : cap * kPassBytesPerPosition;
 }
 // The same rule as pointers: where one block's core and pass arrays start, given its dynamic
 // shared memory and its slice of the workspace (workspace_bytes_per_string bytes).
@@ -50,14 +51,15 @@ struct BlockPlacement {
   uint8_t* core;
   uint8_t* pass;
 };
-BBPE_HD BlockPlacement place_block_arrays(uint8_t* smem, uint8_t* ws, int64_t max_len, int pretok_stages) {
+BBPE_HD BlockPlacement place_block_arrays(uint8_t* smem, uint8_t* ws, int64_t max_len, int pretok_stages,
+                                          int symbols) {
   const int64_t core_bytes = padded_len(max_len < 1 ? 1 : max_len) * kCoreBytesPerPosition;
   if (max_len > kSmemMaxLen) return BlockPlacement{ws, ws + core_bytes};
-  return BlockPlacement{smem, passes_in_smem(max_len, pretok_stages) ? smem + core_bytes : ws};
+  return BlockPlacement{smem, passes_in_smem(max_len, pretok_stages, symbols) ? smem + core_bytes : ws};
 }
 // The size of the workspace output (at least one byte: XLA buffers are never empty).
-BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int pretok_stages) {
-  const int64_t total = batch * workspace_bytes_per_string(max_len, pretok_stages);
+BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
+  const int64_t total = batch * workspace_bytes_per_string(max_len, pretok_stages, symbols);
   return total < 1 ? 1 : total;
 }
 
@@ -77,7 +79,7 @@ struct EncodeParams {
   SpecialView special;
   int32_t* ids;             // [batch, max_tokens]
   int32_t* counts;          // [batch] true token count (> max_tokens means truncated)
-  uint8_t* workspace;       // CUDA: [workspace_bytes(batch, max_len, pretok_stages)]; the CPU ignores it
+  uint8_t* workspace;       // CUDA: [workspace_bytes(batch, max_len, pretok_stages, symbols)]; CPU: unused
   int64_t workspace_size;
 };
 
