@@ -1,12 +1,15 @@
-"""`blockbpe-jax`: tokenize files into .npz/.npy shards, benchmark, inspect a vocabulary.
+"""`blockbpe-jax`: tokenize files into flat token shards (or padded .npz/.npy), verify them,
+benchmark, inspect a vocabulary.
 
-    blockbpe-jax encode book.txt -o out/ --vocab cl100k_base.tiktoken --split lines
-    blockbpe-jax encode data.jsonl --jsonl-field text -o out/ --tiktoken o200k_base --max-tokens 2048
+    blockbpe-jax encode book.txt -o out/ --vocab cl100k_base.tiktoken --split lines --verify
+    blockbpe-jax verify out/shard --sample 1000
+    blockbpe-jax encode data.jsonl --jsonl-field text -o out/ --tiktoken o200k_base --format npz --max-tokens 2048
     blockbpe-jax bench --vocab cl100k_base.tiktoken            # War and Peace from the shared data
     blockbpe-jax info --vocab tokenizer.json
 
 Exit status: 0 on success, 2 for a usage or input problem (missing file, bad vocabulary, bad
-option; one line on stderr naming the culprit), 1 when tokenization itself fails.
+option, bad input line; one line on stderr naming the culprit), 1 when tokenization itself
+fails or verify finds shards that differ.
 Also runnable as `python -m blockbpe_jax`.
 """
 
@@ -20,12 +23,14 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Iterator, NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from .documents import SPLITS_HELP, check_utf8, chunk_cuts  # noqa: F401 (chunk_cuts: API)
+from .shards import CorpusError, VerifyError
+
 PROG = "blockbpe-jax"
-SPLITS_HELP = "lines (one document per non-empty line), file (one per file), chunk:N (pieces of at most N bytes)"
 
 
 class CLIError(Exception):
@@ -152,311 +157,80 @@ def _device(name: str | None):
 
 
 # --------------------------------------------------------------------------------------------
-# Documents
+# encode, verify (the work is in blockbpe_jax/corpus.py)
 # --------------------------------------------------------------------------------------------
-
-
-class Doc(NamedTuple):
-    data: bytes
-    file_index: int
-    position: int  # 1-based line for lines/jsonl, byte offset for chunk, 0 for file
-    consumed: int  # input bytes this document accounts for (progress)
-
-
-def parse_split(text: str) -> tuple[str, int]:
-    if text in ("lines", "file"):
-        return text, 0
-    if text.startswith("chunk:"):
-        try:
-            n = int(text[6:])
-        except ValueError:
-            n = 0
-        if n >= 4:
-            return "chunk", n
-    raise CLIError(f"--split {text!r}: expected {SPLITS_HELP}; N >= 4")
-
-
-def _open_binary(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
-def _check_utf8(data: bytes, path: Path, where: str) -> None:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CLIError(f"{path}:{where}: not valid UTF-8 (byte {e.start}: {e.reason})") from None
-
-
-def chunk_cuts(data: bytes, n: int) -> Iterator[tuple[int, int]]:
-    """(start, end) of consecutive pieces of at most n bytes, each ending on a UTF-8 character
-    boundary, cut just before the last whitespace of the piece's second half when there is one
-    (pre-tokenizer pieces start with their space, so such a cut changes few tokens)."""
-    i, size = 0, len(data)
-    while i < size:
-        j = min(size, i + n)
-        if j < size:
-            ws = max(data.rfind(c, i + n // 2, j) for c in (b" ", b"\n", b"\t", b"\r"))
-            if ws > i:
-                j = ws
-            else:
-                while j > i and (data[j] & 0xC0) == 0x80:
-                    j -= 1
-                if j == i:  # cannot happen in valid UTF-8 with n >= 4
-                    j = min(size, i + n)
-        yield i, j
-        i = j
-
-
-def iter_documents(paths: Sequence[Path], split: str, chunk: int, jsonl_field: str | None
-                   ) -> Iterator[Doc]:
-    for fi, path in enumerate(paths):
-        if jsonl_field is not None:
-            with _open_binary(path) as f:
-                for line_no, line in enumerate(f, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        obj = json.loads(line)
-                    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                        raise CLIError(f"{path}:{line_no}: not valid JSON: {_one_line(e)}") from None
-                    if not isinstance(obj, dict) or jsonl_field not in obj:
-                        raise CLIError(f"{path}:{line_no}: no field {jsonl_field!r} (--jsonl-field)")
-                    text = obj[jsonl_field]
-                    if not isinstance(text, str):
-                        raise CLIError(f"{path}:{line_no}: field {jsonl_field!r} is "
-                                       f"{type(text).__name__}, not a string")
-                    yield Doc(text.encode("utf-8", "surrogatepass"), fi, line_no, len(line))
-        elif split == "lines":
-            with _open_binary(path) as f:
-                for line_no, line in enumerate(f, start=1):
-                    body = line[:-1] if line.endswith(b"\n") else line
-                    if body.endswith(b"\r"):
-                        body = body[:-1]
-                    if not body:
-                        continue
-                    _check_utf8(body, path, str(line_no))
-                    yield Doc(body, fi, line_no, len(line))
-        else:
-            with _open_binary(path) as f:
-                data = f.read()
-            _check_utf8(data, path, "")
-            if split == "file":
-                yield Doc(data, fi, 0, len(data))
-            else:
-                for a, b in chunk_cuts(data, chunk):
-                    yield Doc(data[a:b], fi, a, b - a)
-
-
-# --------------------------------------------------------------------------------------------
-# Progress
-# --------------------------------------------------------------------------------------------
-
-
-class Progress:
-    """tqdm over input bytes when importable, else a plain counter on stderr."""
-
-    def __init__(self, total: int | None, enabled: bool):
-        self.bar = None
-        self.total = total
-        self.enabled = enabled
-        self.done = self.docs = 0
-        self.last = 0.0
-
-    def _start(self) -> None:  # lazily, so errors found before the first batch print one line
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            self.enabled = "counter"
-            return
-        self.bar = tqdm(total=self.total, unit="B", unit_scale=True, unit_divisor=1024,
-                        desc="encode", file=sys.stderr, dynamic_ncols=True)
-
-    def update(self, nbytes: int, ndocs: int) -> None:
-        if self.enabled is True and self.bar is None:
-            self._start()
-        self.done += nbytes
-        self.docs += ndocs
-        if self.bar is not None:
-            self.bar.update(nbytes)
-            self.bar.set_postfix(docs=self.docs, refresh=False)
-        elif self.enabled == "counter" and time.monotonic() - self.last > 0.5:
-            self.last = time.monotonic()
-            print(f"\rencode: {self.docs} documents, {self.done / 1e6:.2f} MB", end="",
-                  file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        elif self.enabled == "counter":
-            print(f"\rencode: {self.docs} documents, {self.done / 1e6:.2f} MB", file=sys.stderr)
-
-
-# --------------------------------------------------------------------------------------------
-# encode
-# --------------------------------------------------------------------------------------------
-
-
-class ShardWriter:
-    def __init__(self, out: Path, prefix: str, fmt: str, max_tokens: int | None, pad_id: int,
-                 shard_size: int):
-        self.out, self.prefix, self.fmt = out, prefix, fmt
-        self.max_tokens, self.pad_id, self.shard_size = max_tokens, pad_id, shard_size
-        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self.pending = 0
-        self.shards: list[dict] = []
-
-    def add(self, ids: np.ndarray, counts: np.ndarray, file_index: np.ndarray, position: np.ndarray):
-        start = 0
-        while start < len(counts):
-            take = min(len(counts) - start, self.shard_size - self.pending)
-            sl = slice(start, start + take)
-            self.rows.append((ids[sl], counts[sl], file_index[sl], position[sl]))
-            self.pending += take
-            start += take
-            if self.pending == self.shard_size:
-                self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        counts = np.concatenate([r[1] for r in self.rows])
-        width = self.max_tokens or max(1, int(counts.max()))
-        ids = np.full((len(counts), width), self.pad_id, dtype=np.int32)
-        row = 0
-        for part, c, _, _ in self.rows:
-            w = min(width, part.shape[1])
-            ids[row:row + len(c), :w] = part[:, :w]
-            row += len(c)
-        arrays = dict(ids=ids, counts=counts.astype(np.int32),
-                      file_index=np.concatenate([r[2] for r in self.rows]).astype(np.int32),
-                      position=np.concatenate([r[3] for r in self.rows]).astype(np.int64))
-        k = len(self.shards)
-        if self.fmt == "npz":
-            names = [f"{self.prefix}{k:05d}.npz"]
-            np.savez(self.out / names[0], **arrays)
-        else:
-            names = []
-            for key, arr in arrays.items():
-                names.append(f"{self.prefix}{k:05d}.{key}.npy")
-                np.save(self.out / names[-1], arr)
-        self.shards.append(dict(files=names, documents=int(len(counts)), width=int(width),
-                                tokens=int(np.minimum(counts, width).sum())))
-        self.rows, self.pending = [], 0
 
 
 def cmd_encode(args) -> int:
-    import jax
+    from . import corpus
 
-    from . import ops
-    from .tokenizer import pack_strings
-
-    paths = [Path(p).expanduser() for p in args.inputs]
-    for p in paths:
-        if not p.exists():
-            raise CLIError(f"{p}: no such file")
-        if not p.is_file():
-            raise CLIError(f"{p}: not a regular file")
-    split, chunk = parse_split(args.split)
+    paths = corpus.check_inputs(args.inputs)
+    split, chunk = corpus.parse_split(args.split)
     for name, val in (("--batch-size", args.batch_size), ("--shard-size", args.shard_size),
-                      ("--max-tokens", args.max_tokens), ("--max-len", args.max_len)):
+                      ("--max-tokens", args.max_tokens), ("--max-len", args.max_len),
+                      ("--batch-bytes", args.batch_bytes), ("--shard-tokens", args.shard_tokens)):
         if val is not None and val < 1:
             raise CLIError(f"{name} must be a positive integer, got {val}")
     if chunk and args.max_len and chunk > args.max_len:
         raise CLIError(f"--split chunk:{chunk} makes documents longer than --max-len {args.max_len}")
+    if args.format == "flat" and (args.max_tokens is not None or args.pad_id is not None):
+        raise CLIError("--max-tokens and --pad-id apply to --format npz/npy (flat shards keep every token)")
+    if args.verify is not None and args.format != "flat":
+        raise CLIError("--verify checks flat shards (--format flat)")
     tok = load_tokenizer(args.vocab, args.tiktoken)
     device = _device(args.device)
     _check_mode(tok, args.mode, device)
     allowed = parse_allowed_special(args.allowed_special, tok)
-
-    out = Path(args.output).expanduser()
-    if out.exists() and not out.is_dir():
-        raise CLIError(f"{out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    manifest_path = out / f"{args.prefix}manifest.json"
-    if manifest_path.exists() and not args.overwrite:
-        raise CLIError(f"{manifest_path}: output exists (use --overwrite or another --output)")
-
-    total = None if any(p.suffix == ".gz" for p in paths) else sum(p.stat().st_size for p in paths)
-    progress = Progress(total, enabled=not args.quiet)
-    writer = ShardWriter(out, args.prefix, args.format, args.max_tokens, args.pad_id, args.shard_size)
-    tokens_total = truncated = docs_total = 0
-    t0 = time.perf_counter()
-
-    tables = tok.tables(allowed, device)  # on the chosen device (else JAX's default device)
-
-    def launch(batch: list[Doc]):
-        blobs = [d.data for d in batch]
-        if args.max_len is not None:
-            longest = max(range(len(blobs)), key=lambda i: len(blobs[i]))
-            if len(blobs[longest]) > args.max_len:
-                d = batch[longest]
-                where = f"line {d.position}" if d.position and split != "chunk" else f"byte {d.position}"
-                raise CLIError(f"{paths[d.file_index]}: document at {where} has {len(d.data)} bytes, "
-                               f"more than --max-len {args.max_len} (use --split chunk:N)")
-        data, lengths = pack_strings(blobs, max_len=args.max_len)
-        width = args.max_tokens or data.shape[1]  # tokens <= bytes: never truncates
-        enc = ops.encode(jax.device_put(data, device), jax.device_put(lengths, device), tables,
-                         max_tokens=width, pad_id=args.pad_id, mode=args.mode,
-                         block_size=args.block_size, check_lengths=False)  # packed: valid
-        return enc, batch
-
-    def finish(pending) -> None:
-        nonlocal tokens_total, truncated, docs_total
-        enc, batch = pending
-        ids, counts = jax.device_get((enc.ids, enc.counts))
-        if args.max_tokens is None:  # trim the never-truncating width to what was used
-            ids = ids[:, : max(1, int(counts.max()))]
-        writer.add(ids, counts, np.fromiter((d.file_index for d in batch), np.int32, len(batch)),
-                   np.fromiter((d.position for d in batch), np.int64, len(batch)))
-        tokens_total += int(counts.sum())
-        if args.max_tokens is not None:
-            truncated += int((counts > args.max_tokens).sum())
-        docs_total += len(batch)
-        progress.update(sum(d.consumed for d in batch), len(batch))
-
-    try:
-        pending = None
-        batch: list[Doc] = []
-        for doc in iter_documents(paths, split, chunk, args.jsonl_field):
-            batch.append(doc)
-            if len(batch) == args.batch_size:
-                launched = launch(batch)  # dispatch is asynchronous: the device works while
-                if pending is not None:    # we read and pack the next batch
-                    finish(pending)
-                pending, batch = launched, []
-        if batch:
-            launched = launch(batch)
-            if pending is not None:
-                finish(pending)
-            pending = launched
-        if pending is not None:
-            finish(pending)
-        writer.flush()
-    finally:
-        progress.close()
-    elapsed = time.perf_counter() - t0
-
-    manifest = dict(
-        tool=f"{PROG} {_version()}", vocab=tok.vocab.name, vocab_source=tok.vocab.source,
-        n_vocab=tok.vocab.n_vocab, mode=args.mode, split=args.split, jsonl_field=args.jsonl_field,
-        allowed_special=sorted(allowed) if isinstance(allowed, set) else allowed,
-        pad_id=args.pad_id, max_tokens=args.max_tokens, max_len=args.max_len,
-        inputs=[str(p) for p in paths], documents=docs_total, tokens=tokens_total,
-        truncated_documents=truncated, format=args.format, shards=writer.shards,
-        arrays=dict(ids="int32[N, T] token ids, pad_id after counts[i] tokens",
-                    counts="int32[N] true token counts (> T: truncated to T)",
-                    file_index="int32[N] index into inputs", position="int64[N] line (lines, "
-                    "jsonl) or byte offset (chunk) of the document in its input; 0 for file"),
-        device=str(device), seconds=round(elapsed, 3),
-    )
-    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    name = args.prefix if args.prefix is not None else ("shard" if args.format == "flat" else "shard-")
+    vocab_arg = (dict(tiktoken=args.tiktoken) if args.tiktoken
+                 else dict(vocab=str(Path(args.vocab).expanduser().resolve())))
+    meta = corpus.encode_files(
+        tok, paths, os.path.join(os.path.expanduser(args.output), name), fmt=args.format,
+        split=args.split, jsonl_field=args.jsonl_field, mode=args.mode, allowed_special=allowed,
+        batch_bytes=args.batch_bytes, max_docs=args.batch_size, max_len=args.max_len,
+        shard_tokens=args.shard_tokens, shard_docs=args.shard_size, max_tokens=args.max_tokens,
+        pad_id=args.pad_id or 0, block_size=args.block_size, device=device,
+        overwrite=args.overwrite, progress=not args.quiet,
+        meta=dict(tool=f"{PROG} {_version()}", vocab_arg=vocab_arg, device=str(device)))
     mb = sum(p.stat().st_size for p in paths) / 1e6
-    print(f"{docs_total} documents, {tokens_total} tokens -> {len(writer.shards)} shard(s) in {out} "
-          f"({elapsed:.1f} s, {mb / max(elapsed, 1e-9):.1f} MB/s of input)")
+    secs = meta["seconds"]
+    print(f"{meta['documents']} documents, {meta['tokens']} tokens -> {len(meta['shards'])} shard(s) "
+          f"in {args.output} ({secs:.1f} s, {mb / max(secs, 1e-9):.1f} MB/s of input)")
+    truncated = meta.get("truncated_documents", 0)
     if truncated:
         print(f"warning: {truncated} document(s) had more than --max-tokens {args.max_tokens} tokens "
               f"and were truncated (counts hold their true lengths)", file=sys.stderr)
+    if args.verify is not None:
+        return _verify(os.path.join(os.path.expanduser(args.output), name), tok, args.verify, 0)
     return 0
+
+
+def _verify(prefix: str, tok, sample: int, seed: int) -> int:
+    from . import corpus
+
+    r = corpus.verify(prefix, tok, sample=sample, seed=seed)
+    print(f"verify: ok: {r['shards']} shard(s), {r['documents']} documents, {r['tokens']} tokens "
+          f"consistent; {r['checked']} sampled documents equal to {r['reference']}")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .shards import load_sidecar
+
+    if args.sample < 0:
+        raise CLIError(f"--sample must be >= 0, got {args.sample}")
+    meta, _ = load_sidecar(args.prefix)
+    if args.vocab is None and args.tiktoken is None:
+        arg = meta.get("vocab_arg") or {}
+        if not arg:
+            raise CLIError(f"{args.prefix}: the sidecar names no vocabulary: give --vocab or --tiktoken")
+        tok = load_tokenizer(arg.get("vocab"), arg.get("tiktoken"))
+    else:
+        tok = load_tokenizer(args.vocab, args.tiktoken)
+    if tok.vocab.n_vocab != meta["n_vocab"]:
+        raise CLIError(f"{tok.vocab.source}: n_vocab {tok.vocab.n_vocab}, the shards were written "
+                       f"with {meta['n_vocab']} ({meta['vocab_source']})")
+    return _verify(args.prefix, tok, args.sample, args.seed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -518,7 +292,7 @@ def cmd_bench(args) -> int:
     device = _device(args.device)
     _check_mode(tok, args.mode, device)
     raw = (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")).read()
-    _check_utf8(raw, path, "")
+    check_utf8(raw, path, None)
     if not raw:
         raise CLIError(f"{path}: empty file")
     texts = make_excerpts(raw, args.batch, args.bytes)
@@ -678,10 +452,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    e = sub.add_parser("encode", help="tokenize text or JSONL files into .npz/.npy shards",
-                       description="Tokenize text or JSONL files into .npz (or .npy) shards holding "
-                                   "ids int32[N, T], counts int32[N] (true counts), file_index "
-                                   "int32[N], position int64[N], plus a manifest.json.")
+    e = sub.add_parser("encode", help="tokenize text or JSONL files into flat token shards",
+                       description="Tokenize text or JSONL(.gz) files. --format flat (default): "
+                                   "DIR/NAME_<k>.bin (every document's ids back to back, uint16 when "
+                                   "n_vocab <= 65536 else uint32, little-endian) + DIR/NAME_<k>.idx "
+                                   "(int64 offsets in tokens, n_docs + 1) + DIR/NAME.json. npz/npy: "
+                                   "padded ids int32[N, T], counts, file_index, position + manifest.json.")
     e.add_argument("inputs", nargs="+", metavar="FILE", help="UTF-8 text or JSONL files (.gz ok)")
     e.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     _add_vocab_options(e, " (this or --tiktoken is required)")
@@ -691,26 +467,48 @@ def build_parser() -> argparse.ArgumentParser:
                    "default lines (ignored with --jsonl-field)")
     e.add_argument("--jsonl-field", metavar="FIELD",
                    help="inputs are JSONL; each line's FIELD (a string) is one document")
+    e.add_argument("--format", choices=("flat", "npz", "npy"), default="flat",
+                   help="flat: .bin/.idx token shards (default); npz: padded, one file per shard; "
+                        "npy: padded, one file per array per shard")
+    e.add_argument("--prefix", metavar="NAME",
+                   help="shard file name prefix (default: shard for flat, shard- for npz/npy)")
+    e.add_argument("--batch-bytes", type=int, default=4 << 20, metavar="N",
+                   help="padded bytes (documents x power-of-two width) per encode call (default "
+                        "4 MiB); a longer document is encoded alone, whole")
+    e.add_argument("--batch-size", type=int, metavar="B", help="at most B documents per encode call")
+    e.add_argument("--shard-tokens", type=int, default=1 << 28, metavar="N",
+                   help="flat: start a new shard after N tokens (default 2**28)")
+    e.add_argument("--shard-size", type=int, metavar="N",
+                   help="documents per shard (default: 65536 for npz/npy, no limit for flat)")
     e.add_argument("--max-tokens", type=int, metavar="T",
-                   help="fixed width of ids; longer documents are truncated (counts keep true "
-                        "lengths). Default: no truncation, each shard as wide as its longest")
+                   help="npz/npy: fixed width of ids; longer documents are truncated (counts keep "
+                        "true lengths). Default: each shard as wide as its longest")
     e.add_argument("--max-len", type=int, metavar="L",
-                   help="byte width of each batch (static shape; documents longer than L are an "
-                        "error). Default: the longest in the batch, rounded up to a power of two")
-    e.add_argument("--batch-size", type=int, default=256, metavar="B", help="documents per encode call")
-    e.add_argument("--shard-size", type=int, default=65536, metavar="N", help="documents per shard")
+                   help="fixed byte width of every batch (documents longer than L are an error). "
+                        "Default: the longest in the batch, rounded up to a power of two")
     e.add_argument("--allowed-special", default="none", metavar="WHICH",
                    help="special tokens recognised in the text: none (default), all, or A,B,...")
-    e.add_argument("--pad-id", type=int, default=0)
+    e.add_argument("--pad-id", type=int, help="npz/npy: id after each row's tokens (default 0)")
     e.add_argument("--block-size", type=int, default=256, choices=(256, 512, 1024),
                    help="CUDA threads per string")
     e.add_argument("--device", choices=("cpu", "gpu"), help="default: JAX's default device")
-    e.add_argument("--format", choices=("npz", "npy"), default="npz",
-                   help="npz: one file per shard; npy: one file per array per shard")
-    e.add_argument("--prefix", default="shard-", help="shard file name prefix (default shard-)")
+    e.add_argument("--verify", type=int, nargs="?", const=1000, metavar="N",
+                   help="then verify the shards, re-encoding N sampled documents (default 1000)")
     e.add_argument("--overwrite", action="store_true", help="replace an existing output")
     e.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     e.set_defaults(func=cmd_encode)
+
+    c = sub.add_parser("verify", help="check flat shards and re-encode a sample with the reference",
+                       description="Check every shard's .idx/.bin against each other and the sidecar, "
+                                   "then re-read the inputs and re-encode a random sample of documents "
+                                   "with the reference (tiktoken for tiktoken-format vocabularies, "
+                                   "else the CPU path). Exit 1 when they differ.")
+    c.add_argument("prefix", metavar="PREFIX", help="DIR/NAME as encode wrote it (DIR/NAME.json), or DIR")
+    _add_vocab_options(c, " (default: the one the sidecar names)")
+    c.add_argument("--sample", type=int, default=1000, metavar="N",
+                   help="documents to re-encode (default 1000; 0: consistency only)")
+    c.add_argument("--seed", type=int, default=0)
+    c.set_defaults(func=cmd_verify)
 
     b = sub.add_parser("bench", help="quick local throughput on a file (default: War and Peace)",
                        description="Encode a batch of excerpts of FILE (default: the shared War and "
@@ -744,6 +542,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except CLIError as e:
         print(f"{e.prog}: error: {e}", file=sys.stderr)
+        return 2
+    except VerifyError as e:
+        print(f"{PROG}: verify failed: {e}", file=sys.stderr)
+        return 1
+    except CorpusError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except SystemExit as e:  # --help / --version
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)

@@ -1,4 +1,5 @@
-"""The `blockbpe-jax` command line tool: shards equal `encode`'s arrays; info; clear errors."""
+"""The `blockbpe-jax` command line tool: padded .npz/.npy shards equal `encode`'s arrays; info;
+clear errors. (Flat shards and verify: tests/test_corpus.py.)"""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def check_shards_equal_encode(tok, shards, docs, **kw):
 def test_encode_lines_equals_encode(capsys, tmp_path, small_text, vocab_path, tok):
     out = tmp_path / "out"
     rc, stdout, err = run_cli(capsys, "encode", small_text, "-o", out, "--vocab", vocab_path,
-                              "--batch-size", 64, "--shard-size", 200, "-q")
+                              "--batch-size", 64, "--shard-size", 200, "--format", "npz", "-q")
     assert rc == 0, err
     docs = [line for line in small_text.read_bytes().split(b"\n") if line]
     manifest, shards = load_shards(out)
@@ -126,7 +127,7 @@ def test_encode_jsonl(capsys, tmp_path, vocab_path, tok):
     src.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
     out = tmp_path / "out"
     rc, _, err = run_cli(capsys, "encode", src, "--jsonl-field", "text", "-o", out,
-                         "--vocab", vocab_path, "--batch-size", 16, "-q")
+                         "--vocab", vocab_path, "--batch-size", 16, "--format", "npz", "-q")
     assert rc == 0, err
     _, shards = load_shards(out)
     docs = [r["text"].encode() for r in rows]
@@ -140,7 +141,7 @@ def test_encode_allowed_special(capsys, tmp_path, vocab_path, tok):
     for flag, expect_special in (("none", False), ("all", True), ("<|endoftext|>", True)):
         out = tmp_path / f"out_{expect_special}_{len(flag)}"
         rc, _, err = run_cli(capsys, "encode", src, "-o", out, "--vocab", vocab_path,
-                             "--allowed-special", flag, "-q")
+                             "--allowed-special", flag, "--format", "npz", "-q")
         assert rc == 0, err
         _, shards = load_shards(out)
         assert (100257 in shards[0]["ids"][0].tolist()) == expect_special
@@ -215,7 +216,8 @@ def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, c
         "no_vocab": (["encode", small_text, "-o", out], "--vocab"),
         "jsonl_field": (["encode", jsonl, "--jsonl-field", "text", "-o", out, "--vocab", vocab_path],
                         f"{jsonl}:2"),
-        "output_exists": (["encode", small_text, "-o", done, "--vocab", vocab_path], "--overwrite"),
+        "output_exists": (["encode", small_text, "-o", done, "--vocab", vocab_path, "--format", "npz"],
+                          "--overwrite"),
         "bad_batch": (["encode", small_text, "-o", out, "--vocab", vocab_path, "--batch-size", "0"],
                       "--batch-size"),
     }[case]

@@ -1,0 +1,272 @@
+"""The corpus job: text/JSONL(.gz) files -> documents -> byte-sized batches -> `encode` ->
+flat token shards (`blockbpe_jax/shards.py`: `<prefix>_<k>.bin` ids + `.idx` int64 offsets +
+`<prefix>.json`), or padded .npz/.npy shards; and `verify`, which re-encodes a sample with the
+reference library. `blockbpe-jax encode|verify` are thin wrappers around `encode_files` and
+`verify`.
+
+Every bad input raises CorpusError with one line naming the file and line.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .documents import (SPLITS_HELP, Doc, check_inputs, chunk_cuts, iter_documents,  # noqa: F401
+                        parse_split)
+from .shards import (CorpusError, FlatWriter, PaddedWriter, VerifyError, check_output,  # noqa: F401
+                     load_sidecar, open_shard, read_shards)
+
+DEFAULT_BATCH_BYTES = 4 << 20      # padded bytes (rows x width) per encode call
+DEFAULT_SHARD_TOKENS = 1 << 28     # tokens per flat shard (512 MiB of uint16)
+
+
+class Progress:
+    """tqdm over input bytes (MB/s) with tokens/s, when importable; else a counter on stderr."""
+
+    def __init__(self, total: int | None, enabled: bool):
+        self.bar, self.total, self.enabled = None, total, enabled
+        self.done = self.docs = self.tokens = 0
+        self.t0 = self.last = time.monotonic()
+
+    def update(self, nbytes: int, ndocs: int, ntokens: int) -> None:
+        if self.enabled is True and self.bar is None:  # lazily: early errors print one line
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=self.total, unit="B", unit_scale=True, unit_divisor=1000,
+                                desc="encode", file=sys.stderr, dynamic_ncols=True)
+            except ImportError:
+                self.enabled = "counter"
+        self.done, self.docs, self.tokens = self.done + nbytes, self.docs + ndocs, self.tokens + ntokens
+        rate = self.tokens / max(time.monotonic() - self.t0, 1e-9)
+        if self.bar is not None:
+            self.bar.update(nbytes)
+            self.bar.set_postfix_str(f"{self.docs} docs, {rate / 1e6:.2f} M tok/s", refresh=False)
+        elif self.enabled == "counter" and time.monotonic() - self.last > 0.5:
+            self.last = time.monotonic()
+            print(f"\r{self._text()}", end="", file=sys.stderr, flush=True)
+
+    def _text(self) -> str:
+        secs = max(time.monotonic() - self.t0, 1e-9)
+        return (f"encode: {self.docs} documents, {self.done / 1e6:.2f} MB ({self.done / secs / 1e6:.1f} "
+                f"MB/s, {self.tokens / secs / 1e6:.2f} M tokens/s)")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled == "counter":
+            print(f"\r{self._text()}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------------------------
+# The engine
+# --------------------------------------------------------------------------------------------
+
+
+def _pow2(n: int, floor: int = 16) -> int:
+    return max(floor, 1 << max(0, n - 1).bit_length())
+
+
+def _batches(docs: Iterator[Doc], batch_bytes: int, max_docs: int | None) -> Iterator[list[Doc]]:
+    """Consecutive documents whose padded size (rows x power-of-two width) stays within
+    batch_bytes; a document wider than that is a batch of its own."""
+    batch: list[Doc] = []
+    width = 0
+    for d in docs:
+        w = max(width, _pow2(len(d.data)))
+        if batch and ((len(batch) + 1) * w > batch_bytes or len(batch) == max_docs):
+            yield batch
+            batch, w = [], _pow2(len(d.data))
+        batch.append(d)
+        width = w
+    if batch:
+        yield batch
+
+
+def encode_documents(tok, docs: Iterator[Doc], writer, paths: Sequence[Path], *, mode="exact",
+                     allowed_special="none", batch_bytes=DEFAULT_BATCH_BYTES, max_docs=None,
+                     max_len=None, block_size=256, device=None, progress=None) -> None:
+    """Encodes the documents batch by batch with `Tokenizer.encode_batch` (any length: a batch
+    is as wide as its longest document, and max_tokens = width + 1 never truncates) and hands
+    each batch's ids, back to back, to `writer.add`. One batch is in flight on the device
+    while the next is read and packed."""
+    nfc = mode == "exact" and tok.nfc
+
+    def where(d: Doc) -> str:
+        return f"{paths[d.file_index]}:{d.position}"
+
+    def launch(batch: list[Doc]):
+        blobs = [d.data for d in batch]
+        if nfc:  # normalized first, so that the width fits the normalized text
+            blobs = tok.normalize(blobs)
+        longest = max(range(len(blobs)), key=lambda i: len(blobs[i]))
+        if max_len is not None and len(blobs[longest]) > max_len:
+            raise CorpusError(f"{where(batch[longest])}: document of {len(blobs[longest])} bytes, "
+                              f"more than --max-len {max_len} (use --split chunk:N)")
+        width = max_len or _pow2(len(blobs[longest]))
+        rows = _pow2(len(blobs), 1)  # few distinct shapes, few compilations
+        enc = tok.encode_batch(blobs + [b""] * (rows - len(blobs)), max_len=width,
+                               max_tokens=width + 1, allowed_special=allowed_special, mode=mode,
+                               block_size=block_size, device=device)
+        return enc, batch, width + 1
+
+    def finish(pending) -> None:
+        import jax
+
+        enc, batch, T = pending
+        ids, counts = jax.device_get((enc.ids, enc.counts))
+        ids, counts = ids[: len(batch)], counts[: len(batch)]
+        bad = np.flatnonzero((counts < 0) | (counts > T))
+        if bad.size:
+            j = int(bad[0])
+            raise CorpusError(f"{where(batch[j])}: tokenization failed (count {int(counts[j])}, "
+                              f"width {T})")
+        flat = ids[np.arange(T)[None, :] < counts[:, None]]  # row-major: documents back to back
+        writer.add(flat, counts, batch)
+        if progress is not None:
+            progress.update(sum(d.consumed for d in batch), len(batch), int(flat.size))
+
+    pending = None
+    for batch in _batches(docs, batch_bytes, max_docs):
+        launched = launch(batch)  # dispatch is asynchronous: the device works meanwhile
+        if pending is not None:
+            finish(pending)
+        pending = launched
+    if pending is not None:
+        finish(pending)
+
+
+def encode_files(tok, paths: Sequence[str | os.PathLike], out_prefix: str | os.PathLike, *,
+                 fmt="flat", split="lines", jsonl_field=None, mode="exact", allowed_special="none",
+                 batch_bytes=DEFAULT_BATCH_BYTES, max_docs=None, max_len=None,
+                 shard_tokens=DEFAULT_SHARD_TOKENS, shard_docs=None, max_tokens=None, pad_id=0,
+                 block_size=256, device=None, overwrite=False, progress=False, meta=None) -> dict:
+    """Tokenizes text/JSONL(.gz) files into shards at `out_prefix` (DIR/NAME; the directory is
+    created) and returns the sidecar (`<prefix>.json`; `<prefix>manifest.json` for fmt "npz" or
+    "npy"). Flat shards hold every document's full ids, equal to `tok.encode_batch`'s. Raises
+    CorpusError (one line, file:line) on a bad input or an existing output without overwrite."""
+    split_kind, chunk = parse_split(split)
+    paths = check_inputs(paths)
+    directory, name = os.path.split(os.path.expanduser(os.fspath(out_prefix)))
+    directory = Path(directory or ".")
+    if fmt == "flat" and not name:
+        raise CorpusError(f"{out_prefix}: a flat output needs a file name prefix (DIR/NAME)")
+    if directory.exists() and not directory.is_dir():
+        raise CorpusError(f"{directory}: exists and is not a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    check_output(directory, name, overwrite, fmt)
+    if fmt == "flat":
+        writer = FlatWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
+    else:
+        writer = PaddedWriter(directory, name, fmt, max_tokens, pad_id, shard_docs or 65536)
+    total = None if any(p.suffix == ".gz" for p in paths) else sum(p.stat().st_size for p in paths)
+    bar = Progress(total, enabled=progress)
+    t0 = time.perf_counter()
+    try:
+        docs = iter_documents(paths, split_kind, chunk, jsonl_field)
+        encode_documents(tok, docs, writer, paths, mode=mode, allowed_special=allowed_special,
+                         batch_bytes=batch_bytes, max_docs=max_docs, max_len=max_len,
+                         block_size=block_size, device=device, progress=bar)
+    except BaseException:
+        writer.abort()  # no partial output is left behind
+        raise
+    finally:
+        bar.close()
+    v = tok.vocab
+    info = dict(vocab=v.name, vocab_source=v.source, n_vocab=v.n_vocab, mode=mode, split=split,
+                jsonl_field=jsonl_field, max_len=max_len,
+                allowed_special=sorted(allowed_special) if isinstance(allowed_special, (set, frozenset,
+                                                                                        list)) else allowed_special,
+                inputs=[str(p) for p in paths], seconds=round(time.perf_counter() - t0, 3),
+                vocab_arg=dict(vocab=str(Path(v.source).resolve())) if Path(v.source).is_file() else {})
+    return writer.finish({**info, **(meta or {})})
+
+
+# --------------------------------------------------------------------------------------------
+# verify
+# --------------------------------------------------------------------------------------------
+
+
+def reference_encoder(tok, mode: str, allowed_special):
+    """(name, texts -> list of id lists): tiktoken for tiktoken-format vocabularies (.tiktoken
+    files, tiktoken encodings, Llama 3's tokenizer.model) when importable, else the
+    tokenizer's own CPU path."""
+    v = tok.vocab
+    tiktoken_like = (v.char_level is None and not tok.nfc and not v.source.endswith(".json")
+                     and (v.pattern is not None or mode == "bytes"))
+    try:
+        import tiktoken
+    except ImportError:
+        tiktoken_like = False
+    if tiktoken_like:
+        from .testing import BYTES_MODE_PATTERN
+
+        specials = set(v.special_tokens.values())
+        enc = tiktoken.Encoding(f"{v.name}_reference", special_tokens=dict(v.special_tokens),
+                                pat_str=v.pattern if mode == "exact" else BYTES_MODE_PATTERN,
+                                mergeable_ranks={b: i for i, b in enumerate(v.token_bytes)
+                                                 if b is not None and i not in specials})
+        if allowed_special == "none":
+            return "tiktoken", lambda texts: enc.encode_ordinary_batch([t.decode() for t in texts])
+        allowed = "all" if allowed_special == "all" else set(allowed_special)
+        return "tiktoken", lambda texts: [enc.encode(t.decode(), allowed_special=allowed,
+                                                     disallowed_special=()) for t in texts]
+    import jax
+
+    cpu = jax.devices("cpu")[0]
+
+    def cpu_path(texts):
+        out = []
+        for t in texts:
+            ids, counts = jax.device_get(tok.encode_batch([t], max_tokens=_pow2(len(t)) + 1, mode=mode,
+                                                          allowed_special=allowed_special, device=cpu))
+            out.append(ids[0, : counts[0]].tolist())
+        return out
+    return "blockbpe_jax CPU path", cpu_path
+
+
+def verify(prefix: str | os.PathLike, tok, *, sample: int = 1000, seed: int = 0) -> dict:
+    """Checks every shard's .idx/.bin against each other and the sidecar (sizes, offsets, ids
+    below n_vocab), then re-reads the inputs and re-encodes `sample` random documents (all when
+    sample >= documents) with the reference. Raises VerifyError naming the shard and document."""
+    meta, directory = load_sidecar(prefix)
+    opened = [open_shard(directory, s, meta["dtype"], meta["n_vocab"]) for s in meta["shards"]]
+    starts = np.cumsum([0] + [s["documents"] for s in meta["shards"]])
+    n = int(starts[-1])
+    if n != meta["documents"]:
+        raise VerifyError(f"{directory}: shards hold {n} documents, the sidecar says {meta['documents']}")
+    picks = sorted(random.Random(seed).sample(range(n), min(max(sample, 0), n)))
+    split, chunk = parse_split(meta["split"])
+    paths = check_inputs(meta["inputs"])
+    docs, want = {}, set(picks)
+    for i, d in enumerate(iter_documents(paths, split, chunk, meta.get("jsonl_field"))):
+        if i >= n:
+            raise VerifyError(f"{paths[d.file_index]}:{d.position}: the inputs hold more documents than the "
+                              f"shards ({n}): the inputs changed or the output is incomplete")
+        if i in want:
+            docs[i] = d
+    if len(docs) < len(want):
+        raise VerifyError(f"the inputs hold fewer documents than the shards ({n}): they changed")
+    name, ref = reference_encoder(tok, meta["mode"], meta["allowed_special"])
+    for lo in range(0, len(picks), 256):
+        group = picks[lo:lo + 256]
+        for i, expect in zip(group, ref([docs[i].data for i in group])):
+            k = int(np.searchsorted(starts, i, "right")) - 1
+            tokens, idx = opened[k]
+            j = i - int(starts[k])
+            got = tokens[idx[j]:idx[j + 1]].tolist()
+            if got != expect:
+                t = next((t for t, (a, b) in enumerate(zip(got, expect)) if a != b), min(len(got), len(expect)))
+                d = docs[i]
+                raise VerifyError(
+                    f"{directory / meta['shards'][k]['bin']}: document {j} ({paths[d.file_index]}:"
+                    f"{d.position}) differs from {name} at token {t}: {got[t:t + 3]} vs {expect[t:t + 3]} "
+                    f"({len(got)} vs {len(expect)} tokens)")
+    return dict(documents=n, tokens=meta["tokens"], shards=len(opened), checked=len(picks), reference=name)
+

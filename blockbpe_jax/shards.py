@@ -1,0 +1,265 @@
+"""On-disk layouts of the corpus job (`blockbpe_jax/corpus.py`): flat token shards and padded
+.npz/.npy shards, their writers, a reader and a consistency check.
+
+Flat layout, for `<prefix>` = DIR/NAME:
+    NAME_00000.bin   the shard's documents' token ids back to back, raw little-endian uint16
+                     (n_vocab <= 65536) or uint32: np.memmap(path, dtype=sidecar["dtype"])
+    NAME_00000.idx   int64[n_docs + 1] offsets into the .bin, in tokens (idx[0] == 0,
+                     idx[-1] == tokens): document j is bin[idx[j]:idx[j + 1]]
+    NAME.json        the sidecar: dtype, vocabulary, inputs, shards with doc and token counts;
+                     written last, so its presence marks a complete output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+FLAT_FORMAT = "blockbpe-flat-v1"
+
+
+class CorpusError(ValueError):
+    """A bad input or output of the corpus job; the message is one line naming the file (and
+    line or document)."""
+
+
+class VerifyError(CorpusError):
+    """The shards do not hold what they should (corrupt file, ids that differ from the
+    reference)."""
+
+
+def token_dtype(n_vocab: int) -> np.dtype:
+    return np.dtype("<u2") if n_vocab <= 65536 else np.dtype("<u4")
+
+
+def flat_names(prefix: Path, k: int) -> tuple[Path, Path]:
+    return (prefix.parent / f"{prefix.name}_{k:05d}.bin", prefix.parent / f"{prefix.name}_{k:05d}.idx")
+
+
+def sidecar_path(prefix: str | os.PathLike) -> Path:
+    """`<prefix>.json`; also accepts the sidecar's own path."""
+    p = Path(prefix).expanduser()
+    return p if p.suffix == ".json" else p.parent / f"{p.name}.json"
+
+
+def check_output(directory: Path, name: str, overwrite: bool, fmt: str) -> None:
+    """Refuses (or, with overwrite, clears) an existing output of this prefix."""
+    if fmt == "flat":
+        old = [directory / f"{name}.json"] + sorted(directory.glob(f"{name}_[0-9]*.bin")) \
+            + sorted(directory.glob(f"{name}_[0-9]*.idx"))
+    else:
+        old = [directory / f"{name}manifest.json"]
+    old = [p for p in old if p.exists()]
+    if old and not overwrite:
+        raise CorpusError(f"{old[0]}: output exists (use --overwrite or another --output)")
+    for p in old if fmt == "flat" else ():
+        p.unlink()
+
+
+class FlatWriter:
+    """Streams documents into flat shards of at most `shard_tokens` tokens (a document is never
+    split; one longer than that gets a shard of its own) and `shard_docs` documents."""
+
+    fmt = "flat"
+
+    def __init__(self, prefix: Path, n_vocab: int, shard_tokens: int, shard_docs: int | None):
+        self.prefix, self.dtype = prefix, token_dtype(n_vocab)
+        self.shard_tokens, self.shard_docs = shard_tokens, shard_docs or 2**62
+        self.shards: list[dict] = []
+        self.written: list[Path] = []
+        self._bin = None
+
+    def _open(self) -> None:
+        bin_path, _ = flat_names(self.prefix, len(self.shards))
+        self._bin = open(bin_path, "wb")
+        self.written.append(bin_path)
+        self._offsets, self._tokens, self._ndocs = [np.zeros(1, np.int64)], 0, 0
+
+    def add(self, ids: np.ndarray, counts: np.ndarray, docs) -> None:
+        """ids: the batch's tokens back to back; counts: tokens per document."""
+        ends = np.cumsum(counts, dtype=np.int64)
+        start = 0
+        while start < len(counts):
+            if self._bin is None:
+                self._open()
+            base = int(ends[start - 1]) if start else 0
+            # documents that fit under the token limit; a shard holds at least one
+            fit = int(np.searchsorted(ends[start:] - base, self.shard_tokens - self._tokens, "right"))
+            take = min(len(counts) - start, self.shard_docs - self._ndocs, fit)
+            if take == 0 and self._ndocs == 0:
+                take = 1
+            if take:
+                end = int(ends[start + take - 1])
+                self._bin.write(ids[base:end].astype(self.dtype, copy=False).tobytes())
+                self._offsets.append(self._tokens + ends[start:start + take] - base)
+                self._tokens += end - base
+                self._ndocs += take
+                start += take
+            if start < len(counts):
+                self._close()
+
+    def _close(self) -> None:
+        self._bin.close()
+        self._bin = None
+        bin_path, idx_path = flat_names(self.prefix, len(self.shards))
+        offsets = np.concatenate(self._offsets).astype("<i8")
+        offsets.tofile(idx_path)
+        self.written.append(idx_path)
+        self.shards.append(dict(bin=bin_path.name, idx=idx_path.name, documents=len(offsets) - 1,
+                                tokens=int(self._tokens)))
+
+    def finish(self, meta: dict) -> dict:
+        if self._bin is not None:
+            self._close()
+        sidecar = dict(format=FLAT_FORMAT, dtype=self.dtype.name, byteorder="little",
+                       idx_dtype="int64", **meta, shards=self.shards)
+        sidecar["documents"] = sum(s["documents"] for s in self.shards)
+        sidecar["tokens"] = sum(s["tokens"] for s in self.shards)
+        sidecar_path(self.prefix).write_text(json.dumps(sidecar, indent=2) + "\n")
+        return sidecar
+
+    def abort(self) -> None:
+        if self._bin is not None:
+            self._bin.close()
+        for p in self.written:
+            p.unlink(missing_ok=True)
+
+
+class PaddedWriter:
+    """The padded layout: per shard ids int32[N, T] (pad_id after counts[i]), true counts,
+    file_index, position; one .npz, or one .npy per array; `<prefix>manifest.json`."""
+
+    def __init__(self, directory: Path, name: str, fmt: str, max_tokens: int | None, pad_id: int,
+                 shard_docs: int):
+        self.dir, self.name, self.fmt, self.max_tokens, self.pad_id = directory, name, fmt, max_tokens, pad_id
+        self.shard_docs = shard_docs
+        self.rows: list[tuple[np.ndarray, np.ndarray, list]] = []
+        self.pending = self.truncated = self.true_tokens = 0
+        self.shards: list[dict] = []
+        self.written: list[Path] = []
+
+    def add(self, ids: np.ndarray, counts: np.ndarray, docs) -> None:
+        offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        start = 0
+        while start < len(counts):
+            take = min(len(counts) - start, self.shard_docs - self.pending)
+            sl = slice(start, start + take)
+            self.rows.append((ids[offsets[start]:offsets[start + take]], counts[sl], docs[sl]))
+            self.pending += take
+            start += take
+            if self.pending == self.shard_docs:
+                self._flush()
+
+    def _flush(self) -> None:
+        if not self.pending:
+            return
+        counts = np.concatenate([r[1] for r in self.rows]).astype(np.int32)
+        width = self.max_tokens or max(1, int(counts.max()))
+        ids = np.full((len(counts), width), self.pad_id, dtype=np.int32)
+        flat = np.concatenate([r[0] for r in self.rows])
+        kept = np.minimum(counts, width)
+        rows = np.repeat(np.arange(len(counts)), counts)
+        cols = np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)
+        keep = cols < width
+        ids[rows[keep], cols[keep]] = flat[keep]
+        docs = [d for r in self.rows for d in r[2]]
+        arrays = dict(ids=ids, counts=counts,
+                      file_index=np.array([d.file_index for d in docs], np.int32),
+                      position=np.array([d.position for d in docs], np.int64))
+        stem = f"{self.name}{len(self.shards):05d}"
+        if self.fmt == "npz":
+            names = [f"{stem}.npz"]
+            np.savez(self.dir / names[0], **arrays)
+        else:
+            names = [f"{stem}.{key}.npy" for key in arrays]
+            for name, arr in zip(names, arrays.values()):
+                np.save(self.dir / name, arr)
+        self.written += [self.dir / n for n in names]
+        self.shards.append(dict(files=names, documents=int(len(counts)), width=int(width),
+                                tokens=int(kept.sum())))
+        self.truncated += int((counts > width).sum()) if self.max_tokens else 0
+        self.true_tokens += int(counts.sum())
+        self.rows, self.pending = [], 0
+
+    def finish(self, meta: dict) -> dict:
+        self._flush()
+        manifest = dict(**meta, format=self.fmt, pad_id=self.pad_id, max_tokens=self.max_tokens,
+                        shards=self.shards,
+                        arrays=dict(ids="int32[N, T] token ids, pad_id after counts[i] tokens",
+                                    counts="int32[N] true token counts (> T: truncated to T)",
+                                    file_index="int32[N] index into inputs",
+                                    position="int64[N] line (lines, jsonl) or byte offset (chunk) "
+                                             "of the document in its input; 0 for file"))
+        manifest["documents"] = sum(s["documents"] for s in self.shards)
+        manifest["tokens"] = self.true_tokens  # (shards' "tokens": those kept)
+        manifest["truncated_documents"] = self.truncated
+        (self.dir / f"{self.name}manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        return manifest
+
+    def abort(self) -> None:
+        for p in self.written:
+            p.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading and checking flat shards
+# --------------------------------------------------------------------------------------------
+
+
+def load_sidecar(prefix: str | os.PathLike) -> tuple[dict, Path]:
+    """(sidecar, directory) of a flat output; CorpusError when missing or not ours."""
+    path = sidecar_path(prefix)
+    if Path(prefix).is_dir():
+        path = Path(prefix) / "shard.json"
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: no such sidecar (give the PREFIX that encode wrote, "
+                          f"e.g. DIR/shard for DIR/shard.json)") from None
+    except (OSError, UnicodeError, json.JSONDecodeError) as e:
+        raise CorpusError(f"{path}: cannot read sidecar: {str(e).splitlines()[0]}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FLAT_FORMAT:
+        raise CorpusError(f"{path}: not a flat-shard sidecar (format is not {FLAT_FORMAT!r})")
+    return meta, path.parent
+
+
+def open_shard(directory: Path, shard: dict, dtype: str, n_vocab: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens memmap, offsets) of one shard, checked for consistency: raises VerifyError
+    naming the file when the .idx and .bin disagree with each other or with the sidecar."""
+    bin_path, idx_path = directory / shard["bin"], directory / shard["idx"]
+    for p in (bin_path, idx_path):
+        if not p.is_file():
+            raise VerifyError(f"{p}: missing")
+    dt = np.dtype(dtype).newbyteorder("<")
+    if bin_path.stat().st_size != shard["tokens"] * dt.itemsize:
+        raise VerifyError(f"{bin_path}: {bin_path.stat().st_size} bytes, the sidecar says "
+                          f"{shard['tokens']} tokens of {dt.itemsize} bytes")
+    idx = np.fromfile(idx_path, dtype="<i8")
+    if len(idx) != shard["documents"] + 1 or idx[0] != 0 or idx[-1] != shard["tokens"]:
+        raise VerifyError(f"{idx_path}: {len(idx)} offsets from {idx[:1].tolist()} to "
+                          f"{idx[-1:].tolist()}, expected {shard['documents'] + 1} from 0 to "
+                          f"{shard['tokens']}")
+    bad = np.flatnonzero(np.diff(idx) < 0)
+    if bad.size:
+        raise VerifyError(f"{idx_path}: offsets decrease at document {int(bad[0])}")
+    tokens = np.memmap(bin_path, dtype=dt, mode="r") if shard["tokens"] else np.zeros(0, dt)
+    if n_vocab is not None and tokens.size:
+        top = int(tokens.max())
+        if top >= n_vocab:
+            j = int(np.searchsorted(idx, int(np.argmax(tokens >= n_vocab)), "right")) - 1
+            raise VerifyError(f"{bin_path}: document {j} holds id {top} >= n_vocab {n_vocab}")
+    return tokens, idx
+
+
+def read_shards(prefix: str | os.PathLike) -> Iterator[np.ndarray]:
+    """Every document's ids (views of memory-mapped .bin files), in input order."""
+    meta, directory = load_sidecar(prefix)
+    for shard in meta["shards"]:
+        tokens, idx = open_shard(directory, shard, meta["dtype"], meta.get("n_vocab"))
+        for j in range(len(idx) - 1):
+            yield tokens[idx[j]:idx[j + 1]]

@@ -1,0 +1,257 @@
+"""The corpus job's flat token shards (blockbpe_jax/corpus.py, shards.py): ids equal
+`Tokenizer.encode_batch`'s and tiktoken's for documents of any length, text back via decode,
+uint16/uint32 by vocabulary size, verify, and a one-line error for every bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import blockbpe_jax as bb
+from blockbpe_jax import cli, corpus
+from blockbpe_jax._data import find_data_dir
+
+
+@pytest.fixture(scope="module")
+def root() -> Path:
+    path = find_data_dir()
+    if path is None:
+        pytest.skip("shared data not found (set BLOCKBPE_DATA or place it at ../shared/data)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cl100k(root) -> bb.Tokenizer:
+    return bb.Tokenizer.from_file(root / "vocab/tiktoken/cl100k_base.tiktoken")
+
+
+@pytest.fixture(scope="module")
+def r50k(root) -> bb.Tokenizer:
+    return bb.Tokenizer.from_file(root / "vocab/tiktoken/r50k_base.tiktoken")
+
+
+@pytest.fixture(scope="module")
+def war_and_peace(root) -> bytes:
+    return (root / "corpus/war_and_peace_en.txt").read_bytes()
+
+
+def utf8_cut(raw: bytes, n: int) -> bytes:
+    while n < len(raw) and (raw[n] & 0xC0) == 0x80:
+        n -= 1
+    return raw[:n]
+
+
+def encode_batch_ids(tok, docs: list[bytes]) -> list[list[int]]:
+    """The reference: `encode_batch` on the short documents together, long ones alone."""
+    out: dict[int, list[int]] = {}
+    short = [i for i, d in enumerate(docs) if len(d) <= 4096]
+    groups = [short] + [[i] for i in range(len(docs)) if len(docs[i]) > 4096]
+    for group in groups:
+        if group:
+            ids, counts = tok.encode_batch([docs[i] for i in group])
+            ids, counts = np.asarray(ids), np.asarray(counts)
+            assert (counts <= ids.shape[1]).all()
+            out.update({i: ids[r, : counts[r]].tolist() for r, i in enumerate(group)})
+    return [out[i] for i in range(len(docs))]
+
+
+def test_any_length_equals_encode_batch_tiktoken_and_decode(tmp_path, cl100k, war_and_peace):
+    pytest.importorskip("tiktoken")
+    mb = utf8_cut(war_and_peace, 1 << 20)
+    lines = [x for x in war_and_peace[200_000:260_000].split(b"\n") if x]
+    docs = ([b"", b"a", utf8_cut(war_and_peace[300_000:], 100_000)] + lines[:150]
+            + ["ünïcödé — ✓ 日本語 🎉".encode(), mb, b" ", b"\n\n  x"] + lines[150:])
+    src = tmp_path / "docs.jsonl.gz"
+    with gzip.open(src, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": d.decode(), "id": i}) + "\n" for i, d in enumerate(docs))
+    # small batches and shards: long documents alone, many batches, documents across shards
+    meta = corpus.encode_files(cl100k, [src], tmp_path / "out" / "wp", jsonl_field="text",
+                               batch_bytes=64 << 10, shard_tokens=20_000)
+    assert meta["dtype"] == "uint32" and meta["n_vocab"] == 100277 > 65536
+    assert meta["documents"] == len(docs) and len(meta["shards"]) > 3
+    got = [a.tolist() for a in corpus.read_shards(tmp_path / "out" / "wp")]
+    want = encode_batch_ids(cl100k, docs)
+    assert got == want
+    assert max(map(len, got)) > 200_000 and got[0] == [] and len(got[1]) == 1
+    from blockbpe_jax.testing import tiktoken_oracle
+
+    enc = tiktoken_oracle("cl100k", cl100k, cl100k.vocab.pattern)
+    assert got == enc.encode_ordinary_batch([d.decode() for d in docs])
+    texts = [cl100k.decode_bytes(np.asarray([ids or [0]]), np.asarray([len(ids)]))[0] for ids in got]
+    assert texts == docs
+    # the layout, as a training loader reads it: memmap + offsets
+    out = tmp_path / "out"
+    total = 0
+    for k, shard in enumerate(meta["shards"]):
+        assert shard["bin"] == f"wp_{k:05d}.bin" and shard["idx"] == f"wp_{k:05d}.idx"
+        tokens = np.memmap(out / shard["bin"], dtype="<u4", mode="r")
+        idx = np.fromfile(out / shard["idx"], dtype="<i8")
+        assert idx[0] == 0 and idx[-1] == len(tokens) == shard["tokens"]
+        assert len(idx) == shard["documents"] + 1
+        total += len(tokens)
+    assert total == meta["tokens"] == sum(map(len, want))
+    assert meta["inputs"] == [str(src)] and meta["vocab"] == "cl100k_base"
+
+
+def test_cli_default_flat_uint16_and_verify(capsys, tmp_path, root, r50k, war_and_peace):
+    src = tmp_path / "wp.txt"
+    src.write_bytes(war_and_peace[:80_000])
+    out = tmp_path / "o"
+    rc = cli.main([str(x) for x in ("encode", src, "-o", out, "--vocab",
+                                    root / "vocab/tiktoken/r50k_base.tiktoken", "-q",
+                                    "--batch-bytes", 16384, "--verify", 100000)])
+    stdout, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "verify: ok" in stdout and "equal to tiktoken" in stdout
+    meta = json.loads((out / "shard.json").read_text())
+    assert meta["dtype"] == "uint16" and meta["n_vocab"] == 50257 <= 65536
+    docs = [x.rstrip(b"\r") for x in war_and_peace[:80_000].split(b"\n") if x.rstrip(b"\r")]
+    got = [a.tolist() for a in corpus.read_shards(out / "shard")]
+    assert got == encode_batch_ids(r50k, docs)
+    assert (out / "shard_00000.bin").stat().st_size == 2 * meta["tokens"]
+    # verify from the sidecar alone (it names the vocabulary), the prefix or the directory
+    for prefix in (out / "shard", out / "shard.json", out):
+        rc = cli.main(["verify", str(prefix), "--sample", "50"])
+        stdout, err = capsys.readouterr()
+        assert rc == 0, err
+        assert "50 sampled documents equal to tiktoken" in stdout
+
+
+def corrupt(path: Path, offset: int, value: bytes) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset:offset + len(value)] = value
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["id", "truncated", "idx", "vocab_range"])
+def test_verify_finds_corruption(capsys, tmp_path, root, cl100k, war_and_peace, damage):
+    src = tmp_path / "wp.txt"
+    src.write_bytes(war_and_peace[:20_000])
+    prefix = tmp_path / "o" / "c"
+    corpus.encode_files(cl100k, [src], prefix)
+    assert cli.main(["verify", str(prefix), "--sample", "100000"]) == 0
+    capsys.readouterr()
+    bin_path, idx_path = tmp_path / "o" / "c_00000.bin", tmp_path / "o" / "c_00000.idx"
+    idx = np.fromfile(idx_path, dtype="<i8")
+    tokens = np.fromfile(bin_path, dtype="<u4")
+    j = 7  # a document in the middle
+    if damage == "id":
+        t = int(idx[j]) + 1
+        corrupt(bin_path, 4 * t, np.array([(int(tokens[t]) + 1) % 100000], "<u4").tobytes())
+        needle = f"{bin_path}: document {j} ({src}:"
+    elif damage == "truncated":
+        bin_path.write_bytes(bin_path.read_bytes()[:-4])
+        needle = f"{bin_path}: {4 * (len(tokens) - 1)} bytes"
+    elif damage == "idx":
+        corrupt(idx_path, 8 * j, np.array([idx[j + 1] + 1], "<i8").tobytes())
+        needle = f"{idx_path}: offsets decrease at document {j}"
+    else:
+        corrupt(bin_path, 4 * int(idx[j]), np.array([200_000], "<u4").tobytes())
+        needle = f"{bin_path}: document {j} holds id 200000 >= n_vocab 100277"
+    rc = cli.main(["verify", str(prefix), "--sample", "100000"])
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert rc == 1 and len(lines) == 1, err
+    assert lines[0].startswith("blockbpe-jax: verify failed: ") and needle in lines[0], err
+    with pytest.raises(corpus.VerifyError):
+        corpus.verify(prefix, cl100k, sample=100000)
+
+
+def bad_inputs(tmp: Path) -> dict[str, tuple[list, str]]:
+    """case -> (extra encode arguments, the exact error after 'blockbpe-jax: error: ')."""
+    def write(name: str, data: bytes) -> Path:
+        (tmp / name).write_bytes(data)
+        return tmp / name
+
+    not_gz = write("not.txt.gz", b"plain text, not gzip\n")
+    whole = gzip.compress(b"line one\n" * 2000)
+    cut_gz = write("cut.txt.gz", whole[: len(whole) // 2])
+    bad_json = write("bad.jsonl", b'{"text": "ok"}\n\n{"text": "a",}\n')
+    no_field = write("nofield.jsonl", b'{"text": "ok"}\n{"body": "b"}\n')
+    not_str = write("notstr.jsonl", b'{"text": "ok"}\n{"text": 5}\n')
+    not_obj = write("notobj.jsonl", b'["text"]\n')
+    surrogate = write("surrogate.jsonl", b'{"text": "ok"}\n{"text": "a\\ud800b"}\n')
+    bad_utf8 = write("latin1.txt", "ok\nfa\u00e7ade\n".encode("latin-1"))
+    bad_utf8_json = write("latin1.jsonl", '{"text": "fa\u00e7ade"}\n'.encode("latin-1"))
+    done = tmp / "done"
+    done.mkdir()
+    (done / "shard.json").write_text("{}")
+    good = write("good.txt", b"hello\n")
+    J = ["--jsonl-field", "text"]
+    try:
+        json.loads('{"text": "a",}')
+    except json.JSONDecodeError as e:
+        json_error = str(e)
+    try:
+        gzip.decompress(cut_gz.read_bytes())
+    except EOFError as e:
+        eof_error = str(e)
+    return {
+        "missing": ([tmp / "nope.txt"], f"{tmp / 'nope.txt'}: no such file"),
+        "directory": ([done], f"{done}: not a regular file"),
+        "not_gzip": ([not_gz], f"{not_gz}: cannot read: Not a gzipped file (b'pl')"),
+        "truncated_gzip": ([cut_gz], f"{cut_gz}:{cut_gz_line(whole)}: cannot read: {eof_error}"),
+        "bad_json": ([bad_json] + J, f"{bad_json}:3: not valid JSON: {json_error}"),
+        "field_missing": ([no_field] + J, f"{no_field}:2: no field 'text' (--jsonl-field)"),
+        "field_not_string": ([not_str] + J, f"{not_str}:2: field 'text' is int, not a string"),
+        "not_object": ([not_obj] + J, f"{not_obj}:1: not a JSON object (list)"),
+        "surrogate": ([surrogate] + J, f"{surrogate}:2: field 'text' is not valid UTF-8 (lone "
+                                       f"surrogate at character 1)"),
+        "utf8_lines": ([bad_utf8], f"{bad_utf8}:2: not valid UTF-8 (byte 2: invalid continuation byte)"),
+        "utf8_file": ([bad_utf8, "--split", "file"],
+                      f"{bad_utf8}:2: not valid UTF-8 (byte 5: invalid continuation byte)"),
+        "utf8_jsonl": ([bad_utf8_json] + J, f"{bad_utf8_json}:1: not valid UTF-8 (byte 12: invalid "
+                                            f"continuation byte)"),
+        "output_exists": ([good, "-o", done], f"{done / 'shard.json'}: output exists (use --overwrite "
+                                              f"or another --output)"),
+    }
+
+
+def cut_gz_line(whole: bytes) -> int:
+    """The line at which a gzip stream cut in half stops: one past the lines it yields."""
+    n = 0
+    try:
+        with gzip.open(__import__("io").BytesIO(whole[: len(whole) // 2])) as f:
+            for n, _ in enumerate(f, start=1):
+                pass
+    except EOFError:
+        pass
+    return n + 1
+
+
+CASES = ["missing", "directory", "not_gzip", "truncated_gzip", "bad_json", "field_missing",
+         "field_not_string", "not_object", "surrogate", "utf8_lines", "utf8_file", "utf8_jsonl",
+         "output_exists"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_one_line_error(capsys, tmp_path, root, case):
+    args, message = bad_inputs(tmp_path)[case]
+    out = [] if "-o" in args else ["-o", tmp_path / "out"]
+    argv = ["encode", *args, *out, "--vocab", root / "vocab/tiktoken/r50k_base.tiktoken", "-q"]
+    rc = cli.main([str(a) for a in argv])
+    stdout, err = capsys.readouterr()
+    assert rc == 2
+    assert err.strip().splitlines() == [f"blockbpe-jax: error: {message}"], err
+    # a failed run leaves no partial output behind
+    assert not list((tmp_path / "out").glob("shard*")) if (tmp_path / "out").exists() else True
+
+
+def test_overwrite_replaces_all_shards(tmp_path, r50k, war_and_peace):
+    src = tmp_path / "a.txt"
+    src.write_bytes(war_and_peace[:30_000])
+    prefix = tmp_path / "o" / "x"
+    first = corpus.encode_files(r50k, [src], prefix, shard_tokens=1000)
+    assert len(first["shards"]) > 2
+    first_ids = [a.tolist() for a in corpus.read_shards(prefix)]
+    with pytest.raises(corpus.CorpusError, match="output exists"):
+        corpus.encode_files(r50k, [src], prefix)
+    second = corpus.encode_files(r50k, [src], prefix, overwrite=True)
+    assert len(second["shards"]) == 1 and sorted(p.name for p in prefix.parent.iterdir()) == \
+        ["x.json", "x_00000.bin", "x_00000.idx"]
+    assert [a.tolist() for a in corpus.read_shards(prefix)] == first_ids
+    assert second["tokens"] == first["tokens"]
