@@ -13,16 +13,31 @@ its own replica of the tables, and nothing is gathered. Inside a larger jitted s
 inputs are NamedSharding'd by batch, call `encode_sharded` there (with traced inputs it only
 builds the shard_map; pass the tables replicated, `replicate(tables, mesh)`, or as arguments
 of the jitted step).
+
+Multi-process jobs (`jax.distributed.initialize`): every process calls, with the same static
+arguments,
+
+    mine = process_shard(all_texts)                    # or the texts this host read itself
+    out = encode_process_local(mine, tok, mesh, max_len=4096, max_tokens=1024)
+    # out.ids: the GLOBAL int32[B, T] over all processes, NamedSharding(mesh, P("data"))
+
+Each process packs its own texts, tokenizes them on its own devices (no cross-process
+computation) and the global arrays are assembled with `jax.make_array_from_process_local_data`
+/ `jax.make_array_from_single_device_arrays`.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import jax
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .ops import EncodeTables, Encoded, encode
+from .tokenizer import pack_strings
 
-__all__ = ["encode_sharded", "replicate"]
+__all__ = ["encode_sharded", "replicate", "encode_process_local", "process_shard"]
 
 _shard_map = getattr(jax, "shard_map", None)
 if _shard_map is None:  # pragma: no cover - older jax
@@ -77,3 +92,78 @@ def encode_sharded(data, lengths, tables, mesh: jax.sharding.Mesh, *, axis: str 
     ids, counts = _shard_map(local, mesh=mesh, in_specs=(P(axis), P(axis), P()),
                              out_specs=(P(axis), P(axis)))(data, lengths, tables)
     return Encoded(ids, counts)
+
+
+def process_shard(items: Sequence, *, process_index: int | None = None,
+                  process_count: int | None = None) -> Sequence:
+    """This process's contiguous share of a global list: ceil(n / P) items for each process
+    (process k: items[k*c:(k+1)*c]; the last ones may get fewer, or none)."""
+    k = jax.process_index() if process_index is None else process_index
+    p = jax.process_count() if process_count is None else process_count
+    c = -(-len(items) // p)
+    return items[k * c:(k + 1) * c]
+
+
+def encode_process_local(texts, tables, mesh: jax.sharding.Mesh, *, max_tokens: int,
+                         max_len: int | None = None, rows: int | None = None,
+                         axis: str = "data", **encode_kwargs) -> Encoded:
+    """Each process encodes its local texts on its local devices; returns the GLOBAL batch.
+
+    Call it in every process of a `jax.distributed` job with the same `max_len`, `max_tokens`,
+    `rows` and mesh (shapes are static: a process cannot learn the others' sizes without a
+    collective; differing values give a shape error or a hang, not a result).
+
+    Args:
+      texts: this process's strings (str/bytes), packed with `pack_strings(max_len=max_len)`;
+        or a tuple (data uint8[n, max_len], lengths int32[n]) of host arrays already packed.
+      tables: a `Tokenizer` (tables on each local device from its per-device cache;
+        `allowed_special=` from encode_kwargs) or `EncodeTables` (copied to each local device).
+      mesh: a mesh over the devices of all processes with the axis `axis`; the rows of this
+        process go to its devices along `axis` (as `make_array_from_process_local_data` lays
+        them out; other axes replicate them).
+      max_tokens, max_len: static widths T and L (max_len required for strings).
+      rows: local rows (default: len(texts)); the local batch is padded with empty rows
+        (length 0, count 0) up to it, and it must be a multiple of this process's devices
+        along `axis`.
+      **encode_kwargs: `pad_id`, `mode`, `block_size`, `check_lengths`, as for `encode`.
+
+    Returns:
+      Encoded(ids int32[B, T], counts int32[B]), global arrays sharded as
+      NamedSharding(mesh, P(axis)); B = rows x the processes along `axis`. With `make_mesh`
+      (devices ordered by process), process k's local row j is global row k * rows + j.
+      Read another process's rows with `multihost_utils.process_allgather`.
+    """
+    if axis not in mesh.axis_names:
+        raise ValueError(f"encode_process_local: mesh has axes {mesh.axis_names}, not {axis!r}")
+    if isinstance(texts, tuple) and len(texts) == 2 and all(isinstance(a, np.ndarray) for a in texts):
+        data, lengths = texts
+        if max_len is not None and data.shape[1] != max_len:
+            raise ValueError(f"encode_process_local: data is {data.shape[1]} bytes wide, not "
+                             f"max_len={max_len}")
+    else:
+        if max_len is None:
+            raise ValueError("encode_process_local: max_len is required for strings (every "
+                             "process must pack to the same width)")
+        data, lengths = pack_strings(list(texts), max_len=max_len)
+    n = data.shape[0]
+    rows = n if rows is None else rows
+    if n > rows:
+        raise ValueError(f"encode_process_local: {n} local texts exceed rows={rows}")
+    if n < rows:   # empty rows: length 0, count 0
+        data = np.concatenate([data, np.zeros((rows - n, data.shape[1]), data.dtype)])
+        lengths = np.concatenate([lengths, np.zeros(rows - n, lengths.dtype)])
+    sharding = NamedSharding(mesh, P(axis))
+    gdata = jax.make_array_from_process_local_data(sharding, data)
+    glens = jax.make_array_from_process_local_data(sharding, lengths)
+    allowed = encode_kwargs.pop("allowed_special", None) or "none"
+    ids, counts = [], []
+    for sd, sl in zip(gdata.addressable_shards, glens.addressable_shards):
+        assert sd.device == sl.device and sd.index[0] == sl.index[0]
+        t = (jax.device_put(tables, sd.device) if isinstance(tables, EncodeTables)
+             else tables.tables(allowed, device=sd.device))
+        out = encode(sd.data, sl.data, t, max_tokens=max_tokens, **encode_kwargs)
+        ids.append(out.ids)
+        counts.append(out.counts)
+    b = gdata.shape[0]
+    return Encoded(jax.make_array_from_single_device_arrays((b, max_tokens), sharding, ids),
+                   jax.make_array_from_single_device_arrays((b,), sharding, counts))
