@@ -129,11 +129,23 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
 
     The passes merge every occurrence of a segment's lowest rank at once; sentencepiece and
     HF merge one pair at a time, lowest rank first, leftmost first. They differ where a merge
-    makes a pair that ranks no later than itself and overlaps another pair of its rank (the
-    check looks one merge deep; the differential tests cover the rest, as for byte-level BPE).
-    Where that happens, the merges involved must all be merges of runs of one character,
-    ranked after every other merge and not used by any other: those leave the pair table for
-    the run rule (ffi/char_symbols.h)."""
+    makes a pair that ranks no later than itself and overlaps another pair of its rank. For
+    runs of one character that happens by construction (`▁▁`+`▁` ranks with `▁`+`▁`), and
+    those merges must rank after every other merge and be used by no other: they leave the
+    pair table for the run rule (ffi/char_symbols.h). Elsewhere (a few pieces outrank a piece
+    they contain) a difference needs rare symbol sequences; as for byte-level BPE, the
+    differential tests on corpora and generated text are what vouch for it."""
+    run_of: dict[int, str | None] = {}
+
+    def run_char(i):  # the character of a run piece of 2+ characters, else None
+        if i not in run_of:
+            t = text[i] or ""
+            run_of[i] = t[0] if len(t) > 1 and len(set(t)) == 1 else None
+        return run_of[i]
+
+    run_merges = {pair: rm for pair, rm in merges.items() if run_char(rm[1]) is not None}
+    if not run_merges:
+        return merges, None
     by_rank: dict[int, tuple[set, set]] = defaultdict(lambda: (set(), set()))
     as_left, as_right = defaultdict(list), defaultdict(list)
     for (left, right), (rank, _) in merges.items():
@@ -142,33 +154,39 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
         as_left[left].append((right, rank))
         as_right[right].append((left, rank))
 
-    def is_late(pair, rank, made):
+    def is_late(rank, made):
         # made + z (or z + made) ranks no later and z is where another pair of this rank starts
         # (ends): merged one at a time, that pair would lose z; merged in one pass, it keeps it.
         lefts, rights = by_rank[rank]
         return (any(r <= rank and z in lefts for z, r in as_left.get(made, ()))
                 or any(r <= rank and z in rights for z, r in as_right.get(made, ())))
 
-    def run_char(i):  # the character of a run piece of 2+ characters, else None
-        t = text[i] or ""
-        return t[0] if len(t) > 1 and len(set(t)) == 1 else None
-
-    late = [(pair, rm) for pair, rm in merges.items()
-            if run_char(rm[1]) is not None and is_late(pair, *rm)]
+    late = [(pair, rm) for pair, rm in run_merges.items() if is_late(*rm)]
+    if not late:
+        return merges, None
+    # Per run character: its run merges, the latest rank of every other merge, and whether a
+    # merge that is not one of its runs takes one of its run pieces.
+    runs_of: dict[str, dict] = defaultdict(dict)
+    for pair, rm in run_merges.items():
+        runs_of[run_char(rm[1])][pair] = rm
+    latest_rank: dict[str | None, int] = defaultdict(lambda: -1)  # latest rank by run char
+    used_by_others: set[str] = set()
+    for pair, (rank, made) in merges.items():
+        ch = run_char(made)
+        latest_rank[ch] = max(latest_rank[ch], rank)
+        used_by_others.update(run_char(x) for x in pair if run_char(x) not in (None, ch))
+        if ch is None:
+            used_by_others.update(run_char(x) for x in pair if run_char(x) is not None)
     for ch in dict.fromkeys(run_char(m) for _, (_, m) in late):
-        is_run = {pair: run_char(m) == ch for pair, (_, m) in merges.items()}
-        runs = {p: rm for p, rm in merges.items() if is_run[p]}
-        others = {p: rm for p, rm in merges.items() if not is_run[p]}
-        last_other = max((r for r, _ in others.values()), default=-1)
-        if (min(r for r, _ in runs.values()) > last_other
-                and not any(run_char(x) == ch for pair in others for x in pair)):
-            return others, _run_rule(ch, runs, text, where)
+        runs = runs_of[ch]
+        last_other = max(r for c, r in latest_rank.items() if c != ch)
+        if min(r for r, _ in runs.values()) > last_other and ch not in used_by_others:
+            return {p: rm for p, rm in merges.items() if p not in runs}, _run_rule(ch, runs, text, where)
     # Equal ranks within a run make the passes differ for sure; other late runs (a few run
     # pieces outranking shorter ones) only on rare inputs, covered by the differential tests.
     made_at: dict[tuple, set] = defaultdict(set)  # (run character, rank) -> run pieces made
-    for _, (rank, made) in merges.items():
-        if run_char(made) is not None:
-            made_at[(run_char(made), rank)].add(made)
+    for rank, made in run_merges.values():
+        made_at[(run_char(made), rank)].add(made)
     for _, (rank, made) in late:
         if len(made_at[(run_char(made), rank)]) > 1:
             raise VocabError(f"{where}: runs of {run_char(made)!r} share one rank ({text[made]!r} and "
