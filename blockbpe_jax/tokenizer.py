@@ -206,6 +206,13 @@ class Tokenizer:
         # (else the NumPy arrays ride along with the jitted call to the default device)
         return run(data, lengths)
 
+    def encode_files(self, paths, out_prefix, **kwargs) -> dict:
+        """The corpus job (`blockbpe-jax encode`) from Python: text/JSONL(.gz) files into flat
+        token shards; see `blockbpe_jax.corpus.encode_files` for the options."""
+        from .corpus import encode_files
+
+        return encode_files(self, paths, out_prefix, **kwargs)
+
     def normalize(self, texts: Sequence[str | bytes]) -> list:
         """The texts as the tokenizer's normalizer leaves them (NFC, or unchanged). `encode` on
         raw bytes does not rewrite text: it reports a string that may not be in NFC with count

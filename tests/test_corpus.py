@@ -255,3 +255,21 @@ def test_overwrite_replaces_all_shards(tmp_path, r50k, war_and_peace):
         ["x.json", "x_00000.bin", "x_00000.idx"]
     assert [a.tolist() for a in corpus.read_shards(prefix)] == first_ids
     assert second["tokens"] == first["tokens"]
+
+
+def test_tokenizer_encode_files_is_the_corpus_job(tmp_path, data_dir):
+    """`Tokenizer.encode_files` writes the same shards as `corpus.encode_files`."""
+    from blockbpe_jax import corpus
+    from helpers import load_tokenizer
+
+    tok = load_tokenizer("r50k", "tiktoken")
+    src = tmp_path / "in.txt"
+    src.write_text("first line\nsecond, longer line of text\nfourth\n", encoding="utf-8")
+    a = tok.encode_files([src], tmp_path / "a" / "shard")
+    b = corpus.encode_files(tok, [src], tmp_path / "b" / "shard")
+    docs_a = [d.tolist() for d in corpus.read_shards(tmp_path / "a" / "shard")]
+    docs_b = [d.tolist() for d in corpus.read_shards(tmp_path / "b" / "shard")]
+    assert docs_a == docs_b and len(docs_a) == 3
+    ids, counts = tok.encode_batch(src.read_text().split("\n")[:3])
+    assert docs_a == [np.asarray(ids)[i, :c].tolist() for i, c in enumerate(np.asarray(counts))]
+    assert a["shards"] and b["shards"]
