@@ -1,66 +1,32 @@
 """SentencePiece BPE models (`.model` files: Llama 2, Mistral v1-v7, Gemma) as a Vocab whose
-merges run over characters (the kernel's rules: ffi/char_symbols.h).
+merges run over characters (the kernel's rules: ffi/char_symbols.h; the shared model and the
+merge-order check: blockbpe_jax/char_bpe.py).
 
 The file is a protobuf ModelProto; the few fields that decide tokenization are read here
 directly (no `sentencepiece` dependency). sentencepiece's BPE encoder splits the normalized
 text into characters and repeatedly merges the adjacent pair whose concatenation is the piece
 with the highest score, leftmost first on equal scores; a character without a piece becomes
 its UTF-8 bytes' <0xXX> pieces. That maps onto the byte-level engine with a pair table ranked
-by score, given three properties of the vocabulary that are checked here (a model without
-them is refused, naming what is missing):
-
-* every character of every piece is itself a piece (so a fallback character never merges);
-* scores of multi-character pieces are distinct, except for one group of runs of a single
-  character (Mistral's and Llama 2's `▁▁`..`▁`x16) whose shared score is the lowest and that
-  no other piece overlaps: the kernel applies those runs last, in sentencepiece's order;
-* the normalizer is the identity (no NFKC map, no whitespace collapsing), with sentencepiece's
-  dummy prefix and whitespace escaping as options.
+by score, given properties of the model that are checked here (a model without them is
+refused, naming what is missing): BPE with byte fallback, the identity normalizer (no NFKC
+map, no whitespace collapsing; the dummy prefix and whitespace escaping are options), no
+UNUSED pieces, every character of every piece itself a piece (so a fallback character never
+merges), and ties in the merge order only where `char_bpe.split_runs` can replay them.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
+from .char_bpe import PREFIX_BEFORE_SPECIAL, REPLACEMENT, SPACE, CharLevel, split_runs
 from .vocab import MAX_TOKEN_ID, Vocab, VocabError, _place_specials
-
-SPACE = "\u2581"  # `▁`: sentencepiece's escaped space
-REPLACEMENT = "\ufffd"
-
-# Where the dummy prefix goes (ffi/char_symbols.h, kPrefix*).
-PREFIX_EVERY_SEGMENT, PREFIX_UNLESS_SPACE, PREFIX_BEFORE_SPECIAL = 1, 2, 4
 
 # SentencePiece.Type and TrainerSpec.ModelType (sentencepiece_model.proto)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 MODEL_TYPES = {1: "UNIGRAM", 2: "BPE", 3: "WORD", 4: "CHAR"}
-
-
-@dataclass(frozen=True)
-class CharLevel:
-    """What the character-level kernel path needs besides the pair table (ffi/char_symbols.h)."""
-
-    char_ids: dict[str, int]   # one-character pieces by the character the text holds
-    replacement_id: int        # piece of U+FFFD (a byte that is not valid UTF-8), or -1
-    prefix_id: int             # piece of the dummy prefix `▁`, or -1
-    prefix_rule: int           # where it goes: PREFIX_* bits
-    word_start_id: int         # piece that starts a word (`▁`), or -1 (no word segments)
-    runs: "RunRule | None"     # how runs of one character split, when passes cannot do it
-
-
-@dataclass(frozen=True)
-class RunRule:
-    """A run of m single run characters: m >= long splits off the piece long_id (step
-    characters) and goes on as a run of m - step; shorter runs are table[m] (piece ids)."""
-
-    run_id: int
-    long: int
-    long_id: int
-    step: int
-    table: tuple[tuple[int, ...], ...]
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,116 +85,6 @@ def is_sentencepiece_model(head: bytes) -> bool:
     """Whether a file that starts with `head` looks like a ModelProto (field 1, a piece)."""
     return head[:1] == b"\n" and head[2:3] == b"\n"  # pieces[0] { piece: ... }
 
-
-# --------------------------------------------------------------------------------------------
-# Merge order: when the passes equal the reference, and the run rule where they do not
-# --------------------------------------------------------------------------------------------
-
-def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | None]:
-    """(merges for the pair table, run rule or None).
-
-    The passes merge every occurrence of a segment's lowest rank at once; sentencepiece and
-    HF merge one pair at a time, lowest rank first, leftmost first. They differ where a merge
-    makes a pair that ranks no later than itself and overlaps another pair of its rank. For
-    runs of one character that happens by construction (`▁▁`+`▁` ranks with `▁`+`▁`), and
-    those merges must rank after every other merge and be used by no other: they leave the
-    pair table for the run rule (ffi/char_symbols.h). Elsewhere (a few pieces outrank a piece
-    they contain) a difference needs rare symbol sequences; as for byte-level BPE, the
-    differential tests on corpora and generated text are what vouch for it."""
-    run_of: dict[int, str | None] = {}
-
-    def run_char(i):  # the character of a run piece of 2+ characters, else None
-        if i not in run_of:
-            t = text[i] or ""
-            run_of[i] = t[0] if len(t) > 1 and len(set(t)) == 1 else None
-        return run_of[i]
-
-    run_merges = {pair: rm for pair, rm in merges.items() if run_char(rm[1]) is not None}
-    if not run_merges:
-        return merges, None
-    by_rank: dict[int, tuple[set, set]] = defaultdict(lambda: (set(), set()))
-    as_left, as_right = defaultdict(list), defaultdict(list)
-    for (left, right), (rank, _) in merges.items():
-        by_rank[rank][0].add(left)
-        by_rank[rank][1].add(right)
-        as_left[left].append((right, rank))
-        as_right[right].append((left, rank))
-
-    def is_late(rank, made):
-        # made + z (or z + made) ranks no later and z is where another pair of this rank starts
-        # (ends): merged one at a time, that pair would lose z; merged in one pass, it keeps it.
-        lefts, rights = by_rank[rank]
-        return (any(r <= rank and z in lefts for z, r in as_left.get(made, ()))
-                or any(r <= rank and z in rights for z, r in as_right.get(made, ())))
-
-    late = [(pair, rm) for pair, rm in run_merges.items() if is_late(*rm)]
-    if not late:
-        return merges, None
-    # Per run character: its run merges, the latest rank of every other merge, and whether a
-    # merge that is not one of its runs takes one of its run pieces.
-    runs_of: dict[str, dict] = defaultdict(dict)
-    for pair, rm in run_merges.items():
-        runs_of[run_char(rm[1])][pair] = rm
-    latest_rank: dict[str | None, int] = defaultdict(lambda: -1)  # latest rank by run char
-    used_by_others: set[str] = set()
-    for pair, (rank, made) in merges.items():
-        ch = run_char(made)
-        latest_rank[ch] = max(latest_rank[ch], rank)
-        used_by_others.update(run_char(x) for x in pair if run_char(x) not in (None, ch))
-        if ch is None:
-            used_by_others.update(run_char(x) for x in pair if run_char(x) is not None)
-    for ch in dict.fromkeys(run_char(m) for _, (_, m) in late):
-        runs = runs_of[ch]
-        last_other = max(r for c, r in latest_rank.items() if c != ch)
-        if min(r for r, _ in runs.values()) > last_other and ch not in used_by_others:
-            return {p: rm for p, rm in merges.items() if p not in runs}, _run_rule(ch, runs, text, where)
-    # Equal ranks within a run make the passes differ for sure; other late runs (a few run
-    # pieces outranking shorter ones) only on rare inputs, covered by the differential tests.
-    made_at: dict[tuple, set] = defaultdict(set)  # (run character, rank) -> run pieces made
-    for rank, made in run_merges.values():
-        made_at[(run_char(made), rank)].add(made)
-    for _, (rank, made) in late:
-        if len(made_at[(run_char(made), rank)]) > 1:
-            raise VocabError(f"{where}: runs of {run_char(made)!r} share one rank ({text[made]!r} and "
-                             f"others) and are not ranked after every other merge: sentencepiece "
-                             f"breaks that tie by position, which merge passes cannot")
-    return merges, None
-
-
-def _run_rule(ch: str, runs: dict, text: list, where: str) -> RunRule:
-    """Replays the reference order on runs of ch (lowest rank, leftmost first) and finds the
-    split of every run length: a table below T, and a P-character first piece from T on."""
-    by_len = {len(text[m]): m for _, m in runs.values()}
-    single = next((i for i, t in enumerate(text) if t == ch), None)
-    if single is None:
-        raise VocabError(f"{where}: runs of {ch!r} merge but {ch!r} is not a token")
-    by_len[1] = single
-    rank_of = {(len(text[a]), len(text[b])): r for (a, b), (r, _) in runs.items()}
-
-    def split(m: int) -> list[int]:
-        chunks = [1] * m
-        while True:
-            best = None
-            for i in range(len(chunks) - 1):
-                r = rank_of.get((chunks[i], chunks[i + 1]))
-                if r is not None and (best is None or r < best[0]):
-                    best = (r, i)
-            if best is None:
-                return chunks
-            i = best[1]
-            chunks[i:i + 2] = [chunks[i] + chunks[i + 1]]
-
-    longest = max(by_len)
-    limit = 6 * longest + 16
-    splits = [split(m) for m in range(limit + 1)]
-    step = splits[limit][0]
-    long = limit + 1
-    while long - 1 >= step and splits[long - 1] == [step] + splits[long - 1 - step]:
-        long -= 1
-    if long > limit // 2:
-        raise VocabError(f"{where}: runs of {ch!r} do not split periodically (checked to {limit})")
-    table = tuple(tuple(by_len[k] for k in splits[m]) for m in range(long))
-    return RunRule(run_id=single, long=long, long_id=by_len[step], step=step, table=table)
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,111 +230,3 @@ def vocab_from_sentencepiece(data: bytes, where: str, name: str = "sentencepiece
     )
 
 
-# --------------------------------------------------------------------------------------------
-# The same models as HF tokenizer.json (BPE with byte_fallback: Llama 2, Mistral, Gemma on the
-# Hub). Ranks come from model.merges; the prefix rule from the normalizer or Metaspace.
-# --------------------------------------------------------------------------------------------
-
-def _metaspace_rule(pre: dict, where: str) -> int | None:
-    """Prefix rule of a Metaspace pre-tokenizer (None: no prefix)."""
-    if pre.get("replacement", SPACE) != SPACE:
-        raise VocabError(f"{where}: pre_tokenizer.replacement {pre['replacement']!r} is not supported "
-                         f"(only '\u2581')")
-    if pre.get("split", True):
-        raise VocabError(f"{where}: pre_tokenizer: Metaspace with split=true is not supported")
-    scheme = pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never")
-    rules = {"first": PREFIX_UNLESS_SPACE, "always": PREFIX_EVERY_SEGMENT | PREFIX_UNLESS_SPACE,
-             "never": None}
-    if scheme not in rules:
-        raise VocabError(f"{where}: pre_tokenizer.prepend_scheme {scheme!r} is not supported")
-    return rules[scheme]
-
-
-def _normalizer_rule(norm, where: str) -> int | None:
-    """Prefix rule of the Llama-2-style normalizer Sequence[Prepend('▁'), Replace(' ', '▁')]."""
-    steps = norm.get("normalizers", []) if norm.get("type") == "Sequence" else [norm]
-    kinds = sorted(s.get("type", "?") for s in steps if isinstance(s, dict))
-    replace_ok = any(s.get("type") == "Replace" and s.get("pattern") == {"String": " "}
-                     and s.get("content") == SPACE for s in steps)
-    prepend_ok = any(s.get("type") == "Prepend" and s.get("prepend") == SPACE for s in steps)
-    if kinds not in (["Prepend", "Replace"], ["Replace"]) or not replace_ok or (
-            "Prepend" in kinds and not prepend_ok):
-        raise VocabError(f"{where}: normalizer: {json.dumps(norm)[:200]} is not supported with "
-                         f"byte_fallback BPE (only Prepend('\u2581') and Replace(' ', '\u2581'))")
-    # HF normalizes each text segment between added tokens: a prefix before every one.
-    return PREFIX_EVERY_SEGMENT if "Prepend" in kinds else None
-
-
-def vocab_from_hf_json(doc: dict, path) -> Vocab:
-    from .vocab import _check_id, parse_hf_merges
-
-    where = str(path)
-    model = doc["model"]
-    vocab_json, merges_json = model.get("vocab"), model.get("merges")
-    if not isinstance(vocab_json, dict) or not isinstance(merges_json, list):
-        raise VocabError(f"{where}: model.vocab / model.merges: missing or of the wrong type")
-    for option in ("continuing_subword_prefix", "end_of_word_suffix", "ignore_merges"):
-        if model.get(option):
-            raise VocabError(f"{where}: model.{option} is not supported with byte_fallback BPE")
-    if model.get("dropout") not in (None, 0, 0.0):
-        raise VocabError(f"{where}: model.dropout is not supported")
-    norm, pre = doc.get("normalizer"), doc.get("pre_tokenizer")
-    if norm and pre:
-        raise VocabError(f"{where}: a normalizer and a pre_tokenizer together are not supported with "
-                         f"byte_fallback BPE")
-    if pre:
-        if not isinstance(pre, dict) or pre.get("type") != "Metaspace":
-            raise VocabError(f"{where}: pre_tokenizer {str((pre or {}).get('type'))!r} is not "
-                             f"supported with byte_fallback BPE (only Metaspace)")
-        rule = _metaspace_rule(pre, where)
-    elif norm:
-        rule = _normalizer_rule(norm, where)
-    else:
-        raise VocabError(f"{where}: byte_fallback BPE without a Replace(' ', '\u2581') normalizer or a "
-                         f"Metaspace pre-tokenizer is not supported")
-    token_text: list[str | None] = [None] * (max(vocab_json.values(), default=-1) + 1)
-    for key, token_id in vocab_json.items():
-        token_text[_check_id(f"{where}: model.vocab[{key!r}]", token_id)] = key
-    byte_ids = [vocab_json.get(f"<0x{b:02X}>", -1) for b in range(256)]
-    if -1 in byte_ids:
-        raise VocabError(f"{where}: model.vocab: byte_fallback needs the 256 tokens <0x00>..<0xFF>")
-    merges = parse_hf_merges(path, merges_json, vocab_json)
-    merges, runs = split_runs(merges, token_text, where)
-
-    added: dict[str, int] = {}
-    for k, entry in enumerate(doc.get("added_tokens") or []):
-        at = f"{where}: added_tokens[{k}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
-            raise VocabError(f"{at}: expected an object with a string 'content'")
-        text = entry["content"]
-        flags = [f for f in ("lstrip", "rstrip", "single_word") if entry.get(f)]
-        if entry.get("normalized") and not entry.get("special"):
-            flags.append("normalized")
-        if flags:
-            raise VocabError(f"{at}: {text!r} uses {'/'.join(flags)}, which is not supported")
-        if rule is not None and rule & PREFIX_EVERY_SEGMENT and len(text.encode()) < 2:
-            # (a prefix after each: a one-byte token would leave no room for it, char_symbols.h)
-            raise VocabError(f"{at}: one-byte added token {text!r} is not supported with a prefix "
-                             f"per segment")
-        added[text] = _check_id(at, entry.get("id"))
-
-    byte_of = {i: bytes([b]) for b, i in enumerate(byte_ids)}
-    token_bytes = [byte_of[i] if i in byte_of else None if t is None else t.replace(SPACE, " ").encode()
-                   for i, t in enumerate(token_text)]
-    token_bytes = _place_specials(where, token_bytes, added)
-    chars = {t: i for t, i in vocab_json.items() if len(t) == 1}
-    space_id = chars.get(SPACE, -1)
-    if space_id < 0:
-        raise VocabError(f"{where}: model.vocab: no token '\u2581'")
-    merged = {m for _, m in merges.values()}
-    words = not any(a != SPACE and b == SPACE for i in merged if token_text[i]
-                    for a, b in zip(token_text[i], token_text[i][1:]))
-    name = Path(path).parent.name if Path(path).name == "tokenizer.json" else Path(path).stem
-    return Vocab(
-        name=name or "tokenizer", token_bytes=tuple(token_bytes), merges=merges,
-        byte_ids=tuple(byte_ids), special_tokens=added, pattern=None, pattern_name=None,
-        whole_piece_shortcut=False, pretokenizer=None, unsupported=None, source=where,
-        char_level=CharLevel(
-            char_ids={**chars, " ": space_id}, replacement_id=chars.get(REPLACEMENT, -1),
-            prefix_id=space_id if rule is not None else -1, prefix_rule=rule or 0,
-            word_start_id=space_id if words else -1, runs=runs))

@@ -34,7 +34,7 @@ from . import pretok
 from .pretok import HF_BYTELEVEL_PATTERN, Pretokenizer
 
 if TYPE_CHECKING:
-    from .sentencepiece import CharLevel
+    from .char_bpe import CharLevel
 
 __all__ = [
     "VocabError",
@@ -307,7 +307,7 @@ class Vocab:
     pretokenizer: Pretokenizer | None
     unsupported: str | None
     source: str
-    # SentencePiece BPE (merges over characters; blockbpe_jax/sentencepiece.py), else None.
+    # SentencePiece-style BPE (merges over characters; blockbpe_jax/char_bpe.py), else None.
     char_level: "CharLevel | None" = None
     # Special tokens matched in text whatever the allowed specials (SentencePiece user-defined
     # pieces).
@@ -637,7 +637,7 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
     if model_type != "BPE":
         raise VocabError(f"{path}: model.type: model type {model_type!r} is not supported")
     if model.get("byte_fallback"):  # SentencePiece-style: merges over characters
-        from .sentencepiece import vocab_from_hf_json
+        from .char_bpe import vocab_from_hf_json
         return vocab_from_hf_json(doc, path)
     vocab_json = model.get("vocab")
     merges_json = model.get("merges")
