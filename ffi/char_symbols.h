@@ -1,5 +1,5 @@
 // SentencePiece-style BPE (Llama 2, Mistral v1-v7, Gemma): the merges run over characters,
-// not bytes. The rules below are shared by both executors (BBPE_HD); blockbpe_jax/sentencepiece.py
+// not bytes. The rules below are shared by both executors (BBPE_HD); blockbpe_jax/char_bpe.py
 // builds the tables and checks, at load, the properties of the vocabulary they rely on.
 //
 //   Initial symbols. Each character of the text whose one-character piece is in the
@@ -26,7 +26,7 @@
 //   checks that they rank last and touch nothing else), each run of single run characters is
 //   split as the reference splits it: a run of m >= T characters starts with a P-character
 //   piece and goes on as a run of m - P, shorter runs come from a table. The loader derives
-//   T, P and the table by replaying the reference order (blockbpe_jax/sentencepiece.py).
+//   T, P and the table by replaying the reference order (blockbpe_jax/char_bpe.py).
 #pragma once
 
 #include <cstdint>

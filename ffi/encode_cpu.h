@@ -119,7 +119,7 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
     count += kept;
     start = end;
   }
-  // The runs, last (into s.tok: the loader keeps count <= n + 1, sentencepiece.py).
+  // The runs, last (into s.tok: the loaders keep count <= n + 1, char_bpe.py).
   int out = 0;
   for (int i = 0; i < count;) {
     const int len = starts_run(c, t.data(), i) ? run_length(c, t.data(), i, count) : 1;
