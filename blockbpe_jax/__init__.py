@@ -5,10 +5,12 @@
 
 `data` is uint8[B, L] and `lengths` int32[B]; see `encode` for the options. `decode` (ids back
 to bytes on the device), `finalize` (BOS/EOS, padding and truncation sides) and
-`attention_mask` are jittable too; `encode_sharded` runs encode per device of a mesh.
+`attention_mask` are jittable too; `pack` packs documents into fixed rows with segment ids and
+positions (grain's layout); `encode_sharded` runs encode per device of a mesh.
 """
 
 from .ops import HAS_CUDA_MODULE, Encoded, EncodeTables, encode
+from .packing import Packed, PackReport, pack, segment_attention_mask
 from .postprocess import attention_mask, decode, finalize
 from .ragged import encode_ragged, pack_ragged
 from .sharding import encode_sharded
@@ -17,6 +19,7 @@ from .vocab import Vocab, VocabError, from_tiktoken_encoding, load_tiktoken_file
 
 __all__ = [
     "encode", "Encoded", "EncodeTables", "decode", "finalize", "attention_mask",
+    "pack", "Packed", "PackReport", "segment_attention_mask",
     "encode_sharded", "encode_ragged", "pack_ragged", "Tokenizer", "pack_strings", "Vocab", "VocabError",
     "load_tiktoken_file", "load_tokenizer_json", "from_tiktoken_encoding", "HAS_CUDA_MODULE",
 ]
