@@ -122,9 +122,15 @@ class CausalLM(nnx.Module):
         self.ln_f = nnx.LayerNorm(cfg.d_model, rngs=rngs)
         self.head = nnx.Linear(cfg.d_model, cfg.vocab_size, rngs=rngs)
 
-    def __call__(self, ids):  # int32[B, T] -> float32[B, T, V]
-        x = self.embed(ids) + self.pos(jnp.arange(ids.shape[1]))[None]
-        mask = nnx.make_causal_mask(ids)
+    def __call__(self, ids, segment_ids=None, positions=None):  # int32[B, T] -> float32[B, T, V]
+        """Packed rows (`bb.pack`) pass their segment ids and positions: a token attends only
+        to earlier tokens of its own document and is placed by its position in it."""
+        if segment_ids is None:
+            x = self.embed(ids) + self.pos(jnp.arange(ids.shape[1]))[None]
+            mask = nnx.make_causal_mask(ids)
+        else:
+            x = self.embed(ids) + self.pos(positions)
+            mask = bb.segment_attention_mask(segment_ids)[:, None]
         for block in self.blocks:
             x = block(x, mask)
         return self.head(self.ln_f(x))
@@ -140,6 +146,16 @@ def lm_loss(model: CausalLM, ids, counts):
     targets = ids[:, 1:]
     mask = (jnp.arange(targets.shape[1])[None, :] + 1) < valid_len[:, None]
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    n = jnp.sum(mask)
+    return jnp.sum(jnp.where(mask, ce, 0.0)) / jnp.maximum(n, 1), n
+
+
+def lm_loss_packed(model: CausalLM, packed):
+    """The same loss on packed rows: a target counts when it continues its token's segment."""
+    seg = packed.segment_ids
+    logits = model(packed.tokens[:, :-1], seg[:, :-1], packed.positions[:, :-1]).astype(jnp.float32)
+    mask = (seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] > 0)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, packed.tokens[:, 1:])
     n = jnp.sum(mask)
     return jnp.sum(jnp.where(mask, ce, 0.0)) / jnp.maximum(n, 1), n
 
@@ -173,12 +189,21 @@ def make_steps(tok: bb.Tokenizer, *, mode: str, max_tokens: int, block_size: int
     def train_step_ids(model, optimizer, ids, counts):
         return update(model, optimizer, ids, counts)
 
+    @nnx.jit(static_argnames=("rows",))
+    def train_step_packed(model, optimizer, tables, data, lengths, rows):
+        # Documents tokenized and packed into `rows` rows of T tokens, all on the device.
+        packed = bb.pack(tokenize(tables, data, lengths), seq_len=max_tokens, rows=rows,
+                         method="first_fit")
+        (loss, n), grads = nnx.value_and_grad(lm_loss_packed, has_aux=True)(model, packed)
+        optimizer.update(model, grads)
+        return loss, n, packed.report.tokens_dropped
+
     @nnx.jit
     def eval_bytes(model, tables, data, lengths):
         ids, counts = tokenize(tables, data, lengths)
         return lm_loss(model, ids, counts)[0]
 
-    return jax.jit(tokenize), train_step_bytes, train_step_ids, eval_bytes
+    return jax.jit(tokenize), train_step_bytes, train_step_ids, eval_bytes, train_step_packed
 
 
 class HostTokenizer:
@@ -369,10 +394,12 @@ def run_training(args, cfg: dict, tok: bb.Tokenizer, batches, label: str, *, fee
 
     feeds="bytes": batches are (uint8[B, L], int32[B]) raw bytes, tokenized inside the step.
     feeds="ids": batches are (int32[B, T], int32[B]) ids and counts made on the host.
+    feeds="packed": batches are raw bytes of shorter documents, tokenized and packed (`bb.pack`,
+    first fit) into cfg["batch"] rows of T tokens inside the step; truncated counts dropped tokens.
     host_check(data, lengths) -> (ids, counts), if given, must equal the in-step ids."""
     device = jax.devices()[0]
     tables = tok.tables("none", device)  # device arrays, built once, passed to every step
-    tokenize, step_bytes, step_ids, eval_bytes = make_steps(
+    tokenize, step_bytes, step_ids, eval_bytes, step_packed = make_steps(
         tok, mode=args.mode, max_tokens=cfg["max_tokens"], block_size=args.block_size)
     model, optimizer = make_model_and_optimizer(cfg, tok.vocab.n_vocab, args.seed)
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
@@ -409,6 +436,8 @@ def run_training(args, cfg: dict, tok: bb.Tokenizer, batches, label: str, *, fee
         a, b = jax.device_put(a, device), jax.device_put(b, device)
         if feeds == "ids":
             out = step_ids(model, optimizer, a, b)
+        elif feeds == "packed":  # documents, packed into cfg["batch"] rows inside the step
+            out = step_packed(model, optimizer, tables, a, b, rows=cfg["batch"])
         else:
             out = step_bytes(model, optimizer, tables, a, b)
         if step == 1:
@@ -445,12 +474,15 @@ def run_training(args, cfg: dict, tok: bb.Tokenizer, batches, label: str, *, fee
         steps_per_s=timed / elapsed,
         bytes_per_s=timed * cfg["batch"] * cfg["seq_bytes"] / elapsed,
         target_tokens=rec.tokens,
-        truncated_rows=rec.truncated,
+        truncated_rows=rec.truncated if feeds != "packed" else None,
+        packing_tokens_dropped=rec.truncated if feeds == "packed" else None,
         losses=[round(x, 4) for x in losses],
     )
     print(f"loss {summary['first10_mean']:.3f} (first {k}) -> {summary['last10_mean']:.3f} (last {k}); "
           f"eval {eval_before:.3f} -> {eval_after:.3f}; {summary['steps_per_s']:.2f} steps/s "
-          f"after {compile_s:.1f} s compile; truncated rows {rec.truncated}", flush=True)
+          f"after {compile_s:.1f} s compile; "
+          f"{'tokens dropped by packing' if feeds == 'packed' else 'truncated rows'} {rec.truncated}",
+          flush=True)
     if args.summary:
         args.summary.parent.mkdir(parents=True, exist_ok=True)
         args.summary.write_text(json.dumps(summary, indent=2) + "\n")

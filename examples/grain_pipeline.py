@@ -7,7 +7,12 @@ pipeline: the jitted train step calls `blockbpe_jax.encode`. With `--host-tokeni
 does what grain pipelines usually do instead (a tiktoken map step, then padding), for comparison.
 
     python examples/grain_pipeline.py --tiny --mode bytes
+    python examples/grain_pipeline.py --tiny --pack       # documents packed into rows on the device
     python examples/grain_pipeline.py --workers 4 --summary grain.json    # GPU
+
+With --pack the records are documents of half a row's bytes, twice as many per batch, and the
+train step tokenizes them and packs them into the batch's rows (`bb.pack`, first fit: segment
+ids and positions; the model attends within each document).
 
 Needs grain (`pip install grain`; PyPI has grain 0.2.x) besides flax and optax; without it the
 example exits with a message (tests skip it).
@@ -69,14 +74,15 @@ class PadIds:
         return ids, counts
 
 
-def make_pipeline(windows: ByteWindows, cfg: dict, seed: int, workers: int, tokenize_with=None):
+def make_pipeline(windows: ByteWindows, cfg: dict, seed: int, workers: int, tokenize_with=None,
+                  per_batch: int | None = None):
     ds = grain.MapDataset.source(WindowSource(windows)).shuffle(seed=seed).repeat()
     if tokenize_with is not None:  # baseline: tokenize in the pipeline (host CPU)
         ds = ds.map(tokenize_with)
         batch_fn = PadIds(cfg["max_tokens"])
     else:
-        batch_fn = PackBytes(cfg["seq_bytes"])
-    it = ds.to_iter_dataset().batch(cfg["batch"], drop_remainder=True, batch_fn=batch_fn)
+        batch_fn = PackBytes(windows.seq_bytes)
+    it = ds.to_iter_dataset().batch(per_batch or cfg["batch"], drop_remainder=True, batch_fn=batch_fn)
     if workers > 0:
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
     return it
@@ -96,6 +102,8 @@ def main(argv=None) -> int:
     parser = build_parser(__doc__)
     parser.add_argument("--workers", type=int, default=0,
                         help="grain worker processes (mp_prefetch); 0 = in this process")
+    parser.add_argument("--pack", action="store_true",
+                        help="records of half a row, packed into the rows inside the step")
     args = parser.parse_args(argv)
     if grain is None:
         print("grain_pipeline.py needs grain (pip install grain); it is not installed here",
@@ -112,7 +120,14 @@ def main(argv=None) -> int:
     windows = ByteWindows(read_text_bytes(args), cfg["seq_bytes"], split="train")
     print(f"grain {getattr(grain, '__version__', '?')}: {len(windows)} windows of "
           f"{cfg['seq_bytes']} bytes, workers={args.workers}", flush=True)
-    if not args.host_tokenize:
+    if args.pack:
+        if args.host_tokenize:
+            parser.error("--pack packs on the device: no --host-tokenize")
+        docs = ByteWindows(read_text_bytes(args), cfg["seq_bytes"] // 2, split="train")
+        pipeline = make_pipeline(docs, cfg, args.seed, args.workers, per_batch=2 * cfg["batch"])
+        run_training(args, cfg, tok, iter(pipeline), "grain_pipeline", feeds="packed",
+                     tokenize_desc="in-step, packed (grain yields documents)")
+    elif not args.host_tokenize:
         pipeline = make_pipeline(windows, cfg, args.seed, args.workers)
         run_training(args, cfg, tok, iter(pipeline), "grain_pipeline", tokenize_desc="in-step (grain yields bytes)")
     else:

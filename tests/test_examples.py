@@ -81,3 +81,19 @@ def test_grain_pipeline_learns(tmp_path):
     s = run_example("grain_pipeline.py", tmp_path)
     assert s["example"] == "grain_pipeline"
     assert_learned(s)
+
+
+@needs_flax
+def test_grain_pipeline_packed_learns(tmp_path):
+    """grain yields documents of half a row; the step tokenizes and packs them (bb.pack, first
+    fit) into the batch's rows, the model attending within each document: it learns."""
+    _data_or_skip()
+    if importlib.util.find_spec("grain") is None:
+        pytest.skip("grain is not installed (pip install grain)")
+    s = run_example("grain_pipeline.py", tmp_path, "--pack")
+    assert s["tokenize"] == "in-step, packed (grain yields documents)"
+    assert s["packing_tokens_dropped"] is not None and s["truncated_rows"] is None
+    # Twice the documents of half the bytes: about a row's tokens each; first fit leaves some
+    # out (reported, not silent), but most of them must be trained on.
+    assert s["packing_tokens_dropped"] < 0.25 * s["target_tokens"]
+    assert_learned(s)
