@@ -14,13 +14,14 @@ from .packing import Packed, PackReport, pack, segment_attention_mask
 from .postprocess import attention_mask, decode, finalize
 from .ragged import encode_ragged, pack_ragged
 from .sharding import encode_sharded
+from .tiktoken_api import Encoding as TiktokenEncoding, hf_call
 from .tokenizer import Tokenizer, pack_strings
 from .vocab import Vocab, VocabError, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json
 
 __all__ = [
     "encode", "Encoded", "EncodeTables", "decode", "finalize", "attention_mask",
     "pack", "Packed", "PackReport", "segment_attention_mask",
-    "encode_sharded", "encode_ragged", "pack_ragged", "Tokenizer", "pack_strings", "Vocab", "VocabError",
+    "encode_sharded", "TiktokenEncoding", "hf_call", "encode_ragged", "pack_ragged", "Tokenizer", "pack_strings", "Vocab", "VocabError",
     "load_tiktoken_file", "load_tokenizer_json", "from_tiktoken_encoding", "HAS_CUDA_MODULE",
 ]
 __version__ = "0.1.0"

@@ -206,6 +206,18 @@ class Tokenizer:
         # (else the NumPy arrays ride along with the jitted call to the default device)
         return run(data, lengths)
 
+    def as_tiktoken(self, device=None):
+        """tiktoken's `Encoding` API over this tokenizer (`blockbpe_jax.tiktoken_api`)."""
+        from .tiktoken_api import Encoding
+
+        return Encoding(self, device=device)
+
+    def __call__(self, texts, **kwargs) -> dict:
+        """HF-style batch call -> jax arrays (`blockbpe_jax.tiktoken_api.hf_call`)."""
+        from .tiktoken_api import hf_call
+
+        return hf_call(self, texts, **kwargs)
+
     def encode_files(self, paths, out_prefix, **kwargs) -> dict:
         """The corpus job (`blockbpe-jax encode`) from Python: text/JSONL(.gz) files into flat
         token shards; see `blockbpe_jax.corpus.encode_files` for the options."""

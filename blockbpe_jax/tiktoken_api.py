@@ -1,0 +1,275 @@
+"""Familiar host APIs over a `Tokenizer`: tiktoken's `Encoding`, and an HF-style batch call.
+
+    enc = tok.as_tiktoken()                  # blockbpe_jax.tiktoken_api.Encoding
+    enc.encode("hello <|endoftext|>")        # ValueError, as tiktoken (a disallowed special)
+    enc.encode("hello <|endoftext|>", allowed_special="all")   # [..., enc.eot_token]
+    batch = tok(["a", "b c"], padding="longest", truncation=True, max_length=512)
+    batch["input_ids"], batch["attention_mask"]                # int32[B, T] jax arrays
+
+`Encoding` follows tiktoken's semantics (tiktoken/core.py): the same defaults
+(`allowed_special=set()`, `disallowed_special="all"`), the same ValueError text for a disallowed
+special token found in the text, KeyError for unknown ids / non-tokens, lone surrogates replaced
+by U+FFFD. The ids come from the library's encode primitive (default: the CPU executor), so
+they equal tiktoken's for `.tiktoken` vocabularies. Differences: `num_threads` is accepted and
+ignored (a batch is one or a few device calls, bucketed by length); `encode_with_unstable` and
+pickling are not offered; `eot_token` raises KeyError when the vocabulary has no
+`<|endoftext|>`, as tiktoken does.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import AbstractSet, Collection, Literal, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .postprocess import finalize
+
+__all__ = ["Encoding", "hf_call"]
+
+_ROWS_BYTES = 1 << 24   # padded bytes per device call in a batch
+
+
+@functools.lru_cache(maxsize=128)
+def _special_token_regex(tokens: frozenset):
+    try:
+        import regex as re
+    except ImportError:   # (not a dependency; the standard module does for literal alternatives)
+        import re
+    return re.compile("(" + "|".join(re.escape(t) for t in tokens) + ")")
+
+
+def raise_disallowed_special_token(token: str):
+    """tiktoken's message, verbatim."""
+    raise ValueError(
+        f"Encountered text corresponding to disallowed special token {token!r}.\n"
+        "If you want this text to be encoded as a special token, "
+        f"pass it to `allowed_special`, e.g. `allowed_special={{{token!r}, ...}}`.\n"
+        f"If you want this text to be encoded as normal text, disable the check for this token "
+        f"by passing `disallowed_special=(enc.special_tokens_set - {{{token!r}}})`.\n"
+        "To disable this check for all special tokens, pass `disallowed_special=()`.\n"
+    )
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:   # surrogates: pairs joined, lone ones -> U+FFFD (as tiktoken)
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
+class Encoding:
+    """tiktoken's `Encoding` API over a `blockbpe_jax.Tokenizer` (host lists in and out).
+
+    `device`: where encode runs (default: the CPU executor, `jax.devices("cpu")[0]`).
+    """
+
+    def __init__(self, tokenizer, *, device=None, mode: str = "exact"):
+        self.tokenizer = tokenizer
+        self.device = device if device is not None else jax.devices("cpu")[0]
+        self.mode = mode
+        vocab = tokenizer.vocab
+        self.name = vocab.name
+        self._special_tokens = dict(vocab.special_tokens)
+        self._special_token_values = set(self._special_tokens.values())
+        tb = vocab.token_bytes
+        self.max_token_value = max(i for i in range(len(tb)) if tb[i] is not None)
+
+    def __repr__(self) -> str:
+        return f"<Encoding {self.name!r} (blockbpe_jax)>"
+
+    # -- encoding ---------------------------------------------------------------------------
+    def _allowed(self, allowed_special, disallowed_special, texts: Sequence[str]):
+        """tiktoken's check; returns the allowed specials for the primitive."""
+        if isinstance(allowed_special, str) and allowed_special != "all":
+            raise TypeError(f"allowed_special must be 'all' or a set, got {allowed_special!r}")
+        if allowed_special == "all":
+            allowed_special = self.special_tokens_set
+        if disallowed_special == "all":
+            disallowed_special = self.special_tokens_set - set(allowed_special)
+        if disallowed_special:
+            pattern = _special_token_regex(frozenset(disallowed_special))
+            for text in texts:
+                if match := pattern.search(text):
+                    raise_disallowed_special_token(match.group())
+        # (tiktoken ignores allowed names that are not special tokens)
+        return tuple(sorted(set(allowed_special) & self.special_tokens_set)) or "none"
+
+    def _encode_many(self, texts: Sequence[str], allowed) -> list[list[int]]:
+        raw = [_utf8(t) for t in texts]
+        out: list = [None] * len(raw)
+        buckets: dict[int, list[int]] = {}
+        for k, r in enumerate(raw):   # by padded width, so short texts don't pay for long ones
+            buckets.setdefault(max(16, 1 << max(0, len(r) - 1).bit_length()), []).append(k)
+        for width, rows in sorted(buckets.items()):
+            step = max(1, _ROWS_BYTES // width)
+            for s in range(0, len(rows), step):
+                chunk = rows[s:s + step]
+                ids, counts = self.tokenizer.encode_batch(
+                    [raw[k] for k in chunk], max_len=width, allowed_special=allowed,
+                    mode=self.mode, device=self.device)
+                ids, counts = np.asarray(ids), np.asarray(counts)
+                if (counts < 0).any() or (counts > ids.shape[1]).any():
+                    raise RuntimeError(f"encode failed: counts {counts.tolist()} (width {width})")
+                for j, k in enumerate(chunk):
+                    out[k] = ids[j, :counts[j]].tolist()
+        return out
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """`encode(text, disallowed_special=())`: special tokens' text is ordinary text."""
+        return self._encode_many([text], "none")[0]
+
+    def encode(self, text: str, *, allowed_special: Literal["all"] | AbstractSet[str] = set(),  # noqa: B006
+               disallowed_special: Literal["all"] | Collection[str] = "all") -> list[int]:
+        """tiktoken's `encode`: a disallowed special token in `text` raises ValueError."""
+        return self._encode_many([text], self._allowed(allowed_special, disallowed_special, [text]))[0]
+
+    def encode_to_numpy(self, text: str, **kwargs) -> np.ndarray:
+        return np.asarray(self.encode(text, **kwargs), dtype=np.uint32)
+
+    def encode_ordinary_batch(self, text: Sequence[str], *, num_threads: int = 8) -> list[list[int]]:
+        return self._encode_many(list(text), "none")
+
+    def encode_batch(self, text: Sequence[str], *, num_threads: int = 8,
+                     allowed_special: Literal["all"] | AbstractSet[str] = set(),  # noqa: B006
+                     disallowed_special: Literal["all"] | Collection[str] = "all") -> list[list[int]]:
+        """Lists of ids (not `Tokenizer.encode_batch`'s padded arrays); `num_threads` is ignored."""
+        text = list(text)
+        return self._encode_many(text, self._allowed(allowed_special, disallowed_special, text))
+
+    @functools.cached_property
+    def _encoder(self) -> dict:
+        tb, sv = self.tokenizer.vocab.token_bytes, self._special_token_values
+        return {b: i for i, b in enumerate(tb) if b is not None and i not in sv}
+
+    def encode_single_token(self, text_or_bytes: str | bytes) -> int:
+        """The id of a whole token (special tokens included); KeyError otherwise."""
+        if isinstance(text_or_bytes, str):
+            text_or_bytes = text_or_bytes.encode("utf-8")
+        if (token := self._encoder.get(text_or_bytes)) is not None:
+            return token
+        try:
+            return self._special_tokens[text_or_bytes.decode("utf-8")]
+        except (UnicodeDecodeError, KeyError):
+            raise KeyError(text_or_bytes) from None
+
+    # -- decoding ---------------------------------------------------------------------------
+    def decode_single_token_bytes(self, token: int) -> bytes:
+        tb = self.tokenizer.vocab.token_bytes
+        if not isinstance(token, (int, np.integer)) or not 0 <= token < len(tb) or tb[token] is None:
+            raise KeyError(str(token))
+        return tb[token]
+
+    def decode_tokens_bytes(self, tokens: Sequence[int]) -> list[bytes]:
+        return [self.decode_single_token_bytes(t) for t in tokens]
+
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        text = b"".join(self.decode_tokens_bytes(tokens))
+        cl = self.tokenizer.vocab.char_level   # SentencePiece: its decoder drops the dummy prefix
+        return text[1:] if cl is not None and cl.prefix_id >= 0 and text[:1] == b" " else text
+
+    def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
+        return self.decode_bytes(tokens).decode("utf-8", errors=errors)
+
+    def decode_batch(self, batch: Sequence[Sequence[int]], *, errors: str = "replace",
+                     num_threads: int = 8) -> list[str]:
+        return [self.decode(t, errors=errors) for t in batch]
+
+    def decode_bytes_batch(self, batch: Sequence[Sequence[int]], *, num_threads: int = 8) -> list[bytes]:
+        return [self.decode_bytes(t) for t in batch]
+
+    def decode_with_offsets(self, tokens: Sequence[int]) -> tuple[str, list[int]]:
+        """tiktoken's rule: each token's offset is the index of the first character holding
+        one of its bytes; raises on invalid UTF-8."""
+        token_bytes = self.decode_tokens_bytes(tokens)
+        text_len, offsets = 0, []
+        for token in token_bytes:
+            offsets.append(max(0, text_len - (0x80 <= token[0] < 0xC0)))
+            text_len += sum(1 for c in token if not 0x80 <= c < 0xC0)
+        return b"".join(token_bytes).decode("utf-8", errors="strict"), offsets
+
+    # -- miscellaneous ----------------------------------------------------------------------
+    def token_byte_values(self) -> list[bytes]:
+        """The byte strings of the ordinary (non-special) tokens, sorted, as tiktoken."""
+        return sorted(self._encoder)
+
+    @property
+    def eot_token(self) -> int:
+        """The `<|endoftext|>` id; KeyError when the vocabulary has none (as tiktoken)."""
+        return self._special_tokens["<|endoftext|>"]
+
+    @functools.cached_property
+    def special_tokens_set(self) -> set[str]:
+        return set(self._special_tokens)
+
+    def is_special_token(self, token: int) -> bool:
+        return token in self._special_token_values
+
+    @property
+    def n_vocab(self) -> int:
+        return self.max_token_value + 1
+
+
+_PADDING = {True: "longest", "longest": "longest", "max_length": "max_length",
+            False: None, None: None, "do_not_pad": None}
+_TRUNCATION = {True: True, "longest_first": True, "only_first": True,
+               False: False, None: False, "do_not_truncate": False}
+
+
+def hf_call(tok, texts: str | Sequence[str], *, padding=False, truncation=False,
+            max_length: int | None = None, pad_to_multiple_of: int | None = None,
+            padding_side: str = "right", truncation_side: str = "right",
+            return_attention_mask: bool = True, bos_id=None, eos_id=None, pad_id: int = 0,
+            allowed_special="all", mode: str = "exact", device=None) -> dict:
+    """HF-style `tok(texts, padding=..., truncation=..., max_length=...)` -> jax arrays.
+
+    As transformers with `return_tensors`: padding True/"longest" (the longest row after
+    truncation), "max_length", or False/"do_not_pad"; truncation True/"longest_first" cuts
+    rows to `max_length` (BOS/EOS ids kept, as tokenizers' post-processor counts them);
+    `pad_to_multiple_of` rounds the padded width up. Rows of unequal length without padding
+    raise ValueError (no tensor can hold them), as transformers does. A single string is a
+    batch of one. `allowed_special="all"` by default: HF matches special tokens in text.
+    Returns {"input_ids": int32[B, T], "attention_mask": int32[B, T] (1 = real id)} on the
+    device (default: JAX's default device).
+    """
+    if padding not in _PADDING or truncation not in _TRUNCATION:
+        raise ValueError(f"padding={padding!r} / truncation={truncation!r} not supported")
+    padding, truncation = _PADDING[padding], _TRUNCATION[truncation]
+    if (truncation or padding == "max_length") and max_length is None:
+        raise ValueError("max_length is required with truncation or padding='max_length' "
+                         "(there is no model_max_length here)")
+    texts = [texts] if isinstance(texts, (str, bytes)) else list(texts)
+    n_special = len(np.atleast_1d(bos_id if bos_id is not None else [])) + \
+        len(np.atleast_1d(eos_id if eos_id is not None else []))
+    enc = tok.encode_batch(texts, allowed_special=allowed_special, mode=mode, device=device)
+    counts = np.asarray(enc.counts)
+    if (counts < 0).any():
+        raise RuntimeError(f"encode failed: counts {counts.tolist()}")
+    lengths = counts + n_special
+    if truncation:
+        lengths = np.minimum(lengths, max_length)
+    content = int(lengths.max(initial=0))
+    target = {"longest": content, "max_length": max_length, None: 0}[padding]
+    if padding and pad_to_multiple_of and target % pad_to_multiple_of:
+        target += pad_to_multiple_of - target % pad_to_multiple_of
+    final = np.maximum(lengths, target)
+    if len(set(final.tolist())) > 1:
+        raise ValueError("Unable to create tensor: rows have different lengths; activate "
+                         "padding=True and/or truncation=True")
+    width = int(final.max(initial=target))
+    out = finalize(enc, max_length=max(content, n_special, 1), bos_id=bos_id, eos_id=eos_id,
+                   pad_id=pad_id, padding_side=padding_side, truncation_side=truncation_side)
+    ids = out.ids[:, :content] if content < out.ids.shape[1] else out.ids  # (content 0: no columns)
+    extra = width - ids.shape[1]
+    if extra:   # content is left- or right-aligned already; pad the rest on the same side
+        pad = ((0, 0), (extra, 0)) if padding_side == "left" else ((0, 0), (0, extra))
+        ids = jnp.pad(ids, pad, constant_values=pad_id)
+    result = {"input_ids": ids}
+    if return_attention_mask:
+        real = jnp.asarray(lengths, jnp.int32)[:, None]
+        col = jnp.arange(width, dtype=jnp.int32)[None, :]
+        mask = col >= width - real if padding_side == "left" else col < real
+        result["attention_mask"] = mask.astype(jnp.int32)
+    return result
