@@ -89,13 +89,57 @@ def _batches(docs: Iterator[Doc], batch_bytes: int, max_docs: int | None) -> Ite
         yield batch
 
 
+def _in_background(items: Iterator, depth: int) -> Iterator:
+    """The items of `items`, produced by a thread up to `depth` ahead; its exception is raised
+    here, in order, when the consumer reaches it. Stops the thread when the consumer stops."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def produce():
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((end, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            q.put((end, e))
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = q.get()
+            if item is end:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                thread.join(timeout=0.1)
+
+
 def encode_documents(tok, docs: Iterator[Doc], writer, paths: Sequence[Path], *, mode="exact",
                      allowed_special="none", batch_bytes=DEFAULT_BATCH_BYTES, max_docs=None,
                      max_len=None, block_size=256, device=None, progress=None) -> None:
     """Encodes the documents batch by batch with `Tokenizer.encode_batch` (any length: a batch
     is as wide as its longest document, and max_tokens = width + 1 never truncates) and hands
-    each batch's ids, back to back, to `writer.add`. One batch is in flight on the device
-    while the next is read and packed."""
+    each batch's ids, back to back, to `writer.add`, in order. Reading, encoding and writing
+    overlap (up to 4 batches read ahead, 2 being written)."""
     nfc = mode == "exact" and tok.nfc
 
     def where(d: Doc) -> str:
@@ -132,14 +176,20 @@ def encode_documents(tok, docs: Iterator[Doc], writer, paths: Sequence[Path], *,
         if progress is not None:
             progress.update(sum(d.consumed for d in batch), len(batch), int(flat.size))
 
-    pending = None
-    for batch in _batches(docs, batch_bytes, max_docs):
-        launched = launch(batch)  # dispatch is asynchronous: the device works meanwhile
-        if pending is not None:
-            finish(pending)
-        pending = launched
-    if pending is not None:
-        finish(pending)
+    # Three stages overlap: a thread reads, splits and batches the documents; this thread
+    # packs and dispatches (asynchronous: the device works meanwhile); a thread copies the
+    # results back and writes them, in order.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as writer_thread:
+        written = []  # futures of finish(), oldest first
+        for batch in _in_background(_batches(docs, batch_bytes, max_docs), depth=4):
+            launched = launch(batch)
+            written.append(writer_thread.submit(finish, launched))
+            while len(written) > 2 or (written and written[0].done()):
+                written.pop(0).result()  # re-raises a writer's error here
+        for future in written:
+            future.result()
 
 
 def encode_files(tok, paths: Sequence[str | os.PathLike], out_prefix: str | os.PathLike, *,

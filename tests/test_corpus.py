@@ -273,3 +273,22 @@ def test_tokenizer_encode_files_is_the_corpus_job(tmp_path, data_dir):
     ids, counts = tok.encode_batch(src.read_text().split("\n")[:3])
     assert docs_a == [np.asarray(ids)[i, :c].tolist() for i, c in enumerate(np.asarray(counts))]
     assert a["shards"] and b["shards"]
+
+
+def test_error_after_many_batches_in_the_pipeline(tmp_path, r50k):
+    """A bad JSONL line found by the reader thread after many batches have been encoded and
+    written: the same one-line error naming the line, and no shard left behind; the batches
+    before it, run again without the bad line, are the documents' ids in order."""
+    good = [{"text": f"document {i}: " + "word " * (i % 37)} for i in range(400)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps(d) for d in good) + "\n{not json\n", encoding="utf-8")
+    out = tmp_path / "out"
+    with pytest.raises(corpus.CorpusError, match=rf"^{src}:401: "):
+        corpus.encode_files(r50k, [src], out / "shard", jsonl_field="text",
+                            batch_bytes=2048)
+    assert not any(out.iterdir())
+    src.write_text("\n".join(json.dumps(d) for d in good) + "\n", encoding="utf-8")
+    corpus.encode_files(r50k, [src], out / "shard", jsonl_field="text", batch_bytes=2048)
+    got = [d.tolist() for d in corpus.read_shards(out / "shard")]
+    ids, counts = r50k.encode_batch([d["text"] for d in good])
+    assert got == [np.asarray(ids)[i, :c].tolist() for i, c in enumerate(np.asarray(counts))]
