@@ -21,6 +21,17 @@ REPLACEMENT = "\ufffd"
 PREFIX_EVERY_SEGMENT, PREFIX_UNLESS_SPACE, PREFIX_BEFORE_SPECIAL = 1, 2, 4
 
 
+def piece_bytes(piece: str) -> bytes:
+    """The bytes a piece decodes to: `▁` is the space it escapes."""
+    return piece.replace(SPACE, " ").encode("utf-8")
+
+
+def word_segments_exact(pieces) -> bool:
+    """Whether no piece has a `▁` after another character: then no merge crosses into a `▁`
+    that follows another symbol, and each such `▁` may start a segment (ffi/char_symbols.h)."""
+    return not any(a != SPACE and b == SPACE for p in pieces if p for a, b in zip(p, p[1:]))
+
+
 @dataclass(frozen=True)
 class CharLevel:
     """What the character-level kernel path needs besides the pair table (ffi/char_symbols.h)."""
@@ -194,7 +205,7 @@ def _normalizer_rule(norm, where: str) -> int | None:
 
 
 def vocab_from_hf_json(doc: dict, path) -> Vocab:
-    from .vocab import _check_id, parse_hf_merges
+    from .vocab import _check_id, parse_added_tokens, parse_hf_merges
 
     where = str(path)
     model = doc["model"]
@@ -230,13 +241,9 @@ def vocab_from_hf_json(doc: dict, path) -> Vocab:
     merges, runs = split_runs(merges, token_text, where)
 
     added: dict[str, int] = {}
-    for k, entry in enumerate(doc.get("added_tokens") or []):
-        at = f"{where}: added_tokens[{k}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
-            raise VocabError(f"{at}: expected an object with a string 'content'")
-        text = entry["content"]
-        flags = [f for f in ("lstrip", "rstrip", "single_word") if entry.get(f)]
-        if entry.get("normalized") and not entry.get("special"):
+    entries = doc.get("added_tokens") or []
+    for k, (at, text, token_id, flags) in enumerate(parse_added_tokens(doc, path)):
+        if entries[k].get("normalized") and not entries[k].get("special"):
             flags.append("normalized")
         if flags:
             raise VocabError(f"{at}: {text!r} uses {'/'.join(flags)}, which is not supported")
@@ -244,19 +251,17 @@ def vocab_from_hf_json(doc: dict, path) -> Vocab:
             # (a prefix after each: a one-byte token would leave no room for it, char_symbols.h)
             raise VocabError(f"{at}: one-byte added token {text!r} is not supported with a prefix "
                              f"per segment")
-        added[text] = _check_id(at, entry.get("id"))
+        added[text] = token_id
 
     byte_of = {i: bytes([b]) for b, i in enumerate(byte_ids)}
-    token_bytes = [byte_of[i] if i in byte_of else None if t is None else t.replace(SPACE, " ").encode()
+    token_bytes = [byte_of[i] if i in byte_of else None if t is None else piece_bytes(t)
                    for i, t in enumerate(token_text)]
     token_bytes = _place_specials(where, token_bytes, added)
     chars = {t: i for t, i in vocab_json.items() if len(t) == 1}
     space_id = chars.get(SPACE, -1)
     if space_id < 0:
         raise VocabError(f"{where}: model.vocab: no token '\u2581'")
-    merged = {m for _, m in merges.values()}
-    words = not any(a != SPACE and b == SPACE for i in merged if token_text[i]
-                    for a, b in zip(token_text[i], token_text[i][1:]))
+    words = word_segments_exact(token_text[m] for m in {m for _, m in merges.values()})
     name = Path(path).parent.name if Path(path).name == "tokenizer.json" else Path(path).stem
     return Vocab(
         name=name or "tokenizer", token_bytes=tuple(token_bytes), merges=merges,

@@ -21,7 +21,8 @@ import struct
 from collections import defaultdict
 from pathlib import Path
 
-from .char_bpe import PREFIX_BEFORE_SPECIAL, REPLACEMENT, SPACE, CharLevel, split_runs
+from .char_bpe import (PREFIX_BEFORE_SPECIAL, REPLACEMENT, SPACE, CharLevel, piece_bytes,
+                       split_runs, word_segments_exact)
 from .vocab import MAX_TOKEN_ID, Vocab, VocabError, _place_specials
 
 # SentencePiece.Type and TrainerSpec.ModelType (sentencepiece_model.proto)
@@ -185,7 +186,7 @@ def vocab_from_sentencepiece(data: bytes, where: str, name: str = "sentencepiece
         if kind == BYTE:
             token_bytes.append(bytes([int(piece[3:5], 16)]))
         elif kind in (NORMAL, USER_DEFINED) and escape:
-            token_bytes.append(piece.replace(SPACE, " ").encode("utf-8"))
+            token_bytes.append(piece_bytes(piece))
         else:
             token_bytes.append(piece.encode("utf-8"))
     # Control and unknown pieces are special tokens (matched in text only when allowed);
@@ -207,8 +208,7 @@ def vocab_from_sentencepiece(data: bytes, where: str, name: str = "sentencepiece
         char_ids[" "] = space_id
     elif escape:
         refuse("normalizer_spec.escape_whitespaces is set but there is no piece '\u2581'")
-    # Word segments are exact when no piece has a `▁` after another character.
-    words = escape and not any(a != SPACE and b == SPACE for p in normal for a, b in zip(p, p[1:]))
+    words = escape and word_segments_exact(normal)
     char_level = CharLevel(
         char_ids=char_ids,
         replacement_id=chars.get(REPLACEMENT, -1),

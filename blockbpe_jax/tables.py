@@ -259,14 +259,20 @@ def _build_piece_table(vocab: Vocab, offsets: np.ndarray, data: np.ndarray) -> t
     lengths = offsets[mergeable + 1].astype(np.int64) - offsets[mergeable]
     ids = mergeable[lengths <= MAX_PIECE_TABLE_LEN]
     lengths = lengths[lengths <= MAX_PIECE_TABLE_LEN]
-    hashes = _piece_hashes(offsets, data, ids)
+    table = _piece_rows(_piece_hashes(offsets, data, ids), ids, lengths, offsets[ids], capacity)
+    return table, int(lengths.max(initial=0))
+
+
+def _piece_rows(hashes: np.ndarray, ids, lengths, starts, capacity: int) -> np.ndarray:
+    """The piece table (layout above) of keys with these hashes, token ids, byte lengths and
+    offsets of their bytes in token_data."""
     table = np.full((capacity, 4), -1, dtype=np.int32)
     slots = _place_by_linear_probing(hashes, capacity)
     table[slots, 0] = hashes.view(np.int32)
     table[slots, 1] = ids
     table[slots, 2] = lengths
-    table[slots, 3] = offsets[ids]
-    return table, int(lengths.max(initial=0))
+    table[slots, 3] = starts
+    return table
 
 
 SYMBOLS_BYTES, SYMBOLS_CHARS = 0, 1  # the `symbols` attribute (ffi/char_symbols.h)
@@ -282,14 +288,9 @@ def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple:
     offsets = np.cumsum([0] + [len(k) for k, _ in wide], dtype=np.int64)[:-1] + data.size
     if data.size + len(keys) > np.iinfo(np.int32).max:
         raise ValueError(f"{vocab.name}: token bytes do not fit int32 offsets")
-    capacity = _capacity(len(wide))
     hashes = np.asarray([piece_hash(k) for k, _ in wide], dtype=np.uint32)
-    table = np.full((capacity, 4), -1, dtype=np.int32)
-    slots = _place_by_linear_probing(hashes, capacity)
-    table[slots, 0] = hashes.view(np.int32)
-    table[slots, 1] = [i for _, i in wide]
-    table[slots, 2] = [len(k) for k, _ in wide]
-    table[slots, 3] = offsets
+    table = _piece_rows(hashes, [i for _, i in wide], [len(k) for k, _ in wide], offsets,
+                        _capacity(len(wide)))
     extended = np.concatenate([data, np.frombuffer(keys, dtype=np.uint8)])
     runs = cl.runs
     width = (max((len(row) for row in runs.table), default=0) or 1) if runs else 0

@@ -599,6 +599,23 @@ def read_json(path: str | os.PathLike) -> object:
         raise VocabError(f"{path}: not valid JSON: {e}") from e
 
 
+def parse_added_tokens(doc: dict, path) -> list[tuple[str, str, int, list[str]]]:
+    """tokenizer.json's added_tokens as (where, content, id, matching flags it sets: lstrip,
+    rstrip, single_word), each an object with a string content and a valid id, no content
+    added twice with different ids."""
+    out: list[tuple[str, str, int, list[str]]] = []
+    seen: dict[str, int] = {}
+    for k, entry in enumerate(doc.get("added_tokens") or []):
+        at = f"{path}: added_tokens[{k}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
+            raise VocabError(f"{at}: expected an object with a string 'content'")
+        text, token_id = entry["content"], _check_id(at, entry.get("id"))
+        if seen.setdefault(text, token_id) != token_id:
+            raise VocabError(f"{at}: {text!r} is also added with id {seen[text]}")
+        out.append((at, text, token_id, [f for f in ("lstrip", "rstrip", "single_word") if entry.get(f)]))
+    return out
+
+
 def parse_hf_merges(path, merges_json: list, vocab_json: dict, prefix_len: int = 0
                     ) -> dict[tuple[int, int], tuple[int, int]]:
     """model.merges of a tokenizer.json: (left id, right id) -> (rank = list index, merged id);
@@ -650,17 +667,10 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
     # byte-level encoded, so we need to know which ids they are.
     added: dict[str, int] = {}
     reasons: list[str] = []
-    for k, entry in enumerate(doc.get("added_tokens") or []):
-        at = f"{path}: added_tokens[{k}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
-            raise VocabError(f"{at}: expected an object with a string 'content'")
-        token_id = _check_id(at, entry.get("id"))
-        if entry["content"] in added and added[entry["content"]] != token_id:
-            raise VocabError(f"{at}: {entry['content']!r} is also added with id {added[entry['content']]}")
-        added[entry["content"]] = token_id
-        flags = [f for f in ("lstrip", "rstrip", "single_word") if entry.get(f)]
+    for _, text, token_id, flags in parse_added_tokens(doc, path):
+        added[text] = token_id
         if flags:
-            reasons.append(f"added token {entry['content']!r} uses {'/'.join(flags)}, which is not supported")
+            reasons.append(f"added token {text!r} uses {'/'.join(flags)}, which is not supported")
     added_text_of_id = {i: text for text, i in added.items()}
 
     for key, token_id in vocab_json.items():

@@ -107,20 +107,6 @@ BBPE_HD int32_t char_at(const VocabView& v, const CharView& c, const uint8_t* te
   return lookup_piece(v, text + i, k);  // the piece table holds the one-character pieces
 }
 
-// The lead byte of the valid character that continuation byte i belongs to, or -1.
-BBPE_HD int char_lead(const uint8_t* text, int n, const uint8_t* sp, int i) {
-  if ((text[i] & 0xC0) != 0x80) return -1;
-  for (int d = 1; d <= 3 && i - d >= 0; ++d) {
-    const int j = i - d;
-    if (sp[j]) return -1;
-    if ((text[j] & 0xC0) != 0x80) {
-      uint32_t cp;
-      return utf8_decode(text, n, sp, j, &cp) > d ? j : -1;
-    }
-  }
-  return -1;
-}
-
 // The working token at byte i (chars[j] = char_at(j) for every j): a character's piece at its
 // lead byte (kDeleted at its other bytes), byte-fallback pieces, specials as in initial_token.
 // Segments start at the text's start and after specials, except where a prefix token goes
@@ -136,7 +122,7 @@ BBPE_HD int32_t initial_char_token(const VocabView& v, const CharView& c, const 
   if (chars[i] != kNotLead) {
     id = chars[i] >= 0 ? chars[i] : fallback;
   } else {
-    const int lead = char_lead(text, n, sp, i);
+    const int lead = utf8_lead_of(text, n, sp, i);
     if (lead >= 0 && chars[lead] >= 0) return kDeleted;
     id = lead >= 0 || c.replacement_id < 0 ? fallback : c.replacement_id;
   }

@@ -85,6 +85,26 @@ BBPE_HD int utf8_decode(const uint8_t* text, int n, const uint8_t* sp, int i, ui
   return len;
 }
 
+// The lead byte of the valid sequence that continuation byte i belongs to, or -1: the nearest
+// non-continuation byte before it (at most 3 back, no special byte in between), if the valid
+// sequence that starts there reaches byte i. A byte neither starting nor inside a valid
+// sequence is invalid UTF-8.
+BBPE_HD int utf8_lead_of(const uint8_t* text, int n, const uint8_t* sp, int i) {
+  int lead = -1;
+  if ((text[i] & 0xC0) == 0x80) {
+    for (int d = 1; d <= 3; ++d) {
+      const int j = i - d;
+      if (j < 0 || (sp && sp[j])) break;
+      if ((text[j] & 0xC0) != 0x80) {
+        uint32_t cpj;
+        if (utf8_decode(text, n, sp, j, &cpj) > d) lead = j;
+        break;
+      }
+    }
+  }
+  return lead;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The tables of one stage (built by blockbpe_jax/pretok/tables.py, which mirrors this layout):
 //   bwd[c]           map over T: t -> G(t, c)
@@ -171,19 +191,7 @@ BBPE_HD_OUTLINE uint8_t byte_class_slow(const PretokTables& tab, const uint8_t* 
   const uint8_t b = text[i];
   uint32_t cp;
   if (utf8_decode(text, n, sp, i, &cp)) return cp_class(cp, ct);
-  if ((b & 0xC0) == 0x80) {
-    // A continuation byte is covered iff the nearest non-continuation byte before it (at most
-    // 3 back, no special byte in between) starts a valid sequence that reaches it.
-    for (int d = 1; d <= 3; ++d) {
-      const int j = i - d;
-      if (j < 0 || (sp && sp[j])) break;
-      if ((text[j] & 0xC0) != 0x80) {
-        uint32_t cpj;
-        if (utf8_decode(text, n, sp, j, &cpj) > d) return kClassNone;
-        break;
-      }
-    }
-  }
+  if (utf8_lead_of(text, n, sp, i) >= 0) return kClassNone;
   return tab.invalid_class & (kMaxClasses - 1);  // invalid byte: one code point
 }
 BBPE_HD uint8_t byte_class(const PretokTables& tab, const uint8_t* text, int n, const uint8_t* sp,

@@ -16,18 +16,27 @@ texts = [raw[i * 900:(i + 1) * 900] for i in range(16)] + ["", "<|endoftext|>x<|
                                                           " " * 3000 + "y", "9" * 1000]
 gpu, cpu = jax.devices("gpu")[0], jax.devices("cpu")[0]
 bad = 0
+
+
+def compare(label, tokenizer, data, lengths, block_sizes=(256, 512, 1024), **kw):
+    """The GPU's ids and counts at each block size against the CPU handler's; prints each."""
+    global bad
+    ref = bb.encode(jax.device_put(data, cpu), jax.device_put(lengths, cpu), tokenizer, **kw)
+    for bs in block_sizes:
+        out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths, gpu), tokenizer,
+                        block_size=bs, **kw)
+        same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
+                and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
+        bad += not same
+        print(f"{label} block={bs}: {'ok' if same else 'DIFFERENT'}")
+    return ref
+
+
 for max_len in (4096, 12000):  # shared memory, then the global workspace
     data, lengths = bb.pack_strings(texts, max_len=max_len)
     for mode in ("exact", "bytes"):
-        ref = bb.encode(jax.device_put(data, cpu), jax.device_put(lengths, cpu), tok,
-                        max_tokens=1024, mode=mode, allowed_special="all")
-        for bs in (256, 512, 1024):
-            out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths, gpu), tok,
-                            max_tokens=1024, mode=mode, allowed_special="all", block_size=bs)
-            same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
-                    and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
-            bad += not same
-            print(f"L={max_len} mode={mode} block={bs}: {'ok' if same else 'DIFFERENT'}")
+        compare(f"L={max_len} mode={mode}", tok, data, lengths, max_tokens=1024, mode=mode,
+                allowed_special="all")
 # A three-stage pre-tokenizer (DeepSeek-V3's Sequence of Splits) on the same vocabulary: the
 # earlier stages' flags restart the later stages, in shared memory and in the workspace.
 import dataclasses  # noqa: E402
@@ -38,28 +47,14 @@ staged_tok = bb.Tokenizer(dataclasses.replace(tok.vocab, pretokenizer=pretok.fro
                                           split(r" ?\p{L}+|\s+(?!\S)|\s+|[^\s\p{L}]+")]})))
 for max_len in (4096, 12000):
     data, lengths = bb.pack_strings(texts, max_len=max_len)
-    ref = bb.encode(jax.device_put(data, cpu), jax.device_put(lengths, cpu), staged_tok,
-                    max_tokens=1024, allowed_special="all")
-    for bs in (256, 512, 1024):
-        out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths, gpu), staged_tok,
-                        max_tokens=1024, allowed_special="all", block_size=bs)
-        same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
-                and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
-        bad += not same
-        print(f"3 stages L={max_len} block={bs}: {'ok' if same else 'DIFFERENT'}")
+    compare(f"3 stages L={max_len}", staged_tok, data, lengths, max_tokens=1024, allowed_special="all")
 # An NFC tokenizer: decomposed text is reported (count -2) by the device check, the rest encoded.
 nfc_tok = bb.Tokenizer(dataclasses.replace(tok.vocab, pretokenizer=dataclasses.replace(
     tok.vocab.pretokenizer, nfc=True)))
 nfc_texts = texts + ["cafe\u0301", "\u0958 \u0915\u093c", "\u1100\u1161 \uac00\u11a8", "\u1e0a\u0323"]
 data, lengths = bb.pack_strings(nfc_texts, max_len=4096)
-ref = bb.encode(jax.device_put(data, cpu), jax.device_put(lengths, cpu), nfc_tok, max_tokens=1024)
-for bs in (256, 512, 1024):
-    out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths, gpu), nfc_tok, max_tokens=1024,
-                    block_size=bs)
-    same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
-            and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
-    bad += not same
-    print(f"nfc block={bs}: {'ok' if same else 'DIFFERENT'} ({int((np.asarray(ref.counts) == -2).sum())} reported)")
+ref = compare("nfc", nfc_tok, data, lengths, max_tokens=1024)
+print(f"nfc: {int((np.asarray(ref.counts) == -2).sum())} reported")
 # SentencePiece BPE (merges over characters): Mistral v7 with its user-defined pieces, runs of
 # spaces, bytes that are not UTF-8, in shared memory and in the workspace.
 import importlib.util, pathlib  # noqa: E401,E402
@@ -71,15 +66,8 @@ if spec is not None:
                                                "日本語 😀 é".encode() * 30]
     for max_len in (4096, 12000):
         data, lengths = bb.pack_strings(sp_texts, max_len=max_len)
-        ref = bb.encode(jax.device_put(data, cpu), jax.device_put(lengths, cpu), sp_tok,
-                        max_tokens=2048, allowed_special="all")
-        for bs in (256, 512, 1024):
-            out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths, gpu), sp_tok,
-                            max_tokens=2048, allowed_special="all", block_size=bs)
-            same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
-                    and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
-            bad += not same
-            print(f"sentencepiece L={max_len} block={bs}: {'ok' if same else 'DIFFERENT'}")
+        compare(f"sentencepiece L={max_len}", sp_tok, data, lengths, max_tokens=2048,
+                allowed_special="all")
 lengths_bad = lengths.copy()
 lengths_bad[0] = max_len + 1
 out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths_bad, gpu), tok, max_tokens=64,
