@@ -133,7 +133,7 @@ def main() -> None:
         paths = {"two_puts": two_puts, "tuple_put": tuple_put, "pinned": pinned_put,
                  "numpy_args": numpy_args, "chunks_2": chunks(2), "chunks_4": chunks(4)}
         if staging.available(dev):
-            slot = bb.ops._blockbpe_cuda.HostStaging(dev.local_hardware_id)
+            slot = bb.native.cuda.HostStaging(dev.local_hardware_id)
 
             def stage_upload():
                 slot.upload(texts, L)

@@ -291,8 +291,7 @@ def time_ours(ours: Ours, mode, bs, T, data_dev, lengths_dev, total_bytes, *, ch
 # parts
 def part_memory(ctx, res):
     bb, testing = ctx["bb"], ctx["testing"]
-    ops = bb.ops
-    smem_max = int(getattr(ops, "SMEM_MAX_LEN", 8192))
+    smem_max = int(bb.native.cpu.smem_max_len)
     modes = {"exact": 2, "bytes": 0}  # the workspace depends only on whether mode is bytes
     names = ["pair_table", "byte_ids", "piece_table", "token_offsets", "token_data",
              "special_offsets", "special_data", "special_ids"]
@@ -318,7 +317,7 @@ def part_memory(ctx, res):
             f"(load {load_s:.1f} s)")
 
     def workspace(batch, length, mode="exact"):
-        size = ops._workspace_bytes(batch, length, modes[mode], 0)  # the kernel's own rule (byte-level)
+        size = bb.native.workspace_bytes(batch, length, modes[mode], 0)  # the kernel's own rule (byte-level)
         return 0 if size <= 1 else size
 
     shapes = sorted({*PEER_GRID, *[(b, l) for b in PAPER_BATCHES for l in PAPER_LENGTHS],
@@ -833,7 +832,7 @@ def main(argv=None):
     res: dict = {}
     ctx = dict(bb=bb, jax=jax, testing=testing, data=data, raw=raw, device=device,
                quick=args.quick, threads=args.threads, parts=parts, tokenizer=tokenizer, ours=ours,
-               smem_max=int(getattr(bb.ops, "SMEM_MAX_LEN", 8192)),
+               smem_max=int(bb.native.cpu.smem_max_len),
                scale_blocks=tuple(int(x) for x in args.scale_blocks.split(",")),
                peer_grid=PEER_GRID, paper_blocks=PAPER_BLOCKS, paper_batches=PAPER_BATCHES,
                paper_lengths=PAPER_LENGTHS, scale_lengths=SCALE_LENGTHS,

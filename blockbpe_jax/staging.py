@@ -24,7 +24,7 @@ import threading
 
 import jax
 
-from . import ops
+from . import native
 
 MAX_SLOTS = 3  # per device: one being filled, one being encoded, one spare
 
@@ -32,7 +32,7 @@ MAX_SLOTS = 3  # per device: one being filled, one being encoded, one spare
 def available(device) -> bool:
     """Whether `device` is a CUDA GPU this build can stage to (BLOCKBPE_STAGING=0 turns the
     path off: encode_batch then hands NumPy arrays to the jitted call, as off the GPU)."""
-    return (ops.HAS_CUDA_MODULE and getattr(device, "platform", None) == "gpu"
+    return (native.HAS_CUDA_MODULE and getattr(device, "platform", None) == "gpu"
             and os.environ.get("BLOCKBPE_STAGING", "1") != "0")
 
 
@@ -40,7 +40,7 @@ class _Slot:
     """A HostStaging and the JAX arrays viewing its device buffer for the last shape."""
 
     def __init__(self, device):
-        self.native = ops._blockbpe_cuda.HostStaging(device.local_hardware_id)
+        self.native = native.cuda.HostStaging(device.local_hardware_id)
         self.views: tuple | None = None
         self.key: tuple | None = None
 
