@@ -79,8 +79,8 @@ class FlatWriter:
         self.written.append(bin_path)
         self._offsets, self._tokens, self._ndocs = [np.zeros(1, np.int64)], 0, 0
 
-    def add(self, ids: np.ndarray, counts: np.ndarray, docs) -> None:
-        """ids: the batch's tokens back to back; counts: tokens per document."""
+    def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
+        """ids: the documents' tokens back to back; counts: tokens per document."""
         ends = np.cumsum(counts, dtype=np.int64)
         start = 0
         while start < len(counts):
@@ -137,18 +137,21 @@ class PaddedWriter:
                  shard_docs: int):
         self.dir, self.name, self.fmt, self.max_tokens, self.pad_id = directory, name, fmt, max_tokens, pad_id
         self.shard_docs = shard_docs
-        self.rows: list[tuple[np.ndarray, np.ndarray, list]] = []
+        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.pending = self.truncated = self.true_tokens = 0
         self.shards: list[dict] = []
         self.written: list[Path] = []
 
-    def add(self, ids: np.ndarray, counts: np.ndarray, docs) -> None:
+    def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
+        """As FlatWriter.add; `window` (documents.Window) gives each document's input and position."""
+        file_index = np.full(len(counts), window.file_index, np.int32)
         offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         start = 0
         while start < len(counts):
             take = min(len(counts) - start, self.shard_docs - self.pending)
             sl = slice(start, start + take)
-            self.rows.append((ids[offsets[start]:offsets[start + take]], counts[sl], docs[sl]))
+            self.rows.append((ids[offsets[start]:offsets[start + take]], counts[sl], file_index[sl],
+                              window.positions[sl]))
             self.pending += take
             start += take
             if self.pending == self.shard_docs:
@@ -166,10 +169,8 @@ class PaddedWriter:
         cols = np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)
         keep = cols < width
         ids[rows[keep], cols[keep]] = flat[keep]
-        docs = [d for r in self.rows for d in r[2]]
-        arrays = dict(ids=ids, counts=counts,
-                      file_index=np.array([d.file_index for d in docs], np.int32),
-                      position=np.array([d.position for d in docs], np.int64))
+        arrays = dict(ids=ids, counts=counts, file_index=np.concatenate([r[2] for r in self.rows]),
+                      position=np.concatenate([r[3] for r in self.rows]).astype(np.int64))
         stem = f"{self.name}{len(self.shards):05d}"
         if self.fmt == "npz":
             names = [f"{stem}.npz"]

@@ -292,3 +292,35 @@ def test_error_after_many_batches_in_the_pipeline(tmp_path, r50k):
     got = [d.tolist() for d in corpus.read_shards(out / "shard")]
     ids, counts = r50k.encode_batch([d["text"] for d in good])
     assert got == [np.asarray(ids)[i, :c].tolist() for i, c in enumerate(np.asarray(counts))]
+
+
+def test_sorted_calls_and_dense_rows_keep_input_order(tmp_path, r50k):
+    """Documents of very different lengths (sorted into calls by width, put back in input
+    order) and rows with more tokens than half their width (emoji: encoded again at full
+    width) give the ids of `encode_batch`, in input order, across several windows."""
+    from blockbpe_jax import documents
+
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "🎉🎉🎉", "日本語", "  ", "1234567", "\t", "🇯🇵👩‍👩‍👧"]
+    docs = [" ".join(rng.choice(words, int(n))).encode()
+            for n in rng.integers(1, 400, 300).tolist() + [5000, 1, 2]]
+    docs[10] = "\U00020000".encode() * 300  # 1200 bytes, 1200 tokens: more than width // 2
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"\n".join(docs) + b"\n")
+    windows = list(documents.iter_windows([src], window_bytes=4096))
+    assert len(windows) > 5 and [b for w in windows for b in w.blobs] == docs
+    assert [p for w in windows for p in w.positions.tolist()] == list(range(1, len(docs) + 1))
+    out = tmp_path / "o" / "s"
+    corpus.encode_files(r50k, [src], out, batch_bytes=8192)
+    assert [a.tolist() for a in corpus.read_shards(out)] == encode_batch_ids(r50k, docs)
+
+
+def test_plan_batches_sorts_by_width():
+    lengths = np.array([5, 3000, 17, 16, 0, 900, 33, 2048, 2049])
+    plan = corpus.plan_batches(lengths, batch_bytes=4096, max_docs=None, max_len=None)
+    assert sorted(np.concatenate([i for _, i in plan]).tolist()) == list(range(len(lengths)))
+    for width, idx in plan:
+        assert all(corpus._pow2(int(n)) == width for n in lengths[idx])
+        assert len(idx) == 1 or len(idx) * width <= 4096
+    assert [w for w, _ in plan] == sorted(w for w, _ in plan)
+    assert [len(i) for _, i in corpus.plan_batches(lengths, 1 << 20, 2, None)] == [2, 1, 1, 1, 1, 1, 2]
