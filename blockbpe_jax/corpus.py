@@ -20,8 +20,8 @@ import numpy as np
 
 from .documents import (SPLITS_HELP, Doc, Window, check_inputs, chunk_cuts,  # noqa: F401
                         iter_documents, iter_windows, parse_split)
-from .shards import (CorpusError, FlatWriter, PaddedWriter, VerifyError, check_output,  # noqa: F401
-                     load_sidecar, open_shard, read_shards)
+from .shards import (ArrayRecordWriter, CorpusError, FlatWriter, PaddedWriter, VerifyError,  # noqa: F401
+                     check_output, load_sidecar, open_shard, read_array_records, read_shards)
 
 DEFAULT_BATCH_BYTES = 4 << 20      # padded bytes (rows x width) per encode call
 DEFAULT_SHARD_TOKENS = 1 << 28     # tokens per flat shard (512 MiB of uint16)
@@ -250,22 +250,26 @@ def encode_files(tok, paths: Sequence[str | os.PathLike], out_prefix: str | os.P
                  batch_bytes=DEFAULT_BATCH_BYTES, max_docs=None, max_len=None,
                  shard_tokens=DEFAULT_SHARD_TOKENS, shard_docs=None, max_tokens=None, pad_id=0,
                  block_size=256, device=None, overwrite=False, progress=False, meta=None) -> dict:
-    """Tokenizes text/JSONL(.gz) files into shards at `out_prefix` (DIR/NAME; the directory is
-    created) and returns the sidecar (`<prefix>.json`; `<prefix>manifest.json` for fmt "npz" or
-    "npy"). Flat shards hold every document's full ids, equal to `tok.encode_batch`'s. Raises
+    """Tokenizes text/JSONL(.gz) files (and parquet files, column `jsonl_field`, when pyarrow is
+    installed) into shards at `out_prefix` (DIR/NAME; the directory is created) and returns the
+    sidecar (`<prefix>.json`; `<prefix>manifest.json` for fmt "npz" or "npy"). fmt "flat":
+    .bin/.idx shards; "arrayrecord": one record per document (`read_array_records`). Flat and
+    ArrayRecord shards hold every document's full ids, equal to `tok.encode_batch`'s. Raises
     CorpusError (one line, file:line) on a bad input or an existing output without overwrite."""
     split_kind, chunk = parse_split(split)
     paths = check_inputs(paths)
     directory, name = os.path.split(os.path.expanduser(os.fspath(out_prefix)))
     directory = Path(directory or ".")
-    if fmt == "flat" and not name:
-        raise CorpusError(f"{out_prefix}: a flat output needs a file name prefix (DIR/NAME)")
+    if fmt in ("flat", "arrayrecord") and not name:
+        raise CorpusError(f"{out_prefix}: a {fmt} output needs a file name prefix (DIR/NAME)")
     if directory.exists() and not directory.is_dir():
         raise CorpusError(f"{directory}: exists and is not a directory")
     directory.mkdir(parents=True, exist_ok=True)
     check_output(directory, name, overwrite, fmt)
     if fmt == "flat":
         writer = FlatWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
+    elif fmt == "arrayrecord":
+        writer = ArrayRecordWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
     else:
         writer = PaddedWriter(directory, name, fmt, max_tokens, pad_id, shard_docs or 65536)
     total = None if any(p.suffix == ".gz" for p in paths) else sum(p.stat().st_size for p in paths)
