@@ -99,6 +99,12 @@ for stage in $stages; do
     clocks)
       BLOCKBPE_STAGE_CLOCKS=ON build build_clocks.log || { tail -30 "$OUT/build_clocks.log"; exit 1; }
       python3 benchmarks/stage_clocks.py --out "$OUT" ${CLOCKS_ARGS:-} 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
+    corpus)    # the corpus job vs the CPU tokenizers, >= 1 GB (benchmarks/corpus_job.py)
+      python3 benchmarks/corpus_job.py --out "$OUT" --threads "$(nproc)" ${CORPUS_ARGS:-} 2>&1 \
+        | tee "$OUT/corpus_job.log" | tail -30 ;;
+    single)    # one string per call, 128 B .. 64 MiB, vs tiktoken (benchmarks/single_string.py)
+      python3 benchmarks/single_string.py --out "$OUT" ${SINGLE_ARGS:-} 2>&1 \
+        | tee "$OUT/single_string.log" | tail -100 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
