@@ -20,10 +20,9 @@ import pathlib
 import sys
 
 import jax
-import numpy as np
 
 import blockbpe_jax as bb
-from blockbpe_jax import native, ops, testing
+from blockbpe_jax import native, testing
 
 SHAPES = [("cl100k", "exact", 1024, 4096), ("cl100k", "exact", 1024, 512),
           ("cl100k", "exact", 64, 512), ("o200k", "exact", 1024, 4096),

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import native
-from .native import HAS_CUDA_MODULE
+from .native import HAS_CUDA_MODULE  # noqa: F401 (part of this module's interface)
 
 BLOCK_SIZES = (256, 512, 1024)
 BYTES_MODE_STAGES = 0   # pretok_stages of bytes mode: no pre-tokenizer
