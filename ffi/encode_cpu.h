@@ -139,8 +139,9 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
   s.tok.resize(n + 1);
   std::fill(s.is_special.begin(), s.is_special.end(), 0);
   if (p.special.count > 0) {  // s.tok holds each position's match until initial_token
-    for (int i = 0; i < n; ++i) s.tok[i] = special_match_at(p.special, text, n, i);
-    accept_special_matches(p.special, s.tok.data(), n, s.is_special.data());
+    const bool escaped = p.symbols == kSymbolsChars && specials_escaped(p.chars);
+    for (int i = 0; i < n; ++i) s.tok[i] = special_match_at(p.special, text, n, i, escaped);
+    accept_special_matches(p.special, s.tok.data(), n, s.is_special.data(), text, escaped);
   }
   if (p.symbols == kSymbolsChars) return encode_chars(p, text, n, s);
   if (p.pretok.nfc)
