@@ -92,6 +92,23 @@ def _check(seq_len, rows, method, overflow):
         raise ValueError(f"pack: overflow must be 'drop' or 'stop', got {overflow!r}")
 
 
+def _ids_and_counts(fn: str, encoded_or_ids, counts):
+    """(ids int32[B, T], counts int32[B]) from an Encoded or bare ids and counts."""
+    if isinstance(encoded_or_ids, Encoded):
+        if counts is not None:
+            raise TypeError(f"{fn}: give an Encoded or (ids, counts), not both")
+        ids, counts = encoded_or_ids.ids, encoded_or_ids.counts
+    else:
+        ids = encoded_or_ids
+        if counts is None:
+            raise TypeError(f"{fn}: counts are required with bare ids")
+    ids = jnp.asarray(ids).astype(jnp.int32)
+    counts = jnp.asarray(counts).astype(jnp.int32)
+    if ids.ndim != 2 or counts.shape != ids.shape[:1]:
+        raise TypeError(f"{fn}: ids must be [B, T] and counts [B], got {ids.shape}, {counts.shape}")
+    return ids, counts
+
+
 def _doc_token(ids, kept, doc, j, bos, eos):
     """Token j of document `doc` (BOS ids, its kept ids, EOS ids); arrays of indices."""
     width = ids.shape[1]
@@ -179,18 +196,7 @@ def pack(encoded_or_ids, counts=None, *, seq_len: int, rows: int,
       Packed(tokens, segment_ids, positions: int32[rows, seq_len], report: PackReport).
     """
     _check(seq_len, rows, method, overflow)
-    if isinstance(encoded_or_ids, Encoded):
-        if counts is not None:
-            raise TypeError("pack: give an Encoded or (ids, counts), not both")
-        ids, counts = encoded_or_ids.ids, encoded_or_ids.counts
-    else:
-        ids = encoded_or_ids
-        if counts is None:
-            raise TypeError("pack: counts are required with bare ids")
-    ids = jnp.asarray(ids).astype(jnp.int32)
-    counts = jnp.asarray(counts).astype(jnp.int32)
-    if ids.ndim != 2 or counts.shape != ids.shape[:1]:
-        raise TypeError(f"pack: ids must be [B, T] and counts [B], got {ids.shape}, {counts.shape}")
+    ids, counts = _ids_and_counts("pack", encoded_or_ids, counts)
     bos, eos = _as_ids(bos_id), _as_ids(eos_id)
     B, width = ids.shape
     if B == 0 or width == 0:   # one padding column / document keeps every gather in bounds
@@ -360,20 +366,8 @@ def pack_stream(carry: Carry, encoded_or_ids, counts=None, *, seq_len: int, rows
     _check(seq_len, rows, "first_fit", "stop")
     if not isinstance(window, int) or window < 1:
         raise ValueError(f"pack_stream: window must be a positive int, got {window!r}")
-    if isinstance(encoded_or_ids, Encoded):
-        if counts is not None:
-            raise TypeError("pack_stream: give an Encoded or (ids, counts), not both")
-        ids, counts = encoded_or_ids.ids, encoded_or_ids.counts
-    else:
-        ids = encoded_or_ids
-        if counts is None:
-            raise TypeError("pack_stream: counts are required with bare ids")
-    ids = jnp.asarray(ids).astype(jnp.int32)
-    counts = jnp.asarray(counts).astype(jnp.int32)
+    ids, counts = _ids_and_counts("pack_stream", encoded_or_ids, counts)
     capacity, width = carry.ids.shape
-    if ids.ndim != 2 or counts.shape != ids.shape[:1]:
-        raise TypeError(f"pack_stream: ids must be [B, T] and counts [B], got {ids.shape}, "
-                        f"{counts.shape}")
     if ids.shape[1] != width:
         raise ValueError(f"pack_stream: the ids are {ids.shape[1]} wide and the carry "
                          f"{width}; make the carry with empty_carry(capacity, width={ids.shape[1]})")
