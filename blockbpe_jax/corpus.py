@@ -157,42 +157,67 @@ def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Pat
     Reading, encoding and writing overlap: a thread reads up to 2 windows ahead, this thread
     dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
     copies the previous window's ids back, puts them in input order and writes them."""
+    import jax
+
+    from . import native, ops, staging
+
     nfc = mode == "exact" and tok.nfc
 
     def where(w: Window, i: int) -> str:
         return f"{paths[w.file_index]}:{int(w.positions[i])}"
 
-    def encode(texts, width, T):
-        rows = _pow2(len(texts), 1)  # few distinct shapes, few compilations
-        return tok.encode_batch(list(texts) + [b""] * (rows - len(texts)), max_len=width,
-                                max_tokens=T, allowed_special=allowed_special, mode=mode,
-                                block_size=block_size, device=device)
+    target = device or jax.devices()[0]
+    tables = tok.tables(allowed_special, device)
+    staged_path = staging.available(target)
+
+    def encode(w: Window, idx: np.ndarray, width: int, T: int):
+        """Documents `idx` of the window packed straight from its flat buffer into rows (on a
+        CUDA GPU: into pinned memory, one DMA) and encoded; padded to a power of two of rows
+        (few distinct shapes, few compilations)."""
+        idx = np.ascontiguousarray(idx, np.int64)
+        rows = _pow2(len(idx), 1)
+
+        def run(data, lengths):
+            return ops.encode(data, lengths, tables, max_tokens=T, mode=mode, block_size=block_size,
+                              check_lengths=False, assume_nfc=nfc)
+
+        if staged_path and width > 0:
+            staged = staging.stage_flat(w.data, w.offsets, idx, max_len=width, rows=rows, device=target)
+            try:
+                out = run(staged.data, staged.lengths)
+            except BaseException:
+                staged.discard()
+                raise
+            staged.release(out.counts)
+            return out
+        data, lengths = native.cpu.pack_flat(w.data, w.offsets, idx, width, rows)
+        if target != jax.devices()[0]:
+            data, lengths = jax.device_put((data, lengths), target)
+        return run(data, lengths)
 
     def launch(w: Window):
-        blobs = tok.normalize(w.blobs) if nfc else w.blobs  # the width must fit the normalized text
-        lengths = np.fromiter(map(len, blobs), np.int64, count=len(blobs))
-        if max_len is not None and len(blobs) and lengths.max() > max_len:
+        if nfc:  # the width must fit the normalized text
+            w = Window.of(tok.normalize(w.blobs), w.positions, w.file_index, w.consumed)
+        lengths = w.lengths
+        if max_len is not None and w.ndocs and lengths.max() > max_len:
             i = int(np.argmax(lengths))
             raise CorpusError(f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
                               f"--max-len {max_len} (use --split chunk:N)")
         calls = []
         for width, idx in plan_batches(lengths, batch_bytes, max_docs, max_len):
-            texts = [blobs[i] for i in idx.tolist()]
             T = first_pass_tokens(width)
-            calls.append((idx, texts, width, T, encode(texts, width, T)))
+            calls.append((idx, width, T, encode(w, idx, width, T)))
         return w, calls
 
     def finish(pending) -> None:
-        import jax
-
         w, calls = pending
         parts, part_counts = [], []
-        for idx, texts, width, T, enc in calls:
+        for idx, width, T, enc in calls:
             ids, counts = jax.device_get((enc.ids, enc.counts))
             ids, counts = ids[: len(idx)], counts[: len(idx)].astype(np.int64)
             redo = np.flatnonzero(counts > T)
             if redo.size:  # more tokens than the first pass kept: these rows at full width
-                again = encode([texts[i] for i in redo.tolist()], width, width + 1)
+                again = encode(w, idx[redo], width, width + 1)
                 ids2, counts2 = jax.device_get((again.ids, again.counts))
                 counts[redo] = counts2[: redo.size]
             bad = np.flatnonzero((counts < 0) | (counts > width + 1))
@@ -211,14 +236,14 @@ def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Pat
         flat, counts = _input_order(w, calls, parts, part_counts)
         writer.add(flat, counts, w)
         if progress is not None:
-            progress.update(w.consumed, len(w.blobs), int(flat.size))
+            progress.update(w.consumed, w.ndocs, int(flat.size))
 
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=1) as writer_thread:
         written = []  # futures of finish(), oldest first
         for window in _in_background(windows, depth=2):
-            if not window.blobs:
+            if not window.ndocs:
                 continue
             written.append(writer_thread.submit(finish, launch(window)))
             while len(written) > 1 or (written and written[0].done()):

@@ -14,6 +14,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from . import native
 from .shards import CorpusError
 
 SPLITS_HELP = "lines (one document per non-empty line), file (one per file), chunk:N (pieces of at most N bytes)"
@@ -88,6 +89,8 @@ def _jsonl_doc(line: bytes, path: Path, line_no: int, field: str) -> bytes:
         raise CorpusError(f"{path}:{line_no}: not valid UTF-8 (byte {e.start}: {e.reason})") from None
     except json.JSONDecodeError as e:
         raise CorpusError(f"{path}:{line_no}: not valid JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # an integer of too many digits, deep nesting
+        raise CorpusError(f"{path}:{line_no}: not valid JSON: {_one_line(e)}") from None
     if not isinstance(obj, dict):
         raise CorpusError(f"{path}:{line_no}: not a JSON object ({type(obj).__name__})")
     if field not in obj:
@@ -103,14 +106,38 @@ def _jsonl_doc(line: bytes, path: Path, line_no: int, field: str) -> bytes:
 
 
 class Window(NamedTuple):
-    """Consecutive documents of one input file: what the reader hands to the encoder."""
-    blobs: list          # each document's UTF-8 bytes
+    """Consecutive documents of one input file, back to back in one buffer (no Python object
+    per document): what the reader hands to the encoder."""
+    data: np.ndarray       # uint8: the documents' UTF-8 bytes, back to back
+    offsets: np.ndarray    # int64[n + 1]: document i is data[offsets[i]:offsets[i + 1]]
     positions: np.ndarray  # int64, per document: as Doc.position
     file_index: int
-    consumed: int        # input bytes these documents account for (progress)
+    consumed: int          # input bytes these documents account for (progress)
+
+    @classmethod
+    def of(cls, blobs: Sequence[bytes], positions: np.ndarray, file_index: int,
+           consumed: int) -> "Window":
+        offsets = np.zeros(len(blobs) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, blobs), np.int64, count=len(blobs)), out=offsets[1:])
+        return cls(np.frombuffer(b"".join(blobs), np.uint8), offsets, positions, file_index, consumed)
+
+    @property
+    def ndocs(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def blobs(self) -> list[bytes]:
+        """Each document as bytes (Python objects: for the slow paths only)."""
+        raw = self.data.tobytes()
+        return [raw[a:b] for a, b in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())]
 
 
 WINDOW_BYTES = 16 << 20  # input bytes per window (the unit of reading and of length sorting)
+READ_THREADS = os.cpu_count() or 1  # threads that split and parse one block
 
 
 def iter_documents(paths: Sequence[Path], split: str = "lines", chunk: int = 0,
@@ -122,18 +149,21 @@ def iter_documents(paths: Sequence[Path], split: str = "lines", chunk: int = 0,
 
 
 def iter_windows(paths: Sequence[Path], split: str = "lines", chunk: int = 0,
-                 jsonl_field: str | None = None, window_bytes: int = WINDOW_BYTES) -> Iterator[Window]:
+                 jsonl_field: str | None = None, window_bytes: int = WINDOW_BYTES,
+                 threads: int | None = None) -> Iterator[Window]:
     """The documents of the files as windows of about `window_bytes` of input, in order.
 
     Lines and JSONL are read a block at a time and split, checked and parsed per block by
-    C-level calls; a block that fails any check is re-read line by line (`_line_documents`),
-    which raises the one-line file:line error, so both paths accept exactly the same input."""
+    native code on `threads` threads (default READ_THREADS; ffi/jsonl.h), the GIL released.
+    A block it gives up on goes through C-level Python calls (`_fast_block`) and, failing
+    those, is re-read line by line (`_line_documents`), which raises the one-line file:line
+    error: every path accepts exactly the same input and gives the same documents."""
     for fi, path in enumerate(paths):
         if path.suffix == ".parquet":
             yield from _parquet_windows(path, fi, jsonl_field, window_bytes)
             continue
         if jsonl_field is not None or split == "lines":
-            yield from _line_windows(path, fi, jsonl_field, window_bytes)
+            yield from _line_windows(path, fi, jsonl_field, window_bytes, threads or READ_THREADS)
             continue
         try:
             with _open(path) as f:
@@ -142,13 +172,13 @@ def iter_windows(paths: Sequence[Path], split: str = "lines", chunk: int = 0,
             raise CorpusError(f"{path}: cannot read: {_one_line(e)}") from None
         check_utf8(data, path, None)
         if split == "file":
-            yield Window([data], np.zeros(1, np.int64), fi, len(data))
+            yield Window.of([data], np.zeros(1, np.int64), fi, len(data))
             continue
         cuts = list(chunk_cuts(data, chunk))
         for lo in range(0, len(cuts), max(1, window_bytes // max(chunk, 1))):
             part = cuts[lo:lo + max(1, window_bytes // max(chunk, 1))]
-            yield Window([data[a:b] for a, b in part], np.array([a for a, _ in part], np.int64), fi,
-                         sum(b - a for a, b in part))
+            yield Window.of([data[a:b] for a, b in part], np.array([a for a, _ in part], np.int64), fi,
+                            sum(b - a for a, b in part))
 
 
 def _open(path: Path):
@@ -158,8 +188,13 @@ def _open(path: Path):
 _JSON_SCAN = json.JSONDecoder().scan_once  # json.loads without its Python-level wrapper
 
 
-def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int) -> Iterator[Window]:
+def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int,
+                  threads: int) -> Iterator[Window]:
     line_base = 0  # lines before this block
+    try:
+        native_field = field is None or field.encode("utf-8") is not None
+    except UnicodeEncodeError:  # (no JSON key can equal it: the Python path says so)
+        native_field = False
     try:
         with _open(path) as f:
             while True:
@@ -168,6 +203,12 @@ def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int) -> 
                     return
                 if not block.endswith(b"\n"):
                     block += f.readline()
+                split = native.cpu.split_documents(block, field, threads) if native_field else None
+                if split is not None:
+                    data, offsets, kept, newlines = split
+                    yield Window(data, offsets, kept + (line_base + 1), fi, len(block))
+                    line_base += newlines
+                    continue
                 fast = _fast_block(block, field)
                 if fast is None:
                     docs = list(_line_documents(block.split(b"\n"), path, line_base, field))
@@ -176,7 +217,7 @@ def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int) -> 
                 else:
                     blobs, kept = fast
                     positions = kept + (line_base + 1)
-                yield Window(blobs, positions, fi, len(block))
+                yield Window.of(blobs, positions, fi, len(block))
                 line_base += block.count(b"\n")
     except (OSError, EOFError, zlib.error):
         pass
@@ -224,7 +265,7 @@ def _fast_block(block: bytes, field: str | None):
         if not all(type(obj) is dict for obj, _ in parsed) or not all(type(t) is str for t in texts):
             return None
         return list(map(str.encode, texts)), kept
-    except (StopIteration, ValueError, KeyError, TypeError, UnicodeEncodeError):
+    except (StopIteration, ValueError, KeyError, TypeError, UnicodeEncodeError, RecursionError):
         return None
 
 
@@ -273,7 +314,7 @@ def _parquet_windows(path: Path, fi: int, field: str | None, window_bytes: int) 
                     raise CorpusError(f"{path}: row {row + j}: column {field!r} is "
                                       f"{type(v).__name__}, not a string")
             blobs = list(map(str.encode, values))
-            yield Window(blobs, np.arange(row, row + len(blobs), dtype=np.int64), fi, sum(map(len, blobs)))
+            yield Window.of(blobs, np.arange(row, row + len(blobs), dtype=np.int64), fi, sum(map(len, blobs)))
             row += len(blobs)
     except CorpusError:
         raise
