@@ -37,8 +37,22 @@ inline int utf8_sequence(const uint8_t* p, const uint8_t* end) {
   return 0;
 }
 
+// Eight bytes at a time (SWAR): whether any of them is >= 0x80, < 0x20, '"' or '\\'.
+constexpr uint64_t kOnes = 0x0101010101010101ull, kHighs = 0x8080808080808080ull;
+inline uint64_t load8(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline bool has_zero_byte(uint64_t v) { return ((v - kOnes) & ~v & kHighs) != 0; }
+inline bool any_special(uint64_t v) {
+  return (((v - kOnes * 0x20) & ~v) | v) & kHighs || has_zero_byte(v ^ (kOnes * '"')) ||
+         has_zero_byte(v ^ (kOnes * '\\'));
+}
+
 inline bool valid_utf8(const uint8_t* p, const uint8_t* end) {
   while (p < end) {
+    if (end - p >= 8 && !(load8(p) & kHighs)) { p += 8; continue; }
     if (*p < 0x80) { ++p; continue; }
     const int n = utf8_sequence(p, end);
     if (!n) return false;
@@ -97,6 +111,7 @@ struct LineParser {
     lone = false;
     while (true) {
       const uint8_t* run = p;
+      while (end - p >= 8 && !any_special(load8(p))) p += 8;
       while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') ++p;
       dst.append((const char*)run, p - run);
       if (p >= end || *p < 0x20) return false;
@@ -265,6 +280,7 @@ inline bool blank(const uint8_t* p, const uint8_t* end) {  // bytes.strip() leav
 
 inline void split_part(const uint8_t* begin, const uint8_t* end, const std::string* field,
                        Part& part) {
+  part.data.reserve(end - begin);  // (documents never outgrow their lines)
   std::string scratch;
   int64_t line = 0;
   for (const uint8_t* p = begin; p < end; ++line) {
