@@ -169,8 +169,12 @@ BBPE_HD int special_text_len(const SpecialView& s, int k, const uint8_t* text, i
 BBPE_HD int special_match_at(const SpecialView& s, const uint8_t* text, int n, int i,
                              bool escaped = false) {
   if (escaped) {
-    for (int k = 0; k < s.count; ++k)
+    for (int k = 0; k < s.count; ++k) {
+      if (s.offsets[k + 1] <= s.offsets[k]) continue;
+      const uint8_t first = s.data[s.offsets[k]];  // (most specials fail here)
+      if (first != text[i] && !(first == 0xE2 && text[i] == ' ')) continue;
       if (special_text_len(s, k, text, n, i, true) >= 0) return k;
+    }
     return -1;
   }
   for (int k = 0; k < s.count; ++k) {

@@ -546,9 +546,21 @@ __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem
   // are then resolved leftmost-first by one thread (accept_special_matches).
   if (p.special.count > 0) {
     const bool escaped = kChars && specials_escaped(p.chars);
+    const uint8_t* first = nullptr;  // kChars: the specials' first bytes (as encode_cpu.h)
+    if constexpr (kChars) {
+      __shared__ uint8_t first_bytes[256];
+      for (int c = threadIdx.x; c < 256; c += kThreads) first_bytes[c] = 0;
+      __syncthreads();
+      for (int k = threadIdx.x; k < p.special.count; k += kThreads)
+        if (special_len(p.special, k) > 0) first_bytes[p.special.data[p.special.offsets[k]]] = 1;
+      __syncthreads();
+      if (threadIdx.x == 0 && escaped && first_bytes[0xE2]) first_bytes[' '] = 1;
+      __syncthreads();
+      first = first_bytes;
+    }
     bool found = false;
     for (int i = threadIdx.x; i < n; i += kThreads) {
-      const int k = special_match_at(p.special, a.text, n, i, escaped);
+      const int k = first && !first[a.text[i]] ? -1 : special_match_at(p.special, a.text, n, i, escaped);
       a.tok[i] = k;
       found |= k >= 0;
     }

@@ -13,6 +13,7 @@ visible. Refusals: each with its message, on small GGUF files written here.
 """
 from __future__ import annotations
 
+import functools
 import struct
 
 import numpy as np
@@ -53,11 +54,16 @@ def reference_model(meta: dict, key: str, control_as_user: tuple = ()) -> spm.Se
     return spm.SentencePieceProcessor(model_proto=m.SerializeToString())
 
 
+@functools.lru_cache(maxsize=None)
+def _load(key: str):
+    path = families.require(key)
+    meta = families.gguf_metadata(path)
+    return key, bb.Tokenizer.from_file(path), reference_model(meta, key), meta
+
+
 @pytest.fixture(scope="module", params=list(PREFIX))
 def model(request):
-    path = families.require(request.param)
-    meta = families.gguf_metadata(path)
-    return request.param, bb.Tokenizer.from_file(path), reference_model(meta, request.param), meta
+    return _load(request.param)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -140,9 +146,7 @@ gemma_text = st.lists(st.sampled_from([" ", "  ", " " * 31, " " * 33, "\u2581", 
 
 @pytest.fixture(scope="module", params=list(PREFIX))
 def fuzz_model(request):
-    path = families.require(request.param)
-    meta = families.gguf_metadata(path)
-    return bb.Tokenizer.from_file(path), reference_model(meta, request.param)
+    return _load(request.param)[1:3]
 
 
 @fuzz(30)
