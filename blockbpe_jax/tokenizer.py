@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _blockbpe_cpu, gguf, ops, pretok, sentencepiece, staging, tekken
-from .tables import build_special_tables, build_vocab_tables
+from . import _blockbpe_cpu, gguf, ops, pretok, sentencepiece, staging, table_cache, tekken
+from .tables import build_special_tables
 from .vocab import (Vocab, from_tiktoken_encoding, load_tiktoken_file, read_json,
                     vocab_from_tokenizer_json)
 
@@ -29,7 +29,7 @@ class Tokenizer:
 
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
-        self._tables = build_vocab_tables(vocab)
+        self._tables = table_cache.vocab_tables(vocab)
         self._special_cache: dict = {}
         self._device_cache: dict = {}
         self._pretok_cache: tuple | None = None
