@@ -156,6 +156,15 @@ def test_fuzz_text(fuzz_model, texts):
     assert_same(tok, texts, sp.encode)
 
 
+@pytest.mark.parametrize("backend", BACKENDS[1:])
+@fuzz(20)
+@given(texts=st.lists(gemma_text | st.sampled_from(TAGS + WHITESPACE), min_size=1, max_size=8))
+def test_fuzz_device(fuzz_model, backend, texts):
+    """The same texts on the GPU (the kernel's special matcher and word rule)."""
+    tok, sp = fuzz_model
+    assert_same(tok, texts, sp.encode, backend)
+
+
 @fuzz(20)
 @given(texts=st.lists(raw_bytes(), min_size=1, max_size=6))
 def test_fuzz_bytes(fuzz_model, texts):
