@@ -156,6 +156,28 @@ def _device(name: str | None):
         raise CLIError(f"--device {name}: {_one_line(e)}") from None
 
 
+def _tokenizer_and_device(args):
+    """load_tokenizer and _device at once: the accelerator's start-up (seconds on a GPU) runs
+    in a thread while the vocabulary loads; a vocabulary error is still reported first."""
+    import threading
+
+    found: dict = {}
+
+    def start():
+        try:
+            found["device"] = _device(args.device)
+        except BaseException as e:  # noqa: BLE001 - re-raised below, in order
+            found["error"] = e
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    tok = load_tokenizer(args.vocab, args.tiktoken)
+    thread.join()
+    if "error" in found:
+        raise found["error"]
+    return tok, found["device"]
+
+
 # --------------------------------------------------------------------------------------------
 # encode, verify (the work is in blockbpe_jax/corpus.py)
 # --------------------------------------------------------------------------------------------
@@ -178,8 +200,7 @@ def cmd_encode(args) -> int:
                        f"every token)")
     if args.verify is not None and args.format != "flat":
         raise CLIError("--verify checks flat shards (--format flat)")
-    tok = load_tokenizer(args.vocab, args.tiktoken)
-    device = _device(args.device)
+    tok, device = _tokenizer_and_device(args)
     _check_mode(tok, args.mode, device)
     allowed = parse_allowed_special(args.allowed_special, tok)
     name = args.prefix if args.prefix is not None else ("shard-" if args.format in ("npz", "npy") else "shard")
