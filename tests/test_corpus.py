@@ -8,11 +8,12 @@ import gzip
 import json
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 import blockbpe_jax as bb
-from blockbpe_jax import cli, corpus
+from blockbpe_jax import cli, corpus, documents, native, staging
 from blockbpe_jax._data import find_data_dir
 
 
@@ -387,3 +388,33 @@ def test_parquet_input(tmp_path, capsys, root, r50k, monkeypatch):
         r50k, [t.encode() for t in texts])
     assert cli.main(argv[:-3] + ["--field", "nope", "-q", "--overwrite"]) == 2
     assert "no column 'nope' (--field); columns: text, n" in capsys.readouterr().err
+
+
+def _gpus():
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+@pytest.mark.skipif(not _gpus() or not native.HAS_CUDA_MODULE,
+                    reason="no GPU visible to JAX, or no CUDA module in this build")
+def test_gpu_flat_staging_equals_cpu_path(tmp_path, cl100k, war_and_peace):
+    """On a GPU the window's rows go from its flat buffer straight into pinned memory
+    (staging.stage_flat): the rows equal pack_flat's, and the job's ids the CPU job's."""
+    gpu, cpu = _gpus()[0], jax.devices("cpu")[0]
+    lines = [x for x in war_and_peace[:400_000].split(b"\n") if x] + ["日本語 🎉 ✓".encode()] * 3
+    w = documents.Window.of(lines, np.arange(len(lines), dtype=np.int64), 0, 0)
+    idx = np.array([5, 0, len(lines) - 1, 7], np.int64)
+    staged = staging.stage_flat(w.data, w.offsets, idx, max_len=128, rows=8, device=gpu)
+    want = native.cpu.pack_flat(w.data, w.offsets, idx, 128, 8)
+    np.testing.assert_array_equal(np.asarray(staged.data), want[0])
+    np.testing.assert_array_equal(np.asarray(staged.lengths), want[1])
+    staged.release(None)
+    src = tmp_path / "wp.txt"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    for name, device in (("gpu", gpu), ("cpu", cpu)):
+        corpus.encode_files(cl100k, [src], tmp_path / name / "s", device=device, batch_bytes=64 << 10)
+    for a, b in zip(corpus.read_shards(tmp_path / "gpu" / "s"), corpus.read_shards(tmp_path / "cpu" / "s"),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
