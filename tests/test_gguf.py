@@ -238,6 +238,17 @@ def test_tiny_flags(prefix, tmp_path):
     assert ours(tok, texts) == [sp.encode(t) for t in texts]
 
 
+def test_header_size(tmp_path):
+    """What follows the key/value header (tensor infos and data) is never read: a copy cut
+    there loads the same tokenizer."""
+    data = gguf_bytes(tiny_spm())
+    whole, cut = tmp_path / "whole.gguf", tmp_path / "cut.gguf"
+    whole.write_bytes(data + b"\xff" * 100)
+    assert bb.gguf.header_size(whole) == len(data)
+    cut.write_bytes(whole.read_bytes()[:bb.gguf.header_size(whole)])
+    assert bb.Tokenizer.from_file(cut).vocab.merges == bb.Tokenizer.from_file(whole).vocab.merges
+
+
 def _without(meta: dict, key: str) -> dict:
     return {k: v for k, v in meta.items() if k != key}
 
