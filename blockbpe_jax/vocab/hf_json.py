@@ -135,7 +135,7 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
     if model_type != "BPE":
         raise VocabError(f"{path}: model.type: model type {model_type!r} is not supported")
     if model.get("byte_fallback"):  # SentencePiece-style: merges over characters
-        from .char_bpe import vocab_from_hf_json
+        from ..char_bpe import vocab_from_hf_json
         return vocab_from_hf_json(doc, path)
     vocab_json = model.get("vocab")
     merges_json = model.get("merges")
