@@ -69,6 +69,14 @@ def main(argv=None) -> int:
         cases += [(kind, testing.ADVERSARIAL[kind](rng, n)) for kind in testing.ADVERSARIAL]
     cases += [("prose", prose(raw, m * KIB * KIB)) for m in (2, 4, 8, 16, 32, 64) if m <= args.max_mib]
     rows, slow = [], set()
+    meta = {"device": str(dev.device_kind), "vocab": args.vocab, "block_size": args.block_size,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+    def save(rows):
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "long_rows.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
     for kind, text in cases:
         n = len(text)
         late = time.perf_counter() - start > args.deadline_s
@@ -76,6 +84,7 @@ def main(argv=None) -> int:
             why = "past the deadline" if late else f"64 KiB took more than {args.slow_s} s"
             rows.append({"kind": kind, "bytes": n, "skipped": why})
             print(json.dumps(rows[-1]), flush=True)
+            save(rows)
             continue
         L = max(16, n)
         data, lengths = bb.pack_strings([text], max_len=L)
@@ -100,11 +109,7 @@ def main(argv=None) -> int:
                 slow.add(kind)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        meta = {"device": str(dev.device_kind), "vocab": args.vocab, "block_size": args.block_size,
-                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-        (args.out / "long_rows.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        save(rows)  # after every case: a run cut short keeps what it measured
     return 0 if all(r.get("equal_to_tiktoken", True) for r in rows) else 1
 
 
