@@ -565,9 +565,14 @@ struct BlockPretokenizer {
   __device__ __forceinline__ uint8_t suffix_state(uint64_t m, uint8_t& carry) {
     uint64_t after, agg;
     suffix_maps(m, after, agg);
-    const uint8_t t = map_apply(after, carry);
+    return state_then_carry(after, agg, carry);
+  }
+  // A scan's result for this thread: the state through its part of the scan (map `part`);
+  // carry moves through the whole tile (agg).
+  __device__ __forceinline__ static uint8_t state_then_carry(uint64_t part, uint64_t agg, uint8_t& carry) {
+    const uint8_t x = map_apply(part, carry);
     carry = map_apply(agg, carry);
-    return t;
+    return x;
   }
   // The maps of that scan: the chunks after this thread's (after) and the whole tile (agg).
   __device__ __forceinline__ void suffix_maps(uint64_t m, uint64_t& after, uint64_t& agg) {
@@ -595,9 +600,7 @@ struct BlockPretokenizer {
   __device__ __forceinline__ uint8_t prefix_state(uint64_t m, uint8_t& carry) {
     uint64_t excl, agg;
     prefix_maps(m, excl, agg);
-    const uint8_t s = map_apply(excl, carry);
-    carry = map_apply(agg, carry);
-    return s;
+    return state_then_carry(excl, agg, carry);
   }
   // The maps of that scan: the chunks before this thread's (before) and the whole tile (agg).
   __device__ __forceinline__ void prefix_maps(uint64_t m, uint64_t& before, uint64_t& agg) {
