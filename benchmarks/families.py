@@ -2,8 +2,8 @@
 
     python3 benchmarks/families.py [--out DIR] [--batch 1024] [--bytes 4096] [--only TEXT]
 
-For every family found (the shared vocabularies; DeepSeek-V3 and Mistral Tekken from their PyPI
-packages, see tests/test_families.py): War and Peace excerpts, ids checked equal to the
+For every family found (the shared vocabularies; DeepSeek-V3, Mistral Tekken and SentencePiece
+models from their PyPI packages, Llama 2 from llama.cpp's GGUF, see docs/families.md): War and Peace excerpts, ids checked equal to the
 reference library on the whole batch, then the device-resident encode timed as run_all.py's
 "device" column (a chain of calls in one executable, median per call), and the reference
 timed on the same texts (tiktoken: encode_ordinary_batch, 16 threads; HF: encode_batch).
@@ -38,8 +38,9 @@ def package_file(package, *parts):
     return p if p.exists() else None
 
 
-def families(root: pathlib.Path):
-    """(name, file, format, reference name, reference batch encoder)."""
+def families(root: pathlib.Path, only: str = ""):
+    """(name, file, format, reference name, reference batch encoder); the GGUF families (slow
+    to load) only where their name contains `only`."""
     from tokenizers import Tokenizer
 
     def hf_ref(path):
@@ -92,6 +93,22 @@ def families(root: pathlib.Path):
             out.append((label, bb.Tokenizer.from_file(path), ".model (SentencePiece BPE)",
                         "sentencepiece (16 threads)",
                         lambda texts, sp=sp: sp.encode(texts, num_threads=16)))
+    # SentencePiece BPE from GGUF headers (Llama 2: llama.cpp's vocab file, $BLOCKBPE_LLAMA_CPP_MODELS;
+    # Gemma 3: the PyPI chunk), against sentencepiece on the same pieces (docs/families.md).
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    import families as fam
+
+    for label, key in (("Llama 2 (GGUF)", "llama2-gguf"), ("Gemma 3 (GGUF)", "gemma3-gguf")):
+        path, why = fam.locate(key)
+        if only not in label:
+            continue
+        if spm is None or path is None:
+            print(f"skipped {label}: {why or 'sentencepiece is not installed'}", flush=True)
+            continue
+        proto = fam.spm_from_gguf(fam.gguf_metadata(path), add_dummy_prefix=key == "llama2-gguf")
+        sp = spm.SentencePieceProcessor(model_proto=proto)
+        out.append((label, bb.Tokenizer.from_gguf(path), "GGUF (SentencePiece BPE)",
+                    "sentencepiece (16 threads)", lambda texts, sp=sp: sp.encode(texts, num_threads=16)))
     return out
 
 
@@ -109,7 +126,7 @@ def main(argv=None) -> int:
     total = sum(len(t.encode("utf-8")) for t in texts)
     dev = jax.devices()[0]
     rows = []
-    for name, tok, fmt, ref_name, ref in families(root):
+    for name, tok, fmt, ref_name, ref in families(root, args.only):
         if args.only not in name:
             continue
         L = args.bytes

@@ -24,7 +24,7 @@ from list[str] to ids on the device, each checked equal to the device-resident i
               Tokenizer.encode_batch one after another (async dispatch: the host packs and
               puts batch i+1 while the GPU encodes batch i), one block at the end; time per
               batch = total / 8
-Medians of repeated runs after warm-up (run_all.measure). Writes DIR/host_path.json.
+Medians of repeated runs after warm-up (harness.measure). Writes DIR/host_path.json.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 
-from run_all import excerpts, measure  # noqa: E402
+from harness import excerpts, measure  # noqa: E402
 
 
 def main() -> None:
@@ -133,7 +133,7 @@ def main() -> None:
         paths = {"two_puts": two_puts, "tuple_put": tuple_put, "pinned": pinned_put,
                  "numpy_args": numpy_args, "chunks_2": chunks(2), "chunks_4": chunks(4)}
         if staging.available(dev):
-            slot = bb.ops._blockbpe_cuda.HostStaging(dev.local_hardware_id)
+            slot = bb.native.cuda.HostStaging(dev.local_hardware_id)
 
             def stage_upload():
                 slot.upload(texts, L)

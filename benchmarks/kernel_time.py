@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax import testing  # noqa: E402
 from blockbpe_jax.vocab import KNOWN_PATTERNS  # noqa: E402
-from run_all import Ours, compare_rows, excerpts, measure  # noqa: E402
+from harness import Ours, compare_rows, excerpts, measure  # noqa: E402
 
 SHAPES = [("cl100k", 1024, 4096), ("cl100k", 1024, 512), ("cl100k", 64, 512), ("o200k", 1024, 4096)]
 

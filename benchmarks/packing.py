@@ -1,16 +1,18 @@
 """Throughput of on-device packing (`blockbpe_jax.pack`), rows/s on the default device.
 
-    python3 benchmarks/packing.py [--docs 1024] [--width 4096] [--seq-len 2048] [--rows 1024]
+    python3 benchmarks/packing.py [--docs 1024] [--width 4096] [--seq-len 2048] [--rows 1024] [--out DIR]
 
 Input: `--docs` documents as `encode` would return them (ids int32[docs, width], counts drawn
 log-uniform in [1, 2 * width], so some rows count as cut by encode), already on the device.
 Timed: one jitted `pack` call until its outputs are ready, median of `--reps` after warm-up,
 for each method. Each run's output is checked against `pack_reference` once (`--no-check` skips
-it: the reference is plain Python loops, slow for big batches). Prints one JSON line per method.
+it: the reference is plain Python loops, slow for big batches). Prints one JSON line per method;
+--out DIR also writes them to DIR/packing.json.
 """
 
 import argparse
 import json
+import pathlib
 import statistics
 import time
 
@@ -30,11 +32,13 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--methods", default="first_fit,sequential")
     parser.add_argument("--no-check", action="store_true")
+    parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 100_000, (args.docs, args.width), dtype=np.int32)
     counts = np.exp(rng.uniform(0, np.log(2 * args.width), args.docs)).astype(np.int32)
     device = jax.devices()[0]
+    results = []
     d_ids, d_counts = jax.device_put(ids, device), jax.device_put(counts, device)
     for method in args.methods.split(","):
         opts = dict(seq_len=args.seq_len, rows=args.rows, bos_id=1, eos_id=2, method=method)
@@ -51,13 +55,17 @@ def main(argv=None) -> int:
             times.append(time.perf_counter() - t0)
         t = statistics.median(times)
         rep = out.report
-        print(json.dumps(dict(
-            device=str(device), method=method, docs=args.docs, width=args.width,
+        results.append(dict(
+            device=str(device), device_kind=device.device_kind, method=method, docs=args.docs, width=args.width,
             seq_len=args.seq_len, rows=args.rows, median_s=t, rows_per_s=args.rows / t,
             docs_per_s=args.docs / t, tokens_per_s=int(rep.tokens_packed) / t,
             tokens_packed=int(rep.tokens_packed),
             tokens_dropped=int(rep.tokens_dropped), rows_used=int(rep.rows_used),
-            checked=not args.no_check)))
+            checked=not args.no_check))
+        print(json.dumps(results[-1]), flush=True)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "packing.json").write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 

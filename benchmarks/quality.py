@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime as _dt
-import gzip
 import json
 import os
 import platform
@@ -278,7 +277,7 @@ def run(args) -> int:
     if args.quick:
         items = {d: v[:args.quick] for d, v in items.items()}
     items_bytes = {d: [len(s.encode("utf-8")) for s in v] for d, v in items.items()}
-    print(f"items: " + ", ".join(f"{d} {len(v)}" for d, v in items.items()), flush=True)
+    print("items: " + ", ".join(f"{d} {len(v)}" for d, v in items.items()), flush=True)
 
     cells, failures, regions, timing = [], [], {}, {}
     for name in vocabs:

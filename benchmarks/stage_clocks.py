@@ -20,10 +20,9 @@ import pathlib
 import sys
 
 import jax
-import numpy as np
 
 import blockbpe_jax as bb
-from blockbpe_jax import ops, testing
+from blockbpe_jax import native, testing
 
 SHAPES = [("cl100k", "exact", 1024, 4096), ("cl100k", "exact", 1024, 512),
           ("cl100k", "exact", 64, 512), ("o200k", "exact", 1024, 4096),
@@ -45,7 +44,7 @@ def main(argv=None) -> int:
     parser.add_argument("--block-size", type=int, default=256)
     parser.add_argument("--only", default="", help="shapes whose vocabulary contains this text")
     args = parser.parse_args(argv)
-    cuda = ops._blockbpe_cuda
+    cuda = native.cuda
     if cuda is None or not hasattr(cuda, "read_stage_clocks"):
         print("stage_clocks: needs a CUDA build with BLOCKBPE_STAGE_CLOCKS=ON", file=sys.stderr)
         return 2

@@ -26,10 +26,19 @@ def piece_bytes(piece: str) -> bytes:
     return piece.replace(SPACE, " ").encode("utf-8")
 
 
-def word_segments_exact(pieces) -> bool:
-    """Whether no piece has a `▁` after another character: then no merge crosses into a `▁`
-    that follows another symbol, and each such `▁` may start a segment (ffi/char_symbols.h)."""
-    return not any(a != SPACE and b == SPACE for p in pieces if p for a, b in zip(p, p[1:]))
+MAX_JOINERS = 8  # kMaxJoiners (ffi/char_symbols.h): slots of the word rule in char_table
+
+
+def space_joiners(pieces, char_ids: dict) -> tuple[int, ...] | None:
+    """The word rule (ffi/char_symbols.h, starts_word): the piece ids of the characters that
+    precede a `▁` inside some piece, or None when there are more than MAX_JOINERS (then the
+    text merges as one segment). A merge can join a `▁` to the symbol before it only if some
+    piece holds that symbol's last character followed by `▁`, so every other `▁` may start a
+    word (Mistral: only `▁` itself precedes a `▁`; Gemma: `▁` and `>`, from `>▁</`)."""
+    found = {a for p in pieces if p for a, b in zip(p, p[1:]) if b == SPACE}
+    if len(found) > MAX_JOINERS:
+        return None
+    return tuple(sorted(char_ids[ch] for ch in found if ch in char_ids))
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class CharLevel:
     prefix_rule: int           # where it goes: PREFIX_* bits
     word_start_id: int         # piece that starts a word (`▁`), or -1 (no word segments)
     runs: "RunRule | None"     # how runs of one character split, when passes cannot do it
+    joiners: tuple[int, ...] = ()  # pieces after which a `▁` does not start a word
+    escaped_specials: bool = False  # a `▁` of a special token also matches a space
 
 
 @dataclass(frozen=True)
@@ -114,22 +125,72 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
         used_by_others.update(run_char(x) for x in pair if run_char(x) not in (None, ch))
         if ch is None:
             used_by_others.update(run_char(x) for x in pair if run_char(x) is not None)
-    for ch in dict.fromkeys(run_char(m) for _, (_, m) in late):
-        runs = runs_of[ch]
-        last_other = max(r for c, r in latest_rank.items() if c != ch)
-        if min(r for r, _ in runs.values()) > last_other and ch not in used_by_others:
-            return {p: rm for p, rm in merges.items() if p not in runs}, _run_rule(ch, runs, text, where)
+    late_chars = list(dict.fromkeys(run_char(m) for _, (_, m) in late))
+    rule_ch = next((ch for ch in late_chars
+                    if min(r for r, _ in runs_of[ch].values()) > max(r for c, r in latest_rank.items() if c != ch)
+                    and ch not in used_by_others), None)
     # Equal ranks within a run make the passes differ for sure; other late runs (a few run
-    # pieces outranking shorter ones) only on rare inputs, covered by the differential tests.
+    # pieces outranking shorter ones) differ on runs of the character alone, checked here for
+    # every length up to a bound, or only on rare inputs, covered by the differential tests.
     made_at: dict[tuple, set] = defaultdict(set)  # (run character, rank) -> run pieces made
     for rank, made in run_merges.values():
         made_at[(run_char(made), rank)].add(made)
     for _, (rank, made) in late:
-        if len(made_at[(run_char(made), rank)]) > 1:
+        if run_char(made) != rule_ch and len(made_at[(run_char(made), rank)]) > 1:
             raise VocabError(f"{where}: runs of {run_char(made)!r} share one rank ({text[made]!r} and "
                              f"others) and are not ranked after every other merge: sentencepiece "
                              f"breaks that tie by position, which merge passes cannot")
-    return merges, None
+    for ch in late_chars:
+        if ch != rule_ch:
+            _check_runs_by_passes(ch, runs_of[ch], text, where, rule_ch)
+    if rule_ch is None:
+        return merges, None
+    runs = runs_of[rule_ch]
+    return {p: rm for p, rm in merges.items() if p not in runs}, _run_rule(rule_ch, runs, text, where)
+
+
+def _run_splits(runs: dict, text: list, one_at_a_time: bool, limit: int) -> list[list[int]]:
+    """The piece lengths a run of m single characters ends as, for m in [0, limit]: merged one
+    pair at a time (lowest rank, leftmost first: sentencepiece, HF) or by passes (every
+    leftmost-first occurrence of the lowest rank at once: the kernels)."""
+    rank_of = {(len(text[a]), len(text[b])): r for (a, b), (r, _) in runs.items()}
+    out = []
+    for m in range(limit + 1):
+        chunks = [1] * m
+        while True:
+            ranks = [rank_of.get(pair, None) for pair in zip(chunks, chunks[1:])]
+            lowest = min((r for r in ranks if r is not None), default=None)
+            if lowest is None:
+                break
+            merged, i = [], 0
+            while i < len(chunks):
+                if i < len(ranks) and ranks[i] == lowest:
+                    merged.append(chunks[i] + chunks[i + 1])
+                    i += 2
+                    if one_at_a_time:
+                        merged += chunks[i:]
+                        break
+                else:
+                    merged.append(chunks[i])
+                    i += 1
+            chunks = merged
+        out.append(chunks)
+    return out
+
+
+def _check_runs_by_passes(ch: str, runs: dict, text: list, where: str, rule_ch) -> None:
+    """Refuses a run character whose runs merge passes split differently from the reference
+    (the run rule replays one character's runs: the one that ranks after every other merge)."""
+    limit = 2 * max(len(text[m]) for _, m in runs.values()) + 2
+    want = _run_splits(runs, text, True, limit)
+    got = _run_splits(runs, text, False, limit)
+    m = next((m for m in range(limit + 1) if want[m] != got[m]), None)
+    if m is not None:
+        why = (f"and the run rule is taken by {rule_ch!r}" if rule_ch is not None else
+               "and they are not ranked after every other merge")
+        raise VocabError(f"{where}: a run of {m} {ch!r} is merged one pair at a time into pieces of "
+                         f"{want[m]} characters but by merge passes into {got[m]} (runs of {ch!r} "
+                         f"outrank their own parts {why}): not supported")
 
 
 def _run_rule(ch: str, runs: dict, text: list, where: str) -> RunRule:
@@ -140,24 +201,9 @@ def _run_rule(ch: str, runs: dict, text: list, where: str) -> RunRule:
     if single is None:
         raise VocabError(f"{where}: runs of {ch!r} merge but {ch!r} is not a token")
     by_len[1] = single
-    rank_of = {(len(text[a]), len(text[b])): r for (a, b), (r, _) in runs.items()}
-
-    def split(m: int) -> list[int]:
-        chunks = [1] * m
-        while True:
-            best = None
-            for i in range(len(chunks) - 1):
-                r = rank_of.get((chunks[i], chunks[i + 1]))
-                if r is not None and (best is None or r < best[0]):
-                    best = (r, i)
-            if best is None:
-                return chunks
-            i = best[1]
-            chunks[i:i + 2] = [chunks[i] + chunks[i + 1]]
-
     longest = max(by_len)
     limit = 6 * longest + 16
-    splits = [split(m) for m in range(limit + 1)]
+    splits = _run_splits(runs, text, True, limit)
     step = splits[limit][0]
     long = limit + 1
     while long - 1 >= step and splits[long - 1] == [step] + splits[long - 1 - step]:
@@ -238,6 +284,8 @@ def vocab_from_hf_json(doc: dict, path) -> Vocab:
     if -1 in byte_ids:
         raise VocabError(f"{where}: model.vocab: byte_fallback needs the 256 tokens <0x00>..<0xFF>")
     merges = parse_hf_merges(path, merges_json, vocab_json)
+    # (from every piece a merge makes, the run rule's too: a run is one word)
+    joiners = space_joiners((token_text[m] for m in {m for _, m in merges.values()}), vocab_json)
     merges, runs = split_runs(merges, token_text, where)
 
     added: dict[str, int] = {}
@@ -261,7 +309,6 @@ def vocab_from_hf_json(doc: dict, path) -> Vocab:
     space_id = chars.get(SPACE, -1)
     if space_id < 0:
         raise VocabError(f"{where}: model.vocab: no token '\u2581'")
-    words = word_segments_exact(token_text[m] for m in {m for _, m in merges.values()})
     name = Path(path).parent.name if Path(path).name == "tokenizer.json" else Path(path).stem
     return Vocab(
         name=name or "tokenizer", token_bytes=tuple(token_bytes), merges=merges,
@@ -270,5 +317,6 @@ def vocab_from_hf_json(doc: dict, path) -> Vocab:
         char_level=CharLevel(
             char_ids={**chars, " ": space_id}, replacement_id=chars.get(REPLACEMENT, -1),
             prefix_id=space_id if rule is not None else -1, prefix_rule=rule or 0,
-            word_start_id=space_id if words else -1, runs=runs))
+            word_start_id=space_id if joiners is not None else -1, runs=runs,
+            joiners=joiners or ()))
 

@@ -156,6 +156,28 @@ def _device(name: str | None):
         raise CLIError(f"--device {name}: {_one_line(e)}") from None
 
 
+def _tokenizer_and_device(args):
+    """load_tokenizer and _device at once: the accelerator's start-up (seconds on a GPU) runs
+    in a thread while the vocabulary loads; a vocabulary error is still reported first."""
+    import threading
+
+    found: dict = {}
+
+    def start():
+        try:
+            found["device"] = _device(args.device)
+        except BaseException as e:  # noqa: BLE001 - re-raised below, in order
+            found["error"] = e
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    tok = load_tokenizer(args.vocab, args.tiktoken)
+    thread.join()
+    if "error" in found:
+        raise found["error"]
+    return tok, found["device"]
+
+
 # --------------------------------------------------------------------------------------------
 # encode, verify (the work is in blockbpe_jax/corpus.py)
 # --------------------------------------------------------------------------------------------
@@ -173,15 +195,15 @@ def cmd_encode(args) -> int:
             raise CLIError(f"{name} must be a positive integer, got {val}")
     if chunk and args.max_len and chunk > args.max_len:
         raise CLIError(f"--split chunk:{chunk} makes documents longer than --max-len {args.max_len}")
-    if args.format == "flat" and (args.max_tokens is not None or args.pad_id is not None):
-        raise CLIError("--max-tokens and --pad-id apply to --format npz/npy (flat shards keep every token)")
+    if args.format in ("flat", "arrayrecord") and (args.max_tokens is not None or args.pad_id is not None):
+        raise CLIError(f"--max-tokens and --pad-id apply to --format npz/npy ({args.format} shards keep "
+                       f"every token)")
     if args.verify is not None and args.format != "flat":
         raise CLIError("--verify checks flat shards (--format flat)")
-    tok = load_tokenizer(args.vocab, args.tiktoken)
-    device = _device(args.device)
+    tok, device = _tokenizer_and_device(args)
     _check_mode(tok, args.mode, device)
     allowed = parse_allowed_special(args.allowed_special, tok)
-    name = args.prefix if args.prefix is not None else ("shard" if args.format == "flat" else "shard-")
+    name = args.prefix if args.prefix is not None else ("shard-" if args.format in ("npz", "npy") else "shard")
     vocab_arg = (dict(tiktoken=args.tiktoken) if args.tiktoken
                  else dict(vocab=str(Path(args.vocab).expanduser().resolve())))
     meta = corpus.encode_files(
@@ -458,18 +480,22 @@ def build_parser() -> argparse.ArgumentParser:
                                    "n_vocab <= 65536 else uint32, little-endian) + DIR/NAME_<k>.idx "
                                    "(int64 offsets in tokens, n_docs + 1) + DIR/NAME.json. npz/npy: "
                                    "padded ids int32[N, T], counts, file_index, position + manifest.json.")
-    e.add_argument("inputs", nargs="+", metavar="FILE", help="UTF-8 text or JSONL files (.gz ok)")
+    e.add_argument("inputs", nargs="+", metavar="FILE",
+                   help="UTF-8 text or JSONL files (.gz ok), or .parquet files (with --field; needs pyarrow)")
     e.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     _add_vocab_options(e, " (this or --tiktoken is required)")
     e.add_argument("--mode", choices=("exact", "bytes"), default="exact",
                    help="exact: ids equal to tiktoken / HF (default); bytes: BlockBPE paper mode")
     e.add_argument("--split", default="lines", metavar="HOW", help=f"documents: {SPLITS_HELP}; "
                    "default lines (ignored with --jsonl-field)")
-    e.add_argument("--jsonl-field", metavar="FIELD",
-                   help="inputs are JSONL; each line's FIELD (a string) is one document")
-    e.add_argument("--format", choices=("flat", "npz", "npy"), default="flat",
-                   help="flat: .bin/.idx token shards (default); npz: padded, one file per shard; "
-                        "npy: padded, one file per array per shard")
+    e.add_argument("--field", "--jsonl-field", dest="jsonl_field", metavar="FIELD",
+                   help="inputs are JSONL (each line's FIELD, a string, is one document) or parquet "
+                        "(column FIELD, one document per row)")
+    e.add_argument("--format", choices=("flat", "arrayrecord", "npz", "npy"), default="flat",
+                   help="flat: .bin/.idx token shards (default); arrayrecord: NAME_<k>.array_record, "
+                        "one record per document (its ids as little-endian uint16/uint32 bytes; needs "
+                        "array_record); npz: padded, one file per shard; npy: padded, one file per "
+                        "array per shard")
     e.add_argument("--prefix", metavar="NAME",
                    help="shard file name prefix (default: shard for flat, shard- for npz/npy)")
     e.add_argument("--batch-bytes", type=int, default=4 << 20, metavar="N",
@@ -477,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "4 MiB); a longer document is encoded alone, whole")
     e.add_argument("--batch-size", type=int, metavar="B", help="at most B documents per encode call")
     e.add_argument("--shard-tokens", type=int, default=1 << 28, metavar="N",
-                   help="flat: start a new shard after N tokens (default 2**28)")
+                   help="flat/arrayrecord: start a new shard after N tokens (default 2**28)")
     e.add_argument("--shard-size", type=int, metavar="N",
                    help="documents per shard (default: 65536 for npz/npy, no limit for flat)")
     e.add_argument("--max-tokens", type=int, metavar="T",

@@ -18,10 +18,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .documents import (SPLITS_HELP, Doc, check_inputs, chunk_cuts, iter_documents,  # noqa: F401
-                        parse_split)
-from .shards import (CorpusError, FlatWriter, PaddedWriter, VerifyError, check_output,  # noqa: F401
-                     load_sidecar, open_shard, read_shards)
+from .documents import (SPLITS_HELP, Doc, Window, check_inputs, chunk_cuts,  # noqa: F401
+                        iter_documents, iter_windows, parse_split)
+from .shards import (ArrayRecordWriter, CorpusError, FlatWriter, PaddedWriter, VerifyError,  # noqa: F401
+                     check_output, load_sidecar, open_shard, read_array_records, read_shards)
 
 DEFAULT_BATCH_BYTES = 4 << 20      # padded bytes (rows x width) per encode call
 DEFAULT_SHARD_TOKENS = 1 << 28     # tokens per flat shard (512 MiB of uint16)
@@ -73,20 +73,35 @@ def _pow2(n: int, floor: int = 16) -> int:
     return max(floor, 1 << max(0, n - 1).bit_length())
 
 
-def _batches(docs: Iterator[Doc], batch_bytes: int, max_docs: int | None) -> Iterator[list[Doc]]:
-    """Consecutive documents whose padded size (rows x power-of-two width) stays within
-    batch_bytes; a document wider than that is a batch of its own."""
-    batch: list[Doc] = []
-    width = 0
-    for d in docs:
-        w = max(width, _pow2(len(d.data)))
-        if batch and ((len(batch) + 1) * w > batch_bytes or len(batch) == max_docs):
-            yield batch
-            batch, w = [], _pow2(len(d.data))
-        batch.append(d)
-        width = w
-    if batch:
-        yield batch
+def _pow2_widths(lengths: np.ndarray, floor: int = 16) -> np.ndarray:
+    """_pow2 of each length, exactly (frexp's exponent of n - 1 is its bit length)."""
+    return np.maximum(floor, np.left_shift(1, np.frexp(np.maximum(lengths - 1, 0))[1].astype(np.int64)))
+
+
+def plan_batches(lengths: np.ndarray, batch_bytes: int, max_docs: int | None,
+                 max_len: int | None) -> list[tuple[int, np.ndarray]]:
+    """(width, document indices) of each encode call of a window: the documents sorted by
+    length, each call holding documents of one power-of-two width (or all at max_len), at
+    most batch_bytes // width of them (one at least) and at most max_docs."""
+    order = np.argsort(lengths, kind="stable")
+    widths = (np.full(len(order), max_len, np.int64) if max_len is not None
+              else _pow2_widths(lengths[order]))
+    cuts = np.flatnonzero(np.diff(widths)) + 1
+    out = []
+    for lo, hi in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(order)]]).tolist()):
+        width = int(widths[lo])
+        rows = max(1, batch_bytes // width)
+        if max_docs is not None:
+            rows = min(rows, max_docs)
+        out += [(width, order[i:min(i + rows, hi)]) for i in range(lo, hi, rows)]
+    return out
+
+
+def first_pass_tokens(width: int) -> int:
+    """Token columns of a call of this byte width. Byte-level BPE gives at most one token per
+    byte, but real text gives one per 2.5-4.5 bytes: half the width keeps the copy back small,
+    and the rare row with more tokens (its count says so) is encoded again at full width."""
+    return width + 1 if width < 64 else width // 2
 
 
 def _in_background(items: Iterator, depth: int) -> Iterator:
@@ -133,63 +148,126 @@ def _in_background(items: Iterator, depth: int) -> Iterator:
                 thread.join(timeout=0.1)
 
 
-def encode_documents(tok, docs: Iterator[Doc], writer, paths: Sequence[Path], *, mode="exact",
+def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Path], *, mode="exact",
                      allowed_special="none", batch_bytes=DEFAULT_BATCH_BYTES, max_docs=None,
                      max_len=None, block_size=256, device=None, progress=None) -> None:
-    """Encodes the documents batch by batch with `Tokenizer.encode_batch` (any length: a batch
-    is as wide as its longest document, and max_tokens = width + 1 never truncates) and hands
-    each batch's ids, back to back, to `writer.add`, in order. Reading, encoding and writing
-    overlap (up to 4 batches read ahead, 2 being written)."""
+    """Encodes the documents window by window with `Tokenizer.encode_batch` (within a window,
+    sorted by length into calls of one power-of-two width; any length: max_tokens never cuts
+    a document) and hands each window's ids, back to back in input order, to `writer.add`.
+    Reading, encoding and writing overlap: a thread reads up to 2 windows ahead, this thread
+    dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
+    copies the previous window's ids back, puts them in input order and writes them."""
+    import jax
+
+    from . import native, ops, staging
+
     nfc = mode == "exact" and tok.nfc
 
-    def where(d: Doc) -> str:
-        return f"{paths[d.file_index]}:{d.position}"
+    def where(w: Window, i: int) -> str:
+        return f"{paths[w.file_index]}:{int(w.positions[i])}"
 
-    def launch(batch: list[Doc]):
-        blobs = [d.data for d in batch]
-        if nfc:  # normalized first, so that the width fits the normalized text
-            blobs = tok.normalize(blobs)
-        longest = max(range(len(blobs)), key=lambda i: len(blobs[i]))
-        if max_len is not None and len(blobs[longest]) > max_len:
-            raise CorpusError(f"{where(batch[longest])}: document of {len(blobs[longest])} bytes, "
-                              f"more than --max-len {max_len} (use --split chunk:N)")
-        width = max_len or _pow2(len(blobs[longest]))
-        rows = _pow2(len(blobs), 1)  # few distinct shapes, few compilations
-        enc = tok.encode_batch(blobs + [b""] * (rows - len(blobs)), max_len=width,
-                               max_tokens=width + 1, allowed_special=allowed_special, mode=mode,
-                               block_size=block_size, device=device)
-        return enc, batch, width + 1
+    target = device or jax.devices()[0]
+    tables = tok.tables(allowed_special, device)
+    staged_path = staging.available(target)
+
+    def encode(w: Window, idx: np.ndarray, width: int, T: int):
+        """Documents `idx` of the window packed straight from its flat buffer into rows (on a
+        CUDA GPU: into pinned memory, one DMA) and encoded; padded to a power of two of rows
+        (few distinct shapes, few compilations)."""
+        idx = np.ascontiguousarray(idx, np.int64)
+        rows = _pow2(len(idx), 1)
+
+        def run(data, lengths):
+            return ops.encode(data, lengths, tables, max_tokens=T, mode=mode, block_size=block_size,
+                              check_lengths=False, assume_nfc=nfc)
+
+        if staged_path and width > 0:
+            staged = staging.stage_flat(w.data, w.offsets, idx, max_len=width, rows=rows, device=target)
+            try:
+                out = run(staged.data, staged.lengths)
+            except BaseException:
+                staged.discard()
+                raise
+            staged.release(out.counts)
+            return out
+        data, lengths = native.cpu.pack_flat(w.data, w.offsets, idx, width, rows)
+        if target != jax.devices()[0]:
+            data, lengths = jax.device_put((data, lengths), target)
+        return run(data, lengths)
+
+    def launch(w: Window):
+        if nfc:  # the width must fit the normalized text
+            w = Window.of(tok.normalize(w.blobs), w.positions, w.file_index, w.consumed)
+        lengths = w.lengths
+        if max_len is not None and w.ndocs and lengths.max() > max_len:
+            i = int(np.argmax(lengths))
+            raise CorpusError(f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
+                              f"--max-len {max_len} (use --split chunk:N)")
+        calls = []
+        for width, idx in plan_batches(lengths, batch_bytes, max_docs, max_len):
+            T = first_pass_tokens(width)
+            calls.append((idx, width, T, encode(w, idx, width, T)))
+        return w, calls
 
     def finish(pending) -> None:
-        import jax
-
-        enc, batch, T = pending
-        ids, counts = jax.device_get((enc.ids, enc.counts))
-        ids, counts = ids[: len(batch)], counts[: len(batch)]
-        bad = np.flatnonzero((counts < 0) | (counts > T))
-        if bad.size:
-            j = int(bad[0])
-            raise CorpusError(f"{where(batch[j])}: tokenization failed (count {int(counts[j])}, "
-                              f"width {T})")
-        flat = ids[np.arange(T)[None, :] < counts[:, None]]  # row-major: documents back to back
-        writer.add(flat, counts, batch)
+        w, calls = pending
+        parts, part_counts = [], []
+        for idx, width, T, enc in calls:
+            ids, counts = jax.device_get((enc.ids, enc.counts))
+            ids, counts = ids[: len(idx)], counts[: len(idx)].astype(np.int64)
+            redo = np.flatnonzero(counts > T)
+            if redo.size:  # more tokens than the first pass kept: these rows at full width
+                again = encode(w, idx[redo], width, width + 1)
+                ids2, counts2 = jax.device_get((again.ids, again.counts))
+                counts[redo] = counts2[: redo.size]
+            bad = np.flatnonzero((counts < 0) | (counts > width + 1))
+            if bad.size:
+                j = int(bad[0])
+                raise CorpusError(f"{where(w, int(idx[j]))}: tokenization failed (count "
+                                  f"{int(counts[j])}, width {width + 1})")
+            if redo.size:
+                full = dict(zip(redo.tolist(), ids2))
+                flat = np.concatenate([full[r][:c] if r in full else ids[r, :c]
+                                       for r, c in enumerate(counts.tolist())] or [ids[:0, 0]])
+            else:
+                flat = ids[np.arange(ids.shape[1])[None, :] < counts[:, None]]  # row-major
+            parts.append(flat)
+            part_counts.append(counts)
+        flat, counts = _input_order(w, calls, parts, part_counts)
+        writer.add(flat, counts, w)
         if progress is not None:
-            progress.update(sum(d.consumed for d in batch), len(batch), int(flat.size))
+            progress.update(w.consumed, w.ndocs, int(flat.size))
 
-    # Three stages overlap: a thread reads, splits and batches the documents; this thread
-    # packs and dispatches (asynchronous: the device works meanwhile); a thread copies the
-    # results back and writes them, in order.
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=1) as writer_thread:
         written = []  # futures of finish(), oldest first
-        for batch in _in_background(_batches(docs, batch_bytes, max_docs), depth=4):
-            launched = launch(batch)
-            written.append(writer_thread.submit(finish, launched))
-            while len(written) > 2 or (written and written[0].done()):
+        for window in _in_background(windows, depth=2):
+            if not window.ndocs:
+                continue
+            written.append(writer_thread.submit(finish, launch(window)))
+            while len(written) > 1 or (written and written[0].done()):
                 written.pop(0).result()  # re-raises a writer's error here
         for future in written:
             future.result()
+
+
+def _input_order(w: Window, calls, parts, part_counts) -> tuple[np.ndarray, np.ndarray]:
+    """The window's ids back to back in input order, and its counts, from the calls' ids (each
+    call's documents back to back, calls in plan order)."""
+    perm = np.concatenate([c[0] for c in calls])
+    sorted_counts = np.concatenate(part_counts)
+    sorted_flat = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    n = len(perm)
+    counts = np.empty(n, np.int64)
+    counts[perm] = sorted_counts
+    if np.array_equal(perm, np.arange(n)):
+        return sorted_flat, counts
+    src = np.empty(n, np.int64)
+    src[perm] = np.cumsum(sorted_counts) - sorted_counts   # where each document's ids are
+    dst = np.cumsum(counts) - counts                       # where they go
+    gather = np.repeat(src - dst, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+    return sorted_flat[gather], counts
 
 
 def encode_files(tok, paths: Sequence[str | os.PathLike], out_prefix: str | os.PathLike, *,
@@ -197,30 +275,34 @@ def encode_files(tok, paths: Sequence[str | os.PathLike], out_prefix: str | os.P
                  batch_bytes=DEFAULT_BATCH_BYTES, max_docs=None, max_len=None,
                  shard_tokens=DEFAULT_SHARD_TOKENS, shard_docs=None, max_tokens=None, pad_id=0,
                  block_size=256, device=None, overwrite=False, progress=False, meta=None) -> dict:
-    """Tokenizes text/JSONL(.gz) files into shards at `out_prefix` (DIR/NAME; the directory is
-    created) and returns the sidecar (`<prefix>.json`; `<prefix>manifest.json` for fmt "npz" or
-    "npy"). Flat shards hold every document's full ids, equal to `tok.encode_batch`'s. Raises
+    """Tokenizes text/JSONL(.gz) files (and parquet files, column `jsonl_field`, when pyarrow is
+    installed) into shards at `out_prefix` (DIR/NAME; the directory is created) and returns the
+    sidecar (`<prefix>.json`; `<prefix>manifest.json` for fmt "npz" or "npy"). fmt "flat":
+    .bin/.idx shards; "arrayrecord": one record per document (`read_array_records`). Flat and
+    ArrayRecord shards hold every document's full ids, equal to `tok.encode_batch`'s. Raises
     CorpusError (one line, file:line) on a bad input or an existing output without overwrite."""
     split_kind, chunk = parse_split(split)
     paths = check_inputs(paths)
     directory, name = os.path.split(os.path.expanduser(os.fspath(out_prefix)))
     directory = Path(directory or ".")
-    if fmt == "flat" and not name:
-        raise CorpusError(f"{out_prefix}: a flat output needs a file name prefix (DIR/NAME)")
+    if fmt in ("flat", "arrayrecord") and not name:
+        raise CorpusError(f"{out_prefix}: a {fmt} output needs a file name prefix (DIR/NAME)")
     if directory.exists() and not directory.is_dir():
         raise CorpusError(f"{directory}: exists and is not a directory")
     directory.mkdir(parents=True, exist_ok=True)
     check_output(directory, name, overwrite, fmt)
     if fmt == "flat":
         writer = FlatWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
+    elif fmt == "arrayrecord":
+        writer = ArrayRecordWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
     else:
         writer = PaddedWriter(directory, name, fmt, max_tokens, pad_id, shard_docs or 65536)
     total = None if any(p.suffix == ".gz" for p in paths) else sum(p.stat().st_size for p in paths)
     bar = Progress(total, enabled=progress)
     t0 = time.perf_counter()
     try:
-        docs = iter_documents(paths, split_kind, chunk, jsonl_field)
-        encode_documents(tok, docs, writer, paths, mode=mode, allowed_special=allowed_special,
+        windows = iter_windows(paths, split_kind, chunk, jsonl_field)
+        encode_documents(tok, windows, writer, paths, mode=mode, allowed_special=allowed_special,
                          batch_bytes=batch_bytes, max_docs=max_docs, max_len=max_len,
                          block_size=block_size, device=device, progress=bar)
     except BaseException:

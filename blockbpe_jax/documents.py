@@ -5,12 +5,16 @@ missing field, invalid UTF-8)."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import zlib
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
+import numpy as np
+
+from . import native
 from .shards import CorpusError
 
 SPLITS_HELP = "lines (one document per non-empty line), file (one per file), chunk:N (pieces of at most N bytes)"
@@ -85,6 +89,8 @@ def _jsonl_doc(line: bytes, path: Path, line_no: int, field: str) -> bytes:
         raise CorpusError(f"{path}:{line_no}: not valid UTF-8 (byte {e.start}: {e.reason})") from None
     except json.JSONDecodeError as e:
         raise CorpusError(f"{path}:{line_no}: not valid JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # an integer of too many digits, deep nesting
+        raise CorpusError(f"{path}:{line_no}: not valid JSON: {_one_line(e)}") from None
     if not isinstance(obj, dict):
         raise CorpusError(f"{path}:{line_no}: not a JSON object ({type(obj).__name__})")
     if field not in obj:
@@ -99,36 +105,223 @@ def _jsonl_doc(line: bytes, path: Path, line_no: int, field: str) -> bytes:
                           f"at character {e.start})") from None
 
 
+class Window(NamedTuple):
+    """Consecutive documents of one input file, back to back in one buffer (no Python object
+    per document): what the reader hands to the encoder."""
+    data: np.ndarray       # uint8: the documents' UTF-8 bytes, back to back
+    offsets: np.ndarray    # int64[n + 1]: document i is data[offsets[i]:offsets[i + 1]]
+    positions: np.ndarray  # int64, per document: as Doc.position
+    file_index: int
+    consumed: int          # input bytes these documents account for (progress)
+
+    @classmethod
+    def of(cls, blobs: Sequence[bytes], positions: np.ndarray, file_index: int,
+           consumed: int) -> "Window":
+        offsets = np.zeros(len(blobs) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, blobs), np.int64, count=len(blobs)), out=offsets[1:])
+        return cls(np.frombuffer(b"".join(blobs), np.uint8), offsets, positions, file_index, consumed)
+
+    @property
+    def ndocs(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def blobs(self) -> list[bytes]:
+        """Each document as bytes (Python objects: for the slow paths only)."""
+        raw = self.data.tobytes()
+        return [raw[a:b] for a, b in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())]
+
+
+WINDOW_BYTES = 16 << 20  # input bytes per window (the unit of reading and of length sorting)
+READ_THREADS = os.cpu_count() or 1  # threads that split and parse one block
+
+
 def iter_documents(paths: Sequence[Path], split: str = "lines", chunk: int = 0,
                    jsonl_field: str | None = None) -> Iterator[Doc]:
     """The documents of the files, in order; CorpusError (file:line) on a bad input."""
+    for w in iter_windows(paths, split, chunk, jsonl_field):
+        for data, pos in zip(w.blobs, w.positions.tolist()):
+            yield Doc(data, w.file_index, pos, len(data))
+
+
+def iter_windows(paths: Sequence[Path], split: str = "lines", chunk: int = 0,
+                 jsonl_field: str | None = None, window_bytes: int = WINDOW_BYTES,
+                 threads: int | None = None) -> Iterator[Window]:
+    """The documents of the files as windows of about `window_bytes` of input, in order.
+
+    Lines and JSONL are read a block at a time and split, checked and parsed per block by
+    native code on `threads` threads (default READ_THREADS; ffi/jsonl.h), the GIL released.
+    A block it gives up on goes through C-level Python calls (`_fast_block`) and, failing
+    those, is re-read line by line (`_line_documents`), which raises the one-line file:line
+    error: every path accepts exactly the same input and gives the same documents."""
     for fi, path in enumerate(paths):
-        line_no = 0
+        if path.suffix == ".parquet":
+            yield from _parquet_windows(path, fi, jsonl_field, window_bytes)
+            continue
+        if jsonl_field is not None or split == "lines":
+            yield from _line_windows(path, fi, jsonl_field, window_bytes, threads or READ_THREADS)
+            continue
         try:
-            f = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-            with f:
-                if jsonl_field is not None or split == "lines":
-                    for line_no, line in enumerate(f, start=1):
-                        if jsonl_field is not None:
-                            if line.strip():
-                                yield Doc(_jsonl_doc(line, path, line_no, jsonl_field), fi, line_no, len(line))
-                            continue
-                        body = line[:-1] if line.endswith(b"\n") else line
-                        body = body[:-1] if body.endswith(b"\r") else body
-                        if body:
-                            check_utf8(body, path, line_no)
-                            yield Doc(body, fi, line_no, len(line))
-                    continue
+            with _open(path) as f:
                 data = f.read()
         except (OSError, EOFError, zlib.error) as e:
-            where = f"{path}:{line_no + 1}" if line_no else str(path)
-            raise CorpusError(f"{where}: cannot read: {_one_line(e)}") from None
+            raise CorpusError(f"{path}: cannot read: {_one_line(e)}") from None
         check_utf8(data, path, None)
         if split == "file":
-            yield Doc(data, fi, 0, len(data))
-        else:
-            for a, b in chunk_cuts(data, chunk):
-                yield Doc(data[a:b], fi, a, b - a)
+            yield Window.of([data], np.zeros(1, np.int64), fi, len(data))
+            continue
+        cuts = list(chunk_cuts(data, chunk))
+        for lo in range(0, len(cuts), max(1, window_bytes // max(chunk, 1))):
+            part = cuts[lo:lo + max(1, window_bytes // max(chunk, 1))]
+            yield Window.of([data[a:b] for a, b in part], np.array([a for a, _ in part], np.int64), fi,
+                            sum(b - a for a, b in part))
+
+
+def _open(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+_JSON_SCAN = json.JSONDecoder().scan_once  # json.loads without its Python-level wrapper
+
+
+def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int,
+                  threads: int) -> Iterator[Window]:
+    line_base = 0  # lines before this block
+    try:
+        native_field = field is None or field.encode("utf-8") is not None
+    except UnicodeEncodeError:  # (no JSON key can equal it: the Python path says so)
+        native_field = False
+    try:
+        with _open(path) as f:
+            while True:
+                block = f.read(window_bytes)
+                if not block:
+                    return
+                if not block.endswith(b"\n"):
+                    block += f.readline()
+                split = native.cpu.split_documents(block, field, threads) if native_field else None
+                if split is not None:
+                    data, offsets, kept, newlines = split
+                    yield Window(data, offsets, kept + (line_base + 1), fi, len(block))
+                    line_base += newlines
+                    continue
+                fast = _fast_block(block, field)
+                if fast is None:
+                    docs = list(_line_documents(block.split(b"\n"), path, line_base, field))
+                    blobs = [d for d, _ in docs]
+                    positions = np.array([p for _, p in docs], np.int64)
+                else:
+                    blobs, kept = fast
+                    positions = kept + (line_base + 1)
+                yield Window.of(blobs, positions, fi, len(block))
+                line_base += block.count(b"\n")
+    except (OSError, EOFError, zlib.error):
+        pass
+    # A read error: the line-by-line reader meets it at the same place and names the line.
+    for _ in _line_documents(_lines_of(path), path, 0, field):
+        pass
+    raise CorpusError(f"{path}: cannot read")  # pragma: no cover - the reader raised above
+
+
+def _lines_of(path: Path) -> Iterator[bytes]:
+    try:
+        with _open(path) as f:
+            yield from f
+    except (OSError, EOFError, zlib.error) as e:
+        raise _ReadError(e) from None
+
+
+class _ReadError(Exception):
+    pass
+
+
+def _fast_block(block: bytes, field: str | None):
+    """(blobs, indices of the lines kept) of a block of lines, or None when any line needs the
+    line-by-line reader (invalid UTF-8 or JSON, a missing or non-string field, ...)."""
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if field is None:
+        lines = block.split(b"\n")
+        if b"\r" in block:
+            lines = [x[:-1] if x.endswith(b"\r") else x for x in lines]
+        lens = np.fromiter(map(len, lines), np.int64, count=len(lines))
+        kept = np.flatnonzero(lens)
+        return [lines[i] for i in kept.tolist()], kept
+    lines = list(map(str.strip, text.split("\n"), itertools.repeat(" \t\r")))
+    lens = np.fromiter(map(len, lines), np.int64, count=len(lines))
+    kept = np.flatnonzero(lens)
+    lines = [lines[i] for i in kept.tolist()]
+    try:
+        parsed = list(map(_JSON_SCAN, lines, itertools.repeat(0)))
+        if any(end != n for (_, end), n in zip(parsed, lens[kept].tolist())):
+            return None
+        texts = [obj[field] for obj, _ in parsed]
+        if not all(type(obj) is dict for obj, _ in parsed) or not all(type(t) is str for t in texts):
+            return None
+        return list(map(str.encode, texts)), kept
+    except (StopIteration, ValueError, KeyError, TypeError, UnicodeEncodeError, RecursionError):
+        return None
+
+
+def _line_documents(lines, path: Path, line_base: int, field: str | None) -> Iterator[tuple[bytes, int]]:
+    """(document, line) of each line, one at a time; raises the file:line CorpusError."""
+    line_no = line_base
+    try:
+        for line_no, line in enumerate(lines, start=line_base + 1):
+            if field is not None:
+                if line.strip():
+                    yield _jsonl_doc(line, path, line_no, field), line_no
+                continue
+            body = line[:-1] if line.endswith(b"\n") else line
+            body = body[:-1] if body.endswith(b"\r") else body
+            if body:
+                check_utf8(body, path, line_no)
+                yield body, line_no
+    except _ReadError as e:
+        where = f"{path}:{line_no + 1}" if line_no else str(path)
+        raise CorpusError(f"{where}: cannot read: {_one_line(e.args[0])}") from None
+
+
+def _parquet_windows(path: Path, fi: int, field: str | None, window_bytes: int) -> Iterator[Window]:
+    """A parquet file's string column `field`, one window per batch of rows; position = row."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise CorpusError(f"{path}: reading parquet needs the pyarrow package (pip install "
+                          f"pyarrow)") from None
+    if field is None:
+        raise CorpusError(f"{path}: a parquet input needs --field COLUMN")
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
+        raise CorpusError(f"{path}: cannot read parquet: {_one_line(e)}") from None
+    if field not in pf.schema_arrow.names:
+        raise CorpusError(f"{path}: no column {field!r} (--field); columns: "
+                          f"{', '.join(pf.schema_arrow.names)}")
+    row = 0
+    try:
+        for batch in pf.iter_batches(columns=[field], batch_size=65536):
+            col = batch.column(0)
+            values = col.to_pylist()
+            for j, v in enumerate(values):
+                if not isinstance(v, str):
+                    raise CorpusError(f"{path}: row {row + j}: column {field!r} is "
+                                      f"{type(v).__name__}, not a string")
+            blobs = list(map(str.encode, values))
+            yield Window.of(blobs, np.arange(row, row + len(blobs), dtype=np.int64), fi, sum(map(len, blobs)))
+            row += len(blobs)
+    except CorpusError:
+        raise
+    except UnicodeEncodeError as e:
+        raise CorpusError(f"{path}: column {field!r} is not valid UTF-8: {e.reason}") from None
+    except Exception as e:  # noqa: BLE001
+        raise CorpusError(f"{path}: cannot read parquet: {_one_line(e)}") from None
 
 
 def _one_line(e: BaseException) -> str:

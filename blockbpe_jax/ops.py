@@ -1,39 +1,24 @@
 """The `encode` primitive: an XLA FFI call with one target per backend.
 
-The nanobind modules (`_blockbpe_cpu`, and `_blockbpe_cuda` when it was built) hand their FFI
-handlers to JAX at import; one target name serves both backends, so the same `encode` call runs
-on CPU and GPU, eagerly or under `jax.jit`. Vocabulary tables are operands (device arrays owned
-by the Tokenizer), never attributes: attributes are hashed into the HLO.
+The native modules register their FFI handlers under one target name at import (native.py),
+so the same `encode` call runs on CPU and GPU, eagerly or under `jax.jit`. Vocabulary tables
+are operands (`EncodeTables`, device arrays built by whoever owns the vocabulary), never
+attributes: attributes are hashed into the HLO. This module knows tables, not tokenizers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _blockbpe_cpu
+from . import native
+from .native import HAS_CUDA_MODULE  # noqa: F401 (part of this module's interface)
 
-try:  # the CUDA module exists only where nvcc was found at build time
-    from . import _blockbpe_cuda
-except ImportError:  # pragma: no cover - depends on the build
-    _blockbpe_cuda = None
-
-if TYPE_CHECKING:
-    from .tokenizer import Tokenizer
-
-for _name, _capsule in _blockbpe_cpu.registrations().items():
-    jax.ffi.register_ffi_target(_name, _capsule, platform="cpu")
-if _blockbpe_cuda is not None:
-    for _name, _capsule in _blockbpe_cuda.registrations().items():
-        jax.ffi.register_ffi_target(_name, _capsule, platform="CUDA")
-
-HAS_CUDA_MODULE = _blockbpe_cuda is not None
-SMEM_MAX_LEN = _blockbpe_cpu.smem_max_len
 BLOCK_SIZES = (256, 512, 1024)
 BYTES_MODE_STAGES = 0   # pretok_stages of bytes mode: no pre-tokenizer
 
@@ -82,6 +67,12 @@ class EncodeTables:
         return tuple(getattr(self, name) for name in TABLE_OPERANDS)
 
 
+class TableSource(Protocol):
+    """What `encode` accepts besides EncodeTables: an object that builds them (a Tokenizer)."""
+
+    def tables(self, allowed_special, device) -> EncodeTables: ...
+
+
 class Encoded(NamedTuple):
     """Padded ids and the true token count of each string.
 
@@ -93,12 +84,6 @@ class Encoded(NamedTuple):
 
     ids: jax.Array
     counts: jax.Array
-
-
-def _workspace_bytes(batch: int, max_len: int, pretok_stages: int, symbols: int) -> int:
-    # The CUDA kernel's arrays that do not live in shared memory (ffi/encode_params.h), passed
-    # as an extra, discarded output so that XLA allocates them: no allocation in the handler.
-    return int(_blockbpe_cpu.workspace_bytes(batch, max_len, pretok_stages, symbols))
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,9 +111,11 @@ def _encode_call(pretok_stages: int, symbols: int, char_runs: tuple, nfc: int, p
                 block_size=np.int32(block_size))
             return ids, counts
 
-        # Only the CUDA kernel uses the workspace: the CPU handler gets a one-byte stand-in.
+        # The CUDA kernel's arrays that do not fit in shared memory come as an extra, discarded
+        # output, so that XLA allocates them (no allocation in the handler). Only the CUDA
+        # kernel uses this workspace: the CPU handler gets a one-byte stand-in.
         return jax.lax.platform_dependent(
-            cpu=lambda: ffi(1), default=lambda: ffi(_workspace_bytes(batch, max_len, pretok_stages, symbols)))
+            cpu=lambda: ffi(1), default=lambda: ffi(native.workspace_bytes(batch, max_len, pretok_stages, symbols)))
 
     @call.def_vmap
     def _vmap_rule(axis_size, in_batched, data, lengths, *tables):
@@ -169,7 +156,7 @@ def resolve_mode(tables: EncodeTables, mode: str) -> int:
     return tables.exact_stages
 
 
-def encode(data, lengths, tokenizer: "Tokenizer | EncodeTables", *, max_tokens: int,
+def encode(data, lengths, tokenizer: TableSource | EncodeTables, *, max_tokens: int,
            pad_id: int = 0, allowed_special=None, mode: str = "exact", block_size: int = 256,
            check_lengths: bool = True, assume_nfc: bool = False) -> Encoded:
     """Tokenizes a batch of byte strings on the device that holds `data` (NumPy inputs: JAX's

@@ -19,10 +19,11 @@ from __future__ import annotations
 import os
 import struct
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from .char_bpe import (PREFIX_BEFORE_SPECIAL, REPLACEMENT, SPACE, CharLevel, piece_bytes,
-                       split_runs, word_segments_exact)
+                       space_joiners, split_runs)
 from .vocab import MAX_TOKEN_ID, Vocab, VocabError, _place_specials
 
 # SentencePiece.Type and TrainerSpec.ModelType (sentencepiece_model.proto)
@@ -101,6 +102,22 @@ def load_sentencepiece_model(path: str | os.PathLike) -> Vocab:
     return vocab_from_sentencepiece(data, str(path), path.name)
 
 
+@dataclass(frozen=True)
+class SpmModel:
+    """What decides a SentencePiece model's tokenization, from a `.model` file (below) or a
+    GGUF header (blockbpe_jax/gguf.py): one builder, vocab_from_spm_model, for both."""
+
+    pieces: list[tuple[str, float, int]]  # (piece, score, type) in id order
+    model_type: int = 2                  # TrainerSpec.ModelType (2: BPE)
+    byte_fallback: bool = True
+    treat_whitespace_as_suffix: bool = False
+    normalizer: str = "identity"         # normalizer_spec.name
+    custom_rules: bool = False           # precompiled_charsmap or normalization_rule_tsv set
+    add_dummy_prefix: bool = True
+    remove_extra_whitespaces: bool = False
+    escape_whitespaces: bool = True
+
+
 def vocab_from_sentencepiece(data: bytes, where: str, name: str = "sentencepiece") -> Vocab:
     pieces: list[tuple[str, float, int]] = []
     trainer, normalizer = b"", b""
@@ -115,29 +132,40 @@ def vocab_from_sentencepiece(data: bytes, where: str, name: str = "sentencepiece
             normalizer = value
     if not pieces:
         raise VocabError(f"{where}: no pieces (not a SentencePiece model?)")
-    if len(pieces) > MAX_TOKEN_ID:
-        raise VocabError(f"{where}: {len(pieces)} pieces is too many")
     t = _message(trainer, f"{where}: trainer_spec", {3: 1, 24: 0, 35: 0})
     n = _message(normalizer, f"{where}: normalizer_spec", {1: b"", 2: b"", 3: 1, 4: 1, 5: 1, 6: b""})
+    model = SpmModel(
+        pieces=pieces, model_type=int(t[3]), byte_fallback=bool(t[35]),
+        treat_whitespace_as_suffix=bool(t[24]),
+        normalizer=_text(n[1], f"{where}: normalizer_spec.name"), custom_rules=bool(n[2] or n[6]),
+        add_dummy_prefix=bool(n[3]), remove_extra_whitespaces=bool(n[4]),
+        escape_whitespaces=bool(n[5]))
+    return vocab_from_spm_model(model, where, name)
+
+
+def vocab_from_spm_model(model: SpmModel, where: str, name: str = "sentencepiece") -> Vocab:
+    pieces = model.pieces
+    if len(pieces) > MAX_TOKEN_ID:
+        raise VocabError(f"{where}: {len(pieces)} pieces is too many")
 
     def refuse(what: str):
         raise VocabError(f"{where}: {what}")
 
-    if t[3] != 2:
-        refuse(f"trainer_spec.model_type: {MODEL_TYPES.get(t[3], t[3])} models are not supported "
-               f"(only BPE)")
-    if not t[35]:
+    if model.model_type != 2:
+        refuse(f"trainer_spec.model_type: {MODEL_TYPES.get(model.model_type, model.model_type)} "
+               f"models are not supported (only BPE)")
+    if not model.byte_fallback:
         refuse("trainer_spec.byte_fallback is false: models without byte fallback (unknown "
                "characters as <unk>) are not supported")
-    if t[24]:
+    if model.treat_whitespace_as_suffix:
         refuse("trainer_spec.treat_whitespace_as_suffix is not supported")
-    norm_name = _text(n[1], f"{where}: normalizer_spec.name")
-    if n[2] or n[6] or norm_name not in ("", "identity"):
+    norm_name = model.normalizer
+    if model.custom_rules or norm_name not in ("", "identity"):
         refuse(f"normalizer_spec: the {norm_name or 'custom'!r} normalization is not supported "
                f"(only 'identity')")
-    if n[4]:
+    if model.remove_extra_whitespaces:
         refuse("normalizer_spec.remove_extra_whitespaces is not supported")
-    escape = bool(n[5])
+    escape = model.escape_whitespaces
 
     ids: dict[str, int] = {}
     by_type: dict[int, list[int]] = defaultdict(list)
@@ -194,11 +222,11 @@ def vocab_from_sentencepiece(data: bytes, where: str, name: str = "sentencepiece
     specials = {pieces[i][0]: i for k in (UNKNOWN, CONTROL, USER_DEFINED) for i in by_type[k]}
     user_defined = tuple(pieces[i][0] for i in by_type[USER_DEFINED])
     spaced = next((u for u in user_defined if SPACE in u), None)
-    if spaced is not None and escape:
-        # sentencepiece matches them in the normalized text, where a space is `▁` too; the
-        # special-token matcher compares raw bytes (Gemma's runs of `▁` are such pieces).
-        refuse(f"user-defined piece {spaced!r}: user-defined pieces with '\u2581' (matched by "
-               f"sentencepiece against spaces too) are not supported yet")
+    if spaced is not None and escape and model.add_dummy_prefix:
+        # sentencepiece matches user-defined pieces in the normalized text, dummy prefix
+        # included; the prefix is a token here, not text the matcher sees.
+        refuse(f"user-defined piece {spaced!r}: user-defined pieces with '\u2581' together with "
+               f"add_dummy_prefix are not supported")
     token_bytes = _place_specials(where, token_bytes, {s: i for s, i in specials.items()
                                                        if pieces[i][2] != USER_DEFINED})
 
@@ -208,16 +236,20 @@ def vocab_from_sentencepiece(data: bytes, where: str, name: str = "sentencepiece
         char_ids[" "] = space_id
     elif escape:
         refuse("normalizer_spec.escape_whitespaces is set but there is no piece '\u2581'")
-    words = escape and word_segments_exact(normal)
+    joiners = space_joiners(normal, chars) if escape else None
     char_level = CharLevel(
         char_ids=char_ids,
         replacement_id=chars.get(REPLACEMENT, -1),
-        prefix_id=space_id if n[3] and escape else -1,
+        prefix_id=space_id if model.add_dummy_prefix and escape else -1,
         prefix_rule=PREFIX_BEFORE_SPECIAL,  # sentencepiece: once, before the whole text
-        word_start_id=space_id if words else -1,
+        word_start_id=space_id if joiners is not None else -1,
         runs=runs,
+        joiners=joiners or (),
+        # sentencepiece matches user-defined pieces after spaces became `▁` (the matcher's
+        # general loop only where a special holds one)
+        escaped_specials=escape and any(SPACE in s for s in specials),
     )
-    if n[3] and not escape:
+    if model.add_dummy_prefix and not escape:
         refuse("normalizer_spec.add_dummy_prefix without escape_whitespaces is not supported")
     return Vocab(
         name=name,

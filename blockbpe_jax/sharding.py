@@ -28,7 +28,11 @@ computation) and the global arrays are assembled with `jax.make_array_from_proce
 
 from __future__ import annotations
 
-from typing import Sequence
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Callable, Sequence
 
 import jax
 import numpy as np
@@ -37,7 +41,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from .ops import EncodeTables, Encoded, encode
 from .tokenizer import pack_strings
 
-__all__ = ["encode_sharded", "replicate", "encode_process_local", "process_shard"]
+__all__ = ["encode_sharded", "replicate", "encode_process_local", "process_shard",
+           "run_local_processes"]
 
 _shard_map = getattr(jax, "shard_map", None)
 if _shard_map is None:  # pragma: no cover - older jax
@@ -167,3 +172,45 @@ def encode_process_local(texts, tables, mesh: jax.sharding.Mesh, *, max_tokens: 
     b = gdata.shape[0]
     return Encoded(jax.make_array_from_single_device_arrays((b, max_tokens), sharding, ids),
                    jax.make_array_from_single_device_arrays((b,), sharding, counts))
+
+
+def free_port() -> int:
+    """A TCP port free on localhost now (for the coordinator of a local multi-process job)."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def run_local_processes(argv_for: Callable[[int, int], list[str]], n: int, *, log_dir,
+                        timeout_s: float, env_for: Callable[[int], dict] | None = None):
+    """Starts n processes on this machine, `argv_for(k, port)` each (port: a free coordinator
+    port for `jax.distributed.initialize`), and waits for all of them.
+
+    A process that fails leaves the others blocked in a collective, so on a timeout every one
+    still running is killed. Returns (exit codes, or None after a timeout; the last 3000
+    characters of each process's output, from log_dir/process{k}.log)."""
+    port = free_port()
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs, logs = [], []
+    try:
+        for k in range(n):
+            log = open(log_dir / f"process{k}.log", "w+")
+            logs.append(log)
+            env = env_for(k) if env_for is not None else dict(os.environ)
+            procs.append(subprocess.Popen(argv_for(k, port), env=env, stdout=log,
+                                          stderr=subprocess.STDOUT))
+        codes = [p.wait(timeout=timeout_s) for p in procs]
+    except subprocess.TimeoutExpired:
+        codes = None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    text = []
+    for log in logs:
+        log.seek(0)
+        text.append(log.read()[-3000:])
+        log.close()
+    return codes, text

@@ -20,6 +20,7 @@ from typing import Iterator
 import numpy as np
 
 FLAT_FORMAT = "blockbpe-flat-v1"
+ARRAY_RECORD_FORMAT = "blockbpe-arrayrecord-v1"
 
 
 class CorpusError(ValueError):
@@ -48,15 +49,15 @@ def sidecar_path(prefix: str | os.PathLike) -> Path:
 
 def check_output(directory: Path, name: str, overwrite: bool, fmt: str) -> None:
     """Refuses (or, with overwrite, clears) an existing output of this prefix."""
-    if fmt == "flat":
+    if fmt in ("flat", "arrayrecord"):
         old = [directory / f"{name}.json"] + sorted(directory.glob(f"{name}_[0-9]*.bin")) \
-            + sorted(directory.glob(f"{name}_[0-9]*.idx"))
+            + sorted(directory.glob(f"{name}_[0-9]*.idx")) + sorted(directory.glob(f"{name}_[0-9]*.array_record"))
     else:
         old = [directory / f"{name}manifest.json"]
     old = [p for p in old if p.exists()]
     if old and not overwrite:
         raise CorpusError(f"{old[0]}: output exists (use --overwrite or another --output)")
-    for p in old if fmt == "flat" else ():
+    for p in old if fmt != "npz" and fmt != "npy" else ():
         p.unlink()
 
 
@@ -79,8 +80,8 @@ class FlatWriter:
         self.written.append(bin_path)
         self._offsets, self._tokens, self._ndocs = [np.zeros(1, np.int64)], 0, 0
 
-    def add(self, ids: np.ndarray, counts: np.ndarray, docs) -> None:
-        """ids: the batch's tokens back to back; counts: tokens per document."""
+    def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
+        """ids: the documents' tokens back to back; counts: tokens per document."""
         ends = np.cumsum(counts, dtype=np.int64)
         start = 0
         while start < len(counts):
@@ -129,6 +130,84 @@ class FlatWriter:
             p.unlink(missing_ok=True)
 
 
+class ArrayRecordWriter:
+    """ArrayRecord shards (what grain reads): `<prefix>_<k>.array_record`, one record per
+    document = its ids as raw little-endian uint16/uint32 bytes; `<prefix>.json` as for flat
+    shards (format blockbpe-arrayrecord-v1). Shards end after `shard_tokens` tokens or
+    `shard_docs` documents, as FlatWriter's."""
+
+    fmt = "arrayrecord"
+
+    def __init__(self, prefix: Path, n_vocab: int, shard_tokens: int, shard_docs: int | None):
+        try:
+            from array_record.python.array_record_module import ArrayRecordWriter as Native
+        except ImportError:
+            raise CorpusError("--format arrayrecord needs the array_record package (pip install "
+                              "array_record)") from None
+        self._native = Native
+        self.prefix, self.dtype = prefix, token_dtype(n_vocab)
+        self.shard_tokens, self.shard_docs = shard_tokens, shard_docs or 2**62
+        self.shards: list[dict] = []
+        self.written: list[Path] = []
+        self._file = None
+
+    def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
+        data = ids.astype(self.dtype, copy=False)
+        ends = np.cumsum(counts, dtype=np.int64).tolist()
+        start = 0
+        for end in ends:
+            if self._file is None:
+                path = self.prefix.parent / f"{self.prefix.name}_{len(self.shards):05d}.array_record"
+                self.written.append(path)
+                self._file = self._native(str(path), "group_size:1")
+                self._tokens = self._docs = 0
+            self._file.write(data[start:end].tobytes())
+            self._tokens += end - start
+            self._docs += 1
+            start = end
+            if self._tokens >= self.shard_tokens or self._docs >= self.shard_docs:
+                self._close()
+
+    def _close(self) -> None:
+        self._file.close()
+        self._file = None
+        self.shards.append(dict(file=self.written[-1].name, documents=self._docs, tokens=int(self._tokens)))
+
+    def finish(self, meta: dict) -> dict:
+        if self._file is not None:
+            self._close()
+        sidecar = dict(format=ARRAY_RECORD_FORMAT, dtype=self.dtype.name, byteorder="little",
+                       record="one per document: its ids as raw little-endian " + self.dtype.name,
+                       **meta, shards=self.shards)
+        sidecar["documents"] = sum(s["documents"] for s in self.shards)
+        sidecar["tokens"] = sum(s["tokens"] for s in self.shards)
+        sidecar_path(self.prefix).write_text(json.dumps(sidecar, indent=2) + "\n")
+        return sidecar
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        for p in self.written:
+            p.unlink(missing_ok=True)
+
+
+def read_array_records(prefix: str | os.PathLike) -> Iterator[np.ndarray]:
+    """Every document's ids of an ArrayRecord output, in input order."""
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    path = sidecar_path(prefix)
+    meta = json.loads(path.read_text())
+    if meta.get("format") != ARRAY_RECORD_FORMAT:
+        raise CorpusError(f"{path}: not an ArrayRecord sidecar (format is not {ARRAY_RECORD_FORMAT!r})")
+    for shard in meta["shards"]:
+        reader = ArrayRecordReader(str(path.parent / shard["file"]))
+        try:
+            for record in reader.read_all():
+                yield np.frombuffer(record, dtype=np.dtype(meta["dtype"]).newbyteorder("<"))
+        finally:
+            reader.close()
+
+
 class PaddedWriter:
     """The padded layout: per shard ids int32[N, T] (pad_id after counts[i]), true counts,
     file_index, position; one .npz, or one .npy per array; `<prefix>manifest.json`."""
@@ -137,18 +216,21 @@ class PaddedWriter:
                  shard_docs: int):
         self.dir, self.name, self.fmt, self.max_tokens, self.pad_id = directory, name, fmt, max_tokens, pad_id
         self.shard_docs = shard_docs
-        self.rows: list[tuple[np.ndarray, np.ndarray, list]] = []
+        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.pending = self.truncated = self.true_tokens = 0
         self.shards: list[dict] = []
         self.written: list[Path] = []
 
-    def add(self, ids: np.ndarray, counts: np.ndarray, docs) -> None:
+    def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
+        """As FlatWriter.add; `window` (documents.Window) gives each document's input and position."""
+        file_index = np.full(len(counts), window.file_index, np.int32)
         offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         start = 0
         while start < len(counts):
             take = min(len(counts) - start, self.shard_docs - self.pending)
             sl = slice(start, start + take)
-            self.rows.append((ids[offsets[start]:offsets[start + take]], counts[sl], docs[sl]))
+            self.rows.append((ids[offsets[start]:offsets[start + take]], counts[sl], file_index[sl],
+                              window.positions[sl]))
             self.pending += take
             start += take
             if self.pending == self.shard_docs:
@@ -166,10 +248,8 @@ class PaddedWriter:
         cols = np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)
         keep = cols < width
         ids[rows[keep], cols[keep]] = flat[keep]
-        docs = [d for r in self.rows for d in r[2]]
-        arrays = dict(ids=ids, counts=counts,
-                      file_index=np.array([d.file_index for d in docs], np.int32),
-                      position=np.array([d.position for d in docs], np.int64))
+        arrays = dict(ids=ids, counts=counts, file_index=np.concatenate([r[2] for r in self.rows]),
+                      position=np.concatenate([r[3] for r in self.rows]).astype(np.int64))
         stem = f"{self.name}{len(self.shards):05d}"
         if self.fmt == "npz":
             names = [f"{stem}.npz"]

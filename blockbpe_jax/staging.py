@@ -24,7 +24,7 @@ import threading
 
 import jax
 
-from . import ops
+from . import native
 
 MAX_SLOTS = 3  # per device: one being filled, one being encoded, one spare
 
@@ -32,7 +32,7 @@ MAX_SLOTS = 3  # per device: one being filled, one being encoded, one spare
 def available(device) -> bool:
     """Whether `device` is a CUDA GPU this build can stage to (BLOCKBPE_STAGING=0 turns the
     path off: encode_batch then hands NumPy arrays to the jitted call, as off the GPU)."""
-    return (ops.HAS_CUDA_MODULE and getattr(device, "platform", None) == "gpu"
+    return (native.HAS_CUDA_MODULE and getattr(device, "platform", None) == "gpu"
             and os.environ.get("BLOCKBPE_STAGING", "1") != "0")
 
 
@@ -40,13 +40,19 @@ class _Slot:
     """A HostStaging and the JAX arrays viewing its device buffer for the last shape."""
 
     def __init__(self, device):
-        self.native = ops._blockbpe_cuda.HostStaging(device.local_hardware_id)
+        self.native = native.cuda.HostStaging(device.local_hardware_id)
         self.views: tuple | None = None
         self.key: tuple | None = None
 
     def fill(self, texts, max_len: int) -> tuple:
         """Uploads `texts`; returns (data uint8[B, L], lengths int32[B]) once the copy ended."""
-        batch, width = self.native.upload(texts, max_len)
+        return self._views(*self.native.upload(texts, max_len))
+
+    def fill_flat(self, flat, offsets, index, max_len: int, rows: int) -> tuple:
+        """As fill, from documents `index` of a flat buffer (`pack_flat`'s rows)."""
+        return self._views(*self.native.upload_flat(flat, offsets, index, max_len, rows))
+
+    def _views(self, batch: int, width: int) -> tuple:
         self.native.wait()
         key = (batch, width, self.native.generation)
         if key != self.key:
@@ -144,14 +150,24 @@ def _free_slots() -> None:
 def stage_strings(texts, *, max_len: int | None, device) -> Staged:
     """Packs `texts` (like `pack_strings`) straight into pinned memory and uploads them to
     `device` (a CUDA GPU). Raises what `pack_strings` raises for bad items or lengths."""
+    return _stage(device, lambda slot: slot.fill(texts, -1 if max_len is None else int(max_len)))
+
+
+def stage_flat(flat, offsets, index, *, max_len: int, rows: int, device) -> Staged:
+    """Packs documents `index` of a flat buffer (like `pack_flat`: rows past len(index) empty)
+    straight into pinned memory and uploads them to `device` (a CUDA GPU)."""
+    return _stage(device, lambda slot: slot.fill_flat(flat, offsets, index, int(max_len), int(rows)))
+
+
+def _stage(device, fill) -> Staged:
     with _pools_lock:
         pool = _pools.get(device)
         if pool is None:
             pool = _pools[device] = _Pool(device)
     slot = pool.take()
     try:
-        data, lengths = slot.fill(texts, -1 if max_len is None else int(max_len))
-    except (TypeError, ValueError):
+        data, lengths = fill(slot)
+    except (TypeError, ValueError, IndexError):
         pool.give_back(slot, None)  # rejected by the packer before any copy: the slot is clean
         raise
     except BaseException:

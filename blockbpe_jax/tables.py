@@ -36,6 +36,7 @@ from typing import Iterable
 
 import numpy as np
 
+from .char_bpe import MAX_JOINERS
 from .vocab import Vocab
 
 __all__ = [
@@ -276,7 +277,8 @@ def _piece_rows(hashes: np.ndarray, ids, lengths, starts, capacity: int) -> np.n
 
 
 SYMBOLS_BYTES, SYMBOLS_CHARS = 0, 1  # the `symbols` attribute (ffi/char_symbols.h)
-CHAR_TABLE_HEADER = 134            # kCharTableHeader
+CHAR_TABLE_ESCAPED, CHAR_TABLE_JOINERS = 134, 135    # kCharTableEscaped, kCharTableJoiners
+CHAR_TABLE_HEADER = CHAR_TABLE_JOINERS + MAX_JOINERS  # kCharTableHeader
 
 
 def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple:
@@ -299,6 +301,8 @@ def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple:
         if len(ch) == 1 and ord(ch) < 128:
             char_table[ord(ch)] = i
     char_table[128:132] = (cl.replacement_id, cl.prefix_id, cl.prefix_rule, cl.word_start_id)
+    char_table[CHAR_TABLE_ESCAPED] = int(cl.escaped_specials)
+    char_table[CHAR_TABLE_JOINERS:CHAR_TABLE_JOINERS + len(cl.joiners)] = cl.joiners
     if runs:
         char_table[132:134] = (runs.run_id, runs.long_id)
         for m, row in enumerate(runs.table):

@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _blockbpe_cpu, ops, pretok, sentencepiece, staging, tekken
-from .tables import build_special_tables, build_vocab_tables
+from . import _blockbpe_cpu, gguf, ops, pretok, sentencepiece, staging, table_cache, tekken
+from .tables import build_special_tables
 from .vocab import (Vocab, from_tiktoken_encoding, load_tiktoken_file, read_json,
                     vocab_from_tokenizer_json)
 
@@ -29,7 +29,7 @@ class Tokenizer:
 
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
-        self._tables = build_vocab_tables(vocab)
+        self._tables = table_cache.vocab_tables(vocab)
         self._special_cache: dict = {}
         self._device_cache: dict = {}
         self._pretok_cache: tuple | None = None
@@ -39,7 +39,10 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path: str | os.PathLike, **kwargs) -> "Tokenizer":
         path = os.fspath(path)
-        if sentencepiece.is_sentencepiece_model(_file_head(path)):
+        head = _file_head(path)
+        if gguf.is_gguf(head):
+            return cls.from_gguf(path)
+        if sentencepiece.is_sentencepiece_model(head):
             return cls(sentencepiece.load_sentencepiece_model(path))
         if path.endswith(".json"):   # HF tokenizer.json or Mistral Tekken
             doc = read_json(path)
@@ -47,6 +50,12 @@ class Tokenizer:
                 return cls(tekken.vocab_from_tekken(doc, path))
             return cls(vocab_from_tokenizer_json(doc, path))
         return cls(load_tiktoken_file(path, **kwargs))
+
+    @classmethod
+    def from_gguf(cls, path: str | os.PathLike) -> "Tokenizer":
+        """From the tokenizer in a GGUF file's header (llama.cpp models: Llama 2, Gemma 3,
+        Gemma 4; blockbpe_jax/gguf.py). A file cut after its header loads too."""
+        return cls(gguf.load_gguf(path))
 
     @classmethod
     def from_sentencepiece(cls, model) -> "Tokenizer":

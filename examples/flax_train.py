@@ -189,21 +189,36 @@ def make_steps(tok: bb.Tokenizer, *, mode: str, max_tokens: int, block_size: int
     def train_step_ids(model, optimizer, ids, counts):
         return update(model, optimizer, ids, counts)
 
-    @nnx.jit(static_argnames=("rows",))
-    def train_step_packed(model, optimizer, tables, data, lengths, rows):
-        # Documents tokenized and packed into `rows` rows of T tokens, all on the device.
-        packed = bb.pack(tokenize(tables, data, lengths), seq_len=max_tokens, rows=rows,
-                         method="first_fit")
+    def update_packed(model, optimizer, packed):
         (loss, n), grads = nnx.value_and_grad(lm_loss_packed, has_aux=True)(model, packed)
         optimizer.update(model, grads)
-        return loss, n, packed.report.tokens_dropped
+        return loss, n
+
+    @nnx.jit(static_argnames=("rows", "window"))
+    def train_step_packed(model, optimizer, tables, carry, data, lengths, rows, window):
+        # Documents tokenized, then packed into `rows` rows of T tokens by first fit over the
+        # stream (grain's FirstFitPackIterDataset); what does not fit waits in `carry`, on the
+        # device, for the next step.
+        packed, carry, rep = bb.packing.pack_stream(
+            carry, tokenize(tables, data, lengths), seq_len=max_tokens, rows=rows, window=window)
+        loss, n = update_packed(model, optimizer, packed)
+        stats = jnp.stack([rep.tokens_lost + packed.report.tokens_truncated,
+                           (~rep.batch_full).astype(jnp.int32)])
+        return (loss, n, stats), carry, rep.documents_carried
+
+    @nnx.jit
+    def train_step_packed_rows(model, optimizer, tokens, segment_ids, positions):
+        # Rows packed on the host (grain's own packer): the same loss on the same layout.
+        loss, n = update_packed(model, optimizer, bb.Packed(tokens, segment_ids, positions, None))
+        return loss, n, jnp.zeros(2, jnp.int32)
 
     @nnx.jit
     def eval_bytes(model, tables, data, lengths):
         ids, counts = tokenize(tables, data, lengths)
         return lm_loss(model, ids, counts)[0]
 
-    return jax.jit(tokenize), train_step_bytes, train_step_ids, eval_bytes, train_step_packed
+    return (jax.jit(tokenize), train_step_bytes, train_step_ids, eval_bytes, train_step_packed,
+            train_step_packed_rows)
 
 
 class HostTokenizer:
@@ -362,7 +377,7 @@ class Recorder:
         self.pending: list = []
         self.losses: list[float] = []
         self.tokens = 0
-        self.truncated = 0
+        self.truncated = 0   # summed per-step counts: a scalar, or a vector (packed steps)
         self.t_start = None  # set after step 1 (compile)
         self.steps_timed = 0
 
@@ -379,7 +394,7 @@ class Recorder:
         for loss, n, trunc in vals:
             self.losses.append(float(loss))
             self.tokens += int(n)
-            self.truncated += int(trunc)
+            self.truncated = self.truncated + np.asarray(trunc, np.int64)
         recent = self.losses[-len(vals):]
         rate = ""
         if self.t_start is not None and step > 1:
@@ -394,12 +409,15 @@ def run_training(args, cfg: dict, tok: bb.Tokenizer, batches, label: str, *, fee
 
     feeds="bytes": batches are (uint8[B, L], int32[B]) raw bytes, tokenized inside the step.
     feeds="ids": batches are (int32[B, T], int32[B]) ids and counts made on the host.
-    feeds="packed": batches are raw bytes of shorter documents, tokenized and packed (`bb.pack`,
-    first fit) into cfg["batch"] rows of T tokens inside the step; truncated counts dropped tokens.
+    feeds="packed": batches is a feeder of documents (grain_pipeline.DocumentFeeder): raw bytes,
+    tokenized and packed (`pack_stream`, first fit with carry-over) into cfg["batch"] rows of T
+    tokens inside the step.
+    feeds="packed_rows": batches are dicts of rows packed on the host by grain (tokens,
+    tokens_segment_ids, tokens_positions: int32[batch, T]).
     host_check(data, lengths) -> (ids, counts), if given, must equal the in-step ids."""
     device = jax.devices()[0]
     tables = tok.tables("none", device)  # device arrays, built once, passed to every step
-    tokenize, step_bytes, step_ids, eval_bytes, step_packed = make_steps(
+    tokenize, step_bytes, step_ids, eval_bytes, step_packed, step_rows = make_steps(
         tok, mode=args.mode, max_tokens=cfg["max_tokens"], block_size=args.block_size)
     model, optimizer = make_model_and_optimizer(cfg, tok.vocab.n_vocab, args.seed)
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
@@ -427,19 +445,35 @@ def run_training(args, cfg: dict, tok: bb.Tokenizer, batches, label: str, *, fee
         if not same:
             raise SystemExit("host and device tokenization differ; refusing to compare them")
 
+    packed = feeds in ("packed", "packed_rows")
+    if feeds == "packed":   # size the stream from the tokens per document of a sample
+        d, n = batches.sample(64)
+        counts = np.asarray(tokenize(tables, jnp.asarray(d), jnp.asarray(n))[1])
+        batches.plan(rows=cfg["batch"], seq_len=cfg["max_tokens"],
+                     tokens_per_document=float(np.clip(counts, 1, cfg["max_tokens"]).mean()))
+        carry = jax.device_put(bb.packing.empty_carry(batches.capacity, cfg["max_tokens"]), device)
+        print(f"packing: {batches.describe()}", flush=True)
+
     eval_before = evaluate()
     rec = Recorder(args.log_every, cfg["batch"])
     t0 = time.perf_counter()
     compile_s = None
     for step in range(1, cfg["steps"] + 1):
-        a, b = next(batches)
-        a, b = jax.device_put(a, device), jax.device_put(b, device)
-        if feeds == "ids":
-            out = step_ids(model, optimizer, a, b)
-        elif feeds == "packed":  # documents, packed into cfg["batch"] rows inside the step
-            out = step_packed(model, optimizer, tables, a, b, rows=cfg["batch"])
+        if feeds == "packed":   # documents, packed into cfg["batch"] rows inside the step
+            a, b = (jax.device_put(x, device) for x in batches.next_batch())
+            out, carry, carried = step_packed(model, optimizer, tables, carry, a, b,
+                                              rows=cfg["batch"], window=batches.window)
+            batches.dispatched(carried)
+        elif feeds == "packed_rows":
+            rows = next(batches)
+            out = step_rows(model, optimizer, *(jax.device_put(rows[k], device) for k in (
+                "tokens", "tokens_segment_ids", "tokens_positions")))
         else:
-            out = step_bytes(model, optimizer, tables, a, b)
+            a, b = (jax.device_put(x, device) for x in next(batches))
+            if feeds == "ids":
+                out = step_ids(model, optimizer, a, b)
+            else:
+                out = step_bytes(model, optimizer, tables, a, b)
         if step == 1:
             jax.block_until_ready(out)
             compile_s = time.perf_counter() - t0
@@ -474,14 +508,18 @@ def run_training(args, cfg: dict, tok: bb.Tokenizer, batches, label: str, *, fee
         steps_per_s=timed / elapsed,
         bytes_per_s=timed * cfg["batch"] * cfg["seq_bytes"] / elapsed,
         target_tokens=rec.tokens,
-        truncated_rows=rec.truncated if feeds != "packed" else None,
-        packing_tokens_dropped=rec.truncated if feeds == "packed" else None,
+        truncated_rows=None if packed else int(rec.truncated),
+        packing_tokens_dropped=int(rec.truncated[0]) if feeds == "packed" else None,
+        packing_batches_ended_early=int(rec.truncated[1]) if feeds == "packed" else None,
+        packing=batches.describe() if feeds == "packed" else None,
         losses=[round(x, 4) for x in losses],
     )
     print(f"loss {summary['first10_mean']:.3f} (first {k}) -> {summary['last10_mean']:.3f} (last {k}); "
           f"eval {eval_before:.3f} -> {eval_after:.3f}; {summary['steps_per_s']:.2f} steps/s "
           f"after {compile_s:.1f} s compile; "
-          f"{'tokens dropped by packing' if feeds == 'packed' else 'truncated rows'} {rec.truncated}",
+          + (f"tokens dropped by packing {int(rec.truncated[0])}, batches ended early "
+             f"{int(rec.truncated[1])}" if feeds == "packed" else
+             "" if packed else f"truncated rows {int(rec.truncated)}"),
           flush=True)
     if args.summary:
         args.summary.parent.mkdir(parents=True, exist_ok=True)

@@ -142,8 +142,41 @@ BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n) {
   return -1;
 }
 
+// How many bytes of text[i..n) special k matches, or -1. With `escaped` (SentencePiece
+// models, char_symbols.h), each `▁` (E2 96 81) of the special also matches a space:
+// sentencepiece matches user-defined pieces in the normalized text, where spaces are `▁`.
+BBPE_HD int special_text_len(const SpecialView& s, int k, const uint8_t* text, int n, int i,
+                             bool escaped) {
+  const uint8_t* d = s.data + s.offsets[k];
+  const int len = s.offsets[k + 1] - s.offsets[k];
+  if (len <= 0) return -1;
+  int j = i;
+  for (int q = 0; q < len; ++j) {
+    if (j >= n) return -1;
+    if (escaped && text[j] == ' ' && q + 2 < len && d[q] == 0xE2 && d[q + 1] == 0x96 &&
+        d[q + 2] == 0x81) {
+      q += 3;
+    } else if (d[q] == text[j]) {
+      ++q;
+    } else {
+      return -1;
+    }
+  }
+  return j - i;
+}
+
 // Index of the allowed special token whose bytes start at text[i] (longest first), or -1.
-BBPE_HD int special_match_at(const SpecialView& s, const uint8_t* text, int n, int i) {
+BBPE_HD int special_match_at(const SpecialView& s, const uint8_t* text, int n, int i,
+                             bool escaped = false) {
+  if (escaped) {
+    for (int k = 0; k < s.count; ++k) {
+      if (s.offsets[k + 1] <= s.offsets[k]) continue;
+      const uint8_t first = s.data[s.offsets[k]];  // (most specials fail here)
+      if (first != text[i] && !(first == 0xE2 && text[i] == ' ')) continue;
+      if (special_text_len(s, k, text, n, i, true) >= 0) return k;
+    }
+    return -1;
+  }
   for (int k = 0; k < s.count; ++k) {
     const int beg = s.offsets[k], len = s.offsets[k + 1] - beg;
     if (len <= 0 || i + len > n || s.data[beg] != text[i]) continue;
@@ -159,13 +192,15 @@ BBPE_HD int special_len(const SpecialView& s, int k) { return s.offsets[k + 1] -
 // Leftmost-first resolution of special-token matches. match[i] is special_match_at(..., i) for
 // every i (or -1). Walking left to right, a match counts unless it starts inside an earlier
 // one that counted. Writes is_special[i] = 2 at the first byte of each accepted match and 1 at
-// its other bytes; other entries are left as they are (callers zero them first).
+// its other bytes; other entries are left as they are (callers zero them first). `text` and
+// `escaped` as for special_match_at (an escaped match's length depends on the text).
 BBPE_HD void accept_special_matches(const SpecialView& s, const int32_t* match, int n,
-                                    uint8_t* is_special) {
+                                    uint8_t* is_special, const uint8_t* text = nullptr,
+                                    bool escaped = false) {
   for (int i = 0; i < n;) {
     const int k = match[i];
     if (k < 0) { ++i; continue; }
-    const int len = special_len(s, k);
+    const int len = escaped ? special_text_len(s, k, text, n, i, true) : special_len(s, k);
     is_special[i] = 2;
     for (int j = 1; j < len; ++j) is_special[i + j] = 1;
     i += len;

@@ -14,10 +14,14 @@
 //   or only where the segment does not start with a space (HF's Metaspace): prefix_before.
 //   Merges: the pair table and the passes of bpe_core.h, a pair's rank being its piece's
 //   place in score order (sentencepiece merges the highest score first, leftmost on ties).
-//   Words: where no piece has a `▁` after another character (sentencepiece's
-//   split_by_whitespace vocabularies; checked at load), no merge crosses into a `▁` that
-//   follows another symbol, so each such `▁` starts a segment and the passes merge the words
-//   side by side instead of the whole text as one segment.
+//   Words: a merge can join a `▁` to the symbol before it only if some piece holds that
+//   symbol's character followed by `▁` (the "joiners": `▁` itself in Mistral's vocabularies,
+//   `▁` and `>` in Gemma's, from `>▁</`; listed at load), so every `▁` after any other symbol
+//   starts a segment and the passes merge the words side by side instead of the whole text as
+//   one segment. A vocabulary with more joiners than the table holds merges the text whole.
+//   Specials: sentencepiece matches user-defined pieces in the normalized text, where spaces
+//   are already `▁`; with escaped_specials a `▁` of a special matches a space too (bpe_core.h,
+//   special_text_len), so Gemma's whitespace-run pieces match runs of spaces.
 //   Runs: the pieces made of one repeated character (`▁▁`, `▁▁▁`, ...) can be ranked so that
 //   merging one of them makes a pair that ranks before the pairs still waiting (sentencepiece
 //   gives them one score and breaks the tie by position; HF files converted from scores order
@@ -50,10 +54,16 @@ constexpr int kSymbolsChars = 1;  // SentencePiece-style BPE (this file)
 //                   specials)
 //   [132]           the run character's piece id (with a run rule)
 //   [133]           the piece id that starts a run of T or more characters
-//   [134 + m*W + k] for m in [0, T): the ids of a run of m characters, -1 after the last
+//   [134]           1: a `▁` (E2 96 81) in a special token also matches a space
+//   [135, 143)      the joiners: piece ids after which a `▁` does not start a word, -1 after
+//                   the last
+//   [143 + m*W + k] for m in [0, T): the ids of a run of m characters, -1 after the last
 // T, P (the length of piece [133]) and W are attributes, not table entries: the host checks
 // them against the operand's size without reading device memory. T = 0: no run rule.
-constexpr int kCharTableHeader = 134;
+constexpr int kCharTableEscaped = 134;
+constexpr int kCharTableJoiners = 135;
+constexpr int kMaxJoiners = 8;
+constexpr int kCharTableHeader = kCharTableJoiners + kMaxJoiners;
 constexpr int32_t kPrefixEverySegment = 1;   // also after each special token (else: text start)
 constexpr int32_t kPrefixUnlessSpace = 2;    // not where the segment starts with ' ' or `▁`
 constexpr int32_t kPrefixBeforeSpecial = 4;  // at the text start even before a special token
@@ -73,12 +83,16 @@ struct CharView {  // the same, read (char_view): what the rules below use
   int32_t run_step;      // P
   int32_t run_width;     // W
   const int32_t* run_table;  // [T][W]
+  const int32_t* joiners;    // [kMaxJoiners]
 };
 BBPE_HD CharView char_view(const CharTable& t) {
   const int32_t* c = t.data;
   return CharView{c, c[128], c[129], c[130], c[131], c[132], c[133], t.run_long, t.run_step,
-                  t.run_width, c + kCharTableHeader};
+                  t.run_width, c + kCharTableHeader, c + kCharTableJoiners};
 }
+
+// Whether a `▁` of a special token also matches a space (special_match_at's `escaped`).
+BBPE_HD bool specials_escaped(const CharTable& t) { return t.data[kCharTableEscaped] == 1; }
 
 // Whether a dummy-prefix `▁` goes right before byte i of text[0..n) (specials marked in sp).
 BBPE_HD bool prefix_before(const CharView& c, const uint8_t* text, int n, const uint8_t* sp, int i) {
@@ -129,10 +143,14 @@ BBPE_HD int32_t initial_char_token(const VocabView& v, const CharView& c, const 
   return id | (seg ? kSegStart : 0);
 }
 
-// Token i (of the dense symbols) starts a word: a `▁` after another symbol.
+// Token i (of the dense symbols) starts a word: a `▁` after a symbol that no piece joins to a
+// following `▁` (the joiners).
 BBPE_HD bool starts_word(const CharView& c, const int32_t* tok, int i) {
-  return i > 0 && c.word_start_id >= 0 && token_id(tok[i]) == c.word_start_id &&
-         token_id(tok[i - 1]) != c.word_start_id;
+  if (i == 0 || c.word_start_id < 0 || token_id(tok[i]) != c.word_start_id) return false;
+  const int32_t before = token_id(tok[i - 1]);
+  for (int k = 0; k < kMaxJoiners && c.joiners[k] >= 0; ++k)
+    if (c.joiners[k] == before) return false;
+  return true;
 }
 
 // A run starts at token i: a single run character that does not continue a run.

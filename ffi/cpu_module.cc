@@ -8,8 +8,11 @@
 
 #include "encode_cpu.h"
 #include "encode_ffi.h"
+#include "jsonl.h"
 #include "nanobind/nanobind.h"
 #include "nanobind/ndarray.h"
+#include "nanobind/stl/optional.h"
+#include "nanobind/stl/string.h"
 #include "pack_strings.h"
 
 namespace nb = nanobind;
@@ -70,6 +73,12 @@ static ffi::Error encode_cpu(ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> le
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCpu, bbpe::encode_cpu, bbpe::bind_encode(ffi::Ffi::Bind()));
 
+template <class T>
+static nb::ndarray<nb::numpy, T> owned_array(T* data, size_t ndim, const size_t* shape) {
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+  return nb::ndarray<nb::numpy, T>(data, ndim, shape, owner);
+}
+
 // list[str | bytes] -> (uint8[B, max_len] zero-padded, int32[B]) without Python-level loops
 // (the rule: pack_strings.h).
 static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
@@ -79,15 +88,77 @@ static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
   uint8_t* data = new uint8_t[batch * max_len + 1];
   int32_t* lengths = new int32_t[batch + 1];
   bbpe::write_rows(views, max_len, data, lengths);
-  nb::capsule own_data(data, [](void* p) noexcept { delete[] static_cast<uint8_t*>(p); });
-  nb::capsule own_len(lengths, [](void* p) noexcept { delete[] static_cast<int32_t*>(p); });
-  size_t shape[2] = {batch, (size_t)max_len};
-  return nb::make_tuple(nb::ndarray<nb::numpy, uint8_t>(data, 2, shape, own_data),
-                        nb::ndarray<nb::numpy, int32_t>(lengths, 1, shape, own_len));
+  const size_t shape[2] = {batch, (size_t)max_len};
+  return nb::make_tuple(owned_array(data, 2, shape), owned_array(lengths, 1, shape));
+}
+
+// Documents of flat[offsets[i], offsets[i + 1]) picked by `index` -> (uint8[rows, max_len]
+// zero-padded, int32[rows]); rows past len(index) are empty (the rule: pack_strings.h).
+static nb::tuple pack_flat(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig> flat,
+                           nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig> offsets,
+                           nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig> index,
+                           int64_t max_len, int64_t rows) {
+  if (offsets.shape(0) < 1) throw nb::value_error("pack_flat: offsets must hold n + 1 entries");
+  const int64_t count = (int64_t)index.shape(0);
+  const std::vector<bbpe::StringView> views =
+      bbpe::flat_views(flat.data(), (int64_t)flat.shape(0), offsets.data(),
+                       (int64_t)offsets.shape(0) - 1, index.data(), count, max_len);
+  rows = std::max(rows, count);
+  uint8_t* data = new uint8_t[rows * max_len + 1];
+  int32_t* lengths = new int32_t[rows + 1];
+  {
+    nb::gil_scoped_release unlocked;
+    bbpe::write_rows(views, max_len, data, lengths, rows);
+  }
+  const size_t shape[2] = {(size_t)rows, (size_t)max_len};
+  return nb::make_tuple(owned_array(data, 2, shape), owned_array(lengths, 1, shape));
+}
+
+// A block of whole lines -> (flat uint8[total], offsets int64[n + 1], line int64[n] of each
+// document counted from the block's first, newlines in the block), or None to give up (the
+// rules: jsonl.h). field None: plain lines.
+static nb::object split_documents(nb::bytes block, std::optional<std::string> field,
+                                  int threads) {
+  std::vector<bbpe::jsonl::Part> parts;
+  const uint8_t* p = (const uint8_t*)block.c_str();
+  const int64_t size = (int64_t)block.size();
+  bool ok;
+  {
+    nb::gil_scoped_release unlocked;
+    ok = bbpe::jsonl::split_block(p, size, field ? &*field : nullptr, std::max(1, threads), parts);
+  }
+  if (!ok) return nb::none();
+  int64_t total = 0, docs = 0, newlines = 0;
+  for (auto& part : parts) total += (int64_t)part.data.size(), docs += (int64_t)part.ends.size();
+  uint8_t* data = new uint8_t[total + 1];
+  int64_t* offsets = new int64_t[docs + 1];
+  int64_t* lines = new int64_t[docs + 1];
+  {
+    nb::gil_scoped_release unlocked;
+    int64_t at = 0, d = 0;
+    offsets[0] = 0;
+    for (auto& part : parts) {
+      std::memcpy(data + at, part.data.data(), part.data.size());
+      for (size_t j = 0; j < part.ends.size(); ++j, ++d) {
+        offsets[d + 1] = at + part.ends[j];
+        lines[d] = newlines + part.lines[j];
+      }
+      at += (int64_t)part.data.size();
+      newlines += part.newlines;
+    }
+  }
+  const size_t data_shape[1] = {(size_t)total}, offsets_shape[1] = {(size_t)docs + 1},
+               lines_shape[1] = {(size_t)docs};
+  return nb::make_tuple(owned_array(data, 1, data_shape), owned_array(offsets, 1, offsets_shape),
+                        owned_array(lines, 1, lines_shape), newlines);
 }
 
 NB_MODULE(_blockbpe_cpu, m) {
   m.def("pack_strings", &pack_strings, nb::arg("texts"), nb::arg("max_len"));
+  m.def("pack_flat", &pack_flat, nb::arg("flat"), nb::arg("offsets"), nb::arg("index"),
+        nb::arg("max_len"), nb::arg("rows"));
+  m.def("split_documents", &split_documents, nb::arg("block"), nb::arg("field").none(),
+        nb::arg("threads"));
   m.def("registrations", []() {
     nb::dict d;
     d["bbpe_encode"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCpu));

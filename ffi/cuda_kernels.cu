@@ -505,8 +505,9 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
 
 // The start of every block: its arrays, its string loaded, the special tokens marked (a.tok[i]:
 // the special matched at i, is_special). False (the row written and flagged) for a length
-// outside [0, max_len], which only an unchecked call can pass.
-template <int kThreads>
+// outside [0, max_len], which only an unchecked call can pass. kChars: SentencePiece-style
+// symbols, whose specials may match a space for `▁` (specials_escaped).
+template <int kThreads, bool kChars = false>
 __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem, BlockArrays& a,
                                             int32_t*& out, int& n, StageClock& clock) {
   const int64_t b = blockIdx.x;
@@ -544,14 +545,27 @@ __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem
   // Special tokens: every position looks for a match in parallel (into tok); the rare matches
   // are then resolved leftmost-first by one thread (accept_special_matches).
   if (p.special.count > 0) {
+    const bool escaped = kChars && specials_escaped(p.chars);
+    const uint8_t* first = nullptr;  // kChars: the specials' first bytes (as encode_cpu.h)
+    if constexpr (kChars) {
+      __shared__ uint8_t first_bytes[256];
+      for (int c = threadIdx.x; c < 256; c += kThreads) first_bytes[c] = 0;
+      __syncthreads();
+      for (int k = threadIdx.x; k < p.special.count; k += kThreads)
+        if (special_len(p.special, k) > 0) first_bytes[p.special.data[p.special.offsets[k]]] = 1;
+      __syncthreads();
+      if (threadIdx.x == 0 && escaped && first_bytes[0xE2]) first_bytes[' '] = 1;
+      __syncthreads();
+      first = first_bytes;
+    }
     bool found = false;
     for (int i = threadIdx.x; i < n; i += kThreads) {
-      const int k = special_match_at(p.special, a.text, n, i);
+      const int k = first && !first[a.text[i]] ? -1 : special_match_at(p.special, a.text, n, i, escaped);
       a.tok[i] = k;
       found |= k >= 0;
     }
     if (__syncthreads_or(found) && threadIdx.x == 0)
-      accept_special_matches(p.special, a.tok, n, a.is_special);
+      accept_special_matches(p.special, a.tok, n, a.is_special, a.text, escaped);
     __syncthreads();
   }
   clock.mark(kClockSpecials);
@@ -674,7 +688,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ch
   BlockArrays a;
   int32_t* out;
   int n;
-  if (!begin_block<kThreads>(p, smem, a, out, n, clock)) return;
+  if (!begin_block<kThreads, true>(p, smem, a, out, n, clock)) return;
   n = encode_chars<kThreads>(p, a, n, tmp, clock);
   for (int j = threadIdx.x; j < min(n, p.max_tokens); j += kThreads) out[j] = token_id(a.tok[j]);
   for (int j = n + threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;

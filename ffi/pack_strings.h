@@ -1,5 +1,6 @@
-// list[str | bytes] -> zero-padded rows + byte lengths, shared by the CPU module's
-// `pack_strings` and the CUDA module's pinned-host staging (one definition of the packing rule).
+// list[str | bytes], or documents of one flat buffer, -> zero-padded rows + byte lengths,
+// shared by the CPU module's `pack_strings` / `pack_flat` and the CUDA module's pinned-host
+// staging (one definition of the packing rule).
 #pragma once
 
 #include <Python.h>
@@ -17,6 +18,15 @@ namespace bbpe {
 
 // One string's UTF-8 bytes, borrowed from its Python object (str: its cached UTF-8 form).
 using StringView = std::pair<const char*, Py_ssize_t>;
+
+// max_len < 0: the longest view rounded up to a power of two, at least 16.
+inline void default_width(const std::vector<StringView>& views, int64_t& max_len) {
+  if (max_len >= 0) return;
+  Py_ssize_t longest = 0;
+  for (auto& v : views) longest = std::max(longest, v.second);
+  max_len = 16;
+  while (max_len < longest) max_len *= 2;
+}
 
 // Reads every item's bytes (no copy) and the row width: `max_len`, or when max_len < 0 the
 // longest string rounded up to a power of two, at least 16. Raises TypeError for an item that
@@ -45,23 +55,51 @@ inline std::vector<StringView> string_views(const nanobind::list& items, int64_t
                                    std::to_string(max_len)).c_str());
     views[b] = {p, n};
   }
-  if (max_len < 0) {
-    Py_ssize_t longest = 0;
-    for (auto& v : views) longest = std::max(longest, v.second);
-    max_len = 16;
-    while (max_len < longest) max_len *= 2;
-  }
+  default_width(views, max_len);
   return views;
 }
 
-// Row b of data[B, max_len] gets string b and zeros after it; lengths[b] its byte count.
+// Views of documents index[0..count) of a flat buffer (document i is data[offsets[i],
+// offsets[i + 1])), checked as string_views checks its items; they borrow from `data`.
+inline std::vector<StringView> flat_views(const uint8_t* data, int64_t data_size,
+                                          const int64_t* offsets, int64_t n_docs,
+                                          const int64_t* index, int64_t count, int64_t& max_len) {
+  std::vector<StringView> views(count);
+  for (int64_t b = 0; b < count; ++b) {
+    const int64_t i = index[b];
+    if (i < 0 || i >= n_docs)
+      throw nanobind::index_error(("pack_flat: index " + std::to_string(i) + " is not one of " +
+                                   std::to_string(n_docs) + " documents").c_str());
+    const int64_t lo = offsets[i], hi = offsets[i + 1];
+    if (lo < 0 || hi < lo || hi > data_size)
+      throw nanobind::value_error(("pack_flat: offsets of document " + std::to_string(i) +
+                                   " are not within the " + std::to_string(data_size) +
+                                   "-byte buffer").c_str());
+    if (max_len >= 0 && hi - lo > max_len)
+      throw nanobind::value_error(("pack_flat: document " + std::to_string(i) + " has " +
+                                   std::to_string(hi - lo) + " bytes, more than max_len=" +
+                                   std::to_string(max_len)).c_str());
+    views[b] = {(const char*)data + lo, (Py_ssize_t)(hi - lo)};
+  }
+  default_width(views, max_len);
+  return views;
+}
+
+// Row b of data[rows, max_len] gets string b and zeros after it; lengths[b] its byte count.
+// Rows past the views (rows > views.size(): padding to a compiled shape) are empty.
 inline void write_rows(const std::vector<StringView>& views, int64_t max_len, uint8_t* data,
-                       int32_t* lengths) {
+                       int32_t* lengths, int64_t rows = -1) {
+  if (rows < 0) rows = (int64_t)views.size();
   for (size_t b = 0; b < views.size(); ++b) {
     uint8_t* row = data + b * max_len;
-    std::memcpy(row, views[b].first, views[b].second);
+    if (views[b].second) std::memcpy(row, views[b].first, views[b].second);
     std::memset(row + views[b].second, 0, max_len - views[b].second);
     lengths[b] = (int32_t)views[b].second;
+  }
+  const int64_t filled = (int64_t)views.size();
+  if (rows > filled) {
+    std::memset(data + filled * max_len, 0, (size_t)((rows - filled) * max_len));
+    std::fill(lengths + filled, lengths + rows, 0);
   }
 }
 

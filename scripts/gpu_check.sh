@@ -2,7 +2,7 @@
 # One device call: build against the machine's own jax, run the GPU tests, optionally the
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
-#                        [sharded] [families] [ktime] [variants] [clocks]
+#                        [sharded] [families] [ktime] [p9] [variants] [clocks]
 # (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`).
@@ -82,6 +82,26 @@ for stage in $stages; do
       python3 benchmarks/host_path.py --out "$OUT" 2>&1 | tee "$OUT/host_path.log" | tail -4 ;;
     sharded)
       python3 benchmarks/sharded.py --out "$OUT" 2>&1 | tee "$OUT/sharded.log" | tail -5 ;;
+    p9)  # packing rows/s; grain --pack on the device vs grain's own host packing (same rows)
+      python3 benchmarks/packing.py --out "$OUT" 2>&1 | tee "$OUT/packing.log" | tail -2
+      for v in device host; do
+        extra=""; [ $v = host ] && extra="--host-tokenize"
+        (cd examples && python3 grain_pipeline.py --pack $extra --steps 300 --workers 4 \
+          --summary "$OUT/grain_pack_$v.json") > "$OUT/grain_pack_$v.log" 2>&1
+        echo "grain --pack $extra: exit $?"; tail -2 "$OUT/grain_pack_$v.log"
+      done
+      python3 - "$OUT" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+s = {v: json.loads((out / f"grain_pack_{v}.json").read_text()) for v in ("device", "host")
+     if (out / f"grain_pack_{v}.json").exists()}
+for v, r in s.items():
+    print(f"{v}: {r['steps_per_s']:.2f} steps/s, loss {r['first_loss']:.4f} -> {r['last_loss']:.4f}, "
+          f"dropped {r['packing_tokens_dropped']}, ended early {r['packing_batches_ended_early']}")
+if len(s) == 2:
+    print("max |loss diff|:", max(abs(a - b) for a, b in zip(s["device"]["losses"], s["host"]["losses"])))
+PY
+      ;;
     variants)
       # A/B of kernel variants: benchmarks/kernel_time.py on the checked-out kernel ("base"),
       # then with each patch of $VARIANTS applied in turn (patch -p1; reverted after).
@@ -99,6 +119,12 @@ for stage in $stages; do
     clocks)
       BLOCKBPE_STAGE_CLOCKS=ON build build_clocks.log || { tail -30 "$OUT/build_clocks.log"; exit 1; }
       python3 benchmarks/stage_clocks.py --out "$OUT" ${CLOCKS_ARGS:-} 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
+    corpus)    # the corpus job vs the CPU tokenizers, >= 1 GB (benchmarks/corpus_job.py)
+      python3 benchmarks/corpus_job.py --out "$OUT" --threads "$(nproc)" ${CORPUS_ARGS:-} 2>&1 \
+        | tee "$OUT/corpus_job.log" | tail -30 ;;
+    single)    # one string per call, 128 B .. 64 MiB, vs tiktoken (benchmarks/single_string.py)
+      python3 benchmarks/single_string.py --out "$OUT" ${SINGLE_ARGS:-} 2>&1 \
+        | tee "$OUT/single_string.log" | tail -100 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

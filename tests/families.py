@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
+
+from blockbpe_jax import gguf as _gguf
 
 LLAMA_CPP_ENV = "BLOCKBPE_LLAMA_CPP_MODELS"  # .../llama_cpp_python-0.3.36/vendor/llama.cpp/models
 
@@ -134,49 +135,9 @@ def llama_cpp_cases(gguf_path: Path) -> list[tuple[str, list[int]]]:
     return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, lines)]
 
 
-# --- GGUF: read the tokenizer keys of the header (works on a truncated file such as part00) ---
-_NP = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1",
-       10: "<u8", 11: "<i8", 12: "<f8"}
-
-
-def gguf_metadata(path: Path) -> dict:
-    """The key/value header of a GGUF file (arrays of numbers as numpy arrays)."""
-    import numpy as np
-
-    with open(path, "rb") as f:
-        buf = f.read(64 << 20)
-    if buf[:4] != b"GGUF":
-        raise ValueError(f"{path}: not a GGUF file")
-    _, _, n_kv = struct.unpack_from("<IQQ", buf, 4)
-    off = 24
-
-    def string(off):
-        (n,) = struct.unpack_from("<Q", buf, off)
-        return buf[off + 8:off + 8 + n].decode("utf-8"), off + 8 + n
-
-    def value(kind, off):
-        if kind == 8:
-            return string(off)
-        if kind == 9:
-            inner, n = struct.unpack_from("<IQ", buf, off)
-            off += 12
-            if inner in _NP:
-                a = np.frombuffer(buf, _NP[inner], n, off)
-                return a, off + a.nbytes
-            out = []
-            for _ in range(n):
-                v, off = value(inner, off)
-                out.append(v)
-            return out, off
-        a = np.frombuffer(buf, _NP[kind], 1, off)
-        return a[0].item(), off + a.nbytes
-
-    meta = {}
-    for _ in range(n_kv):
-        key, off = string(off)
-        (kind,) = struct.unpack_from("<I", buf, off)
-        meta[key], off = value(kind, off + 4)
-    return meta
+# --- GGUF: the header reader is the package's (blockbpe_jax.gguf); the references below are
+# rebuilt from its key/values with the reference libraries' own types.
+gguf_metadata = _gguf.gguf_metadata
 
 
 def spm_from_gguf(meta: dict, add_dummy_prefix: bool, remove_extra_whitespaces: bool = False) -> bytes:

@@ -399,7 +399,7 @@ def test_tokenizer_json_non_integer_id(tmp_path):
     doc = _small_tokenizer_json()
     doc["model"]["vocab"]["xyz"] = "300"
     path = _write_json(tmp_path / "tokenizer.json", doc)
-    with pytest.raises(VocabError, match=at(path, rf": model.vocab\['xyz'\]: id '300' is not an integer")):
+    with pytest.raises(VocabError, match=at(path, r": model.vocab\['xyz'\]: id '300' is not an integer")):
         bb.Tokenizer.from_file(path)
 
 

@@ -8,11 +8,12 @@ import gzip
 import json
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 import blockbpe_jax as bb
-from blockbpe_jax import cli, corpus
+from blockbpe_jax import cli, corpus, documents, native, staging
 from blockbpe_jax._data import find_data_dir
 
 
@@ -292,3 +293,128 @@ def test_error_after_many_batches_in_the_pipeline(tmp_path, r50k):
     got = [d.tolist() for d in corpus.read_shards(out / "shard")]
     ids, counts = r50k.encode_batch([d["text"] for d in good])
     assert got == [np.asarray(ids)[i, :c].tolist() for i, c in enumerate(np.asarray(counts))]
+
+
+def test_sorted_calls_and_dense_rows_keep_input_order(tmp_path, r50k):
+    """Documents of very different lengths (sorted into calls by width, put back in input
+    order) and rows with more tokens than half their width (emoji: encoded again at full
+    width) give the ids of `encode_batch`, in input order, across several windows."""
+    from blockbpe_jax import documents
+
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "🎉🎉🎉", "日本語", "  ", "1234567", "\t", "🇯🇵👩‍👩‍👧"]
+    docs = [" ".join(rng.choice(words, int(n))).encode()
+            for n in rng.integers(1, 400, 300).tolist() + [5000, 1, 2]]
+    docs[10] = "\U00020000".encode() * 300  # 1200 bytes, 1200 tokens: more than width // 2
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"\n".join(docs) + b"\n")
+    windows = list(documents.iter_windows([src], window_bytes=4096))
+    assert len(windows) > 5 and [b for w in windows for b in w.blobs] == docs
+    assert [p for w in windows for p in w.positions.tolist()] == list(range(1, len(docs) + 1))
+    out = tmp_path / "o" / "s"
+    corpus.encode_files(r50k, [src], out, batch_bytes=8192)
+    assert [a.tolist() for a in corpus.read_shards(out)] == encode_batch_ids(r50k, docs)
+
+
+def test_plan_batches_sorts_by_width():
+    lengths = np.array([5, 3000, 17, 16, 0, 900, 33, 2048, 2049])
+    plan = corpus.plan_batches(lengths, batch_bytes=4096, max_docs=None, max_len=None)
+    assert sorted(np.concatenate([i for _, i in plan]).tolist()) == list(range(len(lengths)))
+    for width, idx in plan:
+        assert all(corpus._pow2(int(n)) == width for n in lengths[idx])
+        assert len(idx) == 1 or len(idx) * width <= 4096
+    assert [w for w, _ in plan] == sorted(w for w, _ in plan)
+    assert [len(i) for _, i in corpus.plan_batches(lengths, 1 << 20, 2, None)] == [2, 1, 1, 1, 1, 1, 2]
+
+
+def test_arrayrecord_round_trip(tmp_path, capsys, root, cl100k, r50k, war_and_peace):
+    """--format arrayrecord: one record per document, its ids as little-endian bytes of the
+    vocabulary's dtype, equal to encode_batch's; shards split by --shard-size."""
+    pytest.importorskip("array_record.python.array_record_module")
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    lines = [x for x in war_and_peace[100_000:140_000].split(b"\n") if x]
+    docs = lines + ["\U00020000 🎉 日本語".encode(), utf8_cut(war_and_peace[500_000:], 30_000)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"body": d.decode()}) + "\n" for d in docs), encoding="utf-8")
+    for tok, vocab, dtype in ((cl100k, "cl100k_base", "<u4"), (r50k, "r50k_base", "<u2")):
+        out = tmp_path / vocab
+        rc = cli.main([str(a) for a in ("encode", src, "-o", out, "--vocab", root / f"vocab/tiktoken/{vocab}.tiktoken",
+                                        "--field", "body", "--format", "arrayrecord", "--shard-size", 100, "-q")])
+        assert rc == 0, capsys.readouterr().err
+        meta = json.loads((out / "shard.json").read_text())
+        assert meta["format"] == "blockbpe-arrayrecord-v1" and meta["dtype"] == np.dtype(dtype).name
+        assert len(meta["shards"]) == -(-len(docs) // 100) and meta["documents"] == len(docs)
+        want = encode_batch_ids(tok, docs)
+        assert [a.tolist() for a in corpus.read_array_records(out / "shard")] == want
+        # as grain / a plain reader sees it: records of raw little-endian ids
+        reader = ArrayRecordReader(str(out / meta["shards"][0]["file"]))
+        first = reader.read([0, 99])
+        reader.close()
+        assert [np.frombuffer(r, dtype=dtype).tolist() for r in first] == [want[0], want[99]]
+
+
+def test_arrayrecord_missing_package_is_one_line(tmp_path, capsys, root, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "array_record.python.array_record_module", None)
+    src = tmp_path / "a.txt"
+    src.write_text("hello\n")
+    rc = cli.main([str(a) for a in ("encode", src, "-o", tmp_path / "o", "--vocab",
+                                    root / "vocab/tiktoken/r50k_base.tiktoken", "--format", "arrayrecord", "-q")])
+    assert rc == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "blockbpe-jax: error: --format arrayrecord needs the array_record package (pip install array_record)"]
+
+
+def test_parquet_input(tmp_path, capsys, root, r50k, monkeypatch):
+    """Parquet input (column --field): the documents' ids; without pyarrow, a one-line error."""
+    src = tmp_path / "in.parquet"
+    texts = ["first row", "second, longer row of text", "ünïcödé 🎉"]
+    argv = [str(a) for a in ("encode", src, "-o", tmp_path / "o", "--vocab",
+                             root / "vocab/tiktoken/r50k_base.tiktoken", "--field", "text", "-q")]
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        src.write_bytes(b"PAR1")
+        assert cli.main(argv) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"blockbpe-jax: error: {src}: reading parquet needs the pyarrow package (pip install pyarrow)"]
+        pytest.skip("pyarrow is not installed: only the error path ran")
+    pq.write_table(pa.table({"text": texts, "n": [1, 2, 3]}), src)
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "shard")] == encode_batch_ids(
+        r50k, [t.encode() for t in texts])
+    assert cli.main(argv[:-3] + ["--field", "nope", "-q", "--overwrite"]) == 2
+    assert "no column 'nope' (--field); columns: text, n" in capsys.readouterr().err
+
+
+def _gpus():
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+@pytest.mark.skipif(not _gpus() or not native.HAS_CUDA_MODULE,
+                    reason="no GPU visible to JAX, or no CUDA module in this build")
+def test_gpu_flat_staging_equals_cpu_path(tmp_path, cl100k, war_and_peace):
+    """On a GPU the window's rows go from its flat buffer straight into pinned memory
+    (staging.stage_flat): the rows equal pack_flat's, and the job's ids the CPU job's."""
+    gpu, cpu = _gpus()[0], jax.devices("cpu")[0]
+    lines = [x for x in war_and_peace[:400_000].split(b"\n") if x] + ["日本語 🎉 ✓".encode()] * 3
+    w = documents.Window.of(lines, np.arange(len(lines), dtype=np.int64), 0, 0)
+    idx = np.array([5, 0, len(lines) - 1, 7], np.int64)
+    staged = staging.stage_flat(w.data, w.offsets, idx, max_len=128, rows=8, device=gpu)
+    want = native.cpu.pack_flat(w.data, w.offsets, idx, 128, 8)
+    np.testing.assert_array_equal(np.asarray(staged.data), want[0])
+    np.testing.assert_array_equal(np.asarray(staged.lengths), want[1])
+    staged.release(None)
+    src = tmp_path / "wp.txt"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    for name, device in (("gpu", gpu), ("cpu", cpu)):
+        corpus.encode_files(cl100k, [src], tmp_path / name / "s", device=device, batch_bytes=64 << 10)
+    for a, b in zip(corpus.read_shards(tmp_path / "gpu" / "s"), corpus.read_shards(tmp_path / "cpu" / "s"),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)

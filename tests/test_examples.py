@@ -5,6 +5,7 @@ Each runs as a subprocess on the CPU with --tiny settings (bounded: well under 9
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import json
 import os
@@ -83,17 +84,93 @@ def test_grain_pipeline_learns(tmp_path):
     assert_learned(s)
 
 
-@needs_flax
-def test_grain_pipeline_packed_learns(tmp_path):
-    """grain yields documents of half a row; the step tokenizes and packs them (bb.pack, first
-    fit) into the batch's rows, the model attending within each document: it learns."""
-    _data_or_skip()
+def _grain_or_skip():
     if importlib.util.find_spec("grain") is None:
         pytest.skip("grain is not installed (pip install grain)")
+
+
+@needs_flax
+def test_grain_pipeline_packed_learns(tmp_path):
+    """grain yields documents of half a row; the step tokenizes and packs them (pack_stream,
+    first fit with carry-over) into the batch's rows, the model attending within each
+    document: it learns, and no token is dropped (what does not fit waits for the next batch)."""
+    _data_or_skip()
+    _grain_or_skip()
     s = run_example("grain_pipeline.py", tmp_path, "--pack")
     assert s["tokenize"] == "in-step, packed (grain yields documents)"
-    assert s["packing_tokens_dropped"] is not None and s["truncated_rows"] is None
-    # Twice the documents of half the bytes: about a row's tokens each; first fit leaves some
-    # out (reported, not silent), but most of them must be trained on.
-    assert s["packing_tokens_dropped"] < 0.25 * s["target_tokens"]
+    assert s["truncated_rows"] is None
+    assert s["packing_tokens_dropped"] == 0 and s["packing_batches_ended_early"] == 0
     assert_learned(s)
+
+
+@needs_flax
+def test_grain_pipeline_packed_equals_grain_host_packing(tmp_path):
+    """--pack (tokenize + pack_stream in the step) vs --pack --host-tokenize (tiktoken in a
+    grain map, grain's own FirstFitPackIterDataset, rows shipped): the same documents in the
+    same order, packed into the same rows, so the same loss curve. Every device batch ended
+    full, which is when pack_stream's batch is grain's batch."""
+    _data_or_skip()
+    _grain_or_skip()
+    pytest.importorskip("tiktoken")
+    dev = run_example("grain_pipeline.py", tmp_path, "--pack", steps=10)
+    host = run_example("grain_pipeline.py", tmp_path, "--pack", "--host-tokenize", steps=10)
+    assert host["tokenize"] == "grain map (tiktoken) + grain FirstFitPackIterDataset"
+    assert dev["packing_batches_ended_early"] == 0 and dev["packing_tokens_dropped"] == 0
+    assert dev["target_tokens"] == host["target_tokens"]   # the same trained-on positions
+    assert max(abs(a - b) for a, b in zip(dev["losses"], host["losses"])) < 1e-3
+
+
+def test_packed_feed_writes_every_document_once(data_dir):
+    """The example's --pack feed (DocumentFeeder's supply, read one step late, and pack_stream
+    on the device) over 40 batches of War and Peace documents: every document fed is written
+    exactly once (one segment: it has at most T tokens) or still waits in the carry; its ids
+    are tiktoken's; every batch ended full."""
+    import sys
+
+    import jax
+    import numpy as np
+
+    import blockbpe_jax as bb
+
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from flax_train import ByteWindows, HostTokenizer, default_corpus, default_vocab
+        from grain_pipeline import DocumentFeeder
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    from blockbpe_jax import testing
+
+    tok = bb.Tokenizer.from_file(default_vocab())
+    T, R = 104, 8
+    docs = ByteWindows(testing.read_corpus(default_corpus()), 128, split="train")
+    order = np.random.default_rng(3).permutation(len(docs))
+    feeder = DocumentFeeder(iter(docs.window(int(i) * docs.seq_bytes) for i in order), 128)
+    cpu = jax.devices("cpu")[0]
+    tables = tok.tables("none", cpu)
+
+    @jax.jit
+    def tokenize(d, n):
+        return bb.encode(d, n, tables, max_tokens=T, check_lengths=False)
+
+    step = jax.jit(lambda carry, d, n: bb.packing.pack_stream(carry, tokenize(d, n), seq_len=T,
+                                                              rows=R, window=feeder.window))
+    d, n = feeder.sample(64)
+    feeder.plan(rows=R, seq_len=T, tokens_per_document=float(
+        np.clip(np.asarray(tokenize(d, n).counts), 1, T).mean()))
+    carry = bb.packing.empty_carry(feeder.capacity, T)
+    written = []
+    for _ in range(40):
+        packed, carry, rep = step(carry, *feeder.next_batch())
+        feeder.dispatched(rep.documents_carried)
+        assert bool(rep.batch_full) and int(rep.tokens_lost) == 0
+        tokens, seg = np.asarray(packed.tokens), np.asarray(packed.segment_ids)
+        for r in range(R):
+            for s in range(1, seg[r].max() + 1):
+                written.append(tuple(tokens[r][seg[r] == s]))
+    waiting = [tuple(np.asarray(carry.ids)[b, :c]) for b, c in enumerate(np.asarray(carry.counts))
+               if c > 0]
+    fed = [docs.window(int(i) * docs.seq_bytes) for i in order[:sum(feeder.fed)]]
+    enc = HostTokenizer(tok, kind="tiktoken", mode="exact", max_tokens=T, device=cpu).enc
+    want = collections.Counter(tuple(enc.encode_ordinary(t.decode())[:T]) for t in fed)
+    assert len(written) > 40 * R and len(waiting) > 0
+    assert collections.Counter(written + waiting) == want

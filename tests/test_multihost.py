@@ -1,57 +1,44 @@
 """Two processes on JAX's distributed runtime (localhost, CPU, 2 devices each) encode their
 own shards with `encode_process_local`; every process gathers the global batch and checks all
-rows against tiktoken (tests/multihost_worker.py does the work and writes a JSON report)."""
+rows against tiktoken (tests/multihost_worker.py does the work and writes a JSON report).
+The same through benchmarks/sharded.py --processes 2 at a tiny size (its 2-GPU run is that
+script with one GPU per process)."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
+from blockbpe_jax.sharding import run_local_processes
+
 WORKER = Path(__file__).with_name("multihost_worker.py")
+SHARDED = Path(__file__).resolve().parent.parent / "benchmarks" / "sharded.py"
 N_PROCESSES, LOCAL_DEVICES, TIMEOUT_S = 2, 2, 120
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
+def _cpu_env(data_dir, local_devices: int = LOCAL_DEVICES) -> dict:
+    env = dict(os.environ, BLOCKBPE_DATA=str(data_dir), JAX_PLATFORMS="cpu",
+               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "")
+                          + f" --xla_force_host_platform_device_count={local_devices}").strip())
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def _run(argv_for, data_dir, tmp_path, local_devices: int = LOCAL_DEVICES):
+    env = _cpu_env(data_dir, local_devices)
+    codes, logs = run_local_processes(argv_for, N_PROCESSES, log_dir=tmp_path,
+                                      timeout_s=TIMEOUT_S, env_for=lambda k: env)
+    text = "\n".join(f"--- process {k} ---\n{log}" for k, log in enumerate(logs))
+    assert codes is not None, f"processes still running after {TIMEOUT_S} s\n" + text
+    assert codes == [0] * N_PROCESSES, f"exit codes {codes}\n" + text
 
 
 def test_two_processes_encode_their_shards_into_one_global_batch(data_dir, tmp_path):
-    env = dict(os.environ, BLOCKBPE_DATA=str(data_dir), JAX_PLATFORMS="cpu",
-               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "")
-                          + f" --xla_force_host_platform_device_count={LOCAL_DEVICES}").strip())
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    port = _free_port()
-    procs, logs = [], []
-    for k in range(N_PROCESSES):
-        log = open(tmp_path / f"worker{k}.log", "w+")
-        logs.append(log)
-        procs.append(subprocess.Popen(
-            [sys.executable, str(WORKER), "--port", str(port), "--process-id", str(k),
-             "--num-processes", str(N_PROCESSES), "--out", str(tmp_path / f"result{k}.json")],
-            env=env, stdout=log, stderr=subprocess.STDOUT))
-    try:
-        codes = [p.wait(timeout=TIMEOUT_S) for p in procs]
-    except subprocess.TimeoutExpired:
-        codes = None
-    finally:
-        for p in procs:     # both, on a timeout or an error in either (the other would block)
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    text = []
-    for k, log in enumerate(logs):
-        log.seek(0)
-        text.append(f"--- worker {k} ---\n" + log.read()[-3000:])
-        log.close()
-    assert codes is not None, f"workers still running after {TIMEOUT_S} s\n" + "\n".join(text)
-    assert codes == [0] * N_PROCESSES, f"exit codes {codes}\n" + "\n".join(text)
-
+    _run(lambda k, port: [sys.executable, str(WORKER), "--port", str(port), "--process-id", str(k),
+                          "--num-processes", str(N_PROCESSES),
+                          "--out", str(tmp_path / f"result{k}.json")], data_dir, tmp_path)
     reports = [json.loads((tmp_path / f"result{k}.json").read_text()) for k in range(N_PROCESSES)]
     rows = reports[0]["rows_per_process"]
     b = rows * N_PROCESSES
@@ -71,3 +58,23 @@ def test_two_processes_encode_their_shards_into_one_global_batch(data_dir, tmp_p
         assert r["truncated_rows"] > 0
         assert r["total_tokens_jit"] == r["total_tokens_ref"]
     assert reports[0]["local_texts"] > reports[1]["local_texts"]   # uneven shards, padded rows
+
+
+def test_sharded_benchmark_two_processes(data_dir, tmp_path):
+    """benchmarks/sharded.py --processes 2 (one device per process, as on a 2-GPU machine):
+    both processes time the global encode and check every row against tiktoken."""
+    import subprocess
+
+    out = tmp_path / "out"
+    env = _cpu_env(data_dir, 1)
+    proc = subprocess.run([sys.executable, str(SHARDED), "--processes", "2", "--platform", "cpu",
+                           "--rows", "6", "--bytes", "300", "--reps", "2", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT_S + 30)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads((out / "sharded_multiprocess.json").read_text())
+    assert r["processes"] == 2 and len(r["per_process"]) == 2
+    for k, p in enumerate(r["per_process"]):
+        assert p["process_id"] == k and p["process_count"] == 2 and p["local_device_count"] == 1
+        assert p["rows_checked"] == 12 and p["mismatched_rows"] == 0 and p["errors"] == []
+        assert p["global_shape"] == [12, 300] and p["median_s"] > 0
+    assert r["ids_equal_tiktoken"] is True

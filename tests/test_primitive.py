@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import blockbpe_jax as bb
+from blockbpe_jax.tables import CHAR_TABLE_HEADER
 
 from helpers import BACKENDS, device_for, load_tokenizer
 
@@ -27,7 +28,6 @@ def _packed(device):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_jit_equals_eager_and_tiktoken(tok, backend):
-    import tiktoken.load
     from blockbpe_jax import testing
     kind, bs = backend
     data, lengths = _packed(device_for(kind))
@@ -177,16 +177,17 @@ def test_handler_rejects_malformed_tables(tok):
         call(exact[:9] + [np.zeros(3, np.int32)] + exact[10:])
     # Merges over characters (symbols=1) need the character tables' layout, and no pre-tokenizer.
     attrs["symbols"] = np.int32(1)
-    for char_table in (exact[10], np.zeros(133, np.int32), np.full(135, -1, np.int32)):
-        with pytest.raises(jax.errors.JaxRuntimeError, match=r"char_table must be int32\[134 \+ T \* W\]"):
+    H = CHAR_TABLE_HEADER
+    for char_table in (exact[10], np.zeros(H - 1, np.int32), np.full(H + 1, -1, np.int32)):
+        with pytest.raises(jax.errors.JaxRuntimeError, match=rf"char_table must be int32\[{H} \+ T \* W\]"):
             call(exact[:10] + [char_table])
-    call(exact[:10] + [np.full(134, -1, np.int32)])  # a well-formed table without runs
+    call(exact[:10] + [np.full(H, -1, np.int32)])  # a well-formed table without runs
     for long, step, width in ((3, 4, 2), (3, 0, 2), (3, 2, 0), (-1, 1, 1)):  # P > T, P = 0, W = 0
         attrs.update(run_long=np.int32(long), run_step=np.int32(step), run_width=np.int32(width))
         with pytest.raises(jax.errors.JaxRuntimeError, match="char_table must be"):
-            call(exact[:10] + [np.full(134 + max(long * width, 0), -1, np.int32)])
+            call(exact[:10] + [np.full(H + max(long * width, 0), -1, np.int32)])
     attrs.update(run_long=np.int32(3), run_step=np.int32(2), run_width=np.int32(2))
-    call(exact[:10] + [np.full(134 + 6, -1, np.int32)])  # a well-formed run layout
+    call(exact[:10] + [np.full(H + 6, -1, np.int32)])  # a well-formed run layout
     attrs.update(run_long=np.int32(0), run_step=np.int32(0), run_width=np.int32(0))
     attrs["pretok_stages"] = np.int32(1)
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"symbols=1 \(characters\) takes pretok_stages=0"):

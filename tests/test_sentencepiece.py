@@ -200,11 +200,11 @@ REFUSALS = {
                   "its character 'q' is not a piece"),
     "no_byte": (lambda m: _set(_piece(m, "<0x41>"), piece="<0xGG>"),
                 "the 256 BYTE pieces <0x00>..<0xFF> are not all there"),
-    # Gemma's whitespace runs are user-defined pieces, matched by sentencepiece in the
-    # normalized text (spaces are `▁` there): refused rather than matched differently.
+    # user-defined pieces are matched in the normalized text, dummy prefix included; the
+    # prefix is a token here (Gemma's GGUFs, which have such pieces, have no prefix)
     "spaced_user_defined": (lambda m: _set(_piece(m, "▁▁"), type=4),
-                            "user-defined piece '▁▁': user-defined pieces with '▁' (matched by "
-                            "sentencepiece against spaces too) are not supported yet"),
+                            "user-defined piece '▁▁': user-defined pieces with '▁' together with "
+                            "add_dummy_prefix are not supported"),
 }
 
 

@@ -1,0 +1,231 @@
+"""The benchmarks' shared parts: timing (Budget, measure), inputs (War and Peace excerpts),
+and our encode as the benchmarks drive it (Ours: a jitted encode per mode / block size / T,
+checked against a reference before it is timed)."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+
+import numpy as np
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# timing
+class Budget:
+    """Wall-clock budget of the whole run; parts and cells ask it before starting."""
+
+    def __init__(self, seconds: float):
+        self.t0 = time.perf_counter()
+        self.seconds = seconds
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def left(self) -> float:
+        return self.seconds - self.elapsed()
+
+
+def measure(fn, *, min_reps=5, max_reps=200, target_s=0.3, warmup=1, warmup_s=0.05,
+            slow_s=0.5, slow_reps=3):
+    """Median wall time of `fn()` (which must block until its result exists).
+
+    Untimed warm-up calls (at least `warmup`, and more until `warmup_s` has passed, at most
+    20: clocks and caches settle), then as many timed calls as fit in about `target_s`, at
+    least `min_reps` (at least `slow_reps` when one call takes more than `slow_s`). Python's
+    cyclic garbage collector is run first and paused while timing, as `timeit` does, for
+    ours and the peers alike (the harness holds millions of reference ids by then)."""
+    gc.collect()
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _measure(fn, min_reps, max_reps, target_s, warmup, warmup_s, slow_s, slow_reps)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _measure(fn, min_reps, max_reps, target_s, warmup, warmup_s, slow_s, slow_reps):
+    t = time.perf_counter()
+    for i in range(20):
+        if i >= warmup and time.perf_counter() - t >= warmup_s:
+            break
+        fn()
+    t = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t
+    floor = slow_reps if first > slow_s else min_reps
+    reps = int(min(max_reps, max(floor, target_s / max(first, 1e-9))))
+    ts = [first]
+    for _ in range(reps - 1):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return {"s": statistics.median(ts), "min_s": min(ts), "reps": len(ts)}
+
+
+# --------------------------------------------------------------------------------------------
+# inputs
+def excerpts(raw: bytes, batch: int, length: int, seed: int = 0) -> list[str]:
+    """`batch` excerpts of at most `length` bytes from random places of `raw`, cut on UTF-8
+    character boundaries (the paper's War and Peace workload; the same cut as peer_bench)."""
+    rng = np.random.default_rng(seed)
+    n = len(raw)
+    out = []
+    if length >= n:
+        raise ValueError(f"excerpt length {length} >= corpus size {n}")
+    for s in rng.integers(0, n - length, size=batch):
+        s = int(s)
+        while s < n and (raw[s] & 0xC0) == 0x80:
+            s += 1
+        e = min(n, s + length)
+        while e > s and e < n and (raw[e] & 0xC0) == 0x80:
+            e -= 1
+        out.append(raw[s:e].decode("utf-8"))
+    return out
+
+
+def pack_ljust(texts, max_len: int):
+    """A padding packer in two C loops (str.encode, bytes.ljust + join): the reference for
+    what `bb.pack_strings` could cost. Same output as pack_strings (the array is read-only)."""
+    blobs = [t.encode("utf-8") for t in texts]
+    lengths = np.fromiter(map(len, blobs), dtype=np.int32, count=len(blobs))
+    data = np.frombuffer(b"".join([b.ljust(max_len, b"\0") for b in blobs]), dtype=np.uint8)
+    return data.reshape(len(blobs), max_len), lengths
+
+
+def nbytes_of(texts) -> int:
+    return sum(len(t.encode("utf-8")) for t in texts)
+
+
+# --------------------------------------------------------------------------------------------
+# our encode
+class Ours:
+    """Jitted blockbpe_jax.encode calls for one tokenizer on one device, cached by shape."""
+
+    CHAIN = 8  # calls per executable for the device-time measurement
+
+    def __init__(self, bb, tok, device, vocab_name: str):
+        import jax
+        self._jitted: dict = {}
+        self.bb, self.jax, self.tok, self.dev, self.vocab_name = bb, jax, tok, device, vocab_name
+        # Tables are passed to the jitted function as an argument (an EncodeTables pytree),
+        # as a model step would, so they are not embedded in the program as constants.
+        self.tables = tok.tables(device=device)
+        self.unavailable: dict[str, str] = {}   # mode -> "exact mode unavailable: ..."
+        self.notes: list[str] = []
+        self._fns: dict = {}
+
+    def put(self, data, lengths):
+        return (self.jax.device_put(data, self.dev), self.jax.device_put(lengths, self.dev))
+
+    def _one(self, mode, bs, T):
+        # check_lengths=False: a fixed launch with no host read-back (device-resident timing).
+        bb = self.bb
+        return lambda d, l, tabs: bb.encode(d, l, tabs, max_tokens=T, mode=mode, block_size=bs,
+                                            check_lengths=False)
+
+    def fn(self, mode: str, bs: int, T: int, chain: int = 1):
+        """(data, lengths) -> (ids, counts[, acc]) on the device, jitted; `chain` > 1 runs the
+        encode `chain` times in one executable, each call's lengths depending on the previous
+        call's counts (so XLA can neither merge nor hoist them): no host in between."""
+        key = (mode, bs, T, chain)
+        f = self._fns.get(key)
+        if f is None:
+            jax, jnp = self.jax, self.jax.numpy
+            one = self._one(mode, bs, T)
+            if chain == 1:
+                body = lambda d, l, tabs: tuple(one(d, l, tabs))  # noqa: E731
+            else:
+                def body(d, l, tabs):
+                    acc = jnp.zeros((), jnp.int32)
+                    for _ in range(chain):
+                        e = one(d, jnp.where(acc == -123456789, 0, l), tabs)
+                        acc = acc + e.counts[0]
+                    return e.ids, e.counts, acc
+            jf = self._jitted[key] = jax.jit(body)
+            tabs = self.tables
+            f = self._fns[key] = lambda d, l: jf(d, l, tabs)
+        return f
+
+    def memory_analysis(self, mode: str, bs: int, B: int, L: int, T: int) -> dict:
+        """XLA's own account of one call's device memory (compile only, nothing runs)."""
+        jax = self.jax
+        self.fn(mode, bs, T)
+        jf = self._jitted[(mode, bs, T, 1)]
+        args = (jax.ShapeDtypeStruct((B, L), np.uint8), jax.ShapeDtypeStruct((B,), np.int32))
+        compiled = jf.lower(*args, self.tables).compile()
+        ma = compiled.memory_analysis()
+        out = {}
+        for k in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
+                  "alias_size_in_bytes", "generated_code_size_in_bytes"):
+            v = getattr(ma, k, None)
+            if v is not None:
+                out[k] = int(v)
+        return out
+
+    def available(self, mode: str) -> bool:
+        return mode not in self.unavailable
+
+    def run_checked(self, mode, bs, T, data_dev, lengths_dev):
+        """First call of a shape: returns (ids, counts) on the host, or None when the mode is
+        unavailable (recorded once, as 'exact mode unavailable: <error>')."""
+        if not self.available(mode):
+            return None
+        try:
+            ids, counts = self.fn(mode, bs, T)(data_dev, lengths_dev)[:2]
+            return np.asarray(ids), np.asarray(counts)
+        except Exception as e:  # noqa: BLE001
+            msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else repr(e)
+            if mode == "exact":
+                self.unavailable[mode] = f"exact mode unavailable: {msg}"
+                log(f"  {self.unavailable[mode]}")
+                return None
+            raise
+
+
+def compare_rows(ids: np.ndarray, counts: np.ndarray, ref: list, T: int) -> tuple[bool, str]:
+    trunc = int((counts > T).sum())
+    bad = int((counts < 0).sum())
+    if bad:
+        return False, f"{bad} rows flagged -1 (bad length)"
+    for i, r in enumerate(ref):
+        got = ids[i, : min(int(counts[i]), T)].tolist()
+        if int(counts[i]) != len(r) or got != r[:T]:
+            j = next((k for k, (a, b) in enumerate(zip(got, r)) if a != b), min(len(got), len(r)))
+            return False, (f"row {i}: {int(counts[i])} tokens vs {len(r)}; first difference at "
+                           f"{j}: {got[j:j + 4]} vs {r[j:j + 4]}")
+    return True, "equal" + (f" ({trunc} rows truncated)" if trunc else "")
+
+
+def time_ours(ours: Ours, mode, bs, T, data_dev, lengths_dev, total_bytes, *, chain=True,
+              target_s=0.3, max_device_chain_s=0.005):
+    """Device-resident numbers for one shape: latency (one call + sync, dispatch included)
+    and device time (CHAIN calls in one executable / CHAIN). Big calls skip the chain."""
+    f = ours.fn(mode, bs, T)
+    lat = measure(lambda: f(data_dev, lengths_dev)[0].block_until_ready(), target_s=target_s)
+    row = {"latency_s": lat["s"], "latency_min_s": lat["min_s"], "reps": lat["reps"],
+           "MBps": total_bytes / lat["s"] / 1e6}
+    if lat["s"] < 0.05:
+        # k calls dispatched back to back, one sync at the end: what a training loop sees
+        k = Ours.CHAIN
+
+        def burst():
+            outs = [f(data_dev, lengths_dev) for _ in range(k)]
+            outs[-1][0].block_until_ready()
+        p = measure(burst, target_s=target_s)
+        row.update(pipelined_s=p["s"] / k, pipelined_MBps=total_bytes * k / p["s"] / 1e6)
+    if chain and lat["s"] < max_device_chain_s:
+        k = Ours.CHAIN
+        g = ours.fn(mode, bs, T, chain=k)
+        dev = measure(lambda: g(data_dev, lengths_dev)[0].block_until_ready(), target_s=target_s)
+        row.update(device_s=dev["s"] / k, device_reps=dev["reps"], device_from=f"chain of {k}")
+    else:
+        row.update(device_s=lat["s"], device_from="latency (call too long for dispatch to matter)")
+    row["device_MBps"] = total_bytes / row["device_s"] / 1e6
+    return row

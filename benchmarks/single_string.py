@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""One string per call, 128 B .. 64 MiB, prose and adversarial inputs, ours vs tiktoken.
+
+    python3 benchmarks/single_string.py --out DIR [--max-mib 64] [--budget-s 5] [--cases prose,...]
+
+cl100k, exact mode. Cases (deterministic): prose (War and Peace, repeated), one letter
+repeated, random letters a-j, spaces, digits, whitespace with newlines (" ", "\\t", "\\n"),
+CJK, emoji, base64. Sizes 128 B, x4 up to 512 KiB, then 1 MiB, x4 to --max-mib (strings are
+cut on a character boundary at or below the size). Per case and size:
+  ours_device  the jitted `encode` of one row already on the device (ids left there): median
+               of repeated calls after a warm-up call (the compile)
+  ours_e2e     `Tokenizer.encode_batch([text])` from a Python str, ids back on the host
+  tiktoken     `Encoding.encode_ordinary(text)`
+ids of ours and tiktoken are checked equal whenever both ran. Budget: once one call of a path
+takes more than --budget-s / 4 (the next size is 4x longer at least), its larger sizes in that
+case are recorded as "not run (over budget)"; nothing is extrapolated. Writes
+DIR/single_string.json and DIR/single_string.txt (MB/s and ours / tiktoken).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from blockbpe_jax.testing import data_dir, read_corpus  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def sizes(max_bytes: int) -> list[int]:
+    out = [128 << (2 * k) for k in range(7)]  # 128 B .. 512 KiB
+    n = MiB
+    while n <= max_bytes:
+        out.append(n)
+        n *= 4
+    if out[-1] != max_bytes and max_bytes > MiB:
+        out.append(max_bytes)
+    return [s for s in out if s <= max_bytes]
+
+
+def _random_chars(alphabet: str, n_chars: int, seed: int) -> str:
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, len(alphabet), n_chars)
+    return "".join(np.array(list(alphabet))[pick].tolist())
+
+
+def make_case(name: str, n: int, prose: str) -> str:
+    """About `n` bytes of UTF-8 (at most n), deterministic."""
+    if name == "prose":
+        text = prose * (n // len(prose) + 1)
+    elif name == "one_letter":
+        text = "a" * n
+    elif name == "letters_a_j":
+        text = _random_chars("abcdefghij", n, 1)
+    elif name == "spaces":
+        text = " " * n
+    elif name == "digits":
+        text = _random_chars("0123456789", n, 2)
+    elif name == "whitespace_newlines":
+        text = _random_chars("  \t\n", n, 3)
+    elif name == "cjk":
+        text = "".join(map(chr, np.random.default_rng(4).integers(0x4E00, 0x9FA5, n // 3 + 1).tolist()))
+    elif name == "emoji":
+        text = "".join(map(chr, np.random.default_rng(5).integers(0x1F300, 0x1F64F, n // 4 + 1).tolist()))
+    elif name == "base64":
+        text = base64.b64encode(random.Random(6).randbytes(n * 3 // 4 + 3)).decode()
+    else:
+        raise ValueError(f"unknown case {name!r}")
+    raw = text.encode()[:n]
+    return raw.decode("utf-8", errors="ignore")
+
+
+CASES = ["prose", "one_letter", "letters_a_j", "spaces", "digits", "whitespace_newlines", "cjk",
+         "emoji", "base64"]
+
+
+def timed(fn, budget_s: float, reps: int = 5) -> tuple[float, object]:
+    """(median seconds, last result) of fn() after one untimed call; fewer repeats when slow."""
+    t = time.perf_counter()
+    out = fn()
+    first = time.perf_counter() - t
+    times = []
+    for _ in range(1 if first > budget_s / 8 else reps):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--max-mib", type=float, default=64)
+    ap.add_argument("--budget-s", type=float, default=5.0)
+    ap.add_argument("--cases", default=",".join(CASES))
+    args = ap.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    import jax
+
+    import blockbpe_jax as bb
+    from blockbpe_jax import ops
+    from blockbpe_jax.testing import tiktoken_oracle
+
+    root = data_dir()
+    tok = bb.Tokenizer.from_file(root / "vocab/tiktoken/cl100k_base.tiktoken")
+    enc = tiktoken_oracle("cl100k", tok, tok.vocab.pattern)
+    prose = read_corpus(root / "corpus/war_and_peace_en.txt").decode()
+    dev = jax.devices()[0]
+    tables = tok.tables("none", dev)
+    jitted: dict = {}
+
+    def device_fn(width: int):
+        if width not in jitted:
+            jitted[width] = jax.jit(lambda d, n, t: ops.encode(d, n, t, max_tokens=width, check_lengths=False))
+        return jitted[width]
+
+    rows = []
+    for case in args.cases.split(","):
+        over = {"ours_device": False, "ours_e2e": False, "tiktoken": False}
+        for n in sizes(int(args.max_mib * MiB)):
+            text = make_case(case, n, prose)
+            nbytes = len(text.encode())
+            row = dict(case=case, size=n, bytes=nbytes)
+            ours_ids = ref = None
+            if not over["ours_device"]:
+                data, lengths = bb.pack_strings([text])
+                d, ln = jax.device_put(data, dev), jax.device_put(lengths, dev)
+                run = device_fn(data.shape[1])
+                secs, (ids, counts) = timed(lambda: jax.block_until_ready(run(d, ln, tables)), args.budget_s)
+                row["ours_device_s"] = secs
+                ours_ids = np.asarray(ids)[0, : int(np.asarray(counts)[0])]
+                over["ours_device"] = secs > args.budget_s / 4
+                del d, ln, ids, counts
+            else:
+                row["ours_device_s"] = "not run (over budget)"
+            if not over["ours_e2e"]:
+                def e2e():
+                    e = tok.encode_batch([text])
+                    ids, counts = jax.device_get((e.ids, e.counts))
+                    return ids[0, : counts[0]]
+                secs, got = timed(e2e, args.budget_s, reps=3)
+                row["ours_e2e_s"] = secs
+                ours_ids = got if ours_ids is None else ours_ids
+                over["ours_e2e"] = secs > args.budget_s / 4
+            else:
+                row["ours_e2e_s"] = "not run (over budget)"
+            if not over["tiktoken"]:
+                secs, ref = timed(lambda: enc.encode_ordinary(text), args.budget_s, reps=3)
+                row["tiktoken_s"] = secs
+                over["tiktoken"] = secs > args.budget_s / 4
+            else:
+                row["tiktoken_s"] = "not run (over budget)"
+            if ours_ids is not None and ref is not None:
+                row["ids_equal"] = bool(len(ours_ids) == len(ref) and np.array_equal(ours_ids, ref))
+                row["tokens"] = len(ref)
+            else:
+                row["ids_equal"] = "unchecked (one side not run)"
+            for k in ("ours_device", "ours_e2e", "tiktoken"):
+                if isinstance(row[f"{k}_s"], float):
+                    row[f"{k}_MBps"] = nbytes / row[f"{k}_s"] / 1e6
+            for k in ("ours_device", "ours_e2e"):
+                if f"{k}_MBps" in row and "tiktoken_MBps" in row:
+                    row[f"{k}_over_tiktoken"] = row[f"{k}_MBps"] / row["tiktoken_MBps"]
+            rows.append(row)
+            print(line(row), flush=True)
+            if all(over.values()):
+                break
+    doc = dict(benchmark="single_string", vocab="cl100k", mode="exact", device=str(dev),
+               budget_s=args.budget_s, rows=rows,
+               slower_than_tiktoken=[f"{r['case']} {r['size']}" for r in rows
+                                     if r.get("ours_e2e_over_tiktoken", 2) < 1])
+    (out_dir / "single_string.json").write_text(json.dumps(doc, indent=2) + "\n")
+    text = "\n".join(["case | size | ours device MB/s | ours e2e MB/s | tiktoken MB/s | device/tiktoken "
+                      "| e2e/tiktoken | ids equal", "---|---:|---:|---:|---:|---:|---:|---"]
+                     + [line(r) for r in rows]) + "\n"
+    (out_dir / "single_string.txt").write_text(text)
+    print(text)
+
+
+def _fmt(row, key, spec=".1f") -> str:
+    v = row.get(key)
+    return format(v, spec) if isinstance(v, float) else "not run"
+
+
+def line(r) -> str:
+    size = f"{r['size'] // MiB} MiB" if r["size"] >= MiB else (f"{r['size'] // KiB} KiB" if r["size"] >= KiB
+                                                                 else f"{r['size']} B")
+    return (f"{r['case']} | {size} | {_fmt(r, 'ours_device_MBps')} | {_fmt(r, 'ours_e2e_MBps')} | "
+            f"{_fmt(r, 'tiktoken_MBps')} | {_fmt(r, 'ours_device_over_tiktoken', '.2f')} | "
+            f"{_fmt(r, 'ours_e2e_over_tiktoken', '.2f')} | {r['ids_equal']}")
+
+
+if __name__ == "__main__":
+    main()

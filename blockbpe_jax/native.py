@@ -1,0 +1,28 @@
+"""The compiled modules, in one place: `cpu` (always built) and `cuda` (None where nvcc was not
+found at build time). Importing this registers their XLA FFI targets with JAX, once; every
+other module reaches native code through here.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from . import _blockbpe_cpu as cpu
+
+try:  # the CUDA module exists only where nvcc was found at build time
+    from . import _blockbpe_cuda as cuda
+except ImportError:  # pragma: no cover - depends on the build
+    cuda = None
+
+for _name, _capsule in cpu.registrations().items():
+    jax.ffi.register_ffi_target(_name, _capsule, platform="cpu")
+if cuda is not None:
+    for _name, _capsule in cuda.registrations().items():
+        jax.ffi.register_ffi_target(_name, _capsule, platform="CUDA")
+
+HAS_CUDA_MODULE = cuda is not None
+
+
+def workspace_bytes(batch: int, max_len: int, pretok_stages: int, symbols: int) -> int:
+    """Bytes of the CUDA kernel's arrays that do not live in shared memory (ffi/encode_params.h)."""
+    return int(cpu.workspace_bytes(batch, max_len, pretok_stages, symbols))
