@@ -572,6 +572,25 @@ __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem
   return true;
 }
 
+// SentencePiece-style BPE (symbols = kSymbolsChars): one block per string, encode_chars.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_chars_kernel(
+    const __grid_constant__ EncodeParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ typename Scans<kThreads>::Storage tmp;
+  StageClock clock;
+  BlockArrays a;
+  int32_t* out;
+  int n;
+  if (!begin_block<kThreads, true>(p, smem, a, out, n, clock)) return;
+  n = encode_chars<kThreads>(p, a, n, tmp, clock);
+  for (int j = threadIdx.x; j < min(n, p.max_tokens); j += kThreads) out[j] = token_id(a.tok[j]);
+  for (int j = n + threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
+  if (threadIdx.x == 0) p.counts[blockIdx.x] = n;
+  clock.mark(kClockOutput);  // (the runs and the output)
+  clock.count(kClockBlocks, true);
+}
+
 // The steps after the pre-tokenizer, for one block's string: a.tok[i] holds the special
 // matched at i, is_special and piece_start are marked. The tokens go to out[0..out_cap) (the
 // rest is left alone); returns their count. cap >= n: the room of next_rank for the merge
@@ -676,25 +695,6 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
     for (int j = threadIdx.x; j < min(n, out_cap); j += kThreads) out[j] = token_id(a.tok[j]);
   }
   return n;
-}
-
-// SentencePiece-style BPE (symbols = kSymbolsChars): one block per string, encode_chars.
-template <int kThreads>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_chars_kernel(
-    const __grid_constant__ EncodeParams p) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ typename Scans<kThreads>::Storage tmp;
-  StageClock clock;
-  BlockArrays a;
-  int32_t* out;
-  int n;
-  if (!begin_block<kThreads, true>(p, smem, a, out, n, clock)) return;
-  n = encode_chars<kThreads>(p, a, n, tmp, clock);
-  for (int j = threadIdx.x; j < min(n, p.max_tokens); j += kThreads) out[j] = token_id(a.tok[j]);
-  for (int j = n + threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
-  if (threadIdx.x == 0) p.counts[blockIdx.x] = n;
-  clock.mark(kClockOutput);  // (the runs and the output)
-  clock.count(kClockBlocks, true);
 }
 
 template <int kThreads>
