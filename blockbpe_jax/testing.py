@@ -104,3 +104,23 @@ def mixed_text(specials=()):
     if specials:
         pieces = pieces | st.sampled_from(sorted(specials))
     return st.lists(pieces, max_size=48).map("".join)
+
+
+def _base64_text(rng, n):
+    import base64
+    return base64.b64encode(rng.randbytes(n * 3 // 4))
+
+
+# Adversarial single strings of about n bytes (rng: a random.Random): one pre-tokenizer piece
+# of the whole string (one letter, letters a-j, spaces, CJK, emoji) or very many short ones.
+ADVERSARIAL = {
+    "one_letter": lambda rng, n: b"a" * n,
+    "letters_a_j": lambda rng, n: bytes(rng.choice(b"abcdefghij") for _ in range(n)),
+    "spaces": lambda rng, n: b" " * n,
+    "digits": lambda rng, n: bytes(rng.choice(b"0123456789") for _ in range(n)),
+    "whitespace_newlines": lambda rng, n: bytes(rng.choice(b" \t\n\r") for _ in range(n)),
+    "cjk": lambda rng, n: "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(n // 3)).encode(),
+    "emoji": lambda rng, n: "".join(chr(rng.randint(0x1F300, 0x1F64F)) for _ in range(n // 4)).encode(),
+    "base64": _base64_text,
+    "apostrophes": lambda rng, n: bytes(rng.choice(b"'sS tl") for _ in range(n)),
+}

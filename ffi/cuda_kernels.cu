@@ -591,35 +591,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ch
   clock.count(kClockBlocks, true);
 }
 
+// The steps after the pre-tokenizer, for one block's string: a.tok[i] holds the special
+// matched at i, is_special and piece_start are marked. The tokens go to out[0..out_cap) (the
+// rest is left alone); returns their count. cap >= n: the room of next_rank for the merge
+// list. has_long: whether the block passes ran. In the tile pipeline the "string" is the
+// stretch of a long row from a segment start to the next segment start after a tile.
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_kernel(
-    const __grid_constant__ EncodeParams p) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ typename Scans<kThreads>::Storage tmp;
-  StageClock clock;
-  const int64_t b = blockIdx.x;
-  const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
-  BlockArrays a;
-  int32_t* out;
-  int n;
-  if (!begin_block<kThreads>(p, smem, a, out, n, clock)) return;
+__device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArrays& a, int n, int cap,
+                                               int32_t* out, int out_cap, bool& has_long,
+                                               typename Scans<kThreads>::Storage& tmp,
+                                               StageClock& clock) {
   const VocabView& v = p.vocab;
-  if (p.pretok.nfc) {  // a string that may not be in NFC is reported, not tokenized
-    bool suspect = false;
-    for (int i = threadIdx.x; i < n; i += kThreads)
-      suspect |= nfc_suspect_at(p.pretok, p.nfc_pairs, a.text, n, a.is_special, i);
-    if (__syncthreads_or(suspect)) {
-      for (int j = threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
-      if (threadIdx.x == 0) p.counts[b] = kCountNotNormalized;
-      return;
-    }
-  }
-  if (p.pretok_stages != kModeBytes) {
-    pretokenize_block<kThreads>(p.pretok, a.text, n, a.is_special, a.piece_start, tmp.pretok);
-    __syncthreads();
-  }
-  clock.mark(kClockPretokenize);
-
   // Initial tokens; from here on piece_start flags every segment start (specials included).
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const int32_t t = initial_token(v, p.special, a.text[i], a.is_special, a.piece_start, a.tok[i], i);
@@ -654,7 +636,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   if (threadIdx.x == 0) n_lane_merges = n_thread_merges = next_lane_bin = 0;
   if (threadIdx.x <= kLanePieceLen) by_len[threadIdx.x] = 0;
   __syncthreads();
-  bool has_long = false;
+  has_long = false;
   for (int g = threadIdx.x; g < n_segs; g += kThreads) {
     const int s0 = seg_list[g], end = g + 1 < n_segs ? seg_list[g + 1] : n;
     int count = 1;
@@ -698,7 +680,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   // Placement: straight into the output when every segment is done, else into the other
   // token buffer for the passes.
   int32_t* dst = has_long ? a.next_tok : out;
-  const int dst_cap = has_long ? n : p.max_tokens;
+  const int dst_cap = has_long ? n : out_cap;
   for (int s0 = lo; s0 < hi; ++s0) {
     if (!a.piece_start[s0]) continue;
     for (int j = 0, count = a.rank[s0]; j < count; ++j, ++out_at)
@@ -710,8 +692,40 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
     for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
     __syncthreads();
     n = merge_passes<kThreads>(v, a, n, tmp);
-    for (int j = threadIdx.x; j < min(n, p.max_tokens); j += kThreads) out[j] = token_id(a.tok[j]);
+    for (int j = threadIdx.x; j < min(n, out_cap); j += kThreads) out[j] = token_id(a.tok[j]);
   }
+  return n;
+}
+
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_kernel(
+    const __grid_constant__ EncodeParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ typename Scans<kThreads>::Storage tmp;
+  StageClock clock;
+  const int64_t b = blockIdx.x;
+  const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
+  BlockArrays a;
+  int32_t* out;
+  int n;
+  if (!begin_block<kThreads>(p, smem, a, out, n, clock)) return;
+  if (p.pretok.nfc) {  // a string that may not be in NFC is reported, not tokenized
+    bool suspect = false;
+    for (int i = threadIdx.x; i < n; i += kThreads)
+      suspect |= nfc_suspect_at(p.pretok, p.nfc_pairs, a.text, n, a.is_special, i);
+    if (__syncthreads_or(suspect)) {
+      for (int j = threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
+      if (threadIdx.x == 0) p.counts[b] = kCountNotNormalized;
+      return;
+    }
+  }
+  if (p.pretok_stages != kModeBytes) {
+    pretokenize_block<kThreads>(p.pretok, a.text, n, a.is_special, a.piece_start, tmp.pretok);
+    __syncthreads();
+  }
+  clock.mark(kClockPretokenize);
+  bool has_long;
+  n = encode_segments<kThreads>(p, a, n, cap, out, p.max_tokens, has_long, tmp, clock);
   for (int j = n + threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
   if (threadIdx.x == 0) p.counts[b] = n;
   clock.mark(has_long ? kClockPasses : kClockOutput);
@@ -719,8 +733,349 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   clock.count(kClockLongBlocks, has_long);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Long rows: the tile pipeline (encode_params.h, tiled_rows). A row wider than kSmemMaxLen is
+// cut into tiles of kTileBytes; the per-tile kernels run one block per (row, tile) (blocks of
+// tiles past a row's length return at once) and hand what the next stage needs to the row
+// kernels, one block per row, which compose it over the row's tiles:
+//   specials only: tile_matches (every match, listed per tile; the leftmost-first acceptance
+//     entering at the tile's start) -> row_specials (the acceptance entering each tile) ->
+//     tile_specials (is_special of the tile's bytes);
+//   tile_pretokenize<kBwd> (the text copied, NFC check, backward map) -> row_states<false>
+//     (T after each tile) -> tile_pretokenize<kFwd> (backward replay, forward map) ->
+//     row_states<true> (S before each tile) -> tile_pretokenize<kFlags> (piece starts): what
+//     block_pretokenize gives, tile by tile;
+//   tile_encode: the segments that START in the tile, each to its end (past the tile's end if
+//     it is long), encoded with encode_segments into merged[first..) of the row;
+//   tile_output: every block adds the counts of the tiles before its own, copies its tokens
+//     into the row of ids and pads a share of the row.
+// Results equal the one-block path: the same rules on the same segments, in the same order.
+struct RowArrays {
+  BlockArrays a;   // the row's arrays (as one block over the whole row would carve them)
+  TileInfo* info;  // [tiles_per_row]
+  const uint8_t* src;
+  int n;           // the row's length, or -1 when it is outside [0, max_len]
+};
+
+__device__ __forceinline__ RowArrays row_arrays(const EncodeParams& p, int64_t b) {
+  RowArrays r;
+  const int cap = (int)padded_len(p.max_len);
+  uint8_t* ws = p.workspace + b * workspace_bytes_per_tiled_row(p.max_len);
+  r.a = carve(ws, ws + cap * (int64_t)kCoreBytesPerPosition, cap);
+  r.info = reinterpret_cast<TileInfo*>(ws + cap * (int64_t)kBytesPerPosition);
+  r.src = p.data + b * (int64_t)p.max_len;
+  const int n = p.lengths[b];
+  r.n = n < 0 || n > p.max_len ? -1 : n;
+  return r;
+}
+
+// The kSegStart rule of initial_token, before the initial tokens exist.
+__device__ __forceinline__ bool segment_starts_at(const uint8_t* is_special, const uint8_t* piece_start, int i) {
+  return is_special[i] == 2 || (!is_special[i] && byte_starts_segment(i, is_special, piece_start));
+}
+
+// The (row, tile) of a per-tile block: blockIdx.x = row * tiles_per_row + tile.
+struct TileAt {
+  int64_t b;
+  int tile;
+  int lo, hi;  // the tile's bytes [lo, hi) within the row (hi clipped to the row's length)
+  bool live;   // false for a tile past the row's end or a row with a bad length
+};
+__device__ __forceinline__ TileAt which_tile(const EncodeParams& p, const RowArrays& r) {
+  const int tiles = (int)tiles_per_row(p.max_len);
+  TileAt t;
+  t.b = blockIdx.x / tiles;
+  t.tile = (int)(blockIdx.x % tiles);
+  t.lo = t.tile * kTileBytes;
+  t.hi = min(t.lo + kTileBytes, r.n);
+  t.live = r.n >= 0 && t.lo < r.n;
+  return t;
+}
+__device__ __forceinline__ int64_t row_of_block(const EncodeParams& p) {
+  return blockIdx.x / tiles_per_row(p.max_len);
+}
+
+// The tile's bytes into the row's text; is_special zeroed.
+template <int kThreads>
+__device__ __forceinline__ void load_tile(const RowArrays& r, const TileAt& t) {
+  for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads) {
+    r.a.text[i] = r.src[i];
+    r.a.is_special[i] = 0;
+  }
+}
+
+// Specials 1: every match of the tile (into a.tok, as begin_block), the matches listed in
+// a.rank[lo..) (position * 2 + accepted), accepted as the row's acceptance would if it reached
+// the tile's start with nothing pending (thread 0 walks the list; it is sparse).
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) tile_matches(const __grid_constant__ EncodeParams p) {
+  __shared__ typename Scans<kThreads>::IntScan::TempStorage scan;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (!t.live) return;
+  const int hi = t.hi;
+  load_tile<kThreads>(r, t);
+  constexpr int kItems = kTileBytes / kThreads;
+  const int base = t.lo + (int)threadIdx.x * kItems;
+  int mine = 0;
+  for (int i = base; i < base + kItems && i < hi; ++i) {
+    const int k = special_match_at(p.special, r.src, r.n, i);
+    r.a.tok[i] = k;
+    mine += k >= 0;
+  }
+  int at, total;
+  typename Scans<kThreads>::IntScan(scan).ExclusiveSum(mine, at, total);
+  for (int i = base; mine > 0 && i < base + kItems && i < hi; ++i)
+    if (r.a.tok[i] >= 0) r.a.rank[t.lo + at++] = i * 2;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int next = t.lo;
+    for (int g = 0; g < total; ++g) {
+      const int m = r.a.rank[t.lo + g] >> 1;
+      if (m < next) continue;
+      r.a.rank[t.lo + g] = m * 2 + 1;
+      next = m + special_len(p.special, r.a.tok[m]);
+    }
+    r.info[t.tile].n_matches = total;
+    r.info[t.tile].walk_exit = next;
+  }
+}
+
+// Specials 2: the row's leftmost-first acceptance, tile by tile. Entering a tile at `next`, it
+// accepts the listed matches at or after `next` until one that the tile's own walk accepted:
+// from there on the two walks agree, so it leaves at that walk's exit. The tiles' counts and
+// exits go through shared memory in runs of kRun tiles; thread 0 walks.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) row_specials(const __grid_constant__ EncodeParams p) {
+  constexpr int kRun = 1024;
+  __shared__ int2 run[kRun];  // (n_matches, walk_exit)
+  const RowArrays r = row_arrays(p, blockIdx.x);
+  if (r.n <= 0) return;
+  const int tiles = (r.n + kTileBytes - 1) / kTileBytes;
+  int next = 0;
+  for (int done = 0; done < tiles; done += kRun) {
+    const int len = min(kRun, tiles - done);
+    __syncthreads();  // (thread 0 is done with the last run)
+    for (int k = threadIdx.x; k < len; k += kThreads)
+      run[k] = make_int2(r.info[done + k].n_matches, r.info[done + k].walk_exit);
+    __syncthreads();
+    if (threadIdx.x != 0) continue;
+    for (int k = 0; k < len; ++k) {
+      const int tile = done + k, lo = tile * kTileBytes;
+      r.info[tile].walk_entry = next;
+      for (int g = 0; g < run[k].x; ++g) {
+        const int e = r.a.rank[lo + g], m = e >> 1;
+        if (m < next) continue;
+        if (e & 1) { next = run[k].y; break; }
+        next = m + special_len(p.special, r.a.tok[m]);
+      }
+    }
+  }
+}
+
+// Specials 3: is_special of the tile's bytes (2 at the first byte of an accepted match, 1 at
+// its others, as accept_special_matches), given the acceptance entering the tile.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) tile_specials(const __grid_constant__ EncodeParams p) {
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (!t.live) return;
+  const int hi = t.hi;
+  const TileInfo& info = r.info[t.tile];
+  for (int i = t.lo + threadIdx.x; i < min(info.walk_entry, hi); i += kThreads) r.a.is_special[i] = 1;
+  if (threadIdx.x == 0) {  // the tile's acceptance, marked in the list
+    int next = info.walk_entry;
+    for (int g = 0; g < info.n_matches; ++g) {
+      const int m = r.a.rank[t.lo + g] >> 1;
+      const bool accepted = m >= next;
+      r.a.rank[t.lo + g] = m * 2 + accepted;
+      if (accepted) next = m + special_len(p.special, r.a.tok[m]);
+    }
+  }
+  __syncthreads();
+  for (int g = threadIdx.x; g < info.n_matches; g += kThreads) {
+    const int e = r.a.rank[t.lo + g], m = e >> 1;
+    if (!(e & 1)) continue;
+    const int end = min(m + special_len(p.special, r.a.tok[m]), hi);
+    r.a.is_special[m] = 2;
+    for (int i = m + 1; i < end; ++i) r.a.is_special[i] = 1;
+  }
+}
+
+// The pre-tokenizer over the tiles, in three passes (BlockPretokenizer's tile_* functions):
+//   kBwd:   (without specials also the row's first kernel: text copied, is_special zeroed)
+//           the NFC check of the tile's bytes and its backward map;
+//   kFwd:   (after row_states<false>) the backward replay and the forward map;
+//   kFlags: (after row_states<true>) the piece starts of the tile's bytes.
+enum TilePass : int { kBwd, kFwd, kFlags };
+template <int kThreads, int kPass>
+__global__ void __launch_bounds__(kThreads) tile_pretokenize(const __grid_constant__ EncodeParams p,
+                                                             bool load) {
+  using Pretok = BlockPretokenizer<kThreads, kPretokItems<kThreads>>;
+  __shared__ typename Pretok::TempStorage tmp;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (!t.live) return;
+  const uint8_t* sp = p.special.count > 0 ? r.a.is_special : nullptr;
+  TileInfo& info = r.info[t.tile];
+  if (kPass == kBwd && load) load_tile<kThreads>(r, t);
+  if (kPass == kBwd && p.pretok.nfc) {
+    bool suspect = false;
+    for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads)
+      suspect |= nfc_suspect_at(p.pretok, p.nfc_pairs, r.src, r.n, sp, i);
+    suspect = __syncthreads_or(suspect);
+    if (threadIdx.x == 0) info.not_nfc = suspect;
+  }
+  Pretok bp(tmp);
+  bp.load_tables(p.pretok.tables);
+  const ClassTable ct = p.pretok.classes(0);
+  if (kPass == kBwd) {
+    const uint64_t m = bp.tile_bwd_map(ct, r.src, r.n, sp, t.tile);
+    if (threadIdx.x == 0) info.bwd_map = m;
+  } else if (kPass == kFwd) {
+    const uint64_t m = bp.tile_fwd_map(ct, r.src, r.n, sp, t.tile, info.t_after, r.a.piece_start);
+    if (threadIdx.x == 0) info.fwd_map = m;
+  } else {
+    bp.tile_flags(ct, r.src, r.n, sp, t.tile, info.s_before, r.a.piece_start);
+  }
+}
+
+// The states at the tiles' edges: backward (kForward false: T after each tile, from the last
+// tile down) or forward (S before each tile). The maps go through shared memory in runs of
+// kRun tiles; thread 0 steps the state through them.
+template <int kThreads, bool kForward>
+__global__ void __launch_bounds__(kThreads) row_states(const __grid_constant__ EncodeParams p) {
+  constexpr int kRun = 1024;
+  __shared__ uint64_t maps[kRun];
+  const RowArrays r = row_arrays(p, blockIdx.x);
+  if (r.n <= 0) return;
+  const int tiles = (r.n + kTileBytes - 1) / kTileBytes;
+  const PretokTables& tab = p.pretok.tables[0];
+  uint8_t state = kForward ? tab.fwd_init & 15 : tab.bwd_init & 15;
+  for (int done = 0; done < tiles; done += kRun) {
+    const int len = min(kRun, tiles - done);
+    __syncthreads();  // (thread 0 is done with the last run)
+    for (int k = threadIdx.x; k < len; k += kThreads) {  // k-th tile in the walk's order
+      const int tile = kForward ? done + k : tiles - 1 - done - k;
+      maps[k] = kForward ? r.info[tile].fwd_map : r.info[tile].bwd_map;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int k = 0; k < len; ++k) {
+        const int tile = kForward ? done + k : tiles - 1 - done - k;
+        if (kForward) r.info[tile].s_before = state;
+        else r.info[tile].t_after = state;
+        state = map_apply(maps[k], state);
+      }
+    }
+  }
+}
+
+// The segments that start in the tile: [first, end) runs from the first segment start in the
+// tile to the first one at or after the tile's end (or the row's end), encoded by
+// encode_segments on the row's arrays from `first` on, the tokens into merged[first..). Two
+// tiles' stretches never overlap; the bytes of a stretch past its tile's end are read here
+// only as piece_start / is_special, which encode_segments rewrites without changing whether
+// a segment starts there.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_encode(
+    const __grid_constant__ EncodeParams p) {
+  __shared__ typename Scans<kThreads>::Storage tmp;
+  __shared__ int first, end;
+  StageClock clock;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (!t.live) return;
+  const int hi = t.hi;
+  if (threadIdx.x == 0) first = end = r.n;
+  __syncthreads();
+  for (int i = t.lo + threadIdx.x; i < hi; i += kThreads)
+    if (segment_starts_at(r.a.is_special, r.a.piece_start, i)) atomicMin(&first, i);
+  __syncthreads();
+  const int s0 = first;
+  TileInfo& info = r.info[t.tile];
+  if (s0 >= hi) {  // no segment starts in the tile
+    if (threadIdx.x == 0) { info.first = s0; info.count = 0; }
+    return;
+  }
+  // The end: windows of kTileBytes after the tile, each thread a run of bytes.
+  constexpr int kItems = kTileBytes / kThreads;
+  for (int w = hi; w < r.n; w += kTileBytes) {
+    bool found = false;
+    for (int i = w + (int)threadIdx.x * kItems; i < min(w + (int)(threadIdx.x + 1) * kItems, r.n); ++i)
+      if (segment_starts_at(r.a.is_special, r.a.piece_start, i)) { atomicMin(&end, i); found = true; break; }
+    if (__syncthreads_or(found)) break;
+  }
+  __syncthreads();
+  const int m = end - s0;
+  BlockArrays a = r.a;
+  a.text += s0; a.piece_start += s0; a.is_special += s0;
+  a.tok += s0; a.rank += s0; a.next_tok += s0; a.next_rank += s0; a.merged += s0;
+  int32_t* out = r.a.merged + s0;
+  bool has_long;
+  const int count = encode_segments<kThreads>(p, a, m, m, out, m, has_long, tmp, clock);
+  if (threadIdx.x == 0) { info.first = s0; info.count = count; }
+}
+
+// Output: the tile's tokens at their place in the row (the counts of the tiles before it),
+// its share of the padding, and (tile 0) the row's count, with the single-block path's
+// meaning: the full count, -2 for a row that is not in NFC, -1 for a bad length.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) tile_output(const __grid_constant__ EncodeParams p) {
+  __shared__ int before, total;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  const int tiles_here = r.n < 0 ? 0 : (r.n + kTileBytes - 1) / kTileBytes;
+  if (threadIdx.x == 0) before = total = 0;
+  __syncthreads();
+  bool not_nfc = false;
+  int mine_before = 0, mine = 0;
+  for (int k = threadIdx.x; k < tiles_here; k += kThreads) {
+    const int c = r.info[k].count;
+    mine += c;
+    mine_before += k < t.tile ? c : 0;
+    not_nfc |= p.pretok.nfc && r.info[k].not_nfc;
+  }
+  if (mine) atomicAdd(&total, mine);
+  if (mine_before) atomicAdd(&before, mine_before);
+  not_nfc = __syncthreads_or(not_nfc);
+  const int count = r.n < 0 ? -1 : (not_nfc ? kCountNotNormalized : total);
+  const int filled = count < 0 ? 0 : count;
+  int32_t* ids = p.ids + t.b * (int64_t)p.max_tokens;
+  if (count >= 0 && t.tile < tiles_here) {
+    const TileInfo& info = r.info[t.tile];
+    for (int j = threadIdx.x; j < info.count && before + j < p.max_tokens; j += kThreads)
+      ids[before + j] = r.a.merged[info.first + j];
+  }
+  const int tiles = (int)tiles_per_row(p.max_len);
+  for (int64_t j = filled + t.tile * (int64_t)kThreads + threadIdx.x; j < p.max_tokens;
+       j += (int64_t)tiles * kThreads)
+    ids[j] = p.pad_id;
+  if (t.tile == 0 && threadIdx.x == 0) p.counts[t.b] = count;
+}
+
+template <int kThreads>
+cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
+  const unsigned tiles = (unsigned)(p.batch * tiles_per_row(p.max_len)), rows = (unsigned)p.batch;
+  const bool specials = p.special.count > 0;
+  if (specials) {
+    tile_matches<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+    row_specials<kThreads><<<rows, kThreads, 0, stream>>>(p);
+    tile_specials<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+  }
+  tile_pretokenize<kThreads, kBwd><<<tiles, kThreads, 0, stream>>>(p, !specials);
+  row_states<kThreads, false><<<rows, kThreads, 0, stream>>>(p);
+  tile_pretokenize<kThreads, kFwd><<<tiles, kThreads, 0, stream>>>(p, false);
+  row_states<kThreads, true><<<rows, kThreads, 0, stream>>>(p);
+  tile_pretokenize<kThreads, kFlags><<<tiles, kThreads, 0, stream>>>(p, false);
+  tile_encode<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+  tile_output<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
 template <int kThreads>
 cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
+  if (tiled_rows(p.max_len, p.pretok_stages, p.symbols)) return launch_tiles<kThreads>(p, stream);
   const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.pretok_stages, p.symbols);
   const auto kernel = p.symbols == kSymbolsChars ? encode_chars_kernel<kThreads> : encode_kernel<kThreads>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

@@ -40,6 +40,33 @@ BBPE_HD int64_t smem_bytes_per_string(int64_t max_len, int pretok_stages, int sy
   const int64_t cap = padded_len(max_len < 1 ? 1 : max_len);
   return cap * (passes_in_smem(max_len, pretok_stages, symbols) ? kBytesPerPosition : kCoreBytesPerPosition);
 }
+// Long rows: in exact mode with a one-stage pre-tokenizer, rows wider than kSmemMaxLen go
+// through the tile pipeline (cuda_kernels.cu): one block per kTileBytes bytes of a row, the
+// row's arrays in the workspace as for one block, then one TileInfo per tile. The choice is
+// by shape (the host never reads the lengths); other modes keep one block per string.
+constexpr int kTileBytes = 4096;
+BBPE_HD bool tiled_rows(int64_t max_len, int pretok_stages, int symbols) {
+  return max_len > kSmemMaxLen && pretok_stages == 1 && symbols == kSymbolsBytes;
+}
+BBPE_HD int64_t tiles_per_row(int64_t max_len) { return (max_len + kTileBytes - 1) / kTileBytes; }
+// What a tile hands to the kernels after it. Positions are within the row.
+struct TileInfo {
+  uint64_t bwd_map;    // pre-tokenizer: backward map of the tile (T after it -> T at its start)
+  uint64_t fwd_map;    // forward map (S before it -> S after it)
+  int32_t n_matches;   // special-token matches starting in the tile (listed in the row's rank array)
+  int32_t walk_exit;   // leftmost-first acceptance entering at the tile's start: the next free
+                       // position after the tile's last accepted match (or the tile's start)
+  int32_t walk_entry;  // the next free position when the row's acceptance reaches the tile
+  int32_t first;       // the first segment start in the tile (its tokens are at merged[first..])
+  int32_t count;       // tokens of the segments that start in the tile
+  int32_t not_nfc;     // a byte of the tile shows that the row is not in NFC
+  uint8_t t_after;     // T after the tile
+  uint8_t s_before;    // S before the tile
+  uint8_t pad[6];
+};
+static_assert(sizeof(TileInfo) % 16 == 0, "rows stay 16-byte aligned");
+
+// One block per string: its slice of the workspace.
 BBPE_HD int64_t workspace_bytes_per_string(int64_t max_len, int pretok_stages, int symbols) {
   const int64_t cap = padded_len(max_len < 1 ? 1 : max_len);
   if (max_len > kSmemMaxLen) return cap * kBytesPerPosition;
@@ -57,9 +84,15 @@ BBPE_HD BlockPlacement place_block_arrays(uint8_t* smem, uint8_t* ws, int64_t ma
   if (max_len > kSmemMaxLen) return BlockPlacement{ws, ws + core_bytes};
   return BlockPlacement{smem, passes_in_smem(max_len, pretok_stages, symbols) ? smem + core_bytes : ws};
 }
+// The tile pipeline: a row's slice (its arrays as one block would place them, then its tiles).
+BBPE_HD int64_t workspace_bytes_per_tiled_row(int64_t max_len) {
+  return padded_len(max_len) * kBytesPerPosition + tiles_per_row(max_len) * (int64_t)sizeof(TileInfo);
+}
 // The size of the workspace output (at least one byte: XLA buffers are never empty).
 BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
-  const int64_t total = batch * workspace_bytes_per_string(max_len, pretok_stages, symbols);
+  const int64_t total = batch * (tiled_rows(max_len, pretok_stages, symbols)
+                                     ? workspace_bytes_per_tiled_row(max_len)
+                                     : workspace_bytes_per_string(max_len, pretok_stages, symbols));
   return total < 1 ? 1 : total;
 }
 

@@ -563,6 +563,19 @@ struct BlockPretokenizer {
   // scans the warp aggregates from the last warp down (2 * kWarps * 8 B of shared memory, no
   // round trip of every map through shared memory).
   __device__ __forceinline__ uint8_t suffix_state(uint64_t m, uint8_t& carry) {
+    uint64_t after, agg;
+    suffix_maps(m, after, agg);
+    return state_then_carry(after, agg, carry);
+  }
+  // A scan's result for this thread: the state through its part of the scan (map `part`);
+  // carry moves through the whole tile (agg).
+  __device__ __forceinline__ static uint8_t state_then_carry(uint64_t part, uint64_t agg, uint8_t& carry) {
+    const uint8_t x = map_apply(part, carry);
+    carry = map_apply(agg, carry);
+    return x;
+  }
+  // The maps of that scan: the chunks after this thread's (after) and the whole tile (agg).
+  __device__ __forceinline__ void suffix_maps(uint64_t m, uint64_t& after, uint64_t& agg) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint64_t inc = warp_suffix(m, lane);
     uint64_t exc = __shfl_down_sync(0xffffffffu, inc, 1);
@@ -577,22 +590,65 @@ struct BlockPretokenizer {
       if (lane == 0) tmp.block_agg = a;
     }
     __syncthreads();
-    const uint8_t t = map_apply(map_then(tmp.warp_excl[warp], exc), carry);
-    const uint64_t agg = tmp.block_agg;
+    after = map_then(tmp.warp_excl[warp], exc);
+    agg = tmp.block_agg;
     __syncthreads();  // before warp_maps / warp_excl / block_agg are written again
-    carry = map_apply(agg, carry);
-    return t;
   }
 
   // Forward scan: S before this thread's chunk, given S before the tile (carry, updated to S
   // after the tile).
   __device__ __forceinline__ uint8_t prefix_state(uint64_t m, uint8_t& carry) {
     uint64_t excl, agg;
-    MapScan(tmp.scan).ExclusiveScan(m, excl, kMapIdentity, MapThenOp(), agg);
+    prefix_maps(m, excl, agg);
+    return state_then_carry(excl, agg, carry);
+  }
+  // The maps of that scan: the chunks before this thread's (before) and the whole tile (agg).
+  __device__ __forceinline__ void prefix_maps(uint64_t m, uint64_t& before, uint64_t& agg) {
+    MapScan(tmp.scan).ExclusiveScan(m, before, kMapIdentity, MapThenOp(), agg);
     __syncthreads();  // before tmp.scan is used again
-    const uint8_t s = map_apply(excl, carry);
-    carry = map_apply(agg, carry);
-    return s;
+  }
+
+  // A stage's step tables to shared memory (every thread calls it; it synchronizes).
+  __device__ __forceinline__ void load_tables(const PretokTables* tables) {
+    static_assert(sizeof(PretokTables) % 8 == 0, "copied as 8-byte words");
+    const uint64_t* src = reinterpret_cast<const uint64_t*>(tables);
+    uint64_t* dst = reinterpret_cast<uint64_t*>(&tmp.tab);
+    for (int k = threadIdx.x; k < (int)(sizeof(PretokTables) / 8); k += BLOCK_THREADS) dst[k] = src[k];
+    __syncthreads();
+  }
+
+  // T after this thread's chunk (map m; live chunks in the tile), given T after the tile
+  // (carry): from the maps of the next chunks (edge_state), else a block scan (scan = true;
+  // carry becomes T at the tile's start).
+  __device__ __forceinline__ uint8_t state_after_chunk(uint64_t m, int live, uint8_t& carry, bool& scan) {
+    const int k = threadIdx.x;
+    tmp.maps[k] = m;
+    __syncthreads();
+    uint8_t t_end = carry;
+    const bool ok = k >= live || edge_state(tmp.maps, k + 1, 1, live - 1 - k, tmp.tab.bwd_live, carry,
+                                            kPretokLookback, &t_end);
+    scan = __syncthreads_or(!ok);
+    if (scan) t_end = suffix_state(m, carry);
+    return t_end;
+  }
+  // S before this thread's chunk, given S before the tile (carry): from the maps of the chunks
+  // before it, else a block scan (scan = true; carry becomes S after the tile).
+  __device__ __forceinline__ uint8_t state_before_chunk(uint64_t m, int live, uint8_t& carry, bool& scan) {
+    const int k = threadIdx.x;
+    tmp.maps[k] = m;
+    __syncthreads();
+    uint8_t s0 = carry;
+    const bool ok = k >= live || edge_state(tmp.maps, k - 1, -1, k, tmp.tab.fwd_live, carry,
+                                            kPretokLookback, &s0);
+    scan = __syncthreads_or(!ok);
+    if (scan) s0 = prefix_state(m, carry);
+    return s0;
+  }
+  // The forward-step key of byte i from its parked backward state (and boundary mark).
+  __device__ __forceinline__ uint16_t parked_key(const ClassTable& ct, const uint8_t* text, int n,
+                                                 const uint8_t* sp, int i, uint8_t parked) const {
+    return (uint16_t)(byte_class(tmp.tab, text, n, sp, i, ct) * 16 + (parked & 15) +
+                      ((parked & 16) ? kKeyBoundary : 0));
   }
 
   // One stage: tables = its step tables (global memory; copied to shared memory here), ct =
@@ -601,11 +657,7 @@ struct BlockPretokenizer {
   template <bool kBoundaries>
   __device__ __forceinline__ void run(const PretokTables* tables, const ClassTable& ct,
                                       const uint8_t* text, int n, const uint8_t* sp, uint8_t* out) {
-    static_assert(sizeof(PretokTables) % 8 == 0, "copied as 8-byte words");
-    const uint64_t* src = reinterpret_cast<const uint64_t*>(tables);
-    uint64_t* dst = reinterpret_cast<uint64_t*>(&tmp.tab);
-    for (int k = threadIdx.x; k < (int)(sizeof(PretokTables) / 8); k += BLOCK_THREADS) dst[k] = src[k];
-    __syncthreads();
+    load_tables(tables);
     if (n <= 0) return;
     const PretokTables& tab = tmp.tab;
     const int k = threadIdx.x;
@@ -620,15 +672,9 @@ struct BlockPretokenizer {
       for (int i = 0; i < ITEMS_PER_THREAD; ++i)
         key[i] = base + i < n ? stage_class(tab, text, n, sp, base + i, ct, kBoundaries && out[base + i])
                               : kClassNone;
-      // T after this chunk: from the maps of the next chunks (edge_state), else a block scan.
-      const uint64_t m = chunk_bwd_map<kBoundaries>(tab, key, ITEMS_PER_THREAD);
-      tmp.maps[k] = m;
-      __syncthreads();
-      uint8_t t_end = carry;
-      const bool ok = k >= live || edge_state(tmp.maps, k + 1, 1, live - 1 - k, tab.bwd_live, carry,
-                                              kPretokLookback, &t_end);
-      const bool scan = __syncthreads_or(!ok);
-      if (scan) t_end = suffix_state(m, carry);
+      bool scan;
+      const uint8_t t_end = state_after_chunk(chunk_bwd_map<kBoundaries>(tab, key, ITEMS_PER_THREAD),
+                                              live, carry, scan);
       const uint8_t t_start = chunk_bwd_replay<kBoundaries>(tab, key, ITEMS_PER_THREAD, t_end, key);
       if (!scan && tile > 0) carry = hand_over(k == 0, t_start);
       if (ntiles > 1) {
@@ -644,24 +690,13 @@ struct BlockPretokenizer {
       if (ntiles > 1) {  // (one tile: key still holds tile 0's keys)
 #pragma unroll
         for (int i = 0; i < ITEMS_PER_THREAD; ++i) {
-          if (base + i < n) {
-            const uint8_t parked = out[base + i];
-            key[i] = (uint16_t)(byte_class(tab, text, n, sp, base + i, ct) * 16 + (parked & 15) +
-                                ((parked & 16) ? kKeyBoundary : 0));
-          } else {
-            key[i] = 0;
-          }
+          if (base + i < n) key[i] = parked_key(ct, text, n, sp, base + i, out[base + i]);
+          else key[i] = 0;
         }
       }
-      // S before this chunk: from the maps of the chunks before it, else a block scan.
-      const uint64_t m = chunk_fwd_map<kBoundaries>(tab, key, ITEMS_PER_THREAD);
-      tmp.maps[k] = m;
-      __syncthreads();
-      uint8_t s0 = carry;
-      const bool ok = k >= live || edge_state(tmp.maps, k - 1, -1, k, tab.fwd_live, carry,
-                                              kPretokLookback, &s0);
-      const bool scan = __syncthreads_or(!ok);
-      if (scan) s0 = prefix_state(m, carry);
+      bool scan;
+      const uint8_t s0 = state_before_chunk(chunk_fwd_map<kBoundaries>(tab, key, ITEMS_PER_THREAD),
+                                            live, carry, scan);
       const uint8_t s_end = chunk_fwd_replay<kBoundaries>(tab, key, ITEMS_PER_THREAD, s0, out + base, n - base);
       if (!scan && tile + 1 < ntiles) carry = hand_over(k == live - 1, s_end);
     }
@@ -679,6 +714,64 @@ struct BlockPretokenizer {
     if (mine) tmp.tile_edge = state;
     __syncthreads();
     return tmp.tile_edge;  // (rewritten only after two more barriers)
+  }
+
+  // The tile pipeline of long rows (cuda_kernels.cu): one block per tile of one row, a single
+  // stage (its tables loaded with load_tables). The states at a tile's edges come from the
+  // other tiles' maps, composed between launches, so a row takes three passes over its tiles:
+  //   tile_bwd_map: the tile's backward map (x = T after the tile -> T at its start);
+  //   tile_fwd_map: given T after the tile, the backward replay, T[i+1] parked in park[i],
+  //                 and the tile's forward map (x = S before the tile -> S after it);
+  //   tile_flags:   given S before the tile, the flags of its bytes over the parked states.
+  // Each computes what run() computes for the same tile; the maps come from full block scans.
+  __device__ __forceinline__ void tile_classes(const ClassTable& ct, const uint8_t* text, int n,
+                                               const uint8_t* sp, int base, uint16_t* key) {
+#pragma unroll
+    for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+      key[i] = base + i < n ? byte_class(tmp.tab, text, n, sp, base + i, ct) : kClassNone;
+  }
+
+  __device__ __forceinline__ uint64_t tile_bwd_map(const ClassTable& ct, const uint8_t* text, int n,
+                                                   const uint8_t* sp, int tile) {
+    uint16_t key[ITEMS_PER_THREAD];
+    tile_classes(ct, text, n, sp, tile * kTile + (int)threadIdx.x * ITEMS_PER_THREAD, key);
+    uint64_t after, agg;
+    suffix_maps(chunk_bwd_map<false>(tmp.tab, key, ITEMS_PER_THREAD), after, agg);
+    return agg;
+  }
+
+  __device__ __forceinline__ uint64_t tile_fwd_map(const ClassTable& ct, const uint8_t* text, int n,
+                                                   const uint8_t* sp, int tile, uint8_t t_after,
+                                                   uint8_t* park) {
+    const PretokTables& tab = tmp.tab;
+    const int k = threadIdx.x, base = tile * kTile + k * ITEMS_PER_THREAD, live = live_chunks(n, tile);
+    uint16_t key[ITEMS_PER_THREAD];
+    tile_classes(ct, text, n, sp, base, key);
+    bool scan;
+    const uint8_t t_end = state_after_chunk(chunk_bwd_map<false>(tab, key, ITEMS_PER_THREAD), live,
+                                            t_after, scan);
+    chunk_bwd_replay<false>(tab, key, ITEMS_PER_THREAD, t_end, key);
+#pragma unroll
+    for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+      if (base + i < n) park[base + i] = (uint8_t)(key[i] & 15);
+    uint64_t before, agg;
+    prefix_maps(chunk_fwd_map<false>(tab, key, ITEMS_PER_THREAD), before, agg);
+    return agg;
+  }
+
+  // (out holds the parked states of the tile's bytes and receives their flags.)
+  __device__ __forceinline__ void tile_flags(const ClassTable& ct, const uint8_t* text, int n,
+                                             const uint8_t* sp, int tile, uint8_t s_before, uint8_t* out) {
+    const PretokTables& tab = tmp.tab;
+    const int k = threadIdx.x, base = tile * kTile + k * ITEMS_PER_THREAD, live = live_chunks(n, tile);
+    uint16_t key[ITEMS_PER_THREAD];
+#pragma unroll
+    for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+      key[i] = base + i < n ? parked_key(ct, text, n, sp, base + i, out[base + i]) : 0;
+    bool scan;
+    const uint8_t s0 = state_before_chunk(chunk_fwd_map<false>(tab, key, ITEMS_PER_THREAD), live,
+                                          s_before, scan);
+    if (k < live) chunk_fwd_replay<false>(tab, key, ITEMS_PER_THREAD, s0, out + base, n - base);
   }
 };
 
