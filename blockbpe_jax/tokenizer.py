@@ -9,7 +9,6 @@ import threading
 from typing import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from . import _blockbpe_cpu, gguf, ops, pretok, sentencepiece, staging, table_cache, tekken

@@ -38,14 +38,24 @@ def load_tokenizer(name: str, fmt: str) -> bb.Tokenizer:
     """A shared vocabulary (loaded once); skips the calling test when the data is absent."""
     if find_data_dir() is None:
         pytest.skip("shared data not found: set BLOCKBPE_DATA or place it at <repo>/../shared/data")
+    vocab_path(name, fmt)
     return _load_tokenizer(name, fmt)
+
+
+def vocab_path(name: str, fmt: str = "tiktoken"):
+    """The shared vocabulary file `name` in format `fmt` ("tiktoken" or "json"); skips the
+    calling test when the shared data or that file is absent."""
+    if find_data_dir() is None:
+        pytest.skip("shared data not found: set BLOCKBPE_DATA or place it at <repo>/../shared/data")
+    path = testing.data_dir() / "vocab" / testing.VOCAB_FILES[name][FORMATS.index(fmt)]
+    if not path.is_file():
+        pytest.skip(f"vocabulary file absent from the shared data: {path}")
+    return path
 
 
 @functools.lru_cache(maxsize=None)
 def _load_tokenizer(name: str, fmt: str) -> bb.Tokenizer:
-    root = testing.data_dir() / "vocab"
-    path = root / testing.VOCAB_FILES[name][FORMATS.index(fmt)]
-    return bb.Tokenizer.from_file(path)
+    return bb.Tokenizer.from_file(vocab_path(name, fmt))
 
 
 @functools.lru_cache(maxsize=None)

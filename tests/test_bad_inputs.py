@@ -281,7 +281,7 @@ def test_exact_mode_on_tiktoken_file_without_known_pattern(tmp_path, data_dir):
 
 
 def test_exact_mode_on_tiktoken_encoding_with_bytes_pattern(data_dir):
-    tiktoken = pytest.importorskip("tiktoken")
+    pytest.importorskip("tiktoken")
     import tiktoken.load
     ranks = tiktoken.load.load_tiktoken_bpe(str(data_dir / "vocab" / "tiktoken" / "r50k_base.tiktoken"))
     enc = tiktoken.Encoding("r50k_bytes", pat_str=testing.BYTES_MODE_PATTERN, mergeable_ranks=ranks,

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 from blockbpe_jax import testing
 
-from helpers import BACKENDS, FORMATS, device_for, load_tokenizer, mismatches
+from helpers import BACKENDS, FORMATS, device_for, load_tokenizer, mismatches, vocab_path
 
 NAMES = list(testing.VOCAB_FILES)
 
@@ -23,7 +23,7 @@ NAMES = list(testing.VOCAB_FILES)
 @functools.lru_cache(maxsize=None)
 def hf_oracle(name: str):
     from tokenizers import Tokenizer
-    return Tokenizer.from_file(str(testing.data_dir() / "vocab" / testing.VOCAB_FILES[name][1]))
+    return Tokenizer.from_file(str(vocab_path(name, "json")))
 
 
 @functools.lru_cache(maxsize=None)

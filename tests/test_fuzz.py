@@ -43,7 +43,7 @@ import blockbpe_jax as bb
 from blockbpe_jax import testing
 from blockbpe_jax.vocab import bytes_to_unicode
 
-from helpers import FORMATS, load_tokenizer
+from helpers import FORMATS, load_tokenizer, vocab_path
 
 NAMES = list(testing.VOCAB_FILES)
 CPU = jax.devices("cpu")[0]
@@ -84,7 +84,7 @@ def tiktoken_enc(name: str, mode: str):
 @functools.lru_cache(maxsize=None)
 def hf_tok(name: str):
     from tokenizers import Tokenizer
-    return Tokenizer.from_file(str(testing.data_dir() / "vocab" / testing.VOCAB_FILES[name][1]))
+    return Tokenizer.from_file(str(vocab_path(name, "json")))
 
 
 def specials_of(name: str, fmt: str) -> list[str]:

@@ -20,7 +20,7 @@ import pytest
 import blockbpe_jax as bb
 from blockbpe_jax import testing
 
-from helpers import gpu_devices, load_tokenizer
+from helpers import gpu_devices, load_tokenizer, vocab_path
 from test_fuzz import tiktoken_enc
 
 pytestmark = [pytest.mark.gpu,
@@ -165,7 +165,7 @@ def test_overlapping_specials_accept_leftmost_first():
     depends on every earlier one, across tiles (the acceptance entering a tile at another
     offset than the tile's own walk never meets it again)."""
     import tiktoken.load
-    path = testing.data_dir() / "vocab" / testing.VOCAB_FILES["cl100k"][0]
+    path = vocab_path("cl100k")
     ranks = tiktoken.load.load_tiktoken_bpe(str(path))
     base = load_tokenizer("cl100k", "tiktoken")
     specials = {"@#@": 100300, "#@#@#": 100301, "<|endoftext|>": 100257}

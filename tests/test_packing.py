@@ -337,7 +337,6 @@ def test_pack_stream_writes_every_token_once(lengths, chunks, window, capacity, 
     for tokens, seg, pos, rep in out:
         for row in _segments(tokens, seg, pos):
             for piece in row:
-                doc = piece[0] // 1000
                 assert piece == list(range(piece[0], piece[0] + len(piece)))   # a run of one doc
                 assert (piece[0] % 1000) % seq_len == 0   # pieces start at seq_len boundaries
                 seen.update(piece)

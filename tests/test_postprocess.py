@@ -13,7 +13,7 @@ import blockbpe_jax as bb
 from blockbpe_jax import testing
 from blockbpe_jax.postprocess import attention_mask, decode, finalize
 
-from helpers import device_for, gpu_devices, load_tokenizer
+from helpers import device_for, gpu_devices, load_tokenizer, vocab_path
 
 ROUND_TRIP = [("cl100k", "tiktoken"), ("llama3", "tiktoken"), ("llama3", "json")]
 CHUNK, MAX_LEN = 128, 8200  # fixed shapes: one compile per vocabulary
@@ -190,7 +190,7 @@ def test_finalize_real_encodes_and_hf(padding_side, truncation_side, data_dir):
     jitted = jax.jit(lambda e: finalize(e, **options))(enc)
     np.testing.assert_array_equal(np.asarray(jitted.ids), np.asarray(ours.ids))
 
-    hf = Tokenizer.from_file(str(data_dir / "vocab" / testing.VOCAB_FILES["llama3"][1]))
+    hf = Tokenizer.from_file(str(vocab_path("llama3", "json")))
     hf.post_processor = TemplateProcessing(
         single="<|begin_of_text|> $A <|end_of_text|>",
         special_tokens=[("<|begin_of_text|>", bos), ("<|end_of_text|>", eos)])

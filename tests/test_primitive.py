@@ -10,7 +10,7 @@ import pytest
 import blockbpe_jax as bb
 from blockbpe_jax.tables import CHAR_TABLE_HEADER
 
-from helpers import BACKENDS, device_for, load_tokenizer
+from helpers import BACKENDS, device_for, load_tokenizer, vocab_path
 
 TEXTS = ["Hello world, this is BlockBPE.", "", "aaaaaaaaaaaaaaaaaaaaaaaaa", "  spaces   and\ttabs\n\n",
          "ünïcödé ✓ 日本語 🎉", "1234567890 numbers 3.14159"]
@@ -221,8 +221,7 @@ def test_tables_follow_the_data_device(tok):
 def test_loading_from_the_usual_places(data_dir, tmp_path, monkeypatch):
     import tiktoken
     from tokenizers import Tokenizer as HFTokenizer
-    from blockbpe_jax import testing
-    hf = HFTokenizer.from_file(str(data_dir / "vocab" / testing.VOCAB_FILES["o200k"][1]))
+    hf = HFTokenizer.from_file(str(vocab_path("o200k", "json")))
     from_object = bb.Tokenizer.from_hf(hf)
     from_file = load_tokenizer("o200k", "json")
     assert from_object.vocab.token_bytes == from_file.vocab.token_bytes

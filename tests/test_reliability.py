@@ -27,7 +27,7 @@ import pytest
 import blockbpe_jax as bb
 from blockbpe_jax import testing
 
-from helpers import gpu_devices, load_tokenizer
+from helpers import gpu_devices, load_tokenizer, vocab_path
 
 CPU = jax.devices("cpu")[0]
 MiB = 1 << 20
@@ -175,7 +175,7 @@ def test_two_tokenizers_in_one_jitted_function():
     strs = [t.decode() for t in texts]
     assert rows(*a) == tiktoken_exact("cl100k").encode_ordinary_batch(strs)
     from tokenizers import Tokenizer
-    hf = Tokenizer.from_file(str(testing.data_dir() / "vocab" / testing.VOCAB_FILES["llama3"][1]))
+    hf = Tokenizer.from_file(str(vocab_path("llama3", "json")))
     assert rows(*b) == [e.ids for e in hf.encode_batch(strs, add_special_tokens=False)]
     bytes_ref = tiktoken_bytes("llama3").encode_ordinary_batch(strs)
     assert np.asarray(c.counts).tolist() == [len(r) for r in bytes_ref]

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import blockbpe_jax as bb
 
 import families
-from helpers import BACKENDS, device_for
+from helpers import BACKENDS
 from test_families import CPU, FULL, MIXED, assert_same, corpus_texts, ours
 from test_fuzz import fuzz, raw_bytes, runs_text, unicode_text
 

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import blockbpe_jax as bb
 from blockbpe_jax import testing
 
-from helpers import load_tokenizer
+from helpers import load_tokenizer, vocab_path
 from test_fuzz import fuzz, unicode_text
 
 NAMES = ["r50k", "cl100k", "o200k"]
@@ -433,8 +433,7 @@ HF_TEXTS = ["hello world", "", "The quick brown fox jumps over the lazy dog. " *
 @functools.lru_cache(maxsize=None)
 def hf_reference(name: str):
     tokenizers = pytest.importorskip("tokenizers")
-    return tokenizers.Tokenizer.from_file(str(testing.data_dir() / "vocab"
-                                              / testing.VOCAB_FILES[name][1]))
+    return tokenizers.Tokenizer.from_file(str(vocab_path(name, "json")))
 
 
 def hf_expected(name, texts, *, padding, truncation, max_length, pad_to_multiple_of=None,
