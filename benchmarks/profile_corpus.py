@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Where the corpus job's time goes: `Tokenizer.encode_files` on a mixed JSONL corpus (the one
+benchmarks/corpus_job.py builds), with every thread's stack sampled every few milliseconds
+(py-spy is not on the GPU machine). Prints, per thread, the innermost frames of ours (and the
+library call they wait in) that the samples landed in most.
+
+    python3 benchmarks/profile_corpus.py [--mb 200] [--interval-ms 2] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import corpus_job  # noqa: E402
+
+import blockbpe_jax as bb  # noqa: E402
+from blockbpe_jax.testing import data_dir  # noqa: E402
+
+
+class Sampler(threading.Thread):
+    """Counts, per thread, the (our frame, innermost frame) pair of each sample."""
+
+    def __init__(self, interval_s: float):
+        super().__init__(daemon=True)
+        self.interval_s = interval_s
+        self.counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.samples = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        names = {}
+        while not self.stop.wait(self.interval_s):
+            names.update({t.ident: t.name for t in threading.enumerate()})
+            self.samples += 1
+            for ident, frame in sys._current_frames().items():
+                if ident == self.ident:
+                    continue
+                stack = traceback.extract_stack(frame)
+                inner = stack[-1]
+                ours = next((f for f in reversed(stack) if "blockbpe_jax" in f.filename), None)
+                key = (f"{Path(ours.filename).name}:{ours.lineno} {ours.name}" if ours else "-") + \
+                    f"  <- {Path(inner.filename).name}:{inner.lineno} {inner.name}"
+                self.counts[names.get(ident, str(ident))][key] += 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mb", type=float, default=200)
+    ap.add_argument("--interval-ms", type=float, default=2)
+    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="profile_corpus_"))
+    corpus = work / "mixed.jsonl"
+    _, nbytes = corpus_job.build_mixed(corpus, corpus_job.source_texts(data_dir()), int(args.mb * 1e6))
+    tok = bb.Tokenizer.from_file(data_dir() / "vocab" / "tiktoken" / "cl100k_base.tiktoken")
+    report = {"bytes": nbytes, "runs": []}
+    for run in ("cold", "warm"):
+        sampler = Sampler(args.interval_ms / 1e3)
+        sampler.start()
+        t = time.perf_counter()
+        tok.encode_files([corpus], work / f"out_{run}", jsonl_field="text")
+        seconds = time.perf_counter() - t
+        sampler.stop.set()
+        sampler.join()
+        threads = {name: c.most_common(args.top) for name, c in sampler.counts.items()}
+        report["runs"].append({"run": run, "seconds": seconds, "MBps": nbytes / seconds / 1e6,
+                               "samples": sampler.samples, "threads": threads})
+        print(f"{run}: {seconds:.2f} s, {nbytes / seconds / 1e6:.1f} MB/s, {sampler.samples} samples")
+        for name, top in threads.items():
+            print(f"  [{name}]")
+            for key, n in top:
+                print(f"    {n:6d}  {key}")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "profile_corpus.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
