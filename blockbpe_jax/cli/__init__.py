@@ -1,0 +1,68 @@
+"""`blockbpe-jax`: tokenize files into flat token shards (or padded .npz/.npy), verify them,
+benchmark, inspect a vocabulary.
+
+    blockbpe-jax encode book.txt -o out/ --vocab cl100k_base.tiktoken --split lines --verify
+    blockbpe-jax verify out/shard --sample 1000
+    blockbpe-jax encode data.jsonl --jsonl-field text -o out/ --tiktoken o200k_base --format npz --max-tokens 2048
+    blockbpe-jax bench --vocab cl100k_base.tiktoken            # War and Peace from the shared data
+    blockbpe-jax info --vocab tokenizer.json
+
+Exit status: 0 on success, 2 for a usage or input problem (missing file, bad vocabulary, bad
+option, bad input line; one line on stderr naming the culprit), 1 when tokenization itself
+fails or verify finds shards that differ.
+Also runnable as `python -m blockbpe_jax` and `python -m blockbpe_jax.cli`.
+
+One module per job: common (errors, vocabulary and device loading, shared options), encode
+(encode, verify), bench, info. Each subcommand module adds its own parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from ..documents import chunk_cuts  # noqa: F401 (chunk_cuts: API)
+from ..shards import CorpusError, VerifyError
+from . import bench, encode, info
+from .bench import make_excerpts  # noqa: F401 (API)
+from .common import PROG, CLIError, _Parser, load_tokenizer, one_line, parse_allowed_special, version  # noqa: F401
+from .info import exact_mode_status  # noqa: F401 (API)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Byte-level BPE tokenization on the GPU (JAX FFI).",
+                     epilog="Exit status: 0 ok, 2 usage/input error, 1 tokenization failure.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for module in (encode, bench, info):
+        module.add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except CLIError as e:
+        print(f"{e.prog}: error: {e}", file=sys.stderr)
+        return 2
+    except VerifyError as e:
+        print(f"{PROG}: verify failed: {e}", file=sys.stderr)
+        return 1
+    except CorpusError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help / --version
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        import jax
+
+        if isinstance(e, jax.errors.JaxRuntimeError):
+            print(f"{PROG}: error: tokenization failed: {one_line(e)}", file=sys.stderr)
+            return 1
+        raise

@@ -1,0 +1,7 @@
+"""`python -m blockbpe_jax.cli ...`: the `blockbpe-jax` command line tool."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

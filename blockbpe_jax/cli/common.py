@@ -1,0 +1,178 @@
+"""What every subcommand shares: the one-line error, vocabulary and device loading, option
+checks and the vocabulary options."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+PROG = "blockbpe-jax"
+
+
+class CLIError(Exception):
+    """A usage or input problem: reported as one line, exit status 2."""
+
+    def __init__(self, message: str, prog: str = PROG):
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the usage block and exits; we want one line and our own exit path.
+    def error(self, message):
+        raise CLIError(f"{message} (see {self.prog} --help)", prog=self.prog)
+
+
+def one_line(e: BaseException | str, limit: int = 300) -> str:
+    text = str(e).strip()
+    text = text.splitlines()[0] if text else type(e).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def version() -> str:
+    try:
+        from .. import __version__
+
+        return __version__
+    except ImportError:  # pragma: no cover
+        return "?"
+
+
+def check_positive(*named: tuple[str, int | None]) -> None:
+    """CLIError for the first (option, value) whose value is given and below 1."""
+    for name, val in named:
+        if val is not None and val < 1:
+            raise CLIError(f"{name} must be a positive integer, got {val}")
+
+
+# --------------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------------
+
+
+def load_tokenizer(vocab: str | os.PathLike | None = None, tiktoken_name: str | None = None):
+    """A Tokenizer from a vocabulary path (file, or a directory holding tokenizer.json or
+    tokenizer.model) or a tiktoken encoding name (tiktoken's cache; TIKTOKEN_CACHE_DIR works
+    offline). Raises CLIError with a one-line message."""
+    import blockbpe_jax as bb
+
+    if vocab is not None and tiktoken_name is not None:
+        raise CLIError("give either --vocab or --tiktoken, not both")
+    if tiktoken_name is not None:
+        try:
+            import tiktoken
+        except ImportError:
+            raise CLIError("--tiktoken needs the tiktoken package (pip install tiktoken)") from None
+        try:
+            enc = tiktoken.get_encoding(tiktoken_name)
+        except ValueError as e:
+            if "Unknown encoding" in str(e):
+                names = ", ".join(tiktoken.list_encoding_names())
+                raise CLIError(f"unknown tiktoken encoding {tiktoken_name!r} (known: {names})") from None
+            raise CLIError(f"tiktoken encoding {tiktoken_name!r}: {one_line(e)}") from None
+        except Exception as e:  # network / cache failures come in many types
+            cache = os.environ.get("TIKTOKEN_CACHE_DIR", "<tiktoken's default cache>")
+            raise CLIError(f"cannot load tiktoken encoding {tiktoken_name!r} ({type(e).__name__}: "
+                           f"{one_line(e, 120)}); offline, point TIKTOKEN_CACHE_DIR at a cache that holds "
+                           f"it (now {cache}) or pass --vocab FILE") from None
+        try:
+            return bb.Tokenizer.from_tiktoken(enc)
+        except bb.VocabError as e:
+            raise CLIError(str(e)) from None
+    if vocab is None:
+        raise CLIError("no vocabulary: give --vocab PATH or --tiktoken NAME")
+    path = Path(vocab).expanduser()
+    if not path.exists():
+        raise CLIError(f"{path}: vocabulary not found")
+    if path.is_dir():
+        for name in ("tokenizer.json", "tokenizer.model"):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise CLIError(f"{path}: a directory without tokenizer.json or tokenizer.model")
+    try:
+        return bb.Tokenizer.from_file(path)
+    except bb.VocabError as e:
+        raise CLIError(one_line(e)) from None
+    except (OSError, UnicodeError) as e:
+        raise CLIError(f"{path}: cannot read vocabulary: {one_line(e)}") from None
+
+
+def parse_allowed_special(text: str, tok):
+    """"none" | "all" | "A,B,..." -> the `allowed_special` argument of encode."""
+    if text in ("none", "all"):
+        return text
+    names = [s for s in text.split(",") if s]
+    unknown = [s for s in names if s not in tok.vocab.special_tokens]
+    if unknown:
+        known = sorted(tok.vocab.special_tokens)
+        shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
+        raise CLIError(f"--allowed-special: {', '.join(unknown)} not special tokens of "
+                       f"{tok.vocab.name} (known: {shown or 'none'})")
+    return set(names)
+
+
+def add_vocab_options(p, required_hint: str) -> None:
+    g = p.add_argument_group("vocabulary")
+    g.add_argument("--vocab", metavar="PATH",
+                   help=".tiktoken file, Llama-3 tokenizer.model, tokenizer.json, or a directory "
+                        "holding one" + required_hint)
+    g.add_argument("--tiktoken", metavar="NAME",
+                   help="tiktoken encoding name (e.g. cl100k_base), loaded through tiktoken's cache "
+                        "(TIKTOKEN_CACHE_DIR works offline)")
+
+
+# --------------------------------------------------------------------------------------------
+# Device and mode
+# --------------------------------------------------------------------------------------------
+
+
+def check_mode(tok, mode: str, device=None) -> None:
+    """Fails early (CLIError) when `mode` cannot run with this vocabulary and build."""
+    import jax
+
+    from .. import ops
+    from ..tokenizer import pack_strings
+
+    device = device or jax.devices()[0]
+    data, lengths = pack_strings([b"ok"], max_len=16)
+    try:  # one tiny call: the same checks and errors as the real thing
+        ops.encode(jax.device_put(data, device), jax.device_put(lengths, device),
+                   tok.tables("none", device), max_tokens=16, mode=mode)
+    except (ValueError, jax.errors.JaxRuntimeError) as e:
+        raise CLIError(f"--mode {mode}: {one_line(e)}") from None
+
+
+def device_named(name: str | None):
+    import jax
+
+    if name is None:
+        return jax.devices()[0]
+    try:
+        return jax.devices(name)[0]
+    except RuntimeError as e:
+        raise CLIError(f"--device {name}: {one_line(e)}") from None
+
+
+def tokenizer_and_device(args):
+    """load_tokenizer and device_named at once: the accelerator's start-up (seconds on a GPU)
+    runs in a thread while the vocabulary loads; a vocabulary error is still reported first."""
+    import threading
+
+    found: dict = {}
+
+    def start():
+        try:
+            found["device"] = device_named(args.device)
+        except BaseException as e:  # noqa: BLE001 - re-raised below, in order
+            found["error"] = e
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    tok = load_tokenizer(args.vocab, args.tiktoken)
+    thread.join()
+    if "error" in found:
+        raise found["error"]
+    return tok, found["device"]
