@@ -39,8 +39,8 @@ except ImportError:  # pragma: no cover - depends on the environment
 import jax
 
 import blockbpe_jax as bb
-from flax_train import ByteWindows, HostTokenizer, build_parser, load_tokenizer, read_text_bytes, \
-    resolve_config, run_training
+from flax_train import build_parser, resolve_config, run_training
+from lm_data import ByteWindows, HostTokenizer, load_tokenizer, read_text_bytes
 
 
 class WindowSource:
