@@ -19,7 +19,7 @@ VOCAB_FILES = {
     "llama3": ("llama3/tokenizer.model", "llama3/tokenizer.json"),
 }
 BYTES_MODE_PATTERN = r"(?s:.+)"  # tiktoken with this pattern == our bytes mode
-# Qwen2's pre-tokenizer regex (single digits): tests/test_families.py and benchmarks/families.py
+# Qwen2's pre-tokenizer regex (single digits): tests/test_families_*.py and benchmarks/families.py
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -73,15 +73,18 @@ def tekken_oracle(path: Path):
     return enc, n_special
 
 
-def tiktoken_oracle(name: str, tokenizer, pattern: str):
-    """A tiktoken.Encoding over the same ranks and specials as `tokenizer`, with `pattern`."""
+def tiktoken_oracle(name: str, tokenizer, pattern: str, special_tokens: dict | None = None):
+    """A tiktoken.Encoding over the same ranks and specials as `tokenizer`, with `pattern`
+    (`special_tokens`, where given, in place of the tokenizer's specials)."""
     import tiktoken
     import tiktoken.load
 
     path = data_dir() / "vocab" / VOCAB_FILES[name][0]
+    if special_tokens is None:
+        special_tokens = dict(tokenizer.vocab.special_tokens)
     return tiktoken.Encoding(f"{name}_oracle", pat_str=pattern,
                              mergeable_ranks=tiktoken.load.load_tiktoken_bpe(str(path)),
-                             special_tokens=dict(tokenizer.vocab.special_tokens))
+                             special_tokens=special_tokens)
 
 
 # Fragments that stress pre-tokenizers: scripts, case, digits of several kinds, whitespace

@@ -9,6 +9,9 @@ import pytest
 
 from blockbpe_jax._data import ENV_VAR, find_data_dir
 
+import helpers
+import pretok_shim
+
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
@@ -20,6 +23,24 @@ def data_dir() -> Path:
             pytest.skip(f"shared data not found: {ENV_VAR}={configured!r} is not a directory")
         pytest.skip(f"shared data not found: set {ENV_VAR} or place it at <repo>/../shared/data")
     return path
+
+
+@pytest.fixture(scope="session")
+def vocab(data_dir):
+    """name of helpers.VOCAB_CASES -> its Vocab, as blockbpe_jax.vocab loads it (once)."""
+    return lambda name: helpers.load_vocab(data_dir, name)
+
+
+@pytest.fixture(scope="session")
+def tables(data_dir):
+    """name of helpers.VOCAB_CASES -> its device tables (built once)."""
+    return lambda name: helpers.vocab_tables(data_dir, name)
+
+
+@pytest.fixture(scope="session")
+def shim(tmp_path_factory) -> pretok_shim.Shim:
+    """The C++ pre-tokenizer, compiled once per session."""
+    return pretok_shim.build_shim(tmp_path_factory.mktemp("pretok"))
 
 
 # CI draws the same hypothesis examples every run (a landing must not depend on luck); set

@@ -1,18 +1,34 @@
-"""Test helpers: tokenizers loaded once per session, backends to run on, batched comparison."""
+"""Test helpers: tokenizers and oracles loaded once per session, backends to run on, batched
+comparison.
+
+Other shared test code lives by topic: strategies.py (hypothesis settings and text),
+synthetic.py (small vocabulary files and HF pre-tokenizer configurations), pretok_shim.py (the
+C++ pre-tokenizer and its piece oracles), raw_oracles.py (oracles for invalid UTF-8), families.py
+(tokenizer files of other model families). Fixtures are in conftest.py.
+"""
 
 from __future__ import annotations
 
 import functools
+import gzip
+import os
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
+import regex
 
 import blockbpe_jax as bb
 from blockbpe_jax import testing
 from blockbpe_jax._data import find_data_dir
+from blockbpe_jax.tables import build_vocab_tables
+from blockbpe_jax.vocab import Vocab, load_tiktoken_file, load_tokenizer_json
 
 FORMATS = ("tiktoken", "json")
+CPU = jax.devices("cpu")[0]
+# BLOCKBPE_FULL=1: every corpus whole and more generated examples (slow).
+FULL = os.environ.get("BLOCKBPE_FULL", "") not in ("", "0")
 
 
 def gpu_devices() -> list:
@@ -79,3 +95,148 @@ def mismatches(tok: bb.Tokenizer, texts: list[bytes], refs: list[list[int]], *, 
             if counts[k] != len(ref) or ours != ref:
                 bad.append((start + k, ours, ref))
     return bad
+
+
+@functools.lru_cache(maxsize=None)
+def tiktoken_enc(name: str, mode: str):
+    """tiktoken over the vocabulary's ranks and specials: the real pattern, or (?s:.+)."""
+    tok = load_tokenizer(name, "tiktoken")
+    return oracle(name, "tiktoken", tok.vocab.pattern if mode == "exact" else testing.BYTES_MODE_PATTERN)
+
+
+@functools.lru_cache(maxsize=None)
+def hf_tokenizer(name: str):
+    """HF tokenizers on the shared tokenizer.json of `name` (one instance: do not reconfigure it)."""
+    from tokenizers import Tokenizer
+    return Tokenizer.from_file(str(vocab_path(name, "json")))
+
+
+def specials_of(name: str, fmt: str) -> list[str]:
+    return sorted(load_tokenizer(name, fmt).vocab.special_tokens)
+
+
+# ---------------------------------------------------------------------------------------------
+# The loader's own view of the shared files (tests of blockbpe_jax.vocab and .tables)
+# ---------------------------------------------------------------------------------------------
+
+VOCAB_CASES = {
+    "r50k": ("tiktoken/r50k_base.tiktoken", "r50k"),
+    "p50k": ("tiktoken/p50k_base.tiktoken", "r50k"),
+    "cl100k": ("tiktoken/cl100k_base.tiktoken", "cl100k"),
+    "o200k": ("tiktoken/o200k_base.tiktoken", "o200k"),
+    "llama3": ("llama3/tokenizer.model", "llama3"),
+    "gpt2_hf": ("gpt2/tokenizer.json", "r50k"),
+    # The HF port of cl100k carries the pre-2024 cl100k regex, which is Llama 3's (see vocab.py).
+    "cl100k_hf": ("cl100k_hf/tokenizer.json", "llama3"),
+    "o200k_hf": ("o200k_hf/tokenizer.json", "o200k"),
+    "llama3_hf": ("llama3/tokenizer.json", "llama3"),
+}
+# (tiktoken-format name, tokenizer.json name) of the same vocabulary
+SAME_VOCAB = [("r50k", "gpt2_hf"), ("cl100k", "cl100k_hf"), ("o200k", "o200k_hf"), ("llama3", "llama3_hf")]
+
+
+@functools.cache
+def load_vocab(data_dir: Path, name: str) -> Vocab:
+    path = data_dir / "vocab" / VOCAB_CASES[name][0]
+    return load_tokenizer_json(path) if path.suffix == ".json" else load_tiktoken_file(path)
+
+
+@functools.cache
+def vocab_tables(data_dir: Path, name: str):
+    return build_vocab_tables(load_vocab(data_dir, name))
+
+
+@functools.cache
+def sample_text(data_dir: Path) -> str:
+    """A mix of prose, code and non-Latin text, to draw pre-tokenized pieces from."""
+    corpus = data_dir / "corpus"
+    prose = (corpus / "war_and_peace_en.txt").read_text(encoding="utf-8")[20_000:40_000]
+    code = gzip.open(corpus / "code_python_stdlib.py.txt.gz", "rb").read(30_000).decode("utf-8", "ignore")
+    other = (
+        "Привет, мир! Он сказал: «нет». 你好，世界。東京タワーに行きました。 مرحبا بالعالم "
+        "Ελληνικά κείμενα 😀🎉👍🏽 naïve café ſtraße I'M HE'S they'RE  \t\r\n\n  \u00a0x\u2003y "
+        "1234567 3.14159 ١٢٣ ⅧⅫ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \x00\x01\x7f"
+    )
+    return prose + code + other
+
+
+def pieces(vocab: Vocab, text: str, limit: int) -> list[bytes]:
+    """Distinct pre-tokenized pieces (python `regex` stands in for the pre-tokenizer here)."""
+    seen = dict.fromkeys(m.encode("utf-8") for m in regex.findall(vocab.pattern, text))
+    return list(seen)[:limit]
+
+
+# ---------------------------------------------------------------------------------------------
+# Texts and comparison for the tokenizer families
+# ---------------------------------------------------------------------------------------------
+
+
+def corpus_texts(data_dir: Path, per_corpus: int, seed: int) -> list[str]:
+    texts = []
+    for k, path in enumerate(testing.corpus_paths(data_dir)):
+        raw = testing.read_corpus(path)
+        texts += [t.decode("utf-8") for t in testing.excerpts(raw, 1, 8192, seed=seed + k)[:per_corpus]]
+    return texts
+
+
+MIXED = ["Hello 12345 world日本語のテキスト、カタカナ。ひらがな 中文123汉字 'll x's don't\n\n  y \t\u3000z",
+         "!!?? a-b $5.00 é e\u0301 ٣٤٥ 𝟘𝟙 \U0001F600\U0001F44D\U0001F3FD x\u200dy", "x\n  ", " ", "",
+         "abc123def4567 日本123語 '''s #!a [b] \r\n\r\n   x", "ΑΒΓ αβγ Привет мир مرحبا नमस्ते 가나다",
+         "   leading and trailing   ", "1234567890123", "a.b,c!d?e", "\t\n\r\x0b\x0c"]
+
+
+def ours(tok, texts, mode="exact", backend=("cpu", 256), allowed_special="none"):
+    ids, counts = tok.encode_batch(texts, device=device_for(backend[0]), mode=mode,
+                                   allowed_special=allowed_special,
+                                   block_size=backend[1],
+                                   max_tokens=max(8, max(len(t if isinstance(t, bytes) else t.encode())
+                                                     for t in texts) + 2))
+    ids, counts = np.asarray(ids), np.asarray(counts)
+    return [ids[i, :counts[i]].tolist() for i in range(len(texts))]
+
+
+def assert_same(tok, texts, reference, backend=("cpu", 256), allowed_special="none"):
+    got = ours(tok, texts, backend=backend, allowed_special=allowed_special)
+    for text, g in zip(texts, got):
+        want = reference(text)
+        assert g == want, f"{tok.vocab.name}: first difference at token " \
+            f"{next((i for i, (a, b) in enumerate(zip(g, want)) if a != b), min(len(g), len(want)))} " \
+            f"of {text[:120]!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Our tiktoken-style view next to tiktoken
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _pair(name: str):
+    tok = load_tokenizer(name, "tiktoken")
+    return tok.as_tiktoken(), tiktoken_enc(name, "exact")
+
+
+def pair(name: str):
+    pytest.importorskip("tiktoken")
+    return _pair(name)
+
+
+def outcome(fn, enc):
+    try:
+        return ("ok", fn(enc))
+    except Exception as e:  # noqa: BLE001 - compared below
+        return ("raise", type(e), str(e) if isinstance(e, ValueError) else None)
+
+
+def same(name: str, fn):
+    """fn on our view and on tiktoken: equal results, or the same exception (same message for
+    ValueError). Returns our result."""
+    ours, ref = pair(name)
+    a, b = outcome(fn, ours), outcome(fn, ref)
+    assert a == b, f"{name}: ours {a!r} != tiktoken {b!r}"
+    if a[0] == "raise":
+        raise a[1](a[2] or "raised")
+    return a[1]
+
+
+def both(name: str):
+    return pair(name)

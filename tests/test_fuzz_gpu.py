@@ -1,6 +1,6 @@
 """Differential fuzzing of the GPU path against the CPU path, on the device (issue P5).
 
-The CPU path is checked against tiktoken and HF tokenizers by test_fuzz.py; here every
+The CPU path is checked against tiktoken and HF tokenizers by test_fuzz_*.py; here every
 hypothesis example is a batch of adversarial byte strings (random Unicode, long whitespace /
 digit / apostrophe runs, invalid UTF-8, special tokens, empty rows, rows of exactly L bytes)
 encoded on the GPU and on the CPU with the same vocabulary, mode, allowed specials, max_tokens,
@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 import blockbpe_jax as bb
 
-from helpers import FORMATS, gpu_devices, load_tokenizer
-from test_fuzz import fuzz, raw_bytes, runs_text, specials_of, unicode_text
+from helpers import FORMATS, gpu_devices, load_tokenizer, specials_of
+from strategies import fuzz, raw_bytes, runs_text, unicode_text
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]

@@ -24,9 +24,8 @@ from hypothesis import strategies as st
 import blockbpe_jax as bb
 
 import families
-from helpers import BACKENDS
-from test_families import CPU, FULL, MIXED, assert_same, corpus_texts, ours
-from test_fuzz import fuzz, raw_bytes, unicode_text
+from helpers import BACKENDS, CPU, FULL, MIXED, assert_same, corpus_texts, ours
+from strategies import fuzz, raw_bytes, unicode_text
 
 spm = pytest.importorskip("sentencepiece", reason="the reference library `sentencepiece` is not installed")
 from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402

@@ -21,7 +21,7 @@ import blockbpe_jax as bb
 from blockbpe_jax import testing
 
 from helpers import gpu_devices, load_tokenizer, vocab_path
-from test_fuzz import tiktoken_enc
+from helpers import tiktoken_enc
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]

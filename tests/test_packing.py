@@ -33,7 +33,7 @@ from blockbpe_jax.packing import (CarryReport, PackReport, empty_carry, pack, pa
                                   pack_stream, segment_attention_mask)
 
 from helpers import load_tokenizer
-from test_fuzz import fuzz
+from strategies import fuzz
 
 CPU = jax.devices("cpu")[0]
 SPECIAL = [None, 900, (901, 902)]   # no id, one id, a sequence of ids (disjoint from the ids)

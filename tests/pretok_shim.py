@@ -1,0 +1,262 @@
+"""The C++ pre-tokenizer (ffi/pretokenize.h, built from tests/cpp/pretok_shim.cc) called through
+ctypes, and the piece oracles it is checked against (see tests/test_pretokenize_*.py)."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blockbpe_jax import pretok, testing
+from blockbpe_jax.vocab import KNOWN_PATTERNS
+
+from helpers import hf_tokenizer, load_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+# Chunkings for pretokenize_chunked: k bytes per chunk (edge states by lookback where it
+# reaches, else scans), or (k, -1): the scans forced.
+CHUNKS = (1, 3, 7, 16, 64, (16, -1))
+
+PATTERNS = {pid: (name, KNOWN_PATTERNS[name])  # id -> (name, tiktoken pattern)
+            for pid, name in {1: "r50k", 2: "cl100k", 3: "o200k", 4: "llama3"}.items()}
+PATTERN_IDS = sorted(PATTERNS)
+# shared tokenizer.json of each vocabulary -> the pattern its pre-tokenizer equals
+HF_FILES = {"r50k": 1, "cl100k": 4, "o200k": 3, "llama3": 4}
+SPECIAL = "<|endoftext|>"
+
+
+class Shim:
+    """The C++ pre-tokenizer (ffi/pretokenize.h) run on the operand that blockbpe_jax/pretok
+    compiles from each pattern; chunk -1 runs the compiler's Python reference instead."""
+
+    def __init__(self, path: Path):
+        self.lib = ctypes.CDLL(str(path))
+        vp, i = ctypes.c_void_p, ctypes.c_int
+        self.lib.bbpe_pretokenize.argtypes = [vp, ctypes.c_int64, i, vp, i, vp, i, i, vp]
+        self.lib.bbpe_pretokenize.restype = i
+        self.lookback = self.lib.bbpe_pretok_lookback()  # the kernel's kPretokLookback
+        self.lib.bbpe_leftmost_first_merges.argtypes = [ctypes.c_uint32]
+        self.lib.bbpe_leftmost_first_merges.restype = ctypes.c_uint32
+
+    @staticmethod
+    def _ptr(a):
+        return None if a is None else a.ctypes.data_as(ctypes.c_void_p)
+
+    @staticmethod
+    def pretokenizer(pattern):
+        return pretok.from_tiktoken_pattern(PATTERNS[pattern][1]) if isinstance(pattern, int) else pattern
+
+    def flags(self, pattern, data: bytes, special: np.ndarray | None = None,
+              chunk: int | tuple[int, int] = 0):
+        """pattern: an id of PATTERNS or a pretok.Pretokenizer. chunk 0: pretokenize_sequential;
+        -1: the Python reference; k > 0: chunked by k; (k, lookback): chunked by k with that
+        lookback (-1: always scan)."""
+        p = self.pretokenizer(pattern)
+        chunk, lookback = chunk if isinstance(chunk, tuple) else (chunk, self.lookback)
+        if chunk == -1:
+            return python_flags(p, data, special)
+        op = p.operand()
+        buf = np.frombuffer(data, np.uint8).copy() if data else np.zeros(1, np.uint8)
+        out = np.full(max(len(data), 1), 7, np.uint8)
+        rc = self.lib.bbpe_pretokenize(self._ptr(op), op.size, len(p.stages), self._ptr(buf),
+                                       len(data), self._ptr(special), chunk, lookback,
+                                       self._ptr(out))
+        assert rc == 0
+        return out[:len(data)]
+
+
+def python_flags(p, data: bytes, special: np.ndarray | None) -> np.ndarray:
+    """Byte flags of the compiler's Python reference (valid UTF-8 only)."""
+    text = data.decode("utf-8")
+    off = char_to_byte_offsets(text)
+    specials = []
+    if special is not None:
+        byte_to_char = {int(b): k for k, b in enumerate(off[:-1])}
+        i = 0
+        while i < len(data):
+            if special[i]:
+                j = i
+                while j < len(data) and special[j]:
+                    j += 1
+                specials.append((byte_to_char[i], byte_to_char.get(j, len(text))))
+                i = j
+            else:
+                i += 1
+    flags = np.zeros(len(data), np.uint8)
+    for k in p.pieces(text, specials):
+        flags[off[k]] = 1
+    return flags
+
+
+def build_shim(out_dir: Path) -> Shim:
+    """Compiles tests/cpp/pretok_shim.cc (g++); skips the calling test without a compiler."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler (g++) to build tests/cpp/pretok_shim.cc")
+    out = out_dir / "pretok_shim.so"
+    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(REPO / "ffi"),
+           str(REPO / "tests" / "cpp" / "pretok_shim.cc"), "-o", str(out)]
+    subprocess.run(cmd, check=True)
+    return Shim(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Oracles
+
+
+def onig_pattern(pat: str) -> str:
+    return pat.replace("$", r"\z").replace("{1,3}+", "{1,3}")
+
+
+_SPLITTERS: dict[int, object] = {}
+
+
+def splitter(pattern: int):
+    if pattern not in _SPLITTERS:
+        from tokenizers import Regex, pre_tokenizers
+        _SPLITTERS[pattern] = pre_tokenizers.Split(Regex(onig_pattern(PATTERNS[pattern][1])), "isolated")
+    return _SPLITTERS[pattern]
+
+
+def char_to_byte_offsets(text: str) -> np.ndarray:
+    lens = np.fromiter((len(c.encode("utf-8", "surrogatepass")) for c in text), np.int64, len(text))
+    return np.concatenate([[0], np.cumsum(lens)])
+
+
+def pieces_to_flags(pieces, text: str, nbytes: int) -> np.ndarray:
+    off = char_to_byte_offsets(text)
+    flags = np.zeros(nbytes, np.uint8)
+    for _, (s, e) in pieces:
+        if e > s:
+            flags[off[s]] = 1
+    return flags
+
+
+def oracle_flags(pattern: int, text: str) -> np.ndarray:
+    """Piece starts per byte of text.encode(); special tokens split the text into sub-texts."""
+    nbytes = len(text.encode("utf-8"))
+    flags = np.zeros(nbytes, np.uint8)
+    pos = 0
+    for k, part in enumerate(text.split(SPECIAL)):
+        if k:
+            pos += len(SPECIAL)
+        if part:
+            b = len(part.encode("utf-8"))
+            flags[pos:pos + b] = pieces_to_flags(splitter(pattern).pre_tokenize_str(part), part, b)
+            pos += b
+    return flags
+
+
+def special_mask(data: bytes) -> np.ndarray | None:
+    sp = SPECIAL.encode()
+    if sp not in data:
+        return None
+    mask = np.zeros(len(data), np.uint8)
+    i = data.find(sp)
+    while i >= 0:
+        mask[i:i + len(sp)] = 1
+        i = data.find(sp, i + len(sp))
+    return mask
+
+
+def pieces_of(flags: np.ndarray, data: bytes, special: np.ndarray | None):
+    """Byte pieces from flags; each special token is one item None."""
+    out, start, i, spb = [], None, 0, SPECIAL.encode()
+    while i < len(data):
+        if special is not None and special[i]:
+            if start is not None:
+                out.append(data[start:i])
+                start = None
+            out.append(None)
+            i += len(spb)
+            continue
+        if flags[i] or start is None:
+            if start is not None:
+                out.append(data[start:i])
+            start = i
+        i += 1
+    if start is not None:
+        out.append(data[start:])
+    return out
+
+
+def describe(pattern, data, ours, want, label):
+    i = int(np.nonzero(ours != want)[0][0])
+    lo = max(0, i - 40)
+    return (f"{PATTERNS[pattern][0]} {label}: first difference at byte {i} of {len(data)}: "
+            f"{data[lo:i]!r} | {data[i:i + 40]!r}; ours={int(ours[i])} oracle={int(want[i])}")
+
+
+def check_text(shim: Shim, pattern: int, text: str, chunks=CHUNKS):
+    """Sequential and chunked flags equal the Oniguruma piece oracle; returns the flags."""
+    data = text.encode("utf-8")
+    sp = special_mask(data)
+    want = oracle_flags(pattern, text)
+    if sp is not None:
+        want[sp.astype(bool)] = 0
+    for chunk in (0, -1) + tuple(chunks):
+        got = shim.flags(pattern, data, sp, chunk)
+        if sp is not None:
+            got = got.copy()
+            got[sp.astype(bool)] = 0
+        if not np.array_equal(got, want):
+            label = {0: "sequential", -1: "python reference"}.get(chunk, f"chunk={chunk}")
+            raise AssertionError(describe(pattern, data, got, want, label))
+    return want
+
+@functools.lru_cache(maxsize=None)
+def tiktoken_enc(pattern: int):
+    """tiktoken over the ranks of the pattern's vocabulary, with SPECIAL as its one special."""
+    name, regex = PATTERNS[pattern]
+    tok = load_tokenizer(name, "tiktoken")
+    return testing.tiktoken_oracle(name, tok, regex, special_tokens={SPECIAL: tok.vocab.n_vocab + 1000})
+
+
+def check_tiktoken_ids(enc, text: str, flags: np.ndarray):
+    data = text.encode("utf-8")
+    sp = special_mask(data)
+    ours = []
+    for piece in pieces_of(flags, data, sp):
+        ours.extend([enc.encode_single_token(SPECIAL)] if piece is None else enc._encode_single_piece(piece))
+    want = enc.encode(text, allowed_special="all") if sp is not None else enc.encode_ordinary(text)
+    assert ours == want, f"{enc.name}: ids differ (len {len(ours)} vs {len(want)}) on {text[:80]!r}"
+
+
+def check_hf_pieces(tok, text: str, flags: np.ndarray):
+    data = text.encode("utf-8")
+    want = pieces_to_flags(tok.pre_tokenizer.pre_tokenize_str(text), text, len(data))
+    assert np.array_equal(flags, want), "HF tokenizer.json pre-tokenizer disagrees"
+
+
+def hf_for(pattern):
+    return [hf_tokenizer(name) for name, p in HF_FILES.items() if p == pattern]
+
+
+# ---------------------------------------------------------------------------------------------
+# Generated text
+
+FRAGMENTS = (
+    list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") + list("sdmtlvreSDMTLVRE") * 2
+    + ["\u017f", "\u01c5", "\u01c8", "\u02b0", "\u00aa", "\u4e2d", "\u6587", "\u00e9", "\u00df",
+       "\u0416", "\u0436", "\u0410\u0411", "\u0627", "\u0628", "\u0915", "\u093f", "\u094d",
+       "\u0301", "\u0308", "\u20dd", "\u0903", "\uac00", "\u3042", "\u30a2", "\u0295", "\U00010d50"]
+    + list("0123456789") + ["\u0663", "\u00b2", "\u216b", "\u00bd", "\u0966", "\U0001d7ce"]
+    + [" "] * 6 + ["\n", "\r", "\r\n", "\t", "\u00a0", "\u3000", "\u2028", "\u2029", "\u0085",
+                   "\u000b", "\u000c", "\u2009", "\u200b", "\u180e", "\x1c"]
+    + list("''''/\\!?.,;:-\"#$%&*()[]{}<>@^_`|~+=") + ["\u2019", "\u00ab", "\u2014"]
+    + ["\U0001F600", "\U0001F44D\U0001F3FD", "\u200d", "\ufe0f", "\U0001F468\u200d\U0001F469\u200d\U0001F467",
+       "\x00", "\x7f", "\ue000", "\U000E0101", "\U000F0000"]
+    + ["'s", "'S", "'ll", "'LL", "'Ll", "'ve", "'VE", "'re", "'d", "'D", "'m", "'t", "'\u017f", "n't",
+       "\u2019s", "  ", "   ", "\n\n", " \n", "\n ", SPECIAL]
+)
+
+
+def gen_text(rng: random.Random, max_frags: int = 40) -> str:
+    return "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, max_frags)))
+
