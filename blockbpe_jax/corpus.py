@@ -9,10 +9,12 @@ Every bad input raises CorpusError with one line naming the file and line.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -21,7 +23,8 @@ import numpy as np
 from .documents import (SPLITS_HELP, Doc, Window, check_inputs, chunk_cuts,  # noqa: F401
                         iter_documents, iter_windows, parse_split)
 from .shards import (ArrayRecordWriter, CorpusError, FlatWriter, PaddedWriter, VerifyError,  # noqa: F401
-                     check_output, load_sidecar, open_shard, read_array_records, read_shards)
+                     check_output, load_sidecar, open_shard, read_array_records, read_shards,
+                     token_dtype)
 
 DEFAULT_BATCH_BYTES = 4 << 20      # padded bytes (rows x width) per encode call
 DEFAULT_SHARD_TOKENS = 1 << 28     # tokens per flat shard (512 MiB of uint16)
@@ -148,20 +151,151 @@ def _in_background(items: Iterator, depth: int) -> Iterator:
                 thread.join(timeout=0.1)
 
 
+def _rows_bucket(n: int, full: int) -> int:
+    """Rows of a call of `n` documents whose width holds at most `full` per call: a power of
+    two, at least 1/16 of full's: at most five row counts per width, so that a job compiles a
+    few executables per width, for at most 1/16 of a call's bytes of empty rows."""
+    return max(_pow2(n, 1), _pow2(full, 1) // 16)
+
+
+def _size_bucket(n: int) -> int:
+    """Length of a window's copy back for at most `n` tokens: eight sizes per octave (at most
+    1/8 more than n), at least 4096 (a multiple of 4096: `_prefix_count`'s blocks)."""
+    if n <= 4096:
+        return 4096
+    step = max(4096, 1 << (n.bit_length() - 4))
+    return -(-n // step) * step
+
+
+@functools.lru_cache(maxsize=1)
+def _device_functions():
+    """The jitted steps of a window on the device (built on first use: importing this module
+    does not import JAX).
+
+    A window's calls write into one int32 buffer `raw` (donated from call to call): call i's
+    padded ids [rows, T] row-major at a host-chosen offset, then its counts [rows]. Its
+    layout depends only on the plan, so the host knows where every document's ids and count
+    are before anything ran. The host copies back the counts (`gather`), and `finalize`
+    gathers the ids of every document, in input order, back to back, cast to the shard
+    dtype: the host copies back only those."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from . import ops
+
+    @functools.partial(jax.jit, static_argnames=("max_tokens", "mode", "block_size", "assume_nfc"),
+                       donate_argnums=3)
+    def encode_into(data, lengths, tables, raw, at, *, max_tokens, mode, block_size, assume_nfc):
+        enc = ops.encode(data, lengths, tables, max_tokens=max_tokens, mode=mode,
+                         block_size=block_size, check_lengths=False, assume_nfc=assume_nfc)
+        raw = lax.dynamic_update_slice(raw, enc.ids.reshape(-1), (at,))
+        raw = lax.dynamic_update_slice(raw, enc.counts, (at + enc.ids.size,))
+        return raw, enc.counts
+
+    @jax.jit
+    def gather(raw, positions):
+        return raw.at[positions].get(mode="clip")
+
+    def _prefix_count(marks):
+        """Inclusive prefix sums of 0/1 int32 marks (length a multiple of 4096). A scan over
+        millions of elements is slow on XLA's CPU backend (~50 ns each); this is a matmul by a
+        triangular matrix per 64 elements, again per 64 block sums, and a scan over the 4096x
+        fewer sums that are left (exact: float32 holds every integer below 2**24; HIGHEST
+        precision keeps GPUs from rounding the inputs to TF32)."""
+        upper = jnp.triu(jnp.ones((64, 64), jnp.float32))
+
+        def within(x):  # x[m * 64]: (inclusive sums in each 64 as float32 [m, 64], their totals)
+            inner = jnp.dot(x.astype(jnp.float32).reshape(-1, 64), upper, precision=lax.Precision.HIGHEST)
+            return inner, inner[:, -1]
+
+        inner, totals = within(marks)
+        inner2, totals2 = within(totals)
+        inclusive = (inner2 + (jnp.cumsum(totals2) - totals2)[:, None]).reshape(-1)  # of totals
+        return (inner + (inclusive - totals)[:, None]).reshape(-1).astype(jnp.int32)
+
+    @functools.partial(jax.jit, static_argnames=("size", "dtype"))
+    def finalize(raw, layout, *, size, dtype):
+        """The window's ids back to back in input order, cast to `dtype`, padded to `size`.
+        layout int32[2, D]: for the non-empty documents in input order, where their ids go in
+        the output and how far they are from their place in raw (src - start); `size` where
+        D has more entries than there are documents."""
+        starts, shift = layout[0], layout[1]
+        # output position j reads raw[j + shift[d]], d the number of starts at or before j,
+        # minus 1: the non-empty document that holds j
+        marks = jnp.zeros(size, jnp.int32).at[starts].set(1, mode="drop")
+        d = jnp.maximum(_prefix_count(marks) - 1, 0)
+        return raw.at[jnp.arange(size, dtype=jnp.int32) + shift[d]].get(mode="clip").astype(dtype)
+
+    @functools.partial(jax.jit, static_argnames="size")
+    def grow(raw, *, size):
+        return jnp.zeros(size, raw.dtype).at[: raw.size].set(raw)
+
+    return types.SimpleNamespace(encode_into=encode_into, gather=gather, finalize=finalize, grow=grow)
+
+
+class _Buffers:
+    """Sizes of a job's window buffers, as high-water marks over its windows (powers of two:
+    a job compiles its window steps for a few sizes). Buffers of finished windows are kept
+    for the next windows and jobs (at most `KEEP`, across devices): zeroing a new one costs
+    more than the window's steps on the CPU backend."""
+
+    KEEP = 3
+    _spare: list = []  # (device, raw), most recent last
+    _lock = __import__("threading").Lock()
+
+    def __init__(self, device):
+        self.device, self.slots, self.docs = device, 1 << 12, 1 << 10
+
+    def take(self, slots: int):
+        import jax.numpy as jnp
+
+        with self._lock:
+            self.slots = max(self.slots, _pow2(slots, 1))
+            for k in range(len(self._spare) - 1, -1, -1):
+                device, raw = self._spare[k]
+                if device == self.device and raw.size == self.slots:
+                    del self._spare[k]
+                    return raw
+        return jnp.zeros(self.slots, jnp.int32, device=self.device)
+
+    def doc_slots(self, n: int) -> int:
+        with self._lock:
+            self.docs = max(self.docs, _pow2(n, 1))
+            return self.docs
+
+    def grown(self, slots: int) -> int:
+        with self._lock:
+            self.slots = max(self.slots, _pow2(slots, 1))
+            return self.slots
+
+    def give_back(self, raw) -> None:
+        with self._lock:
+            self._spare.append((self.device, raw))
+            del self._spare[: -self.KEEP]
+
+
 def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Path], *, mode="exact",
                      allowed_special="none", batch_bytes=DEFAULT_BATCH_BYTES, max_docs=None,
                      max_len=None, block_size=256, device=None, progress=None) -> None:
-    """Encodes the documents window by window with `Tokenizer.encode_batch` (within a window,
-    sorted by length into calls of one power-of-two width; any length: max_tokens never cuts
-    a document) and hands each window's ids, back to back in input order, to `writer.add`.
-    Reading, encoding and writing overlap: a thread reads up to 2 windows ahead, this thread
-    dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
-    copies the previous window's ids back, puts them in input order and writes them."""
+    """Encodes the documents window by window (within a window, sorted by length into calls of
+    one power-of-two width; any length: max_tokens never cuts a document) and hands each
+    window's ids, back to back in input order in the shard dtype, to `writer.add`.
+
+    On the device, a window's calls write into one buffer and one step puts their ids in
+    input order (`_device_functions`); the host copies back the window's counts, then its ids
+    (about 2-4 bytes per token), once each. Rows with more tokens than the first pass keeps
+    are encoded again at full width into the same buffer before that step. Reading, encoding
+    and writing overlap: a thread reads up to 2 windows ahead, this thread dispatches a
+    window's calls (asynchronous: the device works meanwhile) while a thread finishes the
+    previous window and writes it."""
     import jax
 
-    from . import native, ops, staging
+    from . import native, staging
 
     nfc = mode == "exact" and tok.nfc
+    fns = _device_functions()
+    dtype = token_dtype(tok.vocab.n_vocab)
 
     def where(w: Window, i: int) -> str:
         return f"{paths[w.file_index]}:{int(w.positions[i])}"
@@ -169,31 +303,27 @@ def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Pat
     target = device or jax.devices()[0]
     tables = tok.tables(allowed_special, device)
     staged_path = staging.available(target)
+    buffers = _Buffers(target)
 
-    def encode(w: Window, idx: np.ndarray, width: int, T: int):
-        """Documents `idx` of the window packed straight from its flat buffer into rows (on a
-        CUDA GPU: into pinned memory, one DMA) and encoded; padded to a power of two of rows
-        (few distinct shapes, few compilations)."""
+    def encode_into(raw, at: int, w: Window, idx: np.ndarray, width: int, T: int, rows: int):
+        """Documents `idx` of the window packed straight from its flat buffer into `rows` rows
+        (on a CUDA GPU: into pinned memory, one DMA), encoded, and written into raw at `at`:
+        ids [rows, T], then counts [rows]. Returns the new raw (the old one is donated)."""
         idx = np.ascontiguousarray(idx, np.int64)
-        rows = _pow2(len(idx), 1)
-
-        def run(data, lengths):
-            return ops.encode(data, lengths, tables, max_tokens=T, mode=mode, block_size=block_size,
-                              check_lengths=False, assume_nfc=nfc)
-
+        kw = dict(max_tokens=T, mode=mode, block_size=block_size, assume_nfc=nfc)
         if staged_path and width > 0:
             staged = staging.stage_flat(w.data, w.offsets, idx, max_len=width, rows=rows, device=target)
             try:
-                out = run(staged.data, staged.lengths)
+                raw, counts = fns.encode_into(staged.data, staged.lengths, tables, raw, np.int32(at), **kw)
             except BaseException:
                 staged.discard()
                 raise
-            staged.release(out.counts)
-            return out
+            staged.release(counts)
+            return raw
         data, lengths = native.cpu.pack_flat(w.data, w.offsets, idx, width, rows)
         if target != jax.devices()[0]:
             data, lengths = jax.device_put((data, lengths), target)
-        return run(data, lengths)
+        return fns.encode_into(data, lengths, tables, raw, np.int32(at), **kw)[0]
 
     def launch(w: Window):
         if nfc:  # the width must fit the normalized text
@@ -203,40 +333,77 @@ def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Pat
             i = int(np.argmax(lengths))
             raise CorpusError(f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
                               f"--max-len {max_len} (use --split chunk:N)")
-        calls = []
+        plan = []  # (document indices, width, T, rows, offset in raw)
+        end = 0
         for width, idx in plan_batches(lengths, batch_bytes, max_docs, max_len):
             T = first_pass_tokens(width)
-            calls.append((idx, width, T, encode(w, idx, width, T)))
-        return w, calls
+            full = max(1, batch_bytes // width) if max_docs is None else min(max(1, batch_bytes // width), max_docs)
+            rows = _rows_bucket(len(idx), full)
+            plan.append((idx, width, T, rows, end))
+            end += rows * (T + 1)
+        raw = buffers.take(end)
+        for idx, width, T, rows, at in plan:
+            raw = encode_into(raw, at, w, idx, width, T, rows)
+        # per document, in sorted (plan) order: its call's T and width, where its ids and its
+        # count are in raw
+        sizes = [len(p[0]) for p in plan]
+        perm = np.concatenate([p[0] for p in plan]).astype(np.int64)
+        row = np.arange(len(perm)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        T = np.repeat([p[2] for p in plan], sizes)
+        at = np.repeat([p[4] for p in plan], sizes)
+        src = at + row * T
+        count_at = at + np.repeat([p[3] * p[2] for p in plan], sizes) + row
+        positions = np.zeros(buffers.doc_slots(len(perm)), np.int32)
+        positions[perm] = count_at
+        counts = fns.gather(raw, positions)
+        counts.copy_to_host_async()
+        return w, plan, raw, end, perm, T, src, count_at, counts
 
     def finish(pending) -> None:
-        w, calls = pending
-        parts, part_counts = [], []
-        for idx, width, T, enc in calls:
-            ids, counts = jax.device_get((enc.ids, enc.counts))
-            ids, counts = ids[: len(idx)], counts[: len(idx)].astype(np.int64)
-            redo = np.flatnonzero(counts > T)
-            if redo.size:  # more tokens than the first pass kept: these rows at full width
-                again = encode(w, idx[redo], width, width + 1)
-                ids2, counts2 = jax.device_get((again.ids, again.counts))
-                counts[redo] = counts2[: redo.size]
-            bad = np.flatnonzero((counts < 0) | (counts > width + 1))
-            if bad.size:
-                j = int(bad[0])
-                raise CorpusError(f"{where(w, int(idx[j]))}: tokenization failed (count "
-                                  f"{int(counts[j])}, width {width + 1})")
-            if redo.size:
-                full = dict(zip(redo.tolist(), ids2))
-                flat = np.concatenate([full[r][:c] if r in full else ids[r, :c]
-                                       for r, c in enumerate(counts.tolist())] or [ids[:0, 0]])
-            else:
-                flat = ids[np.arange(ids.shape[1])[None, :] < counts[:, None]]  # row-major
-            parts.append(flat)
-            part_counts.append(counts)
-        flat, counts = _input_order(w, calls, parts, part_counts)
+        w, plan, raw, end, perm, T, src, count_at, counts = pending
+        n = len(perm)
+        sizes = [len(p[0]) for p in plan]
+        got = np.asarray(counts)[perm].astype(np.int64)  # sorted (plan) order from here on
+        redo = np.flatnonzero(got > T)
+        if redo.size:  # more tokens than the first pass kept: these rows at full width
+            call_of = np.repeat(np.arange(len(plan)), sizes)
+            groups = np.split(redo, np.flatnonzero(np.diff(call_of[redo])) + 1)
+            shapes = [(plan[call_of[g[0]]][1] + 1, max(_pow2(len(g), 1), 8)) for g in groups]
+            need = end + sum(rows * (T2 + 1) for T2, rows in shapes)
+            if need > raw.size:
+                raw = fns.grow(raw, size=buffers.grown(need))
+            for g, (T2, rows) in zip(groups, shapes):
+                raw = encode_into(raw, end, w, perm[g], T2 - 1, T2, rows)
+                r = np.arange(len(g))
+                src[g], count_at[g] = end + r * T2, end + rows * T2 + r
+                end += rows * (T2 + 1)
+            positions = np.zeros(buffers.doc_slots(n), np.int32)
+            positions[: redo.size] = count_at[redo]
+            got[redo] = np.asarray(fns.gather(raw, positions))[: redo.size]
+        widths = np.repeat([p[1] for p in plan], sizes)
+        bad = np.flatnonzero((got < 0) | (got > widths + 1))
+        if bad.size:
+            k = int(bad[0])
+            buffers.give_back(raw)
+            raise CorpusError(f"{where(w, int(perm[k]))}: tokenization failed (count "
+                              f"{int(got[k])}, width {int(widths[k]) + 1})")
+        counts = np.empty(n, np.int64)
+        counts[perm] = got
+        source = np.empty(n, np.int64)
+        source[perm] = src
+        total = int(counts.sum())
+        size = _size_bucket(total)
+        starts = np.cumsum(counts) - counts
+        held = np.flatnonzero(counts)
+        layout = np.full((2, buffers.doc_slots(n)), size, np.int32)
+        layout[0, : held.size] = starts[held]
+        layout[1, : held.size] = source[held] - starts[held]
+        ids = np.asarray(fns.finalize(raw, layout, size=size, dtype=dtype))
+        buffers.give_back(raw)
+        flat = ids[:total]
         writer.add(flat, counts, w)
         if progress is not None:
-            progress.update(w.consumed, w.ndocs, int(flat.size))
+            progress.update(w.consumed, w.ndocs, total)
 
     from concurrent.futures import ThreadPoolExecutor
 
@@ -252,22 +419,29 @@ def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Pat
             future.result()
 
 
-def _input_order(w: Window, calls, parts, part_counts) -> tuple[np.ndarray, np.ndarray]:
-    """The window's ids back to back in input order, and its counts, from the calls' ids (each
-    call's documents back to back, calls in plan order)."""
-    perm = np.concatenate([c[0] for c in calls])
-    sorted_counts = np.concatenate(part_counts)
-    sorted_flat = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-    n = len(perm)
-    counts = np.empty(n, np.int64)
-    counts[perm] = sorted_counts
-    if np.array_equal(perm, np.arange(n)):
-        return sorted_flat, counts
-    src = np.empty(n, np.int64)
-    src[perm] = np.cumsum(sorted_counts) - sorted_counts   # where each document's ids are
-    dst = np.cumsum(counts) - counts                       # where they go
-    gather = np.repeat(src - dst, counts) + np.arange(int(counts.sum()), dtype=np.int64)
-    return sorted_flat[gather], counts
+def enable_compilation_cache() -> str | None:
+    """Turns on JAX's persistent compilation cache at ~/.cache/blockbpe_jax/xla (next to the
+    table cache, under $BLOCKBPE_CACHE_DIR when set), so that a second run of the corpus job
+    loads its executables instead of compiling them again; returns the directory in use.
+    A directory the user already chose (jax_compilation_cache_dir) is kept; BLOCKBPE_XLA_CACHE=0
+    (or BLOCKBPE_CACHE_DIR="") leaves the cache off. Executables are stored however quickly
+    they compiled: the job's are many small ones."""
+    import jax
+
+    from . import table_cache
+
+    if os.environ.get("BLOCKBPE_XLA_CACHE", "1") == "0":
+        return None
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return current
+    tables_dir = table_cache._cache_dir()
+    if tables_dir is None:
+        return None
+    path = str(tables_dir.parent / "xla")
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    return path
 
 
 def encode_files(tok, paths: Sequence[str | os.PathLike], out_prefix: str | os.PathLike, *,
@@ -298,6 +472,7 @@ def encode_files(tok, paths: Sequence[str | os.PathLike], out_prefix: str | os.P
     else:
         writer = PaddedWriter(directory, name, fmt, max_tokens, pad_id, shard_docs or 65536)
     total = None if any(p.suffix == ".gz" for p in paths) else sum(p.stat().st_size for p in paths)
+    enable_compilation_cache()
     bar = Progress(total, enabled=progress)
     t0 = time.perf_counter()
     try:

@@ -95,7 +95,7 @@ class FlatWriter:
                 take = 1
             if take:
                 end = int(ends[start + take - 1])
-                self._bin.write(ids[base:end].astype(self.dtype, copy=False).tobytes())
+                self._bin.write(np.ascontiguousarray(ids[base:end], self.dtype).data)
                 self._offsets.append(self._tokens + ends[start:start + take] - base)
                 self._tokens += end - base
                 self._ndocs += take
