@@ -1,7 +1,9 @@
-// C ABI over ffi/pretokenize.h (and one bpe_core.h rule) for tests/test_pretokenize.py (loaded
+// C ABI over ffi/pretok/ (sequential.h, chunked.h; and one core/bpe_core.h rule) for tests/test_pretokenize.py (loaded
 // with ctypes): the pre-tokenizer operand that blockbpe_jax/pretok builds goes in as bytes.
-#include "bpe_core.h"
-#include "pretokenize.h"
+#include "core/bpe_core.h"
+#include "pretok/chunked.h"
+#include "pretok/sequential.h"
+#include "pretok/tables.h"
 
 extern "C" {
 

@@ -6,14 +6,14 @@
 #include <thread>
 #include <vector>
 
-#include "encode_cpu.h"
-#include "encode_ffi.h"
-#include "jsonl.h"
+#include "binding/encode_ffi.h"
+#include "core/jsonl.h"
+#include "core/pack_strings.h"
+#include "cpu/encode_cpu.h"
 #include "nanobind/nanobind.h"
 #include "nanobind/ndarray.h"
 #include "nanobind/stl/optional.h"
 #include "nanobind/stl/string.h"
-#include "pack_strings.h"
 
 namespace nb = nanobind;
 namespace ffi = xla::ffi;
@@ -80,7 +80,7 @@ static nb::ndarray<nb::numpy, T> owned_array(T* data, size_t ndim, const size_t*
 }
 
 // list[str | bytes] -> (uint8[B, max_len] zero-padded, int32[B]) without Python-level loops
-// (the rule: pack_strings.h).
+// (the rule: core/pack_strings.h).
 static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
   nb::list items = nb::list(texts);
   const std::vector<bbpe::StringView> views = bbpe::string_views(items, max_len);
@@ -93,7 +93,7 @@ static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
 }
 
 // Documents of flat[offsets[i], offsets[i + 1]) picked by `index` -> (uint8[rows, max_len]
-// zero-padded, int32[rows]); rows past len(index) are empty (the rule: pack_strings.h).
+// zero-padded, int32[rows]); rows past len(index) are empty (the rule: core/pack_strings.h).
 static nb::tuple pack_flat(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig> flat,
                            nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig> offsets,
                            nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig> index,
@@ -116,7 +116,7 @@ static nb::tuple pack_flat(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig>
 
 // A block of whole lines -> (flat uint8[total], offsets int64[n + 1], line int64[n] of each
 // document counted from the block's first, newlines in the block), or None to give up (the
-// rules: jsonl.h). field None: plain lines.
+// rules: core/jsonl.h). field None: plain lines.
 static nb::object split_documents(nb::bytes block, std::optional<std::string> field,
                                   int threads) {
   std::vector<bbpe::jsonl::Part> parts;

@@ -35,9 +35,9 @@
 
 #include <cstdint>
 
-#include "bbpe_hd.h"
-#include "bpe_core.h"
-#include "pretokenize.h"
+#include "core/bbpe_hd.h"
+#include "core/bpe_core.h"
+#include "core/utf8.h"
 
 namespace bbpe {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "encode_params.h"
+#include "binding/encode_params.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace bbpe {
@@ -15,10 +15,10 @@ namespace bbpe {
 namespace ffi = xla::ffi;
 
 // Operands in order: data, lengths, the vocabulary and special-token tables, the
-// pre-tokenizer tables (pretokenize.h, PretokView), the NFC composition pairs, the character
-// tables of SentencePiece-style BPE (char_symbols.h).
-// Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), symbols (char_symbols.h:
-// kSymbolsBytes or kSymbolsChars), nfc (NfcAttr, pretokenize.h:
+// pre-tokenizer tables (pretok/tables.h, PretokView), the NFC composition pairs, the character
+// tables of SentencePiece-style BPE (core/char_symbols.h).
+// Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), symbols (core/char_symbols.h:
+// kSymbolsBytes or kSymbolsChars), nfc (NfcAttr, pretok/tables.h:
 // NFC tables in the operand, and whether the text is checked), pad_id, max_piece_len (0
 // disables the whole-piece shortcut), rank_is_id (1: every pair's rank is its merged id, as
 // in tiktoken vocabularies), block_size.

@@ -4,9 +4,10 @@
 
 #include <cstdint>
 
-#include "bpe_core.h"
-#include "char_symbols.h"
-#include "pretokenize.h"
+#include "core/bpe_core.h"
+#include "core/char_symbols.h"
+#include "pretok/nfc.h"
+#include "pretok/tables.h"
 
 namespace bbpe {
 
@@ -41,7 +42,7 @@ BBPE_HD int64_t smem_bytes_per_string(int64_t max_len, int pretok_stages, int sy
   return cap * (passes_in_smem(max_len, pretok_stages, symbols) ? kBytesPerPosition : kCoreBytesPerPosition);
 }
 // Long rows: in exact mode with a one-stage pre-tokenizer, rows wider than kSmemMaxLen go
-// through the tile pipeline (cuda_kernels.cu): one block per kTileBytes bytes of a row, the
+// through the tile pipeline (cuda/tile_pipeline.cuh): one block per kTileBytes bytes of a row, the
 // row's arrays in the workspace as for one block, then one TileInfo per tile. The choice is
 // by shape (the host never reads the lengths); other modes keep one block per string.
 constexpr int kTileBytes = 4096;
@@ -104,10 +105,10 @@ struct EncodeParams {
   int32_t max_tokens;       // T
   int32_t pad_id;
   int32_t pretok_stages;    // stages of the pre-tokenizer; kModeBytes (0): none
-  int32_t symbols;          // kSymbolsBytes or kSymbolsChars (char_symbols.h)
+  int32_t symbols;          // kSymbolsBytes or kSymbolsChars (core/char_symbols.h)
   CharTable chars;          // with kSymbolsChars: the character tables
-  PretokView pretok;        // their tables (pretokenize.h)
-  NfcPairs nfc_pairs;       // with pretok.nfc: the composition pairs (pretokenize.h)
+  PretokView pretok;        // their tables (pretok/tables.h)
+  NfcPairs nfc_pairs;       // with pretok.nfc: the composition pairs (pretok/nfc.h)
   VocabView vocab;
   SpecialView special;
   int32_t* ids;             // [batch, max_tokens]

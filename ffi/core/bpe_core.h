@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "bbpe_hd.h"
+#include "core/bbpe_hd.h"
 
 namespace bbpe {
 
@@ -29,7 +29,7 @@ BBPE_HD bool starts_segment(int32_t tok) { return tok >= 0 && (tok & kSegStart) 
 
 // The `pretok_stages` attribute: 0 is the paper's byte-level mode (segments are the text
 // between special tokens, no pre-tokenizer); otherwise the number of pre-tokenizer stages
-// whose tables the call passes (pretokenize.h).
+// whose tables the call passes (pretok/tables.h).
 constexpr int kModeBytes = 0;
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-// The CPU executor: the steps of the CUDA kernel (cuda_kernels.cu), one string at a time, each
-// a sequential loop over the rules in bpe_core.h; every segment is merged by merge_segment.
+// The CPU executor: the steps of the CUDA kernel (cuda/encode_kernel.cuh), one string at a time, each
+// a sequential loop over the rules in core/bpe_core.h; every segment is merged by merge_segment.
 #pragma once
 
 #include <algorithm>
@@ -8,10 +8,11 @@
 #include <utility>
 #include <vector>
 
-#include "bpe_core.h"
-#include "char_symbols.h"
-#include "encode_params.h"
-#include "pretokenize.h"
+#include "binding/encode_params.h"
+#include "core/bpe_core.h"
+#include "core/char_symbols.h"
+#include "pretok/nfc.h"
+#include "pretok/sequential.h"
 
 namespace bbpe {
 
@@ -28,7 +29,7 @@ struct CpuScratch {
 // segment every pass, which is quadratic in a long piece (a 256 KiB run of letters took 4.8 s).
 constexpr int kHeapMergeMinLen = 64;
 
-// merge_segment's rule (bpe_core.h) in O(m log m) for one segment tok[0..m): the same passes,
+// merge_segment's rule (core/bpe_core.h) in O(m log m) for one segment tok[0..m): the same passes,
 // each merging every leftmost-first occurrence of the lowest rank present when the pass
 // starts, with the pairs in a heap of (rank, position) and the tokens in a linked list instead
 // of a rescan per pass. Pairs formed by a pass are ranked after it, as in merge_segment.
@@ -90,7 +91,7 @@ inline int merge_one_segment(const VocabView& v, int32_t* tok, int m, CpuScratch
   return merge_segment(v, tok, s.rank.data(), s.fresh.data(), m);
 }
 
-// SentencePiece-style BPE (char_symbols.h) of text[0..n) into s.tok[0..count), the specials
+// SentencePiece-style BPE (core/char_symbols.h) of text[0..n) into s.tok[0..count), the specials
 // already marked (s.tok[i] = the special matched at i); returns count.
 inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s) {
   const VocabView& v = p.vocab;

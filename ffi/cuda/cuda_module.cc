@@ -1,4 +1,4 @@
-// CUDA FFI targets and the nanobind module that registers them (kernels in cuda_kernels.cu),
+// CUDA FFI targets and the nanobind module that registers them (kernels: encode_cuda.cu),
 // plus `HostStaging`: string batches packed into page-locked memory and copied to the GPU on a
 // private stream, for Tokenizer.encode_batch (blockbpe_jax/staging.py).
 #include <cuda_runtime_api.h>
@@ -8,12 +8,12 @@
 #include <string>
 #include <utility>
 
+#include "core/pack_strings.h"
 #include "nanobind/nanobind.h"
 #include "nanobind/ndarray.h"
 #include "nanobind/stl/pair.h"
 #include "nanobind/stl/string.h"
 #include "nanobind/stl/vector.h"
-#include "pack_strings.h"
 #include "xla/ffi/api/api.h"
 
 namespace nb = nanobind;
@@ -22,7 +22,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(BbpeEncodeCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked);
 #ifdef BBPE_STAGE_CLOCKS
 namespace bbpe {
-std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks();  // cuda_kernels.cu
+std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks();  // encode_cuda.cu
 }
 #endif
 
@@ -72,7 +72,7 @@ class HostStaging {
   HostStaging(const HostStaging&) = delete;
   HostStaging& operator=(const HostStaging&) = delete;
 
-  // Packs `texts` (the rule of pack_strings.h) into the pinned buffer and starts its copy to
+  // Packs `texts` (the rule of core/pack_strings.h) into the pinned buffer and starts its copy to
   // the device. Returns (batch, max_len) of the packed rows.
   std::pair<int64_t, int64_t> upload(nb::handle texts, int64_t max_len) {
     nb::list items = nb::list(texts);

@@ -1,0 +1,113 @@
+// The first steps of a block per string: its arrays placed, its string loaded, the special
+// tokens marked (begin_block), and the pre-tokenizer run over it (pretokenize_block).
+// Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
+// linkage (an unnamed namespace), as the kernels are private to the module.
+#pragma once
+
+#include <cstdint>
+
+#include "binding/encode_params.h"
+#include "core/bpe_core.h"
+#include "core/char_symbols.h"
+#include "cuda/block_common.cuh"
+#include "cuda/stage_clock.cuh"
+#include "pretok/block_pretokenizer.cuh"
+#include "pretok/tables.h"
+
+namespace bbpe {
+namespace {
+
+// The pre-tokenizer as a separate (not inlined) function: inlined into the encode kernel, its
+// unrolled automata made ptxas run for many minutes.
+template <int kThreads>
+__device__ __noinline__ void pretokenize_block(
+    const PretokView& v, const uint8_t* text, int n, const uint8_t* is_special, uint8_t* piece_start,
+    typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage& tmp) {
+  // In 4096-byte tiles a short string keeps most threads idle (512 bytes: one warp of 256
+  // threads), so strings up to 4 * kThreads bytes go in 4-byte chunks, every thread busy
+  // (2-byte chunks were slower). Only the chunk size differs: the two share one TempStorage
+  // layout.
+  constexpr int kSmall = 4;
+  if (kPretokItems<kThreads> > kSmall && n <= kThreads * kSmall) {
+    using Small = BlockPretokenizer<kThreads, kSmall>;
+    static_assert(sizeof(typename Small::TempStorage) ==
+                  sizeof(typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage),
+                  "the small-chunk pre-tokenizer reuses the block's TempStorage");
+    block_pretokenize<kThreads, kSmall>(v, text, n, is_special, piece_start,
+                                        reinterpret_cast<typename Small::TempStorage&>(tmp));
+    return;
+  }
+  block_pretokenize<kThreads, kPretokItems<kThreads>>(v, text, n, is_special, piece_start, tmp);
+}
+
+// The start of every block: its arrays, its string loaded, the special tokens marked (a.tok[i]:
+// the special matched at i, is_special). False (the row written and flagged) for a length
+// outside [0, max_len], which only an unchecked call can pass. kChars: SentencePiece-style
+// symbols, whose specials may match a space for `▁` (specials_escaped).
+template <int kThreads, bool kChars = false>
+__device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem, BlockArrays& a,
+                                            int32_t*& out, int& n, StageClock& clock) {
+  const int64_t b = blockIdx.x;
+  const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
+  const BlockPlacement at = place_block_arrays(
+      smem, p.workspace + b * workspace_bytes_per_string(p.max_len, p.pretok_stages, p.symbols),
+      p.max_len, p.pretok_stages, p.symbols);
+  a = carve(at.core, at.pass, cap);
+  out = p.ids + b * p.max_tokens;
+  n = p.lengths[b];
+  if (n < 0 || n > p.max_len) {  // unchecked call with a bad length: no reads, flag the row
+    for (int j = threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
+    if (threadIdx.x == 0) p.counts[b] = -1;
+    return false;
+  }
+  const uint8_t* src = p.data + b * (int64_t)p.max_len;
+  if (((reinterpret_cast<uintptr_t>(src) | (uintptr_t)p.max_len) & 15) == 0) {
+    // 16 bytes per load (the row is aligned and n rounded up stays inside it; the arrays are
+    // 16-byte aligned by construction): one memory round trip per thread, not one per byte.
+    for (int i = threadIdx.x; i < (n + 15) / 16; i += kThreads) {
+      reinterpret_cast<uint4*>(a.text)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
+      reinterpret_cast<uint4*>(a.piece_start)[i] = make_uint4(0, 0, 0, 0);
+      reinterpret_cast<uint4*>(a.is_special)[i] = make_uint4(0, 0, 0, 0);
+    }
+  } else {
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      a.text[i] = src[i];
+      a.piece_start[i] = 0;
+      a.is_special[i] = 0;
+    }
+  }
+  __syncthreads();
+  clock.mark(kClockLoad);
+
+  // Special tokens: every position looks for a match in parallel (into tok); the rare matches
+  // are then resolved leftmost-first by one thread (accept_special_matches).
+  if (p.special.count > 0) {
+    const bool escaped = kChars && specials_escaped(p.chars);
+    const uint8_t* first = nullptr;  // kChars: the specials' first bytes (as cpu/encode_cpu.h)
+    if constexpr (kChars) {
+      __shared__ uint8_t first_bytes[256];
+      for (int c = threadIdx.x; c < 256; c += kThreads) first_bytes[c] = 0;
+      __syncthreads();
+      for (int k = threadIdx.x; k < p.special.count; k += kThreads)
+        if (special_len(p.special, k) > 0) first_bytes[p.special.data[p.special.offsets[k]]] = 1;
+      __syncthreads();
+      if (threadIdx.x == 0 && escaped && first_bytes[0xE2]) first_bytes[' '] = 1;
+      __syncthreads();
+      first = first_bytes;
+    }
+    bool found = false;
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      const int k = first && !first[a.text[i]] ? -1 : special_match_at(p.special, a.text, n, i, escaped);
+      a.tok[i] = k;
+      found |= k >= 0;
+    }
+    if (__syncthreads_or(found) && threadIdx.x == 0)
+      accept_special_matches(p.special, a.tok, n, a.is_special, a.text, escaped);
+    __syncthreads();
+  }
+  clock.mark(kClockSpecials);
+  return true;
+}
+
+}  // namespace
+}  // namespace bbpe

@@ -1,0 +1,83 @@
+// What every kernel of a block per string shares: the per-block arrays (BlockArrays, carved
+// from shared memory or the workspace as binding/encode_params.h places them), the block
+// scans and their shared storage (Scans), the piece lengths that choose a merge strategy, and
+// the launch bounds.
+// Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
+// linkage (an unnamed namespace), as the kernels are private to the module.
+#pragma once
+
+#include <cstdint>
+
+#include <cub/block/block_scan.cuh>
+
+#include "core/bpe_core.h"
+#include "pretok/block_pretokenizer.cuh"
+
+namespace bbpe {
+namespace {
+
+// Per-block arrays: the core ones (every string) and the pass ones (merge passes only); where
+// they live (shared memory or global workspace) is decided per launch (binding/encode_params.h).
+struct BlockArrays {
+  uint8_t* text;
+  uint8_t* piece_start;  // after the initial tokens: 1 where a segment starts
+  uint8_t* is_special;
+  int32_t* tok;
+  int32_t* rank;
+  int32_t* next_tok;
+  int32_t* next_rank;
+  int32_t* merged;
+};
+
+__device__ BlockArrays carve(uint8_t* core, uint8_t* pass, int cap) {
+  BlockArrays a;
+  a.tok = reinterpret_cast<int32_t*>(core);
+  a.rank = a.tok + cap;
+  a.text = reinterpret_cast<uint8_t*>(a.rank + cap);
+  a.piece_start = a.text + cap;
+  a.is_special = a.piece_start + cap;
+  a.next_tok = reinterpret_cast<int32_t*>(pass);
+  a.next_rank = a.next_tok + cap;
+  a.merged = a.next_rank + cap;
+  return a;
+}
+
+struct SegMinOp {
+  __device__ SegMin operator()(SegMin a, SegMin b) const { return seg_min_combine(a, b); }
+};
+struct MergeCarryOp {
+  __device__ MergeCarry operator()(MergeCarry a, MergeCarry b) const {
+    return merge_carry_combine(a, b);
+  }
+};
+
+// Exact mode: pieces up to kLanePieceLen bytes are merged lane-parallel (a warp packs several
+// into its 32 lanes, merge_in_lanes); up to kShortPieceLen bytes by one thread each
+// (merge_segment); longer ones by the block passes.
+constexpr int kLanePieceLen = 32;
+constexpr int kShortPieceLen = 64;
+
+// The pre-tokenizer works in tiles of 4096 bytes per block, whatever the block size.
+template <int kThreads>
+constexpr int kPretokItems = 4096 / kThreads;
+
+template <int kThreads>
+struct Scans {
+  using SegMinScan = cub::BlockScan<SegMin, kThreads>;
+  using CarryScan = cub::BlockScan<MergeCarry, kThreads>;
+  using IntScan = cub::BlockScan<int, kThreads>;
+  union Storage {
+    typename SegMinScan::TempStorage seg;
+    typename CarryScan::TempStorage carry;
+    typename IntScan::TempStorage count;
+    typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage pretok;
+    int2 lanes[kThreads];  // merge_in_lanes: (token, rank) of each lane, for the compaction
+  };
+};
+
+// Shared-memory-lean blocks fit four to an SM at 256 threads (64 registers per thread).
+template <int kThreads>
+constexpr int kMinBlocksPerSm = kThreads >= 1024 ? 1 : 1024 / kThreads;
+
+}  // namespace
+}  // namespace bbpe

@@ -1,0 +1,134 @@
+// CUDA FFI target `bbpe_encode`: one thread block per string (BlockBPE).
+//
+// A block loads its string into shared memory (or, past kSmemMaxLen bytes, into its slice of a
+// global workspace), marks special tokens and pre-tokenizer pieces and builds the initial byte
+// tokens, flagging segment starts (specials and pieces). The segment starts are listed and
+// the threads take them round robin: a special token stays one token; whole-piece shortcut;
+// a piece of up to kShortPieceLen bytes that is not a token goes on a merge list: up to
+// kLanePieceLen bytes, merged lane-parallel, several pieces to a warp (merge_in_lanes); longer
+// ones in place by one thread each with merge_segment (core/bpe_core.h). The pre-tokenizer's tables
+// are an operand (pretok/tables.h, PretokView): each block copies a stage's step tables to
+// shared memory.
+// One scan places the results, straight into the output when nothing is left to do. Longer
+// segments, and every segment in bytes mode (the paper's algorithm), go through block-wide
+// merge passes. Each pass:
+//   1. segmented minimum of the cached pair ranks (block scan, SegMin),
+//   2. every pair whose rank is its segment's minimum is a candidate; leftmost-first selection
+//      and the surviving-token count come out of one block scan (MergeCarry),
+//   3. compaction into the other buffer; only pairs next to a merge are looked up again.
+// Passes stop when no segment has a mergeable pair. The rules are those of core/bpe_core.h, the same
+// functions the CPU handler calls. Where each array lives: binding/encode_params.h.
+//
+// The kernels, by stage, in headers that all belong to this one translation unit (so that what
+// is inlined stays inlined and each template is instantiated once):
+//   cuda/block_common.cuh   per-block arrays, block scans, the piece lengths of each strategy
+//   cuda/stage_clock.cuh    per-stage cycle counters (profiling builds)
+//   cuda/block_begin.cuh    the string loaded, special tokens, the pre-tokenizer call
+//   cuda/lane_merges.cuh    short pieces merged lane-parallel, the listed pieces
+//   cuda/merge_passes.cuh   the block-wide merge passes, token compaction
+//   cuda/encode_kernel.cuh  byte-level BPE: encode_kernel (encode_segments)
+//   cuda/chars_kernel.cuh   SentencePiece-style BPE: encode_chars_kernel
+//   cuda/tile_rows.cuh      long rows: the tile pipeline's layout and its specials kernels
+//   cuda/tile_pipeline.cuh  long rows: pre-tokenizer passes, encode, output, launch_tiles
+// This file: the launcher (one block per string, or the tile pipeline) and the FFI handlers.
+#include <cuda_runtime.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "binding/encode_ffi.h"
+#include "binding/encode_params.h"
+#include "core/char_symbols.h"
+#include "cuda/chars_kernel.cuh"
+#include "cuda/encode_kernel.cuh"
+#include "cuda/stage_clock.cuh"
+#include "cuda/tile_pipeline.cuh"
+
+namespace bbpe {
+namespace {
+
+template <int kThreads>
+cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
+  if (tiled_rows(p.max_len, p.pretok_stages, p.symbols)) return launch_tiles<kThreads>(p, stream);
+  const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.pretok_stages, p.symbols);
+  const auto kernel = p.symbols == kSymbolsChars ? encode_chars_kernel<kThreads> : encode_kernel<kThreads>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (err != cudaSuccess) return err;
+  kernel<<<(unsigned)p.batch, kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <bool kCheck>
+ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths,
+                       ffi::Buffer<ffi::S32> pair_table, ffi::Buffer<ffi::S32> byte_ids,
+                       ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
+                       ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
+                       ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
+                       ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
+                       ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols,
+                       int32_t run_long, int32_t run_step, int32_t run_width, int32_t nfc, int32_t pad_id, int32_t max_piece_len,
+                       int32_t rank_is_id, int32_t block_size,
+                       ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
+                       ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
+  EncodeParams p;
+  ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
+                                      token_data, special_offsets, special_data, special_ids,
+                                      pretok, nfc_pairs, char_table, pretok_stages, symbols,
+                                      run_long, run_step, run_width, nfc,
+                                      pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
+  if (err.failure()) return err;
+  if (p.batch == 0) return ffi::Error::Success();
+  if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols))
+    return ffi::Error::InvalidArgument("bbpe_encode: workspace has " + std::to_string(p.workspace_size) +
+                                       " bytes, needs " + std::to_string(workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols)));
+  if (kCheck) {
+    // The checked target reads the lengths back (one small copy and a stream sync) so that a
+    // bad length is an exception; bbpe_encode_unchecked skips this and flags the row instead.
+    std::vector<int32_t> host(p.batch);
+    cudaError_t e = cudaMemcpyAsync(host.data(), p.lengths, p.batch * sizeof(int32_t),
+                                    cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_encode: ") + cudaGetErrorString(e));
+    err = check_lengths(host.data(), p.batch, p.max_len);
+    if (err.failure()) return err;
+  }
+  cudaError_t e;
+  switch (block_size) {
+    case 256: e = launch<256>(p, stream); break;
+    case 512: e = launch<512>(p, stream); break;
+    case 1024: e = launch<1024>(p, stream); break;
+    default:
+      return ffi::Error::InvalidArgument("bbpe_encode: block_size must be 256, 512 or 1024, got " +
+                                         std::to_string(block_size));
+  }
+  if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_encode: ") + cudaGetErrorString(e));
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+#ifdef BBPE_STAGE_CLOCKS
+// Reads and zeroes the stage clocks (the names in StageClockSlot order).
+std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks() {
+  static const char* names[kStageClockSlots] = {
+      "load", "specials", "pretokenize", "initial", "segments", "merges", "output", "passes",
+      "blocks", "long_blocks"};
+  unsigned long long host[kStageClockSlots] = {};
+  cudaDeviceSynchronize();
+  cudaMemcpyFromSymbol(host, g_stage_clocks, sizeof(host));
+  const unsigned long long zero[kStageClockSlots] = {};
+  cudaMemcpyToSymbol(g_stage_clocks, zero, sizeof(zero));
+  std::vector<std::pair<std::string, unsigned long long>> out;
+  for (int k = 0; k < kStageClockSlots; ++k) out.emplace_back(names[k], host[k]);
+  return out;
+}
+#endif
+}  // namespace bbpe
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCuda, bbpe::encode_cuda<true>,
+                              bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
+// No host read-back: a fixed launch on the stream, safe to capture in a CUDA graph.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked, bbpe::encode_cuda<false>,
+                              bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+                              {xla::ffi::Traits::kCmdBufferCompatible});

@@ -1,0 +1,174 @@
+// Short pieces merged lane-parallel, several pieces to a warp (merge_in_lanes), and the step
+// that sorts the listed pieces and hands them to it or, when longer, to one thread each
+// (merge_listed_pieces). The rule is merge_segment's (core/bpe_core.h).
+// Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
+// linkage (an unnamed namespace), as the kernels are private to the module.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bpe_core.h"
+#include "cuda/block_common.cuh"
+
+namespace bbpe {
+namespace {
+
+// Lane-parallel merges of short pieces (exact mode; lengths 2..32, listed in list[0..n)).
+// The list is cut into bins of as many whole pieces as fit into 32 lanes, one token per lane
+// (next fit, in list order, within windows of 32 entries); the warps claim bins from a shared
+// counter. For each bin a warp runs
+// merge_segment's rule on all of them at once, pass after pass: each piece's lowest rank
+// (a segmented minimum over the piece's lanes), its leftmost-first occurrences of it from the
+// candidate bits (leftmost_first_merges, core/bpe_core.h), the merged tokens (merged_id), the
+// compaction (through shared memory: slots), and a pair lookup in every lane whose pair a
+// merge changed. A pass thus waits for one round of table probes, not for a thread's walk
+// over its piece. The result is what merge_segment gives: tok[s0..) of each piece rewritten
+// and rank[s0] = its token count (lens[] holds the lengths).
+__device__ __forceinline__ uint32_t lanes_upto(int lane) {  // bits 0..lane
+  return lane >= 31 ? ~0u : (2u << lane) - 1;
+}
+
+__device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, const int32_t* list,
+                               const int32_t* lens, int n, int2* slots, int* next_bin) {
+  const int lane = threadIdx.x & 31;
+  // Every warp walks the same bins (next fit over windows of 32 list entries) and merges the
+  // ones it claims from the shared counter next_bin (zero on entry): a warp that is done takes
+  // the next bin, so the slowest warp no longer has a fixed share.
+  int claim = 0;
+  if (lane == 0) claim = atomicAdd(next_bin, 1);
+  claim = __shfl_sync(~0u, claim, 0);
+  int bin = 0;
+  for (int first = 0; first < n; first += 32) {
+    const int g = first + lane;
+    const bool listed = g < n;
+    const int s0 = listed ? list[g] : 0;
+    const int len = listed ? lens[g] : 0;  // (not -rank[s0]: other warps rewrite that)
+    int end = len;  // inclusive prefix sum of the lengths over the lanes
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(~0u, end, d);
+      if (lane >= d) end += o;
+    }
+    const int n_listed = __popc(__ballot_sync(~0u, listed));
+    for (int done = 0, base = 0; done < n_listed;) {
+      // Next fit: pieces done..k-1 go into the lanes (the prefix sums grow, so the pieces
+      // that fit are a run of lanes from `done`; the first one always fits).
+      const uint32_t fits = __ballot_sync(~0u, listed && lane >= done && end - base <= 32);
+      const int k = 32 - __clz(fits);
+      if (bin++ != claim) {  // another warp's bin
+        base = __shfl_sync(~0u, end, k - 1);
+        done = k;
+        continue;
+      }
+      if (lane == 0) claim = atomicAdd(next_bin, 1);
+      claim = __shfl_sync(~0u, claim, 0);
+      const int at = end - len - base;  // lane of this piece's first token, if in this round
+      uint32_t starts = __reduce_or_sync(~0u, lane >= done && lane < k ? 1u << at : 0u);
+      int used = __shfl_sync(~0u, end, k - 1) - base;
+      // Lane -> the list lane of its piece (pieces keep their order in the lanes; compaction
+      // moves tokens across lanes, so the write-back asks again with the final starts).
+      const auto piece_lane = [&](uint32_t piece_starts) {
+        return lane < used ? done + __popc(piece_starts & lanes_upto(lane)) - 1 : lane;
+      };
+      const int piece_s0 = __shfl_sync(~0u, s0, piece_lane(starts));
+      const int piece_at = __shfl_sync(~0u, at, piece_lane(starts));
+      int32_t t = lane < used ? tok[piece_s0 + lane - piece_at] : 0;
+      int32_t r = kNoRank;
+      for (uint32_t fresh = ~0u;;) {
+        // Pairs to look up (bit i of fresh: token i or i + 1 is new; all in the first round):
+        // this lane's token and the next one's, if that is in the same piece.
+        const uint32_t used_mask = used >= 32 ? ~0u : (1u << used) - 1;
+        const int32_t right = __shfl_down_sync(~0u, t, 1);
+        const bool has_right = lane + 1 < used && !((starts >> (lane + 1)) & 1);
+        if (!has_right) r = kNoRank;
+        else if ((fresh >> lane) & 1) r = lookup_pair(v, token_id(t), token_id(right), nullptr);
+        // This piece's lanes [head, tail): from its start to the next start (or `used`).
+        const int head = 31 - __clz(starts & lanes_upto(lane));
+        const uint32_t later = starts & ~lanes_upto(lane);
+        const int tail = later ? __ffs(later) - 1 : used;
+        // The piece's lowest rank: a suffix minimum within the piece (shuffles down that stop
+        // at its tail), read at its head. (A reduction with each piece's lane mask costs a
+        // round per distinct mask: with one mask per idle lane it took a fifth of the kernel.)
+        int32_t low = r;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const int32_t o = __shfl_down_sync(~0u, low, d);
+          if (lane + d < tail) low = min(low, o);
+        }
+        const int32_t lowest = __shfl_sync(~0u, low, head);
+        const uint32_t merges = leftmost_first_merges(
+            __ballot_sync(~0u, r != kNoRank && r == lowest));
+        if (merges == 0) {  // (uniform) write back
+          const int ps0 = __shfl_sync(~0u, s0, piece_lane(starts));
+          if (lane < used) {
+            tok[ps0 + lane - head] = t;
+            if (lane == head) rank[ps0] = tail - head;
+          }
+          break;
+        }
+        if ((merges >> lane) & 1) t = merged_id(v, r, t, right) | (t & kSegStart);
+        // Compaction: the right halves go; kept tokens move down to lane `to`.
+        const uint32_t keep = used_mask & ~(merges << 1);
+        const bool kept = (keep >> lane) & 1;
+        const int to = __popc(keep & ((1u << lane) - 1));
+        if (kept) slots[to] = make_int2(t, r);
+        starts = __reduce_or_sync(~0u, kept && ((starts >> lane) & 1) ? 1u << to : 0u);
+        fresh = __reduce_or_sync(~0u, kept && ((merges >> lane) & 1) ? 1u << to : 0u);
+        fresh |= fresh >> 1;  // lane i looks up when token i or token i + 1 is new
+        used = __popc(keep);
+        __syncwarp();
+        if (lane < used) { const int2 x = slots[lane]; t = x.x; r = x.y; }
+        __syncwarp();
+      }
+      base = __shfl_sync(~0u, end, k - 1);
+      done = k;
+    }
+  }
+}
+
+// Step 2 of both kernels: the pieces listed in merge_list (n_lane of 2..kLanePieceLen tokens
+// from the front, by_len[m] of them of length m; n_thread longer ones from the back,
+// merge_list[cap - 1 - g]), each with rank[s0] = minus its length, are merged in place; then
+// rank[s0] = the piece's token count. sorted_list is free scratch (one entry per lane piece).
+// The lane list is sorted by length, longest first (a counting sort into sorted_list): a bin
+// then holds pieces of similar lengths and pass counts, the longest bins are claimed first,
+// and a warp that finishes early claims the next one (simulated on War and Peace: ~20 instead
+// of 29 rounds of passes for the slowest warp; H200: 1024 x 4096 cl100k 226-235 -> 202-216 us).
+template <int kThreads>
+__device__ __forceinline__ void merge_listed_pieces(const VocabView& v, BlockArrays& a,
+                                                    const int32_t* merge_list, int n_lane,
+                                                    int n_thread, int cap, int32_t* sorted_list,
+                                                    int* by_len, int* next_lane_bin,
+                                                    typename Scans<kThreads>::Storage& tmp) {
+  if (threadIdx.x < 32) {  // lane l: pieces of length kLanePieceLen - l
+    const int m = kLanePieceLen - (int)threadIdx.x;
+    const int count = m >= 2 ? by_len[m] : 0;
+    int before = count;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(~0u, before, d);
+      if ((int)threadIdx.x >= d) before += o;
+    }
+    if (m >= 2) by_len[m] = before - count;
+  }
+  __syncthreads();
+  int32_t* lane_list = sorted_list;
+  int32_t* lane_lens = a.merged;  // (free until the passes)
+  for (int g = threadIdx.x; g < n_lane; g += kThreads) {
+    const int s0 = merge_list[g], m = -a.rank[s0];
+    const int at = atomicAdd(&by_len[m], 1);
+    lane_list[at] = s0;
+    lane_lens[at] = m;
+  }
+  __syncthreads();
+  merge_in_lanes(v, a.tok, a.rank, lane_list, lane_lens, n_lane,
+                 tmp.lanes + (threadIdx.x & ~31), next_lane_bin);
+  for (int g = threadIdx.x; g < n_thread; g += kThreads) {
+    const int s0 = merge_list[cap - 1 - g];
+    a.rank[s0] = merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, -a.rank[s0]);
+  }
+  __syncthreads();
+}
+
+}  // namespace
+}  // namespace bbpe

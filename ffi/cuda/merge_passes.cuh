@@ -1,0 +1,111 @@
+// Block-wide steps over a whole token array: the merge passes (segmented minimum,
+// leftmost-first selection, compaction; the rules of core/bpe_core.h) and the compaction of
+// a token array without its deleted positions.
+// Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
+// linkage (an unnamed namespace), as the kernels are private to the module.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bpe_core.h"
+#include "cuda/block_common.cuh"
+
+namespace bbpe {
+namespace {
+
+// Merge passes over a.tok / a.rank (n tokens); returns the final count.
+template <int kThreads>
+__device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int n,
+                            typename Scans<kThreads>::Storage& tmp) {
+  for (;;) {
+    const int per = (n + kThreads - 1) / kThreads;
+    const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
+    // 1. Segment minima, written at each segment's start index (into next_tok: free now).
+    int32_t* seg_min = a.next_tok;
+    SegMin local{-1, kNoRank};
+    for (int i = lo; i < hi; ++i)
+      local = seg_min_combine(local, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
+    SegMin carry;
+    typename Scans<kThreads>::SegMinScan(tmp.seg).ExclusiveScan(local, carry, SegMin{-1, kNoRank},
+                                                                SegMinOp());
+    SegMin run = carry;
+    for (int i = lo; i < hi; ++i) {
+      run = seg_min_combine(run, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
+      if (i + 1 == n || starts_segment(a.tok[i + 1])) seg_min[run.start] = run.rank;
+    }
+    __syncthreads();
+    // 2. Candidates, leftmost-first selection and surviving counts in one scan.
+    MergeCarry mine = merge_carry_identity();
+    run = carry;
+    for (int i = lo; i < hi; ++i) {
+      run = seg_min_combine(run, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
+      mine = merge_carry_push(mine, a.rank[i] != kNoRank && a.rank[i] == seg_min[run.start]);
+    }
+    MergeCarry before, total;
+    typename Scans<kThreads>::CarryScan(tmp.carry).ExclusiveScan(
+        mine, before, merge_carry_identity(), MergeCarryOp(), total);
+    const int next_n = total.kept[0];
+    if (next_n == n) break;  // uniform across the block: no pair merged anywhere
+    bool prev = before.out[0];
+    run = carry;
+    for (int i = lo; i < hi; ++i) {
+      run = seg_min_combine(run, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
+      const bool merges = !prev && a.rank[i] != kNoRank && a.rank[i] == seg_min[run.start];
+      a.merged[i] = merges ? merged_id(v, a.rank[i], a.tok[i], a.tok[i + 1]) : -1;
+      prev = merges;
+    }
+    __syncthreads();
+    // 3. Compaction into the other buffers; re-rank the pairs a merge touched.
+    int j = before.kept[0];
+    prev = before.out[0];
+    for (int i = lo; i < hi; ++i) {
+      const bool was_right_half = prev;
+      prev = a.merged[i] >= 0;
+      if (was_right_half) continue;
+      const bool is_merge = a.merged[i] >= 0;
+      const int32_t t = is_merge ? (a.merged[i] | (a.tok[i] & kSegStart)) : a.tok[i];
+      const int k = is_merge ? i + 2 : i + 1;
+      int32_t r;
+      if (k >= n || starts_segment(a.tok[k])) {
+        r = kNoRank;
+      } else if (is_merge || a.merged[k] >= 0) {
+        const int32_t right = a.merged[k] >= 0 ? a.merged[k] : a.tok[k];
+        r = lookup_pair(v, token_id(t), token_id(right), nullptr);
+      } else {
+        r = a.rank[i];
+      }
+      a.next_tok[j] = t;
+      a.next_rank[j] = r;
+      ++j;
+    }
+    __syncthreads();
+    int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t;
+    t = a.rank; a.rank = a.next_rank; a.next_rank = t;
+    n = next_n;
+  }
+  return n;
+}
+
+// Copies the tokens of src[0..n) that are not kDeleted, in order, to dst[0..), each after
+// the token before(i) gives for its position where that is not kDeleted; returns how many
+// (block-uniform).
+template <int kThreads, typename Before>
+__device__ int compact_tokens(const int32_t* src, int n, int32_t* dst, Before before,
+                              typename Scans<kThreads>::Storage& tmp) {
+  const int per = (n + kThreads - 1) / kThreads;
+  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
+  int mine = 0;
+  for (int i = lo; i < hi; ++i) mine += (src[i] != kDeleted) + (before(i) != kDeleted);
+  int first, total;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, first, total);
+  for (int i = lo, j = first; i < hi; ++i) {
+    const int32_t extra = before(i);
+    if (extra != kDeleted) dst[j++] = extra;
+    if (src[i] != kDeleted) dst[j++] = src[i];
+  }
+  __syncthreads();
+  return total;
+}
+
+}  // namespace
+}  // namespace bbpe

@@ -1,0 +1,195 @@
+// Long rows, the tile pipeline after the specials: the pre-tokenizer's three passes over the
+// tiles and the row kernels that compose their states, the segments encoded per tile, the
+// output; launch_tiles runs them all (the overview: cuda/tile_rows.cuh).
+// Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
+// linkage (an unnamed namespace), as the kernels are private to the module.
+#pragma once
+
+#include <cstdint>
+
+#include "binding/encode_params.h"
+#include "core/bpe_core.h"
+#include "cuda/block_common.cuh"
+#include "cuda/encode_kernel.cuh"
+#include "cuda/stage_clock.cuh"
+#include "cuda/tile_rows.cuh"
+#include "pretok/block_pretokenizer.cuh"
+#include "pretok/nfc.h"
+#include "pretok/tables.h"
+
+namespace bbpe {
+namespace {
+
+// The pre-tokenizer over the tiles, in three passes (BlockPretokenizer's tile_* functions):
+//   kBwd:   (without specials also the row's first kernel: text copied, is_special zeroed)
+//           the NFC check of the tile's bytes and its backward map;
+//   kFwd:   (after row_states<false>) the backward replay and the forward map;
+//   kFlags: (after row_states<true>) the piece starts of the tile's bytes.
+enum TilePass : int { kBwd, kFwd, kFlags };
+template <int kThreads, int kPass>
+__global__ void __launch_bounds__(kThreads) tile_pretokenize(const __grid_constant__ EncodeParams p,
+                                                             bool load) {
+  using Pretok = BlockPretokenizer<kThreads, kPretokItems<kThreads>>;
+  __shared__ typename Pretok::TempStorage tmp;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (!t.live) return;
+  const uint8_t* sp = p.special.count > 0 ? r.a.is_special : nullptr;
+  TileInfo& info = r.info[t.tile];
+  if (kPass == kBwd && load) load_tile<kThreads>(r, t);
+  if (kPass == kBwd && p.pretok.nfc) {
+    bool suspect = false;
+    for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads)
+      suspect |= nfc_suspect_at(p.pretok, p.nfc_pairs, r.src, r.n, sp, i);
+    suspect = __syncthreads_or(suspect);
+    if (threadIdx.x == 0) info.not_nfc = suspect;
+  }
+  Pretok bp(tmp);
+  bp.load_tables(p.pretok.tables);
+  const ClassTable ct = p.pretok.classes(0);
+  if (kPass == kBwd) {
+    const uint64_t m = bp.tile_bwd_map(ct, r.src, r.n, sp, t.tile);
+    if (threadIdx.x == 0) info.bwd_map = m;
+  } else if (kPass == kFwd) {
+    const uint64_t m = bp.tile_fwd_map(ct, r.src, r.n, sp, t.tile, info.t_after, r.a.piece_start);
+    if (threadIdx.x == 0) info.fwd_map = m;
+  } else {
+    bp.tile_flags(ct, r.src, r.n, sp, t.tile, info.s_before, r.a.piece_start);
+  }
+}
+
+// The states at the tiles' edges: backward (kForward false: T after each tile, from the last
+// tile down) or forward (S before each tile). The maps go through shared memory in runs of
+// kRun tiles; thread 0 steps the state through them.
+template <int kThreads, bool kForward>
+__global__ void __launch_bounds__(kThreads) row_states(const __grid_constant__ EncodeParams p) {
+  constexpr int kRun = 1024;
+  __shared__ uint64_t maps[kRun];
+  const RowArrays r = row_arrays(p, blockIdx.x);
+  if (r.n <= 0) return;
+  const int tiles = (r.n + kTileBytes - 1) / kTileBytes;
+  const PretokTables& tab = p.pretok.tables[0];
+  uint8_t state = kForward ? tab.fwd_init & 15 : tab.bwd_init & 15;
+  for (int done = 0; done < tiles; done += kRun) {
+    const int len = min(kRun, tiles - done);
+    __syncthreads();  // (thread 0 is done with the last run)
+    for (int k = threadIdx.x; k < len; k += kThreads) {  // k-th tile in the walk's order
+      const int tile = kForward ? done + k : tiles - 1 - done - k;
+      maps[k] = kForward ? r.info[tile].fwd_map : r.info[tile].bwd_map;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int k = 0; k < len; ++k) {
+        const int tile = kForward ? done + k : tiles - 1 - done - k;
+        if (kForward) r.info[tile].s_before = state;
+        else r.info[tile].t_after = state;
+        state = map_apply(maps[k], state);
+      }
+    }
+  }
+}
+
+// The segments that start in the tile: [first, end) runs from the first segment start in the
+// tile to the first one at or after the tile's end (or the row's end), encoded by
+// encode_segments on the row's arrays from `first` on, the tokens into merged[first..). Two
+// tiles' stretches never overlap; the bytes of a stretch past its tile's end are read here
+// only as piece_start / is_special, which encode_segments rewrites without changing whether
+// a segment starts there.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_encode(
+    const __grid_constant__ EncodeParams p) {
+  __shared__ typename Scans<kThreads>::Storage tmp;
+  __shared__ int first, end;
+  StageClock clock;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (!t.live) return;
+  const int hi = t.hi;
+  if (threadIdx.x == 0) first = end = r.n;
+  __syncthreads();
+  for (int i = t.lo + threadIdx.x; i < hi; i += kThreads)
+    if (segment_starts_at(r.a.is_special, r.a.piece_start, i)) atomicMin(&first, i);
+  __syncthreads();
+  const int s0 = first;
+  TileInfo& info = r.info[t.tile];
+  if (s0 >= hi) {  // no segment starts in the tile
+    if (threadIdx.x == 0) { info.first = s0; info.count = 0; }
+    return;
+  }
+  // The end: windows of kTileBytes after the tile, each thread a run of bytes.
+  constexpr int kItems = kTileBytes / kThreads;
+  for (int w = hi; w < r.n; w += kTileBytes) {
+    bool found = false;
+    for (int i = w + (int)threadIdx.x * kItems; i < min(w + (int)(threadIdx.x + 1) * kItems, r.n); ++i)
+      if (segment_starts_at(r.a.is_special, r.a.piece_start, i)) { atomicMin(&end, i); found = true; break; }
+    if (__syncthreads_or(found)) break;
+  }
+  __syncthreads();
+  const int m = end - s0;
+  BlockArrays a = r.a;
+  a.text += s0; a.piece_start += s0; a.is_special += s0;
+  a.tok += s0; a.rank += s0; a.next_tok += s0; a.next_rank += s0; a.merged += s0;
+  int32_t* out = r.a.merged + s0;
+  bool has_long;
+  const int count = encode_segments<kThreads>(p, a, m, m, out, m, has_long, tmp, clock);
+  if (threadIdx.x == 0) { info.first = s0; info.count = count; }
+}
+
+// Output: the tile's tokens at their place in the row (the counts of the tiles before it),
+// its share of the padding, and (tile 0) the row's count, with the single-block path's
+// meaning: the full count, -2 for a row that is not in NFC, -1 for a bad length.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) tile_output(const __grid_constant__ EncodeParams p) {
+  __shared__ int before, total;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  const int tiles_here = r.n < 0 ? 0 : (r.n + kTileBytes - 1) / kTileBytes;
+  if (threadIdx.x == 0) before = total = 0;
+  __syncthreads();
+  bool not_nfc = false;
+  int mine_before = 0, mine = 0;
+  for (int k = threadIdx.x; k < tiles_here; k += kThreads) {
+    const int c = r.info[k].count;
+    mine += c;
+    mine_before += k < t.tile ? c : 0;
+    not_nfc |= p.pretok.nfc && r.info[k].not_nfc;
+  }
+  if (mine) atomicAdd(&total, mine);
+  if (mine_before) atomicAdd(&before, mine_before);
+  not_nfc = __syncthreads_or(not_nfc);
+  const int count = r.n < 0 ? -1 : (not_nfc ? kCountNotNormalized : total);
+  const int filled = count < 0 ? 0 : count;
+  int32_t* ids = p.ids + t.b * (int64_t)p.max_tokens;
+  if (count >= 0 && t.tile < tiles_here) {
+    const TileInfo& info = r.info[t.tile];
+    for (int j = threadIdx.x; j < info.count && before + j < p.max_tokens; j += kThreads)
+      ids[before + j] = r.a.merged[info.first + j];
+  }
+  const int tiles = (int)tiles_per_row(p.max_len);
+  for (int64_t j = filled + t.tile * (int64_t)kThreads + threadIdx.x; j < p.max_tokens;
+       j += (int64_t)tiles * kThreads)
+    ids[j] = p.pad_id;
+  if (t.tile == 0 && threadIdx.x == 0) p.counts[t.b] = count;
+}
+
+template <int kThreads>
+cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
+  const unsigned tiles = (unsigned)(p.batch * tiles_per_row(p.max_len)), rows = (unsigned)p.batch;
+  const bool specials = p.special.count > 0;
+  if (specials) {
+    tile_matches<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+    row_specials<kThreads><<<rows, kThreads, 0, stream>>>(p);
+    tile_specials<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+  }
+  tile_pretokenize<kThreads, kBwd><<<tiles, kThreads, 0, stream>>>(p, !specials);
+  row_states<kThreads, false><<<rows, kThreads, 0, stream>>>(p);
+  tile_pretokenize<kThreads, kFwd><<<tiles, kThreads, 0, stream>>>(p, false);
+  row_states<kThreads, true><<<rows, kThreads, 0, stream>>>(p);
+  tile_pretokenize<kThreads, kFlags><<<tiles, kThreads, 0, stream>>>(p, false);
+  tile_encode<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+  tile_output<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace bbpe

@@ -1,0 +1,182 @@
+// Exact, regex-equivalent pre-tokenizer: piece boundaries of tiktoken / HF tokenizers, as two
+// finite automata over code point classes that run sequentially on the CPU and in parallel
+// (prefix scans of transition maps) inside one CUDA thread block per string. The automata are
+// data: blockbpe_jax/pretok compiles them from the tokenizer's own regex into PretokTables
+// (one per stage of a pre-tokenizer pipeline) plus a code point -> class table, and both
+// executors run whatever they are given. All logic is BBPE_HD and shared.
+//
+// The automata (blockbpe_jax/pretok/compiler.py derives them). Per byte i a class c_i
+// (byte_class, pretok/tables.h):
+//   Backward: T[n] = init, T[i] = G(T[i+1], c_i). T[i] summarises text[i..end of sub-text):
+//     which parts of the regex can still succeed from there (the lookahead the forward
+//     automaton needs).
+//   Forward: S[0] = init, (S[i+1], flag_i) = F(S[i], c_i, T[i+1]); flag_i = a piece starts at
+//     byte i.
+// Both have at most 16 states, so the transition map of a chunk over all states is a uint64 of
+// 16 nibbles; composing maps is associative and is what pretokenize_chunked and the CUDA block
+// scans compute.
+//
+// Stages: a pre-tokenizer pipeline (HF Sequence of Splits) runs its stages in order; each
+// stage treats the piece starts of the stages before it as sub-text boundaries (both automata
+// restart there), and its own flags include them.
+//
+// Special tokens: bytes with is_special[i] != 0 belong to special tokens. They end the sub-text
+// before them (so `$` and `(?!\S)` see an end there) and a new sub-text starts after them, as
+// tiktoken and HF pre-tokenize each slice between specials independently. Their flag is
+// don't-care (written as 0); the first byte after them always gets a 1.
+//
+// What runs them: pretok/sequential.h (the CPU handler), pretok/block_pretokenizer.cuh (one
+// CUDA thread block per string, and the tile passes of long rows), pretok/chunked.h (the block
+// decomposition emulated on the host, for the tests). This file holds what all three share:
+// transition maps, the steps, the chunk maps and replays, edge_state.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bbpe_hd.h"
+#include "pretok/tables.h"
+
+namespace bbpe {
+
+// A key (class * 16 + T[i+1]) with this bit: a piece of an earlier stage starts at the byte,
+// so both automata restart there (see the Stages paragraph above).
+constexpr uint16_t kKeyBoundary = kMaxClasses * 16;
+
+// ---------------------------------------------------------------------------------------------
+// Transition maps: nibble x of a map = image of state x. map_then(a, b) = "a, then b".
+constexpr uint64_t kMapIdentity = 0xFEDCBA9876543210ull;
+BBPE_HD uint64_t map_constant(uint8_t x) { return 0x1111111111111111ull * x; }
+BBPE_HD uint64_t live_states(int count) { return count >= 16 ? ~0ull : (1ull << (4 * count)) - 1; }
+// Whether every live state has the same image.
+BBPE_HD bool map_is_constant(uint64_t m, uint64_t live) {
+  return ((m ^ map_constant((uint8_t)(m & 15))) & live) == 0;
+}
+BBPE_HD uint8_t map_apply(uint64_t m, uint8_t x) { return (uint8_t)((m >> (4 * x)) & 15); }
+BBPE_HD_OUTLINE uint64_t map_then(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+#if defined(__CUDACC__)
+#pragma unroll
+#endif
+  for (int x = 0; x < 16; ++x) r |= (uint64_t)map_apply(b, map_apply(a, (uint8_t)x)) << (4 * x);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps. A class value may carry kMaxClasses (a piece of an earlier stage starts at the byte):
+// the backward automaton then restarts before it (constant map to init) and the forward one
+// steps it from init. kBoundaries = false (the first stage, which has no earlier pieces)
+// compiles the check away: it sits in the innermost loops.
+template <bool kBoundaries = true>
+BBPE_HD uint64_t bwd_step(const PretokTables& tab, uint8_t cls) {
+  return (kBoundaries && (cls & kMaxClasses)) ? map_constant(tab.bwd_init & 15)
+                                              : tab.bwd[cls & (kMaxClasses - 1)];
+}
+template <bool kBoundaries = true>
+BBPE_HD uint64_t fwd_step(const PretokTables& tab, uint16_t key) {
+  const uint64_t m = tab.fwd[key & (kKeyBoundary - 1)];
+  return (kBoundaries && (key & kKeyBoundary)) ? map_constant(map_apply(m, tab.fwd_init & 15)) : m;
+}
+template <bool kBoundaries = true>
+BBPE_HD uint8_t fwd_flag(const PretokTables& tab, uint16_t key, uint8_t s) {
+  if (kBoundaries && (key & kKeyBoundary)) s = tab.fwd_init & 15;
+  return (uint8_t)((tab.flag[key & (kKeyBoundary - 1)] >> s) & 1);
+}
+// The class of byte i for stage `stage`, with the boundary mark of the earlier stages' flags.
+BBPE_HD uint8_t stage_class(const PretokTables& tab, const uint8_t* text, int n, const uint8_t* sp,
+                            int i, const ClassTable& ct, bool boundary) {
+  const uint8_t c = byte_class(tab, text, n, sp, i, ct);
+  return (boundary && c > kClassSpecial) ? (uint8_t)(c | kMaxClasses) : c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunk helpers (a chunk = cnt consecutive bytes, given by their classes). pretokenize_chunked
+// and the CUDA block function use exactly these.
+
+// A chunk's map, composed step by step. The automata forget their past within a code point
+// or two: once every live state has the same image, the rest of the chunk steps that one
+// state (a map_apply per byte instead of a map_then). The result differs from the full
+// composition only at dead states, which no caller ever applies it to.
+struct ChunkMap {
+  uint64_t live;                // the automaton's states (map_is_constant looks at these)
+  uint64_t m = kMapIdentity;    // the map so far, while it is not constant
+  bool constant = false;
+  uint8_t state = 0;            // the one image, once it is
+  BBPE_HD explicit ChunkMap(uint64_t live_states) : live(live_states) {}
+  BBPE_HD void then(uint64_t step) {
+    if (constant) {
+      state = map_apply(step, state);
+    } else {
+      m = map_then(m, step);
+      constant = map_is_constant(m, live);
+      state = (uint8_t)(m & 15);
+    }
+  }
+  BBPE_HD uint64_t map() const { return constant ? map_constant(state) : m; }
+};
+
+// Backward map of a chunk: nibble x = T at the chunk's first byte when T after its end is x.
+template <bool kBoundaries = true, class C>
+BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
+  ChunkMap acc(tab.bwd_live);
+  for (int i = cnt - 1; i >= 0; --i)
+    if (cls[i] != kClassNone) acc.then(bwd_step<kBoundaries>(tab, (uint8_t)cls[i]));
+  return acc.map();
+}
+
+// Backward replay from T after the chunk. Turns each class into the key of its forward step,
+// key[i] = cls[i] * 16 + T[i+1] (cls and key may be the same array); returns T at the
+// chunk's start.
+template <bool kBoundaries = true, class C, class K>
+BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const C* cls, int cnt, uint8_t t_end,
+                                 K* key) {
+  uint8_t t = t_end;
+  for (int i = cnt - 1; i >= 0; --i) {
+    const uint8_t c = (uint8_t)cls[i];
+    key[i] = (K)(c * 16 + t);
+    t = map_apply(bwd_step<kBoundaries>(tab, c), t);
+  }
+  return t;
+}
+
+// Forward map of a chunk: nibble x = S after the chunk when S before it is x.
+template <bool kBoundaries = true, class K>
+BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const K* key, int cnt) {
+  ChunkMap acc(tab.fwd_live);
+  for (int i = 0; i < cnt; ++i)
+    if (key[i] >= 16) acc.then(fwd_step<kBoundaries>(tab, (uint16_t)key[i]));  // (keys < 16: continuation bytes)
+  return acc.map();
+}
+
+// Forward replay from S before the chunk: writes flags[i] for i < valid; returns S after it.
+template <bool kBoundaries = true, class K>
+BBPE_HD uint8_t chunk_fwd_replay(const PretokTables& tab, const K* key, int cnt, uint8_t s,
+                                 uint8_t* flags, int valid) {
+  for (int i = 0; i < cnt; ++i) {
+    if (i < valid) flags[i] = fwd_flag<kBoundaries>(tab, (uint16_t)key[i], s);
+    s = map_apply(fwd_step<kBoundaries>(tab, (uint16_t)key[i]), s);
+  }
+  return s;
+}
+
+// The state at a chunk's edge without a scan. A chunk's map is usually constant (see
+// ChunkMap), so the state after a chunk (backward pass) or before it (forward pass) is the
+// image of the nearest constant map among the next (resp. previous) chunks, stepped through
+// the maps in between. maps[at], maps[at + step], ... are the `count` chunks between this one
+// and the tile's edge, nearest first, and `carry` is the state at that edge. Returns false
+// when more than max_steps maps would have to be stepped through (always for max_steps < 0,
+// which the tests use to force the scan); the caller then scans.
+constexpr int kPretokLookback = 8;
+BBPE_HD bool edge_state(const uint64_t* maps, int at, int step, int count, uint64_t live,
+                        uint8_t carry, int max_steps, uint8_t* state) {
+  if (max_steps < 0) return false;
+  int j = 0;
+  while (j < count && !map_is_constant(maps[at + j * step], live)) {
+    if (++j > max_steps) return false;
+  }
+  uint8_t x = j < count ? (uint8_t)(maps[at + j * step] & 15) : carry;  // (state 0 is live)
+  while (--j >= 0) x = map_apply(maps[at + j * step], x);
+  *state = x;
+  return true;
+}
+
+}  // namespace bbpe

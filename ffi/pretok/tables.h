@@ -1,0 +1,124 @@
+// The pre-tokenizer operand at run time: the step tables of each stage (PretokTables), the
+// code point -> class tables, the view both executors take of the operand (PretokView,
+// checked against its size on the host) and the class of a byte. blockbpe_jax/pretok/tables.py
+// writes the operand and mirrors these layouts; the automata that run over the classes are in
+// pretok/automata.h.
+//
+// Per byte i a class c_i: 0 = a UTF-8 continuation byte (an identity step); 1 = a byte of a
+// special token; the rest from the class table.
+//
+// Invalid UTF-8 (input is raw bytes): a code point starts at every byte that begins a valid,
+// complete, shortest-form UTF-8 sequence (no surrogates, <= U+10FFFF, no special byte inside),
+// and at every byte that is not covered by such a sequence; each such uncovered byte is ONE
+// code point of the table's invalid_class (that of a private-use character).
+#pragma once
+
+#include <cstdint>
+
+#include "core/bbpe_hd.h"
+#include "core/utf8.h"
+
+namespace bbpe {
+
+constexpr int kMaxClasses = 32;       // classes per stage (the compiler merges equal ones)
+constexpr int kMaxPretokStages = 4;
+constexpr uint8_t kClassNone = 0;     // UTF-8 continuation byte inside a valid sequence
+constexpr uint8_t kClassSpecial = 1;  // byte of a special token
+
+// The tables of one stage (built by blockbpe_jax/pretok/tables.py, which mirrors this layout):
+//   bwd[c]           map over T: t -> G(t, c)
+//   fwd[c * 16 + t]  map over S: s -> F(s, c, t) (next state)
+//   flag[c * 16 + t] bit s = piece-start flag of F(s, c, t)
+//   ascii[b]         class of an ASCII byte
+// Entries of states the automata do not have are identity (never reached from the inits).
+struct PretokTables {
+  uint64_t fwd[kMaxClasses * 16];
+  uint64_t bwd[kMaxClasses];
+  uint16_t flag[kMaxClasses * 16];
+  uint8_t ascii[128];
+  uint8_t bwd_init, fwd_init;
+  uint8_t invalid_class;      // class of a byte that is not part of valid UTF-8
+  uint8_t pad[5];
+  uint64_t bwd_live, fwd_live;  // 0xF in the nibble of every state the automaton has
+};
+static_assert(sizeof(PretokTables) == 5528, "blockbpe_jax/pretok/tables.py mirrors this layout");
+
+// Code point -> class of one stage, two-stage: stage2[stage1[cp >> 8] * 256 + (cp & 255)].
+constexpr int kClassStage1Len = 0x110000 >> 8;
+struct ClassTable {
+  const uint16_t* stage1;  // [kClassStage1Len]
+  const uint8_t* stage2;   // [n_blocks * 256]
+  uint32_t n_blocks;
+};
+
+// The pre-tokenizer operand: stage k's PretokTables at tables + k, its class table at
+// stage1 + k * kClassStage1Len and stage2 + k * n_blocks * 256 (every table has n_blocks
+// blocks). A tokenizer whose normalizer is NFC has one more table after the stages' (nfc):
+// code point -> Canonical_Combining_Class, in the same format. Its layout is checked against
+// the operand's size on the host (pretok_view), and the kernels clamp every index they read
+// from it, so no table content can make them read out of bounds.
+struct PretokView {
+  const PretokTables* tables;
+  const uint16_t* stage1;
+  const uint8_t* stage2;
+  uint32_t n_blocks;
+  int32_t n_stages;  // 0: no pre-tokenizer (bytes mode)
+  bool nfc;          // the text must be in NFC (nfc_suspect_at; the pairs are an operand)
+  BBPE_HD ClassTable classes(int k) const {
+    return ClassTable{stage1 + (int64_t)k * kClassStage1Len, stage2 + (int64_t)k * n_blocks * 256, n_blocks};
+  }
+};
+// Bytes of an operand for n_tables class tables (stages, + 1 with nfc) of n_blocks blocks.
+BBPE_HD int64_t pretok_operand_bytes(int n_stages, int n_tables, int64_t n_blocks) {
+  return n_stages * (int64_t)sizeof(PretokTables) + n_tables * (kClassStage1Len * 2 + n_blocks * 256);
+}
+// The `nfc` attribute: the operand has no NFC tables, or has them and the text is checked, or
+// has them and the caller normalized the text already (no check).
+enum NfcAttr : int { kNfcNone = 0, kNfcCheck = 1, kNfcTrusted = 2 };
+// The view of an operand of `bytes` bytes at `base` (host or device pointer); false when its
+// size does not fit the layout.
+BBPE_HD bool pretok_view(const uint8_t* base, int64_t bytes, int n_stages, int nfc, PretokView* v) {
+  v->n_stages = n_stages;
+  v->nfc = nfc == kNfcCheck && n_stages > 0;
+  if (n_stages == 0) { v->tables = nullptr; v->stage1 = nullptr; v->stage2 = nullptr; v->n_blocks = 0; return true; }
+  if (n_stages < 0 || n_stages > kMaxPretokStages || nfc < kNfcNone || nfc > kNfcTrusted) return false;
+  const int n_tables = n_stages + (nfc != kNfcNone ? 1 : 0);
+  const int64_t fixed = pretok_operand_bytes(n_stages, n_tables, 0);
+  const int64_t per_block = (int64_t)n_tables * 256;
+  if (bytes < fixed + per_block || (bytes - fixed) % per_block != 0) return false;
+  v->tables = reinterpret_cast<const PretokTables*>(base);
+  v->stage1 = reinterpret_cast<const uint16_t*>(base + n_stages * sizeof(PretokTables));
+  v->stage2 = base + n_stages * sizeof(PretokTables) + n_tables * kClassStage1Len * 2;
+  v->n_blocks = (uint32_t)((bytes - fixed) / per_block);
+  return true;
+}
+
+// The table's byte for a code point: the class in the low bits; in the first stage's table of
+// an NFC tokenizer also the marks below.
+BBPE_HD uint8_t cp_table_byte(uint32_t cp, const ClassTable& ct) {
+  uint32_t blk = ct.stage1[cp >> 8];
+  if (blk >= ct.n_blocks) blk = 0;
+  return ct.stage2[blk * 256 + (cp & 255)];
+}
+BBPE_HD uint8_t cp_class(uint32_t cp, const ClassTable& ct) {
+  return cp_table_byte(cp, ct) & (kMaxClasses - 1);
+}
+
+// Class of byte i (reads bytes i-3..i+3 of the segment).
+BBPE_HD_OUTLINE uint8_t byte_class_slow(const PretokTables& tab, const uint8_t* text, int n,
+                                        const uint8_t* sp, int i, const ClassTable& ct) {
+  const uint8_t b = text[i];
+  uint32_t cp;
+  if (utf8_decode(text, n, sp, i, &cp)) return cp_class(cp, ct);
+  if (utf8_lead_of(text, n, sp, i) >= 0) return kClassNone;
+  return tab.invalid_class & (kMaxClasses - 1);  // invalid byte: one code point
+}
+BBPE_HD uint8_t byte_class(const PretokTables& tab, const uint8_t* text, int n, const uint8_t* sp,
+                           int i, const ClassTable& ct) {
+  if (sp && sp[i]) return kClassSpecial;
+  const uint8_t b = text[i];
+  if (b < 0x80) return tab.ascii[b] & (kMaxClasses - 1);
+  return byte_class_slow(tab, text, n, sp, i, ct);
+}
+
+}  // namespace bbpe
