@@ -173,8 +173,9 @@ def _device_functions():
     does not import JAX).
 
     A window's calls write into one int32 buffer `raw` (donated from call to call): call i's
-    padded ids [rows, T] row-major at a host-chosen offset, then its counts [rows]. Its
-    layout depends only on the plan, so the host knows where every document's ids and count
+    padded ids [rows, T] row-major, then its counts [rows], each call after the previous one
+    (the offset is passed on the device from call to call). The layout depends only on the
+    plan, so the host knows where every document's ids and count
     are before anything ran. The host copies back the counts (`gather`), and `finalize`
     gathers the ids of every document, in input order, back to back, cast to the shard
     dtype: the host copies back only those."""
@@ -191,7 +192,8 @@ def _device_functions():
                          block_size=block_size, check_lengths=False, assume_nfc=assume_nfc)
         raw = lax.dynamic_update_slice(raw, enc.ids.reshape(-1), (at,))
         raw = lax.dynamic_update_slice(raw, enc.counts, (at + enc.ids.size,))
-        return raw, enc.counts
+        # the next call's offset, on the device: no host-to-device copy per call
+        return raw, enc.counts, at + enc.ids.size + enc.counts.size
 
     @jax.jit
     def gather(raw, positions):
@@ -235,8 +237,9 @@ def _device_functions():
 
 
 class _Buffers:
-    """Sizes of a job's window buffers, as high-water marks over its windows (powers of two:
-    a job compiles its window steps for a few sizes). Buffers of finished windows are kept
+    """Sizes of a job's window buffers, as high-water marks over its windows (powers of two,
+    the first twice the first window's need: every encode call's executable depends on it, so
+    a job should see one or two). Buffers of finished windows are kept
     for the next windows and jobs (at most `KEEP`, across devices): zeroing a new one costs
     more than the window's steps on the CPU backend."""
 
@@ -245,13 +248,17 @@ class _Buffers:
     _lock = __import__("threading").Lock()
 
     def __init__(self, device):
+        import jax.numpy as jnp
+
         self.device, self.slots, self.docs = device, 1 << 12, 1 << 10
+        self.zero = jnp.zeros((), jnp.int32, device=device)  # a window's first offset
 
     def take(self, slots: int):
         import jax.numpy as jnp
 
         with self._lock:
-            self.slots = max(self.slots, _pow2(slots, 1))
+            if slots > self.slots:  # twice the need: the next windows rarely need more
+                self.slots = 2 * _pow2(slots, 1)
             for k in range(len(self._spare) - 1, -1, -1):
                 device, raw = self._spare[k]
                 if device == self.device and raw.size == self.slots:
@@ -305,25 +312,27 @@ def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Pat
     staged_path = staging.available(target)
     buffers = _Buffers(target)
 
-    def encode_into(raw, at: int, w: Window, idx: np.ndarray, width: int, T: int, rows: int):
+    def encode_into(raw, at, w: Window, idx: np.ndarray, width: int, T: int, rows: int):
         """Documents `idx` of the window packed straight from its flat buffer into `rows` rows
-        (on a CUDA GPU: into pinned memory, one DMA), encoded, and written into raw at `at`:
-        ids [rows, T], then counts [rows]. Returns the new raw (the old one is donated)."""
+        (on a CUDA GPU: into pinned memory, one DMA), encoded, and written into raw at `at` (a
+        device scalar): ids [rows, T], then counts [rows]. Returns the new raw (the old one is
+        donated) and the offset after them."""
         idx = np.ascontiguousarray(idx, np.int64)
         kw = dict(max_tokens=T, mode=mode, block_size=block_size, assume_nfc=nfc)
         if staged_path and width > 0:
             staged = staging.stage_flat(w.data, w.offsets, idx, max_len=width, rows=rows, device=target)
             try:
-                raw, counts = fns.encode_into(staged.data, staged.lengths, tables, raw, np.int32(at), **kw)
+                raw, counts, at = fns.encode_into(staged.data, staged.lengths, tables, raw, at, **kw)
             except BaseException:
                 staged.discard()
                 raise
             staged.release(counts)
-            return raw
+            return raw, at
         data, lengths = native.cpu.pack_flat(w.data, w.offsets, idx, width, rows)
         if target != jax.devices()[0]:
             data, lengths = jax.device_put((data, lengths), target)
-        return fns.encode_into(data, lengths, tables, raw, np.int32(at), **kw)[0]
+        raw, _, at = fns.encode_into(data, lengths, tables, raw, at, **kw)
+        return raw, at
 
     def launch(w: Window):
         if nfc:  # the width must fit the normalized text
@@ -337,30 +346,31 @@ def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Pat
         end = 0
         for width, idx in plan_batches(lengths, batch_bytes, max_docs, max_len):
             T = first_pass_tokens(width)
-            full = max(1, batch_bytes // width) if max_docs is None else min(max(1, batch_bytes // width), max_docs)
-            rows = _rows_bucket(len(idx), full)
+            full = max(1, batch_bytes // width)  # plan_batches' most documents per call
+            rows = _rows_bucket(len(idx), full if max_docs is None else min(full, max_docs))
             plan.append((idx, width, T, rows, end))
             end += rows * (T + 1)
-        raw = buffers.take(end)
-        for idx, width, T, rows, at in plan:
-            raw = encode_into(raw, at, w, idx, width, T, rows)
+        raw, at = buffers.take(end), buffers.zero
+        for idx, width, T, rows, _ in plan:
+            raw, at = encode_into(raw, at, w, idx, width, T, rows)
+        resume = at  # where rows encoded again go (== end)
         # per document, in sorted (plan) order: its call's T and width, where its ids and its
         # count are in raw
         sizes = [len(p[0]) for p in plan]
         perm = np.concatenate([p[0] for p in plan]).astype(np.int64)
         row = np.arange(len(perm)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
         T = np.repeat([p[2] for p in plan], sizes)
-        at = np.repeat([p[4] for p in plan], sizes)
-        src = at + row * T
-        count_at = at + np.repeat([p[3] * p[2] for p in plan], sizes) + row
+        base = np.repeat([p[4] for p in plan], sizes)
+        src = base + row * T
+        count_at = base + np.repeat([p[3] * p[2] for p in plan], sizes) + row
         positions = np.zeros(buffers.doc_slots(len(perm)), np.int32)
         positions[perm] = count_at
         counts = fns.gather(raw, positions)
         counts.copy_to_host_async()
-        return w, plan, raw, end, perm, T, src, count_at, counts
+        return w, plan, raw, end, resume, perm, T, src, count_at, counts
 
     def finish(pending) -> None:
-        w, plan, raw, end, perm, T, src, count_at, counts = pending
+        w, plan, raw, end, at, perm, T, src, count_at, counts = pending
         n = len(perm)
         sizes = [len(p[0]) for p in plan]
         got = np.asarray(counts)[perm].astype(np.int64)  # sorted (plan) order from here on
@@ -368,12 +378,13 @@ def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Pat
         if redo.size:  # more tokens than the first pass kept: these rows at full width
             call_of = np.repeat(np.arange(len(plan)), sizes)
             groups = np.split(redo, np.flatnonzero(np.diff(call_of[redo])) + 1)
+            # (T = width + 1, rows: a power of two, at least 8) of each call's rows again
             shapes = [(plan[call_of[g[0]]][1] + 1, max(_pow2(len(g), 1), 8)) for g in groups]
             need = end + sum(rows * (T2 + 1) for T2, rows in shapes)
             if need > raw.size:
                 raw = fns.grow(raw, size=buffers.grown(need))
             for g, (T2, rows) in zip(groups, shapes):
-                raw = encode_into(raw, end, w, perm[g], T2 - 1, T2, rows)
+                raw, at = encode_into(raw, at, w, perm[g], T2 - 1, T2, rows)
                 r = np.arange(len(g))
                 src[g], count_at[g] = end + r * T2, end + rows * T2 + r
                 end += rows * (T2 + 1)
