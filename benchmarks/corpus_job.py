@@ -13,7 +13,9 @@ deterministically, in seconds (the unique documents are serialized once, then ti
 Timed on each corpus, all with cl100k:
   cli          `blockbpe-jax encode CORPUS --jsonl-field text -o DIR` as a subprocess: wall
                time of EVERYTHING (interpreter and JAX start-up, vocabulary load, reading and
-               JSON parsing, encode, writing the flat shards)
+               JSON parsing, encode, writing the flat shards); run twice, the second process
+               with the first one's executables in JAX's persistent compilation cache
+               (~/.cache/blockbpe_jax/xla; BLOCKBPE_XLA_CACHE=0 turns it off)
   encode_files `Tokenizer.encode_files` in-process (reading, parsing, encode, writing); "cold"
                is the first call (compiles its shapes), "warm" a second one
   tokie, gigatoken (encode_batch), tiktoken (encode_ordinary_batch, --threads threads):
@@ -284,6 +286,16 @@ def run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args) -> dict:
         print(f"  cli: {cli['status']}", flush=True)
         return r
     ids, counts = read_flat(work / f"{label}_cli" / "shard")
+    # again: with the persistent compilation cache (on unless BLOCKBPE_XLA_CACHE=0), the
+    # second process loads the first one's executables instead of compiling them
+    again = run_cli(path, vocab, work / f"{label}_cli2", args.cli_timeout_s)
+    if again["status"] == "ok":
+        diff = compare("cli second run", read_flat(work / f"{label}_cli2" / "shard"), ids, counts)
+        again.update(MBps=nbytes / again["wall_s"] / MB, ids_equal_first=not diff)
+        print(f"  cli again: {again['wall_s']:.2f} s wall ({again['MBps']:.1f} MB/s; job "
+              f"{again['job_s']:.2f} s)" + (f" DIFFERS: {diff}" if diff else ""), flush=True)
+        shutil.rmtree(work / f"{label}_cli2", ignore_errors=True)
+    r["cli_second_run"] = again
     cli.update(MBps=nbytes / cli["wall_s"] / MB, Mtokens_per_s=len(ids) / cli["wall_s"] / 1e6,
                job_MBps=nbytes / cli["job_s"] / MB,
                output_bytes_per_token=cli["output_bytes"] / max(1, len(ids)))
@@ -339,6 +351,11 @@ def table(results: list[dict]) -> str:
         lines.append(f"{head} | ours cli (all incl. start-up, writing) | {cli['wall_s']:.2f} | "
                      f"{cli['MBps']:.1f} | {cli['Mtokens_per_s']:.2f} | {cli['output_bytes_per_token']:.2f} "
                      f"output bytes/token; job alone {cli['job_s']:.2f} s")
+        again = r.get("cli_second_run", {})
+        if again.get("status") == "ok":
+            lines.append(f"{head} | ours cli, second process (compilation cache) | {again['wall_s']:.2f} | "
+                         f"{again['MBps']:.1f} | {r['tokens'] / again['wall_s'] / 1e6:.2f} | job alone "
+                         f"{again['job_s']:.2f} s; ids equal first run: {again['ids_equal_first']}")
         for run, e in r.get("encode_files", {}).items():
             lines.append(f"{head} | ours encode_files ({run}) | {e['seconds']:.2f} | {e['MBps']:.1f} | "
                          f"{r['tokens'] / e['seconds'] / 1e6:.2f} | ids equal cli: {e['ids_equal_cli']}")
@@ -397,6 +414,7 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     doc = dict(benchmark="corpus_job", vocab="cl100k", device=str(jax.devices()[0]),
+               xla_compilation_cache=os.environ.get("BLOCKBPE_XLA_CACHE", "1") != "0",
                threads=args.threads, cpu_count=os.cpu_count(), build_s=build_s,
                timing_notes=dict(
                    cli="wall time of the whole command (start-up, vocabulary, reading, JSON, "
