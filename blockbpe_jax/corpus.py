@@ -13,6 +13,7 @@ import functools
 import os
 import random
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -111,7 +112,6 @@ def _in_background(items: Iterator, depth: int) -> Iterator:
     """The items of `items`, produced by a thread up to `depth` ahead; its exception is raised
     here, in order, when the consumer reaches it. Stops the thread when the consumer stops."""
     import queue
-    import threading
 
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
@@ -245,7 +245,7 @@ class _Buffers:
 
     KEEP = 3
     _spare: list = []  # (device, raw), most recent last
-    _lock = __import__("threading").Lock()
+    _lock = threading.Lock()
 
     def __init__(self, device):
         import jax.numpy as jnp
