@@ -433,7 +433,9 @@ def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Pat
 def enable_compilation_cache() -> str | None:
     """Turns on JAX's persistent compilation cache at ~/.cache/blockbpe_jax/xla (next to the
     table cache, under $BLOCKBPE_CACHE_DIR when set), so that a second run of the corpus job
-    loads its executables instead of compiling them again; returns the directory in use.
+    loads its executables instead of compiling them again; returns the directory in use. The
+    CLI calls it; `encode_files` does not (it would change JAX's settings for the whole of the
+    caller's process).
     A directory the user already chose (jax_compilation_cache_dir) is kept; BLOCKBPE_XLA_CACHE=0
     (or BLOCKBPE_CACHE_DIR="") leaves the cache off. Executables are stored however quickly
     they compiled: the job's are many small ones."""
@@ -483,7 +485,6 @@ def encode_files(tok, paths: Sequence[str | os.PathLike], out_prefix: str | os.P
     else:
         writer = PaddedWriter(directory, name, fmt, max_tokens, pad_id, shard_docs or 65536)
     total = None if any(p.suffix == ".gz" for p in paths) else sum(p.stat().st_size for p in paths)
-    enable_compilation_cache()
     bar = Progress(total, enabled=progress)
     t0 = time.perf_counter()
     try:

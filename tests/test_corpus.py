@@ -414,6 +414,7 @@ def test_compilation_cache_switch(tmp_path, monkeypatch):
 SECOND_RUN = """
 import sys, jax, blockbpe_jax as bb
 from blockbpe_jax import corpus
+corpus.enable_compilation_cache()  # as the CLI does
 events = []
 jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
 tok = bb.Tokenizer.from_file(sys.argv[1])
@@ -424,7 +425,7 @@ print(events.count("/jax/compilation_cache/cache_hits"), events.count("/jax/comp
 
 
 def test_second_process_loads_the_jobs_executables(tmp_path, root):
-    """With the persistent compilation cache (the default), a second process running the same
+    """With the persistent compilation cache (the CLI turns it on), a second process running the same
     job compiles none of the job's executables: every one is a cache hit."""
     import os
     import subprocess

@@ -27,6 +27,7 @@ def cmd_encode(args) -> int:
                        f"every token)")
     if args.verify is not None and args.format != "flat":
         raise CLIError("--verify checks flat shards (--format flat)")
+    corpus.enable_compilation_cache()  # a second run of the job loads its executables
     tok, device = tokenizer_and_device(args)
     check_mode(tok, args.mode, device)
     allowed = parse_allowed_special(args.allowed_special, tok)
