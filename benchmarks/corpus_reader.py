@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The corpus job's reader alone (no tokenizer): MB/s of turning JSONL / text lines into
-documents, the native block reader (ffi/jsonl.h) on 1..N threads next to the C-level Python
+documents, the native block reader (ffi/core/jsonl.h) on 1..N threads next to the C-level Python
 path it replaced (`documents._fast_block`: json scan_once per line, a str and a bytes object
 per document), the documents checked equal.
 

@@ -130,7 +130,7 @@ def part_memory(ctx, res):
         "workspace_rule": (f"exact mode, L <= {smem_max}: B * ceil16(L) * 12 bytes (the merge-pass "
                            f"buffers; the rest is in shared memory); bytes mode, L <= {smem_max}: 0; "
                            f"L > {smem_max}: B * ceil16(L) * 23 bytes; allocated by XLA as a "
-                           "discarded output (ffi/encode_params.h)"),
+                           "discarded output (ffi/binding/encode_params.h)"),
         "ids_rule": "ids int32[B, T] + counts int32[B]; the benchmark uses T = L (never truncates)",
         "shapes": ws,
     }

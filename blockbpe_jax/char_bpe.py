@@ -1,5 +1,5 @@
 """Character-level BPE (SentencePiece-style: Llama 2, Mistral v1-v7, Gemma): what the kernel
-needs besides the pair table (ffi/char_symbols.h), the merge-order check that decides where
+needs besides the pair table (ffi/core/char_symbols.h), the merge-order check that decides where
 merge passes equal the reference's one-merge-at-a-time order (`split_runs`), and the loader
 of HF tokenizer.json files whose BPE has `byte_fallback`. The `.model` loader is
 blockbpe_jax/sentencepiece.py.
@@ -17,7 +17,7 @@ from .vocab import Vocab, VocabError, _place_specials
 SPACE = "\u2581"  # `▁`: sentencepiece's escaped space
 REPLACEMENT = "\ufffd"
 
-# Where the dummy prefix goes (ffi/char_symbols.h, kPrefix*).
+# Where the dummy prefix goes (ffi/core/char_symbols.h, kPrefix*).
 PREFIX_EVERY_SEGMENT, PREFIX_UNLESS_SPACE, PREFIX_BEFORE_SPECIAL = 1, 2, 4
 
 
@@ -26,11 +26,11 @@ def piece_bytes(piece: str) -> bytes:
     return piece.replace(SPACE, " ").encode("utf-8")
 
 
-MAX_JOINERS = 8  # kMaxJoiners (ffi/char_symbols.h): slots of the word rule in char_table
+MAX_JOINERS = 8  # kMaxJoiners (ffi/core/char_symbols.h): slots of the word rule in char_table
 
 
 def space_joiners(pieces, char_ids: dict) -> tuple[int, ...] | None:
-    """The word rule (ffi/char_symbols.h, starts_word): the piece ids of the characters that
+    """The word rule (ffi/core/char_symbols.h, starts_word): the piece ids of the characters that
     precede a `▁` inside some piece, or None when there are more than MAX_JOINERS (then the
     text merges as one segment). A merge can join a `▁` to the symbol before it only if some
     piece holds that symbol's last character followed by `▁`, so every other `▁` may start a
@@ -43,7 +43,7 @@ def space_joiners(pieces, char_ids: dict) -> tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class CharLevel:
-    """What the character-level kernel path needs besides the pair table (ffi/char_symbols.h)."""
+    """What the character-level kernel path needs besides the pair table (ffi/core/char_symbols.h)."""
 
     char_ids: dict[str, int]   # one-character pieces by the character the text holds
     replacement_id: int        # piece of U+FFFD (a byte that is not valid UTF-8), or -1
@@ -80,7 +80,7 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
     makes a pair that ranks no later than itself and overlaps another pair of its rank. For
     runs of one character that happens by construction (`▁▁`+`▁` ranks with `▁`+`▁`), and
     those merges must rank after every other merge and be used by no other: they leave the
-    pair table for the run rule (ffi/char_symbols.h). Elsewhere (a few pieces outrank a piece
+    pair table for the run rule (ffi/core/char_symbols.h). Elsewhere (a few pieces outrank a piece
     they contain) a difference needs rare symbol sequences; as for byte-level BPE, the
     differential tests on corpora and generated text are what vouch for it."""
     run_of: dict[int, str | None] = {}

@@ -154,7 +154,7 @@ def iter_windows(paths: Sequence[Path], split: str = "lines", chunk: int = 0,
     """The documents of the files as windows of about `window_bytes` of input, in order.
 
     Lines and JSONL are read a block at a time and split, checked and parsed per block by
-    native code on `threads` threads (default READ_THREADS; ffi/jsonl.h), the GIL released.
+    native code on `threads` threads (default READ_THREADS; ffi/core/jsonl.h), the GIL released.
     A block it gives up on goes through C-level Python calls (`_fast_block`) and, failing
     those, is re-read line by line (`_line_documents`), which raises the one-line file:line
     error: every path accepts exactly the same input and gives the same documents."""

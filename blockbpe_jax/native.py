@@ -24,5 +24,5 @@ HAS_CUDA_MODULE = cuda is not None
 
 
 def workspace_bytes(batch: int, max_len: int, pretok_stages: int, symbols: int) -> int:
-    """Bytes of the CUDA kernel's arrays that do not live in shared memory (ffi/encode_params.h)."""
+    """Bytes of the CUDA kernel's arrays that do not live in shared memory (ffi/binding/encode_params.h)."""
     return int(cpu.workspace_bytes(batch, max_len, pretok_stages, symbols))

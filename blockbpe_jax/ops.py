@@ -23,7 +23,7 @@ BLOCK_SIZES = (256, 512, 1024)
 BYTES_MODE_STAGES = 0   # pretok_stages of bytes mode: no pre-tokenizer
 
 
-# The encode call's operands after (data, lengths), in order (ffi/encode_ffi.h).
+# The encode call's operands after (data, lengths), in order (ffi/binding/encode_ffi.h).
 TABLE_OPERANDS = ("pair_table", "byte_ids", "piece_table", "token_offsets", "token_data",
                   "special_offsets", "special_data", "special_ids", "pretok", "nfc_pairs",
                   "char_table")
@@ -50,13 +50,13 @@ class EncodeTables:
     special_offsets: jax.Array
     special_data: jax.Array
     special_ids: jax.Array
-    pretok: jax.Array          # the pre-tokenizer's tables (uint8, ffi/pretokenize.h)
+    pretok: jax.Array          # the pre-tokenizer's tables (uint8, ffi/pretok/tables.h)
     nfc_pairs: jax.Array       # NFC composition pairs int32[K, 2] (a stand-in row without NFC)
-    char_table: jax.Array      # SentencePiece BPE's character tables (ffi/char_symbols.h)
+    char_table: jax.Array      # SentencePiece BPE's character tables (ffi/core/char_symbols.h)
     name: str
     exact_stages: int          # pre-tokenizer stages in `pretok` for mode="exact", or -1
     symbols: int               # 0: byte-level BPE; 1: SentencePiece BPE (merges over characters)
-    char_runs: tuple           # its run rule's (T, P, W) attributes (ffi/char_symbols.h)
+    char_runs: tuple           # its run rule's (T, P, W) attributes (ffi/core/char_symbols.h)
     nfc: bool                  # exact mode checks that the text is in NFC (its normalizer)
     exact_error: str | None    # why exact mode is unavailable, if it is
     max_piece_len: int         # 0 disables the whole-piece shortcut
@@ -227,7 +227,7 @@ def encode(data, lengths, tokenizer: TableSource | EncodeTables, *, max_tokens: 
         devices = data.devices() if concrete else ()
         device = next(iter(devices)) if len(devices) == 1 else None
         tables = tokenizer.tables("none" if allowed_special is None else allowed_special, device)
-    # nfc attribute (ffi/pretokenize.h, NfcAttr): 0 no NFC tables, 1 check the text, 2 trusted
+    # nfc attribute (ffi/pretok/tables.h, NfcAttr): 0 no NFC tables, 1 check the text, 2 trusted
     nfc = 0 if not tables.nfc else (2 if assume_nfc else 1)
     call = _encode_call(resolve_mode(tables, mode), tables.symbols, tables.char_runs, nfc, int(pad_id),
                         tables.max_piece_len,

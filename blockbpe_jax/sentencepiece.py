@@ -1,5 +1,5 @@
 """SentencePiece BPE models (`.model` files: Llama 2, Mistral v1-v7, Gemma) as a Vocab whose
-merges run over characters (the kernel's rules: ffi/char_symbols.h; the shared model and the
+merges run over characters (the kernel's rules: ffi/core/char_symbols.h; the shared model and the
 merge-order check: blockbpe_jax/char_bpe.py).
 
 The file is a protobuf ModelProto; the few fields that decide tokenization are read here

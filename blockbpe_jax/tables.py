@@ -19,10 +19,10 @@ change them only together with it. All arrays are int32 unless noted.
   token_data[token_offsets[i]:token_offsets[i+1]] (empty for holes), specials included.
 * special tables: the allowed specials' UTF-8 bytes, longest first (ties by bytes), so the
   first match at a position is the longest one.
-* SentencePiece BPE (vocab.char_level; ffi/char_symbols.h): byte_ids holds the byte-fallback
+* SentencePiece BPE (vocab.char_level; ffi/core/char_symbols.h): byte_ids holds the byte-fallback
   pieces <0xXX>; the piece table holds the one-character pieces of 2-4 UTF-8 bytes (their
   bytes appended to token_data, as the text spells them: `▁` is the piece of U+2581);
-  char_table is the int32 layout documented in char_symbols.h. Byte-level vocabularies pass
+  char_table is the int32 layout documented in ffi/core/char_symbols.h. Byte-level vocabularies pass
   a one-entry stand-in char_table.
 
 lookup_pair / lookup_piece are the reference probes, in plain Python, that the tests use to
@@ -77,7 +77,7 @@ def pair_hash(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return h
 
 
-_PAIR_ALT_SALT = 0x5BD1E995  # bpe_core.h pair_hash_alt
+_PAIR_ALT_SALT = 0x5BD1E995  # ffi/core/bpe_core.h pair_hash_alt
 
 
 def pair_hash_alt(left: np.ndarray, right: np.ndarray) -> np.ndarray:
@@ -215,7 +215,7 @@ class VocabTables:
     rank_is_id: bool  # every pair's rank equals its merged id (true of tiktoken vocabularies)
     nbytes: int  # total bytes of all arrays
     char_table: np.ndarray  # int32: SentencePiece BPE's character tables, or a [1] stand-in
-    symbols: int  # SYMBOLS_BYTES or SYMBOLS_CHARS (ffi/char_symbols.h)
+    symbols: int  # SYMBOLS_BYTES or SYMBOLS_CHARS (ffi/core/char_symbols.h)
     char_runs: tuple[int, int, int]  # the run rule's (T, P, W) attributes; (0, 0, 0): none
 
     def __repr__(self) -> str:
@@ -276,7 +276,7 @@ def _piece_rows(hashes: np.ndarray, ids, lengths, starts, capacity: int) -> np.n
     return table
 
 
-SYMBOLS_BYTES, SYMBOLS_CHARS = 0, 1  # the `symbols` attribute (ffi/char_symbols.h)
+SYMBOLS_BYTES, SYMBOLS_CHARS = 0, 1  # the `symbols` attribute (ffi/core/char_symbols.h)
 CHAR_TABLE_ESCAPED, CHAR_TABLE_JOINERS = 134, 135    # kCharTableEscaped, kCharTableJoiners
 CHAR_TABLE_HEADER = CHAR_TABLE_JOINERS + MAX_JOINERS  # kCharTableHeader
 

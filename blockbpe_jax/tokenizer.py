@@ -236,7 +236,7 @@ class Tokenizer:
     def normalize(self, texts: Sequence[str | bytes]) -> list:
         """The texts as the tokenizer's normalizer leaves them (NFC, or unchanged). `encode` on
         raw bytes does not rewrite text: it reports a string that may not be in NFC with count
-        -2 (ffi/pretokenize.h), so normalize first where text may be decomposed. Bytes that are
+        -2 (ffi/pretok/nfc.h), so normalize first where text may be decomposed. Bytes that are
         not valid UTF-8 are left as they are."""
         if not self.nfc:
             return list(texts)

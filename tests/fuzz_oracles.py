@@ -1,7 +1,7 @@
 """Oracles and row checks of the CPU fuzz tests (tests/test_fuzz_*.py).
 
 Valid text: tiktoken with the real pattern (`.tiktoken` files) or HF `tokenizers` with the file's
-own pipeline (`tokenizer.json`). Invalid UTF-8 (policy: ffi/pretokenize.h): each byte not covered
+own pipeline (`tokenizer.json`). Invalid UTF-8 (policy: ffi/pretok/tables.h): each byte not covered
 by a valid shortest-form UTF-8 sequence is one code point of an ordinary symbol class; BPE runs
 on the raw bytes. Oracle: tiktoken's own regex (or HF's pre-tokenizer) splits the text in which
 each such byte is replaced by a private-use character; the pieces are mapped back to raw byte

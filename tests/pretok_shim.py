@@ -1,4 +1,4 @@
-"""The C++ pre-tokenizer (ffi/pretokenize.h, built from tests/cpp/pretok_shim.cc) called through
+"""The C++ pre-tokenizer (ffi/pretok/, built from tests/cpp/pretok_shim.cc) called through
 ctypes, and the piece oracles it is checked against (see tests/test_pretokenize_*.py)."""
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ SPECIAL = "<|endoftext|>"
 
 
 class Shim:
-    """The C++ pre-tokenizer (ffi/pretokenize.h) run on the operand that blockbpe_jax/pretok
+    """The C++ pre-tokenizer (ffi/pretok/) run on the operand that blockbpe_jax/pretok
     compiles from each pattern; chunk -1 runs the compiler's Python reference instead."""
 
     def __init__(self, path: Path):

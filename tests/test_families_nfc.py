@@ -68,7 +68,7 @@ def check_nfc_primitive(tok, hf, texts, backend=("cpu", 256)):
 
 
 def documented_over_report(text: str) -> bool:
-    """The one kind of NFC string the device check reports (ffi/pretokenize.h, kCccTrail): a
+    """The one kind of NFC string the device check reports (ffi/pretok/nfc.h, kCccTrail): a
     mark that may compose (quick check Maybe) whose last unblocked starter decomposes to marks."""
     from blockbpe_jax.pretok import unicode as uni
     qc, ccc, trail = uni.nfc_quick_check(), uni.ccc(), uni.nfc_trail()

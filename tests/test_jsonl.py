@@ -1,4 +1,4 @@
-"""The native block reader (ffi/jsonl.h, `split_documents`) against the Python reader
+"""The native block reader (ffi/core/jsonl.h, `split_documents`) against the Python reader
 (documents._line_documents, which json.loads each line): where the native reader accepts a
 block its documents and lines are the Python reader's; where it gives up, the Python reader
 decides. On well-formed JSONL it must not give up. Plus pack_flat's rows against pack_strings'."""

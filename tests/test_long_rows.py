@@ -1,4 +1,4 @@
-"""Long rows on the GPU: the tile pipeline (ffi/cuda_kernels.cu, "Long rows").
+"""Long rows on the GPU: the tile pipeline (ffi/cuda/tile_rows.cuh, "Long rows").
 
 Rows wider than 8192 bytes in exact mode with a one-stage pre-tokenizer are spread over one
 block per 4096-byte tile. Every test here encodes on the GPU and compares, row by row and

@@ -1,4 +1,4 @@
-"""Exactness of the pre-tokenizer (ffi/pretokenize.h) against tiktoken and HF tokenizers.
+"""Exactness of the pre-tokenizer (ffi/pretok/) against tiktoken and HF tokenizers.
 
 Corpora and hand-picked cases. The C++ header is compiled into a tiny shared library
 (tests/cpp/pretok_shim.cc, g++; tests/pretok_shim.py) and called through ctypes
@@ -123,7 +123,7 @@ def test_cases(shim, data_dir, pattern):
 
 def test_cl100k_hf_is_llama3_regex(shim, data_dir):
     """cl100k_hf's tokenizer.json uses the Llama-3 regex: its pieces differ from tiktoken's
-    cl100k on a whitespace run with a newline at the end of the text (see pretokenize.h). With
+    cl100k on a whitespace run with a newline at the end of the text (see ffi/pretok/automata.h). With
     the cl100k vocabulary the ids happen to agree (no token has spaces after a newline)."""
     tok = hf_tokenizer("cl100k")
     enc = tiktoken_enc(2)

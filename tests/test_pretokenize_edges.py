@@ -1,5 +1,5 @@
-"""The pre-tokenizer (ffi/pretokenize.h) on invalid UTF-8, in bytes mode, on empty and one-byte
-texts and refused operands, and bpe_core.h's branch-free leftmost-first merge rule
+"""The pre-tokenizer (ffi/pretok/) on invalid UTF-8, in bytes mode, on empty and one-byte
+texts and refused operands, and core/bpe_core.h's branch-free leftmost-first merge rule
 (tests/pretok_shim.py has the shim and the oracles). BLOCKBPE_FULL=1 runs more examples.
 """
 from __future__ import annotations
@@ -117,7 +117,7 @@ def _leftmost_first_sweep(candidates: int) -> int:
 
 
 def test_leftmost_first_merges_bits_equal_the_sweep(shim):
-    """The branch-free bit form (bpe_core.h, used by the CUDA kernel's lane-parallel merges,
+    """The branch-free bit form (ffi/core/bpe_core.h, used by the CUDA kernel's lane-parallel merges,
     which the CPU never runs) selects exactly the pairs of the sequential sweep: every mask of
     the low 16 bits, every single run of set bits, and random 32-bit masks."""
     rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""Exactness of the pre-tokenizer (ffi/pretokenize.h) on generated text: seeded random
+"""Exactness of the pre-tokenizer (ffi/pretok/) on generated text: seeded random
 fragments, hypothesis text, special tokens cutting the text (tests/pretok_shim.py has the shim
 and the oracles). BLOCKBPE_FULL=1 runs more examples (slow).
 """

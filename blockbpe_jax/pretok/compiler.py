@@ -1,4 +1,4 @@
-"""Compile a pre-tokenizer regex into the two automata the kernels run (ffi/pretokenize.h).
+"""Compile a pre-tokenizer regex into the two automata the kernels run (ffi/pretok/automata.h).
 
 The pieces of a regex's find_iter (leftmost-first, as tiktoken's Rust regex and HF's
 Oniguruma report them) are a function of the text that a pair of automata computes exactly:
@@ -33,7 +33,7 @@ from . import unicode as uni
 from .nfa import Nfa, PretokenizerUnsupported, build, epsilon_walk, nullable
 
 MAX_STATES = 16        # 4-bit states: a chunk map is one uint64 in the kernels
-MAX_CLASSES = 32       # PretokTables' class dimension (ffi/pretokenize.h)
+MAX_CLASSES = 32       # PretokTables' class dimension (ffi/pretok/tables.h)
 CLS_NONE, CLS_SPECIAL = 0, 1
 BEHAVIOURS = ("isolated", "merged_with_previous", "merged_with_next", "contiguous")
 # Code point whose class an invalid UTF-8 byte takes (a private-use character: not \s, \p{L},

@@ -41,7 +41,7 @@ class Stage:
 @dataclasses.dataclass(frozen=True)
 class Pretokenizer:
     """The stages, and whether the tokenizer's normalizer is NFC (then the kernels check that
-    the text is in NFC: ffi/pretokenize.h, nfc_suspect_at)."""
+    the text is in NFC: ffi/pretok/nfc.h, nfc_suspect_at)."""
     stages: tuple[Stage, ...]
     nfc: bool = False
 
@@ -49,7 +49,7 @@ class Pretokenizer:
         return [_compile_cached(s) for s in self.stages]
 
     def operand(self) -> np.ndarray:
-        """The uint8 operand of the encode call (ffi/pretokenize.h, PretokView)."""
+        """The uint8 operand of the encode call (ffi/pretok/tables.h, PretokView)."""
         return _operand(self)
 
     def pieces(self, text: str, specials=()) -> list[int]:

@@ -1,4 +1,4 @@
-"""Pack compiled pre-tokenizer stages into the kernels' operand (ffi/pretokenize.h: PretokView).
+"""Pack compiled pre-tokenizer stages into the kernels' operand (ffi/pretok/tables.h: PretokView).
 
 Layout for S stages with B class blocks each: S x PretokTables, then the stage1 arrays
 (uint16[4352]: code point >> 8 -> block) of the S class tables, then their B x 256 bytes
@@ -13,13 +13,13 @@ import numpy as np
 from . import unicode as uni
 from .compiler import MAX_CLASSES, MAX_STATES, INVALID_BYTE_STAND_IN, Automata
 
-MARK_MAYBE, MARK_NON_STARTER, MARK_NOT_NFC = 0x20, 0x40, 0x80   # kMarkMaybe, ... (pretokenize.h)
+MARK_MAYBE, MARK_NON_STARTER, MARK_NOT_NFC = 0x20, 0x40, 0x80   # kMarkMaybe, ... (ffi/pretok/nfc.h)
 CCC_TRAIL = 255   # kCccTrail: in the combining-class table, a starter that decomposes to marks
 
 MAX_STAGES = 4          # kMaxPretokStages
 STAGE1_LEN = 0x110000 >> 8
 
-# struct PretokTables (static_assert'ed to 5528 bytes in pretokenize.h).
+# struct PretokTables (static_assert'ed to 5528 bytes in ffi/pretok/tables.h).
 PRETOK_TABLES_DTYPE = np.dtype([
     ("fwd", "<u8", (MAX_CLASSES * 16,)),
     ("bwd", "<u8", (MAX_CLASSES,)),

@@ -299,8 +299,7 @@ BBPE_HD MergeCarry merge_carry_combine(MergeCarry a, MergeCarry b) {
   }
   return c;
 }
-// Extends a stretch by one position: `cand` says pair i is a candidate; `exists` is false past
-// the end of the string (so the identity carries through).
+// Extends a stretch by one position: `cand` says pair i is a candidate.
 BBPE_HD MergeCarry merge_carry_push(MergeCarry c, bool cand) {
   for (int in = 0; in < 2; ++in) {
     const bool prev_merged = c.out[in];

@@ -17,10 +17,10 @@ struct MapThenOp {
   __device__ __forceinline__ uint64_t operator()(uint64_t a, uint64_t b) const { return map_then(a, b); }
 };
 
-// BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>: thread k owns the ITEMS_PER_THREAD
-// consecutive bytes [k * IPT, (k+1) * IPT) of a tile of BLOCK_THREADS * IPT bytes, i.e. exactly
-// the chunks of pretokenize_chunked(chunk_bytes = IPT); a code point belongs to the thread that
-// owns its lead byte. Steps (the same helpers as pretokenize_chunked):
+// BlockPretokenizer<kThreads, kItems>: thread k owns the kItems consecutive bytes
+// [k * kItems, (k+1) * kItems) of a tile of kThreads * kItems bytes, i.e. exactly the chunks of
+// pretokenize_chunked(chunk_bytes = kItems); a code point belongs to the thread that owns its
+// lead byte. Steps (the same helpers as pretokenize_chunked):
 //   0. the stage's step tables go to shared memory (copied from the operand);
 //   1. stage_class of each owned byte (reads up to 3 bytes either side, from text, and the
 //      earlier stages' flag of the byte);
@@ -32,23 +32,23 @@ struct MapThenOp {
 //      exclusive scan in thread order (cub::BlockScan) applied to the state carried in from
 //      earlier tiles; chunk_fwd_replay writes the flags.
 // Strings longer than a tile run step 2 over the tiles from the last to the first, parking
-// T[i+1] (and bit 4: the earlier stages' flag) in piece_start[i], then step 3 from the first tile to the last (a thread re-reads
-// only bytes it wrote itself). One tile keeps everything in registers.
+// T[i+1] (and bit 4: the earlier stages' flag) in piece_start[i], then step 3 from the first
+// tile to the last (a thread re-reads only bytes it wrote itself). One tile keeps everything in registers.
 // text, is_special (nullable) and piece_start may be in shared or global memory; piece_start
 // must not alias them. Every thread of the block must call it (it synchronizes).
-template <int BLOCK_THREADS, int ITEMS_PER_THREAD>
+template <int kThreads, int kItems>
 struct BlockPretokenizer {
-  static_assert(BLOCK_THREADS % 32 == 0 && BLOCK_THREADS <= 1024, "whole warps, at most 1024");
-  static_assert(ITEMS_PER_THREAD >= 1, "ITEMS_PER_THREAD >= 1");
-  static constexpr int kWarps = BLOCK_THREADS / 32;
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, at most 1024");
+  static_assert(kItems >= 1, "kItems >= 1");
+  static constexpr int kWarps = kThreads / 32;
   // Forward scan: cub::BlockScan with the map-composition operator. The warp-scan algorithm:
   // the raking one composes 32 maps serially per raking thread and spills at 1024 threads
   // (64 registers); warp scans need ~40 registers and 320 B of shared memory.
-  using MapScan = cub::BlockScan<uint64_t, BLOCK_THREADS, cub::BLOCK_SCAN_WARP_SCANS>;
+  using MapScan = cub::BlockScan<uint64_t, kThreads, cub::BLOCK_SCAN_WARP_SCANS>;
   struct TempStorage {
     PretokTables tab;                       // 5,528 B
     union {
-      uint64_t maps[BLOCK_THREADS];         // every chunk's map, for edge_state
+      uint64_t maps[kThreads];              // every chunk's map, for edge_state
       struct {                              // the scans, when edge_state does not reach:
         typename MapScan::TempStorage scan; // forward scan
         uint64_t warp_maps[kWarps];         // backward scan: warp aggregates ...
@@ -58,7 +58,7 @@ struct BlockPretokenizer {
     };
     uint8_t tile_edge;                      // the state handed to the next tile
   };
-  static constexpr int kTile = BLOCK_THREADS * ITEMS_PER_THREAD;
+  static constexpr int kTile = kThreads * kItems;
 
   TempStorage& tmp;
   __device__ __forceinline__ explicit BlockPretokenizer(TempStorage& t) : tmp(t) {}
@@ -132,7 +132,7 @@ struct BlockPretokenizer {
     static_assert(sizeof(PretokTables) % 8 == 0, "copied as 8-byte words");
     const uint64_t* src = reinterpret_cast<const uint64_t*>(tables);
     uint64_t* dst = reinterpret_cast<uint64_t*>(&tmp.tab);
-    for (int k = threadIdx.x; k < (int)(sizeof(PretokTables) / 8); k += BLOCK_THREADS) dst[k] = src[k];
+    for (int k = threadIdx.x; k < (int)(sizeof(PretokTables) / 8); k += kThreads) dst[k] = src[k];
     __syncthreads();
   }
 
@@ -181,42 +181,42 @@ struct BlockPretokenizer {
     const PretokTables& tab = tmp.tab;
     const int k = threadIdx.x;
     // key[i]: the class of byte i, then (after the backward replay) its forward-step key.
-    uint16_t key[ITEMS_PER_THREAD];
+    uint16_t key[kItems];
     const int ntiles = (n + kTile - 1) / kTile;
     uint8_t carry = tab.bwd_init & 15;
     for (int tile = ntiles - 1; tile >= 0; --tile) {
-      const int base = tile * kTile + k * ITEMS_PER_THREAD;
+      const int base = tile * kTile + k * kItems;
       const int live = live_chunks(n, tile);
 #pragma unroll
-      for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+      for (int i = 0; i < kItems; ++i)
         key[i] = base + i < n ? stage_class(tab, text, n, sp, base + i, ct, kBoundaries && out[base + i])
                               : kClassNone;
       bool scan;
-      const uint8_t t_end = state_after_chunk(chunk_bwd_map<kBoundaries>(tab, key, ITEMS_PER_THREAD),
+      const uint8_t t_end = state_after_chunk(chunk_bwd_map<kBoundaries>(tab, key, kItems),
                                               live, carry, scan);
-      const uint8_t t_start = chunk_bwd_replay<kBoundaries>(tab, key, ITEMS_PER_THREAD, t_end, key);
+      const uint8_t t_start = chunk_bwd_replay<kBoundaries>(tab, key, kItems, t_end, key);
       if (!scan && tile > 0) carry = hand_over(k == 0, t_start);
       if (ntiles > 1) {
 #pragma unroll
-        for (int i = 0; i < ITEMS_PER_THREAD; ++i)  // T[i+1] and the boundary mark, parked
+        for (int i = 0; i < kItems; ++i)  // T[i+1] and the boundary mark, parked
           if (base + i < n) out[base + i] = (uint8_t)((key[i] & 15) | ((key[i] & kKeyBoundary) ? 16 : 0));
       }
     }
     carry = tab.fwd_init & 15;
     for (int tile = 0; tile < ntiles; ++tile) {
-      const int base = tile * kTile + k * ITEMS_PER_THREAD;
+      const int base = tile * kTile + k * kItems;
       const int live = live_chunks(n, tile);
       if (ntiles > 1) {  // (one tile: key still holds tile 0's keys)
 #pragma unroll
-        for (int i = 0; i < ITEMS_PER_THREAD; ++i) {
+        for (int i = 0; i < kItems; ++i) {
           if (base + i < n) key[i] = parked_key(ct, text, n, sp, base + i, out[base + i]);
           else key[i] = 0;
         }
       }
       bool scan;
-      const uint8_t s0 = state_before_chunk(chunk_fwd_map<kBoundaries>(tab, key, ITEMS_PER_THREAD),
+      const uint8_t s0 = state_before_chunk(chunk_fwd_map<kBoundaries>(tab, key, kItems),
                                             live, carry, scan);
-      const uint8_t s_end = chunk_fwd_replay<kBoundaries>(tab, key, ITEMS_PER_THREAD, s0, out + base, n - base);
+      const uint8_t s_end = chunk_fwd_replay<kBoundaries>(tab, key, kItems, s0, out + base, n - base);
       if (!scan && tile + 1 < ntiles) carry = hand_over(k == live - 1, s_end);
     }
     __syncthreads();  // before tmp.tab is overwritten by the next stage
@@ -225,7 +225,7 @@ struct BlockPretokenizer {
   // Chunks of the tile that hold bytes of the string (the rest are past its end).
   __device__ __forceinline__ static int live_chunks(int n, int tile) {
     const int left = n - tile * kTile;
-    return left >= kTile ? BLOCK_THREADS : (left + ITEMS_PER_THREAD - 1) / ITEMS_PER_THREAD;
+    return left >= kTile ? kThreads : (left + kItems - 1) / kItems;
   }
 
   // The state at the tile's edge, from the one thread whose chunk is there.
@@ -246,16 +246,16 @@ struct BlockPretokenizer {
   __device__ __forceinline__ void tile_classes(const ClassTable& ct, const uint8_t* text, int n,
                                                const uint8_t* sp, int base, uint16_t* key) {
 #pragma unroll
-    for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+    for (int i = 0; i < kItems; ++i)
       key[i] = base + i < n ? byte_class(tmp.tab, text, n, sp, base + i, ct) : kClassNone;
   }
 
   __device__ __forceinline__ uint64_t tile_bwd_map(const ClassTable& ct, const uint8_t* text, int n,
                                                    const uint8_t* sp, int tile) {
-    uint16_t key[ITEMS_PER_THREAD];
-    tile_classes(ct, text, n, sp, tile * kTile + (int)threadIdx.x * ITEMS_PER_THREAD, key);
+    uint16_t key[kItems];
+    tile_classes(ct, text, n, sp, tile * kTile + (int)threadIdx.x * kItems, key);
     uint64_t after, agg;
-    suffix_maps(chunk_bwd_map<false>(tmp.tab, key, ITEMS_PER_THREAD), after, agg);
+    suffix_maps(chunk_bwd_map<false>(tmp.tab, key, kItems), after, agg);
     return agg;
   }
 
@@ -263,18 +263,18 @@ struct BlockPretokenizer {
                                                    const uint8_t* sp, int tile, uint8_t t_after,
                                                    uint8_t* park) {
     const PretokTables& tab = tmp.tab;
-    const int k = threadIdx.x, base = tile * kTile + k * ITEMS_PER_THREAD, live = live_chunks(n, tile);
-    uint16_t key[ITEMS_PER_THREAD];
+    const int k = threadIdx.x, base = tile * kTile + k * kItems, live = live_chunks(n, tile);
+    uint16_t key[kItems];
     tile_classes(ct, text, n, sp, base, key);
     bool scan;
-    const uint8_t t_end = state_after_chunk(chunk_bwd_map<false>(tab, key, ITEMS_PER_THREAD), live,
+    const uint8_t t_end = state_after_chunk(chunk_bwd_map<false>(tab, key, kItems), live,
                                             t_after, scan);
-    chunk_bwd_replay<false>(tab, key, ITEMS_PER_THREAD, t_end, key);
+    chunk_bwd_replay<false>(tab, key, kItems, t_end, key);
 #pragma unroll
-    for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+    for (int i = 0; i < kItems; ++i)
       if (base + i < n) park[base + i] = (uint8_t)(key[i] & 15);
     uint64_t before, agg;
-    prefix_maps(chunk_fwd_map<false>(tab, key, ITEMS_PER_THREAD), before, agg);
+    prefix_maps(chunk_fwd_map<false>(tab, key, kItems), before, agg);
     return agg;
   }
 
@@ -282,26 +282,26 @@ struct BlockPretokenizer {
   __device__ __forceinline__ void tile_flags(const ClassTable& ct, const uint8_t* text, int n,
                                              const uint8_t* sp, int tile, uint8_t s_before, uint8_t* out) {
     const PretokTables& tab = tmp.tab;
-    const int k = threadIdx.x, base = tile * kTile + k * ITEMS_PER_THREAD, live = live_chunks(n, tile);
-    uint16_t key[ITEMS_PER_THREAD];
+    const int k = threadIdx.x, base = tile * kTile + k * kItems, live = live_chunks(n, tile);
+    uint16_t key[kItems];
 #pragma unroll
-    for (int i = 0; i < ITEMS_PER_THREAD; ++i)
+    for (int i = 0; i < kItems; ++i)
       key[i] = base + i < n ? parked_key(ct, text, n, sp, base + i, out[base + i]) : 0;
     bool scan;
-    const uint8_t s0 = state_before_chunk(chunk_fwd_map<false>(tab, key, ITEMS_PER_THREAD), live,
+    const uint8_t s0 = state_before_chunk(chunk_fwd_map<false>(tab, key, kItems), live,
                                           s_before, scan);
-    if (k < live) chunk_fwd_replay<false>(tab, key, ITEMS_PER_THREAD, s0, out + base, n - base);
+    if (k < live) chunk_fwd_replay<false>(tab, key, kItems, s0, out + base, n - base);
   }
 };
 
 // Marks piece starts of text[0..n) into piece_start[0..n) (see the top of this file): every
-// stage of the pre-tokenizer in turn. Any n >= 0 (n <= BLOCK_THREADS * ITEMS_PER_THREAD is one
-// tile). Launch with blockDim.x == BLOCK_THREADS; every thread must call it.
-template <int BLOCK_THREADS, int ITEMS_PER_THREAD>
+// stage of the pre-tokenizer in turn. Any n >= 0 (n <= kThreads * kItems is one
+// tile). Launch with blockDim.x == kThreads; every thread must call it.
+template <int kThreads, int kItems>
 __device__ __forceinline__ void block_pretokenize(
     const PretokView& v, const uint8_t* text, int n, const uint8_t* is_special, uint8_t* piece_start,
-    typename BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD>::TempStorage& tmp) {
-  BlockPretokenizer<BLOCK_THREADS, ITEMS_PER_THREAD> bp(tmp);
+    typename BlockPretokenizer<kThreads, kItems>::TempStorage& tmp) {
+  BlockPretokenizer<kThreads, kItems> bp(tmp);
   if (v.n_stages > 0) bp.template run<false>(v.tables, v.classes(0), text, n, is_special, piece_start);
   for (int st = 1; st < v.n_stages; ++st)
     bp.template run<true>(v.tables + st, v.classes(st), text, n, is_special, piece_start);

@@ -107,7 +107,6 @@ BBPE_HD uint8_t cp_class(uint32_t cp, const ClassTable& ct) {
 // Class of byte i (reads bytes i-3..i+3 of the segment).
 BBPE_HD_OUTLINE uint8_t byte_class_slow(const PretokTables& tab, const uint8_t* text, int n,
                                         const uint8_t* sp, int i, const ClassTable& ct) {
-  const uint8_t b = text[i];
   uint32_t cp;
   if (utf8_decode(text, n, sp, i, &cp)) return cp_class(cp, ct);
   if (utf8_lead_of(text, n, sp, i) >= 0) return kClassNone;
