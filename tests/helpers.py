@@ -126,7 +126,7 @@ VOCAB_CASES = {
     "o200k": ("tiktoken/o200k_base.tiktoken", "o200k"),
     "llama3": ("llama3/tokenizer.model", "llama3"),
     "gpt2_hf": ("gpt2/tokenizer.json", "r50k"),
-    # The HF port of cl100k carries the pre-2024 cl100k regex, which is Llama 3's (see vocab.py).
+    # The HF port of cl100k carries the pre-2024 cl100k regex, which is Llama 3's (see vocab/patterns.py).
     "cl100k_hf": ("cl100k_hf/tokenizer.json", "llama3"),
     "o200k_hf": ("o200k_hf/tokenizer.json", "o200k"),
     "llama3_hf": ("llama3/tokenizer.json", "llama3"),
