@@ -70,10 +70,13 @@ def source_texts(root: Path) -> dict[str, str]:
             if line.strip():
                 r = json.loads(line)
                 gsm.append(f"Question: {r['question']}\nAnswer: {r['answer']}")
-    return dict(war_and_peace=read_corpus(c / "war_and_peace_en.txt").decode(),
-                python=read_corpus(c / "code_python_stdlib.py.txt.gz").decode(),
-                wikitext=read_corpus(c / "wikitext2_test.txt.gz").decode(),
-                gsm8k="\n\n".join(gsm), gsm8k_records=gsm)
+    return dict(
+        war_and_peace=read_corpus(c / "war_and_peace_en.txt").decode(),
+        python=read_corpus(c / "code_python_stdlib.py.txt.gz").decode(),
+        wikitext=read_corpus(c / "wikitext2_test.txt.gz").decode(),
+        gsm8k="\n\n".join(gsm),
+        gsm8k_records=gsm,
+    )
 
 
 def unique_documents(src: dict[str, str]) -> list[str]:
@@ -120,7 +123,7 @@ def build_long(path: Path, src: dict[str, str], n: int) -> tuple[list[str], int]
         size = int(math.exp(rng.uniform(math.log(100_000), math.log(5_000_000))))
         reps = -(-(size + len(text)) // len(text))
         start = rng.randrange(len(text))
-        docs.append((text * reps)[start:start + size])
+        docs.append((text * reps)[start : start + size])
     with open(path, "wb") as f:
         for d in docs:
             f.write((json.dumps({"text": d}, ensure_ascii=False) + "\n").encode())
@@ -147,8 +150,21 @@ def output_bytes(prefix: Path) -> int:
 
 
 def run_cli(corpus: Path, vocab: Path, out: Path, timeout: float) -> dict:
-    cmd = [sys.executable, "-m", "blockbpe_jax", "encode", str(corpus), "--jsonl-field", "text",
-           "-o", str(out), "--vocab", str(vocab), "-q", "--overwrite"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "blockbpe_jax",
+        "encode",
+        str(corpus),
+        "--jsonl-field",
+        "text",
+        "-o",
+        str(out),
+        "--vocab",
+        str(vocab),
+        "-q",
+        "--overwrite",
+    ]
     t = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -158,9 +174,16 @@ def run_cli(corpus: Path, vocab: Path, out: Path, timeout: float) -> dict:
     if p.returncode != 0:
         return dict(status=f"failed (exit {p.returncode}): {p.stderr.strip()[-500:]}", command=" ".join(cmd))
     meta = json.loads((out / "shard.json").read_text())
-    return dict(status="ok", command=" ".join(cmd), wall_s=wall, job_s=meta["seconds"],
-                tokens=meta["tokens"], documents=meta["documents"], stdout=p.stdout.strip(),
-                output_bytes=output_bytes(out / "shard"))
+    return dict(
+        status="ok",
+        command=" ".join(cmd),
+        wall_s=wall,
+        job_s=meta["seconds"],
+        tokens=meta["tokens"],
+        documents=meta["documents"],
+        stdout=p.stdout.strip(),
+        output_bytes=output_bytes(out / "shard"),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,12 +239,13 @@ def time_peer(encode, flatten, texts, ids, counts, piece_bytes, budget) -> dict:
         t = time.perf_counter()
         got = encode(texts[lo:hi])
         secs += time.perf_counter() - t
-        diff = compare("", flatten(got), ids[ends[lo]:ends[hi]], counts[lo:hi])
+        diff = compare("", flatten(got), ids[ends[lo] : ends[hi]], counts[lo:hi])
         if diff:
             return dict(status="ids differ", detail=f"documents {lo}..{hi}{diff}", seconds=secs)
         if secs > budget:
-            return dict(status=f"not run (over the {budget:.0f} s budget after {hi} of "
-                               f"{len(texts)} documents)")
+            return dict(
+                status=f"not run (over the {budget:.0f} s budget after {hi} of {len(texts)} documents)"
+            )
     return dict(status="ok", seconds=secs, ids_equal=True)
 
 
@@ -231,11 +255,21 @@ def run_peers(ps, texts, corpus_path, ids, counts, nbytes, args) -> dict:
         res[name] = dict(status=f"unavailable: {why}")
     if "tokie" in ps.peers:
         p = ps.peers["tokie"]
-        res["tokie"] = dict(version=p.version, **time_peer(
-            p.encode, lambda got: flatten_lists(e.ids for e in got), texts, ids, counts,
-            args.piece_mb * MB, args.peer_budget_s))
+        res["tokie"] = dict(
+            version=p.version,
+            **time_peer(
+                p.encode,
+                lambda got: flatten_lists(e.ids for e in got),
+                texts,
+                ids,
+                counts,
+                args.piece_mb * MB,
+                args.peer_budget_s,
+            ),
+        )
     try:
         import gigatoken
+
         gt = gigatoken.Tokenizer.from_tiktoken(str(args.data / "vocab" / peer_lib.FILES["cl100k"][0]))
         version = peer_lib._version("gigatoken")
     except Exception as e:  # noqa: BLE001
@@ -243,29 +277,48 @@ def run_peers(ps, texts, corpus_path, ids, counts, nbytes, args) -> dict:
         res["gigatoken"] = res["gigatoken_files"] = dict(status=why)
     if gt is not None:
         if hasattr(gt, "encode_batch"):
-            res["gigatoken"] = dict(version=version, api="encode_batch", **time_peer(
-                gt.encode_batch, flatten_awkward, texts, ids, counts, args.piece_mb * MB,
-                args.peer_budget_s))
+            res["gigatoken"] = dict(
+                version=version,
+                api="encode_batch",
+                **time_peer(
+                    gt.encode_batch,
+                    flatten_awkward,
+                    texts,
+                    ids,
+                    counts,
+                    args.piece_mb * MB,
+                    args.peer_budget_s,
+                ),
+            )
         else:
             res["gigatoken"] = dict(status="unavailable: no encode_batch in this version")
         source = getattr(gigatoken, "JsonlFileSource", None)
         if source is None or not hasattr(gt, "encode_files"):
-            res["gigatoken_files"] = dict(status="unavailable: no encode_files/JsonlFileSource in "
-                                                 f"gigatoken {version}")
+            res["gigatoken_files"] = dict(
+                status=f"unavailable: no encode_files/JsonlFileSource in gigatoken {version}"
+            )
         else:
             t = time.perf_counter()
             got = gt.encode_files(source([str(corpus_path)], field="text"))
             secs = time.perf_counter() - t
             diff = compare("gigatoken_files", flatten_awkward(got), ids, counts)
-            res["gigatoken_files"] = dict(version=version, api="encode_files(JsonlFileSource)",
-                                          seconds=secs, status="ids differ" if diff else "ok",
-                                          ids_equal=not diff, **({"detail": diff} if diff else {}))
+            res["gigatoken_files"] = dict(
+                version=version,
+                api="encode_files(JsonlFileSource)",
+                seconds=secs,
+                status="ids differ" if diff else "ok",
+                ids_equal=not diff,
+                **({"detail": diff} if diff else {}),
+            )
     tk = ps.peers["tiktoken"]
     if nbytes > args.tiktoken_max_mb * MB:
         res["tiktoken"] = dict(status=f"not run (corpus above --tiktoken-max-mb {args.tiktoken_max_mb})")
     else:
-        res["tiktoken"] = dict(version=tk.version, threads=ps.threads, **time_peer(
-            tk.encode, flatten_lists, texts, ids, counts, args.piece_mb * MB, args.peer_budget_s))
+        res["tiktoken"] = dict(
+            version=tk.version,
+            threads=ps.threads,
+            **time_peer(tk.encode, flatten_lists, texts, ids, counts, args.piece_mb * MB, args.peer_budget_s),
+        )
     for r in res.values():
         if "seconds" in r and r.get("status") == "ok":
             r["MBps"] = nbytes / r["seconds"] / MB
@@ -278,8 +331,7 @@ def run_peers(ps, texts, corpus_path, ids, counts, nbytes, args) -> dict:
 
 def run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args) -> dict:
     print(f"[{label}] {len(texts)} documents, {nbytes / MB:.1f} MB", flush=True)
-    r: dict = dict(corpus=label, documents=len(texts), bytes=nbytes,
-                   text_chars=sum(map(len, texts)))
+    r: dict = dict(corpus=label, documents=len(texts), bytes=nbytes, text_chars=sum(map(len, texts)))
     cli = run_cli(path, vocab, work / f"{label}_cli", args.cli_timeout_s)
     r["cli"] = cli
     if cli["status"] != "ok":
@@ -292,15 +344,24 @@ def run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args) -> dict:
     if again["status"] == "ok":
         diff = compare("cli second run", read_flat(work / f"{label}_cli2" / "shard"), ids, counts)
         again.update(MBps=nbytes / again["wall_s"] / MB, ids_equal_first=not diff)
-        print(f"  cli again: {again['wall_s']:.2f} s wall ({again['MBps']:.1f} MB/s; job "
-              f"{again['job_s']:.2f} s)" + (f" DIFFERS: {diff}" if diff else ""), flush=True)
+        print(
+            f"  cli again: {again['wall_s']:.2f} s wall ({again['MBps']:.1f} MB/s; job "
+            f"{again['job_s']:.2f} s)" + (f" DIFFERS: {diff}" if diff else ""),
+            flush=True,
+        )
         shutil.rmtree(work / f"{label}_cli2", ignore_errors=True)
     r["cli_second_run"] = again
-    cli.update(MBps=nbytes / cli["wall_s"] / MB, Mtokens_per_s=len(ids) / cli["wall_s"] / 1e6,
-               job_MBps=nbytes / cli["job_s"] / MB,
-               output_bytes_per_token=cli["output_bytes"] / max(1, len(ids)))
-    print(f"  cli: {cli['wall_s']:.2f} s wall ({cli['MBps']:.1f} MB/s; job {cli['job_s']:.2f} s), "
-          f"{len(ids)} tokens, {cli['output_bytes_per_token']:.2f} output bytes/token", flush=True)
+    cli.update(
+        MBps=nbytes / cli["wall_s"] / MB,
+        Mtokens_per_s=len(ids) / cli["wall_s"] / 1e6,
+        job_MBps=nbytes / cli["job_s"] / MB,
+        output_bytes_per_token=cli["output_bytes"] / max(1, len(ids)),
+    )
+    print(
+        f"  cli: {cli['wall_s']:.2f} s wall ({cli['MBps']:.1f} MB/s; job {cli['job_s']:.2f} s), "
+        f"{len(ids)} tokens, {cli['output_bytes_per_token']:.2f} output bytes/token",
+        flush=True,
+    )
     r["tokens"] = int(len(ids))
     if len(counts) != len(texts):
         r["error"] = f"cli wrote {len(counts)} documents, the corpus has {len(texts)}"
@@ -312,10 +373,17 @@ def run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args) -> dict:
         tok.encode_files([path], out / "shard", jsonl_field="text", overwrite=True)
         secs = time.perf_counter() - t
         diff = compare("encode_files", read_flat(out / "shard"), ids, counts)
-        ef[run] = dict(seconds=secs, MBps=nbytes / secs / MB, ids_equal_cli=not diff,
-                       **({"detail": diff} if diff else {}))
-        print(f"  encode_files {run}: {secs:.2f} s ({nbytes / secs / MB:.1f} MB/s)"
-              + (f" DIFFERS: {diff}" if diff else ""), flush=True)
+        ef[run] = dict(
+            seconds=secs,
+            MBps=nbytes / secs / MB,
+            ids_equal_cli=not diff,
+            **({"detail": diff} if diff else {}),
+        )
+        print(
+            f"  encode_files {run}: {secs:.2f} s ({nbytes / secs / MB:.1f} MB/s)"
+            + (f" DIFFERS: {diff}" if diff else ""),
+            flush=True,
+        )
         shutil.rmtree(out, ignore_errors=True)
         if secs > args.peer_budget_s:
             break
@@ -325,13 +393,19 @@ def run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args) -> dict:
     sample = sorted(rng.sample(range(len(texts)), min(len(texts), args.reference_sample)))
     ends = np.concatenate([[0], np.cumsum(counts)])
     want = ps.reference.encode_ordinary_batch([texts[i] for i in sample], num_threads=ps.threads)
-    bad = [i for i, w in zip(sample, want) if ids[ends[i]:ends[i + 1]].tolist() != w]
-    r["reference_sample"] = dict(documents=len(sample), equal_to_tiktoken=not bad,
-                                 **({"first_differing_document": bad[0]} if bad else {}))
+    bad = [i for i, w in zip(sample, want) if ids[ends[i] : ends[i + 1]].tolist() != w]
+    r["reference_sample"] = dict(
+        documents=len(sample),
+        equal_to_tiktoken=not bad,
+        **({"first_differing_document": bad[0]} if bad else {}),
+    )
     r["peers"] = run_peers(ps, texts, path, ids, counts, nbytes, args)
     for name, p in r["peers"].items():
-        print(f"  {name}: {p.get('status')}" + (f", {p['seconds']:.2f} s ({p['MBps']:.1f} MB/s)"
-                                                  if "MBps" in p else ""), flush=True)
+        print(
+            f"  {name}: {p.get('status')}"
+            + (f", {p['seconds']:.2f} s ({p['MBps']:.1f} MB/s)" if "MBps" in p else ""),
+            flush=True,
+        )
     fastest = max((p["MBps"] for p in r["peers"].values() if "MBps" in p), default=None)
     if fastest:
         r["cli_over_fastest_peer"] = cli["MBps"] / fastest
@@ -340,29 +414,39 @@ def run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["corpus | documents | MB | path | seconds | MB/s | M tokens/s | note",
-             "---|---:|---:|---|---:|---:|---:|---"]
+    lines = [
+        "corpus | documents | MB | path | seconds | MB/s | M tokens/s | note",
+        "---|---:|---:|---|---:|---:|---:|---",
+    ]
     for r in results:
         head = f"{r['corpus']} | {r['documents']} | {r['bytes'] / MB:.0f}"
         cli = r["cli"]
         if cli.get("status") != "ok":
             lines.append(f"{head} | ours cli | | | | {cli.get('status')}")
             continue
-        lines.append(f"{head} | ours cli (all incl. start-up, writing) | {cli['wall_s']:.2f} | "
-                     f"{cli['MBps']:.1f} | {cli['Mtokens_per_s']:.2f} | {cli['output_bytes_per_token']:.2f} "
-                     f"output bytes/token; job alone {cli['job_s']:.2f} s")
+        lines.append(
+            f"{head} | ours cli (all incl. start-up, writing) | {cli['wall_s']:.2f} | "
+            f"{cli['MBps']:.1f} | {cli['Mtokens_per_s']:.2f} | {cli['output_bytes_per_token']:.2f} "
+            f"output bytes/token; job alone {cli['job_s']:.2f} s"
+        )
         again = r.get("cli_second_run", {})
         if again.get("status") == "ok":
-            lines.append(f"{head} | ours cli, second process (compilation cache) | {again['wall_s']:.2f} | "
-                         f"{again['MBps']:.1f} | {r['tokens'] / again['wall_s'] / 1e6:.2f} | job alone "
-                         f"{again['job_s']:.2f} s; ids equal first run: {again['ids_equal_first']}")
+            lines.append(
+                f"{head} | ours cli, second process (compilation cache) | {again['wall_s']:.2f} | "
+                f"{again['MBps']:.1f} | {r['tokens'] / again['wall_s'] / 1e6:.2f} | job alone "
+                f"{again['job_s']:.2f} s; ids equal first run: {again['ids_equal_first']}"
+            )
         for run, e in r.get("encode_files", {}).items():
-            lines.append(f"{head} | ours encode_files ({run}) | {e['seconds']:.2f} | {e['MBps']:.1f} | "
-                         f"{r['tokens'] / e['seconds'] / 1e6:.2f} | ids equal cli: {e['ids_equal_cli']}")
+            lines.append(
+                f"{head} | ours encode_files ({run}) | {e['seconds']:.2f} | {e['MBps']:.1f} | "
+                f"{r['tokens'] / e['seconds'] / 1e6:.2f} | ids equal cli: {e['ids_equal_cli']}"
+            )
         for name, p in r.get("peers", {}).items():
             if "MBps" in p:
-                lines.append(f"{head} | {name} | {p['seconds']:.2f} | {p['MBps']:.1f} | "
-                             f"{p['Mtokens_per_s']:.2f} | ids equal ours")
+                lines.append(
+                    f"{head} | {name} | {p['seconds']:.2f} | {p['MBps']:.1f} | "
+                    f"{p['Mtokens_per_s']:.2f} | ids equal ours"
+                )
             else:
                 lines.append(f"{head} | {name} | | | | {p.get('status')} {p.get('detail', '')}")
         if "cli_over_fastest_peer" in r:
@@ -380,8 +464,9 @@ def main() -> None:
     ap.add_argument("--peer-budget-s", type=float, default=60)
     ap.add_argument("--cli-timeout-s", type=float, default=240)
     ap.add_argument("--tiktoken-max-mb", type=float, default=256)
-    ap.add_argument("--reference-sample", type=int, default=2000,
-                    help="documents also checked against tiktoken directly")
+    ap.add_argument(
+        "--reference-sample", type=int, default=2000, help="documents also checked against tiktoken directly"
+    )
     ap.add_argument("--corpora", default="mixed,long")
     ap.add_argument("--workdir", help="where the corpora go (default: a temporary directory)")
     args = ap.parse_args()
@@ -404,8 +489,11 @@ def main() -> None:
         built = {}
         for label in args.corpora.split(","):
             path = work / f"{label}.jsonl"
-            texts, nbytes = (build_mixed(path, src, int(args.gb * 1e9)) if label == "mixed"
-                             else build_long(path, src, args.long_docs))
+            texts, nbytes = (
+                build_mixed(path, src, int(args.gb * 1e9))
+                if label == "mixed"
+                else build_long(path, src, args.long_docs)
+            )
             built[label] = (path, texts, nbytes)
         build_s = time.perf_counter() - t
         print(f"corpora built in {build_s:.1f} s", flush=True)
@@ -413,17 +501,24 @@ def main() -> None:
             results.append(run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    doc = dict(benchmark="corpus_job", vocab="cl100k", device=str(jax.devices()[0]),
-               xla_compilation_cache=os.environ.get("BLOCKBPE_XLA_CACHE", "1") != "0",
-               threads=args.threads, cpu_count=os.cpu_count(), build_s=build_s,
-               timing_notes=dict(
-                   cli="wall time of the whole command (start-up, vocabulary, reading, JSON, "
-                       "encode, writing shards)",
-                   encode_files="in-process, reading + JSON + encode + writing shards",
-                   peers="encode calls only, on the decoded list[str] in pieces of "
-                         f"{args.piece_mb:g} MB (reading and JSON parsing not timed)",
-                   gigatoken_files="gigatoken reads and parses the JSONL file itself (timed)"),
-               results=results)
+    doc = dict(
+        benchmark="corpus_job",
+        vocab="cl100k",
+        device=str(jax.devices()[0]),
+        xla_compilation_cache=os.environ.get("BLOCKBPE_XLA_CACHE", "1") != "0",
+        threads=args.threads,
+        cpu_count=os.cpu_count(),
+        build_s=build_s,
+        timing_notes=dict(
+            cli="wall time of the whole command (start-up, vocabulary, reading, JSON, "
+            "encode, writing shards)",
+            encode_files="in-process, reading + JSON + encode + writing shards",
+            peers="encode calls only, on the decoded list[str] in pieces of "
+            f"{args.piece_mb:g} MB (reading and JSON parsing not timed)",
+            gigatoken_files="gigatoken reads and parses the JSONL file itself (timed)",
+        ),
+        results=results,
+    )
     (out / "corpus_job.json").write_text(json.dumps(doc, indent=2) + "\n")
     text = table(results)
     (out / "corpus_job.txt").write_text(text)

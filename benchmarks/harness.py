@@ -31,8 +31,7 @@ class Budget:
         return self.seconds - self.elapsed()
 
 
-def measure(fn, *, min_reps=5, max_reps=200, target_s=0.3, warmup=1, warmup_s=0.05,
-            slow_s=0.5, slow_reps=3):
+def measure(fn, *, min_reps=5, max_reps=200, target_s=0.3, warmup=1, warmup_s=0.05, slow_s=0.5, slow_reps=3):
     """Median wall time of `fn()` (which must block until its result exists).
 
     Untimed warm-up calls (at least `warmup`, and more until `warmup_s` has passed, at most
@@ -112,12 +111,13 @@ class Ours:
 
     def __init__(self, bb, tok, device, vocab_name: str):
         import jax
+
         self._jitted: dict = {}
         self.bb, self.jax, self.tok, self.dev, self.vocab_name = bb, jax, tok, device, vocab_name
         # Tables are passed to the jitted function as an argument (an EncodeTables pytree),
         # as a model step would, so they are not embedded in the program as constants.
         self.tables = tok.tables(device=device)
-        self.unavailable: dict[str, str] = {}   # mode -> "exact mode unavailable: ..."
+        self.unavailable: dict[str, str] = {}  # mode -> "exact mode unavailable: ..."
         self.notes: list[str] = []
         self._fns: dict = {}
 
@@ -127,8 +127,9 @@ class Ours:
     def _one(self, mode, bs, T):
         # check_lengths=False: a fixed launch with no host read-back (device-resident timing).
         bb = self.bb
-        return lambda d, l, tabs: bb.encode(d, l, tabs, max_tokens=T, mode=mode, block_size=bs,
-                                            check_lengths=False)
+        return lambda d, l, tabs: bb.encode(
+            d, l, tabs, max_tokens=T, mode=mode, block_size=bs, check_lengths=False
+        )
 
     def fn(self, mode: str, bs: int, T: int, chain: int = 1):
         """(data, lengths) -> (ids, counts[, acc]) on the device, jitted; `chain` > 1 runs the
@@ -142,12 +143,14 @@ class Ours:
             if chain == 1:
                 body = lambda d, l, tabs: tuple(one(d, l, tabs))  # noqa: E731
             else:
+
                 def body(d, l, tabs):
                     acc = jnp.zeros((), jnp.int32)
                     for _ in range(chain):
                         e = one(d, jnp.where(acc == -123456789, 0, l), tabs)
                         acc = acc + e.counts[0]
                     return e.ids, e.counts, acc
+
             jf = self._jitted[key] = jax.jit(body)
             tabs = self.tables
             f = self._fns[key] = lambda d, l: jf(d, l, tabs)
@@ -162,8 +165,13 @@ class Ours:
         compiled = jf.lower(*args, self.tables).compile()
         ma = compiled.memory_analysis()
         out = {}
-        for k in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
-                  "alias_size_in_bytes", "generated_code_size_in_bytes"):
+        for k in (
+            "argument_size_in_bytes",
+            "output_size_in_bytes",
+            "temp_size_in_bytes",
+            "alias_size_in_bytes",
+            "generated_code_size_in_bytes",
+        ):
             v = getattr(ma, k, None)
             if v is not None:
                 out[k] = int(v)
@@ -198,19 +206,36 @@ def compare_rows(ids: np.ndarray, counts: np.ndarray, ref: list, T: int) -> tupl
         got = ids[i, : min(int(counts[i]), T)].tolist()
         if int(counts[i]) != len(r) or got != r[:T]:
             j = next((k for k, (a, b) in enumerate(zip(got, r)) if a != b), min(len(got), len(r)))
-            return False, (f"row {i}: {int(counts[i])} tokens vs {len(r)}; first difference at "
-                           f"{j}: {got[j:j + 4]} vs {r[j:j + 4]}")
+            return False, (
+                f"row {i}: {int(counts[i])} tokens vs {len(r)}; first difference at "
+                f"{j}: {got[j : j + 4]} vs {r[j : j + 4]}"
+            )
     return True, "equal" + (f" ({trunc} rows truncated)" if trunc else "")
 
 
-def time_ours(ours: Ours, mode, bs, T, data_dev, lengths_dev, total_bytes, *, chain=True,
-              target_s=0.3, max_device_chain_s=0.005):
+def time_ours(
+    ours: Ours,
+    mode,
+    bs,
+    T,
+    data_dev,
+    lengths_dev,
+    total_bytes,
+    *,
+    chain=True,
+    target_s=0.3,
+    max_device_chain_s=0.005,
+):
     """Device-resident numbers for one shape: latency (one call + sync, dispatch included)
     and device time (CHAIN calls in one executable / CHAIN). Big calls skip the chain."""
     f = ours.fn(mode, bs, T)
     lat = measure(lambda: f(data_dev, lengths_dev)[0].block_until_ready(), target_s=target_s)
-    row = {"latency_s": lat["s"], "latency_min_s": lat["min_s"], "reps": lat["reps"],
-           "MBps": total_bytes / lat["s"] / 1e6}
+    row = {
+        "latency_s": lat["s"],
+        "latency_min_s": lat["min_s"],
+        "reps": lat["reps"],
+        "MBps": total_bytes / lat["s"] / 1e6,
+    }
     if lat["s"] < 0.05:
         # k calls dispatched back to back, one sync at the end: what a training loop sees
         k = Ours.CHAIN
@@ -218,6 +243,7 @@ def time_ours(ours: Ours, mode, bs, T, data_dev, lengths_dev, total_bytes, *, ch
         def burst():
             outs = [f(data_dev, lengths_dev) for _ in range(k)]
             outs[-1][0].block_until_ready()
+
         p = measure(burst, target_s=target_s)
         row.update(pipelined_s=p["s"] / k, pipelined_MBps=total_bytes * k / p["s"] / 1e6)
     if chain and lat["s"] < max_device_chain_s:

@@ -64,11 +64,16 @@ def main() -> None:
     tok = bb.Tokenizer.from_file(data_dir / "vocab" / "tiktoken" / "cl100k_base.tiktoken")
     dev = jax.devices()[0]
     tables = tok.tables(device=dev)
-    enc = jax.jit(lambda d, l, t, T: bb.encode(d, l, t, max_tokens=T, check_lengths=False)[:2],
-                  static_argnums=3)
+    enc = jax.jit(
+        lambda d, l, t, T: bb.encode(d, l, t, max_tokens=T, check_lengths=False)[:2], static_argnums=3
+    )
     join = jax.jit(lambda parts: jnp.concatenate(parts, axis=0))
-    results = {"device": str(dev.device_kind), "jax": jax.__version__,
-               "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cells": []}
+    results = {
+        "device": str(dev.device_kind),
+        "jax": jax.__version__,
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cells": [],
+    }
 
     for cell in args.cells.split(","):
         B, L = map(int, cell.split("x"))
@@ -105,8 +110,10 @@ def main() -> None:
 
         n_stream = 8
         stream_texts = [texts] + [excerpts(raw, B, L, seed=s) for s in range(1, n_stream)]
-        stream_refs = [ref] + [np.asarray(enc(*jax.device_put(bb.pack_strings(t, max_len=L), dev),
-                                              tables, L)[0]) for t in stream_texts[1:]]
+        stream_refs = [ref] + [
+            np.asarray(enc(*jax.device_put(bb.pack_strings(t, max_len=L), dev), tables, L)[0])
+            for t in stream_texts[1:]
+        ]
 
         def stream_api():
             outs = [tok.encode_batch(t, max_len=L, max_tokens=L, device=dev) for t in stream_texts]
@@ -118,9 +125,10 @@ def main() -> None:
             def run():
                 parts = []
                 for lo in range(0, B, step):
-                    d, l = bb.pack_strings(texts[lo:lo + step], max_len=L)
+                    d, l = bb.pack_strings(texts[lo : lo + step], max_len=L)
                     parts.append(enc(*jax.device_put((d, l), dev), tables, L)[0])
                 return block(join(parts))
+
             return run
 
         pieces = {
@@ -130,8 +138,14 @@ def main() -> None:
             "put_tuple_s": lambda: block(jax.device_put((d_np, l_np), dev)),
             "device_resident_encode_s": lambda: block(enc(d_dev, l_dev, tables, L)[0]),
         }
-        paths = {"two_puts": two_puts, "tuple_put": tuple_put, "pinned": pinned_put,
-                 "numpy_args": numpy_args, "chunks_2": chunks(2), "chunks_4": chunks(4)}
+        paths = {
+            "two_puts": two_puts,
+            "tuple_put": tuple_put,
+            "pinned": pinned_put,
+            "numpy_args": numpy_args,
+            "chunks_2": chunks(2),
+            "chunks_4": chunks(4),
+        }
         if staging.available(dev):
             slot = bb.native.cuda.HostStaging(dev.local_hardware_id)
 
@@ -164,8 +178,7 @@ def main() -> None:
 
             stage_upload()
             pieces.update(stage_upload_s=stage_upload, stage_import_s=stage_import)
-            paths.update(staged=staged, staged_reimport=staged_reimport, api=api,
-                         api_numpy=api_numpy)
+            paths.update(staged=staged, staged_reimport=staged_reimport, api=api, api_numpy=api_numpy)
         row = {"batch": B, "bytes": L, "total_bytes": total}
         for name, fn in pieces.items():
             try:
@@ -188,8 +201,9 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001
             row["stream_api_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         results["cells"].append(row)
-        print(json.dumps({k: (round(v * 1e6) if k.endswith("_s") else v) for k, v in row.items()}),
-              flush=True)
+        print(
+            json.dumps({k: (round(v * 1e6) if k.endswith("_s") else v) for k, v in row.items()}), flush=True
+        )
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

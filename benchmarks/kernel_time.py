@@ -54,15 +54,28 @@ def main(argv=None) -> int:
             g = ours.fn("exact", args.block_size, L, chain=Ours.CHAIN)
             m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=1.0)
             total = sum(len(t.encode("utf-8")) for t in texts)
-            row.update(device_us=m["s"] / Ours.CHAIN * 1e6, device_min_us=m["min_s"] / Ours.CHAIN * 1e6,
-                       reps=m["reps"], device_MBps=total / (m["s"] / Ours.CHAIN) / 1e6)
+            row.update(
+                device_us=m["s"] / Ours.CHAIN * 1e6,
+                device_min_us=m["min_s"] / Ours.CHAIN * 1e6,
+                reps=m["reps"],
+                device_MBps=total / (m["s"] / Ours.CHAIN) / 1e6,
+            )
         rows.append(row)
         print(args.label, json.dumps(row), flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"kernel_time_{args.label}.json").write_text(json.dumps(
-            {"label": args.label, "device": dev.device_kind, "jax": jax.__version__,
-             "block_size": args.block_size, "rows": rows}, indent=1))
+        (args.out / f"kernel_time_{args.label}.json").write_text(
+            json.dumps(
+                {
+                    "label": args.label,
+                    "device": dev.device_kind,
+                    "jax": jax.__version__,
+                    "block_size": args.block_size,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

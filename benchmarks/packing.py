@@ -55,13 +55,25 @@ def main(argv=None) -> int:
             times.append(time.perf_counter() - t0)
         t = statistics.median(times)
         rep = out.report
-        results.append(dict(
-            device=str(device), device_kind=device.device_kind, method=method, docs=args.docs, width=args.width,
-            seq_len=args.seq_len, rows=args.rows, median_s=t, rows_per_s=args.rows / t,
-            docs_per_s=args.docs / t, tokens_per_s=int(rep.tokens_packed) / t,
-            tokens_packed=int(rep.tokens_packed),
-            tokens_dropped=int(rep.tokens_dropped), rows_used=int(rep.rows_used),
-            checked=not args.no_check))
+        results.append(
+            dict(
+                device=str(device),
+                device_kind=device.device_kind,
+                method=method,
+                docs=args.docs,
+                width=args.width,
+                seq_len=args.seq_len,
+                rows=args.rows,
+                median_s=t,
+                rows_per_s=args.rows / t,
+                docs_per_s=args.docs / t,
+                tokens_per_s=int(rep.tokens_packed) / t,
+                tokens_packed=int(rep.tokens_packed),
+                tokens_dropped=int(rep.tokens_dropped),
+                rows_used=int(rep.rows_used),
+                checked=not args.no_check,
+            )
+        )
         print(json.dumps(results[-1]), flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

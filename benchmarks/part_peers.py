@@ -10,7 +10,7 @@ import peers as peers_mod
 import plot
 from harness import compare_rows, excerpts, log, measure, nbytes_of, pack_ljust, time_ours
 
-STREAM = 8                         # batches in the end-to-end stream measurement
+STREAM = 8  # batches in the end-to-end stream measurement
 
 
 def part_peers(ctx, res, budget):
@@ -20,9 +20,14 @@ def part_peers(ctx, res, budget):
     ours = ctx["ours"]("cl100k")
     bytes_ref = peers_mod.reference_encoding(ctx["data"], "cl100k", ctx["testing"].BYTES_MODE_PATTERN)
     ps = peers_mod.load(ctx["data"], "cl100k", threads=ctx["threads"])
-    out = {"vocab": "cl100k", "threads": ps.threads, "notes": ours.notes,
-           "peer_versions": {k: p.version for k, p in ps.peers.items()},
-           "unavailable": dict(ps.unavailable), "rows": []}
+    out = {
+        "vocab": "cl100k",
+        "threads": ps.threads,
+        "notes": ours.notes,
+        "peer_versions": {k: p.version for k, p in ps.peers.items()},
+        "unavailable": dict(ps.unavailable),
+        "rows": [],
+    }
     res["peers"] = out
     for name, why in ps.unavailable.items():
         log(f"  peer {name} unavailable: {why}")
@@ -35,15 +40,25 @@ def part_peers(ctx, res, budget):
         texts = excerpts(ctx["raw"], B, L, seed=ci)
         total = nbytes_of(texts)
         ref = ps.reference_ids(texts)
-        row = {"batch": B, "bytes": L, "total_bytes": total, "tokens": sum(map(len, ref)),
-               "ours": {}, "peers": {}}
+        row = {
+            "batch": B,
+            "bytes": L,
+            "total_bytes": total,
+            "tokens": sum(map(len, ref)),
+            "ours": {},
+            "peers": {},
+        }
         out["rows"].append(row)
         data_np, lens_np = bb.pack_strings(texts, max_len=L)
         data_dev, lens_dev = ours.put(data_np, lens_np)
         T = L
         # -- ours, device-resident, every block size; then end to end at the best one
         for mode in ("exact", "bytes"):
-            mref = ref if mode == "exact" else [list(r) for r in bytes_ref.encode_ordinary_batch(texts, num_threads=ps.threads)]
+            mref = (
+                ref
+                if mode == "exact"
+                else [list(r) for r in bytes_ref.encode_ordinary_batch(texts, num_threads=ps.threads)]
+            )
             per_bs = {}
             for bs in blocks:
                 try:
@@ -64,8 +79,20 @@ def part_peers(ctx, res, budget):
             if timed:
                 best = min(timed, key=lambda k: timed[k]["device_s"])
                 bs = int(best)
-                entry.update(best_block_size=bs, **{k: timed[best][k] for k in (
-                    "exact_vs_tiktoken", "check", "latency_s", "device_s", "MBps", "device_MBps")})
+                entry.update(
+                    best_block_size=bs,
+                    **{
+                        k: timed[best][k]
+                        for k in (
+                            "exact_vs_tiktoken",
+                            "check",
+                            "latency_s",
+                            "device_s",
+                            "MBps",
+                            "device_MBps",
+                        )
+                    },
+                )
                 entry.update(e2e(ctx, ours, tok, texts, mode, bs, L, T, total))
             row["ours"][mode] = entry
         # -- peers: check on these inputs, then time
@@ -75,8 +102,12 @@ def part_peers(ctx, res, budget):
                 row["peers"][name] = {"exact_vs_tiktoken": False, "check": detail}
                 continue
             m = measure(lambda: p.encode(texts), target_s=0.5, max_reps=30)
-            row["peers"][name] = {"exact_vs_tiktoken": True, "s": m["s"], "reps": m["reps"],
-                                  "MBps": total / m["s"] / 1e6}
+            row["peers"][name] = {
+                "exact_vs_tiktoken": True,
+                "s": m["s"],
+                "reps": m["reps"],
+                "MBps": total / m["s"] / 1e6,
+            }
         timed_peers = {k: v["MBps"] for k, v in row["peers"].items() if "MBps" in v}
         if timed_peers:
             best = max(timed_peers, key=timed_peers.get)
@@ -110,7 +141,9 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
         d, l = ours.put(d_np, l_np)
         d.block_until_ready()
         l.block_until_ready()
+
     h = measure(h2d, target_s=0.2, max_reps=50)
+
     # The NumPy arrays handed straight to the jitted call, which moves them itself (what
     # encode_batch does; other transfer variants: benchmarks/host_path.py).
     def e2e_numpy():
@@ -126,8 +159,7 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
     ref = np.asarray(ref_ids)
 
     def stream_equal(outs) -> bool:  # each batch's ids against the rotated reference
-        return all(np.array_equal(np.asarray(got), np.roll(ref, -s, axis=0))
-                   for s, got in zip(shifts, outs))
+        return all(np.array_equal(np.asarray(got), np.roll(ref, -s, axis=0)) for s, got in zip(shifts, outs))
 
     def e2e_stream():
         outs = [f(*bb.pack_strings(r, max_len=L))[0] for r in rotations]
@@ -147,21 +179,33 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
     same = same and bool(np.array_equal(np.asarray(fast_ljust()), np.asarray(ref_ids)))
     mj = measure(fast_ljust, target_s=0.3, max_reps=50)
     pj = measure(lambda: pack_ljust(texts, L), target_s=0.2, max_reps=50)
-    out = {"e2e_s": m["s"], "e2e_MBps": total / m["s"] / 1e6, "e2e_reps": m["reps"],
-           "e2e_ids_equal_device_resident": same,
-           "e2e_ljust_s": mj["s"], "e2e_ljust_MBps": total / mj["s"] / 1e6,
-           "pack_ljust_s": pj["s"], "pack_ljust_MBps": total / pj["s"] / 1e6,
-           "pack_s": pack["s"], "pack_MBps": total / pack["s"] / 1e6,
-           "h2d_s": h["s"], "h2d_MBps": (d_np.nbytes + l_np.nbytes) / h["s"] / 1e6,
-           "e2e_numpy_s": mn["s"], "e2e_numpy_MBps": total / mn["s"] / 1e6,
-           "e2e_stream_s": st, "e2e_stream_MBps": total / st / 1e6, "e2e_stream_batches": STREAM}
+    out = {
+        "e2e_s": m["s"],
+        "e2e_MBps": total / m["s"] / 1e6,
+        "e2e_reps": m["reps"],
+        "e2e_ids_equal_device_resident": same,
+        "e2e_ljust_s": mj["s"],
+        "e2e_ljust_MBps": total / mj["s"] / 1e6,
+        "pack_ljust_s": pj["s"],
+        "pack_ljust_MBps": total / pj["s"] / 1e6,
+        "pack_s": pack["s"],
+        "pack_MBps": total / pack["s"] / 1e6,
+        "h2d_s": h["s"],
+        "h2d_MBps": (d_np.nbytes + l_np.nbytes) / h["s"] / 1e6,
+        "e2e_numpy_s": mn["s"],
+        "e2e_numpy_MBps": total / mn["s"] / 1e6,
+        "e2e_stream_s": st,
+        "e2e_stream_MBps": total / st / 1e6,
+        "e2e_stream_batches": STREAM,
+    }
     try:
         # The public path: Tokenizer.encode_batch (on a GPU: pinned staging + DLPack import,
         # blockbpe_jax/staging.py), one batch and a stream, each checked against the
         # device-resident ids.
         def api(batch=texts):
-            return tok.encode_batch(batch, max_len=L, max_tokens=T, mode=mode, block_size=bs,
-                                    device=ours.dev).ids
+            return tok.encode_batch(
+                batch, max_len=L, max_tokens=T, mode=mode, block_size=bs, device=ours.dev
+            ).ids
 
         def api_one():
             ids = api()
@@ -178,8 +222,12 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
         if api_same:
             a = measure(api_one, target_s=0.3, max_reps=50)
             ast = measure(api_stream, target_s=0.5, max_reps=30)["s"] / STREAM
-            out.update(e2e_api_s=a["s"], e2e_api_MBps=total / a["s"] / 1e6,
-                       e2e_api_stream_s=ast, e2e_api_stream_MBps=total / ast / 1e6)
+            out.update(
+                e2e_api_s=a["s"],
+                e2e_api_MBps=total / a["s"] / 1e6,
+                e2e_api_stream_s=ast,
+                e2e_api_stream_MBps=total / ast / 1e6,
+            )
     except Exception as e:  # noqa: BLE001
         out["e2e_api_error"] = f"{type(e).__name__}: {str(e)[:200]}"
     return out
@@ -187,8 +235,10 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
 
 def summarize_targets(res) -> dict:
     """Issue 4's targets against this run's numbers (cl100k, War and Peace)."""
-    t: dict = {"note": "device = GPU time per call (a chain of calls in one executable); "
-                       "latency = one jitted call + block_until_ready (dispatch included)"}
+    t: dict = {
+        "note": "device = GPU time per call (a chain of calls in one executable); "
+        "latency = one jitted call + block_until_ready (dispatch included)"
+    }
     rows = {(r["batch"], r["bytes"]): r for r in res.get("peers", {}).get("rows", []) if "ours" in r}
 
     def ours(cell):
@@ -201,8 +251,12 @@ def summarize_targets(res) -> dict:
     mode, e = ours((1024, 4096))
     if e:
         t["device_resident_1024x4096"] = {
-            "target": ">= 20 GB/s (exact)", "mode": mode, "GBps_device": e["device_MBps"] / 1e3,
-            "GBps_with_dispatch": e["MBps"] / 1e3, "met": mode == "exact" and e["device_MBps"] >= 20e3}
+            "target": ">= 20 GB/s (exact)",
+            "mode": mode,
+            "GBps_device": e["device_MBps"] / 1e3,
+            "GBps_with_dispatch": e["MBps"] / 1e3,
+            "met": mode == "exact" and e["device_MBps"] >= 20e3,
+        }
     for cell in ((1024, 4096), (1024, 512)):
         mode, e = ours(cell)
         fp = rows.get(cell, {}).get("fastest_peer")
@@ -214,24 +268,35 @@ def summarize_targets(res) -> dict:
             streams = {k[:-5]: e[k] for k in plot.STREAM_KEYS if e.get(k)}
             stream = max(streams.values()) if streams else None
             t[f"end_to_end_{cell[0]}x{cell[1]}"] = {
-                "target": ">= 3x the fastest exact CPU peer", "mode": mode,
-                "fastest_peer": fp["name"], "fastest_peer_MBps": fp["MBps"],
-                "one_batch_MBps": one, "one_batch_best": best,
+                "target": ">= 3x the fastest exact CPU peer",
+                "mode": mode,
+                "fastest_peer": fp["name"],
+                "fastest_peer_MBps": fp["MBps"],
+                "one_batch_MBps": one,
+                "one_batch_best": best,
                 "ratio_one_batch": one[best] / fp["MBps"],
-                "stream_MBps": stream, "stream_paths_MBps": streams, "ratio_stream": stream / fp["MBps"] if stream else None,
+                "stream_MBps": stream,
+                "stream_paths_MBps": streams,
+                "ratio_stream": stream / fp["MBps"] if stream else None,
                 "met": mode == "exact" and one[best] >= 3 * fp["MBps"],
-                "met_stream": bool(mode == "exact" and stream and stream >= 3 * fp["MBps"])}
+                "met_stream": bool(mode == "exact" and stream and stream >= 3 * fp["MBps"]),
+            }
     mode, e = ours((64, 512))
     if e:
-        t["latency_64x512"] = {"target": "<= 100 us device-resident", "mode": mode,
-                               "latency_median_us": e["latency_s"] * 1e6,
-                               "latency_min_us": min(v.get("latency_min_s", 9) for v in e["block_sizes"].values()) * 1e6,
-                               "device_us": e["device_s"] * 1e6,
-                               "met": mode == "exact" and e["latency_s"] <= 100e-6}
+        t["latency_64x512"] = {
+            "target": "<= 100 us device-resident",
+            "mode": mode,
+            "latency_median_us": e["latency_s"] * 1e6,
+            "latency_min_us": min(v.get("latency_min_s", 9) for v in e["block_sizes"].values()) * 1e6,
+            "device_us": e["device_s"] * 1e6,
+            "met": mode == "exact" and e["latency_s"] <= 100e-6,
+        }
     mem = res.get("memory")
     if mem:
-        t["memory"] = {"tables_bytes": {k: v.get("table_nbytes") for k, v in mem["vocabs"].items()},
-                       "workspace_rule": mem["workspace_rule"]}
+        t["memory"] = {
+            "tables_bytes": {k: v.get("table_nbytes") for k, v in mem["vocabs"].items()},
+            "workspace_rule": mem["workspace_rule"],
+        }
     return t
 
 
@@ -239,9 +304,11 @@ def log_peer_row(row):
     parts = []
     for mode, e in row["ours"].items():
         if "device_MBps" in e:
-            parts.append(f"ours[{mode}] dev={e['device_MBps']:.0f} lat={e['latency_s'] * 1e6:.0f}us "
-                         f"e2e={e.get('e2e_MBps', float('nan')):.0f}/{e.get('e2e_ljust_MBps', float('nan')):.0f}MB/s"
-                         f"{'' if e['exact_vs_tiktoken'] else '(!MISMATCH)'}")
+            parts.append(
+                f"ours[{mode}] dev={e['device_MBps']:.0f} lat={e['latency_s'] * 1e6:.0f}us "
+                f"e2e={e.get('e2e_MBps', float('nan')):.0f}/{e.get('e2e_ljust_MBps', float('nan')):.0f}MB/s"
+                f"{'' if e['exact_vs_tiktoken'] else '(!MISMATCH)'}"
+            )
         else:
             parts.append(f"ours[{mode}] {e.get('unavailable', 'error')[:60]}")
     for name, p in row["peers"].items():

@@ -50,8 +50,8 @@ class Peer:
 class PeerSet:
     vocab: str
     threads: int
-    reference: Any                      # the tiktoken.Encoding whose ids are the truth
-    peers: dict = field(default_factory=dict)        # name -> Peer (tiktoken included)
+    reference: Any  # the tiktoken.Encoding whose ids are the truth
+    peers: dict = field(default_factory=dict)  # name -> Peer (tiktoken included)
     unavailable: dict = field(default_factory=dict)  # name -> reason
 
     def reference_ids(self, texts: list) -> list:
@@ -61,6 +61,7 @@ class PeerSet:
 def _version(module) -> str:
     try:
         from importlib.metadata import version
+
         return version(module)
     except Exception:  # noqa: BLE001
         return "?"
@@ -74,20 +75,24 @@ def _rows_from_matrix(ids: np.ndarray, lengths) -> list:
 def _rows_from_flat(flat: np.ndarray, offsets) -> list:
     flat = np.asarray(flat)
     offsets = np.asarray(offsets)
-    return [flat[offsets[i]: offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
+    return [flat[offsets[i] : offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
 
 
 def reference_encoding(data_dir, vocab: str, pattern: str | None = None):
     """tiktoken over the shared rank file (no network), with the vocabulary's own pattern."""
     import tiktoken
     import tiktoken.load
+
     ranks = tiktoken.load.load_tiktoken_bpe(str(data_dir / "vocab" / FILES[vocab][0]))
-    return tiktoken.Encoding(f"{vocab}_ref", pat_str=pattern or PATTERNS[vocab],
-                             mergeable_ranks=ranks, special_tokens=SPECIALS[vocab])
+    return tiktoken.Encoding(
+        f"{vocab}_ref",
+        pat_str=pattern or PATTERNS[vocab],
+        mergeable_ranks=ranks,
+        special_tokens=SPECIALS[vocab],
+    )
 
 
-def load(data_dir, vocab: str = "cl100k", threads: int | None = None,
-         only: tuple | None = None) -> PeerSet:
+def load(data_dir, vocab: str = "cl100k", threads: int | None = None, only: tuple | None = None) -> PeerSet:
     """Every peer that imports and loads here, for `vocab` ("cl100k" or "r50k")."""
     threads = threads or os.cpu_count() or 1
     # Rayon-based peers (gigatoken, tokie, HF) read this once, at their first parallel call.
@@ -97,8 +102,12 @@ def load(data_dir, vocab: str = "cl100k", threads: int | None = None,
     ref = reference_encoding(data_dir, vocab)
     ps = PeerSet(vocab=vocab, threads=threads, reference=ref)
     as_lists = lambda got: [list(map(int, g)) for g in got]  # noqa: E731
-    ps.peers["tiktoken"] = Peer("tiktoken", lambda xs: ref.encode_ordinary_batch(xs, num_threads=threads),
-                                as_lists, _version("tiktoken"))
+    ps.peers["tiktoken"] = Peer(
+        "tiktoken",
+        lambda xs: ref.encode_ordinary_batch(xs, num_threads=threads),
+        as_lists,
+        _version("tiktoken"),
+    )
 
     def want(name):
         return only is None or name in only
@@ -106,20 +115,28 @@ def load(data_dir, vocab: str = "cl100k", threads: int | None = None,
     if want("hf_tokenizers"):
         try:
             from tokenizers import Tokenizer as HFTokenizer
+
             hf = HFTokenizer.from_file(hf_path)
             ps.peers["hf_tokenizers"] = Peer(
-                "hf_tokenizers", lambda xs: hf.encode_batch(xs, add_special_tokens=False),
-                lambda got: [e.ids for e in got], _version("tokenizers"))
+                "hf_tokenizers",
+                lambda xs: hf.encode_batch(xs, add_special_tokens=False),
+                lambda got: [e.ids for e in got],
+                _version("tokenizers"),
+            )
         except Exception as e:  # noqa: BLE001
             ps.unavailable["hf_tokenizers"] = repr(e)[:300]
     if want("gigatoken") or want("gigatoken_padded"):
         try:
             import gigatoken
+
             gt = gigatoken.Tokenizer.from_tiktoken(tk_path)
             ver = _version("gigatoken")
             ps.peers["gigatoken_padded"] = Peer(
-                "gigatoken_padded", lambda xs: gt.encode_batch_padded(xs, pad_id=0),
-                lambda got: _rows_from_matrix(got[0], got[1]), ver)
+                "gigatoken_padded",
+                lambda xs: gt.encode_batch_padded(xs, pad_id=0),
+                lambda got: _rows_from_matrix(got[0], got[1]),
+                ver,
+            )
             ps.peers["gigatoken"] = Peer("gigatoken", lambda xs: gt.encode_batch_list(xs), as_lists, ver)
         except Exception as e:  # noqa: BLE001
             ps.unavailable["gigatoken"] = repr(e)[:300]
@@ -129,18 +146,27 @@ def load(data_dir, vocab: str = "cl100k", threads: int | None = None,
         else:
             try:
                 import quicktok
+
                 qt = quicktok.get_encoding("cl100k_base")
-                ps.peers["quicktok"] = Peer("quicktok", lambda xs: qt.encode_batch(xs),
-                                            lambda got: _rows_from_flat(got[0], got[1]),
-                                            _version("quicktok-v1"))
+                ps.peers["quicktok"] = Peer(
+                    "quicktok",
+                    lambda xs: qt.encode_batch(xs),
+                    lambda got: _rows_from_flat(got[0], got[1]),
+                    _version("quicktok-v1"),
+                )
             except Exception as e:  # noqa: BLE001
                 ps.unavailable["quicktok"] = repr(e)[:300]
     if want("tokie"):
         try:
             import tokie
+
             tt = tokie.Tokenizer.from_json(hf_path)
-            ps.peers["tokie"] = Peer("tokie", lambda xs: tt.encode_batch(xs, add_special_tokens=False),
-                                     lambda got: [e.ids for e in got], _version("tokie"))
+            ps.peers["tokie"] = Peer(
+                "tokie",
+                lambda xs: tt.encode_batch(xs, add_special_tokens=False),
+                lambda got: [e.ids for e in got],
+                _version("tokie"),
+            )
         except Exception as e:  # noqa: BLE001
             ps.unavailable["tokie"] = repr(e)[:300]
     return ps
@@ -157,15 +183,17 @@ def check(peer: Peer, texts: list, ref_ids: list) -> tuple[bool, str]:
     for i, (g, r) in enumerate(zip(got, ref_ids)):
         if list(g) != r:
             j = next((k for k, (a, b) in enumerate(zip(g, r)) if a != b), min(len(g), len(r)))
-            return False, f"row {i} differs at token {j}: {list(g[j:j + 5])} vs {r[j:j + 5]}"
+            return False, f"row {i} differs at token {j}: {list(g[j : j + 5])} vs {r[j : j + 5]}"
     return True, "ids equal to tiktoken's"
 
 
 if __name__ == "__main__":  # smoke test: python benchmarks/peers.py
     import sys
     from pathlib import Path
+
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from blockbpe_jax.testing import data_dir
+
     ps = load(data_dir())
     xs = ["Hello world, it's 2026!", "  multiple   spaces\n\nand lines", "Ünïcödé ½ 123456"]
     ref = ps.reference_ids(xs)

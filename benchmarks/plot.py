@@ -62,13 +62,21 @@ def plot_paper(res, out_dir, plt):
     ncol = len(blocks) + (1 if peer_names else 0)
     fig, axes = plt.subplots(2, ncol, figsize=(4.2 * ncol, 7.5), squeeze=False, sharex=True)
     ymax = max(r["device_MBps"] for r in rows) * 1.5
-    ymin = min([r["device_MBps"] for r in rows] + [b[n]["MBps"] for b in base for n in peer_names
-                                                     if n in b and "MBps" in b[n]]) / 1.5
+    ymin = (
+        min(
+            [r["device_MBps"] for r in rows]
+            + [b[n]["MBps"] for b in base for n in peer_names if n in b and "MBps" in b[n]]
+        )
+        / 1.5
+    )
     for j, bs in enumerate(blocks):
         ax, ax2 = axes[0, j], axes[1, j]
         for L in lengths:
-            pts = sorted((r["batch"], r["device_MBps"], r["device_s"]) for r in rows
-                         if r["block_size"] == bs and r["bytes"] == L)
+            pts = sorted(
+                (r["batch"], r["device_MBps"], r["device_s"])
+                for r in rows
+                if r["block_size"] == bs and r["bytes"] == L
+            )
             if not pts:
                 continue
             xs = [p[0] for p in pts]
@@ -94,10 +102,15 @@ def plot_paper(res, out_dir, plt):
                 ax_.axis("off")
                 continue
             for L in lengths:
-                pts = sorted((b["batch"], b[name]["MBps"]) for b in base
-                             if b["bytes"] == L and name in b and "MBps" in b[name])
+                pts = sorted(
+                    (b["batch"], b[name]["MBps"])
+                    for b in base
+                    if b["bytes"] == L and name in b and "MBps" in b[name]
+                )
                 if pts:
-                    ax_.plot([p[0] for p in pts], [p[1] for p in pts], "s--", color=colour[L], ms=3, label=f"{L} B")
+                    ax_.plot(
+                        [p[0] for p in pts], [p[1] for p in pts], "s--", color=colour[L], ms=3, label=f"{L} B"
+                    )
             ax_.set_title(f"{name} (CPU, {paper.get('threads', '?')} threads)")
             ax_.set_xscale("log", base=2)
             ax_.set_yscale("log")
@@ -105,8 +118,11 @@ def plot_paper(res, out_dir, plt):
             ax_.grid(True, which="both", alpha=0.3)
             ax_.set_ylabel("MB/s of input")
             ax_.set_xlabel("batch (strings)")
-    fig.suptitle(f"BlockBPE paper experiment: GPT-2 (r50k) vocabulary, bytes mode, War and Peace "
-                 f"excerpts\n{_subtitle(res)}", fontsize=11)
+    fig.suptitle(
+        f"BlockBPE paper experiment: GPT-2 (r50k) vocabulary, bytes mode, War and Peace "
+        f"excerpts\n{_subtitle(res)}",
+        fontsize=11,
+    )
     return _save(fig, out_dir, "paper_throughput.png")
 
 
@@ -142,8 +158,13 @@ def plot_peers(res, out_dir, plt):
     rows = [r for r in res["peers"]["rows"] if "peers" in r]
     if not rows:
         return None
-    colours = {"ours_exact_dev": "#1b5e20", "ours_exact_e2e": "#66bb6a", "ours_bytes_dev": "#0d47a1",
-               "ours_bytes_e2e": "#64b5f6", "peer": "#9e9e9e"}
+    colours = {
+        "ours_exact_dev": "#1b5e20",
+        "ours_exact_e2e": "#66bb6a",
+        "ours_bytes_dev": "#0d47a1",
+        "ours_bytes_e2e": "#64b5f6",
+        "peer": "#9e9e9e",
+    }
     n = len(rows)
     ncol = min(3, n)
     nrow = (n + ncol - 1) // ncol
@@ -154,14 +175,23 @@ def plot_peers(res, out_dir, plt):
         xs = range(len(bars))
         ax.bar(xs, [b[1] for b in bars], color=[colours[b[2]] for b in bars])
         for x, b in zip(xs, bars):
-            ax.text(x, b[1], f"{b[1]:.0f}" if b[1] >= 10 else f"{b[1]:.1f}", ha="center", va="bottom", fontsize=7)
+            ax.text(
+                x, b[1], f"{b[1]:.0f}" if b[1] >= 10 else f"{b[1]:.1f}", ha="center", va="bottom", fontsize=7
+            )
         ax.set_xticks(list(xs))
         ax.set_xticklabels([b[0] for b in bars], rotation=60, ha="right", fontsize=7)
         fp = row.get("fastest_peer")
         if fp:
             ax.axhline(3 * fp["MBps"], color="crimson", ls="--", lw=1)
-            ax.text(len(bars) - 0.5, 3 * fp["MBps"], "end-to-end target: 3x fastest peer", color="crimson",
-                    fontsize=7, ha="right", va="bottom")
+            ax.text(
+                len(bars) - 0.5,
+                3 * fp["MBps"],
+                "end-to-end target: 3x fastest peer",
+                color="crimson",
+                fontsize=7,
+                ha="right",
+                va="bottom",
+            )
         ax.set_yscale("log")
         ax.set_title(f"{row['batch']} x {row['bytes']} B")
         ax.set_ylabel("MB/s of input")
@@ -169,8 +199,11 @@ def plot_peers(res, out_dir, plt):
     for k in range(n, nrow * ncol):
         axes[k // ncol, k % ncol].axis("off")
     thr = res["peers"].get("threads", "?")
-    fig.suptitle(f"cl100k, War and Peace excerpts: blockbpe_jax vs CPU tokenizers ({thr} threads); "
-                 f"all ids checked equal to tiktoken's\n{_subtitle(res)}", fontsize=11)
+    fig.suptitle(
+        f"cl100k, War and Peace excerpts: blockbpe_jax vs CPU tokenizers ({thr} threads); "
+        f"all ids checked equal to tiktoken's\n{_subtitle(res)}",
+        fontsize=11,
+    )
     return _save(fig, out_dir, "peers.png")
 
 
@@ -182,8 +215,14 @@ def plot_scaling(res, out_dir, plt):
     cmap = plt.get_cmap("tab10")
 
     def series(pts, xkey, ax, group_key=None):
-        keys = sorted({k for p in pts for k, v in p.items()
-                       if isinstance(v, dict) and k != "tiktoken" and "device_s" in v})
+        keys = sorted(
+            {
+                k
+                for p in pts
+                for k, v in p.items()
+                if isinstance(v, dict) and k != "tiktoken" and "device_s" in v
+            }
+        )
         groups = sorted({p[group_key] for p in pts}) if group_key else [None]
         for gi, g in enumerate(groups):
             gp = [p for p in pts if group_key is None or p[group_key] == g]
@@ -193,12 +232,27 @@ def plot_scaling(res, out_dir, plt):
                 if xy:
                     mode, bs = k.rsplit("_", 1)
                     lab = f"{mode}, block {bs}" + (f", batch {g}" if group_key else "")
-                    ax.plot([a for a, _ in xy], [b * 1e6 for _, b in xy], styles.get(mode, "-"),
-                            color=cmap(ki), marker=mk, ms=3, label=lab)
+                    ax.plot(
+                        [a for a, _ in xy],
+                        [b * 1e6 for _, b in xy],
+                        styles.get(mode, "-"),
+                        color=cmap(ki),
+                        marker=mk,
+                        ms=3,
+                        label=lab,
+                    )
             xy = sorted((p[xkey], p["tiktoken"]["s"]) for p in gp if "tiktoken" in p)
             if xy:
-                ax.plot([a for a, _ in xy], [b * 1e6 for _, b in xy], ":", color="k", alpha=0.6,
-                        marker=mk, ms=3, label="tiktoken (CPU)" + (f", batch {g}" if group_key else ""))
+                ax.plot(
+                    [a for a, _ in xy],
+                    [b * 1e6 for _, b in xy],
+                    ":",
+                    color="k",
+                    alpha=0.6,
+                    marker=mk,
+                    ms=3,
+                    label="tiktoken (CPU)" + (f", batch {g}" if group_key else ""),
+                )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
@@ -214,7 +268,9 @@ def plot_scaling(res, out_dir, plt):
         L = sc["batch"][0]["bytes"]
         axes[1].set_xlabel(f"batch (strings of {L} B)")
         axes[1].set_title("cost vs batch size")
-    fig.suptitle(f"Scaling, {sc.get('vocab', '?')} vocabulary, device time per call\n{_subtitle(res)}", fontsize=11)
+    fig.suptitle(
+        f"Scaling, {sc.get('vocab', '?')} vocabulary, device time per call\n{_subtitle(res)}", fontsize=11
+    )
     return _save(fig, out_dir, "scaling.png")
 
 
@@ -226,8 +282,14 @@ def peers_markdown(res) -> str:
         for n in r.get("peers", {}):
             if n not in names:
                 names.append(n)
-    head = ["batch x bytes", "ours exact dev", "ours exact e2e", "ours exact e2e stream",
-            "ours bytes dev", "ours bytes e2e"] + names
+    head = [
+        "batch x bytes",
+        "ours exact dev",
+        "ours exact e2e",
+        "ours exact e2e stream",
+        "ours bytes dev",
+        "ours bytes e2e",
+    ] + names
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in res["peers"]["rows"]:
         if "peers" not in r:
@@ -250,31 +312,43 @@ def targets_markdown(res) -> str:
     lines = []
     d = t.get("device_resident_1024x4096")
     if d:
-        lines.append(f"- device-resident 1024 x 4096 ({d['mode']}): {d['GBps_device']:.2f} GB/s GPU time, "
-                     f"{d['GBps_with_dispatch']:.2f} GB/s with dispatch; target {d['target']}: "
-                     f"{'met' if d['met'] else 'missed'}")
+        lines.append(
+            f"- device-resident 1024 x 4096 ({d['mode']}): {d['GBps_device']:.2f} GB/s GPU time, "
+            f"{d['GBps_with_dispatch']:.2f} GB/s with dispatch; target {d['target']}: "
+            f"{'met' if d['met'] else 'missed'}"
+        )
     for k in ("end_to_end_1024x4096", "end_to_end_1024x512"):
         e = t.get(k)
         if e:
             best = e["one_batch_best"]
-            stream = (f"; a stream of batches {e['stream_MBps']:.0f} MB/s = {e['ratio_stream']:.2f}x "
-                      f"({'met' if e['met_stream'] else 'missed'})" if e.get("stream_MBps") else "")
-            lines.append(f"- {k.replace('_', ' ')} ({e['mode']}): one batch {e['one_batch_MBps'][best]:.0f} "
-                         f"MB/s ({best}) = {e['ratio_one_batch']:.2f}x {e['fastest_peer']} "
-                         f"({e['fastest_peer_MBps']:.0f} MB/s), target {e['target']}: "
-                         f"{'met' if e['met'] else 'missed'}{stream}")
+            stream = (
+                f"; a stream of batches {e['stream_MBps']:.0f} MB/s = {e['ratio_stream']:.2f}x "
+                f"({'met' if e['met_stream'] else 'missed'})"
+                if e.get("stream_MBps")
+                else ""
+            )
+            lines.append(
+                f"- {k.replace('_', ' ')} ({e['mode']}): one batch {e['one_batch_MBps'][best]:.0f} "
+                f"MB/s ({best}) = {e['ratio_one_batch']:.2f}x {e['fastest_peer']} "
+                f"({e['fastest_peer_MBps']:.0f} MB/s), target {e['target']}: "
+                f"{'met' if e['met'] else 'missed'}{stream}"
+            )
     lat = t.get("latency_64x512")
     if lat:
-        lines.append(f"- latency 64 x 512 ({lat['mode']}): median {lat['latency_median_us']:.0f} us, "
-                     f"min {lat['latency_min_us']:.0f} us, GPU time {lat['device_us']:.0f} us; target "
-                     f"{lat['target']}: {'met' if lat['met'] else 'missed'}")
+        lines.append(
+            f"- latency 64 x 512 ({lat['mode']}): median {lat['latency_median_us']:.0f} us, "
+            f"min {lat['latency_min_us']:.0f} us, GPU time {lat['device_us']:.0f} us; target "
+            f"{lat['target']}: {'met' if lat['met'] else 'missed'}"
+        )
     return "\n".join(lines)
 
 
 def make_all(paths, out_dir) -> list:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     res = load(paths)
     made = []
     for key, fn in (("paper", plot_paper), ("peers", plot_peers), ("scaling", plot_scaling)):

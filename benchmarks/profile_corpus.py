@@ -72,8 +72,9 @@ class Sampler(threading.Thread):
                 stack = traceback.extract_stack(frame)
                 inner = stack[-1]
                 ours = next((f for f in reversed(stack) if "blockbpe_jax" in f.filename), None)
-                key = (f"{Path(ours.filename).name}:{ours.lineno} {ours.name}" if ours else "-") + \
-                    f"  <- {Path(inner.filename).name}:{inner.lineno} {inner.name}"
+                key = (
+                    f"{Path(ours.filename).name}:{ours.lineno} {ours.name}" if ours else "-"
+                ) + f"  <- {Path(inner.filename).name}:{inner.lineno} {inner.name}"
                 self.counts[names.get(ident, str(ident))][key] += 1
 
 
@@ -83,8 +84,11 @@ def main() -> None:
     ap.add_argument("--interval-ms", type=float, default=2)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--fake-encode", action="store_true",
-                    help="replace the kernel by a cheap stand-in: the pipeline's own cost")
+    ap.add_argument(
+        "--fake-encode",
+        action="store_true",
+        help="replace the kernel by a cheap stand-in: the pipeline's own cost",
+    )
     args = ap.parse_args()
     if args.fake_encode:
         ops.encode = fake_encode
@@ -92,8 +96,7 @@ def main() -> None:
     corpus = work / "mixed.jsonl"
     _, nbytes = corpus_job.build_mixed(corpus, corpus_job.source_texts(data_dir()), int(args.mb * 1e6))
     tok = bb.Tokenizer.from_file(data_dir() / "vocab" / "tiktoken" / "cl100k_base.tiktoken")
-    report = {"bytes": nbytes, "fake_encode": args.fake_encode, "device": str(jax.devices()[0]),
-              "runs": []}
+    report = {"bytes": nbytes, "fake_encode": args.fake_encode, "device": str(jax.devices()[0]), "runs": []}
     for run in ("cold", "warm"):
         sampler = Sampler(args.interval_ms / 1e3)
         sampler.start()
@@ -103,10 +106,19 @@ def main() -> None:
         sampler.stop.set()
         sampler.join()
         threads = {name: c.most_common(args.top) for name, c in sampler.counts.items()}
-        report["runs"].append({"run": run, "seconds": seconds, "MBps": nbytes / seconds / 1e6,
-                               "samples": sampler.samples, "threads": threads})
-        print(f"{run}: {seconds:.2f} s, {nbytes / seconds / 1e6:.1f} MB/s, {sampler.samples} samples"
-              + (" (fake encode: the pipeline alone)" if args.fake_encode else ""))
+        report["runs"].append(
+            {
+                "run": run,
+                "seconds": seconds,
+                "MBps": nbytes / seconds / 1e6,
+                "samples": sampler.samples,
+                "threads": threads,
+            }
+        )
+        print(
+            f"{run}: {seconds:.2f} s, {nbytes / seconds / 1e6:.1f} MB/s, {sampler.samples} samples"
+            + (" (fake encode: the pipeline alone)" if args.fake_encode else "")
+        )
         for name, top in threads.items():
             print(f"  [{name}]")
             for key, n in top:

@@ -1,6 +1,6 @@
 """One warm encode of 1024 x 4096 War and Peace bytes (cl100k), for ncu / compute-sanitizer.
 
-    ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 python3 benchmarks/profile_kernel.py
+ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 python3 benchmarks/profile_kernel.py
 """
 
 import argparse
@@ -23,12 +23,15 @@ args = parser.parse_args()
 root = testing.data_dir()
 tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[args.vocab][0])
 raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()
-texts = [raw[i * args.bytes:(i + 1) * args.bytes] for i in range(args.batch)]
+texts = [raw[i * args.bytes : (i + 1) * args.bytes] for i in range(args.batch)]
 data, lengths = bb.pack_strings(texts, max_len=args.bytes)
 data, lengths = jax.device_put(data), jax.device_put(lengths)
 tables = tok.tables()
-f = jax.jit(lambda d, l, t: bb.encode(d, l, t, max_tokens=args.bytes, mode=args.mode,
-                                      block_size=args.block_size, check_lengths=False))
+f = jax.jit(
+    lambda d, l, t: bb.encode(
+        d, l, t, max_tokens=args.bytes, mode=args.mode, block_size=args.block_size, check_lengths=False
+    )
+)
 for _ in range(args.calls):
     ids, counts = f(data, lengths, tables)
     counts.block_until_ready()

@@ -47,7 +47,7 @@ REPO = HERE.parent
 VOCABS = ("r50k", "cl100k", "llama3")
 MODES = ("bytes", "exact")
 DATASETS = ("gsm8k", "war_peace", "wikitext2")
-SUBSETS = {"gsm8k_400": ("gsm8k", 400)}   # name -> (dataset, first n items)
+SUBSETS = {"gsm8k_400": ("gsm8k", 400)}  # name -> (dataset, first n items)
 DATASET_LABELS = {
     "gsm8k": "GSM8K test (1,319)",
     "gsm8k_400": "GSM8K test, first 400",
@@ -67,10 +67,10 @@ def _trim(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     a, b = a[p:], b[p:]
     n = min(len(a), len(b))
     if n:
-        neq = np.flatnonzero(a[len(a) - n:][::-1] != b[len(b) - n:][::-1])
+        neq = np.flatnonzero(a[len(a) - n :][::-1] != b[len(b) - n :][::-1])
         s = int(neq[0]) if len(neq) else n
         if s:
-            a, b = a[:len(a) - s], b[:len(b) - s]
+            a, b = a[: len(a) - s], b[: len(b) - s]
     return a, b
 
 
@@ -145,8 +145,11 @@ def load_items(name: str, root: Path) -> list[str]:
 
     corpus = root / "corpus"
     if name == "gsm8k":
-        rows = [json.loads(line) for line in (corpus / "gsm8k_test.jsonl").read_text("utf-8").splitlines()
-                if line.strip()]
+        rows = [
+            json.loads(line)
+            for line in (corpus / "gsm8k_test.jsonl").read_text("utf-8").splitlines()
+            if line.strip()
+        ]
         return [r["question"] + "\n" + r["answer"] for r in rows]
     if name == "war_peace":
         raw = testing.read_corpus(corpus / "war_and_peace_en.txt").decode("utf-8")
@@ -166,11 +169,11 @@ def encode_ours(tok, items: list[str], mode: str, device, batch: int) -> list[np
     order = np.argsort(lens, kind="stable")
     out: list[np.ndarray | None] = [None] * len(items)
     for start in range(0, len(items), batch):
-        idx = order[start:start + batch]
+        idx = order[start : start + batch]
         ids, counts = tok.encode_batch([items[k] for k in idx], mode=mode, device=device)
         ids, counts = np.asarray(ids), np.asarray(counts)
         for r, k in enumerate(idx):
-            out[k] = ids[r, :counts[r]].astype(np.int64)
+            out[k] = ids[r, : counts[r]].astype(np.int64)
     return out
 
 
@@ -220,11 +223,19 @@ def environment(args, device) -> dict:
     env = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name] + sys.argv),
-        "machine": {"host": platform.node(), "platform": platform.platform(),
-                    "cpu_count": os.cpu_count(), "device": str(device)},
-        "versions": {"python": platform.python_version(), "jax": jax.__version__,
-                     "numpy": np.__version__, "tiktoken": tiktoken.__version__,
-                     "blockbpe_jax": getattr(bb, "__version__", None)},
+        "machine": {
+            "host": platform.node(),
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "device": str(device),
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "jax": jax.__version__,
+            "numpy": np.__version__,
+            "tiktoken": tiktoken.__version__,
+            "blockbpe_jax": getattr(bb, "__version__", None),
+        },
     }
     try:
         with open("/proc/cpuinfo") as f:
@@ -238,15 +249,17 @@ def environment(args, device) -> dict:
     except Exception:
         pass
     try:
-        env["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, text=True,
-                                           capture_output=True, check=True).stdout.strip()
+        env["git_commit"] = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, text=True, capture_output=True, check=True
+        ).stdout.strip()
     except Exception:
         pass
     return env
 
 
-def summarize(items_bytes: list[int], dist: np.ndarray, ref_tokens: np.ndarray,
-              our_tokens: np.ndarray) -> dict:
+def summarize(
+    items_bytes: list[int], dist: np.ndarray, ref_tokens: np.ndarray, our_tokens: np.ndarray
+) -> dict:
     nbytes = np.asarray(items_bytes, dtype=np.float64)
     same = dist == 0
     return {
@@ -275,7 +288,7 @@ def run(args) -> int:
     datasets = args.datasets.split(",")
     items = {d: load_items(d, root) for d in datasets}
     if args.quick:
-        items = {d: v[:args.quick] for d, v in items.items()}
+        items = {d: v[: args.quick] for d, v in items.items()}
     items_bytes = {d: [len(s.encode("utf-8")) for s in v] for d, v in items.items()}
     print("items: " + ", ".join(f"{d} {len(v)}" for d, v in items.items()), flush=True)
 
@@ -296,32 +309,51 @@ def run(args) -> int:
                 ours = encode_ours(tok, items[d], mode, device, args.batch)
                 t_enc = time.perf_counter() - t
                 t = time.perf_counter()
-                dist = np.array([0 if len(r) == len(o) and np.array_equal(r, o) else levenshtein(r, o)
-                                 for r, o in zip(ref, ours)], dtype=np.int64)
+                dist = np.array(
+                    [
+                        0 if len(r) == len(o) and np.array_equal(r, o) else levenshtein(r, o)
+                        for r, o in zip(ref, ours)
+                    ],
+                    dtype=np.int64,
+                )
                 t_lev = time.perf_counter() - t
                 timing[f"ours_{name}_{d}_{mode}"] = t_enc
                 timing[f"lev_{name}_{d}_{mode}"] = t_lev
                 our_n = np.array([len(o) for o in ours])
                 subsets = [(d, len(items[d]))] + [(s, n) for s, (base, n) in SUBSETS.items() if base == d]
                 for sname, n in subsets:
-                    cell = {"dataset": sname, "vocab": name, "mode": mode,
-                            **summarize(items_bytes[d][:n], dist[:n], ref_n[:n], our_n[:n])}
+                    cell = {
+                        "dataset": sname,
+                        "vocab": name,
+                        "mode": mode,
+                        **summarize(items_bytes[d][:n], dist[:n], ref_n[:n], our_n[:n]),
+                    }
                     cells.append(cell)
-                    print(f"{sname:10s} {name:7s} {mode:6s} sim {cell['sim']:.4f}  identical "
-                          f"{cell['identical']}/{cell['items']} ({cell['identical_frac']:.1%})  "
-                          f"tokens ref {cell['ref_tokens']} ours {cell['our_tokens']}  "
-                          f"[enc {t_enc:.2f}s lev {t_lev:.2f}s]", flush=True)
+                    print(
+                        f"{sname:10s} {name:7s} {mode:6s} sim {cell['sim']:.4f}  identical "
+                        f"{cell['identical']}/{cell['items']} ({cell['identical_frac']:.1%})  "
+                        f"tokens ref {cell['ref_tokens']} ours {cell['our_tokens']}  "
+                        f"[enc {t_enc:.2f}s lev {t_lev:.2f}s]",
+                        flush=True,
+                    )
                 bad = np.flatnonzero(dist)
                 if mode == "exact":
                     for k in bad[:20].tolist():
                         r, o = ref[k], ours[k]
                         n = min(len(r), len(o))
                         first = int(np.flatnonzero(r[:n] != o[:n])[0]) if (r[:n] != o[:n]).any() else n
-                        failures.append({"dataset": d, "vocab": name, "item": k,
-                                         "levenshtein": int(dist[k]), "first_diff_token": first,
-                                         "ref": r[max(0, first - 3):first + 5].tolist(),
-                                         "ours": o[max(0, first - 3):first + 5].tolist(),
-                                         "text": items[d][k][:500]})
+                        failures.append(
+                            {
+                                "dataset": d,
+                                "vocab": name,
+                                "item": k,
+                                "levenshtein": int(dist[k]),
+                                "first_diff_token": first,
+                                "ref": r[max(0, first - 3) : first + 5].tolist(),
+                                "ours": o[max(0, first - 3) : first + 5].tolist(),
+                                "text": items[d][k][:500],
+                            }
+                        )
                         print(f"EXACT MODE MISMATCH {d} {name} item {k}: {failures[-1]}", flush=True)
                     if len(bad) > 20:
                         print(f"... {len(bad)} exact-mode mismatches in all", flush=True)
@@ -336,20 +368,33 @@ def run(args) -> int:
                 regions[f"{d}/{name}"] = {
                     "differing_regions": total,
                     "by_class": {c: round(v / total, 4) for c, v in cls.most_common()} if total else {},
-                    "top": [{"ref": show(rp), "bytes_mode": show(op), "count": c,
-                             "class": region_class(b"".join(rp))}
-                            for (rp, op), c in cnt.most_common(args.top)],
+                    "top": [
+                        {
+                            "ref": show(rp),
+                            "bytes_mode": show(op),
+                            "count": c,
+                            "class": region_class(b"".join(rp)),
+                        }
+                        for (rp, op), c in cnt.most_common(args.top)
+                    ],
                 }
     wall = time.perf_counter() - t_start
-    result = {**environment(args, device), "wall_s": round(wall, 2),
-              "definition": "sim = mean over items of 1 - Levenshtein(ids_ref, ids_ours) / "
-                            "len(item UTF-8 bytes); identical = fraction of items with equal ids; "
-                            "ids_ref = tiktoken with the vocabulary's real pattern (encode_ordinary)",
-              "datasets": {d: {"items": len(items[d]), "bytes": int(sum(items_bytes[d])),
-                               "label": DATASET_LABELS[d]} for d in datasets},
-              "quick": args.quick, "cells": cells, "bytes_mode_regions": regions,
-              "exact_mode_failures": failures,
-              "timing_s": {k: round(v, 3) for k, v in timing.items()}}
+    result = {
+        **environment(args, device),
+        "wall_s": round(wall, 2),
+        "definition": "sim = mean over items of 1 - Levenshtein(ids_ref, ids_ours) / "
+        "len(item UTF-8 bytes); identical = fraction of items with equal ids; "
+        "ids_ref = tiktoken with the vocabulary's real pattern (encode_ordinary)",
+        "datasets": {
+            d: {"items": len(items[d]), "bytes": int(sum(items_bytes[d])), "label": DATASET_LABELS[d]}
+            for d in datasets
+        },
+        "quick": args.quick,
+        "cells": cells,
+        "bytes_mode_regions": regions,
+        "exact_mode_failures": failures,
+        "timing_s": {k: round(v, 3) for k, v in timing.items()},
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "quality.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
@@ -361,24 +406,27 @@ def run(args) -> int:
 # --------------------------------------------------------------------------------------------
 def markdown(res: dict) -> str:
     cells = {(c["dataset"], c["vocab"], c["mode"]): c for c in res["cells"]}
-    order = [d for d in ("gsm8k", "gsm8k_400", "war_peace", "wikitext2")
-             if any(k[0] == d for k in cells)]
+    order = [d for d in ("gsm8k", "gsm8k_400", "war_peace", "wikitext2") if any(k[0] == d for k in cells)]
     vocabs = [v for v in VOCABS if any(k[1] == v for k in cells)]
-    lines = ["| dataset | items | vocabulary | bytes mode: sim | bytes mode: identical | "
-             "exact mode: sim | exact mode: identical |",
-             "|---|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        "| dataset | items | vocabulary | bytes mode: sim | bytes mode: identical | "
+        "exact mode: sim | exact mode: identical |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
     for d in order:
         for v in vocabs:
             b, e = cells.get((d, v, "bytes")), cells.get((d, v, "exact"))
             if not b or not e:
                 continue
-            lines.append(f"| {DATASET_LABELS[d]} | {b['items']:,} | {VOCAB_LABELS[v]} | "
-                         f"{b['sim']:.4f} | {b['identical_frac']:.1%} ({b['identical']:,}) | "
-                         f"{e['sim']:.4f} | {e['identical_frac']:.1%} ({e['identical']:,}) |")
+            lines.append(
+                f"| {DATASET_LABELS[d]} | {b['items']:,} | {VOCAB_LABELS[v]} | "
+                f"{b['sim']:.4f} | {b['identical_frac']:.1%} ({b['identical']:,}) | "
+                f"{e['sim']:.4f} | {e['identical_frac']:.1%} ({e['identical']:,}) |"
+            )
     table = "\n".join(lines)
     reg = res["bytes_mode_regions"]
 
-    def md(piece: str) -> str:       # one region as inline code, spaces made visible
+    def md(piece: str) -> str:  # one region as inline code, spaces made visible
         return " ".join(f"`{t.replace(' ', '␣')}`" for t in piece.split("|"))
 
     def example(key: str, cls: str) -> str:
@@ -392,12 +440,16 @@ def markdown(res: dict) -> str:
 
     para = []
     if res["exact_mode_failures"]:
-        para.append("**Exact mode differs from tiktoken on some items (a bug): see "
-                    "`exact_mode_failures` in quality.json.**")
+        para.append(
+            "**Exact mode differs from tiktoken on some items (a bug): see "
+            "`exact_mode_failures` in quality.json.**"
+        )
     else:
         n = sum(res["datasets"][d]["items"] for d in res["datasets"])
-        para.append(f"Exact mode equals tiktoken (real patterns) on all {n:,} items with every "
-                    f"vocabulary: sim 1.0000, 100% identical.")
+        para.append(
+            f"Exact mode equals tiktoken (real patterns) on all {n:,} items with every "
+            f"vocabulary: sim 1.0000, 100% identical."
+        )
     rw, rg, rt = (cells.get((d, "r50k", "bytes")) for d in ("war_peace", "gsm8k", "wikitext2"))
     if rw and rg and rt:
         para.append(
@@ -408,7 +460,8 @@ def markdown(res: dict) -> str:
             f"across the pattern's boundaries, so only some whitespace and apostrophe cases "
             f"differ, such as "
             f"WikiText's tokenised ` 's` ({example('wikitext2/r50k', 'apostrophe')}), which "
-            f"changes {1 - rt['identical_frac']:.0%} of its lines.")
+            f"changes {1 - rt['identical_frac']:.0%} of its lines."
+        )
     g, g4 = cells.get(("gsm8k", "cl100k", "bytes")), cells.get(("gsm8k_400", "cl100k", "bytes"))
     if g and g4:
         para.append(
@@ -421,7 +474,8 @@ def markdown(res: dict) -> str:
             f"{1 - g['identical_frac']:.0%} of GSM8K problems change ({g4['identical']}/400 "
             f"identical and sim {g4['sim']:.4f} on the first 400, as in the team's earlier "
             f"check), yet sim stays at {g['sim']:.3f}, since it divides a few edits by about "
-            f"{g['bytes'] / g['items']:.0f} bytes per problem.")
+            f"{g['bytes'] / g['items']:.0f} bytes per problem."
+        )
     w = cells.get(("war_peace", "cl100k", "bytes"))
     if w:
         para.append(
@@ -429,14 +483,18 @@ def markdown(res: dict) -> str:
             f"Peace's chapter headings ({example('war_peace/cl100k', 'whitespace')}) pull its "
             f"cl100k sim to {w['sim']:.4f} although {pct(w)} of paragraphs are identical "
             f"(pooled over bytes, 1 - Σ Levenshtein / Σ bytes = {w['sim_pooled']:.4f}; "
-            f"quality.json has it for every cell).")
+            f"quality.json has it for every cell)."
+        )
     m = res["machine"]
-    para.append(f"Run: `{res['command']}` on {res['date'][:10]}, {m.get('cpu', '?')} "
-                f"({m['cpu_count']} cores, {m['device']}), {res['wall_s']:.0f} s.")
-    return ("<!-- generated by benchmarks/quality.py; sim = mean over items of "
-            "1 - Levenshtein(ids_ref, ids_ours) / bytes; ids_ref = tiktoken with the "
-            "vocabulary's real pattern (encode_ordinary) -->\n\n" + table + "\n\n"
-            + " ".join(para) + "\n")
+    para.append(
+        f"Run: `{res['command']}` on {res['date'][:10]}, {m.get('cpu', '?')} "
+        f"({m['cpu_count']} cores, {m['device']}), {res['wall_s']:.0f} s."
+    )
+    return (
+        "<!-- generated by benchmarks/quality.py; sim = mean over items of "
+        "1 - Levenshtein(ids_ref, ids_ours) / bytes; ids_ref = tiktoken with the "
+        "vocabulary's real pattern (encode_ordinary) -->\n\n" + table + "\n\n" + " ".join(para) + "\n"
+    )
 
 
 def main(argv=None) -> int:

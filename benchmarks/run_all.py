@@ -39,8 +39,16 @@ import numpy as np  # noqa: E402
 
 import peers as peers_mod  # noqa: E402
 import plot  # noqa: E402  (matplotlib only when a PNG is drawn)
-from harness import (Budget, Ours, compare_rows, excerpts, log, measure, nbytes_of,  # noqa: E402
-                     time_ours)
+from harness import (
+    Budget,
+    Ours,
+    compare_rows,
+    excerpts,
+    log,
+    measure,
+    nbytes_of,  # noqa: E402
+    time_ours,
+)
 from part_peers import part_peers, summarize_targets  # noqa: E402
 
 PARTS = ("memory", "peers", "paper", "scaling")
@@ -54,16 +62,20 @@ SCALE_LENGTHS = (128, 512, 2048, 8192, 16384, 65536, 262144, 1 << 20)
 SCALE_LENGTH_BATCHES = (1, 64)
 SCALE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SCALE_BATCH_LEN = 512
-SCALE_MAX_TOTAL_BYTES = 16 << 20   # cap on batch x length for one call in the scaling sweeps
-SLOW_CALL_S = 2.0                  # a series stops growing past a call this slow
-BYTES_CHECK_BYTES = 2 << 20        # tiktoken with one piece per string is superlinear: check
-                                   # only the first rows of long bytes-mode strings (>= 1 row)
+SCALE_MAX_TOTAL_BYTES = 16 << 20  # cap on batch x length for one call in the scaling sweeps
+SLOW_CALL_S = 2.0  # a series stops growing past a call this slow
+BYTES_CHECK_BYTES = 2 << 20  # tiktoken with one piece per string is superlinear: check
+# only the first rows of long bytes-mode strings (>= 1 row)
 
 QUICK = dict(
     peer_grid=[(8, 128), (16, 512)],
-    paper_blocks=(256, 1024), paper_batches=(4, 8), paper_lengths=(128, 256),
-    scale_lengths=(128, 1024, 9000), scale_length_batches=(1, 2),
-    scale_batches=(1, 4, 16), scale_batch_len=128,
+    paper_blocks=(256, 1024),
+    paper_batches=(4, 8),
+    paper_lengths=(128, 256),
+    scale_lengths=(128, 1024, 9000),
+    scale_length_batches=(1, 2),
+    scale_batches=(1, 4, 16),
+    scale_batch_len=128,
 )
 
 
@@ -73,8 +85,16 @@ def part_memory(ctx, res):
     bb, testing = ctx["bb"], ctx["testing"]
     smem_max = int(bb.native.cpu.smem_max_len)
     modes = {"exact": 2, "bytes": 0}  # the workspace depends only on whether mode is bytes
-    names = ["pair_table", "byte_ids", "piece_table", "token_offsets", "token_data",
-             "special_offsets", "special_data", "special_ids"]
+    names = [
+        "pair_table",
+        "byte_ids",
+        "piece_table",
+        "token_offsets",
+        "token_data",
+        "special_offsets",
+        "special_data",
+        "special_ids",
+    ]
     vocabs = {}
     for name, (rel, _) in testing.VOCAB_FILES.items():
         if ctx["quick"] and name not in ("r50k", "cl100k"):
@@ -87,50 +107,92 @@ def part_memory(ctx, res):
             continue
         load_s = time.perf_counter() - t
         tabs = tok.host_tables()
-        v = {"file": rel, "n_vocab": int(tok.vocab.n_vocab), "pattern": tok.vocab.pattern_name,
-             "table_nbytes": int(tok.table_nbytes()),
-             "table_nbytes_all_specials": int(tok.table_nbytes("all")),
-             "tables": {(names[i] if i < len(names) else f"t{i}"): int(a.nbytes) for i, a in enumerate(tabs)},
-             "load_s": load_s}
+        v = {
+            "file": rel,
+            "n_vocab": int(tok.vocab.n_vocab),
+            "pattern": tok.vocab.pattern_name,
+            "table_nbytes": int(tok.table_nbytes()),
+            "table_nbytes_all_specials": int(tok.table_nbytes("all")),
+            "tables": {(names[i] if i < len(names) else f"t{i}"): int(a.nbytes) for i, a in enumerate(tabs)},
+            "load_s": load_s,
+        }
         vocabs[name] = v
-        log(f"  {name:7s} n_vocab={v['n_vocab']:7d} tables={v['table_nbytes'] / 2**20:7.2f} MiB "
-            f"(load {load_s:.1f} s)")
+        log(
+            f"  {name:7s} n_vocab={v['n_vocab']:7d} tables={v['table_nbytes'] / 2**20:7.2f} MiB "
+            f"(load {load_s:.1f} s)"
+        )
 
     def workspace(batch, length, mode="exact"):
         size = bb.native.workspace_bytes(batch, length, modes[mode], 0)  # the kernel's own rule (byte-level)
         return 0 if size <= 1 else size
 
-    shapes = sorted({*PEER_GRID, *[(b, l) for b in PAPER_BATCHES for l in PAPER_LENGTHS],
-                     *[(b, l) for b in SCALE_LENGTH_BATCHES for l in SCALE_LENGTHS],
-                     (4096, 512), (1024, 16384), (1024, 65536)})
-    ws = [{"batch": b, "bytes": l, "workspace_bytes_exact": workspace(b, l, "exact"),
-           "workspace_bytes_bytes_mode": workspace(b, l, "bytes"),
-           "ids_bytes": b * l * 4 + b * 4, "input_bytes": b * l + b * 4} for b, l in shapes]
+    shapes = sorted(
+        {
+            *PEER_GRID,
+            *[(b, l) for b in PAPER_BATCHES for l in PAPER_LENGTHS],
+            *[(b, l) for b in SCALE_LENGTH_BATCHES for l in SCALE_LENGTHS],
+            (4096, 512),
+            (1024, 16384),
+            (1024, 65536),
+        }
+    )
+    ws = [
+        {
+            "batch": b,
+            "bytes": l,
+            "workspace_bytes_exact": workspace(b, l, "exact"),
+            "workspace_bytes_bytes_mode": workspace(b, l, "bytes"),
+            "ids_bytes": b * l * 4 + b * 4,
+            "input_bytes": b * l + b * 4,
+        }
+        for b, l in shapes
+    ]
     # XLA's accounting of whole calls (cl100k, T = L): arguments (input + tables), outputs
     # (ids, counts, and the workspace, which is an output), temporaries.
     measured = []
     try:
         ours = ctx["ours"]("cl100k")
-        mshapes = [(8, 128), (16, 9000)] if ctx["quick"] else \
-            [(64, 512), (1024, 512), (1024, 4096), (4096, 512), (1024, 16384), (64, 1 << 20), (1, 1 << 20)]
+        mshapes = (
+            [(8, 128), (16, 9000)]
+            if ctx["quick"]
+            else [
+                (64, 512),
+                (1024, 512),
+                (1024, 4096),
+                (4096, 512),
+                (1024, 16384),
+                (64, 1 << 20),
+                (1, 1 << 20),
+            ]
+        )
         for mode in ("exact", "bytes"):
             for b, l in mshapes:
                 try:
                     ma = ours.memory_analysis(mode, 256, b, l, l)
                 except Exception as e:  # noqa: BLE001
                     ma = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-                measured.append({"mode": mode, "batch": b, "bytes": l, "max_tokens": l,
-                                 "workspace_bytes_rule": workspace(b, l, mode), **ma})
+                measured.append(
+                    {
+                        "mode": mode,
+                        "batch": b,
+                        "bytes": l,
+                        "max_tokens": l,
+                        "workspace_bytes_rule": workspace(b, l, mode),
+                        **ma,
+                    }
+                )
     except Exception as e:  # noqa: BLE001
         measured.append({"error": f"{type(e).__name__}: {e}"[:300]})
     res["memory"] = {
         "vocabs": vocabs,
         "xla_memory_analysis_cl100k": measured,
         "smem_max_len": smem_max,
-        "workspace_rule": (f"exact mode, L <= {smem_max}: B * ceil16(L) * 12 bytes (the merge-pass "
-                           f"buffers; the rest is in shared memory); bytes mode, L <= {smem_max}: 0; "
-                           f"L > {smem_max}: B * ceil16(L) * 23 bytes; allocated by XLA as a "
-                           "discarded output (ffi/binding/encode_params.h)"),
+        "workspace_rule": (
+            f"exact mode, L <= {smem_max}: B * ceil16(L) * 12 bytes (the merge-pass "
+            f"buffers; the rest is in shared memory); bytes mode, L <= {smem_max}: 0; "
+            f"L > {smem_max}: B * ceil16(L) * 23 bytes; allocated by XLA as a "
+            "discarded output (ffi/binding/encode_params.h)"
+        ),
         "ids_rule": "ids int32[B, T] + counts int32[B]; the benchmark uses T = L (never truncates)",
         "shapes": ws,
     }
@@ -141,8 +203,15 @@ def part_paper(ctx, res, budget):
     ours = ctx["ours"]("r50k")
     bytes_ref = peers_mod.reference_encoding(ctx["data"], "r50k", ctx["testing"].BYTES_MODE_PATTERN)
     ps = peers_mod.load(ctx["data"], "r50k", threads=ctx["threads"], only=("hf_tokenizers",))
-    out = {"vocab": "r50k", "mode": "bytes", "notes": ours.notes, "threads": ps.threads,
-           "unavailable": dict(ps.unavailable), "rows": [], "baselines": []}
+    out = {
+        "vocab": "r50k",
+        "mode": "bytes",
+        "notes": ours.notes,
+        "threads": ps.threads,
+        "unavailable": dict(ps.unavailable),
+        "rows": [],
+        "baselines": [],
+    }
     res["paper"] = out
     bb = ctx["bb"]
     for B in ctx["paper_batches"]:
@@ -156,15 +225,23 @@ def part_paper(ctx, res, budget):
             data_dev, lens_dev = ours.put(*bb.pack_strings(texts, max_len=L))
             first_ids = None
             for bs in ctx["paper_blocks"]:
-                r = {"block_size": bs, "batch": B, "bytes": L, "total_bytes": total,
-                     "tokens": sum(map(len, mref))}
+                r = {
+                    "block_size": bs,
+                    "batch": B,
+                    "bytes": L,
+                    "total_bytes": total,
+                    "tokens": sum(map(len, mref)),
+                }
                 try:
                     ids, counts = ours.run_checked("bytes", bs, L, data_dev, lens_dev)
                     ok, detail = compare_rows(ids, counts, mref, L)
                     if first_ids is None:
                         first_ids = ids
-                    r.update(exact_vs_tiktoken=ok, check=detail,
-                             same_as_first_block_size=bool(np.array_equal(ids, first_ids)))
+                    r.update(
+                        exact_vs_tiktoken=ok,
+                        check=detail,
+                        same_as_first_block_size=bool(np.array_equal(ids, first_ids)),
+                    )
                     r.update(time_ours(ours, "bytes", bs, L, data_dev, lens_dev, total, target_s=0.2))
                     r["merge_s"] = r["device_s"]
                 except Exception as e:  # noqa: BLE001
@@ -181,11 +258,19 @@ def part_paper(ctx, res, budget):
                 m = measure(lambda: p.encode(texts), target_s=0.2, max_reps=20)
                 base[name] = {"s": m["s"], "MBps": total / m["s"] / 1e6, "reps": m["reps"]}
             out["baselines"].append(base)
-            cells = [r for r in out["rows"][-len(ctx["paper_blocks"]):] if "device_MBps" in r]
-            log(f"  B={B:5d} L={L:5d} " + " ".join(
-                f"bs{r['block_size']}={r['device_MBps']:.0f}MB/s({r['device_s'] * 1e6:.0f}us)"
-                f"{'' if r['exact_vs_tiktoken'] else '(!)'}" for r in cells) + " | " + " ".join(
-                f"{k}={v['MBps']:.1f}" for k, v in base.items() if isinstance(v, dict) and "MBps" in v))
+            cells = [r for r in out["rows"][-len(ctx["paper_blocks"]) :] if "device_MBps" in r]
+            log(
+                f"  B={B:5d} L={L:5d} "
+                + " ".join(
+                    f"bs{r['block_size']}={r['device_MBps']:.0f}MB/s({r['device_s'] * 1e6:.0f}us)"
+                    f"{'' if r['exact_vs_tiktoken'] else '(!)'}"
+                    for r in cells
+                )
+                + " | "
+                + " ".join(
+                    f"{k}={v['MBps']:.1f}" for k, v in base.items() if isinstance(v, dict) and "MBps" in v
+                )
+            )
             ctx["save"]()
 
 
@@ -193,10 +278,17 @@ def part_scaling(ctx, res, budget):
     """r50k, bytes and exact modes: time vs string length, and vs batch size."""
     ours = ctx["ours"]("r50k")
     bb = ctx["bb"]
-    refs = {"exact": peers_mod.reference_encoding(ctx["data"], "r50k"),
-            "bytes": peers_mod.reference_encoding(ctx["data"], "r50k", ctx["testing"].BYTES_MODE_PATTERN)}
-    out = {"vocab": "r50k", "notes": ours.notes, "length": [], "batch": [],
-           "block_sizes": list(ctx["scale_blocks"])}
+    refs = {
+        "exact": peers_mod.reference_encoding(ctx["data"], "r50k"),
+        "bytes": peers_mod.reference_encoding(ctx["data"], "r50k", ctx["testing"].BYTES_MODE_PATTERN),
+    }
+    out = {
+        "vocab": "r50k",
+        "notes": ours.notes,
+        "length": [],
+        "batch": [],
+        "block_sizes": list(ctx["scale_blocks"]),
+    }
     res["scaling"] = out
     threads = ctx["threads"]
 
@@ -204,11 +296,16 @@ def part_scaling(ctx, res, budget):
         texts = excerpts(ctx["raw"], B, L, seed=seed)
         total = nbytes_of(texts)
         data_dev, lens_dev = ours.put(*bb.pack_strings(texts, max_len=L))
-        pt = {"batch": B, "bytes": L, "total_bytes": total,
-              "workspace": "global" if L > ctx["smem_max"] else "shared"}
+        pt = {
+            "batch": B,
+            "bytes": L,
+            "total_bytes": total,
+            "workspace": "global" if L > ctx["smem_max"] else "shared",
+        }
         eref = refs["exact"].encode_ordinary_batch(texts, num_threads=threads)
-        m = measure(lambda: refs["exact"].encode_ordinary_batch(texts, num_threads=threads),
-                    target_s=0.2, max_reps=20)
+        m = measure(
+            lambda: refs["exact"].encode_ordinary_batch(texts, num_threads=threads), target_s=0.2, max_reps=20
+        )
         pt["tiktoken"] = {"s": m["s"], "MBps": total / m["s"] / 1e6}
         refs_cache: dict = {}
         for mode in ("bytes", "exact"):
@@ -227,18 +324,26 @@ def part_scaling(ctx, res, budget):
                         continue
                     n = B if mode == "exact" else max(1, min(B, BYTES_CHECK_BYTES // L))
                     if mode not in refs_cache:
-                        refs_cache[mode] = eref if mode == "exact" else \
-                            refs["bytes"].encode_ordinary_batch(texts[:n], num_threads=threads)
+                        refs_cache[mode] = (
+                            eref
+                            if mode == "exact"
+                            else refs["bytes"].encode_ordinary_batch(texts[:n], num_threads=threads)
+                        )
                     ids, counts = got
                     ok, detail = compare_rows(ids[:n], counts[:n], [list(r) for r in refs_cache[mode]], L)
-                    r = {"exact_vs_tiktoken": ok, "check": detail + (f" (first {n} of {B} rows)" if n < B else "")}
+                    r = {
+                        "exact_vs_tiktoken": ok,
+                        "check": detail + (f" (first {n} of {B} rows)" if n < B else ""),
+                    }
                     r.update(time_ours(ours, mode, bs, L, data_dev, lens_dev, total, target_s=0.2))
                     # the next point of a series is 4x longer (or 2x larger): stop when it
                     # would take more than SLOW_CALL_S even if it grew only linearly
                     growth = 4 if kind == "length" else 2
                     if r["latency_s"] * growth > SLOW_CALL_S:
-                        stopped[key] = (f"skipped: the previous point took {r['latency_s']:.2f} s "
-                                        f"(> {SLOW_CALL_S} s / {growth} predicted)")
+                        stopped[key] = (
+                            f"skipped: the previous point took {r['latency_s']:.2f} s "
+                            f"(> {SLOW_CALL_S} s / {growth} predicted)"
+                        )
                 except Exception as e:  # noqa: BLE001
                     r = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
                     stopped[key] = "an earlier point failed"
@@ -270,7 +375,10 @@ def log_scale(pt):
                 cells.append(f"{k}={v['device_s'] * 1e6:.0f}us{'' if v['exact_vs_tiktoken'] else '(!)'}")
             else:
                 cells.append(f"{k}=({next(iter(v.values()))!s:.40})")
-    log(f"  B={pt['batch']:5d} L={pt['bytes']:8d} tiktoken={pt['tiktoken']['s'] * 1e6:.0f}us " + " ".join(cells))
+    log(
+        f"  B={pt['batch']:5d} L={pt['bytes']:8d} tiktoken={pt['tiktoken']['s'] * 1e6:.0f}us "
+        + " ".join(cells)
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,23 +388,34 @@ def meta(ctx, args):
     m = {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-        "parts": ctx["parts"], "quick": ctx["quick"],
-        "device": getattr(dev, "device_kind", str(dev)), "platform": dev.platform,
-        "jax": jax.__version__, "python": platform.python_version(),
-        "host": socket.gethostname(), "cpu_count": os.cpu_count(), "threads": ctx["threads"],
+        "parts": ctx["parts"],
+        "quick": ctx["quick"],
+        "device": getattr(dev, "device_kind", str(dev)),
+        "platform": dev.platform,
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "threads": ctx["threads"],
         "blockbpe_jax": getattr(ctx["bb"], "__version__", "?"),
         "has_cuda_module": bool(getattr(ctx["bb"], "HAS_CUDA_MODULE", False)),
         "data_dir": str(ctx["data"]),
-        "env": {k: os.environ.get(k) for k in ("XLA_FLAGS", "RAYON_NUM_THREADS", "BLOCKBPE_DATA")
-                if os.environ.get(k)},
+        "env": {
+            k: os.environ.get(k)
+            for k in ("XLA_FLAGS", "RAYON_NUM_THREADS", "BLOCKBPE_DATA")
+            if os.environ.get(k)
+        },
     }
     try:
         import jaxlib
+
         m["jaxlib"] = jaxlib.__version__
     except Exception:  # noqa: BLE001
         pass
-    for cmd, key in ((["git", "rev-parse", "HEAD"], "git_commit"),
-                     (["git", "status", "--porcelain", "--untracked-files=no"], "git_dirty")):
+    for cmd, key in (
+        (["git", "rev-parse", "HEAD"], "git_commit"),
+        (["git", "status", "--porcelain", "--untracked-files=no"], "git_dirty"),
+    ):
         try:
             r = subprocess.run(cmd, cwd=HERE.parent, capture_output=True, text=True, timeout=10)
             if r.returncode == 0:
@@ -308,8 +427,12 @@ def meta(ctx, args):
             pass
     if dev.platform == "gpu":
         try:
-            r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                                "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+            r = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             m["nvidia_smi"] = r.stdout.strip()
         except Exception:  # noqa: BLE001
             pass
@@ -327,13 +450,21 @@ def device_memory(dev):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", str(HERE / "results")))
-    ap.add_argument("--only", default=os.environ.get("BLOCKBPE_BENCH_ONLY", ""),
-                    help=f"comma list of parts ({','.join(PARTS)}); default all")
+    ap.add_argument(
+        "--only",
+        default=os.environ.get("BLOCKBPE_BENCH_ONLY", ""),
+        help=f"comma list of parts ({','.join(PARTS)}); default all",
+    )
     ap.add_argument("--quick", action="store_true", help="tiny sizes on the default device (CPU check)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--budget-s", type=float,
-                    default=float(os.environ["BLOCKBPE_BENCH_BUDGET_S"]) if os.environ.get("BLOCKBPE_BENCH_BUDGET_S") else None,
-                    help="wall-clock budget; cells past it are recorded as skipped (default 420, quick 300)")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=float(os.environ["BLOCKBPE_BENCH_BUDGET_S"])
+        if os.environ.get("BLOCKBPE_BENCH_BUDGET_S")
+        else None,
+        help="wall-clock budget; cells past it are recorded as skipped (default 420, quick 300)",
+    )
     ap.add_argument("--scale-blocks", default="256,1024", help="block sizes of the scaling sweeps")
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
@@ -374,14 +505,29 @@ def main(argv=None):
         return ours_cache[name]
 
     res: dict = {}
-    ctx = dict(bb=bb, jax=jax, testing=testing, data=data, raw=raw, device=device,
-               quick=args.quick, threads=args.threads, parts=parts, tokenizer=tokenizer, ours=ours,
-               smem_max=int(bb.native.cpu.smem_max_len),
-               scale_blocks=tuple(int(x) for x in args.scale_blocks.split(",")),
-               peer_grid=PEER_GRID, paper_blocks=PAPER_BLOCKS, paper_batches=PAPER_BATCHES,
-               paper_lengths=PAPER_LENGTHS, scale_lengths=SCALE_LENGTHS,
-               scale_length_batches=SCALE_LENGTH_BATCHES, scale_batches=SCALE_BATCHES,
-               scale_batch_len=SCALE_BATCH_LEN)
+    ctx = dict(
+        bb=bb,
+        jax=jax,
+        testing=testing,
+        data=data,
+        raw=raw,
+        device=device,
+        quick=args.quick,
+        threads=args.threads,
+        parts=parts,
+        tokenizer=tokenizer,
+        ours=ours,
+        smem_max=int(bb.native.cpu.smem_max_len),
+        scale_blocks=tuple(int(x) for x in args.scale_blocks.split(",")),
+        peer_grid=PEER_GRID,
+        paper_blocks=PAPER_BLOCKS,
+        paper_batches=PAPER_BATCHES,
+        paper_lengths=PAPER_LENGTHS,
+        scale_lengths=SCALE_LENGTHS,
+        scale_length_batches=SCALE_LENGTH_BATCHES,
+        scale_batches=SCALE_BATCHES,
+        scale_batch_len=SCALE_BATCH_LEN,
+    )
     if args.quick:
         ctx.update(QUICK)
         ctx["scale_blocks"] = ctx["scale_blocks"][:1]
@@ -398,12 +544,19 @@ def main(argv=None):
         tmp = out_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(res, indent=1, default=str))
         tmp.replace(out_path)
+
     ctx["save"] = save
 
-    log(f"blockbpe_jax benchmarks: parts={parts} device={res['meta']['device']} "
-        f"jax={jax.__version__} threads={args.threads} budget={budget.seconds:.0f}s -> {out_path}")
-    fns = {"memory": lambda: part_memory(ctx, res), "peers": lambda: part_peers(ctx, res, budget),
-           "paper": lambda: part_paper(ctx, res, budget), "scaling": lambda: part_scaling(ctx, res, budget)}
+    log(
+        f"blockbpe_jax benchmarks: parts={parts} device={res['meta']['device']} "
+        f"jax={jax.__version__} threads={args.threads} budget={budget.seconds:.0f}s -> {out_path}"
+    )
+    fns = {
+        "memory": lambda: part_memory(ctx, res),
+        "peers": lambda: part_peers(ctx, res, budget),
+        "paper": lambda: part_paper(ctx, res, budget),
+        "scaling": lambda: part_scaling(ctx, res, budget),
+    }
     failed = []
     for p in parts:
         t = time.perf_counter()

@@ -81,8 +81,17 @@ def make_case(name: str, n: int, prose: str) -> str:
     return raw.decode("utf-8", errors="ignore")
 
 
-CASES = ["prose", "one_letter", "letters_a_j", "spaces", "digits", "whitespace_newlines", "cjk",
-         "emoji", "base64"]
+CASES = [
+    "prose",
+    "one_letter",
+    "letters_a_j",
+    "spaces",
+    "digits",
+    "whitespace_newlines",
+    "cjk",
+    "emoji",
+    "base64",
+]
 
 
 def timed(fn, budget_s: float, reps: int = 5) -> tuple[float, object]:
@@ -124,7 +133,9 @@ def main() -> None:
 
     def device_fn(width: int):
         if width not in jitted:
-            jitted[width] = jax.jit(lambda d, n, t: ops.encode(d, n, t, max_tokens=width, check_lengths=False))
+            jitted[width] = jax.jit(
+                lambda d, n, t: ops.encode(d, n, t, max_tokens=width, check_lengths=False)
+            )
         return jitted[width]
 
     rows = []
@@ -147,10 +158,12 @@ def main() -> None:
             else:
                 row["ours_device_s"] = "not run (over budget)"
             if not over["ours_e2e"]:
+
                 def e2e():
                     e = tok.encode_batch([text])
                     ids, counts = jax.device_get((e.ids, e.counts))
                     return ids[0, : counts[0]]
+
                 secs, got = timed(e2e, args.budget_s, reps=3)
                 row["ours_e2e_s"] = secs
                 ours_ids = got if ours_ids is None else ours_ids
@@ -178,14 +191,29 @@ def main() -> None:
             print(line(row), flush=True)
             if all(over.values()):
                 break
-    doc = dict(benchmark="single_string", vocab="cl100k", mode="exact", device=str(dev),
-               budget_s=args.budget_s, rows=rows,
-               slower_than_tiktoken=[f"{r['case']} {r['size']}" for r in rows
-                                     if r.get("ours_e2e_over_tiktoken", 2) < 1])
+    doc = dict(
+        benchmark="single_string",
+        vocab="cl100k",
+        mode="exact",
+        device=str(dev),
+        budget_s=args.budget_s,
+        rows=rows,
+        slower_than_tiktoken=[
+            f"{r['case']} {r['size']}" for r in rows if r.get("ours_e2e_over_tiktoken", 2) < 1
+        ],
+    )
     (out_dir / "single_string.json").write_text(json.dumps(doc, indent=2) + "\n")
-    text = "\n".join(["case | size | ours device MB/s | ours e2e MB/s | tiktoken MB/s | device/tiktoken "
-                      "| e2e/tiktoken | ids equal", "---|---:|---:|---:|---:|---:|---:|---"]
-                     + [line(r) for r in rows]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "case | size | ours device MB/s | ours e2e MB/s | tiktoken MB/s | device/tiktoken "
+                "| e2e/tiktoken | ids equal",
+                "---|---:|---:|---:|---:|---:|---:|---",
+            ]
+            + [line(r) for r in rows]
+        )
+        + "\n"
+    )
     (out_dir / "single_string.txt").write_text(text)
     print(text)
 
@@ -196,11 +224,16 @@ def _fmt(row, key, spec=".1f") -> str:
 
 
 def line(r) -> str:
-    size = f"{r['size'] // MiB} MiB" if r["size"] >= MiB else (f"{r['size'] // KiB} KiB" if r["size"] >= KiB
-                                                                 else f"{r['size']} B")
-    return (f"{r['case']} | {size} | {_fmt(r, 'ours_device_MBps')} | {_fmt(r, 'ours_e2e_MBps')} | "
-            f"{_fmt(r, 'tiktoken_MBps')} | {_fmt(r, 'ours_device_over_tiktoken', '.2f')} | "
-            f"{_fmt(r, 'ours_e2e_over_tiktoken', '.2f')} | {r['ids_equal']}")
+    size = (
+        f"{r['size'] // MiB} MiB"
+        if r["size"] >= MiB
+        else (f"{r['size'] // KiB} KiB" if r["size"] >= KiB else f"{r['size']} B")
+    )
+    return (
+        f"{r['case']} | {size} | {_fmt(r, 'ours_device_MBps')} | {_fmt(r, 'ours_e2e_MBps')} | "
+        f"{_fmt(r, 'tiktoken_MBps')} | {_fmt(r, 'ours_device_over_tiktoken', '.2f')} | "
+        f"{_fmt(r, 'ours_e2e_over_tiktoken', '.2f')} | {r['ids_equal']}"
+    )
 
 
 if __name__ == "__main__":

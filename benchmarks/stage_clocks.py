@@ -24,14 +24,20 @@ import jax
 import blockbpe_jax as bb
 from blockbpe_jax import native, testing
 
-SHAPES = [("cl100k", "exact", 1024, 4096), ("cl100k", "exact", 1024, 512),
-          ("cl100k", "exact", 64, 512), ("o200k", "exact", 1024, 4096),
-          ("r50k", "bytes", 1024, 4096), ("mistral-v1", "exact", 1024, 4096)]
+SHAPES = [
+    ("cl100k", "exact", 1024, 4096),
+    ("cl100k", "exact", 1024, 512),
+    ("cl100k", "exact", 64, 512),
+    ("o200k", "exact", 1024, 4096),
+    ("r50k", "bytes", 1024, 4096),
+    ("mistral-v1", "exact", 1024, 4096),
+]
 
 
 def load(vocab: str, root: pathlib.Path) -> bb.Tokenizer:
     if vocab == "mistral-v1":  # SentencePiece BPE, from the mistral-common package
         import importlib.util
+
         spec = importlib.util.find_spec("mistral_common")
         return bb.Tokenizer.from_file(pathlib.Path(spec.origin).parent / "data" / "tokenizer.model.v1")
     return bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[vocab][0])
@@ -55,31 +61,49 @@ def main(argv=None) -> int:
         if args.only not in vocab:
             continue
         tok = load(vocab, root)
-        texts = [raw[i * length:(i + 1) * length] for i in range(batch)]
+        texts = [raw[i * length : (i + 1) * length] for i in range(batch)]
         data, lengths = bb.pack_strings(texts, max_len=length)
         data, lengths = jax.device_put(data), jax.device_put(lengths)
-        f = jax.jit(lambda d, l, t: bb.encode(d, l, t, max_tokens=length, mode=mode,  # noqa: E731
-                                              block_size=args.block_size, check_lengths=False))
+        f = jax.jit(
+            lambda d, l, t: bb.encode(
+                d,
+                l,
+                t,
+                max_tokens=length,
+                mode=mode,  # noqa: E731
+                block_size=args.block_size,
+                check_lengths=False,
+            )
+        )
         tables = tok.tables()
-        f(data, lengths, tables)[1].block_until_ready()   # compile + warm-up
-        cuda.read_stage_clocks()                           # zero
+        f(data, lengths, tables)[1].block_until_ready()  # compile + warm-up
+        cuda.read_stage_clocks()  # zero
         for _ in range(args.calls):
             f(data, lengths, tables)[1].block_until_ready()
         clocks = dict(cuda.read_stage_clocks())
         blocks = max(1, clocks["blocks"])
-        per_block = {k: round(clocks[k] / blocks) for k in ("load", "specials", "pretokenize",
-                     "initial", "segments", "merges", "output", "passes")}
-        row = {"vocab": vocab, "mode": mode, "batch": batch, "bytes": length,
-               "block_size": args.block_size, "cycles_per_block": per_block,
-               "total_cycles_per_block": sum(per_block.values()),
-               "long_block_fraction": round(clocks["long_blocks"] / blocks, 4)}
+        per_block = {
+            k: round(clocks[k] / blocks)
+            for k in ("load", "specials", "pretokenize", "initial", "segments", "merges", "output", "passes")
+        }
+        row = {
+            "vocab": vocab,
+            "mode": mode,
+            "batch": batch,
+            "bytes": length,
+            "block_size": args.block_size,
+            "cycles_per_block": per_block,
+            "total_cycles_per_block": sum(per_block.values()),
+            "long_block_fraction": round(clocks["long_blocks"] / blocks, 4),
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         dev = jax.devices()[0]
-        (args.out / "stage_clocks.json").write_text(json.dumps(
-            {"device": dev.device_kind, "jax": jax.__version__, "rows": rows}, indent=1))
+        (args.out / "stage_clocks.json").write_text(
+            json.dumps({"device": dev.device_kind, "jax": jax.__version__, "rows": rows}, indent=1)
+        )
     return 0
 
 

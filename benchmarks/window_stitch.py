@@ -32,8 +32,9 @@ TILE = 4096
 def piece_encoder(vocab: str) -> tiktoken.Encoding:
     path = testing.data_dir() / "vocab" / testing.VOCAB_FILES[vocab][0]
     ranks = tiktoken.load.load_tiktoken_bpe(str(path))
-    return tiktoken.Encoding(f"{vocab}_piece", pat_str=testing.BYTES_MODE_PATTERN,
-                             mergeable_ranks=ranks, special_tokens={})
+    return tiktoken.Encoding(
+        f"{vocab}_piece", pat_str=testing.BYTES_MODE_PATTERN, mergeable_ranks=ranks, special_tokens={}
+    )
 
 
 def spans(enc: tiktoken.Encoding, text: bytes, at: int) -> list[tuple[int, int]]:
@@ -64,7 +65,7 @@ def stitch(enc, piece: bytes, margin: int):
         shared = next((k for k, x in enumerate(mine) if x in theirs), None)
         if shared is None:
             return None, t, worst
-        ids += [tok for _, tok in mine[:shared + 1]]
+        ids += [tok for _, tok in mine[: shared + 1]]
         start, tok = mine[shared]
         worst = max(worst, start - max(0, (t + 1) * TILE - margin))
         after = start + len(enc.decode_single_token_bytes(tok))
@@ -87,10 +88,16 @@ def main(argv=None) -> int:
                 ref = enc._encode_bytes(piece)
                 for margin in args.margins:
                     ids, failed_at, worst = stitch(enc, piece, margin)
-                    row = {"vocab": vocab, "kind": kind, "bytes": len(piece), "margin": margin,
-                           "stitched": ids is not None, "failed_boundary": failed_at,
-                           "equal": ids == ref if ids is not None else None,
-                           "max_sync_offset": worst}
+                    row = {
+                        "vocab": vocab,
+                        "kind": kind,
+                        "bytes": len(piece),
+                        "margin": margin,
+                        "stitched": ids is not None,
+                        "failed_boundary": failed_at,
+                        "equal": ids == ref if ids is not None else None,
+                        "max_sync_offset": worst,
+                    }
                     bad += row["equal"] is False
                     rows.append(row)
                     print(json.dumps(row), flush=True)

@@ -19,9 +19,28 @@ from .tokenizer import Tokenizer, pack_strings
 from .vocab import Vocab, VocabError, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json
 
 __all__ = [
-    "encode", "Encoded", "EncodeTables", "decode", "finalize", "attention_mask",
-    "pack", "Packed", "PackReport", "segment_attention_mask",
-    "encode_sharded", "TiktokenEncoding", "hf_call", "encode_ragged", "pack_ragged", "Tokenizer", "pack_strings", "Vocab", "VocabError",
-    "load_tiktoken_file", "load_tokenizer_json", "from_tiktoken_encoding", "HAS_CUDA_MODULE",
+    "encode",
+    "Encoded",
+    "EncodeTables",
+    "decode",
+    "finalize",
+    "attention_mask",
+    "pack",
+    "Packed",
+    "PackReport",
+    "segment_attention_mask",
+    "encode_sharded",
+    "TiktokenEncoding",
+    "hf_call",
+    "encode_ragged",
+    "pack_ragged",
+    "Tokenizer",
+    "pack_strings",
+    "Vocab",
+    "VocabError",
+    "load_tiktoken_file",
+    "load_tokenizer_json",
+    "from_tiktoken_encoding",
+    "HAS_CUDA_MODULE",
 ]
 __version__ = "0.1.0"

@@ -45,12 +45,12 @@ def space_joiners(pieces, char_ids: dict) -> tuple[int, ...] | None:
 class CharLevel:
     """What the character-level kernel path needs besides the pair table (ffi/core/char_symbols.h)."""
 
-    char_ids: dict[str, int]   # one-character pieces by the character the text holds
-    replacement_id: int        # piece of U+FFFD (a byte that is not valid UTF-8), or -1
-    prefix_id: int             # piece of the dummy prefix `▁`, or -1
-    prefix_rule: int           # where it goes: PREFIX_* bits
-    word_start_id: int         # piece that starts a word (`▁`), or -1 (no word segments)
-    runs: "RunRule | None"     # how runs of one character split, when passes cannot do it
+    char_ids: dict[str, int]  # one-character pieces by the character the text holds
+    replacement_id: int  # piece of U+FFFD (a byte that is not valid UTF-8), or -1
+    prefix_id: int  # piece of the dummy prefix `▁`, or -1
+    prefix_rule: int  # where it goes: PREFIX_* bits
+    word_start_id: int  # piece that starts a word (`▁`), or -1 (no word segments)
+    runs: "RunRule | None"  # how runs of one character split, when passes cannot do it
     joiners: tuple[int, ...] = ()  # pieces after which a `▁` does not start a word
     escaped_specials: bool = False  # a `▁` of a special token also matches a space
 
@@ -67,10 +67,10 @@ class RunRule:
     table: tuple[tuple[int, ...], ...]
 
 
-
 # --------------------------------------------------------------------------------------------
 # Merge order: when the passes equal the reference, and the run rule where they do not
 # --------------------------------------------------------------------------------------------
+
 
 def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | None]:
     """(merges for the pair table, run rule or None).
@@ -106,8 +106,9 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
         # made + z (or z + made) ranks no later and z is where another pair of this rank starts
         # (ends): merged one at a time, that pair would lose z; merged in one pass, it keeps it.
         lefts, rights = by_rank[rank]
-        return (any(r <= rank and z in lefts for z, r in as_left.get(made, ()))
-                or any(r <= rank and z in rights for z, r in as_right.get(made, ())))
+        return any(r <= rank and z in lefts for z, r in as_left.get(made, ())) or any(
+            r <= rank and z in rights for z, r in as_right.get(made, ())
+        )
 
     late = [(pair, rm) for pair, rm in run_merges.items() if is_late(*rm)]
     if not late:
@@ -126,9 +127,15 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
         if ch is None:
             used_by_others.update(run_char(x) for x in pair if run_char(x) is not None)
     late_chars = list(dict.fromkeys(run_char(m) for _, (_, m) in late))
-    rule_ch = next((ch for ch in late_chars
-                    if min(r for r, _ in runs_of[ch].values()) > max(r for c, r in latest_rank.items() if c != ch)
-                    and ch not in used_by_others), None)
+    rule_ch = next(
+        (
+            ch
+            for ch in late_chars
+            if min(r for r, _ in runs_of[ch].values()) > max(r for c, r in latest_rank.items() if c != ch)
+            and ch not in used_by_others
+        ),
+        None,
+    )
     # Equal ranks within a run make the passes differ for sure; other late runs (a few run
     # pieces outranking shorter ones) differ on runs of the character alone, checked here for
     # every length up to a bound, or only on rare inputs, covered by the differential tests.
@@ -137,9 +144,11 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
         made_at[(run_char(made), rank)].add(made)
     for _, (rank, made) in late:
         if run_char(made) != rule_ch and len(made_at[(run_char(made), rank)]) > 1:
-            raise VocabError(f"{where}: runs of {run_char(made)!r} share one rank ({text[made]!r} and "
-                             f"others) and are not ranked after every other merge: sentencepiece "
-                             f"breaks that tie by position, which merge passes cannot")
+            raise VocabError(
+                f"{where}: runs of {run_char(made)!r} share one rank ({text[made]!r} and "
+                f"others) and are not ranked after every other merge: sentencepiece "
+                f"breaks that tie by position, which merge passes cannot"
+            )
     for ch in late_chars:
         if ch != rule_ch:
             _check_runs_by_passes(ch, runs_of[ch], text, where, rule_ch)
@@ -186,11 +195,16 @@ def _check_runs_by_passes(ch: str, runs: dict, text: list, where: str, rule_ch) 
     got = _run_splits(runs, text, False, limit)
     m = next((m for m in range(limit + 1) if want[m] != got[m]), None)
     if m is not None:
-        why = (f"and the run rule is taken by {rule_ch!r}" if rule_ch is not None else
-               "and they are not ranked after every other merge")
-        raise VocabError(f"{where}: a run of {m} {ch!r} is merged one pair at a time into pieces of "
-                         f"{want[m]} characters but by merge passes into {got[m]} (runs of {ch!r} "
-                         f"outrank their own parts {why}): not supported")
+        why = (
+            f"and the run rule is taken by {rule_ch!r}"
+            if rule_ch is not None
+            else "and they are not ranked after every other merge"
+        )
+        raise VocabError(
+            f"{where}: a run of {m} {ch!r} is merged one pair at a time into pieces of "
+            f"{want[m]} characters but by merge passes into {got[m]} (runs of {ch!r} "
+            f"outrank their own parts {why}): not supported"
+        )
 
 
 def _run_rule(ch: str, runs: dict, text: list, where: str) -> RunRule:
@@ -214,22 +228,26 @@ def _run_rule(ch: str, runs: dict, text: list, where: str) -> RunRule:
     return RunRule(run_id=single, long=long, long_id=by_len[step], step=step, table=table)
 
 
-
 # --------------------------------------------------------------------------------------------
 # The same models as HF tokenizer.json (BPE with byte_fallback: Llama 2, Mistral, Gemma on the
 # Hub). Ranks come from model.merges; the prefix rule from the normalizer or Metaspace.
 # --------------------------------------------------------------------------------------------
 
+
 def _metaspace_rule(pre: dict, where: str) -> int | None:
     """Prefix rule of a Metaspace pre-tokenizer (None: no prefix)."""
     if pre.get("replacement", SPACE) != SPACE:
-        raise VocabError(f"{where}: pre_tokenizer.replacement {pre['replacement']!r} is not supported "
-                         f"(only '\u2581')")
+        raise VocabError(
+            f"{where}: pre_tokenizer.replacement {pre['replacement']!r} is not supported (only '\u2581')"
+        )
     if pre.get("split", True):
         raise VocabError(f"{where}: pre_tokenizer: Metaspace with split=true is not supported")
     scheme = pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never")
-    rules = {"first": PREFIX_UNLESS_SPACE, "always": PREFIX_EVERY_SEGMENT | PREFIX_UNLESS_SPACE,
-             "never": None}
+    rules = {
+        "first": PREFIX_UNLESS_SPACE,
+        "always": PREFIX_EVERY_SEGMENT | PREFIX_UNLESS_SPACE,
+        "never": None,
+    }
     if scheme not in rules:
         raise VocabError(f"{where}: pre_tokenizer.prepend_scheme {scheme!r} is not supported")
     return rules[scheme]
@@ -239,13 +257,20 @@ def _normalizer_rule(norm, where: str) -> int | None:
     """Prefix rule of the Llama-2-style normalizer Sequence[Prepend('▁'), Replace(' ', '▁')]."""
     steps = norm.get("normalizers", []) if norm.get("type") == "Sequence" else [norm]
     kinds = sorted(s.get("type", "?") for s in steps if isinstance(s, dict))
-    replace_ok = any(s.get("type") == "Replace" and s.get("pattern") == {"String": " "}
-                     and s.get("content") == SPACE for s in steps)
+    replace_ok = any(
+        s.get("type") == "Replace" and s.get("pattern") == {"String": " "} and s.get("content") == SPACE
+        for s in steps
+    )
     prepend_ok = any(s.get("type") == "Prepend" and s.get("prepend") == SPACE for s in steps)
-    if kinds not in (["Prepend", "Replace"], ["Replace"]) or not replace_ok or (
-            "Prepend" in kinds and not prepend_ok):
-        raise VocabError(f"{where}: normalizer: {json.dumps(norm)[:200]} is not supported with "
-                         f"byte_fallback BPE (only Prepend('\u2581') and Replace(' ', '\u2581'))")
+    if (
+        kinds not in (["Prepend", "Replace"], ["Replace"])
+        or not replace_ok
+        or ("Prepend" in kinds and not prepend_ok)
+    ):
+        raise VocabError(
+            f"{where}: normalizer: {json.dumps(norm)[:200]} is not supported with "
+            f"byte_fallback BPE (only Prepend('\u2581') and Replace(' ', '\u2581'))"
+        )
     # HF normalizes each text segment between added tokens: a prefix before every one.
     return PREFIX_EVERY_SEGMENT if "Prepend" in kinds else None
 
@@ -265,18 +290,23 @@ def vocab_from_hf_json(doc: dict, path) -> Vocab:
         raise VocabError(f"{where}: model.dropout is not supported")
     norm, pre = doc.get("normalizer"), doc.get("pre_tokenizer")
     if norm and pre:
-        raise VocabError(f"{where}: a normalizer and a pre_tokenizer together are not supported with "
-                         f"byte_fallback BPE")
+        raise VocabError(
+            f"{where}: a normalizer and a pre_tokenizer together are not supported with byte_fallback BPE"
+        )
     if pre:
         if not isinstance(pre, dict) or pre.get("type") != "Metaspace":
-            raise VocabError(f"{where}: pre_tokenizer {str((pre or {}).get('type'))!r} is not "
-                             f"supported with byte_fallback BPE (only Metaspace)")
+            raise VocabError(
+                f"{where}: pre_tokenizer {str((pre or {}).get('type'))!r} is not "
+                f"supported with byte_fallback BPE (only Metaspace)"
+            )
         rule = _metaspace_rule(pre, where)
     elif norm:
         rule = _normalizer_rule(norm, where)
     else:
-        raise VocabError(f"{where}: byte_fallback BPE without a Replace(' ', '\u2581') normalizer or a "
-                         f"Metaspace pre-tokenizer is not supported")
+        raise VocabError(
+            f"{where}: byte_fallback BPE without a Replace(' ', '\u2581') normalizer or a "
+            f"Metaspace pre-tokenizer is not supported"
+        )
     token_text: list[str | None] = [None] * (max(vocab_json.values(), default=-1) + 1)
     for key, token_id in vocab_json.items():
         token_text[_check_id(f"{where}: model.vocab[{key!r}]", token_id)] = key
@@ -297,13 +327,16 @@ def vocab_from_hf_json(doc: dict, path) -> Vocab:
             raise VocabError(f"{at}: {text!r} uses {'/'.join(flags)}, which is not supported")
         if rule is not None and rule & PREFIX_EVERY_SEGMENT and len(text.encode()) < 2:
             # (a prefix after each: a one-byte token would leave no room for it, char_symbols.h)
-            raise VocabError(f"{at}: one-byte added token {text!r} is not supported with a prefix "
-                             f"per segment")
+            raise VocabError(
+                f"{at}: one-byte added token {text!r} is not supported with a prefix per segment"
+            )
         added[text] = token_id
 
     byte_of = {i: bytes([b]) for b, i in enumerate(byte_ids)}
-    token_bytes = [byte_of[i] if i in byte_of else None if t is None else piece_bytes(t)
-                   for i, t in enumerate(token_text)]
+    token_bytes = [
+        byte_of[i] if i in byte_of else None if t is None else piece_bytes(t)
+        for i, t in enumerate(token_text)
+    ]
     token_bytes = _place_specials(where, token_bytes, added)
     chars = {t: i for t, i in vocab_json.items() if len(t) == 1}
     space_id = chars.get(SPACE, -1)
@@ -311,12 +344,24 @@ def vocab_from_hf_json(doc: dict, path) -> Vocab:
         raise VocabError(f"{where}: model.vocab: no token '\u2581'")
     name = Path(path).parent.name if Path(path).name == "tokenizer.json" else Path(path).stem
     return Vocab(
-        name=name or "tokenizer", token_bytes=tuple(token_bytes), merges=merges,
-        byte_ids=tuple(byte_ids), special_tokens=added, pattern=None, pattern_name=None,
-        whole_piece_shortcut=False, pretokenizer=None, unsupported=None, source=where,
+        name=name or "tokenizer",
+        token_bytes=tuple(token_bytes),
+        merges=merges,
+        byte_ids=tuple(byte_ids),
+        special_tokens=added,
+        pattern=None,
+        pattern_name=None,
+        whole_piece_shortcut=False,
+        pretokenizer=None,
+        unsupported=None,
+        source=where,
         char_level=CharLevel(
-            char_ids={**chars, " ": space_id}, replacement_id=chars.get(REPLACEMENT, -1),
-            prefix_id=space_id if rule is not None else -1, prefix_rule=rule or 0,
-            word_start_id=space_id if joiners is not None else -1, runs=runs,
-            joiners=joiners or ()))
-
+            char_ids={**chars, " ": space_id},
+            replacement_id=chars.get(REPLACEMENT, -1),
+            prefix_id=space_id if rule is not None else -1,
+            prefix_rule=rule or 0,
+            word_start_id=space_id if joiners is not None else -1,
+            runs=runs,
+            joiners=joiners or (),
+        ),
+    )

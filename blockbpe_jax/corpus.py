@@ -21,14 +21,32 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .documents import (SPLITS_HELP, Doc, Window, check_inputs, chunk_cuts,  # noqa: F401
-                        iter_documents, iter_windows, parse_split)
-from .shards import (ArrayRecordWriter, CorpusError, FlatWriter, PaddedWriter, VerifyError,  # noqa: F401
-                     check_output, load_sidecar, open_shard, read_array_records, read_shards,
-                     token_dtype)
+from .documents import (
+    SPLITS_HELP,  # noqa: F401
+    Doc,  # noqa: F401
+    Window,
+    check_inputs,
+    chunk_cuts,  # noqa: F401
+    iter_documents,
+    iter_windows,
+    parse_split,
+)
+from .shards import (
+    ArrayRecordWriter,
+    CorpusError,
+    FlatWriter,
+    PaddedWriter,
+    VerifyError,  # noqa: F401
+    check_output,
+    load_sidecar,
+    open_shard,
+    read_array_records,  # noqa: F401
+    read_shards,  # noqa: F401
+    token_dtype,
+)
 
-DEFAULT_BATCH_BYTES = 4 << 20      # padded bytes (rows x width) per encode call
-DEFAULT_SHARD_TOKENS = 1 << 28     # tokens per flat shard (512 MiB of uint16)
+DEFAULT_BATCH_BYTES = 4 << 20  # padded bytes (rows x width) per encode call
+DEFAULT_SHARD_TOKENS = 1 << 28  # tokens per flat shard (512 MiB of uint16)
 
 
 class Progress:
@@ -43,8 +61,16 @@ class Progress:
         if self.enabled is True and self.bar is None:  # lazily: early errors print one line
             try:
                 from tqdm import tqdm
-                self.bar = tqdm(total=self.total, unit="B", unit_scale=True, unit_divisor=1000,
-                                desc="encode", file=sys.stderr, dynamic_ncols=True)
+
+                self.bar = tqdm(
+                    total=self.total,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1000,
+                    desc="encode",
+                    file=sys.stderr,
+                    dynamic_ncols=True,
+                )
             except ImportError:
                 self.enabled = "counter"
         self.done, self.docs, self.tokens = self.done + nbytes, self.docs + ndocs, self.tokens + ntokens
@@ -58,8 +84,10 @@ class Progress:
 
     def _text(self) -> str:
         secs = max(time.monotonic() - self.t0, 1e-9)
-        return (f"encode: {self.docs} documents, {self.done / 1e6:.2f} MB ({self.done / secs / 1e6:.1f} "
-                f"MB/s, {self.tokens / secs / 1e6:.2f} M tokens/s)")
+        return (
+            f"encode: {self.docs} documents, {self.done / 1e6:.2f} MB ({self.done / secs / 1e6:.1f} "
+            f"MB/s, {self.tokens / secs / 1e6:.2f} M tokens/s)"
+        )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -82,14 +110,14 @@ def _pow2_widths(lengths: np.ndarray, floor: int = 16) -> np.ndarray:
     return np.maximum(floor, np.left_shift(1, np.frexp(np.maximum(lengths - 1, 0))[1].astype(np.int64)))
 
 
-def plan_batches(lengths: np.ndarray, batch_bytes: int, max_docs: int | None,
-                 max_len: int | None) -> list[tuple[int, np.ndarray]]:
+def plan_batches(
+    lengths: np.ndarray, batch_bytes: int, max_docs: int | None, max_len: int | None
+) -> list[tuple[int, np.ndarray]]:
     """(width, document indices) of each encode call of a window: the documents sorted by
     length, each call holding documents of one power-of-two width (or all at max_len), at
     most batch_bytes // width of them (one at least) and at most max_docs."""
     order = np.argsort(lengths, kind="stable")
-    widths = (np.full(len(order), max_len, np.int64) if max_len is not None
-              else _pow2_widths(lengths[order]))
+    widths = np.full(len(order), max_len, np.int64) if max_len is not None else _pow2_widths(lengths[order])
     cuts = np.flatnonzero(np.diff(widths)) + 1
     out = []
     for lo, hi in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(order)]]).tolist()):
@@ -97,7 +125,7 @@ def plan_batches(lengths: np.ndarray, batch_bytes: int, max_docs: int | None,
         rows = max(1, batch_bytes // width)
         if max_docs is not None:
             rows = min(rows, max_docs)
-        out += [(width, order[i:min(i + rows, hi)]) for i in range(lo, hi, rows)]
+        out += [(width, order[i : min(i + rows, hi)]) for i in range(lo, hi, rows)]
     return out
 
 
@@ -185,11 +213,20 @@ def _device_functions():
 
     from . import ops
 
-    @functools.partial(jax.jit, static_argnames=("max_tokens", "mode", "block_size", "assume_nfc"),
-                       donate_argnums=3)
+    @functools.partial(
+        jax.jit, static_argnames=("max_tokens", "mode", "block_size", "assume_nfc"), donate_argnums=3
+    )
     def encode_into(data, lengths, tables, raw, at, *, max_tokens, mode, block_size, assume_nfc):
-        enc = ops.encode(data, lengths, tables, max_tokens=max_tokens, mode=mode,
-                         block_size=block_size, check_lengths=False, assume_nfc=assume_nfc)
+        enc = ops.encode(
+            data,
+            lengths,
+            tables,
+            max_tokens=max_tokens,
+            mode=mode,
+            block_size=block_size,
+            check_lengths=False,
+            assume_nfc=assume_nfc,
+        )
         raw = lax.dynamic_update_slice(raw, enc.ids.reshape(-1), (at,))
         raw = lax.dynamic_update_slice(raw, enc.counts, (at + enc.ids.size,))
         # the next call's offset, on the device: no host-to-device copy per call
@@ -282,9 +319,21 @@ class _Buffers:
             del self._spare[: -self.KEEP]
 
 
-def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Path], *, mode="exact",
-                     allowed_special="none", batch_bytes=DEFAULT_BATCH_BYTES, max_docs=None,
-                     max_len=None, block_size=256, device=None, progress=None) -> None:
+def encode_documents(
+    tok,
+    windows: Iterator[Window],
+    writer,
+    paths: Sequence[Path],
+    *,
+    mode="exact",
+    allowed_special="none",
+    batch_bytes=DEFAULT_BATCH_BYTES,
+    max_docs=None,
+    max_len=None,
+    block_size=256,
+    device=None,
+    progress=None,
+) -> None:
     """Encodes the documents window by window (within a window, sorted by length into calls of
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
     window's ids, back to back in input order in the shard dtype, to `writer.add`.
@@ -340,8 +389,10 @@ def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Pat
         lengths = w.lengths
         if max_len is not None and w.ndocs and lengths.max() > max_len:
             i = int(np.argmax(lengths))
-            raise CorpusError(f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
-                              f"--max-len {max_len} (use --split chunk:N)")
+            raise CorpusError(
+                f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
+                f"--max-len {max_len} (use --split chunk:N)"
+            )
         plan = []  # (document indices, width, T, rows, offset in raw)
         end = 0
         for width, idx in plan_batches(lengths, batch_bytes, max_docs, max_len):
@@ -396,8 +447,10 @@ def encode_documents(tok, windows: Iterator[Window], writer, paths: Sequence[Pat
         if bad.size:
             k = int(bad[0])
             buffers.give_back(raw)
-            raise CorpusError(f"{where(w, int(perm[k]))}: tokenization failed (count "
-                              f"{int(got[k])}, width {int(widths[k]) + 1})")
+            raise CorpusError(
+                f"{where(w, int(perm[k]))}: tokenization failed (count "
+                f"{int(got[k])}, width {int(widths[k]) + 1})"
+            )
         counts = np.empty(n, np.int64)
         counts[perm] = got
         source = np.empty(n, np.int64)
@@ -457,11 +510,29 @@ def enable_compilation_cache() -> str | None:
     return path
 
 
-def encode_files(tok, paths: Sequence[str | os.PathLike], out_prefix: str | os.PathLike, *,
-                 fmt="flat", split="lines", jsonl_field=None, mode="exact", allowed_special="none",
-                 batch_bytes=DEFAULT_BATCH_BYTES, max_docs=None, max_len=None,
-                 shard_tokens=DEFAULT_SHARD_TOKENS, shard_docs=None, max_tokens=None, pad_id=0,
-                 block_size=256, device=None, overwrite=False, progress=False, meta=None) -> dict:
+def encode_files(
+    tok,
+    paths: Sequence[str | os.PathLike],
+    out_prefix: str | os.PathLike,
+    *,
+    fmt="flat",
+    split="lines",
+    jsonl_field=None,
+    mode="exact",
+    allowed_special="none",
+    batch_bytes=DEFAULT_BATCH_BYTES,
+    max_docs=None,
+    max_len=None,
+    shard_tokens=DEFAULT_SHARD_TOKENS,
+    shard_docs=None,
+    max_tokens=None,
+    pad_id=0,
+    block_size=256,
+    device=None,
+    overwrite=False,
+    progress=False,
+    meta=None,
+) -> dict:
     """Tokenizes text/JSONL(.gz) files (and parquet files, column `jsonl_field`, when pyarrow is
     installed) into shards at `out_prefix` (DIR/NAME; the directory is created) and returns the
     sidecar (`<prefix>.json`; `<prefix>manifest.json` for fmt "npz" or "npy"). fmt "flat":
@@ -489,21 +560,41 @@ def encode_files(tok, paths: Sequence[str | os.PathLike], out_prefix: str | os.P
     t0 = time.perf_counter()
     try:
         windows = iter_windows(paths, split_kind, chunk, jsonl_field)
-        encode_documents(tok, windows, writer, paths, mode=mode, allowed_special=allowed_special,
-                         batch_bytes=batch_bytes, max_docs=max_docs, max_len=max_len,
-                         block_size=block_size, device=device, progress=bar)
+        encode_documents(
+            tok,
+            windows,
+            writer,
+            paths,
+            mode=mode,
+            allowed_special=allowed_special,
+            batch_bytes=batch_bytes,
+            max_docs=max_docs,
+            max_len=max_len,
+            block_size=block_size,
+            device=device,
+            progress=bar,
+        )
     except BaseException:
         writer.abort()  # no partial output is left behind
         raise
     finally:
         bar.close()
     v = tok.vocab
-    info = dict(vocab=v.name, vocab_source=v.source, n_vocab=v.n_vocab, mode=mode, split=split,
-                jsonl_field=jsonl_field, max_len=max_len,
-                allowed_special=sorted(allowed_special) if isinstance(allowed_special, (set, frozenset,
-                                                                                        list)) else allowed_special,
-                inputs=[str(p) for p in paths], seconds=round(time.perf_counter() - t0, 3),
-                vocab_arg=dict(vocab=str(Path(v.source).resolve())) if Path(v.source).is_file() else {})
+    info = dict(
+        vocab=v.name,
+        vocab_source=v.source,
+        n_vocab=v.n_vocab,
+        mode=mode,
+        split=split,
+        jsonl_field=jsonl_field,
+        max_len=max_len,
+        allowed_special=sorted(allowed_special)
+        if isinstance(allowed_special, (set, frozenset, list))
+        else allowed_special,
+        inputs=[str(p) for p in paths],
+        seconds=round(time.perf_counter() - t0, 3),
+        vocab_arg=dict(vocab=str(Path(v.source).resolve())) if Path(v.source).is_file() else {},
+    )
     return writer.finish({**info, **(meta or {})})
 
 
@@ -517,8 +608,12 @@ def reference_encoder(tok, mode: str, allowed_special):
     files, tiktoken encodings, Llama 3's tokenizer.model) when importable, else the
     tokenizer's own CPU path."""
     v = tok.vocab
-    tiktoken_like = (v.char_level is None and not tok.nfc and not v.source.endswith(".json")
-                     and (v.pattern is not None or mode == "bytes"))
+    tiktoken_like = (
+        v.char_level is None
+        and not tok.nfc
+        and not v.source.endswith(".json")
+        and (v.pattern is not None or mode == "bytes")
+    )
     try:
         import tiktoken
     except ImportError:
@@ -527,15 +622,20 @@ def reference_encoder(tok, mode: str, allowed_special):
         from .testing import BYTES_MODE_PATTERN
 
         specials = set(v.special_tokens.values())
-        enc = tiktoken.Encoding(f"{v.name}_reference", special_tokens=dict(v.special_tokens),
-                                pat_str=v.pattern if mode == "exact" else BYTES_MODE_PATTERN,
-                                mergeable_ranks={b: i for i, b in enumerate(v.token_bytes)
-                                                 if b is not None and i not in specials})
+        enc = tiktoken.Encoding(
+            f"{v.name}_reference",
+            special_tokens=dict(v.special_tokens),
+            pat_str=v.pattern if mode == "exact" else BYTES_MODE_PATTERN,
+            mergeable_ranks={
+                b: i for i, b in enumerate(v.token_bytes) if b is not None and i not in specials
+            },
+        )
         if allowed_special == "none":
             return "tiktoken", lambda texts: enc.encode_ordinary_batch([t.decode() for t in texts])
         allowed = "all" if allowed_special == "all" else set(allowed_special)
-        return "tiktoken", lambda texts: [enc.encode(t.decode(), allowed_special=allowed,
-                                                     disallowed_special=()) for t in texts]
+        return "tiktoken", lambda texts: [
+            enc.encode(t.decode(), allowed_special=allowed, disallowed_special=()) for t in texts
+        ]
     import jax
 
     cpu = jax.devices("cpu")[0]
@@ -543,10 +643,14 @@ def reference_encoder(tok, mode: str, allowed_special):
     def cpu_path(texts):
         out = []
         for t in texts:
-            ids, counts = jax.device_get(tok.encode_batch([t], max_tokens=_pow2(len(t)) + 1, mode=mode,
-                                                          allowed_special=allowed_special, device=cpu))
+            ids, counts = jax.device_get(
+                tok.encode_batch(
+                    [t], max_tokens=_pow2(len(t)) + 1, mode=mode, allowed_special=allowed_special, device=cpu
+                )
+            )
             out.append(ids[0, : counts[0]].tolist())
         return out
+
     return "blockbpe_jax CPU path", cpu_path
 
 
@@ -566,26 +670,30 @@ def verify(prefix: str | os.PathLike, tok, *, sample: int = 1000, seed: int = 0)
     docs, want = {}, set(picks)
     for i, d in enumerate(iter_documents(paths, split, chunk, meta.get("jsonl_field"))):
         if i >= n:
-            raise VerifyError(f"{paths[d.file_index]}:{d.position}: the inputs hold more documents than the "
-                              f"shards ({n}): the inputs changed or the output is incomplete")
+            raise VerifyError(
+                f"{paths[d.file_index]}:{d.position}: the inputs hold more documents than the "
+                f"shards ({n}): the inputs changed or the output is incomplete"
+            )
         if i in want:
             docs[i] = d
     if len(docs) < len(want):
         raise VerifyError(f"the inputs hold fewer documents than the shards ({n}): they changed")
     name, ref = reference_encoder(tok, meta["mode"], meta["allowed_special"])
     for lo in range(0, len(picks), 256):
-        group = picks[lo:lo + 256]
+        group = picks[lo : lo + 256]
         for i, expect in zip(group, ref([docs[i].data for i in group])):
             k = int(np.searchsorted(starts, i, "right")) - 1
             tokens, idx = opened[k]
             j = i - int(starts[k])
-            got = tokens[idx[j]:idx[j + 1]].tolist()
+            got = tokens[idx[j] : idx[j + 1]].tolist()
             if got != expect:
-                t = next((t for t, (a, b) in enumerate(zip(got, expect)) if a != b), min(len(got), len(expect)))
+                t = next(
+                    (t for t, (a, b) in enumerate(zip(got, expect)) if a != b), min(len(got), len(expect))
+                )
                 d = docs[i]
                 raise VerifyError(
                     f"{directory / meta['shards'][k]['bin']}: document {j} ({paths[d.file_index]}:"
-                    f"{d.position}) differs from {name} at token {t}: {got[t:t + 3]} vs {expect[t:t + 3]} "
-                    f"({len(got)} vs {len(expect)} tokens)")
+                    f"{d.position}) differs from {name} at token {t}: {got[t : t + 3]} vs {expect[t : t + 3]} "
+                    f"({len(got)} vs {len(expect)} tokens)"
+                )
     return dict(documents=n, tokens=meta["tokens"], shards=len(opened), checked=len(picks), reference=name)
-

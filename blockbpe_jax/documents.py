@@ -17,7 +17,11 @@ import numpy as np
 from . import native
 from .shards import CorpusError
 
-SPLITS_HELP = "lines (one document per non-empty line), file (one per file), chunk:N (pieces of at most N bytes)"
+SPLITS_HELP = (
+    "lines (one document per non-empty line), file (one per file), chunk:N (pieces of at most N bytes)"
+)
+
+
 class Doc(NamedTuple):
     data: bytes
     file_index: int
@@ -101,22 +105,23 @@ def _jsonl_doc(line: bytes, path: Path, line_no: int, field: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise CorpusError(f"{path}:{line_no}: field {field!r} is not valid UTF-8 (lone surrogate "
-                          f"at character {e.start})") from None
+        raise CorpusError(
+            f"{path}:{line_no}: field {field!r} is not valid UTF-8 (lone surrogate at character {e.start})"
+        ) from None
 
 
 class Window(NamedTuple):
     """Consecutive documents of one input file, back to back in one buffer (no Python object
     per document): what the reader hands to the encoder."""
-    data: np.ndarray       # uint8: the documents' UTF-8 bytes, back to back
-    offsets: np.ndarray    # int64[n + 1]: document i is data[offsets[i]:offsets[i + 1]]
+
+    data: np.ndarray  # uint8: the documents' UTF-8 bytes, back to back
+    offsets: np.ndarray  # int64[n + 1]: document i is data[offsets[i]:offsets[i + 1]]
     positions: np.ndarray  # int64, per document: as Doc.position
     file_index: int
-    consumed: int          # input bytes these documents account for (progress)
+    consumed: int  # input bytes these documents account for (progress)
 
     @classmethod
-    def of(cls, blobs: Sequence[bytes], positions: np.ndarray, file_index: int,
-           consumed: int) -> "Window":
+    def of(cls, blobs: Sequence[bytes], positions: np.ndarray, file_index: int, consumed: int) -> "Window":
         offsets = np.zeros(len(blobs) + 1, np.int64)
         np.cumsum(np.fromiter(map(len, blobs), np.int64, count=len(blobs)), out=offsets[1:])
         return cls(np.frombuffer(b"".join(blobs), np.uint8), offsets, positions, file_index, consumed)
@@ -140,17 +145,23 @@ WINDOW_BYTES = 16 << 20  # input bytes per window (the unit of reading and of le
 READ_THREADS = os.cpu_count() or 1  # threads that split and parse one block
 
 
-def iter_documents(paths: Sequence[Path], split: str = "lines", chunk: int = 0,
-                   jsonl_field: str | None = None) -> Iterator[Doc]:
+def iter_documents(
+    paths: Sequence[Path], split: str = "lines", chunk: int = 0, jsonl_field: str | None = None
+) -> Iterator[Doc]:
     """The documents of the files, in order; CorpusError (file:line) on a bad input."""
     for w in iter_windows(paths, split, chunk, jsonl_field):
         for data, pos in zip(w.blobs, w.positions.tolist()):
             yield Doc(data, w.file_index, pos, len(data))
 
 
-def iter_windows(paths: Sequence[Path], split: str = "lines", chunk: int = 0,
-                 jsonl_field: str | None = None, window_bytes: int = WINDOW_BYTES,
-                 threads: int | None = None) -> Iterator[Window]:
+def iter_windows(
+    paths: Sequence[Path],
+    split: str = "lines",
+    chunk: int = 0,
+    jsonl_field: str | None = None,
+    window_bytes: int = WINDOW_BYTES,
+    threads: int | None = None,
+) -> Iterator[Window]:
     """The documents of the files as windows of about `window_bytes` of input, in order.
 
     Lines and JSONL are read a block at a time and split, checked and parsed per block by
@@ -176,9 +187,13 @@ def iter_windows(paths: Sequence[Path], split: str = "lines", chunk: int = 0,
             continue
         cuts = list(chunk_cuts(data, chunk))
         for lo in range(0, len(cuts), max(1, window_bytes // max(chunk, 1))):
-            part = cuts[lo:lo + max(1, window_bytes // max(chunk, 1))]
-            yield Window.of([data[a:b] for a, b in part], np.array([a for a, _ in part], np.int64), fi,
-                            sum(b - a for a, b in part))
+            part = cuts[lo : lo + max(1, window_bytes // max(chunk, 1))]
+            yield Window.of(
+                [data[a:b] for a, b in part],
+                np.array([a for a, _ in part], np.int64),
+                fi,
+                sum(b - a for a, b in part),
+            )
 
 
 def _open(path: Path):
@@ -188,8 +203,9 @@ def _open(path: Path):
 _JSON_SCAN = json.JSONDecoder().scan_once  # json.loads without its Python-level wrapper
 
 
-def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int,
-                  threads: int) -> Iterator[Window]:
+def _line_windows(
+    path: Path, fi: int, field: str | None, window_bytes: int, threads: int
+) -> Iterator[Window]:
     line_base = 0  # lines before this block
     try:
         native_field = field is None or field.encode("utf-8") is not None
@@ -293,8 +309,9 @@ def _parquet_windows(path: Path, fi: int, field: str | None, window_bytes: int) 
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise CorpusError(f"{path}: reading parquet needs the pyarrow package (pip install "
-                          f"pyarrow)") from None
+        raise CorpusError(
+            f"{path}: reading parquet needs the pyarrow package (pip install pyarrow)"
+        ) from None
     if field is None:
         raise CorpusError(f"{path}: a parquet input needs --field COLUMN")
     try:
@@ -302,8 +319,9 @@ def _parquet_windows(path: Path, fi: int, field: str | None, window_bytes: int) 
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
         raise CorpusError(f"{path}: cannot read parquet: {_one_line(e)}") from None
     if field not in pf.schema_arrow.names:
-        raise CorpusError(f"{path}: no column {field!r} (--field); columns: "
-                          f"{', '.join(pf.schema_arrow.names)}")
+        raise CorpusError(
+            f"{path}: no column {field!r} (--field); columns: {', '.join(pf.schema_arrow.names)}"
+        )
     row = 0
     try:
         for batch in pf.iter_batches(columns=[field], batch_size=65536):
@@ -311,8 +329,9 @@ def _parquet_windows(path: Path, fi: int, field: str | None, window_bytes: int) 
             values = col.to_pylist()
             for j, v in enumerate(values):
                 if not isinstance(v, str):
-                    raise CorpusError(f"{path}: row {row + j}: column {field!r} is "
-                                      f"{type(v).__name__}, not a string")
+                    raise CorpusError(
+                        f"{path}: row {row + j}: column {field!r} is {type(v).__name__}, not a string"
+                    )
             blobs = list(map(str.encode, values))
             yield Window.of(blobs, np.arange(row, row + len(blobs), dtype=np.int64), fi, sum(map(len, blobs)))
             row += len(blobs)

@@ -38,8 +38,19 @@ VERSIONS = (2, 3)  # version 1 had 32-bit counts (and no file of it is in use)
 SUPPORTED_MODELS = ("llama", "gemma4")
 
 # GGUF value types (ggml/include/gguf.h): numbers as little-endian numpy dtypes.
-_NUMBERS = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1",
-            10: "<u8", 11: "<i8", 12: "<f8"}
+_NUMBERS = {
+    0: "<u1",
+    1: "<i1",
+    2: "<u2",
+    3: "<i2",
+    4: "<u4",
+    5: "<i4",
+    6: "<f4",
+    7: "<u1",
+    10: "<u8",
+    11: "<i8",
+    12: "<f8",
+}
 _STRING, _ARRAY, _BOOL = 8, 9, 7
 
 # llama.cpp's token types (llama_token_type; the same numbers as SentencePiece's piece types).
@@ -56,8 +67,10 @@ class _Reader:
 
     def need(self, size: int, what: str):
         if self.at + size > len(self.buf):
-            raise VocabError(f"{self.where}: truncated GGUF header ({what} at byte {self.at} needs "
-                             f"{size} bytes, the file has {len(self.buf)})")
+            raise VocabError(
+                f"{self.where}: truncated GGUF header ({what} at byte {self.at} needs "
+                f"{size} bytes, the file has {len(self.buf)})"
+            )
 
     def unpack(self, fmt: str, what: str):
         size = struct.calcsize(fmt)
@@ -69,7 +82,7 @@ class _Reader:
     def string(self, what: str) -> str:
         (n,) = self.unpack("<Q", what)
         self.need(n, what)
-        raw = bytes(self.buf[self.at:self.at + n])
+        raw = bytes(self.buf[self.at : self.at + n])
         self.at += n
         try:
             return raw.decode("utf-8")
@@ -124,8 +137,9 @@ def _read_header(path: str | os.PathLike) -> tuple[dict, int]:
         r.at = 4
         (version,) = r.unpack("<I", "version")
         if version not in VERSIONS:
-            raise VocabError(f"{where}: GGUF version {version} is not supported (only "
-                             f"{', '.join(map(str, VERSIONS))})")
+            raise VocabError(
+                f"{where}: GGUF version {version} is not supported (only {', '.join(map(str, VERSIONS))})"
+            )
         _, n_kv = r.unpack("<QQ", "tensor and key counts")
         meta: dict = {}
         for k in range(n_kv):
@@ -153,16 +167,20 @@ def load_gguf(path: str | os.PathLike) -> Vocab:
     meta = gguf_metadata(path)
     model = _get(meta, "tokenizer.ggml.model", where, str)
     if model not in SUPPORTED_MODELS:
-        raise VocabError(f"{where}: tokenizer.ggml.model {model!r} is not supported from GGUF "
-                         f"(only {', '.join(map(repr, SUPPORTED_MODELS))}: SentencePiece-style BPE)")
+        raise VocabError(
+            f"{where}: tokenizer.ggml.model {model!r} is not supported from GGUF "
+            f"(only {', '.join(map(repr, SUPPORTED_MODELS))}: SentencePiece-style BPE)"
+        )
     tokens = _get(meta, "tokenizer.ggml.tokens", where, list)
     types = _get(meta, "tokenizer.ggml.token_type", where, np.ndarray).tolist()
     if len(types) != len(tokens):
-        raise VocabError(f"{where}: tokenizer.ggml.token_type has {len(types)} entries for "
-                         f"{len(tokens)} tokens")
+        raise VocabError(
+            f"{where}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens"
+        )
     if BYTE not in types:
-        raise VocabError(f"{where}: no BYTE tokens <0x00>..<0xFF>: models without byte fallback "
-                         f"are not supported")
+        raise VocabError(
+            f"{where}: no BYTE tokens <0x00>..<0xFF>: models without byte fallback are not supported"
+        )
     name = Path(path).name
     unk = meta.get("tokenizer.ggml.unknown_token_id")
     if model == "llama":
@@ -175,8 +193,7 @@ def _spm_vocab(meta: dict, tokens: list, types: list, unk, where: str, name: str
 
     scores = _get(meta, "tokenizer.ggml.scores", where, np.ndarray).tolist()
     if len(scores) != len(tokens):
-        raise VocabError(f"{where}: tokenizer.ggml.scores has {len(scores)} entries for "
-                         f"{len(tokens)} tokens")
+        raise VocabError(f"{where}: tokenizer.ggml.scores has {len(scores)} entries for {len(tokens)} tokens")
     pieces = []
     for i, (tok, kind, score) in enumerate(zip(tokens, types, scores)):
         if kind == USER_DEFINED:
@@ -195,13 +212,21 @@ def _gemma4_vocab(meta: dict, tokens: list, types: list, where: str, name: str) 
 
     merges = _get(meta, "tokenizer.ggml.merges", where, list)
     if meta.get("tokenizer.ggml.add_space_prefix", False):
-        raise VocabError(f"{where}: tokenizer.ggml.add_space_prefix is not supported with "
-                         f"tokenizer.ggml.model 'gemma4'")
-    added = [{"id": i, "content": t, "special": k == CONTROL}
-             for i, (t, k) in enumerate(zip(tokens, types)) if k in (CONTROL, USER_DEFINED)]
+        raise VocabError(
+            f"{where}: tokenizer.ggml.add_space_prefix is not supported with tokenizer.ggml.model 'gemma4'"
+        )
+    added = [
+        {"id": i, "content": t, "special": k == CONTROL}
+        for i, (t, k) in enumerate(zip(tokens, types))
+        if k in (CONTROL, USER_DEFINED)
+    ]
     doc = {
-        "model": {"type": "BPE", "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges,
-                  "byte_fallback": True},
+        "model": {
+            "type": "BPE",
+            "vocab": {t: i for i, t in enumerate(tokens)},
+            "merges": merges,
+            "byte_fallback": True,
+        },
         "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": SPACE},
         "added_tokens": added,
     }

@@ -20,19 +20,40 @@ from . import native
 from .native import HAS_CUDA_MODULE  # noqa: F401 (part of this module's interface)
 
 BLOCK_SIZES = (256, 512, 1024)
-BYTES_MODE_STAGES = 0   # pretok_stages of bytes mode: no pre-tokenizer
+BYTES_MODE_STAGES = 0  # pretok_stages of bytes mode: no pre-tokenizer
 
 
 # The encode call's operands after (data, lengths), in order (ffi/binding/encode_ffi.h).
-TABLE_OPERANDS = ("pair_table", "byte_ids", "piece_table", "token_offsets", "token_data",
-                  "special_offsets", "special_data", "special_ids", "pretok", "nfc_pairs",
-                  "char_table")
+TABLE_OPERANDS = (
+    "pair_table",
+    "byte_ids",
+    "piece_table",
+    "token_offsets",
+    "token_data",
+    "special_offsets",
+    "special_data",
+    "special_ids",
+    "pretok",
+    "nfc_pairs",
+    "char_table",
+)
 
 
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=list(TABLE_OPERANDS),
-                   meta_fields=["name", "exact_stages", "symbols", "char_runs", "nfc", "exact_error", "max_piece_len", "rank_is_id",
-                                "specials"])
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=list(TABLE_OPERANDS),
+    meta_fields=[
+        "name",
+        "exact_stages",
+        "symbols",
+        "char_runs",
+        "nfc",
+        "exact_error",
+        "max_piece_len",
+        "rank_is_id",
+        "specials",
+    ],
+)
 @dataclasses.dataclass(frozen=True)
 class EncodeTables:
     """A tokenizer's device tables for one set of allowed specials: a pytree.
@@ -50,18 +71,18 @@ class EncodeTables:
     special_offsets: jax.Array
     special_data: jax.Array
     special_ids: jax.Array
-    pretok: jax.Array          # the pre-tokenizer's tables (uint8, ffi/pretok/tables.h)
-    nfc_pairs: jax.Array       # NFC composition pairs int32[K, 2] (a stand-in row without NFC)
-    char_table: jax.Array      # SentencePiece BPE's character tables (ffi/core/char_symbols.h)
+    pretok: jax.Array  # the pre-tokenizer's tables (uint8, ffi/pretok/tables.h)
+    nfc_pairs: jax.Array  # NFC composition pairs int32[K, 2] (a stand-in row without NFC)
+    char_table: jax.Array  # SentencePiece BPE's character tables (ffi/core/char_symbols.h)
     name: str
-    exact_stages: int          # pre-tokenizer stages in `pretok` for mode="exact", or -1
-    symbols: int               # 0: byte-level BPE; 1: SentencePiece BPE (merges over characters)
-    char_runs: tuple           # its run rule's (T, P, W) attributes (ffi/core/char_symbols.h)
-    nfc: bool                  # exact mode checks that the text is in NFC (its normalizer)
-    exact_error: str | None    # why exact mode is unavailable, if it is
-    max_piece_len: int         # 0 disables the whole-piece shortcut
-    rank_is_id: bool           # every pair's rank is its merged id (saves a probe per merge)
-    specials: tuple            # the allowed special tokens
+    exact_stages: int  # pre-tokenizer stages in `pretok` for mode="exact", or -1
+    symbols: int  # 0: byte-level BPE; 1: SentencePiece BPE (merges over characters)
+    char_runs: tuple  # its run rule's (T, P, W) attributes (ffi/core/char_symbols.h)
+    nfc: bool  # exact mode checks that the text is in NFC (its normalizer)
+    exact_error: str | None  # why exact mode is unavailable, if it is
+    max_piece_len: int  # 0 disables the whole-piece shortcut
+    rank_is_id: bool  # every pair's rank is its merged id (saves a probe per merge)
+    specials: tuple  # the allowed special tokens
 
     def operands(self) -> tuple:
         return tuple(getattr(self, name) for name in TABLE_OPERANDS)
@@ -87,9 +108,18 @@ class Encoded(NamedTuple):
 
 
 @functools.lru_cache(maxsize=None)
-def _encode_call(pretok_stages: int, symbols: int, char_runs: tuple, nfc: int, pad_id: int, max_piece_len: int, rank_is_id: bool, block_size: int,
-                 max_tokens: int,
-                 checked: bool):
+def _encode_call(
+    pretok_stages: int,
+    symbols: int,
+    char_runs: tuple,
+    nfc: int,
+    pad_id: int,
+    max_piece_len: int,
+    rank_is_id: bool,
+    block_size: int,
+    max_tokens: int,
+    checked: bool,
+):
     """A vmappable function (data, lengths, *tables) -> (ids, counts) for fixed attributes."""
     target = "bbpe_encode" if checked else "bbpe_encode_unchecked"
 
@@ -104,18 +134,29 @@ def _encode_call(pretok_stages: int, symbols: int, char_runs: tuple, nfc: int, p
                 jax.ShapeDtypeStruct((workspace_bytes,), jnp.uint8),
             )
             ids, counts, _ = jax.ffi.ffi_call(target, out_types)(
-                data, lengths, *tables, pretok_stages=np.int32(pretok_stages),
-                symbols=np.int32(symbols), run_long=np.int32(char_runs[0]),
-                run_step=np.int32(char_runs[1]), run_width=np.int32(char_runs[2]), nfc=np.int32(nfc), pad_id=np.int32(pad_id),
-                max_piece_len=np.int32(max_piece_len), rank_is_id=np.int32(rank_is_id),
-                block_size=np.int32(block_size))
+                data,
+                lengths,
+                *tables,
+                pretok_stages=np.int32(pretok_stages),
+                symbols=np.int32(symbols),
+                run_long=np.int32(char_runs[0]),
+                run_step=np.int32(char_runs[1]),
+                run_width=np.int32(char_runs[2]),
+                nfc=np.int32(nfc),
+                pad_id=np.int32(pad_id),
+                max_piece_len=np.int32(max_piece_len),
+                rank_is_id=np.int32(rank_is_id),
+                block_size=np.int32(block_size),
+            )
             return ids, counts
 
         # The CUDA kernel's arrays that do not fit in shared memory come as an extra, discarded
         # output, so that XLA allocates them (no allocation in the handler). Only the CUDA
         # kernel uses this workspace: the CPU handler gets a one-byte stand-in.
         return jax.lax.platform_dependent(
-            cpu=lambda: ffi(1), default=lambda: ffi(native.workspace_bytes(batch, max_len, pretok_stages, symbols)))
+            cpu=lambda: ffi(1),
+            default=lambda: ffi(native.workspace_bytes(batch, max_len, pretok_stages, symbols)),
+        )
 
     @call.def_vmap
     def _vmap_rule(axis_size, in_batched, data, lengths, *tables):
@@ -128,8 +169,7 @@ def _encode_call(pretok_stages: int, symbols: int, char_runs: tuple, nfc: int, p
         if not lengths_b:
             lengths = jnp.broadcast_to(lengths, (axis_size, *lengths.shape))
         lanes, batch, max_len = data.shape
-        ids, counts = call(data.reshape(lanes * batch, max_len), lengths.reshape(lanes * batch),
-                           *tables)
+        ids, counts = call(data.reshape(lanes * batch, max_len), lengths.reshape(lanes * batch), *tables)
         return (ids.reshape(lanes, batch, max_tokens), counts.reshape(lanes, batch)), (True, True)
 
     # jit: eager calls then hit a compilation cache (a bare platform_dependent, re-traced per
@@ -144,21 +184,35 @@ def resolve_mode(tables: EncodeTables, mode: str) -> int:
         raise ValueError(f"mode must be 'exact' or 'bytes', got {mode!r}")
     if tables.symbols:
         if mode == "bytes":
-            raise ValueError(f"mode='bytes' is byte-level BPE without a pre-tokenizer; "
-                             f"{tables.name} is a SentencePiece BPE model (merges over "
-                             f"characters): use mode='exact'")
+            raise ValueError(
+                f"mode='bytes' is byte-level BPE without a pre-tokenizer; "
+                f"{tables.name} is a SentencePiece BPE model (merges over "
+                f"characters): use mode='exact'"
+            )
         return BYTES_MODE_STAGES
     if mode == "bytes":
         return BYTES_MODE_STAGES
     if tables.exact_stages < 0:
-        raise ValueError(f"exact mode is not supported for {tables.name}: {tables.exact_error}. "
-                         f"Use mode='bytes' for byte-level BPE without a pre-tokenizer.")
+        raise ValueError(
+            f"exact mode is not supported for {tables.name}: {tables.exact_error}. "
+            f"Use mode='bytes' for byte-level BPE without a pre-tokenizer."
+        )
     return tables.exact_stages
 
 
-def encode(data, lengths, tokenizer: TableSource | EncodeTables, *, max_tokens: int,
-           pad_id: int = 0, allowed_special=None, mode: str = "exact", block_size: int = 256,
-           check_lengths: bool = True, assume_nfc: bool = False) -> Encoded:
+def encode(
+    data,
+    lengths,
+    tokenizer: TableSource | EncodeTables,
+    *,
+    max_tokens: int,
+    pad_id: int = 0,
+    allowed_special=None,
+    mode: str = "exact",
+    block_size: int = 256,
+    check_lengths: bool = True,
+    assume_nfc: bool = False,
+) -> Encoded:
     """Tokenizes a batch of byte strings on the device that holds `data` (NumPy inputs: JAX's
     default device; they travel with the call, which is cheaper than a separate device_put).
 
@@ -190,8 +244,10 @@ def encode(data, lengths, tokenizer: TableSource | EncodeTables, *, max_tokens: 
       counts > T flags truncation.
     """
     if np.ndim(data) != 2:
-        raise TypeError(f"encode: data must be uint8[batch, max_len], got "
-                        f"{getattr(data, 'dtype', type(data).__name__)}{list(np.shape(data))}")
+        raise TypeError(
+            f"encode: data must be uint8[batch, max_len], got "
+            f"{getattr(data, 'dtype', type(data).__name__)}{list(np.shape(data))}"
+        )
     if isinstance(lengths, np.ndarray) and lengths.ndim == 1:
         # Host lengths are checked here; device ones by the handler (check_lengths).
         bad = np.flatnonzero((lengths < 0) | (lengths > np.shape(data)[-1]))
@@ -206,20 +262,26 @@ def encode(data, lengths, tokenizer: TableSource | EncodeTables, *, max_tokens: 
     if data.dtype != jnp.uint8 or data.ndim != 2:
         raise TypeError(f"encode: data must be uint8[batch, max_len], got {data.dtype}{list(data.shape)}")
     if lengths.dtype != jnp.int32 or lengths.shape != data.shape[:1]:
-        raise TypeError(f"encode: lengths must be int32[{data.shape[0]}], got "
-                        f"{lengths.dtype}{list(lengths.shape)}")
-    if (not isinstance(max_tokens, (int, np.integer)) or isinstance(max_tokens, bool)
-            or not 1 <= max_tokens < 2**31):
+        raise TypeError(
+            f"encode: lengths must be int32[{data.shape[0]}], got {lengths.dtype}{list(lengths.shape)}"
+        )
+    if (
+        not isinstance(max_tokens, (int, np.integer))
+        or isinstance(max_tokens, bool)
+        or not 1 <= max_tokens < 2**31
+    ):
         raise ValueError(f"encode: max_tokens must be a positive int below 2**31, got {max_tokens!r}")
-    if not isinstance(pad_id, (int, np.integer)) or not -2**31 <= pad_id < 2**31:
+    if not isinstance(pad_id, (int, np.integer)) or not -(2**31) <= pad_id < 2**31:
         raise ValueError(f"encode: pad_id must be an int32, got {pad_id!r}")
     if block_size not in BLOCK_SIZES:
         raise ValueError(f"encode: block_size must be one of {BLOCK_SIZES}, got {block_size!r}")
     if isinstance(tokenizer, EncodeTables):
         tables = tokenizer
         if allowed_special is not None:
-            raise ValueError("encode: EncodeTables fix the allowed specials; choose them with "
-                             "tok.tables(allowed_special=...) instead")
+            raise ValueError(
+                "encode: EncodeTables fix the allowed specials; choose them with "
+                "tok.tables(allowed_special=...) instead"
+            )
     else:
         # Tables go where the data is (a concrete single-device array); under a trace, to
         # JAX's default device.
@@ -229,9 +291,17 @@ def encode(data, lengths, tokenizer: TableSource | EncodeTables, *, max_tokens: 
         tables = tokenizer.tables("none" if allowed_special is None else allowed_special, device)
     # nfc attribute (ffi/pretok/tables.h, NfcAttr): 0 no NFC tables, 1 check the text, 2 trusted
     nfc = 0 if not tables.nfc else (2 if assume_nfc else 1)
-    call = _encode_call(resolve_mode(tables, mode), tables.symbols, tables.char_runs, nfc, int(pad_id),
-                        tables.max_piece_len,
-                        bool(tables.rank_is_id),
-                        int(block_size), int(max_tokens), bool(check_lengths))
+    call = _encode_call(
+        resolve_mode(tables, mode),
+        tables.symbols,
+        tables.char_runs,
+        nfc,
+        int(pad_id),
+        tables.max_piece_len,
+        bool(tables.rank_is_id),
+        int(block_size),
+        int(max_tokens),
+        bool(check_lengths),
+    )
     ids, counts = call(data, lengths, *tables.operands())
     return Encoded(ids, counts)

@@ -55,26 +55,36 @@ from jax import lax
 from .ops import Encoded
 from .postprocess import _as_ids
 
-__all__ = ["pack", "Packed", "PackReport", "pack_reference", "segment_attention_mask",
-           "pack_stream", "Carry", "CarryReport", "empty_carry"]
+__all__ = [
+    "pack",
+    "Packed",
+    "PackReport",
+    "pack_reference",
+    "segment_attention_mask",
+    "pack_stream",
+    "Carry",
+    "CarryReport",
+    "empty_carry",
+]
 
 
 class PackReport(NamedTuple):
     """What `pack` did with the documents (int32 scalars unless noted)."""
-    tokens_packed: jax.Array        # tokens written (BOS/EOS included)
-    tokens_dropped: jax.Array       # tokens of valid documents not written, cut by encode included
-    tokens_truncated: jax.Array     # the part of tokens_dropped that encode cut (count - T)
-    documents_dropped: jax.Array    # valid documents with tokens of which none was written
-    documents_partial: jax.Array    # valid documents written in part (or cut by encode)
-    documents_invalid: jax.Array    # rows with a negative count, skipped
-    rows_used: jax.Array            # rows holding at least one token
+
+    tokens_packed: jax.Array  # tokens written (BOS/EOS included)
+    tokens_dropped: jax.Array  # tokens of valid documents not written, cut by encode included
+    tokens_truncated: jax.Array  # the part of tokens_dropped that encode cut (count - T)
+    documents_dropped: jax.Array  # valid documents with tokens of which none was written
+    documents_partial: jax.Array  # valid documents written in part (or cut by encode)
+    documents_invalid: jax.Array  # rows with a negative count, skipped
+    rows_used: jax.Array  # rows holding at least one token
     packed_per_document: jax.Array  # int32[B]: tokens of document b written (0 if invalid)
 
 
 class Packed(NamedTuple):
-    tokens: jax.Array       # int32[rows, seq_len]
+    tokens: jax.Array  # int32[rows, seq_len]
     segment_ids: jax.Array  # int32[rows, seq_len], 0 = padding
-    positions: jax.Array    # int32[rows, seq_len]
+    positions: jax.Array  # int32[rows, seq_len]
     report: PackReport
 
 
@@ -132,7 +142,7 @@ def _sequential(n, seq_len, rows):
     doc = jnp.clip(jnp.searchsorted(ends, g, side="right"), 0, n.shape[0] - 1).astype(jnp.int32)
     row_start = g[:, :1]
     position = g - jnp.maximum(starts[doc], row_start)
-    rank = jnp.cumsum(n > 0, dtype=jnp.int32)            # rank among non-empty documents
+    rank = jnp.cumsum(n > 0, dtype=jnp.int32)  # rank among non-empty documents
     segment = rank[doc] - rank[doc[:, :1]] + 1
     packed = jnp.clip(jnp.minimum(ends, rows * seq_len) - starts, 0, n)
     return doc, g - starts[doc], position, segment, live, packed
@@ -160,13 +170,13 @@ def _first_fit(n, seq_len, rows, n_pieces, stop):
 
     zeros = jnp.zeros(rows, jnp.int32)
     (fill, _, _), (row, offset, seg) = lax.scan(step, (zeros, zeros, jnp.bool_(False)), n)
-    row, offset, seg = row.reshape(-1), offset.reshape(-1), seg.reshape(-1)   # piece = b*K + k
+    row, offset, seg = row.reshape(-1), offset.reshape(-1), seg.reshape(-1)  # piece = b*K + k
     n_total = row.shape[0]
     piece = jnp.arange(n_total, dtype=jnp.int32)
     size = jnp.clip(n[piece // n_pieces] - (piece % n_pieces) * S, 0, S)
     start_cell = jnp.where(row >= 0, row * S + offset, rows * S)
     owner = jnp.zeros(rows * S, jnp.int32).at[start_cell].max(piece + 1, mode="drop")
-    owner = lax.cummax(owner.reshape(rows, S), axis=1) - 1   # pieces fill a row left to right
+    owner = lax.cummax(owner.reshape(rows, S), axis=1) - 1  # pieces fill a row left to right
     s = jnp.arange(S, dtype=jnp.int32)[None, :]
     live = s < fill[:, None]
     owner = jnp.clip(owner, 0, n_total - 1)
@@ -176,9 +186,18 @@ def _first_fit(n, seq_len, rows, n_pieces, stop):
     return owner // n_pieces, j, position, seg[owner], live, packed
 
 
-def pack(encoded_or_ids, counts=None, *, seq_len: int, rows: int,
-         bos_id: int | Sequence[int] | None = None, eos_id: int | Sequence[int] | None = None,
-         method: str = "first_fit", overflow: str = "drop", pad_id: int = 0) -> Packed:
+def pack(
+    encoded_or_ids,
+    counts=None,
+    *,
+    seq_len: int,
+    rows: int,
+    bos_id: int | Sequence[int] | None = None,
+    eos_id: int | Sequence[int] | None = None,
+    method: str = "first_fit",
+    overflow: str = "drop",
+    pad_id: int = 0,
+) -> Packed:
     """Packs documents (`encode`'s rows) into `rows` rows of `seq_len` tokens. Jittable.
 
     Args:
@@ -199,7 +218,7 @@ def pack(encoded_or_ids, counts=None, *, seq_len: int, rows: int,
     ids, counts = _ids_and_counts("pack", encoded_or_ids, counts)
     bos, eos = _as_ids(bos_id), _as_ids(eos_id)
     B, width = ids.shape
-    if B == 0 or width == 0:   # one padding column / document keeps every gather in bounds
+    if B == 0 or width == 0:  # one padding column / document keeps every gather in bounds
         ids = jnp.zeros((max(B, 1), max(width, 1)), jnp.int32)
         counts = jnp.concatenate([counts, jnp.full(1 - min(B, 1), -1, jnp.int32)])
     valid = counts >= 0
@@ -211,8 +230,7 @@ def pack(encoded_or_ids, counts=None, *, seq_len: int, rows: int,
         doc, j, position, segment, live, packed = _sequential(n, seq_len, rows)
     else:
         n_pieces = max(1, -(-(width + len(bos) + len(eos)) // seq_len))
-        doc, j, position, segment, live, packed = _first_fit(
-            n, seq_len, rows, n_pieces, overflow == "stop")
+        doc, j, position, segment, live, packed = _first_fit(n, seq_len, rows, n_pieces, overflow == "stop")
     tokens = jnp.where(live, _doc_token(ids, kept, doc, j, bos, eos), jnp.int32(pad_id))
     segment_ids = jnp.where(live, segment, 0).astype(jnp.int32)
     positions = jnp.where(live, position, 0).astype(jnp.int32)
@@ -221,11 +239,15 @@ def pack(encoded_or_ids, counts=None, *, seq_len: int, rows: int,
     missing = n - packed + truncated
     i32 = lambda x: jnp.sum(x, dtype=jnp.int32)
     report = PackReport(
-        tokens_packed=i32(packed), tokens_dropped=i32(missing), tokens_truncated=i32(truncated),
+        tokens_packed=i32(packed),
+        tokens_dropped=i32(missing),
+        tokens_truncated=i32(truncated),
         documents_dropped=i32((n > 0) & (packed == 0)),
         documents_partial=i32((packed > 0) & (missing > 0)),
-        documents_invalid=i32(~valid), rows_used=i32(jnp.any(live, axis=1)),
-        packed_per_document=packed.astype(jnp.int32))
+        documents_invalid=i32(~valid),
+        rows_used=i32(jnp.any(live, axis=1)),
+        packed_per_document=packed.astype(jnp.int32),
+    )
     return Packed(tokens, segment_ids, positions, report)
 
 
@@ -239,8 +261,18 @@ def segment_attention_mask(segment_ids, *, causal: bool = True):
     return mask
 
 
-def pack_reference(ids, counts, *, seq_len: int, rows: int, bos_id=None, eos_id=None,
-                   method: str = "first_fit", overflow: str = "drop", pad_id: int = 0):
+def pack_reference(
+    ids,
+    counts,
+    *,
+    seq_len: int,
+    rows: int,
+    bos_id=None,
+    eos_id=None,
+    method: str = "first_fit",
+    overflow: str = "drop",
+    pad_id: int = 0,
+):
     """`pack`'s rules as plain Python loops over NumPy arrays: (tokens, segment_ids, positions,
     report dict). Slow and obviously-correct; the tests compare `pack` against it."""
     _check(seq_len, rows, method, overflow)
@@ -254,10 +286,10 @@ def pack_reference(ids, counts, *, seq_len: int, rows: int, bos_id=None, eos_id=
             docs.append(None)
             truncated.append(0)
             continue
-        docs.append(bos + [int(t) for t in ids[b, :min(c, width)]] + eos)
+        docs.append(bos + [int(t) for t in ids[b, : min(c, width)]] + eos)
         truncated.append(max(c - width, 0))
     # Pieces: (document, tokens). sequential: the concatenated stream cut at row boundaries.
-    placed = []   # (row, document, tokens) in the order they are written
+    placed = []  # (row, document, tokens) in the order they are written
     if method == "sequential":
         row, fill = 0, 0
         for b, doc in enumerate(docs):
@@ -273,7 +305,7 @@ def pack_reference(ids, counts, *, seq_len: int, rows: int, bos_id=None, eos_id=
         for b, doc in enumerate(docs):
             doc = doc or []
             for k in range(0, len(doc), seq_len):
-                piece = doc[k:k + seq_len]
+                piece = doc[k : k + seq_len]
                 target = next((r for r in range(rows) if fill[r] + len(piece) <= seq_len), None)
                 if target is None and overflow == "stop":
                     stopped = True
@@ -298,27 +330,33 @@ def pack_reference(ids, counts, *, seq_len: int, rows: int, bos_id=None, eos_id=
     missing = [lengths[b] - packed[b] + truncated[b] for b in range(len(docs))]
     valid = [d is not None for d in docs]
     report = dict(
-        tokens_packed=sum(packed), tokens_dropped=sum(missing), tokens_truncated=sum(truncated),
+        tokens_packed=sum(packed),
+        tokens_dropped=sum(missing),
+        tokens_truncated=sum(truncated),
         documents_dropped=sum(1 for b in range(len(docs)) if lengths[b] > 0 and packed[b] == 0),
         documents_partial=sum(1 for b in range(len(docs)) if packed[b] > 0 and missing[b] > 0),
-        documents_invalid=valid.count(False), rows_used=sum(1 for f in fill if f > 0),
-        packed_per_document=np.asarray(packed, np.int32))
+        documents_invalid=valid.count(False),
+        rows_used=sum(1 for f in fill if f > 0),
+        packed_per_document=np.asarray(packed, np.int32),
+    )
     return tokens, segment_ids, positions, report
 
 
 class Carry(NamedTuple):
     """Documents waiting for the next batch of `pack_stream`, in stream order, at the front."""
-    ids: jax.Array      # int32[capacity, width]: a document's ids not yet written, left-aligned
-    counts: jax.Array   # int32[capacity]: how many; 0 = a free slot
+
+    ids: jax.Array  # int32[capacity, width]: a document's ids not yet written, left-aligned
+    counts: jax.Array  # int32[capacity]: how many; 0 = a free slot
 
 
 class CarryReport(NamedTuple):
     """What `pack_stream` did besides packing (int32 scalars unless noted)."""
-    batch_full: jax.Array          # bool: a piece fitted no row, so grain ends the batch here too
-    documents_carried: jax.Array   # documents (or their unwritten pieces) in the new carry
-    documents_lost: jax.Array      # documents with tokens left that did not fit the carry: dropped
-    tokens_lost: jax.Array         # their tokens
-    documents_invalid: jax.Array   # new rows with a negative count, skipped
+
+    batch_full: jax.Array  # bool: a piece fitted no row, so grain ends the batch here too
+    documents_carried: jax.Array  # documents (or their unwritten pieces) in the new carry
+    documents_lost: jax.Array  # documents with tokens left that did not fit the carry: dropped
+    tokens_lost: jax.Array  # their tokens
+    documents_invalid: jax.Array  # new rows with a negative count, skipped
 
 
 def empty_carry(capacity: int, width: int) -> Carry:
@@ -336,8 +374,9 @@ def _front(ids, counts):
     return ids[order], counts[order]
 
 
-def pack_stream(carry: Carry, encoded_or_ids, counts=None, *, seq_len: int, rows: int,
-                window: int, pad_id: int = 0):
+def pack_stream(
+    carry: Carry, encoded_or_ids, counts=None, *, seq_len: int, rows: int, window: int, pad_id: int = 0
+):
     """One batch of first-fit packing over a stream of documents, with carry-over. Jittable.
 
     The stream is the carry's documents, then the new ones (empty and invalid documents are
@@ -369,15 +408,23 @@ def pack_stream(carry: Carry, encoded_or_ids, counts=None, *, seq_len: int, rows
     ids, counts = _ids_and_counts("pack_stream", encoded_or_ids, counts)
     capacity, width = carry.ids.shape
     if ids.shape[1] != width:
-        raise ValueError(f"pack_stream: the ids are {ids.shape[1]} wide and the carry "
-                         f"{width}; make the carry with empty_carry(capacity, width={ids.shape[1]})")
+        raise ValueError(
+            f"pack_stream: the ids are {ids.shape[1]} wide and the carry "
+            f"{width}; make the carry with empty_carry(capacity, width={ids.shape[1]})"
+        )
     invalid = jnp.sum(counts < 0, dtype=jnp.int32)
-    all_ids, all_counts = _front(jnp.concatenate([carry.ids, ids]),
-                                 jnp.concatenate([carry.counts, counts]))
+    all_ids, all_counts = _front(jnp.concatenate([carry.ids, ids]), jnp.concatenate([carry.counts, counts]))
     total = all_ids.shape[0]
     m = min(window, total)
-    packed = pack(all_ids[:m], all_counts[:m], seq_len=seq_len, rows=rows, method="first_fit",
-                  overflow="stop", pad_id=pad_id)
+    packed = pack(
+        all_ids[:m],
+        all_counts[:m],
+        seq_len=seq_len,
+        rows=rows,
+        method="first_fit",
+        overflow="stop",
+        pad_id=pad_id,
+    )
     # Written pieces are a prefix of each document (pieces go in order and the batch stops at
     # the first one that fits nowhere): the rest starts at the count written.
     start = jnp.concatenate([packed.report.packed_per_document, jnp.zeros(total - m, jnp.int32)])
@@ -390,6 +437,9 @@ def pack_stream(carry: Carry, encoded_or_ids, counts=None, *, seq_len: int, rows
     i32 = lambda x: jnp.sum(x, dtype=jnp.int32)
     report = CarryReport(
         batch_full=jnp.any(jnp.clip(all_counts[:m], 0, width) > start[:m]),
-        documents_carried=i32(rest[:capacity] > 0), documents_lost=i32(lost > 0),
-        tokens_lost=i32(lost), documents_invalid=invalid)
+        documents_carried=i32(rest[:capacity] > 0),
+        documents_lost=i32(lost > 0),
+        tokens_lost=i32(lost),
+        documents_invalid=invalid,
+    )
     return packed, Carry(rest_ids[:capacity], jnp.maximum(rest[:capacity], 0)), report

@@ -47,8 +47,7 @@ def _decode_row(ids, count, offsets, data, max_bytes: int):
     total = ends[-1] if width else jnp.int32(0)
     # Owner token of every output byte: each token writes its index at its first byte, then a
     # running maximum fills the bytes after it. Zero-length slots write 0 (harmless under max).
-    owner = jnp.zeros(max_bytes, jnp.int32).at[starts].max(
-        jnp.where(length > 0, position, 0), mode="drop")
+    owner = jnp.zeros(max_bytes, jnp.int32).at[starts].max(jnp.where(length > 0, position, 0), mode="drop")
     owner = lax.cummax(owner)
     j = jnp.arange(max_bytes, dtype=jnp.int32)
     keep = (j < total) & ~bad
@@ -91,9 +90,16 @@ def _as_ids(x) -> tuple[int, ...]:
     return (int(x),) if isinstance(x, int) or hasattr(x, "__index__") else tuple(int(i) for i in x)
 
 
-def finalize(encoded: Encoded, *, max_length: int, bos_id: int | Sequence[int] | None = None,
-             eos_id: int | Sequence[int] | None = None, pad_id: int = 0,
-             padding_side: str = "right", truncation_side: str = "right") -> Encoded:
+def finalize(
+    encoded: Encoded,
+    *,
+    max_length: int,
+    bos_id: int | Sequence[int] | None = None,
+    eos_id: int | Sequence[int] | None = None,
+    pad_id: int = 0,
+    padding_side: str = "right",
+    truncation_side: str = "right",
+) -> Encoded:
     """Model-ready rows: [BOS] + tokens + [EOS], cut to `max_length`, padded on one side.
 
     Args:
@@ -121,34 +127,37 @@ def finalize(encoded: Encoded, *, max_length: int, bos_id: int | Sequence[int] |
     prefix, suffix = _as_ids(bos_id), _as_ids(eos_id)
     n_pre, n_suf = len(prefix), len(suffix)
     if not isinstance(max_length, int) or max_length < max(1, n_pre + n_suf):
-        raise ValueError(f"finalize: max_length must be an int >= max(1, {n_pre + n_suf}) "
-                         f"(the BOS and EOS ids), got {max_length!r}")
+        raise ValueError(
+            f"finalize: max_length must be an int >= max(1, {n_pre + n_suf}) "
+            f"(the BOS and EOS ids), got {max_length!r}"
+        )
     ids = jnp.asarray(encoded.ids).astype(jnp.int32)
     counts = jnp.asarray(encoded.counts).astype(jnp.int32)[:, None]
     width = ids.shape[1]
 
-    kept = jnp.clip(jnp.minimum(counts, max_length - n_pre - n_suf), 0)   # text tokens kept
+    kept = jnp.clip(jnp.minimum(counts, max_length - n_pre - n_suf), 0)  # text tokens kept
     first = counts - kept if truncation_side == "left" else jnp.zeros_like(counts)
     bad = (counts < 0) | ((kept > 0) & (first + kept > width))
     used = n_pre + kept + n_suf
     column = jnp.arange(max_length, dtype=jnp.int32)[None, :]
-    q = column - (max_length - used if padding_side == "left" else 0)     # index within the row
+    q = column - (max_length - used if padding_side == "left" else 0)  # index within the row
     text = jnp.take_along_axis(ids, jnp.clip(first + q - n_pre, 0, max(width - 1, 0)), axis=1)
     out = jnp.where((q >= n_pre) & (q < n_pre + kept), text, jnp.int32(pad_id))
     if n_pre:
-        out = jnp.where((q >= 0) & (q < n_pre),
-                        jnp.asarray(prefix, jnp.int32)[jnp.clip(q, 0, n_pre - 1)], out)
+        out = jnp.where(
+            (q >= 0) & (q < n_pre), jnp.asarray(prefix, jnp.int32)[jnp.clip(q, 0, n_pre - 1)], out
+        )
     if n_suf:
         s = q - n_pre - kept
-        out = jnp.where((s >= 0) & (s < n_suf),
-                        jnp.asarray(suffix, jnp.int32)[jnp.clip(s, 0, n_suf - 1)], out)
+        out = jnp.where(
+            (s >= 0) & (s < n_suf), jnp.asarray(suffix, jnp.int32)[jnp.clip(s, 0, n_suf - 1)], out
+        )
     out = jnp.where(bad, jnp.int32(pad_id), out)
     new_counts = jnp.where(bad, -1, counts + n_pre + n_suf)[:, 0]
     return Encoded(out, new_counts)
 
 
-def attention_mask(counts_or_encoded, max_length: int | None = None, *,
-                   padding_side: str = "right"):
+def attention_mask(counts_or_encoded, max_length: int | None = None, *, padding_side: str = "right"):
     """bool[B, max_length]: True on the real ids of each row (`finalize`'s layout).
 
     Takes counts (int[B], full counts as `finalize`/`encode` report them: clipped to

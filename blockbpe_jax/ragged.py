@@ -46,8 +46,9 @@ def encode_ragged(flat, offsets, tokenizer, *, max_len: int, max_tokens: int, **
     if np.dtype(flat.dtype) != np.uint8 or np.ndim(flat) != 1:
         raise TypeError(f"encode_ragged: flat must be uint8[N], got {flat.dtype}{list(np.shape(flat))}")
     if np.dtype(offsets.dtype) != np.int32 or np.ndim(offsets) != 1 or np.shape(offsets)[0] < 1:
-        raise TypeError(f"encode_ragged: offsets must be int32[B + 1], got "
-                        f"{offsets.dtype}{list(np.shape(offsets))}")
+        raise TypeError(
+            f"encode_ragged: offsets must be int32[B + 1], got {offsets.dtype}{list(np.shape(offsets))}"
+        )
     flat = flat if isinstance(flat, jax.Array) else jnp.asarray(flat)
     offsets = offsets if isinstance(offsets, jax.Array) else jnp.asarray(offsets)
     data, lengths = unflatten(flat, offsets, max_len)

@@ -22,8 +22,15 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from .char_bpe import (PREFIX_BEFORE_SPECIAL, REPLACEMENT, SPACE, CharLevel, piece_bytes,
-                       space_joiners, split_runs)
+from .char_bpe import (
+    PREFIX_BEFORE_SPECIAL,
+    REPLACEMENT,
+    SPACE,
+    CharLevel,
+    piece_bytes,
+    space_joiners,
+    split_runs,
+)
 from .vocab import MAX_TOKEN_ID, Vocab, VocabError, _place_specials
 
 # SentencePiece.Type and TrainerSpec.ModelType (sentencepiece_model.proto)
@@ -34,6 +41,7 @@ MODEL_TYPES = {1: "UNIGRAM", 2: "BPE", 3: "WORD", 4: "CHAR"}
 # --------------------------------------------------------------------------------------------
 # Protobuf wire format (only what ModelProto needs)
 # --------------------------------------------------------------------------------------------
+
 
 def _varint(data: bytes, at: int, where: str) -> tuple[int, int]:
     value = shift = 0
@@ -58,10 +66,10 @@ def _fields(data: bytes, where: str):
             value, at = _varint(data, at, where)
         elif wire == 1 or wire == 5:
             size = 8 if wire == 1 else 4
-            value, at = data[at:at + size], at + size
+            value, at = data[at : at + size], at + size
         elif wire == 2:
             size, at = _varint(data, at, where)
-            value, at = data[at:at + size], at + size
+            value, at = data[at : at + size], at + size
         else:
             raise VocabError(f"{where}: protobuf wire type {wire} is not valid here")
         if at > len(data):
@@ -88,10 +96,10 @@ def is_sentencepiece_model(head: bytes) -> bool:
     return head[:1] == b"\n" and head[2:3] == b"\n"  # pieces[0] { piece: ... }
 
 
-
 # --------------------------------------------------------------------------------------------
 # The model
 # --------------------------------------------------------------------------------------------
+
 
 def load_sentencepiece_model(path: str | os.PathLike) -> Vocab:
     path = Path(path)
@@ -108,11 +116,11 @@ class SpmModel:
     GGUF header (blockbpe_jax/gguf.py): one builder, vocab_from_spm_model, for both."""
 
     pieces: list[tuple[str, float, int]]  # (piece, score, type) in id order
-    model_type: int = 2                  # TrainerSpec.ModelType (2: BPE)
+    model_type: int = 2  # TrainerSpec.ModelType (2: BPE)
     byte_fallback: bool = True
     treat_whitespace_as_suffix: bool = False
-    normalizer: str = "identity"         # normalizer_spec.name
-    custom_rules: bool = False           # precompiled_charsmap or normalization_rule_tsv set
+    normalizer: str = "identity"  # normalizer_spec.name
+    custom_rules: bool = False  # precompiled_charsmap or normalization_rule_tsv set
     add_dummy_prefix: bool = True
     remove_extra_whitespaces: bool = False
     escape_whitespaces: bool = True
@@ -135,11 +143,16 @@ def vocab_from_sentencepiece(data: bytes, where: str, name: str = "sentencepiece
     t = _message(trainer, f"{where}: trainer_spec", {3: 1, 24: 0, 35: 0})
     n = _message(normalizer, f"{where}: normalizer_spec", {1: b"", 2: b"", 3: 1, 4: 1, 5: 1, 6: b""})
     model = SpmModel(
-        pieces=pieces, model_type=int(t[3]), byte_fallback=bool(t[35]),
+        pieces=pieces,
+        model_type=int(t[3]),
+        byte_fallback=bool(t[35]),
         treat_whitespace_as_suffix=bool(t[24]),
-        normalizer=_text(n[1], f"{where}: normalizer_spec.name"), custom_rules=bool(n[2] or n[6]),
-        add_dummy_prefix=bool(n[3]), remove_extra_whitespaces=bool(n[4]),
-        escape_whitespaces=bool(n[5]))
+        normalizer=_text(n[1], f"{where}: normalizer_spec.name"),
+        custom_rules=bool(n[2] or n[6]),
+        add_dummy_prefix=bool(n[3]),
+        remove_extra_whitespaces=bool(n[4]),
+        escape_whitespaces=bool(n[5]),
+    )
     return vocab_from_spm_model(model, where, name)
 
 
@@ -152,17 +165,22 @@ def vocab_from_spm_model(model: SpmModel, where: str, name: str = "sentencepiece
         raise VocabError(f"{where}: {what}")
 
     if model.model_type != 2:
-        refuse(f"trainer_spec.model_type: {MODEL_TYPES.get(model.model_type, model.model_type)} "
-               f"models are not supported (only BPE)")
+        refuse(
+            f"trainer_spec.model_type: {MODEL_TYPES.get(model.model_type, model.model_type)} "
+            f"models are not supported (only BPE)"
+        )
     if not model.byte_fallback:
-        refuse("trainer_spec.byte_fallback is false: models without byte fallback (unknown "
-               "characters as <unk>) are not supported")
+        refuse(
+            "trainer_spec.byte_fallback is false: models without byte fallback (unknown "
+            "characters as <unk>) are not supported"
+        )
     if model.treat_whitespace_as_suffix:
         refuse("trainer_spec.treat_whitespace_as_suffix is not supported")
     norm_name = model.normalizer
     if model.custom_rules or norm_name not in ("", "identity"):
-        refuse(f"normalizer_spec: the {norm_name or 'custom'!r} normalization is not supported "
-               f"(only 'identity')")
+        refuse(
+            f"normalizer_spec: the {norm_name or 'custom'!r} normalization is not supported (only 'identity')"
+        )
     if model.remove_extra_whitespaces:
         refuse("normalizer_spec.remove_extra_whitespaces is not supported")
     escape = model.escape_whitespaces
@@ -174,8 +192,7 @@ def vocab_from_spm_model(model: SpmModel, where: str, name: str = "sentencepiece
         if kind not in (NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE):
             refuse(f"{at}: unknown piece type {kind}")
         if kind == UNUSED:
-            refuse(f"{at}: UNUSED pieces (merged, then split again by sentencepiece) are not "
-                   f"supported")
+            refuse(f"{at}: UNUSED pieces (merged, then split again by sentencepiece) are not supported")
         if not piece or piece in ids:
             refuse(f"{at}: empty or duplicate piece")
         ids[piece] = i
@@ -225,10 +242,13 @@ def vocab_from_spm_model(model: SpmModel, where: str, name: str = "sentencepiece
     if spaced is not None and escape and model.add_dummy_prefix:
         # sentencepiece matches user-defined pieces in the normalized text, dummy prefix
         # included; the prefix is a token here, not text the matcher sees.
-        refuse(f"user-defined piece {spaced!r}: user-defined pieces with '\u2581' together with "
-               f"add_dummy_prefix are not supported")
-    token_bytes = _place_specials(where, token_bytes, {s: i for s, i in specials.items()
-                                                       if pieces[i][2] != USER_DEFINED})
+        refuse(
+            f"user-defined piece {spaced!r}: user-defined pieces with '\u2581' together with "
+            f"add_dummy_prefix are not supported"
+        )
+    token_bytes = _place_specials(
+        where, token_bytes, {s: i for s, i in specials.items() if pieces[i][2] != USER_DEFINED}
+    )
 
     space_id = chars.get(SPACE, -1)
     char_ids = dict(chars)
@@ -266,5 +286,3 @@ def vocab_from_spm_model(model: SpmModel, where: str, name: str = "sentencepiece
         char_level=char_level,
         always_special=user_defined,
     )
-
-

@@ -41,8 +41,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from .ops import EncodeTables, Encoded, encode
 from .tokenizer import pack_strings
 
-__all__ = ["encode_sharded", "replicate", "encode_process_local", "process_shard",
-           "run_local_processes"]
+__all__ = ["encode_sharded", "replicate", "encode_process_local", "process_shard", "run_local_processes"]
 
 _shard_map = getattr(jax, "shard_map", None)
 if _shard_map is None:  # pragma: no cover - older jax
@@ -58,8 +57,9 @@ def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def encode_sharded(data, lengths, tables, mesh: jax.sharding.Mesh, *, axis: str = "data",
-                   **encode_kwargs) -> Encoded:
+def encode_sharded(
+    data, lengths, tables, mesh: jax.sharding.Mesh, *, axis: str = "data", **encode_kwargs
+) -> Encoded:
     """`encode` with the batch split over the mesh axis `axis`; tables replicated.
 
     Args:
@@ -81,8 +81,10 @@ def encode_sharded(data, lengths, tables, mesh: jax.sharding.Mesh, *, axis: str 
         tables = tables.tables(encode_kwargs.pop("allowed_special", None) or "none")
     n = mesh.shape[axis]
     if data.shape[0] % n:
-        raise ValueError(f"encode_sharded: batch {data.shape[0]} is not a multiple of the "
-                         f"{n} devices on mesh axis {axis!r}; pad it with empty rows (length 0)")
+        raise ValueError(
+            f"encode_sharded: batch {data.shape[0]} is not a multiple of the "
+            f"{n} devices on mesh axis {axis!r}; pad it with empty rows (length 0)"
+        )
     rows = NamedSharding(mesh, P(axis))
     if _is_concrete(data):
         data = jax.device_put(data, rows)
@@ -94,24 +96,34 @@ def encode_sharded(data, lengths, tables, mesh: jax.sharding.Mesh, *, axis: str 
     def local(d, l, t):
         return tuple(encode(d, l, t, **encode_kwargs))
 
-    ids, counts = _shard_map(local, mesh=mesh, in_specs=(P(axis), P(axis), P()),
-                             out_specs=(P(axis), P(axis)))(data, lengths, tables)
+    ids, counts = _shard_map(
+        local, mesh=mesh, in_specs=(P(axis), P(axis), P()), out_specs=(P(axis), P(axis))
+    )(data, lengths, tables)
     return Encoded(ids, counts)
 
 
-def process_shard(items: Sequence, *, process_index: int | None = None,
-                  process_count: int | None = None) -> Sequence:
+def process_shard(
+    items: Sequence, *, process_index: int | None = None, process_count: int | None = None
+) -> Sequence:
     """This process's contiguous share of a global list: ceil(n / P) items for each process
     (process k: items[k*c:(k+1)*c]; the last ones may get fewer, or none)."""
     k = jax.process_index() if process_index is None else process_index
     p = jax.process_count() if process_count is None else process_count
     c = -(-len(items) // p)
-    return items[k * c:(k + 1) * c]
+    return items[k * c : (k + 1) * c]
 
 
-def encode_process_local(texts, tables, mesh: jax.sharding.Mesh, *, max_tokens: int,
-                         max_len: int | None = None, rows: int | None = None,
-                         axis: str = "data", **encode_kwargs) -> Encoded:
+def encode_process_local(
+    texts,
+    tables,
+    mesh: jax.sharding.Mesh,
+    *,
+    max_tokens: int,
+    max_len: int | None = None,
+    rows: int | None = None,
+    axis: str = "data",
+    **encode_kwargs,
+) -> Encoded:
     """Each process encodes its local texts on its local devices; returns the GLOBAL batch.
 
     Call it in every process of a `jax.distributed` job with the same `max_len`, `max_tokens`,
@@ -143,18 +155,21 @@ def encode_process_local(texts, tables, mesh: jax.sharding.Mesh, *, max_tokens: 
     if isinstance(texts, tuple) and len(texts) == 2 and all(isinstance(a, np.ndarray) for a in texts):
         data, lengths = texts
         if max_len is not None and data.shape[1] != max_len:
-            raise ValueError(f"encode_process_local: data is {data.shape[1]} bytes wide, not "
-                             f"max_len={max_len}")
+            raise ValueError(
+                f"encode_process_local: data is {data.shape[1]} bytes wide, not max_len={max_len}"
+            )
     else:
         if max_len is None:
-            raise ValueError("encode_process_local: max_len is required for strings (every "
-                             "process must pack to the same width)")
+            raise ValueError(
+                "encode_process_local: max_len is required for strings (every "
+                "process must pack to the same width)"
+            )
         data, lengths = pack_strings(list(texts), max_len=max_len)
     n = data.shape[0]
     rows = n if rows is None else rows
     if n > rows:
         raise ValueError(f"encode_process_local: {n} local texts exceed rows={rows}")
-    if n < rows:   # empty rows: length 0, count 0
+    if n < rows:  # empty rows: length 0, count 0
         data = np.concatenate([data, np.zeros((rows - n, data.shape[1]), data.dtype)])
         lengths = np.concatenate([lengths, np.zeros(rows - n, lengths.dtype)])
     sharding = NamedSharding(mesh, P(axis))
@@ -164,14 +179,19 @@ def encode_process_local(texts, tables, mesh: jax.sharding.Mesh, *, max_tokens: 
     ids, counts = [], []
     for sd, sl in zip(gdata.addressable_shards, glens.addressable_shards):
         assert sd.device == sl.device and sd.index[0] == sl.index[0]
-        t = (jax.device_put(tables, sd.device) if isinstance(tables, EncodeTables)
-             else tables.tables(allowed, device=sd.device))
+        t = (
+            jax.device_put(tables, sd.device)
+            if isinstance(tables, EncodeTables)
+            else tables.tables(allowed, device=sd.device)
+        )
         out = encode(sd.data, sl.data, t, max_tokens=max_tokens, **encode_kwargs)
         ids.append(out.ids)
         counts.append(out.counts)
     b = gdata.shape[0]
-    return Encoded(jax.make_array_from_single_device_arrays((b, max_tokens), sharding, ids),
-                   jax.make_array_from_single_device_arrays((b,), sharding, counts))
+    return Encoded(
+        jax.make_array_from_single_device_arrays((b, max_tokens), sharding, ids),
+        jax.make_array_from_single_device_arrays((b,), sharding, counts),
+    )
 
 
 def free_port() -> int:
@@ -181,8 +201,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_local_processes(argv_for: Callable[[int, int], list[str]], n: int, *, log_dir,
-                        timeout_s: float, env_for: Callable[[int], dict] | None = None):
+def run_local_processes(
+    argv_for: Callable[[int, int], list[str]],
+    n: int,
+    *,
+    log_dir,
+    timeout_s: float,
+    env_for: Callable[[int], dict] | None = None,
+):
     """Starts n processes on this machine, `argv_for(k, port)` each (port: a free coordinator
     port for `jax.distributed.initialize`), and waits for all of them.
 
@@ -198,8 +224,7 @@ def run_local_processes(argv_for: Callable[[int, int], list[str]], n: int, *, lo
             log = open(log_dir / f"process{k}.log", "w+")
             logs.append(log)
             env = env_for(k) if env_for is not None else dict(os.environ)
-            procs.append(subprocess.Popen(argv_for(k, port), env=env, stdout=log,
-                                          stderr=subprocess.STDOUT))
+            procs.append(subprocess.Popen(argv_for(k, port), env=env, stdout=log, stderr=subprocess.STDOUT))
         codes = [p.wait(timeout=timeout_s) for p in procs]
     except subprocess.TimeoutExpired:
         codes = None

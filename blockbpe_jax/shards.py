@@ -50,8 +50,12 @@ def sidecar_path(prefix: str | os.PathLike) -> Path:
 def check_output(directory: Path, name: str, overwrite: bool, fmt: str) -> None:
     """Refuses (or, with overwrite, clears) an existing output of this prefix."""
     if fmt in ("flat", "arrayrecord"):
-        old = [directory / f"{name}.json"] + sorted(directory.glob(f"{name}_[0-9]*.bin")) \
-            + sorted(directory.glob(f"{name}_[0-9]*.idx")) + sorted(directory.glob(f"{name}_[0-9]*.array_record"))
+        old = (
+            [directory / f"{name}.json"]
+            + sorted(directory.glob(f"{name}_[0-9]*.bin"))
+            + sorted(directory.glob(f"{name}_[0-9]*.idx"))
+            + sorted(directory.glob(f"{name}_[0-9]*.array_record"))
+        )
     else:
         old = [directory / f"{name}manifest.json"]
     old = [p for p in old if p.exists()]
@@ -96,7 +100,7 @@ class FlatWriter:
             if take:
                 end = int(ends[start + take - 1])
                 self._bin.write(np.ascontiguousarray(ids[base:end], self.dtype).data)
-                self._offsets.append(self._tokens + ends[start:start + take] - base)
+                self._offsets.append(self._tokens + ends[start : start + take] - base)
                 self._tokens += end - base
                 self._ndocs += take
                 start += take
@@ -110,14 +114,21 @@ class FlatWriter:
         offsets = np.concatenate(self._offsets).astype("<i8")
         offsets.tofile(idx_path)
         self.written.append(idx_path)
-        self.shards.append(dict(bin=bin_path.name, idx=idx_path.name, documents=len(offsets) - 1,
-                                tokens=int(self._tokens)))
+        self.shards.append(
+            dict(bin=bin_path.name, idx=idx_path.name, documents=len(offsets) - 1, tokens=int(self._tokens))
+        )
 
     def finish(self, meta: dict) -> dict:
         if self._bin is not None:
             self._close()
-        sidecar = dict(format=FLAT_FORMAT, dtype=self.dtype.name, byteorder="little",
-                       idx_dtype="int64", **meta, shards=self.shards)
+        sidecar = dict(
+            format=FLAT_FORMAT,
+            dtype=self.dtype.name,
+            byteorder="little",
+            idx_dtype="int64",
+            **meta,
+            shards=self.shards,
+        )
         sidecar["documents"] = sum(s["documents"] for s in self.shards)
         sidecar["tokens"] = sum(s["tokens"] for s in self.shards)
         sidecar_path(self.prefix).write_text(json.dumps(sidecar, indent=2) + "\n")
@@ -142,8 +153,9 @@ class ArrayRecordWriter:
         try:
             from array_record.python.array_record_module import ArrayRecordWriter as Native
         except ImportError:
-            raise CorpusError("--format arrayrecord needs the array_record package (pip install "
-                              "array_record)") from None
+            raise CorpusError(
+                "--format arrayrecord needs the array_record package (pip install array_record)"
+            ) from None
         self._native = Native
         self.prefix, self.dtype = prefix, token_dtype(n_vocab)
         self.shard_tokens, self.shard_docs = shard_tokens, shard_docs or 2**62
@@ -176,9 +188,14 @@ class ArrayRecordWriter:
     def finish(self, meta: dict) -> dict:
         if self._file is not None:
             self._close()
-        sidecar = dict(format=ARRAY_RECORD_FORMAT, dtype=self.dtype.name, byteorder="little",
-                       record="one per document: its ids as raw little-endian " + self.dtype.name,
-                       **meta, shards=self.shards)
+        sidecar = dict(
+            format=ARRAY_RECORD_FORMAT,
+            dtype=self.dtype.name,
+            byteorder="little",
+            record="one per document: its ids as raw little-endian " + self.dtype.name,
+            **meta,
+            shards=self.shards,
+        )
         sidecar["documents"] = sum(s["documents"] for s in self.shards)
         sidecar["tokens"] = sum(s["tokens"] for s in self.shards)
         sidecar_path(self.prefix).write_text(json.dumps(sidecar, indent=2) + "\n")
@@ -212,8 +229,9 @@ class PaddedWriter:
     """The padded layout: per shard ids int32[N, T] (pad_id after counts[i]), true counts,
     file_index, position; one .npz, or one .npy per array; `<prefix>manifest.json`."""
 
-    def __init__(self, directory: Path, name: str, fmt: str, max_tokens: int | None, pad_id: int,
-                 shard_docs: int):
+    def __init__(
+        self, directory: Path, name: str, fmt: str, max_tokens: int | None, pad_id: int, shard_docs: int
+    ):
         self.dir, self.name, self.fmt, self.max_tokens, self.pad_id = directory, name, fmt, max_tokens, pad_id
         self.shard_docs = shard_docs
         self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -229,8 +247,14 @@ class PaddedWriter:
         while start < len(counts):
             take = min(len(counts) - start, self.shard_docs - self.pending)
             sl = slice(start, start + take)
-            self.rows.append((ids[offsets[start]:offsets[start + take]], counts[sl], file_index[sl],
-                              window.positions[sl]))
+            self.rows.append(
+                (
+                    ids[offsets[start] : offsets[start + take]],
+                    counts[sl],
+                    file_index[sl],
+                    window.positions[sl],
+                )
+            )
             self.pending += take
             start += take
             if self.pending == self.shard_docs:
@@ -248,8 +272,12 @@ class PaddedWriter:
         cols = np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)
         keep = cols < width
         ids[rows[keep], cols[keep]] = flat[keep]
-        arrays = dict(ids=ids, counts=counts, file_index=np.concatenate([r[2] for r in self.rows]),
-                      position=np.concatenate([r[3] for r in self.rows]).astype(np.int64))
+        arrays = dict(
+            ids=ids,
+            counts=counts,
+            file_index=np.concatenate([r[2] for r in self.rows]),
+            position=np.concatenate([r[3] for r in self.rows]).astype(np.int64),
+        )
         stem = f"{self.name}{len(self.shards):05d}"
         if self.fmt == "npz":
             names = [f"{stem}.npz"]
@@ -259,21 +287,29 @@ class PaddedWriter:
             for name, arr in zip(names, arrays.values()):
                 np.save(self.dir / name, arr)
         self.written += [self.dir / n for n in names]
-        self.shards.append(dict(files=names, documents=int(len(counts)), width=int(width),
-                                tokens=int(kept.sum())))
+        self.shards.append(
+            dict(files=names, documents=int(len(counts)), width=int(width), tokens=int(kept.sum()))
+        )
         self.truncated += int((counts > width).sum()) if self.max_tokens else 0
         self.true_tokens += int(counts.sum())
         self.rows, self.pending = [], 0
 
     def finish(self, meta: dict) -> dict:
         self._flush()
-        manifest = dict(**meta, format=self.fmt, pad_id=self.pad_id, max_tokens=self.max_tokens,
-                        shards=self.shards,
-                        arrays=dict(ids="int32[N, T] token ids, pad_id after counts[i] tokens",
-                                    counts="int32[N] true token counts (> T: truncated to T)",
-                                    file_index="int32[N] index into inputs",
-                                    position="int64[N] line (lines, jsonl) or byte offset (chunk) "
-                                             "of the document in its input; 0 for file"))
+        manifest = dict(
+            **meta,
+            format=self.fmt,
+            pad_id=self.pad_id,
+            max_tokens=self.max_tokens,
+            shards=self.shards,
+            arrays=dict(
+                ids="int32[N, T] token ids, pad_id after counts[i] tokens",
+                counts="int32[N] true token counts (> T: truncated to T)",
+                file_index="int32[N] index into inputs",
+                position="int64[N] line (lines, jsonl) or byte offset (chunk) "
+                "of the document in its input; 0 for file",
+            ),
+        )
         manifest["documents"] = sum(s["documents"] for s in self.shards)
         manifest["tokens"] = self.true_tokens  # (shards' "tokens": those kept)
         manifest["truncated_documents"] = self.truncated
@@ -298,8 +334,9 @@ def load_sidecar(prefix: str | os.PathLike) -> tuple[dict, Path]:
     try:
         meta = json.loads(path.read_text())
     except FileNotFoundError:
-        raise CorpusError(f"{path}: no such sidecar (give the PREFIX that encode wrote, "
-                          f"e.g. DIR/shard for DIR/shard.json)") from None
+        raise CorpusError(
+            f"{path}: no such sidecar (give the PREFIX that encode wrote, e.g. DIR/shard for DIR/shard.json)"
+        ) from None
     except (OSError, UnicodeError, json.JSONDecodeError) as e:
         raise CorpusError(f"{path}: cannot read sidecar: {str(e).splitlines()[0]}") from None
     if not isinstance(meta, dict) or meta.get("format") != FLAT_FORMAT:
@@ -307,8 +344,9 @@ def load_sidecar(prefix: str | os.PathLike) -> tuple[dict, Path]:
     return meta, path.parent
 
 
-def open_shard(directory: Path, shard: dict, dtype: str, n_vocab: int | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+def open_shard(
+    directory: Path, shard: dict, dtype: str, n_vocab: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(tokens memmap, offsets) of one shard, checked for consistency: raises VerifyError
     naming the file when the .idx and .bin disagree with each other or with the sidecar."""
     bin_path, idx_path = directory / shard["bin"], directory / shard["idx"]
@@ -317,13 +355,17 @@ def open_shard(directory: Path, shard: dict, dtype: str, n_vocab: int | None = N
             raise VerifyError(f"{p}: missing")
     dt = np.dtype(dtype).newbyteorder("<")
     if bin_path.stat().st_size != shard["tokens"] * dt.itemsize:
-        raise VerifyError(f"{bin_path}: {bin_path.stat().st_size} bytes, the sidecar says "
-                          f"{shard['tokens']} tokens of {dt.itemsize} bytes")
+        raise VerifyError(
+            f"{bin_path}: {bin_path.stat().st_size} bytes, the sidecar says "
+            f"{shard['tokens']} tokens of {dt.itemsize} bytes"
+        )
     idx = np.fromfile(idx_path, dtype="<i8")
     if len(idx) != shard["documents"] + 1 or idx[0] != 0 or idx[-1] != shard["tokens"]:
-        raise VerifyError(f"{idx_path}: {len(idx)} offsets from {idx[:1].tolist()} to "
-                          f"{idx[-1:].tolist()}, expected {shard['documents'] + 1} from 0 to "
-                          f"{shard['tokens']}")
+        raise VerifyError(
+            f"{idx_path}: {len(idx)} offsets from {idx[:1].tolist()} to "
+            f"{idx[-1:].tolist()}, expected {shard['documents'] + 1} from 0 to "
+            f"{shard['tokens']}"
+        )
     bad = np.flatnonzero(np.diff(idx) < 0)
     if bad.size:
         raise VerifyError(f"{idx_path}: offsets decrease at document {int(bad[0])}")
@@ -342,4 +384,4 @@ def read_shards(prefix: str | os.PathLike) -> Iterator[np.ndarray]:
     for shard in meta["shards"]:
         tokens, idx = open_shard(directory, shard, meta["dtype"], meta.get("n_vocab"))
         for j in range(len(idx) - 1):
-            yield tokens[idx[j]:idx[j + 1]]
+            yield tokens[idx[j] : idx[j + 1]]

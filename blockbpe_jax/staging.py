@@ -32,8 +32,11 @@ MAX_SLOTS = 3  # per device: one being filled, one being encoded, one spare
 def available(device) -> bool:
     """Whether `device` is a CUDA GPU this build can stage to (BLOCKBPE_STAGING=0 turns the
     path off: encode_batch then hands NumPy arrays to the jitted call, as off the GPU)."""
-    return (native.HAS_CUDA_MODULE and getattr(device, "platform", None) == "gpu"
-            and os.environ.get("BLOCKBPE_STAGING", "1") != "0")
+    return (
+        native.HAS_CUDA_MODULE
+        and getattr(device, "platform", None) == "gpu"
+        and os.environ.get("BLOCKBPE_STAGING", "1") != "0"
+    )
 
 
 class _Slot:
@@ -86,7 +89,7 @@ class _Pool:
     def __init__(self, device):
         self.device = device
         self.idle: list[tuple[_Slot, object]] = []  # (slot, consumer or None), oldest first
-        self.count = 0                                # slots owned, idle or handed out
+        self.count = 0  # slots owned, idle or handed out
         self.lock = threading.Lock()
 
     def take(self) -> _Slot:
@@ -94,7 +97,7 @@ class _Pool:
         with self.lock:
             for k, (slot, consumer) in enumerate(self.idle):
                 ready = _is_ready(consumer)
-                if ready is None:          # unknowable: never reuse it
+                if ready is None:  # unknowable: never reuse it
                     del self.idle[k]
                     self.count -= 1
                     break

@@ -27,7 +27,11 @@ def _cache_dir() -> Path | None:
     root = os.environ.get("BLOCKBPE_CACHE_DIR")
     if root == "":
         return None
-    base = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "blockbpe_jax"
+    base = (
+        Path(root)
+        if root
+        else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "blockbpe_jax"
+    )
     return base / "tables"
 
 
@@ -41,8 +45,11 @@ def vocab_key(vocab) -> str | None:
     if vocab.char_level is not None:
         return None
     h = hashlib.sha256(_builder_digest())
-    h.update(repr((TABLE_FORMAT, vocab.n_vocab, vocab.byte_ids, sorted(vocab.special_ids),
-                   len(vocab.merges))).encode())
+    h.update(
+        repr(
+            (TABLE_FORMAT, vocab.n_vocab, vocab.byte_ids, sorted(vocab.special_ids), len(vocab.merges))
+        ).encode()
+    )
     tb = vocab.token_bytes
     h.update(np.fromiter((-1 if b is None else len(b) for b in tb), np.int64, len(tb)).tobytes())
     h.update(b"".join(b for b in tb if b))
@@ -67,8 +74,12 @@ def vocab_tables(vocab) -> tables.VocabTables:
         try:
             d.mkdir(parents=True, exist_ok=True)
             buf = io.BytesIO()
-            np.savez(buf, **{f.name: np.asarray(getattr(built, f.name))
-                             for f in dataclasses.fields(tables.VocabTables)})
+            np.savez(
+                buf,
+                **{
+                    f.name: np.asarray(getattr(built, f.name)) for f in dataclasses.fields(tables.VocabTables)
+                },
+            )
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_bytes(buf.getvalue())
             tmp.replace(path)

@@ -165,8 +165,9 @@ def _place_by_linear_probing(home_slots: np.ndarray, capacity: int) -> np.ndarra
     return slot_of_key
 
 
-def _place_by_two_choices(first: np.ndarray, second: np.ndarray, capacity: int,
-                          max_kicks: int = 1000) -> np.ndarray | None:
+def _place_by_two_choices(
+    first: np.ndarray, second: np.ndarray, capacity: int, max_kicks: int = 1000
+) -> np.ndarray | None:
     """Slot of every key in a two-choice (cuckoo) table: key k at first[k] or second[k].
 
     Vectorised for the many keys whose first choice (then second choice) is free and wanted by
@@ -277,7 +278,7 @@ def _piece_rows(hashes: np.ndarray, ids, lengths, starts, capacity: int) -> np.n
 
 
 SYMBOLS_BYTES, SYMBOLS_CHARS = 0, 1  # the `symbols` attribute (ffi/core/char_symbols.h)
-CHAR_TABLE_ESCAPED, CHAR_TABLE_JOINERS = 134, 135    # kCharTableEscaped, kCharTableJoiners
+CHAR_TABLE_ESCAPED, CHAR_TABLE_JOINERS = 134, 135  # kCharTableEscaped, kCharTableJoiners
 CHAR_TABLE_HEADER = CHAR_TABLE_JOINERS + MAX_JOINERS  # kCharTableHeader
 
 
@@ -291,8 +292,9 @@ def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple:
     if data.size + len(keys) > np.iinfo(np.int32).max:
         raise ValueError(f"{vocab.name}: token bytes do not fit int32 offsets")
     hashes = np.asarray([piece_hash(k) for k, _ in wide], dtype=np.uint32)
-    table = _piece_rows(hashes, [i for _, i in wide], [len(k) for k, _ in wide], offsets,
-                        _capacity(len(wide)))
+    table = _piece_rows(
+        hashes, [i for _, i in wide], [len(k) for k, _ in wide], offsets, _capacity(len(wide))
+    )
     extended = np.concatenate([data, np.frombuffer(keys, dtype=np.uint8)])
     runs = cl.runs
     width = (max((len(row) for row in runs.table), default=0) or 1) if runs else 0
@@ -302,12 +304,12 @@ def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple:
             char_table[ord(ch)] = i
     char_table[128:132] = (cl.replacement_id, cl.prefix_id, cl.prefix_rule, cl.word_start_id)
     char_table[CHAR_TABLE_ESCAPED] = int(cl.escaped_specials)
-    char_table[CHAR_TABLE_JOINERS:CHAR_TABLE_JOINERS + len(cl.joiners)] = cl.joiners
+    char_table[CHAR_TABLE_JOINERS : CHAR_TABLE_JOINERS + len(cl.joiners)] = cl.joiners
     if runs:
         char_table[132:134] = (runs.run_id, runs.long_id)
         for m, row in enumerate(runs.table):
             at = CHAR_TABLE_HEADER + m * width
-            char_table[at:at + len(row)] = row
+            char_table[at : at + len(row)] = row
     char_runs = (runs.long, runs.step, width) if runs else (0, 0, 0)
     return table, extended, char_table, char_runs, max((len(k) for k, _ in wide), default=1)
 
@@ -398,7 +400,9 @@ def build_special_tables(vocab: Vocab, allowed: str | Iterable[str] | None) -> S
         unknown = [n for n in names if n not in vocab.special_tokens]
         if unknown:
             raise ValueError(f"{vocab.name}: unknown special tokens: {', '.join(map(repr, unknown))}")
-    encoded = sorted(((n.encode("utf-8"), vocab.special_tokens[n]) for n in names), key=lambda e: (-len(e[0]), e[0]))
+    encoded = sorted(
+        ((n.encode("utf-8"), vocab.special_tokens[n]) for n in names), key=lambda e: (-len(e[0]), e[0])
+    )
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     offsets[1:] = np.cumsum([len(b) for b, _ in encoded], dtype=np.int64)
     data = np.frombuffer(b"".join(b for b, _ in encoded), dtype=np.uint8).copy()

@@ -19,7 +19,9 @@ from .vocab import MAX_TOKEN_ID, Vocab, VocabError, _vocab_from_ranks, read_json
 
 
 def is_tekken_json(doc: object) -> bool:
-    return isinstance(doc, dict) and isinstance(doc.get("config"), dict) and isinstance(doc.get("vocab"), list)
+    return (
+        isinstance(doc, dict) and isinstance(doc.get("config"), dict) and isinstance(doc.get("vocab"), list)
+    )
 
 
 def load_tekken_json(path: str | os.PathLike) -> Vocab:
@@ -38,10 +40,15 @@ def vocab_from_tekken(doc: object, path: str | os.PathLike) -> Vocab:
     n_special, vocab_size = config["default_num_special_tokens"], config["default_vocab_size"]
     if not isinstance(pattern, str):
         raise VocabError(f"{path}: config.pattern: not a string")
-    if not (isinstance(n_special, int) and isinstance(vocab_size, int)
-            and 0 <= n_special < vocab_size <= MAX_TOKEN_ID):
-        raise VocabError(f"{path}: config: default_num_special_tokens={n_special!r} and "
-                         f"default_vocab_size={vocab_size!r} are inconsistent")
+    if not (
+        isinstance(n_special, int)
+        and isinstance(vocab_size, int)
+        and 0 <= n_special < vocab_size <= MAX_TOKEN_ID
+    ):
+        raise VocabError(
+            f"{path}: config: default_num_special_tokens={n_special!r} and "
+            f"default_vocab_size={vocab_size!r} are inconsistent"
+        )
     inner = vocab_size - n_special
     ranks: dict[bytes, int] = {}
     for k, entry in enumerate(doc["vocab"]):
@@ -60,10 +67,20 @@ def vocab_from_tekken(doc: object, path: str | os.PathLike) -> Vocab:
         raise VocabError(f"{path}: vocab: ranks 0..{inner - 1} expected, {len(ranks)} found")
     specials = {f"<SPECIAL_{i}>": i for i in range(n_special)}
     for k, entry in enumerate(doc.get("special_tokens") or []):
-        if not (isinstance(entry, dict) and isinstance(entry.get("rank"), int)
-                and isinstance(entry.get("token_str"), str) and 0 <= entry["rank"] < n_special):
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("rank"), int)
+            and isinstance(entry.get("token_str"), str)
+            and 0 <= entry["rank"] < n_special
+        ):
             raise VocabError(f"{path}: special_tokens[{k}]: expected {{rank < {n_special}, token_str}}")
         specials.pop(f"<SPECIAL_{entry['rank']}>", None)
         specials[entry["token_str"]] = entry["rank"]
-    return _vocab_from_ranks(ranks=ranks, where=str(path), name=path.stem, special_tokens=specials,
-                             pattern=pattern, source=str(path))
+    return _vocab_from_ranks(
+        ranks=ranks,
+        where=str(path),
+        name=path.stem,
+        special_tokens=specials,
+        pattern=pattern,
+        source=str(path),
+    )

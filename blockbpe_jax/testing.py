@@ -20,8 +20,10 @@ VOCAB_FILES = {
 }
 BYTES_MODE_PATTERN = r"(?s:.+)"  # tiktoken with this pattern == our bytes mode
 # Qwen2's pre-tokenizer regex (single digits): tests/test_families_*.py and benchmarks/families.py
-QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 
 def data_dir() -> Path:
@@ -68,8 +70,7 @@ def tekken_oracle(path: Path):
     n_special = cfg["default_num_special_tokens"]
     inner = cfg["default_vocab_size"] - n_special
     ranks = {base64.b64decode(e["token_bytes"]): e["rank"] for e in doc["vocab"] if e["rank"] < inner}
-    enc = tiktoken.Encoding(Path(path).stem, pat_str=cfg["pattern"], mergeable_ranks=ranks,
-                            special_tokens={})
+    enc = tiktoken.Encoding(Path(path).stem, pat_str=cfg["pattern"], mergeable_ranks=ranks, special_tokens={})
     return enc, n_special
 
 
@@ -82,20 +83,89 @@ def tiktoken_oracle(name: str, tokenizer, pattern: str, special_tokens: dict | N
     path = data_dir() / "vocab" / VOCAB_FILES[name][0]
     if special_tokens is None:
         special_tokens = dict(tokenizer.vocab.special_tokens)
-    return tiktoken.Encoding(f"{name}_oracle", pat_str=pattern,
-                             mergeable_ranks=tiktoken.load.load_tiktoken_bpe(str(path)),
-                             special_tokens=special_tokens)
+    return tiktoken.Encoding(
+        f"{name}_oracle",
+        pat_str=pattern,
+        mergeable_ranks=tiktoken.load.load_tiktoken_bpe(str(path)),
+        special_tokens=special_tokens,
+    )
 
 
 # Fragments that stress pre-tokenizers: scripts, case, digits of several kinds, whitespace
 # runs, contractions (also with U+2019 and U+017F), punctuation, emoji, combining marks.
 TEXT_FRAGMENTS = [
-    "hello", "Hello", "HELLO", "hELLo", "Привет", "日本語", "مرحبا", "नमस्ते", "ǅungla", "ʰmod",
-    "ﬁne", "Straße", "ΣΊΣΥΦΟΣ", "1", "12", "123", "1234567", "٣٤٥", "½", "Ⅻ", "3.14", "1,000",
-    " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r", " \n ", "\u00a0", "\u3000", "\u2028",
-    "\x0b", "\x0c", "\u0085", "'s", "'S", "'ll", "'LL", "'ve", "'Re", "'d", "'m", "'t", "'",
-    "''", "’s", "'ſ", "don't", "I'M", ".", ",", "!?", "...", "/", "//", "@#$", "(", ")", "-",
-    "—", "«»", "🎉", "👩‍👩‍👧", "🇯🇵", "❤️", "e\u0301", "\u0301", "a\u0308\u0323", "\u200d",
+    "hello",
+    "Hello",
+    "HELLO",
+    "hELLo",
+    "Привет",
+    "日本語",
+    "مرحبا",
+    "नमस्ते",
+    "ǅungla",
+    "ʰmod",
+    "ﬁne",
+    "Straße",
+    "ΣΊΣΥΦΟΣ",
+    "1",
+    "12",
+    "123",
+    "1234567",
+    "٣٤٥",
+    "½",
+    "Ⅻ",
+    "3.14",
+    "1,000",
+    " ",
+    "  ",
+    "   ",
+    "\t",
+    "\n",
+    "\n\n",
+    "\r\n",
+    "\r",
+    " \n ",
+    "\u00a0",
+    "\u3000",
+    "\u2028",
+    "\x0b",
+    "\x0c",
+    "\u0085",
+    "'s",
+    "'S",
+    "'ll",
+    "'LL",
+    "'ve",
+    "'Re",
+    "'d",
+    "'m",
+    "'t",
+    "'",
+    "''",
+    "’s",
+    "'ſ",
+    "don't",
+    "I'M",
+    ".",
+    ",",
+    "!?",
+    "...",
+    "/",
+    "//",
+    "@#$",
+    "(",
+    ")",
+    "-",
+    "—",
+    "«»",
+    "🎉",
+    "👩‍👩‍👧",
+    "🇯🇵",
+    "❤️",
+    "e\u0301",
+    "\u0301",
+    "a\u0308\u0323",
+    "\u200d",
 ]
 
 
@@ -111,6 +181,7 @@ def mixed_text(specials=()):
 
 def _base64_text(rng, n):
     import base64
+
     return base64.b64encode(rng.randbytes(n * 3 // 4))
 
 

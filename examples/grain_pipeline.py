@@ -111,8 +111,8 @@ def grain_packed_rows(docs: ByteWindows, cfg: dict, seed: int, workers: int, enc
     grain's own first-fit packer and batches of rows, in this process."""
     stream = make_document_stream(docs, seed, workers, TiktokenIds(enc, cfg["max_tokens"]))
     rows = grain.experimental.FirstFitPackIterDataset(
-        stream, length_struct={"tokens": cfg["max_tokens"]}, num_packing_bins=cfg["batch"],
-        shuffle_bins=False)
+        stream, length_struct={"tokens": cfg["max_tokens"]}, num_packing_bins=cfg["batch"], shuffle_bins=False
+    )
     return iter(rows.batch(cfg["batch"], drop_remainder=True))
 
 
@@ -130,7 +130,7 @@ class DocumentFeeder:
     def __init__(self, documents, max_bytes: int):
         self.documents, self.max_bytes = documents, max_bytes
         self.buffer: collections.deque = collections.deque()
-        self.fed: list[int] = []          # new documents given to step k (k from 0)
+        self.fed: list[int] = []  # new documents given to step k (k from 0)
         self.carried: dict[int, int] = {}  # documents carried after step k (read late)
         self.pending: dict = {}
 
@@ -147,8 +147,12 @@ class DocumentFeeder:
         self.target = self.window = self.slots = self.capacity = math.ceil(1.3 * self.takes) + 4
 
     def describe(self) -> dict:
-        return dict(window=self.window, new_documents_per_step_max=self.slots,
-                    carry_capacity=self.capacity, documents_per_batch_estimate=round(self.takes, 1))
+        return dict(
+            window=self.window,
+            new_documents_per_step_max=self.slots,
+            carry_capacity=self.capacity,
+            documents_per_batch_estimate=round(self.takes, 1),
+        )
 
     def _stream_estimate(self) -> int:
         """Documents expected in the carry after the last step fed."""
@@ -201,15 +205,18 @@ class TiktokenMap:
 
 def main(argv=None) -> int:
     parser = build_parser(__doc__)
-    parser.add_argument("--workers", type=int, default=0,
-                        help="grain worker processes (mp_prefetch); 0 = in this process")
-    parser.add_argument("--pack", action="store_true",
-                        help="documents of half a row, packed into the rows (first fit, "
-                             "carry-over): in the step, or by grain with --host-tokenize")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="grain worker processes (mp_prefetch); 0 = in this process"
+    )
+    parser.add_argument(
+        "--pack",
+        action="store_true",
+        help="documents of half a row, packed into the rows (first fit, "
+        "carry-over): in the step, or by grain with --host-tokenize",
+    )
     args = parser.parse_args(argv)
     if grain is None:
-        print("grain_pipeline.py needs grain (pip install grain); it is not installed here",
-              file=sys.stderr)
+        print("grain_pipeline.py needs grain (pip install grain); it is not installed here", file=sys.stderr)
         return 3
     if args.workers > 0:
         # grain's worker processes read absl flags, which a plain script never parses.
@@ -220,33 +227,61 @@ def main(argv=None) -> int:
     cfg = resolve_config(args)
     tok = load_tokenizer(args)
     windows = ByteWindows(read_text_bytes(args), cfg["seq_bytes"], split="train")
-    print(f"grain {getattr(grain, '__version__', '?')}: {len(windows)} windows of "
-          f"{cfg['seq_bytes']} bytes, workers={args.workers}", flush=True)
+    print(
+        f"grain {getattr(grain, '__version__', '?')}: {len(windows)} windows of "
+        f"{cfg['seq_bytes']} bytes, workers={args.workers}",
+        flush=True,
+    )
     if args.host_tokenize and args.host_tokenizer != "tiktoken":
         parser.error("with grain, --host-tokenize uses --host-tokenizer tiktoken")
     if args.pack:
         docs = ByteWindows(read_text_bytes(args), cfg["seq_bytes"] // 2, split="train")
         if args.host_tokenize:
-            host = HostTokenizer(tok, kind="tiktoken", mode=args.mode,
-                                 max_tokens=cfg["max_tokens"], device=jax.devices()[0])
+            host = HostTokenizer(
+                tok, kind="tiktoken", mode=args.mode, max_tokens=cfg["max_tokens"], device=jax.devices()[0]
+            )
             rows = grain_packed_rows(docs, cfg, args.seed, args.workers, host.enc)
-            run_training(args, cfg, tok, rows, "grain_pipeline", feeds="packed_rows",
-                         tokenize_desc="grain map (tiktoken) + grain FirstFitPackIterDataset",
-                         host_check=host)
+            run_training(
+                args,
+                cfg,
+                tok,
+                rows,
+                "grain_pipeline",
+                feeds="packed_rows",
+                tokenize_desc="grain map (tiktoken) + grain FirstFitPackIterDataset",
+                host_check=host,
+            )
         else:
-            feeder = DocumentFeeder(iter(make_document_stream(docs, args.seed, args.workers)),
-                                    docs.seq_bytes)
-            run_training(args, cfg, tok, feeder, "grain_pipeline", feeds="packed",
-                         tokenize_desc="in-step, packed (grain yields documents)")
+            feeder = DocumentFeeder(iter(make_document_stream(docs, args.seed, args.workers)), docs.seq_bytes)
+            run_training(
+                args,
+                cfg,
+                tok,
+                feeder,
+                "grain_pipeline",
+                feeds="packed",
+                tokenize_desc="in-step, packed (grain yields documents)",
+            )
     elif not args.host_tokenize:
         pipeline = make_pipeline(windows, cfg, args.seed, args.workers)
-        run_training(args, cfg, tok, iter(pipeline), "grain_pipeline", tokenize_desc="in-step (grain yields bytes)")
+        run_training(
+            args, cfg, tok, iter(pipeline), "grain_pipeline", tokenize_desc="in-step (grain yields bytes)"
+        )
     else:
-        host = HostTokenizer(tok, kind="tiktoken", mode=args.mode, max_tokens=cfg["max_tokens"],
-                             device=jax.devices()[0])
+        host = HostTokenizer(
+            tok, kind="tiktoken", mode=args.mode, max_tokens=cfg["max_tokens"], device=jax.devices()[0]
+        )
         pipeline = make_pipeline(windows, cfg, args.seed, args.workers, TiktokenMap(host.enc))
-        run_training(args, cfg, tok, iter(pipeline), "grain_pipeline", feeds="ids",
-                     tokenize_desc="grain map (tiktoken on the host)", host_check=host)
+        run_training(
+            args,
+            cfg,
+            tok,
+            iter(pipeline),
+            "grain_pipeline",
+            feeds="ids",
+            tokenize_desc="grain map (tiktoken on the host)",
+            host_check=host,
+        )
     return 0
 
 

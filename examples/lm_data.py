@@ -63,7 +63,6 @@ class ByteWindows:
         return self.batch_at(rng.choice(self.starts, size=batch))
 
 
-
 def read_text_bytes(args) -> bytes:
     from blockbpe_jax import testing
 
@@ -102,15 +101,20 @@ def truncate_vocabulary(tok: bb.Tokenizer, n: int) -> bb.Tokenizer:
     if n >= v.n_vocab:
         return tok
     if n < 256 or any(b is None or len(b) != 1 for b in v.token_bytes[:256]):
-        raise SystemExit(f"--vocab-size needs a tiktoken-style vocabulary whose first 256 ids are "
-                         f"the bytes, and n >= 256; {v.source} is not one")
+        raise SystemExit(
+            f"--vocab-size needs a tiktoken-style vocabulary whose first 256 ids are "
+            f"the bytes, and n >= 256; {v.source} is not one"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "truncated.tiktoken"
-        path.write_bytes(b"".join(base64.b64encode(v.token_bytes[i]) + b" %d\n" % i
-                                  for i in range(n) if v.token_bytes[i] is not None
-                                  and i not in v.special_ids))
-        return bb.Tokenizer.from_file(path, name=f"{v.name}[:{n}]", special_tokens={},
-                                      pattern=v.pattern)
+        path.write_bytes(
+            b"".join(
+                base64.b64encode(v.token_bytes[i]) + b" %d\n" % i
+                for i in range(n)
+                if v.token_bytes[i] is not None and i not in v.special_ids
+            )
+        )
+        return bb.Tokenizer.from_file(path, name=f"{v.name}[:{n}]", special_tokens={}, pattern=v.pattern)
 
 
 class HostTokenizer:
@@ -132,17 +136,25 @@ class HostTokenizer:
             pattern = v.pattern if mode == "exact" else r"(?s:.+)"
             if pattern is None:
                 raise SystemExit(f"--host-tokenizer tiktoken: {v.source} has no pre-tokenizer pattern")
-            self.enc = tiktoken.Encoding(f"{v.name}_host", pat_str=pattern, mergeable_ranks=ranks,
-                                         special_tokens=dict(v.special_tokens))
+            self.enc = tiktoken.Encoding(
+                f"{v.name}_host",
+                pat_str=pattern,
+                mergeable_ranks=ranks,
+                special_tokens=dict(v.special_tokens),
+            )
         elif kind != "blockbpe-cpu":
             raise SystemExit(f"unknown --host-tokenizer {kind!r}")
 
     def __call__(self, data: np.ndarray, lengths: np.ndarray):
         if self.kind == "blockbpe-cpu":
             cpu = jax.devices("cpu")[0]
-            ids, counts = bb.encode(jax.device_put(data, cpu), jax.device_put(lengths, cpu),
-                                    self.tok.tables("none", cpu), max_tokens=self.max_tokens,
-                                    mode=self.mode)
+            ids, counts = bb.encode(
+                jax.device_put(data, cpu),
+                jax.device_put(lengths, cpu),
+                self.tok.tables("none", cpu),
+                max_tokens=self.max_tokens,
+                mode=self.mode,
+            )
             ids, counts = np.asarray(ids), np.asarray(counts)
         else:
             texts = [data[b, : lengths[b]].tobytes().decode("utf-8") for b in range(len(lengths))]
@@ -153,5 +165,3 @@ class HostTokenizer:
                 r = r[: self.max_tokens]
                 ids[b, : len(r)] = r
         return jax.device_put(ids, self.device), jax.device_put(counts, self.device)
-
-

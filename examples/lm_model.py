@@ -14,7 +14,6 @@ from flax import nnx
 import blockbpe_jax as bb
 
 
-
 @dataclass
 class ModelConfig:
     vocab_size: int
@@ -95,8 +94,15 @@ def make_steps(tok: bb.Tokenizer, *, mode: str, max_tokens: int, block_size: int
     def tokenize(tables, data, lengths):
         # check_lengths=False: the lengths come from our own packer, so skip the handler's
         # read-back of them (a device->host sync per call on a GPU): a fixed launch.
-        return bb.encode(data, lengths, tables, max_tokens=max_tokens, mode=mode,
-                         block_size=block_size, check_lengths=False)
+        return bb.encode(
+            data,
+            lengths,
+            tables,
+            max_tokens=max_tokens,
+            mode=mode,
+            block_size=block_size,
+            check_lengths=False,
+        )
 
     def update(model, optimizer, ids, counts):
         (loss, n), grads = nnx.value_and_grad(lm_loss, has_aux=True)(model, ids, counts)
@@ -123,10 +129,12 @@ def make_steps(tok: bb.Tokenizer, *, mode: str, max_tokens: int, block_size: int
         # stream (grain's FirstFitPackIterDataset); what does not fit waits in `carry`, on the
         # device, for the next step.
         packed, carry, rep = bb.packing.pack_stream(
-            carry, tokenize(tables, data, lengths), seq_len=max_tokens, rows=rows, window=window)
+            carry, tokenize(tables, data, lengths), seq_len=max_tokens, rows=rows, window=window
+        )
         loss, n = update_packed(model, optimizer, packed)
-        stats = jnp.stack([rep.tokens_lost + packed.report.tokens_truncated,
-                           (~rep.batch_full).astype(jnp.int32)])
+        stats = jnp.stack(
+            [rep.tokens_lost + packed.report.tokens_truncated, (~rep.batch_full).astype(jnp.int32)]
+        )
         return (loss, n, stats), carry, rep.documents_carried
 
     @nnx.jit
@@ -140,16 +148,28 @@ def make_steps(tok: bb.Tokenizer, *, mode: str, max_tokens: int, block_size: int
         ids, counts = tokenize(tables, data, lengths)
         return lm_loss(model, ids, counts)[0]
 
-    return (jax.jit(tokenize), train_step_bytes, train_step_ids, eval_bytes, train_step_packed,
-            train_step_packed_rows)
+    return (
+        jax.jit(tokenize),
+        train_step_bytes,
+        train_step_ids,
+        eval_bytes,
+        train_step_packed,
+        train_step_packed_rows,
+    )
 
 
 def make_model_and_optimizer(cfg: dict, vocab_size: int, seed: int):
-    mcfg = ModelConfig(vocab_size=vocab_size, max_tokens=cfg["max_tokens"], d_model=cfg["d_model"],
-                       n_layers=cfg["n_layers"], n_heads=cfg["n_heads"])
+    mcfg = ModelConfig(
+        vocab_size=vocab_size,
+        max_tokens=cfg["max_tokens"],
+        d_model=cfg["d_model"],
+        n_layers=cfg["n_layers"],
+        n_heads=cfg["n_heads"],
+    )
     warmup = max(1, min(20, cfg["steps"] // 10))
-    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg["lr"], warmup, max(cfg["steps"], warmup + 1),
-                                                  end_value=cfg["lr"] * 0.1)
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, cfg["lr"], warmup, max(cfg["steps"], warmup + 1), end_value=cfg["lr"] * 0.1
+    )
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
 
     model = CausalLM(mcfg, rngs=nnx.Rngs(seed))
@@ -159,5 +179,3 @@ def make_model_and_optimizer(cfg: dict, vocab_size: int, seed: int):
     state = jax.device_put(nnx.state((model, optimizer)), jax.devices()[0])
     nnx.update((model, optimizer), state)
     return model, optimizer
-
-

@@ -14,6 +14,7 @@ per-file prefix of the unnamed namespace; --renames OLD_NAME NEW_NAME pairs, one
 register, label and depot numbering, and the order of functions and sections. Prints one line
 per compared artifact and exits 1 when any differs (the normalized files stay in --keep DIR).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,10 +28,26 @@ import sysconfig
 import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-CUDA_FLAGS = ["-O3", "-DNDEBUG", "-std=c++17", "-arch=sm_90", "-Xcompiler=-fPIC",
-              "--expt-relaxed-constexpr", "-lineinfo"]
-HOST_FLAGS = ["-O3", "-DNDEBUG", "-std=gnu++17", "-fPIC", "-fvisibility=hidden",
-              "-fno-stack-protector", "-Os", "-ffunction-sections", "-fdata-sections"]
+CUDA_FLAGS = [
+    "-O3",
+    "-DNDEBUG",
+    "-std=c++17",
+    "-arch=sm_90",
+    "-Xcompiler=-fPIC",
+    "--expt-relaxed-constexpr",
+    "-lineinfo",
+]
+HOST_FLAGS = [
+    "-O3",
+    "-DNDEBUG",
+    "-std=gnu++17",
+    "-fPIC",
+    "-fvisibility=hidden",
+    "-fno-stack-protector",
+    "-Os",
+    "-ffunction-sections",
+    "-fdata-sections",
+]
 VARIANTS = {"plain": [], "stage_clocks": ["-DBBPE_STAGE_CLOCKS"]}
 ANON = re.compile(r"_GLOBAL__N__[0-9a-f]{8}_\d+_\w+?_[0-9a-f]{8}")
 INTERNAL = re.compile(r"_INTERNAL_[0-9a-f]{8}_\d+_\w+?_[0-9a-f]{8}")
@@ -40,19 +57,32 @@ MANGLED = re.compile(r"_Z[A-Za-z0-9_]+")
 def include_flags() -> list[str]:
     import jax.ffi
     import nanobind
+
     roots = [pathlib.Path(shutil.which("nvcc")).resolve().parent.parent, pathlib.Path("/usr/local/cuda")]
-    cuda_inc = next(d for r in roots for d in [*r.glob("targets/*/include"), r / "include"]
-                    if (d / "cuda_runtime_api.h").exists())
-    return ["-I" + jax.ffi.include_dir(), "-I" + sysconfig.get_paths()["include"],
-            "-I" + nanobind.include_dir(), "-isystem", str(cuda_inc), "-isystem", str(cuda_inc / "cccl")]
+    cuda_inc = next(
+        d
+        for r in roots
+        for d in [*r.glob("targets/*/include"), r / "include"]
+        if (d / "cuda_runtime_api.h").exists()
+    )
+    return [
+        "-I" + jax.ffi.include_dir(),
+        "-I" + sysconfig.get_paths()["include"],
+        "-I" + nanobind.include_dir(),
+        "-isystem",
+        str(cuda_inc),
+        "-isystem",
+        str(cuda_inc / "cccl"),
+    ]
 
 
 def export(rev: str, dest: pathlib.Path) -> pathlib.Path:
     if rev == "work" or pathlib.Path(rev).is_dir():
         shutil.copytree(REPO / "ffi" if rev == "work" else pathlib.Path(rev) / "ffi", dest / "ffi")
     else:
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "ffi"], check=True,
-                                 capture_output=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", rev, "ffi"], check=True, capture_output=True
+        ).stdout
         subprocess.run(["tar", "x", "-C", str(dest)], input=archive, check=True)
     return dest / "ffi"
 
@@ -63,16 +93,35 @@ def compile_tree(ffi: pathlib.Path, out: pathlib.Path, defines: list[str]) -> di
     kinds = collections.defaultdict(str)
     for cu in sorted(ffi.rglob("*.cu")):
         ptx = out / (cu.stem + ".ptx")
-        subprocess.run(["nvcc", *CUDA_FLAGS, *defines, *inc, "-ptx", str(cu), "-o", str(ptx)],
-                       check=True, capture_output=True)
-        res = subprocess.run(["ptxas", "-arch=sm_90", "-O3", "-v", "-warn-spills", str(ptx), "-o",
-                              str(out / (cu.stem + ".cubin"))], check=True, capture_output=True, text=True)
+        subprocess.run(
+            ["nvcc", *CUDA_FLAGS, *defines, *inc, "-ptx", str(cu), "-o", str(ptx)],
+            check=True,
+            capture_output=True,
+        )
+        res = subprocess.run(
+            [
+                "ptxas",
+                "-arch=sm_90",
+                "-O3",
+                "-v",
+                "-warn-spills",
+                str(ptx),
+                "-o",
+                str(out / (cu.stem + ".cubin")),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         kinds["ptx"] += ptx.read_text()
         kinds["ptxas"] += res.stderr + res.stdout
     for cc in sorted(ffi.rglob("*.cc")):
         asm = out / (cc.stem + ".s")
-        subprocess.run(["g++", *HOST_FLAGS, *defines, *inc, "-S", str(cc), "-o", str(asm)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["g++", *HOST_FLAGS, *defines, *inc, "-S", str(cc), "-o", str(asm)],
+            check=True,
+            capture_output=True,
+        )
         kinds["host_asm"] += asm.read_text()
     return kinds
 
@@ -93,8 +142,9 @@ class Names:
         tokens = sorted(set(MANGLED.findall(text)))
         split = {t: re.match(r"(.*?)(_param_\d+)?$", t).groups() for t in tokens}
         bases = sorted({b for b, _ in split.values()})
-        out = subprocess.run(["c++filt"], input="\n".join(bases), capture_output=True, text=True,
-                             check=True).stdout.split("\n")
+        out = subprocess.run(
+            ["c++filt"], input="\n".join(bases), capture_output=True, text=True, check=True
+        ).stdout.split("\n")
         plain = dict(zip(bases, out))
         names = {t: "<" + self.canonical(plain[b]) + ">" + (p or "") for t, (b, p) in split.items()}
         text = MANGLED.sub(lambda m: names[m.group(0)], text)
@@ -111,6 +161,7 @@ def renumber(text: str, pattern: str, prefix) -> str:
             seen[m.group(0)] = prefix(kind, counts[kind])
             counts[kind] += 1
         return seen[m.group(0)]
+
     return re.sub(pattern, one, text)
 
 
@@ -191,8 +242,10 @@ def main() -> int:
                 out = pathlib.Path(tmp) / f"{side}_{variant}"
                 out.mkdir()
                 kinds = compile_tree(ffi, out, defines)
-                norm[side] = {k: NORMALIZE[k](v, Names(renames) if side == "old" else Names([]))
-                              for k, v in kinds.items()}
+                norm[side] = {
+                    k: NORMALIZE[k](v, Names(renames) if side == "old" else Names([]))
+                    for k, v in kinds.items()
+                }
             for kind in NORMALIZE:
                 a, b = norm["old"].get(kind, ""), norm["new"].get(kind, "")
                 for side, text in (("old", a), ("new", b)):

@@ -25,6 +25,7 @@ code point between these versions; new code points stay "other").
 
 Usage: pip install unicodedata2==16.0.0 regex && python scripts/gen_unicode_data.py [--check]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,19 +35,27 @@ import sys
 
 import numpy as np
 
-GC_NAMES = ("Cn Lu Ll Lt Lm Lo Mn Mc Me Nd Nl No Pc Pd Ps Pe Pi Pf Po Sm Sc Sk So "
-            "Zs Zl Zp Cc Cf Cs Co").split()
+GC_NAMES = (
+    "Cn Lu Ll Lt Lm Lo Mn Mc Me Nd Nl No Pc Pd Ps Pe Pi Pf Po Sm Sc Sk So Zs Zl Zp Cc Cf Cs Co"
+).split()
 # Scripts a pre-tokenizer pattern may name (\p{Han}, \p{Script=Hiragana}, ...).
-SCRIPT_NAMES = ("Other Latin Greek Cyrillic Armenian Hebrew Arabic Devanagari Bengali Thai "
-                "Hangul Hiragana Katakana Han Common Inherited").split()
-WHITE_SPACE = (list(range(0x09, 0x0E)) + [0x20, 0x85, 0xA0, 0x1680] + list(range(0x2000, 0x200B))
-               + [0x2028, 0x2029, 0x202F, 0x205F, 0x3000])
+SCRIPT_NAMES = (
+    "Other Latin Greek Cyrillic Armenian Hebrew Arabic Devanagari Bengali Thai "
+    "Hangul Hiragana Katakana Han Common Inherited"
+).split()
+WHITE_SPACE = (
+    list(range(0x09, 0x0E))
+    + [0x20, 0x85, 0xA0, 0x1680]
+    + list(range(0x2000, 0x200B))
+    + [0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
+)
 OUT = pathlib.Path(__file__).resolve().parent.parent / "blockbpe_jax" / "pretok" / "unicode16.npz"
 
 
 def build() -> dict[str, np.ndarray]:
     import regex
     import unicodedata2 as ucd
+
     if ucd.unidata_version != "16.0.0":
         sys.exit(f"unicodedata2 is Unicode {ucd.unidata_version}, need 16.0.0")
     index = {name: i for i, name in enumerate(GC_NAMES)}
@@ -60,7 +69,7 @@ def build() -> dict[str, np.ndarray]:
     cps = np.array([ord(ch) for ch in text], np.int64)
     for k, name in enumerate(SCRIPT_NAMES[1:], start=1):
         for m in regex.finditer(rf"\p{{Script={name}}}+", text):
-            scripts[cps[m.start():m.end()]] = k
+            scripts[cps[m.start() : m.end()]] = k
     scripts[gc == index["Cn"]] = 0
     ccc = np.zeros(0x110000, np.uint8)
     nfc_qc = np.zeros(0x110000, np.uint8)
@@ -83,11 +92,19 @@ def build() -> dict[str, np.ndarray]:
         if not 0xD800 <= cp < 0xE000 and ccc[cp] == 0:
             nfd = ucd.normalize("NFD", chr(cp))
             nfc_trail[cp] = len(nfd) > 1 and ucd.combining(nfd[-1]) != 0
-    nfc_qc[0x1161:0x1176] = 1   # Hangul V jamo compose with a preceding L or LV syllable
-    nfc_qc[0x11A8:0x11C3] = 1   # Hangul T jamo with a preceding LV syllable
-    return {"gc": gc, "ws": ws, "scripts": scripts, "ccc": ccc, "nfc_qc": nfc_qc,
-            "nfc_pairs": np.array(sorted(pairs), np.int32).reshape(-1, 2), "nfc_trail": nfc_trail,
-            "gc_names": np.array(GC_NAMES), "script_names": np.array(SCRIPT_NAMES)}
+    nfc_qc[0x1161:0x1176] = 1  # Hangul V jamo compose with a preceding L or LV syllable
+    nfc_qc[0x11A8:0x11C3] = 1  # Hangul T jamo with a preceding LV syllable
+    return {
+        "gc": gc,
+        "ws": ws,
+        "scripts": scripts,
+        "ccc": ccc,
+        "nfc_qc": nfc_qc,
+        "nfc_pairs": np.array(sorted(pairs), np.int32).reshape(-1, 2),
+        "nfc_trail": nfc_trail,
+        "gc_names": np.array(GC_NAMES),
+        "script_names": np.array(SCRIPT_NAMES),
+    }
 
 
 def main() -> None:

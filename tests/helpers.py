@@ -40,8 +40,11 @@ def gpu_devices() -> list:
 
 # (device kind, block size) combinations: the CPU once, the GPU with every block size.
 BACKENDS = [pytest.param(("cpu", 256), id="cpu")] + [
-    pytest.param(("gpu", bs), id=f"gpu{bs}",
-                 marks=pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX"))
+    pytest.param(
+        ("gpu", bs),
+        id=f"gpu{bs}",
+        marks=pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX"),
+    )
     for bs in (256, 512, 1024)
 ]
 
@@ -79,19 +82,34 @@ def oracle(name: str, fmt: str, pattern: str):
     return testing.tiktoken_oracle(name, load_tokenizer(name, fmt), pattern)
 
 
-def mismatches(tok: bb.Tokenizer, texts: list[bytes], refs: list[list[int]], *, device, mode: str,
-               block_size: int = 256, allowed_special="none", batch: int = 256,
-               max_len: int | None = None) -> list[tuple[int, list[int], list[int]]]:
+def mismatches(
+    tok: bb.Tokenizer,
+    texts: list[bytes],
+    refs: list[list[int]],
+    *,
+    device,
+    mode: str,
+    block_size: int = 256,
+    allowed_special="none",
+    batch: int = 256,
+    max_len: int | None = None,
+) -> list[tuple[int, list[int], list[int]]]:
     """Encodes `texts` in batches and returns (index, ours, reference) for every difference."""
     bad = []
     max_len = max_len or max(16, max(len(t) for t in texts))
     for start in range(0, len(texts), batch):
-        chunk = texts[start:start + batch]
-        ids, counts = tok.encode_batch(chunk, max_len=max_len, mode=mode, block_size=block_size,
-                                       allowed_special=allowed_special, device=device)
+        chunk = texts[start : start + batch]
+        ids, counts = tok.encode_batch(
+            chunk,
+            max_len=max_len,
+            mode=mode,
+            block_size=block_size,
+            allowed_special=allowed_special,
+            device=device,
+        )
         ids, counts = np.asarray(ids), np.asarray(counts)
-        for k, ref in enumerate(refs[start:start + batch]):
-            ours = ids[k, :counts[k]].tolist()
+        for k, ref in enumerate(refs[start : start + batch]):
+            ours = ids[k, : counts[k]].tolist()
             if counts[k] != len(ref) or ours != ref:
                 bad.append((start + k, ours, ref))
     return bad
@@ -108,6 +126,7 @@ def tiktoken_enc(name: str, mode: str):
 def hf_tokenizer(name: str):
     """HF tokenizers on the shared tokenizer.json of `name` (one instance: do not reconfigure it)."""
     from tokenizers import Tokenizer
+
     return Tokenizer.from_file(str(vocab_path(name, "json")))
 
 
@@ -179,29 +198,43 @@ def corpus_texts(data_dir: Path, per_corpus: int, seed: int) -> list[str]:
     return texts
 
 
-MIXED = ["Hello 12345 world日本語のテキスト、カタカナ。ひらがな 中文123汉字 'll x's don't\n\n  y \t\u3000z",
-         "!!?? a-b $5.00 é e\u0301 ٣٤٥ 𝟘𝟙 \U0001F600\U0001F44D\U0001F3FD x\u200dy", "x\n  ", " ", "",
-         "abc123def4567 日本123語 '''s #!a [b] \r\n\r\n   x", "ΑΒΓ αβγ Привет мир مرحبا नमस्ते 가나다",
-         "   leading and trailing   ", "1234567890123", "a.b,c!d?e", "\t\n\r\x0b\x0c"]
+MIXED = [
+    "Hello 12345 world日本語のテキスト、カタカナ。ひらがな 中文123汉字 'll x's don't\n\n  y \t\u3000z",
+    "!!?? a-b $5.00 é e\u0301 ٣٤٥ 𝟘𝟙 \U0001f600\U0001f44d\U0001f3fd x\u200dy",
+    "x\n  ",
+    " ",
+    "",
+    "abc123def4567 日本123語 '''s #!a [b] \r\n\r\n   x",
+    "ΑΒΓ αβγ Привет мир مرحبا नमस्ते 가나다",
+    "   leading and trailing   ",
+    "1234567890123",
+    "a.b,c!d?e",
+    "\t\n\r\x0b\x0c",
+]
 
 
 def ours(tok, texts, mode="exact", backend=("cpu", 256), allowed_special="none"):
-    ids, counts = tok.encode_batch(texts, device=device_for(backend[0]), mode=mode,
-                                   allowed_special=allowed_special,
-                                   block_size=backend[1],
-                                   max_tokens=max(8, max(len(t if isinstance(t, bytes) else t.encode())
-                                                     for t in texts) + 2))
+    ids, counts = tok.encode_batch(
+        texts,
+        device=device_for(backend[0]),
+        mode=mode,
+        allowed_special=allowed_special,
+        block_size=backend[1],
+        max_tokens=max(8, max(len(t if isinstance(t, bytes) else t.encode()) for t in texts) + 2),
+    )
     ids, counts = np.asarray(ids), np.asarray(counts)
-    return [ids[i, :counts[i]].tolist() for i in range(len(texts))]
+    return [ids[i, : counts[i]].tolist() for i in range(len(texts))]
 
 
 def assert_same(tok, texts, reference, backend=("cpu", 256), allowed_special="none"):
     got = ours(tok, texts, backend=backend, allowed_special=allowed_special)
     for text, g in zip(texts, got):
         want = reference(text)
-        assert g == want, f"{tok.vocab.name}: first difference at token " \
-            f"{next((i for i, (a, b) in enumerate(zip(g, want)) if a != b), min(len(g), len(want)))} " \
+        assert g == want, (
+            f"{tok.vocab.name}: first difference at token "
+            f"{next((i for i, (a, b) in enumerate(zip(g, want)) if a != b), min(len(g), len(want)))} "
             f"of {text[:120]!r}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------

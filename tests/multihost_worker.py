@@ -28,7 +28,7 @@ def texts_for_test() -> list[bytes]:
     raw = testing.read_corpus(testing.data_dir() / "corpus" / "war_and_peace_en.txt")[:60000]
     texts = testing.excerpts(raw, 1, 480, seed=9)[:29]
     frags = testing.TEXT_FRAGMENTS
-    texts += [" ".join(frags[i::5]).encode() for i in range(5)]   # scripts, digits, emoji, ...
+    texts += [" ".join(frags[i::5]).encode() for i in range(5)]  # scripts, digits, emoji, ...
     return texts + [b""]
 
 
@@ -42,11 +42,15 @@ def main() -> int:
     t0 = time.perf_counter()
 
     import jax
+
     if "jax_cpu_collectives_implementation" in jax.config.values:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=f"localhost:{args.port}",
-                               num_processes=args.num_processes, process_id=args.process_id,
-                               initialization_timeout=90)
+    jax.distributed.initialize(
+        coordinator_address=f"localhost:{args.port}",
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+        initialization_timeout=90,
+    )
     import jax.numpy as jnp
     import numpy as np
     from jax.experimental import multihost_utils
@@ -56,9 +60,14 @@ def main() -> int:
     from blockbpe_jax import testing
     from blockbpe_jax.sharding import encode_process_local, process_shard
 
-    report = {"process_id": jax.process_index(), "process_count": jax.process_count(),
-              "device_count": jax.device_count(), "local_device_count": jax.local_device_count(),
-              "jax": jax.__version__, "errors": []}
+    report = {
+        "process_id": jax.process_index(),
+        "process_count": jax.process_count(),
+        "device_count": jax.device_count(),
+        "local_device_count": jax.local_device_count(),
+        "jax": jax.__version__,
+        "errors": [],
+    }
     errors = report["errors"]
     t_init = time.perf_counter()
 
@@ -72,7 +81,7 @@ def main() -> int:
 
     mesh = jax.make_mesh((jax.device_count(),), ("data",))
     mine = process_shard(texts)
-    rows = -(-len(texts) // jax.process_count())          # the same in every process
+    rows = -(-len(texts) // jax.process_count())  # the same in every process
     rows += rows % jax.local_device_count()
     t_enc = time.perf_counter()
     out = encode_process_local(mine, tok, mesh, max_len=MAX_LEN, max_tokens=MAX_TOKENS, rows=rows)
@@ -110,13 +119,15 @@ def main() -> int:
             shard = process_shard(list(range(len(texts))), process_index=p)
             for j in range(rows):
                 g = p * rows + j
-                ref = refs[shard[j]] if j < len(shard) else []       # padding rows: empty
-                got = ids[g, :min(int(counts[g]), MAX_TOKENS)].tolist()
+                ref = refs[shard[j]] if j < len(shard) else []  # padding rows: empty
+                got = ids[g, : min(int(counts[g]), MAX_TOKENS)].tolist()
                 if int(counts[g]) != len(ref) or got != ref[:MAX_TOKENS]:
                     bad += 1
                     if len(errors) < 10:
-                        errors.append(f"{tag}: global row {g} (process {p}, local {j}): count "
-                                      f"{int(counts[g])} vs {len(ref)}; ids {got[:8]} vs {ref[:8]}")
+                        errors.append(
+                            f"{tag}: global row {g} (process {p}, local {j}): count "
+                            f"{int(counts[g])} vs {len(ref)}; ids {got[:8]} vs {ref[:8]}"
+                        )
         return bad
 
     report["mismatched_rows"] = compare(ids, counts, "Tokenizer")
@@ -125,16 +136,23 @@ def main() -> int:
 
     # The other input form: packed host arrays and EncodeTables on one local device.
     data, lengths = bb.pack_strings(mine, max_len=MAX_LEN)
-    out2 = encode_process_local((data, lengths), tok.tables(device=jax.local_devices()[0]), mesh,
-                                max_tokens=MAX_TOKENS, rows=rows)
+    out2 = encode_process_local(
+        (data, lengths), tok.tables(device=jax.local_devices()[0]), mesh, max_tokens=MAX_TOKENS, rows=rows
+    )
     report["mismatched_rows_tables"] = compare(
         np.asarray(multihost_utils.process_allgather(out2.ids, tiled=True)),
-        np.asarray(multihost_utils.process_allgather(out2.counts, tiled=True)), "EncodeTables")
+        np.asarray(multihost_utils.process_allgather(out2.counts, tiled=True)),
+        "EncodeTables",
+    )
 
-    report["equal_to_tiktoken"] = not errors and report["mismatched_rows"] == 0 \
-        and report["mismatched_rows_tables"] == 0
-    report["seconds"] = {"initialize": round(t_init - t0, 2), "encode": round(t_enc, 3),
-                         "total": round(time.perf_counter() - t0, 2)}
+    report["equal_to_tiktoken"] = (
+        not errors and report["mismatched_rows"] == 0 and report["mismatched_rows_tables"] == 0
+    )
+    report["seconds"] = {
+        "initialize": round(t_init - t0, 2),
+        "encode": round(t_enc, 3),
+        "total": round(time.perf_counter() - t0, 2),
+    }
     multihost_utils.sync_global_devices("blockbpe multihost check done")
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)

@@ -1,5 +1,6 @@
 """The C++ pre-tokenizer (ffi/pretok/, built from tests/cpp/pretok_shim.cc) called through
 ctypes, and the piece oracles it is checked against (see tests/test_pretokenize_*.py)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -23,8 +24,10 @@ REPO = Path(__file__).resolve().parents[1]
 # reaches, else scans), or (k, -1): the scans forced.
 CHUNKS = (1, 3, 7, 16, 64, (16, -1))
 
-PATTERNS = {pid: (name, KNOWN_PATTERNS[name])  # id -> (name, tiktoken pattern)
-            for pid, name in {1: "r50k", 2: "cl100k", 3: "o200k", 4: "llama3"}.items()}
+PATTERNS = {
+    pid: (name, KNOWN_PATTERNS[name])  # id -> (name, tiktoken pattern)
+    for pid, name in {1: "r50k", 2: "cl100k", 3: "o200k", 4: "llama3"}.items()
+}
 PATTERN_IDS = sorted(PATTERNS)
 # shared tokenizer.json of each vocabulary -> the pattern its pre-tokenizer equals
 HF_FILES = {"r50k": 1, "cl100k": 4, "o200k": 3, "llama3": 4}
@@ -52,8 +55,9 @@ class Shim:
     def pretokenizer(pattern):
         return pretok.from_tiktoken_pattern(PATTERNS[pattern][1]) if isinstance(pattern, int) else pattern
 
-    def flags(self, pattern, data: bytes, special: np.ndarray | None = None,
-              chunk: int | tuple[int, int] = 0):
+    def flags(
+        self, pattern, data: bytes, special: np.ndarray | None = None, chunk: int | tuple[int, int] = 0
+    ):
         """pattern: an id of PATTERNS or a pretok.Pretokenizer. chunk 0: pretokenize_sequential;
         -1: the Python reference; k > 0: chunked by k; (k, lookback): chunked by k with that
         lookback (-1: always scan)."""
@@ -64,11 +68,19 @@ class Shim:
         op = p.operand()
         buf = np.frombuffer(data, np.uint8).copy() if data else np.zeros(1, np.uint8)
         out = np.full(max(len(data), 1), 7, np.uint8)
-        rc = self.lib.bbpe_pretokenize(self._ptr(op), op.size, len(p.stages), self._ptr(buf),
-                                       len(data), self._ptr(special), chunk, lookback,
-                                       self._ptr(out))
+        rc = self.lib.bbpe_pretokenize(
+            self._ptr(op),
+            op.size,
+            len(p.stages),
+            self._ptr(buf),
+            len(data),
+            self._ptr(special),
+            chunk,
+            lookback,
+            self._ptr(out),
+        )
         assert rc == 0
-        return out[:len(data)]
+        return out[: len(data)]
 
 
 def python_flags(p, data: bytes, special: np.ndarray | None) -> np.ndarray:
@@ -100,8 +112,18 @@ def build_shim(out_dir: Path) -> Shim:
     if cxx is None:
         pytest.skip("no C++ compiler (g++) to build tests/cpp/pretok_shim.cc")
     out = out_dir / "pretok_shim.so"
-    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(REPO / "ffi"),
-           str(REPO / "tests" / "cpp" / "pretok_shim.cc"), "-o", str(out)]
+    cmd = [
+        cxx,
+        "-O2",
+        "-std=c++17",
+        "-shared",
+        "-fPIC",
+        "-I",
+        str(REPO / "ffi"),
+        str(REPO / "tests" / "cpp" / "pretok_shim.cc"),
+        "-o",
+        str(out),
+    ]
     subprocess.run(cmd, check=True)
     return Shim(out)
 
@@ -120,6 +142,7 @@ _SPLITTERS: dict[int, object] = {}
 def splitter(pattern: int):
     if pattern not in _SPLITTERS:
         from tokenizers import Regex, pre_tokenizers
+
         _SPLITTERS[pattern] = pre_tokenizers.Split(Regex(onig_pattern(PATTERNS[pattern][1])), "isolated")
     return _SPLITTERS[pattern]
 
@@ -148,7 +171,7 @@ def oracle_flags(pattern: int, text: str) -> np.ndarray:
             pos += len(SPECIAL)
         if part:
             b = len(part.encode("utf-8"))
-            flags[pos:pos + b] = pieces_to_flags(splitter(pattern).pre_tokenize_str(part), part, b)
+            flags[pos : pos + b] = pieces_to_flags(splitter(pattern).pre_tokenize_str(part), part, b)
             pos += b
     return flags
 
@@ -160,7 +183,7 @@ def special_mask(data: bytes) -> np.ndarray | None:
     mask = np.zeros(len(data), np.uint8)
     i = data.find(sp)
     while i >= 0:
-        mask[i:i + len(sp)] = 1
+        mask[i : i + len(sp)] = 1
         i = data.find(sp, i + len(sp))
     return mask
 
@@ -189,8 +212,10 @@ def pieces_of(flags: np.ndarray, data: bytes, special: np.ndarray | None):
 def describe(pattern, data, ours, want, label):
     i = int(np.nonzero(ours != want)[0][0])
     lo = max(0, i - 40)
-    return (f"{PATTERNS[pattern][0]} {label}: first difference at byte {i} of {len(data)}: "
-            f"{data[lo:i]!r} | {data[i:i + 40]!r}; ours={int(ours[i])} oracle={int(want[i])}")
+    return (
+        f"{PATTERNS[pattern][0]} {label}: first difference at byte {i} of {len(data)}: "
+        f"{data[lo:i]!r} | {data[i : i + 40]!r}; ours={int(ours[i])} oracle={int(want[i])}"
+    )
 
 
 def check_text(shim: Shim, pattern: int, text: str, chunks=CHUNKS):
@@ -209,6 +234,7 @@ def check_text(shim: Shim, pattern: int, text: str, chunks=CHUNKS):
             label = {0: "sequential", -1: "python reference"}.get(chunk, f"chunk={chunk}")
             raise AssertionError(describe(pattern, data, got, want, label))
     return want
+
 
 @functools.lru_cache(maxsize=None)
 def tiktoken_enc(pattern: int):
@@ -242,21 +268,95 @@ def hf_for(pattern):
 # Generated text
 
 FRAGMENTS = (
-    list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") + list("sdmtlvreSDMTLVRE") * 2
-    + ["\u017f", "\u01c5", "\u01c8", "\u02b0", "\u00aa", "\u4e2d", "\u6587", "\u00e9", "\u00df",
-       "\u0416", "\u0436", "\u0410\u0411", "\u0627", "\u0628", "\u0915", "\u093f", "\u094d",
-       "\u0301", "\u0308", "\u20dd", "\u0903", "\uac00", "\u3042", "\u30a2", "\u0295", "\U00010d50"]
-    + list("0123456789") + ["\u0663", "\u00b2", "\u216b", "\u00bd", "\u0966", "\U0001d7ce"]
-    + [" "] * 6 + ["\n", "\r", "\r\n", "\t", "\u00a0", "\u3000", "\u2028", "\u2029", "\u0085",
-                   "\u000b", "\u000c", "\u2009", "\u200b", "\u180e", "\x1c"]
-    + list("''''/\\!?.,;:-\"#$%&*()[]{}<>@^_`|~+=") + ["\u2019", "\u00ab", "\u2014"]
-    + ["\U0001F600", "\U0001F44D\U0001F3FD", "\u200d", "\ufe0f", "\U0001F468\u200d\U0001F469\u200d\U0001F467",
-       "\x00", "\x7f", "\ue000", "\U000E0101", "\U000F0000"]
-    + ["'s", "'S", "'ll", "'LL", "'Ll", "'ve", "'VE", "'re", "'d", "'D", "'m", "'t", "'\u017f", "n't",
-       "\u2019s", "  ", "   ", "\n\n", " \n", "\n ", SPECIAL]
+    list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    + list("sdmtlvreSDMTLVRE") * 2
+    + [
+        "\u017f",
+        "\u01c5",
+        "\u01c8",
+        "\u02b0",
+        "\u00aa",
+        "\u4e2d",
+        "\u6587",
+        "\u00e9",
+        "\u00df",
+        "\u0416",
+        "\u0436",
+        "\u0410\u0411",
+        "\u0627",
+        "\u0628",
+        "\u0915",
+        "\u093f",
+        "\u094d",
+        "\u0301",
+        "\u0308",
+        "\u20dd",
+        "\u0903",
+        "\uac00",
+        "\u3042",
+        "\u30a2",
+        "\u0295",
+        "\U00010d50",
+    ]
+    + list("0123456789")
+    + ["\u0663", "\u00b2", "\u216b", "\u00bd", "\u0966", "\U0001d7ce"]
+    + [" "] * 6
+    + [
+        "\n",
+        "\r",
+        "\r\n",
+        "\t",
+        "\u00a0",
+        "\u3000",
+        "\u2028",
+        "\u2029",
+        "\u0085",
+        "\u000b",
+        "\u000c",
+        "\u2009",
+        "\u200b",
+        "\u180e",
+        "\x1c",
+    ]
+    + list("''''/\\!?.,;:-\"#$%&*()[]{}<>@^_`|~+=")
+    + ["\u2019", "\u00ab", "\u2014"]
+    + [
+        "\U0001f600",
+        "\U0001f44d\U0001f3fd",
+        "\u200d",
+        "\ufe0f",
+        "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+        "\x00",
+        "\x7f",
+        "\ue000",
+        "\U000e0101",
+        "\U000f0000",
+    ]
+    + [
+        "'s",
+        "'S",
+        "'ll",
+        "'LL",
+        "'Ll",
+        "'ve",
+        "'VE",
+        "'re",
+        "'d",
+        "'D",
+        "'m",
+        "'t",
+        "'\u017f",
+        "n't",
+        "\u2019s",
+        "  ",
+        "   ",
+        "\n\n",
+        " \n",
+        "\n ",
+        SPECIAL,
+    ]
 )
 
 
 def gen_text(rng: random.Random, max_frags: int = 40) -> str:
     return "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, max_frags)))
-

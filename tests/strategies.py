@@ -21,54 +21,184 @@ def n_examples(default: int) -> int:
 
 
 def fuzz(default: int):
-    return settings(max_examples=n_examples(default), deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.large_base_example,
-                                           HealthCheck.function_scoped_fixture])
-
+    return settings(
+        max_examples=n_examples(default),
+        deadline=None,
+        database=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+            HealthCheck.function_scoped_fixture,
+        ],
+    )
 
 
 ANY_CHAR = st.characters(exclude_categories=("Cs",))
 # Unicode White_Space (what \s means to tiktoken's and HF's engines), CRLF, and near misses
 # (U+200B ZERO WIDTH SPACE, U+FEFF, U+001C are not White_Space).
-WHITESPACE = [" ", "\t", "\n", "\r", "\r\n", "\x0b", "\x0c", "\x85", "\xa0", "\u1680", "\u2000",
-              "\u200a", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\u200b", "\ufeff",
-              "\x1c"]
+WHITESPACE = [
+    " ",
+    "\t",
+    "\n",
+    "\r",
+    "\r\n",
+    "\x0b",
+    "\x0c",
+    "\x85",
+    "\xa0",
+    "\u1680",
+    "\u2000",
+    "\u200a",
+    "\u2028",
+    "\u2029",
+    "\u202f",
+    "\u205f",
+    "\u3000",
+    "\u200b",
+    "\ufeff",
+    "\x1c",
+]
 # \p{N}: ASCII and other decimal digits (Nd), No and Nl.
-DIGITS = ["0", "1", "7", "9", "\u0663", "\u06f5", "\u07c1", "\u0967", "\u09e6", "\u0e53",
-          "\uff11", "\U0001d7d8", "\u00bd", "\u00b2", "\u216b", "\u3007", "\u2466"]
-APOSTROPHES = ["'", "\u2019", "\u2018", "\u02bc", "`", "'s", "'S", "'ll", "'LL", "'ve", "'Re",
-               "'d", "'m", "'t", "'\u017f", "''"]
-WORDS = ["a", "s", "S", "ll", "t", "x", "don", "I", "HE", "\u00e9", "\u65e5\u672c", "\u0416",
-         ".", ",", "!", "-", "/", "\U0001f600", "\u0301", "\u00c9t\u00e9", "hello", " the"]
+DIGITS = [
+    "0",
+    "1",
+    "7",
+    "9",
+    "\u0663",
+    "\u06f5",
+    "\u07c1",
+    "\u0967",
+    "\u09e6",
+    "\u0e53",
+    "\uff11",
+    "\U0001d7d8",
+    "\u00bd",
+    "\u00b2",
+    "\u216b",
+    "\u3007",
+    "\u2466",
+]
+APOSTROPHES = [
+    "'",
+    "\u2019",
+    "\u2018",
+    "\u02bc",
+    "`",
+    "'s",
+    "'S",
+    "'ll",
+    "'LL",
+    "'ve",
+    "'Re",
+    "'d",
+    "'m",
+    "'t",
+    "'\u017f",
+    "''",
+]
+WORDS = [
+    "a",
+    "s",
+    "S",
+    "ll",
+    "t",
+    "x",
+    "don",
+    "I",
+    "HE",
+    "\u00e9",
+    "\u65e5\u672c",
+    "\u0416",
+    ".",
+    ",",
+    "!",
+    "-",
+    "/",
+    "\U0001f600",
+    "\u0301",
+    "\u00c9t\u00e9",
+    "hello",
+    " the",
+]
 
-runs = st.builds(lambda unit, k: unit * k, st.sampled_from(WHITESPACE + DIGITS + APOSTROPHES),
-                 st.integers(1, 3000))
+runs = st.builds(
+    lambda unit, k: unit * k, st.sampled_from(WHITESPACE + DIGITS + APOSTROPHES), st.integers(1, 3000)
+)
 mixed_whitespace = st.lists(st.sampled_from(WHITESPACE), min_size=1, max_size=2000).map("".join)
 mixed_digits = st.lists(st.sampled_from(DIGITS), min_size=1, max_size=2000).map("".join)
-runs_text = st.lists(runs | mixed_whitespace | mixed_digits | st.sampled_from(WORDS)
-                     | st.text(ANY_CHAR, max_size=4), max_size=6).map("".join)
-fragment_text = st.lists(st.sampled_from(testing.TEXT_FRAGMENTS + WORDS + APOSTROPHES + WHITESPACE
-                                         + DIGITS) | st.text(ANY_CHAR, max_size=6),
-                         max_size=24).map("".join)
+runs_text = st.lists(
+    runs | mixed_whitespace | mixed_digits | st.sampled_from(WORDS) | st.text(ANY_CHAR, max_size=4),
+    max_size=6,
+).map("".join)
+fragment_text = st.lists(
+    st.sampled_from(testing.TEXT_FRAGMENTS + WORDS + APOSTROPHES + WHITESPACE + DIGITS)
+    | st.text(ANY_CHAR, max_size=6),
+    max_size=24,
+).map("".join)
 unicode_text = st.text(ANY_CHAR, max_size=80) | fragment_text
 
 # Raw bytes for the invalid-UTF-8 tests: valid and invalid sequences side by side.
 BYTE_FRAGMENTS = [
-    b"\x80", b"\xbf", b"\xc0", b"\xc1\xbf", b"\xc2", b"\xc3\xa9", b"\xe4\xb8", b"\xe4\xb8\xad",
-    b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xed\x9f\xbf", b"\xef\xbf\xbf", b"\xf0\x9f\x98",
-    b"\xf0\x9f\x98\x80", b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xe0\x80\xaf",
-    b"\xf0\x80\x80\xaf", b"\xc0\xaf", b"\xff", b"\xfe", b"\xf8\x88\x80\x80\x80", b"\xcc\x81",
-    b"\xe2\x80\x99", b"\xe2\x80", b"\xc2\xa0", b"\xe3\x80\x80", b"\xd9\xa3",
+    b"\x80",
+    b"\xbf",
+    b"\xc0",
+    b"\xc1\xbf",
+    b"\xc2",
+    b"\xc3\xa9",
+    b"\xe4\xb8",
+    b"\xe4\xb8\xad",
+    b"\xed\xa0\x80",
+    b"\xed\xbf\xbf",
+    b"\xed\x9f\xbf",
+    b"\xef\xbf\xbf",
+    b"\xf0\x9f\x98",
+    b"\xf0\x9f\x98\x80",
+    b"\xf4\x8f\xbf\xbf",
+    b"\xf4\x90\x80\x80",
+    b"\xe0\x80\xaf",
+    b"\xf0\x80\x80\xaf",
+    b"\xc0\xaf",
+    b"\xff",
+    b"\xfe",
+    b"\xf8\x88\x80\x80\x80",
+    b"\xcc\x81",
+    b"\xe2\x80\x99",
+    b"\xe2\x80",
+    b"\xc2\xa0",
+    b"\xe3\x80\x80",
+    b"\xd9\xa3",
 ]
-ASCII_FRAGMENTS = [b"a", b"s", b"S", b"'", b"'s", b"'ll", b" ", b"  ", b"\n", b"\r\n", b"\t",
-                   b"1", b"123", b"1234", b".", b"!", b"hello", b" world", b"x"]
+ASCII_FRAGMENTS = [
+    b"a",
+    b"s",
+    b"S",
+    b"'",
+    b"'s",
+    b"'ll",
+    b" ",
+    b"  ",
+    b"\n",
+    b"\r\n",
+    b"\t",
+    b"1",
+    b"123",
+    b"1234",
+    b".",
+    b"!",
+    b"hello",
+    b" world",
+    b"x",
+]
 
 
 def raw_bytes(specials=()):
-    parts = (st.sampled_from(BYTE_FRAGMENTS) | st.sampled_from(ASCII_FRAGMENTS)
-             | st.binary(min_size=1, max_size=6)
-             | st.text(ANY_CHAR, min_size=1, max_size=3).map(lambda s: s.encode("utf-8")))
+    parts = (
+        st.sampled_from(BYTE_FRAGMENTS)
+        | st.sampled_from(ASCII_FRAGMENTS)
+        | st.binary(min_size=1, max_size=6)
+        | st.text(ANY_CHAR, min_size=1, max_size=3).map(lambda s: s.encode("utf-8"))
+    )
     if specials:
         parts = parts | st.sampled_from([s.encode("utf-8") for s in specials])
     return st.lists(parts, max_size=24).map(b"".join)
@@ -82,4 +212,5 @@ def family_texts():
     """Batches for the family tests: mixed scripts, digit and whitespace runs, combining marks,
     emoji, and the families' hand-written texts."""
     from helpers import MIXED
+
     return st.lists(unicode_text | runs_text | st.sampled_from(MIXED), min_size=1, max_size=6)

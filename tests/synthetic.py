@@ -38,16 +38,36 @@ def tokenizer_json_doc(**overrides) -> dict:
         "truncation": None,
         "padding": None,
         "added_tokens": [
-            {"id": 259, "content": "<|end|>", "single_word": False, "lstrip": False,
-             "rstrip": False, "normalized": False, "special": True}
+            {
+                "id": 259,
+                "content": "<|end|>",
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
         ],
         "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "pre_tokenizer": {
+            "type": "ByteLevel",
+            "add_prefix_space": False,
+            "trim_offsets": True,
+            "use_regex": True,
+        },
         "post_processor": None,
         "decoder": None,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                  "vocab": vocab, "merges": ["a b", "ab c", "b c"]},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "vocab": vocab,
+            "merges": ["a b", "ab c", "b c"],
+        },
     }
     doc.update(overrides)
     return doc
@@ -67,8 +87,12 @@ BYTE_LEVEL_REGEX = dict(BYTE_LEVEL, use_regex=True)
 
 
 def split(regex, behavior="Isolated", invert=False, string=False):
-    return {"type": "Split", "pattern": {"String" if string else "Regex": regex},
-            "behavior": behavior, "invert": invert}
+    return {
+        "type": "Split",
+        "pattern": {"String" if string else "Regex": regex},
+        "behavior": behavior,
+        "invert": invert,
+    }
 
 
 def pre_tokenizer(steps: list[dict]) -> dict:

@@ -45,14 +45,17 @@ def packed(tok):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("convert, shown", [
-    (lambda d: d.astype(np.int8), r"int8\[4, 32\]"),
-    (lambda d: d.astype(np.uint16), r"uint16\[4, 32\]"),
-    (lambda d: d.astype(np.float32), r"float32\[4, 32\]"),
-    (lambda d: d.astype(bool), r"bool\[4, 32\]"),
-    (lambda d: d[None], r"uint8\[1, 4, 32\]"),
-    (lambda d: d.tolist(), r"int32\[4, 32\]"),  # a nested list becomes int32
-])
+@pytest.mark.parametrize(
+    "convert, shown",
+    [
+        (lambda d: d.astype(np.int8), r"int8\[4, 32\]"),
+        (lambda d: d.astype(np.uint16), r"uint16\[4, 32\]"),
+        (lambda d: d.astype(np.float32), r"float32\[4, 32\]"),
+        (lambda d: d.astype(bool), r"bool\[4, 32\]"),
+        (lambda d: d[None], r"uint8\[1, 4, 32\]"),
+        (lambda d: d.tolist(), r"int32\[4, 32\]"),  # a nested list becomes int32
+    ],
+)
 def test_data_of_wrong_dtype_or_shape(tok, packed, convert, shown):
     data, lengths = packed
     with pytest.raises(TypeError, match=r"data must be uint8\[batch, max_len\], got " + shown):
@@ -65,14 +68,17 @@ def test_data_without_byte_axis(tok, data):
         bb.encode(data, np.array([1], np.int32), tok, max_tokens=8)
 
 
-@pytest.mark.parametrize("convert, shown", [
-    (lambda n: n.astype(np.float32), r"float32\[4\]"),
-    (lambda n: n.astype(np.uint32), r"uint32\[4\]"),
-    (lambda n: n.astype(bool), r"bool\[4\]"),
-    (lambda n: n[:, None], r"int32\[4, 1\]"),
-    (lambda n: n[0], r"int32\[\]"),
-    (lambda n: np.concatenate([n, n]), r"int32\[8\]"),
-])
+@pytest.mark.parametrize(
+    "convert, shown",
+    [
+        (lambda n: n.astype(np.float32), r"float32\[4\]"),
+        (lambda n: n.astype(np.uint32), r"uint32\[4\]"),
+        (lambda n: n.astype(bool), r"bool\[4\]"),
+        (lambda n: n[:, None], r"int32\[4, 1\]"),
+        (lambda n: n[0], r"int32\[\]"),
+        (lambda n: np.concatenate([n, n]), r"int32\[8\]"),
+    ],
+)
 def test_lengths_of_wrong_dtype_or_shape(tok, packed, convert, shown):
     data, lengths = packed
     with pytest.raises(TypeError, match=r"lengths must be int32\[4\], got " + shown):
@@ -116,7 +122,9 @@ def test_device_lengths_out_of_range(tok, how, after_good_call):
         call = lambda l: bb.encode(data, convert(l), tok, max_tokens=8, **kwargs)
     if after_good_call:
         call(lengths).ids.block_until_ready()
-    with pytest.raises(HANDLER_ERRORS, match=r"INVALID_ARGUMENT: bbpe_encode: lengths\[2\] = 33 is outside \[0, 32\]"):
+    with pytest.raises(
+        HANDLER_ERRORS, match=r"INVALID_ARGUMENT: bbpe_encode: lengths\[2\] = 33 is outside \[0, 32\]"
+    ):
         call(bad).ids.block_until_ready()
 
 
@@ -126,8 +134,9 @@ def test_device_length_error_type_after_good_call(tok):
     data, lengths = bb.pack_strings(TEXTS[:3], max_len=64)
     data, good = jax.device_put(data, CPU), jax.device_put(lengths, CPU)
     bb.encode(data, good, tok, max_tokens=4).ids.block_until_ready()
-    with pytest.raises((jax.errors.JaxRuntimeError, ValueError),
-                       match=r"INVALID_ARGUMENT: bbpe_encode: lengths\[0\] = 99"):
+    with pytest.raises(
+        (jax.errors.JaxRuntimeError, ValueError), match=r"INVALID_ARGUMENT: bbpe_encode: lengths\[0\] = 99"
+    ):
         bb.encode(data, good.at[0].set(99), tok, max_tokens=4).ids.block_until_ready()
 
 
@@ -139,15 +148,18 @@ def test_device_length_error_type_after_good_call(tok):
 @pytest.mark.parametrize("max_tokens", [-1, -(2**40), 8.0, "8", None, True, 2**31])
 def test_max_tokens_not_positive_int(tok, packed, max_tokens):
     data, lengths = packed
-    with pytest.raises(ValueError, match=r"max_tokens must be a positive int below 2\*\*31, got "
-                       + repr(max_tokens)):
+    with pytest.raises(
+        ValueError, match=r"max_tokens must be a positive int below 2\*\*31, got " + repr(max_tokens)
+    ):
         bb.encode(data, lengths, tok, max_tokens=max_tokens)
 
 
 @pytest.mark.parametrize("block_size", [0, 64, 2048, "256", None])
 def test_bad_block_size(tok, packed, block_size):
     data, lengths = packed
-    with pytest.raises(ValueError, match=r"block_size must be one of \(256, 512, 1024\), got " + repr(block_size)):
+    with pytest.raises(
+        ValueError, match=r"block_size must be one of \(256, 512, 1024\), got " + repr(block_size)
+    ):
         bb.encode(data, lengths, tok, max_tokens=8, block_size=block_size)
 
 
@@ -160,13 +172,16 @@ def test_bad_mode(tok, packed, mode):
         tok.encode_batch(TEXTS, mode=mode, device=CPU)
 
 
-@pytest.mark.parametrize("allowed, message", [
-    ({"<|nope|>"}, r"not special tokens of cl100k_base: \['<\|nope\|>'\]"),
-    (["<|endoftext|>", "<|endoftext"], r"not special tokens of cl100k_base: \['<\|endoftext'\]"),
-    ({100257}, r"not special tokens of cl100k_base: \[100257\]"),
-    ("<|endoftext|>", "got the string '<\\|endoftext\\|>'"),
-    ("ALL", "allowed_special must be 'all', 'none' or a collection"),
-])
+@pytest.mark.parametrize(
+    "allowed, message",
+    [
+        ({"<|nope|>"}, r"not special tokens of cl100k_base: \['<\|nope\|>'\]"),
+        (["<|endoftext|>", "<|endoftext"], r"not special tokens of cl100k_base: \['<\|endoftext'\]"),
+        ({100257}, r"not special tokens of cl100k_base: \[100257\]"),
+        ("<|endoftext|>", "got the string '<\\|endoftext\\|>'"),
+        ("ALL", "allowed_special must be 'all', 'none' or a collection"),
+    ],
+)
 def test_unknown_allowed_special(tok, packed, allowed, message):
     data, lengths = packed
     with pytest.raises(ValueError, match=message):
@@ -177,8 +192,11 @@ def test_unknown_allowed_special(tok, packed, allowed, message):
 
 def test_allowed_special_with_tables(tok, packed):
     data, lengths = packed
-    with pytest.raises(ValueError, match=r"EncodeTables fix the allowed specials; choose them with "
-                                         r"tok.tables\(allowed_special=...\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"EncodeTables fix the allowed specials; choose them with "
+        r"tok.tables\(allowed_special=...\)",
+    ):
         bb.encode(data, lengths, tok.tables(device=CPU), max_tokens=8, allowed_special="all")
 
 
@@ -191,7 +209,7 @@ def test_vmap_over_tables(tok, packed):
         f(jnp.stack([data, data]), jnp.stack([lengths, lengths]), stacked)
 
 
-@pytest.mark.parametrize("pad_id", [2**31, -2**31 - 1, 1.5, "0"])
+@pytest.mark.parametrize("pad_id", [2**31, -(2**31) - 1, 1.5, "0"])
 def test_pad_id_not_int32(tok, packed, pad_id):
     data, lengths = packed
     with pytest.raises(ValueError, match="pad_id must be an int32"):
@@ -203,8 +221,9 @@ def test_pad_id_not_int32(tok, packed, pad_id):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("item", [3, None, 2.5, bytearray(b"ab"), memoryview(b"ab"), ["ab"],
-                                  np.array([97], np.uint8)])
+@pytest.mark.parametrize(
+    "item", [3, None, 2.5, bytearray(b"ab"), memoryview(b"ab"), ["ab"], np.array([97], np.uint8)]
+)
 def test_pack_strings_non_str_items(item):
     with pytest.raises(TypeError, match="pack_strings: item 1 is neither str nor bytes"):
         bb.pack_strings(["ok", item, "ok"])

@@ -27,15 +27,35 @@ from synthetic import b64, tiktoken_lines, tokenizer_json_doc, write_json
 
 
 UNSUPPORTED_PRE_TOKENIZERS = {
-    "metaspace": ({"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581",
-                                     "prepend_scheme": "always", "split": True}},
-                  "pre_tokenizer: pre-tokenizer type 'Metaspace' is not supported"),
+    "metaspace": (
+        {
+            "pre_tokenizer": {
+                "type": "Metaspace",
+                "replacement": "\u2581",
+                "prepend_scheme": "always",
+                "split": True,
+            }
+        },
+        "pre_tokenizer: pre-tokenizer type 'Metaspace' is not supported",
+    ),
     "nfkc": ({"normalizer": {"type": "NFKC"}}, "normalizer NFKC is not supported"),
-    "unknown_regex": ({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-                          {"type": "Split", "pattern": {"Regex": r"\w+|\s+|[^\w\s]+"},
-                           "behavior": "Isolated", "invert": False},
-                          {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}},
-                      r"pre_tokenizer.pretokenizers\[0\].pattern: escape \\w is not supported"),
+    "unknown_regex": (
+        {
+            "pre_tokenizer": {
+                "type": "Sequence",
+                "pretokenizers": [
+                    {
+                        "type": "Split",
+                        "pattern": {"Regex": r"\w+|\s+|[^\w\s]+"},
+                        "behavior": "Isolated",
+                        "invert": False,
+                    },
+                    {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False},
+                ],
+            }
+        },
+        r"pre_tokenizer.pretokenizers\[0\].pattern: escape \\w is not supported",
+    ),
 }
 
 
@@ -45,8 +65,11 @@ def test_exact_mode_on_unsupported_pre_tokenizer(tmp_path, case):
     path = write_json(tmp_path / "tokenizer.json", tokenizer_json_doc(**overrides))
     tok = bb.Tokenizer.from_file(path)  # loads: bytes mode is still available
     data, lengths = bb.pack_strings(["abc abc"], max_len=16)
-    with pytest.raises(ValueError, match=rf"exact mode is not supported for {tmp_path.name}: .*{message}.*"
-                                         r"Use mode='bytes'"):
+    with pytest.raises(
+        ValueError,
+        match=rf"exact mode is not supported for {tmp_path.name}: .*{message}.*"
+        r"Use mode='bytes'",
+    ):
         bb.encode(data, lengths, tok, max_tokens=8)
     with pytest.raises(ValueError, match=message):
         tok.encode_batch(["abc"], device=CPU)
@@ -62,13 +85,15 @@ def test_exact_mode_on_tiktoken_file_without_known_pattern(tmp_path, data_dir):
     shutil.copy(data_dir / "vocab" / "tiktoken" / "r50k_base.tiktoken", path)
     tok = bb.Tokenizer.from_file(path)
     data, lengths = bb.pack_strings(["hello world"], max_len=16)
-    with pytest.raises(ValueError, match=r"exact mode is not supported for mine: it has no pre-tokenizer pattern"):
+    with pytest.raises(
+        ValueError, match=r"exact mode is not supported for mine: it has no pre-tokenizer pattern"
+    ):
         bb.encode(data, lengths, tok, max_tokens=8)
     # With a pattern of its own it runs exactly (the pattern is compiled, not recognised).
     custom = bb.Tokenizer.from_file(path, pattern=r"\S+|\s+")
     enc = testing.tiktoken_oracle("r50k", custom, r"\S+|\s+")
     out = bb.encode(data, lengths, custom, max_tokens=8)
-    assert np.asarray(out.ids)[0, :int(out.counts[0])].tolist() == enc.encode_ordinary("hello world")
+    assert np.asarray(out.ids)[0, : int(out.counts[0])].tolist() == enc.encode_ordinary("hello world")
     bad = bb.Tokenizer.from_file(path, pattern=r"(?<=x)y|\S+|\s+")
     with pytest.raises(ValueError, match=r"exact mode is not supported for mine: pattern: lookbehind"):
         bb.encode(data, lengths, bad, max_tokens=8)
@@ -78,9 +103,11 @@ def test_exact_mode_on_tiktoken_file_without_known_pattern(tmp_path, data_dir):
 def test_exact_mode_on_tiktoken_encoding_with_bytes_pattern(data_dir):
     pytest.importorskip("tiktoken")
     import tiktoken.load
+
     ranks = tiktoken.load.load_tiktoken_bpe(str(data_dir / "vocab" / "tiktoken" / "r50k_base.tiktoken"))
-    enc = tiktoken.Encoding("r50k_bytes", pat_str=testing.BYTES_MODE_PATTERN, mergeable_ranks=ranks,
-                            special_tokens={})
+    enc = tiktoken.Encoding(
+        "r50k_bytes", pat_str=testing.BYTES_MODE_PATTERN, mergeable_ranks=ranks, special_tokens={}
+    )
     tok = bb.Tokenizer.from_tiktoken(enc)
     data, lengths = bb.pack_strings(["hello world"], max_len=16)
     # (?s:.+) compiles to one piece per sub-text: exact mode is bytes mode.
@@ -118,8 +145,9 @@ def test_truncated_tiktoken_file_every_cut_of_last_line(tmp_path):
         with pytest.raises(VocabError, match=at(path, rf":{last_line_no}: ")) as info:
             bb.Tokenizer.from_file(path)
         message = str(info.value)
-        assert any(m in message for m in ("expected '<base64 token> <rank>'", "not valid base64",
-                                          "duplicate rank")), (cut, message)
+        assert any(
+            m in message for m in ("expected '<base64 token> <rank>'", "not valid base64", "duplicate rank")
+        ), (cut, message)
 
 
 def test_truncated_real_vocab(tmp_path, data_dir):
@@ -165,20 +193,29 @@ def test_non_dense_ranks_load_and_encode_like_tiktoken(tmp_path):
     enc = tiktoken.Encoding("holes", pat_str=pattern, mergeable_ranks=ranks, special_tokens={"<|s|>": 9000})
     texts = ["abc bc ab", "hello abcabc", "<|s|>abc<|s|>", "", "x" * 40]
     ids, counts = tok.encode_batch(texts, mode="bytes", allowed_special="all", device=CPU)
-    bytes_enc = tiktoken.Encoding("holes_bytes", pat_str=testing.BYTES_MODE_PATTERN,
-                                  mergeable_ranks=ranks, special_tokens={"<|s|>": 9000})
+    bytes_enc = tiktoken.Encoding(
+        "holes_bytes",
+        pat_str=testing.BYTES_MODE_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens={"<|s|>": 9000},
+    )
     for k, text in enumerate(texts):
-        assert np.asarray(ids)[k, :int(counts[k])].tolist() == bytes_enc.encode(text, allowed_special="all")
+        assert np.asarray(ids)[k, : int(counts[k])].tolist() == bytes_enc.encode(text, allowed_special="all")
     assert tok.decode(ids, counts) == texts
     assert enc.n_vocab == tok.vocab.n_vocab == 9001
 
 
-@pytest.mark.parametrize("model, message", [
-    ({"type": "Unigram", "vocab": [["a", 0.0]]}, "model.type: model type 'Unigram' is not supported"),
-    ({"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"},
-     "model.type: model type 'WordLevel' is not supported"),
-    ({"vocab": {"a": 0}}, "model.type: model type None is not supported"),
-])
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ({"type": "Unigram", "vocab": [["a", 0.0]]}, "model.type: model type 'Unigram' is not supported"),
+        (
+            {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"},
+            "model.type: model type 'WordLevel' is not supported",
+        ),
+        ({"vocab": {"a": 0}}, "model.type: model type None is not supported"),
+    ],
+)
 def test_unsupported_model_types(tmp_path, model, message):
     path = write_json(tmp_path / "tokenizer.json", tokenizer_json_doc(model=model))
     with pytest.raises(VocabError, match=at(path, rf": {message}")):
@@ -199,4 +236,3 @@ def test_tokenizer_json_merge_as_string_with_three_parts(tmp_path):
     path = write_json(tmp_path / "tokenizer.json", doc)
     with pytest.raises(VocabError, match=at(path, r": model.merges\[3\]: expected two tokens")):
         bb.Tokenizer.from_file(path)
-

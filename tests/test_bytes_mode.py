@@ -47,8 +47,9 @@ def test_bytes_mode_equals_tiktoken_on_corpora(name, fmt, backend, corpus_excerp
     tok = load_tokenizer(name, fmt)
     texts = corpus_excerpts
     refs = _references(name, texts)
-    bad = mismatches(tok, texts, refs, device=device_for(kind), mode="bytes",
-                     block_size=block_size, max_len=4100)
+    bad = mismatches(
+        tok, texts, refs, device=device_for(kind), mode="bytes", block_size=block_size, max_len=4100
+    )
     assert not bad, f"{len(bad)}/{len(texts)} excerpts differ; first: #{bad[0][0]}"
 
 
@@ -70,11 +71,13 @@ def test_bytes_mode_special_tokens_split_merges(name, backend, data_dir):
         texts.append(s.encode("utf-8"))
     texts += [b"", specials[0].encode(), (specials[0] * 3).encode(), b"<|" + specials[0].encode()]
     refs = [enc.encode(t.decode("utf-8"), allowed_special="all") for t in texts]
-    bad = mismatches(tok, texts, refs, device=device_for(kind), mode="bytes",
-                     block_size=block_size, allowed_special="all")
+    bad = mismatches(
+        tok, texts, refs, device=device_for(kind), mode="bytes", block_size=block_size, allowed_special="all"
+    )
     assert not bad, f"{len(bad)}/{len(texts)} differ; first: #{bad[0][0]} {texts[bad[0][0]][:80]!r}"
     # With no specials allowed, their text is ordinary text (tiktoken's encode_ordinary).
     refs = [enc.encode_ordinary(t.decode("utf-8")) for t in texts]
-    bad = mismatches(tok, texts, refs, device=device_for(kind), mode="bytes",
-                     block_size=block_size, allowed_special="none")
+    bad = mismatches(
+        tok, texts, refs, device=device_for(kind), mode="bytes", block_size=block_size, allowed_special="none"
+    )
     assert not bad, f"{len(bad)}/{len(texts)} differ without specials; first: #{bad[0][0]}"

@@ -79,7 +79,7 @@ def check_shards_equal_encode(tok, shards, docs, **kw):
     for shard in shards:
         n = len(shard["counts"])
         assert shard["ids"].dtype == np.int32 and shard["counts"].dtype == np.int32
-        ids, counts = reference(tok, docs[start:start + n], shard["ids"].shape[1], **kw)
+        ids, counts = reference(tok, docs[start : start + n], shard["ids"].shape[1], **kw)
         np.testing.assert_array_equal(shard["counts"], counts)
         np.testing.assert_array_equal(shard["ids"], ids)
         start += n
@@ -88,8 +88,22 @@ def check_shards_equal_encode(tok, shards, docs, **kw):
 
 def test_encode_lines_equals_encode(capsys, tmp_path, small_text, vocab_path, tok):
     out = tmp_path / "out"
-    rc, stdout, err = run_cli(capsys, "encode", small_text, "-o", out, "--vocab", vocab_path,
-                              "--batch-size", 64, "--shard-size", 200, "--format", "npz", "-q")
+    rc, stdout, err = run_cli(
+        capsys,
+        "encode",
+        small_text,
+        "-o",
+        out,
+        "--vocab",
+        vocab_path,
+        "--batch-size",
+        64,
+        "--shard-size",
+        200,
+        "--format",
+        "npz",
+        "-q",
+    )
     assert rc == 0, err
     docs = [line for line in small_text.read_bytes().split(b"\n") if line]
     manifest, shards = load_shards(out)
@@ -105,9 +119,28 @@ def test_encode_lines_equals_encode(capsys, tmp_path, small_text, vocab_path, to
 
 def test_encode_chunks_truncation_npy_bytes_mode(capsys, tmp_path, small_text, vocab_path, tok):
     out = tmp_path / "out"
-    rc, _, err = run_cli(capsys, "encode", small_text, "-o", out, "--vocab", vocab_path,
-                         "--split", "chunk:1000", "--max-tokens", 150, "--max-len", 1024,
-                         "--mode", "bytes", "--format", "npy", "--pad-id", 7, "-q")
+    rc, _, err = run_cli(
+        capsys,
+        "encode",
+        small_text,
+        "-o",
+        out,
+        "--vocab",
+        vocab_path,
+        "--split",
+        "chunk:1000",
+        "--max-tokens",
+        150,
+        "--max-len",
+        1024,
+        "--mode",
+        "bytes",
+        "--format",
+        "npy",
+        "--pad-id",
+        7,
+        "-q",
+    )
     assert rc == 0, err
     raw = small_text.read_bytes()
     docs = [raw[a:b] for a, b in cli.chunk_cuts(raw, 1000)]
@@ -126,8 +159,22 @@ def test_encode_jsonl(capsys, tmp_path, vocab_path, tok):
     src = tmp_path / "data.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
     out = tmp_path / "out"
-    rc, _, err = run_cli(capsys, "encode", src, "--jsonl-field", "text", "-o", out,
-                         "--vocab", vocab_path, "--batch-size", 16, "--format", "npz", "-q")
+    rc, _, err = run_cli(
+        capsys,
+        "encode",
+        src,
+        "--jsonl-field",
+        "text",
+        "-o",
+        out,
+        "--vocab",
+        vocab_path,
+        "--batch-size",
+        16,
+        "--format",
+        "npz",
+        "-q",
+    )
     assert rc == 0, err
     _, shards = load_shards(out)
     docs = [r["text"].encode() for r in rows]
@@ -140,8 +187,20 @@ def test_encode_allowed_special(capsys, tmp_path, vocab_path, tok):
     src.write_text("hello<|endoftext|>world\n")
     for flag, expect_special in (("none", False), ("all", True), ("<|endoftext|>", True)):
         out = tmp_path / f"out_{expect_special}_{len(flag)}"
-        rc, _, err = run_cli(capsys, "encode", src, "-o", out, "--vocab", vocab_path,
-                             "--allowed-special", flag, "--format", "npz", "-q")
+        rc, _, err = run_cli(
+            capsys,
+            "encode",
+            src,
+            "-o",
+            out,
+            "--vocab",
+            vocab_path,
+            "--allowed-special",
+            flag,
+            "--format",
+            "npz",
+            "-q",
+        )
         assert rc == 0, err
         _, shards = load_shards(out)
         assert (100257 in shards[0]["ids"][0].tolist()) == expect_special
@@ -175,8 +234,20 @@ def test_info_tiktoken_name_offline(capsys, tmp_path, monkeypatch, vocab_path):
 
 
 def test_bench(capsys, small_text, vocab_path):
-    rc, out, err = run_cli(capsys, "bench", small_text, "--vocab", vocab_path, "--batch", 16,
-                           "--bytes", 256, "--repeats", 1, "--json")
+    rc, out, err = run_cli(
+        capsys,
+        "bench",
+        small_text,
+        "--vocab",
+        vocab_path,
+        "--batch",
+        16,
+        "--bytes",
+        256,
+        "--repeats",
+        1,
+        "--json",
+    )
     assert rc == 0, err
     result = json.loads(out)
     assert result["device_MBps"] > 0 and result["tokens"] > 0 and result["batch"] == 16
@@ -190,9 +261,23 @@ def _bad_vocab_files(tmp_path: Path) -> list[Path]:
     return [bad_tiktoken, bad_json]
 
 
-@pytest.mark.parametrize("case", ["missing_input", "missing_vocab", "bad_tiktoken", "bad_json",
-                                  "unknown_command", "no_command", "bad_split", "bad_special",
-                                  "no_vocab", "jsonl_field", "output_exists", "bad_batch"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing_input",
+        "missing_vocab",
+        "bad_tiktoken",
+        "bad_json",
+        "unknown_command",
+        "no_command",
+        "bad_split",
+        "bad_special",
+        "no_vocab",
+        "jsonl_field",
+        "output_exists",
+        "bad_batch",
+    ],
+)
 def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, case):
     bad_tiktoken, bad_json = _bad_vocab_files(tmp_path)
     jsonl = tmp_path / "x.jsonl"
@@ -202,24 +287,36 @@ def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, c
     (done / "shard-manifest.json").write_text("{}")
     out = tmp_path / "o"
     argv, needle = {
-        "missing_input": (["encode", tmp_path / "nope.txt", "-o", out, "--vocab", vocab_path],
-                          str(tmp_path / "nope.txt")),
+        "missing_input": (
+            ["encode", tmp_path / "nope.txt", "-o", out, "--vocab", vocab_path],
+            str(tmp_path / "nope.txt"),
+        ),
         "missing_vocab": (["info", "--vocab", tmp_path / "nope.tiktoken"], str(tmp_path / "nope.tiktoken")),
         "bad_tiktoken": (["info", "--vocab", bad_tiktoken], f"{bad_tiktoken}:2"),
         "bad_json": (["encode", small_text, "-o", out, "--vocab", bad_json], str(bad_json)),
         "unknown_command": (["tokenise", small_text], "tokenise"),
         "no_command": ([], "COMMAND"),
-        "bad_split": (["encode", small_text, "-o", out, "--vocab", vocab_path, "--split", "words"],
-                      "--split"),
-        "bad_special": (["encode", small_text, "-o", out, "--vocab", vocab_path,
-                         "--allowed-special", "<|nope|>"], "<|nope|>"),
+        "bad_split": (
+            ["encode", small_text, "-o", out, "--vocab", vocab_path, "--split", "words"],
+            "--split",
+        ),
+        "bad_special": (
+            ["encode", small_text, "-o", out, "--vocab", vocab_path, "--allowed-special", "<|nope|>"],
+            "<|nope|>",
+        ),
         "no_vocab": (["encode", small_text, "-o", out], "--vocab"),
-        "jsonl_field": (["encode", jsonl, "--jsonl-field", "text", "-o", out, "--vocab", vocab_path],
-                        f"{jsonl}:2"),
-        "output_exists": (["encode", small_text, "-o", done, "--vocab", vocab_path, "--format", "npz"],
-                          "--overwrite"),
-        "bad_batch": (["encode", small_text, "-o", out, "--vocab", vocab_path, "--batch-size", "0"],
-                      "--batch-size"),
+        "jsonl_field": (
+            ["encode", jsonl, "--jsonl-field", "text", "-o", out, "--vocab", vocab_path],
+            f"{jsonl}:2",
+        ),
+        "output_exists": (
+            ["encode", small_text, "-o", done, "--vocab", vocab_path, "--format", "npz"],
+            "--overwrite",
+        ),
+        "bad_batch": (
+            ["encode", small_text, "-o", out, "--vocab", vocab_path, "--batch-size", "0"],
+            "--batch-size",
+        ),
     }[case]
     rc, stdout, err = run_cli(capsys, *argv)
     assert rc == 2
@@ -230,10 +327,12 @@ def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, c
 
 
 def test_python_dash_m(tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "blockbpe_jax", "--help"], capture_output=True,
-                        text=True, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-m", "blockbpe_jax", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert ok.returncode == 0 and "encode" in ok.stdout and "bench" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "blockbpe_jax", "frobnicate"], capture_output=True,
-                         text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "blockbpe_jax", "frobnicate"], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "frobnicate" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1

@@ -64,14 +64,19 @@ def test_any_length_equals_encode_batch_tiktoken_and_decode(tmp_path, cl100k, wa
     pytest.importorskip("tiktoken")
     mb = utf8_cut(war_and_peace, 1 << 20)
     lines = [x for x in war_and_peace[200_000:260_000].split(b"\n") if x]
-    docs = ([b"", b"a", utf8_cut(war_and_peace[300_000:], 100_000)] + lines[:150]
-            + ["ünïcödé — ✓ 日本語 🎉".encode(), mb, b" ", b"\n\n  x"] + lines[150:])
+    docs = (
+        [b"", b"a", utf8_cut(war_and_peace[300_000:], 100_000)]
+        + lines[:150]
+        + ["ünïcödé — ✓ 日本語 🎉".encode(), mb, b" ", b"\n\n  x"]
+        + lines[150:]
+    )
     src = tmp_path / "docs.jsonl.gz"
     with gzip.open(src, "wt", encoding="utf-8") as f:
         f.writelines(json.dumps({"text": d.decode(), "id": i}) + "\n" for i, d in enumerate(docs))
     # small batches and shards: long documents alone, many batches, documents across shards
-    meta = corpus.encode_files(cl100k, [src], tmp_path / "out" / "wp", jsonl_field="text",
-                               batch_bytes=64 << 10, shard_tokens=20_000)
+    meta = corpus.encode_files(
+        cl100k, [src], tmp_path / "out" / "wp", jsonl_field="text", batch_bytes=64 << 10, shard_tokens=20_000
+    )
     assert meta["dtype"] == "uint32" and meta["n_vocab"] == 100277 > 65536
     assert meta["documents"] == len(docs) and len(meta["shards"]) > 3
     got = [a.tolist() for a in corpus.read_shards(tmp_path / "out" / "wp")]
@@ -102,9 +107,24 @@ def test_cli_default_flat_uint16_and_verify(capsys, tmp_path, root, r50k, war_an
     src = tmp_path / "wp.txt"
     src.write_bytes(war_and_peace[:80_000])
     out = tmp_path / "o"
-    rc = cli.main([str(x) for x in ("encode", src, "-o", out, "--vocab",
-                                    root / "vocab/tiktoken/r50k_base.tiktoken", "-q",
-                                    "--batch-bytes", 16384, "--verify", 100000)])
+    rc = cli.main(
+        [
+            str(x)
+            for x in (
+                "encode",
+                src,
+                "-o",
+                out,
+                "--vocab",
+                root / "vocab/tiktoken/r50k_base.tiktoken",
+                "-q",
+                "--batch-bytes",
+                16384,
+                "--verify",
+                100000,
+            )
+        ]
+    )
     stdout, err = capsys.readouterr()
     assert rc == 0, err
     assert "verify: ok" in stdout and "equal to tiktoken" in stdout
@@ -124,7 +144,7 @@ def test_cli_default_flat_uint16_and_verify(capsys, tmp_path, root, r50k, war_an
 
 def corrupt(path: Path, offset: int, value: bytes) -> None:
     data = bytearray(path.read_bytes())
-    data[offset:offset + len(value)] = value
+    data[offset : offset + len(value)] = value
     path.write_bytes(bytes(data))
 
 
@@ -164,6 +184,7 @@ def test_verify_finds_corruption(capsys, tmp_path, root, cl100k, war_and_peace, 
 
 def bad_inputs(tmp: Path) -> dict[str, tuple[list, str]]:
     """case -> (extra encode arguments, the exact error after 'blockbpe-jax: error: ')."""
+
     def write(name: str, data: bytes) -> Path:
         (tmp / name).write_bytes(data)
         return tmp / name
@@ -200,15 +221,23 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[list, str]]:
         "field_missing": ([no_field] + J, f"{no_field}:2: no field 'text' (--jsonl-field)"),
         "field_not_string": ([not_str] + J, f"{not_str}:2: field 'text' is int, not a string"),
         "not_object": ([not_obj] + J, f"{not_obj}:1: not a JSON object (list)"),
-        "surrogate": ([surrogate] + J, f"{surrogate}:2: field 'text' is not valid UTF-8 (lone "
-                                       f"surrogate at character 1)"),
+        "surrogate": (
+            [surrogate] + J,
+            f"{surrogate}:2: field 'text' is not valid UTF-8 (lone surrogate at character 1)",
+        ),
         "utf8_lines": ([bad_utf8], f"{bad_utf8}:2: not valid UTF-8 (byte 2: invalid continuation byte)"),
-        "utf8_file": ([bad_utf8, "--split", "file"],
-                      f"{bad_utf8}:2: not valid UTF-8 (byte 5: invalid continuation byte)"),
-        "utf8_jsonl": ([bad_utf8_json] + J, f"{bad_utf8_json}:1: not valid UTF-8 (byte 12: invalid "
-                                            f"continuation byte)"),
-        "output_exists": ([good, "-o", done], f"{done / 'shard.json'}: output exists (use --overwrite "
-                                              f"or another --output)"),
+        "utf8_file": (
+            [bad_utf8, "--split", "file"],
+            f"{bad_utf8}:2: not valid UTF-8 (byte 5: invalid continuation byte)",
+        ),
+        "utf8_jsonl": (
+            [bad_utf8_json] + J,
+            f"{bad_utf8_json}:1: not valid UTF-8 (byte 12: invalid continuation byte)",
+        ),
+        "output_exists": (
+            [good, "-o", done],
+            f"{done / 'shard.json'}: output exists (use --overwrite or another --output)",
+        ),
     }
 
 
@@ -224,9 +253,21 @@ def cut_gz_line(whole: bytes) -> int:
     return n + 1
 
 
-CASES = ["missing", "directory", "not_gzip", "truncated_gzip", "bad_json", "field_missing",
-         "field_not_string", "not_object", "surrogate", "utf8_lines", "utf8_file", "utf8_jsonl",
-         "output_exists"]
+CASES = [
+    "missing",
+    "directory",
+    "not_gzip",
+    "truncated_gzip",
+    "bad_json",
+    "field_missing",
+    "field_not_string",
+    "not_object",
+    "surrogate",
+    "utf8_lines",
+    "utf8_file",
+    "utf8_jsonl",
+    "output_exists",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -252,8 +293,11 @@ def test_overwrite_replaces_all_shards(tmp_path, r50k, war_and_peace):
     with pytest.raises(corpus.CorpusError, match="output exists"):
         corpus.encode_files(r50k, [src], prefix)
     second = corpus.encode_files(r50k, [src], prefix, overwrite=True)
-    assert len(second["shards"]) == 1 and sorted(p.name for p in prefix.parent.iterdir()) == \
-        ["x.json", "x_00000.bin", "x_00000.idx"]
+    assert len(second["shards"]) == 1 and sorted(p.name for p in prefix.parent.iterdir()) == [
+        "x.json",
+        "x_00000.bin",
+        "x_00000.idx",
+    ]
     assert [a.tolist() for a in corpus.read_shards(prefix)] == first_ids
     assert second["tokens"] == first["tokens"]
 
@@ -285,8 +329,7 @@ def test_error_after_many_batches_in_the_pipeline(tmp_path, r50k):
     src.write_text("\n".join(json.dumps(d) for d in good) + "\n{not json\n", encoding="utf-8")
     out = tmp_path / "out"
     with pytest.raises(corpus.CorpusError, match=rf"^{src}:401: "):
-        corpus.encode_files(r50k, [src], out / "shard", jsonl_field="text",
-                            batch_bytes=2048)
+        corpus.encode_files(r50k, [src], out / "shard", jsonl_field="text", batch_bytes=2048)
     assert not any(out.iterdir())
     src.write_text("\n".join(json.dumps(d) for d in good) + "\n", encoding="utf-8")
     corpus.encode_files(r50k, [src], out / "shard", jsonl_field="text", batch_bytes=2048)
@@ -303,8 +346,10 @@ def test_sorted_calls_and_dense_rows_keep_input_order(tmp_path, r50k):
 
     rng = np.random.default_rng(0)
     words = ["alpha", "beta", "🎉🎉🎉", "日本語", "  ", "1234567", "\t", "🇯🇵👩‍👩‍👧"]
-    docs = [" ".join(rng.choice(words, int(n))).encode()
-            for n in rng.integers(1, 400, 300).tolist() + [5000, 1, 2]]
+    docs = [
+        " ".join(rng.choice(words, int(n))).encode()
+        for n in rng.integers(1, 400, 300).tolist() + [5000, 1, 2]
+    ]
     docs[10] = "\U00020000".encode() * 300  # 1200 bytes, 1200 tokens: more than width // 2
     src = tmp_path / "in.txt"
     src.write_bytes(b"\n".join(docs) + b"\n")
@@ -363,8 +408,9 @@ def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatc
     calls = _spy_encode_into(monkeypatch)
 
     def run(name):
-        corpus.encode_documents(r50k, iter(windows), shards_writer(tmp_path / name, r50k), [src],
-                                batch_bytes=16384)
+        corpus.encode_documents(
+            r50k, iter(windows), shards_writer(tmp_path / name, r50k), [src], batch_bytes=16384
+        )
 
     run("a")
     by_width: dict[int, set] = {}
@@ -435,8 +481,14 @@ def test_second_process_loads_the_jobs_executables(tmp_path, root):
     src.write_text("first line\nsecond, longer line of text " * 40 + "\n" + "x\n" * 30, encoding="utf-8")
     env = {**os.environ, "BLOCKBPE_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("BLOCKBPE_XLA_CACHE", None)
-    argv = [sys.executable, "-c", SECOND_RUN, str(root / "vocab/tiktoken/r50k_base.tiktoken"), str(src),
-            str(tmp_path / "o" / "s")]
+    argv = [
+        sys.executable,
+        "-c",
+        SECOND_RUN,
+        str(root / "vocab/tiktoken/r50k_base.tiktoken"),
+        str(src),
+        str(tmp_path / "o" / "s"),
+    ]
     runs = [subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300) for _ in range(2)]
     assert all(r.returncode == 0 for r in runs), runs[-1].stderr[-2000:]
     (hits1, misses1), (hits2, misses2) = [tuple(map(int, r.stdout.split())) for r in runs]
@@ -467,8 +519,26 @@ def test_arrayrecord_round_trip(tmp_path, capsys, root, cl100k, r50k, war_and_pe
     src.write_text("".join(json.dumps({"body": d.decode()}) + "\n" for d in docs), encoding="utf-8")
     for tok, vocab, dtype in ((cl100k, "cl100k_base", "<u4"), (r50k, "r50k_base", "<u2")):
         out = tmp_path / vocab
-        rc = cli.main([str(a) for a in ("encode", src, "-o", out, "--vocab", root / f"vocab/tiktoken/{vocab}.tiktoken",
-                                        "--field", "body", "--format", "arrayrecord", "--shard-size", 100, "-q")])
+        rc = cli.main(
+            [
+                str(a)
+                for a in (
+                    "encode",
+                    src,
+                    "-o",
+                    out,
+                    "--vocab",
+                    root / f"vocab/tiktoken/{vocab}.tiktoken",
+                    "--field",
+                    "body",
+                    "--format",
+                    "arrayrecord",
+                    "--shard-size",
+                    100,
+                    "-q",
+                )
+            ]
+        )
         assert rc == 0, capsys.readouterr().err
         meta = json.loads((out / "shard.json").read_text())
         assert meta["format"] == "blockbpe-arrayrecord-v1" and meta["dtype"] == np.dtype(dtype).name
@@ -488,19 +558,46 @@ def test_arrayrecord_missing_package_is_one_line(tmp_path, capsys, root, monkeyp
     monkeypatch.setitem(sys.modules, "array_record.python.array_record_module", None)
     src = tmp_path / "a.txt"
     src.write_text("hello\n")
-    rc = cli.main([str(a) for a in ("encode", src, "-o", tmp_path / "o", "--vocab",
-                                    root / "vocab/tiktoken/r50k_base.tiktoken", "--format", "arrayrecord", "-q")])
+    rc = cli.main(
+        [
+            str(a)
+            for a in (
+                "encode",
+                src,
+                "-o",
+                tmp_path / "o",
+                "--vocab",
+                root / "vocab/tiktoken/r50k_base.tiktoken",
+                "--format",
+                "arrayrecord",
+                "-q",
+            )
+        ]
+    )
     assert rc == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "blockbpe-jax: error: --format arrayrecord needs the array_record package (pip install array_record)"]
+        "blockbpe-jax: error: --format arrayrecord needs the array_record package (pip install array_record)"
+    ]
 
 
 def test_parquet_input(tmp_path, capsys, root, r50k, monkeypatch):
     """Parquet input (column --field): the documents' ids; without pyarrow, a one-line error."""
     src = tmp_path / "in.parquet"
     texts = ["first row", "second, longer row of text", "ünïcödé 🎉"]
-    argv = [str(a) for a in ("encode", src, "-o", tmp_path / "o", "--vocab",
-                             root / "vocab/tiktoken/r50k_base.tiktoken", "--field", "text", "-q")]
+    argv = [
+        str(a)
+        for a in (
+            "encode",
+            src,
+            "-o",
+            tmp_path / "o",
+            "--vocab",
+            root / "vocab/tiktoken/r50k_base.tiktoken",
+            "--field",
+            "text",
+            "-q",
+        )
+    ]
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -508,12 +605,14 @@ def test_parquet_input(tmp_path, capsys, root, r50k, monkeypatch):
         src.write_bytes(b"PAR1")
         assert cli.main(argv) == 2
         assert capsys.readouterr().err.strip().splitlines() == [
-            f"blockbpe-jax: error: {src}: reading parquet needs the pyarrow package (pip install pyarrow)"]
+            f"blockbpe-jax: error: {src}: reading parquet needs the pyarrow package (pip install pyarrow)"
+        ]
         pytest.skip("pyarrow is not installed: only the error path ran")
     pq.write_table(pa.table({"text": texts, "n": [1, 2, 3]}), src)
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "shard")] == encode_batch_ids(
-        r50k, [t.encode() for t in texts])
+        r50k, [t.encode() for t in texts]
+    )
     assert cli.main(argv[:-3] + ["--field", "nope", "-q", "--overwrite"]) == 2
     assert "no column 'nope' (--field); columns: text, n" in capsys.readouterr().err
 
@@ -525,8 +624,9 @@ def _gpus():
         return []
 
 
-@pytest.mark.skipif(not _gpus() or not native.HAS_CUDA_MODULE,
-                    reason="no GPU visible to JAX, or no CUDA module in this build")
+@pytest.mark.skipif(
+    not _gpus() or not native.HAS_CUDA_MODULE, reason="no GPU visible to JAX, or no CUDA module in this build"
+)
 def test_gpu_flat_staging_equals_cpu_path(tmp_path, cl100k, war_and_peace):
     """On a GPU the window's rows go from its flat buffer straight into pinned memory
     (staging.stage_flat): the rows equal pack_flat's, and the job's ids the CPU job's."""
@@ -543,6 +643,7 @@ def test_gpu_flat_staging_equals_cpu_path(tmp_path, cl100k, war_and_peace):
     src.write_bytes(b"\n".join(lines) + b"\n")
     for name, device in (("gpu", gpu), ("cpu", cpu)):
         corpus.encode_files(cl100k, [src], tmp_path / name / "s", device=device, batch_bytes=64 << 10)
-    for a, b in zip(corpus.read_shards(tmp_path / "gpu" / "s"), corpus.read_shards(tmp_path / "cpu" / "s"),
-                    strict=True):
+    for a, b in zip(
+        corpus.read_shards(tmp_path / "gpu" / "s"), corpus.read_shards(tmp_path / "cpu" / "s"), strict=True
+    ):
         np.testing.assert_array_equal(a, b)

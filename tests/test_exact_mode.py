@@ -23,6 +23,7 @@ NAMES = list(testing.VOCAB_FILES)
 @functools.lru_cache(maxsize=None)
 def hf_oracle(name: str):
     from tokenizers import Tokenizer
+
     return Tokenizer.from_file(str(vocab_path(name, "json")))
 
 
@@ -63,8 +64,9 @@ def test_exact_mode_equals_oracle_on_corpora(name, fmt, backend, data_dir):
         _REFS[name, fmt] = reference_ids(name, fmt, [t.decode("utf-8") for t in texts], False)
     refs = _REFS[name, fmt]
     tok = load_tokenizer(name, fmt)
-    bad = mismatches(tok, texts, refs, device=device_for(kind), mode="exact",
-                     block_size=block_size, max_len=8200)
+    bad = mismatches(
+        tok, texts, refs, device=device_for(kind), mode="exact", block_size=block_size, max_len=8200
+    )
     assert not bad, f"{len(bad)}/{len(texts)} excerpts differ; first: #{bad[0][0]} {texts[bad[0][0]][:60]!r}"
 
 
@@ -73,8 +75,9 @@ def _check_texts(name, fmt, backend, texts):
     tok = load_tokenizer(name, fmt)
     refs = reference_ids(name, fmt, texts, allowed_special=True)
     data = [t.encode("utf-8") for t in texts]
-    bad = mismatches(tok, data, refs, device=device_for(kind), mode="exact", block_size=block_size,
-                     allowed_special="all")
+    bad = mismatches(
+        tok, data, refs, device=device_for(kind), mode="exact", block_size=block_size, allowed_special="all"
+    )
     assert not bad, f"text {texts[bad[0][0]]!r}: ours {bad[0][1]} reference {bad[0][2]}"
 
 
@@ -84,8 +87,12 @@ def _check_texts(name, fmt, backend, texts):
 def test_exact_mode_on_generated_text(name, fmt, backend, data_dir):
     specials = tuple(sorted(load_tokenizer(name, fmt).vocab.special_tokens))[:8]
 
-    @settings(max_examples=60, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=60,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(testing.mixed_text(specials))
     def check(text):
         _check_texts(name, fmt, backend, [text])
@@ -97,8 +104,27 @@ def test_exact_mode_on_generated_text(name, fmt, backend, data_dir):
 @pytest.mark.parametrize("name", NAMES)
 def test_exact_mode_edge_cases(name, backend, data_dir):
     special = sorted(load_tokenizer(name, "tiktoken").vocab.special_tokens)[0]
-    texts = ["", " ", "\n", "  \n  ", "x\n  ", "a  ", "   b", "1234567", "don't I'LL 'S", "'ſ",
-             "\r\n\r\n  x", special, special * 3, f"a{special}  {special}\n", " " * 5000 + "x",
-             "9" * 3001, "é" * 2000, "ab" * 3000, "\u3000\u3000x\u00a0y", "👩‍👩‍👧" * 40]
+    texts = [
+        "",
+        " ",
+        "\n",
+        "  \n  ",
+        "x\n  ",
+        "a  ",
+        "   b",
+        "1234567",
+        "don't I'LL 'S",
+        "'ſ",
+        "\r\n\r\n  x",
+        special,
+        special * 3,
+        f"a{special}  {special}\n",
+        " " * 5000 + "x",
+        "9" * 3001,
+        "é" * 2000,
+        "ab" * 3000,
+        "\u3000\u3000x\u00a0y",
+        "👩‍👩‍👧" * 40,
+    ]
     for fmt in FORMATS:
         _check_texts(name, fmt, backend, texts)

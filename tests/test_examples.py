@@ -20,7 +20,8 @@ STEPS = 120
 
 needs_flax = pytest.mark.skipif(
     importlib.util.find_spec("flax") is None or importlib.util.find_spec("optax") is None,
-    reason="flax and optax are not installed (pip install -e .[examples])")
+    reason="flax and optax are not installed (pip install -e .[examples])",
+)
 
 
 def _data_or_skip():
@@ -36,9 +37,24 @@ def run_example(script: str, tmp_path: Path, *extra: str, steps: int = STEPS) ->
     flags = (os.environ.get("XLA_FLAGS", "") + " --xla_llvm_disable_expensive_passes=true").strip()
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
     proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / script), "--tiny", "--steps", str(steps),
-         "--log-every", "20", "--summary", str(summary), *extra],
-        capture_output=True, text=True, timeout=300, env=env, cwd=EXAMPLES)
+        [
+            sys.executable,
+            str(EXAMPLES / script),
+            "--tiny",
+            "--steps",
+            str(steps),
+            "--log-every",
+            "20",
+            "--summary",
+            str(summary),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=EXAMPLES,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads(summary.read_text())
 
@@ -116,7 +132,7 @@ def test_grain_pipeline_packed_equals_grain_host_packing(tmp_path):
     host = run_example("grain_pipeline.py", tmp_path, "--pack", "--host-tokenize", steps=10)
     assert host["tokenize"] == "grain map (tiktoken) + grain FirstFitPackIterDataset"
     assert dev["packing_batches_ended_early"] == 0 and dev["packing_tokens_dropped"] == 0
-    assert dev["target_tokens"] == host["target_tokens"]   # the same trained-on positions
+    assert dev["target_tokens"] == host["target_tokens"]  # the same trained-on positions
     assert max(abs(a - b) for a, b in zip(dev["losses"], host["losses"])) < 1e-3
 
 
@@ -152,11 +168,15 @@ def test_packed_feed_writes_every_document_once(data_dir):
     def tokenize(d, n):
         return bb.encode(d, n, tables, max_tokens=T, check_lengths=False)
 
-    step = jax.jit(lambda carry, d, n: bb.packing.pack_stream(carry, tokenize(d, n), seq_len=T,
-                                                              rows=R, window=feeder.window))
+    step = jax.jit(
+        lambda carry, d, n: bb.packing.pack_stream(
+            carry, tokenize(d, n), seq_len=T, rows=R, window=feeder.window
+        )
+    )
     d, n = feeder.sample(64)
-    feeder.plan(rows=R, seq_len=T, tokens_per_document=float(
-        np.clip(np.asarray(tokenize(d, n).counts), 1, T).mean()))
+    feeder.plan(
+        rows=R, seq_len=T, tokens_per_document=float(np.clip(np.asarray(tokenize(d, n).counts), 1, T).mean())
+    )
     carry = bb.packing.empty_carry(feeder.capacity, T)
     written = []
     for _ in range(40):
@@ -167,9 +187,8 @@ def test_packed_feed_writes_every_document_once(data_dir):
         for r in range(R):
             for s in range(1, seg[r].max() + 1):
                 written.append(tuple(tokens[r][seg[r] == s]))
-    waiting = [tuple(np.asarray(carry.ids)[b, :c]) for b, c in enumerate(np.asarray(carry.counts))
-               if c > 0]
-    fed = [docs.window(int(i) * docs.seq_bytes) for i in order[:sum(feeder.fed)]]
+    waiting = [tuple(np.asarray(carry.ids)[b, :c]) for b, c in enumerate(np.asarray(carry.counts)) if c > 0]
+    fed = [docs.window(int(i) * docs.seq_bytes) for i in order[: sum(feeder.fed)]]
     enc = HostTokenizer(tok, kind="tiktoken", mode="exact", max_tokens=T, device=cpu).enc
     want = collections.Counter(tuple(enc.encode_ordinary(t.decode())[:T]) for t in fed)
     assert len(written) > 40 * R and len(waiting) > 0

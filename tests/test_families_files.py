@@ -16,6 +16,7 @@ docs/families.md: provenance, licences, structure).
 Texts: every shared corpus cut into 1-8192-byte excerpts, plus generated mixed-script text.
 The CPU executor runs here; tests/test_fuzz_gpu.py runs the GPU (BLOCKBPE_FULL=1: more text).
 """
+
 from __future__ import annotations
 
 
@@ -35,10 +36,12 @@ from strategies import family_texts, fuzz
 # ---------------------------------------------------------------------------------------------
 # DeepSeek-V3 (Sequence of Splits)
 
+
 @pytest.fixture(scope="module")
 def deepseek():
     path = families.require("deepseek-v3-json")
     from tokenizers import Tokenizer
+
     return bb.Tokenizer.from_file(path), Tokenizer.from_file(str(path))
 
 
@@ -58,6 +61,7 @@ def test_deepseek_corpora(deepseek, data_dir, backend):
 # ---------------------------------------------------------------------------------------------
 # Mistral Tekken (tiktoken data + its own regex)
 
+
 @pytest.fixture(scope="module", params=["mistral-tekken-240718", "mistral-tekken-240911"])
 def tekken(request):
     path = families.require(request.param)
@@ -66,6 +70,7 @@ def tekken(request):
 
     def reference(text):
         return [i + n_special for i in enc.encode_ordinary(text)]
+
     return bb.Tokenizer.from_file(path), reference, path
 
 
@@ -103,10 +108,12 @@ def test_fuzz_tekken(tekken, texts):
 # gpt-oss (o200k_harmony): o200k's ranks and pattern with the Harmony chat format's specials,
 # built by tiktoken's own constructor from the shared rank file (no download).
 
+
 @pytest.fixture(scope="module")
 def harmony(data_dir):
     pytest.importorskip("tiktoken")
     import tiktoken.load
+
     try:
         import tiktoken_ext.openai_public as openai_public
     except ImportError:
@@ -129,10 +136,12 @@ def harmony(data_dir):
 def test_gpt_oss_harmony(harmony, data_dir, backend):
     tok, enc = harmony
     assert len(tok.vocab.special_tokens) == len(enc.special_tokens_set) > 1000
-    chat = ("<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>"
-            "What is 12345 * 678?<|end|><|start|>assistant<|channel|>analysis<|message|>"
-            "Compute: 12345*678 = 8369910.<|end|><|start|>assistant<|channel|>final"
-            "<|message|>8,369,910<|return|>")
+    chat = (
+        "<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>"
+        "What is 12345 * 678?<|end|><|start|>assistant<|channel|>analysis<|message|>"
+        "Compute: 12345*678 = 8369910.<|end|><|start|>assistant<|channel|>final"
+        "<|message|>8,369,910<|return|>"
+    )
     texts = [chat, chat.replace("<|return|>", "<|call|>"), "<|reserved_200500|>x y"] + MIXED
     assert_same(tok, texts, lambda t: enc.encode(t, allowed_special="all"), backend, "all")
     texts = corpus_texts(data_dir, 4, seed=16)

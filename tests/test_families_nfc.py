@@ -26,15 +26,28 @@ QWEN2 = testing.QWEN2_PATTERN
 # on the host; the primitive on raw bytes checks on the device and reports a string that is not
 # in NFC with count -2: exactly those strings (unicodedata2 16.0 says which), never other ids.
 
-NFC_TEXTS = ["cafe\u0301 e\u0301", "café", "plain ascii 123", "\u0958 hindi \u0915\u093c", "x\u0301",
-             "\u0627\u0651\u064e", "\u0627\u064e\u0651", "\ud55c\uad6d\uc5b4 \u1100\u1161 \uac00\u11a8",
-             "A\u030a \u212b \u00c5", "\u09c7\u09be \u09cb", "a\u0328\u0301 a\u0301\u0328",
-             "\uf900 \u2126 \u0344", "<|end_of_text|>\u0301x", "x<|end_of_text|>\u0301"]
+NFC_TEXTS = [
+    "cafe\u0301 e\u0301",
+    "café",
+    "plain ascii 123",
+    "\u0958 hindi \u0915\u093c",
+    "x\u0301",
+    "\u0627\u0651\u064e",
+    "\u0627\u064e\u0651",
+    "\ud55c\uad6d\uc5b4 \u1100\u1161 \uac00\u11a8",
+    "A\u030a \u212b \u00c5",
+    "\u09c7\u09be \u09cb",
+    "a\u0328\u0301 a\u0301\u0328",
+    "\uf900 \u2126 \u0344",
+    "<|end_of_text|>\u0301x",
+    "x<|end_of_text|>\u0301",
+]
 
 
 @pytest.fixture(scope="module")
 def nfc_tok(data_dir):
     from tokenizers import Tokenizer
+
     path = data_dir / "vocab" / "llama3" / "tokenizer.json"
     if not path.exists():
         pytest.skip(f"{path} not found")
@@ -51,10 +64,17 @@ def nfc_reference(hf):
 
 def check_nfc_primitive(tok, hf, texts, backend=("cpu", 256)):
     import unicodedata2
+
     dev = device_for(backend[0])
     data, lengths = bb.pack_strings(texts, max_len=max(16, max(len(t.encode()) for t in texts)))
-    out = bb.encode(jax.device_put(data, dev), jax.device_put(lengths, dev), tok,
-                    max_tokens=data.shape[1] + 2, block_size=backend[1], allowed_special="all")
+    out = bb.encode(
+        jax.device_put(data, dev),
+        jax.device_put(lengths, dev),
+        tok,
+        max_tokens=data.shape[1] + 2,
+        block_size=backend[1],
+        allowed_special="all",
+    )
     ids, counts = np.asarray(out.ids), np.asarray(out.counts)
     for i, t in enumerate(texts):
         parts = t.split("<|end_of_text|>")  # HF normalizes each piece between added tokens
@@ -64,13 +84,14 @@ def check_nfc_primitive(tok, hf, texts, backend=("cpu", 256)):
         elif counts[i] == -2:
             assert any(map(documented_over_report, parts)), f"NFC but reported: {t!r}"
         else:
-            assert ids[i, :counts[i]].tolist() == hf.encode(t, add_special_tokens=False).ids, t
+            assert ids[i, : counts[i]].tolist() == hf.encode(t, add_special_tokens=False).ids, t
 
 
 def documented_over_report(text: str) -> bool:
     """The one kind of NFC string the device check reports (ffi/pretok/nfc.h, kCccTrail): a
     mark that may compose (quick check Maybe) whose last unblocked starter decomposes to marks."""
     from blockbpe_jax.pretok import unicode as uni
+
     qc, ccc, trail = uni.nfc_quick_check(), uni.ccc(), uni.nfc_trail()
     cps = [ord(ch) for ch in text]
     for i, c in enumerate(cps):
@@ -90,13 +111,38 @@ def test_nfc_tokenizer(nfc_tok, data_dir, backend):
     assert tok.tables(device=CPU).nfc
     texts = corpus_texts(data_dir, 4, seed=15) + MIXED + NFC_TEXTS
     assert_same(tok, texts, nfc_reference(hf), backend, "all")  # encode_batch: normalized first
-    check_nfc_primitive(tok, hf, texts, backend)             # raw bytes: checked on the device
+    check_nfc_primitive(tok, hf, texts, backend)  # raw bytes: checked on the device
 
 
-_nfc_chars = st.sampled_from(list("aeiouAEOxyz '\n") + ["\u0301", "\u0300", "\u0328", "\u0327",
-                             "\u0308", "\u093c", "\u0915", "\u0958", "\u1100", "\u1161", "\u11a8",
-                             "\uac00", "\u09c7", "\u09be", "\u0651", "\u064e", "\u0627", "\u212b",
-                             "\u00c5", "\u0344", "\u1e0a", "\u0323", "\u0307", "<|end_of_text|>"])
+_nfc_chars = st.sampled_from(
+    list("aeiouAEOxyz '\n")
+    + [
+        "\u0301",
+        "\u0300",
+        "\u0328",
+        "\u0327",
+        "\u0308",
+        "\u093c",
+        "\u0915",
+        "\u0958",
+        "\u1100",
+        "\u1161",
+        "\u11a8",
+        "\uac00",
+        "\u09c7",
+        "\u09be",
+        "\u0651",
+        "\u064e",
+        "\u0627",
+        "\u212b",
+        "\u00c5",
+        "\u0344",
+        "\u1e0a",
+        "\u0323",
+        "\u0307",
+        "<|end_of_text|>",
+    ]
+)
 
 
 @fuzz(60)
@@ -106,4 +152,3 @@ def test_fuzz_nfc(nfc_tok, texts):
     texts = [t for t in texts if t] or ["x"]
     assert_same(tok, texts, nfc_reference(hf), allowed_special="all")
     check_nfc_primitive(tok, hf, texts)
-

@@ -23,11 +23,10 @@ import blockbpe_jax as bb
 from helpers import FORMATS, gpu_devices, load_tokenizer, specials_of
 from strategies import fuzz, raw_bytes, runs_text, unicode_text
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]
 
 NAMES = ["r50k", "cl100k", "o200k", "llama3"]
-WIDTHS = [64, 512, 4096, 9000]   # 9000 > kSmemMaxLen: the global-workspace path
+WIDTHS = [64, 512, 4096, 9000]  # 9000 > kSmemMaxLen: the global-workspace path
 ROWS = 8
 
 
@@ -54,8 +53,9 @@ def test_gpu_equals_cpu(name, fmt, data):
     specials = specials_of(name, fmt)[:8]
     width = data.draw(st.sampled_from(WIDTHS), label="width")
     rows = data.draw(strings(specials), label="rows")
-    rows = fit(rows, width, data.draw(st.sampled_from([b"", b" ", b"a", b"1", b"'", b"\xf0"]),
-                                      label="filler"))
+    rows = fit(
+        rows, width, data.draw(st.sampled_from([b"", b" ", b"a", b"1", b"'", b"\xf0"]), label="filler")
+    )
     mode = data.draw(st.sampled_from(["exact", "bytes"]), label="mode")
     block_size = data.draw(st.sampled_from([256, 512, 1024]), label="block_size")
     allowed = data.draw(st.sampled_from(["none", "all"]), label="allowed")
@@ -65,9 +65,15 @@ def test_gpu_equals_cpu(name, fmt, data):
     out = {}
     for kind in ("cpu", "gpu"):
         dev = jax.devices(kind)[0]
-        enc = bb.encode(jax.device_put(packed, dev), jax.device_put(lengths, dev),
-                        tok.tables(allowed_special=allowed, device=dev), max_tokens=max_tokens,
-                        mode=mode, pad_id=pad_id, block_size=block_size)
+        enc = bb.encode(
+            jax.device_put(packed, dev),
+            jax.device_put(lengths, dev),
+            tok.tables(allowed_special=allowed, device=dev),
+            max_tokens=max_tokens,
+            mode=mode,
+            pad_id=pad_id,
+            block_size=block_size,
+        )
         out[kind] = (np.asarray(enc.ids), np.asarray(enc.counts))
     for k in range(len(rows)):
         assert out["gpu"][1][k] == out["cpu"][1][k], (k, rows[k][:200], mode, block_size)

@@ -10,14 +10,12 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from fuzz_oracles import (VOCABS, check_row, encode_cpu, hf_raw_reference, pua_view,
-                          tiktoken_raw_reference)
+from fuzz_oracles import VOCABS, check_row, encode_cpu, hf_raw_reference, pua_view, tiktoken_raw_reference
 from helpers import load_tokenizer, specials_of, tiktoken_enc
 from strategies import fuzz, raw_bytes
 
 # Every test here needs the shared vocabularies (the fixture skips when absent).
 pytestmark = pytest.mark.usefixtures("data_dir")
-
 
 
 def draw_invalid_utf8(name, fmt, data):

@@ -20,15 +20,17 @@ def test_pua_view_examples():
     assert pua_view(b"\xed\xa0\x80") == ("\ue0ed\ue0a0\ue080", [0, 1, 2, 3])  # a surrogate: 3 bytes
     assert pua_view("a\U0001f600".encode()) == ("a\U0001f600", [0, 1, 5])
     assert pua_view(b"\xf0\x9f\x98!") == ("\ue0f0\ue09f\ue098!", [0, 1, 2, 3, 4])
-    assert pua_view(b"\xc0\xaf\xe0\x80\xaf") == ("".join(chr(0xE000 + b) for b in b"\xc0\xaf\xe0\x80\xaf"),
-                                                 [0, 1, 2, 3, 4, 5])
+    assert pua_view(b"\xc0\xaf\xe0\x80\xaf") == (
+        "".join(chr(0xE000 + b) for b in b"\xc0\xaf\xe0\x80\xaf"),
+        [0, 1, 2, 3, 4, 5],
+    )
 
 
 def test_tiktoken_pieces_examples():
     pattern = load_tokenizer("cl100k", "tiktoken").vocab.pattern
     text = "I'M  12345\n\n x<|endoftext|>y"
     pieces = tiktoken_pieces(text, pattern, ["<|endoftext|>"])
-    spelled = [p if isinstance(p, str) else text[p[0]:p[1]] for p in pieces]
+    spelled = [p if isinstance(p, str) else text[p[0] : p[1]] for p in pieces]
     assert spelled == ["I", "'M", " ", " ", "123", "45", "\n\n", " x", "<|endoftext|>", "y"]
 
 
@@ -48,4 +50,6 @@ def test_piece_oracle_reproduces_tiktoken_on_valid_text(name, text):
 def test_hf_piece_oracle_reproduces_hf_on_valid_text(name, text):
     assume(len(text) <= 120)
     raw = text.encode("utf-8")
-    assert hf_raw_reference(name, raw, "exact") == hf_tokenizer(name).encode(text, add_special_tokens=False).ids
+    assert (
+        hf_raw_reference(name, raw, "exact") == hf_tokenizer(name).encode(text, add_special_tokens=False).ids
+    )

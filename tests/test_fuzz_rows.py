@@ -30,11 +30,14 @@ def _is_utf8(data: bytes) -> bool:
         return False
 
 
-
 @pytest.mark.parametrize("name, fmt", VOCABS)
 @fuzz(25)
-@given(length=st.sampled_from([1, 2, 3, 4, 7, 64, 255]), text=unicode_text | runs_text,
-       filler=st.sampled_from(["a", " ", "1", "'", "\n"]), garbage=st.binary(min_size=1, max_size=8))
+@given(
+    length=st.sampled_from([1, 2, 3, 4, 7, 64, 255]),
+    text=unicode_text | runs_text,
+    filler=st.sampled_from(["a", " ", "1", "'", "\n"]),
+    garbage=st.binary(min_size=1, max_size=8),
+)
 def test_exactly_L_bytes_and_one_more(name, fmt, length, text, filler, garbage):
     """A string of exactly L bytes fills its row (the next row starts right after it; bytes
     after a shorter row's length are garbage and must be ignored); L+1 bytes must raise."""
@@ -42,10 +45,10 @@ def test_exactly_L_bytes_and_one_more(name, fmt, length, text, filler, garbage):
     # Cut to at most L bytes on a character boundary, then pad at the FRONT, so that the
     # string ends exactly at the end of the row with whatever the text ends with.
     raw = text.encode("utf-8")
-    raw = raw[max(0, len(raw) - length):]
+    raw = raw[max(0, len(raw) - length) :]
     while raw and (raw[0] & 0xC0) == 0x80:
         raw = raw[1:]
-    exact = (filler.encode() * length)[:length - len(raw)] + raw
+    exact = (filler.encode() * length)[: length - len(raw)] + raw
     assert len(exact) == length
     exact_text = exact.decode("utf-8")
     short = exact[: length // 2]
@@ -54,7 +57,7 @@ def test_exactly_L_bytes_and_one_more(name, fmt, length, text, filler, garbage):
     data, lengths = bb.pack_strings([exact, short, exact], max_len=length)
     assert data.shape == (3, length) and lengths.tolist() == [length, len(short), length]
     data = data.copy()
-    data[1, len(short):] = np.frombuffer((garbage * length)[: length - len(short)], np.uint8)
+    data[1, len(short) :] = np.frombuffer((garbage * length)[: length - len(short)], np.uint8)
     allowed = "all"
     out = bb.encode(data, lengths, tok, max_tokens=length, allowed_special=allowed)
     ids, counts = np.asarray(out.ids), np.asarray(out.counts)
@@ -72,16 +75,20 @@ def test_exactly_L_bytes_and_one_more(name, fmt, length, text, filler, garbage):
         bb.encode(data, bad_lengths, tok, max_tokens=length)
     # From the handler: JaxRuntimeError, or ValueError once jax's C++ fast path serves the call
     # (after a successful call with the same signature; see test_bad_inputs_encode.py).
-    with pytest.raises((jax.errors.JaxRuntimeError, ValueError),
-                       match=rf"INVALID_ARGUMENT.*lengths\[2\] = {length + 1} is outside \[0, {length}\]"):
-        bb.encode(jax.device_put(data, CPU), jax.device_put(bad_lengths, CPU), tok,
-                  max_tokens=length).ids.block_until_ready()
+    with pytest.raises(
+        (jax.errors.JaxRuntimeError, ValueError),
+        match=rf"INVALID_ARGUMENT.*lengths\[2\] = {length + 1} is outside \[0, {length}\]",
+    ):
+        bb.encode(
+            jax.device_put(data, CPU), jax.device_put(bad_lengths, CPU), tok, max_tokens=length
+        ).ids.block_until_ready()
 
 
 @pytest.mark.parametrize("name, fmt", VOCABS)
 @fuzz(30)
-@given(text=unicode_text | runs_text, max_tokens=st.sampled_from([1, 2, 3, 5, 16]),
-       pad_id=st.integers(-1, 2**20))
+@given(
+    text=unicode_text | runs_text, max_tokens=st.sampled_from([1, 2, 3, 5, 16]), pad_id=st.integers(-1, 2**20)
+)
 def test_max_tokens_smaller_than_the_result(name, fmt, text, max_tokens, pad_id):
     tok = load_tokenizer(name, fmt)
     allowed = "all" if fmt == "json" else "none"

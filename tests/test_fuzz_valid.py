@@ -43,9 +43,12 @@ def test_long_whitespace_digit_apostrophe_runs(name, fmt, text):
 
 @pytest.mark.parametrize("name, fmt", VOCABS)
 @fuzz(12)
-@given(prefix=st.sampled_from(WORDS + [""]), k=st.integers(1000, 6000),
-       unit=st.sampled_from(["'", "'s", "'ll", "''S", "'\u017f", "\u2019s"]),
-       suffix=st.sampled_from(["", "s", "S", "ll", "ve", "re", "t", "x", " ", "\n", "1", "'"]))
+@given(
+    prefix=st.sampled_from(WORDS + [""]),
+    k=st.integers(1000, 6000),
+    unit=st.sampled_from(["'", "'s", "'ll", "''S", "'\u017f", "\u2019s"]),
+    suffix=st.sampled_from(["", "s", "S", "ll", "ve", "re", "t", "x", " ", "\n", "1", "'"]),
+)
 def test_thousands_of_apostrophes(name, fmt, prefix, k, unit, suffix):
     check_text(name, fmt, prefix + unit * k + suffix)
 
@@ -74,9 +77,10 @@ def test_strings_of_only_special_tokens(name, fmt, data):
 
 @pytest.mark.parametrize("name, fmt", VOCABS)
 @fuzz(25)
-@given(texts=st.lists(st.sampled_from(["", "", " ", "a", "\n"]) | fragment_text, min_size=1,
-                      max_size=8),
-       pad_id=st.integers(-(2**31), 2**31 - 1))
+@given(
+    texts=st.lists(st.sampled_from(["", "", " ", "a", "\n"]) | fragment_text, min_size=1, max_size=8),
+    pad_id=st.integers(-(2**31), 2**31 - 1),
+)
 def test_batches_with_empty_strings(name, fmt, texts, pad_id):
     tok = load_tokenizer(name, fmt)
     ids, counts = encode_cpu(tok, texts, allowed="all", pad_id=pad_id)
@@ -84,4 +88,3 @@ def test_batches_with_empty_strings(name, fmt, texts, pad_id):
         check_row(ids, counts, k, reference(name, fmt, text, "all"), text, pad_id=pad_id)
         if not text:
             assert counts[k] == 0 and (ids[k] == pad_id).all()
-

@@ -11,6 +11,7 @@ sentencepiece matches them in the normalized text) and of a piece with `▁` aft
 character (`>▁</`: the word rule's joiners). CPU here; GPU at 256/512/1024 threads where one is
 visible. Refusals: each with its message, on small GGUF files written here.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,14 +33,43 @@ from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402
 
 # llama.cpp's flags per model (gguf.py): Llama 2 has the dummy prefix, Gemma's GGUFs say none.
 PREFIX = {"llama2-gguf": True, "gemma3-gguf": False}
-WHITESPACE = [pre + ws * k + post for ws in (" ", "\t", "\n", "\u2581", " \u2581", "\u2581 ", " \n", "\u3000")
-              for k in (1, 2, 3, 7, 15, 16, 17, 30, 31, 32, 33, 63, 64)
-              for pre, post in (("", ""), ("a", "b"), ("<b>", "</b>"), ("x ", "\n"))]
-TAGS = ["<b>\u2581</b>", ">\u2581</", "> </", "a> </b", "<div>  <p> x </p>  </div>", "<br/> <br/>",
-        "x>\u2581\u2581</y", ">\u2581", "> ", ">>  <<", "<start_of_turn>user\nhi<end_of_turn>\n",
-        "<start_of_image> <end_of_image>", "[multimodal] x", "  [multimodal]  "]
-EDGES = ["", " ", "  ", "\u2581", "  You", "a\u2581b", "\x01\x02", "\ufffd", "\U0001F600 \U0001F44D\U0001F3FD",
-         "\t\tindent\n    four\n        eight", "x" * 300, "ab" * 200, "1234567890" * 5]
+WHITESPACE = [
+    pre + ws * k + post
+    for ws in (" ", "\t", "\n", "\u2581", " \u2581", "\u2581 ", " \n", "\u3000")
+    for k in (1, 2, 3, 7, 15, 16, 17, 30, 31, 32, 33, 63, 64)
+    for pre, post in (("", ""), ("a", "b"), ("<b>", "</b>"), ("x ", "\n"))
+]
+TAGS = [
+    "<b>\u2581</b>",
+    ">\u2581</",
+    "> </",
+    "a> </b",
+    "<div>  <p> x </p>  </div>",
+    "<br/> <br/>",
+    "x>\u2581\u2581</y",
+    ">\u2581",
+    "> ",
+    ">>  <<",
+    "<start_of_turn>user\nhi<end_of_turn>\n",
+    "<start_of_image> <end_of_image>",
+    "[multimodal] x",
+    "  [multimodal]  ",
+]
+EDGES = [
+    "",
+    " ",
+    "  ",
+    "\u2581",
+    "  You",
+    "a\u2581b",
+    "\x01\x02",
+    "\ufffd",
+    "\U0001f600 \U0001f44d\U0001f3fd",
+    "\t\tindent\n    four\n        eight",
+    "x" * 300,
+    "ab" * 200,
+    "1234567890" * 5,
+]
 
 
 def reference_model(meta: dict, key: str, control_as_user: tuple = ()) -> spm.SentencePieceProcessor:
@@ -83,8 +113,16 @@ def test_whitespace_runs(model, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_invalid_utf8(model, backend):
     _, tok, sp, _ = model
-    texts = [b"ab\xffcd", b"\xff\xfe", b"\xe2\x96", b"\xe2\x96 x", b" \xe2\x96\x81 ", b"\x80  \xff",
-             b"> \xe2\x96\x81</", b" \xe4\xb8 \xe4\xb8\xad"]
+    texts = [
+        b"ab\xffcd",
+        b"\xff\xfe",
+        b"\xe2\x96",
+        b"\xe2\x96 x",
+        b" \xe2\x96\x81 ",
+        b"\x80  \xff",
+        b"> \xe2\x96\x81</",
+        b" \xe4\xb8 \xe4\xb8\xad",
+    ]
     assert ours(tok, texts, backend=backend) == [sp.encode(t) for t in texts]
 
 
@@ -93,8 +131,9 @@ def test_specials(model, backend):
     """User-defined pieces always matched; control pieces when allowed, as sentencepiece
     matches them once made user-defined."""
     key, tok, _, meta = model
-    controls = [t for t, k in zip(meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"])
-                if k == 3][:40]
+    controls = [
+        t for t, k in zip(meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"]) if k == 3
+    ][:40]
     texts = [f"{controls[0]} hi {controls[-1]}", f"a{controls[-1]}  b", f"  {controls[0]}\u2581 x"] + TAGS
     sp = reference_model(meta, key, tuple(controls))
     assert ours(tok, texts, backend=backend, allowed_special=controls) == [sp.encode(t) for t in texts]
@@ -121,7 +160,7 @@ def test_model_properties(model):
     else:
         assert cl.joiners == (space,) and not cl.escaped_specials and cl.prefix_id == space
     table = bb.tables.build_vocab_tables(tok.vocab).char_table
-    joiners = table[bb.tables.CHAR_TABLE_JOINERS:bb.tables.CHAR_TABLE_HEADER].tolist()
+    joiners = table[bb.tables.CHAR_TABLE_JOINERS : bb.tables.CHAR_TABLE_HEADER].tolist()
     assert joiners == list(cl.joiners) + [-1] * (8 - len(cl.joiners))
     assert table[bb.tables.CHAR_TABLE_ESCAPED] == int(cl.escaped_specials)
 
@@ -137,10 +176,35 @@ def test_decode(model, data_dir):
 # ---------------------------------------------------------------------------------------------
 # Hypothesis
 
-gemma_text = st.lists(st.sampled_from([" ", "  ", " " * 31, " " * 33, "\u2581", "\u2581\u2581 ", "\n", "\n\n",
-                                       "\t", ">", "</", "<b>", "</b>", "<start_of_turn>", "a", "ab",
-                                       "\U0001F600", "é", "日本", "Привет", "مرحبا", "\ufffd"]),
-                      max_size=30).map("".join)
+gemma_text = st.lists(
+    st.sampled_from(
+        [
+            " ",
+            "  ",
+            " " * 31,
+            " " * 33,
+            "\u2581",
+            "\u2581\u2581 ",
+            "\n",
+            "\n\n",
+            "\t",
+            ">",
+            "</",
+            "<b>",
+            "</b>",
+            "<start_of_turn>",
+            "a",
+            "ab",
+            "\U0001f600",
+            "é",
+            "日本",
+            "Привет",
+            "مرحبا",
+            "\ufffd",
+        ]
+    ),
+    max_size=30,
+).map("".join)
 
 
 @pytest.fixture(scope="module", params=list(PREFIX))
@@ -174,6 +238,7 @@ def test_fuzz_bytes(fuzz_model, texts):
 # ---------------------------------------------------------------------------------------------
 # Small GGUF files: the flags llama.cpp applies, and the refusals.
 
+
 def _gguf_string(s: str) -> bytes:
     b = s.encode("utf-8")
     return struct.pack("<Q", len(b)) + b
@@ -205,13 +270,19 @@ def tiny_spm(**extra) -> dict:
     types; user-defined `  ` (llama.cpp writes their `▁` as spaces)."""
     pieces = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3)]
     pieces += [(f"<0x{b:02X}>", 0.0, 6) for b in range(256)]
-    pieces += [(p, -float(k), 1) for k, p in enumerate(["\u2581", "a", "b", ">", "<", "/", "\u2581a",
-                                                         "ab", "\u2581ab", ">\u2581", ">\u2581<"])]
-    meta = {"tokenizer.ggml.model": "llama",
-            "tokenizer.ggml.tokens": [p for p, _, _ in pieces],
-            "tokenizer.ggml.scores": np.asarray([s for _, s, _ in pieces], "<f4"),
-            "tokenizer.ggml.token_type": np.asarray([t for _, _, t in pieces], "<i4"),
-            "tokenizer.ggml.unknown_token_id": 0}
+    pieces += [
+        (p, -float(k), 1)
+        for k, p in enumerate(
+            ["\u2581", "a", "b", ">", "<", "/", "\u2581a", "ab", "\u2581ab", ">\u2581", ">\u2581<"]
+        )
+    ]
+    meta = {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": [p for p, _, _ in pieces],
+        "tokenizer.ggml.scores": np.asarray([s for _, s, _ in pieces], "<f4"),
+        "tokenizer.ggml.token_type": np.asarray([t for _, _, t in pieces], "<i4"),
+        "tokenizer.ggml.unknown_token_id": 0,
+    }
     meta.update(extra)
     return meta
 
@@ -232,7 +303,9 @@ def test_tiny_flags(prefix, tmp_path):
     path.write_bytes(gguf_bytes(meta))
     tok = bb.Tokenizer.from_file(path)
     again = families.gguf_metadata(path)
-    sp = spm.SentencePieceProcessor(model_proto=families.spm_from_gguf(again, add_dummy_prefix=prefix is not False))
+    sp = spm.SentencePieceProcessor(
+        model_proto=families.spm_from_gguf(again, add_dummy_prefix=prefix is not False)
+    )
     texts = ["ab", " ab", "a  b", "  ab", "> <", ">\u2581<", "ab>  <b", "\u2581 \u2581ab", "c d", "", " "]
     assert ours(tok, texts) == [sp.encode(t) for t in texts]
 
@@ -244,7 +317,7 @@ def test_header_size(tmp_path):
     whole, cut = tmp_path / "whole.gguf", tmp_path / "cut.gguf"
     whole.write_bytes(data + b"\xff" * 100)
     assert bb.gguf.header_size(whole) == len(data)
-    cut.write_bytes(whole.read_bytes()[:bb.gguf.header_size(whole)])
+    cut.write_bytes(whole.read_bytes()[: bb.gguf.header_size(whole)])
     assert bb.Tokenizer.from_file(cut).vocab.merges == bb.Tokenizer.from_file(whole).vocab.merges
 
 
@@ -255,24 +328,52 @@ def _without(meta: dict, key: str) -> dict:
 REFUSALS = {
     "magic": (b"GGUX" + gguf_bytes(tiny_spm())[4:], "not a GGUF file (magic b'GGUX', expected b'GGUF')"),
     "version": (gguf_bytes(tiny_spm(), version=1), "GGUF version 1 is not supported (only 2, 3)"),
-    "truncated": (gguf_bytes(tiny_spm())[:2000], "truncated GGUF header (tokenizer.ggml.tokens[135] at byte 1998 needs 8 bytes, the file has 2000)"),
-    "no_model": (gguf_bytes(_without(tiny_spm(), "tokenizer.ggml.model")), "missing key tokenizer.ggml.model"),
-    "no_tokens": (gguf_bytes(_without(tiny_spm(), "tokenizer.ggml.tokens")), "missing key tokenizer.ggml.tokens"),
-    "no_scores": (gguf_bytes(_without(tiny_spm(), "tokenizer.ggml.scores")), "missing key tokenizer.ggml.scores"),
-    "gpt2": (gguf_bytes(tiny_spm(**{"tokenizer.ggml.model": "gpt2"})),
-             "tokenizer.ggml.model 'gpt2' is not supported from GGUF (only 'llama', 'gemma4': "
-             "SentencePiece-style BPE)"),
-    "types": (gguf_bytes(tiny_spm(**{"tokenizer.ggml.token_type": np.ones(3, "<i4")})),
-              "tokenizer.ggml.token_type has 3 entries for 270 tokens"),
-    "no_bytes": (gguf_bytes(tiny_spm(**{"tokenizer.ggml.token_type": np.ones(270, "<i4")})),
-                 "no BYTE tokens <0x00>..<0xFF>: models without byte fallback are not supported"),
-    "collapse": (gguf_bytes(tiny_spm(**{"tokenizer.ggml.remove_extra_whitespaces": True})),
-                 "normalizer_spec.remove_extra_whitespaces is not supported"),
+    "truncated": (
+        gguf_bytes(tiny_spm())[:2000],
+        "truncated GGUF header (tokenizer.ggml.tokens[135] at byte 1998 needs 8 bytes, the file has 2000)",
+    ),
+    "no_model": (
+        gguf_bytes(_without(tiny_spm(), "tokenizer.ggml.model")),
+        "missing key tokenizer.ggml.model",
+    ),
+    "no_tokens": (
+        gguf_bytes(_without(tiny_spm(), "tokenizer.ggml.tokens")),
+        "missing key tokenizer.ggml.tokens",
+    ),
+    "no_scores": (
+        gguf_bytes(_without(tiny_spm(), "tokenizer.ggml.scores")),
+        "missing key tokenizer.ggml.scores",
+    ),
+    "gpt2": (
+        gguf_bytes(tiny_spm(**{"tokenizer.ggml.model": "gpt2"})),
+        "tokenizer.ggml.model 'gpt2' is not supported from GGUF (only 'llama', 'gemma4': "
+        "SentencePiece-style BPE)",
+    ),
+    "types": (
+        gguf_bytes(tiny_spm(**{"tokenizer.ggml.token_type": np.ones(3, "<i4")})),
+        "tokenizer.ggml.token_type has 3 entries for 270 tokens",
+    ),
+    "no_bytes": (
+        gguf_bytes(tiny_spm(**{"tokenizer.ggml.token_type": np.ones(270, "<i4")})),
+        "no BYTE tokens <0x00>..<0xFF>: models without byte fallback are not supported",
+    ),
+    "collapse": (
+        gguf_bytes(tiny_spm(**{"tokenizer.ggml.remove_extra_whitespaces": True})),
+        "normalizer_spec.remove_extra_whitespaces is not supported",
+    ),
     "spaced_user_defined_prefix": (
-        gguf_bytes({**tiny_spm(), "tokenizer.ggml.tokens": tiny_spm()["tokenizer.ggml.tokens"][:-1] + ["  "],
-                    "tokenizer.ggml.token_type": np.append(tiny_spm()["tokenizer.ggml.token_type"][:-1], np.int32(4))}),
+        gguf_bytes(
+            {
+                **tiny_spm(),
+                "tokenizer.ggml.tokens": tiny_spm()["tokenizer.ggml.tokens"][:-1] + ["  "],
+                "tokenizer.ggml.token_type": np.append(
+                    tiny_spm()["tokenizer.ggml.token_type"][:-1], np.int32(4)
+                ),
+            }
+        ),
         "user-defined piece '\u2581\u2581': user-defined pieces with '\u2581' together with add_dummy_prefix "
-        "are not supported"),
+        "are not supported",
+    ),
 }
 
 
@@ -297,4 +398,5 @@ def test_gemma4_refused():
     assert str(e.value) == (
         f"{path}: a run of 32 '\\n' is merged one pair at a time into pieces of [31, 1] characters "
         f"but by merge passes into [16, 16] (runs of '\\n' outrank their own parts and they are not "
-        f"ranked after every other merge): not supported")
+        f"ranked after every other merge): not supported"
+    )

@@ -56,13 +56,22 @@ def check_same(block: bytes, field, must_accept: bool, threads: int = 1):
 
 # -- generated JSON, written with every spelling json.loads accepts ----------------------------
 
+
 def spell_string(draw, text: str) -> str:
     """`text` as a JSON string literal, each character raw or escaped at random."""
     out = ['"']
     for ch in text:
         cp = ord(ch)
-        short = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
-                 "\t": "\\t", "/": "\\/"}
+        short = {
+            '"': '\\"',
+            "\\": "\\\\",
+            "\b": "\\b",
+            "\f": "\\f",
+            "\n": "\\n",
+            "\r": "\\r",
+            "\t": "\\t",
+            "/": "\\/",
+        }
         choice = draw(st.integers(0, 3))
         if 0xD800 <= cp <= 0xDFFF:
             out.append(f"\\u{cp:04x}")  # a lone surrogate: only an escape can spell it
@@ -81,12 +90,25 @@ def spell_string(draw, text: str) -> str:
 
 ws = st.sampled_from(["", " ", "  ", "\t", " \r", "\r"])
 plain_texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
-texts = st.lists(st.one_of(st.characters(exclude_categories=("Cs",)),  # with lone surrogates
-                           st.integers(0xD800, 0xDFFF).map(chr)), max_size=40).map("".join)
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**30, 10**30),
-                    st.floats(allow_nan=False, allow_infinity=False), plain_texts)
-values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(plain_texts, inner, max_size=3)), max_leaves=8)
+texts = st.lists(
+    st.one_of(
+        st.characters(exclude_categories=("Cs",)),  # with lone surrogates
+        st.integers(0xD800, 0xDFFF).map(chr),
+    ),
+    max_size=40,
+).map("".join)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**30), 10**30),
+    st.floats(allow_nan=False, allow_infinity=False),
+    plain_texts,
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(plain_texts, inner, max_size=3)),
+    max_leaves=8,
+)
 
 
 @st.composite
@@ -97,8 +119,9 @@ def spelled_value(draw, value):
     if isinstance(value, list):
         return "[" + w() + ("," + w()).join(draw(spelled_value(v)) + w() for v in value) + "]"
     if isinstance(value, dict):
-        items = [spell_string(draw, k) + w() + ":" + w() + draw(spelled_value(v)) + w()
-                 for k, v in value.items()]
+        items = [
+            spell_string(draw, k) + w() + ":" + w() + draw(spelled_value(v)) + w() for k, v in value.items()
+        ]
         return "{" + w() + ("," + w()).join(items) + "}"
     return json.dumps(value)
 
@@ -108,21 +131,36 @@ def jsonl_line(draw, lone_in_field=False):
     """One well-formed object line holding FIELD (a string) among other keys and values."""
     text = draw(texts if lone_in_field else plain_texts)
     before = draw(st.dictionaries(plain_texts.filter(lambda k: k != FIELD), values, max_size=3))
-    after = draw(st.dictionaries(plain_texts.filter(lambda k: k != FIELD and k not in before),
-                                 values, max_size=2))
+    after = draw(
+        st.dictionaries(plain_texts.filter(lambda k: k != FIELD and k not in before), values, max_size=2)
+    )
     items = list(before.items()) + [(FIELD, text)] + list(after.items())
     w = lambda: draw(ws)  # noqa: E731
     body = ("," + w()).join(
-        (spell_string(draw, k) if k != FIELD else draw(st.sampled_from(
-            ['"text"', '"te\\u0078t"', '"\\u0074ext"']))) + w() + ":" + w()
-        + draw(spelled_value(v)) + w() for k, v in items)
+        (
+            spell_string(draw, k)
+            if k != FIELD
+            else draw(st.sampled_from(['"text"', '"te\\u0078t"', '"\\u0074ext"']))
+        )
+        + w()
+        + ":"
+        + w()
+        + draw(spelled_value(v))
+        + w()
+        for k, v in items
+    )
     return w() + "{" + w() + body + "}" + w()
 
 
 @st.composite
 def jsonl_block(draw, lone_in_field=False):
-    lines = draw(st.lists(st.one_of(jsonl_line(lone_in_field), st.sampled_from(["", " ", "\r", " \t"])),
-                          min_size=1, max_size=8))
+    lines = draw(
+        st.lists(
+            st.one_of(jsonl_line(lone_in_field), st.sampled_from(["", " ", "\r", " \t"])),
+            min_size=1,
+            max_size=8,
+        )
+    )
     return ("\n".join(lines) + draw(st.sampled_from(["", "\n"]))).encode("utf-8", "surrogatepass")
 
 
@@ -144,40 +182,75 @@ def test_lone_surrogates_give_up_or_agree(block):
         assert got is not None
 
 
-MUTATIONS = [b"", b'"', b"\\", b"{", b"}", b",", b":", b"\n", b"\r", b"\x00", b"\x1f", b"\x7f",
-             b"\xff", b"\xc3", b"\xed\xa0\x80", b"\\u", b"\\ud800", b"\\udc00", b"0", b"-", b".",
-             b"e", b"NaN", b"Infinity", b"\xef\xbb\xbf", b"\x0c", b"\x0b", b"[", b"]", b"truefalse"]
+MUTATIONS = [
+    b"",
+    b'"',
+    b"\\",
+    b"{",
+    b"}",
+    b",",
+    b":",
+    b"\n",
+    b"\r",
+    b"\x00",
+    b"\x1f",
+    b"\x7f",
+    b"\xff",
+    b"\xc3",
+    b"\xed\xa0\x80",
+    b"\\u",
+    b"\\ud800",
+    b"\\udc00",
+    b"0",
+    b"-",
+    b".",
+    b"e",
+    b"NaN",
+    b"Infinity",
+    b"\xef\xbb\xbf",
+    b"\x0c",
+    b"\x0b",
+    b"[",
+    b"]",
+    b"truefalse",
+]
 
 
 @settings_
-@given(jsonl_block(), st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(MUTATIONS),
-                                         st.integers(0, 3)), min_size=1, max_size=4))
+@given(
+    jsonl_block(),
+    st.lists(
+        st.tuples(st.integers(0, 10**6), st.sampled_from(MUTATIONS), st.integers(0, 3)),
+        min_size=1,
+        max_size=4,
+    ),
+)
 def test_mutated_jsonl_never_accepts_what_python_rejects(block, edits):
     for at, insert, drop in edits:
         at %= len(block) + 1
-        block = block[:at] + insert + block[at + drop:]
+        block = block[:at] + insert + block[at + drop :]
     check_same(block, FIELD, must_accept=False)
 
 
 CASES = [
-    (b'{"text": "a", "text": "b"}', True),          # the last one wins, as in a dict
+    (b'{"text": "a", "text": "b"}', True),  # the last one wins, as in a dict
     (b'{"text": 1, "text": "b"}', True),
-    (b'{"text": "a", "text": 1}', False),            # field is int
+    (b'{"text": "a", "text": 1}', False),  # field is int
     (b'{"a": [1, 2.5e-3, -0, true, null, NaN, -Infinity, {"b": []}], "text": "x"}', True),
     (b'{"text": "\\ud83d\\ude00 \\u00e9\\n\\/"}', True),
-    (b'{"text": "\\ud83d x"}', False),                # a lone surrogate in the field
+    (b'{"text": "\\ud83d x"}', False),  # a lone surrogate in the field
     (b'{"k\\udc00": "\\udc00", "text": "x"}', True),  # ... elsewhere is fine
     (b'{"text": "x"} {}', False),
     (b'{"text": "x",}', False),
-    (b'{"text": "x\tb"}', False),                     # a raw control character
+    (b'{"text": "x\tb"}', False),  # a raw control character
     (b'["text"]', False),
     (b'{"other": "x"}', False),
-    (b'\xef\xbb\xbf{"text": "x"}', False),            # a BOM: json.loads refuses it
+    (b'\xef\xbb\xbf{"text": "x"}', False),  # a BOM: json.loads refuses it
     (b'{"n": 01, "text": "x"}', False),
     (b'{"n": 1.e5, "text": "x"}', False),
     (b'{"n": ' + b"9" * 5000 + b', "text": "x"}', False),  # over int's digit limit
     (b'{"text": "\\x"}', False),
-    (b'{"text": "\xe4"}', False),                     # invalid UTF-8
+    (b'{"text": "\xe4"}', False),  # invalid UTF-8
     (b"[" * 3000 + b"]" * 3000, False),
 ]
 
@@ -189,8 +262,10 @@ def test_jsonl_cases(line, accepted):
 
 
 @settings_
-@given(st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=12),
-       st.sampled_from([b"\n", b"\r\n"]))
+@given(
+    st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=12),
+    st.sampled_from([b"\n", b"\r\n"]),
+)
 def test_lines_mode_equals_python(lines, eol):
     block = eol.join(lines) + eol
     valid = all(_utf8(x) for x in lines)
@@ -212,14 +287,17 @@ def test_threads_split_at_line_boundaries(field):
     lines = []
     for i in range(40_000):
         text = "".join(rng.choice(words) for _ in range(rng.randrange(0, 40)))
-        lines.append(f'{{"id": {i}, "text": "{text}", "m": [1, {{"x": null}}]}}' if rng.random() > 0.05
-                     else rng.choice(["", "  ", "\r"]))
+        lines.append(
+            f'{{"id": {i}, "text": "{text}", "m": [1, {{"x": null}}]}}'
+            if rng.random() > 0.05
+            else rng.choice(["", "  ", "\r"])
+        )
     block = "\n".join(lines).encode()
     assert len(block) > 2 << 20
     one = check_same(block, field, must_accept=True)
     for threads in (2, 3, 8, 64):
         assert native_reader(block, field, threads) == one
-    bad = block[: len(block) * 3 // 4] + b"\xff" + block[len(block) * 3 // 4:]
+    bad = block[: len(block) * 3 // 4] + b"\xff" + block[len(block) * 3 // 4 :]
     assert native_reader(bad, field, 8) is None
 
 
@@ -230,8 +308,9 @@ def test_pack_flat_equals_pack_strings():
     index = np.array([4, 2, 0, 3, 1, 2], np.int64)
     for max_len, rows in ((-1, 6), (64, 8), (40, 16)):
         data, lengths = native.cpu.pack_flat(flat, offsets, index, max_len, rows)
-        want_data, want_lengths = pack_strings([docs[i] for i in index] + [b""] * (rows - 6),
-                                               max_len=None if max_len < 0 else max_len)
+        want_data, want_lengths = pack_strings(
+            [docs[i] for i in index] + [b""] * (rows - 6), max_len=None if max_len < 0 else max_len
+        )
         np.testing.assert_array_equal(data, want_data)
         np.testing.assert_array_equal(lengths, want_lengths)
     with pytest.raises(ValueError, match=r"^pack_flat: document 3 has 40 bytes, more than max_len=16$"):
@@ -242,12 +321,20 @@ def test_pack_flat_equals_pack_strings():
         native.cpu.pack_flat(flat, np.array([0, 999], np.int64), np.array([0], np.int64), -1, 1)
 
 
-@pytest.mark.parametrize("line, message", [
-    (b'{"n": ' + b"9" * 5000 + b', "text": "x"}',
-     r"^{path}:2: not valid JSON: Exceeds the limit \(4300 digits\) for integer string conversion"),
-    (b'{"text": "x", "a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-     r"^{path}:2: not valid JSON: maximum recursion depth exceeded"),
-], ids=["digits", "depth"])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (
+            b'{"n": ' + b"9" * 5000 + b', "text": "x"}',
+            r"^{path}:2: not valid JSON: Exceeds the limit \(4300 digits\) for integer string conversion",
+        ),
+        (
+            b'{"text": "x", "a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            r"^{path}:2: not valid JSON: maximum recursion depth exceeded",
+        ),
+    ],
+    ids=["digits", "depth"],
+)
 def test_json_that_json_loads_refuses_is_a_file_line_error(tmp_path, line, message):
     path = tmp_path / "x.jsonl"
     path.write_bytes(b'{"text": "ok"}\n' + line + b"\n")

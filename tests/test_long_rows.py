@@ -23,8 +23,7 @@ from blockbpe_jax import testing
 from helpers import gpu_devices, load_tokenizer, vocab_path
 from helpers import tiktoken_enc
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]
 
 TILE = 4096
 BLOCK_SIZES = (256, 512, 1024)
@@ -34,29 +33,74 @@ def cpu():
     return jax.devices("cpu")[0]
 
 
-def run(tok_or_tables, rows: list[bytes], *, device, max_len: int, max_tokens: int,
-        pad_id: int = -7, block_size: int = 256, allowed_special=None, check_lengths=True,
-        lengths=None):
+def run(
+    tok_or_tables,
+    rows: list[bytes],
+    *,
+    device,
+    max_len: int,
+    max_tokens: int,
+    pad_id: int = -7,
+    block_size: int = 256,
+    allowed_special=None,
+    check_lengths=True,
+    lengths=None,
+):
     data, lens = bb.pack_strings(rows, max_len=max_len)
     if lengths is not None:
         lens = np.asarray(lengths, np.int32)
     kwargs = {} if allowed_special is None else {"allowed_special": allowed_special}
-    out = bb.encode(jax.device_put(data, device), jax.device_put(lens, device), tok_or_tables,
-                    max_tokens=max_tokens, pad_id=pad_id, block_size=block_size,
-                    check_lengths=check_lengths, **kwargs)
+    out = bb.encode(
+        jax.device_put(data, device),
+        jax.device_put(lens, device),
+        tok_or_tables,
+        max_tokens=max_tokens,
+        pad_id=pad_id,
+        block_size=block_size,
+        check_lengths=check_lengths,
+        **kwargs,
+    )
     return np.asarray(out.ids), np.asarray(out.counts)
 
 
-def assert_gpu_equals_cpu(tok, rows, *, max_len, max_tokens=None, block_sizes=BLOCK_SIZES,
-                          allowed_special=None, pad_id=-7, lengths=None, check_lengths=True):
+def assert_gpu_equals_cpu(
+    tok,
+    rows,
+    *,
+    max_len,
+    max_tokens=None,
+    block_sizes=BLOCK_SIZES,
+    allowed_special=None,
+    pad_id=-7,
+    lengths=None,
+    check_lengths=True,
+):
     """GPU (every block size) == CPU executor, ids with padding and counts; returns the CPU's."""
     max_tokens = max_tokens or max_len
-    want = run(tok, rows, device=cpu(), max_len=max_len, max_tokens=max_tokens, pad_id=pad_id,
-               allowed_special=allowed_special, lengths=lengths, check_lengths=check_lengths)
+    want = run(
+        tok,
+        rows,
+        device=cpu(),
+        max_len=max_len,
+        max_tokens=max_tokens,
+        pad_id=pad_id,
+        allowed_special=allowed_special,
+        lengths=lengths,
+        check_lengths=check_lengths,
+    )
     for bs in block_sizes:
-        got = run(tok, rows, device=gpu_devices()[0], max_len=max_len, max_tokens=max_tokens,
-                  pad_id=pad_id, block_size=bs, allowed_special=allowed_special, lengths=lengths,
-                  check_lengths=check_lengths)
+        got = run(
+            tok,
+            rows,
+            device=gpu_devices()[0],
+            max_len=max_len,
+            max_tokens=max_tokens,
+            pad_id=pad_id,
+            block_size=bs,
+            allowed_special=allowed_special,
+            lengths=lengths,
+            check_lengths=check_lengths,
+        )
         for k in range(len(rows)):
             assert got[1][k] == want[1][k], (bs, k, len(rows[k]), got[1][k], want[1][k])
             diff = np.flatnonzero(got[0][k] != want[0][k])
@@ -65,7 +109,9 @@ def assert_gpu_equals_cpu(tok, rows, *, max_len, max_tokens=None, block_sizes=BL
 
 
 def tiktoken_ids(name: str, text: bytes, allowed=()) -> list[int]:
-    return tiktoken_enc(name, "exact").encode(text.decode("utf-8"), allowed_special=set(allowed), disallowed_special=())
+    return tiktoken_enc(name, "exact").encode(
+        text.decode("utf-8"), allowed_special=set(allowed), disallowed_special=()
+    )
 
 
 def assert_equals_tiktoken(name, rows, ids_counts, allowed=()):
@@ -73,7 +119,7 @@ def assert_equals_tiktoken(name, rows, ids_counts, allowed=()):
     for k, row in enumerate(rows):
         ref = tiktoken_ids(name, row, allowed)
         assert counts[k] == len(ref), (k, len(row), counts[k], len(ref))
-        assert ids[k, :min(len(ref), ids.shape[1])].tolist() == ref[:ids.shape[1]], k
+        assert ids[k, : min(len(ref), ids.shape[1])].tolist() == ref[: ids.shape[1]], k
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +131,7 @@ def cut(raw: bytes, start: int, n: int) -> bytes:
     """n bytes of raw from start (wrapping), shortened to end on a character boundary."""
     while len(raw) < start + n:
         raw = raw + raw
-    s = raw[start:start + n]
+    s = raw[start : start + n]
     while s and (s[0] & 0xC0) == 0x80:
         s = s[1:]
     while s and s[-1] >= 0x80:
@@ -105,11 +151,10 @@ def test_prose_rows_of_many_lengths(name, prose):
 def test_one_mebibyte_and_eight(prose):
     for n in (1 << 20, 8 << 20):
         row = cut(prose, 12345, n)
-        got = run(load_tokenizer("cl100k", "tiktoken"), [row], device=gpu_devices()[0],
-                  max_len=n, max_tokens=n // 2)
+        got = run(
+            load_tokenizer("cl100k", "tiktoken"), [row], device=gpu_devices()[0], max_len=n, max_tokens=n // 2
+        )
         assert_equals_tiktoken("cl100k", [row], got)
-
-
 
 
 @pytest.mark.parametrize("kind", sorted(testing.ADVERSARIAL))
@@ -117,13 +162,24 @@ def test_adversarial_rows(kind):
     rng = random.Random(kind)
     rows = [testing.ADVERSARIAL[kind](rng, n) for n in (9000, 20000, 40000)]
     rows.append(b"x " + rows[0] + b" y")
-    want = assert_gpu_equals_cpu(load_tokenizer("cl100k", "tiktoken"), rows, max_len=40960,
-                                 block_sizes=(256, 1024))
+    want = assert_gpu_equals_cpu(
+        load_tokenizer("cl100k", "tiktoken"), rows, max_len=40960, block_sizes=(256, 1024)
+    )
     assert_equals_tiktoken("cl100k", rows, want)
 
 
-SEGMENTS = [b"abcdefghij" * 7, b" " * 70, b"1234567890" * 3, b" \n \n\t  \r\n ", "日本語のテキスト".encode(),
-            "🎉👩‍👩‍👧".encode(), b"'s'll'VE", b"Hello World", b"\xf0\x9f\x8e", b"\xff\xfe"]
+SEGMENTS = [
+    b"abcdefghij" * 7,
+    b" " * 70,
+    b"1234567890" * 3,
+    b" \n \n\t  \r\n ",
+    "日本語のテキスト".encode(),
+    "🎉👩‍👩‍👧".encode(),
+    b"'s'll'VE",
+    b"Hello World",
+    b"\xf0\x9f\x8e",
+    b"\xff\xfe",
+]
 
 
 def test_pieces_crossing_tile_boundaries(prose):
@@ -136,8 +192,7 @@ def test_pieces_crossing_tile_boundaries(prose):
                 before = cut(prose, boundary + d, boundary + d)
                 before = before + b"x" * (boundary + d - len(before))
                 rows.append(before + seg + cut(prose, 999, 3000))
-    assert_gpu_equals_cpu(load_tokenizer("o200k", "tiktoken"), rows, max_len=12288,
-                          block_sizes=(256, 512))
+    assert_gpu_equals_cpu(load_tokenizer("o200k", "tiktoken"), rows, max_len=12288, block_sizes=(256, 512))
 
 
 def test_specials_straddling_tile_boundaries(prose):
@@ -149,14 +204,13 @@ def test_specials_straddling_tile_boundaries(prose):
             head = cut(prose, 0, boundary + d)
             head = head + b"y" * (boundary + d - len(head))
             rows.append(head + eot + b"<|fim_prefix|>" + cut(prose, 5000, 2000))
-    rows.append((eot + b"a") * 1000)      # a match in every tile, all accepted
+    rows.append((eot + b"a") * 1000)  # a match in every tile, all accepted
     rows.append(eot * 1000)
-    rows.append(b"<|endoftext|" * 1000)   # near misses
+    rows.append(b"<|endoftext|" * 1000)  # near misses
     want = assert_gpu_equals_cpu(tok, rows, max_len=16384, allowed_special="all")
     assert_equals_tiktoken("cl100k", rows, want, allowed=tok.vocab.special_tokens)
     # not allowed: the same text is ordinary text
-    want = assert_gpu_equals_cpu(tok, rows, max_len=16384, allowed_special="none",
-                                 block_sizes=(256,))
+    want = assert_gpu_equals_cpu(tok, rows, max_len=16384, allowed_special="none", block_sizes=(256,))
     assert_equals_tiktoken("cl100k", rows, want)
 
 
@@ -165,12 +219,14 @@ def test_overlapping_specials_accept_leftmost_first():
     depends on every earlier one, across tiles (the acceptance entering a tile at another
     offset than the tile's own walk never meets it again)."""
     import tiktoken.load
+
     path = vocab_path("cl100k")
     ranks = tiktoken.load.load_tiktoken_bpe(str(path))
     base = load_tokenizer("cl100k", "tiktoken")
     specials = {"@#@": 100300, "#@#@#": 100301, "<|endoftext|>": 100257}
-    enc = tiktoken.Encoding("overlap", pat_str=base.vocab.pattern, mergeable_ranks=ranks,
-                            special_tokens=specials)
+    enc = tiktoken.Encoding(
+        "overlap", pat_str=base.vocab.pattern, mergeable_ranks=ranks, special_tokens=specials
+    )
     tok = bb.Tokenizer.from_tiktoken(enc)
     rows = []
     for shift in range(0, 7):
@@ -179,7 +235,7 @@ def test_overlapping_specials_accept_leftmost_first():
     want = assert_gpu_equals_cpu(tok, rows, max_len=20480, allowed_special="all")
     for k, row in enumerate(rows):
         ref = enc.encode(row.decode(), allowed_special="all")
-        assert want[1][k] == len(ref) and want[0][k, :len(ref)].tolist() == ref, k
+        assert want[1][k] == len(ref) and want[0][k, : len(ref)].tolist() == ref, k
 
 
 def test_llama3_many_specials(prose):
@@ -190,7 +246,11 @@ def test_llama3_many_specials(prose):
     for n in (9000, 30000):
         parts, size = [], 0
         while size < n:
-            part = rng.choice(specials).encode() if rng.random() < 0.2 else cut(prose, rng.randrange(10**6), rng.randrange(1, 700))
+            part = (
+                rng.choice(specials).encode()
+                if rng.random() < 0.2
+                else cut(prose, rng.randrange(10**6), rng.randrange(1, 700))
+            )
             parts.append(part)
             size += len(part)
         rows.append(b"".join(parts))
@@ -201,8 +261,9 @@ def test_counts_over_capacity_and_padding(prose):
     tok = load_tokenizer("cl100k", "tiktoken")
     rows = [cut(prose, 100 * k, n) for k, n in enumerate([10000, 30000, 0, 5000, 30000])]
     for max_tokens in (1, 100, 2500, 20000):
-        want = assert_gpu_equals_cpu(tok, rows, max_len=32768, max_tokens=max_tokens,
-                                     block_sizes=(256,), pad_id=123)
+        want = assert_gpu_equals_cpu(
+            tok, rows, max_len=32768, max_tokens=max_tokens, block_sizes=(256,), pad_id=123
+        )
         assert want[1][1] > 2500
 
 
@@ -210,8 +271,15 @@ def test_bad_lengths_without_the_host_check(prose):
     tok = load_tokenizer("cl100k", "tiktoken")
     rows = [cut(prose, 0, 9000), cut(prose, 500, 12000), b"", cut(prose, 50, 100)]
     lengths = [9000, -3, 0, 16385]
-    got = run(tok, rows, device=gpu_devices()[0], max_len=16384, max_tokens=4000,
-              check_lengths=False, lengths=lengths)
+    got = run(
+        tok,
+        rows,
+        device=gpu_devices()[0],
+        max_len=16384,
+        max_tokens=4000,
+        check_lengths=False,
+        lengths=lengths,
+    )
     want = run(tok, rows[:1], device=cpu(), max_len=16384, max_tokens=4000)
     assert got[1].tolist()[1:] == [-1, 0, -1]
     assert got[1][0] == want[1][0] and np.array_equal(got[0][0], want[0][0])
@@ -222,6 +290,7 @@ def test_bad_lengths_without_the_host_check(prose):
 def nfc_tok(data_dir):
     """llama3's vocabulary with an NFC normalizer (a one-stage pre-tokenizer)."""
     from tokenizers import Tokenizer
+
     path = data_dir / "vocab" / "llama3" / "tokenizer.json"
     doc = json.loads(path.read_bytes())
     doc["normalizer"] = {"type": "NFC"}
@@ -234,10 +303,9 @@ def test_nfc_check_on_long_rows(nfc_tok, prose):
     body = cut(prose, 0, 20000)
     rows = [body]
     for at in (0, TILE - 1, TILE, 2 * TILE + 1, len(body) - 2):
-        rows.append(body[:at] + "e\u0301".encode() + body[at:])   # not NFC
-        rows.append(body[:at] + "\u00e9".encode() + body[at:])    # NFC
-    want = assert_gpu_equals_cpu(nfc_tok, rows, max_len=20480, allowed_special="all",
-                                 block_sizes=(256, 1024))
+        rows.append(body[:at] + "e\u0301".encode() + body[at:])  # not NFC
+        rows.append(body[:at] + "\u00e9".encode() + body[at:])  # NFC
+    want = assert_gpu_equals_cpu(nfc_tok, rows, max_len=20480, allowed_special="all", block_sizes=(256, 1024))
     assert want[1][0] > 0
     assert want[1][1::2].tolist() == [-2] * 5
     assert (want[1][2::2] > 0).all()

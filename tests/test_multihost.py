@@ -19,26 +19,45 @@ N_PROCESSES, LOCAL_DEVICES, TIMEOUT_S = 2, 2, 120
 
 
 def _cpu_env(data_dir, local_devices: int = LOCAL_DEVICES) -> dict:
-    env = dict(os.environ, BLOCKBPE_DATA=str(data_dir), JAX_PLATFORMS="cpu",
-               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "")
-                          + f" --xla_force_host_platform_device_count={local_devices}").strip())
+    env = dict(
+        os.environ,
+        BLOCKBPE_DATA=str(data_dir),
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS=(
+            os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={local_devices}"
+        ).strip(),
+    )
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
 
 
 def _run(argv_for, data_dir, tmp_path, local_devices: int = LOCAL_DEVICES):
     env = _cpu_env(data_dir, local_devices)
-    codes, logs = run_local_processes(argv_for, N_PROCESSES, log_dir=tmp_path,
-                                      timeout_s=TIMEOUT_S, env_for=lambda k: env)
+    codes, logs = run_local_processes(
+        argv_for, N_PROCESSES, log_dir=tmp_path, timeout_s=TIMEOUT_S, env_for=lambda k: env
+    )
     text = "\n".join(f"--- process {k} ---\n{log}" for k, log in enumerate(logs))
     assert codes is not None, f"processes still running after {TIMEOUT_S} s\n" + text
     assert codes == [0] * N_PROCESSES, f"exit codes {codes}\n" + text
 
 
 def test_two_processes_encode_their_shards_into_one_global_batch(data_dir, tmp_path):
-    _run(lambda k, port: [sys.executable, str(WORKER), "--port", str(port), "--process-id", str(k),
-                          "--num-processes", str(N_PROCESSES),
-                          "--out", str(tmp_path / f"result{k}.json")], data_dir, tmp_path)
+    _run(
+        lambda k, port: [
+            sys.executable,
+            str(WORKER),
+            "--port",
+            str(port),
+            "--process-id",
+            str(k),
+            "--num-processes",
+            str(N_PROCESSES),
+            "--out",
+            str(tmp_path / f"result{k}.json"),
+        ],
+        data_dir,
+        tmp_path,
+    )
     reports = [json.loads((tmp_path / f"result{k}.json").read_text()) for k in range(N_PROCESSES)]
     rows = reports[0]["rows_per_process"]
     b = rows * N_PROCESSES
@@ -53,11 +72,12 @@ def test_two_processes_encode_their_shards_into_one_global_batch(data_dir, tmp_p
         assert r["gathered_shape"] == [b, 96] and r["spec"] == ["data"]
         # Process k holds global rows k*rows .. (k+1)*rows, half on each local device.
         half = rows // LOCAL_DEVICES
-        assert r["local_rows"] == [[k * rows + i * half, k * rows + (i + 1) * half]
-                                   for i in range(LOCAL_DEVICES)]
+        assert r["local_rows"] == [
+            [k * rows + i * half, k * rows + (i + 1) * half] for i in range(LOCAL_DEVICES)
+        ]
         assert r["truncated_rows"] > 0
         assert r["total_tokens_jit"] == r["total_tokens_ref"]
-    assert reports[0]["local_texts"] > reports[1]["local_texts"]   # uneven shards, padded rows
+    assert reports[0]["local_texts"] > reports[1]["local_texts"]  # uneven shards, padded rows
 
 
 def test_sharded_benchmark_two_processes(data_dir, tmp_path):
@@ -67,9 +87,28 @@ def test_sharded_benchmark_two_processes(data_dir, tmp_path):
 
     out = tmp_path / "out"
     env = _cpu_env(data_dir, 1)
-    proc = subprocess.run([sys.executable, str(SHARDED), "--processes", "2", "--platform", "cpu",
-                           "--rows", "6", "--bytes", "300", "--reps", "2", "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=TIMEOUT_S + 30)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SHARDED),
+            "--processes",
+            "2",
+            "--platform",
+            "cpu",
+            "--rows",
+            "6",
+            "--bytes",
+            "300",
+            "--reps",
+            "2",
+            "--out",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S + 30,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads((out / "sharded_multiprocess.json").read_text())
     assert r["processes"] == 2 and len(r["per_process"]) == 2

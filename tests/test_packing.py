@@ -29,14 +29,21 @@ from hypothesis import strategies as st
 
 import blockbpe_jax as bb
 from blockbpe_jax import testing
-from blockbpe_jax.packing import (CarryReport, PackReport, empty_carry, pack, pack_reference,
-                                  pack_stream, segment_attention_mask)
+from blockbpe_jax.packing import (
+    CarryReport,
+    PackReport,
+    empty_carry,
+    pack,
+    pack_reference,
+    pack_stream,
+    segment_attention_mask,
+)
 
 from helpers import load_tokenizer
 from strategies import fuzz
 
 CPU = jax.devices("cpu")[0]
-SPECIAL = [None, 900, (901, 902)]   # no id, one id, a sequence of ids (disjoint from the ids)
+SPECIAL = [None, 900, (901, 902)]  # no id, one id, a sequence of ids (disjoint from the ids)
 
 
 @st.composite
@@ -45,35 +52,51 @@ def batches(draw, max_batches: int = 1):
     the shapes and options from small sets (one compile per example, a few checks per compile)."""
     B = draw(st.sampled_from([1, 3, 7]))
     T = draw(st.sampled_from([0, 1, 6, 13]))
-    opts = dict(seq_len=draw(st.sampled_from([1, 4, 8])), rows=draw(st.sampled_from([1, 3, 6])),
-                bos_id=draw(st.sampled_from(SPECIAL)), eos_id=draw(st.sampled_from(SPECIAL)),
-                method=draw(st.sampled_from(["first_fit", "sequential"])),
-                overflow=draw(st.sampled_from(["drop", "stop"])),
-                pad_id=draw(st.sampled_from([0, -7])))
+    opts = dict(
+        seq_len=draw(st.sampled_from([1, 4, 8])),
+        rows=draw(st.sampled_from([1, 3, 6])),
+        bos_id=draw(st.sampled_from(SPECIAL)),
+        eos_id=draw(st.sampled_from(SPECIAL)),
+        method=draw(st.sampled_from(["first_fit", "sequential"])),
+        overflow=draw(st.sampled_from(["drop", "stop"])),
+        pad_id=draw(st.sampled_from([0, -7])),
+    )
     out = []
     for _ in range(draw(st.integers(1, max_batches))):
         ids = draw(st.lists(st.integers(1, 800), min_size=B * T, max_size=B * T))
-        counts = draw(st.lists(st.one_of(st.integers(-2, -1), st.just(0), st.integers(0, T + 4),
-                                         st.just(T)), min_size=B, max_size=B))
+        counts = draw(
+            st.lists(
+                st.one_of(st.integers(-2, -1), st.just(0), st.integers(0, T + 4), st.just(T)),
+                min_size=B,
+                max_size=B,
+            )
+        )
         out.append((np.asarray(ids, np.int32).reshape(B, T), np.asarray(counts, np.int32)))
     return opts, out
 
 
-_jitted = jax.jit(pack, static_argnames=("seq_len", "rows", "bos_id", "eos_id", "method",
-                                         "overflow", "pad_id"))
+_jitted = jax.jit(
+    pack, static_argnames=("seq_len", "rows", "bos_id", "eos_id", "method", "overflow", "pad_id")
+)
 
 
 def _events(ids, counts, opts):
     """Hypothesis statistics (--hypothesis-show-statistics): which cases the examples reach."""
     report = pack_reference(ids, counts, **opts)[3]
-    for name, hit in [("tokens dropped by packing", report["tokens_dropped"] > report["tokens_truncated"]),
-                      ("row cut by encode", report["tokens_truncated"] > 0),
-                      ("invalid row", report["documents_invalid"] > 0),
-                      ("document longer than seq_len", any(
-                          d and len(d) > opts["seq_len"]
-                          for d in _documents(ids, counts, opts.get("bos_id"), opts.get("eos_id")))),
-                      ("empty document", (counts == 0).any() and not opts.get("bos_id") and not opts.get("eos_id")),
-                      ("all rows used", report["rows_used"] == opts["rows"])]:
+    for name, hit in [
+        ("tokens dropped by packing", report["tokens_dropped"] > report["tokens_truncated"]),
+        ("row cut by encode", report["tokens_truncated"] > 0),
+        ("invalid row", report["documents_invalid"] > 0),
+        (
+            "document longer than seq_len",
+            any(
+                d and len(d) > opts["seq_len"]
+                for d in _documents(ids, counts, opts.get("bos_id"), opts.get("eos_id"))
+            ),
+        ),
+        ("empty document", (counts == 0).any() and not opts.get("bos_id") and not opts.get("eos_id")),
+        ("all rows used", report["rows_used"] == opts["rows"]),
+    ]:
         if hit:
             event(f"{opts['method']}: {name}")
 
@@ -84,8 +107,7 @@ def _assert_same(got, ids, counts, opts):
     np.testing.assert_array_equal(np.asarray(got.segment_ids), segment_ids, err_msg="segment_ids")
     np.testing.assert_array_equal(np.asarray(got.positions), positions, err_msg="positions")
     for field in PackReport._fields:
-        np.testing.assert_array_equal(np.asarray(getattr(got.report, field)), report[field],
-                                      err_msg=field)
+        np.testing.assert_array_equal(np.asarray(getattr(got.report, field)), report[field], err_msg=field)
     for x in (got.tokens, got.segment_ids, got.positions, *got.report):
         assert x.dtype == jnp.int32
 
@@ -96,22 +118,25 @@ def test_pack_matches_reference_jit(case):
     opts, data = case
     for ids, counts in data:
         _events(ids, counts, opts)
-        _assert_same(_jitted(jax.device_put(ids, CPU), jax.device_put(counts, CPU), **opts),
-                     ids, counts, opts)
+        _assert_same(
+            _jitted(jax.device_put(ids, CPU), jax.device_put(counts, CPU), **opts), ids, counts, opts
+        )
 
 
 @fuzz(150)
-@given(st.sampled_from([("first_fit", "drop"), ("first_fit", "stop"), ("sequential", "drop")]),
-       st.sampled_from([None, 900]), st.lists(st.integers(-1, 13), min_size=7, max_size=7),
-       st.integers(0, 2**31 - 1))
+@given(
+    st.sampled_from([("first_fit", "drop"), ("first_fit", "stop"), ("sequential", "drop")]),
+    st.sampled_from([None, 900]),
+    st.lists(st.integers(-1, 13), min_size=7, max_size=7),
+    st.integers(0, 2**31 - 1),
+)
 def test_one_shape_many_batches(method_overflow, eos_id, counts, seed):
     """One shape, many batches (few compiles): empty documents between others, a piece that
     fits no row followed by ones that fit somewhere (first fit: "stop" vs "drop")."""
     ids = np.random.default_rng(seed).integers(1, 800, (7, 13)).astype(np.int32)
     counts = np.asarray(counts, np.int32)
     method, overflow = method_overflow
-    opts = dict(seq_len=8, rows=3, bos_id=None, eos_id=eos_id, method=method, overflow=overflow,
-                pad_id=0)
+    opts = dict(seq_len=8, rows=3, bos_id=None, eos_id=eos_id, method=method, overflow=overflow, pad_id=0)
     _events(ids, counts, opts)
     _assert_same(_jitted(ids, counts, **opts), ids, counts, opts)
 
@@ -125,8 +150,10 @@ def test_pack_matches_reference_eager(case):
 
 def _documents(ids, counts, bos_id, eos_id):
     as_list = lambda x: [] if x is None else [x] if isinstance(x, int) else list(x)
-    return [None if c < 0 else as_list(bos_id) + ids[b, :min(c, ids.shape[1])].tolist()
-            + as_list(eos_id) for b, c in enumerate(counts)]
+    return [
+        None if c < 0 else as_list(bos_id) + ids[b, : min(c, ids.shape[1])].tolist() + as_list(eos_id)
+        for b, c in enumerate(counts)
+    ]
 
 
 def _segments(tokens, segment_ids, positions):
@@ -159,15 +186,14 @@ def test_reference_properties(case):
     stream = [t for d in docs if d for t in d]
     if opts["method"] == "sequential":
         flat = [t for row in rows for piece in row for t in piece]
-        assert flat == stream[:R * S]
-        assert all(sum(map(len, row)) == S for row in rows[:len(stream) // S])
+        assert flat == stream[: R * S]
+        assert all(sum(map(len, row)) == S for row in rows[: len(stream) // S])
     else:
-        pieces = collections.Counter(tuple(d[k:k + S]) for d in docs if d
-                                     for k in range(0, len(d), S))
+        pieces = collections.Counter(tuple(d[k : k + S]) for d in docs if d for k in range(0, len(d), S))
         got = collections.Counter(tuple(p) for row in rows for p in row)
-        assert not got - pieces                   # every segment is one of the pieces
+        assert not got - pieces  # every segment is one of the pieces
         if report["tokens_dropped"] == report["tokens_truncated"]:
-            assert got == pieces                  # nothing dropped: all of them
+            assert got == pieces  # nothing dropped: all of them
     truncated = sum(max(int(c) - ids.shape[1], 0) for c in counts if c >= 0)
     assert report["tokens_truncated"] == truncated
     assert report["tokens_packed"] == int((segment_ids > 0).sum())
@@ -185,8 +211,12 @@ def test_no_documents_and_zero_width():
 
 def test_arguments_checked():
     ids, counts = np.zeros((2, 3), np.int32), np.zeros(2, np.int32)
-    for bad in (dict(seq_len=0, rows=1), dict(seq_len=4, rows=0),
-                dict(seq_len=4, rows=1, method="best_fit"), dict(seq_len=4, rows=1, overflow="x")):
+    for bad in (
+        dict(seq_len=0, rows=1),
+        dict(seq_len=4, rows=0),
+        dict(seq_len=4, rows=1, method="best_fit"),
+        dict(seq_len=4, rows=1, overflow="x"),
+    ):
         with pytest.raises(ValueError):
             pack(ids, counts, **bad)
     with pytest.raises(TypeError):
@@ -195,8 +225,7 @@ def test_arguments_checked():
         pack(ids, counts[:1], seq_len=4, rows=1)
 
 
-@given(st.lists(st.lists(st.integers(0, 3), min_size=6, max_size=6), min_size=1, max_size=3),
-       st.booleans())
+@given(st.lists(st.lists(st.integers(0, 3), min_size=6, max_size=6), min_size=1, max_size=3), st.booleans())
 @fuzz(30)
 def test_segment_attention_mask(segment_ids, causal):
     seg = np.asarray(segment_ids, np.int32)
@@ -219,13 +248,14 @@ def test_encode_then_pack_round_trip(method, data_dir):
     texts = []
     for n in sizes:
         start = int(rng.integers(0, len(raw) - n - 8))
-        while raw[start] & 0xC0 == 0x80:        # start on a character boundary
+        while raw[start] & 0xC0 == 0x80:  # start on a character boundary
             start += 1
-        texts.append(raw[start:start + n].decode("utf-8", "ignore").encode())
+        texts.append(raw[start : start + n].decode("utf-8", "ignore").encode())
     data, lengths = bb.pack_strings(texts, max_len=4096)
-    T, S, bos, eos = 640, 256, 100257, 100276   # <|endoftext|>, <|endofprompt|>
+    T, S, bos, eos = 640, 256, 100257, 100276  # <|endoftext|>, <|endofprompt|>
     enc = jax.jit(lambda d, l, t: bb.encode(d, l, t, max_tokens=T))(
-        jax.device_put(data, CPU), jax.device_put(lengths, CPU), tok.tables())
+        jax.device_put(data, CPU), jax.device_put(lengths, CPU), tok.tables()
+    )
     ids, counts = np.asarray(enc.ids), np.asarray(enc.counts)
     assert (counts > T).any() and (counts == 0).any() and (counts > S).any()
     packed = _jitted(enc, seq_len=S, rows=40, bos_id=bos, eos_id=eos, method=method)
@@ -236,10 +266,9 @@ def test_encode_then_pack_round_trip(method, data_dir):
     # document from the one starting with BOS to the one ending with EOS. First fit: segments
     # are placed out of order, so the check is on the multiset: the segments are exactly the
     # seq_len pieces of the documents BOS + ids + EOS (and nothing else; nothing dropped).
-    rows = _segments(np.asarray(packed.tokens), np.asarray(packed.segment_ids),
-                     np.asarray(packed.positions))
+    rows = _segments(np.asarray(packed.tokens), np.asarray(packed.segment_ids), np.asarray(packed.positions))
     pieces = [p for row in rows for p in row]
-    expected = [ids[b, :min(c, T)].tolist() for b, c in enumerate(counts)]
+    expected = [ids[b, : min(c, T)].tolist() for b, c in enumerate(counts)]
     if method == "sequential":
         docs, current = [], None
         for piece in pieces:
@@ -250,8 +279,9 @@ def test_encode_then_pack_round_trip(method, data_dir):
         assert current is None and all(d[0] == bos for d in docs)
         assert [d[1:-1] for d in docs] == expected
     else:
-        want = collections.Counter(tuple(d[k:k + S]) for d in _documents(ids, counts, bos, eos)
-                                   for k in range(0, len(d), S))
+        want = collections.Counter(
+            tuple(d[k : k + S]) for d in _documents(ids, counts, bos, eos) for k in range(0, len(d), S)
+        )
         assert collections.Counter(map(tuple, pieces)) == want
 
 
@@ -271,20 +301,29 @@ def _run_stream(docs, chunks, *, seq_len, rows, window, capacity, width, slots):
     while True:
         n = min(chunks[k % len(chunks)], len(docs) - i)
         ids, counts = np.zeros((slots, width), np.int32), np.zeros(slots, np.int32)
-        for j, d in enumerate(docs[i:i + n]):
-            ids[j, :len(d)], counts[j] = d, len(d)
+        for j, d in enumerate(docs[i : i + n]):
+            ids[j, : len(d)], counts[j] = d, len(d)
         i, k = i + n, k + 1
-        packed, carry, rep = _stream(carry, ids, counts, seq_len=seq_len, rows=rows,
-                                     window=window)
-        out.append((np.asarray(packed.tokens), np.asarray(packed.segment_ids),
-                    np.asarray(packed.positions), jax.tree.map(np.asarray, rep)))
+        packed, carry, rep = _stream(carry, ids, counts, seq_len=seq_len, rows=rows, window=window)
+        out.append(
+            (
+                np.asarray(packed.tokens),
+                np.asarray(packed.segment_ids),
+                np.asarray(packed.positions),
+                jax.tree.map(np.asarray, rep),
+            )
+        )
         if i == len(docs) and not np.asarray(carry.counts).any():
             return out
 
 
 @fuzz(40)
-@given(st.sampled_from([(4, 1), (8, 3), (8, 6)]), st.lists(st.integers(1, 8), min_size=1, max_size=60),
-       st.lists(st.integers(1, 9), min_size=1, max_size=5), st.sampled_from([3, 7, 49]))
+@given(
+    st.sampled_from([(4, 1), (8, 3), (8, 6)]),
+    st.lists(st.integers(1, 8), min_size=1, max_size=60),
+    st.lists(st.integers(1, 9), min_size=1, max_size=5),
+    st.sampled_from([3, 7, 49]),
+)
 def test_pack_stream_equals_grain_first_fit(shape, lengths, chunks, window):
     """grain's FirstFitPackIterDataset over the whole stream vs pack_stream fed it in chunks:
     the same rows, batch for batch, while every batch ends full; the batch that takes the last
@@ -296,21 +335,25 @@ def test_pack_stream_equals_grain_first_fit(shape, lengths, chunks, window):
     docs = _marked_documents([min(n, seq_len) for n in lengths])
     ds = grain.MapDataset.source([{"tokens": d} for d in docs]).to_iter_dataset()
     ds = grain.experimental.FirstFitPackIterDataset(
-        ds, length_struct={"tokens": seq_len}, num_packing_bins=rows, shuffle_bins=False)
+        ds, length_struct={"tokens": seq_len}, num_packing_bins=rows, shuffle_bins=False
+    )
     want = list(ds)
-    ours = _run_stream(docs, chunks, seq_len=seq_len, rows=rows, window=window,
-                       capacity=len(docs), width=seq_len, slots=9)
+    ours = _run_stream(
+        docs, chunks, seq_len=seq_len, rows=rows, window=window, capacity=len(docs), width=seq_len, slots=9
+    )
     got = []
     for k, (tokens, seg, pos, rep) in enumerate(ours):
         assert rep.documents_lost == 0 and rep.tokens_lost == 0
         used = seg.any(axis=1)
         if not rep.batch_full and k < len(ours) - 1:
             event("a batch ended early")
-            want = want[:len(got)]
+            want = want[: len(got)]
             break
-        assert used.all() or not used[used.argmin():].any()   # grain drops trailing empty rows
-        got += [dict(tokens=tokens[r], tokens_segment_ids=seg[r], tokens_positions=pos[r])
-                for r in np.flatnonzero(used)]
+        assert used.all() or not used[used.argmin() :].any()  # grain drops trailing empty rows
+        got += [
+            dict(tokens=tokens[r], tokens_segment_ids=seg[r], tokens_positions=pos[r])
+            for r in np.flatnonzero(used)
+        ]
     else:
         event("the same stream to the end")
         assert not ours[-1][3].batch_full
@@ -321,24 +364,29 @@ def test_pack_stream_equals_grain_first_fit(shape, lengths, chunks, window):
 
 
 @fuzz(40)
-@given(st.lists(st.integers(0, 30), min_size=1, max_size=40),
-       st.lists(st.integers(0, 7), min_size=1, max_size=4).filter(any),
-       st.sampled_from([1, 5, 12]), st.sampled_from([0, 3, 64]), st.sampled_from([1, 4]))
+@given(
+    st.lists(st.integers(0, 30), min_size=1, max_size=40),
+    st.lists(st.integers(0, 7), min_size=1, max_size=4).filter(any),
+    st.sampled_from([1, 5, 12]),
+    st.sampled_from([0, 3, 64]),
+    st.sampled_from([1, 4]),
+)
 def test_pack_stream_writes_every_token_once(lengths, chunks, window, capacity, rows):
     """Documents up to 3.75 rows long, random chunks, windows and carry capacities: each
     document's tokens are written at most once each, pieces in order with positions restarting,
     and together with the tokens reported lost, every token exactly once."""
     seq_len, width = 8, 30
     docs = _marked_documents(lengths)
-    out = _run_stream(docs, chunks, seq_len=seq_len, rows=rows, window=window,
-                      capacity=capacity, width=width, slots=7)
+    out = _run_stream(
+        docs, chunks, seq_len=seq_len, rows=rows, window=window, capacity=capacity, width=width, slots=7
+    )
     seen = collections.Counter()
     lost = 0
     for tokens, seg, pos, rep in out:
         for row in _segments(tokens, seg, pos):
             for piece in row:
-                assert piece == list(range(piece[0], piece[0] + len(piece)))   # a run of one doc
-                assert (piece[0] % 1000) % seq_len == 0   # pieces start at seq_len boundaries
+                assert piece == list(range(piece[0], piece[0] + len(piece)))  # a run of one doc
+                assert (piece[0] % 1000) % seq_len == 0  # pieces start at seq_len boundaries
                 seen.update(piece)
         lost += int(rep.tokens_lost)
         assert isinstance(rep, CarryReport)
@@ -357,8 +405,11 @@ def test_pack_stream_arguments_checked():
     carry = empty_carry(4, 5)
     with pytest.raises(ValueError, match=r"pack_stream: window must be a positive int, got 0"):
         pack_stream(carry, ids, counts, seq_len=4, rows=1, window=0)
-    with pytest.raises(ValueError, match=r"pack_stream: the ids are 5 wide and the carry 6; "
-                                         r"make the carry with empty_carry\(capacity, width=5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"pack_stream: the ids are 5 wide and the carry 6; "
+        r"make the carry with empty_carry\(capacity, width=5\)",
+    ):
         pack_stream(empty_carry(4, 6), ids, counts, seq_len=4, rows=1, window=2)
     with pytest.raises(TypeError, match="pack_stream: counts are required with bare ids"):
         pack_stream(carry, ids, seq_len=4, rows=1, window=2)

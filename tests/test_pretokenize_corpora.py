@@ -19,6 +19,7 @@ compiler's Python reference must give exactly the piece starts of the oracles:
 Environment: BLOCKBPE_DATA (shared data dir, default <repo>/../shared/data); BLOCKBPE_FULL=1
 runs every corpus whole and more generated examples (slow).
 """
+
 from __future__ import annotations
 
 import random
@@ -28,16 +29,30 @@ import pytest
 from blockbpe_jax import testing
 
 from helpers import FULL, hf_tokenizer
-from pretok_shim import (CHUNKS, PATTERN_IDS, SPECIAL, check_hf_pieces, check_text, check_tiktoken_ids,
-                         hf_for, pieces_to_flags, tiktoken_enc)
+from pretok_shim import (
+    CHUNKS,
+    PATTERN_IDS,
+    SPECIAL,
+    check_hf_pieces,
+    check_text,
+    check_tiktoken_ids,
+    hf_for,
+    pieces_to_flags,
+    tiktoken_enc,
+)
 
 
 # ---------------------------------------------------------------------------------------------
 # Corpora
 
 
-CORPORA = ["code_python_stdlib.py.txt.gz", "gsm8k_test.jsonl", "gsm8k_train.jsonl.gz",
-           "war_and_peace_en.txt", "wikitext2_test.txt.gz"]
+CORPORA = [
+    "code_python_stdlib.py.txt.gz",
+    "gsm8k_test.jsonl",
+    "gsm8k_train.jsonl.gz",
+    "war_and_peace_en.txt",
+    "wikitext2_test.txt.gz",
+]
 
 
 def utf8_cut(data: bytes, i: int) -> int:
@@ -96,16 +111,42 @@ def test_every_corpus_present(data_dir):
 # Hand-picked cases: each alternative, its lookahead, and the chunk boundaries inside them.
 
 CASES = [
-    "Hello world", "it's I'LL don't 'sa 'S \u017f '\u017f 'Ll 'lL ''s ?'s '' x'", "DON'T Don'T dOn'T",
-    "a  b\n\n  c  \n", "x\n  ", "x\n", "  ", " ", "\n", "a", "'", "'l", "'ll", "'rE", "'v", "'ver",
+    "Hello world",
+    "it's I'LL don't 'sa 'S \u017f '\u017f 'Ll 'lL ''s ?'s '' x'",
+    "DON'T Don'T dOn'T",
+    "a  b\n\n  c  \n",
+    "x\n  ",
+    "x\n",
+    "  ",
+    " ",
+    "\n",
+    "a",
+    "'",
+    "'l",
+    "'ll",
+    "'rE",
+    "'v",
+    "'ver",
     "123456 7 89 \u0663\u0664\u0665\u0666 \u00b2\u00b3\u00b9\u00bc x1y22z333w4444",
     "\u4e2dAB's \u4e2dA ABc AB\u4e2dCD \u00e9 e\u0301 \u01c5x \u01c5 x\u01c5 \u02b0\u02b0A",
-    "!!a !a ?'s '' ''s", "hello\r\n\r\nworld //\n/ x !\n/\n/ !/\r\n", "\u0301a \u0301AB x\u0301 \u0301\u0301",
-    "a\tb \t\u3000c\u00a0d \u2028e\u2029 \u0085f \u000b\u000cg", "  5\n 'll", "$%^ &* ",
-    "\U0001F600 \U0001F44D\U0001F3FD \U0001F468\u200d\U0001F469\u200d\U0001F467 a\ufe0f",
+    "!!a !a ?'s '' ''s",
+    "hello\r\n\r\nworld //\n/ x !\n/\n/ !/\r\n",
+    "\u0301a \u0301AB x\u0301 \u0301\u0301",
+    "a\tb \t\u3000c\u00a0d \u2028e\u2029 \u0085f \u000b\u000cg",
+    "  5\n 'll",
+    "$%^ &* ",
+    "\U0001f600 \U0001f44d\U0001f3fd \U0001f468\u200d\U0001f469\u200d\U0001f467 a\ufe0f",
     "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440 \u0645\u0631\u062d\u0628\u0627 \u0928\u092e\u0938\u094d\u0924\u0947",
-    " \n \n  x", "\t\t\n", " \t x", "end  \t", "a<|endoftext|>b", "<|endoftext|>", "  <|endoftext|>  ",
-    "x\n  <|endoftext|>\n  y", "it<|endoftext|>'s", "\u4e2d<|endoftext|>AB's",
+    " \n \n  x",
+    "\t\t\n",
+    " \t x",
+    "end  \t",
+    "a<|endoftext|>b",
+    "<|endoftext|>",
+    "  <|endoftext|>  ",
+    "x\n  <|endoftext|>\n  y",
+    "it<|endoftext|>'s",
+    "\u4e2d<|endoftext|>AB's",
 ]
 
 
@@ -133,4 +174,3 @@ def test_cl100k_hf_is_llama3_regex(shim, data_dir):
         assert hf.tolist() != shim.flags(2, text.encode()).tolist()
         check_tiktoken_ids(enc, text, shim.flags(2, text.encode()))
         assert enc.encode_ordinary(text) == tok.encode(text, add_special_tokens=False).ids
-

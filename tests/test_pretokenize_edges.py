@@ -2,6 +2,7 @@
 texts and refused operands, and core/bpe_core.h's branch-free leftmost-first merge rule
 (tests/pretok_shim.py has the shim and the oracles). BLOCKBPE_FULL=1 runs more examples.
 """
+
 from __future__ import annotations
 
 import random
@@ -31,10 +32,10 @@ def decode_with_pua(data: bytes):
             lens.extend(len(c.encode()) for c in s)
             break
         except UnicodeDecodeError as e:
-            good = data[i:i + e.start].decode("utf-8")
+            good = data[i : i + e.start].decode("utf-8")
             chars.extend(good)
             lens.extend(len(c.encode()) for c in good)
-            for b in data[i + e.start:i + e.end]:
+            for b in data[i + e.start : i + e.end]:
                 chars.append(chr(0xE000 + b))
                 lens.append(1)
             i += e.end
@@ -46,9 +47,29 @@ def random_bytes(rng: random.Random, n: int) -> bytes:
     if k < 0.3:
         return bytes(rng.randrange(256) for _ in range(n))
     if k < 0.6:  # bytes that look like UTF-8 pieces
-        pool = [b"a", b" ", b"\n", b"'", b"s", b"1", b"\x80", b"\xbf", b"\xc2", b"\xc3\xa9", b"\xe4\xb8",
-                b"\xe4\xb8\xad", b"\xed\xa0\x80", b"\xf0\x9f\x98", b"\xf0\x9f\x98\x80", b"\xf4\x90\x80\x80",
-                b"\xc0\xaf", b"\xe0\x80\xaf", b"\xff", b"\xcc\x81", b"\xf8"]
+        pool = [
+            b"a",
+            b" ",
+            b"\n",
+            b"'",
+            b"s",
+            b"1",
+            b"\x80",
+            b"\xbf",
+            b"\xc2",
+            b"\xc3\xa9",
+            b"\xe4\xb8",
+            b"\xe4\xb8\xad",
+            b"\xed\xa0\x80",
+            b"\xf0\x9f\x98",
+            b"\xf0\x9f\x98\x80",
+            b"\xf4\x90\x80\x80",
+            b"\xc0\xaf",
+            b"\xe0\x80\xaf",
+            b"\xff",
+            b"\xcc\x81",
+            b"\xf8",
+        ]
         return b"".join(rng.choice(pool) for _ in range(n))
     text = gen_text(rng).encode("utf-8")  # valid text with a few bytes flipped
     b = bytearray(text)
@@ -82,7 +103,7 @@ def test_invalid_utf8_policy_examples(shim):
     # surrogate encodings are invalid: three symbols
     assert shim.flags(1, b"\xed\xa0\x80").tolist() == [1, 0, 0]
     # a valid 4-byte sequence: one code point
-    assert shim.flags(1, "a\U0001F600".encode()).tolist() == [1, 1, 0, 0, 0]
+    assert shim.flags(1, "a\U0001f600".encode()).tolist() == [1, 1, 0, 0, 0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,8 +123,12 @@ def test_bytes_mode_and_edges(shim):
     op = shim.pretokenizer(1).operand()
     buf = np.zeros(4, np.uint8)
     for size, stages in [(op.size - 1, 1), (op.size, 2), (op.size, 5), (op.size, -1), (16, 1)]:
-        assert shim.lib.bbpe_pretokenize(op.ctypes.data, size, stages, buf.ctypes.data, 4, None, 0,
-                                         shim.lookback, buf.ctypes.data) == -1, (size, stages)
+        assert (
+            shim.lib.bbpe_pretokenize(
+                op.ctypes.data, size, stages, buf.ctypes.data, 4, None, 0, shim.lookback, buf.ctypes.data
+            )
+            == -1
+        ), (size, stages)
 
 
 def _leftmost_first_sweep(candidates: int) -> int:

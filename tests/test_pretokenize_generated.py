@@ -2,6 +2,7 @@
 fragments, hypothesis text, special tokens cutting the text (tests/pretok_shim.py has the shim
 and the oracles). BLOCKBPE_FULL=1 runs more examples (slow).
 """
+
 from __future__ import annotations
 
 import random
@@ -9,8 +10,17 @@ import random
 import pytest
 
 from helpers import FULL
-from pretok_shim import (FRAGMENTS, PATTERN_IDS, SPECIAL, check_hf_pieces, check_text, check_tiktoken_ids,
-                         gen_text, hf_for, tiktoken_enc)
+from pretok_shim import (
+    FRAGMENTS,
+    PATTERN_IDS,
+    SPECIAL,
+    check_hf_pieces,
+    check_text,
+    check_tiktoken_ids,
+    gen_text,
+    hf_for,
+    tiktoken_enc,
+)
 
 
 @pytest.mark.parametrize("pattern", PATTERN_IDS)
@@ -37,11 +47,16 @@ except ImportError:  # pragma: no cover
 
 if given is not None:
     _text = st.lists(st.sampled_from(FRAGMENTS), min_size=0, max_size=60).map("".join) | st.text(
-        alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+        alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40
+    )
 
     @pytest.mark.parametrize("pattern", PATTERN_IDS)
-    @settings(max_examples=1500 if FULL else 150, deadline=None, derandomize=not FULL,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @settings(
+        max_examples=1500 if FULL else 150,
+        deadline=None,
+        derandomize=not FULL,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
     @given(text=_text)
     def test_hypothesis_text(shim, data_dir, pattern, text):
         flags = check_text(shim, pattern, text)
@@ -57,4 +72,3 @@ def test_specials_cut_subtexts(shim, data_dir, pattern):
         text = SPECIAL.join(p.replace(SPECIAL, "") for p in parts)
         flags = check_text(shim, pattern, text)
         check_tiktoken_ids(enc, text, flags)
-

@@ -12,8 +12,14 @@ from blockbpe_jax.tables import CHAR_TABLE_HEADER
 
 from helpers import BACKENDS, device_for, load_tokenizer, vocab_path
 
-TEXTS = ["Hello world, this is BlockBPE.", "", "aaaaaaaaaaaaaaaaaaaaaaaaa", "  spaces   and\ttabs\n\n",
-         "ünïcödé ✓ 日本語 🎉", "1234567890 numbers 3.14159"]
+TEXTS = [
+    "Hello world, this is BlockBPE.",
+    "",
+    "aaaaaaaaaaaaaaaaaaaaaaaaa",
+    "  spaces   and\ttabs\n\n",
+    "ünïcödé ✓ 日本語 🎉",
+    "1234567890 numbers 3.14159",
+]
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +35,18 @@ def _packed(device):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_jit_equals_eager_and_tiktoken(tok, backend):
     from blockbpe_jax import testing
+
     kind, bs = backend
     data, lengths = _packed(device_for(kind))
     eager = bb.encode(data, lengths, tok, max_tokens=64, mode="bytes", block_size=bs)
-    jitted = jax.jit(lambda d, l: bb.encode(d, l, tok, max_tokens=64, mode="bytes", block_size=bs))(data, lengths)
+    jitted = jax.jit(lambda d, l: bb.encode(d, l, tok, max_tokens=64, mode="bytes", block_size=bs))(
+        data, lengths
+    )
     np.testing.assert_array_equal(np.asarray(eager.ids), np.asarray(jitted.ids))
     np.testing.assert_array_equal(np.asarray(eager.counts), np.asarray(jitted.counts))
     enc = testing.tiktoken_oracle("cl100k", tok, testing.BYTES_MODE_PATTERN)
     for k, text in enumerate(TEXTS):
-        assert np.asarray(eager.ids)[k, :int(eager.counts[k])].tolist() == enc.encode_ordinary(text)
+        assert np.asarray(eager.ids)[k, : int(eager.counts[k])].tolist() == enc.encode_ordinary(text)
     assert eager.ids.devices() == {device_for(kind)}
 
 
@@ -79,8 +88,8 @@ def test_vmap_keeps_one_copy_of_the_tables(tok):
     f = lambda d, l: bb.encode(d, l, tok, max_tokens=8, mode="bytes")
     hlo = jax.jit(jax.vmap(f)).lower(jnp.stack([data] * 4), jnp.stack([lengths] * 4)).as_text()
     pair_rows = tok.host_tables()[0].shape[0]
-    assert f"tensor<{pair_rows}x4xi32>" in hlo          # the table is an operand once, as is
-    assert f"tensor<4x{pair_rows}x4xi32>" not in hlo    # and never tiled per lane
+    assert f"tensor<{pair_rows}x4xi32>" in hlo  # the table is an operand once, as is
+    assert f"tensor<4x{pair_rows}x4xi32>" not in hlo  # and never tiled per lane
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -147,12 +156,26 @@ def test_bad_lengths_on_device(tok, backend):
 def test_handler_rejects_malformed_tables(tok):
     data, lengths = _packed(jax.devices("cpu")[0])
     tables = list(tok.host_tables())
-    out = (jax.ShapeDtypeStruct((data.shape[0], 8), jnp.int32), jax.ShapeDtypeStruct((data.shape[0],), jnp.int32),
-           jax.ShapeDtypeStruct((1,), jnp.uint8))
-    attrs = dict(pretok_stages=np.int32(0), symbols=np.int32(0), run_long=np.int32(0),
-                 run_step=np.int32(0), run_width=np.int32(0), nfc=np.int32(0), pad_id=np.int32(0), max_piece_len=np.int32(0), rank_is_id=np.int32(1),
-                 block_size=np.int32(256))
-    call = lambda tabs: jax.ffi.ffi_call("bbpe_encode", out)(data, lengths, *tabs, **attrs)[0].block_until_ready()
+    out = (
+        jax.ShapeDtypeStruct((data.shape[0], 8), jnp.int32),
+        jax.ShapeDtypeStruct((data.shape[0],), jnp.int32),
+        jax.ShapeDtypeStruct((1,), jnp.uint8),
+    )
+    attrs = dict(
+        pretok_stages=np.int32(0),
+        symbols=np.int32(0),
+        run_long=np.int32(0),
+        run_step=np.int32(0),
+        run_width=np.int32(0),
+        nfc=np.int32(0),
+        pad_id=np.int32(0),
+        max_piece_len=np.int32(0),
+        rank_is_id=np.int32(1),
+        block_size=np.int32(256),
+    )
+    call = lambda tabs: jax.ffi.ffi_call("bbpe_encode", out)(data, lengths, *tabs, **attrs)[
+        0
+    ].block_until_ready()
     call(tables)  # well-formed: fine
     for index, bad, message in [
         (0, np.zeros((0, 4), np.int32), "pair_table"),
@@ -199,14 +222,16 @@ def test_handler_rejects_malformed_tables(tok):
 
 def test_tables_first_built_inside_jit_are_concrete(data_dir):
     import blockbpe_jax.tokenizer as tk
+
     fresh = tk.Tokenizer(load_tokenizer("r50k", "tiktoken").vocab)  # empty table cache
     data, lengths = _packed(jax.devices("cpu")[0])
     f = jax.jit(lambda d, l: bb.encode(d, l, fresh, max_tokens=16, mode="bytes"))
     first = f(data, lengths)
     later = bb.encode(data, lengths, fresh, max_tokens=16, mode="bytes")  # no leaked tracer
     np.testing.assert_array_equal(np.asarray(first.ids), np.asarray(later.ids))
-    assert all(isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer)
-               for a in fresh.tables().operands())
+    assert all(
+        isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer) for a in fresh.tables().operands()
+    )
 
 
 def test_tables_follow_the_data_device(tok):
@@ -221,6 +246,7 @@ def test_tables_follow_the_data_device(tok):
 def test_loading_from_the_usual_places(data_dir, tmp_path, monkeypatch):
     import tiktoken
     from tokenizers import Tokenizer as HFTokenizer
+
     hf = HFTokenizer.from_file(str(vocab_path("o200k", "json")))
     from_object = bb.Tokenizer.from_hf(hf)
     from_file = load_tokenizer("o200k", "json")
@@ -228,10 +254,11 @@ def test_loading_from_the_usual_places(data_dir, tmp_path, monkeypatch):
     assert from_object.vocab.merges == from_file.vocab.merges
     text = "Hello wörld 12345 'll\n\n  x"
     ids, counts = from_object.encode_batch([text])
-    assert np.asarray(ids)[0, :int(counts[0])].tolist() == hf.encode(text, add_special_tokens=False).ids
+    assert np.asarray(ids)[0, : int(counts[0])].tolist() == hf.encode(text, add_special_tokens=False).ids
     # A tiktoken encoding name through tiktoken's offline cache (TIKTOKEN_CACHE_DIR).
     import hashlib
     import shutil
+
     src = data_dir / "vocab" / "tiktoken" / "r50k_base.tiktoken"
     blob_url = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
     shutil.copy(src, tmp_path / hashlib.sha1(blob_url.encode()).hexdigest())

@@ -38,8 +38,7 @@ def naive_levenshtein(a, b) -> int:
     return prev[-1]
 
 
-@pytest.mark.parametrize("fn", [quality.levenshtein, quality.levenshtein_rows],
-                         ids=["bitparallel", "rows"])
+@pytest.mark.parametrize("fn", [quality.levenshtein, quality.levenshtein_rows], ids=["bitparallel", "rows"])
 def test_levenshtein_small_cases(fn):
     assert fn([], []) == 0
     assert fn([1, 2, 3], []) == 3
@@ -50,8 +49,8 @@ def test_levenshtein_small_cases(fn):
     assert fn([1, 2, 3], [3, 2, 1]) == 2
     assert fn([100, 0], [1, 0, 0, 0]) == 3
     assert fn([5, 6, 7, 8], [6, 7, 8, 5]) == 2
-    assert fn(list(range(70)), list(range(1, 71))) == 2       # shift across a 64-bit word
-    assert fn([2**40, 3], [2**40, 4]) == 1                    # large ids
+    assert fn(list(range(70)), list(range(1, 71))) == 2  # shift across a 64-bit word
+    assert fn([2**40, 3], [2**40, 4]) == 1  # large ids
     assert fn(np.array([1, 2], np.int32), [1, 2]) == 0
 
 
@@ -61,7 +60,7 @@ def test_levenshtein_random_vs_naive(seed):
     for _ in range(400):
         alphabet = rng.choice([2, 3, 8, 1000])
         a = [rng.randrange(alphabet) for _ in range(rng.randrange(0, 90))]
-        if rng.random() < 0.5:   # a near copy: what tokenizations look like
+        if rng.random() < 0.5:  # a near copy: what tokenizations look like
             b = list(a)
             for _ in range(rng.randrange(0, 5)):
                 op, k = rng.randrange(3), rng.randrange(len(b) + 1)
@@ -122,8 +121,7 @@ def test_gsm8k_bytes_mode_sim(gsm8k_cl100k):
     for k in some:
         assert dist[k] == naive_levenshtein(ref[k].tolist(), ours[k].tolist())
     nbytes = [len(s.encode("utf-8")) for s in items]
-    cell = quality.summarize(nbytes, dist, np.array([len(r) for r in ref]),
-                             np.array([len(o) for o in ours]))
+    cell = quality.summarize(nbytes, dist, np.array([len(r) for r in ref]), np.array([len(o) for o in ours]))
     want_sim = sum(1 - d / n for d, n in zip(dist.tolist(), nbytes)) / len(items)
     assert cell["sim"] == pytest.approx(want_sim, abs=1e-12)
     assert cell["identical"] == int((dist == 0).sum())
@@ -139,5 +137,5 @@ def _pad(rows):
     width = max(len(r) for r in rows)
     ids = np.zeros((len(rows), width), np.int32)
     for k, r in enumerate(rows):
-        ids[k, :len(r)] = r
+        ids[k, : len(r)] = r
     return ids, np.array([len(r) for r in rows], np.int32)

@@ -36,7 +36,8 @@ def test_encode_ragged_equals_padded(tok, drawn):
     flat, offsets = pack_ragged(texts)
     max_len = 1 << max(4, (max(len(t.encode()) for t in texts) - 1).bit_length())
     ragged = jax.jit(lambda f, o, t: encode_ragged(f, o, t, max_len=max_len, max_tokens=max_len))(
-        flat, offsets, tok.tables())
+        flat, offsets, tok.tables()
+    )
     padded = tok.encode_batch(texts, max_len=max_len)
     np.testing.assert_array_equal(np.asarray(ragged.ids), np.asarray(padded.ids))
     np.testing.assert_array_equal(np.asarray(ragged.counts), np.asarray(padded.counts))

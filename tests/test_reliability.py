@@ -88,7 +88,7 @@ def corpus_texts(count: int, lo: int, hi: int, seed: int) -> list[bytes]:
 
 def rows(ids, counts) -> list[list[int]]:
     ids, counts = np.asarray(ids), np.asarray(counts)
-    return [ids[k, :min(int(counts[k]), ids.shape[1])].tolist() for k in range(ids.shape[0])]
+    return [ids[k, : min(int(counts[k]), ids.shape[1])].tolist() for k in range(ids.shape[0])]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,8 +116,7 @@ def test_threads_encode_at_once():
         "bytes-cl100k": lambda: cl100k.encode_batch(texts[:48], max_len=2048, mode="bytes", device=CPU),
         "fresh-r50k-all": lambda: fresh.encode_batch(with_specials, allowed_special="all", device=CPU),
         "fresh-r50k-none": lambda: fresh.encode_batch(with_specials, device=CPU),
-        "fresh-r50k-subset": lambda: fresh.encode_batch(with_specials, allowed_special={special},
-                                                        device=CPU),
+        "fresh-r50k-subset": lambda: fresh.encode_batch(with_specials, allowed_special={special}, device=CPU),
     }
 
     def run(job):
@@ -128,8 +127,9 @@ def test_threads_encode_at_once():
     expected = {job: run(job) for job in jobs}
     strs = [t.decode() for t in texts]
     assert rows(*expected["eager-cl100k"]) == tiktoken_exact("cl100k").encode_ordinary_batch(strs)
-    assert rows(*expected["fresh-r50k-all"]) == [tiktoken_exact("r50k").encode(t, allowed_special="all")
-                                                 for t in with_specials]
+    assert rows(*expected["fresh-r50k-all"]) == [
+        tiktoken_exact("r50k").encode(t, allowed_special="all") for t in with_specials
+    ]
     assert rows(*expected["bytes-cl100k"]) == tiktoken_bytes("cl100k").encode_ordinary_batch(strs[:48])
     fresh = bb.Tokenizer(fresh.vocab)  # empty caches again for the threaded run
 
@@ -170,11 +170,13 @@ def test_two_tokenizers_in_one_jitted_function():
         c = bb.encode(d, l, t_bytes, max_tokens=300, mode="bytes")
         return a, b, c
 
-    a, b, c = both(data, lengths, cl100k.tables(device=CPU), llama3.tables("all", device=CPU),
-                   llama3.tables(device=CPU))
+    a, b, c = both(
+        data, lengths, cl100k.tables(device=CPU), llama3.tables("all", device=CPU), llama3.tables(device=CPU)
+    )
     strs = [t.decode() for t in texts]
     assert rows(*a) == tiktoken_exact("cl100k").encode_ordinary_batch(strs)
     from tokenizers import Tokenizer
+
     hf = Tokenizer.from_file(str(vocab_path("llama3", "json")))
     assert rows(*b) == [e.ids for e in hf.encode_batch(strs, add_special_tokens=False)]
     bytes_ref = tiktoken_bytes("llama3").encode_ordinary_batch(strs)
@@ -193,13 +195,23 @@ def test_repeated_jit_with_different_shapes():
     tables = tok.tables(device=CPU)
     pool = corpus_texts(64, 1, 4000, seed=3) + [b"", b" ", "é".encode()]
     # (B, L, T): single rows, wide batches, T = 1, T > L, L past the 8 KiB shared-memory limit.
-    shapes = [(1, 16, 4), (3, 64, 64), (8, 256, 16), (2, 1024, 300), (5, 16, 1), (16, 4096, 2048),
-              (1, 9000, 3000), (7, 128, 500), (1, 16, 4), (8, 256, 16)]
+    shapes = [
+        (1, 16, 4),
+        (3, 64, 64),
+        (8, 256, 16),
+        (2, 1024, 300),
+        (5, 16, 1),
+        (16, 4096, 2048),
+        (1, 9000, 3000),
+        (7, 128, 500),
+        (1, 16, 4),
+        (8, 256, 16),
+    ]
     rng = random.Random(1)
     seen = set()
     for B, L, T in shapes:
         texts = [t[:L] for t in rng.sample(pool, B)]
-        texts = [t[:len(t.decode("utf-8", "ignore").encode())] for t in texts]  # whole characters
+        texts = [t[: len(t.decode("utf-8", "ignore").encode())] for t in texts]  # whole characters
         data, lengths = bb.pack_strings(texts, max_len=L)
         refs = enc.encode_ordinary_batch([t.decode() for t in texts])
         for fn, out in (("f", f(data, lengths, tables)), ("g", g(data, lengths, tables, T))):
@@ -262,9 +274,11 @@ def test_no_leak_over_1000_cpu_calls():
             gc.collect()
             samples.append(rss())
     growth = samples[-1] - before
-    print(f"\nRSS over 1,000 CPU calls: before {before / MiB:.1f} MiB, after {samples[-1] / MiB:.1f} MiB "
-          f"(growth {growth / MiB:+.2f} MiB); every 100 calls: "
-          + " ".join(f"{(s - before) / MiB:+.1f}" for s in samples))
+    print(
+        f"\nRSS over 1,000 CPU calls: before {before / MiB:.1f} MiB, after {samples[-1] / MiB:.1f} MiB "
+        f"(growth {growth / MiB:+.2f} MiB); every 100 calls: "
+        + " ".join(f"{(s - before) / MiB:+.1f}" for s in samples)
+    )
     assert growth < 16 * MiB, f"RSS grew by {growth / MiB:.1f} MiB over 1,000 calls"
 
 
@@ -278,7 +292,7 @@ def test_gpu_threads_and_device_memory_over_1000_calls():
     tok = load_tokenizer("cl100k", "tiktoken")
     gpu = gpu_devices()[0]
     raw = testing.read_corpus(next(p for p in testing.corpus_paths() if p.name.startswith("war")))
-    texts = [raw[i * 512:(i + 1) * 512] for i in range(64)]
+    texts = [raw[i * 512 : (i + 1) * 512] for i in range(64)]
     data, lengths = bb.pack_strings(texts, max_len=512)
     ref = bb.encode(data, lengths, tok.tables(device=jax.devices("cpu")[0]), max_tokens=512)
     ref_ids = np.asarray(ref.ids)
@@ -308,8 +322,13 @@ def test_gpu_threads_and_device_memory_over_1000_calls():
 def _document(size: int) -> bytes:
     """`size` bytes (cut on a character boundary) of all the corpora concatenated: prose, wiki
     text, Python source, JSON lines."""
-    order = ["war_and_peace_en.txt", "wikitext2_test.txt.gz", "code_python_stdlib.py.txt.gz",
-             "gsm8k_train.jsonl.gz", "gsm8k_test.jsonl"]
+    order = [
+        "war_and_peace_en.txt",
+        "wikitext2_test.txt.gz",
+        "code_python_stdlib.py.txt.gz",
+        "gsm8k_train.jsonl.gz",
+        "gsm8k_test.jsonl",
+    ]
     paths = {p.name: p for p in testing.corpus_paths()}
     raw = b"\n".join(testing.read_corpus(paths[name]) for name in order)
     while len(raw) < size:
@@ -342,12 +361,14 @@ def test_64mib_document_on_cpu():
     t0 = time.perf_counter()
     ref = np.asarray(tiktoken_exact("cl100k").encode_ordinary(doc.decode()), dtype=np.int32)
     ref_s = time.perf_counter() - t0
-    print(f"\n64 MiB document ({L} bytes, {len(ref)} tokens): ours {ours_s:.2f} s "
-          f"({L / MiB / ours_s:.1f} MiB/s incl. compile), peak extra RSS {mem.delta / MiB:.0f} MiB; "
-          f"tiktoken {ref_s:.2f} s")
+    print(
+        f"\n64 MiB document ({L} bytes, {len(ref)} tokens): ours {ours_s:.2f} s "
+        f"({L / MiB / ours_s:.1f} MiB/s incl. compile), peak extra RSS {mem.delta / MiB:.0f} MiB; "
+        f"tiktoken {ref_s:.2f} s"
+    )
     assert int(counts[0]) == len(ref) and len(ref) < T
-    np.testing.assert_array_equal(ids[0, :len(ref)], ref)
-    assert (ids[0, len(ref):] == 0).all()
+    np.testing.assert_array_equal(ids[0, : len(ref)], ref)
+    assert (ids[0, len(ref) :] == 0).all()
     assert ours_s < 120, f"64 MiB took {ours_s:.1f} s"
     assert mem.delta < 1536 * MiB, f"64 MiB used {mem.delta / MiB:.0f} MiB"
 
@@ -378,9 +399,11 @@ def test_100k_short_strings_on_cpu():
     refs = tiktoken_exact("cl100k").encode_ordinary_batch(strs, num_threads=os.cpu_count() or 1)
     ref_s = time.perf_counter() - t3
     total_bytes = int(lengths.sum())
-    print(f"\n100,000 strings ({total_bytes / MiB:.1f} MiB, {sum(map(len, refs))} tokens): pack "
-          f"{t1 - t0:.2f} s + encode {t2 - t1:.2f} s (incl. compile), peak extra RSS "
-          f"{mem.delta / MiB:.0f} MiB; tiktoken encode_ordinary_batch {ref_s:.2f} s")
+    print(
+        f"\n100,000 strings ({total_bytes / MiB:.1f} MiB, {sum(map(len, refs))} tokens): pack "
+        f"{t1 - t0:.2f} s + encode {t2 - t1:.2f} s (incl. compile), peak extra RSS "
+        f"{mem.delta / MiB:.0f} MiB; tiktoken encode_ordinary_batch {ref_s:.2f} s"
+    )
     assert counts.tolist() == [len(r) for r in refs]
     assert rows(ids, counts) == refs
     assert t2 - t0 < 60

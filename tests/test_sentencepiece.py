@@ -9,6 +9,7 @@ user-defined pieces are always matched (as sentencepiece does); control pieces, 
 are matched like user-defined ones, checked against sentencepiece on a copy of the model whose
 control pieces are made user-defined. CPU here; GPU at 256/512/1024 threads where one is visible.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,10 +28,25 @@ spm = pytest.importorskip("sentencepiece", reason="the reference library `senten
 from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402
 
 MODELS = ["mistral-v1-spm", "mistral-v2-spm", "mistral-v3-spm", "mistral-v7-spm"]
-SPACES = [" " * k + tail for k in (1, 2, 3, 13, 14, 15, 16, 17, 18, 29, 30, 31, 32, 33, 45, 100,
-                                    1000, 4000) for tail in ("", "x", "\n")]
-EDGES = ["", " ", "  a", "a\u2581b", "\u2581", "\x01\x02", "\ufffd", "\U0001F600 \U0001F44D\U0001F3FD",
-         "\t\tindent\n    four\n        eight", "x" * 300, "ab" * 200, "1234567890" * 5]
+SPACES = [
+    " " * k + tail
+    for k in (1, 2, 3, 13, 14, 15, 16, 17, 18, 29, 30, 31, 32, 33, 45, 100, 1000, 4000)
+    for tail in ("", "x", "\n")
+]
+EDGES = [
+    "",
+    " ",
+    "  a",
+    "a\u2581b",
+    "\u2581",
+    "\x01\x02",
+    "\ufffd",
+    "\U0001f600 \U0001f44d\U0001f3fd",
+    "\t\tindent\n    four\n        eight",
+    "x" * 300,
+    "ab" * 200,
+    "1234567890" * 5,
+]
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -55,13 +71,27 @@ def test_invalid_utf8(model, backend):
     """Raw bytes: each byte outside valid UTF-8 is one U+FFFD, as sentencepiece's normalizer
     makes it (these vocabularies have a U+FFFD piece)."""
     tok, sp = model
-    texts = [b"ab\xffcd", b"\xff\xfe", b"\xe2\x96", b"\xe2\x96x", b"\xc0\x80", b"\xed\xa0\x80",
-             b"\xf4\x90\x80\x80", b"\x80", b"x\xe2\x96\x81y", b" \xe4\xb8 \xe4\xb8\xad"]
+    texts = [
+        b"ab\xffcd",
+        b"\xff\xfe",
+        b"\xe2\x96",
+        b"\xe2\x96x",
+        b"\xc0\x80",
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"\x80",
+        b"x\xe2\x96\x81y",
+        b" \xe4\xb8 \xe4\xb8\xad",
+    ]
     assert ours(tok, texts, backend=backend) == [sp.encode(t) for t in texts]
 
 
-RUNS = [pre + ch * k + post for ch in "-=#*._~0\t\u2500\u2581 " for k in (1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 65, 257)
-        for pre, post in (("", ""), ("a ", "b"), (" ", "\n"))]
+RUNS = [
+    pre + ch * k + post
+    for ch in "-=#*._~0\t\u2500\u2581 "
+    for k in (1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 65, 257)
+    for pre, post in (("", ""), ("a ", "b"), (" ", "\n"))
+]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -111,8 +141,14 @@ def test_specials(backend):
     matched as sentencepiece matches user-defined ones."""
     path = families.require("mistral-v7-spm")
     tok, sp = bb.Tokenizer.from_file(path), spm.SentencePieceProcessor(model_file=str(path))
-    texts = ["[REF]x", "x [REF] y[/REF]", "[INST] hi [/INST]", "<s>[INST]a</s>", " [INST]",
-             "a[REFERENCE_DOC_1]b [INST][INST]"]
+    texts = [
+        "[REF]x",
+        "x [REF] y[/REF]",
+        "[INST] hi [/INST]",
+        "<s>[INST]a</s>",
+        " [INST]",
+        "a[REFERENCE_DOC_1]b [INST][INST]",
+    ]
     assert ours(tok, texts, backend=backend) == [sp.encode(t) for t in texts]
     allowed = ["[INST]", "[/INST]", "<s>", "</s>"]
     sp2 = with_user_defined(path, allowed)
@@ -122,8 +158,11 @@ def test_specials(backend):
 
 def test_bytes_mode_refused(model):
     tok, _ = model
-    with pytest.raises(ValueError, match=r"is a SentencePiece BPE model \(merges over characters\): "
-                                         r"use mode='exact'"):
+    with pytest.raises(
+        ValueError,
+        match=r"is a SentencePiece BPE model \(merges over characters\): "
+        r"use mode='exact'",
+    ):
         tok.encode_batch(["x"], device=CPU, mode="bytes")
 
 
@@ -136,8 +175,10 @@ def test_from_processor(model):
 # ---------------------------------------------------------------------------------------------
 # Hypothesis
 
-spaces_text = st.lists(st.sampled_from([" ", "  ", " " * 15, " " * 16, "\u2581", "\n", "a", "ab",
-                                        "\U0001F600", "é", "日本"]), max_size=30).map("".join)
+spaces_text = st.lists(
+    st.sampled_from([" ", "  ", " " * 15, " " * 16, "\u2581", "\n", "a", "ab", "\U0001f600", "é", "日本"]),
+    max_size=30,
+).map("".join)
 
 
 @pytest.fixture(scope="module", params=["mistral-v1-spm", "mistral-v7-spm"])
@@ -147,8 +188,9 @@ def fuzz_model(request):
 
 
 @fuzz(40)
-@given(texts=st.lists(unicode_text | runs_text | spaces_text | st.sampled_from(MIXED), min_size=1,
-                      max_size=6))
+@given(
+    texts=st.lists(unicode_text | runs_text | spaces_text | st.sampled_from(MIXED), min_size=1, max_size=6)
+)
 def test_fuzz_text(fuzz_model, texts):
     tok, sp = fuzz_model
     assert_same(tok, texts, reference(sp))
@@ -163,6 +205,7 @@ def test_fuzz_bytes(fuzz_model, texts):
 
 # ---------------------------------------------------------------------------------------------
 # Refusals: each with its message.
+
 
 def edited(path, edit) -> bytes:
     m = model_pb2.ModelProto()
@@ -181,29 +224,46 @@ def _set(obj, **fields):
 
 
 REFUSALS = {
-    "unigram": (lambda m: _set(m.trainer_spec, model_type=1),
-                "trainer_spec.model_type: UNIGRAM models are not supported (only BPE)"),
-    "no_byte_fallback": (lambda m: _set(m.trainer_spec, byte_fallback=False),
-                         "trainer_spec.byte_fallback is false: models without byte fallback"),
-    "suffix": (lambda m: _set(m.trainer_spec, treat_whitespace_as_suffix=True),
-               "trainer_spec.treat_whitespace_as_suffix is not supported"),
-    "nfkc": (lambda m: _set(m.normalizer_spec, name="nmt_nfkc", precompiled_charsmap=b"\x00" * 8),
-             "normalizer_spec: the 'nmt_nfkc' normalization is not supported (only 'identity')"),
-    "collapse": (lambda m: _set(m.normalizer_spec, remove_extra_whitespaces=True),
-                 "normalizer_spec.remove_extra_whitespaces is not supported"),
-    "unused": (lambda m: _set(_piece(m, "▁the"), type=5),
-               "('▁the'): UNUSED pieces (merged, then split again by sentencepiece) are not supported"),
-    "run_tie": (lambda m: [_set(_piece(m, "▁" * k), score=_piece(m, "▁the").score) for k in (2, 3)],
-                "runs of '▁' share one rank"),
-    "lost_char": (lambda m: _set(_piece(m, "q"), type=3),
-                  "its character 'q' is not a piece"),
-    "no_byte": (lambda m: _set(_piece(m, "<0x41>"), piece="<0xGG>"),
-                "the 256 BYTE pieces <0x00>..<0xFF> are not all there"),
+    "unigram": (
+        lambda m: _set(m.trainer_spec, model_type=1),
+        "trainer_spec.model_type: UNIGRAM models are not supported (only BPE)",
+    ),
+    "no_byte_fallback": (
+        lambda m: _set(m.trainer_spec, byte_fallback=False),
+        "trainer_spec.byte_fallback is false: models without byte fallback",
+    ),
+    "suffix": (
+        lambda m: _set(m.trainer_spec, treat_whitespace_as_suffix=True),
+        "trainer_spec.treat_whitespace_as_suffix is not supported",
+    ),
+    "nfkc": (
+        lambda m: _set(m.normalizer_spec, name="nmt_nfkc", precompiled_charsmap=b"\x00" * 8),
+        "normalizer_spec: the 'nmt_nfkc' normalization is not supported (only 'identity')",
+    ),
+    "collapse": (
+        lambda m: _set(m.normalizer_spec, remove_extra_whitespaces=True),
+        "normalizer_spec.remove_extra_whitespaces is not supported",
+    ),
+    "unused": (
+        lambda m: _set(_piece(m, "▁the"), type=5),
+        "('▁the'): UNUSED pieces (merged, then split again by sentencepiece) are not supported",
+    ),
+    "run_tie": (
+        lambda m: [_set(_piece(m, "▁" * k), score=_piece(m, "▁the").score) for k in (2, 3)],
+        "runs of '▁' share one rank",
+    ),
+    "lost_char": (lambda m: _set(_piece(m, "q"), type=3), "its character 'q' is not a piece"),
+    "no_byte": (
+        lambda m: _set(_piece(m, "<0x41>"), piece="<0xGG>"),
+        "the 256 BYTE pieces <0x00>..<0xFF> are not all there",
+    ),
     # user-defined pieces are matched in the normalized text, dummy prefix included; the
     # prefix is a token here (Gemma's GGUFs, which have such pieces, have no prefix)
-    "spaced_user_defined": (lambda m: _set(_piece(m, "▁▁"), type=4),
-                            "user-defined piece '▁▁': user-defined pieces with '▁' together with "
-                            "add_dummy_prefix are not supported"),
+    "spaced_user_defined": (
+        lambda m: _set(_piece(m, "▁▁"), type=4),
+        "user-defined piece '▁▁': user-defined pieces with '▁' together with "
+        "add_dummy_prefix are not supported",
+    ),
 }
 
 
@@ -240,13 +300,24 @@ def test_protobuf_defaults():
 
 HF_STYLES = {
     # Llama 2 / Mistral on the Hub (legacy): normalize each segment, no pre-tokenizer
-    "prepend": ({"type": "Sequence", "normalizers": [
-        {"type": "Prepend", "prepend": "\u2581"},
-        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}, None),
-    "metaspace_first": (None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
-                               "split": False}),
-    "metaspace_always": (None, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
-                                "split": False}),
+    "prepend": (
+        {
+            "type": "Sequence",
+            "normalizers": [
+                {"type": "Prepend", "prepend": "\u2581"},
+                {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+            ],
+        },
+        None,
+    ),
+    "metaspace_first": (
+        None,
+        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False},
+    ),
+    "metaspace_always": (
+        None,
+        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": False},
+    ),
     "replace_only": ({"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}, None),
 }
 
@@ -257,18 +328,48 @@ def hf_json_from_model(path, style: str) -> dict:
     m = model_pb2.ModelProto()
     m.ParseFromString(path.read_bytes())
     vocab = {p.piece: i for i, p in enumerate(m.pieces)}
-    merges = sorted((-p.score, vocab[p.piece[:k]], vocab[p.piece[k:]], p.piece[:k], p.piece[k:])
-                    for p in m.pieces if p.type == 1 for k in range(1, len(p.piece))
-                    if p.piece[:k] in vocab and p.piece[k:] in vocab)
+    merges = sorted(
+        (-p.score, vocab[p.piece[:k]], vocab[p.piece[k:]], p.piece[:k], p.piece[k:])
+        for p in m.pieces
+        if p.type == 1
+        for k in range(1, len(p.piece))
+        if p.piece[:k] in vocab and p.piece[k:] in vocab
+    )
     normalizer, pre_tokenizer = HF_STYLES[style]
-    added = [{"id": i, "content": p.piece, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i, p in enumerate(m.pieces) if p.type in (2, 3)]
-    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-            "normalizer": normalizer, "pre_tokenizer": pre_tokenizer, "post_processor": None,
-            "decoder": None,
-            "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
-                      "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": True,
-                      "byte_fallback": True, "vocab": vocab, "merges": [[a, b] for *_, a, b in merges]}}
+    added = [
+        {
+            "id": i,
+            "content": p.piece,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, p in enumerate(m.pieces)
+        if p.type in (2, 3)
+    ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": None,
+        "decoder": None,
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": "<unk>",
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "vocab": vocab,
+            "merges": [[a, b] for *_, a, b in merges],
+        },
+    }
 
 
 @pytest.fixture(scope="module", params=list(HF_STYLES))
@@ -285,35 +386,51 @@ def test_hf_json(hf_model, data_dir, backend):
     tok, hf = hf_model
     texts = corpus_texts(data_dir, 6, seed=43) + MIXED + SPACES + EDGES + RUNS
     # (HF matches its added tokens in text: all allowed; wikitext spells "<unk>")
-    assert_same(tok, texts, lambda t: hf.encode(t, add_special_tokens=False).ids, backend,
-                allowed_special="all")
+    assert_same(
+        tok, texts, lambda t: hf.encode(t, add_special_tokens=False).ids, backend, allowed_special="all"
+    )
     with_specials = ["<s>hello</s>", "<s> x", "a<s>b", "<s><s> </s>", "</s>", "  <s>\u2581y"]
-    assert ours(tok, with_specials, backend=backend, allowed_special="all") == \
-        [hf.encode(t, add_special_tokens=False).ids for t in with_specials]
+    assert ours(tok, with_specials, backend=backend, allowed_special="all") == [
+        hf.encode(t, add_special_tokens=False).ids for t in with_specials
+    ]
 
 
 @fuzz(30)
-@given(texts=st.lists(unicode_text | runs_text | spaces_text | st.sampled_from(MIXED), min_size=1,
-                      max_size=6))
+@given(
+    texts=st.lists(unicode_text | runs_text | spaces_text | st.sampled_from(MIXED), min_size=1, max_size=6)
+)
 def test_fuzz_hf_json(hf_model, texts):
     tok, hf = hf_model
     assert_same(tok, texts, lambda t: hf.encode(t, add_special_tokens=False).ids, allowed_special="all")
 
 
 HF_REFUSALS = {
-    "split": (lambda d: d.update(normalizer=None, pre_tokenizer={"type": "Metaspace", "split": True}),
-              "pre_tokenizer: Metaspace with split=true is not supported"),
-    "nfkc": (lambda d: d.update(normalizer={"type": "NFKC"}),
-             "is not supported with byte_fallback BPE (only Prepend('\u2581') and Replace(' ', '\u2581'))"),
-    "no_normalizer": (lambda d: d.update(normalizer=None),
-                      "byte_fallback BPE without a Replace(' ', '\u2581') normalizer or a Metaspace"),
-    "bytelevel": (lambda d: d.update(normalizer=None, pre_tokenizer={"type": "ByteLevel"}),
-                  "pre_tokenizer 'ByteLevel' is not supported with byte_fallback BPE (only Metaspace)"),
-    "one_byte_added": (lambda d: d["added_tokens"].append(
-        {"id": 500, "content": "\n", "special": True, "normalized": False}),
-        "one-byte added token '\\n' is not supported with a prefix per segment"),
-    "no_bytes": (lambda d: d["model"]["vocab"].pop("<0x41>"),
-                 "byte_fallback needs the 256 tokens <0x00>..<0xFF>"),
+    "split": (
+        lambda d: d.update(normalizer=None, pre_tokenizer={"type": "Metaspace", "split": True}),
+        "pre_tokenizer: Metaspace with split=true is not supported",
+    ),
+    "nfkc": (
+        lambda d: d.update(normalizer={"type": "NFKC"}),
+        "is not supported with byte_fallback BPE (only Prepend('\u2581') and Replace(' ', '\u2581'))",
+    ),
+    "no_normalizer": (
+        lambda d: d.update(normalizer=None),
+        "byte_fallback BPE without a Replace(' ', '\u2581') normalizer or a Metaspace",
+    ),
+    "bytelevel": (
+        lambda d: d.update(normalizer=None, pre_tokenizer={"type": "ByteLevel"}),
+        "pre_tokenizer 'ByteLevel' is not supported with byte_fallback BPE (only Metaspace)",
+    ),
+    "one_byte_added": (
+        lambda d: d["added_tokens"].append(
+            {"id": 500, "content": "\n", "special": True, "normalized": False}
+        ),
+        "one-byte added token '\\n' is not supported with a prefix per segment",
+    ),
+    "no_bytes": (
+        lambda d: d["model"]["vocab"].pop("<0x41>"),
+        "byte_fallback needs the 256 tokens <0x00>..<0xFF>",
+    ),
 }
 
 

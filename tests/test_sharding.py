@@ -12,8 +12,12 @@ import sys
 
 
 def test_encode_sharded_on_four_host_devices(data_dir):
-    env = dict(os.environ, BLOCKBPE_DATA=str(data_dir), JAX_PLATFORMS="cpu",
-               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip())
+    env = dict(
+        os.environ,
+        BLOCKBPE_DATA=str(data_dir),
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip(),
+    )
     run = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "sharded checks passed" in run.stdout
@@ -31,10 +35,10 @@ def _worker() -> None:
     assert jax.device_count() == 4, jax.devices()
     tok = bb.Tokenizer.from_file(testing.data_dir() / "vocab" / testing.VOCAB_FILES["cl100k"][0])
     raw = testing.read_corpus(testing.corpus_paths()[-1])[:100000]
-    texts = testing.excerpts(raw, 1, 400, seed=5)[:63] + [b""]   # 64 rows, an empty one
+    texts = testing.excerpts(raw, 1, 400, seed=5)[:63] + [b""]  # 64 rows, an empty one
     data, lengths = bb.pack_strings(texts, max_len=512)
     tables = tok.tables()
-    ref = bb.encode(data, lengths, tables, max_tokens=96)       # some rows truncated
+    ref = bb.encode(data, lengths, tables, max_tokens=96)  # some rows truncated
     assert (np.asarray(ref.counts) > 96).any()
 
     def check(out, mesh, what):

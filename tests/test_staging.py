@@ -13,8 +13,10 @@ from blockbpe_jax.vocab import KNOWN_PATTERNS
 
 from helpers import gpu_devices, load_tokenizer, oracle
 
-needs_gpu = pytest.mark.skipif(not gpu_devices() or not ops.HAS_CUDA_MODULE,
-                               reason="no GPU visible to JAX, or no CUDA module in this build")
+needs_gpu = pytest.mark.skipif(
+    not gpu_devices() or not ops.HAS_CUDA_MODULE,
+    reason="no GPU visible to JAX, or no CUDA module in this build",
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +34,7 @@ def _reference(tok, texts, max_len):
     # The NumPy path (what encode_batch does off the GPU), on the GPU.
     data, lengths = bb.pack_strings(texts, max_len=max_len)
     dev = gpu_devices()[0]
-    out = bb.encode(jax.device_put(data, dev), jax.device_put(lengths, dev), tok,
-                    max_tokens=data.shape[1])
+    out = bb.encode(jax.device_put(data, dev), jax.device_put(lengths, dev), tok, max_tokens=data.shape[1])
     return np.asarray(out.ids), np.asarray(out.counts)
 
 
@@ -52,7 +53,7 @@ def test_staged_equals_numpy_path_and_tiktoken_gpu(tok, corpus_texts, max_len):
     np.testing.assert_array_equal(ids, ref_ids)
     np.testing.assert_array_equal(counts, ref_counts)
     for k, t in enumerate(texts[:-1]):  # tiktoken takes str only
-        assert ids[k, :counts[k]].tolist() == enc.encode_ordinary(t), k
+        assert ids[k, : counts[k]].tolist() == enc.encode_ordinary(t), k
     assert out.ids.devices() == {gpu_devices()[0]}
 
 
@@ -63,8 +64,10 @@ def test_stream_of_batches_reuses_slots_safely_gpu(tok, corpus_texts):
     shapes = [(512, 4096), (64, 512), (512, 4096), (256, 1024), (600, 4096), (8, 64)] * 3
     outs, refs = [], []
     for k, (batch, max_len) in enumerate(shapes):
-        texts = [t.encode()[:max_len].decode("utf-8", "ignore")
-                 for t in np.roll(np.array(corpus_texts, dtype=object), 37 * k)[:batch]]
+        texts = [
+            t.encode()[:max_len].decode("utf-8", "ignore")
+            for t in np.roll(np.array(corpus_texts, dtype=object), 37 * k)[:batch]
+        ]
         outs.append(tok.encode_batch(texts, max_len=max_len))
         refs.append(texts)
     for texts, out, (batch, max_len) in zip(refs, outs, shapes):
@@ -98,7 +101,7 @@ def test_refilled_views_see_each_new_batch_gpu(tok, corpus_texts):
     # each with other text, more of them than slots, each checked after all were dispatched.
     outs, batches = [], []
     for k in range(3 * staging.MAX_SLOTS):
-        texts = corpus_texts[40 * k:40 * k + 40]
+        texts = corpus_texts[40 * k : 40 * k + 40]
         batches.append(texts)
         outs.append(tok.encode_batch(texts, max_len=4096))
     for texts, out in zip(batches, outs):

@@ -40,8 +40,7 @@ def test_cached_load_equals_build(tmp_path, monkeypatch, r50k):
     assert_same(first, built)
     assert_same(cached, built)
     # another vocabulary (one token's bytes changed) is another entry, never the cached one
-    other = dataclasses.replace(r50k, token_bytes=r50k.token_bytes[:-2] + (b"changed",
-                                                                             r50k.token_bytes[-1]))
+    other = dataclasses.replace(r50k, token_bytes=r50k.token_bytes[:-2] + (b"changed", r50k.token_bytes[-1]))
     assert table_cache.vocab_key(other) != table_cache.vocab_key(r50k)
     assert_same(table_cache.vocab_tables(other), tables.build_vocab_tables(other))
     assert len(list((tmp_path / "tables").glob("*.npz"))) == 2

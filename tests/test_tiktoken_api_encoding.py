@@ -61,7 +61,7 @@ def test_tokenizer_encode_batch_keeps_its_meaning():
 
 
 def test_simple():
-    for enc in both("r50k"):   # tiktoken's "gpt2"
+    for enc in both("r50k"):  # tiktoken's "gpt2"
         assert enc.encode("hello world") == [31373, 995]
         assert enc.decode([31373, 995]) == "hello world"
         assert enc.encode("hello <|endoftext|>", allowed_special="all") == [31373, 220, 50256]
@@ -79,12 +79,25 @@ def test_simple_single_token_round_trip(name):
 
 
 def test_simple_repeated():
-    expected = {"0": [15], "00": [405], "000": [830], "0000": [2388], "00000": [20483],
-                "000000": [10535], "0000000": [24598], "00000000": [8269],
-                "000000000": [10535, 830], "0000000000": [8269, 405], "00000000000": [8269, 830],
-                "000000000000": [8269, 2388], "0000000000000": [8269, 20483],
-                "00000000000000": [8269, 10535], "000000000000000": [8269, 24598],
-                "0000000000000000": [25645], "00000000000000000": [8269, 10535, 830]}
+    expected = {
+        "0": [15],
+        "00": [405],
+        "000": [830],
+        "0000": [2388],
+        "00000": [20483],
+        "000000": [10535],
+        "0000000": [24598],
+        "00000000": [8269],
+        "000000000": [10535, 830],
+        "0000000000": [8269, 405],
+        "00000000000": [8269, 830],
+        "000000000000": [8269, 2388],
+        "0000000000000": [8269, 20483],
+        "00000000000000": [8269, 10535],
+        "000000000000000": [8269, 24598],
+        "0000000000000000": [25645],
+        "00000000000000000": [8269, 10535, 830],
+    }
     for enc in both("r50k"):
         assert enc.encode_batch(list(expected)) == list(expected.values())
         for text, ids in expected.items():
@@ -128,7 +141,7 @@ def test_encode_bytes():
     for i in range(10):
         raw = b"\x80" * i
         ids, counts = tok.encode_batch([raw], device=ours.device)
-        assert ours.decode_bytes(np.asarray(ids)[0, :int(counts[0])].tolist()) == raw
+        assert ours.decode_bytes(np.asarray(ids)[0, : int(counts[0])].tolist()) == raw
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -138,14 +151,14 @@ def test_hyp_encode_bytes(name, raw):
     tok = load_tokenizer(name, "tiktoken")
     ours, _ = pair(name)
     ids, counts = tok.encode_batch([raw], max_len=64, device=ours.device)
-    assert ours.decode_bytes(np.asarray(ids)[0, :int(counts[0])].tolist()) == raw
+    assert ours.decode_bytes(np.asarray(ids)[0, : int(counts[0])].tolist()) == raw
 
 
 def test_encode_surrogate_pairs():
     for enc in both("cl100k"):
         assert enc.encode("👍") == [9468, 239, 235]
-        assert enc.encode("\ud83d\udc4d") == [9468, 239, 235]   # pair -> code point
-        assert enc.encode("\ud83d") == enc.encode("�")          # lone surrogate -> U+FFFD
+        assert enc.encode("\ud83d\udc4d") == [9468, 239, 235]  # pair -> code point
+        assert enc.encode("\ud83d") == enc.encode("�")  # lone surrogate -> U+FFFD
         assert enc.encode_ordinary("a\udc4db") == enc.encode("a�b")
         assert enc.encode_batch(["\ud83d\udc4d", "\ud83d"]) == [[9468, 239, 235], enc.encode("�")]
 
@@ -166,8 +179,16 @@ def test_catastrophically_repetitive(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_basic_roundtrip(name):
-    for value in ("hello", "hello ", "hello  ", " hello", " hello ", " hello  ", "hello world",
-                  "请考试我的软件！12345"):
+    for value in (
+        "hello",
+        "hello ",
+        "hello  ",
+        " hello",
+        " hello ",
+        " hello  ",
+        "hello world",
+        "请考试我的软件！12345",
+    ):
         ids = same(name, lambda e: e.encode(value))
         assert same(name, lambda e: e.encode_ordinary(value)) == ids
         for enc in both(name):
@@ -189,7 +210,7 @@ def test_hyp_roundtrip(name, text):
 def test_single_token_roundtrip(name):
     ours, ref = pair(name)
     missing = []
-    for token in range(ours.n_vocab + 2):   # two past the end: KeyError for both
+    for token in range(ours.n_vocab + 2):  # two past the end: KeyError for both
         try:
             token_bytes = ours.decode_single_token_bytes(token)
         except KeyError:
@@ -204,13 +225,15 @@ def test_single_token_roundtrip(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_key_errors(name):
-    for fn in (lambda e: e.encode_single_token(b"not one token, surely"),
-               lambda e: e.encode_single_token("<|not_a_special|>"),
-               lambda e: e.decode_single_token_bytes(10**7),
-               lambda e: e.decode_bytes([1, 10**7]),
-               lambda e: e.decode([10**7])):
+    for fn in (
+        lambda e: e.encode_single_token(b"not one token, surely"),
+        lambda e: e.encode_single_token("<|not_a_special|>"),
+        lambda e: e.decode_single_token_bytes(10**7),
+        lambda e: e.decode_bytes([1, 10**7]),
+        lambda e: e.decode([10**7]),
+    ):
         with pytest.raises(KeyError):
             same(name, fn)
-    for special in pair(name)[0].special_tokens_set:   # specials encode/decode as single tokens
+    for special in pair(name)[0].special_tokens_set:  # specials encode/decode as single tokens
         token = same(name, lambda e: e.encode_single_token(special))
         assert same(name, lambda e: e.decode_single_token_bytes(token)) == special.encode()

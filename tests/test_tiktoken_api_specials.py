@@ -34,34 +34,50 @@ def test_special_token():
 
         text = "<|endoftext|> hello <|fim_prefix|>"
         assert eot not in enc.encode(text, disallowed_special=())
-        for kwargs in ({}, {"disallowed_special": "all"}, {"disallowed_special": {"<|endoftext|>"}},
-                       {"disallowed_special": {"<|fim_prefix|>"}}):
+        for kwargs in (
+            {},
+            {"disallowed_special": "all"},
+            {"disallowed_special": {"<|endoftext|>"}},
+            {"disallowed_special": {"<|fim_prefix|>"}},
+        ):
             with pytest.raises(ValueError):
                 enc.encode(text, **kwargs)
 
         text = "<|endoftext|> hello <|fim_prefix|> there <|fim_middle|>"
         tokens = enc.encode(text, disallowed_special=())
         assert eot not in tokens and fip not in tokens and fim not in tokens
-        for kwargs in ({"allowed_special": "all", "disallowed_special": ()},
-                       {"allowed_special": "all", "disallowed_special": "all"}):
+        for kwargs in (
+            {"allowed_special": "all", "disallowed_special": ()},
+            {"allowed_special": "all", "disallowed_special": "all"},
+        ):
             tokens = enc.encode(text, **kwargs)
             assert eot in tokens and fip in tokens and fim in tokens
-        for allowed, expect in (("<|fim_prefix|>", fip), ("<|endoftext|>", eot),
-                                ("<|fim_middle|>", fim)):
+        for allowed, expect in (("<|fim_prefix|>", fip), ("<|endoftext|>", eot), ("<|fim_middle|>", fim)):
             tokens = enc.encode(text, allowed_special={allowed}, disallowed_special=())
             assert [t for t in (eot, fip, fim) if t in tokens] == [expect]
 
 
 SPECIAL_CASES = [
-    {}, {"allowed_special": "all"}, {"disallowed_special": ()}, {"disallowed_special": []},
-    {"allowed_special": {"<|endoftext|>"}}, {"allowed_special": {"<|endoftext|>"}, "disallowed_special": ()},
-    {"allowed_special": {"<|endofprompt|>"}}, {"disallowed_special": {"<|endofprompt|>"}},
-    {"allowed_special": {"<|endoftext|>", "<|not_special|>"}},       # unknown names: ignored
+    {},
+    {"allowed_special": "all"},
+    {"disallowed_special": ()},
+    {"disallowed_special": []},
+    {"allowed_special": {"<|endoftext|>"}},
+    {"allowed_special": {"<|endoftext|>"}, "disallowed_special": ()},
+    {"allowed_special": {"<|endofprompt|>"}},
+    {"disallowed_special": {"<|endofprompt|>"}},
+    {"allowed_special": {"<|endoftext|>", "<|not_special|>"}},  # unknown names: ignored
     {"allowed_special": {"<|endoftext|>"}, "disallowed_special": {"<|endoftext|>"}},
     {"allowed_special": "all", "disallowed_special": "all"},
 ]
-SPECIAL_TEXTS = ["<|endoftext|>", "a<|endoftext|>b", "x <|endofprompt|> y <|endoftext|>",
-                 "<|endoftext", "<|fim_prefix|><|fim_middle|>", "no specials here"]
+SPECIAL_TEXTS = [
+    "<|endoftext|>",
+    "a<|endoftext|>b",
+    "x <|endofprompt|> y <|endoftext|>",
+    "<|endoftext",
+    "<|fim_prefix|><|fim_middle|>",
+    "no specials here",
+]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -103,8 +119,10 @@ def test_batch_encode(name):
         assert enc.encode_batch([text1]) == [enc.encode(text1)]
         assert enc.encode_batch([text1, text2]) == [enc.encode(text1), enc.encode(text2)]
         assert enc.encode_ordinary_batch([text1]) == [enc.encode_ordinary(text1)]
-        assert enc.encode_ordinary_batch([text1, text2]) == [enc.encode_ordinary(text1),
-                                                             enc.encode_ordinary(text2)]
+        assert enc.encode_ordinary_batch([text1, text2]) == [
+            enc.encode_ordinary(text1),
+            enc.encode_ordinary(text2),
+        ]
     same(name, lambda e: e.encode_batch([text1, text2], num_threads=2))
 
 
@@ -132,12 +150,13 @@ def test_batch_of_mixed_lengths_is_bucketed_correctly():
 
 
 def test_basic_offsets():
-    cases = [("hello world", [0, 5], {}),
-             ("hello world<|endoftext|> green cow", [0, 5, 11, 24, 30], {"allowed_special": "all"}),
-             ("我非常渴望与人工智能一起工作",
-              [0, 1, 2, 3, 3, 4, 4, 5, 6, 7, 8, 8, 9, 10, 11, 12, 13], {}),
-             ("நடிகர் சூர்யா", [0, 0, 1, 1, 2, 3, 4, 4, 5, 6, 7, 8, 8, 9, 9, 10, 11, 12, 12], {}),
-             (" Ġ除", [0, 1], {})]
+    cases = [
+        ("hello world", [0, 5], {}),
+        ("hello world<|endoftext|> green cow", [0, 5, 11, 24, 30], {"allowed_special": "all"}),
+        ("我非常渴望与人工智能一起工作", [0, 1, 2, 3, 3, 4, 4, 5, 6, 7, 8, 8, 9, 10, 11, 12, 13], {}),
+        ("நடிகர் சூர்யா", [0, 0, 1, 1, 2, 3, 4, 4, 5, 6, 7, 8, 8, 9, 9, 10, 11, 12, 12], {}),
+        (" Ġ除", [0, 1], {}),
+    ]
     for enc in both("cl100k"):
         for prompt, offsets, kwargs in cases:
             assert enc.decode_with_offsets(enc.encode(prompt, **kwargs)) == (prompt, offsets)
@@ -155,12 +174,14 @@ def _common_prefix_len(a, b):
 def test_hyp_offsets(data):
     ours, ref = pair("cl100k")
     valid = st.integers(0, ours.n_vocab - 1).filter(
-        lambda x: x in ref._special_tokens.values() or x in ref._mergeable_ranks.values())
+        lambda x: x in ref._special_tokens.values() or x in ref._mergeable_ranks.values()
+    )
     tokens = data.draw(st.lists(valid, min_size=1, max_size=20))
     tokens = ours.encode(ours.decode(tokens, errors="ignore"), allowed_special="all")
     text = ours.decode(tokens, errors="strict")
-    reference = [_common_prefix_len(text, ours.decode(tokens[:i], errors="ignore"))
-                 for i in range(len(tokens))]
+    reference = [
+        _common_prefix_len(text, ours.decode(tokens[:i], errors="ignore")) for i in range(len(tokens))
+    ]
     assert ours.decode_with_offsets(tokens) == ref.decode_with_offsets(tokens) == (text, reference)
 
 
@@ -169,9 +190,12 @@ def test_custom_special_and_no_eot():
     Tokenizer.from_tiktoken; it has no `<|endoftext|>`: eot_token raises KeyError as tiktoken."""
     tiktoken = pytest.importorskip("tiktoken")
     _, r50k = pair("r50k")
-    ref = tiktoken.Encoding(name="custom_enc", pat_str=r50k._pat_str,
-                            mergeable_ranks=r50k._mergeable_ranks,
-                            special_tokens={"<|pickle|>": 100_000})
+    ref = tiktoken.Encoding(
+        name="custom_enc",
+        pat_str=r50k._pat_str,
+        mergeable_ranks=r50k._mergeable_ranks,
+        special_tokens={"<|pickle|>": 100_000},
+    )
     ours = bb.Tokenizer.from_tiktoken(ref).as_tiktoken()
     for enc in (ours, ref):
         assert enc.encode("hello world") == [31373, 995]
@@ -180,6 +204,6 @@ def test_custom_special_and_no_eot():
         with pytest.raises(KeyError):
             enc.eot_token
         with pytest.raises(KeyError):
-            enc.decode_single_token_bytes(60_000)   # a hole between the ranks and the special
+            enc.decode_single_token_bytes(60_000)  # a hole between the ranks and the special
         with pytest.raises(ValueError):
             enc.encode("<|pickle|>")

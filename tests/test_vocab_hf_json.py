@@ -44,20 +44,35 @@ def test_added_tokens_are_all_specials(tmp_path):
 
 
 UNSUPPORTED_CASES = {
-    "normalizer": ({"normalizer": {"type": "NFKC"}}, "normalizer: normalizer NFKC is not supported (only NFC)"),
-    "metaspace": ({"pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}},
-                  "pre_tokenizer: pre-tokenizer type 'Metaspace' is not supported"),
-    "whitespace_seq": ({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Whitespace"}]}},
-                       "pre_tokenizer.pretokenizers[0]: pre-tokenizer type 'Whitespace' is not supported"),
+    "normalizer": (
+        {"normalizer": {"type": "NFKC"}},
+        "normalizer: normalizer NFKC is not supported (only NFC)",
+    ),
+    "metaspace": (
+        {"pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}},
+        "pre_tokenizer: pre-tokenizer type 'Metaspace' is not supported",
+    ),
+    "whitespace_seq": (
+        {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Whitespace"}]}},
+        "pre_tokenizer.pretokenizers[0]: pre-tokenizer type 'Whitespace' is not supported",
+    ),
     "no_pre_tokenizer": ({"pre_tokenizer": None}, "pre_tokenizer: no pre-tokenizer"),
-    "prefix_space": ({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": True, "use_regex": True}},
-                     "add_prefix_space=true"),
-    "removed": ({"pre_tokenizer": split_then_bytelevel(KNOWN_PATTERNS["llama3"], "Removed")},
-                "pre_tokenizer.pretokenizers[0].behavior: 'Removed' is not supported"),
-    "lstrip": ({"added_tokens": [{"id": 259, "content": "<|end|>", "lstrip": True, "special": True}]},
-               "uses lstrip"),
-    "suffix": ({"model": dict(tokenizer_json_doc()["model"], end_of_word_suffix="</w>")},
-               "end_of_word_suffix"),
+    "prefix_space": (
+        {"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": True, "use_regex": True}},
+        "add_prefix_space=true",
+    ),
+    "removed": (
+        {"pre_tokenizer": split_then_bytelevel(KNOWN_PATTERNS["llama3"], "Removed")},
+        "pre_tokenizer.pretokenizers[0].behavior: 'Removed' is not supported",
+    ),
+    "lstrip": (
+        {"added_tokens": [{"id": 259, "content": "<|end|>", "lstrip": True, "special": True}]},
+        "uses lstrip",
+    ),
+    "suffix": (
+        {"model": dict(tokenizer_json_doc()["model"], end_of_word_suffix="</w>")},
+        "end_of_word_suffix",
+    ),
 }
 
 
@@ -83,7 +98,9 @@ def test_removed_inverted_split_equals_isolated_in_hf(tmp_path, data_dir):
     for name in ("llama3", "o200k", "cl100k"):
         ids = []
         for behavior, invert in [("Isolated", False), ("Removed", True)]:
-            doc = tokenizer_json_doc(pre_tokenizer=split_then_bytelevel(KNOWN_PATTERNS[name], behavior, invert))
+            doc = tokenizer_json_doc(
+                pre_tokenizer=split_then_bytelevel(KNOWN_PATTERNS[name], behavior, invert)
+            )
             tok = tokenizers.Tokenizer.from_str(json.dumps(doc))
             ids.append(tok.encode(text, add_special_tokens=False).ids)
         assert ids[0] == ids[1], name
@@ -101,28 +118,51 @@ def _bad_json_docs():
         "missing_model": (_without(good, "model"), "model: missing"),
         "missing_vocab": (dict(good, model=_without(model, "vocab")), "model.vocab: missing"),
         "missing_merges": (dict(good, model=_without(model, "merges")), "model.merges: missing"),
-        "wordpiece": (dict(good, model=dict(model, type="WordPiece")), "model type 'WordPiece' is not supported"),
-        "unknown_merge_token": (dict(good, model=dict(model, merges=model["merges"] + ["zz c"])),
-                                "model.merges[3]: merge 'zz c' refers to unknown token 'zz'"),
-        "merge_result_missing": (dict(good, model=dict(model, merges=model["merges"] + ["c a"])),
-                                 "model.merges[3]: merge result 'ca' is not in model.vocab"),
-        "bad_merge_shape": (dict(good, model=dict(model, merges=model["merges"] + [["a", "b", "c"]])),
-                            "model.merges[3]: expected two tokens"),
-        "duplicate_id": (dict(good, model=dict(model, vocab=dict(model["vocab"], xyz=256))),
-                         "model.vocab['xyz']: duplicate id 256"),
-        "negative_id": (dict(good, model=dict(model, vocab=dict(model["vocab"], xyz=-4))),
-                        "model.vocab['xyz']: id -4 is outside"),
-        "not_byte_level": (dict(good, model=dict(model, vocab=dict(model["vocab"], **{"a b": 300}))),
-                           "model.vocab['a b']: key is not a byte-level encoded token"),
-        "missing_byte": (dict(good, model=dict(model, vocab=_without(model["vocab"], u[0x0A]))),
-                         "missing single-byte tokens for 1 byte values (0x0a)"),
-        "special_collision": (dict(good, added_tokens=[{"id": 257, "content": "<|x|>", "special": True}]),
-                              "special token '<|x|>' has id 257, which is already the mergeable token b'abc'"),
-        "added_without_id": (dict(good, added_tokens=[{"content": "<|x|>", "special": True}]),
-                             "added_tokens[0]: id None is not an integer"),
+        "wordpiece": (
+            dict(good, model=dict(model, type="WordPiece")),
+            "model type 'WordPiece' is not supported",
+        ),
+        "unknown_merge_token": (
+            dict(good, model=dict(model, merges=model["merges"] + ["zz c"])),
+            "model.merges[3]: merge 'zz c' refers to unknown token 'zz'",
+        ),
+        "merge_result_missing": (
+            dict(good, model=dict(model, merges=model["merges"] + ["c a"])),
+            "model.merges[3]: merge result 'ca' is not in model.vocab",
+        ),
+        "bad_merge_shape": (
+            dict(good, model=dict(model, merges=model["merges"] + [["a", "b", "c"]])),
+            "model.merges[3]: expected two tokens",
+        ),
+        "duplicate_id": (
+            dict(good, model=dict(model, vocab=dict(model["vocab"], xyz=256))),
+            "model.vocab['xyz']: duplicate id 256",
+        ),
+        "negative_id": (
+            dict(good, model=dict(model, vocab=dict(model["vocab"], xyz=-4))),
+            "model.vocab['xyz']: id -4 is outside",
+        ),
+        "not_byte_level": (
+            dict(good, model=dict(model, vocab=dict(model["vocab"], **{"a b": 300}))),
+            "model.vocab['a b']: key is not a byte-level encoded token",
+        ),
+        "missing_byte": (
+            dict(good, model=dict(model, vocab=_without(model["vocab"], u[0x0A]))),
+            "missing single-byte tokens for 1 byte values (0x0a)",
+        ),
+        "special_collision": (
+            dict(good, added_tokens=[{"id": 257, "content": "<|x|>", "special": True}]),
+            "special token '<|x|>' has id 257, which is already the mergeable token b'abc'",
+        ),
+        "added_without_id": (
+            dict(good, added_tokens=[{"content": "<|x|>", "special": True}]),
+            "added_tokens[0]: id None is not an integer",
+        ),
         "top_level_list": ([1, 2], "top level is not a JSON object"),
-        "empty_special": (dict(good, added_tokens=[{"id": 300, "content": "", "special": True}]),
-                          "special token with id 300 is empty"),
+        "empty_special": (
+            dict(good, added_tokens=[{"id": 300, "content": "", "special": True}]),
+            "special token with id 300 is empty",
+        ),
     }
 
 
@@ -148,5 +188,3 @@ def test_hf_duplicate_merge_takes_last_rank_like_hf(tmp_path):
     doc["model"]["merges"] = ["a b", "b c", "a b", "ab c"]
     v = load_tokenizer_json(write_json(tmp_path / "t.json", doc))
     assert v.merges[(v.byte_ids[97], v.byte_ids[98])] == (2, 256)
-
-

@@ -8,7 +8,12 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blockbpe_jax.vocab import HF_BYTELEVEL_PATTERN, KNOWN_PATTERNS, known_tiktoken_file_defaults, recognise_pattern
+from blockbpe_jax.vocab import (
+    HF_BYTELEVEL_PATTERN,
+    KNOWN_PATTERNS,
+    known_tiktoken_file_defaults,
+    recognise_pattern,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -20,7 +25,12 @@ def test_known_patterns_match_tiktoken_ext(monkeypatch):
     openai_public = pytest.importorskip("tiktoken_ext.openai_public")
     # The constructors only download ranks; stub that out to read their pattern and specials.
     monkeypatch.setattr(openai_public, "load_tiktoken_bpe", lambda *a, **k: {})
-    for ctor, name in [("r50k_base", "r50k"), ("p50k_base", "r50k"), ("cl100k_base", "cl100k"), ("o200k_base", "o200k")]:
+    for ctor, name in [
+        ("r50k_base", "r50k"),
+        ("p50k_base", "r50k"),
+        ("cl100k_base", "cl100k"),
+        ("o200k_base", "o200k"),
+    ]:
         spec = getattr(openai_public, ctor)()
         assert spec["pat_str"] == KNOWN_PATTERNS[name]
         file_name, pattern, specials = known_tiktoken_file_defaults(f"/x/{ctor}.tiktoken")
@@ -36,8 +46,14 @@ def test_known_file_defaults_for_unknown_file():
 EQUIVALENT_SPELLINGS = [
     (HF_BYTELEVEL_PATTERN, "r50k"),
     (r"""'d|'s|'t|'re|'ve|'m|'ll| ?\p{L}++| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s++$|\s+(?!\S)|\s""", "r50k"),
-    (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s++$|\s*[\r\n]|\s+(?!\S)|\s""", "cl100k"),
-    (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]+[\r\n]*+|\s*[\r\n]++|\s+(?!\S)|\s+""", "llama3"),
+    (
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+        "cl100k",
+    ),
+    (
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]+[\r\n]*+|\s*[\r\n]++|\s+(?!\S)|\s+""",
+        "llama3",
+    ),
     (KNOWN_PATTERNS["o200k"].replace(r"\s*[\r\n]+|", r"\s*[\r\n]++|"), "o200k"),
 ]
 NOT_RECOGNISED = [

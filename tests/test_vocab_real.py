@@ -93,7 +93,12 @@ def test_from_tiktoken_encoding_agrees_with_file(vocab, data_dir, name):
         special_tokens=v.special_tokens,
     )
     w = from_tiktoken_encoding(enc)
-    assert (w.name, w.token_bytes, w.byte_ids, w.special_tokens) == (v.name, v.token_bytes, v.byte_ids, v.special_tokens)
+    assert (w.name, w.token_bytes, w.byte_ids, w.special_tokens) == (
+        v.name,
+        v.token_bytes,
+        v.byte_ids,
+        v.special_tokens,
+    )
     assert w.merges == v.merges
     assert (w.pattern, w.pattern_name, w.whole_piece_shortcut) == (v.pattern, v.pattern_name, True)
 
@@ -118,4 +123,3 @@ def test_tiktoken_merges_are_exactly_the_token_splits(vocab):
             if token[:cut] in id_of and token[cut:] in id_of:
                 expected[(id_of[token[:cut]], id_of[token[cut:]])] = (token_id, token_id)
     assert v.merges == expected
-

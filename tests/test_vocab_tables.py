@@ -214,8 +214,10 @@ def test_tables_reproduce_tiktoken_bpe(vocab, tables, data_dir, name):
     tiktoken = pytest.importorskip("tiktoken")
     v, t = vocab(name), tables(name)
     enc = tiktoken.Encoding(
-        v.name, pat_str=v.pattern,
-        mergeable_ranks={v.token_bytes[i]: i for i in v.mergeable_ids}, special_tokens=v.special_tokens,
+        v.name,
+        pat_str=v.pattern,
+        mergeable_ranks={v.token_bytes[i]: i for i in v.mergeable_ids},
+        special_tokens=v.special_tokens,
     )
     for piece in _oraclepieces(v, data_dir):
         assert _bpe_with_tables(t, True, piece) == enc._encode_single_piece(piece), piece

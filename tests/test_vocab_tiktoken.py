@@ -43,10 +43,16 @@ def test_malformed_tiktoken_line(tmp_path, case):
 
 def test_valid_synthetic_tiktoken_with_holes(tmp_path):
     lines = tiktoken_lines()[:-1] + [f"{b64(b'bc')} 300", ""]  # rank 258..299 unused
-    v = load_tiktoken_file(write(tmp_path / "mine.tiktoken", "\r\n".join(lines)), special_tokens={"<|x|>": 400})
+    v = load_tiktoken_file(
+        write(tmp_path / "mine.tiktoken", "\r\n".join(lines)), special_tokens={"<|x|>": 400}
+    )
     assert v.name == "mine" and v.pattern is None and v.pattern_name is None
     assert v.n_vocab == 401 and v.token_bytes[258:300] == (None,) * 42 and v.token_bytes[400] == b"<|x|>"
-    assert v.merges[(97, 98)] == (256, 256) and v.merges[(256, 99)] == (257, 257) and v.merges[(97, 300)] == (257, 257)
+    assert (
+        v.merges[(97, 98)] == (256, 256)
+        and v.merges[(256, 99)] == (257, 257)
+        and v.merges[(97, 300)] == (257, 257)
+    )
     t = build_vocab_tables(v)
     assert t.token_offsets[259] == t.token_offsets[300]  # holes take no bytes
     assert lookup_piece(t, b"<|x|>") is None  # specials are not whole-piece tokens

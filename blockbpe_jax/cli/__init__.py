@@ -31,8 +31,11 @@ from .info import exact_mode_status  # noqa: F401 (API)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Byte-level BPE tokenization on the GPU (JAX FFI).",
-                     epilog="Exit status: 0 ok, 2 usage/input error, 1 tokenization failure.")
+    parser = _Parser(
+        prog=PROG,
+        description="Byte-level BPE tokenization on the GPU (JAX FFI).",
+        epilog="Exit status: 0 ok, 2 usage/input error, 1 tokenization failure.",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True

@@ -57,8 +57,7 @@ def _input_file(name: str | None) -> Path:
     root = find_data_dir()
     path = root / "corpus" / "war_and_peace_en.txt" if root else None
     if path is None or not path.is_file():
-        raise CLIError("no input: give a FILE (the shared War and Peace was not found; "
-                       "set BLOCKBPE_DATA)")
+        raise CLIError("no input: give a FILE (the shared War and Peace was not found; set BLOCKBPE_DATA)")
     return path
 
 
@@ -90,8 +89,11 @@ def cmd_bench(args) -> int:
     d_data, d_len = jax.device_put(data, device), jax.device_put(lengths, device)
     tables = tok.tables("none", device)
     # The tables are an argument: closed over, they would be embedded in the program.
-    run = jax.jit(lambda d, n, t: ops.encode(d, n, t, max_tokens=T, mode=args.mode,
-                                             block_size=args.block_size, check_lengths=False))
+    run = jax.jit(
+        lambda d, n, t: ops.encode(
+            d, n, t, max_tokens=T, mode=args.mode, block_size=args.block_size, check_lengths=False
+        )
+    )
     t = time.perf_counter()
     ids, counts = jax.block_until_ready(run(d_data, d_len, tables))
     compile_s = time.perf_counter() - t
@@ -103,24 +105,43 @@ def cmd_bench(args) -> int:
 
     e2e_s = _median_time(end_to_end, args.repeats)
     ntok = int(np.asarray(counts).sum())
-    result = dict(vocab=tok.vocab.name, mode=args.mode, device=str(device), file=str(path),
-                  batch=args.batch, bytes_per_string=args.bytes, input_bytes=nbytes, tokens=ntok,
-                  block_size=args.block_size, repeats=args.repeats, compile_s=round(compile_s, 3),
-                  device_s=dev_s, device_MBps=nbytes / dev_s / 1e6, tokens_per_s=ntok / dev_s,
-                  end_to_end_s=e2e_s, end_to_end_MBps=nbytes / e2e_s / 1e6)
+    result = dict(
+        vocab=tok.vocab.name,
+        mode=args.mode,
+        device=str(device),
+        file=str(path),
+        batch=args.batch,
+        bytes_per_string=args.bytes,
+        input_bytes=nbytes,
+        tokens=ntok,
+        block_size=args.block_size,
+        repeats=args.repeats,
+        compile_s=round(compile_s, 3),
+        device_s=dev_s,
+        device_MBps=nbytes / dev_s / 1e6,
+        tokens_per_s=ntok / dev_s,
+        end_to_end_s=e2e_s,
+        end_to_end_MBps=nbytes / e2e_s / 1e6,
+    )
     if args.compare_tiktoken:
         result.update(_bench_tiktoken(tok, texts, args, np.asarray(ids), np.asarray(counts), nbytes))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{tok.vocab.name}, mode={args.mode}, {device}: {args.batch} x {args.bytes} B "
-          f"({nbytes / 1e6:.2f} MB, {ntok} tokens) from {path.name}")
-    print(f"  on-device encode : {result['device_MBps']:9.2f} MB/s  {ntok / dev_s / 1e6:7.2f} M tokens/s "
-          f"(median of {args.repeats}; compile {compile_s:.2f} s)")
+    print(
+        f"{tok.vocab.name}, mode={args.mode}, {device}: {args.batch} x {args.bytes} B "
+        f"({nbytes / 1e6:.2f} MB, {ntok} tokens) from {path.name}"
+    )
+    print(
+        f"  on-device encode : {result['device_MBps']:9.2f} MB/s  {ntok / dev_s / 1e6:7.2f} M tokens/s "
+        f"(median of {args.repeats}; compile {compile_s:.2f} s)"
+    )
     print(f"  end to end       : {result['end_to_end_MBps']:9.2f} MB/s  (pack + copy in + encode + copy out)")
     if "tiktoken_MBps" in result:
-        print(f"  tiktoken (host)  : {result['tiktoken_MBps']:9.2f} MB/s  "
-              f"ids equal: {result['tiktoken_ids_equal']}")
+        print(
+            f"  tiktoken (host)  : {result['tiktoken_MBps']:9.2f} MB/s  "
+            f"ids equal: {result['tiktoken_ids_equal']}"
+        )
     return 0
 
 
@@ -132,9 +153,12 @@ def _bench_tiktoken(tok, texts, args, ids, counts, nbytes) -> dict:
     v = tok.vocab
     pattern = v.pattern if args.mode == "exact" else r"(?s:.+)"
     special = v.special_ids
-    enc = tiktoken.Encoding(f"{v.name}_bench", pat_str=pattern, special_tokens=dict(v.special_tokens),
-                            mergeable_ranks={b: i for i, b in enumerate(v.token_bytes)
-                                             if b is not None and i not in special})
+    enc = tiktoken.Encoding(
+        f"{v.name}_bench",
+        pat_str=pattern,
+        special_tokens=dict(v.special_tokens),
+        mergeable_ranks={b: i for i, b in enumerate(v.token_bytes) if b is not None and i not in special},
+    )
     strs = [t.decode("utf-8") for t in texts]
     ref = enc.encode_ordinary_batch(strs)
     secs = _median_time(lambda: enc.encode_ordinary_batch(strs), args.repeats)
@@ -143,9 +167,12 @@ def _bench_tiktoken(tok, texts, args, ids, counts, nbytes) -> dict:
 
 
 def add_parsers(sub) -> None:
-    b = sub.add_parser("bench", help="quick local throughput on a file (default: War and Peace)",
-                       description="Encode a batch of excerpts of FILE (default: the shared War and "
-                                   "Peace) and report MB/s, on the device and end to end.")
+    b = sub.add_parser(
+        "bench",
+        help="quick local throughput on a file (default: War and Peace)",
+        description="Encode a batch of excerpts of FILE (default: the shared War and "
+        "Peace) and report MB/s, on the device and end to end.",
+    )
     b.add_argument("file", nargs="?", metavar="FILE", help="UTF-8 text (.gz ok)")
     add_vocab_options(b, " (default: the shared cl100k_base.tiktoken)")
     b.add_argument("--mode", choices=("exact", "bytes"), default="exact")
@@ -154,7 +181,10 @@ def add_parsers(sub) -> None:
     b.add_argument("--repeats", type=int, default=5)
     b.add_argument("--block-size", type=int, default=256, choices=(256, 512, 1024))
     b.add_argument("--device", choices=("cpu", "gpu"))
-    b.add_argument("--compare-tiktoken", action="store_true",
-                   help="also time tiktoken on the same excerpts and check the ids are equal")
+    b.add_argument(
+        "--compare-tiktoken",
+        action="store_true",
+        help="also time tiktoken on the same excerpts and check the ids are equal",
+    )
     b.add_argument("--json", action="store_true", help="print a JSON object")
     b.set_defaults(func=cmd_bench)

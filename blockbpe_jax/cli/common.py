@@ -73,9 +73,11 @@ def load_tokenizer(vocab: str | os.PathLike | None = None, tiktoken_name: str | 
             raise CLIError(f"tiktoken encoding {tiktoken_name!r}: {one_line(e)}") from None
         except Exception as e:  # network / cache failures come in many types
             cache = os.environ.get("TIKTOKEN_CACHE_DIR", "<tiktoken's default cache>")
-            raise CLIError(f"cannot load tiktoken encoding {tiktoken_name!r} ({type(e).__name__}: "
-                           f"{one_line(e, 120)}); offline, point TIKTOKEN_CACHE_DIR at a cache that holds "
-                           f"it (now {cache}) or pass --vocab FILE") from None
+            raise CLIError(
+                f"cannot load tiktoken encoding {tiktoken_name!r} ({type(e).__name__}: "
+                f"{one_line(e, 120)}); offline, point TIKTOKEN_CACHE_DIR at a cache that holds "
+                f"it (now {cache}) or pass --vocab FILE"
+            ) from None
         try:
             return bb.Tokenizer.from_tiktoken(enc)
         except bb.VocabError as e:
@@ -101,7 +103,7 @@ def load_tokenizer(vocab: str | os.PathLike | None = None, tiktoken_name: str | 
 
 
 def parse_allowed_special(text: str, tok):
-    """"none" | "all" | "A,B,..." -> the `allowed_special` argument of encode."""
+    """ "none" | "all" | "A,B,..." -> the `allowed_special` argument of encode."""
     if text in ("none", "all"):
         return text
     names = [s for s in text.split(",") if s]
@@ -109,19 +111,27 @@ def parse_allowed_special(text: str, tok):
     if unknown:
         known = sorted(tok.vocab.special_tokens)
         shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
-        raise CLIError(f"--allowed-special: {', '.join(unknown)} not special tokens of "
-                       f"{tok.vocab.name} (known: {shown or 'none'})")
+        raise CLIError(
+            f"--allowed-special: {', '.join(unknown)} not special tokens of "
+            f"{tok.vocab.name} (known: {shown or 'none'})"
+        )
     return set(names)
 
 
 def add_vocab_options(p, required_hint: str) -> None:
     g = p.add_argument_group("vocabulary")
-    g.add_argument("--vocab", metavar="PATH",
-                   help=".tiktoken file, Llama-3 tokenizer.model, tokenizer.json, or a directory "
-                        "holding one" + required_hint)
-    g.add_argument("--tiktoken", metavar="NAME",
-                   help="tiktoken encoding name (e.g. cl100k_base), loaded through tiktoken's cache "
-                        "(TIKTOKEN_CACHE_DIR works offline)")
+    g.add_argument(
+        "--vocab",
+        metavar="PATH",
+        help=".tiktoken file, Llama-3 tokenizer.model, tokenizer.json, or a directory "
+        "holding one" + required_hint,
+    )
+    g.add_argument(
+        "--tiktoken",
+        metavar="NAME",
+        help="tiktoken encoding name (e.g. cl100k_base), loaded through tiktoken's cache "
+        "(TIKTOKEN_CACHE_DIR works offline)",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,8 +149,13 @@ def check_mode(tok, mode: str, device=None) -> None:
     device = device or jax.devices()[0]
     data, lengths = pack_strings([b"ok"], max_len=16)
     try:  # one tiny call: the same checks and errors as the real thing
-        ops.encode(jax.device_put(data, device), jax.device_put(lengths, device),
-                   tok.tables("none", device), max_tokens=16, mode=mode)
+        ops.encode(
+            jax.device_put(data, device),
+            jax.device_put(lengths, device),
+            tok.tables("none", device),
+            max_tokens=16,
+            mode=mode,
+        )
     except (ValueError, jax.errors.JaxRuntimeError) as e:
         raise CLIError(f"--mode {mode}: {one_line(e)}") from None
 

@@ -30,14 +30,25 @@ def cmd_info(args) -> int:
     exact_ok, exact_text = exact_mode_status(tok)
     specials = sorted(v.special_tokens.items(), key=lambda kv: kv[1])
     info = dict(
-        name=v.name, source=v.source, n_vocab=v.n_vocab, mergeable_tokens=len(v.mergeable_ids),
-        merges=len(v.merges), special_tokens=dict(specials), pattern_name=v.pattern_name,
-        pattern=v.pattern, whole_piece_shortcut=v.whole_piece_shortcut, unsupported=v.unsupported,
-        exact_mode=exact_ok, exact_mode_detail=exact_text, max_piece_len=tok.max_piece_len,
+        name=v.name,
+        source=v.source,
+        n_vocab=v.n_vocab,
+        mergeable_tokens=len(v.mergeable_ids),
+        merges=len(v.merges),
+        special_tokens=dict(specials),
+        pattern_name=v.pattern_name,
+        pattern=v.pattern,
+        whole_piece_shortcut=v.whole_piece_shortcut,
+        unsupported=v.unsupported,
+        exact_mode=exact_ok,
+        exact_mode_detail=exact_text,
+        max_piece_len=tok.max_piece_len,
         table_bytes=sum(a.nbytes for a in tables.values()),
-        tables={k: dict(shape=list(a.shape), dtype=str(a.dtype), bytes=int(a.nbytes))
-                for k, a in tables.items()},
-        cuda_module=ops.HAS_CUDA_MODULE, devices=[str(d) for d in jax.devices()],
+        tables={
+            k: dict(shape=list(a.shape), dtype=str(a.dtype), bytes=int(a.nbytes)) for k, a in tables.items()
+        },
+        cuda_module=ops.HAS_CUDA_MODULE,
+        devices=[str(d) for d in jax.devices()],
     )
     if args.json:
         print(json.dumps(info, indent=2))
@@ -51,16 +62,24 @@ def cmd_info(args) -> int:
         ("source", v.source),
         ("n_vocab", f"{v.n_vocab} ({len(v.mergeable_ids)} mergeable, {len(v.merges)} merge pairs)"),
         ("special tokens", f"{len(specials)}" + (f": {special_text}" if specials else "")),
-        ("pattern", f"{v.pattern_name or 'unrecognised'}: {v.pattern}" if v.pattern or not v.pretokenizer
-         else " | ".join(f"{st.behaviour} {st.pattern!r}" for st in v.pretokenizer.stages)),
+        (
+            "pattern",
+            f"{v.pattern_name or 'unrecognised'}: {v.pattern}"
+            if v.pattern or not v.pretokenizer
+            else " | ".join(f"{st.behaviour} {st.pattern!r}" for st in v.pretokenizer.stages),
+        ),
         ("whole-piece shortcut", "yes" if v.whole_piece_shortcut else "no"),
         ("exact mode", exact_text if exact_ok else f"no: {exact_text}"),
         ("bytes mode", "yes"),
         ("max piece length", f"{tok.max_piece_len} bytes"),
-        ("table bytes", f"{info['table_bytes']:,} ("
-         + ", ".join(f"{k} {a.nbytes:,}" for k, a in tables.items()) + ")"),
-        ("backends", f"cpu{', cuda' if ops.HAS_CUDA_MODULE else ''} built; JAX devices: "
-         + ", ".join(info["devices"])),
+        (
+            "table bytes",
+            f"{info['table_bytes']:,} (" + ", ".join(f"{k} {a.nbytes:,}" for k, a in tables.items()) + ")",
+        ),
+        (
+            "backends",
+            f"cpu{', cuda' if ops.HAS_CUDA_MODULE else ''} built; JAX devices: " + ", ".join(info["devices"]),
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     for k, val in rows:
@@ -69,9 +88,12 @@ def cmd_info(args) -> int:
 
 
 def add_parsers(sub) -> None:
-    i = sub.add_parser("info", help="describe a vocabulary",
-                       description="Vocabulary size, special tokens, pre-tokenizer pattern, exact "
-                                   "mode support, device table sizes.")
+    i = sub.add_parser(
+        "info",
+        help="describe a vocabulary",
+        description="Vocabulary size, special tokens, pre-tokenizer pattern, exact "
+        "mode support, device table sizes.",
+    )
     add_vocab_options(i, " (this or --tiktoken is required)")
     i.add_argument("--all-specials", action="store_true", help="list every special token")
     i.add_argument("--json", action="store_true", help="print a JSON object")

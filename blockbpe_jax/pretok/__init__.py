@@ -1,16 +1,34 @@
 """Pre-tokenizers as data: regexes compiled into the automata the kernels run.
 
-    regex_syntax.py  the regex family of BPE pre-tokenizers -> syntax tree
-    nfa.py           syntax tree -> NFA with ordered choices
-    compiler.py      NFA -> the backward/forward automata (minimised), code point classes
-    tables.py        automata -> the kernels' operand (ffi/pretok/tables.h)
-    pipeline.py      a tokenizer's stages (tiktoken pattern, HF pre_tokenizer) + compile cache
-    unicode.py       Unicode 16.0.0 properties (unicode16.npz)
+regex_syntax.py  the regex family of BPE pre-tokenizers -> syntax tree
+nfa.py           syntax tree -> NFA with ordered choices
+compiler.py      NFA -> the backward/forward automata (minimised), code point classes
+tables.py        automata -> the kernels' operand (ffi/pretok/tables.h)
+pipeline.py      a tokenizer's stages (tiktoken pattern, HF pre_tokenizer) + compile cache
+unicode.py       Unicode 16.0.0 properties (unicode16.npz)
 """
 
 from .compiler import PretokenizerUnsupported, compile_pattern
-from .pipeline import (BYTES_MODE, HF_BYTELEVEL_PATTERN, Pretokenizer, Stage, from_hf,
-                       from_tiktoken_pattern, nfc_from_hf, nfc_pairs)
+from .pipeline import (
+    BYTES_MODE,
+    HF_BYTELEVEL_PATTERN,
+    Pretokenizer,
+    Stage,
+    from_hf,
+    from_tiktoken_pattern,
+    nfc_from_hf,
+    nfc_pairs,
+)
 
-__all__ = ["PretokenizerUnsupported", "compile_pattern", "Pretokenizer", "Stage", "from_hf", "nfc_from_hf", "nfc_pairs",
-           "from_tiktoken_pattern", "BYTES_MODE", "HF_BYTELEVEL_PATTERN"]
+__all__ = [
+    "PretokenizerUnsupported",
+    "compile_pattern",
+    "Pretokenizer",
+    "Stage",
+    "from_hf",
+    "nfc_from_hf",
+    "nfc_pairs",
+    "from_tiktoken_pattern",
+    "BYTES_MODE",
+    "HF_BYTELEVEL_PATTERN",
+]

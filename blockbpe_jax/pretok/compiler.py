@@ -32,8 +32,8 @@ from . import regex_syntax as rs
 from . import unicode as uni
 from .nfa import Nfa, PretokenizerUnsupported, build, epsilon_walk, nullable
 
-MAX_STATES = 16        # 4-bit states: a chunk map is one uint64 in the kernels
-MAX_CLASSES = 32       # PretokTables' class dimension (ffi/pretok/tables.h)
+MAX_STATES = 16  # 4-bit states: a chunk map is one uint64 in the kernels
+MAX_CLASSES = 32  # PretokTables' class dimension (ffi/pretok/tables.h)
 CLS_NONE, CLS_SPECIAL = 0, 1
 BEHAVIOURS = ("isolated", "merged_with_previous", "merged_with_next", "contiguous")
 # Code point whose class an invalid UTF-8 byte takes (a private-use character: not \s, \p{L},
@@ -42,14 +42,38 @@ INVALID_BYTE_STAND_IN = 0xE000
 
 # Where pieces start, per behaviour: (context, event) -> flag.
 _FLAG_RULES = {
-    "isolated": {("start", "match"): 1, ("start", "gap"): 1, ("after", "match"): 1,
-                 ("after", "gap"): 1, ("gap", "match"): 1, ("gap", "gap"): 0},
-    "merged_with_previous": {("start", "match"): 1, ("start", "gap"): 1, ("after", "match"): 1,
-                             ("after", "gap"): 1, ("gap", "match"): 0, ("gap", "gap"): 0},
-    "merged_with_next": {("start", "match"): 1, ("start", "gap"): 1, ("after", "match"): 1,
-                         ("after", "gap"): 0, ("gap", "match"): 1, ("gap", "gap"): 0},
-    "contiguous": {("start", "match"): 1, ("start", "gap"): 1, ("after", "match"): 0,
-                   ("after", "gap"): 1, ("gap", "match"): 1, ("gap", "gap"): 0},
+    "isolated": {
+        ("start", "match"): 1,
+        ("start", "gap"): 1,
+        ("after", "match"): 1,
+        ("after", "gap"): 1,
+        ("gap", "match"): 1,
+        ("gap", "gap"): 0,
+    },
+    "merged_with_previous": {
+        ("start", "match"): 1,
+        ("start", "gap"): 1,
+        ("after", "match"): 1,
+        ("after", "gap"): 1,
+        ("gap", "match"): 0,
+        ("gap", "gap"): 0,
+    },
+    "merged_with_next": {
+        ("start", "match"): 1,
+        ("start", "gap"): 1,
+        ("after", "match"): 1,
+        ("after", "gap"): 0,
+        ("gap", "match"): 1,
+        ("gap", "gap"): 0,
+    },
+    "contiguous": {
+        ("start", "match"): 1,
+        ("start", "gap"): 1,
+        ("after", "match"): 0,
+        ("after", "gap"): 1,
+        ("gap", "match"): 1,
+        ("gap", "gap"): 0,
+    },
 }
 
 
@@ -60,7 +84,7 @@ def _partition(sets: Sequence[rs.CharSet]) -> tuple[np.ndarray, list[int]]:
     sig = np.zeros(uni.N_CODE_POINTS, dtype=object if len(sets) > 62 else np.int64)
     for k, cs in enumerate(sets):
         sig[cs.mask] += 1 << k
-    sig[0xD800:0xE000] = sig[INVALID_BYTE_STAND_IN]   # never decoded: no class of their own
+    sig[0xD800:0xE000] = sig[INVALID_BYTE_STAND_IN]  # never decoded: no class of their own
     uniq, inverse = np.unique(sig, return_inverse=True)
     cls = inverse.astype(np.int32) + 2
     reps = []
@@ -73,36 +97,41 @@ def _partition(sets: Sequence[rs.CharSet]) -> tuple[np.ndarray, list[int]]:
 @dataclasses.dataclass
 class Automata:
     """The compiled pre-tokenizer of one regex (before packing into kernel tables)."""
-    class_of_cp: np.ndarray      # uint8[0x110000]: code point -> class (>= 2)
-    n_classes: int               # including the two fixed classes
-    bwd: np.ndarray              # int32[C, NB]: T -> G(T, c)
-    fwd: np.ndarray              # int32[C, NB, NF]: (c, T[i+1], S) -> S'
-    flag: np.ndarray             # uint8[C, NB, NF]
+
+    class_of_cp: np.ndarray  # uint8[0x110000]: code point -> class (>= 2)
+    n_classes: int  # including the two fixed classes
+    bwd: np.ndarray  # int32[C, NB]: T -> G(T, c)
+    fwd: np.ndarray  # int32[C, NB, NF]: (c, T[i+1], S) -> S'
+    flag: np.ndarray  # uint8[C, NB, NF]
     bwd_init: int
     fwd_init: int
 
     @property
-    def n_bwd(self) -> int: return self.bwd.shape[1]
+    def n_bwd(self) -> int:
+        return self.bwd.shape[1]
+
     @property
-    def n_fwd(self) -> int: return self.fwd.shape[2]
+    def n_fwd(self) -> int:
+        return self.fwd.shape[2]
 
 
 class _Compiler:
-    def __init__(self, pattern: str, flavour: str, behaviour: str, invert: bool, total: bool,
-                 where: str):
+    def __init__(self, pattern: str, flavour: str, behaviour: str, invert: bool, total: bool, where: str):
         self.where, self.total = where, total
         try:
             tree = rs.parse(pattern, flavour)
         except rs.RegexUnsupported as e:
             raise PretokenizerUnsupported(f"{where}: {e}") from None
         if behaviour not in BEHAVIOURS:
-            raise PretokenizerUnsupported(f"{where}: Split behavior {behaviour!r} is not supported "
-                                          f"(supported: {', '.join(BEHAVIOURS)})")
+            raise PretokenizerUnsupported(
+                f"{where}: Split behavior {behaviour!r} is not supported (supported: {', '.join(BEHAVIOURS)})"
+            )
         if invert and behaviour != "isolated":
             # (with Isolated, matches and the text between them are pieces alike: invert
             # changes nothing)
-            raise PretokenizerUnsupported(f"{where}: Split invert=true is only supported with "
-                                          f"behavior Isolated")
+            raise PretokenizerUnsupported(
+                f"{where}: Split invert=true is only supported with behavior Isolated"
+            )
         self.behaviour = behaviour
         nfa = Nfa()
         self.match = nfa.add("match")
@@ -127,7 +156,7 @@ class _Compiler:
         for q in char_nodes:
             mask = nfa.arg[q].mask
             self.accepts[q] = frozenset(c for c, rep in enumerate(self.reps, start=2) if mask[rep])
-        self._memo_b: dict = {}   # can_succeed's results
+        self._memo_b: dict = {}  # can_succeed's results
 
     # B(c, B_next): the states that can succeed at position i, where c is the class at i
     # (None: the end of the sub-text) and B_next the set at i + 1.
@@ -237,7 +266,7 @@ class _Compiler:
         # some text: pairs (S[i], T[i]).
         start = ("start",)
         fstates, findex = [start], {start: 0}
-        trans = {}   # (s, c, t_next) -> (s', flag)
+        trans = {}  # (s, c, t_next) -> (s', flag)
         pairs = {(0, t) for t in range(nb_raw)}
         todo = list(pairs)
         pred = [[[] for _ in range(nb_raw)] for _ in range(2 + self.n_cp_classes)]
@@ -255,7 +284,8 @@ class _Compiler:
                             raise PretokenizerUnsupported(
                                 f"{self.where}: the pattern does not match every character "
                                 f"(e.g. U+{self.reps[c - 2]:04X}), and the text it does not match "
-                                f"would be dropped")
+                                f"would be dropped"
+                            )
                         if ns not in findex:
                             findex[ns] = len(fstates)
                             fstates.append(ns)
@@ -272,6 +302,7 @@ class _Compiler:
         if groups is None:
             raise AssertionError("the raw automata are inconsistent")
         gb, gf = groups
+
         # Renumber so that both inits are 0, then build the quotient tables; entries that no
         # text reaches are left as "restart" (state 0, flag 1).
         def order(g, init):
@@ -280,6 +311,7 @@ class _Compiler:
                 if x not in seen:
                     seen.append(x)
             return {b: i for i, b in enumerate(seen)}
+
         bmap, fmap = order(gb, 0), order(gf, 0)
         nb, nf = len(bmap), len(fmap)
         qb = np.zeros((n_cls, nb), np.int32)
@@ -306,13 +338,22 @@ class _Compiler:
         if nb > MAX_STATES or nf > MAX_STATES:
             raise PretokenizerUnsupported(
                 f"{self.where}: the pattern needs {nb} lookahead and {nf} match states; the "
-                f"kernels hold at most {MAX_STATES} of each")
+                f"kernels hold at most {MAX_STATES} of each"
+            )
         if len(keep) > MAX_CLASSES:
             raise PretokenizerUnsupported(
                 f"{self.where}: the pattern needs {len(keep)} character classes; the kernels "
-                f"hold at most {MAX_CLASSES}")
-        return Automata(class_of_cp=lut[self.cls_of_cp].astype(np.uint8), n_classes=len(keep),
-                        bwd=qb[keep], fwd=qf[keep], flag=qflag[keep], bwd_init=0, fwd_init=0)
+                f"hold at most {MAX_CLASSES}"
+            )
+        return Automata(
+            class_of_cp=lut[self.cls_of_cp].astype(np.uint8),
+            n_classes=len(keep),
+            bwd=qb[keep],
+            fwd=qf[keep],
+            flag=qflag[keep],
+            bwd_init=0,
+            fwd_init=0,
+        )
 
 
 def _merge_states(gbwd: np.ndarray, trans: dict, nf_raw: int):
@@ -352,7 +393,7 @@ def _merge_states(gbwd: np.ndarray, trans: dict, nf_raw: int):
         while True:
             pb[:], pf[:] = roots(pb), roots(pf)
             merge_b = set()
-            for img in pb[images]:   # G must map a group into one group, class by class
+            for img in pb[images]:  # G must map a group into one group, class by class
                 a, b = against_representative(pb, img, nb)
                 merge_b.update(zip(a.tolist(), b.tolist()))
             key = (Cc * (nb + 1) + pb[T]) * (nf_raw + 1) + pf[S]
@@ -388,15 +429,23 @@ def _merge_states(gbwd: np.ndarray, trans: dict, nf_raw: int):
     return pb.tolist(), pf.tolist()
 
 
-def compile_pattern(pattern: str, *, flavour: str = "tiktoken", behaviour: str = "isolated",
-                    invert: bool = False, total: bool = False, where: str = "pattern") -> Automata:
+def compile_pattern(
+    pattern: str,
+    *,
+    flavour: str = "tiktoken",
+    behaviour: str = "isolated",
+    invert: bool = False,
+    total: bool = False,
+    where: str = "pattern",
+) -> Automata:
     """The automata of one regex. total: raise if some text would fall between matches.
     `where` prefixes error messages (e.g. "pre_tokenizer.pretokenizers[1].pattern")."""
     return _Compiler(pattern, flavour, behaviour, invert, total, where).compile()
 
 
-def run_automata(a: Automata, text: str, specials: Sequence[tuple[int, int]] = (),
-                 boundaries=frozenset()) -> list[int]:
+def run_automata(
+    a: Automata, text: str, specials: Sequence[tuple[int, int]] = (), boundaries=frozenset()
+) -> list[int]:
     """Piece start offsets (in code points) of `text`, run sequentially (a reference for tests).
     specials: [lo, hi) code point ranges of special tokens; boundaries: piece starts of earlier
     stages (both automata restart there)."""

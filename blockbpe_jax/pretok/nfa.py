@@ -15,9 +15,9 @@ class PretokenizerUnsupported(ValueError):
 
 @dataclasses.dataclass
 class Nfa:
-    kind: list = dataclasses.field(default_factory=list)   # char split end eol look match
-    arg: list = dataclasses.field(default_factory=list)    # CharSet | None | (sub_start, negate)
-    out: list = dataclasses.field(default_factory=list)    # successors, in priority order
+    kind: list = dataclasses.field(default_factory=list)  # char split end eol look match
+    arg: list = dataclasses.field(default_factory=list)  # CharSet | None | (sub_start, negate)
+    out: list = dataclasses.field(default_factory=list)  # successors, in priority order
 
     def add(self, kind, arg=None, out=()):
         self.kind.append(kind)
@@ -50,7 +50,7 @@ def build(nfa: Nfa, node, nxt: int, depth: int) -> int:
         return nfa.add("split", None, starts)
     if isinstance(node, rs.EndOfText):
         return nfa.add("end", None, [nxt])
-    if isinstance(node, rs.EndOfLine):   # the end, or a \n next
+    if isinstance(node, rs.EndOfLine):  # the end, or a \n next
         return nfa.add("eol", rs.chars(0x0A), [nxt])
     if isinstance(node, rs.Look):
         if depth > 0:
@@ -72,8 +72,9 @@ def build_repeat(nfa: Nfa, node: rs.Repeat, nxt: int, depth: int) -> int:
         # asserts (?!X). Possessive groups of several code points are not in this family.
         cs = single_set(body)
         if cs is None:
-            raise PretokenizerUnsupported("a possessive quantifier on more than one code point "
-                                          "is not supported")
+            raise PretokenizerUnsupported(
+                "a possessive quantifier on more than one code point is not supported"
+            )
     lo, hi = node.lo, node.hi
 
     def exit_to(target: int) -> int:

@@ -21,27 +21,33 @@ from .compiler import PretokenizerUnsupported
 HF_BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # HF Punctuation: Rust's is_ascii_punctuation or a Unicode P category, one code point per match.
 HF_PUNCTUATION_PATTERN = r"[\p{P}!-/:-@\[-`{-~]"
-_BEHAVIOURS = {"Isolated": "isolated", "MergedWithPrevious": "merged_with_previous",
-               "MergedWithNext": "merged_with_next", "Contiguous": "contiguous"}
-_COMPILER_VERSION = "1"   # bump when compiler.py's output changes (invalidates the disk cache)
+_BEHAVIOURS = {
+    "Isolated": "isolated",
+    "MergedWithPrevious": "merged_with_previous",
+    "MergedWithNext": "merged_with_next",
+    "Contiguous": "contiguous",
+}
+_COMPILER_VERSION = "1"  # bump when compiler.py's output changes (invalidates the disk cache)
 
 
 @dataclasses.dataclass(frozen=True)
 class Stage:
     """One regex split. total: every character must be inside a match (tiktoken drops the text
     between matches, HF Split(Removed, invert=true) removes it), checked at compile time."""
+
     pattern: str
-    flavour: str = "tiktoken"        # what `$` means: see regex_syntax.FLAVOURS
+    flavour: str = "tiktoken"  # what `$` means: see regex_syntax.FLAVOURS
     behaviour: str = "isolated"
     invert: bool = False
     total: bool = False
-    where: str = "pattern"           # names the stage in error messages
+    where: str = "pattern"  # names the stage in error messages
 
 
 @dataclasses.dataclass(frozen=True)
 class Pretokenizer:
     """The stages, and whether the tokenizer's normalizer is NFC (then the kernels check that
     the text is in NFC: ffi/pretok/nfc.h, nfc_suspect_at)."""
+
     stages: tuple[Stage, ...]
     nfc: bool = False
 
@@ -71,8 +77,11 @@ def _cache_dir() -> pathlib.Path | None:
     root = os.environ.get("BLOCKBPE_CACHE_DIR")
     if root == "":
         return None
-    base = pathlib.Path(root) if root else pathlib.Path(
-        os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "blockbpe_jax"
+    base = (
+        pathlib.Path(root)
+        if root
+        else pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "blockbpe_jax"
+    )
     return base / "pretok"
 
 
@@ -80,19 +89,32 @@ def _cache_dir() -> pathlib.Path | None:
 def _compile_cached(stage: Stage) -> compiler.Automata:
     """compiler.compile_pattern with a disk cache ($BLOCKBPE_CACHE_DIR, default
     ~/.cache/blockbpe_jax; "" turns it off): a large pattern takes seconds to compile."""
-    key = hashlib.sha256(repr((_COMPILER_VERSION, stage.pattern, stage.flavour, stage.behaviour,
-                               stage.invert, stage.total)).encode()).hexdigest()[:32]
+    key = hashlib.sha256(
+        repr(
+            (_COMPILER_VERSION, stage.pattern, stage.flavour, stage.behaviour, stage.invert, stage.total)
+        ).encode()
+    ).hexdigest()[:32]
     d = _cache_dir()
     path = d / f"{key}.npz" if d else None
     if path is not None and path.exists():
         try:
-            with np.load(path) as z:   # arrays as saved, 0-d ones back to ints
-                return compiler.Automata(**{f.name: z[f.name] if z[f.name].ndim else int(z[f.name])
-                                            for f in dataclasses.fields(compiler.Automata)})
+            with np.load(path) as z:  # arrays as saved, 0-d ones back to ints
+                return compiler.Automata(
+                    **{
+                        f.name: z[f.name] if z[f.name].ndim else int(z[f.name])
+                        for f in dataclasses.fields(compiler.Automata)
+                    }
+                )
         except (OSError, KeyError, ValueError):
             pass  # a damaged entry is rebuilt
-    a = compiler.compile_pattern(stage.pattern, flavour=stage.flavour, behaviour=stage.behaviour,
-                                 invert=stage.invert, total=stage.total, where=stage.where)
+    a = compiler.compile_pattern(
+        stage.pattern,
+        flavour=stage.flavour,
+        behaviour=stage.behaviour,
+        invert=stage.invert,
+        total=stage.total,
+        where=stage.where,
+    )
     if path is not None:
         try:
             d.mkdir(parents=True, exist_ok=True)
@@ -117,6 +139,7 @@ BYTES_MODE = Pretokenizer(())
 def nfc_pairs(nfc: bool) -> np.ndarray:
     """The encode call's composition-pair operand: int32[K, 2], one stand-in row without NFC."""
     from . import unicode as uni
+
     return uni.nfc_pairs() if nfc else np.zeros((1, 2), np.int32)
 
 
@@ -147,8 +170,9 @@ def from_hf(pre: object, where: str = "pre_tokenizer") -> Pretokenizer:
     with invert=true when the regex matches every character), Digits, Punctuation, and Sequences
     of those."""
     if pre is None:
-        raise PretokenizerUnsupported(f"{where}: no pre-tokenizer (a byte-level BPE needs one; "
-                                      f"use mode='bytes' for none)")
+        raise PretokenizerUnsupported(
+            f"{where}: no pre-tokenizer (a byte-level BPE needs one; use mode='bytes' for none)"
+        )
     if not isinstance(pre, dict):
         raise PretokenizerUnsupported(f"{where}: expected an object, got {type(pre).__name__}")
     kind = pre.get("type")
@@ -160,17 +184,16 @@ def from_hf(pre: object, where: str = "pre_tokenizer") -> Pretokenizer:
         for k, step in enumerate(steps):
             stages.extend(from_hf(step, f"{where}.pretokenizers[{k}]").stages)
         if len(stages) > tables.MAX_STAGES:
-            raise PretokenizerUnsupported(f"{where}: {len(stages)} regex stages; at most "
-                                          f"{tables.MAX_STAGES} are supported")
+            raise PretokenizerUnsupported(
+                f"{where}: {len(stages)} regex stages; at most {tables.MAX_STAGES} are supported"
+            )
         return Pretokenizer(tuple(stages))
     if kind == "ByteLevel":
         if pre.get("add_prefix_space", True):
-            raise PretokenizerUnsupported(f"{where}: ByteLevel with add_prefix_space=true is not "
-                                          f"supported")
+            raise PretokenizerUnsupported(f"{where}: ByteLevel with add_prefix_space=true is not supported")
         if not pre.get("use_regex", True):
-            return Pretokenizer(())   # only the byte-to-character mapping: nothing to split
-        return Pretokenizer((Stage(HF_BYTELEVEL_PATTERN, "hf", "isolated", False, False,
-                                   f"{where}.regex"),))
+            return Pretokenizer(())  # only the byte-to-character mapping: nothing to split
+        return Pretokenizer((Stage(HF_BYTELEVEL_PATTERN, "hf", "isolated", False, False, f"{where}.regex"),))
     if kind == "Split":
         pat = pre.get("pattern")
         if isinstance(pat, dict) and isinstance(pat.get("Regex"), str):
@@ -180,21 +203,24 @@ def from_hf(pre: object, where: str = "pre_tokenizer") -> Pretokenizer:
             if not regex:
                 raise PretokenizerUnsupported(f"{where}.pattern: empty String pattern")
         else:
-            raise PretokenizerUnsupported(f"{where}.pattern: expected {{'Regex': ...}} or "
-                                          f"{{'String': ...}}, got {pat!r}")
+            raise PretokenizerUnsupported(
+                f"{where}.pattern: expected {{'Regex': ...}} or {{'String': ...}}, got {pat!r}"
+            )
         behaviour, invert = pre.get("behavior"), bool(pre.get("invert", False))
         if invert and behaviour not in ("Isolated", "Removed"):
-            raise PretokenizerUnsupported(f"{where}.invert: Split invert=true is only supported "
-                                          f"with behavior Isolated (or Removed)")
+            raise PretokenizerUnsupported(
+                f"{where}.invert: Split invert=true is only supported with behavior Isolated (or Removed)"
+            )
         total = False
         if behaviour == "Removed" and invert:
-            behaviour, total = "Isolated", True   # keeps the matches: equal when nothing else is left
+            behaviour, total = "Isolated", True  # keeps the matches: equal when nothing else is left
         elif behaviour not in _BEHAVIOURS:
-            raise PretokenizerUnsupported(f"{where}.behavior: {behaviour!r} is not supported "
-                                          f"(text would be removed)" if behaviour == "Removed" else
-                                          f"{where}.behavior: {behaviour!r} is not supported")
-        return Pretokenizer((Stage(regex, "hf", _BEHAVIOURS[behaviour], invert, total,
-                                   f"{where}.pattern"),))
+            raise PretokenizerUnsupported(
+                f"{where}.behavior: {behaviour!r} is not supported (text would be removed)"
+                if behaviour == "Removed"
+                else f"{where}.behavior: {behaviour!r} is not supported"
+            )
+        return Pretokenizer((Stage(regex, "hf", _BEHAVIOURS[behaviour], invert, total, f"{where}.pattern"),))
     if kind == "Digits":
         behaviour = "isolated" if pre.get("individual_digits", False) else "contiguous"
         return Pretokenizer((Stage(r"\p{N}", "hf", behaviour, False, False, where),))

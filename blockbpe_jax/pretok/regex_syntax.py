@@ -29,15 +29,26 @@ class RegexUnsupported(ValueError):
 @dataclasses.dataclass(frozen=True)
 class CharSet:
     """A set of code points, as a bool mask over U+0000..U+10FFFF."""
+
     mask: np.ndarray
 
-    def __or__(self, other): return CharSet(self.mask | other.mask)
-    def __and__(self, other): return CharSet(self.mask & other.mask)
-    def __sub__(self, other): return CharSet(self.mask & ~other.mask)
-    def invert(self): return CharSet(~self.mask & uni.SCALAR_VALUES)
+    def __or__(self, other):
+        return CharSet(self.mask | other.mask)
 
-    def __eq__(self, other): return isinstance(other, CharSet) and np.array_equal(self.mask, other.mask)
-    def __hash__(self): return hash(self.mask.tobytes())
+    def __and__(self, other):
+        return CharSet(self.mask & other.mask)
+
+    def __sub__(self, other):
+        return CharSet(self.mask & ~other.mask)
+
+    def invert(self):
+        return CharSet(~self.mask & uni.SCALAR_VALUES)
+
+    def __eq__(self, other):
+        return isinstance(other, CharSet) and np.array_equal(self.mask, other.mask)
+
+    def __hash__(self):
+        return hash(self.mask.tobytes())
 
 
 def empty_set() -> CharSet:
@@ -52,13 +63,13 @@ def chars(*cps: int) -> CharSet:
 
 def char_range(lo: int, hi: int) -> CharSet:
     s = empty_set()
-    s.mask[lo:hi + 1] = True
+    s.mask[lo : hi + 1] = True
     return CharSet(s.mask & uni.SCALAR_VALUES)
 
 
 # Syntax tree nodes.
 @dataclasses.dataclass(frozen=True)
-class Chars:          # one code point from a set
+class Chars:  # one code point from a set
     cs: CharSet
 
 
@@ -76,23 +87,23 @@ class Alt:
 class Repeat:
     item: object
     lo: int
-    hi: int | None      # None: unbounded
+    hi: int | None  # None: unbounded
     greedy: bool
     possessive: bool
 
 
 @dataclasses.dataclass(frozen=True)
-class EndOfText:      # \z (and `$` in tiktoken's flavour)
+class EndOfText:  # \z (and `$` in tiktoken's flavour)
     pass
 
 
 @dataclasses.dataclass(frozen=True)
-class EndOfLine:      # `$` in HF's flavour: before a \n or at the end
+class EndOfLine:  # `$` in HF's flavour: before a \n or at the end
     pass
 
 
 @dataclasses.dataclass(frozen=True)
-class Look:           # (?=...) / (?!...)
+class Look:  # (?=...) / (?!...)
     item: object
     negate: bool
 
@@ -102,7 +113,7 @@ Node = Union[Chars, Seq, Alt, Repeat, EndOfText, EndOfLine, Look]
 # What `$` means: tiktoken (Rust regex, no multi-line flag): end of text; HF tokenizers
 # (Oniguruma, Ruby syntax): end of line, i.e. before a \n or at the end.
 FLAVOURS = ("tiktoken", "hf")
-_SET_ESCAPES = "sSdDpP"   # escapes that stand for a set of code points
+_SET_ESCAPES = "sSdDpP"  # escapes that stand for a set of code points
 
 
 class _Parser:
@@ -133,15 +144,15 @@ class _Parser:
         item, fl = self.sequence(fl)
         items = [item]
         while self.take("|"):
-            item, fl = self.sequence(fl)   # a (?i) applies up to the end of its group
+            item, fl = self.sequence(fl)  # a (?i) applies up to the end of its group
             items.append(item)
         return items[0] if len(items) == 1 else Alt(tuple(items))
 
     def sequence(self, fl: str) -> tuple[Node, str]:
         items = []
         while self.i < len(self.p) and self.peek() not in "|)":
-            m = re.match(r"\(\?([a-zA-Z]+)\)", self.p[self.i:])
-            if m:   # flags for the rest of the group
+            m = re.match(r"\(\?([a-zA-Z]+)\)", self.p[self.i :])
+            if m:  # flags for the rest of the group
                 fl = self._flags(fl, m.group(1), self.fail)
                 self.i += m.end()
                 continue
@@ -175,12 +186,12 @@ class _Parser:
 
     def _counted_ahead(self) -> bool:
         j = self.p.find("}", self.i)
-        body = self.p[self.i + 1:j] if j > 0 else ""
+        body = self.p[self.i + 1 : j] if j > 0 else ""
         return bool(body) and all(ch.isdigit() or ch == "," for ch in body) and body[0].isdigit()
 
     def _counted(self) -> tuple[int, int | None]:
         j = self.p.index("}", self.i)
-        body = self.p[self.i + 1:j]
+        body = self.p[self.i + 1 : j]
         self.i = j + 1
         if "," not in body:
             n = int(body)
@@ -232,6 +243,7 @@ class _Parser:
         def fail_here(what):
             self.i = start
             self.fail(what)
+
         if self.take("?"):
             if self.take(":"):
                 pass
@@ -240,8 +252,11 @@ class _Parser:
             elif self.take("!"):
                 look = True
             elif self.peek() == "<" and self.peek(1) in "=!":
-                fail_here("lookbehind (?<=...) is not supported" if self.peek(1) == "=" else
-                          "lookbehind (?<!...) is not supported")
+                fail_here(
+                    "lookbehind (?<=...) is not supported"
+                    if self.peek(1) == "="
+                    else "lookbehind (?<!...) is not supported"
+                )
             elif self.peek() == ">":
                 fail_here("atomic group (?>...) is not supported")
             elif self.peek() in "<P'":
@@ -295,7 +310,7 @@ class _Parser:
                 j = self.p.find("}", self.i)
                 if j < 0:
                     self.fail("unterminated \\p{")
-                name = self.p[self.i:j]
+                name = self.p[self.i : j]
                 self.i = j + 1
             else:
                 name = self.peek()
@@ -311,14 +326,14 @@ class _Parser:
         if esc == "x":
             if self.take("{"):
                 j = self.p.index("}", self.i)
-                cp = int(self.p[self.i:j], 16)
+                cp = int(self.p[self.i : j], 16)
                 self.i = j + 1
             else:
-                cp = int(self.p[self.i:self.i + 2], 16)
+                cp = int(self.p[self.i : self.i + 2], 16)
                 self.i += 2
             return chars(cp)
         if esc == "u":
-            cp = int(self.p[self.i:self.i + 4], 16)
+            cp = int(self.p[self.i : self.i + 4], 16)
             self.i += 4
             return chars(cp)
         if esc in "wWbBhHRXkg" or esc.isdigit():

@@ -13,21 +13,27 @@ import numpy as np
 from . import unicode as uni
 from .compiler import MAX_CLASSES, MAX_STATES, INVALID_BYTE_STAND_IN, Automata
 
-MARK_MAYBE, MARK_NON_STARTER, MARK_NOT_NFC = 0x20, 0x40, 0x80   # kMarkMaybe, ... (ffi/pretok/nfc.h)
-CCC_TRAIL = 255   # kCccTrail: in the combining-class table, a starter that decomposes to marks
+MARK_MAYBE, MARK_NON_STARTER, MARK_NOT_NFC = 0x20, 0x40, 0x80  # kMarkMaybe, ... (ffi/pretok/nfc.h)
+CCC_TRAIL = 255  # kCccTrail: in the combining-class table, a starter that decomposes to marks
 
-MAX_STAGES = 4          # kMaxPretokStages
+MAX_STAGES = 4  # kMaxPretokStages
 STAGE1_LEN = 0x110000 >> 8
 
 # struct PretokTables (static_assert'ed to 5528 bytes in ffi/pretok/tables.h).
-PRETOK_TABLES_DTYPE = np.dtype([
-    ("fwd", "<u8", (MAX_CLASSES * 16,)),
-    ("bwd", "<u8", (MAX_CLASSES,)),
-    ("flag", "<u2", (MAX_CLASSES * 16,)),
-    ("ascii", "u1", (128,)),
-    ("bwd_init", "u1"), ("fwd_init", "u1"), ("invalid_class", "u1"), ("pad", "u1", (5,)),
-    ("bwd_live", "<u8"), ("fwd_live", "<u8"),
-])
+PRETOK_TABLES_DTYPE = np.dtype(
+    [
+        ("fwd", "<u8", (MAX_CLASSES * 16,)),
+        ("bwd", "<u8", (MAX_CLASSES,)),
+        ("flag", "<u2", (MAX_CLASSES * 16,)),
+        ("ascii", "u1", (128,)),
+        ("bwd_init", "u1"),
+        ("fwd_init", "u1"),
+        ("invalid_class", "u1"),
+        ("pad", "u1", (5,)),
+        ("bwd_live", "<u8"),
+        ("fwd_live", "<u8"),
+    ]
+)
 assert PRETOK_TABLES_DTYPE.itemsize == 5528
 
 _IDENTITY = np.arange(MAX_STATES, dtype=np.uint64)
@@ -36,7 +42,7 @@ _IDENTITY = np.arange(MAX_STATES, dtype=np.uint64)
 def _map(images: np.ndarray) -> int:
     """A uint64 of nibbles: state x -> images[x] for the states given, identity beyond."""
     full = _IDENTITY.copy()
-    full[:len(images)] = images
+    full[: len(images)] = images
     return int(np.bitwise_or.reduce(full << (np.arange(MAX_STATES, dtype=np.uint64) * 4)))
 
 
@@ -80,15 +86,17 @@ def pack(stages: list[Automata], nfc: bool = False) -> np.ndarray:
     per_cp = [a.class_of_cp.astype(np.uint8) for a in stages]
     if nfc:
         ccc, qc = uni.ccc(), uni.nfc_quick_check()
-        per_cp[0] = per_cp[0] | np.where(ccc > 0, MARK_NON_STARTER, 0).astype(np.uint8) \
-            | np.where(qc == 1, MARK_MAYBE, 0).astype(np.uint8) \
+        per_cp[0] = (
+            per_cp[0]
+            | np.where(ccc > 0, MARK_NON_STARTER, 0).astype(np.uint8)
+            | np.where(qc == 1, MARK_MAYBE, 0).astype(np.uint8)
             | np.where(qc == 2, MARK_NOT_NFC, 0).astype(np.uint8)
+        )
         per_cp.append(np.where(uni.nfc_trail(), CCC_TRAIL, ccc).astype(np.uint8))
     split = [class_blocks(t) for t in per_cp]
     n_blocks = max(b.shape[0] for _, b in split)
     stage1 = np.concatenate([s1 for s1, _ in split])
     stage2 = np.zeros((len(split), n_blocks, 256), np.uint8)
     for k, (_, b) in enumerate(split):
-        stage2[k, :b.shape[0]] = b
-    return np.concatenate([records.view(np.uint8).reshape(-1), stage1.view(np.uint8),
-                           stage2.reshape(-1)])
+        stage2[k, : b.shape[0]] = b
+    return np.concatenate([records.view(np.uint8).reshape(-1), stage1.view(np.uint8), stage2.reshape(-1)])

@@ -14,20 +14,56 @@ SCALAR_VALUES = np.ones(N_CODE_POINTS, bool)
 SCALAR_VALUES[0xD800:0xE000] = False
 
 _GC_GROUPS = {
-    "L": "Lu Ll Lt Lm Lo", "LC": "Lu Ll Lt", "L&": "Lu Ll Lt", "M": "Mn Mc Me", "N": "Nd Nl No",
-    "P": "Pc Pd Ps Pe Pi Pf Po", "S": "Sm Sc Sk So", "Z": "Zs Zl Zp", "C": "Cc Cf Cs Co Cn",
+    "L": "Lu Ll Lt Lm Lo",
+    "LC": "Lu Ll Lt",
+    "L&": "Lu Ll Lt",
+    "M": "Mn Mc Me",
+    "N": "Nd Nl No",
+    "P": "Pc Pd Ps Pe Pi Pf Po",
+    "S": "Sm Sc Sk So",
+    "Z": "Zs Zl Zp",
+    "C": "Cc Cf Cs Co Cn",
 }
 _LONG_NAMES = {
-    "Letter": "L", "Cased_Letter": "LC", "Uppercase_Letter": "Lu", "Lowercase_Letter": "Ll",
-    "Titlecase_Letter": "Lt", "Modifier_Letter": "Lm", "Other_Letter": "Lo", "Mark": "M",
-    "Combining_Mark": "M", "Nonspacing_Mark": "Mn", "Spacing_Mark": "Mc", "Enclosing_Mark": "Me",
-    "Number": "N", "Decimal_Number": "Nd", "Letter_Number": "Nl", "Other_Number": "No",
-    "Punctuation": "P", "Connector_Punctuation": "Pc", "Dash_Punctuation": "Pd",
-    "Open_Punctuation": "Ps", "Close_Punctuation": "Pe", "Initial_Punctuation": "Pi",
-    "Final_Punctuation": "Pf", "Other_Punctuation": "Po", "Symbol": "S", "Math_Symbol": "Sm",
-    "Currency_Symbol": "Sc", "Modifier_Symbol": "Sk", "Other_Symbol": "So", "Separator": "Z",
-    "Space_Separator": "Zs", "Line_Separator": "Zl", "Paragraph_Separator": "Zp", "Other": "C",
-    "Control": "Cc", "Format": "Cf", "Surrogate": "Cs", "Private_Use": "Co", "Unassigned": "Cn",
+    "Letter": "L",
+    "Cased_Letter": "LC",
+    "Uppercase_Letter": "Lu",
+    "Lowercase_Letter": "Ll",
+    "Titlecase_Letter": "Lt",
+    "Modifier_Letter": "Lm",
+    "Other_Letter": "Lo",
+    "Mark": "M",
+    "Combining_Mark": "M",
+    "Nonspacing_Mark": "Mn",
+    "Spacing_Mark": "Mc",
+    "Enclosing_Mark": "Me",
+    "Number": "N",
+    "Decimal_Number": "Nd",
+    "Letter_Number": "Nl",
+    "Other_Number": "No",
+    "Punctuation": "P",
+    "Connector_Punctuation": "Pc",
+    "Dash_Punctuation": "Pd",
+    "Open_Punctuation": "Ps",
+    "Close_Punctuation": "Pe",
+    "Initial_Punctuation": "Pi",
+    "Final_Punctuation": "Pf",
+    "Other_Punctuation": "Po",
+    "Symbol": "S",
+    "Math_Symbol": "Sm",
+    "Currency_Symbol": "Sc",
+    "Modifier_Symbol": "Sk",
+    "Other_Symbol": "So",
+    "Separator": "Z",
+    "Space_Separator": "Zs",
+    "Line_Separator": "Zl",
+    "Paragraph_Separator": "Zp",
+    "Other": "C",
+    "Control": "Cc",
+    "Format": "Cf",
+    "Surrogate": "Cs",
+    "Private_Use": "Co",
+    "Unassigned": "Cn",
 }
 
 
@@ -49,7 +85,7 @@ def _property_mask(name: str) -> np.ndarray:
     key = name
     for prefix in ("gc=", "General_Category=", "Script=", "sc=", "Is"):
         if _norm(key).startswith(_norm(prefix)):
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
             break
     by_norm = {_norm(k): v for k, v in _LONG_NAMES.items()}
     short = by_norm.get(_norm(key), key)
@@ -74,6 +110,7 @@ def property_set(name: str):
     """\\p{name}: a general category (short or long name, or a group such as L, N, P) or one of
     the scripts in unicode16.npz. KeyError for anything else."""
     from .regex_syntax import CharSet
+
     return CharSet(_property_mask(name).copy())
 
 
@@ -136,6 +173,7 @@ def _fold_orbits() -> dict[int, tuple[int, ...]]:
 def case_fold_closure(cs):
     """The set with every member's case variants added (for (?i))."""
     from .regex_syntax import CharSet
+
     orbits = _fold_orbits()
     mask = cs.mask.copy()
     for cp in np.flatnonzero(cs.mask):

@@ -24,8 +24,12 @@ from ..pretok import HF_BYTELEVEL_PATTERN
 from .hf_json import bytes_to_unicode, load_tokenizer_json
 from .model import Vocab, VocabError
 from .patterns import KNOWN_PATTERNS, recognise_pattern
-from .tiktoken_files import (LLAMA3_SPECIAL_TOKENS, from_tiktoken_encoding,
-                             known_tiktoken_file_defaults, load_tiktoken_file)
+from .tiktoken_files import (
+    LLAMA3_SPECIAL_TOKENS,
+    from_tiktoken_encoding,
+    known_tiktoken_file_defaults,
+    load_tiktoken_file,
+)
 
 __all__ = [
     "VocabError",

@@ -97,8 +97,9 @@ def parse_added_tokens(doc: dict, path) -> list[tuple[str, str, int, list[str]]]
     return out
 
 
-def parse_hf_merges(path, merges_json: list, vocab_json: dict, prefix_len: int = 0
-                    ) -> dict[tuple[int, int], tuple[int, int]]:
+def parse_hf_merges(
+    path, merges_json: list, vocab_json: dict, prefix_len: int = 0
+) -> dict[tuple[int, int], tuple[int, int]]:
     """model.merges of a tokenizer.json: (left id, right id) -> (rank = list index, merged id);
     a pair listed twice takes its last rank, as in HF."""
     merges: dict[tuple[int, int], tuple[int, int]] = {}
@@ -109,7 +110,7 @@ def parse_hf_merges(path, merges_json: list, vocab_json: dict, prefix_len: int =
         elif isinstance(merge, list) and all(isinstance(p, str) for p in merge):
             parts = merge
         else:
-            raise VocabError(f"{at}: expected \"a b\" or [a, b], got {merge!r}")
+            raise VocabError(f'{at}: expected "a b" or [a, b], got {merge!r}')
         if len(parts) != 2:
             raise VocabError(f"{at}: expected two tokens, got {merge!r}")
         left, right = parts
@@ -136,6 +137,7 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
         raise VocabError(f"{path}: model.type: model type {model_type!r} is not supported")
     if model.get("byte_fallback"):  # SentencePiece-style: merges over characters
         from ..char_bpe import vocab_from_hf_json
+
         return vocab_from_hf_json(doc, path)
     vocab_json = model.get("vocab")
     merges_json = model.get("merges")

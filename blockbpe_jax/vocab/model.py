@@ -64,9 +64,7 @@ class Vocab:
     def mergeable_ids(self) -> tuple[int, ...]:
         """Ids of the non-special tokens, ascending."""
         specials = self.special_ids
-        return tuple(
-            i for i, b in enumerate(self.token_bytes) if b is not None and i not in specials
-        )
+        return tuple(i for i, b in enumerate(self.token_bytes) if b is not None and i not in specials)
 
     def __repr__(self) -> str:
         return (

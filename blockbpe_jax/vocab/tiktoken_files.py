@@ -91,8 +91,10 @@ def load_tiktoken_file(
     if contents[:4] == b"GGUF":
         raise VocabError(f"{path}: a GGUF file; reading vocabularies from GGUF is not supported")
     if contents[:1] == b"\n" and "\u2581".encode() in contents[:65536]:
-        raise VocabError(f"{path}: a SentencePiece model (protobuf); SentencePiece BPE "
-                         f"(merges over characters, byte fallback) is not supported yet")
+        raise VocabError(
+            f"{path}: a SentencePiece model (protobuf); SentencePiece BPE "
+            f"(merges over characters, byte fallback) is not supported yet"
+        )
 
     ranks: dict[bytes, int] = {}
     line_of_token: dict[bytes, int] = {}  # only consulted to word a duplicate error
@@ -121,9 +123,7 @@ def load_tiktoken_file(
                 f"{path}:{line_no}: duplicate token {token!r} (first on line {line_of_token[token]})"
             )
         if rank in line_of_rank:
-            raise VocabError(
-                f"{path}:{line_no}: duplicate rank {rank} (first on line {line_of_rank[rank]})"
-            )
+            raise VocabError(f"{path}:{line_no}: duplicate rank {rank} (first on line {line_of_rank[rank]})")
         ranks[token] = rank
         line_of_token[token] = line_no
         line_of_rank[rank] = line_no
