@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import blockbpe_jax as bb
-from blockbpe_jax import cli, corpus, documents, native, staging
+from blockbpe_jax import cli, corpus, documents, native, staging, window_encode
 from blockbpe_jax._data import find_data_dir
 
 
@@ -363,7 +363,7 @@ def test_sorted_calls_and_dense_rows_keep_input_order(tmp_path, r50k):
 
 def _spy_encode_into(monkeypatch) -> list[tuple[int, int, int]]:
     """Records (rows, width, T) of every encode call of the corpus job."""
-    fns = corpus._device_functions()
+    fns = window_encode._device_functions()
     real, calls = fns.encode_into, []
 
     def spy(data, lengths, tables, raw, at, **kw):
@@ -379,11 +379,11 @@ def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
     again at full width after the first pass, into the window's buffer grown past its
     first size; the ids are encode_batch's, in input order, empty documents included."""
     calls = _spy_encode_into(monkeypatch)
-    fns = corpus._device_functions()
+    fns = window_encode._device_functions()
     grown = []
     real_grow = fns.grow
     monkeypatch.setattr(fns, "grow", lambda raw, size: grown.append(size) or real_grow(raw, size=size))
-    monkeypatch.setattr(corpus._Buffers, "_spare", [])
+    monkeypatch.setattr(window_encode._Buffers, "_spare", [])
     docs = [("\U00020000" * (40 + i) + " x").encode() for i in range(16)]
     docs[3] = b""
     src = tmp_path / "in.jsonl"
@@ -417,14 +417,14 @@ def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatc
     for rows, width, T in calls:
         by_width.setdefault(width, set()).add(rows)
     assert all(len(rows) <= 5 for rows in by_width.values()), by_width
-    fns = corpus._device_functions()
+    fns = window_encode._device_functions()
     compiled = (fns.finalize._cache_size(), fns.gather._cache_size())
     run("b")
     assert (fns.finalize._cache_size(), fns.gather._cache_size()) == compiled
     for n in [0, 1, 4096, 4097, 70_000, 1 << 20, (1 << 20) + 1, 12_345_678]:
-        size = corpus._size_bucket(n)
+        size = window_encode._size_bucket(n)
         assert size >= n and size % 4096 == 0 and size <= max(4096, n + max(4096, n // 8))
-    assert {corpus._rows_bucket(n, 1000) for n in range(1, 1001)} == {64, 128, 256, 512, 1024}
+    assert {window_encode._rows_bucket(n, 1000) for n in range(1, 1001)} == {64, 128, 256, 512, 1024}
 
 
 def shards_writer(prefix: Path, tok):
