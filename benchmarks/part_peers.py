@@ -234,7 +234,7 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
 
 
 def summarize_targets(res) -> dict:
-    """Issue 4's targets against this run's numbers (cl100k, War and Peace)."""
+    """The performance targets against this run's numbers (cl100k, War and Peace)."""
     t: dict = {
         "note": "device = GPU time per call (a chain of calls in one executable); "
         "latency = one jitted call + block_until_ready (dispatch included)"

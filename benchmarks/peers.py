@@ -3,7 +3,7 @@
 Each peer is a `Peer(name, encode, to_lists, version)`: `encode(list[str])` is the call that is
 timed (the peer's own batch API, as fast as it is documented to go), `to_lists(result)` turns
 its output into `list[list[int]]` for the exactness check against tiktoken. The calls are the
-ones in ../shared/tools/peer_bench.py, which produced the numbers in DESIGN.md:
+ones in ../shared/tools/peer_bench.py, which produced the numbers in ../shared/DESIGN.md:
 
 - tiktoken         `Encoding.encode_ordinary_batch(texts, num_threads=N)`
 - hf_tokenizers    `Tokenizer.encode_batch(texts, add_special_tokens=False)`
@@ -25,17 +25,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-# tiktoken's own patterns (DESIGN.md), so the reference needs no network and no tiktoken_ext.
-PATTERNS = {
-    "r50k": r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s""",
-    "cl100k": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
-}
+from blockbpe_jax.testing import VOCAB_FILES
+from blockbpe_jax.vocab import KNOWN_PATTERNS
+
+# The reference tokenizer of each vocabulary: its rank file and tokenizer.json (testing.VOCAB_FILES),
+# tiktoken's own pattern (vocab.KNOWN_PATTERNS), so it needs no network and no tiktoken_ext.
+PATTERNS = {name: KNOWN_PATTERNS[name] for name in ("r50k", "cl100k")}
 SPECIALS = {"r50k": {"<|endoftext|>": 50256}, "cl100k": {"<|endoftext|>": 100257}}
-# name -> (.tiktoken rank file, tokenizer.json), relative to the data dir's vocab/
-FILES = {
-    "r50k": ("tiktoken/r50k_base.tiktoken", "gpt2/tokenizer.json"),
-    "cl100k": ("tiktoken/cl100k_base.tiktoken", "cl100k_hf/tokenizer.json"),
-}
+FILES = {name: VOCAB_FILES[name][:2] for name in ("r50k", "cl100k")}
 
 
 @dataclass

@@ -17,8 +17,13 @@ from .ops import Encoded, encode
 
 
 def pack_ragged(texts: Sequence[str | bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """list of str/bytes -> (uint8[N] all bytes back to back, int32[B + 1] offsets)."""
-    blobs = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
+    """list of str/bytes -> (uint8[N] all bytes back to back, int32[B + 1] offsets). The items
+    are pack_strings' (TypeError for anything else: `bytes(3)` would be three zero bytes)."""
+    blobs = []
+    for i, t in enumerate(texts):
+        if not isinstance(t, (str, bytes)):
+            raise TypeError(f"pack_ragged: item {i} is neither str nor bytes")
+        blobs.append(t.encode("utf-8") if isinstance(t, str) else t)
     offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
     np.cumsum([len(b) for b in blobs], out=offsets[1:])
     if offsets[-1] >= 2**31:

@@ -49,3 +49,12 @@ def test_too_long_string_is_refused_not_cut(tok):
         encode_ragged(flat, offsets, tok, max_len=32, max_tokens=32).ids.block_until_ready()
     with pytest.raises(TypeError, match="offsets"):
         encode_ragged(flat, offsets.astype(np.int64), tok, max_len=32, max_tokens=8)
+
+
+def test_pack_ragged_refuses_what_pack_strings_refuses():
+    # An int would otherwise become that many zero bytes (bytes(3)).
+    for bad in ([3], ["ok", None], [["a"]]):
+        with pytest.raises(TypeError, match=r"pack_ragged: item \d is neither str nor bytes"):
+            pack_ragged(bad)
+        with pytest.raises(TypeError, match=r"pack_strings: item \d is neither str nor bytes"):
+            bb.pack_strings(bad)
