@@ -5,7 +5,7 @@
 #   git archive REV ffi blockbpe_jax CMakeLists.txt pyproject.toml README.md | tar x -C .ab/NAME
 # and carried to the device machine); each keeps its own build cache.
 #   scripts/ab_kernel_time.sh ROUNDS TREE...
-# Logs and kernel_time_<name>_<round>.json go to $OUT. Needs .carry/data (see BUILD_NOTES.md).
+# Logs and kernel_time_<name>_<round>.json go to $OUT. Needs .carry/data (see docs/build.md).
 set -uo pipefail
 OUT=${OUT:-/tmp/bbpe_out}
 mkdir -p "$OUT"

@@ -7,7 +7,7 @@
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
-# Needs the shared data carried in .carry/data (see BUILD_NOTES.md) and, for the peers,
+# Needs the shared data carried in .carry/data (see docs/build.md) and, for the peers,
 # wheels in .whl/.
 set -uo pipefail
 OUT=${OUT:-/tmp/bbpe_out}
