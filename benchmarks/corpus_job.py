@@ -27,14 +27,13 @@ Every peer's ids are compared with the cli's shards, flat arrays and per-documen
 all documents. A peer that does not import is "unavailable"; one whose time exceeds
 --peer-budget-s or that is skipped by a size rule (tiktoken above --tiktoken-max-mb) is
 "not run" (nothing is extrapolated). Writes DIR/corpus_job.json and DIR/corpus_job.txt.
+The corpora are built by corpora.py, the peers are run by corpus_peers.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import math
 import os
 import random
 import shutil
@@ -51,83 +50,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import peers as peer_lib  # noqa: E402
+from corpora import build_long, build_mixed, source_texts  # noqa: E402
 
-from blockbpe_jax.testing import data_dir, read_corpus  # noqa: E402
+# re-exported: benchmarks/corpus_reader.py imports it from corpus_job
+from corpora import unique_documents  # noqa: E402, F401
+from corpus_peers import MB, compare, run_peers  # noqa: E402
 
-MB = 1e6
-
-
-# --------------------------------------------------------------------------------------------
-# Corpora
-# --------------------------------------------------------------------------------------------
-
-
-def source_texts(root: Path) -> dict[str, str]:
-    c = root / "corpus"
-    gsm = []
-    for name in ("gsm8k_train.jsonl.gz", "gsm8k_test.jsonl"):
-        for line in read_corpus(c / name).decode().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                gsm.append(f"Question: {r['question']}\nAnswer: {r['answer']}")
-    return dict(
-        war_and_peace=read_corpus(c / "war_and_peace_en.txt").decode(),
-        python=read_corpus(c / "code_python_stdlib.py.txt.gz").decode(),
-        wikitext=read_corpus(c / "wikitext2_test.txt.gz").decode(),
-        gsm8k="\n\n".join(gsm),
-        gsm8k_records=gsm,
-    )
-
-
-def unique_documents(src: dict[str, str]) -> list[str]:
-    """Paragraphs, records, articles and files, in a fixed interleaved order."""
-    paragraphs = [p.strip("\n") for p in src["war_and_peace"].split("\n\n") if p.strip()]
-    files = ["# ===== file:" + f for f in src["python"].split("# ===== file:") if f.strip()]
-    articles, cur = [], []
-    for line in src["wikitext"].split("\n"):
-        if line.startswith(" = ") and not line.startswith(" = = ") and cur:
-            articles.append("\n".join(cur))
-            cur = []
-        cur.append(line)
-    articles.append("\n".join(cur))
-    docs = paragraphs + list(src["gsm8k_records"]) + [a for a in articles if a.strip()] + files
-    random.Random(0).shuffle(docs)
-    return docs
-
-
-def build_mixed(path: Path, src: dict[str, str], target_bytes: int) -> tuple[list[str], int]:
-    """Writes the mixed corpus (JSONL); returns its documents in file order and its size."""
-    docs = unique_documents(src)
-    lines = [(json.dumps({"text": d}, ensure_ascii=False) + "\n").encode() for d in docs]
-    block = sum(map(len, lines))
-    rng = random.Random(1)
-    order: list[int] = []
-    written = 0
-    with open(path, "wb") as f:
-        while written < target_bytes:
-            perm = list(range(len(docs)))
-            rng.shuffle(perm)
-            f.write(b"".join([lines[i] for i in perm]))
-            order += perm
-            written += block
-    return [docs[i] for i in order], written
-
-
-def build_long(path: Path, src: dict[str, str], n: int) -> tuple[list[str], int]:
-    """Writes `n` long documents (JSONL): whole War and Peace, then spans of 0.1-5 MB."""
-    rng = random.Random(2)
-    kinds = ["war_and_peace", "python", "wikitext", "gsm8k"]
-    docs = [src["war_and_peace"]]
-    while len(docs) < n:
-        text = src[kinds[len(docs) % len(kinds)]]
-        size = int(math.exp(rng.uniform(math.log(100_000), math.log(5_000_000))))
-        reps = -(-(size + len(text)) // len(text))
-        start = rng.randrange(len(text))
-        docs.append((text * reps)[start : start + size])
-    with open(path, "wb") as f:
-        for d in docs:
-            f.write((json.dumps({"text": d}, ensure_ascii=False) + "\n").encode())
-    return docs, path.stat().st_size
+from blockbpe_jax.testing import data_dir  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,146 +113,6 @@ def run_cli(corpus: Path, vocab: Path, out: Path, timeout: float) -> dict:
         stdout=p.stdout.strip(),
         output_bytes=output_bytes(out / "shard"),
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Peers
-# --------------------------------------------------------------------------------------------
-
-
-def flatten_lists(rows) -> tuple[np.ndarray, np.ndarray]:
-    rows = list(rows)
-    counts = np.fromiter(map(len, rows), np.int64, count=len(rows))
-    return np.fromiter(itertools.chain.from_iterable(rows), np.uint32, count=int(counts.sum())), counts
-
-
-def flatten_awkward(arr) -> tuple[np.ndarray, np.ndarray]:
-    import awkward as ak
-
-    return np.asarray(ak.flatten(arr), np.uint32), np.asarray(ak.num(arr), np.int64)
-
-
-def compare(name: str, got: tuple[np.ndarray, np.ndarray], ids: np.ndarray, counts: np.ndarray) -> str:
-    """'' when equal, else where the first difference is."""
-    g_ids, g_counts = got
-    if len(g_counts) != len(counts):
-        return f"{name}: {len(g_counts)} documents, ours {len(counts)}"
-    bad = np.flatnonzero(g_counts != counts)
-    if bad.size:
-        j = int(bad[0])
-        return f"{name}: document {j} has {int(g_counts[j])} tokens, ours {int(counts[j])}"
-    if not np.array_equal(g_ids, ids):
-        t = int(np.argmax(g_ids != ids))
-        j = int(np.searchsorted(np.cumsum(counts), t, "right"))
-        return f"{name}: token {t} (document {j}) is {int(g_ids[t])}, ours {int(ids[t])}"
-    return ""
-
-
-def pieces(texts: list[str], piece_bytes: float) -> list[tuple[int, int]]:
-    out, lo, size = [], 0, 0
-    for i, t in enumerate(texts):
-        size += len(t)
-        if size >= piece_bytes:
-            out.append((lo, i + 1))
-            lo, size = i + 1, 0
-    if lo < len(texts):
-        out.append((lo, len(texts)))
-    return out
-
-
-def time_peer(encode, flatten, texts, ids, counts, piece_bytes, budget) -> dict:
-    """Encodes the texts in pieces, timing the calls only; compares each piece with ours."""
-    ends = np.concatenate([[0], np.cumsum(counts)])
-    secs = 0.0
-    for lo, hi in pieces(texts, piece_bytes):
-        t = time.perf_counter()
-        got = encode(texts[lo:hi])
-        secs += time.perf_counter() - t
-        diff = compare("", flatten(got), ids[ends[lo] : ends[hi]], counts[lo:hi])
-        if diff:
-            return dict(status="ids differ", detail=f"documents {lo}..{hi}{diff}", seconds=secs)
-        if secs > budget:
-            return dict(
-                status=f"not run (over the {budget:.0f} s budget after {hi} of {len(texts)} documents)"
-            )
-    return dict(status="ok", seconds=secs, ids_equal=True)
-
-
-def run_peers(ps, texts, corpus_path, ids, counts, nbytes, args) -> dict:
-    res: dict = {}
-    for name, why in ps.unavailable.items():
-        res[name] = dict(status=f"unavailable: {why}")
-    if "tokie" in ps.peers:
-        p = ps.peers["tokie"]
-        res["tokie"] = dict(
-            version=p.version,
-            **time_peer(
-                p.encode,
-                lambda got: flatten_lists(e.ids for e in got),
-                texts,
-                ids,
-                counts,
-                args.piece_mb * MB,
-                args.peer_budget_s,
-            ),
-        )
-    try:
-        import gigatoken
-
-        gt = gigatoken.Tokenizer.from_tiktoken(str(args.data / "vocab" / peer_lib.FILES["cl100k"][0]))
-        version = peer_lib._version("gigatoken")
-    except Exception as e:  # noqa: BLE001
-        gt, why = None, f"unavailable: {e!r}"[:300]
-        res["gigatoken"] = res["gigatoken_files"] = dict(status=why)
-    if gt is not None:
-        if hasattr(gt, "encode_batch"):
-            res["gigatoken"] = dict(
-                version=version,
-                api="encode_batch",
-                **time_peer(
-                    gt.encode_batch,
-                    flatten_awkward,
-                    texts,
-                    ids,
-                    counts,
-                    args.piece_mb * MB,
-                    args.peer_budget_s,
-                ),
-            )
-        else:
-            res["gigatoken"] = dict(status="unavailable: no encode_batch in this version")
-        source = getattr(gigatoken, "JsonlFileSource", None)
-        if source is None or not hasattr(gt, "encode_files"):
-            res["gigatoken_files"] = dict(
-                status=f"unavailable: no encode_files/JsonlFileSource in gigatoken {version}"
-            )
-        else:
-            t = time.perf_counter()
-            got = gt.encode_files(source([str(corpus_path)], field="text"))
-            secs = time.perf_counter() - t
-            diff = compare("gigatoken_files", flatten_awkward(got), ids, counts)
-            res["gigatoken_files"] = dict(
-                version=version,
-                api="encode_files(JsonlFileSource)",
-                seconds=secs,
-                status="ids differ" if diff else "ok",
-                ids_equal=not diff,
-                **({"detail": diff} if diff else {}),
-            )
-    tk = ps.peers["tiktoken"]
-    if nbytes > args.tiktoken_max_mb * MB:
-        res["tiktoken"] = dict(status=f"not run (corpus above --tiktoken-max-mb {args.tiktoken_max_mb})")
-    else:
-        res["tiktoken"] = dict(
-            version=tk.version,
-            threads=ps.threads,
-            **time_peer(tk.encode, flatten_lists, texts, ids, counts, args.piece_mb * MB, args.peer_budget_s),
-        )
-    for r in res.values():
-        if "seconds" in r and r.get("status") == "ok":
-            r["MBps"] = nbytes / r["seconds"] / MB
-            r["Mtokens_per_s"] = float(counts.sum()) / r["seconds"] / 1e6
-    return res
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ and OUT/quality.md (a README-ready table). Exits with status 1 when exact mode d
 tiktoken on any item (the failing items are printed and recorded in the JSON).
 
 Levenshtein distances are exact: common prefix and suffix are trimmed, then a bit-parallel
-row DP (one Python big integer holds a whole DP column) runs over the shorter remainder.
+row DP (one Python big integer holds a whole DP column) runs over the shorter remainder
+(quality_distance.py). The bytes-mode difference regions and quality.md are quality_report.py's.
 """
 
 from __future__ import annotations
@@ -43,99 +44,21 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+# appended, not prepended: tests/test_quality.py loads this file by path, and benchmarks/ must
+# not shadow the tests' own modules (tests/families.py) there
+if str(HERE) not in sys.path:
+    sys.path.append(str(HERE))
+
+from quality_distance import levenshtein  # noqa: E402
+
+# re-exported: tests/test_quality.py cross-checks levenshtein against it
+from quality_distance import levenshtein_rows  # noqa: E402, F401
+from quality_report import DATASET_LABELS, diff_regions, markdown, region_class, show  # noqa: E402
 
 VOCABS = ("r50k", "cl100k", "llama3")
 MODES = ("bytes", "exact")
 DATASETS = ("gsm8k", "war_peace", "wikitext2")
 SUBSETS = {"gsm8k_400": ("gsm8k", 400)}  # name -> (dataset, first n items)
-DATASET_LABELS = {
-    "gsm8k": "GSM8K test (1,319)",
-    "gsm8k_400": "GSM8K test, first 400",
-    "war_peace": "War and Peace (paragraphs)",
-    "wikitext2": "WikiText-2 test (lines)",
-}
-VOCAB_LABELS = {"r50k": "r50k (GPT-2)", "cl100k": "cl100k", "llama3": "Llama-3"}
-
-
-# --------------------------------------------------------------------------------------------
-# Levenshtein distance on integer sequences
-def _trim(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Drops the common prefix and suffix (they never change the distance)."""
-    n = min(len(a), len(b))
-    neq = np.flatnonzero(a[:n] != b[:n])
-    p = int(neq[0]) if len(neq) else n
-    a, b = a[p:], b[p:]
-    n = min(len(a), len(b))
-    if n:
-        neq = np.flatnonzero(a[len(a) - n :][::-1] != b[len(b) - n :][::-1])
-        s = int(neq[0]) if len(neq) else n
-        if s:
-            a, b = a[: len(a) - s], b[: len(b) - s]
-    return a, b
-
-
-def levenshtein(a, b) -> int:
-    """Exact edit distance (unit insert, delete, substitute) between two int sequences.
-
-    After trimming, the longer sequence becomes a bit vector of m bits (one Python int per
-    DP column's vertical deltas), and one pass over the shorter sequence updates it with a
-    constant number of big-integer operations per element: O(n * m / 30) digit operations in C,
-    n Python iterations. Vertical/horizontal +1/-1 deltas are tracked as in Myers' and Hyyrö's
-    bit-vector formulation; the score follows the last row."""
-    a = np.asarray(a, dtype=np.int64).ravel()
-    b = np.asarray(b, dtype=np.int64).ravel()
-    a, b = _trim(a, b)
-    if len(a) < len(b):
-        a, b = b, a
-    m, n = len(a), len(b)
-    if n == 0:
-        return m
-    if n == 1:
-        return m - 1 if (a == b[0]).any() else m
-    # peq[x]: bit i set where a[i] == x.
-    order = np.argsort(a, kind="stable")
-    sa = a[order]
-    cuts = np.flatnonzero(np.diff(sa)) + 1
-    peq = {}
-    for sym, pos in zip(sa[np.r_[0, cuts]].tolist(), np.split(order, cuts)):
-        bits = np.zeros(m, dtype=np.uint8)
-        bits[pos] = 1
-        peq[sym] = int.from_bytes(np.packbits(bits, bitorder="little").tobytes(), "little")
-    mask = (1 << m) - 1
-    high = 1 << (m - 1)
-    vp, vn, score = mask, 0, m
-    get = peq.get
-    for x in b.tolist():
-        eq = get(x, 0)
-        d0 = ((((eq & vp) + vp) ^ vp) | eq | vn) & mask
-        hp = vn | (mask & ~(d0 | vp))
-        hn = d0 & vp
-        if hp & high:
-            score += 1
-        elif hn & high:
-            score -= 1
-        hp = ((hp << 1) | 1) & mask
-        hn = (hn << 1) & mask
-        vp = hn | (mask & ~(d0 | hp))
-        vn = hp & d0
-    return score
-
-
-def levenshtein_rows(a, b) -> int:
-    """The same distance by a NumPy row DP (O(n) vector operations of length m): a second,
-    independent implementation for cross-checks. The in-row dependency D[i][j-1] + 1 is a
-    running minimum of (T[j] - j) plus j."""
-    a = np.asarray(a, dtype=np.int64).ravel()
-    b = np.asarray(b, dtype=np.int64).ravel()
-    m = len(b)
-    j = np.arange(m + 1, dtype=np.int64)
-    row = j.copy()
-    for i, x in enumerate(a.tolist(), start=1):
-        t = np.empty(m + 1, dtype=np.int64)
-        t[0] = i
-        np.minimum(row[1:] + 1, row[:-1] + (b != x), out=t[1:])
-        row = np.minimum.accumulate(t - j) + j
-    return int(row[m])
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,42 +98,6 @@ def encode_ours(tok, items: list[str], mode: str, device, batch: int) -> list[np
         for r, k in enumerate(idx):
             out[k] = ids[r, : counts[r]].astype(np.int64)
     return out
-
-
-def diff_regions(tb, ref: np.ndarray, ours: np.ndarray):
-    """Splits the text at byte offsets where both tokenizations have a boundary and yields
-    (ref pieces, our pieces) for each stretch where they differ."""
-    lr = np.array([len(tb[i]) for i in ref.tolist()], dtype=np.int64)
-    lo = np.array([len(tb[i]) for i in ours.tolist()], dtype=np.int64)
-    cr = np.r_[0, np.cumsum(lr)]
-    co = np.r_[0, np.cumsum(lo)]
-    common = np.intersect1d(cr, co)
-    ir = np.searchsorted(cr, common)
-    io = np.searchsorted(co, common)
-    for k in range(len(common) - 1):
-        r0, r1, o0, o1 = ir[k], ir[k + 1], io[k], io[k + 1]
-        if r1 - r0 == 1 and o1 - o0 == 1 and ref[r0] == ours[o0]:
-            continue
-        yield (tuple(tb[i] for i in ref[r0:r1].tolist()), tuple(tb[i] for i in ours[o0:o1].tolist()))
-
-
-def region_class(text: bytes) -> str:
-    s = text.decode("utf-8", errors="replace")
-    if any(c.isdigit() for c in s):
-        return "digits"
-    if "'" in s or "\u2019" in s:
-        return "apostrophe"
-    if any(c.isspace() for c in s):
-        return "whitespace"
-    if all(c.isalpha() for c in s):
-        return "letters"
-    return "punctuation/other"
-
-
-def show(pieces) -> str:
-    """Pieces joined by '|', control characters escaped (JSON-friendly, one line)."""
-    text = "|".join(p.decode("utf-8", errors="backslashreplace") for p in pieces)
-    return text.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
 # --------------------------------------------------------------------------------------------
@@ -401,100 +288,6 @@ def run(args) -> int:
     (out / "quality.md").write_text(markdown(result))
     print(f"wrote {out / 'quality.json'} and {out / 'quality.md'} in {wall:.1f} s", flush=True)
     return 1 if failures else 0
-
-
-# --------------------------------------------------------------------------------------------
-def markdown(res: dict) -> str:
-    cells = {(c["dataset"], c["vocab"], c["mode"]): c for c in res["cells"]}
-    order = [d for d in ("gsm8k", "gsm8k_400", "war_peace", "wikitext2") if any(k[0] == d for k in cells)]
-    vocabs = [v for v in VOCABS if any(k[1] == v for k in cells)]
-    lines = [
-        "| dataset | items | vocabulary | bytes mode: sim | bytes mode: identical | "
-        "exact mode: sim | exact mode: identical |",
-        "|---|---:|---|---:|---:|---:|---:|",
-    ]
-    for d in order:
-        for v in vocabs:
-            b, e = cells.get((d, v, "bytes")), cells.get((d, v, "exact"))
-            if not b or not e:
-                continue
-            lines.append(
-                f"| {DATASET_LABELS[d]} | {b['items']:,} | {VOCAB_LABELS[v]} | "
-                f"{b['sim']:.4f} | {b['identical_frac']:.1%} ({b['identical']:,}) | "
-                f"{e['sim']:.4f} | {e['identical_frac']:.1%} ({e['identical']:,}) |"
-            )
-    table = "\n".join(lines)
-    reg = res["bytes_mode_regions"]
-
-    def md(piece: str) -> str:  # one region as inline code, spaces made visible
-        return " ".join(f"`{t.replace(' ', '␣')}`" for t in piece.split("|"))
-
-    def example(key: str, cls: str) -> str:
-        for t in reg.get(key, {}).get("top", []):
-            if t["class"] == cls:
-                return f"{md(t['ref'])} → {md(t['bytes_mode'])} (×{t['count']})"
-        return ""
-
-    def pct(c):
-        return f"{c['identical_frac']:.1%}"
-
-    para = []
-    if res["exact_mode_failures"]:
-        para.append(
-            "**Exact mode differs from tiktoken on some items (a bug): see "
-            "`exact_mode_failures` in quality.json.**"
-        )
-    else:
-        n = sum(res["datasets"][d]["items"] for d in res["datasets"])
-        para.append(
-            f"Exact mode equals tiktoken (real patterns) on all {n:,} items with every "
-            f"vocabulary: sim 1.0000, 100% identical."
-        )
-    rw, rg, rt = (cells.get((d, "r50k", "bytes")) for d in ("war_peace", "gsm8k", "wikitext2"))
-    if rw and rg and rt:
-        para.append(
-            f"Bytes mode (the paper's algorithm: merges by rank over the whole string, no "
-            f"pre-tokenizer) depends on the vocabulary. With GPT-2's, the paper's War and Peace "
-            f"setting, it is nearly exact ({pct(rw)} of paragraphs and {pct(rg)} of GSM8K problems "
-            f"identical): GPT-2's pattern keeps whole digit runs, and few of its tokens can form "
-            f"across the pattern's boundaries, so only some whitespace and apostrophe cases "
-            f"differ, such as "
-            f"WikiText's tokenised ` 's` ({example('wikitext2/r50k', 'apostrophe')}), which "
-            f"changes {1 - rt['identical_frac']:.0%} of its lines."
-        )
-    g, g4 = cells.get(("gsm8k", "cl100k", "bytes")), cells.get(("gsm8k_400", "cl100k", "bytes"))
-    if g and g4:
-        para.append(
-            f"With cl100k and Llama-3 (same pattern; Llama-3's ranks extend cl100k's, and the "
-            f"results agree) numbers split differently: the pattern cuts digit runs into groups "
-            f"of three from the left, while rank order prefers other splits "
-            f"({example('gsm8k/cl100k', 'digits')}; years in War and Peace and WikiText: "
-            f"{example('wikitext2/cl100k', 'digits')}), and a run of spaces before a word "
-            f"keeps the space that the pattern gives to the word ({example('gsm8k/cl100k', 'whitespace')}). So "
-            f"{1 - g['identical_frac']:.0%} of GSM8K problems change ({g4['identical']}/400 "
-            f"identical and sim {g4['sim']:.4f} on the first 400, as in the team's earlier "
-            f"check), yet sim stays at {g['sim']:.3f}, since it divides a few edits by about "
-            f"{g['bytes'] / g['items']:.0f} bytes per problem."
-        )
-    w = cells.get(("war_peace", "cl100k", "bytes"))
-    if w:
-        para.append(
-            f"Because sim is a mean of per-item ratios, short items weigh heavily: War and "
-            f"Peace's chapter headings ({example('war_peace/cl100k', 'whitespace')}) pull its "
-            f"cl100k sim to {w['sim']:.4f} although {pct(w)} of paragraphs are identical "
-            f"(pooled over bytes, 1 - Σ Levenshtein / Σ bytes = {w['sim_pooled']:.4f}; "
-            f"quality.json has it for every cell)."
-        )
-    m = res["machine"]
-    para.append(
-        f"Run: `{res['command']}` on {res['date'][:10]}, {m.get('cpu', '?')} "
-        f"({m['cpu_count']} cores, {m['device']}), {res['wall_s']:.0f} s."
-    )
-    return (
-        "<!-- generated by benchmarks/quality.py; sim = mean over items of "
-        "1 - Levenshtein(ids_ref, ids_ours) / bytes; ids_ref = tiktoken with the "
-        "vocabulary's real pattern (encode_ordinary) -->\n\n" + table + "\n\n" + " ".join(para) + "\n"
-    )
 
 
 def main(argv=None) -> int:
