@@ -1,5 +1,5 @@
 """The `blockbpe-jax` command line tool: padded .npz/.npy shards equal `encode`'s arrays; info;
-clear errors. (Flat shards and verify: tests/test_corpus.py.)"""
+clear errors. (Flat shards and verify: tests/test_corpus_shards.py.)"""
 
 from __future__ import annotations
 

@@ -1,0 +1,227 @@
+"""The corpus job's engine (blockbpe_jax/window_encode.py, documents.py, staging.py): calls
+sorted by width and put back in input order, dense rows encoded again at full width into a
+grown buffer, window shapes bucketed and compiled once, the persistent compilation cache (and
+a second process that compiles nothing), call planning, and the GPU's flat staging."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from blockbpe_jax import corpus, documents, native, staging, window_encode
+
+import corpus_shared
+from corpus_shared import encode_batch_ids
+
+# corpus_shared's module-scoped fixtures, requested by name below
+root, cl100k, r50k, war_and_peace = (
+    corpus_shared.root,
+    corpus_shared.cl100k,
+    corpus_shared.r50k,
+    corpus_shared.war_and_peace,
+)
+
+
+def test_sorted_calls_and_dense_rows_keep_input_order(tmp_path, r50k):
+    """Documents of very different lengths (sorted into calls by width, put back in input
+    order) and rows with more tokens than half their width (emoji: encoded again at full
+    width) give the ids of `encode_batch`, in input order, across several windows."""
+    from blockbpe_jax import documents
+
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "🎉🎉🎉", "日本語", "  ", "1234567", "\t", "🇯🇵👩‍👩‍👧"]
+    docs = [
+        " ".join(rng.choice(words, int(n))).encode()
+        for n in rng.integers(1, 400, 300).tolist() + [5000, 1, 2]
+    ]
+    docs[10] = "\U00020000".encode() * 300  # 1200 bytes, 1200 tokens: more than width // 2
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"\n".join(docs) + b"\n")
+    windows = list(documents.iter_windows([src], window_bytes=4096))
+    assert len(windows) > 5 and [b for w in windows for b in w.blobs] == docs
+    assert [p for w in windows for p in w.positions.tolist()] == list(range(1, len(docs) + 1))
+    out = tmp_path / "o" / "s"
+    corpus.encode_files(r50k, [src], out, batch_bytes=8192)
+    assert [a.tolist() for a in corpus.read_shards(out)] == encode_batch_ids(r50k, docs)
+
+
+def _spy_encode_into(monkeypatch) -> list[tuple[int, int, int]]:
+    """Records (rows, width, T) of every encode call of the corpus job."""
+    fns = window_encode._device_functions()
+    real, calls = fns.encode_into, []
+
+    def spy(data, lengths, tables, raw, at, **kw):
+        calls.append((*data.shape, kw["max_tokens"]))
+        return real(data, lengths, tables, raw, at, **kw)
+
+    monkeypatch.setattr(fns, "encode_into", spy)
+    return calls
+
+
+def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
+    """A window whose every row has more tokens than half its width: all rows are encoded
+    again at full width after the first pass, into the window's buffer grown past its
+    first size; the ids are encode_batch's, in input order, empty documents included."""
+    calls = _spy_encode_into(monkeypatch)
+    fns = window_encode._device_functions()
+    grown = []
+    real_grow = fns.grow
+    monkeypatch.setattr(fns, "grow", lambda raw, size: grown.append(size) or real_grow(raw, size=size))
+    monkeypatch.setattr(window_encode._Buffers, "_spare", [])
+    docs = [("\U00020000" * (40 + i) + " x").encode() for i in range(16)]
+    docs[3] = b""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": d.decode()}) + "\n" for d in docs), encoding="utf-8")
+    corpus.encode_files(r50k, [src], tmp_path / "o" / "s", jsonl_field="text", batch_bytes=4096)
+    want = encode_batch_ids(r50k, docs)
+    assert [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "s")] == want
+    assert all(len(w) > len(d) // 2 for w, d in zip(want, docs) if d)
+    assert calls == [(16, 16, 17), (16, 256, 128), (16, 256, 257)] and grown == [8192]
+
+
+def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatch):
+    """Over many windows, each width is encoded with at most five row counts (and the
+    copy back has eight sizes per octave); a second run of the job compiles nothing."""
+    rng = np.random.default_rng(1)
+    words = ["alpha", "beta", "gamma", "🎉", "1234", "\n"]
+    docs = [" ".join(rng.choice(words, int(n))).encode() for n in rng.integers(1, 300, 3000)]
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"\n".join(docs) + b"\n")
+    windows = list(documents.iter_windows([src], window_bytes=8192))
+    assert len(windows) > 50
+    calls = _spy_encode_into(monkeypatch)
+
+    def run(name):
+        corpus.encode_documents(
+            r50k, iter(windows), shards_writer(tmp_path / name, r50k), [src], batch_bytes=16384
+        )
+
+    run("a")
+    by_width: dict[int, set] = {}
+    for rows, width, T in calls:
+        by_width.setdefault(width, set()).add(rows)
+    assert all(len(rows) <= 5 for rows in by_width.values()), by_width
+    fns = window_encode._device_functions()
+    compiled = (fns.finalize._cache_size(), fns.gather._cache_size())
+    run("b")
+    assert (fns.finalize._cache_size(), fns.gather._cache_size()) == compiled
+    for n in [0, 1, 4096, 4097, 70_000, 1 << 20, (1 << 20) + 1, 12_345_678]:
+        size = window_encode._size_bucket(n)
+        assert size >= n and size % 4096 == 0 and size <= max(4096, n + max(4096, n // 8))
+    assert {window_encode._rows_bucket(n, 1000) for n in range(1, 1001)} == {64, 128, 256, 512, 1024}
+
+
+def shards_writer(prefix: Path, tok):
+    from blockbpe_jax.shards import FlatWriter
+
+    prefix.mkdir()
+    return FlatWriter(prefix / "s", tok.vocab.n_vocab, 1 << 20, None)
+
+
+def test_compilation_cache_switch(tmp_path, monkeypatch):
+    """enable_compilation_cache: ~/.cache/blockbpe_jax/xla (under $BLOCKBPE_CACHE_DIR), a
+    directory the user chose is kept, BLOCKBPE_XLA_CACHE=0 or BLOCKBPE_CACHE_DIR="" is off."""
+    before = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        monkeypatch.setenv("BLOCKBPE_CACHE_DIR", str(tmp_path / "c"))
+        monkeypatch.setenv("BLOCKBPE_XLA_CACHE", "0")
+        assert corpus.enable_compilation_cache() is None and not jax.config.jax_compilation_cache_dir
+        monkeypatch.delenv("BLOCKBPE_XLA_CACHE")
+        monkeypatch.setenv("BLOCKBPE_CACHE_DIR", "")
+        assert corpus.enable_compilation_cache() is None and not jax.config.jax_compilation_cache_dir
+        monkeypatch.setenv("BLOCKBPE_CACHE_DIR", str(tmp_path / "c"))
+        assert corpus.enable_compilation_cache() == str(tmp_path / "c" / "xla")
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "c" / "xla")
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "mine"))
+        assert corpus.enable_compilation_cache() == str(tmp_path / "mine")
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "mine")
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before[0])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
+
+
+SECOND_RUN = """
+import sys, jax, blockbpe_jax as bb
+from blockbpe_jax import corpus
+corpus.enable_compilation_cache()  # as the CLI does
+events = []
+jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
+tok = bb.Tokenizer.from_file(sys.argv[1])
+events.clear()
+corpus.encode_files(tok, [sys.argv[2]], sys.argv[3], overwrite=True)
+print(events.count("/jax/compilation_cache/cache_hits"), events.count("/jax/compilation_cache/cache_misses"))
+"""
+
+
+def test_second_process_loads_the_jobs_executables(tmp_path, root):
+    """With the persistent compilation cache (the CLI turns it on), a second process running the same
+    job compiles none of the job's executables: every one is a cache hit."""
+    import os
+    import subprocess
+    import sys
+
+    src = tmp_path / "in.txt"
+    src.write_text("first line\nsecond, longer line of text " * 40 + "\n" + "x\n" * 30, encoding="utf-8")
+    env = {**os.environ, "BLOCKBPE_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("BLOCKBPE_XLA_CACHE", None)
+    argv = [
+        sys.executable,
+        "-c",
+        SECOND_RUN,
+        str(root / "vocab/tiktoken/r50k_base.tiktoken"),
+        str(src),
+        str(tmp_path / "o" / "s"),
+    ]
+    runs = [subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr[-2000:]
+    (hits1, misses1), (hits2, misses2) = [tuple(map(int, r.stdout.split())) for r in runs]
+    assert misses1 > 0 and hits2 == misses1 + hits1 and misses2 == 0, (runs[0].stdout, runs[1].stdout)
+    assert any((tmp_path / "cache" / "xla").iterdir())
+
+
+def test_plan_batches_sorts_by_width():
+    lengths = np.array([5, 3000, 17, 16, 0, 900, 33, 2048, 2049])
+    plan = corpus.plan_batches(lengths, batch_bytes=4096, max_docs=None, max_len=None)
+    assert sorted(np.concatenate([i for _, i in plan]).tolist()) == list(range(len(lengths)))
+    for width, idx in plan:
+        assert all(corpus._pow2(int(n)) == width for n in lengths[idx])
+        assert len(idx) == 1 or len(idx) * width <= 4096
+    assert [w for w, _ in plan] == sorted(w for w, _ in plan)
+    assert [len(i) for _, i in corpus.plan_batches(lengths, 1 << 20, 2, None)] == [2, 1, 1, 1, 1, 1, 2]
+
+
+def _gpus():
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+@pytest.mark.skipif(
+    not _gpus() or not native.HAS_CUDA_MODULE, reason="no GPU visible to JAX, or no CUDA module in this build"
+)
+def test_gpu_flat_staging_equals_cpu_path(tmp_path, cl100k, war_and_peace):
+    """On a GPU the window's rows go from its flat buffer straight into pinned memory
+    (staging.stage_flat): the rows equal pack_flat's, and the job's ids the CPU job's."""
+    gpu, cpu = _gpus()[0], jax.devices("cpu")[0]
+    lines = [x for x in war_and_peace[:400_000].split(b"\n") if x] + ["日本語 🎉 ✓".encode()] * 3
+    w = documents.Window.of(lines, np.arange(len(lines), dtype=np.int64), 0, 0)
+    idx = np.array([5, 0, len(lines) - 1, 7], np.int64)
+    staged = staging.stage_flat(w.data, w.offsets, idx, max_len=128, rows=8, device=gpu)
+    want = native.cpu.pack_flat(w.data, w.offsets, idx, 128, 8)
+    np.testing.assert_array_equal(np.asarray(staged.data), want[0])
+    np.testing.assert_array_equal(np.asarray(staged.lengths), want[1])
+    staged.release(None)
+    src = tmp_path / "wp.txt"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    for name, device in (("gpu", gpu), ("cpu", cpu)):
+        corpus.encode_files(cl100k, [src], tmp_path / name / "s", device=device, batch_bytes=64 << 10)
+    for a, b in zip(
+        corpus.read_shards(tmp_path / "gpu" / "s"), corpus.read_shards(tmp_path / "cpu" / "s"), strict=True
+    ):
+        np.testing.assert_array_equal(a, b)

@@ -1,0 +1,166 @@
+"""The corpus job's errors: one line naming the file and line for every bad input (unreadable,
+truncated, bad JSONL, missing or non-string field, invalid UTF-8, output exists, a missing
+optional package), also when found after many batches, and no partial shards left behind."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blockbpe_jax import cli, corpus
+
+import corpus_shared
+
+# corpus_shared's module-scoped fixtures, requested by name below
+root, r50k = corpus_shared.root, corpus_shared.r50k
+
+
+def bad_inputs(tmp: Path) -> dict[str, tuple[list, str]]:
+    """case -> (extra encode arguments, the exact error after 'blockbpe-jax: error: ')."""
+
+    def write(name: str, data: bytes) -> Path:
+        (tmp / name).write_bytes(data)
+        return tmp / name
+
+    not_gz = write("not.txt.gz", b"plain text, not gzip\n")
+    whole = gzip.compress(b"line one\n" * 2000)
+    cut_gz = write("cut.txt.gz", whole[: len(whole) // 2])
+    bad_json = write("bad.jsonl", b'{"text": "ok"}\n\n{"text": "a",}\n')
+    no_field = write("nofield.jsonl", b'{"text": "ok"}\n{"body": "b"}\n')
+    not_str = write("notstr.jsonl", b'{"text": "ok"}\n{"text": 5}\n')
+    not_obj = write("notobj.jsonl", b'["text"]\n')
+    surrogate = write("surrogate.jsonl", b'{"text": "ok"}\n{"text": "a\\ud800b"}\n')
+    bad_utf8 = write("latin1.txt", "ok\nfa\u00e7ade\n".encode("latin-1"))
+    bad_utf8_json = write("latin1.jsonl", '{"text": "fa\u00e7ade"}\n'.encode("latin-1"))
+    done = tmp / "done"
+    done.mkdir()
+    (done / "shard.json").write_text("{}")
+    good = write("good.txt", b"hello\n")
+    J = ["--jsonl-field", "text"]
+    try:
+        json.loads('{"text": "a",}')
+    except json.JSONDecodeError as e:
+        json_error = str(e)
+    try:
+        gzip.decompress(cut_gz.read_bytes())
+    except EOFError as e:
+        eof_error = str(e)
+    return {
+        "missing": ([tmp / "nope.txt"], f"{tmp / 'nope.txt'}: no such file"),
+        "directory": ([done], f"{done}: not a regular file"),
+        "not_gzip": ([not_gz], f"{not_gz}: cannot read: Not a gzipped file (b'pl')"),
+        "truncated_gzip": ([cut_gz], f"{cut_gz}:{cut_gz_line(whole)}: cannot read: {eof_error}"),
+        "bad_json": ([bad_json] + J, f"{bad_json}:3: not valid JSON: {json_error}"),
+        "field_missing": ([no_field] + J, f"{no_field}:2: no field 'text' (--jsonl-field)"),
+        "field_not_string": ([not_str] + J, f"{not_str}:2: field 'text' is int, not a string"),
+        "not_object": ([not_obj] + J, f"{not_obj}:1: not a JSON object (list)"),
+        "surrogate": (
+            [surrogate] + J,
+            f"{surrogate}:2: field 'text' is not valid UTF-8 (lone surrogate at character 1)",
+        ),
+        "utf8_lines": ([bad_utf8], f"{bad_utf8}:2: not valid UTF-8 (byte 2: invalid continuation byte)"),
+        "utf8_file": (
+            [bad_utf8, "--split", "file"],
+            f"{bad_utf8}:2: not valid UTF-8 (byte 5: invalid continuation byte)",
+        ),
+        "utf8_jsonl": (
+            [bad_utf8_json] + J,
+            f"{bad_utf8_json}:1: not valid UTF-8 (byte 12: invalid continuation byte)",
+        ),
+        "output_exists": (
+            [good, "-o", done],
+            f"{done / 'shard.json'}: output exists (use --overwrite or another --output)",
+        ),
+    }
+
+
+def cut_gz_line(whole: bytes) -> int:
+    """The line at which a gzip stream cut in half stops: one past the lines it yields."""
+    n = 0
+    try:
+        with gzip.open(__import__("io").BytesIO(whole[: len(whole) // 2])) as f:
+            for n, _ in enumerate(f, start=1):
+                pass
+    except EOFError:
+        pass
+    return n + 1
+
+
+CASES = [
+    "missing",
+    "directory",
+    "not_gzip",
+    "truncated_gzip",
+    "bad_json",
+    "field_missing",
+    "field_not_string",
+    "not_object",
+    "surrogate",
+    "utf8_lines",
+    "utf8_file",
+    "utf8_jsonl",
+    "output_exists",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_one_line_error(capsys, tmp_path, root, case):
+    args, message = bad_inputs(tmp_path)[case]
+    out = [] if "-o" in args else ["-o", tmp_path / "out"]
+    argv = ["encode", *args, *out, "--vocab", root / "vocab/tiktoken/r50k_base.tiktoken", "-q"]
+    rc = cli.main([str(a) for a in argv])
+    stdout, err = capsys.readouterr()
+    assert rc == 2
+    assert err.strip().splitlines() == [f"blockbpe-jax: error: {message}"], err
+    # a failed run leaves no partial output behind
+    assert not list((tmp_path / "out").glob("shard*")) if (tmp_path / "out").exists() else True
+
+
+def test_error_after_many_batches_in_the_pipeline(tmp_path, r50k):
+    """A bad JSONL line found by the reader thread after many batches have been encoded and
+    written: the same one-line error naming the line, and no shard left behind; the batches
+    before it, run again without the bad line, are the documents' ids in order."""
+    good = [{"text": f"document {i}: " + "word " * (i % 37)} for i in range(400)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps(d) for d in good) + "\n{not json\n", encoding="utf-8")
+    out = tmp_path / "out"
+    with pytest.raises(corpus.CorpusError, match=rf"^{src}:401: "):
+        corpus.encode_files(r50k, [src], out / "shard", jsonl_field="text", batch_bytes=2048)
+    assert not any(out.iterdir())
+    src.write_text("\n".join(json.dumps(d) for d in good) + "\n", encoding="utf-8")
+    corpus.encode_files(r50k, [src], out / "shard", jsonl_field="text", batch_bytes=2048)
+    got = [d.tolist() for d in corpus.read_shards(out / "shard")]
+    ids, counts = r50k.encode_batch([d["text"] for d in good])
+    assert got == [np.asarray(ids)[i, :c].tolist() for i, c in enumerate(np.asarray(counts))]
+
+
+def test_arrayrecord_missing_package_is_one_line(tmp_path, capsys, root, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "array_record.python.array_record_module", None)
+    src = tmp_path / "a.txt"
+    src.write_text("hello\n")
+    rc = cli.main(
+        [
+            str(a)
+            for a in (
+                "encode",
+                src,
+                "-o",
+                tmp_path / "o",
+                "--vocab",
+                root / "vocab/tiktoken/r50k_base.tiktoken",
+                "--format",
+                "arrayrecord",
+                "-q",
+            )
+        ]
+    )
+    assert rc == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "blockbpe-jax: error: --format arrayrecord needs the array_record package (pip install array_record)"
+    ]
