@@ -3,6 +3,7 @@
 regex_syntax.py  the regex family of BPE pre-tokenizers -> syntax tree
 nfa.py           syntax tree -> NFA with ordered choices
 compiler.py      NFA -> the backward/forward automata (minimised), code point classes
+automata.py      Automata, their minimisation and sequential run (the tests' reference)
 tables.py        automata -> the kernels' operand (ffi/pretok/tables.h)
 pipeline.py      a tokenizer's stages (tiktoken pattern, HF pre_tokenizer) + compile cache
 unicode.py       Unicode 16.0.0 properties (unicode16.npz)
