@@ -6,11 +6,12 @@
 `data` is uint8[B, L] and `lengths` int32[B]; see `encode` for the options. `decode` (ids back
 to bytes on the device), `finalize` (BOS/EOS, padding and truncation sides) and
 `attention_mask` are jittable too; `pack` packs documents into fixed rows with segment ids and
-positions (grain's layout); `encode_sharded` runs encode per device of a mesh.
+positions (grain's layout), `pack_stream` the same across batches with carry-over; `encode_sharded` runs encode per device of a mesh.
 """
 
 from .ops import HAS_CUDA_MODULE, Encoded, EncodeTables, encode
 from .packing import Packed, PackReport, pack, segment_attention_mask
+from .packing_stream import Carry, CarryReport, empty_carry, pack_stream
 from .postprocess import attention_mask, decode, finalize
 from .ragged import encode_ragged, pack_ragged
 from .sharding import encode_sharded
@@ -26,6 +27,10 @@ __all__ = [
     "finalize",
     "attention_mask",
     "pack",
+    "pack_stream",
+    "empty_carry",
+    "Carry",
+    "CarryReport",
     "Packed",
     "PackReport",
     "segment_attention_mask",

@@ -62,10 +62,6 @@ __all__ = [
     "PackReport",
     "pack_reference",
     "segment_attention_mask",
-    "pack_stream",
-    "Carry",
-    "CarryReport",
-    "empty_carry",
 ]
 
 
@@ -341,8 +337,3 @@ def pack_reference(
         packed_per_document=np.asarray(packed, np.int32),
     )
     return tokens, segment_ids, positions, report
-
-
-# pack_stream and its carry (packing_stream.py imports pack and the checks above, so this
-# import comes last: blockbpe_jax/__init__.py imports this module first).
-from .packing_stream import Carry, CarryReport, empty_carry, pack_stream  # noqa: F401

@@ -207,7 +207,7 @@ def run_training(
             seq_len=cfg["max_tokens"],
             tokens_per_document=float(np.clip(counts, 1, cfg["max_tokens"]).mean()),
         )
-        carry = jax.device_put(bb.packing.empty_carry(batches.capacity, cfg["max_tokens"]), device)
+        carry = jax.device_put(bb.empty_carry(batches.capacity, cfg["max_tokens"]), device)
         print(f"packing: {batches.describe()}", flush=True)
 
     eval_before = evaluate()

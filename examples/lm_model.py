@@ -128,7 +128,7 @@ def make_steps(tok: bb.Tokenizer, *, mode: str, max_tokens: int, block_size: int
         # Documents tokenized, then packed into `rows` rows of T tokens by first fit over the
         # stream (grain's FirstFitPackIterDataset); what does not fit waits in `carry`, on the
         # device, for the next step.
-        packed, carry, rep = bb.packing.pack_stream(
+        packed, carry, rep = bb.pack_stream(
             carry, tokenize(tables, data, lengths), seq_len=max_tokens, rows=rows, window=window
         )
         loss, n = update_packed(model, optimizer, packed)

@@ -169,15 +169,13 @@ def test_packed_feed_writes_every_document_once(data_dir):
         return bb.encode(d, n, tables, max_tokens=T, check_lengths=False)
 
     step = jax.jit(
-        lambda carry, d, n: bb.packing.pack_stream(
-            carry, tokenize(d, n), seq_len=T, rows=R, window=feeder.window
-        )
+        lambda carry, d, n: bb.pack_stream(carry, tokenize(d, n), seq_len=T, rows=R, window=feeder.window)
     )
     d, n = feeder.sample(64)
     feeder.plan(
         rows=R, seq_len=T, tokens_per_document=float(np.clip(np.asarray(tokenize(d, n).counts), 1, T).mean())
     )
-    carry = bb.packing.empty_carry(feeder.capacity, T)
+    carry = bb.empty_carry(feeder.capacity, T)
     written = []
     for _ in range(40):
         packed, carry, rep = step(carry, *feeder.next_batch())

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from blockbpe_jax.packing import CarryReport, empty_carry, pack_stream
+from blockbpe_jax.packing_stream import CarryReport, empty_carry, pack_stream
 
 from strategies import fuzz
 from test_packing import _segments  # each row's segments as lists of ids, layout checked
