@@ -273,3 +273,51 @@ def same(name: str, fn):
 
 def both(name: str):
     return pair(name)
+
+
+# Texts that stress SentencePiece BPE: whitespace runs (the tie group sentencepiece breaks by
+# position), edge cases, runs of one character.
+SPACES = [
+    " " * k + tail
+    for k in (1, 2, 3, 13, 14, 15, 16, 17, 18, 29, 30, 31, 32, 33, 45, 100, 1000, 4000)
+    for tail in ("", "x", "\n")
+]
+
+EDGES = [
+    "",
+    " ",
+    "  a",
+    "a\u2581b",
+    "\u2581",
+    "\x01\x02",
+    "\ufffd",
+    "\U0001f600 \U0001f44d\U0001f3fd",
+    "\t\tindent\n    four\n        eight",
+    "x" * 300,
+    "ab" * 200,
+    "1234567890" * 5,
+]
+
+RUNS = [
+    pre + ch * k + post
+    for ch in "-=#*._~0\t\u2500\u2581 "
+    for k in (1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 65, 257)
+    for pre, post in (("", ""), ("a ", "b"), (" ", "\n"))
+]
+
+
+def packed_segments(tokens, segment_ids, positions):
+    """Each row's segments, left to right, checking the layout's invariants on the way."""
+    out = []
+    for r in range(tokens.shape[0]):
+        seg, row = segment_ids[r], []
+        live = int((seg > 0).sum())
+        assert (seg[:live] > 0).all() and (seg[live:] == 0).all(), "padding only at the end"
+        assert (positions[r, live:] == 0).all()
+        for s in range(1, int(seg.max(initial=0)) + 1):
+            where = np.flatnonzero(seg == s)
+            assert where.size and (np.diff(where) == 1).all(), "a segment is one run"
+            assert (positions[r, where] == np.arange(where.size)).all()
+            row.append(tokens[r, where].tolist())
+        out.append(row)
+    return out

@@ -214,3 +214,10 @@ def family_texts():
     from helpers import MIXED
 
     return st.lists(unicode_text | runs_text | st.sampled_from(MIXED), min_size=1, max_size=6)
+
+
+# Whitespace runs around the lengths where SentencePiece models change pieces.
+spaces_text = st.lists(
+    st.sampled_from([" ", "  ", " " * 15, " " * 16, "\u2581", "\n", "a", "ab", "\U0001f600", "é", "日本"]),
+    max_size=30,
+).map("".join)

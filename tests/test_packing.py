@@ -29,7 +29,7 @@ import blockbpe_jax as bb
 from blockbpe_jax import testing
 from blockbpe_jax.packing import PackReport, pack, pack_reference, segment_attention_mask
 
-from helpers import load_tokenizer
+from helpers import load_tokenizer, packed_segments
 from strategies import fuzz
 
 CPU = jax.devices("cpu")[0]
@@ -146,23 +146,6 @@ def _documents(ids, counts, bos_id, eos_id):
     ]
 
 
-def _segments(tokens, segment_ids, positions):
-    """Each row's segments, left to right, checking the layout's invariants on the way."""
-    out = []
-    for r in range(tokens.shape[0]):
-        seg, row = segment_ids[r], []
-        live = int((seg > 0).sum())
-        assert (seg[:live] > 0).all() and (seg[live:] == 0).all(), "padding only at the end"
-        assert (positions[r, live:] == 0).all()
-        for s in range(1, int(seg.max(initial=0)) + 1):
-            where = np.flatnonzero(seg == s)
-            assert where.size and (np.diff(where) == 1).all(), "a segment is one run"
-            assert (positions[r, where] == np.arange(where.size)).all()
-            row.append(tokens[r, where].tolist())
-        out.append(row)
-    return out
-
-
 @fuzz(150)
 @given(batches())
 def test_reference_properties(case):
@@ -171,7 +154,7 @@ def test_reference_properties(case):
     tokens, segment_ids, positions, report = pack_reference(ids, counts, **opts)
     S, R = opts["seq_len"], opts["rows"]
     docs = _documents(ids, counts, opts["bos_id"], opts["eos_id"])
-    rows = _segments(tokens, segment_ids, positions)
+    rows = packed_segments(tokens, segment_ids, positions)
     assert (tokens[segment_ids == 0] == opts["pad_id"]).all()
     stream = [t for d in docs if d for t in d]
     if opts["method"] == "sequential":
@@ -256,7 +239,9 @@ def test_encode_then_pack_round_trip(method, data_dir):
     # document from the one starting with BOS to the one ending with EOS. First fit: segments
     # are placed out of order, so the check is on the multiset: the segments are exactly the
     # seq_len pieces of the documents BOS + ids + EOS (and nothing else; nothing dropped).
-    rows = _segments(np.asarray(packed.tokens), np.asarray(packed.segment_ids), np.asarray(packed.positions))
+    rows = packed_segments(
+        np.asarray(packed.tokens), np.asarray(packed.segment_ids), np.asarray(packed.positions)
+    )
     pieces = [p for row in rows for p in row]
     expected = [ids[b, : min(c, T)].tolist() for b, c in enumerate(counts)]
     if method == "sequential":

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from blockbpe_jax.packing_stream import CarryReport, empty_carry, pack_stream
 
 from strategies import fuzz
-from test_packing import _segments  # each row's segments as lists of ids, layout checked
+from helpers import packed_segments  # each row's segments as lists of ids, layout checked
 
 
 _stream = jax.jit(pack_stream, static_argnames=("seq_len", "rows", "window", "pad_id"))
@@ -119,7 +119,7 @@ def test_pack_stream_writes_every_token_once(lengths, chunks, window, capacity, 
     seen = collections.Counter()
     lost = 0
     for tokens, seg, pos, rep in out:
-        for row in _segments(tokens, seg, pos):
+        for row in packed_segments(tokens, seg, pos):
             for piece in row:
                 assert piece == list(range(piece[0], piece[0] + len(piece)))  # a run of one doc
                 assert (piece[0] % 1000) % seq_len == 0  # pieces start at seq_len boundaries

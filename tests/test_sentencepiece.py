@@ -22,32 +22,13 @@ from hypothesis import strategies as st
 import blockbpe_jax as bb
 
 import families
-from helpers import BACKENDS, CPU, FULL, MIXED, assert_same, corpus_texts, ours
-from strategies import fuzz, raw_bytes, runs_text, unicode_text
+from helpers import BACKENDS, CPU, EDGES, FULL, MIXED, RUNS, SPACES, assert_same, corpus_texts, ours
+from strategies import fuzz, raw_bytes, runs_text, spaces_text, unicode_text
 
 spm = pytest.importorskip("sentencepiece", reason="the reference library `sentencepiece` is not installed")
 from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402
 
 MODELS = ["mistral-v1-spm", "mistral-v2-spm", "mistral-v3-spm", "mistral-v7-spm"]
-SPACES = [
-    " " * k + tail
-    for k in (1, 2, 3, 13, 14, 15, 16, 17, 18, 29, 30, 31, 32, 33, 45, 100, 1000, 4000)
-    for tail in ("", "x", "\n")
-]
-EDGES = [
-    "",
-    " ",
-    "  a",
-    "a\u2581b",
-    "\u2581",
-    "\x01\x02",
-    "\ufffd",
-    "\U0001f600 \U0001f44d\U0001f3fd",
-    "\t\tindent\n    four\n        eight",
-    "x" * 300,
-    "ab" * 200,
-    "1234567890" * 5,
-]
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -85,14 +66,6 @@ def test_invalid_utf8(model, backend):
         b" \xe4\xb8 \xe4\xb8\xad",
     ]
     assert ours(tok, texts, backend=backend) == [sp.encode(t) for t in texts]
-
-
-RUNS = [
-    pre + ch * k + post
-    for ch in "-=#*._~0\t\u2500\u2581 "
-    for k in (1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 65, 257)
-    for pre, post in (("", ""), ("a ", "b"), (" ", "\n"))
-]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -175,11 +148,6 @@ def test_from_processor(model):
 
 # ---------------------------------------------------------------------------------------------
 # Hypothesis
-
-spaces_text = st.lists(
-    st.sampled_from([" ", "  ", " " * 15, " " * 16, "\u2581", "\n", "a", "ab", "\U0001f600", "é", "日本"]),
-    max_size=30,
-).map("".join)
 
 
 @pytest.fixture(scope="module", params=["mistral-v1-spm", "mistral-v7-spm"])

@@ -20,7 +20,8 @@ from strategies import fuzz, runs_text, unicode_text
 
 pytest.importorskip("sentencepiece", reason="the reference library `sentencepiece` is not installed")
 from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402
-from test_sentencepiece import EDGES, RUNS, SPACES, spaces_text  # noqa: E402
+from helpers import EDGES, RUNS, SPACES  # noqa: E402
+from strategies import spaces_text  # noqa: E402
 
 
 HF_STYLES = {
