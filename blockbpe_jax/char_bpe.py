@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
-from .vocab import Vocab, VocabError, _place_specials
+from .vocab import Vocab, VocabError, _place_specials, vocab_name
 
 SPACE = "\u2581"  # `▁`: sentencepiece's escaped space
 REPLACEMENT = "\ufffd"
@@ -70,6 +69,28 @@ class RunRule:
 # --------------------------------------------------------------------------------------------
 # Merge order: when the passes equal the reference, and the run rule where they do not
 # --------------------------------------------------------------------------------------------
+
+
+def char_level_vocab(
+    *, name, token_bytes, merges, byte_ids, special_tokens, source, char_level, always_special=()
+) -> Vocab:
+    """The Vocab of a SentencePiece-style model (every loader's): no pre-tokenizer, no
+    whole-piece shortcut; the character tables in `char_level`."""
+    return Vocab(
+        name=name,
+        token_bytes=tuple(token_bytes),
+        merges=merges,
+        byte_ids=tuple(byte_ids),
+        special_tokens=special_tokens,
+        pattern=None,
+        pattern_name=None,
+        whole_piece_shortcut=False,
+        pretokenizer=None,
+        unsupported=None,
+        source=source,
+        char_level=char_level,
+        always_special=tuple(always_special),
+    )
 
 
 def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | None]:
@@ -342,18 +363,12 @@ def vocab_from_hf_json(doc: dict, path) -> Vocab:
     space_id = chars.get(SPACE, -1)
     if space_id < 0:
         raise VocabError(f"{where}: model.vocab: no token '\u2581'")
-    name = Path(path).parent.name if Path(path).name == "tokenizer.json" else Path(path).stem
-    return Vocab(
-        name=name or "tokenizer",
-        token_bytes=tuple(token_bytes),
+    return char_level_vocab(
+        name=vocab_name(path),
+        token_bytes=token_bytes,
         merges=merges,
-        byte_ids=tuple(byte_ids),
+        byte_ids=byte_ids,
         special_tokens=added,
-        pattern=None,
-        pattern_name=None,
-        whole_piece_shortcut=False,
-        pretokenizer=None,
-        unsupported=None,
         source=where,
         char_level=CharLevel(
             char_ids={**chars, " ": space_id},

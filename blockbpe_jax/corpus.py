@@ -111,17 +111,17 @@ def enable_compilation_cache() -> str | None:
     they compiled: the job's are many small ones."""
     import jax
 
-    from . import table_cache
+    from .disk_cache import cache_dir
 
     if os.environ.get("BLOCKBPE_XLA_CACHE", "1") == "0":
         return None
     current = jax.config.jax_compilation_cache_dir
     if current:
         return current
-    tables_dir = table_cache._cache_dir()
-    if tables_dir is None:
+    xla_dir = cache_dir("xla")
+    if xla_dir is None:
         return None
-    path = str(tables_dir.parent / "xla")
+    path = str(xla_dir)
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     return path

@@ -27,6 +27,7 @@ from .char_bpe import (
     REPLACEMENT,
     SPACE,
     CharLevel,
+    char_level_vocab,
     piece_bytes,
     space_joiners,
     split_runs,
@@ -271,17 +272,12 @@ def vocab_from_spm_model(model: SpmModel, where: str, name: str = "sentencepiece
     )
     if model.add_dummy_prefix and not escape:
         refuse("normalizer_spec.add_dummy_prefix without escape_whitespaces is not supported")
-    return Vocab(
+    return char_level_vocab(
         name=name,
-        token_bytes=tuple(token_bytes),
+        token_bytes=token_bytes,
         merges=merges,
-        byte_ids=tuple(byte_ids),
+        byte_ids=byte_ids,
         special_tokens=specials,
-        pattern=None,
-        pattern_name=None,
-        whole_piece_shortcut=False,
-        pretokenizer=None,
-        unsupported=None,
         source=where,
         char_level=char_level,
         always_special=user_defined,

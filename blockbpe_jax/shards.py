@@ -65,22 +65,46 @@ def check_output(directory: Path, name: str, overwrite: bool, fmt: str) -> None:
         p.unlink()
 
 
-class FlatWriter:
-    """Streams documents into flat shards of at most `shard_tokens` tokens (a document is never
-    split; one longer than that gets a shard of its own) and `shard_docs` documents."""
-
-    fmt = "flat"
+class _ShardWriter:
+    """What the two shard writers share: the dtype, the shard limits, the list of shards and of
+    files written (removed by `abort`), and the sidecar `finish` writes."""
 
     def __init__(self, prefix: Path, n_vocab: int, shard_tokens: int, shard_docs: int | None):
         self.prefix, self.dtype = prefix, token_dtype(n_vocab)
         self.shard_tokens, self.shard_docs = shard_tokens, shard_docs or 2**62
         self.shards: list[dict] = []
         self.written: list[Path] = []
-        self._bin = None
+        self._out = None  # the open shard file
+
+    def _layout(self) -> dict:
+        """The sidecar's format fields (before the job's meta)."""
+        raise NotImplementedError
+
+    def finish(self, meta: dict) -> dict:
+        if self._out is not None:
+            self._close()
+        sidecar = dict(**self._layout(), **meta, shards=self.shards)
+        sidecar["documents"] = sum(s["documents"] for s in self.shards)
+        sidecar["tokens"] = sum(s["tokens"] for s in self.shards)
+        sidecar_path(self.prefix).write_text(json.dumps(sidecar, indent=2) + "\n")
+        return sidecar
+
+    def abort(self) -> None:
+        if self._out is not None:
+            self._out.close()
+        for p in self.written:
+            p.unlink(missing_ok=True)
+
+
+class FlatWriter(_ShardWriter):
+    """Streams documents into flat shards of at most `shard_tokens` tokens (a document is never
+    split; one longer than that gets a shard of its own) and `shard_docs` documents."""
+
+    fmt = "flat"
 
     def _open(self) -> None:
         bin_path, _ = flat_names(self.prefix, len(self.shards))
-        self._bin = open(bin_path, "wb")
+        self._out = open(bin_path, "wb")
         self.written.append(bin_path)
         self._offsets, self._tokens, self._ndocs = [np.zeros(1, np.int64)], 0, 0
 
@@ -89,7 +113,7 @@ class FlatWriter:
         ends = np.cumsum(counts, dtype=np.int64)
         start = 0
         while start < len(counts):
-            if self._bin is None:
+            if self._out is None:
                 self._open()
             base = int(ends[start - 1]) if start else 0
             # documents that fit under the token limit; a shard holds at least one
@@ -99,7 +123,7 @@ class FlatWriter:
                 take = 1
             if take:
                 end = int(ends[start + take - 1])
-                self._bin.write(np.ascontiguousarray(ids[base:end], self.dtype).data)
+                self._out.write(np.ascontiguousarray(ids[base:end], self.dtype).data)
                 self._offsets.append(self._tokens + ends[start : start + take] - base)
                 self._tokens += end - base
                 self._ndocs += take
@@ -108,8 +132,8 @@ class FlatWriter:
                 self._close()
 
     def _close(self) -> None:
-        self._bin.close()
-        self._bin = None
+        self._out.close()
+        self._out = None
         bin_path, idx_path = flat_names(self.prefix, len(self.shards))
         offsets = np.concatenate(self._offsets).astype("<i8")
         offsets.tofile(idx_path)
@@ -118,30 +142,11 @@ class FlatWriter:
             dict(bin=bin_path.name, idx=idx_path.name, documents=len(offsets) - 1, tokens=int(self._tokens))
         )
 
-    def finish(self, meta: dict) -> dict:
-        if self._bin is not None:
-            self._close()
-        sidecar = dict(
-            format=FLAT_FORMAT,
-            dtype=self.dtype.name,
-            byteorder="little",
-            idx_dtype="int64",
-            **meta,
-            shards=self.shards,
-        )
-        sidecar["documents"] = sum(s["documents"] for s in self.shards)
-        sidecar["tokens"] = sum(s["tokens"] for s in self.shards)
-        sidecar_path(self.prefix).write_text(json.dumps(sidecar, indent=2) + "\n")
-        return sidecar
-
-    def abort(self) -> None:
-        if self._bin is not None:
-            self._bin.close()
-        for p in self.written:
-            p.unlink(missing_ok=True)
+    def _layout(self) -> dict:
+        return dict(format=FLAT_FORMAT, dtype=self.dtype.name, byteorder="little", idx_dtype="int64")
 
 
-class ArrayRecordWriter:
+class ArrayRecordWriter(_ShardWriter):
     """ArrayRecord shards (what grain reads): `<prefix>_<k>.array_record`, one record per
     document = its ids as raw little-endian uint16/uint32 bytes; `<prefix>.json` as for flat
     shards (format blockbpe-arrayrecord-v1). Shards end after `shard_tokens` tokens or
@@ -157,23 +162,19 @@ class ArrayRecordWriter:
                 "--format arrayrecord needs the array_record package (pip install array_record)"
             ) from None
         self._native = Native
-        self.prefix, self.dtype = prefix, token_dtype(n_vocab)
-        self.shard_tokens, self.shard_docs = shard_tokens, shard_docs or 2**62
-        self.shards: list[dict] = []
-        self.written: list[Path] = []
-        self._file = None
+        super().__init__(prefix, n_vocab, shard_tokens, shard_docs)
 
     def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
         data = ids.astype(self.dtype, copy=False)
         ends = np.cumsum(counts, dtype=np.int64).tolist()
         start = 0
         for end in ends:
-            if self._file is None:
+            if self._out is None:
                 path = self.prefix.parent / f"{self.prefix.name}_{len(self.shards):05d}.array_record"
                 self.written.append(path)
-                self._file = self._native(str(path), "group_size:1")
+                self._out = self._native(str(path), "group_size:1")
                 self._tokens = self._docs = 0
-            self._file.write(data[start:end].tobytes())
+            self._out.write(data[start:end].tobytes())
             self._tokens += end - start
             self._docs += 1
             start = end
@@ -181,31 +182,17 @@ class ArrayRecordWriter:
                 self._close()
 
     def _close(self) -> None:
-        self._file.close()
-        self._file = None
+        self._out.close()
+        self._out = None
         self.shards.append(dict(file=self.written[-1].name, documents=self._docs, tokens=int(self._tokens)))
 
-    def finish(self, meta: dict) -> dict:
-        if self._file is not None:
-            self._close()
-        sidecar = dict(
+    def _layout(self) -> dict:
+        return dict(
             format=ARRAY_RECORD_FORMAT,
             dtype=self.dtype.name,
             byteorder="little",
             record="one per document: its ids as raw little-endian " + self.dtype.name,
-            **meta,
-            shards=self.shards,
         )
-        sidecar["documents"] = sum(s["documents"] for s in self.shards)
-        sidecar["tokens"] = sum(s["tokens"] for s in self.shards)
-        sidecar_path(self.prefix).write_text(json.dumps(sidecar, indent=2) + "\n")
-        return sidecar
-
-    def abort(self) -> None:
-        if self._file is not None:
-            self._file.close()
-        for p in self.written:
-            p.unlink(missing_ok=True)
 
 
 def read_array_records(prefix: str | os.PathLike) -> Iterator[np.ndarray]:

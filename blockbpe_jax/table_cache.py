@@ -12,27 +12,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import io
-import os
 from pathlib import Path
 
 import numpy as np
 
 from . import tables
+from .disk_cache import cache_dir, save_npz
 
 TABLE_FORMAT = 1  # the entries' own layout (fields as saved below)
-
-
-def _cache_dir() -> Path | None:
-    root = os.environ.get("BLOCKBPE_CACHE_DIR")
-    if root == "":
-        return None
-    base = (
-        Path(root)
-        if root
-        else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "blockbpe_jax"
-    )
-    return base / "tables"
 
 
 @functools.lru_cache(maxsize=1)
@@ -62,7 +49,7 @@ def vocab_key(vocab) -> str | None:
 def vocab_tables(vocab) -> tables.VocabTables:
     """`tables.build_vocab_tables(vocab)`, from the disk cache when it holds them."""
     key = vocab_key(vocab)
-    d = _cache_dir() if key else None
+    d = cache_dir("tables") if key else None
     path = d / f"{key}.npz" if d else None
     if path is not None and path.exists():
         try:
@@ -71,20 +58,9 @@ def vocab_tables(vocab) -> tables.VocabTables:
             pass  # a damaged entry is rebuilt
     built = tables.build_vocab_tables(vocab)
     if path is not None:
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            buf = io.BytesIO()
-            np.savez(
-                buf,
-                **{
-                    f.name: np.asarray(getattr(built, f.name)) for f in dataclasses.fields(tables.VocabTables)
-                },
-            )
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(buf.getvalue())
-            tmp.replace(path)
-        except OSError:
-            pass  # no cache where the disk is read-only
+        save_npz(
+            path, {f.name: np.asarray(getattr(built, f.name)) for f in dataclasses.fields(tables.VocabTables)}
+        )
     return built
 
 

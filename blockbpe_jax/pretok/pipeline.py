@@ -7,13 +7,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import io
-import os
-import pathlib
 import re
 
 import numpy as np
 
+from ..disk_cache import cache_dir, save_npz
 from . import compiler, tables
 from .compiler import PretokenizerUnsupported
 
@@ -73,18 +71,6 @@ def _operand(p: Pretokenizer) -> np.ndarray:
     return op
 
 
-def _cache_dir() -> pathlib.Path | None:
-    root = os.environ.get("BLOCKBPE_CACHE_DIR")
-    if root == "":
-        return None
-    base = (
-        pathlib.Path(root)
-        if root
-        else pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "blockbpe_jax"
-    )
-    return base / "pretok"
-
-
 @functools.lru_cache(maxsize=64)
 def _compile_cached(stage: Stage) -> compiler.Automata:
     """compiler.compile_pattern with a disk cache ($BLOCKBPE_CACHE_DIR, default
@@ -94,7 +80,7 @@ def _compile_cached(stage: Stage) -> compiler.Automata:
             (_COMPILER_VERSION, stage.pattern, stage.flavour, stage.behaviour, stage.invert, stage.total)
         ).encode()
     ).hexdigest()[:32]
-    d = _cache_dir()
+    d = cache_dir("pretok")
     path = d / f"{key}.npz" if d else None
     if path is not None and path.exists():
         try:
@@ -116,15 +102,7 @@ def _compile_cached(stage: Stage) -> compiler.Automata:
         where=stage.where,
     )
     if path is not None:
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            buf = io.BytesIO()
-            np.savez_compressed(buf, **dataclasses.asdict(a))
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(buf.getvalue())
-            tmp.replace(path)
-        except OSError:
-            pass  # no cache where the disk is read-only
+        save_npz(path, dataclasses.asdict(a), compressed=True)
     return a
 
 

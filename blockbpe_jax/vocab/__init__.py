@@ -47,4 +47,4 @@ __all__ = [
 
 # Shared with the other loaders (char_bpe, sentencepiece, gguf, tekken).
 from .hf_json import parse_added_tokens, parse_hf_merges, read_json, vocab_from_tokenizer_json  # noqa: E402,F401
-from .model import MAX_TOKEN_ID, _check_id, _place_specials, _vocab_from_ranks  # noqa: E402,F401
+from .model import MAX_TOKEN_ID, _check_id, _place_specials, _vocab_from_ranks, vocab_name  # noqa: E402,F401

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from .. import pretok
-from .model import Vocab, VocabError, _check_id, _missing_bytes_message, _place_specials
+from .model import Vocab, VocabError, _check_id, _missing_bytes_message, _place_specials, vocab_name
 from .patterns import recognise_pattern
 
 
@@ -201,9 +201,8 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
         if model.get(option):
             reasons.append(f"model.{option} {model[option]!r} is not supported")
 
-    name = path.parent.name if path.name == "tokenizer.json" and path.parent.name else path.stem
     return Vocab(
-        name=name,
+        name=vocab_name(path),
         token_bytes=tuple(token_bytes),
         merges=merges,
         byte_ids=byte_ids,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from .. import pretok
@@ -72,6 +74,12 @@ class Vocab:
             f"specials={len(self.special_tokens)}, pattern_name={self.pattern_name!r}, "
             f"whole_piece_shortcut={self.whole_piece_shortcut}, source={self.source!r})"
         )
+
+
+def vocab_name(path: str | os.PathLike) -> str:
+    """A vocabulary's name from its file: the folder of a `tokenizer.json`, else the file's stem."""
+    path = Path(path)
+    return path.parent.name if path.name == "tokenizer.json" and path.parent.name else path.stem
 
 
 def _check_id(where: str, token_id: object) -> int:
