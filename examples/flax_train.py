@@ -154,14 +154,14 @@ def run_training(
     feeds="bytes": batches are (uint8[B, L], int32[B]) raw bytes, tokenized inside the step.
     feeds="ids": batches are (int32[B, T], int32[B]) ids and counts made on the host.
     feeds="packed": batches is a feeder of documents (grain_pipeline.DocumentFeeder): raw bytes,
-    tokenized and packed (`pack_stream`, first fit with carry-over) into cfg["batch"] rows of T
-    tokens inside the step.
+    tokenized and packed on the device (`pack_stream`, first fit with carry-over) into
+    cfg["batch"] rows of T tokens by a jitted pack step, then trained on by the packed_rows step.
     feeds="packed_rows": batches are dicts of rows packed on the host by grain (tokens,
     tokens_segment_ids, tokens_positions: int32[batch, T]).
     host_check(data, lengths) -> (ids, counts), if given, must equal the in-step ids."""
     device = jax.devices()[0]
     tables = tok.tables("none", device)  # device arrays, built once, passed to every step
-    tokenize, step_bytes, step_ids, eval_bytes, step_packed, step_rows = make_steps(
+    tokenize, step_bytes, step_ids, eval_bytes, pack_step, step_rows = make_steps(
         tok, mode=args.mode, max_tokens=cfg["max_tokens"], block_size=args.block_size
     )
     model, optimizer = make_model_and_optimizer(cfg, tok.vocab.n_vocab, args.seed)
@@ -215,11 +215,12 @@ def run_training(
     t0 = time.perf_counter()
     compile_s = None
     for step in range(1, cfg["steps"] + 1):
-        if feeds == "packed":  # documents, packed into cfg["batch"] rows inside the step
+        if feeds == "packed":  # documents, tokenized and packed on the device
             a, b = (jax.device_put(x, device) for x in batches.next_batch())
-            out, carry, carried = step_packed(
-                model, optimizer, tables, carry, a, b, rows=cfg["batch"], window=batches.window
+            rows, stats, carry, carried = pack_step(
+                tables, carry, a, b, rows=cfg["batch"], window=batches.window
             )
+            out = (*step_rows(model, optimizer, *rows)[:2], stats)
             batches.dispatched(carried)
         elif feeds == "packed_rows":
             rows = next(batches)

@@ -11,8 +11,8 @@ does what grain pipelines usually do instead (a tiktoken map step, then padding)
     python examples/grain_pipeline.py --tiny --pack --host-tokenize   # grain tokenizes and packs
     python examples/grain_pipeline.py --workers 4 --summary grain.json    # GPU
 
-With --pack the records are documents of half a row's bytes. The train step tokenizes them and
-packs them into the batch's rows by first fit over the document stream (`pack_stream`: grain's
+With --pack the records are documents of half a row's bytes. A jitted step on the device tokenizes them
+and packs them into the batch's rows by first fit over the document stream (`pack_stream`: grain's
 FirstFitPackIterDataset batches, segment ids and positions; the model attends within each
 document); documents that do not fit a batch wait on the device for the next one. With
 --pack --host-tokenize grain does it all on the host, as a grain user would: a tiktoken map,
@@ -260,7 +260,7 @@ def main(argv=None) -> int:
                 feeder,
                 "grain_pipeline",
                 feeds="packed",
-                tokenize_desc="in-step, packed (grain yields documents)",
+                tokenize_desc="on the device, packed (grain yields documents)",
             )
     elif not args.host_tokenize:
         pipeline = make_pipeline(windows, cfg, args.seed, args.workers)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -123,19 +125,19 @@ def make_steps(tok: bb.Tokenizer, *, mode: str, max_tokens: int, block_size: int
         optimizer.update(model, grads)
         return loss, n
 
-    @nnx.jit(static_argnames=("rows", "window"))
-    def train_step_packed(model, optimizer, tables, carry, data, lengths, rows, window):
+    @functools.partial(jax.jit, static_argnames=("rows", "window"))
+    def pack_step(tables, carry, data, lengths, rows, window):
         # Documents tokenized, then packed into `rows` rows of T tokens by first fit over the
         # stream (grain's FirstFitPackIterDataset); what does not fit waits in `carry`, on the
-        # device, for the next step.
+        # device, for the next step. The rows then go through the same train step as rows
+        # packed on the host, so both runs compute bit for bit the same losses.
         packed, carry, rep = bb.pack_stream(
             carry, tokenize(tables, data, lengths), seq_len=max_tokens, rows=rows, window=window
         )
-        loss, n = update_packed(model, optimizer, packed)
         stats = jnp.stack(
             [rep.tokens_lost + packed.report.tokens_truncated, (~rep.batch_full).astype(jnp.int32)]
         )
-        return (loss, n, stats), carry, rep.documents_carried
+        return (packed.tokens, packed.segment_ids, packed.positions), stats, carry, rep.documents_carried
 
     @nnx.jit
     def train_step_packed_rows(model, optimizer, tokens, segment_ids, positions):
@@ -153,7 +155,7 @@ def make_steps(tok: bb.Tokenizer, *, mode: str, max_tokens: int, block_size: int
         train_step_bytes,
         train_step_ids,
         eval_bytes,
-        train_step_packed,
+        pack_step,
         train_step_packed_rows,
     )
 
