@@ -66,6 +66,13 @@ def best_of(fn, repeat: int) -> float:
     return min(times)
 
 
+def result(corpus: str, size: int, path: str, stage: str, threads: int, t: float) -> dict:
+    """A row of the table: `size` bytes of `corpus` read in `t` seconds."""
+    return dict(
+        corpus=corpus, MB=size / MB, path=path, stage=stage, threads=threads, seconds=t, MBps=size / MB / t
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -95,17 +102,7 @@ def main() -> None:
             python = [documents._fast_block(b, field) for b in blocks]
             assert all(p is not None for p in python)
             t = best_of(lambda: [documents._fast_block(b, field) for b in blocks], args.repeat)
-            results.append(
-                dict(
-                    corpus=name,
-                    MB=size / MB,
-                    path="python (_fast_block)",
-                    stage="parse",
-                    threads=1,
-                    seconds=t,
-                    MBps=size / MB / t,
-                )
-            )
+            results.append(result(name, size, "python (_fast_block)", "parse", 1, t))
             print(f"{name}: {size / MB:.0f} MB, python {size / MB / t:.0f} MB/s", flush=True)
             for n in threads:
                 got = [native.cpu.split_documents(b, field, n) for b in blocks]
@@ -113,34 +110,14 @@ def main() -> None:
                     assert data.tobytes() == b"".join(blobs) and len(offsets) == len(blobs) + 1
                 del got
                 t = best_of(lambda: [native.cpu.split_documents(b, field, n) for b in blocks], args.repeat)
-                results.append(
-                    dict(
-                        corpus=name,
-                        MB=size / MB,
-                        path="native",
-                        stage="parse",
-                        threads=n,
-                        seconds=t,
-                        MBps=size / MB / t,
-                    )
-                )
+                results.append(result(name, size, "native", "parse", n, t))
                 t = best_of(
                     lambda: sum(
                         w.ndocs for w in documents.iter_windows([path], jsonl_field=field, threads=n)
                     ),
                     args.repeat,
                 )
-                results.append(
-                    dict(
-                        corpus=name,
-                        MB=size / MB,
-                        path="native",
-                        stage="windows",
-                        threads=n,
-                        seconds=t,
-                        MBps=size / MB / t,
-                    )
-                )
+                results.append(result(name, size, "native", "windows", n, t))
                 print(
                     f"  native {n} threads: parse {results[-2]['MBps']:.0f} MB/s, windows "
                     f"{results[-1]['MBps']:.0f} MB/s",

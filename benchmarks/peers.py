@@ -75,6 +75,16 @@ def _rows_from_flat(flat: np.ndarray, offsets) -> list:
     return [flat[offsets[i] : offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
 
 
+def _hf_style(name: str, tokenizer, version: str) -> Peer:
+    """A peer with HF tokenizers' batch API (tokie has the same): encodings holding `.ids`."""
+    return Peer(
+        name,
+        lambda xs: tokenizer.encode_batch(xs, add_special_tokens=False),
+        lambda got: [e.ids for e in got],
+        version,
+    )
+
+
 def reference_encoding(data_dir, vocab: str, pattern: str | None = None):
     """tiktoken over the shared rank file (no network), with the vocabulary's own pattern."""
     import tiktoken
@@ -114,12 +124,7 @@ def load(data_dir, vocab: str = "cl100k", threads: int | None = None, only: tupl
             from tokenizers import Tokenizer as HFTokenizer
 
             hf = HFTokenizer.from_file(hf_path)
-            ps.peers["hf_tokenizers"] = Peer(
-                "hf_tokenizers",
-                lambda xs: hf.encode_batch(xs, add_special_tokens=False),
-                lambda got: [e.ids for e in got],
-                _version("tokenizers"),
-            )
+            ps.peers["hf_tokenizers"] = _hf_style("hf_tokenizers", hf, _version("tokenizers"))
         except Exception as e:  # noqa: BLE001
             ps.unavailable["hf_tokenizers"] = repr(e)[:300]
     if want("gigatoken") or want("gigatoken_padded"):
@@ -158,12 +163,7 @@ def load(data_dir, vocab: str = "cl100k", threads: int | None = None, only: tupl
             import tokie
 
             tt = tokie.Tokenizer.from_json(hf_path)
-            ps.peers["tokie"] = Peer(
-                "tokie",
-                lambda xs: tt.encode_batch(xs, add_special_tokens=False),
-                lambda got: [e.ids for e in got],
-                _version("tokie"),
-            )
+            ps.peers["tokie"] = _hf_style("tokie", tt, _version("tokie"))
         except Exception as e:  # noqa: BLE001
             ps.unavailable["tokie"] = repr(e)[:300]
     return ps

@@ -91,6 +91,8 @@ def tiktoken_oracle(name: str, tokenizer, pattern: str, special_tokens: dict | N
     )
 
 
+# The contractions the pre-tokenizers' patterns single out ('s 't 're 've 'm 'll 'd), in both cases.
+CONTRACTIONS = ["'s", "'S", "'ll", "'LL", "'ve", "'Re", "'d", "'m", "'t"]
 # Fragments that stress pre-tokenizers: scripts, case, digits of several kinds, whitespace
 # runs, contractions (also with U+2019 and U+017F), punctuation, emoji, combining marks.
 TEXT_FRAGMENTS = [
@@ -131,15 +133,7 @@ TEXT_FRAGMENTS = [
     "\x0b",
     "\x0c",
     "\u0085",
-    "'s",
-    "'S",
-    "'ll",
-    "'LL",
-    "'ve",
-    "'Re",
-    "'d",
-    "'m",
-    "'t",
+    *CONTRACTIONS,
     "'",
     "''",
     "’s",

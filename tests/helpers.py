@@ -321,3 +321,16 @@ def packed_segments(tokens, segment_ids, positions):
             row.append(tokens[r, where].tolist())
         out.append(row)
     return out
+
+
+def encode_argv(src, out, vocab, *options) -> list[str]:
+    """The command line `encode SRC -o OUT --vocab VOCAB OPTIONS... -q` (for cli.main)."""
+    return [str(a) for a in ("encode", src, "-o", out, "--vocab", vocab, *options, "-q")]
+
+
+def is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False

@@ -15,6 +15,8 @@ import pytest
 import blockbpe_jax as bb
 from blockbpe_jax import cli
 
+from helpers import encode_argv
+
 CL100K = "vocab/tiktoken/cl100k_base.tiktoken"
 CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 
@@ -90,19 +92,7 @@ def test_encode_lines_equals_encode(capsys, tmp_path, small_text, vocab_path, to
     out = tmp_path / "out"
     rc, stdout, err = run_cli(
         capsys,
-        "encode",
-        small_text,
-        "-o",
-        out,
-        "--vocab",
-        vocab_path,
-        "--batch-size",
-        64,
-        "--shard-size",
-        200,
-        "--format",
-        "npz",
-        "-q",
+        *encode_argv(small_text, out, vocab_path, "--batch-size", 64, "--shard-size", 200, "--format", "npz"),
     )
     assert rc == 0, err
     docs = [line for line in small_text.read_bytes().split(b"\n") if line]
@@ -121,25 +111,23 @@ def test_encode_chunks_truncation_npy_bytes_mode(capsys, tmp_path, small_text, v
     out = tmp_path / "out"
     rc, _, err = run_cli(
         capsys,
-        "encode",
-        small_text,
-        "-o",
-        out,
-        "--vocab",
-        vocab_path,
-        "--split",
-        "chunk:1000",
-        "--max-tokens",
-        150,
-        "--max-len",
-        1024,
-        "--mode",
-        "bytes",
-        "--format",
-        "npy",
-        "--pad-id",
-        7,
-        "-q",
+        *encode_argv(
+            small_text,
+            out,
+            vocab_path,
+            "--split",
+            "chunk:1000",
+            "--max-tokens",
+            150,
+            "--max-len",
+            1024,
+            "--mode",
+            "bytes",
+            "--format",
+            "npy",
+            "--pad-id",
+            7,
+        ),
     )
     assert rc == 0, err
     raw = small_text.read_bytes()
@@ -161,19 +149,7 @@ def test_encode_jsonl(capsys, tmp_path, vocab_path, tok):
     out = tmp_path / "out"
     rc, _, err = run_cli(
         capsys,
-        "encode",
-        src,
-        "--jsonl-field",
-        "text",
-        "-o",
-        out,
-        "--vocab",
-        vocab_path,
-        "--batch-size",
-        16,
-        "--format",
-        "npz",
-        "-q",
+        *encode_argv(src, out, vocab_path, "--jsonl-field", "text", "--batch-size", 16, "--format", "npz"),
     )
     assert rc == 0, err
     _, shards = load_shards(out)
@@ -188,18 +164,7 @@ def test_encode_allowed_special(capsys, tmp_path, vocab_path, tok):
     for flag, expect_special in (("none", False), ("all", True), ("<|endoftext|>", True)):
         out = tmp_path / f"out_{expect_special}_{len(flag)}"
         rc, _, err = run_cli(
-            capsys,
-            "encode",
-            src,
-            "-o",
-            out,
-            "--vocab",
-            vocab_path,
-            "--allowed-special",
-            flag,
-            "--format",
-            "npz",
-            "-q",
+            capsys, *encode_argv(src, out, vocab_path, "--allowed-special", flag, "--format", "npz")
         )
         assert rc == 0, err
         _, shards = load_shards(out)

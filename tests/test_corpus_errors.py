@@ -14,6 +14,7 @@ import pytest
 from blockbpe_jax import cli, corpus
 
 import corpus_shared
+from helpers import encode_argv
 
 # corpus_shared's module-scoped fixtures, requested by name below
 root, r50k = corpus_shared.root, corpus_shared.r50k
@@ -145,20 +146,9 @@ def test_arrayrecord_missing_package_is_one_line(tmp_path, capsys, root, monkeyp
     src = tmp_path / "a.txt"
     src.write_text("hello\n")
     rc = cli.main(
-        [
-            str(a)
-            for a in (
-                "encode",
-                src,
-                "-o",
-                tmp_path / "o",
-                "--vocab",
-                root / "vocab/tiktoken/r50k_base.tiktoken",
-                "--format",
-                "arrayrecord",
-                "-q",
-            )
-        ]
+        encode_argv(
+            src, tmp_path / "o", root / "vocab/tiktoken/r50k_base.tiktoken", "--format", "arrayrecord"
+        )
     )
     assert rc == 2
     assert capsys.readouterr().err.strip().splitlines() == [

@@ -17,6 +17,7 @@ from blockbpe_jax import cli, corpus
 
 import corpus_shared
 from corpus_shared import encode_batch_ids, utf8_cut
+from helpers import encode_argv
 
 # corpus_shared's module-scoped fixtures, requested by name below
 root, cl100k, r50k, war_and_peace = (
@@ -75,22 +76,9 @@ def test_cli_default_flat_uint16_and_verify(capsys, tmp_path, root, r50k, war_an
     src.write_bytes(war_and_peace[:80_000])
     out = tmp_path / "o"
     rc = cli.main(
-        [
-            str(x)
-            for x in (
-                "encode",
-                src,
-                "-o",
-                out,
-                "--vocab",
-                root / "vocab/tiktoken/r50k_base.tiktoken",
-                "-q",
-                "--batch-bytes",
-                16384,
-                "--verify",
-                100000,
-            )
-        ]
+        encode_argv(
+            src, out, root / "vocab/tiktoken/r50k_base.tiktoken", "--batch-bytes", 16384, "--verify", 100000
+        )
     )
     stdout, err = capsys.readouterr()
     assert rc == 0, err
@@ -199,24 +187,17 @@ def test_arrayrecord_round_trip(tmp_path, capsys, root, cl100k, r50k, war_and_pe
     for tok, vocab, dtype in ((cl100k, "cl100k_base", "<u4"), (r50k, "r50k_base", "<u2")):
         out = tmp_path / vocab
         rc = cli.main(
-            [
-                str(a)
-                for a in (
-                    "encode",
-                    src,
-                    "-o",
-                    out,
-                    "--vocab",
-                    root / f"vocab/tiktoken/{vocab}.tiktoken",
-                    "--field",
-                    "body",
-                    "--format",
-                    "arrayrecord",
-                    "--shard-size",
-                    100,
-                    "-q",
-                )
-            ]
+            encode_argv(
+                src,
+                out,
+                root / f"vocab/tiktoken/{vocab}.tiktoken",
+                "--field",
+                "body",
+                "--format",
+                "arrayrecord",
+                "--shard-size",
+                100,
+            )
         )
         assert rc == 0, capsys.readouterr().err
         meta = json.loads((out / "shard.json").read_text())
@@ -235,20 +216,7 @@ def test_parquet_input(tmp_path, capsys, root, r50k, monkeypatch):
     """Parquet input (column --field): the documents' ids; without pyarrow, a one-line error."""
     src = tmp_path / "in.parquet"
     texts = ["first row", "second, longer row of text", "ünïcödé 🎉"]
-    argv = [
-        str(a)
-        for a in (
-            "encode",
-            src,
-            "-o",
-            tmp_path / "o",
-            "--vocab",
-            root / "vocab/tiktoken/r50k_base.tiktoken",
-            "--field",
-            "text",
-            "-q",
-        )
-    ]
+    argv = encode_argv(src, tmp_path / "o", root / "vocab/tiktoken/r50k_base.tiktoken", "--field", "text")
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -15,19 +15,11 @@ from hypothesis import strategies as st
 import blockbpe_jax as bb
 
 from fuzz_oracles import VOCABS, check_row, encode_cpu, reference
-from helpers import CPU, load_tokenizer
+from helpers import CPU, is_utf8, load_tokenizer
 from strategies import fuzz, runs_text, unicode_text
 
 # Every test here needs the shared vocabularies (the fixture skips when absent).
 pytestmark = pytest.mark.usefixtures("data_dir")
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
 
 
 @pytest.mark.parametrize("name, fmt", VOCABS)
@@ -52,7 +44,7 @@ def test_exactly_L_bytes_and_one_more(name, fmt, length, text, filler, garbage):
     assert len(exact) == length
     exact_text = exact.decode("utf-8")
     short = exact[: length // 2]
-    while short and not _is_utf8(short):
+    while short and not is_utf8(short):
         short = short[:-1]
     data, lengths = bb.pack_strings([exact, short, exact], max_len=length)
     assert data.shape == (3, length) and lengths.tolist() == [length, len(short), length]

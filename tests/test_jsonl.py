@@ -19,6 +19,8 @@ from blockbpe_jax import documents, native
 from blockbpe_jax.shards import CorpusError
 from blockbpe_jax.tokenizer import pack_strings
 
+from helpers import is_utf8
+
 split_documents = native.cpu.split_documents
 FIELD = "text"
 
@@ -268,16 +270,8 @@ def test_jsonl_cases(line, accepted):
 )
 def test_lines_mode_equals_python(lines, eol):
     block = eol.join(lines) + eol
-    valid = all(_utf8(x) for x in lines)
+    valid = all(is_utf8(x) for x in lines)
     check_same(block, None, must_accept=valid)
-
-
-def _utf8(b: bytes) -> bool:
-    try:
-        b.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
 
 
 @pytest.mark.parametrize("field", [FIELD, None])

@@ -129,25 +129,15 @@ def test_hf_call_equals_tokenizers(name, case):
 )
 def test_hyp_hf_call_equals_tokenizers(name, texts, max_length, padding, sides, bos):
     tok = load_tokenizer(name, "json")
-    ids, mask, eot_id = hf_expected(
-        name,
-        texts,
+    case = dict(
         padding=padding,
         truncation=True,
         max_length=max_length,
         padding_side=sides[0],
         truncation_side=sides[1],
-        bos=bos,
     )
-    out = tok(
-        texts,
-        padding=padding,
-        truncation=True,
-        max_length=max_length,
-        padding_side=sides[0],
-        truncation_side=sides[1],
-        bos_id=eot_id if bos else None,
-    )
+    ids, mask, eot_id = hf_expected(name, texts, bos=bos, **case)
+    out = tok(texts, bos_id=eot_id if bos else None, **case)
     assert np.asarray(out["input_ids"]).tolist() == ids
     assert np.asarray(out["attention_mask"]).tolist() == mask
 

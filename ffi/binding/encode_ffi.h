@@ -1,5 +1,5 @@
-// The XLA FFI signature of `bbpe_encode`, shared by the CPU and CUDA handlers, and the checks
-// that turn its buffers into EncodeParams. Everything checked here is known without reading
+// The XLA FFI signature of `bbpe_encode`, shared by the CPU and CUDA handlers, the checks
+// that turn its buffers into EncodeParams, and the handler around both (encode_handler). Everything checked here is known without reading
 // device memory (shapes, sizes); the string lengths are checked by each handler.
 #pragma once
 
@@ -158,6 +158,32 @@ inline ffi::Error check_lengths(const int32_t* lengths, int64_t batch, int32_t m
           " is outside [0, " + std::to_string(max_len) + "]");
   }
   return ffi::Error::Success();
+}
+
+// The handler of the signature above, for CPU and CUDA alike: its operands and attributes
+// checked into EncodeParams (make_encode_params), then `Body(ctx..., params, block_size)`.
+// Ctx: what the binding passes before the operands (the CUDA stream; nothing on CPU).
+template <auto Body, typename... Ctx>
+ffi::Error encode_handler(Ctx... ctx, ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths,
+                          ffi::Buffer<ffi::S32> pair_table, ffi::Buffer<ffi::S32> byte_ids,
+                          ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
+                          ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
+                          ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
+                          ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
+                          ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols,
+                          int32_t run_long, int32_t run_step, int32_t run_width, int32_t nfc,
+                          int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
+                          int32_t block_size, ffi::Result<ffi::Buffer<ffi::S32>> ids,
+                          ffi::Result<ffi::Buffer<ffi::S32>> counts,
+                          ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
+  EncodeParams p;
+  ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
+                                      token_data, special_offsets, special_data, special_ids,
+                                      pretok, nfc_pairs, char_table, pretok_stages, symbols,
+                                      run_long, run_step, run_width, nfc,
+                                      pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
+  if (err.failure()) return err;
+  return Body(ctx..., p, block_size);
 }
 
 }  // namespace bbpe

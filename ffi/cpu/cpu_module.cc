@@ -33,27 +33,9 @@ static void encode_rows(const EncodeParams& p, int64_t begin, int64_t end) {
   }
 }
 
-static ffi::Error encode_cpu(ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths,
-                             ffi::Buffer<ffi::S32> pair_table, ffi::Buffer<ffi::S32> byte_ids,
-                             ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
-                             ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
-                             ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
-                             ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
-                             ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols,
-                             int32_t run_long, int32_t run_step, int32_t run_width, int32_t nfc, int32_t pad_id,
-                             int32_t max_piece_len, int32_t rank_is_id,
-                             int32_t /*block_size*/,
-                             ffi::Result<ffi::Buffer<ffi::S32>> ids,
-                             ffi::Result<ffi::Buffer<ffi::S32>> counts,
-                             ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
-  EncodeParams p;
-  ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
-                                      token_data, special_offsets, special_data, special_ids,
-                                      pretok, nfc_pairs, char_table, pretok_stages, symbols,
-                                      run_long, run_step, run_width, nfc,
-                                      pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
-  if (err.failure()) return err;
-  err = check_lengths(p.lengths, p.batch, p.max_len);
+// (block_size: a CUDA launch setting, unused here)
+static ffi::Error encode_cpu(const EncodeParams& p, int32_t /*block_size*/) {
+  ffi::Error err = check_lengths(p.lengths, p.batch, p.max_len);
   if (err.failure()) return err;
   const int64_t hw = std::max(1u, std::thread::hardware_concurrency());
   const int64_t workers = std::min<int64_t>(hw, p.batch);
@@ -71,7 +53,8 @@ static ffi::Error encode_cpu(ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> le
 
 }  // namespace bbpe
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCpu, bbpe::encode_cpu, bbpe::bind_encode(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCpu, bbpe::encode_handler<bbpe::encode_cpu>,
+                              bbpe::bind_encode(ffi::Ffi::Bind()));
 
 template <class T>
 static nb::ndarray<nb::numpy, T> owned_array(T* data, size_t ndim, const size_t* shape) {

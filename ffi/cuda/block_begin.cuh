@@ -109,5 +109,17 @@ __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem
   return true;
 }
 
+// What a kernel with one block per string declares first: the block's dynamic shared memory
+// (smem), the block scans' storage (tmp) and the stage clock, and the block's arrays (a), its
+// row of ids (out) and its string's length (n), which begin_block sets. A macro, as the
+// __shared__ storage is declared in each kernel itself (a variable of its own).
+#define BBPE_BLOCK_KERNEL_STATE(kThreads)                                       \
+  extern __shared__ __align__(16) uint8_t smem[];                              \
+  __shared__ typename Scans<kThreads>::Storage tmp;                            \
+  StageClock clock;                                                            \
+  BlockArrays a;                                                               \
+  int32_t* out;                                                                \
+  int n
+
 }  // namespace
 }  // namespace bbpe

@@ -5,6 +5,9 @@
 // Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
 // linkage (an unnamed namespace), as the kernels are private to the module.
 #pragma once
+#ifndef BBPE_ENCODE_CUDA_TU  // (defined by encode_cuda.cu alone)
+#error "cuda/*.cuh belong to the one translation unit encode_cuda.cu: include them there only"
+#endif
 
 #include <cstdint>
 

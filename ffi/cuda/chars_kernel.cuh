@@ -121,12 +121,7 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_chars_kernel(
     const __grid_constant__ EncodeParams p) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ typename Scans<kThreads>::Storage tmp;
-  StageClock clock;
-  BlockArrays a;
-  int32_t* out;
-  int n;
+  BBPE_BLOCK_KERNEL_STATE(kThreads);
   if (!begin_block<kThreads, true>(p, smem, a, out, n, clock)) return;
   n = encode_chars<kThreads>(p, a, n, tmp, clock);
   for (int j = threadIdx.x; j < min(n, p.max_tokens); j += kThreads) out[j] = token_id(a.tok[j]);

@@ -40,6 +40,9 @@
 #include "binding/encode_ffi.h"
 #include "binding/encode_params.h"
 #include "core/char_symbols.h"
+// The cuda/*.cuh headers' unnamed namespace is this translation unit's: included from any
+// other, they refuse (cuda/block_common.cuh, which every kernel header includes).
+#define BBPE_ENCODE_CUDA_TU
 #include "cuda/chars_kernel.cuh"
 #include "cuda/encode_kernel.cuh"
 #include "cuda/stage_clock.cuh"
@@ -60,24 +63,7 @@ cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
 }
 
 template <bool kCheck>
-ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths,
-                       ffi::Buffer<ffi::S32> pair_table, ffi::Buffer<ffi::S32> byte_ids,
-                       ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
-                       ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
-                       ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
-                       ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
-                       ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols,
-                       int32_t run_long, int32_t run_step, int32_t run_width, int32_t nfc, int32_t pad_id, int32_t max_piece_len,
-                       int32_t rank_is_id, int32_t block_size,
-                       ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
-                       ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
-  EncodeParams p;
-  ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
-                                      token_data, special_offsets, special_data, special_ids,
-                                      pretok, nfc_pairs, char_table, pretok_stages, symbols,
-                                      run_long, run_step, run_width, nfc,
-                                      pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
-  if (err.failure()) return err;
+ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& p, int32_t block_size) {
   if (p.batch == 0) return ffi::Error::Success();
   if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols))
     return ffi::Error::InvalidArgument("bbpe_encode: workspace has " + std::to_string(p.workspace_size) +
@@ -90,7 +76,7 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
                                     cudaMemcpyDeviceToHost, stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
     if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_encode: ") + cudaGetErrorString(e));
-    err = check_lengths(host.data(), p.batch, p.max_len);
+    ffi::Error err = check_lengths(host.data(), p.batch, p.max_len);
     if (err.failure()) return err;
   }
   cudaError_t e;
@@ -126,9 +112,9 @@ std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks() {
 #endif
 }  // namespace bbpe
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCuda, bbpe::encode_cuda<true>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCuda, (bbpe::encode_handler<bbpe::encode_cuda<true>, cudaStream_t>),
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
 // No host read-back: a fixed launch on the stream, safe to capture in a CUDA graph.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked, bbpe::encode_cuda<false>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked, (bbpe::encode_handler<bbpe::encode_cuda<false>, cudaStream_t>),
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
                               {xla::ffi::Traits::kCmdBufferCompatible});

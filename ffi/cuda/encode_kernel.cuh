@@ -127,14 +127,9 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_kernel(
     const __grid_constant__ EncodeParams p) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ typename Scans<kThreads>::Storage tmp;
-  StageClock clock;
+  BBPE_BLOCK_KERNEL_STATE(kThreads);
   const int64_t b = blockIdx.x;
   const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
-  BlockArrays a;
-  int32_t* out;
-  int n;
   if (!begin_block<kThreads>(p, smem, a, out, n, clock)) return;
   if (p.pretok.nfc) {  // a string that may not be in NFC is reported, not tokenized
     bool suspect = false;
