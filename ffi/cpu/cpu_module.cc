@@ -40,7 +40,7 @@ static ffi::Error encode_cpu(ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> le
                              ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
                              ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
                              ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols,
-                             int32_t run_long, int32_t run_step, int32_t run_width, int32_t nfc, int32_t pad_id,
+                             int32_t run_long, int32_t run_step, int32_t run_width, int32_t normalizer, int32_t pad_id,
                              int32_t max_piece_len, int32_t rank_is_id,
                              int32_t /*block_size*/,
                              ffi::Result<ffi::Buffer<ffi::S32>> ids,
@@ -50,7 +50,7 @@ static ffi::Error encode_cpu(ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> le
   ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
                                       token_data, special_offsets, special_data, special_ids,
                                       pretok, nfc_pairs, char_table, pretok_stages, symbols,
-                                      run_long, run_step, run_width, nfc,
+                                      run_long, run_step, run_width, normalizer,
                                       pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
   if (err.failure()) return err;
   err = check_lengths(p.lengths, p.batch, p.max_len);
