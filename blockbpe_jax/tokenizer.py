@@ -306,7 +306,9 @@ class Tokenizer:
                     t = _apply(norm, t.decode("utf-8")).encode("utf-8")
                 except UnicodeDecodeError:
                     if self.lowercase:
-                        t = _apply(norm, t.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+                        t = _apply(norm, t.decode("utf-8", "surrogateescape")).encode(
+                            "utf-8", "surrogateescape"
+                        )
             elif isinstance(t, str):
                 t = _apply(norm, t)
             out.append(t)

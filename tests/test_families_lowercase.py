@@ -181,7 +181,10 @@ def test_assume_normalized_skips_the_device_rewrite(lower_tok):
     [
         ({"type": "NFKC"}, "normalizer: normalizer NFKC is not supported"),
         (
-            {"type": "Sequence", "normalizers": [LOWER, {"type": "Replace", "pattern": {"String": " "}, "content": "_"}]},
+            {
+                "type": "Sequence",
+                "normalizers": [LOWER, {"type": "Replace", "pattern": {"String": " "}, "content": "_"}],
+            },
             "normalizer.normalizers[1]: normalizer Replace is not supported",
         ),
         (
