@@ -48,6 +48,7 @@ TABLE_OPERANDS = (
         "symbols",
         "char_runs",
         "nfc",
+        "lowercase",
         "exact_error",
         "max_piece_len",
         "rank_is_id",
@@ -79,6 +80,7 @@ class EncodeTables:
     symbols: int  # 0: byte-level BPE; 1: SentencePiece BPE (merges over characters)
     char_runs: tuple  # its run rule's (T, P, W) attributes (ffi/core/char_symbols.h)
     nfc: bool  # exact mode checks that the text is in NFC (its normalizer)
+    lowercase: bool  # exact mode lowercases the text (its normalizer has Lowercase)
     exact_error: str | None  # why exact mode is unavailable, if it is
     max_piece_len: int  # 0 disables the whole-piece shortcut
     rank_is_id: bool  # every pair's rank is its merged id (saves a probe per merge)
@@ -99,8 +101,9 @@ class Encoded(NamedTuple):
 
     `counts[b] > ids.shape[1]` means string b was truncated to `ids.shape[1]` tokens; a count
     of -1 (only from `check_lengths=False`) means its length was outside [0, max_len]; -2
-    (tokenizers whose normalizer is NFC, exact mode) means the string may not be in NFC and was
-    not tokenized: normalize it first (`Tokenizer.normalize`; `encode_batch` does).
+    (tokenizers whose normalizer is NFC or has Lowercase, exact mode) means the string may not be
+    in NFC or has a code point whose lowercase the device does not write in place, and was not
+    tokenized: normalize it first (`Tokenizer.normalize`; `encode_batch` does).
     """
 
     ids: jax.Array
@@ -112,7 +115,7 @@ def _encode_call(
     pretok_stages: int,
     symbols: int,
     char_runs: tuple,
-    nfc: int,
+    normalizer: int,
     pad_id: int,
     max_piece_len: int,
     rank_is_id: bool,
@@ -142,7 +145,7 @@ def _encode_call(
                 run_long=np.int32(char_runs[0]),
                 run_step=np.int32(char_runs[1]),
                 run_width=np.int32(char_runs[2]),
-                nfc=np.int32(nfc),
+                normalizer=np.int32(normalizer),
                 pad_id=np.int32(pad_id),
                 max_piece_len=np.int32(max_piece_len),
                 rank_is_id=np.int32(rank_is_id),
@@ -212,6 +215,7 @@ def encode(
     block_size: int = 256,
     check_lengths: bool = True,
     assume_nfc: bool = False,
+    assume_normalized: bool = False,
 ) -> Encoded:
     """Tokenizes a batch of byte strings on the device that holds `data` (NumPy inputs: JAX's
     default device; they travel with the call, which is cheaper than a separate device_put).
@@ -238,6 +242,11 @@ def encode(
       assume_nfc: for tokenizers whose normalizer is NFC: the caller has normalized the text
         (`Tokenizer.normalize`; `encode_batch` does), so the device's check that reports a
         string not in NFC with count -2 is skipped.
+      assume_normalized: the same for any normalizer (NFC, Lowercase or both, in its order): the
+        text is the normalizer's output, so it is neither checked nor lowercased on the device.
+        Without it, a Lowercase tokenizer's text is lowercased on the device, and a string with a
+        code point whose lowercase changes its UTF-8 length (U+0130, U+2126, ...: 27 in all) gets
+        count -2.
 
     Returns:
       Encoded(ids int32[B, T], counts int32[B]); counts are the full token counts, so
@@ -289,13 +298,15 @@ def encode(
         devices = data.devices() if concrete else ()
         device = next(iter(devices)) if len(devices) == 1 else None
         tables = tokenizer.tables("none" if allowed_special is None else allowed_special, device)
-    # nfc attribute (ffi/pretok/tables.h, NfcAttr): 0 no NFC tables, 1 check the text, 2 trusted
-    nfc = 0 if not tables.nfc else (2 if assume_nfc else 1)
+    # normalizer attribute (ffi/pretok/tables.h, NormalizerAttr): which tables, and trusted
+    normalizer = (1 if tables.nfc else 0) | (2 if tables.lowercase else 0)
+    if normalizer and (assume_nfc or assume_normalized):
+        normalizer |= 4
     call = _encode_call(
         resolve_mode(tables, mode),
         tables.symbols,
         tables.char_runs,
-        nfc,
+        normalizer,
         int(pad_id),
         tables.max_piece_len,
         bool(tables.rank_is_id),

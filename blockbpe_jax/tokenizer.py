@@ -131,7 +131,7 @@ class Tokenizer:
             sp.special_data,
             sp.special_ids,
             self._pretok()[0],
-            pretok.nfc_pairs(self.nfc),
+            pretok.nfc_pairs(self.nfc, self.lowercase),
             t.char_table,
         )
 
@@ -139,6 +139,16 @@ class Tokenizer:
     def nfc(self) -> bool:
         """Whether the tokenizer's normalizer is NFC (exact mode requires text in NFC)."""
         return bool(self.vocab.pretokenizer and self.vocab.pretokenizer.nfc)
+
+    @property
+    def lowercase(self) -> bool:
+        """Whether the tokenizer's normalizer has Lowercase (exact mode lowercases the text)."""
+        return bool(self.vocab.pretokenizer and self.vocab.pretokenizer.lowercase)
+
+    @property
+    def normalizes(self) -> bool:
+        """Whether exact mode has a normalizer (NFC, Lowercase): `normalize` applies it."""
+        return self.nfc or self.lowercase
 
     def _pretok(self) -> tuple[np.ndarray, int, str | None]:
         """(operand, stages, None) of the pre-tokenizer, or (placeholder, -1, why exact mode is
@@ -186,6 +196,7 @@ class Tokenizer:
                 symbols=self._tables.symbols,
                 char_runs=self._tables.char_runs,
                 nfc=self.nfc,
+                lowercase=self.lowercase,
                 # (SentencePiece BPE looks characters up in the piece table)
                 max_piece_len=(self.max_piece_len if vocab.whole_piece_shortcut or vocab.char_level else 0),
                 rank_is_id=self._tables.rank_is_id,
@@ -218,11 +229,12 @@ class Tokenizer:
         reuse compiled shapes); `max_tokens` defaults to L, which never truncates. On a CUDA
         GPU the strings are packed into pinned memory and copied by one DMA
         (`blockbpe_jax/staging.py`); elsewhere the NumPy arrays travel with the call. A
-        tokenizer whose normalizer is NFC gets its strings normalized here first (`normalize`).
+        tokenizer with a normalizer (NFC, Lowercase) gets its strings normalized here first
+        (`normalize`).
         """
         texts = _text_list(texts, max_len)
-        nfc = mode == "exact" and self.nfc
-        if nfc:
+        normalized = mode == "exact" and self.normalizes
+        if normalized:
             texts = self.normalize(texts)
         target = device or jax.devices()[0]
 
@@ -237,7 +249,7 @@ class Tokenizer:
                 mode=mode,
                 block_size=block_size,
                 check_lengths=False,
-                assume_nfc=nfc,
+                assume_normalized=normalized,
             )
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
@@ -276,21 +288,29 @@ class Tokenizer:
         return encode_files(self, paths, out_prefix, **kwargs)
 
     def normalize(self, texts: Sequence[str | bytes]) -> list:
-        """The texts as the tokenizer's normalizer leaves them (NFC, or unchanged). `encode` on
-        raw bytes does not rewrite text: it reports a string that may not be in NFC with count
-        -2 (ffi/pretok/nfc.h), so normalize first where text may be decomposed. Bytes that are
-        not valid UTF-8 are left as they are."""
-        if not self.nfc:
+        """The texts as the tokenizer's normalizer leaves them (NFC and/or Lowercase in its order,
+        or unchanged). `encode` on raw bytes checks NFC and lowercases most code points itself,
+        and reports (count -2, ffi/pretok/nfc.h and lowercase.h) a string that may not be in NFC
+        or has a code point whose lowercase changes length, so normalize first where that may
+        happen. For NFC alone, bytes that are not valid UTF-8 are left as they are; with
+        Lowercase, the valid parts of such bytes are normalized (as the device does)."""
+        if not self.normalizes:
             return list(texts)
+        norm = self.vocab.pretokenizer.normalizer
+        if not self.lowercase:
+            norm = pretok.Normalizer(("nfc",))
         out = []
         for t in texts:
             if isinstance(t, bytes):
                 try:
-                    t = _nfc(t.decode("utf-8")).encode("utf-8")
+                    t = _apply(norm, t.decode("utf-8")).encode("utf-8")
                 except UnicodeDecodeError:
-                    pass
+                    if self.lowercase:
+                        t = _apply(norm, t.decode("utf-8", "surrogateescape")).encode(
+                            "utf-8", "surrogateescape"
+                        )
             elif isinstance(t, str):
-                t = _nfc(t)
+                t = _apply(norm, t)
             out.append(t)
         return out
 
@@ -345,6 +365,12 @@ def pack_strings(
 
 def _nfc(text: str) -> str:
     return _unicodedata().normalize("NFC", text)
+
+
+def _apply(norm, text: str) -> str:
+    from .pretok import normalizer
+
+    return normalizer.apply(norm, text)
 
 
 @functools.lru_cache(maxsize=1)

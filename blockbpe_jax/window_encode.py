@@ -269,7 +269,7 @@ def encode_documents(
 
     from . import native, staging
 
-    nfc = mode == "exact" and tok.nfc
+    nfc = mode == "exact" and tok.normalizes
     fns = _device_functions()
     dtype = token_dtype(tok.vocab.n_vocab)
 
@@ -287,7 +287,7 @@ def encode_documents(
         device scalar): ids [rows, T], then counts [rows]. Returns the new raw (the old one is
         donated) and the offset after them."""
         idx = np.ascontiguousarray(idx, np.int64)
-        kw = dict(max_tokens=T, mode=mode, block_size=block_size, assume_nfc=nfc)
+        kw = dict(max_tokens=T, mode=mode, block_size=block_size, assume_nfc=nfc)  # (any normalizer)
         if staged_path and width > 0:
             staged = staging.stage_flat(w.data, w.offsets, idx, max_len=width, rows=rows, device=target)
             try:

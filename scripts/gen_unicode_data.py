@@ -13,6 +13,11 @@ compiler (blockbpe_jax/pretok) derives character classes from.
                            pairs NFC composes; Hangul syllables are algorithmic), sorted
   nfc_trail bool[0x110000] starters whose canonical decomposition ends in a non-starter (a mark
                            after one may be reordered into it)
+  lowercase int32[K, 3]    (code point, its lowercase as 1 or 2 code points, -1 for none) for
+                           every code point that HF tokenizers' Lowercase normalizer changes
+                           (Rust's char::to_lowercase, per code point: no final-sigma rule).
+                           Probed through tokenizers itself: Python 3.11's str.lower is Unicode
+                           14.0.0 and applies the final-sigma context.
 
 Why Unicode 16.0.0: the oracles use it. Checked by probing every code point through the engines
 themselves (tests/test_pretokenize_unicode.py::test_unicode_properties_match_tiktoken does it for
@@ -23,7 +28,7 @@ tiktoken): tiktoken 0.14.0 (Rust regex) and HF tokenizers 0.23.3 (Oniguruma) are
 (17.0.0), restricted to code points assigned in 16.0.0 (a script never changes for an assigned
 code point between these versions; new code points stay "other").
 
-Usage: pip install unicodedata2==16.0.0 regex && python scripts/gen_unicode_data.py [--check]
+Usage: pip install unicodedata2==16.0.0 regex tokenizers==0.23.3 && python scripts/gen_unicode_data.py [--check]
 """
 
 from __future__ import annotations
@@ -54,10 +59,13 @@ OUT = pathlib.Path(__file__).resolve().parent.parent / "blockbpe_jax" / "pretok"
 
 def build() -> dict[str, np.ndarray]:
     import regex
+    import tokenizers
     import unicodedata2 as ucd
 
     if ucd.unidata_version != "16.0.0":
         sys.exit(f"unicodedata2 is Unicode {ucd.unidata_version}, need 16.0.0")
+    if tokenizers.__version__ != "0.23.3":
+        sys.exit(f"tokenizers is {tokenizers.__version__}, need 0.23.3 (Unicode 16.0.0)")
     index = {name: i for i, name in enumerate(GC_NAMES)}
     gc = np.zeros(0x110000, np.uint8)
     for cp in range(0x110000):
@@ -94,6 +102,12 @@ def build() -> dict[str, np.ndarray]:
             nfc_trail[cp] = len(nfd) > 1 and ucd.combining(nfd[-1]) != 0
     nfc_qc[0x1161:0x1176] = 1  # Hangul V jamo compose with a preceding L or LV syllable
     nfc_qc[0x11A8:0x11C3] = 1  # Hangul T jamo with a preceding LV syllable
+    lower = tokenizers.normalizers.Lowercase()
+    lowercase = []
+    for cp in range(0x110000):
+        if not 0xD800 <= cp < 0xE000 and (low := lower.normalize_str(chr(cp))) != chr(cp):
+            assert len(low) <= 2, (cp, low)
+            lowercase.append([cp, ord(low[0]), ord(low[1]) if len(low) > 1 else -1])
     return {
         "gc": gc,
         "ws": ws,
@@ -102,6 +116,7 @@ def build() -> dict[str, np.ndarray]:
         "nfc_qc": nfc_qc,
         "nfc_pairs": np.array(sorted(pairs), np.int32).reshape(-1, 2),
         "nfc_trail": nfc_trail,
+        "lowercase": np.array(lowercase, np.int32).reshape(-1, 3),
         "gc_names": np.array(GC_NAMES),
         "script_names": np.array(SCRIPT_NAMES),
     }

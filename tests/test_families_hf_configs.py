@@ -143,14 +143,14 @@ def test_refusals(name, data_dir, tmp_path):
 @pytest.mark.parametrize(
     "normalizer, message",
     [
-        ({"type": "NFKC"}, "normalizer: normalizer NFKC is not supported (only NFC)"),
+        ({"type": "NFKC"}, "normalizer: normalizer NFKC is not supported (only NFC and Lowercase"),
         (
-            {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]},
-            "normalizer: normalizer Sequence is not supported (only NFC)",
+            {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "NFD"}]},
+            "normalizer.normalizers[1]: normalizer NFD is not supported (only NFC and Lowercase",
         ),
         (
             {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
-            "normalizer: normalizer Replace is not supported (only NFC)",
+            "normalizer: normalizer Replace is not supported (only NFC and Lowercase",
         ),
     ],
 )

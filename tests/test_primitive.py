@@ -167,7 +167,7 @@ def test_handler_rejects_malformed_tables(tok):
         run_long=np.int32(0),
         run_step=np.int32(0),
         run_width=np.int32(0),
-        nfc=np.int32(0),
+        normalizer=np.int32(0),
         pad_id=np.int32(0),
         max_piece_len=np.int32(0),
         rank_is_id=np.int32(1),

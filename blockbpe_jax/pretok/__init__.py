@@ -5,6 +5,7 @@ nfa.py           syntax tree -> NFA with ordered choices
 compiler.py      NFA -> the backward/forward automata (minimised), code point classes
 automata.py      Automata, their minimisation and sequential run (the tests' reference)
 tables.py        automata -> the kernels' operand (ffi/pretok/tables.h)
+normalizer.py    a tokenizer.json normalizer (NFC, Lowercase) for the kernels and the host
 pipeline.py      a tokenizer's stages (tiktoken pattern, HF pre_tokenizer) + compile cache
 unicode.py       Unicode 16.0.0 properties (unicode16.npz)
 """
@@ -19,7 +20,9 @@ from .pipeline import (
     from_tiktoken_pattern,
     nfc_from_hf,
     nfc_pairs,
+    normalizer_from_hf,
 )
+from .normalizer import Normalizer
 
 __all__ = [
     "PretokenizerUnsupported",
@@ -29,6 +32,8 @@ __all__ = [
     "from_hf",
     "nfc_from_hf",
     "nfc_pairs",
+    "normalizer_from_hf",
+    "Normalizer",
     "from_tiktoken_pattern",
     "BYTES_MODE",
     "HF_BYTELEVEL_PATTERN",

@@ -13,6 +13,8 @@ import numpy as np
 
 from ..disk_cache import cache_dir, save_npz
 from . import compiler, tables
+from . import normalizer as normalizer_mod
+from .normalizer import Normalizer
 from .compiler import PretokenizerUnsupported
 
 # The regex HF's ByteLevel pre-tokenizer applies when `use_regex: true` (the GPT-2 pattern).
@@ -43,11 +45,17 @@ class Stage:
 
 @dataclasses.dataclass(frozen=True)
 class Pretokenizer:
-    """The stages, and whether the tokenizer's normalizer is NFC (then the kernels check that
-    the text is in NFC: ffi/pretok/nfc.h, nfc_suspect_at)."""
+    """The stages, and the tokenizer's normalizer: NFC (the kernels check that the text is in
+    NFC: ffi/pretok/nfc.h, nfc_suspect_at) and Lowercase (the kernels lowercase the text:
+    ffi/pretok/lowercase.h), in `normalizer`'s order (normalizer.py)."""
 
     stages: tuple[Stage, ...]
     nfc: bool = False
+    normalizer: Normalizer = Normalizer()
+
+    @property
+    def lowercase(self) -> bool:
+        return self.normalizer.lowercase
 
     def automata(self) -> list[compiler.Automata]:
         return [_compile_cached(s) for s in self.stages]
@@ -66,7 +74,7 @@ class Pretokenizer:
 
 @functools.lru_cache(maxsize=64)
 def _operand(p: Pretokenizer) -> np.ndarray:
-    op = tables.pack(p.automata(), p.nfc)
+    op = tables.pack(p.automata(), p.nfc, p.lowercase)
     op.setflags(write=False)
     return op
 
@@ -114,31 +122,34 @@ def from_tiktoken_pattern(pattern: str) -> Pretokenizer:
 BYTES_MODE = Pretokenizer(())
 
 
-def nfc_pairs(nfc: bool) -> np.ndarray:
-    """The encode call's composition-pair operand: int32[K, 2], one stand-in row without NFC."""
+def nfc_pairs(nfc: bool, lowercase: bool = False) -> np.ndarray:
+    """The encode call's composition-pair operand: int32[K, 2], one stand-in row without NFC;
+    with Lowercase too, widened (normalizer.widen_pairs)."""
     from . import unicode as uni
 
-    return uni.nfc_pairs() if nfc else np.zeros((1, 2), np.int32)
+    if not nfc:
+        return np.zeros((1, 2), np.int32)
+    return _widened_pairs() if lowercase else uni.nfc_pairs()
+
+
+@functools.lru_cache(maxsize=1)
+def _widened_pairs() -> np.ndarray:
+    from . import unicode as uni
+
+    out = normalizer_mod.widen_pairs(uni.nfc_pairs())
+    out.setflags(write=False)
+    return out
+
+
+def normalizer_from_hf(normalizer: object, where: str = "normalizer") -> Normalizer:
+    """A byte-level tokenizer.json `normalizer` (normalizer.from_hf)."""
+    return normalizer_mod.from_hf(normalizer, where)
 
 
 def nfc_from_hf(normalizer: object, where: str = "normalizer") -> bool:
-    """Whether a tokenizer.json `normalizer` is NFC (True) or none (False); NFC inside a
-    Sequence counts. Anything else (NFKC, NFD, Lowercase, Replace, Prepend, ...) raises
-    PretokenizerUnsupported naming it."""
-    if normalizer is None:
-        return False
-    if not isinstance(normalizer, dict):
-        raise PretokenizerUnsupported(f"{where}: expected an object, got {type(normalizer).__name__}")
-    kind = normalizer.get("type")
-    if kind == "NFC":
-        return True
-    if kind == "Sequence" and isinstance(normalizer.get("normalizers"), list):
-        steps = normalizer["normalizers"]
-        if not steps:
-            return False
-        if len(steps) == 1:
-            return nfc_from_hf(steps[0], f"{where}.normalizers[0]")
-    raise PretokenizerUnsupported(f"{where}: normalizer {kind} is not supported (only NFC)")
+    """Whether a tokenizer.json `normalizer` has NFC (normalizer.from_hf raises for what is not
+    supported)."""
+    return normalizer_mod.from_hf(normalizer, where).nfc
 
 
 def from_hf(pre: object, where: str = "pre_tokenizer") -> Pretokenizer:

@@ -3,13 +3,17 @@
 Layout for S stages with B class blocks each: S x PretokTables, then the stage1 arrays
 (uint16[4352]: code point >> 8 -> block) of the S class tables, then their B x 256 bytes
 (tables with fewer blocks are padded). With nfc, the first table's bytes also carry the NFC
-marks and one more table holds the Canonical_Combining_Class of every code point.
+marks and one more table holds the Canonical_Combining_Class of every code point. With
+lowercase (normalizer.py), int32[256] deltas come right after the PretokTables, one more table
+(the last) holds each code point's delta index, and the stages' classes are those of the
+lowercase.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import normalizer as norm
 from . import unicode as uni
 from .compiler import MAX_CLASSES, MAX_STATES, INVALID_BYTE_STAND_IN, Automata
 
@@ -76,7 +80,7 @@ def class_blocks(class_of_cp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return stage1.astype(np.uint16).reshape(-1), blocks
 
 
-def pack(stages: list[Automata], nfc: bool = False) -> np.ndarray:
+def pack(stages: list[Automata], nfc: bool = False, lowercase: bool = False) -> np.ndarray:
     """The operand (uint8) for these stages; a one-byte placeholder for none (bytes mode)."""
     if not stages:
         return np.zeros(1, np.uint8)
@@ -84,19 +88,30 @@ def pack(stages: list[Automata], nfc: bool = False) -> np.ndarray:
         raise ValueError(f"at most {MAX_STAGES} pre-tokenizer stages are supported, got {len(stages)}")
     records = np.stack([stage_tables(a) for a in stages])
     per_cp = [a.class_of_cp.astype(np.uint8) for a in stages]
+    if lowercase:
+        per_cp = [norm.compose_classes(t) for t in per_cp]
+        records["ascii"][:, ord("A") : ord("Z") + 1] = records["ascii"][:, ord("a") : ord("z") + 1]
     if nfc:
         ccc, qc = uni.ccc(), uni.nfc_quick_check()
-        per_cp[0] = (
-            per_cp[0]
-            | np.where(ccc > 0, MARK_NON_STARTER, 0).astype(np.uint8)
+        marks = (
+            np.where(ccc > 0, MARK_NON_STARTER, 0).astype(np.uint8)
             | np.where(qc == 1, MARK_MAYBE, 0).astype(np.uint8)
             | np.where(qc == 2, MARK_NOT_NFC, 0).astype(np.uint8)
         )
-        per_cp.append(np.where(uni.nfc_trail(), CCC_TRAIL, ccc).astype(np.uint8))
+        trail = uni.nfc_trail()
+        if lowercase:
+            marks, trail = norm.widen_nfc(marks, trail)
+        per_cp[0] = per_cp[0] | marks
+        per_cp.append(np.where(trail, CCC_TRAIL, ccc).astype(np.uint8))
+    head = [records.view(np.uint8).reshape(-1)]
+    if lowercase:
+        index, deltas, _ = norm.lower_tables()
+        per_cp.append(index)
+        head.append(deltas.astype("<i4").view(np.uint8))
     split = [class_blocks(t) for t in per_cp]
     n_blocks = max(b.shape[0] for _, b in split)
     stage1 = np.concatenate([s1 for s1, _ in split])
     stage2 = np.zeros((len(split), n_blocks, 256), np.uint8)
     for k, (_, b) in enumerate(split):
         stage2[k, : b.shape[0]] = b
-    return np.concatenate([records.view(np.uint8).reshape(-1), stage1.view(np.uint8), stage2.reshape(-1)])
+    return np.concatenate([*head, stage1.view(np.uint8), stage2.reshape(-1)])

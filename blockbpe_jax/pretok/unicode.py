@@ -180,3 +180,9 @@ def case_fold_closure(cs):
         for other in orbits.get(int(cp), ()):
             mask[other] = True
     return CharSet(mask)
+
+
+def lowercase() -> np.ndarray:
+    """int32[K, 3]: (code point, its lowercase as one or two code points, -1 for none) for every
+    code point HF tokenizers' Lowercase normalizer changes."""
+    return _data()["lowercase"]

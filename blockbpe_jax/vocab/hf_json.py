@@ -183,12 +183,16 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
     token_bytes = _place_specials(str(path), token_bytes, added)
 
     try:
-        nfc = pretok.nfc_from_hf(doc.get("normalizer"))
+        norm = pretok.normalizer_from_hf(doc.get("normalizer"))
     except pretok.PretokenizerUnsupported as e:
-        nfc = False
+        norm = pretok.Normalizer()
         reasons.insert(0, str(e))
+    if norm.lowercase:
+        reasons.extend(_lowercase_added_tokens(doc))
     try:
-        pretokenizer = dataclasses.replace(pretok.from_hf(doc.get("pre_tokenizer")), nfc=nfc)
+        pretokenizer = dataclasses.replace(
+            pretok.from_hf(doc.get("pre_tokenizer")), nfc=norm.nfc, normalizer=norm
+        )
     except pretok.PretokenizerUnsupported as e:
         pretokenizer = None
         reasons.append(str(e))
@@ -214,3 +218,21 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
         unsupported="; ".join(reasons) or None,
         source=str(path),
     )
+
+
+def _lowercase_added_tokens(doc: dict) -> list[str]:
+    """HF matches an added token marked `normalized` (the default for non-special ones) in the
+    lowercased text, we match added tokens in the raw text: the same only when no cased
+    letter is in its content."""
+    from ..pretok import normalizer
+
+    cased = set(normalizer.lowercase_map()) | {ord(c[0]) for c in normalizer.lowercase_map().values()}
+    out = []
+    for k, entry in enumerate(doc.get("added_tokens") or []):
+        text = entry.get("content", "")
+        if entry.get("normalized", not entry.get("special", False)) and any(ord(c) in cased for c in text):
+            out.append(
+                f"added_tokens[{k}] {text!r} is normalized (matched in the lowercased text) and has"
+                " cased letters, which is not supported"
+            )
+    return out

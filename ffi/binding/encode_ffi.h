@@ -18,8 +18,8 @@ namespace ffi = xla::ffi;
 // pre-tokenizer tables (pretok/tables.h, PretokView), the NFC composition pairs, the character
 // tables of SentencePiece-style BPE (core/char_symbols.h).
 // Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), symbols (core/char_symbols.h:
-// kSymbolsBytes or kSymbolsChars), nfc (NfcAttr, pretok/tables.h:
-// NFC tables in the operand, and whether the text is checked), pad_id, max_piece_len (0
+// kSymbolsBytes or kSymbolsChars), normalizer (NormalizerAttr, pretok/tables.h:
+// NFC and Lowercase tables in the operand, and whether the text is normalized here), pad_id, max_piece_len (0
 // disables the whole-piece shortcut), rank_is_id (1: every pair's rank is its merged id, as
 // in tiktoken vocabularies), block_size.
 // Results: ids, counts, workspace.
@@ -43,7 +43,7 @@ auto bind_encode(Binding b) {
       .template Attr<int32_t>("run_long")
       .template Attr<int32_t>("run_step")
       .template Attr<int32_t>("run_width")
-      .template Attr<int32_t>("nfc")
+      .template Attr<int32_t>("normalizer")
       .template Attr<int32_t>("pad_id")
       .template Attr<int32_t>("max_piece_len")
       .template Attr<int32_t>("rank_is_id")
@@ -68,7 +68,7 @@ inline ffi::Error make_encode_params(
     ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data,
     ffi::Buffer<ffi::S32> special_ids, ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
     ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols, int32_t run_long,
-    int32_t run_step, int32_t run_width, int32_t nfc, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
+    int32_t run_step, int32_t run_width, int32_t normalizer, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
     ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
     ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
   auto bad = [](const std::string& what) { return ffi::Error::InvalidArgument("bbpe_encode: " + what); };
@@ -99,10 +99,10 @@ inline ffi::Error make_encode_params(
   if (pretok_stages < 0 || pretok_stages > kMaxPretokStages)
     return bad("pretok_stages must be in [0, " + std::to_string(kMaxPretokStages) + "], got " +
                std::to_string(pretok_stages));
-  if (!pretok_view(pretok.typed_data(), (int64_t)pretok.element_count(), pretok_stages, nfc, &p->pretok))
+  if (!pretok_view(pretok.typed_data(), (int64_t)pretok.element_count(), pretok_stages, normalizer, &p->pretok))
     return bad("the pre-tokenizer operand has " + std::to_string(pretok.element_count()) +
                " bytes, which is not the layout of " + std::to_string(pretok_stages) +
-               " stage(s) with nfc=" + std::to_string(nfc));
+               " stage(s) with normalizer=" + std::to_string(normalizer));
   if (nfc_pairs.element_count() < 2 || nfc_pairs.element_count() % 2 != 0)
     return bad("nfc_pairs must be int32[K, 2] with K >= 1");
   p->nfc_pairs = NfcPairs{nfc_pairs.typed_data(), (int32_t)(nfc_pairs.element_count() / 2)};
@@ -112,10 +112,10 @@ inline ffi::Error make_encode_params(
   p->symbols = symbols;
   p->chars = CharTable{};
   if (symbols == kSymbolsChars) {
-    // Merges over characters have no pre-tokenizer and no NFC check (a SentencePiece model's
-    // normalizer is refused at load unless it is the identity).
-    if (pretok_stages != kModeBytes || nfc != 0)
-      return bad("symbols=1 (characters) takes pretok_stages=0 and nfc=0");
+    // Merges over characters have no pre-tokenizer and no normalizer here (a SentencePiece
+    // model's normalizer is refused at load unless char_bpe.py can replay it on the host).
+    if (pretok_stages != kModeBytes || normalizer != 0)
+      return bad("symbols=1 (characters) takes pretok_stages=0 and normalizer=0");
     const int64_t size = (int64_t)char_table.element_count();
     const bool runs_ok = run_long == 0 || (run_long > 0 && run_long <= 4096 && run_step >= 1 &&
                                            run_step <= run_long && run_width >= 1 && run_width <= 4096);
@@ -171,7 +171,7 @@ ffi::Error encode_handler(Ctx... ctx, ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi
                           ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
                           ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
                           ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols,
-                          int32_t run_long, int32_t run_step, int32_t run_width, int32_t nfc,
+                          int32_t run_long, int32_t run_step, int32_t run_width, int32_t normalizer,
                           int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
                           int32_t block_size, ffi::Result<ffi::Buffer<ffi::S32>> ids,
                           ffi::Result<ffi::Buffer<ffi::S32>> counts,
@@ -180,7 +180,7 @@ ffi::Error encode_handler(Ctx... ctx, ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi
   ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
                                       token_data, special_offsets, special_data, special_ids,
                                       pretok, nfc_pairs, char_table, pretok_stages, symbols,
-                                      run_long, run_step, run_width, nfc,
+                                      run_long, run_step, run_width, normalizer,
                                       pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
   if (err.failure()) return err;
   return Body(ctx..., p, block_size);

@@ -60,7 +60,7 @@ struct TileInfo {
   int32_t walk_entry;  // the next free position when the row's acceptance reaches the tile
   int32_t first;       // the first segment start in the tile (its tokens are at merged[first..])
   int32_t count;       // tokens of the segments that start in the tile
-  int32_t not_nfc;     // a byte of the tile shows that the row is not in NFC
+  int32_t not_nfc;     // a byte of the tile shows that the row is not normalized
   uint8_t t_after;     // T after the tile
   uint8_t s_before;    // S before the tile
   uint8_t pad[6];

@@ -11,6 +11,7 @@
 #include "binding/encode_params.h"
 #include "core/bpe_core.h"
 #include "core/char_symbols.h"
+#include "pretok/lowercase.h"
 #include "pretok/nfc.h"
 #include "pretok/sequential.h"
 
@@ -20,6 +21,7 @@ struct CpuScratch {
   std::vector<uint8_t> is_special, piece_start;
   std::vector<int32_t> tok, rank, chars;
   std::vector<uint8_t> fresh;
+  std::vector<uint8_t> lowered;  // the text lowercased (pretok/lowercase.h)
   // merge_segment_heap (its own arrays: rank and fresh above are indexed by text position)
   std::vector<int32_t> next, prev, pair_rank, batch, touched;
   std::vector<uint8_t> alive;
@@ -132,7 +134,8 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
 }
 
 // Tokenizes text[0..n) into s.tok[0..count); returns count (kCountNotNormalized: the text may
-// not be in the NFC form its tokenizer requires).
+// not be in the NFC form its tokenizer requires, or has a code point whose lowercase is not
+// rewritten in place).
 inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s) {
   const VocabView& v = p.vocab;
   s.is_special.resize(n + 1);
@@ -152,10 +155,16 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
     accept_special_matches(p.special, s.tok.data(), n, s.is_special.data(), text, escaped);
   }
   if (p.symbols == kSymbolsChars) return encode_chars(p, text, n, s);
-  if (p.pretok.nfc)
+  if (p.pretok.nfc || p.pretok.lower)  // checked on the raw text (pretok/lowercase.h)
     for (int i = 0; i < n; ++i)
-      if (nfc_suspect_at(p.pretok, p.nfc_pairs, text, n, s.is_special.data(), i))
+      if ((p.pretok.nfc && nfc_suspect_at(p.pretok, p.nfc_pairs, text, n, s.is_special.data(), i)) ||
+          (p.pretok.lower && lower_suspect_at(p.pretok, text, n, s.is_special.data(), i)))
         return kCountNotNormalized;
+  if (p.pretok.lower) {
+    s.lowered.assign(text, text + n);
+    for (int i = 0; i < n; ++i) lower_in_place_at(p.pretok, s.lowered.data(), n, s.is_special.data(), i);
+    text = s.lowered.data();
+  }
   pretokenize_sequential(p.pretok, text, n, s.is_special.data(), s.piece_start.data());
   for (int i = 0; i < n; ++i)
     s.tok[i] = initial_token(v, p.special, text[i], s.is_special.data(), s.piece_start.data(),

@@ -13,6 +13,7 @@
 #include "cuda/lane_merges.cuh"
 #include "cuda/merge_passes.cuh"
 #include "cuda/stage_clock.cuh"
+#include "pretok/lowercase.h"
 #include "pretok/nfc.h"
 
 namespace bbpe {
@@ -131,14 +132,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   const int64_t b = blockIdx.x;
   const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
   if (!begin_block<kThreads>(p, smem, a, out, n, clock)) return;
-  if (p.pretok.nfc) {  // a string that may not be in NFC is reported, not tokenized
+  if (p.pretok.nfc || p.pretok.lower) {  // a string that may not be normalized is reported
     bool suspect = false;
     for (int i = threadIdx.x; i < n; i += kThreads)
-      suspect |= nfc_suspect_at(p.pretok, p.nfc_pairs, a.text, n, a.is_special, i);
+      suspect |= (p.pretok.nfc && nfc_suspect_at(p.pretok, p.nfc_pairs, a.text, n, a.is_special, i)) ||
+                 (p.pretok.lower && lower_suspect_at(p.pretok, a.text, n, a.is_special, i));
     if (__syncthreads_or(suspect)) {
       for (int j = threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
       if (threadIdx.x == 0) p.counts[b] = kCountNotNormalized;
       return;
+    }
+    if (p.pretok.lower) {
+      for (int i = threadIdx.x; i < n; i += kThreads) lower_in_place_at(p.pretok, a.text, n, a.is_special, i);
+      __syncthreads();
     }
   }
   if (p.pretok_stages != kModeBytes) {

@@ -14,6 +14,7 @@
 #include "cuda/stage_clock.cuh"
 #include "cuda/tile_rows.cuh"
 #include "pretok/block_pretokenizer.cuh"
+#include "pretok/lowercase.h"
 #include "pretok/nfc.h"
 #include "pretok/tables.h"
 
@@ -22,7 +23,7 @@ namespace {
 
 // The pre-tokenizer over the tiles, in three passes (BlockPretokenizer's tile_* functions):
 //   kBwd:   (without specials also the row's first kernel: text copied, is_special zeroed)
-//           the NFC check of the tile's bytes and its backward map;
+//           the NFC / Lowercase check of the tile's bytes, their lowercase, the backward map;
 //   kFwd:   (after row_states<false>) the backward replay and the forward map;
 //   kFlags: (after row_states<true>) the piece starts of the tile's bytes.
 enum TilePass : int { kBwd, kFwd, kFlags };
@@ -37,10 +38,16 @@ __global__ void __launch_bounds__(kThreads) tile_pretokenize(const __grid_consta
   const uint8_t* sp = p.special.count > 0 ? r.a.is_special : nullptr;
   TileInfo& info = r.info[t.tile];
   if (kPass == kBwd && load) load_tile<kThreads>(r, t);
-  if (kPass == kBwd && p.pretok.nfc) {
+  if (kPass == kBwd && (p.pretok.nfc || p.pretok.lower)) {
     bool suspect = false;
-    for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads)
-      suspect |= nfc_suspect_at(p.pretok, p.nfc_pairs, r.src, r.n, sp, i);
+    for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads) {
+      suspect |= (p.pretok.nfc && nfc_suspect_at(p.pretok, p.nfc_pairs, r.src, r.n, sp, i)) ||
+                 (p.pretok.lower && lower_suspect_at(p.pretok, r.src, r.n, sp, i));
+      // The tile's own bytes, from the input: the pre-tokenizer reads r.src (its classes are
+      // the lowercase's), the merges read the text (load_tile's stride: each thread rewrites
+      // what it copied).
+      if (p.pretok.lower) r.a.text[i] = lowered_byte(p.pretok, r.src, r.n, sp, i);
+    }
     suspect = __syncthreads_or(suspect);
     if (threadIdx.x == 0) info.not_nfc = suspect;
   }
@@ -152,7 +159,7 @@ __global__ void __launch_bounds__(kThreads) tile_output(const __grid_constant__ 
     const int c = r.info[k].count;
     mine += c;
     mine_before += k < t.tile ? c : 0;
-    not_nfc |= p.pretok.nfc && r.info[k].not_nfc;
+    not_nfc |= (p.pretok.nfc || p.pretok.lower) && r.info[k].not_nfc;
   }
   if (mine) atomicAdd(&total, mine);
   if (mine_before) atomicAdd(&before, mine_before);

@@ -54,9 +54,12 @@ struct ClassTable {
 // The pre-tokenizer operand: stage k's PretokTables at tables + k, its class table at
 // stage1 + k * kClassStage1Len and stage2 + k * n_blocks * 256 (every table has n_blocks
 // blocks). A tokenizer whose normalizer is NFC has one more table after the stages' (nfc):
-// code point -> Canonical_Combining_Class, in the same format. Its layout is checked against
-// the operand's size on the host (pretok_view), and the kernels clamp every index they read
-// from it, so no table content can make them read out of bounds.
+// code point -> Canonical_Combining_Class, in the same format. One whose normalizer has
+// Lowercase has int32 lower_deltas[kLowerDeltas] right after the PretokTables and one more
+// table, the last: code point -> delta index (pretok/lowercase.h). Its layout is checked
+// against the operand's size on the host (pretok_view), and the kernels clamp every index
+// they read from it, so no table content can make them read out of bounds.
+constexpr int kLowerDeltas = 256;
 struct PretokView {
   const PretokTables* tables;
   const uint16_t* stage1;
@@ -64,31 +67,43 @@ struct PretokView {
   uint32_t n_blocks;
   int32_t n_stages;  // 0: no pre-tokenizer (bytes mode)
   bool nfc;          // the text must be in NFC (nfc_suspect_at; the pairs are an operand)
+  bool lower;        // the text is lowercased here (pretok/lowercase.h)
+  int32_t lower_table;           // with lower: the index of the delta-index table
+  const int32_t* lower_deltas;   // with lower: [kLowerDeltas]
   BBPE_HD ClassTable classes(int k) const {
     return ClassTable{stage1 + (int64_t)k * kClassStage1Len, stage2 + (int64_t)k * n_blocks * 256, n_blocks};
   }
 };
-// Bytes of an operand for n_tables class tables (stages, + 1 with nfc) of n_blocks blocks.
-BBPE_HD int64_t pretok_operand_bytes(int n_stages, int n_tables, int64_t n_blocks) {
-  return n_stages * (int64_t)sizeof(PretokTables) + n_tables * (kClassStage1Len * 2 + n_blocks * 256);
+// Bytes of an operand for n_tables class tables (stages, + 1 with nfc, + 1 with lowercase) of
+// n_blocks blocks, lowercase's deltas included.
+BBPE_HD int64_t pretok_operand_bytes(int n_stages, int n_tables, int64_t n_blocks, bool lower) {
+  return n_stages * (int64_t)sizeof(PretokTables) + (lower ? kLowerDeltas * 4 : 0) +
+         n_tables * (kClassStage1Len * 2 + n_blocks * 256);
 }
-// The `nfc` attribute: the operand has no NFC tables, or has them and the text is checked, or
-// has them and the caller normalized the text already (no check).
-enum NfcAttr : int { kNfcNone = 0, kNfcCheck = 1, kNfcTrusted = 2 };
+// The `normalizer` attribute, bits: the operand has NFC tables, it has Lowercase tables, the
+// caller normalized the text already (no check, no rewrite).
+enum NormalizerAttr : int { kNormNfc = 1, kNormLower = 2, kNormTrusted = 4, kNormAll = 7 };
 // The view of an operand of `bytes` bytes at `base` (host or device pointer); false when its
 // size does not fit the layout.
-BBPE_HD bool pretok_view(const uint8_t* base, int64_t bytes, int n_stages, int nfc, PretokView* v) {
+BBPE_HD bool pretok_view(const uint8_t* base, int64_t bytes, int n_stages, int norm, PretokView* v) {
   v->n_stages = n_stages;
-  v->nfc = nfc == kNfcCheck && n_stages > 0;
+  const bool run = !(norm & kNormTrusted) && n_stages > 0;
+  v->nfc = run && (norm & kNormNfc);
+  v->lower = run && (norm & kNormLower);
+  v->lower_deltas = nullptr;
   if (n_stages == 0) { v->tables = nullptr; v->stage1 = nullptr; v->stage2 = nullptr; v->n_blocks = 0; return true; }
-  if (n_stages < 0 || n_stages > kMaxPretokStages || nfc < kNfcNone || nfc > kNfcTrusted) return false;
-  const int n_tables = n_stages + (nfc != kNfcNone ? 1 : 0);
-  const int64_t fixed = pretok_operand_bytes(n_stages, n_tables, 0);
+  if (n_stages < 0 || n_stages > kMaxPretokStages || norm < 0 || norm > kNormAll) return false;
+  const bool has_lower = norm & kNormLower;
+  const int n_tables = n_stages + ((norm & kNormNfc) ? 1 : 0) + (has_lower ? 1 : 0);
+  v->lower_table = n_tables - 1;
+  const int64_t fixed = pretok_operand_bytes(n_stages, n_tables, 0, has_lower);
   const int64_t per_block = (int64_t)n_tables * 256;
   if (bytes < fixed + per_block || (bytes - fixed) % per_block != 0) return false;
+  const int64_t head = n_stages * (int64_t)sizeof(PretokTables);
   v->tables = reinterpret_cast<const PretokTables*>(base);
-  v->stage1 = reinterpret_cast<const uint16_t*>(base + n_stages * sizeof(PretokTables));
-  v->stage2 = base + n_stages * sizeof(PretokTables) + n_tables * kClassStage1Len * 2;
+  if (has_lower) v->lower_deltas = reinterpret_cast<const int32_t*>(base + head);
+  v->stage1 = reinterpret_cast<const uint16_t*>(base + head + (has_lower ? kLowerDeltas * 4 : 0));
+  v->stage2 = reinterpret_cast<const uint8_t*>(v->stage1) + n_tables * kClassStage1Len * 2;
   v->n_blocks = (uint32_t)((bytes - fixed) / per_block);
   return true;
 }
