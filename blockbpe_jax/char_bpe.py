@@ -94,7 +94,29 @@ def char_level_vocab(
 
 
 def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | None]:
-    """(merges for the pair table, run rule or None).
+    """(merges for the pair table, run rule or None). The table's ranks are 2 * rank + the
+    first-only flag (ffi/core/bpe_core.h): at a flagged rank a pass merges only the first pair
+    of each run of adjacent candidates, as the reference's one merge at a time does."""
+    table, rule, first_only = _split_runs(merges, text, where)
+    return {pair: (2 * rank + (rank in first_only), m) for pair, (rank, m) in table.items()}, rule
+
+
+def first_only_ranks(merges: dict) -> set[int]:
+    """The ranks of the merges (a, a) that some earlier-ranked merge (x, a) can take a symbol
+    from: after the first of a run of (a, a) candidates merges, the reference may first merge
+    what that made (`\n\n` + `\n` before `\n` + `\n`) and so take the `a` the next candidate
+    starts with; passes merge every candidate of the rank at once. A flag costs nothing where
+    no run of 3+ equal symbols has the rank."""
+    first_as_right: dict[int, int] = {}
+    for (_, right), (rank, _) in merges.items():
+        first_as_right[right] = min(first_as_right.get(right, rank), rank)
+    return {
+        rank for (left, right), (rank, _) in merges.items() if left == right and first_as_right[right] < rank
+    }
+
+
+def _split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | None, set[int]]:
+    """split_runs' work: (merges, run rule or None, first-only ranks).
 
     The passes merge every occurrence of a segment's lowest rank at once; sentencepiece and
     HF merge one pair at a time, lowest rank first, leftmost first. They differ where a merge
@@ -114,14 +136,20 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
 
     run_merges = {pair: rm for pair, rm in merges.items() if run_char(rm[1]) is not None}
     if not run_merges:
-        return merges, None
-    by_rank: dict[int, tuple[set, set]] = defaultdict(lambda: (set(), set()))
+        return merges, None, set()
+    # (only what is_late reads: the run merges' ranks and the pieces they make)
+    run_ranks = {rank: (set(), set()) for rank, _ in run_merges.values()}
+    run_pieces = {m for _, m in run_merges.values()}
+    by_rank: dict[int, tuple[set, set]] = defaultdict(lambda: (set(), set()), run_ranks)
     as_left, as_right = defaultdict(list), defaultdict(list)
     for (left, right), (rank, _) in merges.items():
-        by_rank[rank][0].add(left)
-        by_rank[rank][1].add(right)
-        as_left[left].append((right, rank))
-        as_right[right].append((left, rank))
+        if rank in run_ranks:
+            run_ranks[rank][0].add(left)
+            run_ranks[rank][1].add(right)
+        if left in run_pieces:
+            as_left[left].append((right, rank))
+        if right in run_pieces:
+            as_right[right].append((left, rank))
 
     def is_late(rank, made):
         # made + z (or z + made) ranks no later and z is where another pair of this rank starts
@@ -133,7 +161,7 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
 
     late = [(pair, rm) for pair, rm in run_merges.items() if is_late(*rm)]
     if not late:
-        return merges, None
+        return merges, None, set()
     # Per run character: its run merges, the latest rank of every other merge, and whether a
     # merge that is not one of its runs takes one of its run pieces.
     runs_of: dict[str, dict] = defaultdict(dict)
@@ -141,12 +169,12 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
         runs_of[run_char(rm[1])][pair] = rm
     latest_rank: dict[str | None, int] = defaultdict(lambda: -1)  # latest rank by run char
     used_by_others: set[str] = set()
-    for pair, (rank, made) in merges.items():
-        ch = run_char(made)
-        latest_rank[ch] = max(latest_rank[ch], rank)
-        used_by_others.update(run_char(x) for x in pair if run_char(x) not in (None, ch))
-        if ch is None:
-            used_by_others.update(run_char(x) for x in pair if run_char(x) is not None)
+    for pair, (rank, piece) in merges.items():
+        ch = run_char(piece)
+        if rank > latest_rank[ch]:
+            latest_rank[ch] = rank
+        if pair[0] in run_pieces or pair[1] in run_pieces:
+            used_by_others.update(run_char(x) for x in pair if run_char(x) not in (None, ch))
     late_chars = list(dict.fromkeys(run_char(m) for _, (_, m) in late))
     rule_ch = next(
         (
@@ -170,19 +198,27 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
                 f"others) and are not ranked after every other merge: sentencepiece "
                 f"breaks that tie by position, which merge passes cannot"
             )
-    for ch in late_chars:
-        if ch != rule_ch:
-            _check_runs_by_passes(ch, runs_of[ch], text, where, rule_ch)
+    # The other late runs: where passes split a run of the character alone differently from
+    # the reference, the first-only ranks must make them agree (Gemma 4's `\n`, `▁`, tab).
+    others = [ch for ch in late_chars if ch != rule_ch]
+    split_apart = [ch for ch in others if _first_difference(runs_of[ch], text, set()) is not None]
+    first_only = first_only_ranks(merges) if split_apart else set()
+    for ch in split_apart:
+        _check_runs_by_passes(ch, runs_of[ch], text, where, first_only)
     if rule_ch is None:
-        return merges, None
+        return merges, None, first_only
     runs = runs_of[rule_ch]
-    return {p: rm for p, rm in merges.items() if p not in runs}, _run_rule(rule_ch, runs, text, where)
+    table = {p: rm for p, rm in merges.items() if p not in runs}
+    return table, _run_rule(rule_ch, runs, text, where), first_only
 
 
-def _run_splits(runs: dict, text: list, one_at_a_time: bool, limit: int) -> list[list[int]]:
+def _run_splits(
+    runs: dict, text: list, one_at_a_time: bool, limit: int, first_only: frozenset | set = frozenset()
+) -> list[list[int]]:
     """The piece lengths a run of m single characters ends as, for m in [0, limit]: merged one
     pair at a time (lowest rank, leftmost first: sentencepiece, HF) or by passes (every
-    leftmost-first occurrence of the lowest rank at once: the kernels)."""
+    leftmost-first occurrence of the lowest rank at once: the kernels; at a rank in
+    first_only only the first of each run of adjacent occurrences)."""
     rank_of = {(len(text[a]), len(text[b])): r for (a, b), (r, _) in runs.items()}
     out = []
     for m in range(limit + 1):
@@ -194,7 +230,8 @@ def _run_splits(runs: dict, text: list, one_at_a_time: bool, limit: int) -> list
                 break
             merged, i = [], 0
             while i < len(chunks):
-                if i < len(ranks) and ranks[i] == lowest:
+                waits = lowest in first_only and 0 < i < len(ranks) and ranks[i - 1] == lowest
+                if i < len(ranks) and ranks[i] == lowest and not waits:
                     merged.append(chunks[i] + chunks[i + 1])
                     i += 2
                     if one_at_a_time:
@@ -208,23 +245,26 @@ def _run_splits(runs: dict, text: list, one_at_a_time: bool, limit: int) -> list
     return out
 
 
-def _check_runs_by_passes(ch: str, runs: dict, text: list, where: str, rule_ch) -> None:
-    """Refuses a run character whose runs merge passes split differently from the reference
-    (the run rule replays one character's runs: the one that ranks after every other merge)."""
+def _first_difference(runs: dict, text: list, first_only: set) -> tuple | None:
+    """(m, reference split, passes' split) of the shortest run of the character alone that the
+    passes (with these first-only ranks) split differently from the reference, or None."""
     limit = 2 * max(len(text[m]) for _, m in runs.values()) + 2
     want = _run_splits(runs, text, True, limit)
-    got = _run_splits(runs, text, False, limit)
-    m = next((m for m in range(limit + 1) if want[m] != got[m]), None)
-    if m is not None:
-        why = (
-            f"and the run rule is taken by {rule_ch!r}"
-            if rule_ch is not None
-            else "and they are not ranked after every other merge"
-        )
+    got = _run_splits(runs, text, False, limit, first_only)
+    return next(((m, want[m], got[m]) for m in range(limit + 1) if want[m] != got[m]), None)
+
+
+def _check_runs_by_passes(ch: str, runs: dict, text: list, where: str, first_only: set) -> None:
+    """Refuses a run character whose runs merge passes split differently from the reference
+    even with the first-only ranks."""
+    diff = _first_difference(runs, text, first_only)
+    if diff is not None:
+        m, want, got = diff
         raise VocabError(
             f"{where}: a run of {m} {ch!r} is merged one pair at a time into pieces of "
-            f"{want[m]} characters but by merge passes into {got[m]} (runs of {ch!r} "
-            f"outrank their own parts {why}): not supported"
+            f"{want} characters but by merge passes into {got} (runs of {ch!r} outrank "
+            f"their own parts, and merging only the first of adjacent candidates does not "
+            f"reproduce it): not supported"
         )
 
 
