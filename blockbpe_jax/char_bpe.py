@@ -102,16 +102,22 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
 
 
 def first_only_ranks(merges: dict) -> set[int]:
-    """The ranks of the merges (a, a) that some earlier-ranked merge (x, a) can take a symbol
-    from: after the first of a run of (a, a) candidates merges, the reference may first merge
-    what that made (`\n\n` + `\n` before `\n` + `\n`) and so take the `a` the next candidate
-    starts with; passes merge every candidate of the rank at once. A flag costs nothing where
-    no run of 3+ equal symbols has the rank."""
-    first_as_right: dict[int, int] = {}
-    for (_, right), (rank, _) in merges.items():
-        first_as_right[right] = min(first_as_right.get(right, rank), rank)
+    """The ranks of the merges (a, a) that an earlier-ranked merge takes part in the run of:
+    after the first of a run of (a, a) candidates merges, the reference may first merge what
+    that made, with an `a` on its right (`\n\n` + `\n` before `\n` + `\n`) or with another
+    piece the rank makes (`aa` + `aa`), and so change what the next candidates merge; passes
+    merge every candidate of the rank at once. A flag costs nothing where no run of 3+ equal
+    symbols has the rank."""
+    first_use: dict[int, int] = {}  # piece -> rank of the first merge with it on its right
+    first_made_use: dict[int, int] = {}  # piece -> rank of the first merge with it on either side
+    for (left, right), (rank, _) in merges.items():
+        first_use[right] = min(first_use.get(right, rank), rank)
+        for piece in (left, right):
+            first_made_use[piece] = min(first_made_use.get(piece, rank), rank)
     return {
-        rank for (left, right), (rank, _) in merges.items() if left == right and first_as_right[right] < rank
+        rank
+        for (left, right), (rank, made) in merges.items()
+        if left == right and min(first_use[right], first_made_use.get(made, rank)) < rank
     }
 
 
@@ -160,8 +166,6 @@ def _split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | N
         )
 
     late = [(pair, rm) for pair, rm in run_merges.items() if is_late(*rm)]
-    if not late:
-        return merges, None, set()
     # Per run character: its run merges, the latest rank of every other merge, and whether a
     # merge that is not one of its runs takes one of its run pieces.
     runs_of: dict[str, dict] = defaultdict(dict)
@@ -180,7 +184,7 @@ def _split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | N
         (
             ch
             for ch in late_chars
-            if min(r for r, _ in runs_of[ch].values()) > max(r for c, r in latest_rank.items() if c != ch)
+            if min(r for r, _ in runs_of[ch].values()) > max((r for c, r in latest_rank.items() if c != ch), default=-1)
             and ch not in used_by_others
         ),
         None,
@@ -198,9 +202,10 @@ def _split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | N
                 f"others) and are not ranked after every other merge: sentencepiece "
                 f"breaks that tie by position, which merge passes cannot"
             )
-    # The other late runs: where passes split a run of the character alone differently from
-    # the reference, the first-only ranks must make them agree (Gemma 4's `\n`, `▁`, tab).
-    others = [ch for ch in late_chars if ch != rule_ch]
+    # The other runs (is_late may miss some): where passes split a run of the character alone
+    # differently from the reference, the first-only ranks must make them agree (Gemma 4's
+    # `\n`, `▁`, tab).
+    others = [ch for ch in runs_of if ch != rule_ch]
     split_apart = [ch for ch in others if _first_difference(runs_of[ch], text, set()) is not None]
     first_only = first_only_ranks(merges) if split_apart else set()
     for ch in split_apart:
