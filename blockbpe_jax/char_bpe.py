@@ -102,12 +102,10 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
 
 
 def first_only_ranks(merges: dict) -> set[int]:
-    """The ranks of the merges (a, a) that an earlier-ranked merge takes part in the run of:
-    after the first of a run of (a, a) candidates merges, the reference may first merge what
-    that made, with an `a` on its right (`\n\n` + `\n` before `\n` + `\n`) or with another
-    piece the rank makes (`aa` + `aa`), and so change what the next candidates merge; passes
-    merge every candidate of the rank at once. A flag costs nothing where no run of 3+ equal
-    symbols has the rank."""
+    """The ranks of the merges (a, a) that an earlier merge takes part in the run of: after
+    the first of adjacent (a, a) candidates merges, the reference may first merge what that
+    made with an `a` on its right (Gemma 4: newline x2 + newline ranks before newline +
+    newline) or with another piece of the rank (`aa` + `aa`), which passes would not."""
     first_use: dict[int, int] = {}  # piece -> rank of the first merge with it on its right
     first_made_use: dict[int, int] = {}  # piece -> rank of the first merge with it on either side
     for (left, right), (rank, _) in merges.items():
@@ -122,16 +120,13 @@ def first_only_ranks(merges: dict) -> set[int]:
 
 
 def _split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | None, set[int]]:
-    """split_runs' work: (merges, run rule or None, first-only ranks).
-
-    The passes merge every occurrence of a segment's lowest rank at once; sentencepiece and
-    HF merge one pair at a time, lowest rank first, leftmost first. They differ where a merge
-    makes a pair that ranks no later than itself and overlaps another pair of its rank. For
-    runs of one character that happens by construction (`▁▁`+`▁` ranks with `▁`+`▁`), and
-    those merges must rank after every other merge and be used by no other: they leave the
-    pair table for the run rule (ffi/core/char_symbols.h). Elsewhere (a few pieces outrank a piece
-    they contain) a difference needs rare symbol sequences; as for byte-level BPE, the
-    differential tests on corpora and generated text are what vouch for it."""
+    """split_runs' work: (merges, run rule or None, first-only ranks). The passes merge every
+    occurrence of a segment's lowest rank at once; sentencepiece and HF merge one pair at a
+    time, lowest rank first, leftmost first. Runs of one character whose merges tie (`▁▁`+`▁`
+    ranks with `▁`+`▁`) must rank after every other merge and be used by no other: they leave
+    the pair table for the run rule (ffi/core/char_symbols.h). Runs that passes split
+    otherwise get first-only ranks. Elsewhere (a few pieces outrank a piece they contain) the
+    differential tests on corpora and generated text are what vouch for the passes."""
     run_of: dict[int, str | None] = {}
 
     def run_char(i):  # the character of a run piece of 2+ characters, else None
@@ -184,14 +179,13 @@ def _split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | N
         (
             ch
             for ch in late_chars
-            if min(r for r, _ in runs_of[ch].values()) > max((r for c, r in latest_rank.items() if c != ch), default=-1)
+            if min(r for r, _ in runs_of[ch].values())
+            > max((r for c, r in latest_rank.items() if c != ch), default=-1)
             and ch not in used_by_others
         ),
         None,
     )
-    # Equal ranks within a run make the passes differ for sure; other late runs (a few run
-    # pieces outranking shorter ones) differ on runs of the character alone, checked here for
-    # every length up to a bound, or only on rare inputs, covered by the differential tests.
+    # Equal ranks within a run (sentencepiece's ties, broken by position) differ for sure.
     made_at: dict[tuple, set] = defaultdict(set)  # (run character, rank) -> run pieces made
     for rank, made in run_merges.values():
         made_at[(run_char(made), rank)].add(made)
@@ -202,9 +196,8 @@ def _split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | N
                 f"others) and are not ranked after every other merge: sentencepiece "
                 f"breaks that tie by position, which merge passes cannot"
             )
-    # The other runs (is_late may miss some): where passes split a run of the character alone
-    # differently from the reference, the first-only ranks must make them agree (Gemma 4's
-    # `\n`, `▁`, tab).
+    # Every other run character (is_late misses some): where passes split a run of it alone
+    # otherwise, the first-only ranks must make them agree (Gemma 4's newline, `▁`, tab).
     others = [ch for ch in runs_of if ch != rule_ch]
     split_apart = [ch for ch in others if _first_difference(runs_of[ch], text, set()) is not None]
     first_only = first_only_ranks(merges) if split_apart else set()
