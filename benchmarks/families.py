@@ -1,9 +1,10 @@
 """Device throughput of exact mode per tokenizer family, with the family's own reference.
 
-    python3 benchmarks/families.py [--out DIR] [--batch 1024] [--bytes 4096] [--only TEXT]
+    python3 benchmarks/families.py [--out DIR] [--batch 1024] [--bytes 4096] [--only TEXT] [--corpus FILE]
 
 For every family found (the shared vocabularies; DeepSeek-V3, Mistral Tekken and SentencePiece
-models from their PyPI packages, Llama 2 from llama.cpp's GGUF, see docs/families.md): War and Peace excerpts, ids checked equal to the
+models from their PyPI packages, Llama 2 and Gemma 4 from llama.cpp's GGUFs, see docs/families.md):
+War and Peace excerpts (or --corpus: another shared corpus), ids checked equal to the
 reference library on the whole batch, then the device-resident encode timed as run_all.py's
 "device" column (a chain of calls in one executable, median per call), and the reference
 timed on the same texts (tiktoken: encode_ordinary_batch, 16 threads; HF: encode_batch).
@@ -156,6 +157,24 @@ def families(root: pathlib.Path, only: str = ""):
         proto = fam.spm_from_gguf(fam.gguf_metadata(path), add_dummy_prefix=key == "llama2-gguf")
         sp = spm.SentencePieceProcessor(model_proto=proto)
         out.append((label, bb.Tokenizer.from_gguf(path), "GGUF (SentencePiece BPE)", *spm_ref(sp)))
+    # Gemma 4 (llama.cpp's vocab GGUF, model "gemma4": BPE with merges over `▁` text), against
+    # HF tokenizers on the same vocabulary and merges (families.hf_bpe_from_gguf).
+    label = "Gemma 4 (GGUF)"
+    if only in label:
+        path, why = fam.locate("gemma4-gguf")
+        if path is None:
+            print(f"skipped {label}: {why}", flush=True)
+        else:
+            hf = fam.hf_bpe_from_gguf(fam.gguf_metadata(path))
+            out.append(
+                (
+                    label,
+                    bb.Tokenizer.from_gguf(path),
+                    "GGUF (HF BPE, byte fallback)",
+                    "HF tokenizers",
+                    hf_ids(hf),
+                )
+            )
     return out
 
 
@@ -166,9 +185,10 @@ def main(argv=None) -> int:
     ap.add_argument("--bytes", type=int, default=4096)
     ap.add_argument("--block-size", type=int, default=256)
     ap.add_argument("--only", default="", help="families whose name contains this text")
+    ap.add_argument("--corpus", default="war_and_peace_en.txt", help="a file of the shared corpora")
     args = ap.parse_args(argv)
     root = testing.data_dir()
-    raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()
+    raw = testing.read_corpus(root / "corpus" / args.corpus)
     texts = excerpts(raw, args.batch, args.bytes)
     total = sum(len(t.encode("utf-8")) for t in texts)
     dev = jax.devices()[0]
@@ -212,7 +232,7 @@ def main(argv=None) -> int:
                     "device": dev.device_kind,
                     "jax": jax.__version__,
                     "block_size": args.block_size,
-                    "corpus": "war_and_peace_en.txt excerpts",
+                    "corpus": f"{args.corpus} excerpts",
                     "rows": rows,
                 },
                 indent=1,

@@ -94,16 +94,39 @@ def char_level_vocab(
 
 
 def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | None]:
-    """(merges for the pair table, run rule or None).
+    """(merges for the pair table, run rule or None). The table's ranks are 2 * rank + the
+    first-only flag (ffi/core/bpe_core.h): at a flagged rank a pass merges only the first pair
+    of each run of adjacent candidates, as the reference's one merge at a time does."""
+    table, rule, first_only = _split_runs(merges, text, where)
+    return {pair: (2 * rank + (rank in first_only), m) for pair, (rank, m) in table.items()}, rule
 
-    The passes merge every occurrence of a segment's lowest rank at once; sentencepiece and
-    HF merge one pair at a time, lowest rank first, leftmost first. They differ where a merge
-    makes a pair that ranks no later than itself and overlaps another pair of its rank. For
-    runs of one character that happens by construction (`▁▁`+`▁` ranks with `▁`+`▁`), and
-    those merges must rank after every other merge and be used by no other: they leave the
-    pair table for the run rule (ffi/core/char_symbols.h). Elsewhere (a few pieces outrank a piece
-    they contain) a difference needs rare symbol sequences; as for byte-level BPE, the
-    differential tests on corpora and generated text are what vouch for it."""
+
+def first_only_ranks(merges: dict) -> set[int]:
+    """The ranks of the merges (a, a) that an earlier merge takes part in the run of: after
+    the first of adjacent (a, a) candidates merges, the reference may first merge what that
+    made with an `a` on its right (Gemma 4: newline x2 + newline ranks before newline +
+    newline) or with another piece of the rank (`aa` + `aa`), which passes would not."""
+    first_use: dict[int, int] = {}  # piece -> rank of the first merge with it on its right
+    first_made_use: dict[int, int] = {}  # piece -> rank of the first merge with it on either side
+    for (left, right), (rank, _) in merges.items():
+        first_use[right] = min(first_use.get(right, rank), rank)
+        for piece in (left, right):
+            first_made_use[piece] = min(first_made_use.get(piece, rank), rank)
+    return {
+        rank
+        for (left, right), (rank, made) in merges.items()
+        if left == right and min(first_use[right], first_made_use.get(made, rank)) < rank
+    }
+
+
+def _split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | None, set[int]]:
+    """split_runs' work: (merges, run rule or None, first-only ranks). The passes merge every
+    occurrence of a segment's lowest rank at once; sentencepiece and HF merge one pair at a
+    time, lowest rank first, leftmost first. Runs of one character whose merges tie (`▁▁`+`▁`
+    ranks with `▁`+`▁`) must rank after every other merge and be used by no other: they leave
+    the pair table for the run rule (ffi/core/char_symbols.h). Runs that passes split
+    otherwise get first-only ranks. Elsewhere (a few pieces outrank a piece they contain) the
+    differential tests on corpora and generated text are what vouch for the passes."""
     run_of: dict[int, str | None] = {}
 
     def run_char(i):  # the character of a run piece of 2+ characters, else None
@@ -114,14 +137,20 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
 
     run_merges = {pair: rm for pair, rm in merges.items() if run_char(rm[1]) is not None}
     if not run_merges:
-        return merges, None
-    by_rank: dict[int, tuple[set, set]] = defaultdict(lambda: (set(), set()))
+        return merges, None, set()
+    # (only what is_late reads: the run merges' ranks and the pieces they make)
+    run_ranks = {rank: (set(), set()) for rank, _ in run_merges.values()}
+    run_pieces = {m for _, m in run_merges.values()}
+    by_rank: dict[int, tuple[set, set]] = defaultdict(lambda: (set(), set()), run_ranks)
     as_left, as_right = defaultdict(list), defaultdict(list)
     for (left, right), (rank, _) in merges.items():
-        by_rank[rank][0].add(left)
-        by_rank[rank][1].add(right)
-        as_left[left].append((right, rank))
-        as_right[right].append((left, rank))
+        if rank in run_ranks:
+            run_ranks[rank][0].add(left)
+            run_ranks[rank][1].add(right)
+        if left in run_pieces:
+            as_left[left].append((right, rank))
+        if right in run_pieces:
+            as_right[right].append((left, rank))
 
     def is_late(rank, made):
         # made + z (or z + made) ranks no later and z is where another pair of this rank starts
@@ -132,8 +161,6 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
         )
 
     late = [(pair, rm) for pair, rm in run_merges.items() if is_late(*rm)]
-    if not late:
-        return merges, None
     # Per run character: its run merges, the latest rank of every other merge, and whether a
     # merge that is not one of its runs takes one of its run pieces.
     runs_of: dict[str, dict] = defaultdict(dict)
@@ -141,25 +168,24 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
         runs_of[run_char(rm[1])][pair] = rm
     latest_rank: dict[str | None, int] = defaultdict(lambda: -1)  # latest rank by run char
     used_by_others: set[str] = set()
-    for pair, (rank, made) in merges.items():
-        ch = run_char(made)
-        latest_rank[ch] = max(latest_rank[ch], rank)
-        used_by_others.update(run_char(x) for x in pair if run_char(x) not in (None, ch))
-        if ch is None:
-            used_by_others.update(run_char(x) for x in pair if run_char(x) is not None)
+    for pair, (rank, piece) in merges.items():
+        ch = run_char(piece)
+        if rank > latest_rank[ch]:
+            latest_rank[ch] = rank
+        if pair[0] in run_pieces or pair[1] in run_pieces:
+            used_by_others.update(run_char(x) for x in pair if run_char(x) not in (None, ch))
     late_chars = list(dict.fromkeys(run_char(m) for _, (_, m) in late))
     rule_ch = next(
         (
             ch
             for ch in late_chars
-            if min(r for r, _ in runs_of[ch].values()) > max(r for c, r in latest_rank.items() if c != ch)
+            if min(r for r, _ in runs_of[ch].values())
+            > max((r for c, r in latest_rank.items() if c != ch), default=-1)
             and ch not in used_by_others
         ),
         None,
     )
-    # Equal ranks within a run make the passes differ for sure; other late runs (a few run
-    # pieces outranking shorter ones) differ on runs of the character alone, checked here for
-    # every length up to a bound, or only on rare inputs, covered by the differential tests.
+    # Equal ranks within a run (sentencepiece's ties, broken by position) differ for sure.
     made_at: dict[tuple, set] = defaultdict(set)  # (run character, rank) -> run pieces made
     for rank, made in run_merges.values():
         made_at[(run_char(made), rank)].add(made)
@@ -170,19 +196,27 @@ def split_runs(merges: dict, text: list, where: str) -> tuple[dict, RunRule | No
                 f"others) and are not ranked after every other merge: sentencepiece "
                 f"breaks that tie by position, which merge passes cannot"
             )
-    for ch in late_chars:
-        if ch != rule_ch:
-            _check_runs_by_passes(ch, runs_of[ch], text, where, rule_ch)
+    # Every other run character (is_late misses some): where passes split a run of it alone
+    # otherwise, the first-only ranks must make them agree (Gemma 4's newline, `▁`, tab).
+    others = [ch for ch in runs_of if ch != rule_ch]
+    split_apart = [ch for ch in others if _first_difference(runs_of[ch], text, set()) is not None]
+    first_only = first_only_ranks(merges) if split_apart else set()
+    for ch in split_apart:
+        _check_runs_by_passes(ch, runs_of[ch], text, where, first_only)
     if rule_ch is None:
-        return merges, None
+        return merges, None, first_only
     runs = runs_of[rule_ch]
-    return {p: rm for p, rm in merges.items() if p not in runs}, _run_rule(rule_ch, runs, text, where)
+    table = {p: rm for p, rm in merges.items() if p not in runs}
+    return table, _run_rule(rule_ch, runs, text, where), first_only
 
 
-def _run_splits(runs: dict, text: list, one_at_a_time: bool, limit: int) -> list[list[int]]:
+def _run_splits(
+    runs: dict, text: list, one_at_a_time: bool, limit: int, first_only: frozenset | set = frozenset()
+) -> list[list[int]]:
     """The piece lengths a run of m single characters ends as, for m in [0, limit]: merged one
     pair at a time (lowest rank, leftmost first: sentencepiece, HF) or by passes (every
-    leftmost-first occurrence of the lowest rank at once: the kernels)."""
+    leftmost-first occurrence of the lowest rank at once: the kernels; at a rank in
+    first_only only the first of each run of adjacent occurrences)."""
     rank_of = {(len(text[a]), len(text[b])): r for (a, b), (r, _) in runs.items()}
     out = []
     for m in range(limit + 1):
@@ -194,7 +228,8 @@ def _run_splits(runs: dict, text: list, one_at_a_time: bool, limit: int) -> list
                 break
             merged, i = [], 0
             while i < len(chunks):
-                if i < len(ranks) and ranks[i] == lowest:
+                waits = lowest in first_only and 0 < i < len(ranks) and ranks[i - 1] == lowest
+                if i < len(ranks) and ranks[i] == lowest and not waits:
                     merged.append(chunks[i] + chunks[i + 1])
                     i += 2
                     if one_at_a_time:
@@ -208,23 +243,26 @@ def _run_splits(runs: dict, text: list, one_at_a_time: bool, limit: int) -> list
     return out
 
 
-def _check_runs_by_passes(ch: str, runs: dict, text: list, where: str, rule_ch) -> None:
-    """Refuses a run character whose runs merge passes split differently from the reference
-    (the run rule replays one character's runs: the one that ranks after every other merge)."""
+def _first_difference(runs: dict, text: list, first_only: set) -> tuple | None:
+    """(m, reference split, passes' split) of the shortest run of the character alone that the
+    passes (with these first-only ranks) split differently from the reference, or None."""
     limit = 2 * max(len(text[m]) for _, m in runs.values()) + 2
     want = _run_splits(runs, text, True, limit)
-    got = _run_splits(runs, text, False, limit)
-    m = next((m for m in range(limit + 1) if want[m] != got[m]), None)
-    if m is not None:
-        why = (
-            f"and the run rule is taken by {rule_ch!r}"
-            if rule_ch is not None
-            else "and they are not ranked after every other merge"
-        )
+    got = _run_splits(runs, text, False, limit, first_only)
+    return next(((m, want[m], got[m]) for m in range(limit + 1) if want[m] != got[m]), None)
+
+
+def _check_runs_by_passes(ch: str, runs: dict, text: list, where: str, first_only: set) -> None:
+    """Refuses a run character whose runs merge passes split differently from the reference
+    even with the first-only ranks."""
+    diff = _first_difference(runs, text, first_only)
+    if diff is not None:
+        m, want, got = diff
         raise VocabError(
             f"{where}: a run of {m} {ch!r} is merged one pair at a time into pieces of "
-            f"{want[m]} characters but by merge passes into {got[m]} (runs of {ch!r} "
-            f"outrank their own parts {why}): not supported"
+            f"{want} characters but by merge passes into {got} (runs of {ch!r} outrank "
+            f"their own parts, and merging only the first of adjacent candidates does not "
+            f"reproduce it): not supported"
         )
 
 

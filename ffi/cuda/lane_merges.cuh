@@ -28,6 +28,8 @@ __device__ __forceinline__ uint32_t lanes_upto(int lane) {  // bits 0..lane
   return lane >= 31 ? ~0u : (2u << lane) - 1;
 }
 
+// kFirstOnly: the ranks carry the first-only flag (core/bpe_core.h, first_only_candidates).
+template <bool kFirstOnly>
 __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, const int32_t* list,
                                const int32_t* lens, int n, int2* slots, int* next_bin) {
   const int lane = threadIdx.x & 31;
@@ -96,8 +98,10 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
           if (lane + d < tail) low = min(low, o);
         }
         const int32_t lowest = __shfl_sync(~0u, low, head);
-        const uint32_t merges = leftmost_first_merges(
-            __ballot_sync(~0u, r != kNoRank && r == lowest));
+        const bool cand = r != kNoRank && r == lowest;
+        uint32_t cands = __ballot_sync(~0u, cand);
+        if (kFirstOnly) cands = first_only_candidates(cands, __ballot_sync(~0u, cand && first_only_rank(r)));
+        const uint32_t merges = leftmost_first_merges(cands);
         if (merges == 0) {  // (uniform) write back
           const int ps0 = __shfl_sync(~0u, s0, piece_lane(starts));
           if (lane < used) {
@@ -134,7 +138,7 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
 // then holds pieces of similar lengths and pass counts, the longest bins are claimed first,
 // and a warp that finishes early claims the next one (simulated on War and Peace: ~20 instead
 // of 29 rounds of passes for the slowest warp; H200: 1024 x 4096 cl100k 226-235 -> 202-216 us).
-template <int kThreads>
+template <int kThreads, bool kFirstOnly = false>
 __device__ __forceinline__ void merge_listed_pieces(const VocabView& v, BlockArrays& a,
                                                     const int32_t* merge_list, int n_lane,
                                                     int n_thread, int cap, int32_t* sorted_list,
@@ -161,11 +165,11 @@ __device__ __forceinline__ void merge_listed_pieces(const VocabView& v, BlockArr
     lane_lens[at] = m;
   }
   __syncthreads();
-  merge_in_lanes(v, a.tok, a.rank, lane_list, lane_lens, n_lane,
+  merge_in_lanes<kFirstOnly>(v, a.tok, a.rank, lane_list, lane_lens, n_lane,
                  tmp.lanes + (threadIdx.x & ~31), next_lane_bin);
   for (int g = threadIdx.x; g < n_thread; g += kThreads) {
     const int s0 = merge_list[cap - 1 - g];
-    a.rank[s0] = merge_segment(v, a.tok + s0, a.rank + s0, a.text + s0, -a.rank[s0]);
+    a.rank[s0] = merge_segment<kFirstOnly>(v, a.tok + s0, a.rank + s0, a.text + s0, -a.rank[s0]);
   }
   __syncthreads();
 }

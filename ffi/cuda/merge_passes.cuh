@@ -13,10 +13,18 @@
 namespace bbpe {
 namespace {
 
-// Merge passes over a.tok / a.rank (n tokens); returns the final count.
-template <int kThreads>
+// Merge passes over a.tok / a.rank (n tokens); returns the final count. kFirstOnly: the ranks
+// carry the first-only flag (core/bpe_core.h; the SentencePiece kernel).
+template <int kThreads, bool kFirstOnly = false>
 __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int n,
                             typename Scans<kThreads>::Storage& tmp) {
+  // Pair i is a candidate: its rank is its segment's lowest (and, at a first-only rank, the
+  // pair before it is not a candidate: first_only_demoted; that pair is in the same segment
+  // whenever it has the same rank, and a.rank stays as it is until the compaction).
+  const auto candidate = [&](int i, int32_t lowest) {
+    const int32_t r = a.rank[i];
+    return r != kNoRank && r == lowest && !(kFirstOnly && i > 0 && first_only_demoted(r, a.rank[i - 1]));
+  };
   for (;;) {
     const int per = (n + kThreads - 1) / kThreads;
     const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
@@ -39,7 +47,7 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
     run = carry;
     for (int i = lo; i < hi; ++i) {
       run = seg_min_combine(run, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
-      mine = merge_carry_push(mine, a.rank[i] != kNoRank && a.rank[i] == seg_min[run.start]);
+      mine = merge_carry_push(mine, candidate(i, seg_min[run.start]));
     }
     MergeCarry before, total;
     typename Scans<kThreads>::CarryScan(tmp.carry).ExclusiveScan(
@@ -50,7 +58,7 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
     run = carry;
     for (int i = lo; i < hi; ++i) {
       run = seg_min_combine(run, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
-      const bool merges = !prev && a.rank[i] != kNoRank && a.rank[i] == seg_min[run.start];
+      const bool merges = !prev && candidate(i, seg_min[run.start]);
       a.merged[i] = merges ? merged_id(v, a.rank[i], a.tok[i], a.tok[i + 1]) : -1;
       prev = merges;
     }
