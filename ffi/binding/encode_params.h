@@ -97,11 +97,11 @@ BBPE_HD BlockPlacement place_block_arrays(uint8_t* smem, uint8_t* ws, int64_t ma
   return BlockPlacement{smem, passes_in_smem(max_len, pretok_stages, symbols) ? smem + core_bytes : ws};
 }
 // The tile pipeline: a row's slice (its arrays as one block would place them, its tiles, then
-// one window frame per tile: the positions [tile start - kStitchMargin, tile end +
+// one window frame per tile: the positions [tile start - kWindowLead, tile end +
 // kStitchMargin) of five int32 arrays, room for both windows a tile can have, which never
 // overlap there; windows overlap each other, so they cannot share the row's arrays).
 constexpr int kFrameArrays = 5;
-BBPE_HD int64_t frame_positions() { return padded_len(kTileBytes + 2 * kStitchMargin); }
+BBPE_HD int64_t frame_positions() { return padded_len(kWindowLead + kTileBytes + kStitchMargin); }
 BBPE_HD int64_t workspace_bytes_per_tiled_row(int64_t max_len) {
   return padded_len(max_len) * kBytesPerPosition + tiles_per_row(max_len) * (int64_t)sizeof(TileInfo) +
          tiles_per_row(max_len) * frame_positions() * kFrameArrays * 4;

@@ -2,7 +2,7 @@
 // ("huge": a run of letters, CJK, emoji or whitespace can make one piece of the whole row).
 // Merged by the one block whose tile they start in, their passes would cost (distinct ranks)
 // x (piece length / threads); instead every tile a huge piece covers encodes its chunk of the
-// piece as a window that reaches kStitchMargin bytes into the neighbouring chunks, and
+// piece as a window that reaches about kStitchMargin bytes into the neighbouring chunks, and
 // neighbouring windows are stitched at a token both encodings share (core/window_stitch.h
 // says why that is the piece's BPE). A piece with a boundary that has no shared token is
 // merged whole by the tile it starts in, as before, so ids never depend on the stitch.
@@ -33,7 +33,7 @@ namespace {
 
 // Window `w` of a tile (0: its chunk of the huge piece covering its start, 1: of the huge piece
 // starting in it) and where its arrays are: kFrameArrays arrays of the tile's frame, from the
-// window's first byte on (frame position 0 is the row's byte tile * kTileBytes - kStitchMargin).
+// window's first byte on (frame position 0 is the row's byte tile * kTileBytes - kWindowLead).
 // After huge_windows, array 4 holds the window's ids and array 1 their start offsets in the row.
 struct WindowAt {
   bool live;
@@ -48,7 +48,7 @@ __device__ __forceinline__ WindowAt window_at(const EncodeParams& p, const RowAr
   at.live = at.piece_lo >= 0;
   if (!at.live) return at;
   at.bytes = stitch_window(at.piece_lo, w == 0 ? info.cont_hi : info.huge_hi, tile, p.stitch_margin);
-  at.base = r.frames + tile * frame_positions() * kFrameArrays + (at.bytes.lo - tile * kTileBytes + kStitchMargin);
+  at.base = r.frames + tile * frame_positions() * kFrameArrays + (at.bytes.lo - tile * kTileBytes + kWindowLead);
   return at;
 }
 __device__ __forceinline__ int32_t* window_array(const WindowAt& at, int k) {
@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_wind
 
 // The boundary at the end of the tile, when a huge piece crosses it: the left window is the
 // tile's chunk of that piece, the right one window 0 of the next tile. Boundaries are a tile
-// apart and a shared token lies within kStitchMargin of its boundary, so the stitches of one
-// piece are independent of each other.
+// apart and a shared token lies in both windows, less than kWindowLead before its boundary or
+// kStitchMargin after it, so the stitches of one piece are independent of each other.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ EncodeParams p) {
   __shared__ int best;
