@@ -7,10 +7,13 @@
 cl100k, exact mode. Cases (deterministic): prose (War and Peace, repeated), one letter
 repeated, random letters a-j, spaces, digits, whitespace with newlines (" ", "\\t", "\\n"),
 CJK, emoji, base64, apostrophes and letters ("'sS tl"), mixed scripts (one letter piece of
-Latin, Cyrillic, Greek and CJK). Every case but prose, digits, base64 and apostrophes is one
+Latin, Cyrillic, Greek and CJK), a run of one letter after three others (run_in_piece), random
+letters a-j with a run of 600 "z" across every 4096th byte (letters_runs: runs that start
+inside the piece defeat the windows of huge pieces, ffi/core/window_stitch.h, and send it to
+the whole-piece merge). Every case but prose, digits, base64 and apostrophes is one
 pre-tokenizer piece of the whole string. Sizes 128 B, x4 up to 512 KiB, then 1 MiB, x4 to
 --max-mib, or the --sizes given (strings are cut on a character boundary at or below the
-size). BLOCKBPE_STITCH_MARGIN=0 in the environment merges such pieces whole (the CUDA
+size). BLOCKBPE_STITCH_MARGIN=-1 in the environment merges such pieces whole (the CUDA
 handler's test hook; recorded in the JSON as stitch_margin). Per case and size:
   ours_device  the jitted `encode` of one row already on the device (ids left there): median
                of repeated calls after a warm-up call (the compile)
@@ -85,6 +88,14 @@ def make_case(name: str, n: int, prose: str) -> str:
         text = _random_chars("'sS tl", n, 7)
     elif name == "mixed":
         text = _random_chars("abcdefghijжщыΩλ中文日本語", n, 8)
+    elif name == "run_in_piece":  # one piece: a run that does not start the piece
+        text = "xyz" + "a" * n
+    elif name == "letters_runs":  # one piece: random letters, a run of 600 across every 4096th byte
+        letters, parts, done = _random_chars("abcdefghij", n, 9), [], 0
+        for at in range(4096 - 300, n - 600, 4096):
+            parts += [letters[done:at], "z" * 600]
+            done = at + 600
+        text = "".join(parts) + letters[done:]
     else:
         raise ValueError(f"unknown case {name!r}")
     raw = text.encode()[:n]
@@ -103,6 +114,8 @@ CASES = [
     "base64",
     "apostrophes",
     "mixed",
+    "run_in_piece",
+    "letters_runs",
 ]
 
 

@@ -8,8 +8,8 @@ compares, row by row and padding included, with the CPU executor (a heap merge o
 piece, no windows) and with tiktoken: every adversarial kind at lengths around the tile and
 window boundaries and up to 3 MiB, on cl100k, o200k and r50k; pieces starting and ending at
 every offset near tile boundaries; several huge pieces in one row; truncated rows; and the
-fallback, forced through the CUDA handler's test hook (BLOCKBPE_STITCH_MARGIN: 0 leaves no
-overlap, so no boundary stitches; small margins stitch some boundaries and not others).
+fallback, forced through the CUDA handler's test hook (BLOCKBPE_STITCH_MARGIN: -1 fails every
+stitch; small margins stitch some boundaries and not others).
 Skips where JAX sees no GPU.
 """
 
@@ -135,11 +135,12 @@ def test_mebibyte_pieces(kind):
         assert (got[0] == want[0]).all(), bs
 
 
-@pytest.mark.parametrize("margin", [0, 2, 16])
+@pytest.mark.parametrize("margin", [-1, 0, 16])
 def test_fallback_when_a_boundary_has_no_shared_token(monkeypatch, margin):
-    """Margin 0: windows do not overlap, every huge piece is merged whole. Margins 2 and 16:
-    some boundaries stitch and others do not (runs of spaces need more than 16 bytes), so one
-    call holds both stitched and merged pieces."""
+    """-1: no stitch, every huge piece is merged whole. Margins 0 and 16 (a window's start is
+    still rounded down to the piece's start plus a multiple of 256, so they overlap by less
+    than 256 + margin bytes): some boundaries stitch and others do not (runs of spaces need
+    more), so one call holds both stitched and merged pieces."""
     monkeypatch.setenv("BLOCKBPE_STITCH_MARGIN", str(margin))
     rows = [
         piece(kind, n)

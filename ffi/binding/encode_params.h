@@ -133,7 +133,8 @@ struct EncodeParams {
   uint8_t* workspace;       // CUDA: [workspace_bytes(batch, max_len, pretok_stages, symbols)]; CPU: unused
   int64_t workspace_size;
   int32_t stitch_margin;    // long rows: bytes a huge piece's window reaches past its chunk
-                            // (kStitchMargin; lower only through the CUDA handler's test hook)
+                            // (kStitchMargin; lower only through the CUDA handler's test hook,
+                            // where -1 fails every stitch)
 };
 
 }  // namespace bbpe

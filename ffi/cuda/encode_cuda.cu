@@ -81,10 +81,10 @@ ffi::Error encode_cuda(cudaStream_t stream, ffi::Buffer<ffi::U8> data, ffi::Buff
                                       run_long, run_step, run_width, nfc,
                                       pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
   if (err.failure()) return err;
-  // Test hook: a smaller margin for huge pieces' windows (0: no window stitches, every huge
-  // piece is merged whole), read per call so that tests can reach the fallback.
+  // Test hook: a smaller margin for huge pieces' windows, or -1: no stitch, every huge piece
+  // merged whole; read per call so that tests can reach the fallback.
   if (const char* margin = std::getenv("BLOCKBPE_STITCH_MARGIN"))
-    p.stitch_margin = std::clamp(std::atoi(margin), 0, kStitchMargin);
+    p.stitch_margin = std::clamp(std::atoi(margin), -1, kStitchMargin);
   if (p.batch == 0) return ffi::Error::Success();
   if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols))
     return ffi::Error::InvalidArgument("bbpe_encode: workspace has " + std::to_string(p.workspace_size) +

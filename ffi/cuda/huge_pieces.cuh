@@ -47,7 +47,7 @@ __device__ __forceinline__ WindowAt window_at(const EncodeParams& p, const RowAr
   at.piece_lo = w == 0 ? info.cont_lo : info.huge_lo;
   at.live = at.piece_lo >= 0;
   if (!at.live) return at;
-  at.bytes = stitch_window(at.piece_lo, w == 0 ? info.cont_hi : info.huge_hi, tile, p.stitch_margin);
+  at.bytes = stitch_window(at.piece_lo, w == 0 ? info.cont_hi : info.huge_hi, tile, max(p.stitch_margin, 0));
   at.base = r.frames + tile * frame_positions() * kFrameArrays + (at.bytes.lo - tile * kTileBytes + kWindowLead);
   return at;
 }
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ 
     if (shared_token(r_ids, r_starts, n_right, l_starts[i], l_ids[i]) >= 0) atomicMin(&best, i);
   __syncthreads();
   if (threadIdx.x != 0) return;
-  if (best == INT_MAX) {
+  if (best == INT_MAX || p.stitch_margin < 0) {
     r.info[left.piece_lo / kTileBytes].fallback = 1;
     return;
   }
