@@ -123,6 +123,9 @@ struct EncodeParams {
   int32_t pad_id;
   int32_t pretok_stages;    // stages of the pre-tokenizer; kModeBytes (0): none
   int32_t symbols;          // kSymbolsBytes or kSymbolsChars (core/char_symbols.h)
+  int32_t stitch_margin;    // long rows: bytes a huge piece's window reaches past its chunk
+                            // (kStitchMargin; lower only through the CUDA handler's test hook,
+                            // where -1 fails every stitch)
   CharTable chars;          // with kSymbolsChars: the character tables
   PretokView pretok;        // their tables (pretok/tables.h)
   NfcPairs nfc_pairs;       // with pretok.nfc: the composition pairs (pretok/nfc.h)
@@ -132,9 +135,6 @@ struct EncodeParams {
   int32_t* counts;          // [batch] true token count (> max_tokens means truncated)
   uint8_t* workspace;       // CUDA: [workspace_bytes(batch, max_len, pretok_stages, symbols)]; CPU: unused
   int64_t workspace_size;
-  int32_t stitch_margin;    // long rows: bytes a huge piece's window reaches past its chunk
-                            // (kStitchMargin; lower only through the CUDA handler's test hook,
-                            // where -1 fails every stitch)
 };
 
 }  // namespace bbpe
