@@ -109,7 +109,7 @@ def several_huge_pieces() -> bytes:
 
 def test_several_huge_pieces_in_one_row():
     row = several_huge_pieces()
-    rows = [row, b"", row[:30000], b"x" * 10, row[1234:]]
+    rows = [row, b"", cut(row, 0, 30000), b"x" * 10, row[1234:]]
     for name in ("cl100k", "o200k"):
         want = assert_gpu_equals_cpu(load_tokenizer(name, "tiktoken"), rows, max_len=65536)
         assert_equals_tiktoken(name, rows, want)
