@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
 """One string per call, 128 B .. 64 MiB, prose and adversarial inputs, ours vs tiktoken.
 
-    python3 benchmarks/single_string.py --out DIR [--max-mib 64] [--budget-s 5] [--cases prose,...]
+    python3 benchmarks/single_string.py --out DIR [--max-mib 64] [--sizes 64K,1M] [--budget-s 5]
+        [--cases prose,...]
 
 cl100k, exact mode. Cases (deterministic): prose (War and Peace, repeated), one letter
 repeated, random letters a-j, spaces, digits, whitespace with newlines (" ", "\\t", "\\n"),
-CJK, emoji, base64. Sizes 128 B, x4 up to 512 KiB, then 1 MiB, x4 to --max-mib (strings are
-cut on a character boundary at or below the size). Per case and size:
+CJK, emoji, base64, apostrophes and letters ("'sS tl"), mixed scripts (one letter piece of
+Latin, Cyrillic, Greek and CJK), a run of one letter after three others (run_in_piece), random
+letters a-j with a run of 600 "z" across every 4096th byte (letters_runs: runs that start
+inside the piece defeat the windows of huge pieces, ffi/core/window_stitch.h, and send it to
+the whole-piece merge). Every case but prose, digits, base64 and apostrophes is one
+pre-tokenizer piece of the whole string. Sizes 128 B, x4 up to 512 KiB, then 1 MiB, x4 to
+--max-mib, or the --sizes given (strings are cut on a character boundary at or below the
+size). BLOCKBPE_STITCH_MARGIN=-1 in the environment merges such pieces whole (the CUDA
+handler's test hook; recorded in the JSON as stitch_margin). Per case and size:
   ours_device  the jitted `encode` of one row already on the device (ids left there): median
                of repeated calls after a warm-up call (the compile)
   ours_e2e     `Tokenizer.encode_batch([text])` from a Python str, ids back on the host
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import random
 import statistics
 import sys
@@ -75,6 +84,18 @@ def make_case(name: str, n: int, prose: str) -> str:
         text = "".join(map(chr, np.random.default_rng(5).integers(0x1F300, 0x1F64F, n // 4 + 1).tolist()))
     elif name == "base64":
         text = base64.b64encode(random.Random(6).randbytes(n * 3 // 4 + 3)).decode()
+    elif name == "apostrophes":
+        text = _random_chars("'sS tl", n, 7)
+    elif name == "mixed":
+        text = _random_chars("abcdefghijжщыΩλ中文日本語", n, 8)
+    elif name == "run_in_piece":  # one piece: a run that does not start the piece
+        text = "xyz" + "a" * n
+    elif name == "letters_runs":  # one piece: random letters, a run of 600 across every 4096th byte
+        letters, parts, done = _random_chars("abcdefghij", n, 9), [], 0
+        for at in range(4096 - 300, n - 600, 4096):
+            parts += [letters[done:at], "z" * 600]
+            done = at + 600
+        text = "".join(parts) + letters[done:]
     else:
         raise ValueError(f"unknown case {name!r}")
     raw = text.encode()[:n]
@@ -91,7 +112,19 @@ CASES = [
     "cjk",
     "emoji",
     "base64",
+    "apostrophes",
+    "mixed",
+    "run_in_piece",
+    "letters_runs",
 ]
+
+
+def parse_sizes(spec: str) -> list[int]:
+    """'64K,1M,300' -> bytes."""
+    unit = {"K": KiB, "M": MiB}
+    return [
+        int(float(x[:-1]) * unit[x[-1].upper()]) if x[-1].upper() in unit else int(x) for x in spec.split(",")
+    ]
 
 
 def timed(fn, budget_s: float, reps: int = 5) -> tuple[float, object]:
@@ -111,6 +144,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-mib", type=float, default=64)
+    ap.add_argument("--sizes", default=None, help="comma list such as 64K,1M (default: the ladder)")
     ap.add_argument("--budget-s", type=float, default=5.0)
     ap.add_argument("--cases", default=",".join(CASES))
     args = ap.parse_args()
@@ -141,7 +175,7 @@ def main() -> None:
     rows = []
     for case in args.cases.split(","):
         over = {"ours_device": False, "ours_e2e": False, "tiktoken": False}
-        for n in sizes(int(args.max_mib * MiB)):
+        for n in parse_sizes(args.sizes) if args.sizes else sizes(int(args.max_mib * MiB)):
             text = make_case(case, n, prose)
             nbytes = len(text.encode())
             row = dict(case=case, size=n, bytes=nbytes)
@@ -197,6 +231,7 @@ def main() -> None:
         mode="exact",
         device=str(dev),
         budget_s=args.budget_s,
+        stitch_margin=os.environ.get("BLOCKBPE_STITCH_MARGIN", "default"),
         rows=rows,
         slower_than_tiktoken=[
             f"{r['case']} {r['size']}" for r in rows if r.get("ours_e2e_over_tiktoken", 2) < 1

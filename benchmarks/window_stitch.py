@@ -1,22 +1,27 @@
 """Checks the item-2 design on the CPU: BPE of one long piece from overlapping windows.
 
     python3 benchmarks/window_stitch.py [--out DIR] [--vocabs cl100k o200k r50k]
+        [--margins 64 128 256 512] [--offsets 0] [--align 1] [--prefixes ""]
 
-Every 4096-byte tile of a piece gets a window (the tile and `margin` bytes either side,
-clipped to the piece) that is BPE-encoded on its own; neighbouring windows are stitched at
-their first shared token (same start, same id). Two valid encodings that share a token join
-into a valid encoding of the union (rust-gems `bpe` README, Corollary III), and the valid
-encoding of a text is unique, so a stitch that finds a shared token at every tile boundary is
-exact; one that does not has to fall back to the whole piece. Each adversarial kind
-(blockbpe_jax.testing.ADVERSARIAL) at 64 KiB and 1 MiB, each margin: whether every boundary
-found a shared token, whether the result equals tiktoken's BPE of the piece, and how far into
-the overlap (from the later window's start) the furthest shared token was. tiktoken with pattern (?s:.+) (one piece) is the
+The piece starts `offset` bytes into its row (after `prefix`, which belongs to the piece).
+The row's 4096-byte tiles cut it into chunks; each chunk gets a window (the chunk and `margin`
+bytes either side, clipped to the piece; its start rounded down to the piece's start plus a
+multiple of `align`: ffi/core/window_stitch.h, stitch_window) that is BPE-encoded on its own;
+neighbouring windows are stitched at their first shared token (same start, same id). Two
+valid encodings that share a token join into a valid encoding of the union (rust-gems `bpe`
+README, Corollary III), and the valid encoding of a text is unique, so a stitch that finds a
+shared token at every tile boundary is exact; one that does not has to fall back to the whole
+piece. Each adversarial kind (blockbpe_jax.testing.ADVERSARIAL) at 64 KiB and 1 MiB, each
+margin, offset and prefix: whether every boundary found a shared token, whether the result
+equals tiktoken's BPE of the piece, and how far into the overlap (from the later window's
+start) the furthest shared token was. tiktoken with pattern (?s:.+) (one piece) is the
 reference and encodes the windows. Writes DIR/window_stitch.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import pathlib
 import random
@@ -46,28 +51,35 @@ def spans(enc: tiktoken.Encoding, text: bytes, at: int) -> list[tuple[int, int]]
     return out
 
 
-def stitch(enc, piece: bytes, margin: int):
+def window(lo: int, hi: int, tile: int, margin: int, align: int) -> tuple[int, int]:
+    """stitch_window of ffi/core/window_stitch.h (row positions)."""
+    chunk_lo, chunk_hi = max(lo, tile * TILE), min(hi, (tile + 1) * TILE)
+    start = chunk_lo - margin
+    start = lo if start <= lo else lo + (start - lo) // align * align
+    return start, min(hi, chunk_hi + margin)
+
+
+def stitch(enc, piece: bytes, margin: int, offset: int = 0, align: int = 1):
     """(ids or None, index of the first boundary without a shared token, largest offset of a
     shared token into its overlap)."""
-    n = len(piece)
-    tiles = (n + TILE - 1) // TILE
+    lo, hi = offset, offset + len(piece)
     windows = []
-    for t in range(tiles):
-        lo, hi = max(0, t * TILE - margin), min(n, (t + 1) * TILE + margin)
-        windows.append(spans(enc, piece[lo:hi], lo))
-    ids, after, worst = [], 0, 0  # after: tokens of the output end here
-    for t in range(tiles):
-        mine = [x for x in windows[t] if x[0] >= after]
-        if t + 1 == tiles:
+    for t in range(lo // TILE, (hi - 1) // TILE + 1):
+        a, b = window(lo, hi, t, margin, align)
+        windows.append((a, spans(enc, piece[a - lo : b - lo], a)))
+    ids, after, worst = [], lo, 0  # after: tokens of the output end here
+    for t, (_, mine) in enumerate(windows):
+        mine = [x for x in mine if x[0] >= after]
+        if t + 1 == len(windows):
             ids += [tok for _, tok in mine]
             break
-        theirs = set(windows[t + 1])
+        right_lo, theirs = windows[t + 1][0], set(windows[t + 1][1])
         shared = next((k for k, x in enumerate(mine) if x in theirs), None)
         if shared is None:
             return None, t, worst
         ids += [tok for _, tok in mine[: shared + 1]]
         start, tok = mine[shared]
-        worst = max(worst, start - max(0, (t + 1) * TILE - margin))
+        worst = max(worst, start - right_lo)
         after = start + len(enc.decode_single_token_bytes(tok))
     return ids, None, worst
 
@@ -77,6 +89,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=pathlib.Path, default=None)
     ap.add_argument("--vocabs", nargs="+", default=["cl100k", "o200k", "r50k"])
     ap.add_argument("--margins", nargs="+", type=int, default=[64, 128, 256, 512])
+    ap.add_argument("--offsets", nargs="+", type=int, default=[0], help="the piece's start in its row")
+    ap.add_argument("--align", type=int, default=1, help="window starts: piece start + a multiple")
+    ap.add_argument("--prefixes", nargs="+", default=[""], help="text before the run, in the piece")
     args = ap.parse_args(argv)
     rows, bad = [], 0
     for vocab in args.vocabs:
@@ -84,14 +99,18 @@ def main(argv=None) -> int:
         rng = random.Random(0)
         for kind, make in testing.ADVERSARIAL.items():
             for n in (64 * 1024, 1024 * 1024):
-                piece = make(rng, n)
-                ref = enc._encode_bytes(piece)
-                for margin in args.margins:
-                    ids, failed_at, worst = stitch(enc, piece, margin)
+                body = make(rng, n)
+                refs = {prefix: enc._encode_bytes(prefix.encode() + body) for prefix in args.prefixes}
+                for prefix, margin, offset in itertools.product(args.prefixes, args.margins, args.offsets):
+                    piece, ref = prefix.encode() + body, refs[prefix]
+                    ids, failed_at, worst = stitch(enc, piece, margin, offset, args.align)
                     row = {
                         "vocab": vocab,
                         "kind": kind,
                         "bytes": len(piece),
+                        "prefix": prefix,
+                        "offset": offset,
+                        "align": args.align,
                         "margin": margin,
                         "stitched": ids is not None,
                         "failed_boundary": failed_at,

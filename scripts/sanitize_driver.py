@@ -1,7 +1,8 @@
 """Small GPU workload for compute-sanitizer (scripts/gpu_check.sh sanitize): every mode and
 block size, special tokens, the shared-memory and the global-workspace paths, a three-stage
 pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, bad rows with
-check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape). Exits non-zero if any result differs from the CPU handler's."""
+check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape), pieces
+longer than a tile in long rows (stitched windows, and merged whole through the test hook). Exits non-zero if any result differs from the CPU handler's."""
 
 import jax
 import numpy as np
@@ -100,6 +101,16 @@ out = bb.encode(
 )
 bad += int(np.asarray(out.counts)[0]) != -1
 print(f"bad length flagged: {'ok' if int(np.asarray(out.counts)[0]) == -1 else 'DIFFERENT'}")
+# Pieces longer than a 4096-byte tile (ffi/cuda/huge_pieces.cuh): stitched windows, then every
+# stitch failed through the CUDA handler's test hook (the whole-piece merge).
+import os, random  # noqa: E401,E402
+
+huge = [testing.ADVERSARIAL[k](random.Random(k), 11000) for k in ("letters_a_j", "spaces", "cjk", "emoji")]
+data, lengths = bb.pack_strings(huge + [b"x " * 100 + b"ab" * 5000, b"", b"tail"], max_len=12000)
+compare("huge pieces", tok, data, lengths, max_tokens=12000)
+os.environ["BLOCKBPE_STITCH_MARGIN"] = "-1"
+compare("huge pieces merged whole", tok, data, lengths, max_tokens=12000)
+del os.environ["BLOCKBPE_STITCH_MARGIN"]
 for k, (batch, width) in enumerate([(16, 1024), (16, 1024), (20, 4096), (16, 1024)] * 2):
     rows = [t[: width // 2] for t in (texts[k:] + texts[:k])[:batch]]
     ref = tok.encode_batch(rows, max_len=width, device=cpu, allowed_special="all")

@@ -146,6 +146,7 @@ inline ffi::Error make_encode_params(
   p->counts = counts->typed_data();
   p->workspace = workspace->typed_data();
   p->workspace_size = (int64_t)workspace->element_count();
+  p->stitch_margin = kStitchMargin;
   return ffi::Error::Success();
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/bpe_core.h"
 #include "core/char_symbols.h"
+#include "core/window_stitch.h"
 #include "pretok/nfc.h"
 #include "pretok/tables.h"
 
@@ -44,8 +45,9 @@ BBPE_HD int64_t smem_bytes_per_string(int64_t max_len, int pretok_stages, int sy
 // Long rows: in exact mode with a one-stage pre-tokenizer, rows wider than kSmemMaxLen go
 // through the tile pipeline (cuda/tile_pipeline.cuh): one block per kTileBytes bytes of a row, the
 // row's arrays in the workspace as for one block, then one TileInfo per tile. The choice is
-// by shape (the host never reads the lengths); other modes keep one block per string.
-constexpr int kTileBytes = 4096;
+// by shape (the host never reads the lengths); other modes keep one block per string. A piece
+// longer than a tile is encoded by overlapping windows (core/window_stitch.h) in window frames
+// after the tiles.
 BBPE_HD bool tiled_rows(int64_t max_len, int pretok_stages, int symbols) {
   return max_len > kSmemMaxLen && pretok_stages == 1 && symbols == kSymbolsBytes;
 }
@@ -59,8 +61,17 @@ struct TileInfo {
                        // position after the tile's last accepted match (or the tile's start)
   int32_t walk_entry;  // the next free position when the row's acceptance reaches the tile
   int32_t first;       // the first segment start in the tile (its tokens are at merged[first..])
-  int32_t count;       // tokens of the segments that start in the tile
+  int32_t count;       // tokens of the segments that start in the tile, but a huge piece
   int32_t not_nfc;     // a byte of the tile shows that the row is not normalized
+  // Huge pieces (longer than a tile, core/window_stitch.h). Window 0 of a tile is its chunk of
+  // the huge piece that covers the tile's start, window 1 its chunk of the one that starts in it.
+  int32_t huge_lo, huge_hi;  // the huge piece that starts in the tile (the last segment), or -1
+  int32_t cont_lo, cont_hi;  // the huge piece that started before the tile and covers its start, or -1
+  int32_t fallback;          // (tile of huge_lo) a boundary of the piece has no shared token:
+  int32_t huge_count;        //   the whole piece merged, huge_count tokens at merged[huge_lo..]
+  int32_t win_count[2];      // tokens of each window (cuda/huge_pieces.cuh)
+  int32_t emit_from[2];      // each window's tokens [emit_from, emit_to) go to the output:
+  int32_t emit_to[2];        //   from after the shared token on its left to the one on its right
   uint8_t t_after;     // T after the tile
   uint8_t s_before;    // S before the tile
   uint8_t pad[6];
@@ -85,9 +96,15 @@ BBPE_HD BlockPlacement place_block_arrays(uint8_t* smem, uint8_t* ws, int64_t ma
   if (max_len > kSmemMaxLen) return BlockPlacement{ws, ws + core_bytes};
   return BlockPlacement{smem, passes_in_smem(max_len, pretok_stages, symbols) ? smem + core_bytes : ws};
 }
-// The tile pipeline: a row's slice (its arrays as one block would place them, then its tiles).
+// The tile pipeline: a row's slice (its arrays as one block would place them, its tiles, then
+// one window frame per tile: the positions [tile start - kWindowLead, tile end +
+// kStitchMargin) of five int32 arrays, room for both windows a tile can have, which never
+// overlap there; windows overlap each other, so they cannot share the row's arrays).
+constexpr int kFrameArrays = 5;
+BBPE_HD int64_t frame_positions() { return padded_len(kWindowLead + kTileBytes + kStitchMargin); }
 BBPE_HD int64_t workspace_bytes_per_tiled_row(int64_t max_len) {
-  return padded_len(max_len) * kBytesPerPosition + tiles_per_row(max_len) * (int64_t)sizeof(TileInfo);
+  return padded_len(max_len) * kBytesPerPosition + tiles_per_row(max_len) * (int64_t)sizeof(TileInfo) +
+         tiles_per_row(max_len) * frame_positions() * kFrameArrays * 4;
 }
 // The size of the workspace output (at least one byte: XLA buffers are never empty).
 BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
@@ -106,6 +123,9 @@ struct EncodeParams {
   int32_t pad_id;
   int32_t pretok_stages;    // stages of the pre-tokenizer; kModeBytes (0): none
   int32_t symbols;          // kSymbolsBytes or kSymbolsChars (core/char_symbols.h)
+  int32_t stitch_margin;    // long rows: bytes a huge piece's window reaches past its chunk
+                            // (kStitchMargin; lower only through the CUDA handler's test hook,
+                            // where -1 fails every stitch)
   CharTable chars;          // with kSymbolsChars: the character tables
   PretokView pretok;        // their tables (pretok/tables.h)
   NfcPairs nfc_pairs;       // with pretok.nfc: the composition pairs (pretok/nfc.h)

@@ -30,9 +30,12 @@
 //   cuda/chars_kernel.cuh   SentencePiece-style BPE: encode_chars_kernel
 //   cuda/tile_rows.cuh      long rows: the tile pipeline's layout and its specials kernels
 //   cuda/tile_pipeline.cuh  long rows: pre-tokenizer passes, encode, output, launch_tiles
+//   cuda/huge_pieces.cuh    long rows: pieces longer than a tile, by stitched windows
 // This file: the launcher (one block per string, or the tile pipeline) and the FFI handlers.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,7 +66,12 @@ cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
 }
 
 template <bool kCheck>
-ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& p, int32_t block_size) {
+ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t block_size) {
+  EncodeParams p = params;
+  // Test hook: a smaller margin for huge pieces' windows, or -1: no stitch, every huge piece
+  // merged whole; read per call so that tests can reach the fallback.
+  if (const char* margin = std::getenv("BLOCKBPE_STITCH_MARGIN"))
+    p.stitch_margin = std::clamp(std::atoi(margin), -1, kStitchMargin);
   if (p.batch == 0) return ffi::Error::Success();
   if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols))
     return ffi::Error::InvalidArgument("bbpe_encode: workspace has " + std::to_string(p.workspace_size) +

@@ -1,6 +1,7 @@
 // Long rows, the tile pipeline after the specials: the pre-tokenizer's three passes over the
 // tiles and the row kernels that compose their states, the segments encoded per tile, the
-// output; launch_tiles runs them all (the overview: cuda/tile_rows.cuh).
+// output (huge pieces between the two: cuda/huge_pieces.cuh); launch_tiles runs them all
+// (the overview: cuda/tile_rows.cuh).
 // Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
 // linkage (an unnamed namespace), as the kernels are private to the module.
 #pragma once
@@ -11,6 +12,7 @@
 #include "core/bpe_core.h"
 #include "cuda/block_common.cuh"
 #include "cuda/encode_kernel.cuh"
+#include "cuda/huge_pieces.cuh"
 #include "cuda/stage_clock.cuh"
 #include "cuda/tile_rows.cuh"
 #include "pretok/block_pretokenizer.cuh"
@@ -38,6 +40,7 @@ __global__ void __launch_bounds__(kThreads) tile_pretokenize(const __grid_consta
   const uint8_t* sp = p.special.count > 0 ? r.a.is_special : nullptr;
   TileInfo& info = r.info[t.tile];
   if (kPass == kBwd && load) load_tile<kThreads>(r, t);
+  if (kPass == kBwd && threadIdx.x == 0) info.cont_lo = -1;  // (tile_encode of an earlier tile may set it)
   if (kPass == kBwd && (p.pretok.nfc || p.pretok.lower)) {
     bool suspect = false;
     for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads) {
@@ -101,26 +104,27 @@ __global__ void __launch_bounds__(kThreads) row_states(const __grid_constant__ E
 // encode_segments on the row's arrays from `first` on, the tokens into merged[first..). Two
 // tiles' stretches never overlap; the bytes of a stretch past its tile's end are read here
 // only as piece_start / is_special, which encode_segments rewrites without changing whether
-// a segment starts there.
+// a segment starts there. A huge piece (the last segment, longer than a tile) is left out and
+// listed: in the tile (huge_lo) and in every later tile it covers (cont_lo), for huge_windows.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_encode(
     const __grid_constant__ EncodeParams p) {
   __shared__ typename Scans<kThreads>::Storage tmp;
-  __shared__ int first, end;
+  __shared__ int first, last, end;
   StageClock clock;
   const RowArrays r = row_arrays(p, row_of_block(p));
   const TileAt t = which_tile(p, r);
   if (!t.live) return;
   const int hi = t.hi;
-  if (threadIdx.x == 0) first = end = r.n;
+  if (threadIdx.x == 0) { first = end = r.n; last = -1; }
   __syncthreads();
   for (int i = t.lo + threadIdx.x; i < hi; i += kThreads)
-    if (segment_starts_at(r.a.is_special, r.a.piece_start, i)) atomicMin(&first, i);
+    if (segment_starts_at(r.a.is_special, r.a.piece_start, i)) { atomicMin(&first, i); atomicMax(&last, i); }
   __syncthreads();
   const int s0 = first;
   TileInfo& info = r.info[t.tile];
   if (s0 >= hi) {  // no segment starts in the tile
-    if (threadIdx.x == 0) { info.first = s0; info.count = 0; }
+    if (threadIdx.x == 0) { info.first = s0; info.count = 0; info.huge_lo = -1; }
     return;
   }
   // The end: windows of kTileBytes after the tile, each thread a run of bytes.
@@ -132,14 +136,26 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_enco
     if (__syncthreads_or(found)) break;
   }
   __syncthreads();
-  const int m = end - s0;
-  BlockArrays a = r.a;
-  a.text += s0; a.piece_start += s0; a.is_special += s0;
-  a.tok += s0; a.rank += s0; a.next_tok += s0; a.next_rank += s0; a.merged += s0;
-  int32_t* out = r.a.merged + s0;
-  bool has_long;
-  const int count = encode_segments<kThreads>(p, a, m, m, out, m, has_long, tmp, clock);
-  if (threadIdx.x == 0) { info.first = s0; info.count = count; }
+  const bool huge = !r.a.is_special[last] && huge_piece(last, end);
+  const int m = (huge ? last : end) - s0;
+  int count = 0;
+  if (m > 0) {
+    BlockArrays a = r.a;
+    a.text += s0; a.piece_start += s0; a.is_special += s0;
+    a.tok += s0; a.rank += s0; a.next_tok += s0; a.next_rank += s0; a.merged += s0;
+    int32_t* out = r.a.merged + s0;
+    bool has_long;
+    count = encode_segments<kThreads>(p, a, m, m, out, m, has_long, tmp, clock);
+  }
+  if (threadIdx.x == 0) {
+    info.first = s0; info.count = count;
+    info.huge_lo = huge ? last : -1; info.huge_hi = end; info.fallback = 0;
+  }
+  if (huge)
+    for (int k = t.tile + 1 + (int)threadIdx.x; k <= (end - 1) / kTileBytes; k += kThreads) {
+      r.info[k].cont_lo = last;
+      r.info[k].cont_hi = end;
+    }
 }
 
 // Output: the tile's tokens at their place in the row (the counts of the tiles before it),
@@ -156,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) tile_output(const __grid_constant__ 
   bool not_nfc = false;
   int mine_before = 0, mine = 0;
   for (int k = threadIdx.x; k < tiles_here; k += kThreads) {
-    const int c = r.info[k].count;
+    const int c = tile_token_count(r, k);
     mine += c;
     mine_before += k < t.tile ? c : 0;
     not_nfc |= (p.pretok.nfc || p.pretok.lower) && r.info[k].not_nfc;
@@ -167,11 +183,7 @@ __global__ void __launch_bounds__(kThreads) tile_output(const __grid_constant__ 
   const int count = r.n < 0 ? -1 : (not_nfc ? kCountNotNormalized : total);
   const int filled = count < 0 ? 0 : count;
   int32_t* ids = p.ids + t.b * (int64_t)p.max_tokens;
-  if (count >= 0 && t.tile < tiles_here) {
-    const TileInfo& info = r.info[t.tile];
-    for (int j = threadIdx.x; j < info.count && before + j < p.max_tokens; j += kThreads)
-      ids[before + j] = r.a.merged[info.first + j];
-  }
+  if (count >= 0 && t.tile < tiles_here) copy_tile_tokens<kThreads>(p, r, t.tile, ids, before);
   const int tiles = (int)tiles_per_row(p.max_len);
   for (int64_t j = filled + t.tile * (int64_t)kThreads + threadIdx.x; j < p.max_tokens;
        j += (int64_t)tiles * kThreads)
@@ -194,6 +206,9 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
   row_states<kThreads, true><<<rows, kThreads, 0, stream>>>(p);
   tile_pretokenize<kThreads, kFlags><<<tiles, kThreads, 0, stream>>>(p, false);
   tile_encode<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+  huge_windows<kThreads><<<dim3(tiles, 2), kThreads, 0, stream>>>(p);
+  huge_stitch<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+  huge_fallback<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   tile_output<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }

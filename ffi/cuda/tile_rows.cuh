@@ -26,13 +26,18 @@ namespace {
 //     row_states<true> (S before each tile) -> tile_pretokenize<kFlags> (piece starts): what
 //     block_pretokenize gives, tile by tile;
 //   tile_encode: the segments that START in the tile, each to its end (past the tile's end if
-//     it is long), encoded with encode_segments into merged[first..) of the row;
+//     it is long), encoded with encode_segments into merged[first..) of the row; but a huge
+//     piece (longer than a tile: always the tile's last segment) is listed for
+//   huge_windows -> huge_stitch -> huge_fallback (cuda/huge_pieces.cuh): the piece's chunks in
+//     the tiles it covers encoded as overlapping windows, stitched at shared tokens, or where
+//     a boundary has none the piece merged whole by the tile it starts in;
 //   tile_output: every block adds the counts of the tiles before its own, copies its tokens
-//     into the row of ids and pads a share of the row.
+//     (its windows' share of huge pieces included) into the row of ids and pads a share of it.
 // Results equal the one-block path: the same rules on the same segments, in the same order.
 struct RowArrays {
   BlockArrays a;   // the row's arrays (as one block over the whole row would carve them)
   TileInfo* info;  // [tiles_per_row]
+  int32_t* frames; // [tiles_per_row][kFrameArrays][frame_positions()]: huge pieces' windows
   const uint8_t* src;
   int n;           // the row's length, or -1 when it is outside [0, max_len]
 };
@@ -43,6 +48,7 @@ __device__ __forceinline__ RowArrays row_arrays(const EncodeParams& p, int64_t b
   uint8_t* ws = p.workspace + b * workspace_bytes_per_tiled_row(p.max_len);
   r.a = carve(ws, ws + cap * (int64_t)kCoreBytesPerPosition, cap);
   r.info = reinterpret_cast<TileInfo*>(ws + cap * (int64_t)kBytesPerPosition);
+  r.frames = reinterpret_cast<int32_t*>(r.info + tiles_per_row(p.max_len));
   r.src = p.data + b * (int64_t)p.max_len;
   const int n = p.lengths[b];
   r.n = n < 0 || n > p.max_len ? -1 : n;

@@ -1,0 +1,75 @@
+// One long pre-tokenizer piece encoded from overlapping windows: the geometry of the windows
+// and the rule that stitches two of them (the tile pipeline's huge pieces, cuda/huge_pieces.cuh).
+//
+// A piece longer than a tile is cut at the row's tile boundaries into chunks; each chunk's
+// window is the chunk with about `margin` bytes either side, clipped to the piece, and is
+// BPE-encoded on its own. Two valid encodings (ones BPE itself produces) that share a token
+// join, at that token, into a valid encoding of their union, and a text has exactly one valid
+// encoding (rust-gems `bpe` README, Corollaries I and III). So where the encodings of two
+// neighbouring windows share a token (same start in the piece, same id), the left window's
+// tokens up to it and the right window's after it are the piece's BPE there. A boundary
+// without a shared token cannot be stitched: the piece is then merged whole.
+//
+// Runs (a letter or a space repeated) are where windows can miss: BPE of a run is periodic
+// with a phase set by where the run's encoding starts, so a window that starts inside a run
+// keeps a different phase from its neighbour's all the way through it. Windows therefore
+// start at the piece's start plus a multiple of kStitchAlign, which keeps the phase of a run
+// that the piece starts with (runs of one letter or of spaces have token periods dividing
+// it). A run that starts inside the piece and reaches across a tile boundary by more than the
+// margin still sends the piece to the whole-piece merge.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bbpe_hd.h"
+
+namespace bbpe {
+
+// Rows are cut into tiles of kTileBytes; a piece longer than that is encoded by windows.
+constexpr int kTileBytes = 4096;
+// Bytes a window reaches past its chunk on either side (at most; a test hook may lower it).
+// Across three vocabularies and every adversarial kind of piece the shared token lay at most
+// 11 bytes into the overlap, and 64 bytes failed only for runs of spaces (tokens longer than
+// the overlap): BUILD_NOTES.md, "Long rows".
+constexpr int kStitchMargin = 256;
+constexpr int kStitchAlign = 256;
+// How far before its tile's start a window may begin (its start rounded down to the alignment).
+constexpr int kWindowLead = kStitchMargin + kStitchAlign;
+
+BBPE_HD bool huge_piece(int lo, int hi) { return hi - lo > kTileBytes; }
+
+// The window of the chunk that the piece [lo, hi) has in row tile `tile` (its bytes of
+// [tile * kTileBytes, (tile + 1) * kTileBytes)), as bytes [lo, hi) of the row: from `margin`
+// bytes before the chunk, rounded down to lo plus a multiple of kStitchAlign, to `margin`
+// bytes after it, clipped to the piece. (0 <= margin <= kStitchMargin.)
+struct StitchWindow {
+  int32_t lo, hi;
+};
+BBPE_HD StitchWindow stitch_window(int lo, int hi, int tile, int margin) {
+  const int chunk_lo = lo > tile * kTileBytes ? lo : tile * kTileBytes;
+  const int chunk_hi = hi < (tile + 1) * kTileBytes ? hi : (tile + 1) * kTileBytes;
+  const int start = chunk_lo - margin;
+  return StitchWindow{start <= lo ? lo : lo + (start - lo) / kStitchAlign * kStitchAlign,
+                      chunk_hi + margin < hi ? chunk_hi + margin : hi};
+}
+
+// The first index i in [from, n) with starts[i] >= at (starts ascending), else n.
+BBPE_HD int first_start_at(const int32_t* starts, int from, int n, int32_t at) {
+  int lo = from, hi = n;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (starts[mid] < at) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Whether the right window's encoding also has the token (start, id): the index of that token
+// in it, or -1. The stitch takes the first token of the left window (in its order) with a
+// match; any shared token gives the same result, the first one makes it deterministic.
+BBPE_HD int shared_token(const int32_t* ids, const int32_t* starts, int n, int32_t start, int32_t id) {
+  const int j = first_start_at(starts, 0, n, start);
+  return j < n && starts[j] == start && ids[j] == id ? j : -1;
+}
+
+}  // namespace bbpe

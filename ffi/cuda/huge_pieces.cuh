@@ -1,0 +1,196 @@
+// Long rows, the tile pipeline after tile_encode: pre-tokenizer pieces longer than a tile
+// ("huge": a run of letters, CJK, emoji or whitespace can make one piece of the whole row).
+// Merged by the one block whose tile they start in, their passes would cost (distinct ranks)
+// x (piece length / threads); instead every tile a huge piece covers encodes its chunk of the
+// piece as a window that reaches about kStitchMargin bytes into the neighbouring chunks, and
+// neighbouring windows are stitched at a token both encodings share (core/window_stitch.h
+// says why that is the piece's BPE). A piece with a boundary that has no shared token is
+// merged whole by the tile it starts in, as before, so ids never depend on the stitch.
+//   huge_windows  (tile, window): the tile's chunk of the piece covering its start (window 0)
+//                 or of the piece starting in it (window 1), merged in the tile's window frame;
+//                 its ids and their start offsets stay there;
+//   huge_stitch   (tile): the boundary at the tile's end, if a huge piece crosses it: the first
+//                 token of the left window that the right one has; what each window emits;
+//   huge_fallback (tile): the piece starting in the tile, merged whole when a stitch failed.
+// tile_output copies, per tile: window 0's share, the tile's other segments, window 1's share
+// (or the whole merged piece).
+// Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
+// linkage (an unnamed namespace), as the kernels are private to the module.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+
+#include "binding/encode_params.h"
+#include "core/bpe_core.h"
+#include "core/window_stitch.h"
+#include "cuda/block_common.cuh"
+#include "cuda/merge_passes.cuh"
+#include "cuda/tile_rows.cuh"
+
+namespace bbpe {
+namespace {
+
+// Window `w` of a tile (0: its chunk of the huge piece covering its start, 1: of the huge piece
+// starting in it) and where its arrays are: kFrameArrays arrays of the tile's frame, from the
+// window's first byte on (frame position 0 is the row's byte tile * kTileBytes - kWindowLead).
+// After huge_windows, array 4 holds the window's ids and array 1 their start offsets in the row.
+struct WindowAt {
+  bool live;
+  int piece_lo;  // the piece's first byte (its tile owns it)
+  StitchWindow bytes;
+  int32_t* base;
+};
+__device__ __forceinline__ WindowAt window_at(const EncodeParams& p, const RowArrays& r, int tile, int w) {
+  const TileInfo& info = r.info[tile];
+  WindowAt at{};
+  at.piece_lo = w == 0 ? info.cont_lo : info.huge_lo;
+  at.live = at.piece_lo >= 0;
+  if (!at.live) return at;
+  at.bytes = stitch_window(at.piece_lo, w == 0 ? info.cont_hi : info.huge_hi, tile, max(p.stitch_margin, 0));
+  at.base = r.frames + tile * frame_positions() * kFrameArrays + (at.bytes.lo - tile * kTileBytes + kWindowLead);
+  return at;
+}
+__device__ __forceinline__ int32_t* window_array(const WindowAt& at, int k) {
+  return at.base + k * frame_positions();
+}
+constexpr int kWindowIds = 4, kWindowStarts = 1;
+
+// BPE of one piece text[0..n) (n >= 1) in a.tok / a.rank with the block passes; returns the
+// count (the tokens in a.tok, flagged).
+template <int kThreads>
+__device__ __forceinline__ int merge_piece(const VocabView& v, BlockArrays& a, const uint8_t* text, int n,
+                                           typename Scans<kThreads>::Storage& tmp) {
+  for (int i = threadIdx.x; i < n; i += kThreads) a.tok[i] = v.byte_ids[text[i]] | (i == 0 ? kSegStart : 0);
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
+  __syncthreads();
+  return merge_passes<kThreads>(v, a, n, tmp);
+}
+
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_windows(
+    const __grid_constant__ EncodeParams p) {
+  __shared__ typename Scans<kThreads>::Storage tmp;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (!t.live) return;
+  const int w = (int)blockIdx.y;
+  const WindowAt at = window_at(p, r, t.tile, w);
+  if (!at.live) return;
+  BlockArrays a{};
+  a.tok = window_array(at, 0);
+  a.rank = window_array(at, kWindowStarts);
+  a.next_tok = window_array(at, 2);
+  a.next_rank = window_array(at, 3);
+  a.merged = window_array(at, kWindowIds);
+  const int n = merge_piece<kThreads>(p.vocab, a, r.a.text + at.bytes.lo, at.bytes.hi - at.bytes.lo, tmp);
+  int32_t* ids = window_array(at, kWindowIds);  // (merged: free after the passes)
+  for (int j = threadIdx.x; j < n; j += kThreads) ids[j] = token_id(a.tok[j]);
+  __syncthreads();
+  // Start offsets: the tokens' byte lengths summed (a.rank may be the starts' array: free).
+  const int per = (n + kThreads - 1) / kThreads;
+  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
+  const int32_t* offsets = p.vocab.token_offsets;
+  int mine = 0;
+  for (int j = lo; j < hi; ++j) mine += offsets[ids[j] + 1] - offsets[ids[j]];
+  int at_byte, total;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, at_byte, total);
+  int32_t* starts = window_array(at, kWindowStarts);
+  at_byte += at.bytes.lo;
+  for (int j = lo; j < hi; ++j) {
+    starts[j] = at_byte;
+    at_byte += offsets[ids[j] + 1] - offsets[ids[j]];
+  }
+  if (threadIdx.x == 0) {
+    TileInfo& info = r.info[t.tile];
+    info.win_count[w] = n;
+    info.emit_from[w] = 0;
+    info.emit_to[w] = n;
+  }
+}
+
+// The boundary at the end of the tile, when a huge piece crosses it: the left window is the
+// tile's chunk of that piece, the right one window 0 of the next tile. Boundaries are a tile
+// apart and a shared token lies in both windows, less than kWindowLead before its boundary or
+// kStitchMargin after it, so the stitches of one piece are independent of each other.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ EncodeParams p) {
+  __shared__ int best;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (!t.live) return;
+  const TileInfo& info = r.info[t.tile];
+  const int x = (t.tile + 1) * kTileBytes;
+  const int wl = info.huge_lo >= 0 ? 1 : (info.cont_lo >= 0 && info.cont_hi > x ? 0 : -1);
+  if (wl < 0) return;
+  const WindowAt left = window_at(p, r, t.tile, wl), right = window_at(p, r, t.tile + 1, 0);
+  const int n_left = info.win_count[wl], n_right = r.info[t.tile + 1].win_count[0];
+  const int32_t* l_ids = window_array(left, kWindowIds);
+  const int32_t* l_starts = window_array(left, kWindowStarts);
+  const int32_t* r_ids = window_array(right, kWindowIds);
+  const int32_t* r_starts = window_array(right, kWindowStarts);
+  if (threadIdx.x == 0) best = INT_MAX;
+  __syncthreads();
+  // The left window's tokens that start inside the right window (a shared token lies in both).
+  const int from = first_start_at(l_starts, 0, n_left, right.bytes.lo);
+  for (int i = from + threadIdx.x; i < n_left; i += kThreads)
+    if (shared_token(r_ids, r_starts, n_right, l_starts[i], l_ids[i]) >= 0) atomicMin(&best, i);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (best == INT_MAX || p.stitch_margin < 0) {
+    r.info[left.piece_lo / kTileBytes].fallback = 1;
+    return;
+  }
+  r.info[t.tile].emit_to[wl] = best + 1;
+  r.info[t.tile + 1].emit_from[0] = shared_token(r_ids, r_starts, n_right, l_starts[best], l_ids[best]) + 1;
+}
+
+// The huge piece that starts in the tile, merged whole (the row's arrays over the piece are
+// free: tile_encode stopped before it) when one of its boundaries could not be stitched.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_fallback(
+    const __grid_constant__ EncodeParams p) {
+  __shared__ typename Scans<kThreads>::Storage tmp;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (!t.live) return;
+  TileInfo& info = r.info[t.tile];
+  if (info.huge_lo < 0 || !info.fallback) return;
+  const int lo = info.huge_lo;
+  BlockArrays a = r.a;
+  a.tok += lo; a.rank += lo; a.next_tok += lo; a.next_rank += lo; a.merged += lo;
+  const int n = merge_piece<kThreads>(p.vocab, a, r.a.text + lo, info.huge_hi - lo, tmp);
+  int32_t* out = r.a.merged + lo;  // (merged: free after the passes)
+  for (int j = threadIdx.x; j < n; j += kThreads) out[j] = token_id(a.tok[j]);
+  if (threadIdx.x == 0) info.huge_count = n;
+}
+
+// The tokens tile k puts out: its huge pieces' shares and the segments that start in it.
+__device__ __forceinline__ int tile_token_count(const RowArrays& r, int k) {
+  const TileInfo& info = r.info[k];
+  int c = info.count;
+  if (info.cont_lo >= 0 && !r.info[info.cont_lo / kTileBytes].fallback) c += info.emit_to[0] - info.emit_from[0];
+  if (info.huge_lo >= 0) c += info.fallback ? info.huge_count : info.emit_to[1] - info.emit_from[1];
+  return c;
+}
+
+// Copies the tile's tokens, in the row's order, to ids[at..) (up to max_tokens).
+template <int kThreads>
+__device__ __forceinline__ void copy_tile_tokens(const EncodeParams& p, const RowArrays& r, int tile,
+                                                 int32_t* ids, int at) {
+  const TileInfo& info = r.info[tile];
+  auto put = [&](const int32_t* src, int n) {
+    for (int j = threadIdx.x; j < n && at + j < p.max_tokens; j += kThreads) ids[at + j] = src[j];
+    at += n;
+  };
+  if (info.cont_lo >= 0 && !r.info[info.cont_lo / kTileBytes].fallback)
+    put(window_array(window_at(p, r, tile, 0), kWindowIds) + info.emit_from[0], info.emit_to[0] - info.emit_from[0]);
+  put(r.a.merged + info.first, info.count);
+  if (info.huge_lo >= 0 && info.fallback) put(r.a.merged + info.huge_lo, info.huge_count);
+  else if (info.huge_lo >= 0)
+    put(window_array(window_at(p, r, tile, 1), kWindowIds) + info.emit_from[1], info.emit_to[1] - info.emit_from[1]);
+}
+
+}  // namespace
+}  // namespace bbpe
