@@ -235,3 +235,19 @@ def test_long_rows(data_dir, backend):
             rows.append(body[:at] + insert + body[at:])
     assert_same(tok, rows, reference(hf), backend, "all")
     assert check_primitive(tok, hf, rows, backend) == sum(not in_place(tok, r) for r in rows) == 4
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.id in ("cpu", "gpu256", "gpu1024")])
+def test_huge_pieces(data_dir, backend):
+    """One letter piece longer than a tile (on the GPU: windows stitched across tiles, or the
+    piece merged whole) is merged from the lowercased text, as every other piece is."""
+    from tokenizers import Tokenizer
+
+    hf = Tokenizer.from_str(json.dumps(_doc(data_dir, NORMALIZERS["lower"])))
+    tok = bb.Tokenizer.from_hf(hf)
+    rng = np.random.default_rng(29)
+    latin = "".join(rng.choice(list("ABCDEFGHIJabcdefghij"), 20000))
+    greek = "".join(rng.choice(list("ΑΒΓΔΕΖαβγδε"), 7000))
+    rows = [latin, "x " + latin + " y", greek, latin[:9000] + greek + latin[:5000]]
+    assert_same(tok, rows, reference(hf), backend, "all")
+    assert check_primitive(tok, hf, rows, backend) == 0
