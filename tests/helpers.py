@@ -226,6 +226,22 @@ def ours(tok, texts, mode="exact", backend=("cpu", 256), allowed_special="none")
     return [ids[i, : counts[i]].tolist() for i in range(len(texts))]
 
 
+def encode_raw(tok, texts, backend=("cpu", 256), allowed_special="all"):
+    """(ids, counts) as NumPy arrays from the primitive itself on raw UTF-8 (no host
+    normalization: what `bb.encode` does with bytes it is handed), T = width + 2."""
+    dev = device_for(backend[0])
+    data, lengths = bb.pack_strings(texts, max_len=max(16, max(len(t.encode()) for t in texts)))
+    out = bb.encode(
+        jax.device_put(data, dev),
+        jax.device_put(lengths, dev),
+        tok,
+        max_tokens=data.shape[1] + 2,
+        block_size=backend[1],
+        allowed_special=allowed_special,
+    )
+    return np.asarray(out.ids), np.asarray(out.counts)
+
+
 def assert_same(tok, texts, reference, backend=("cpu", 256), allowed_special="none"):
     got = ours(tok, texts, backend=backend, allowed_special=allowed_special)
     for text, g in zip(texts, got):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 
-import jax
 import numpy as np
 import pytest
 from hypothesis import given
@@ -18,7 +17,7 @@ import blockbpe_jax as bb
 from blockbpe_jax.pretok import normalizer as norm
 from blockbpe_jax.pretok import unicode as uni
 
-from helpers import BACKENDS, CPU, MIXED, assert_same, corpus_texts, device_for
+from helpers import BACKENDS, CPU, MIXED, assert_same, corpus_texts, encode_raw
 from strategies import fuzz
 
 NFC, LOWER = {"type": "NFC"}, {"type": "Lowercase"}
@@ -80,17 +79,7 @@ def in_place(tok, text: str) -> bool:
 def check_primitive(tok, hf, texts, backend=("cpu", 256)):
     """The raw primitive: HF's ids, or count -2 (and -2 exactly where the text is not one the
     device lowercases in place; with NFC also where the widened check is conservative)."""
-    dev = device_for(backend[0])
-    data, lengths = bb.pack_strings(texts, max_len=max(16, max(len(t.encode()) for t in texts)))
-    out = bb.encode(
-        jax.device_put(data, dev),
-        jax.device_put(lengths, dev),
-        tok,
-        max_tokens=data.shape[1] + 2,
-        block_size=backend[1],
-        allowed_special="all",
-    )
-    ids, counts = np.asarray(out.ids), np.asarray(out.counts)
+    ids, counts = encode_raw(tok, texts, backend)
     reported = 0
     for i, t in enumerate(texts):
         parts = t.split(EOT)  # HF normalizes each piece between added tokens

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import jax
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,7 +11,7 @@ from hypothesis import strategies as st
 import blockbpe_jax as bb
 from blockbpe_jax import testing
 
-from helpers import BACKENDS, CPU, MIXED, assert_same, corpus_texts, device_for
+from helpers import BACKENDS, CPU, MIXED, assert_same, corpus_texts, encode_raw
 from strategies import fuzz
 from synthetic import BYTE_LEVEL, split
 
@@ -65,17 +63,7 @@ def nfc_reference(hf):
 def check_nfc_primitive(tok, hf, texts, backend=("cpu", 256)):
     import unicodedata2
 
-    dev = device_for(backend[0])
-    data, lengths = bb.pack_strings(texts, max_len=max(16, max(len(t.encode()) for t in texts)))
-    out = bb.encode(
-        jax.device_put(data, dev),
-        jax.device_put(lengths, dev),
-        tok,
-        max_tokens=data.shape[1] + 2,
-        block_size=backend[1],
-        allowed_special="all",
-    )
-    ids, counts = np.asarray(out.ids), np.asarray(out.counts)
+    ids, counts = encode_raw(tok, texts, backend)
     for i, t in enumerate(texts):
         parts = t.split("<|end_of_text|>")  # HF normalizes each piece between added tokens
         is_nfc = all(unicodedata2.normalize("NFC", p) == p for p in parts)
