@@ -46,7 +46,7 @@ def test_added_tokens_are_all_specials(tmp_path):
 UNSUPPORTED_CASES = {
     "normalizer": (
         {"normalizer": {"type": "NFKC"}},
-        "normalizer: normalizer NFKC is not supported (only NFC)",
+        "normalizer: normalizer NFKC is not supported (only NFC and Lowercase, alone or in a Sequence)",
     ),
     "metaspace": (
         {"pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}},

@@ -12,7 +12,7 @@ extern "C" {
 int bbpe_pretokenize(const uint8_t* op, int64_t op_bytes, int stages, const uint8_t* text, int n,
                      const uint8_t* is_special, int chunk_bytes, int lookback, uint8_t* piece_start) {
   bbpe::PretokView v;
-  if (!bbpe::pretok_view(op, op_bytes, stages, bbpe::kNfcNone, &v)) return -1;
+  if (!bbpe::pretok_view(op, op_bytes, stages, /*normalizer=*/0, &v)) return -1;
   for (int i = 0; i < n; ++i) piece_start[i] = 0;
   if (chunk_bytes == 0)
     bbpe::pretokenize_sequential(v, text, n, is_special, piece_start);
