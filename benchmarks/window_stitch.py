@@ -1,7 +1,7 @@
 """Checks the item-2 design on the CPU: BPE of one long piece from overlapping windows.
 
     python3 benchmarks/window_stitch.py [--out DIR] [--vocabs cl100k o200k r50k]
-        [--margins 64 128 256 512] [--offsets 0] [--align 1] [--prefixes ""]
+        [--margins 64 128 256 512] [--offsets 0] [--align 1] [--prefixes ""] [--reach-back 0]
 
 The piece starts `offset` bytes into its row (after `prefix`, which belongs to the piece).
 The row's 4096-byte tiles cut it into chunks; each chunk gets a window (the chunk and `margin`
@@ -16,6 +16,13 @@ margin, offset and prefix: whether every boundary found a shared token, whether 
 equals tiktoken's BPE of the piece, and how far into the overlap (from the later window's
 start) the furthest shared token was. tiktoken with pattern (?s:.+) (one piece) is the
 reference and encodes the windows. Writes DIR/window_stitch.json.
+
+--reach-back R models a second round (not built on the GPU): at a boundary without a shared
+token, the later window starts R bytes earlier (aligned as before) and the search is repeated;
+only if that fails too is the piece merged whole. Two kinds beyond testing.ADVERSARIAL test it:
+runs that start inside the piece and cross tile boundaries (letters_runs: random letters with a
+run of 600 "z" across every 4096th byte; run_in_piece: "xyz" then one letter), whose phase the
+first round's windows miss.
 """
 
 from __future__ import annotations
@@ -32,6 +39,18 @@ import tiktoken.load
 from blockbpe_jax import testing
 
 TILE = 4096
+
+
+def _letters(rng, n: int) -> bytes:
+    return bytes(rng.choice(b"abcdefghij") for _ in range(n))
+
+
+EXTRA_KINDS = {  # the first round's residual cases (benchmarks/single_string.py has them too)
+    "letters_runs": lambda rng, n: (
+        _letters(rng, 4096 - 300) + b"".join(b"z" * 600 + _letters(rng, 4096 - 600) for _ in range(n // 4096))
+    )[:n],
+    "run_in_piece": lambda rng, n: b"xyz" + b"a" * (n - 3),
+}
 
 
 def piece_encoder(vocab: str) -> tiktoken.Encoding:
@@ -59,29 +78,40 @@ def window(lo: int, hi: int, tile: int, margin: int, align: int) -> tuple[int, i
     return start, min(hi, chunk_hi + margin)
 
 
-def stitch(enc, piece: bytes, margin: int, offset: int = 0, align: int = 1):
+def stitch(enc, piece: bytes, margin: int, offset: int = 0, align: int = 1, reach: int = 0):
     """(ids or None, index of the first boundary without a shared token, largest offset of a
-    shared token into its overlap)."""
+    shared token into its overlap, boundaries that needed the second round)."""
     lo, hi = offset, offset + len(piece)
-    windows = []
-    for t in range(lo // TILE, (hi - 1) // TILE + 1):
-        a, b = window(lo, hi, t, margin, align)
-        windows.append((a, spans(enc, piece[a - lo : b - lo], a)))
-    ids, after, worst = [], lo, 0  # after: tokens of the output end here
+
+    def encoded(tile: int, back: int = 0):
+        a, b = window(lo, hi, tile, margin, align)
+        a = window(lo, hi, tile, margin + back, align)[0]
+        return a, spans(enc, piece[a - lo : b - lo], a)
+
+    def first_shared(mine, theirs):
+        theirs = set(theirs)
+        return next((k for k, x in enumerate(mine) if x in theirs), None)
+
+    windows = [encoded(t) for t in range(lo // TILE, (hi - 1) // TILE + 1)]
+    ids, after, worst, second = [], lo, 0, 0  # after: tokens of the output end here
     for t, (_, mine) in enumerate(windows):
         mine = [x for x in mine if x[0] >= after]
         if t + 1 == len(windows):
             ids += [tok for _, tok in mine]
             break
-        right_lo, theirs = windows[t + 1][0], set(windows[t + 1][1])
-        shared = next((k for k, x in enumerate(mine) if x in theirs), None)
+        shared = first_shared(mine, windows[t + 1][1])
+        if shared is None and reach:  # second round: the later window starts earlier
+            windows[t + 1] = encoded(lo // TILE + t + 1, reach)
+            second += 1
+            shared = first_shared(mine, windows[t + 1][1])
         if shared is None:
-            return None, t, worst
+            return None, t, worst, second
+        right_lo = windows[t + 1][0]
         ids += [tok for _, tok in mine[: shared + 1]]
         start, tok = mine[shared]
         worst = max(worst, start - right_lo)
         after = start + len(enc.decode_single_token_bytes(tok))
-    return ids, None, worst
+    return ids, None, worst, second
 
 
 def main(argv=None) -> int:
@@ -92,18 +122,25 @@ def main(argv=None) -> int:
     ap.add_argument("--offsets", nargs="+", type=int, default=[0], help="the piece's start in its row")
     ap.add_argument("--align", type=int, default=1, help="window starts: piece start + a multiple")
     ap.add_argument("--prefixes", nargs="+", default=[""], help="text before the run, in the piece")
+    ap.add_argument(
+        "--reach-back", type=int, default=0, help="second round: the later window R bytes earlier"
+    )
+    ap.add_argument("--extra-kinds", action="store_true", help="also letters_runs and run_in_piece")
     args = ap.parse_args(argv)
     rows, bad = [], 0
     for vocab in args.vocabs:
         enc = piece_encoder(vocab)
         rng = random.Random(0)
-        for kind, make in testing.ADVERSARIAL.items():
+        kinds = {**testing.ADVERSARIAL, **(EXTRA_KINDS if args.extra_kinds else {})}
+        for kind, make in kinds.items():
             for n in (64 * 1024, 1024 * 1024):
                 body = make(rng, n)
                 refs = {prefix: enc._encode_bytes(prefix.encode() + body) for prefix in args.prefixes}
                 for prefix, margin, offset in itertools.product(args.prefixes, args.margins, args.offsets):
                     piece, ref = prefix.encode() + body, refs[prefix]
-                    ids, failed_at, worst = stitch(enc, piece, margin, offset, args.align)
+                    ids, failed_at, worst, second = stitch(
+                        enc, piece, margin, offset, args.align, args.reach_back
+                    )
                     row = {
                         "vocab": vocab,
                         "kind": kind,
@@ -112,6 +149,8 @@ def main(argv=None) -> int:
                         "offset": offset,
                         "align": args.align,
                         "margin": margin,
+                        "reach_back": args.reach_back,
+                        "second_round_boundaries": second,
                         "stitched": ids is not None,
                         "failed_boundary": failed_at,
                         "equal": ids == ref if ids is not None else None,

@@ -38,7 +38,7 @@ def test_adversarial_pieces_stitch_to_their_bpe(vocab, kind):
     piece = testing.ADVERSARIAL[kind](random.Random(kind), 20000)
     ref = enc._encode_bytes(piece)
     for offset in (0, 1, TILE - 1, TILE + 100):
-        ids, failed_at, _ = window_stitch.stitch(enc, piece, MARGIN, offset, ALIGN)
+        ids, failed_at, _, _ = window_stitch.stitch(enc, piece, MARGIN, offset, ALIGN)
         assert failed_at is None, (offset, failed_at)
         assert ids == ref, offset
 
