@@ -8,33 +8,23 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/utf8.h"
+
 namespace bbpe {
 namespace jsonl {
 
-// Length of the valid UTF-8 sequence at p (strict: no overlongs, surrogates or code points
-// above U+10FFFF, as Python's decoder), 0 when it is not one.
+// Length of the valid UTF-8 sequence at p (strict, as Python's decoder: core/utf8.h), 0 when
+// it is not one.
 inline int utf8_sequence(const uint8_t* p, const uint8_t* end) {
-  const uint8_t c = p[0];
-  if (c < 0x80) return 1;
-  auto cont = [&](int i, uint8_t lo = 0x80, uint8_t hi = 0xBF) {
-    return p + i < end && p[i] >= lo && p[i] <= hi;
-  };
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    const uint8_t lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    return cont(1, lo, hi) && cont(2) ? 3 : 0;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    const uint8_t lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    return cont(1, lo, hi) && cont(2) && cont(3) ? 4 : 0;
-  }
-  return 0;
+  uint32_t cp;
+  return utf8_decode(p, (int)std::min<std::ptrdiff_t>(end - p, 4), nullptr, 0, &cp);
 }
 
 // Eight bytes at a time (SWAR): whether any of them is >= 0x80, < 0x20, '"' or '\\'.
@@ -62,21 +52,8 @@ inline bool valid_utf8(const uint8_t* p, const uint8_t* end) {
 }
 
 inline void put_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += (char)cp;
-  } else if (cp < 0x800) {
-    out += (char)(0xC0 | (cp >> 6));
-    out += (char)(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += (char)(0xE0 | (cp >> 12));
-    out += (char)(0x80 | ((cp >> 6) & 0x3F));
-    out += (char)(0x80 | (cp & 0x3F));
-  } else {
-    out += (char)(0xF0 | (cp >> 18));
-    out += (char)(0x80 | ((cp >> 12) & 0x3F));
-    out += (char)(0x80 | ((cp >> 6) & 0x3F));
-    out += (char)(0x80 | (cp & 0x3F));
-  }
+  const int len = utf8_length(cp);
+  for (int k = 0; k < len; ++k) out += (char)utf8_byte(cp, len, k);
 }
 
 inline int hex4(const uint8_t* p, const uint8_t* end) {

@@ -1,5 +1,5 @@
-// UTF-8 as both executors read it: where a valid code point starts, and which lead byte a
-// continuation byte belongs to. Shared by the pre-tokenizer (a code point's class), the NFC
+// UTF-8 as both executors read it: where a valid code point starts, which lead byte a
+// continuation byte belongs to, and a code point's bytes. Shared by the pre-tokenizer (a code point's class), the NFC
 // check and SentencePiece-style symbols (char_symbols.h); the input is raw bytes, so invalid
 // sequences are expected and have one fixed reading (see pretok/tables.h, byte_class).
 #pragma once
@@ -54,5 +54,17 @@ BBPE_HD int utf8_lead_of(const uint8_t* text, int n, const uint8_t* sp, int i) {
   }
   return lead;
 }
+
+// The UTF-8 byte k (0-based) of cp, which is len bytes long.
+BBPE_HD uint8_t utf8_byte(uint32_t cp, int len, int k) {
+  if (len == 1) return (uint8_t)cp;
+  const int shift = 6 * (len - 1 - k);
+  if (k > 0) return (uint8_t)(0x80 | ((cp >> shift) & 0x3F));
+  const uint8_t lead = len == 2 ? 0xC0 : (len == 3 ? 0xE0 : 0xF0);
+  return (uint8_t)(lead | (cp >> shift));
+}
+
+// Bytes of cp's UTF-8 form.
+BBPE_HD int utf8_length(uint32_t cp) { return cp < 0x80 ? 1 : (cp < 0x800 ? 2 : (cp < 0x10000 ? 3 : 4)); }
 
 }  // namespace bbpe

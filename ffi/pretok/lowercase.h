@@ -26,15 +26,6 @@ BBPE_HD uint8_t lower_index(const PretokView& v, uint32_t cp) {
   return cp_table_byte(cp, v.classes(v.lower_table));
 }
 
-// The UTF-8 byte k (0-based) of cp, which is len bytes long.
-BBPE_HD uint8_t utf8_byte(uint32_t cp, int len, int k) {
-  if (len == 1) return (uint8_t)cp;
-  const int shift = 6 * (len - 1 - k);
-  if (k > 0) return (uint8_t)(0x80 | ((cp >> shift) & 0x3F));
-  const uint8_t lead = len == 2 ? 0xC0 : (len == 3 ? 0xE0 : 0xF0);
-  return (uint8_t)(lead | (cp >> shift));
-}
-
 // The lowercase of the code point cp (len UTF-8 bytes) when it is rewritten, else cp.
 BBPE_HD uint32_t lower_cp(const PretokView& v, uint32_t cp) {
   if (cp < 0x80) return cp - 'A' < 26u ? cp + 32 : cp;
