@@ -57,7 +57,7 @@ def process_main(args) -> int:
     )
     from jax.experimental import multihost_utils
 
-    from blockbpe_jax.sharding import encode_process_local
+    from blockbpe_jax.sharding import encode_process_local, exit_distributed
 
     k, n_proc = jax.process_index(), jax.process_count()
     root = testing.data_dir()
@@ -106,8 +106,7 @@ def process_main(args) -> int:
     }
     multihost_utils.sync_global_devices("sharded benchmark done")
     pathlib.Path(args.worker_out).write_text(json.dumps(report))
-    jax.distributed.shutdown()
-    return 0 if bad == 0 else 1
+    exit_distributed(0 if bad == 0 else 1)
 
 
 def launch(args) -> int:

@@ -31,6 +31,8 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -239,3 +241,21 @@ def run_local_processes(
         text.append(log.read()[-3000:])
         log.close()
     return codes, text
+
+
+def exit_distributed(code: int, *, timeout_s: float = 30.0):
+    """Ends a process of a multi-process job: `jax.distributed.shutdown()`, then exits with code.
+
+    Call it after the job's last collective (e.g. `multihost_utils.sync_global_devices`) and
+    after writing results. The runtime's teardown (shutdown, the Gloo threads at interpreter
+    exit) can block when a peer leaves first, with all the work done; the shutdown is given
+    timeout_s, and the process leaves through `os._exit`, which waits for no thread."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    t = threading.Thread(target=jax.distributed.shutdown, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        print(f"jax.distributed.shutdown() still blocked after {timeout_s} s; exiting", file=sys.stderr)
+        sys.stderr.flush()
+    os._exit(code)

@@ -58,7 +58,7 @@ def main() -> int:
 
     import blockbpe_jax as bb
     from blockbpe_jax import testing
-    from blockbpe_jax.sharding import encode_process_local, process_shard
+    from blockbpe_jax.sharding import encode_process_local, exit_distributed, process_shard
 
     report = {
         "process_id": jax.process_index(),
@@ -157,8 +157,7 @@ def main() -> int:
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     print(json.dumps(report))
-    jax.distributed.shutdown()
-    return 0 if report["equal_to_tiktoken"] else 1
+    exit_distributed(0 if report["equal_to_tiktoken"] else 1)
 
 
 if __name__ == "__main__":
