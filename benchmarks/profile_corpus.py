@@ -51,6 +51,34 @@ def _fake(data, lengths, max_tokens):
     return ops.Encoded(ids, ((lengths + 3) // 4).astype(jnp.int32))
 
 
+class CompileClock:
+    """JAX's compile events while a run lasts: how many executables were built and the seconds
+    spent tracing, lowering and compiling them (the cold run's extra cost)."""
+
+    EVENTS = {
+        "/jax/core/compile/jaxpr_trace_duration": "trace",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+        "/jax/core/compile/backend_compile_duration": "compile",
+    }
+
+    def __init__(self):
+        self.active = False
+        self.counts = collections.Counter()
+        self.seconds = collections.Counter()
+        jax.monitoring.register_event_duration_secs_listener(self._event)
+
+    def _event(self, name, secs, **_):
+        if self.active and name in self.EVENTS:
+            self.counts[self.EVENTS[name]] += 1
+            self.seconds[self.EVENTS[name]] += secs
+
+    def take(self) -> dict:
+        out = {k: {"count": self.counts[k], "seconds": round(self.seconds[k], 3)} for k in self.EVENTS.values()}
+        self.counts.clear()
+        self.seconds.clear()
+        return out
+
+
 class Sampler(threading.Thread):
     """Counts, per thread, the (our frame, innermost frame) pair of each sample."""
 
@@ -97,12 +125,16 @@ def main() -> None:
     _, nbytes = corpus_job.build_mixed(corpus, corpus_job.source_texts(data_dir()), int(args.mb * 1e6))
     tok = bb.Tokenizer.from_file(data_dir() / "vocab" / "tiktoken" / "cl100k_base.tiktoken")
     report = {"bytes": nbytes, "fake_encode": args.fake_encode, "device": str(jax.devices()[0]), "runs": []}
+    clock = CompileClock()
     for run in ("cold", "warm"):
         sampler = Sampler(args.interval_ms / 1e3)
         sampler.start()
+        clock.active = True
         t = time.perf_counter()
         tok.encode_files([corpus], work / f"out_{run}", jsonl_field="text")
         seconds = time.perf_counter() - t
+        clock.active = False
+        compiles = clock.take()
         sampler.stop.set()
         sampler.join()
         threads = {name: c.most_common(args.top) for name, c in sampler.counts.items()}
@@ -112,6 +144,7 @@ def main() -> None:
                 "seconds": seconds,
                 "MBps": nbytes / seconds / 1e6,
                 "samples": sampler.samples,
+                "compiles": compiles,
                 "threads": threads,
             }
         )
@@ -119,6 +152,7 @@ def main() -> None:
             f"{run}: {seconds:.2f} s, {nbytes / seconds / 1e6:.1f} MB/s, {sampler.samples} samples"
             + (" (fake encode: the pipeline alone)" if args.fake_encode else "")
         )
+        print("  compiles: " + ", ".join(f"{k} {v['count']} in {v['seconds']:.2f} s" for k, v in compiles.items()))
         for name, top in threads.items():
             print(f"  [{name}]")
             for key, n in top:

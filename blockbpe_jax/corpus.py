@@ -91,9 +91,9 @@ class Progress:
             print(f"\r{self._text()}", file=sys.stderr)
 
 
+from .window_device import pow2  # noqa: E402
 from .window_encode import (  # noqa: E402,F401
     DEFAULT_BATCH_BYTES,
-    _pow2,
     encode_documents,
     first_pass_tokens,
     plan_batches,
@@ -262,7 +262,7 @@ def reference_encoder(tok, mode: str, allowed_special):
         for t in texts:
             ids, counts = jax.device_get(
                 tok.encode_batch(
-                    [t], max_tokens=_pow2(len(t)) + 1, mode=mode, allowed_special=allowed_special, device=cpu
+                    [t], max_tokens=pow2(len(t)) + 1, mode=mode, allowed_special=allowed_special, device=cpu
                 )
             )
             out.append(ids[0, : counts[0]].tolist())

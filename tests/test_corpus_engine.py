@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from blockbpe_jax import corpus, documents, native, staging, window_encode
+from blockbpe_jax import corpus, documents, native, staging, window_device, window_encode
 
 import corpus_shared
 from corpus_shared import encode_batch_ids
@@ -51,14 +51,13 @@ def test_sorted_calls_and_dense_rows_keep_input_order(tmp_path, r50k):
 
 def _spy_encode_into(monkeypatch) -> list[tuple[int, int, int]]:
     """Records (rows, width, T) of every encode call of the corpus job."""
-    fns = window_encode._device_functions()
-    real, calls = fns.encode_into, []
+    real, calls = window_device.CompiledEncodes.__call__, []
 
-    def spy(data, lengths, tables, raw, at, **kw):
-        calls.append((*data.shape, kw["max_tokens"]))
-        return real(data, lengths, tables, raw, at, **kw)
+    def spy(self, data, lengths, raw, at, *, T):
+        calls.append((*data.shape, T))
+        return real(self, data, lengths, raw, at, T=T)
 
-    monkeypatch.setattr(fns, "encode_into", spy)
+    monkeypatch.setattr(window_device.CompiledEncodes, "__call__", spy)
     return calls
 
 
@@ -67,11 +66,11 @@ def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
     again at full width after the first pass, into the window's buffer grown past its
     first size; the ids are encode_batch's, in input order, empty documents included."""
     calls = _spy_encode_into(monkeypatch)
-    fns = window_encode._device_functions()
+    fns = window_device.device_functions()
     grown = []
     real_grow = fns.grow
     monkeypatch.setattr(fns, "grow", lambda raw, size: grown.append(size) or real_grow(raw, size=size))
-    monkeypatch.setattr(window_encode._Buffers, "_spare", [])
+    monkeypatch.setattr(window_device.WindowBuffers, "_spare", [])
     docs = [("\U00020000" * (40 + i) + " x").encode() for i in range(16)]
     docs[3] = b""
     src = tmp_path / "in.jsonl"
@@ -85,7 +84,8 @@ def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
 
 def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatch):
     """Over many windows, each width is encoded with at most five row counts (and the
-    copy back has eight sizes per octave); a second run of the job compiles nothing."""
+    copy back has eight sizes per octave); a second run of the job compiles nothing (its
+    encode executables are CompiledEncodes' from the first)."""
     rng = np.random.default_rng(1)
     words = ["alpha", "beta", "gamma", "🎉", "1234", "\n"]
     docs = [" ".join(rng.choice(words, int(n))).encode() for n in rng.integers(1, 300, 3000)]
@@ -105,12 +105,20 @@ def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatc
     for rows, width, T in calls:
         by_width.setdefault(width, set()).add(rows)
     assert all(len(rows) <= 5 for rows in by_width.values()), by_width
-    fns = window_encode._device_functions()
-    compiled = (fns.finalize._cache_size(), fns.gather._cache_size())
+    fns = window_device.device_functions()
+    compiled = (
+        fns.finalize._cache_size(),
+        fns.gather._cache_size(),
+        len(window_device.CompiledEncodes._done),
+    )
     run("b")
-    assert (fns.finalize._cache_size(), fns.gather._cache_size()) == compiled
+    assert (
+        fns.finalize._cache_size(),
+        fns.gather._cache_size(),
+        len(window_device.CompiledEncodes._done),
+    ) == compiled
     for n in [0, 1, 4096, 4097, 70_000, 1 << 20, (1 << 20) + 1, 12_345_678]:
-        size = window_encode._size_bucket(n)
+        size = window_device.size_bucket(n)
         assert size >= n and size % 4096 == 0 and size <= max(4096, n + max(4096, n // 8))
     assert {window_encode._rows_bucket(n, 1000) for n in range(1, 1001)} == {64, 128, 256, 512, 1024}
 
@@ -189,7 +197,7 @@ def test_plan_batches_sorts_by_width():
     plan = corpus.plan_batches(lengths, batch_bytes=4096, max_docs=None, max_len=None)
     assert sorted(np.concatenate([i for _, i in plan]).tolist()) == list(range(len(lengths)))
     for width, idx in plan:
-        assert all(corpus._pow2(int(n)) == width for n in lengths[idx])
+        assert all(window_device.pow2(int(n)) == width for n in lengths[idx])
         assert len(idx) == 1 or len(idx) * width <= 4096
     assert [w for w, _ in plan] == sorted(w for w, _ in plan)
     assert [len(i) for _, i in corpus.plan_batches(lengths, 1 << 20, 2, None)] == [2, 1, 1, 1, 1, 1, 2]

@@ -1,0 +1,206 @@
+"""The device side of a corpus-job window (window_encode.py plans the calls): the jitted steps
+(`device_functions`), the window buffers (`WindowBuffers`) and the encode step compiled per call
+shape ahead of the calls (`CompiledEncodes`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import types
+from concurrent.futures import ThreadPoolExecutor
+
+
+def pow2(n: int, floor: int = 16) -> int:
+    return max(floor, 1 << max(0, n - 1).bit_length())
+
+
+def size_bucket(n: int) -> int:
+    """Length of a window's copy back for at most `n` tokens: eight sizes per octave (at most
+    1/8 more than n), at least 4096 (a multiple of 4096: `_prefix_count`'s blocks)."""
+    if n <= 4096:
+        return 4096
+    step = max(4096, 1 << (n.bit_length() - 4))
+    return -(-n // step) * step
+
+
+@functools.lru_cache(maxsize=1)
+def device_functions():
+    """The jitted steps of a window on the device (built on first use: importing this module
+    does not import JAX).
+
+    A window's calls write into one int32 buffer `raw` (donated from call to call): call i's
+    padded ids [rows, T] row-major, then its counts [rows], each call after the previous one
+    (the offset is passed on the device from call to call). The layout depends only on the
+    plan, so the host knows where every document's ids and count
+    are before anything ran. The host copies back the counts (`gather`), and `finalize`
+    gathers the ids of every document, in input order, back to back, cast to the shard
+    dtype: the host copies back only those."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from . import ops
+
+    @functools.partial(
+        jax.jit, static_argnames=("max_tokens", "mode", "block_size", "assume_nfc"), donate_argnums=3
+    )
+    def encode_into(data, lengths, tables, raw, at, *, max_tokens, mode, block_size, assume_nfc):
+        enc = ops.encode(
+            data,
+            lengths,
+            tables,
+            max_tokens=max_tokens,
+            mode=mode,
+            block_size=block_size,
+            check_lengths=False,
+            assume_nfc=assume_nfc,
+        )
+        raw = lax.dynamic_update_slice(raw, enc.ids.reshape(-1), (at,))
+        raw = lax.dynamic_update_slice(raw, enc.counts, (at + enc.ids.size,))
+        # the next call's offset, on the device: no host-to-device copy per call
+        return raw, enc.counts, at + enc.ids.size + enc.counts.size
+
+    @jax.jit
+    def gather(raw, positions):
+        return raw.at[positions].get(mode="clip")
+
+    def _prefix_count(marks):
+        """Inclusive prefix sums of 0/1 int32 marks (length a multiple of 4096). On a GPU,
+        XLA's cumsum (one CUB scan). On the CPU backend a scan over millions of elements is
+        slow (~50 ns each), so there it is a matmul by a triangular matrix per 64 elements,
+        again per 64 block sums, and a scan over the 4096x fewer sums that are left (exact:
+        float32 holds every integer below 2**24). The matmuls are not used on the GPU: XLA
+        autotunes each dot when it compiles, and every window size is compiled."""
+        upper = jnp.triu(jnp.ones((64, 64), jnp.float32))
+
+        def within(x):  # x[m * 64]: (inclusive sums in each 64 as float32 [m, 64], their totals)
+            inner = jnp.dot(x.astype(jnp.float32).reshape(-1, 64), upper, precision=lax.Precision.HIGHEST)
+            return inner, inner[:, -1]
+
+        def by_matmul(marks):
+            inner, totals = within(marks)
+            inner2, totals2 = within(totals)
+            inclusive = (inner2 + (jnp.cumsum(totals2) - totals2)[:, None]).reshape(-1)  # of totals
+            return (inner + (inclusive - totals)[:, None]).reshape(-1).astype(jnp.int32)
+
+        return lax.platform_dependent(marks, cpu=by_matmul, default=lambda m: jnp.cumsum(m, dtype=jnp.int32))
+
+    @functools.partial(jax.jit, static_argnames=("size", "dtype"))
+    def finalize(raw, layout, *, size, dtype):
+        """The window's ids back to back in input order, cast to `dtype`, padded to `size`.
+        layout int32[2, D]: for the non-empty documents in input order, where their ids go in
+        the output and how far they are from their place in raw (src - start); `size` where
+        D has more entries than there are documents."""
+        starts, shift = layout[0], layout[1]
+        # output position j reads raw[j + shift[d]], d the number of starts at or before j,
+        # minus 1: the non-empty document that holds j
+        marks = jnp.zeros(size, jnp.int32).at[starts].set(1, mode="drop")
+        d = jnp.maximum(_prefix_count(marks) - 1, 0)
+        return raw.at[jnp.arange(size, dtype=jnp.int32) + shift[d]].get(mode="clip").astype(dtype)
+
+    @functools.partial(jax.jit, static_argnames="size")
+    def grow(raw, *, size):
+        return jnp.zeros(size, raw.dtype).at[: raw.size].set(raw)
+
+    return types.SimpleNamespace(encode_into=encode_into, gather=gather, finalize=finalize, grow=grow)
+
+
+class WindowBuffers:
+    """Sizes of a job's window buffers, as high-water marks over its windows (powers of two,
+    the first twice the first window's need: every encode call's executable depends on it, so
+    a job should see one or two). Buffers of finished windows are kept
+    for the next windows and jobs (at most `KEEP`, across devices): zeroing a new one costs
+    more than the window's steps on the CPU backend."""
+
+    KEEP = 3
+    _spare: list = []  # (device, raw), most recent last
+    _lock = threading.Lock()
+
+    def __init__(self, device):
+        import jax.numpy as jnp
+
+        self.device, self.slots, self.docs = device, 1 << 12, 1 << 10
+        self.zero = jnp.zeros((), jnp.int32, device=device)  # a window's first offset
+
+    def take(self, slots: int):
+        import jax.numpy as jnp
+
+        with self._lock:
+            if slots > self.slots:  # twice the need: the next windows rarely need more
+                self.slots = 2 * pow2(slots, 1)
+            for k in range(len(self._spare) - 1, -1, -1):
+                device, raw = self._spare[k]
+                if device == self.device and raw.size == self.slots:
+                    del self._spare[k]
+                    return raw
+        return jnp.zeros(self.slots, jnp.int32, device=self.device)
+
+    def doc_slots(self, n: int) -> int:
+        with self._lock:
+            self.docs = max(self.docs, pow2(n, 1))
+            return self.docs
+
+    def grown(self, slots: int) -> int:
+        with self._lock:
+            self.slots = max(self.slots, pow2(slots, 1))
+            return self.slots
+
+    def give_back(self, raw) -> None:
+        with self._lock:
+            self._spare.append((self.device, raw))
+            del self._spare[: -self.KEEP]
+
+
+class CompiledEncodes:
+    """`device_functions().encode_into` compiled per call shape (rows, width, T, raw slots)
+    for one job's tables, device and options, ahead of the calls: `prepare` compiles a window's
+    new shapes together, on threads (XLA compiles with the GIL released), where jit would
+    compile each at its first call, one after the other; a job meets about 30 shapes. The
+    executables are kept across jobs."""
+
+    _done: dict = {}  # (options, shape) -> executable
+    _lock = threading.Lock()
+
+    def __init__(self, tables, device, **static):
+        import jax
+
+        self.tables, self.device, self.static = tables, device, static
+        leaves = jax.tree_util.tree_leaves(tables)
+        self.options = (device, tuple(sorted(static.items())), tuple((x.shape, str(x.dtype)) for x in leaves))
+
+    def _compile(self, shape):
+        import jax
+        import jax.numpy as jnp
+
+        rows, width, T, slots = shape
+        on = jax.sharding.SingleDeviceSharding(self.device)
+        args = (
+            jax.ShapeDtypeStruct((rows, width), jnp.uint8, sharding=on),
+            jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=on),
+            self.tables,
+            jax.ShapeDtypeStruct((slots,), jnp.int32, sharding=on),
+            jax.ShapeDtypeStruct((), jnp.int32, sharding=on),
+        )
+        return device_functions().encode_into.lower(*args, max_tokens=T, **self.static).compile()
+
+    def prepare(self, shapes) -> None:
+        """Compiles the shapes (rows, width, T, raw slots) not compiled yet."""
+        with self._lock:
+            missing = [s for s in dict.fromkeys(shapes) if (self.options, s) not in self._done]
+        if not missing:
+            return
+        if len(missing) == 1:
+            built = [self._compile(missing[0])]
+        else:
+            with ThreadPoolExecutor(min(len(missing), os.cpu_count() or 1)) as pool:
+                built = list(pool.map(self._compile, missing))
+        with self._lock:
+            self._done.update(((self.options, s), e) for s, e in zip(missing, built))
+
+    def __call__(self, data, lengths, raw, at, *, T: int):
+        """encode_into(data, lengths, tables, raw, at, max_tokens=T): (raw, counts, next at)."""
+        shape = (*data.shape, T, raw.size)
+        self.prepare([shape])
+        return self._done[(self.options, shape)](data, lengths, self.tables, raw, at)
