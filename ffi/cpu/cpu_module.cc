@@ -65,12 +65,15 @@ static nb::ndarray<nb::numpy, T> owned_array(T* data, size_t ndim, const size_t*
 // list[str | bytes] -> (uint8[B, max_len] zero-padded, int32[B]) without Python-level loops
 // (the rule: core/pack_strings.h).
 static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
-  nb::list items = nb::list(texts);
+  nb::list items = bbpe::owned_items(texts);
   const std::vector<bbpe::StringView> views = bbpe::string_views(items, max_len);
   const size_t batch = views.size();
   uint8_t* data = new uint8_t[batch * max_len + 1];
   int32_t* lengths = new int32_t[batch + 1];
-  bbpe::write_rows(views, max_len, data, lengths);
+  {
+    nb::gil_scoped_release unlocked;
+    bbpe::write_rows(views, max_len, data, lengths);
+  }
   const size_t shape[2] = {batch, (size_t)max_len};
   return nb::make_tuple(owned_array(data, 2, shape), owned_array(lengths, 1, shape));
 }

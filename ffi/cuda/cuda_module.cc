@@ -75,7 +75,7 @@ class HostStaging {
   // Packs `texts` (the rule of core/pack_strings.h) into the pinned buffer and starts its copy to
   // the device. Returns (batch, max_len) of the packed rows.
   std::pair<int64_t, int64_t> upload(nb::handle texts, int64_t max_len) {
-    nb::list items = nb::list(texts);
+    nb::list items = owned_items(texts);
     const std::vector<StringView> views = string_views(items, max_len);
     return upload_views(views, max_len, (int64_t)views.size());
   }
@@ -91,7 +91,7 @@ class HostStaging {
     const std::vector<StringView> views =
         flat_views(flat.data(), (int64_t)flat.shape(0), offsets.data(),
                    (int64_t)offsets.shape(0) - 1, index.data(), (int64_t)index.shape(0), max_len);
-    return upload_views(views, max_len, std::max(rows, (int64_t)views.size()), true);
+    return upload_views(views, max_len, std::max(rows, (int64_t)views.size()));
   }
 
   // Blocks until the last copy has ended (the GIL released meanwhile).
@@ -134,7 +134,7 @@ class HostStaging {
   // The rows of `views` (then empty rows up to `batch`) into the pinned buffer, and the start
   // of their copy.
   std::pair<int64_t, int64_t> upload_views(const std::vector<StringView>& views, int64_t max_len,
-                                           int64_t batch, bool unlocked_write = false) {
+                                           int64_t batch) {
     if (batch == 0 || max_len == 0) throw nb::value_error("HostStaging: empty batch or rows");
     // Lengths after the rows, at a 256-byte boundary (JAX imports aligned buffers only).
     const size_t lengths_at = (size_t)((batch * max_len + 255) / 256 * 256);
@@ -154,10 +154,8 @@ class HostStaging {
       capacity_ = grown;
       ++generation_;
     }
-    if (unlocked_write) {
-      nb::gil_scoped_release unlocked;
-      write_rows(views, max_len, host_, reinterpret_cast<int32_t*>(host_ + lengths_at), batch);
-    } else {
+    {
+      nb::gil_scoped_release unlocked;  // the views' owners: owned_items, or the caller's arrays
       write_rows(views, max_len, host_, reinterpret_cast<int32_t*>(host_ + lengths_at), batch);
     }
     check_cuda(cudaMemcpyAsync(device_buffer_->ptr, host_, bytes, cudaMemcpyHostToDevice, stream_),
