@@ -5,6 +5,7 @@ benchmarks/corpus_job.py builds), with every thread's stack sampled every few mi
 library call they wait in) that the samples landed in most.
 
     python3 benchmarks/profile_corpus.py [--mb 200] [--interval-ms 2] [--out DIR] [--fake-encode]
+        [--window-mb 16] [--batch-mb 4]
 
 --fake-encode replaces the kernel by a cheap stand-in (one token per 4 bytes: the ids are every
 fourth byte), so that the pipeline's own cost (reading, packing, compaction, copies back,
@@ -73,7 +74,9 @@ class CompileClock:
             self.seconds[self.EVENTS[name]] += secs
 
     def take(self) -> dict:
-        out = {k: {"count": self.counts[k], "seconds": round(self.seconds[k], 3)} for k in self.EVENTS.values()}
+        out = {
+            k: {"count": self.counts[k], "seconds": round(self.seconds[k], 3)} for k in self.EVENTS.values()
+        }
         self.counts.clear()
         self.seconds.clear()
         return out
@@ -112,6 +115,8 @@ def main() -> None:
     ap.add_argument("--interval-ms", type=float, default=2)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--window-mb", type=float, default=16, help="encode_files' window_bytes, in MiB")
+    ap.add_argument("--batch-mb", type=float, default=4, help="encode_files' batch_bytes, in MiB")
     ap.add_argument(
         "--fake-encode",
         action="store_true",
@@ -124,14 +129,27 @@ def main() -> None:
     corpus = work / "mixed.jsonl"
     _, nbytes = corpus_job.build_mixed(corpus, corpus_job.source_texts(data_dir()), int(args.mb * 1e6))
     tok = bb.Tokenizer.from_file(data_dir() / "vocab" / "tiktoken" / "cl100k_base.tiktoken")
-    report = {"bytes": nbytes, "fake_encode": args.fake_encode, "device": str(jax.devices()[0]), "runs": []}
+    report = {
+        "bytes": nbytes,
+        "fake_encode": args.fake_encode,
+        "window_mb": args.window_mb,
+        "batch_mb": args.batch_mb,
+        "device": str(jax.devices()[0]),
+        "runs": [],
+    }
     clock = CompileClock()
     for run in ("cold", "warm"):
         sampler = Sampler(args.interval_ms / 1e3)
         sampler.start()
         clock.active = True
         t = time.perf_counter()
-        tok.encode_files([corpus], work / f"out_{run}", jsonl_field="text")
+        tok.encode_files(
+            [corpus],
+            work / f"out_{run}",
+            jsonl_field="text",
+            window_bytes=int(args.window_mb * (1 << 20)),
+            batch_bytes=int(args.batch_mb * (1 << 20)),
+        )
         seconds = time.perf_counter() - t
         clock.active = False
         compiles = clock.take()
@@ -152,7 +170,10 @@ def main() -> None:
             f"{run}: {seconds:.2f} s, {nbytes / seconds / 1e6:.1f} MB/s, {sampler.samples} samples"
             + (" (fake encode: the pipeline alone)" if args.fake_encode else "")
         )
-        print("  compiles: " + ", ".join(f"{k} {v['count']} in {v['seconds']:.2f} s" for k, v in compiles.items()))
+        print(
+            "  compiles: "
+            + ", ".join(f"{k} {v['count']} in {v['seconds']:.2f} s" for k, v in compiles.items())
+        )
         for name, top in threads.items():
             print(f"  [{name}]")
             for key, n in top:

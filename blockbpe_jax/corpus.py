@@ -21,6 +21,7 @@ import numpy as np
 
 from .documents import (
     SPLITS_HELP,  # noqa: F401
+    WINDOW_BYTES,
     Doc,  # noqa: F401
     check_inputs,
     chunk_cuts,  # noqa: F401
@@ -138,6 +139,7 @@ def encode_files(
     mode="exact",
     allowed_special="none",
     batch_bytes=DEFAULT_BATCH_BYTES,
+    window_bytes=WINDOW_BYTES,
     max_docs=None,
     max_len=None,
     shard_tokens=DEFAULT_SHARD_TOKENS,
@@ -155,7 +157,10 @@ def encode_files(
     sidecar (`<prefix>.json`; `<prefix>manifest.json` for fmt "npz" or "npy"). fmt "flat":
     .bin/.idx shards; "arrayrecord": one record per document (`read_array_records`). Flat and
     ArrayRecord shards hold every document's full ids, equal to `tok.encode_batch`'s. Raises
-    CorpusError (one line, file:line) on a bad input or an existing output without overwrite."""
+    CorpusError (one line, file:line) on a bad input or an existing output without overwrite.
+    The input is read, length-sorted and copied back in windows of about `window_bytes` of
+    input; each window's documents of one power-of-two width go in calls of at most
+    `batch_bytes` of padded rows."""
     split_kind, chunk = parse_split(split)
     paths = check_inputs(paths)
     directory, name = os.path.split(os.path.expanduser(os.fspath(out_prefix)))
@@ -176,7 +181,7 @@ def encode_files(
     bar = Progress(total, enabled=progress)
     t0 = time.perf_counter()
     try:
-        windows = iter_windows(paths, split_kind, chunk, jsonl_field)
+        windows = iter_windows(paths, split_kind, chunk, jsonl_field, window_bytes)
         encode_documents(
             tok,
             windows,

@@ -2,10 +2,12 @@
 # One device call: build against the machine's own jax, run the GPU tests, optionally the
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
-#                        [sharded] [families] [ktime] [p9] [variants] [clocks]
+#                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [single]
+#                        [variants] [clocks]
 # (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
-#  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`).
+#  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
+#  CORPUS_ARGS, CORPUS_PROFILE_MB, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
 # Needs the shared data carried in .carry/data (see docs/build.md) and, for the peers,
 # wheels in .whl/.
@@ -126,6 +128,15 @@ PY
     corpus)    # the corpus job vs the CPU tokenizers, >= 1 GB (benchmarks/corpus_job.py)
       python3 benchmarks/corpus_job.py --out "$OUT" --threads "$(nproc)" ${CORPUS_ARGS:-} 2>&1 \
         | tee "$OUT/corpus_job.log" | tail -30 ;;
+    corpus_profile)  # encode_files cold/warm, compiles, per-thread samples; window sizes A/B
+      for w in ${CORPUS_WINDOWS_MB:-16 64}; do
+        for fake in "" --fake-encode; do
+          tag="w${w}${fake:+_fake}"
+          python3 benchmarks/profile_corpus.py --mb "${CORPUS_PROFILE_MB:-300}" --window-mb "$w" $fake \
+            --out "$OUT/profile_corpus_$tag" > "$OUT/profile_corpus_$tag.txt" 2>&1
+          echo "== $tag"; grep -E "^(cold|warm)|compiles" "$OUT/profile_corpus_$tag.txt"
+        done
+      done ;;
     single)    # one string per call, 128 B .. 64 MiB, vs tiktoken (benchmarks/single_string.py)
       python3 benchmarks/single_string.py --out "$OUT" ${SINGLE_ARGS:-} 2>&1 \
         | tee "$OUT/single_string.log" | tail -100 ;;
