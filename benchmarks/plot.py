@@ -129,7 +129,7 @@ def plot_paper(res, out_dir, plt):
 # End to end, one batch and a stream: the best of the paths run_all timed (each checked
 # equal to the device-resident ids; benchmarks/README.md says what each is).
 ONE_BATCH_KEYS = ("e2e_MBps", "e2e_numpy_MBps", "e2e_api_MBps")
-STREAM_KEYS = ("e2e_stream_MBps", "e2e_api_stream_MBps")
+STREAM_KEYS = ("e2e_stream_MBps", "e2e_api_stream_MBps", "e2e_api_pipelined_MBps")
 
 
 def best_of(e: dict, keys) -> float | None:

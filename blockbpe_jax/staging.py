@@ -47,15 +47,16 @@ class _Slot:
         self.views: tuple | None = None
         self.key: tuple | None = None
 
-    def fill(self, texts, max_len: int) -> tuple:
-        """Uploads `texts`; returns (data uint8[B, L], lengths int32[B]) once the copy ended."""
-        return self._views(*self.native.upload(texts, max_len))
+    def fill(self, texts, max_len: int) -> tuple[int, int]:
+        """Packs `texts` and starts their copy; returns the shape (B, L) for `views`."""
+        return self.native.upload(texts, max_len)
 
-    def fill_flat(self, flat, offsets, index, max_len: int, rows: int) -> tuple:
+    def fill_flat(self, flat, offsets, index, max_len: int, rows: int) -> tuple[int, int]:
         """As fill, from documents `index` of a flat buffer (`pack_flat`'s rows)."""
-        return self._views(*self.native.upload_flat(flat, offsets, index, max_len, rows))
+        return self.native.upload_flat(flat, offsets, index, max_len, rows)
 
-    def _views(self, batch: int, width: int) -> tuple:
+    def views(self, batch: int, width: int) -> tuple:
+        """(data uint8[B, L], lengths int32[B]) of the last fill, once its copy has ended."""
         self.native.wait()
         key = (batch, width, self.native.generation)
         if key != self.key:
@@ -66,17 +67,35 @@ class _Slot:
 
 
 class Staged:
-    """One uploaded batch: `data` uint8[B, L] and `lengths` int32[B] on the device. Call
-    `release(consumer)` with an output of the computation that reads them, or `discard()`
-    when the call failed."""
+    """One batch being uploaded: `data` uint8[B, L] and `lengths` int32[B] on the device (the
+    first access waits for the copy). Call `release(consumer)` with an output of the
+    computation that reads them, `discard()` when the call failed, or `cancel()` when no
+    computation was dispatched."""
 
-    def __init__(self, pool: "_Pool", slot: _Slot, data, lengths):
-        self._pool, self._slot = pool, slot
-        self.data, self.lengths = data, lengths
+    def __init__(self, pool: "_Pool", slot: _Slot, shape: tuple[int, int]):
+        self._pool, self._slot, self._shape = pool, slot, shape
+        self._arrays = None
+
+    @property
+    def data(self):
+        return self._views()[0]
+
+    @property
+    def lengths(self):
+        return self._views()[1]
+
+    def _views(self) -> tuple:
+        if self._arrays is None:
+            self._arrays = self._slot.views(*self._shape)
+        return self._arrays
 
     def release(self, consumer) -> None:
         self._pool.give_back(self._slot, consumer)
         self._slot = None
+
+    def cancel(self) -> None:
+        """Nothing reads the slot: it is free again (the next fill waits for this copy)."""
+        self.release(None)
 
     def discard(self) -> None:
         """Whether a computation still reads the slot is unknown: it is not reused (it is
@@ -169,11 +188,57 @@ def _stage(device, fill) -> Staged:
             pool = _pools[device] = _Pool(device)
     slot = pool.take()
     try:
-        data, lengths = fill(slot)
+        shape = fill(slot)
     except (TypeError, ValueError, IndexError):
         pool.give_back(slot, None)  # rejected by the packer before any copy: the slot is clean
         raise
     except BaseException:
         pool.drop()
         raise
-    return Staged(pool, slot, data, lengths)
+    return Staged(pool, slot, shape)
+
+
+class StagedBatch:
+    """A packed batch and the call that encodes it: `encode()` once, or `cancel()`."""
+
+    def __init__(self, run, *, staged=None, arrays=None):
+        self._run, self._staged, self._arrays = run, staged, arrays
+
+    def encode(self):
+        if self._staged is None:
+            return self._run(*self._arrays)
+        staged, self._staged = self._staged, None
+        try:
+            out = self._run(staged.data, staged.lengths)
+        except BaseException:
+            staged.discard()
+            raise
+        staged.release(out.counts)
+        return out
+
+    def cancel(self) -> None:
+        if self._staged is not None:
+            self._staged.cancel()
+            self._staged = None
+
+
+def pipelined(prepare, batches):
+    """`prepare(batch).encode()` of each batch, in order, as a generator, with each batch
+    prepared (packed, its copy started) before the batch before it is encoded. An error
+    preparing a batch is raised after the result of the batch before it."""
+    ahead: list[StagedBatch] = []  # prepared, not yet encoded; oldest first
+    try:
+        for batch in batches:
+            try:
+                ahead.append(prepare(batch))
+            except BaseException:
+                while ahead:
+                    yield ahead.pop(0).encode()
+                raise
+            if len(ahead) == 2:
+                yield ahead.pop(0).encode()
+        while ahead:
+            yield ahead.pop(0).encode()
+    finally:  # the consumer stopped early, or the iterable raised
+        for batch in ahead:
+            batch.cancel()

@@ -6,7 +6,7 @@ import functools
 import json
 import os
 import threading
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import jax
 import numpy as np
@@ -232,6 +232,39 @@ class Tokenizer:
         tokenizer with a normalizer (NFC, Lowercase) gets its strings normalized here first
         (`normalize`).
         """
+        return self._staged_batch(
+            texts,
+            max_tokens=max_tokens,
+            max_len=max_len,
+            allowed_special=allowed_special,
+            mode=mode,
+            pad_id=pad_id,
+            block_size=block_size,
+            device=device,
+        ).encode()
+
+    def encode_stream(self, batches: Iterable[Sequence[str | bytes]], **kwargs) -> Iterator[ops.Encoded]:
+        """`encode_batch(batch, **kwargs)` of each batch, in order, as a generator. On a CUDA
+        GPU each batch is packed into pinned memory and its copy started before the batch
+        before it is encoded, so that packing, copying and encoding overlap (elsewhere this is
+        encode_batch in a loop). The results are dispatched, not waited for. A bad batch
+        raises after the result of the batch before it."""
+        return staging.pipelined(lambda batch: self._staged_batch(batch, **kwargs), batches)
+
+    def _staged_batch(
+        self,
+        texts,
+        *,
+        max_tokens=None,
+        max_len=None,
+        allowed_special="none",
+        mode="exact",
+        pad_id=0,
+        block_size=256,
+        device=None,
+    ) -> staging.StagedBatch:
+        """encode_batch's first half: the texts checked, normalized and packed (on a CUDA GPU:
+        into pinned memory, their copy to the device started)."""
         texts = _text_list(texts, max_len)
         normalized = mode == "exact" and self.normalizes
         if normalized:
@@ -254,19 +287,14 @@ class Tokenizer:
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
             # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how).
-            staged = staging.stage_strings(texts, max_len=max_len, device=target)
-            try:
-                out = run(staged.data, staged.lengths)
-            except BaseException:
-                staged.discard()
-                raise
-            staged.release(out.counts)
-            return out
+            return staging.StagedBatch(
+                run, staged=staging.stage_strings(texts, max_len=max_len, device=target)
+            )
         data, lengths = pack_strings(texts, max_len=max_len)
         if device is not None and device != jax.devices()[0]:
             data, lengths = jax.device_put((data, lengths), device)
         # (else the NumPy arrays ride along with the jitted call to the default device)
-        return run(data, lengths)
+        return staging.StagedBatch(run, arrays=(data, lengths))
 
     def as_tiktoken(self, device=None):
         """tiktoken's `Encoding` API over this tokenizer (`blockbpe_jax.tiktoken_api`)."""

@@ -108,3 +108,59 @@ def test_refilled_views_see_each_new_batch_gpu(tok, corpus_texts):
         ref_ids, ref_counts = _reference(tok, texts, 4096)
         np.testing.assert_array_equal(np.asarray(out.ids), ref_ids)
         np.testing.assert_array_equal(np.asarray(out.counts), ref_counts)
+
+
+def _stream_cases(corpus_texts):
+    """Batches of several shapes for encode_stream, each a rotation of the corpus."""
+    shapes = [(256, 4096), (64, 512), (256, 4096), (8, 64), (300, 1024)]
+    return [
+        (
+            [
+                t.encode()[:L].decode("utf-8", "ignore")
+                for t in corpus_texts[31 * k :] + corpus_texts[: 31 * k]
+            ][:B],
+            L,
+        )
+        for k, (B, L) in enumerate(shapes)
+    ]
+
+
+def _check_stream(tok, corpus_texts, device):
+    cases = _stream_cases(corpus_texts)
+    outs = list(tok.encode_stream((texts for texts, _ in cases), max_len=4096, device=device))
+    assert len(outs) == len(cases)
+    for (texts, _), out in zip(cases, outs):
+        want = tok.encode_batch(texts, max_len=4096, device=device)
+        np.testing.assert_array_equal(np.asarray(out.ids), np.asarray(want.ids))
+        np.testing.assert_array_equal(np.asarray(out.counts), np.asarray(want.counts))
+    # A bad batch raises after the result of the batch before it; stopping early, or a
+    # failing iterable, leaves no batch staged.
+    stream = tok.encode_stream([cases[0][0], ["ok", 3], cases[1][0]], max_len=4096, device=device)
+    first = next(stream)
+    np.testing.assert_array_equal(np.asarray(first.counts), np.asarray(outs[0].counts))
+    with pytest.raises(TypeError, match="item 1 is neither str nor bytes"):
+        next(stream)
+    stream = tok.encode_stream((texts for texts, _ in cases), max_len=4096, device=device)
+    next(stream)
+    stream.close()
+
+    def failing():
+        yield cases[0][0]
+        raise RuntimeError("the input pipeline failed")
+
+    with pytest.raises(RuntimeError, match="input pipeline failed"):
+        list(tok.encode_stream(failing(), max_len=4096, device=device))
+    assert list(tok.encode_stream([], device=device)) == []
+
+
+def test_encode_stream_equals_encode_batch(tok, corpus_texts):
+    """encode_stream: one result per batch, in order, each encode_batch's; errors in order."""
+    _check_stream(tok, corpus_texts, jax.devices("cpu")[0])
+
+
+@needs_gpu
+def test_encode_stream_equals_encode_batch_gpu(tok, corpus_texts):
+    """The same on the GPU, where each batch is staged before the one before it is encoded;
+    the pool is left within its slots."""
+    _check_stream(tok, corpus_texts, gpu_devices()[0])
+    assert staging._pools[gpu_devices()[0]].count <= staging.MAX_SLOTS
