@@ -18,6 +18,7 @@ import numpy as np
 
 from . import tables
 from .disk_cache import cache_dir, save_npz
+from .vocab.model import TiktokenMerges
 
 TABLE_FORMAT = 1  # the entries' own layout (fields as saved below)
 
@@ -32,14 +33,13 @@ def vocab_key(vocab) -> str | None:
     if vocab.char_level is not None:
         return None
     h = hashlib.sha256(_builder_digest())
-    h.update(
-        repr(
-            (TABLE_FORMAT, vocab.n_vocab, vocab.byte_ids, sorted(vocab.special_ids), len(vocab.merges))
-        ).encode()
-    )
+    h.update(repr((TABLE_FORMAT, vocab.n_vocab, vocab.byte_ids, sorted(vocab.special_ids))).encode())
     tb = vocab.token_bytes
     h.update(np.fromiter((-1 if b is None else len(b) for b in tb), np.int64, len(tb)).tobytes())
     h.update(b"".join(b for b in tb if b))
+    if isinstance(vocab.merges, TiktokenMerges):  # a function of the token bytes and specials
+        h.update(b"tiktoken merges")
+        return h.hexdigest()[:32]
     n = len(vocab.merges)
     h.update(np.fromiter((x for pair in vocab.merges for x in pair), np.int64, 2 * n).tobytes())
     h.update(np.fromiter((x for v in vocab.merges.values() for x in v), np.int64, 2 * n).tobytes())

@@ -54,3 +54,26 @@ def test_empty_cache_dir_turns_it_off(tmp_path, monkeypatch, r50k):
     monkeypatch.chdir(tmp_path)
     assert_same(table_cache.vocab_tables(r50k), tables.build_vocab_tables(r50k))
     assert not list(tmp_path.rglob("*.npz"))
+
+
+def test_tiktoken_merges_are_derived_only_for_a_build(tmp_path, monkeypatch):
+    """A tiktoken vocabulary's merges (every split of a token into two tokens) are derived at
+    their first use; a start-up whose tables come from the cache never derives them, and the
+    derived merges are those of the rule."""
+    monkeypatch.setenv("BLOCKBPE_CACHE_DIR", str(tmp_path))
+    path = find_data_dir() / "vocab/tiktoken/r50k_base.tiktoken"
+    first = load_tiktoken_file(path)
+    assert first.merges._merges is None
+    built = table_cache.vocab_tables(first)  # a miss: built, which derives the merges
+    assert first.merges._merges is not None
+    second = load_tiktoken_file(path)
+    assert_same(table_cache.vocab_tables(second), built)
+    assert second.merges._merges is None
+    ranks = {b: i for i, b in enumerate(second.token_bytes) if b is not None and i not in second.special_ids}
+    want = {
+        (ranks[t[:k]], ranks[t[k:]]): (r, r)
+        for t, r in ranks.items()
+        for k in range(1, len(t))
+        if t[:k] in ranks and t[k:] in ranks
+    }
+    assert second.merges == want and len(second.merges) == len(want) > 40000
