@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import threading
@@ -12,6 +11,7 @@ import jax
 import numpy as np
 
 from . import _blockbpe_cpu, gguf, ops, pretok, sentencepiece, staging, table_cache, tekken
+from .pretok import normalizer
 from .tables import build_special_tables
 from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file, read_json, vocab_from_tokenizer_json
 
@@ -331,14 +331,14 @@ class Tokenizer:
         for t in texts:
             if isinstance(t, bytes):
                 try:
-                    t = _apply(norm, t.decode("utf-8")).encode("utf-8")
+                    t = normalizer.apply(norm, t.decode("utf-8")).encode("utf-8")
                 except UnicodeDecodeError:
                     if self.lowercase:
-                        t = _apply(norm, t.decode("utf-8", "surrogateescape")).encode(
+                        t = normalizer.apply(norm, t.decode("utf-8", "surrogateescape")).encode(
                             "utf-8", "surrogateescape"
                         )
             elif isinstance(t, str):
-                t = _apply(norm, t)
+                t = normalizer.apply(norm, t)
             out.append(t)
         return out
 
@@ -389,27 +389,6 @@ def pack_strings(
     """
     texts = _text_list(texts, max_len)
     return _blockbpe_cpu.pack_strings(texts, -1 if max_len is None else int(max_len))
-
-
-def _nfc(text: str) -> str:
-    return _unicodedata().normalize("NFC", text)
-
-
-def _apply(norm, text: str) -> str:
-    from .pretok import normalizer
-
-    return normalizer.apply(norm, text)
-
-
-@functools.lru_cache(maxsize=1)
-def _unicodedata():
-    # unicodedata2 carries Unicode 16.0 (the kernels' tables); the standard library's module is
-    # older, which only matters for code points assigned since (normalization is stable).
-    try:
-        import unicodedata2 as ucd
-    except ImportError:  # pragma: no cover - depends on the environment
-        import unicodedata as ucd
-    return ucd
 
 
 def _text_list(texts, max_len) -> list:

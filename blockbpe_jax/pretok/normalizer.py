@@ -96,11 +96,20 @@ def lowercase(text: str) -> str:
 
 def apply(norm: Normalizer, text: str) -> str:
     """The steps on the host, in their order (NFC with unicodedata2, Unicode 16.0)."""
-    from ..tokenizer import _nfc
-
     for s in norm.steps:
-        text = _nfc(text) if s == "nfc" else lowercase(text)
+        text = _unicodedata().normalize("NFC", text) if s == "nfc" else lowercase(text)
     return text
+
+
+@functools.lru_cache(maxsize=1)
+def _unicodedata():
+    # unicodedata2 carries Unicode 16.0 (the kernels' tables); the standard library's module is
+    # older, which only matters for code points assigned since (normalization is stable).
+    try:
+        import unicodedata2 as ucd
+    except ImportError:  # pragma: no cover - depends on the environment
+        import unicodedata as ucd
+    return ucd
 
 
 def _utf8_len(cp: np.ndarray) -> np.ndarray:
