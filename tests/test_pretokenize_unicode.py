@@ -68,3 +68,25 @@ def test_unicode_data_up_to_date():
         text=True,
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_class_blocks_share_identical_blocks_in_byte_order():
+    """The two-stage class table (pretok/tables.py class_blocks): every code point's class is
+    blocks[stage1[cp >> 8], cp & 255], each distinct 256-code-point block once, in ascending
+    byte order (np.unique's over the rows), for real pattern classes and random ones."""
+    from blockbpe_jax.pretok import compile_pattern, tables
+    from blockbpe_jax.vocab import KNOWN_PATTERNS
+
+    rng = np.random.default_rng(5)
+    cases = [compile_pattern(p).class_of_cp for p in KNOWN_PATTERNS.values()]
+    coarse = rng.integers(0, 4, tables.STAGE1_LEN).astype(np.uint8)
+    cases += [np.repeat(coarse, 256), rng.integers(0, 3, tables.STAGE1_LEN * 256).astype(np.uint8)]
+    for class_of_cp in cases:
+        stage1, blocks = tables.class_blocks(class_of_cp)
+        cp = np.arange(class_of_cp.size)
+        assert np.array_equal(blocks[stage1[cp >> 8], cp & 255], class_of_cp.astype(np.uint8))
+        want_blocks, want_stage1 = np.unique(
+            class_of_cp.astype(np.uint8).reshape(-1, 256), axis=0, return_inverse=True
+        )
+        assert np.array_equal(blocks, want_blocks) and np.array_equal(stage1, want_stage1.reshape(-1))
+        assert stage1.dtype == np.uint16 and blocks.dtype == np.uint8

@@ -74,10 +74,14 @@ def stage_tables(a: Automata) -> np.ndarray:
 
 
 def class_blocks(class_of_cp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(stage1 uint16[4352], blocks uint8[B, 256]) with identical 256-code-point blocks shared."""
+    """(stage1 uint16[4352], blocks uint8[B, 256]) with identical 256-code-point blocks shared,
+    in ascending byte order (np.unique(rows, axis=0)'s, which takes ~100x longer)."""
     rows = class_of_cp.astype(np.uint8).reshape(STAGE1_LEN, 256)
-    blocks, stage1 = np.unique(rows, axis=0, return_inverse=True)
-    return stage1.astype(np.uint16).reshape(-1), blocks
+    keys = [row.tobytes() for row in rows]
+    blocks = sorted(set(keys))
+    index = {key: k for k, key in enumerate(blocks)}
+    stage1 = np.fromiter((index[key] for key in keys), np.uint16, len(keys))
+    return stage1, np.frombuffer(b"".join(blocks), np.uint8).reshape(-1, 256)
 
 
 def pack(stages: list[Automata], nfc: bool = False, lowercase: bool = False) -> np.ndarray:
