@@ -40,12 +40,14 @@ def available(device) -> bool:
 
 
 class _Slot:
-    """A HostStaging and the JAX arrays viewing its device buffer for the last shape."""
+    """A HostStaging and the JAX arrays viewing its device buffer, per batch shape."""
+
+    MAX_SHAPES = 64  # shapes whose views a slot keeps (the corpus job's calls use ~30)
 
     def __init__(self, device):
         self.native = native.cuda.HostStaging(device.local_hardware_id)
-        self.views: tuple | None = None
-        self.key: tuple | None = None
+        self.shape_views: dict[tuple[int, int], tuple] = {}
+        self.generation = -1  # the device buffer the views see
 
     def fill(self, texts, max_len: int) -> tuple[int, int]:
         """Packs `texts` and starts their copy; returns the shape (B, L) for `views`."""
@@ -56,14 +58,21 @@ class _Slot:
         return self.native.upload_flat(flat, offsets, index, max_len, rows)
 
     def views(self, batch: int, width: int) -> tuple:
-        """(data uint8[B, L], lengths int32[B]) of the last fill, once its copy has ended."""
+        """(data uint8[B, L], lengths int32[B]) of the last fill, once its copy has ended. The
+        views of a shape are imported once per device buffer: a view sees every later fill
+        of its shape."""
         self.native.wait()
-        key = (batch, width, self.native.generation)
-        if key != self.key:
-            self.views = None
-            self.views = tuple(jax.dlpack.from_dlpack(a) for a in self.native.device_arrays())
-            self.key = key
-        return self.views
+        if self.native.generation != self.generation:  # the buffer grew: new views
+            self.shape_views.clear()
+            self.generation = self.native.generation
+        key = (batch, width)
+        found = self.shape_views.get(key)
+        if found is None:
+            if len(self.shape_views) >= self.MAX_SHAPES:
+                del self.shape_views[next(iter(self.shape_views))]
+            found = tuple(jax.dlpack.from_dlpack(a) for a in self.native.device_arrays())
+            self.shape_views[key] = found
+        return found
 
 
 class Staged:
@@ -165,7 +174,7 @@ def _free_slots() -> None:
     with _pools_lock:
         for pool in _pools.values():
             for slot, _ in pool.idle:
-                slot.views = slot.native = None
+                slot.shape_views, slot.native = {}, None
         _pools.clear()
 
 

@@ -3,12 +3,14 @@ DLPack import. Differential: the staged ids against the NumPy path's and tiktoke
 
 from __future__ import annotations
 
+import types
+
 import jax
 import numpy as np
 import pytest
 
 import blockbpe_jax as bb
-from blockbpe_jax import ops, staging, testing
+from blockbpe_jax import native, ops, staging, testing
 from blockbpe_jax.vocab import KNOWN_PATTERNS
 
 from helpers import gpu_devices, load_tokenizer, oracle
@@ -164,3 +166,96 @@ def test_encode_stream_equals_encode_batch_gpu(tok, corpus_texts):
     the pool is left within its slots."""
     _check_stream(tok, corpus_texts, gpu_devices()[0])
     assert staging._pools[gpu_devices()[0]].count <= staging.MAX_SLOTS
+
+
+# ---------------------------------------------------------------------------------------------
+# staging.py's own logic on the CPU: a stand-in for the native HostStaging with its contract
+# (pack by the packer's rule, a copy into a "device" buffer that grows, DLPack views of it that
+# see every later fill), so that slots, views per shape, Staged and encode_stream are checked
+# here, not only on a GPU.
+
+
+class FakeHostStaging:
+    imports = 0  # device_arrays() calls, all slots
+
+    def __init__(self, device: int):
+        self._raw = None
+        self.generation = 0
+        self._shape = None
+
+    def upload(self, texts, max_len):
+        return self._put(*native.cpu.pack_strings(texts, max_len))
+
+    def upload_flat(self, flat, offsets, index, max_len, rows):
+        return self._put(*native.cpu.pack_flat(flat, offsets, index, max_len, rows))
+
+    def _put(self, data, lengths):
+        batch, width = data.shape
+        at = -(-batch * width // 256) * 256
+        need = at + 4 * batch
+        if self._raw is None or need + 64 > self._raw.size:  # grows: a new buffer, as the native one
+            self._raw = np.zeros(max(need, 2 * (0 if self._raw is None else self._raw.size)) + 64, np.uint8)
+            self.generation += 1
+        buf = self._buf()
+        buf[: batch * width] = data.reshape(-1)
+        buf[at:need] = lengths.astype(np.int32).view(np.uint8)
+        self._shape = (batch, width, at)
+        return batch, width
+
+    def _buf(self):  # 64-byte aligned, as JAX imports without a copy
+        off = (-self._raw.ctypes.data) % 64
+        return self._raw[off:]
+
+    def wait(self):
+        pass
+
+    def device_arrays(self):
+        FakeHostStaging.imports += 1
+        batch, width, at = self._shape
+        buf = self._buf()
+        return buf[: batch * width].reshape(batch, width), buf[at : at + 4 * batch].view(np.int32)
+
+
+@pytest.fixture
+def cpu_staging(monkeypatch):
+    """staging.py's path on the CPU device, through FakeHostStaging."""
+    monkeypatch.setattr(native, "cuda", types.SimpleNamespace(HostStaging=FakeHostStaging), raising=False)
+    monkeypatch.setattr(staging, "available", lambda device: True)
+    monkeypatch.setattr(staging, "_pools", {})
+    FakeHostStaging.imports = 0
+    return jax.devices("cpu")[0]
+
+
+def test_staged_path_logic_on_cpu(tok, corpus_texts, cpu_staging, monkeypatch, tmp_path):
+    """Through the stand-in: encode_batch's staged ids equal the NumPy path's for shapes that
+    come back (views kept per shape: imported once per slot and shape, then refilled in place),
+    a buffer that grows (new views), more batches in flight than slots, encode_stream, and the
+    corpus job's flat packing (stage_flat)."""
+    shapes = [(64, 512), (256, 4096), (64, 512), (8, 64), (256, 4096), (300, 4096)] * 2
+    outs, refs = [], []
+    for k, (batch, max_len) in enumerate(shapes):
+        texts = [t.encode()[:max_len].decode("utf-8", "ignore") for t in corpus_texts[7 * k :][:batch]]
+        outs.append(tok.encode_batch(texts, max_len=max_len, device=cpu_staging))
+        refs.append((texts, max_len))
+    for (texts, max_len), out in zip(refs, outs):
+        data, lengths = bb.pack_strings(texts, max_len=max_len)
+        want = bb.encode(data, lengths, tok, max_tokens=max_len)
+        np.testing.assert_array_equal(np.asarray(out.ids), np.asarray(want.ids))
+        np.testing.assert_array_equal(np.asarray(out.counts), np.asarray(want.counts))
+    pool = staging._pools[cpu_staging]
+    assert pool.count <= staging.MAX_SLOTS
+    assert FakeHostStaging.imports < len(shapes)  # a shape seen again reuses its views
+    _check_stream(tok, corpus_texts, cpu_staging)
+    # the corpus job packs its calls from a flat buffer through stage_flat
+    calls = []
+    real = staging.stage_flat
+    monkeypatch.setattr(staging, "stage_flat", lambda *a, **k: calls.append(k["rows"]) or real(*a, **k))
+    from blockbpe_jax import corpus
+
+    docs = [t.encode().replace(b"\n", b" ") for t in corpus_texts[:200]]
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"\n".join(docs) + b"\n")
+    corpus.encode_files(tok, [src], tmp_path / "o" / "s", batch_bytes=1 << 16, device=cpu_staging)
+    got = [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "s")]
+    want = tok.encode_batch([d for d in docs if d], device=jax.devices("cpu")[0])
+    assert calls and got == [want.ids[i, : want.counts[i]].tolist() for i in range(len(got))]
