@@ -334,3 +334,24 @@ def test_json_that_json_loads_refuses_is_a_file_line_error(tmp_path, line, messa
     path.write_bytes(b'{"text": "ok"}\n' + line + b"\n")
     with pytest.raises(CorpusError, match=message.format(path=re.escape(str(path)))):
         list(documents.iter_windows([path], jsonl_field=FIELD))
+
+
+@pytest.mark.parametrize("rows, width", [(3000, 1024), (97, 65536), (4096, 16)])
+def test_large_batches_pack_like_ljust(rows, width):
+    """Batches of several MiB are written by several threads (core/pack_strings.h
+    write_rows): every row, its zero padding, the empty rows past the documents and the
+    lengths equal a bytes.ljust reference, through pack_strings and pack_flat."""
+    rng = np.random.default_rng(rows)
+    docs = [bytes(rng.integers(1, 256, int(n), dtype=np.uint8)) for n in rng.integers(0, width + 1, rows)]
+    want = np.frombuffer(b"".join(d.ljust(width, b"\0") for d in docs), np.uint8).reshape(rows, width)
+    data, lengths = pack_strings(docs, max_len=width)
+    np.testing.assert_array_equal(data, want)
+    np.testing.assert_array_equal(lengths, [len(d) for d in docs])
+    flat = np.frombuffer(b"".join(docs), np.uint8)
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    index = rng.permutation(rows).astype(np.int64)[: rows // 2]
+    extra = 5
+    data, lengths = native.cpu.pack_flat(flat, offsets, index, width, len(index) + extra)
+    np.testing.assert_array_equal(data[: len(index)], want[index])
+    assert not data[len(index) :].any() and not lengths[len(index) :].any()
+    np.testing.assert_array_equal(lengths[: len(index)], [len(docs[i]) for i in index])
