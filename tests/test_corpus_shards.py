@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from blockbpe_jax import cli, corpus
+from blockbpe_jax import cli, corpus, documents
 
 import corpus_shared
 from corpus_shared import encode_batch_ids, utf8_cut
@@ -234,3 +234,45 @@ def test_parquet_input(tmp_path, capsys, root, r50k, monkeypatch):
     )
     assert cli.main(argv[:-3] + ["--field", "nope", "-q", "--overwrite"]) == 2
     assert "no column 'nope' (--field); columns: text, n" in capsys.readouterr().err
+
+
+def test_parquet_columns_as_arrow_buffers(tmp_path, root, r50k):
+    """Parquet documents come straight from the column's Arrow buffers: string and large_string
+    columns, row groups and batches cut into several windows (slices of one buffer), empty
+    strings; ids equal encode_batch's, positions are rows. Nulls, a column that is not a
+    string and invalid UTF-8 are one-line errors naming the row or the column."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rng = np.random.default_rng(3)
+    words = ["tokens", "ünïcödé", "🎉", " ", "\n", "1234", "x"]
+    texts = ["".join(rng.choice(words, int(n))) for n in rng.integers(0, 60, 3000)]
+    for kind in (pa.string(), pa.large_string()):
+        src = tmp_path / f"{kind}.parquet"
+        pq.write_table(
+            pa.table({"id": np.arange(3000), "text": pa.array(texts, kind)}), src, row_group_size=700
+        )
+        windows = list(documents.iter_windows([src], jsonl_field="text", window_bytes=4096))
+        assert len(windows) > 10
+        assert [b.decode() for w in windows for b in w.blobs] == texts
+        assert [p for w in windows for p in w.positions.tolist()] == list(range(3000))
+        out = tmp_path / f"o_{kind}" / "s"
+        corpus.encode_files(r50k, [src], out, jsonl_field="text", window_bytes=4096, batch_bytes=8192)
+        assert [a.tolist() for a in corpus.read_shards(out)] == encode_batch_ids(
+            r50k, [t.encode() for t in texts]
+        )
+
+    def error(table) -> str:
+        src = tmp_path / "bad.parquet"
+        pq.write_table(table, src)
+        with pytest.raises(corpus.CorpusError) as e:
+            list(documents.iter_windows([src], jsonl_field="text"))
+        return str(e.value).replace(str(src), "F")
+
+    assert error(pa.table({"text": ["a", "b", None, "d"]})) == "F: row 2: column 'text' is null"
+    assert error(pa.table({"text": [1, 2]})) == "F: column 'text' is int64, not a string"
+    bad = pa.Array.from_buffers(
+        pa.string(),
+        2,
+        [None, pa.py_buffer(np.array([0, 1, 3], np.int32).tobytes()), pa.py_buffer(b"a\xff\xfe")],
+    )
+    assert error(pa.table({"text": bad})).startswith("F: column 'text' is not valid UTF-8: ")
