@@ -177,7 +177,10 @@ def encode_files(
         writer = ArrayRecordWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
     else:
         writer = PaddedWriter(directory, name, fmt, max_tokens, pad_id, shard_docs or 65536)
-    total = None if any(p.suffix == ".gz" for p in paths) else sum(p.stat().st_size for p in paths)
+    # (compressed inputs: their documents are more bytes than the files)
+    total = (
+        None if any(p.suffix in (".gz", ".parquet") for p in paths) else sum(p.stat().st_size for p in paths)
+    )
     bar = Progress(total, enabled=progress)
     t0 = time.perf_counter()
     try:
