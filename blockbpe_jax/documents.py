@@ -15,6 +15,7 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 
 from . import native
+from .background import in_background
 from .shards import CorpusError
 
 SPLITS_HELP = (
@@ -213,34 +214,45 @@ def _line_windows(
         native_field = False
     try:
         with _open(path) as f:
-            while True:
-                block = f.read(window_bytes)
-                if not block:
-                    return
-                if not block.endswith(b"\n"):
-                    block += f.readline()
-                split = native.cpu.split_documents(block, field, threads) if native_field else None
-                if split is not None:
-                    data, offsets, kept, newlines = split
-                    yield Window(data, offsets, kept + (line_base + 1), fi, len(block))
-                    line_base += newlines
-                    continue
-                fast = _fast_block(block, field)
-                if fast is None:
-                    docs = list(_line_documents(block.split(b"\n"), path, line_base, field))
-                    blobs = [d for d, _ in docs]
-                    positions = np.array([p for _, p in docs], np.int64)
-                else:
-                    blobs, kept = fast
-                    positions = kept + (line_base + 1)
-                yield Window.of(blobs, positions, fi, len(block))
-                line_base += block.count(b"\n")
+            blocks = in_background(_blocks_of_lines(f, window_bytes), depth=1)  # read ahead
+            try:
+                for block in blocks:
+                    split = native.cpu.split_documents(block, field, threads) if native_field else None
+                    if split is not None:
+                        data, offsets, kept, newlines = split
+                        yield Window(data, offsets, kept + (line_base + 1), fi, len(block))
+                        line_base += newlines
+                        continue
+                    fast = _fast_block(block, field)
+                    if fast is None:
+                        docs = list(_line_documents(block.split(b"\n"), path, line_base, field))
+                        blobs = [d for d, _ in docs]
+                        positions = np.array([p for _, p in docs], np.int64)
+                    else:
+                        blobs, kept = fast
+                        positions = kept + (line_base + 1)
+                    yield Window.of(blobs, positions, fi, len(block))
+                    line_base += block.count(b"\n")
+            finally:
+                blocks.close()  # the reading thread ends before the file closes
+            return
     except (OSError, EOFError, zlib.error):
         pass
     # A read error: the line-by-line reader meets it at the same place and names the line.
     for _ in _line_documents(_lines_of(path), path, 0, field):
         pass
     raise CorpusError(f"{path}: cannot read")  # pragma: no cover - the reader raised above
+
+
+def _blocks_of_lines(f, size: int) -> Iterator[bytes]:
+    """Blocks of about `size` bytes of a file, each ending at the end of a line."""
+    while True:
+        block = f.read(size)
+        if not block:
+            return
+        if not block.endswith(b"\n"):
+            block += f.readline()
+        yield block
 
 
 def _lines_of(path: Path) -> Iterator[bytes]:

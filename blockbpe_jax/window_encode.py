@@ -7,12 +7,12 @@ it; see encode_documents.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
+from .background import in_background
 from .documents import Window
 from .window_device import CompiledEncodes, WindowBuffers, device_functions, pow2, size_bucket
 from .shards import CorpusError, token_dtype
@@ -49,49 +49,6 @@ def first_pass_tokens(width: int) -> int:
     byte, but real text gives one per 2.5-4.5 bytes: half the width keeps the copy back small,
     and the rare row with more tokens (its count says so) is encoded again at full width."""
     return width + 1 if width < 64 else width // 2
-
-
-def _in_background(items: Iterator, depth: int) -> Iterator:
-    """The items of `items`, produced by a thread up to `depth` ahead; its exception is raised
-    here, in order, when the consumer reaches it. Stops the thread when the consumer stops."""
-    import queue
-
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    end = object()
-
-    def produce():
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        q.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put((end, None))
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            q.put((end, e))
-
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
-    try:
-        while True:
-            item, error = q.get()
-            if item is end:
-                if error is not None:
-                    raise error
-                return
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():  # unblock a producer waiting on a full queue
-            try:
-                q.get_nowait()
-            except queue.Empty:
-                thread.join(timeout=0.1)
 
 
 def _rows_bucket(n: int, full: int) -> int:
@@ -257,7 +214,7 @@ def encode_documents(
 
     with ThreadPoolExecutor(max_workers=1) as writer_thread:
         written = []  # futures of finish(), oldest first
-        for window in _in_background(windows, depth=2):
+        for window in in_background(windows, depth=2):
             if not window.ndocs:
                 continue
             written.append(writer_thread.submit(finish, launch(window)))

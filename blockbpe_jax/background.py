@@ -1,0 +1,49 @@
+"""`in_background`: an iterator's items produced by a thread ahead of their consumer (the
+corpus job reads blocks and windows ahead of their use)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Iterator
+
+
+def in_background(items: Iterator, depth: int) -> Iterator:
+    """The items of `items`, produced by a thread up to `depth` ahead; its exception is raised
+    here, in order, when the consumer reaches it. Stops the thread when the consumer stops."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def produce():
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((end, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            q.put((end, e))
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = q.get()
+            if item is end:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                thread.join(timeout=0.1)
