@@ -167,8 +167,14 @@ class CompiledEncodes:
         import jax
 
         self.tables, self.device, self.static = tables, device, static
-        leaves = jax.tree_util.tree_leaves(tables)
-        self.options = (device, tuple(sorted(static.items())), tuple((x.shape, str(x.dtype)) for x in leaves))
+        leaves, structure = jax.tree_util.tree_flatten(tables)
+        # (the structure holds the tables' static fields, which become FFI attributes)
+        self.options = (
+            device,
+            tuple(sorted(static.items())),
+            structure,
+            tuple((x.shape, x.dtype) for x in leaves),
+        )
 
     def _compile(self, shape):
         import jax

@@ -5,6 +5,7 @@ a second process that compiles nothing), call planning, and the GPU's flat stagi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -233,3 +234,16 @@ def test_gpu_flat_staging_equals_cpu_path(tmp_path, cl100k, war_and_peace):
         corpus.read_shards(tmp_path / "gpu" / "s"), corpus.read_shards(tmp_path / "cpu" / "s"), strict=True
     ):
         np.testing.assert_array_equal(a, b)
+
+
+def test_compiled_encodes_key_has_the_static_table_fields(r50k):
+    """The corpus job's executables are shared across jobs by tables' shapes and static fields:
+    tables that differ only in a static field (an FFI attribute, e.g. the whole-piece
+    shortcut's max_piece_len or the allowed specials) never share one."""
+    tables = r50k.tables("none")
+    cpu = jax.devices("cpu")[0]
+    key = window_device.CompiledEncodes(tables, cpu, mode="exact").options
+    assert window_device.CompiledEncodes(r50k.tables("none"), cpu, mode="exact").options == key
+    for other in (dataclasses.replace(tables, max_piece_len=0), dataclasses.replace(tables, specials=("x",))):
+        assert window_device.CompiledEncodes(other, cpu, mode="exact").options != key
+    assert window_device.CompiledEncodes(tables, cpu, mode="bytes").options != key
