@@ -78,7 +78,7 @@ def encode_documents(
     window's ids, back to back in input order in the shard dtype, to `writer.add`.
 
     On the device, a window's calls write into one buffer and one step puts their ids in
-    input order (`_device_functions`); the host copies back the window's counts, then its ids
+    input order (`window_device.device_functions`); the host copies back the window's counts, then its ids
     (about 2-4 bytes per token), once each. Rows with more tokens than the first pass keeps
     are encoded again at full width into the same buffer before that step. Reading, encoding
     and writing overlap: a thread reads up to 2 windows ahead, this thread dispatches a
