@@ -8,6 +8,7 @@ import types
 import jax
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import blockbpe_jax as bb
 from blockbpe_jax import native, ops, staging, testing
@@ -259,3 +260,57 @@ def test_staged_path_logic_on_cpu(tok, corpus_texts, cpu_staging, monkeypatch, t
     got = [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "s")]
     want = tok.encode_batch([d for d in docs if d], device=jax.devices("cpu")[0])
     assert calls and got == [want.ids[i, : want.counts[i]].tolist() for i in range(len(got))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(0, 8),
+    bad=st.one_of(st.none(), st.integers(0, 7)),
+    stop_after=st.one_of(st.none(), st.integers(1, 8)),
+)
+def test_pipelined_order_errors_and_cleanup(n, bad, stop_after):
+    """staging.pipelined: results in order, a batch that fails to stage raises right after
+    the result of the batch before it, and every staged batch is either encoded or cancelled
+    (whether the consumer reads everything, stops early or meets the error)."""
+    events = []
+
+    class Prepared:
+        def __init__(self, k):
+            self.k = k
+
+        def encode(self):
+            events.append(("encode", self.k))
+            return self.k
+
+        def cancel(self):
+            events.append(("cancel", self.k))
+
+    def prepare(k):
+        if k == bad:
+            raise ValueError(f"batch {k}")
+        events.append(("stage", k))
+        return Prepared(k)
+
+    got, error = [], None
+    stream = staging.pipelined(prepare, range(n))
+    try:
+        for k in stream:
+            got.append(k)
+            if stop_after is not None and len(got) >= stop_after:
+                break
+    except ValueError as e:
+        error = str(e)
+    stream.close()
+    last = n if bad is None or bad >= n else bad
+    want = list(range(last))[: stop_after if stop_after is not None else None]
+    assert got == want
+    reaches_error = bad is not None and bad < n and (stop_after is None or stop_after > last)
+    assert error == (f"batch {bad}" if reaches_error else None)
+    staged = [k for e, k in events if e == "stage"]
+    finished = sorted(k for e, k in events if e in ("encode", "cancel"))
+    assert finished == staged  # nothing staged is left behind
+    assert all(
+        events.index(("stage", k + 1)) < events.index(("encode", k))
+        for k in got
+        if ("stage", k + 1) in events
+    )
