@@ -197,8 +197,19 @@ def iter_windows(
             )
 
 
-def _open(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+try:  # ISA-L's gzip reader (optional): the standard module's interface, ~2.5x faster
+    from isal import igzip as _fast_gzip
+    from isal.isal_zlib import error as _fast_gzip_error
+except ImportError:
+    _fast_gzip, _fast_gzip_error = gzip, zlib.error
+
+
+def _open(path: Path, fast: bool = False):
+    """The file, decompressed when it is .gz (`fast`: by ISA-L when installed; the error
+    messages users see come from the standard module's reading)."""
+    if path.suffix != ".gz":
+        return open(path, "rb")
+    return (_fast_gzip if fast else gzip).open(path, "rb")
 
 
 _JSON_SCAN = json.JSONDecoder().scan_once  # json.loads without its Python-level wrapper
@@ -213,7 +224,7 @@ def _line_windows(
     except UnicodeEncodeError:  # (no JSON key can equal it: the Python path says so)
         native_field = False
     try:
-        with _open(path) as f:
+        with _open(path, fast=True) as f:
             blocks = in_background(_blocks_of_lines(f, window_bytes), depth=1)  # read ahead
             try:
                 for block in blocks:
@@ -236,7 +247,7 @@ def _line_windows(
             finally:
                 blocks.close()  # the reading thread ends before the file closes
             return
-    except (OSError, EOFError, zlib.error):
+    except (OSError, EOFError, zlib.error, _fast_gzip_error):
         pass
     # A read error: the line-by-line reader meets it at the same place and names the line.
     for _ in _line_documents(_lines_of(path), path, 0, field):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from blockbpe_jax import cli, corpus
+from blockbpe_jax import cli, corpus, documents
 
 import corpus_shared
 from helpers import encode_argv
@@ -154,3 +154,38 @@ def test_arrayrecord_missing_package_is_one_line(tmp_path, capsys, root, monkeyp
     assert capsys.readouterr().err.strip().splitlines() == [
         "blockbpe-jax: error: --format arrayrecord needs the array_record package (pip install array_record)"
     ]
+
+
+@pytest.mark.parametrize("case", ["not_gzip", "truncated_gzip"])
+def test_gzip_errors_without_isal(capsys, tmp_path, root, case, monkeypatch):
+    """documents.py reads .gz blocks with ISA-L's reader when isal is installed (the test
+    extra installs it): with the standard module in its place the errors are the same line."""
+    monkeypatch.setattr(documents, "_fast_gzip", gzip)
+    args, message = bad_inputs(tmp_path)[case]
+    argv = [
+        "encode",
+        *args,
+        "-o",
+        tmp_path / "out",
+        "--vocab",
+        root / "vocab/tiktoken/r50k_base.tiktoken",
+        "-q",
+    ]
+    assert cli.main([str(a) for a in argv]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"blockbpe-jax: error: {message}"]
+
+
+def test_gzip_documents_with_and_without_isal(tmp_path, monkeypatch):
+    """The documents of a .jsonl.gz (several blocks) are the same through either reader."""
+    lines = [json.dumps({"text": f"document {i} " + "é🎉 " * (i % 50)}) for i in range(20000)]
+    src = tmp_path / "in.jsonl.gz"
+    src.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+
+    def read():
+        ws = list(documents.iter_windows([src], jsonl_field="text", window_bytes=1 << 16))
+        return [b for w in ws for b in w.blobs], [p for w in ws for p in w.positions.tolist()]
+
+    fast = read()
+    monkeypatch.setattr(documents, "_fast_gzip", gzip)
+    assert read() == fast and fast[1] == list(range(1, 20001))
+    assert fast[0][7] == json.loads(lines[7])["text"].encode()
