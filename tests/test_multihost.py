@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -117,3 +118,12 @@ def test_sharded_benchmark_two_processes(data_dir, tmp_path):
         assert p["rows_checked"] == 12 and p["mismatched_rows"] == 0 and p["errors"] == []
         assert p["global_shape"] == [12, 300] and p["median_s"] > 0
     assert r["ids_equal_tiktoken"] is True
+
+
+def test_exit_distributed_exits_with_the_code_and_flushed_output():
+    """sharding.exit_distributed: the process ends with the given code and its printed output
+    (flushed first: os._exit skips the interpreter's flush), also with no distributed runtime."""
+    code = "from blockbpe_jax.sharding import exit_distributed; print('report', end=''); exit_distributed(3)"
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert (done.returncode, done.stdout) == (3, "report"), done.stderr
