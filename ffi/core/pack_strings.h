@@ -29,13 +29,25 @@ inline void default_width(const std::vector<StringView>& views, int64_t& max_len
   while (max_len < longest) max_len *= 2;
 }
 
-// Reads every item's bytes (no copy) and the row width: `max_len`, or when max_len < 0 the
-// longest string rounded up to a power of two, at least 16. Raises TypeError for an item that
-// is neither str nor bytes, ValueError for a string longer than max_len. The views borrow
-// from `items`, which must outlive them.
-inline std::vector<StringView> string_views(const nanobind::list& items, int64_t& max_len) {
+// The items' bytes (no copy), borrowed from `items`: a private list of them (a new reference
+// to each), so they stay valid while it lives, whatever other threads do to the caller's
+// sequence once the GIL is released.
+struct StringViews {
+  nanobind::list items;
+  std::vector<StringView> views;
+};
+
+// Reads every item's bytes and the row width: `max_len`, or when max_len < 0 the longest
+// string rounded up to a power of two, at least 16. Raises TypeError for an item that is
+// neither str nor bytes, ValueError for a string longer than max_len.
+inline StringViews string_views(nanobind::handle texts, int64_t& max_len) {
+  PyObject* list = PySequence_List(texts.ptr());
+  if (!list) throw nanobind::python_error();
+  StringViews out{nanobind::steal<nanobind::list>(list), {}};
+  const nanobind::list& items = out.items;
   const size_t batch = nanobind::len(items);
-  std::vector<StringView> views(batch);
+  std::vector<StringView>& views = out.views;
+  views.resize(batch);
   for (size_t b = 0; b < batch; ++b) {
     PyObject* o = items[b].ptr();
     const char* p = nullptr;
@@ -57,7 +69,7 @@ inline std::vector<StringView> string_views(const nanobind::list& items, int64_t
     views[b] = {p, n};
   }
   default_width(views, max_len);
-  return views;
+  return out;
 }
 
 // Views of documents index[0..count) of a flat buffer (document i is data[offsets[i],
@@ -89,10 +101,12 @@ inline std::vector<StringView> flat_views(const uint8_t* data, int64_t data_size
 // Row b of data[rows, max_len] gets string b and zeros after it; lengths[b] its byte count.
 // Rows past the views (rows > views.size(): padding to a compiled shape) are empty. Rows are
 // independent, so a batch of several MiB is written by several threads: one core's memcpy
-// and memset speed is what encode_batch's host side waits for at 1024 x 4096. Callers that
-// release the GIL keep the views' owners alive (owned_items).
+// and memset speed is what encode_batch's host side waits for at 1024 x 4096. Called with the
+// GIL held, which it releases: the views' owners are the caller's (StringViews::items, or the
+// arrays flat_views reads).
 inline void write_rows(const std::vector<StringView>& views, int64_t max_len, uint8_t* data,
                        int32_t* lengths, int64_t rows = -1) {
+  nanobind::gil_scoped_release unlocked;
   if (rows < 0) rows = (int64_t)views.size();
   const int64_t filled = (int64_t)views.size();
   auto write = [&](int64_t lo, int64_t hi) {  // rows [lo, hi)
@@ -118,14 +132,6 @@ inline void write_rows(const std::vector<StringView>& views, int64_t max_len, ui
     pool.emplace_back(write, std::min(rows, t * per), std::min(rows, (t + 1) * per));
   write(0, std::min(rows, per));
   for (auto& th : pool) th.join();
-}
-
-// A private list holding the items (a new reference to each): views of its items stay valid
-// while it lives, whatever other threads do to the caller's sequence once the GIL is released.
-inline nanobind::list owned_items(nanobind::handle texts) {
-  PyObject* list = PySequence_List(texts.ptr());
-  if (!list) throw nanobind::python_error();
-  return nanobind::steal<nanobind::list>(list);
 }
 
 }  // namespace bbpe

@@ -65,15 +65,11 @@ static nb::ndarray<nb::numpy, T> owned_array(T* data, size_t ndim, const size_t*
 // list[str | bytes] -> (uint8[B, max_len] zero-padded, int32[B]) without Python-level loops
 // (the rule: core/pack_strings.h).
 static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
-  nb::list items = bbpe::owned_items(texts);
-  const std::vector<bbpe::StringView> views = bbpe::string_views(items, max_len);
-  const size_t batch = views.size();
+  const bbpe::StringViews strings = bbpe::string_views(texts, max_len);
+  const size_t batch = strings.views.size();
   uint8_t* data = new uint8_t[batch * max_len + 1];
   int32_t* lengths = new int32_t[batch + 1];
-  {
-    nb::gil_scoped_release unlocked;
-    bbpe::write_rows(views, max_len, data, lengths);
-  }
+  bbpe::write_rows(strings.views, max_len, data, lengths);
   const size_t shape[2] = {batch, (size_t)max_len};
   return nb::make_tuple(owned_array(data, 2, shape), owned_array(lengths, 1, shape));
 }
@@ -92,10 +88,7 @@ static nb::tuple pack_flat(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig>
   rows = std::max(rows, count);
   uint8_t* data = new uint8_t[rows * max_len + 1];
   int32_t* lengths = new int32_t[rows + 1];
-  {
-    nb::gil_scoped_release unlocked;
-    bbpe::write_rows(views, max_len, data, lengths, rows);
-  }
+  bbpe::write_rows(views, max_len, data, lengths, rows);
   const size_t shape[2] = {(size_t)rows, (size_t)max_len};
   return nb::make_tuple(owned_array(data, 2, shape), owned_array(lengths, 1, shape));
 }

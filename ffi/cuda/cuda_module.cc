@@ -75,13 +75,12 @@ class HostStaging {
   // Packs `texts` (the rule of core/pack_strings.h) into the pinned buffer and starts its copy to
   // the device. Returns (batch, max_len) of the packed rows.
   std::pair<int64_t, int64_t> upload(nb::handle texts, int64_t max_len) {
-    nb::list items = owned_items(texts);
-    const std::vector<StringView> views = string_views(items, max_len);
-    return upload_views(views, max_len, (int64_t)views.size());
+    const StringViews strings = string_views(texts, max_len);
+    return upload_views(strings.views, max_len, (int64_t)strings.views.size());
   }
 
   // As upload, from documents index[...] of a flat buffer (pack_flat's rule: rows past
-  // len(index) empty). The GIL is released while the rows are written.
+  // len(index) empty).
   std::pair<int64_t, int64_t> upload_flat(
       nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig> flat,
       nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig> offsets,
@@ -154,10 +153,7 @@ class HostStaging {
       capacity_ = grown;
       ++generation_;
     }
-    {
-      nb::gil_scoped_release unlocked;  // the views' owners: owned_items, or the caller's arrays
-      write_rows(views, max_len, host_, reinterpret_cast<int32_t*>(host_ + lengths_at), batch);
-    }
+    write_rows(views, max_len, host_, reinterpret_cast<int32_t*>(host_ + lengths_at), batch);
     check_cuda(cudaMemcpyAsync(device_buffer_->ptr, host_, bytes, cudaMemcpyHostToDevice, stream_),
                "cudaMemcpyAsync");
     check_cuda(cudaEventRecord(copied_, stream_), "cudaEventRecord");
