@@ -77,9 +77,9 @@ class _Slot:
 
 class Staged:
     """One batch being uploaded: `data` uint8[B, L] and `lengths` int32[B] on the device (the
-    first access waits for the copy). Call `release(consumer)` with an output of the
-    computation that reads them, `discard()` when the call failed, or `cancel()` when no
-    computation was dispatched."""
+    first access waits for the copy). `run` calls a computation on them and hands the slot
+    back; or call `release(consumer)` with an output of the computation that reads them,
+    `discard()` when the call failed, or `cancel()` when no computation was dispatched."""
 
     def __init__(self, pool: "_Pool", slot: _Slot, shape: tuple[int, int]):
         self._pool, self._slot, self._shape = pool, slot, shape
@@ -97,6 +97,17 @@ class Staged:
         if self._arrays is None:
             self._arrays = self._slot.views(*self._shape)
         return self._arrays
+
+    def run(self, call, consumer=lambda out: out.counts):
+        """`call(data, lengths)`; the slot then goes back with `consumer(out)`, an output of the
+        computation that reads it (discarded instead if the call fails)."""
+        try:
+            out = call(self.data, self.lengths)
+        except BaseException:
+            self.discard()
+            raise
+        self.release(consumer(out))
+        return out
 
     def release(self, consumer) -> None:
         self._pool.give_back(self._slot, consumer)
@@ -217,13 +228,7 @@ class StagedBatch:
         if self._staged is None:
             return self._run(*self._arrays)
         staged, self._staged = self._staged, None
-        try:
-            out = self._run(staged.data, staged.lengths)
-        except BaseException:
-            staged.discard()
-            raise
-        staged.release(out.counts)
-        return out
+        return staged.run(self._run)
 
     def cancel(self) -> None:
         if self._staged is not None:

@@ -110,12 +110,9 @@ def encode_documents(
         idx = np.ascontiguousarray(idx, np.int64)
         if staged_path and width > 0:
             staged = staging.stage_flat(w.data, w.offsets, idx, max_len=width, rows=rows, device=target)
-            try:
-                raw, counts, at = encodes(staged.data, staged.lengths, raw, at, T=T)
-            except BaseException:
-                staged.discard()
-                raise
-            staged.release(counts)
+            raw, _, at = staged.run(
+                lambda data, lengths: encodes(data, lengths, raw, at, T=T), consumer=lambda out: out[1]
+            )
             return raw, at
         data, lengths = native.cpu.pack_flat(w.data, w.offsets, idx, width, rows)
         if target != jax.devices()[0]:
