@@ -208,5 +208,8 @@ class CompiledEncodes:
     def __call__(self, data, lengths, raw, at, *, T: int):
         """encode_into(data, lengths, tables, raw, at, max_tokens=T): (raw, counts, next at)."""
         shape = (*data.shape, T, raw.size)
-        self.prepare([shape])
-        return self._done[(self.options, shape)](data, lengths, self.tables, raw, at)
+        run = self._done.get((self.options, shape))
+        if run is None:  # (the rows encoded again at full width: not prepared ahead)
+            self.prepare([shape])
+            run = self._done[(self.options, shape)]
+        return run(data, lengths, self.tables, raw, at)
