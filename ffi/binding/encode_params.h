@@ -74,7 +74,8 @@ struct TileInfo {
   int32_t emit_to[2];        //   from after the shared token on its left to the one on its right
   uint8_t t_after;     // T after the tile
   uint8_t s_before;    // S before the tile
-  uint8_t pad[6];
+  uint8_t reach;       // window 0 failed its left boundary: encoded again reaching back (reach frame)
+  uint8_t pad[5];
 };
 static_assert(sizeof(TileInfo) % 16 == 0, "rows stay 16-byte aligned");
 
@@ -102,9 +103,12 @@ BBPE_HD BlockPlacement place_block_arrays(uint8_t* smem, uint8_t* ws, int64_t ma
 // overlap there; windows overlap each other, so they cannot share the row's arrays).
 constexpr int kFrameArrays = 5;
 BBPE_HD int64_t frame_positions() { return padded_len(kWindowLead + kTileBytes + kStitchMargin); }
+// Then one reach frame per tile, for the second round (window 0 encoded again from kReachBack
+// bytes earlier): positions [tile start - kWindowLead - kReachBack, tile end + kStitchMargin).
+BBPE_HD int64_t reach_positions() { return padded_len(kWindowLead + kReachBack + kTileBytes + kStitchMargin); }
 BBPE_HD int64_t workspace_bytes_per_tiled_row(int64_t max_len) {
   return padded_len(max_len) * kBytesPerPosition + tiles_per_row(max_len) * (int64_t)sizeof(TileInfo) +
-         tiles_per_row(max_len) * frame_positions() * kFrameArrays * 4;
+         tiles_per_row(max_len) * (frame_positions() + reach_positions()) * kFrameArrays * 4;
 }
 // The size of the workspace output (at least one byte: XLA buffers are never empty).
 BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
@@ -125,7 +129,8 @@ struct EncodeParams {
   int32_t symbols;          // kSymbolsBytes or kSymbolsChars (core/char_symbols.h)
   int32_t stitch_margin;    // long rows: bytes a huge piece's window reaches past its chunk
                             // (kStitchMargin; lower only through the CUDA handler's test hook,
-                            // where -1 fails every stitch)
+                            // where -1 fails every stitch; its flags kNoSecondRound and
+                            // kNoFallback, cuda/huge_pieces.cuh)
   CharTable chars;          // with kSymbolsChars: the character tables
   PretokView pretok;        // their tables (pretok/tables.h)
   NfcPairs nfc_pairs;       // with pretok.nfc: the composition pairs (pretok/nfc.h)

@@ -38,6 +38,7 @@ struct RowArrays {
   BlockArrays a;   // the row's arrays (as one block over the whole row would carve them)
   TileInfo* info;  // [tiles_per_row]
   int32_t* frames; // [tiles_per_row][kFrameArrays][frame_positions()]: huge pieces' windows
+  int32_t* reach;  // [tiles_per_row][kFrameArrays][reach_positions()]: second-round windows
   const uint8_t* src;
   int n;           // the row's length, or -1 when it is outside [0, max_len]
 };
@@ -49,6 +50,7 @@ __device__ __forceinline__ RowArrays row_arrays(const EncodeParams& p, int64_t b
   r.a = carve(ws, ws + cap * (int64_t)kCoreBytesPerPosition, cap);
   r.info = reinterpret_cast<TileInfo*>(ws + cap * (int64_t)kBytesPerPosition);
   r.frames = reinterpret_cast<int32_t*>(r.info + tiles_per_row(p.max_len));
+  r.reach = r.frames + tiles_per_row(p.max_len) * frame_positions() * kFrameArrays;
   r.src = p.data + b * (int64_t)p.max_len;
   const int n = p.lengths[b];
   r.n = n < 0 || n > p.max_len ? -1 : n;
