@@ -13,7 +13,7 @@
 //                 token of the left window that the right one has; what each window emits;
 //                 a boundary without one marks the right window for a second round;
 //   huge_reach    (tile): second round, the tile's window 0 encoded again from kReachBack bytes
-//                 earlier, in the tile's reach frame;
+//                 earlier, in a reach frame of the row (kReachShare tiles share one);
 //   huge_stitch   (second pass) the boundaries either side of a window encoded again; one that
 //                 still has no shared token sends the piece to
 //   huge_fallback (tile): the piece starting in the tile, merged whole when a stitch failed.
@@ -51,8 +51,8 @@ __device__ __forceinline__ bool second_round(const EncodeParams& p) {
 // starting in it) and where its arrays are: kFrameArrays arrays of the tile's frame, from the
 // window's first byte on (frame position 0 is the row's byte tile * kTileBytes - kWindowLead).
 // After huge_windows, array 4 holds the window's ids and array 1 their start offsets in the row.
-// `reach`: window 0 as the second round encodes it, in the tile's reach frame (position 0 is
-// the row's byte tile * kTileBytes - kWindowLead - kReachBack).
+// `reach`: window 0 as the second round encodes it, in the tile's reach frame (info.reach - 1;
+// position 0 is the row's byte tile * kTileBytes - kWindowLead - kReachBack).
 struct WindowAt {
   bool live;
   int piece_lo;  // the piece's first byte (its tile owns it)
@@ -72,7 +72,7 @@ __device__ __forceinline__ WindowAt window_at(const EncodeParams& p, const RowAr
   at.reach = reach && w == 0;
   if (at.reach) {
     at.bytes.lo = stitch_window(at.piece_lo, hi, tile, margin + kReachBack).lo;
-    at.base = r.reach + tile * reach_positions() * kFrameArrays +
+    at.base = r.reach + (info.reach - 1) * reach_positions() * kFrameArrays +
               (at.bytes.lo - tile * kTileBytes + kWindowLead + kReachBack);
   } else {
     at.base = r.frames + tile * frame_positions() * kFrameArrays + (at.bytes.lo - tile * kTileBytes + kWindowLead);
@@ -81,7 +81,7 @@ __device__ __forceinline__ WindowAt window_at(const EncodeParams& p, const RowAr
 }
 // The window as the output takes it (after the second round: its flags no longer change).
 __device__ __forceinline__ WindowAt window_at(const EncodeParams& p, const RowArrays& r, int tile, int w) {
-  return window_at(p, r, tile, w, w == 0 && r.info[tile].reach);
+  return window_at(p, r, tile, w, w == 0 && r.info[tile].reach > 0);
 }
 __device__ __forceinline__ int32_t* window_array(const WindowAt& at, int k) {
   return at.base + k * (at.reach ? reach_positions() : frame_positions());
@@ -145,7 +145,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_wind
   const TileAt t = which_tile(p, r);
   if (!t.live) return;
   const int w = (int)blockIdx.y;
-  if (w == 0 && threadIdx.x == 0) r.info[t.tile].reach = 0;
+  if (w == 0 && threadIdx.x == 0) {
+    r.info[t.tile].reach = 0;
+    if (t.tile == 0) r.info[0].reach_used = 0;
+  }
   const WindowAt at = window_at(p, r, t.tile, w, false);
   if (!at.live) return;
   encode_window<kThreads>(p, r, t.tile, w, at, tmp);
@@ -159,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_reac
   __shared__ typename Scans<kThreads>::Storage tmp;
   const RowArrays r = row_arrays(p, row_of_block(p));
   const TileAt t = which_tile(p, r);
-  if (!t.live || !r.info[t.tile].reach) return;
+  if (!t.live || r.info[t.tile].reach <= 0 || r.info[r.info[t.tile].cont_lo / kTileBytes].fallback) return;
   encode_window<kThreads>(p, r, t.tile, 0, window_at(p, r, t.tile, 0, true), tmp);
 }
 
@@ -182,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ 
   const int wl = info.huge_lo >= 0 ? 1 : (info.cont_lo >= 0 && info.cont_hi > x ? 0 : -1);
   if (wl < 0) return;
   // (First pass: flags set by other blocks of this pass must not change which frame is read.)
-  const bool reach_l = kSecond && wl == 0 && info.reach, reach_r = kSecond && r.info[t.tile + 1].reach;
+  const bool reach_l = kSecond && wl == 0 && info.reach > 0, reach_r = kSecond && r.info[t.tile + 1].reach > 0;
   if (kSecond && !reach_l && !reach_r) return;
   if (kSecond && r.info[(wl == 0 ? info.cont_lo : info.huge_lo) / kTileBytes].fallback) return;
   const WindowAt left = window_at(p, r, t.tile, wl, reach_l), right = window_at(p, r, t.tile + 1, 0, reach_r);
@@ -204,7 +207,8 @@ __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ 
   __syncthreads();
   if (threadIdx.x != 0) return;
   if (best == INT_MAX || p.stitch_margin < 0) {
-    if (!kSecond && second_round(p)) r.info[t.tile + 1].reach = 1;
+    const int slot = !kSecond && second_round(p) ? atomicAdd(&r.info[0].reach_used, 1) : INT_MAX;
+    if (slot < reach_frames_per_row(p.max_len)) r.info[t.tile + 1].reach = slot + 1;
     else r.info[left.piece_lo / kTileBytes].fallback = 1;
     return;
   }
