@@ -167,9 +167,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_reac
 }
 
 // The boundary at the end of the tile, when a huge piece crosses it: the left window is the
-// tile's chunk of that piece, the right one window 0 of the next tile. Boundaries are a tile
-// apart and a shared token lies in both windows, less than kWindowLead before its boundary or
-// kStitchMargin after it, so the stitches of one piece are independent of each other.
+// tile's chunk of that piece, the right one window 0 of the next tile. The left window's
+// tokens searched start after the end of the window that stitched the tile's left boundary
+// (below), so the stitches of one piece are independent of each other.
 // First pass (kSecond false): the windows of huge_windows; a boundary without a shared token
 // marks the right window for huge_reach (or, without the second round, the piece for the
 // fallback). Second pass: the boundaries with a window encoded again on either side, every
@@ -184,10 +184,10 @@ __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ 
   const int x = (t.tile + 1) * kTileBytes;
   const int wl = info.huge_lo >= 0 ? 1 : (info.cont_lo >= 0 && info.cont_hi > x ? 0 : -1);
   if (wl < 0) return;
-  // (First pass: flags set by other blocks of this pass must not change which frame is read.)
+  // (First pass: flags set by other blocks of this pass must not change which frame is read.
+  // Both: whether a block returns depends only on flags no block of the pass writes.)
   const bool reach_l = kSecond && wl == 0 && info.reach > 0, reach_r = kSecond && r.info[t.tile + 1].reach > 0;
   if (kSecond && !reach_l && !reach_r) return;
-  if (kSecond && r.info[(wl == 0 ? info.cont_lo : info.huge_lo) / kTileBytes].fallback) return;
   const WindowAt left = window_at(p, r, t.tile, wl, reach_l), right = window_at(p, r, t.tile + 1, 0, reach_r);
   const int n_left = info.win_count[wl], n_right = r.info[t.tile + 1].win_count[0];
   const int32_t* l_ids = window_array(left, kWindowIds);
@@ -207,8 +207,8 @@ __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ 
   __syncthreads();
   if (threadIdx.x != 0) return;
   if (best == INT_MAX || p.stitch_margin < 0) {
-    const int slot = !kSecond && second_round(p) ? atomicAdd(&r.info[0].reach_used, 1) : INT_MAX;
-    if (slot < reach_frames_per_row(p.max_len)) r.info[t.tile + 1].reach = slot + 1;
+    const int slot = !kSecond && second_round(p) ? atomicAdd(&r.info[0].reach_used, 1) : -1;
+    if (slot >= 0 && slot < reach_frames_per_row(p.max_len)) r.info[t.tile + 1].reach = slot + 1;
     else r.info[left.piece_lo / kTileBytes].fallback = 1;
     return;
   }
