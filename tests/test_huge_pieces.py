@@ -9,7 +9,10 @@ piece, no windows) and with tiktoken: every adversarial kind at lengths around t
 window boundaries and up to 3 MiB, on cl100k, o200k and r50k; pieces starting and ending at
 every offset near tile boundaries; several huge pieces in one row; truncated rows; and the
 fallback, forced through the CUDA handler's test hook (BLOCKBPE_STITCH_MARGIN: -1 fails every
-stitch; small margins stitch some boundaries and not others).
+stitch; small margins stitch some boundaries and not others). Runs across tile boundaries
+(letters_runs) need the second round (a window encoded again from a tile earlier): with the
+whole-piece merge turned off (BLOCKBPE_STITCH_FALLBACK=0 leaves such a piece out) they still
+equal tiktoken, and without the second round too (BLOCKBPE_STITCH_SECOND=0) they do not.
 Skips where JAX sees no GPU.
 """
 
@@ -22,7 +25,15 @@ import pytest
 from blockbpe_jax import testing
 
 from helpers import gpu_devices, load_tokenizer
-from long_rows_shared import TILE, assert_equals_tiktoken, assert_gpu_equals_cpu, cpu, cut, run
+from long_rows_shared import (
+    TILE,
+    assert_equals_tiktoken,
+    assert_gpu_equals_cpu,
+    cpu,
+    cut,
+    run,
+    tiktoken_ids,
+)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]
 
@@ -151,3 +162,48 @@ def test_fallback_when_a_boundary_has_no_shared_token(monkeypatch, margin):
     tok = load_tokenizer("cl100k", "tiktoken")
     want = assert_gpu_equals_cpu(tok, rows, max_len=65536)
     assert_equals_tiktoken("cl100k", rows, want)
+
+
+def letters_runs(rng: random.Random, n: int) -> bytes:
+    """One letter piece: random letters a-j with a run of 600 "z" across every tile boundary
+    of the piece (benchmarks/window_stitch.py): the run's phase differs between windows that
+    start before it and in it, so a boundary often has no shared token in the first round."""
+    text = bytes(rng.choice(b"abcdefghij") for _ in range(TILE - 300))
+    while len(text) < n:
+        text += b"z" * 600 + bytes(rng.choice(b"abcdefghij") for _ in range(TILE - 600))
+    return text[:n]
+
+
+# The piece after `offset` digits (pieces of up to three bytes: the letters start right there).
+RUNS_OFFSETS = (0, 1000, 4000, TILE - 3, TILE + 5)
+
+
+def runs_rows(n: int) -> list[bytes]:
+    return [b"7" * off + letters_runs(random.Random(f"runs/{n}/{off}"), n) for off in RUNS_OFFSETS]
+
+
+@pytest.mark.parametrize("name", ["cl100k", "o200k", "r50k"])
+@pytest.mark.parametrize("n", [1 << 16, 1 << 20])
+def test_runs_across_tile_boundaries(name, n):
+    tok = load_tokenizer(name, "tiktoken")
+    rows = runs_rows(n)
+    want = assert_gpu_equals_cpu(tok, rows, max_len=n + 2 * TILE, block_sizes=(256, 1024))
+    assert_equals_tiktoken(name, rows, want)
+
+
+@pytest.mark.parametrize("name", ["cl100k", "o200k", "r50k"])
+def test_second_round_stitches_what_the_first_cannot(monkeypatch, name):
+    """Without the whole-piece merge a piece with an unstitched boundary puts out no tokens:
+    with the second round every row still equals tiktoken; without it the 1 MiB rows at
+    offsets 0 and TILE - 3 lose their piece (their first round fails in every vocabulary here,
+    by the CPU model of the windows, benchmarks/window_stitch.py; BUILD_NOTES.md)."""
+    tok = load_tokenizer(name, "tiktoken")
+    rows = runs_rows(1 << 16) + runs_rows(1 << 20)
+    kw = {"device": gpu_devices()[0], "max_len": (1 << 20) + 2 * TILE, "max_tokens": 1 << 20}
+    monkeypatch.setenv("BLOCKBPE_STITCH_FALLBACK", "0")
+    for bs in (256, 1024):
+        assert_equals_tiktoken(name, rows, run(tok, rows, block_size=bs, **kw))
+    monkeypatch.setenv("BLOCKBPE_STITCH_SECOND", "0")
+    ids, counts = run(tok, rows, block_size=256, **kw)
+    for k in (len(RUNS_OFFSETS), len(RUNS_OFFSETS) + RUNS_OFFSETS.index(TILE - 3)):
+        assert counts[k] < len(tiktoken_ids(name, rows[k])), k

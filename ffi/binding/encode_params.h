@@ -72,9 +72,12 @@ struct TileInfo {
   int32_t win_count[2];      // tokens of each window (cuda/huge_pieces.cuh)
   int32_t emit_from[2];      // each window's tokens [emit_from, emit_to) go to the output:
   int32_t emit_to[2];        //   from after the shared token on its left to the one on its right
+  int32_t reach;       // window 0 had no shared token on its left: 1 + the reach frame where the
+                       // second round encodes it again, or 0
+  int32_t reach_used;  // (tile 0) reach frames of the row taken
   uint8_t t_after;     // T after the tile
   uint8_t s_before;    // S before the tile
-  uint8_t pad[6];
+  uint8_t pad[14];
 };
 static_assert(sizeof(TileInfo) % 16 == 0, "rows stay 16-byte aligned");
 
@@ -102,9 +105,18 @@ BBPE_HD BlockPlacement place_block_arrays(uint8_t* smem, uint8_t* ws, int64_t ma
 // overlap there; windows overlap each other, so they cannot share the row's arrays).
 constexpr int kFrameArrays = 5;
 BBPE_HD int64_t frame_positions() { return padded_len(kWindowLead + kTileBytes + kStitchMargin); }
+// Then the reach frames, for the second round (a window 0 encoded again from kReachBack bytes
+// earlier: positions [tile start - kWindowLead - kReachBack, tile end + kStitchMargin)), one per
+// kReachShare tiles, taken in turn by the boundaries that need one; a boundary that finds none
+// left sends its piece to the whole-piece merge. (The CPU model of the windows needed the
+// second round at up to a fifth of a piece's boundaries: BUILD_NOTES.md, "Long rows".)
+constexpr int kReachShare = 4;
+BBPE_HD int64_t reach_positions() { return padded_len(kWindowLead + kReachBack + kTileBytes + kStitchMargin); }
+BBPE_HD int64_t reach_frames_per_row(int64_t max_len) { return (tiles_per_row(max_len) + kReachShare - 1) / kReachShare; }
 BBPE_HD int64_t workspace_bytes_per_tiled_row(int64_t max_len) {
   return padded_len(max_len) * kBytesPerPosition + tiles_per_row(max_len) * (int64_t)sizeof(TileInfo) +
-         tiles_per_row(max_len) * frame_positions() * kFrameArrays * 4;
+         (tiles_per_row(max_len) * frame_positions() + reach_frames_per_row(max_len) * reach_positions()) *
+             kFrameArrays * 4;
 }
 // The size of the workspace output (at least one byte: XLA buffers are never empty).
 BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
@@ -125,7 +137,8 @@ struct EncodeParams {
   int32_t symbols;          // kSymbolsBytes or kSymbolsChars (core/char_symbols.h)
   int32_t stitch_margin;    // long rows: bytes a huge piece's window reaches past its chunk
                             // (kStitchMargin; lower only through the CUDA handler's test hook,
-                            // where -1 fails every stitch)
+                            // where -1 fails every stitch; its flags kNoSecondRound and
+                            // kNoFallback, cuda/huge_pieces.cuh)
   CharTable chars;          // with kSymbolsChars: the character tables
   PretokView pretok;        // their tables (pretok/tables.h)
   NfcPairs nfc_pairs;       // with pretok.nfc: the composition pairs (pretok/nfc.h)

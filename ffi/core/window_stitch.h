@@ -35,6 +35,10 @@ constexpr int kStitchMargin = 256;
 constexpr int kStitchAlign = 256;
 // How far before its tile's start a window may begin (its start rounded down to the alignment).
 constexpr int kWindowLead = kStitchMargin + kStitchAlign;
+// A boundary without a shared token gets a second round: the right window encoded again from
+// kReachBack bytes further back (a run across the boundary then starts with the window's own
+// phase far enough before it to have settled; BUILD_NOTES.md, "Long rows"), and searched again.
+constexpr int kReachBack = kTileBytes;
 
 BBPE_HD bool huge_piece(int lo, int hi) { return hi - lo > kTileBytes; }
 

@@ -72,6 +72,15 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
   // merged whole; read per call so that tests can reach the fallback.
   if (const char* margin = std::getenv("BLOCKBPE_STITCH_MARGIN"))
     p.stitch_margin = std::clamp(std::atoi(margin), -1, kStitchMargin);
+  // Test hooks (flags on the margin, cuda/huge_pieces.cuh): BLOCKBPE_STITCH_SECOND=0, no second
+  // round for a boundary without a shared token; BLOCKBPE_STITCH_FALLBACK=0, no whole-piece merge
+  // (the piece is left out), so a test can tell whether every boundary was stitched.
+  const auto off = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::atoi(v) == 0;
+  };
+  if (p.stitch_margin >= 0 && off("BLOCKBPE_STITCH_SECOND")) p.stitch_margin |= kNoSecondRound;
+  if (p.stitch_margin >= 0 && off("BLOCKBPE_STITCH_FALLBACK")) p.stitch_margin |= kNoFallback;
   if (p.batch == 0) return ffi::Error::Success();
   if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols))
     return ffi::Error::InvalidArgument("bbpe_encode: workspace has " + std::to_string(p.workspace_size) +

@@ -11,6 +11,11 @@
 //                 its ids and their start offsets stay there;
 //   huge_stitch   (tile): the boundary at the tile's end, if a huge piece crosses it: the first
 //                 token of the left window that the right one has; what each window emits;
+//                 a boundary without one marks the right window for a second round;
+//   huge_reach    (tile): second round, the tile's window 0 encoded again from kReachBack bytes
+//                 earlier, in a reach frame of the row (kReachShare tiles share one);
+//   huge_stitch   (second pass) the boundaries either side of a window encoded again; one that
+//                 still has no shared token sends the piece to
 //   huge_fallback (tile): the piece starting in the tile, merged whole when a stitch failed.
 // tile_output copies, per tile: window 0's share, the tile's other segments, window 1's share
 // (or the whole merged piece).
@@ -31,28 +36,55 @@
 namespace bbpe {
 namespace {
 
+// Flags the CUDA handler's test hooks add to EncodeParams::stitch_margin (a margin >= 0):
+// no second round; no whole-piece merge (a piece that needs it puts out no tokens, so that a
+// test can tell that every boundary was stitched).
+constexpr int kNoSecondRound = 1024, kNoFallback = 2048;
+__device__ __forceinline__ int stitch_margin(const EncodeParams& p) {
+  return p.stitch_margin < 0 ? 0 : p.stitch_margin % kNoSecondRound;
+}
+__device__ __forceinline__ bool second_round(const EncodeParams& p) {
+  return p.stitch_margin >= 0 && !(p.stitch_margin & kNoSecondRound);
+}
+
 // Window `w` of a tile (0: its chunk of the huge piece covering its start, 1: of the huge piece
 // starting in it) and where its arrays are: kFrameArrays arrays of the tile's frame, from the
 // window's first byte on (frame position 0 is the row's byte tile * kTileBytes - kWindowLead).
 // After huge_windows, array 4 holds the window's ids and array 1 their start offsets in the row.
+// `reach`: window 0 as the second round encodes it, in the tile's reach frame (info.reach - 1;
+// position 0 is the row's byte tile * kTileBytes - kWindowLead - kReachBack).
 struct WindowAt {
   bool live;
   int piece_lo;  // the piece's first byte (its tile owns it)
   StitchWindow bytes;
+  bool reach;
   int32_t* base;
 };
-__device__ __forceinline__ WindowAt window_at(const EncodeParams& p, const RowArrays& r, int tile, int w) {
+__device__ __forceinline__ WindowAt window_at(const EncodeParams& p, const RowArrays& r, int tile, int w,
+                                              bool reach) {
   const TileInfo& info = r.info[tile];
   WindowAt at{};
   at.piece_lo = w == 0 ? info.cont_lo : info.huge_lo;
   at.live = at.piece_lo >= 0;
   if (!at.live) return at;
-  at.bytes = stitch_window(at.piece_lo, w == 0 ? info.cont_hi : info.huge_hi, tile, max(p.stitch_margin, 0));
-  at.base = r.frames + tile * frame_positions() * kFrameArrays + (at.bytes.lo - tile * kTileBytes + kWindowLead);
+  const int hi = w == 0 ? info.cont_hi : info.huge_hi, margin = stitch_margin(p);
+  at.bytes = stitch_window(at.piece_lo, hi, tile, margin);
+  at.reach = reach && w == 0;
+  if (at.reach) {
+    at.bytes.lo = stitch_window(at.piece_lo, hi, tile, margin + kReachBack).lo;
+    at.base = r.reach + (info.reach - 1) * reach_positions() * kFrameArrays +
+              (at.bytes.lo - tile * kTileBytes + kWindowLead + kReachBack);
+  } else {
+    at.base = r.frames + tile * frame_positions() * kFrameArrays + (at.bytes.lo - tile * kTileBytes + kWindowLead);
+  }
   return at;
 }
+// The window as the output takes it (after the second round: its flags no longer change).
+__device__ __forceinline__ WindowAt window_at(const EncodeParams& p, const RowArrays& r, int tile, int w) {
+  return window_at(p, r, tile, w, w == 0 && r.info[tile].reach > 0);
+}
 __device__ __forceinline__ int32_t* window_array(const WindowAt& at, int k) {
-  return at.base + k * frame_positions();
+  return at.base + k * (at.reach ? reach_positions() : frame_positions());
 }
 constexpr int kWindowIds = 4, kWindowStarts = 1;
 
@@ -68,16 +100,11 @@ __device__ __forceinline__ int merge_piece(const VocabView& v, BlockArrays& a, c
   return merge_passes<kThreads>(v, a, n, tmp);
 }
 
+// Encodes window `w` of the tile (at: live) in its frame; its counts and emit range into the
+// tile's TileInfo.
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_windows(
-    const __grid_constant__ EncodeParams p) {
-  __shared__ typename Scans<kThreads>::Storage tmp;
-  const RowArrays r = row_arrays(p, row_of_block(p));
-  const TileAt t = which_tile(p, r);
-  if (!t.live) return;
-  const int w = (int)blockIdx.y;
-  const WindowAt at = window_at(p, r, t.tile, w);
-  if (!at.live) return;
+__device__ __forceinline__ void encode_window(const EncodeParams& p, const RowArrays& r, int tile, int w,
+                                              const WindowAt& at, typename Scans<kThreads>::Storage& tmp) {
   BlockArrays a{};
   a.tok = window_array(at, 0);
   a.rank = window_array(at, kWindowStarts);
@@ -103,18 +130,51 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_wind
     at_byte += offsets[ids[j] + 1] - offsets[ids[j]];
   }
   if (threadIdx.x == 0) {
-    TileInfo& info = r.info[t.tile];
+    TileInfo& info = r.info[tile];
     info.win_count[w] = n;
     info.emit_from[w] = 0;
     info.emit_to[w] = n;
   }
 }
 
-// The boundary at the end of the tile, when a huge piece crosses it: the left window is the
-// tile's chunk of that piece, the right one window 0 of the next tile. Boundaries are a tile
-// apart and a shared token lies in both windows, less than kWindowLead before its boundary or
-// kStitchMargin after it, so the stitches of one piece are independent of each other.
 template <int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_windows(
+    const __grid_constant__ EncodeParams p) {
+  __shared__ typename Scans<kThreads>::Storage tmp;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (!t.live) return;
+  const int w = (int)blockIdx.y;
+  if (w == 0 && threadIdx.x == 0) {
+    r.info[t.tile].reach = 0;
+    if (t.tile == 0) r.info[0].reach_used = 0;
+  }
+  const WindowAt at = window_at(p, r, t.tile, w, false);
+  if (!at.live) return;
+  encode_window<kThreads>(p, r, t.tile, w, at, tmp);
+}
+
+// Second round: window 0 of a tile whose left boundary had no shared token, from kReachBack
+// bytes earlier (its window in the tile frame stays as it was: huge_stitch reads it).
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_reach(
+    const __grid_constant__ EncodeParams p) {
+  __shared__ typename Scans<kThreads>::Storage tmp;
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (!t.live || r.info[t.tile].reach <= 0 || r.info[r.info[t.tile].cont_lo / kTileBytes].fallback) return;
+  encode_window<kThreads>(p, r, t.tile, 0, window_at(p, r, t.tile, 0, true), tmp);
+}
+
+// The boundary at the end of the tile, when a huge piece crosses it: the left window is the
+// tile's chunk of that piece, the right one window 0 of the next tile. The left window's
+// tokens searched start after the end of the window that stitched the tile's left boundary
+// (below), so the stitches of one piece are independent of each other.
+// First pass (kSecond false): the windows of huge_windows; a boundary without a shared token
+// marks the right window for huge_reach (or, without the second round, the piece for the
+// fallback). Second pass: the boundaries with a window encoded again on either side, every
+// window as the output takes it; without a shared token the piece falls back.
+template <int kThreads, bool kSecond>
 __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ EncodeParams p) {
   __shared__ int best;
   const RowArrays r = row_arrays(p, row_of_block(p));
@@ -124,7 +184,11 @@ __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ 
   const int x = (t.tile + 1) * kTileBytes;
   const int wl = info.huge_lo >= 0 ? 1 : (info.cont_lo >= 0 && info.cont_hi > x ? 0 : -1);
   if (wl < 0) return;
-  const WindowAt left = window_at(p, r, t.tile, wl), right = window_at(p, r, t.tile + 1, 0);
+  // (First pass: flags set by other blocks of this pass must not change which frame is read.
+  // Both: whether a block returns depends only on flags no block of the pass writes.)
+  const bool reach_l = kSecond && wl == 0 && info.reach > 0, reach_r = kSecond && r.info[t.tile + 1].reach > 0;
+  if (kSecond && !reach_l && !reach_r) return;
+  const WindowAt left = window_at(p, r, t.tile, wl, reach_l), right = window_at(p, r, t.tile + 1, 0, reach_r);
   const int n_left = info.win_count[wl], n_right = r.info[t.tile + 1].win_count[0];
   const int32_t* l_ids = window_array(left, kWindowIds);
   const int32_t* l_starts = window_array(left, kWindowStarts);
@@ -132,14 +196,20 @@ __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ 
   const int32_t* r_starts = window_array(right, kWindowStarts);
   if (threadIdx.x == 0) best = INT_MAX;
   __syncthreads();
-  // The left window's tokens that start inside the right window (a shared token lies in both).
-  const int from = first_start_at(l_starts, 0, n_left, right.bytes.lo);
+  // The left window's tokens that start inside the right window (a shared token lies in both)
+  // and after the end of the left window of the tile's own left boundary, which ends its
+  // stitch token there: a window reaching back covers that boundary too, and the stitches
+  // must stay in order without reading each other's results.
+  const int from =
+      first_start_at(l_starts, 0, n_left, max(right.bytes.lo, t.tile * kTileBytes + stitch_margin(p)));
   for (int i = from + threadIdx.x; i < n_left; i += kThreads)
     if (shared_token(r_ids, r_starts, n_right, l_starts[i], l_ids[i]) >= 0) atomicMin(&best, i);
   __syncthreads();
   if (threadIdx.x != 0) return;
   if (best == INT_MAX || p.stitch_margin < 0) {
-    r.info[left.piece_lo / kTileBytes].fallback = 1;
+    const int slot = !kSecond && second_round(p) ? atomicAdd(&r.info[0].reach_used, 1) : -1;
+    if (slot >= 0 && slot < reach_frames_per_row(p.max_len)) r.info[t.tile + 1].reach = slot + 1;
+    else r.info[left.piece_lo / kTileBytes].fallback = 1;
     return;
   }
   r.info[t.tile].emit_to[wl] = best + 1;
@@ -157,6 +227,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_fall
   if (!t.live) return;
   TileInfo& info = r.info[t.tile];
   if (info.huge_lo < 0 || !info.fallback) return;
+  if (p.stitch_margin >= 0 && (p.stitch_margin & kNoFallback)) {
+    if (threadIdx.x == 0) info.huge_count = 0;
+    return;
+  }
   const int lo = info.huge_lo;
   BlockArrays a = r.a;
   a.tok += lo; a.rank += lo; a.next_tok += lo; a.next_rank += lo; a.merged += lo;

@@ -207,7 +207,9 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
   tile_pretokenize<kThreads, kFlags><<<tiles, kThreads, 0, stream>>>(p, false);
   tile_encode<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   huge_windows<kThreads><<<dim3(tiles, 2), kThreads, 0, stream>>>(p);
-  huge_stitch<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+  huge_stitch<kThreads, false><<<tiles, kThreads, 0, stream>>>(p);
+  huge_reach<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+  huge_stitch<kThreads, true><<<tiles, kThreads, 0, stream>>>(p);
   huge_fallback<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   tile_output<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   return cudaGetLastError();

@@ -28,9 +28,11 @@ namespace {
 //   tile_encode: the segments that START in the tile, each to its end (past the tile's end if
 //     it is long), encoded with encode_segments into merged[first..) of the row; but a huge
 //     piece (longer than a tile: always the tile's last segment) is listed for
-//   huge_windows -> huge_stitch -> huge_fallback (cuda/huge_pieces.cuh): the piece's chunks in
-//     the tiles it covers encoded as overlapping windows, stitched at shared tokens, or where
-//     a boundary has none the piece merged whole by the tile it starts in;
+//   huge_windows -> huge_stitch -> huge_reach -> huge_stitch -> huge_fallback
+//     (cuda/huge_pieces.cuh): the piece's chunks in the tiles it covers encoded as overlapping
+//     windows, stitched at shared tokens; a boundary without one encodes its right window again
+//     from a tile earlier and searches again; where that fails too the piece is merged whole
+//     by the tile it starts in;
 //   tile_output: every block adds the counts of the tiles before its own, copies its tokens
 //     (its windows' share of huge pieces included) into the row of ids and pads a share of it.
 // Results equal the one-block path: the same rules on the same segments, in the same order.
@@ -38,6 +40,7 @@ struct RowArrays {
   BlockArrays a;   // the row's arrays (as one block over the whole row would carve them)
   TileInfo* info;  // [tiles_per_row]
   int32_t* frames; // [tiles_per_row][kFrameArrays][frame_positions()]: huge pieces' windows
+  int32_t* reach;  // [reach_frames_per_row][kFrameArrays][reach_positions()]: second-round windows
   const uint8_t* src;
   int n;           // the row's length, or -1 when it is outside [0, max_len]
 };
@@ -49,6 +52,7 @@ __device__ __forceinline__ RowArrays row_arrays(const EncodeParams& p, int64_t b
   r.a = carve(ws, ws + cap * (int64_t)kCoreBytesPerPosition, cap);
   r.info = reinterpret_cast<TileInfo*>(ws + cap * (int64_t)kBytesPerPosition);
   r.frames = reinterpret_cast<int32_t*>(r.info + tiles_per_row(p.max_len));
+  r.reach = r.frames + tiles_per_row(p.max_len) * frame_positions() * kFrameArrays;
   r.src = p.data + b * (int64_t)p.max_len;
   const int n = p.lengths[b];
   r.n = n < 0 || n > p.max_len ? -1 : n;
