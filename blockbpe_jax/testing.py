@@ -179,6 +179,17 @@ def _base64_text(rng, n):
     return base64.b64encode(rng.randbytes(n * 3 // 4))
 
 
+def letters_runs(rng, n: int, tile: int = 4096) -> bytes:
+    """One letter piece: random letters a-j with a run of 600 "z" across every tile boundary
+    of the piece (benchmarks/window_stitch.py): the run's phase differs between windows that
+    start before it and in it, so a boundary often has no shared token in the first round of
+    the stitched windows (ffi/cuda/huge_pieces.cuh)."""
+    text = bytes(rng.choice(b"abcdefghij") for _ in range(tile - 300))
+    while len(text) < n:
+        text += b"z" * 600 + bytes(rng.choice(b"abcdefghij") for _ in range(tile - 600))
+    return text[:n]
+
+
 # Adversarial single strings of about n bytes (rng: a random.Random): one pre-tokenizer piece
 # of the whole string (one letter, letters a-j, spaces, CJK, emoji) or very many short ones.
 ADVERSARIAL = {

@@ -108,6 +108,10 @@ import os, random  # noqa: E401,E402
 huge = [testing.ADVERSARIAL[k](random.Random(k), 11000) for k in ("letters_a_j", "spaces", "cjk", "emoji")]
 data, lengths = bb.pack_strings(huge + [b"x " * 100 + b"ab" * 5000, b"", b"tail"], max_len=12000)
 compare("huge pieces", tok, data, lengths, max_tokens=12000)
+# A 1 MiB piece whose first round leaves boundaries unstitched: the second round (huge_reach).
+runs = testing.letters_runs(random.Random("runs/1048576/0"), 1 << 20)
+data_r, lengths_r = bb.pack_strings([runs], max_len=(1 << 20) + 8192)
+compare("huge pieces, second round", tok, data_r, lengths_r, block_sizes=(256,), max_tokens=1 << 20)
 os.environ["BLOCKBPE_STITCH_MARGIN"] = "-1"
 compare("huge pieces merged whole", tok, data, lengths, max_tokens=12000)
 del os.environ["BLOCKBPE_STITCH_MARGIN"]

@@ -164,22 +164,14 @@ def test_fallback_when_a_boundary_has_no_shared_token(monkeypatch, margin):
     assert_equals_tiktoken("cl100k", rows, want)
 
 
-def letters_runs(rng: random.Random, n: int) -> bytes:
-    """One letter piece: random letters a-j with a run of 600 "z" across every tile boundary
-    of the piece (benchmarks/window_stitch.py): the run's phase differs between windows that
-    start before it and in it, so a boundary often has no shared token in the first round."""
-    text = bytes(rng.choice(b"abcdefghij") for _ in range(TILE - 300))
-    while len(text) < n:
-        text += b"z" * 600 + bytes(rng.choice(b"abcdefghij") for _ in range(TILE - 600))
-    return text[:n]
-
-
 # The piece after `offset` digits (pieces of up to three bytes: the letters start right there).
 RUNS_OFFSETS = (0, 1000, 4000, TILE - 3, TILE + 5)
 
 
 def runs_rows(n: int) -> list[bytes]:
-    return [b"7" * off + letters_runs(random.Random(f"runs/{n}/{off}"), n) for off in RUNS_OFFSETS]
+    return [
+        b"7" * off + testing.letters_runs(random.Random(f"runs/{n}/{off}"), n, TILE) for off in RUNS_OFFSETS
+    ]
 
 
 @pytest.mark.parametrize("name", ["cl100k", "o200k", "r50k"])
