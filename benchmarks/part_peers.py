@@ -87,10 +87,12 @@ def part_peers(ctx, res, budget):
                             "exact_vs_tiktoken",
                             "check",
                             "latency_s",
+                            "latency_checked_s",
                             "device_s",
                             "MBps",
                             "device_MBps",
                         )
+                        if k in timed[best]
                     },
                 )
                 entry.update(e2e(ctx, ours, tok, texts, mode, bs, L, T, total))
@@ -264,11 +266,11 @@ def summarize_targets(res) -> dict:
     mode, e = ours((1024, 4096))
     if e:
         t["device_resident_1024x4096"] = {
-            "target": ">= 20 GB/s (exact)",
+            "target": ">= 50 GB/s (exact)",
             "mode": mode,
             "GBps_device": e["device_MBps"] / 1e3,
             "GBps_with_dispatch": e["MBps"] / 1e3,
-            "met": mode == "exact" and e["device_MBps"] >= 20e3,
+            "met": mode == "exact" and e["device_MBps"] >= 50e3,
         }
     for cell in ((1024, 4096), (1024, 512)):
         mode, e = ours(cell)
@@ -281,7 +283,8 @@ def summarize_targets(res) -> dict:
             streams = {k[:-5]: e[k] for k in plot.STREAM_KEYS if e.get(k)}
             stream = max(streams.values()) if streams else None
             t[f"end_to_end_{cell[0]}x{cell[1]}"] = {
-                "target": ">= 3x the fastest exact CPU peer",
+                "target": ">= 10x the fastest exact CPU peer"
+                + (" (stream: >= 10 GB/s)" if cell == (1024, 4096) else ""),
                 "mode": mode,
                 "fastest_peer": fp["name"],
                 "fastest_peer_MBps": fp["MBps"],
@@ -291,18 +294,23 @@ def summarize_targets(res) -> dict:
                 "stream_MBps": stream,
                 "stream_paths_MBps": streams,
                 "ratio_stream": stream / fp["MBps"] if stream else None,
-                "met": mode == "exact" and one[best] >= 3 * fp["MBps"],
-                "met_stream": bool(mode == "exact" and stream and stream >= 3 * fp["MBps"]),
+                "met": mode == "exact" and one[best] >= 10 * fp["MBps"],
+                "met_stream": bool(
+                    mode == "exact"
+                    and stream
+                    and stream >= (10e3 if cell == (1024, 4096) else 10 * fp["MBps"])
+                ),
             }
     mode, e = ours((64, 512))
     if e:
         t["latency_64x512"] = {
-            "target": "<= 100 us device-resident",
+            "target": "<= 100 us for one call with its sync, default (checked) settings",
             "mode": mode,
             "latency_median_us": e["latency_s"] * 1e6,
             "latency_min_us": min(v.get("latency_min_s", 9) for v in e["block_sizes"].values()) * 1e6,
+            "latency_checked_median_us": e.get("latency_checked_s", float("nan")) * 1e6,
             "device_us": e["device_s"] * 1e6,
-            "met": mode == "exact" and e["latency_s"] <= 100e-6,
+            "met": mode == "exact" and e.get("latency_checked_s", 1.0) <= 100e-6,
         }
     mem = res.get("memory")
     if mem:
