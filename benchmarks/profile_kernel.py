@@ -1,4 +1,6 @@
-"""One warm encode of 1024 x 4096 War and Peace bytes (cl100k), for ncu / compute-sanitizer.
+"""One warm encode of 1024 x 4096 War and Peace bytes (cl100k), for ncu / compute-sanitizer;
+--adversarial KIND: rows of one of testing.ADVERSARIAL's strings instead (e.g. --batch 1
+--bytes 65536 --adversarial cjk: one huge piece through the long-row kernels).
 
 ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 python3 benchmarks/profile_kernel.py
 """
@@ -18,12 +20,17 @@ parser.add_argument("--bytes", type=int, default=4096)
 parser.add_argument("--mode", default="exact")
 parser.add_argument("--block-size", type=int, default=256)
 parser.add_argument("--calls", type=int, default=3)
+parser.add_argument("--adversarial", choices=sorted(testing.ADVERSARIAL), default=None)
 args = parser.parse_args()
 
 root = testing.data_dir()
 tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[args.vocab][0])
 raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()
 texts = [raw[i * args.bytes : (i + 1) * args.bytes] for i in range(args.batch)]
+if args.adversarial:
+    import random
+
+    texts = [testing.ADVERSARIAL[args.adversarial](random.Random(i), args.bytes) for i in range(args.batch)]
 data, lengths = bb.pack_strings(texts, max_len=args.bytes)
 data, lengths = jax.device_put(data), jax.device_put(lengths)
 tables = tok.tables()
