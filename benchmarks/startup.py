@@ -55,7 +55,9 @@ def main() -> int:
         env.update(extra)
         runs = []
         for _ in range(a.reps):
-            p = subprocess.run([sys.executable, "-c", CHILD, a.vocab], env=env, capture_output=True, text=True)
+            p = subprocess.run(
+                [sys.executable, "-c", CHILD, a.vocab], env=env, capture_output=True, text=True
+            )
             if p.returncode:
                 print(f"{name}: child failed: {p.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
                 return 1

@@ -301,3 +301,18 @@ def test_python_dash_m(tmp_path):
     )
     assert bad.returncode == 2 and "frobnicate" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("user", [None, "true"])
+def test_command_turns_preallocation_off_unless_set(monkeypatch, user):
+    """The command's process does not preallocate GPU memory (start-up), unless the user says."""
+    if user is None:
+        monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    else:
+        monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", user)
+    seen = []
+    monkeypatch.setattr(
+        cli, "main", lambda: seen.append(cli.os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"]) or 0
+    )
+    assert cli.console_main() == 0
+    assert seen == [user or "false"]
