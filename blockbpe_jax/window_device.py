@@ -32,15 +32,15 @@ def device_functions():
     """The jitted steps of a window on the device (built on first use: importing this module
     does not import JAX).
 
-    A window's bytes go to the device once (`WindowBuffers.upload`), with a table of its
+    A window's bytes go to the device once (`WindowBuffers.upload_flat`), with a table of its
     documents in plan order (each call's `rows` entries in turn); each call gathers its padded
     rows from them. A window's calls write into one int32 buffer `raw` (donated from call to
     call): call i's padded ids [rows, T] row-major, then its counts [rows], each call after
     the previous one (both offsets, in raw and in the table, are passed on the device from
     call to call). The layout depends only on the plan, so the host knows where every
-    document's ids and count are before anything ran. The host copies back the counts (`gather`), and `finalize`
-    gathers the ids of every document, in input order, back to back, cast to the shard
-    dtype: the host copies back only those."""
+    document's ids and count are before anything ran. The host copies back the counts
+    (`gather`), and `finalize` gathers the ids of every document, in input order, back to
+    back, cast to the shard dtype: the host copies back only those."""
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -193,10 +193,10 @@ class WindowBuffers:
 
 class CompiledEncodes:
     """`device_functions().encode_into` compiled per call shape (rows, width, T, raw slots,
-    flat bytes, table entries) for one job's tables, device and options, ahead of the calls: `prepare` compiles a window's
-    new shapes together, on threads (XLA compiles with the GIL released), where jit would
-    compile each at its first call, one after the other; a job meets about 30 shapes. The
-    executables are kept across jobs."""
+    flat bytes, table entries) for one job's tables, device and options, ahead of the calls:
+    `prepare` compiles a window's new shapes together, on threads (XLA compiles with the GIL
+    released), where jit would compile each at its first call, one after the other; a job
+    meets about 30 shapes. The executables are kept across jobs."""
 
     _done: dict = {}  # (options, shape) -> executable
     _lock = threading.Lock()

@@ -81,11 +81,10 @@ def encode_documents(
     call gathers its padded rows from them there (`window_device.device_functions`). On the
     device, a window's calls write into one buffer and one step puts their ids in input order;
     the host copies back the window's counts, then its ids (about 2-4 bytes per token), once
-    each. Rows with more tokens than the first pass keeps
-    are encoded again at full width into the same buffer before that step. Reading, encoding
-    and writing overlap: a thread reads up to 2 windows ahead, this thread dispatches a
-    window's calls (asynchronous: the device works meanwhile) while a thread finishes the
-    previous window and writes it."""
+    each. Rows with more tokens than the first pass keeps are encoded again at full width into
+    the same buffer before that step. Reading, encoding and writing overlap: a thread reads up
+    to 2 windows ahead, this thread dispatches a window's calls (asynchronous: the device works
+    meanwhile) while a thread finishes the previous window and writes it."""
     import jax
 
     nfc = mode == "exact" and tok.normalizes
