@@ -42,7 +42,7 @@ def available(device) -> bool:
 class _Slot:
     """A HostStaging and the JAX arrays viewing its device buffer, per batch shape."""
 
-    MAX_SHAPES = 64  # shapes whose views a slot keeps (the corpus job's calls use ~30)
+    MAX_SHAPES = 64  # shapes whose views a slot keeps
 
     def __init__(self, device):
         self.native = native.cuda.HostStaging(device.local_hardware_id)
@@ -52,10 +52,6 @@ class _Slot:
     def fill(self, texts, max_len: int) -> tuple[int, int]:
         """Packs `texts` and starts their copy; returns the shape (B, L) for `views`."""
         return self.native.upload(texts, max_len)
-
-    def fill_flat(self, flat, offsets, index, max_len: int, rows: int) -> tuple[int, int]:
-        """As fill, from documents `index` of a flat buffer (`pack_flat`'s rows)."""
-        return self.native.upload_flat(flat, offsets, index, max_len, rows)
 
     def views(self, batch: int, width: int) -> tuple:
         """(data uint8[B, L], lengths int32[B]) of the last fill, once its copy has ended. The
@@ -193,12 +189,6 @@ def stage_strings(texts, *, max_len: int | None, device) -> Staged:
     """Packs `texts` (like `pack_strings`) straight into pinned memory and uploads them to
     `device` (a CUDA GPU). Raises what `pack_strings` raises for bad items or lengths."""
     return _stage(device, lambda slot: slot.fill(texts, -1 if max_len is None else int(max_len)))
-
-
-def stage_flat(flat, offsets, index, *, max_len: int, rows: int, device) -> Staged:
-    """Packs documents `index` of a flat buffer (like `pack_flat`: rows past len(index) empty)
-    straight into pinned memory and uploads them to `device` (a CUDA GPU)."""
-    return _stage(device, lambda slot: slot.fill_flat(flat, offsets, index, int(max_len), int(rows)))
 
 
 def _stage(device, fill) -> Staged:

@@ -11,6 +11,8 @@ import threading
 import types
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+
 
 def pow2(n: int, floor: int = 16) -> int:
     return max(floor, 1 << max(0, n - 1).bit_length())
@@ -30,25 +32,36 @@ def device_functions():
     """The jitted steps of a window on the device (built on first use: importing this module
     does not import JAX).
 
-    A window's calls write into one int32 buffer `raw` (donated from call to call): call i's
-    padded ids [rows, T] row-major, then its counts [rows], each call after the previous one
-    (the offset is passed on the device from call to call). The layout depends only on the
-    plan, so the host knows where every document's ids and count
-    are before anything ran. The host copies back the counts (`gather`), and `finalize`
-    gathers the ids of every document, in input order, back to back, cast to the shard
-    dtype: the host copies back only those."""
+    A window's bytes go to the device once (`WindowBuffers.upload_flat`), with a table of its
+    documents in plan order (each call's `rows` entries in turn); each call gathers its padded
+    rows from them. A window's calls write into one int32 buffer `raw` (donated from call to
+    call): call i's padded ids [rows, T] row-major, then its counts [rows], each call after
+    the previous one (both offsets, in raw and in the table, are passed on the device from
+    call to call). The layout depends only on the plan, so the host knows where every
+    document's ids and count are before anything ran. The host copies back the counts
+    (`gather`), and `finalize` gathers the ids of every document, in input order, back to
+    back, cast to the shard dtype: the host copies back only those."""
     import jax
     import jax.numpy as jnp
     from jax import lax
 
     from . import ops
+    from .ragged import gather_rows
 
     @functools.partial(
-        jax.jit, static_argnames=("max_tokens", "mode", "block_size", "assume_nfc"), donate_argnums=3
+        jax.jit,
+        static_argnames=("rows", "width", "max_tokens", "mode", "block_size", "assume_nfc"),
+        donate_argnums=3,
     )
-    def encode_into(data, lengths, tables, raw, at, *, max_tokens, mode, block_size, assume_nfc):
+    def encode_into(
+        flat, table, tables, raw, at, pos, *, rows, width, max_tokens, mode, block_size, assume_nfc
+    ):
+        """Encodes the documents of entries [pos, pos + rows) of the window's table (int32[2, E]:
+        start in flat, length) as rows of `width` bytes, gathered from flat here, on the
+        device: the host neither packs nor copies anything per call."""
+        starts, lengths = lax.dynamic_slice(table, (0, pos), (2, rows))
         enc = ops.encode(
-            data,
+            gather_rows(flat, starts, lengths, width),
             lengths,
             tables,
             max_tokens=max_tokens,
@@ -59,8 +72,8 @@ def device_functions():
         )
         raw = lax.dynamic_update_slice(raw, enc.ids.reshape(-1), (at,))
         raw = lax.dynamic_update_slice(raw, enc.counts, (at + enc.ids.size,))
-        # the next call's offset, on the device: no host-to-device copy per call
-        return raw, enc.counts, at + enc.ids.size + enc.counts.size
+        # the next call's offsets, on the device: no host-to-device copy per call
+        return raw, at + enc.ids.size + enc.counts.size, pos + rows
 
     @jax.jit
     def gather(raw, positions):
@@ -108,11 +121,12 @@ def device_functions():
 
 
 class WindowBuffers:
-    """Sizes of a job's window buffers, as high-water marks over its windows (powers of two,
-    the first twice the first window's need: every encode call's executable depends on it, so
-    a job should see one or two). Buffers of finished windows are kept
-    for the next windows and jobs (at most `KEEP`, across devices): zeroing a new one costs
-    more than the window's steps on the CPU backend."""
+    """Sizes of a job's window buffers, as high-water marks over its windows (`raw` and the
+    document table: powers of two, the first twice the first window's need; the bytes: a
+    quarter more than the need): every encode call's executable depends on them, so a job
+    should see one or two of each. `raw` buffers of finished windows are kept for the next
+    windows and jobs (at most `KEEP`, across devices): zeroing a new one costs more than the
+    window's steps on the CPU backend."""
 
     KEEP = 3
     _spare: list = []  # (device, raw), most recent last
@@ -122,6 +136,7 @@ class WindowBuffers:
         import jax.numpy as jnp
 
         self.device, self.slots, self.docs = device, 1 << 12, 1 << 10
+        self.flat_bytes, self.entries = 0, 0
         self.zero = jnp.zeros((), jnp.int32, device=device)  # a window's first offset
 
     def take(self, slots: int):
@@ -136,6 +151,29 @@ class WindowBuffers:
                     del self._spare[k]
                     return raw
         return jnp.zeros(self.slots, jnp.int32, device=self.device)
+
+    def upload_flat(self, data: np.ndarray, reach: int):
+        """A window's bytes on the device (one transfer), zero-padded to the job's size: at least
+        `reach` bytes past their end (gather_rows reads `width` bytes from every start)."""
+        import jax
+
+        need = data.size + reach
+        with self._lock:
+            if need > self.flat_bytes:
+                self.flat_bytes = size_bucket(need + need // 4)
+            size = self.flat_bytes
+        padded = np.empty(size, np.uint8)
+        padded[: data.size] = data
+        padded[data.size :] = 0
+        return jax.device_put(padded, self.device)
+
+    def table(self, entries: int) -> np.ndarray:
+        """A document table for `entries` rows: int32[2, E] zeros (start, length: zero entries
+        are empty rows), E at least `entries`."""
+        with self._lock:
+            if entries > self.entries:
+                self.entries = 2 * pow2(entries, 1)
+            return np.zeros((2, self.entries), np.int32)
 
     def doc_slots(self, n: int) -> int:
         with self._lock:
@@ -154,11 +192,11 @@ class WindowBuffers:
 
 
 class CompiledEncodes:
-    """`device_functions().encode_into` compiled per call shape (rows, width, T, raw slots)
-    for one job's tables, device and options, ahead of the calls: `prepare` compiles a window's
-    new shapes together, on threads (XLA compiles with the GIL released), where jit would
-    compile each at its first call, one after the other; a job meets about 30 shapes. The
-    executables are kept across jobs."""
+    """`device_functions().encode_into` compiled per call shape (rows, width, T, raw slots,
+    flat bytes, table entries) for one job's tables, device and options, ahead of the calls:
+    `prepare` compiles a window's new shapes together, on threads (XLA compiles with the GIL
+    released), where jit would compile each at its first call, one after the other; a job
+    meets about 30 shapes. The executables are kept across jobs."""
 
     _done: dict = {}  # (options, shape) -> executable
     _lock = threading.Lock()
@@ -180,19 +218,22 @@ class CompiledEncodes:
         import jax
         import jax.numpy as jnp
 
-        rows, width, T, slots = shape
+        rows, width, T, slots, flat_bytes, entries = shape
         on = jax.sharding.SingleDeviceSharding(self.device)
         args = (
-            jax.ShapeDtypeStruct((rows, width), jnp.uint8, sharding=on),
-            jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=on),
+            jax.ShapeDtypeStruct((flat_bytes,), jnp.uint8, sharding=on),
+            jax.ShapeDtypeStruct((2, entries), jnp.int32, sharding=on),
             self.tables,
             jax.ShapeDtypeStruct((slots,), jnp.int32, sharding=on),
             jax.ShapeDtypeStruct((), jnp.int32, sharding=on),
+            jax.ShapeDtypeStruct((), jnp.int32, sharding=on),
         )
-        return device_functions().encode_into.lower(*args, max_tokens=T, **self.static).compile()
+        encode_into = device_functions().encode_into
+        return encode_into.lower(*args, rows=rows, width=width, max_tokens=T, **self.static).compile()
 
     def prepare(self, shapes) -> None:
-        """Compiles the shapes (rows, width, T, raw slots) not compiled yet."""
+        """Compiles the shapes (rows, width, T, raw slots, flat bytes, table entries) not
+        compiled yet."""
         with self._lock:
             missing = [s for s in dict.fromkeys(shapes) if (self.options, s) not in self._done]
         if not missing:
@@ -205,11 +246,12 @@ class CompiledEncodes:
         with self._lock:
             self._done.update(((self.options, s), e) for s, e in zip(missing, built))
 
-    def __call__(self, data, lengths, raw, at, *, T: int):
-        """encode_into(data, lengths, tables, raw, at, max_tokens=T): (raw, counts, next at)."""
-        shape = (*data.shape, T, raw.size)
+    def __call__(self, flat, table, raw, at, pos, *, rows: int, width: int, T: int):
+        """encode_into(flat, table, tables, raw, at, pos, rows=, width=, max_tokens=T):
+        (raw, next at, next pos)."""
+        shape = (rows, width, T, raw.size, flat.size, table.shape[1])
         run = self._done.get((self.options, shape))
         if run is None:  # (the rows encoded again at full width: not prepared ahead)
             self.prepare([shape])
             run = self._done[(self.options, shape)]
-        return run(data, lengths, self.tables, raw, at)
+        return run(flat, table, self.tables, raw, at, pos)

@@ -77,16 +77,15 @@ def encode_documents(
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
     window's ids, back to back in input order in the shard dtype, to `writer.add`.
 
-    On the device, a window's calls write into one buffer and one step puts their ids in
-    input order (`window_device.device_functions`); the host copies back the window's counts, then its ids
-    (about 2-4 bytes per token), once each. Rows with more tokens than the first pass keeps
-    are encoded again at full width into the same buffer before that step. Reading, encoding
-    and writing overlap: a thread reads up to 2 windows ahead, this thread dispatches a
-    window's calls (asynchronous: the device works meanwhile) while a thread finishes the
-    previous window and writes it."""
+    A window's bytes and a table of its documents in plan order go to the device once; each
+    call gathers its padded rows from them there (`window_device.device_functions`). On the
+    device, a window's calls write into one buffer and one step puts their ids in input order;
+    the host copies back the window's counts, then its ids (about 2-4 bytes per token), once
+    each. Rows with more tokens than the first pass keeps are encoded again at full width into
+    the same buffer before that step. Reading, encoding and writing overlap: a thread reads up
+    to 2 windows ahead, this thread dispatches a window's calls (asynchronous: the device works
+    meanwhile) while a thread finishes the previous window and writes it."""
     import jax
-
-    from . import native, staging
 
     nfc = mode == "exact" and tok.normalizes
     fns = device_functions()
@@ -97,28 +96,17 @@ def encode_documents(
 
     target = device or jax.devices()[0]
     tables = tok.tables(allowed_special, device)
-    staged_path = staging.available(target)
     buffers = WindowBuffers(target)
     # (any normalizer: assume_nfc)
     encodes = CompiledEncodes(tables, target, mode=mode, block_size=block_size, assume_nfc=nfc)
 
-    def encode_into(raw, at, w: Window, idx: np.ndarray, width: int, T: int, rows: int):
-        """Documents `idx` of the window packed straight from its flat buffer into `rows` rows
-        (on a CUDA GPU: into pinned memory, one DMA), encoded, and written into raw at `at` (a
-        device scalar): ids [rows, T], then counts [rows]. Returns the new raw (the old one is
-        donated) and the offset after them."""
-        idx = np.ascontiguousarray(idx, np.int64)
-        if staged_path and width > 0:
-            staged = staging.stage_flat(w.data, w.offsets, idx, max_len=width, rows=rows, device=target)
-            raw, _, at = staged.run(
-                lambda data, lengths: encodes(data, lengths, raw, at, T=T), consumer=lambda out: out[1]
-            )
-            return raw, at
-        data, lengths = native.cpu.pack_flat(w.data, w.offsets, idx, width, rows)
-        if target != jax.devices()[0]:
-            data, lengths = jax.device_put((data, lengths), target)
-        raw, _, at = encodes(data, lengths, raw, at, T=T)
-        return raw, at
+    def document_table(w: Window, docs: np.ndarray, entries: np.ndarray, size: int):
+        """The documents `docs` of the window at table entries `entries` (start, length), on
+        the device; the other entries of the table are empty rows."""
+        table = buffers.table(size)
+        table[0, entries] = w.offsets[docs]
+        table[1, entries] = w.offsets[docs + 1] - w.offsets[docs]
+        return jax.device_put(table, target)
 
     def launch(w: Window):
         if nfc:  # the width must fit the normalized text
@@ -130,24 +118,32 @@ def encode_documents(
                 f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
                 f"--max-len {max_len} (use --split chunk:N)"
             )
-        plan = []  # (document indices, width, T, rows, offset in raw)
-        end = 0
+        plan = []  # (document indices, width, T, rows, offset in raw, first table entry)
+        end = entries = 0
         for width, idx in plan_batches(lengths, batch_bytes, max_docs, max_len):
             T = first_pass_tokens(width)
             full = max(1, batch_bytes // width)  # plan_batches' most documents per call
             rows = _rows_bucket(len(idx), full if max_docs is None else min(full, max_docs))
-            plan.append((idx, width, T, rows, end))
+            plan.append((idx, width, T, rows, end, entries))
             end += rows * (T + 1)
-        raw, at = buffers.take(end), buffers.zero
-        encodes.prepare([(rows, width, T, raw.size) for _, width, T, rows, _ in plan])
-        for idx, width, T, rows, _ in plan:
-            raw, at = encode_into(raw, at, w, idx, width, T, rows)
-        resume = at  # where rows encoded again go (== end)
+            entries += rows
+        reach = max(p[1] for p in plan)
+        if w.data.size + reach >= 1 << 31:  # (the table's starts are int32)
+            raise CorpusError(f"{where(w, 0)}: {w.data.size} bytes of documents in one window, 2 GiB or more")
+        flat = buffers.upload_flat(w.data, reach)  # the window's one transfer of bytes
         # per document, in sorted (plan) order: its call's T and width, where its ids and its
-        # count are in raw
+        # count are in raw, its entry in the document table
         sizes = [len(p[0]) for p in plan]
         perm = np.concatenate([p[0] for p in plan]).astype(np.int64)
         row = np.arange(len(perm)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        table = document_table(w, perm, np.repeat([p[5] for p in plan], sizes) + row, entries)
+        raw, at, pos = buffers.take(end), buffers.zero, buffers.zero
+        encodes.prepare(
+            [(rows, width, T, raw.size, flat.size, table.shape[1]) for _, width, T, rows, *_ in plan]
+        )
+        for _, width, T, rows, *_ in plan:
+            raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=width, T=T)
+        resume = at  # where rows encoded again go (== end)
         T = np.repeat([p[2] for p in plan], sizes)
         base = np.repeat([p[4] for p in plan], sizes)
         src = base + row * T
@@ -156,10 +152,10 @@ def encode_documents(
         positions[perm] = count_at
         counts = fns.gather(raw, positions)
         counts.copy_to_host_async()
-        return w, plan, raw, end, resume, perm, T, src, count_at, counts
+        return w, plan, flat, raw, end, resume, perm, T, src, count_at, counts
 
     def finish(pending) -> None:
-        w, plan, raw, end, at, perm, T, src, count_at, counts = pending
+        w, plan, flat, raw, end, at, perm, T, src, count_at, counts = pending
         n = len(perm)
         sizes = [len(p[0]) for p in plan]
         got = np.asarray(counts)[perm].astype(np.int64)  # sorted (plan) order from here on
@@ -172,8 +168,11 @@ def encode_documents(
             need = end + sum(rows * (T2 + 1) for T2, rows in shapes)
             if need > raw.size:
                 raw = fns.grow(raw, size=buffers.grown(need))
+            first = np.cumsum([0] + [rows for _, rows in shapes])  # each group's table entries
+            entries = np.concatenate([first[k] + np.arange(len(g)) for k, g in enumerate(groups)])
+            table, pos = document_table(w, perm[redo], entries, int(first[-1])), buffers.zero
             for g, (T2, rows) in zip(groups, shapes):
-                raw, at = encode_into(raw, at, w, perm[g], T2 - 1, T2, rows)
+                raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=T2 - 1, T=T2)
                 r = np.arange(len(g))
                 src[g], count_at[g] = end + r * T2, end + rows * T2 + r
                 end += rows * (T2 + 1)

@@ -1,7 +1,7 @@
-"""The corpus job's engine (blockbpe_jax/window_encode.py, documents.py, staging.py): calls
+"""The corpus job's engine (blockbpe_jax/window_encode.py, window_device.py, documents.py): calls
 sorted by width and put back in input order, dense rows encoded again at full width into a
 grown buffer, window shapes bucketed and compiled once, the persistent compilation cache (and
-a second process that compiles nothing), call planning, and the GPU's flat staging."""
+a second process that compiles nothing), call planning, and the GPU job against the CPU job."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from blockbpe_jax import corpus, documents, native, staging, window_device, window_encode
+from blockbpe_jax import corpus, documents, native, window_device, window_encode
 
 import corpus_shared
 from corpus_shared import encode_batch_ids
@@ -50,13 +50,14 @@ def test_sorted_calls_and_dense_rows_keep_input_order(tmp_path, r50k):
     assert [a.tolist() for a in corpus.read_shards(out)] == encode_batch_ids(r50k, docs)
 
 
-def _spy_encode_into(monkeypatch) -> list[tuple[int, int, int]]:
-    """Records (rows, width, T) of every encode call of the corpus job."""
+def _spy_encode_into(monkeypatch) -> list[tuple[int, int, int, int, int]]:
+    """Records (rows, width, T, flat bytes, table entries) of every encode call of the corpus
+    job."""
     real, calls = window_device.CompiledEncodes.__call__, []
 
-    def spy(self, data, lengths, raw, at, *, T):
-        calls.append((*data.shape, T))
-        return real(self, data, lengths, raw, at, T=T)
+    def spy(self, flat, table, raw, at, pos, *, rows, width, T):
+        calls.append((rows, width, T, flat.size, table.shape[1]))
+        return real(self, flat, table, raw, at, pos, rows=rows, width=width, T=T)
 
     monkeypatch.setattr(window_device.CompiledEncodes, "__call__", spy)
     return calls
@@ -80,13 +81,14 @@ def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
     want = encode_batch_ids(r50k, docs)
     assert [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "s")] == want
     assert all(len(w) > len(d) // 2 for w, d in zip(want, docs) if d)
-    assert calls == [(16, 16, 17), (16, 256, 128), (16, 256, 257)] and grown == [8192]
+    assert [c[:3] for c in calls] == [(16, 16, 17), (16, 256, 128), (16, 256, 257)] and grown == [8192]
 
 
 def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatch):
-    """Over many windows, each width is encoded with at most five row counts (and the
-    copy back has eight sizes per octave); a second run of the job compiles nothing (its
-    encode executables are CompiledEncodes' from the first)."""
+    """Over many windows, each width is encoded with at most five row counts, every call sees
+    one or two sizes of the window's bytes and document table (and the copy back has eight
+    sizes per octave); a second run of the job compiles nothing (its encode executables are
+    CompiledEncodes' from the first)."""
     rng = np.random.default_rng(1)
     words = ["alpha", "beta", "gamma", "🎉", "1234", "\n"]
     docs = [" ".join(rng.choice(words, int(n))).encode() for n in rng.integers(1, 300, 3000)]
@@ -103,9 +105,10 @@ def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatc
 
     run("a")
     by_width: dict[int, set] = {}
-    for rows, width, T in calls:
+    for rows, width, *_ in calls:
         by_width.setdefault(width, set()).add(rows)
     assert all(len(rows) <= 5 for rows in by_width.values()), by_width
+    assert len({c[3] for c in calls}) <= 2 and len({c[4] for c in calls}) <= 2, {c[3:] for c in calls}
     fns = window_device.device_functions()
     compiled = (
         fns.finalize._cache_size(),
@@ -214,18 +217,11 @@ def _gpus():
 @pytest.mark.skipif(
     not _gpus() or not native.HAS_CUDA_MODULE, reason="no GPU visible to JAX, or no CUDA module in this build"
 )
-def test_gpu_flat_staging_equals_cpu_path(tmp_path, cl100k, war_and_peace):
-    """On a GPU the window's rows go from its flat buffer straight into pinned memory
-    (staging.stage_flat): the rows equal pack_flat's, and the job's ids the CPU job's."""
+def test_gpu_job_equals_cpu_job(tmp_path, cl100k, war_and_peace):
+    """On a GPU (each window's bytes uploaded once, each call's rows gathered on the device)
+    the job's ids equal the CPU job's."""
     gpu, cpu = _gpus()[0], jax.devices("cpu")[0]
     lines = [x for x in war_and_peace[:400_000].split(b"\n") if x] + ["日本語 🎉 ✓".encode()] * 3
-    w = documents.Window.of(lines, np.arange(len(lines), dtype=np.int64), 0, 0)
-    idx = np.array([5, 0, len(lines) - 1, 7], np.int64)
-    staged = staging.stage_flat(w.data, w.offsets, idx, max_len=128, rows=8, device=gpu)
-    want = native.cpu.pack_flat(w.data, w.offsets, idx, 128, 8)
-    np.testing.assert_array_equal(np.asarray(staged.data), want[0])
-    np.testing.assert_array_equal(np.asarray(staged.lengths), want[1])
-    staged.release(None)
     src = tmp_path / "wp.txt"
     src.write_bytes(b"\n".join(lines) + b"\n")
     for name, device in (("gpu", gpu), ("cpu", cpu)):

@@ -102,6 +102,22 @@ def test_nfc_tokenizer(nfc_tok, data_dir, backend):
     check_nfc_primitive(tok, hf, texts, backend)  # raw bytes: checked on the device
 
 
+def test_nfc_corpus_job(nfc_tok, data_dir, tmp_path):
+    """The corpus job normalizes each window on the host (the rows it gathers on the device are
+    the normalized bytes, whose lengths may differ from the input's): HF's ids per line."""
+    from blockbpe_jax import corpus
+
+    tok, hf = nfc_tok
+    lines = [t.replace("\n", " ") for t in corpus_texts(data_dir, 4, seed=3) + NFC_TEXTS * 3]
+    lines = [t for t in lines if t.strip(" \t\r")]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in lines), encoding="utf-8")
+    kw = dict(jsonl_field="text", batch_bytes=4096, allowed_special="all")
+    corpus.encode_files(tok, [src], tmp_path / "o" / "s", **kw)
+    got = [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "s")]
+    assert got == [nfc_reference(hf)(t) for t in lines]
+
+
 _nfc_chars = st.sampled_from(
     list("aeiouAEOxyz '\n")
     + [

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import blockbpe_jax as bb
 from blockbpe_jax import testing
-from blockbpe_jax.ragged import encode_ragged, pack_ragged, unflatten
+from blockbpe_jax.ragged import encode_ragged, gather_rows, pack_ragged, unflatten
 
 from helpers import load_tokenizer
 
@@ -27,6 +27,21 @@ def test_unflatten_equals_pack_strings():
     ref_data, ref_lengths = bb.pack_strings(texts, max_len=64)
     np.testing.assert_array_equal(np.asarray(data), ref_data)
     np.testing.assert_array_equal(np.asarray(lengths), ref_lengths)
+
+
+def test_gather_rows_equals_padded_rows():
+    """gather_rows (the corpus job's rows, gathered from a window's bytes on the device): any
+    subset of the documents, in any order, repeated or empty, padded with zeros; rows whose
+    slice of `width` bytes reaches into flat's padding included."""
+    texts = [b"abc", b"", "ünï".encode(), b"x" * 40, b"tail"]
+    flat, offsets = pack_ragged(texts)
+    width, order = 64, [4, 0, 3, 1, 4, 2]
+    padded = np.concatenate([flat, np.full(width, 7, np.uint8)])  # padding is never read as text
+    starts, lengths = offsets[order], offsets[np.add(order, 1)] - offsets[order]
+    rows = jax.jit(gather_rows, static_argnums=3)(padded, starts, lengths, width)
+    want = np.array([list(texts[i].ljust(width, b"\0")) for i in order], np.uint8)
+    np.testing.assert_array_equal(np.asarray(rows), want)
+    assert np.asarray(gather_rows(padded, starts[:2], lengths[:2] * 0, 0)).shape == (2, 0)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

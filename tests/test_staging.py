@@ -187,9 +187,6 @@ class FakeHostStaging:
     def upload(self, texts, max_len):
         return self._put(*native.cpu.pack_strings(texts, max_len))
 
-    def upload_flat(self, flat, offsets, index, max_len, rows):
-        return self._put(*native.cpu.pack_flat(flat, offsets, index, max_len, rows))
-
     def _put(self, data, lengths):
         batch, width = data.shape
         at = -(-batch * width // 256) * 256
@@ -227,11 +224,10 @@ def cpu_staging(monkeypatch):
     return jax.devices("cpu")[0]
 
 
-def test_staged_path_logic_on_cpu(tok, corpus_texts, cpu_staging, monkeypatch, tmp_path):
+def test_staged_path_logic_on_cpu(tok, corpus_texts, cpu_staging):
     """Through the stand-in: encode_batch's staged ids equal the NumPy path's for shapes that
     come back (views kept per shape: imported once per slot and shape, then refilled in place),
-    a buffer that grows (new views), more batches in flight than slots, encode_stream, and the
-    corpus job's flat packing (stage_flat)."""
+    a buffer that grows (new views), more batches in flight than slots, and encode_stream."""
     shapes = [(64, 512), (256, 4096), (64, 512), (8, 64), (256, 4096), (300, 4096)] * 2
     outs, refs = [], []
     for k, (batch, max_len) in enumerate(shapes):
@@ -247,19 +243,6 @@ def test_staged_path_logic_on_cpu(tok, corpus_texts, cpu_staging, monkeypatch, t
     assert pool.count <= staging.MAX_SLOTS
     assert FakeHostStaging.imports < len(shapes)  # a shape seen again reuses its views
     _check_stream(tok, corpus_texts, cpu_staging)
-    # the corpus job packs its calls from a flat buffer through stage_flat
-    calls = []
-    real = staging.stage_flat
-    monkeypatch.setattr(staging, "stage_flat", lambda *a, **k: calls.append(k["rows"]) or real(*a, **k))
-    from blockbpe_jax import corpus
-
-    docs = [t.encode().replace(b"\n", b" ") for t in corpus_texts[:200]]
-    src = tmp_path / "in.txt"
-    src.write_bytes(b"\n".join(docs) + b"\n")
-    corpus.encode_files(tok, [src], tmp_path / "o" / "s", batch_bytes=1 << 16, device=cpu_staging)
-    got = [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "s")]
-    want = tok.encode_batch([d for d in docs if d], device=jax.devices("cpu")[0])
-    assert calls and got == [want.ids[i, : want.counts[i]].tolist() for i in range(len(got))]
 
 
 @settings(max_examples=200, deadline=None)
