@@ -156,7 +156,7 @@ def main() -> None:
     import jax
 
     import blockbpe_jax as bb
-    from blockbpe_jax import ops
+    from blockbpe_jax import native, ops
     from blockbpe_jax.testing import tiktoken_oracle
 
     root = data_dir()
@@ -235,6 +235,7 @@ def main() -> None:
         budget_s=args.budget_s,
         stitch_margin=os.environ.get("BLOCKBPE_STITCH_MARGIN", "default"),
         stitch_second=os.environ.get("BLOCKBPE_STITCH_SECOND", "default"),
+        tile_bytes=native.cpu.tile_bytes,  # the build's long-row tiles (BLOCKBPE_TILE_BYTES)
         rows=rows,
         slower_than_tiktoken=[
             f"{r['case']} {r['size']}" for r in rows if r.get("ours_e2e_over_tiktoken", 2) < 1

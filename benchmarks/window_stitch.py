@@ -2,9 +2,10 @@
 
     python3 benchmarks/window_stitch.py [--out DIR] [--vocabs cl100k o200k r50k]
         [--margins 64 128 256 512] [--offsets 0] [--align 1] [--prefixes ""] [--reach-back 0]
+        [--tile 4096]
 
 The piece starts `offset` bytes into its row (after `prefix`, which belongs to the piece).
-The row's 4096-byte tiles cut it into chunks; each chunk gets a window (the chunk and `margin`
+The row's tiles (--tile bytes, kTileBytes) cut it into chunks; each chunk gets a window (the chunk and `margin`
 bytes either side, clipped to the piece; its start rounded down to the piece's start plus a
 multiple of `align`: ffi/core/window_stitch.h, stitch_window) that is BPE-encoded on its own;
 neighbouring windows are stitched at their first shared token (same start, same id). Two
@@ -38,7 +39,7 @@ import tiktoken.load
 
 from blockbpe_jax import testing
 
-TILE = 4096
+TILE = 4096  # kTileBytes of the default build (CMake BLOCKBPE_TILE_BYTES)
 
 
 def _letters(rng, n: int) -> bytes:
@@ -70,29 +71,31 @@ def spans(enc: tiktoken.Encoding, text: bytes, at: int) -> list[tuple[int, int]]
     return out
 
 
-def window(lo: int, hi: int, tile: int, margin: int, align: int) -> tuple[int, int]:
-    """stitch_window of ffi/core/window_stitch.h (row positions)."""
-    chunk_lo, chunk_hi = max(lo, tile * TILE), min(hi, (tile + 1) * TILE)
+def window(lo: int, hi: int, tile: int, margin: int, align: int, tile_bytes: int = TILE) -> tuple[int, int]:
+    """stitch_window of ffi/core/window_stitch.h (row positions, tiles of tile_bytes)."""
+    chunk_lo, chunk_hi = max(lo, tile * tile_bytes), min(hi, (tile + 1) * tile_bytes)
     start = chunk_lo - margin
     start = lo if start <= lo else lo + (start - lo) // align * align
     return start, min(hi, chunk_hi + margin)
 
 
-def stitch(enc, piece: bytes, margin: int, offset: int = 0, align: int = 1, reach: int = 0):
+def stitch(
+    enc, piece: bytes, margin: int, offset: int = 0, align: int = 1, reach: int = 0, tile_bytes: int = TILE
+):
     """(ids or None, index of the first boundary without a shared token, largest offset of a
     shared token into its overlap, boundaries that needed the second round)."""
     lo, hi = offset, offset + len(piece)
 
     def encoded(tile: int, back: int = 0):
-        a, b = window(lo, hi, tile, margin, align)
-        a = window(lo, hi, tile, margin + back, align)[0]
+        a, b = window(lo, hi, tile, margin, align, tile_bytes)
+        a = window(lo, hi, tile, margin + back, align, tile_bytes)[0]
         return a, spans(enc, piece[a - lo : b - lo], a)
 
     def first_shared(mine, theirs):
         theirs = set(theirs)
         return next((k for k, x in enumerate(mine) if x in theirs), None)
 
-    windows = [encoded(t) for t in range(lo // TILE, (hi - 1) // TILE + 1)]
+    windows = [encoded(t) for t in range(lo // tile_bytes, (hi - 1) // tile_bytes + 1)]
     ids, after, worst, second = [], lo, 0, 0  # after: tokens of the output end here
     for t, (_, mine) in enumerate(windows):
         mine = [x for x in mine if x[0] >= after]
@@ -101,7 +104,7 @@ def stitch(enc, piece: bytes, margin: int, offset: int = 0, align: int = 1, reac
             break
         shared = first_shared(mine, windows[t + 1][1])
         if shared is None and reach:  # second round: the later window starts earlier
-            windows[t + 1] = encoded(lo // TILE + t + 1, reach)
+            windows[t + 1] = encoded(lo // tile_bytes + t + 1, reach)
             second += 1
             shared = first_shared(mine, windows[t + 1][1])
         if shared is None:
@@ -126,6 +129,7 @@ def main(argv=None) -> int:
         "--reach-back", type=int, default=0, help="second round: the later window R bytes earlier"
     )
     ap.add_argument("--extra-kinds", action="store_true", help="also letters_runs and run_in_piece")
+    ap.add_argument("--tile", type=int, default=TILE, help="tile bytes (kTileBytes)")
     args = ap.parse_args(argv)
     rows, bad = [], 0
     for vocab in args.vocabs:
@@ -139,7 +143,7 @@ def main(argv=None) -> int:
                 for prefix, margin, offset in itertools.product(args.prefixes, args.margins, args.offsets):
                     piece, ref = prefix.encode() + body, refs[prefix]
                     ids, failed_at, worst, second = stitch(
-                        enc, piece, margin, offset, args.align, args.reach_back
+                        enc, piece, margin, offset, args.align, args.reach_back, args.tile
                     )
                     row = {
                         "vocab": vocab,
@@ -150,6 +154,7 @@ def main(argv=None) -> int:
                         "align": args.align,
                         "margin": margin,
                         "reach_back": args.reach_back,
+                        "tile": args.tile,
                         "second_round_boundaries": second,
                         "stitched": ids is not None,
                         "failed_boundary": failed_at,

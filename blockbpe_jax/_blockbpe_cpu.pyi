@@ -18,6 +18,8 @@ def registrations() -> dict: ...
 
 smem_max_len: int = 8192
 
+tile_bytes: int = 4096
+
 def workspace_bytes(batch: int, max_len: int, pretok_stages: int, symbols: int) -> int:
     """
     Bytes of the workspace output of one encode call (the CUDA kernel's global arrays).

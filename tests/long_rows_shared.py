@@ -8,10 +8,11 @@ import jax
 import numpy as np
 
 import blockbpe_jax as bb
+from blockbpe_jax import native
 
 from helpers import gpu_devices, tiktoken_enc
 
-TILE = 4096
+TILE = native.cpu.tile_bytes  # kTileBytes as built (CMake BLOCKBPE_TILE_BYTES; 4096 by default)
 BLOCK_SIZES = (256, 512, 1024)
 
 

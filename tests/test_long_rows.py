@@ -1,7 +1,7 @@
 """Long rows on the GPU: the tile pipeline (ffi/cuda/tile_rows.cuh, "Long rows").
 
 Rows wider than 8192 bytes in exact mode with a one-stage pre-tokenizer are spread over one
-block per 4096-byte tile. Every test here encodes on the GPU and compares, row by row and
+block per 4096-byte tile (kTileBytes; a build option). Every test here encodes on the GPU and compares, row by row and
 padding included, with the CPU executor (no blocks, the reference) and with tiktoken: prose of
 8 KiB .. 8 MiB, adversarial pieces, pieces and special tokens crossing tile boundaries at every
 offset near them, empty rows and rows of different lengths in one batch, counts over the
@@ -34,6 +34,7 @@ def prose() -> bytes:
 def test_prose_rows_of_many_lengths(name, prose):
     tok = load_tokenizer(name, "tiktoken")
     lengths = [0, 1, 100, 4095, 4096, 4097, 8191, 8192, 8193, 12288, 20000, 65536, 150001]
+    lengths = sorted({*lengths, TILE - 1, TILE, TILE + 1})  # (the build's tiles: BLOCKBPE_TILE_BYTES)
     rows = [cut(prose, 7919 * k, n) for k, n in enumerate(lengths)]
     want = assert_gpu_equals_cpu(tok, rows, max_len=150016)
     assert_equals_tiktoken(name, rows, want)

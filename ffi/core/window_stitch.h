@@ -26,7 +26,17 @@
 namespace bbpe {
 
 // Rows are cut into tiles of kTileBytes; a piece longer than that is encoded by windows.
-constexpr int kTileBytes = 4096;
+// A build option (CMake BLOCKBPE_TILE_BYTES, both modules: the CPU module sizes the
+// workspace) so that other sizes can be measured: smaller tiles put more blocks to work on a
+// row and give each window fewer distinct ranks (merge passes), larger ones fewer windows to
+// stitch. The size changes only where windows are cut, never the ids (see above).
+#ifndef BBPE_TILE_BYTES
+#define BBPE_TILE_BYTES 4096
+#endif
+constexpr int kTileBytes = BBPE_TILE_BYTES;
+// Every block size (256, 512, 1024 threads) gives each thread the same whole number of a
+// tile's bytes (cuda/tile_rows.cuh, tile_pipeline.cuh: kTileBytes / kThreads items).
+static_assert(kTileBytes >= 1024 && kTileBytes % 1024 == 0, "kTileBytes: a multiple of 1024");
 // Bytes a window reaches past its chunk on either side (at most; a test hook may lower it).
 // Across three vocabularies and every adversarial kind of piece the shared token lay at most
 // 11 bytes into the overlap, and 64 bytes failed only for runs of spaces (tokens longer than
@@ -38,7 +48,14 @@ constexpr int kWindowLead = kStitchMargin + kStitchAlign;
 // A boundary without a shared token gets a second round: the right window encoded again from
 // kReachBack bytes further back (a run across the boundary then starts with the window's own
 // phase far enough before it to have settled; BUILD_NOTES.md, "Long rows"), and searched again.
+// One tile back, the window starts at its left neighbour's first byte (the same rounding of
+// the same position, or the piece's start), so the two encodings share their start and differ
+// only near the neighbour's end, where the shared token is looked for. (Exactness never depends
+// on the geometry: every window is the BPE of a substring of the piece.)
 constexpr int kReachBack = kTileBytes;
+// A window overlaps its neighbours' windows only (the window of the tile after next starts
+// past its end), so a stitch's search starts after the tile's left boundary's stitch token.
+static_assert(kWindowLead + kStitchMargin <= kTileBytes, "windows reach at most one tile either side");
 
 BBPE_HD bool huge_piece(int lo, int hi) { return hi - lo > kTileBytes; }
 

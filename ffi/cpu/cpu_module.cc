@@ -146,6 +146,7 @@ NB_MODULE(_blockbpe_cpu, m) {
     return d;
   });
   m.attr("smem_max_len") = bbpe::kSmemMaxLen;
+  m.attr("tile_bytes") = bbpe::kTileBytes;  // the build's long-row tiles (BLOCKBPE_TILE_BYTES)
   m.def("workspace_bytes", &bbpe::workspace_bytes, nb::arg("batch"), nb::arg("max_len"),
         nb::arg("pretok_stages"), nb::arg("symbols"),
         "Bytes of the workspace output of one encode call (the CUDA kernel's global arrays).");

@@ -14,6 +14,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "core/bpe_core.h"
+#include "core/window_stitch.h"
 #include "pretok/block_pretokenizer.cuh"
 
 namespace bbpe {
@@ -60,9 +61,12 @@ struct MergeCarryOp {
 constexpr int kLanePieceLen = 32;
 constexpr int kShortPieceLen = 64;
 
-// The pre-tokenizer works in tiles of 4096 bytes per block, whatever the block size.
+// The pre-tokenizer works in tiles of 4096 bytes per block, whatever the block size; in the
+// tile pipeline of long rows its tiles are the row's (kTileItems: kTileBytes per block).
 template <int kThreads>
 constexpr int kPretokItems = 4096 / kThreads;
+template <int kThreads>
+constexpr int kTileItems = kTileBytes / kThreads;
 
 template <int kThreads>
 struct Scans {

@@ -40,6 +40,7 @@ namespace {
 // no second round; no whole-piece merge (a piece that needs it puts out no tokens, so that a
 // test can tell that every boundary was stitched).
 constexpr int kNoSecondRound = 1024, kNoFallback = 2048;
+static_assert(kStitchMargin < kNoSecondRound, "the flags sit above every margin");
 __device__ __forceinline__ int stitch_margin(const EncodeParams& p) {
   return p.stitch_margin < 0 ? 0 : p.stitch_margin % kNoSecondRound;
 }

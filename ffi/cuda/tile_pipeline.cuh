@@ -32,7 +32,8 @@ enum TilePass : int { kBwd, kFwd, kFlags };
 template <int kThreads, int kPass>
 __global__ void __launch_bounds__(kThreads) tile_pretokenize(const __grid_constant__ EncodeParams p,
                                                              bool load) {
-  using Pretok = BlockPretokenizer<kThreads, kPretokItems<kThreads>>;
+  using Pretok = BlockPretokenizer<kThreads, kTileItems<kThreads>>;
+  static_assert(Pretok::kTile == kTileBytes, "the pre-tokenizer's tiles are the row's");
   __shared__ typename Pretok::TempStorage tmp;
   const RowArrays r = row_arrays(p, row_of_block(p));
   const TileAt t = which_tile(p, r);
@@ -127,9 +128,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_enco
     if (threadIdx.x == 0) { info.first = s0; info.count = 0; info.huge_lo = -1; }
     return;
   }
-  // The end: windows of kTileBytes after the tile, each thread a run of bytes.
-  constexpr int kItems = kTileBytes / kThreads;
-  for (int w = hi; w < r.n; w += kTileBytes) {
+  // The end: windows of kScanBytes after the tile, each thread a run of bytes (a huge piece's
+  // end is one block's serial scan: steps of 4096 bytes whatever the tile size).
+  constexpr int kScanBytes = 4096, kItems = kScanBytes / kThreads;
+  for (int w = hi; w < r.n; w += kScanBytes) {
     bool found = false;
     for (int i = w + (int)threadIdx.x * kItems; i < min(w + (int)(threadIdx.x + 1) * kItems, r.n); ++i)
       if (segment_starts_at(r.a.is_special, r.a.piece_start, i)) { atomicMin(&end, i); found = true; break; }

@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) tile_matches(const __grid_constant__
   if (!t.live) return;
   const int hi = t.hi;
   load_tile<kThreads>(r, t);
-  constexpr int kItems = kTileBytes / kThreads;
+  constexpr int kItems = kTileItems<kThreads>;
   const int base = t.lo + (int)threadIdx.x * kItems;
   int mine = 0;
   for (int i = base; i < base + kItems && i < hi; ++i) {
