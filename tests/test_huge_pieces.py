@@ -169,6 +169,10 @@ def test_fallback_when_a_boundary_has_no_shared_token(monkeypatch, margin):
 RUNS_OFFSETS = (0, 1000, 4000, TILE - 3, TILE + 5)
 
 
+def runs_max_len(n: int) -> int:
+    return n + max(RUNS_OFFSETS) + TILE
+
+
 def runs_rows(n: int) -> list[bytes]:
     return [
         b"7" * off + testing.letters_runs(random.Random(f"runs/{n}/{off}"), n, TILE) for off in RUNS_OFFSETS
@@ -180,7 +184,7 @@ def runs_rows(n: int) -> list[bytes]:
 def test_runs_across_tile_boundaries(name, n):
     tok = load_tokenizer(name, "tiktoken")
     rows = runs_rows(n)
-    want = assert_gpu_equals_cpu(tok, rows, max_len=n + 2 * TILE, block_sizes=(256, 1024))
+    want = assert_gpu_equals_cpu(tok, rows, max_len=runs_max_len(n), block_sizes=(256, 1024))
     assert_equals_tiktoken(name, rows, want)
 
 
@@ -192,7 +196,7 @@ def test_second_round_stitches_what_the_first_cannot(monkeypatch, name):
     by the CPU model of the windows, benchmarks/window_stitch.py; BUILD_NOTES.md)."""
     tok = load_tokenizer(name, "tiktoken")
     rows = runs_rows(1 << 16) + runs_rows(1 << 20)
-    kw = {"device": gpu_devices()[0], "max_len": (1 << 20) + 2 * TILE, "max_tokens": 1 << 20}
+    kw = {"device": gpu_devices()[0], "max_len": runs_max_len(1 << 20), "max_tokens": 1 << 20}
     monkeypatch.setenv("BLOCKBPE_STITCH_FALLBACK", "0")
     for bs in (256, 1024):
         assert_equals_tiktoken(name, rows, run(tok, rows, block_size=bs, **kw))

@@ -75,9 +75,10 @@ struct TileInfo {
   int32_t reach;       // window 0 had no shared token on its left: 1 + the reach frame where the
                        // second round encodes it again, or 0
   int32_t reach_used;  // (tile 0) reach frames of the row taken
+  int32_t tokens_before;  // (row_token_offsets) the row's tokens in the tiles before this one
   uint8_t t_after;     // T after the tile
   uint8_t s_before;    // S before the tile
-  uint8_t pad[14];
+  uint8_t pad[10];
 };
 static_assert(sizeof(TileInfo) % 16 == 0, "rows stay 16-byte aligned");
 

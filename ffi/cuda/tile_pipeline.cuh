@@ -160,37 +160,47 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_enco
     }
 }
 
-// Output: the tile's tokens at their place in the row (the counts of the tiles before it),
-// its share of the padding, and (tile 0) the row's count, with the single-block path's
-// meaning: the full count, -2 for a row that is not in NFC, -1 for a bad length.
+// Per row, a scan of its tiles' token counts: each tile's tokens before it, and the row's count
+// with the single-block path's meaning (the full count, -2 for a row that is not in NFC, -1 for
+// a bad length). One pass over the tiles, so that tile_output stays linear in the row's length.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) row_token_offsets(const __grid_constant__ EncodeParams p) {
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  const RowArrays r = row_arrays(p, blockIdx.x);
+  const int tiles = r.n < 0 ? 0 : (r.n + kTileBytes - 1) / kTileBytes;
+  int running = 0;
+  bool not_nfc = false;
+  for (int done = 0; done < tiles; done += kThreads) {
+    const int k = done + (int)threadIdx.x;
+    const int c = k < tiles ? tile_token_count(r, k) : 0;
+    not_nfc |= k < tiles && (p.pretok.nfc || p.pretok.lower) && r.info[k].not_nfc;
+    int before, sum;
+    Scan(tmp).ExclusiveSum(c, before, sum);
+    if (k < tiles) r.info[k].tokens_before = running + before;
+    running += sum;
+    __syncthreads();  // (tmp is reused)
+  }
+  not_nfc = __syncthreads_or(not_nfc);
+  if (threadIdx.x == 0) p.counts[blockIdx.x] = r.n < 0 ? -1 : (not_nfc ? kCountNotNormalized : running);
+}
+
+// Output: the tile's tokens at their place in the row (row_token_offsets) and its share of the
+// padding.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) tile_output(const __grid_constant__ EncodeParams p) {
-  __shared__ int before, total;
   const RowArrays r = row_arrays(p, row_of_block(p));
   const TileAt t = which_tile(p, r);
   const int tiles_here = r.n < 0 ? 0 : (r.n + kTileBytes - 1) / kTileBytes;
-  if (threadIdx.x == 0) before = total = 0;
-  __syncthreads();
-  bool not_nfc = false;
-  int mine_before = 0, mine = 0;
-  for (int k = threadIdx.x; k < tiles_here; k += kThreads) {
-    const int c = tile_token_count(r, k);
-    mine += c;
-    mine_before += k < t.tile ? c : 0;
-    not_nfc |= (p.pretok.nfc || p.pretok.lower) && r.info[k].not_nfc;
-  }
-  if (mine) atomicAdd(&total, mine);
-  if (mine_before) atomicAdd(&before, mine_before);
-  not_nfc = __syncthreads_or(not_nfc);
-  const int count = r.n < 0 ? -1 : (not_nfc ? kCountNotNormalized : total);
+  const int count = p.counts[t.b];
   const int filled = count < 0 ? 0 : count;
   int32_t* ids = p.ids + t.b * (int64_t)p.max_tokens;
-  if (count >= 0 && t.tile < tiles_here) copy_tile_tokens<kThreads>(p, r, t.tile, ids, before);
+  if (count >= 0 && t.tile < tiles_here)
+    copy_tile_tokens<kThreads>(p, r, t.tile, ids, r.info[t.tile].tokens_before);
   const int tiles = (int)tiles_per_row(p.max_len);
   for (int64_t j = filled + t.tile * (int64_t)kThreads + threadIdx.x; j < p.max_tokens;
        j += (int64_t)tiles * kThreads)
     ids[j] = p.pad_id;
-  if (t.tile == 0 && threadIdx.x == 0) p.counts[t.b] = count;
 }
 
 template <int kThreads>
@@ -213,6 +223,7 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
   huge_reach<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   huge_stitch<kThreads, true><<<tiles, kThreads, 0, stream>>>(p);
   huge_fallback<kThreads><<<tiles, kThreads, 0, stream>>>(p);
+  row_token_offsets<kThreads><<<rows, kThreads, 0, stream>>>(p);
   tile_output<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }

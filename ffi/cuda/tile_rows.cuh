@@ -33,8 +33,9 @@ namespace {
 //     windows, stitched at shared tokens; a boundary without one encodes its right window again
 //     from a tile earlier and searches again; where that fails too the piece is merged whole
 //     by the tile it starts in;
-//   tile_output: every block adds the counts of the tiles before its own, copies its tokens
-//     (its windows' share of huge pieces included) into the row of ids and pads a share of it.
+//   row_token_offsets (each tile's tokens before it, the row's count) -> tile_output: every
+//     block copies its tokens (its windows' share of huge pieces included) into the row of ids
+//     and pads a share of it.
 // Results equal the one-block path: the same rules on the same segments, in the same order.
 struct RowArrays {
   BlockArrays a;   // the row's arrays (as one block over the whole row would carve them)
