@@ -5,7 +5,7 @@
 # tests/test_long_rows.py). Run from the repo root on the GPU machine with the data under
 # .carry/data (scripts/gpu_check.sh's layout):
 #     OUT=dir bash benchmarks/tile_sizes.sh
-# Settings (environment): TILE_SIZES ("4096 2048 1024"; the first is the pip build, the others
+# Settings (environment): TILE_SIZES ("2048 4096 1024"; the first is the pip build, the others
 # cmake builds in build/t<N> whose modules replace the installed ones in turn), TILE_BENCH_SIZES
 # (16K,64K,1M), TILE_CASES, TILE_TIKTOKEN_MAX (1M), TILE_TESTS (1: the tests for every size),
 # TILES_DEADLINE (525 s: every step is under `timeout`). Everything goes into $OUT/all.tgz, the
@@ -16,7 +16,7 @@ DEADLINE=${TILES_DEADLINE:-525}
 W=$OUT/w; mkdir -p "$W"
 [ -e .carry ] || ln -s .carryn .carry
 export BLOCKBPE_DATA=$PWD/.carry/data PYTHONUNBUFFERED=1
-read -r -a SIZES <<< "${TILE_SIZES:-4096 2048 1024}"
+read -r -a SIZES <<< "${TILE_SIZES:-2048 4096 1024}"
 BENCH_SIZES=${TILE_BENCH_SIZES:-16K,64K,1M}
 CASES=${TILE_CASES:-prose,cjk,letters_a_j,letters_runs,mixed,run_in_piece}
 {

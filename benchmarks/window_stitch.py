@@ -2,7 +2,7 @@
 
     python3 benchmarks/window_stitch.py [--out DIR] [--vocabs cl100k o200k r50k]
         [--margins 64 128 256 512] [--offsets 0] [--align 1] [--prefixes ""] [--reach-back 0]
-        [--tile 4096]
+        [--tile 2048]
 
 The piece starts `offset` bytes into its row (after `prefix`, which belongs to the piece).
 The row's tiles (--tile bytes, kTileBytes) cut it into chunks; each chunk gets a window (the chunk and `margin`
@@ -39,7 +39,7 @@ import tiktoken.load
 
 from blockbpe_jax import testing
 
-TILE = 4096  # kTileBytes of the default build (CMake BLOCKBPE_TILE_BYTES)
+TILE = 2048  # kTileBytes of the default build (CMake BLOCKBPE_TILE_BYTES)
 
 
 def _letters(rng, n: int) -> bytes:

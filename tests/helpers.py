@@ -31,6 +31,18 @@ CPU = jax.devices("cpu")[0]
 FULL = os.environ.get("BLOCKBPE_FULL", "") not in ("", "0")
 
 
+@functools.cache
+def window_stitch_model():
+    """benchmarks/window_stitch.py, the CPU model of huge pieces' windows (ffi/core/window_stitch.h)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "window_stitch.py"
+    spec = importlib.util.spec_from_file_location("blockbpe_window_stitch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def gpu_devices() -> list:
     try:
         return jax.devices("gpu")

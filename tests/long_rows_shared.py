@@ -12,7 +12,7 @@ from blockbpe_jax import native
 
 from helpers import gpu_devices, tiktoken_enc
 
-TILE = native.cpu.tile_bytes  # kTileBytes as built (CMake BLOCKBPE_TILE_BYTES; 4096 by default)
+TILE = native.cpu.tile_bytes  # kTileBytes as built (CMake BLOCKBPE_TILE_BYTES; 2048 by default)
 BLOCK_SIZES = (256, 512, 1024)
 
 

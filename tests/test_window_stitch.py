@@ -11,20 +11,15 @@ round (kReachBack). The GPU runs the same rule: tests/test_huge_pieces.py.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 
 from blockbpe_jax import native, testing
 
-from helpers import vocab_path
+from helpers import vocab_path, window_stitch_model
 
-_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "window_stitch.py"
-_spec = importlib.util.spec_from_file_location("blockbpe_window_stitch", _PATH)
-window_stitch = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(window_stitch)
+window_stitch = window_stitch_model()
 
 MARGIN = ALIGN = 256  # kStitchMargin, kStitchAlign
 TILE = native.cpu.tile_bytes  # kTileBytes as built (CMake BLOCKBPE_TILE_BYTES)

@@ -31,7 +31,7 @@ namespace bbpe {
 // row and give each window fewer distinct ranks (merge passes), larger ones fewer windows to
 // stitch. The size changes only where windows are cut, never the ids (see above).
 #ifndef BBPE_TILE_BYTES
-#define BBPE_TILE_BYTES 4096
+#define BBPE_TILE_BYTES 2048
 #endif
 constexpr int kTileBytes = BBPE_TILE_BYTES;
 // Every block size (256, 512, 1024 threads) gives each thread the same whole number of a

@@ -89,15 +89,46 @@ __device__ __forceinline__ int32_t* window_array(const WindowAt& at, int k) {
 }
 constexpr int kWindowIds = 4, kWindowStarts = 1;
 
-// BPE of one piece text[0..n) (n >= 1) in a.tok / a.rank with the block passes; returns the
-// count (the tokens in a.tok, flagged).
+// Shared memory of the kernels that merge huge pieces: the five token arrays of a whole window.
+// A pass sweeps its arrays three times, between barriers; in global memory every sweep waits on
+// L2, and a window of a huge piece takes about one pass per distinct rank in it (thousands).
+constexpr int kSmemPieceTokens = kWindowLead + kTileBytes + kStitchMargin;
+constexpr size_t kSmemPieceBytes = 5 * sizeof(int32_t) * kSmemPieceTokens;
+__device__ __forceinline__ BlockArrays smem_piece_arrays(BlockArrays a, int32_t* smem) {
+  a.tok = smem;
+  a.rank = smem + kSmemPieceTokens;
+  a.next_tok = smem + 2 * kSmemPieceTokens;
+  a.next_rank = smem + 3 * kSmemPieceTokens;
+  a.merged = smem + 4 * kSmemPieceTokens;
+  return a;
+}
+__device__ __forceinline__ int32_t* piece_smem() {  // (the kernels' dynamic shared memory)
+  extern __shared__ __align__(16) int32_t dynamic_smem[];
+  return dynamic_smem;
+}
+
+// BPE of one piece text[0..n) (n >= 1) with the block passes: in a's arrays while it is longer
+// than kSmemPieceTokens tokens, then in shared memory (smem, kSmemPieceBytes); returns the
+// count, the tokens (flagged) in a.tok, wherever that is then.
 template <int kThreads>
 __device__ __forceinline__ int merge_piece(const VocabView& v, BlockArrays& a, const uint8_t* text, int n,
-                                           typename Scans<kThreads>::Storage& tmp) {
+                                           int32_t* smem, typename Scans<kThreads>::Storage& tmp) {
+  if (n <= kSmemPieceTokens) a = smem_piece_arrays(a, smem);
   for (int i = threadIdx.x; i < n; i += kThreads) a.tok[i] = v.byte_ids[text[i]] | (i == 0 ? kSegStart : 0);
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = rank_at(v, a.tok, i, n);
   __syncthreads();
+  if (n > kSmemPieceTokens) {
+    n = merge_passes<kThreads>(v, a, n, tmp, kSmemPieceTokens);
+    if (n > kSmemPieceTokens) return n;  // no pair left to merge
+    const BlockArrays s = smem_piece_arrays(a, smem);
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      s.tok[i] = a.tok[i];
+      s.rank[i] = a.rank[i];
+    }
+    __syncthreads();
+    a = s;
+  }
   return merge_passes<kThreads>(v, a, n, tmp);
 }
 
@@ -112,7 +143,7 @@ __device__ __forceinline__ void encode_window(const EncodeParams& p, const RowAr
   a.next_tok = window_array(at, 2);
   a.next_rank = window_array(at, 3);
   a.merged = window_array(at, kWindowIds);
-  const int n = merge_piece<kThreads>(p.vocab, a, r.a.text + at.bytes.lo, at.bytes.hi - at.bytes.lo, tmp);
+  const int n = merge_piece<kThreads>(p.vocab, a, r.a.text + at.bytes.lo, at.bytes.hi - at.bytes.lo, piece_smem(), tmp);
   int32_t* ids = window_array(at, kWindowIds);  // (merged: free after the passes)
   for (int j = threadIdx.x; j < n; j += kThreads) ids[j] = token_id(a.tok[j]);
   __syncthreads();
@@ -235,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_fall
   const int lo = info.huge_lo;
   BlockArrays a = r.a;
   a.tok += lo; a.rank += lo; a.next_tok += lo; a.next_rank += lo; a.merged += lo;
-  const int n = merge_piece<kThreads>(p.vocab, a, r.a.text + lo, info.huge_hi - lo, tmp);
+  const int n = merge_piece<kThreads>(p.vocab, a, r.a.text + lo, info.huge_hi - lo, piece_smem(), tmp);
   int32_t* out = r.a.merged + lo;  // (merged: free after the passes)
   for (int j = threadIdx.x; j < n; j += kThreads) out[j] = token_id(a.tok[j]);
   if (threadIdx.x == 0) info.huge_count = n;

@@ -13,11 +13,12 @@
 namespace bbpe {
 namespace {
 
-// Merge passes over a.tok / a.rank (n tokens); returns the final count. kFirstOnly: the ranks
-// carry the first-only flag (core/bpe_core.h; the SentencePiece kernel).
+// Merge passes over a.tok / a.rank (n tokens); returns the final count, or the count once it
+// is at most stop_at (the caller moves the tokens and goes on). kFirstOnly: the ranks carry the
+// first-only flag (core/bpe_core.h; the SentencePiece kernel).
 template <int kThreads, bool kFirstOnly = false>
 __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int n,
-                            typename Scans<kThreads>::Storage& tmp) {
+                            typename Scans<kThreads>::Storage& tmp, int stop_at = 0) {
   // Pair i is a candidate: its rank is its segment's lowest (and, at a first-only rank, the
   // pair before it is not a candidate: first_only_demoted; that pair is in the same segment
   // whenever it has the same rank, and a.rank stays as it is until the compaction).
@@ -25,7 +26,7 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
     const int32_t r = a.rank[i];
     return r != kNoRank && r == lowest && !(kFirstOnly && i > 0 && first_only_demoted(r, a.rank[i - 1]));
   };
-  for (;;) {
+  while (n > stop_at) {
     const int per = (n + kThreads - 1) / kThreads;
     const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
     // 1. Segment minima, written at each segment's start index (into next_tok: free now).
