@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import blockbpe_jax as bb
-from blockbpe_jax import testing
+from blockbpe_jax import native, testing
 
 from helpers import gpu_devices, load_tokenizer, vocab_path
 from long_rows_shared import TILE, assert_equals_tiktoken, assert_gpu_equals_cpu, cpu, cut, run
@@ -73,6 +73,26 @@ SEGMENTS = [
     b"\xf0\x9f\x8e",
     b"\xff\xfe",
 ]
+
+
+@pytest.mark.parametrize("max_len", [2 * TILE + 1, 6000, 8192])
+def test_few_rows_of_a_few_kib_take_the_tiles(max_len, prose):
+    """Up to kFewRows (16) rows wider than two tiles go through the tile pipeline below 8 KiB too
+    (one block per row would leave the GPU idle and merge a piece of several KiB in one block);
+    17 rows keep one block per row (the workspace says which). Both equal the CPU and tiktoken,
+    huge pieces (windows) included."""
+    tiled = native.workspace_bytes(16, max_len, 1, 0) // 16
+    assert tiled > native.workspace_bytes(17, max_len, 1, 0) // 17
+    rng = random.Random(max_len)
+    kinds = sorted(testing.ADVERSARIAL)
+    rows = [cut(prose, 977 * k, max_len - k) for k in range(4)]
+    rows += [
+        cut(testing.ADVERSARIAL[kinds[k % len(kinds)]](rng, max_len), 0, max_len - 3 * k) for k in range(13)
+    ]
+    tok = load_tokenizer("cl100k", "tiktoken")
+    for batch in (rows[:1], rows[:16], rows):
+        want = assert_gpu_equals_cpu(tok, batch, max_len=max_len, block_sizes=(256, 1024))
+        assert_equals_tiktoken("cl100k", batch, want)
 
 
 def test_pieces_crossing_tile_boundaries(prose):

@@ -48,8 +48,13 @@ BBPE_HD int64_t smem_bytes_per_string(int64_t max_len, int pretok_stages, int sy
 // by shape (the host never reads the lengths); other modes keep one block per string. A piece
 // longer than a tile is encoded by overlapping windows (core/window_stitch.h) in window frames
 // after the tiles.
-BBPE_HD bool tiled_rows(int64_t max_len, int pretok_stages, int symbols) {
-  return max_len > kSmemMaxLen && pretok_stages == 1 && symbols == kSymbolsBytes;
+// A batch of at most kFewRows rows wider than two tiles is tiled too: one block per row would
+// leave most SMs idle, and a piece of several KiB would be merged by one block, pass after pass
+// over all of it (CJK 8 KiB: 20 ms in one block; BUILD_NOTES.md, "Tile size decided").
+constexpr int64_t kFewRows = 16;
+BBPE_HD bool tiled_rows(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
+  const bool wide = max_len > kSmemMaxLen || (batch <= kFewRows && max_len > 2 * (int64_t)kTileBytes);
+  return wide && pretok_stages == 1 && symbols == kSymbolsBytes;
 }
 BBPE_HD int64_t tiles_per_row(int64_t max_len) { return (max_len + kTileBytes - 1) / kTileBytes; }
 // What a tile hands to the kernels after it. Positions are within the row.
@@ -121,7 +126,7 @@ BBPE_HD int64_t workspace_bytes_per_tiled_row(int64_t max_len) {
 }
 // The size of the workspace output (at least one byte: XLA buffers are never empty).
 BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
-  const int64_t total = batch * (tiled_rows(max_len, pretok_stages, symbols)
+  const int64_t total = batch * (tiled_rows(batch, max_len, pretok_stages, symbols)
                                      ? workspace_bytes_per_tiled_row(max_len)
                                      : workspace_bytes_per_string(max_len, pretok_stages, symbols));
   return total < 1 ? 1 : total;

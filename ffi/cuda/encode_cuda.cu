@@ -56,7 +56,7 @@ namespace {
 
 template <int kThreads>
 cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
-  if (tiled_rows(p.max_len, p.pretok_stages, p.symbols)) return launch_tiles<kThreads>(p, stream);
+  if (tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols)) return launch_tiles<kThreads>(p, stream);
   const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.pretok_stages, p.symbols);
   const auto kernel = p.symbols == kSymbolsChars ? encode_chars_kernel<kThreads> : encode_kernel<kThreads>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
