@@ -75,9 +75,9 @@ SEGMENTS = [
 ]
 
 
-@pytest.mark.parametrize("max_len", [2 * TILE + 1, 6000, 8192])
+@pytest.mark.parametrize("max_len", [TILE + 1, 6000, 8192])
 def test_few_rows_of_a_few_kib_take_the_tiles(max_len, prose):
-    """Up to kFewRows (16) rows wider than two tiles go through the tile pipeline below 8 KiB too
+    """Up to kFewRows (16) rows wider than a tile go through the tile pipeline below 8 KiB too
     (one block per row would leave the GPU idle and merge a piece of several KiB in one block);
     17 rows keep one block per row (the workspace says which). Both equal the CPU and tiktoken,
     huge pieces (windows) included."""

@@ -48,12 +48,12 @@ BBPE_HD int64_t smem_bytes_per_string(int64_t max_len, int pretok_stages, int sy
 // by shape (the host never reads the lengths); other modes keep one block per string. A piece
 // longer than a tile is encoded by overlapping windows (core/window_stitch.h) in window frames
 // after the tiles.
-// A batch of at most kFewRows rows wider than two tiles is tiled too: one block per row would
-// leave most SMs idle, and a piece of several KiB would be merged by one block, pass after pass
-// over all of it (CJK 8 KiB: 20 ms in one block; BUILD_NOTES.md, "Tile size decided").
+// A batch of at most kFewRows rows wider than a tile is tiled too: one block per row would leave
+// most SMs idle, and a piece of several KiB would be merged by one block, pass after pass over
+// all of it (CJK 8 KiB: 20 ms in one block, 1.9 ms tiled; BUILD_NOTES.md, "Tile size decided").
 constexpr int64_t kFewRows = 16;
 BBPE_HD bool tiled_rows(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
-  const bool wide = max_len > kSmemMaxLen || (batch <= kFewRows && max_len > 2 * (int64_t)kTileBytes);
+  const bool wide = max_len > kSmemMaxLen || (batch <= kFewRows && max_len > kTileBytes);
   return wide && pretok_stages == 1 && symbols == kSymbolsBytes;
 }
 BBPE_HD int64_t tiles_per_row(int64_t max_len) { return (max_len + kTileBytes - 1) / kTileBytes; }
