@@ -1,9 +1,9 @@
 """Long rows on the GPU: the tile pipeline (ffi/cuda/tile_rows.cuh, "Long rows").
 
-Rows wider than 8192 bytes in exact mode with a one-stage pre-tokenizer are spread over one
-block per 2048-byte tile (kTileBytes; a build option). Every test here encodes on the GPU and
-compares, row by row and padding included, with the CPU executor (no blocks, the reference)
-and with tiktoken: prose of 8 KiB .. 8 MiB, adversarial pieces, pieces and special tokens
+Rows wider than 8192 bytes (or than a tile, in batches of at most 16 rows) in exact mode with a
+one-stage pre-tokenizer are spread over one block per 2048-byte tile (kTileBytes; a build
+option). Every test here encodes on the GPU and compares, row by row and padding included, with
+the CPU executor (no blocks, the reference) and with tiktoken: prose of 8 KiB .. 8 MiB, adversarial pieces, pieces and special tokens
 crossing tile boundaries at every offset near them, empty rows and rows of different lengths
 in one batch, counts over the capacity, bad lengths without the host check, and the NFC
 check. Skips where JAX sees no GPU.

@@ -14,10 +14,11 @@ namespace bbpe {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// Long rows: the tile pipeline (binding/encode_params.h, tiled_rows). A row wider than kSmemMaxLen is
-// cut into tiles of kTileBytes; the per-tile kernels run one block per (row, tile) (blocks of
-// tiles past a row's length return at once) and hand what the next stage needs to the row
-// kernels, one block per row, which compose it over the row's tiles:
+// Long rows: the tile pipeline (binding/encode_params.h, tiled_rows). A row wider than kSmemMaxLen
+// (or than a tile, in a batch of at most kFewRows rows) is cut into tiles of kTileBytes; the
+// per-tile kernels run one block per (row, tile) (blocks of tiles past a row's length return at
+// once) and hand what the next stage needs to the row kernels, one block per row, which compose
+// it over the row's tiles:
 //   specials only: tile_matches (every match, listed per tile; the leftmost-first acceptance
 //     entering at the tile's start) -> row_specials (the acceptance entering each tile) ->
 //     tile_specials (is_special of the tile's bytes);
