@@ -2,7 +2,7 @@
 """One string per call, 128 B .. 64 MiB, prose and adversarial inputs, ours vs tiktoken.
 
     python3 benchmarks/single_string.py --out DIR [--max-mib 64] [--sizes 64K,1M] [--budget-s 5]
-        [--cases prose,...] [--tiktoken-max 1M]
+        [--cases prose,...] [--tiktoken-max 1M] [--block-size 256]
 
 cl100k, exact mode. Cases (deterministic): prose (War and Peace, repeated), one letter
 repeated, random letters a-j, spaces, digits, whitespace with newlines (" ", "\\t", "\\n"),
@@ -150,6 +150,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=5.0)
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--tiktoken-max", default=None, help="tiktoken only up to this size, such as 1M")
+    ap.add_argument("--block-size", type=int, default=256, help="CUDA threads per block (256, 512, 1024)")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -171,7 +172,9 @@ def main() -> None:
     def device_fn(width: int):
         if width not in jitted:
             jitted[width] = jax.jit(
-                lambda d, n, t: ops.encode(d, n, t, max_tokens=width, check_lengths=False)
+                lambda d, n, t: ops.encode(
+                    d, n, t, max_tokens=width, check_lengths=False, block_size=args.block_size
+                )
             )
         return jitted[width]
 
@@ -198,7 +201,7 @@ def main() -> None:
             if not over["ours_e2e"]:
 
                 def e2e():
-                    e = tok.encode_batch([text])
+                    e = tok.encode_batch([text], block_size=args.block_size)
                     ids, counts = jax.device_get((e.ids, e.counts))
                     return ids[0, : counts[0]]
 
@@ -237,6 +240,7 @@ def main() -> None:
         mode="exact",
         device=str(dev),
         budget_s=args.budget_s,
+        block_size=args.block_size,
         stitch_margin=os.environ.get("BLOCKBPE_STITCH_MARGIN", "default"),
         stitch_second=os.environ.get("BLOCKBPE_STITCH_SECOND", "default"),
         tile_bytes=native.cpu.tile_bytes,  # the build's long-row tiles (BLOCKBPE_TILE_BYTES)

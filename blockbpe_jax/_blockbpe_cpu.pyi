@@ -2,15 +2,7 @@
 #   python3 tests/test_stubs.py
 # which runs python3 -m nanobind.stubgen -m blockbpe_jax._blockbpe_cpu -o blockbpe_jax/_blockbpe_cpu.pyi
 # and adds this header.
-from typing import Annotated
-
-import numpy
-from numpy.typing import NDArray
-
-
 def pack_strings(texts: object, max_len: int) -> tuple: ...
-
-def pack_flat(flat: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', writable=False)], offsets: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', writable=False)], index: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', writable=False)], max_len: int, rows: int) -> tuple: ...
 
 def split_documents(block: bytes, field: str | None, threads: int) -> object: ...
 
@@ -18,7 +10,7 @@ def registrations() -> dict: ...
 
 smem_max_len: int = 8192
 
-tile_bytes: int = 4096
+tile_bytes: int = 2048
 
 def workspace_bytes(batch: int, max_len: int, pretok_stages: int, symbols: int) -> int:
     """

@@ -2,20 +2,12 @@
 #   python3 tests/test_stubs.py
 # which runs python3 -m nanobind.stubgen -m blockbpe_jax._blockbpe_cuda -o blockbpe_jax/_blockbpe_cuda.pyi
 # and adds this header.
-from typing import Annotated
-
-import numpy
-from numpy.typing import NDArray
-
-
 def registrations() -> dict: ...
 
 class HostStaging:
     def __init__(self, device: int) -> None: ...
 
     def upload(self, texts: object, max_len: int) -> tuple[int, int]: ...
-
-    def upload_flat(self, flat: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', writable=False)], offsets: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', writable=False)], index: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', writable=False)], max_len: int, rows: int) -> tuple[int, int]: ...
 
     def wait(self) -> None: ...
 

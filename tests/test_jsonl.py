@@ -1,7 +1,7 @@
 """The native block reader (ffi/core/jsonl.h, `split_documents`) against the Python reader
 (documents._line_documents, which json.loads each line): where the native reader accepts a
 block its documents and lines are the Python reader's; where it gives up, the Python reader
-decides. On well-formed JSONL it must not give up. Plus pack_flat's rows against pack_strings'."""
+decides. On well-formed JSONL it must not give up."""
 
 from __future__ import annotations
 
@@ -295,26 +295,6 @@ def test_threads_split_at_line_boundaries(field):
     assert native_reader(bad, field, 8) is None
 
 
-def test_pack_flat_equals_pack_strings():
-    docs = [b"", b"abc", "日本語🎉".encode(), b"x" * 40, b"\x00z"]
-    flat = np.frombuffer(b"".join(docs), np.uint8)
-    offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
-    index = np.array([4, 2, 0, 3, 1, 2], np.int64)
-    for max_len, rows in ((-1, 6), (64, 8), (40, 16)):
-        data, lengths = native.cpu.pack_flat(flat, offsets, index, max_len, rows)
-        want_data, want_lengths = pack_strings(
-            [docs[i] for i in index] + [b""] * (rows - 6), max_len=None if max_len < 0 else max_len
-        )
-        np.testing.assert_array_equal(data, want_data)
-        np.testing.assert_array_equal(lengths, want_lengths)
-    with pytest.raises(ValueError, match=r"^pack_flat: document 3 has 40 bytes, more than max_len=16$"):
-        native.cpu.pack_flat(flat, offsets, index, 16, 8)
-    with pytest.raises(IndexError, match=r"^pack_flat: index 5 is not one of 5 documents$"):
-        native.cpu.pack_flat(flat, offsets, np.array([5], np.int64), 64, 1)
-    with pytest.raises(ValueError, match=r"^pack_flat: offsets of document 0 are not within"):
-        native.cpu.pack_flat(flat, np.array([0, 999], np.int64), np.array([0], np.int64), -1, 1)
-
-
 @pytest.mark.parametrize(
     "line, message",
     [
@@ -340,18 +320,10 @@ def test_json_that_json_loads_refuses_is_a_file_line_error(tmp_path, line, messa
 def test_large_batches_pack_like_ljust(rows, width):
     """Batches of several MiB are written by several threads (core/pack_strings.h
     write_rows): every row, its zero padding, the empty rows past the documents and the
-    lengths equal a bytes.ljust reference, through pack_strings and pack_flat."""
+    lengths equal a bytes.ljust reference."""
     rng = np.random.default_rng(rows)
     docs = [bytes(rng.integers(1, 256, int(n), dtype=np.uint8)) for n in rng.integers(0, width + 1, rows)]
     want = np.frombuffer(b"".join(d.ljust(width, b"\0") for d in docs), np.uint8).reshape(rows, width)
     data, lengths = pack_strings(docs, max_len=width)
     np.testing.assert_array_equal(data, want)
     np.testing.assert_array_equal(lengths, [len(d) for d in docs])
-    flat = np.frombuffer(b"".join(docs), np.uint8)
-    offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
-    index = rng.permutation(rows).astype(np.int64)[: rows // 2]
-    extra = 5
-    data, lengths = native.cpu.pack_flat(flat, offsets, index, width, len(index) + extra)
-    np.testing.assert_array_equal(data[: len(index)], want[index])
-    assert not data[len(index) :].any() and not lengths[len(index) :].any()
-    np.testing.assert_array_equal(lengths[: len(index)], [len(docs[i]) for i in index])

@@ -72,54 +72,20 @@ inline StringViews string_views(nanobind::handle texts, int64_t& max_len) {
   return out;
 }
 
-// Views of documents index[0..count) of a flat buffer (document i is data[offsets[i],
-// offsets[i + 1])), checked as string_views checks its items; they borrow from `data`.
-inline std::vector<StringView> flat_views(const uint8_t* data, int64_t data_size,
-                                          const int64_t* offsets, int64_t n_docs,
-                                          const int64_t* index, int64_t count, int64_t& max_len) {
-  std::vector<StringView> views(count);
-  for (int64_t b = 0; b < count; ++b) {
-    const int64_t i = index[b];
-    if (i < 0 || i >= n_docs)
-      throw nanobind::index_error(("pack_flat: index " + std::to_string(i) + " is not one of " +
-                                   std::to_string(n_docs) + " documents").c_str());
-    const int64_t lo = offsets[i], hi = offsets[i + 1];
-    if (lo < 0 || hi < lo || hi > data_size)
-      throw nanobind::value_error(("pack_flat: offsets of document " + std::to_string(i) +
-                                   " are not within the " + std::to_string(data_size) +
-                                   "-byte buffer").c_str());
-    if (max_len >= 0 && hi - lo > max_len)
-      throw nanobind::value_error(("pack_flat: document " + std::to_string(i) + " has " +
-                                   std::to_string(hi - lo) + " bytes, more than max_len=" +
-                                   std::to_string(max_len)).c_str());
-    views[b] = {(const char*)data + lo, (Py_ssize_t)(hi - lo)};
-  }
-  default_width(views, max_len);
-  return views;
-}
-
-// Row b of data[rows, max_len] gets string b and zeros after it; lengths[b] its byte count.
-// Rows past the views (rows > views.size(): padding to a compiled shape) are empty. Rows are
-// independent, so a batch of several MiB is written by several threads: one core's memcpy
+// Row b of data[rows, max_len] gets string b and zeros after it; lengths[b] its byte count
+// (rows = views.size()). Rows are independent, so a batch of several MiB is written by several threads: one core's memcpy
 // and memset speed is what encode_batch's host side waits for at 1024 x 4096. Called with the
-// GIL held, which it releases: the views' owners are the caller's (StringViews::items, or the
-// arrays flat_views reads).
+// GIL held, which it releases: the views' owners are the caller's (StringViews::items).
 inline void write_rows(const std::vector<StringView>& views, int64_t max_len, uint8_t* data,
-                       int32_t* lengths, int64_t rows = -1) {
+                       int32_t* lengths) {
   nanobind::gil_scoped_release unlocked;
-  if (rows < 0) rows = (int64_t)views.size();
-  const int64_t filled = (int64_t)views.size();
+  const int64_t rows = (int64_t)views.size();
   auto write = [&](int64_t lo, int64_t hi) {  // rows [lo, hi)
-    for (int64_t b = lo; b < std::min(hi, filled); ++b) {
+    for (int64_t b = lo; b < hi; ++b) {
       uint8_t* row = data + b * max_len;
       if (views[b].second) std::memcpy(row, views[b].first, views[b].second);
       std::memset(row + views[b].second, 0, max_len - views[b].second);
       lengths[b] = (int32_t)views[b].second;
-    }
-    const int64_t empty = std::max(lo, filled);
-    if (hi > empty) {
-      std::memset(data + empty * max_len, 0, (size_t)((hi - empty) * max_len));
-      std::fill(lengths + empty, lengths + hi, 0);
     }
   };
   constexpr int64_t kBytesPerThread = 1 << 19;

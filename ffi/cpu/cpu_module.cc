@@ -74,25 +74,6 @@ static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
   return nb::make_tuple(owned_array(data, 2, shape), owned_array(lengths, 1, shape));
 }
 
-// Documents of flat[offsets[i], offsets[i + 1]) picked by `index` -> (uint8[rows, max_len]
-// zero-padded, int32[rows]); rows past len(index) are empty (the rule: core/pack_strings.h).
-static nb::tuple pack_flat(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig> flat,
-                           nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig> offsets,
-                           nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig> index,
-                           int64_t max_len, int64_t rows) {
-  if (offsets.shape(0) < 1) throw nb::value_error("pack_flat: offsets must hold n + 1 entries");
-  const int64_t count = (int64_t)index.shape(0);
-  const std::vector<bbpe::StringView> views =
-      bbpe::flat_views(flat.data(), (int64_t)flat.shape(0), offsets.data(),
-                       (int64_t)offsets.shape(0) - 1, index.data(), count, max_len);
-  rows = std::max(rows, count);
-  uint8_t* data = new uint8_t[rows * max_len + 1];
-  int32_t* lengths = new int32_t[rows + 1];
-  bbpe::write_rows(views, max_len, data, lengths, rows);
-  const size_t shape[2] = {(size_t)rows, (size_t)max_len};
-  return nb::make_tuple(owned_array(data, 2, shape), owned_array(lengths, 1, shape));
-}
-
 // A block of whole lines -> (flat uint8[total], offsets int64[n + 1], line int64[n] of each
 // document counted from the block's first, newlines in the block), or None to give up (the
 // rules: core/jsonl.h). field None: plain lines.
@@ -134,8 +115,6 @@ static nb::object split_documents(nb::bytes block, std::optional<std::string> fi
 
 NB_MODULE(_blockbpe_cpu, m) {
   m.def("pack_strings", &pack_strings, nb::arg("texts"), nb::arg("max_len"));
-  m.def("pack_flat", &pack_flat, nb::arg("flat"), nb::arg("offsets"), nb::arg("index"),
-        nb::arg("max_len"), nb::arg("rows"));
   m.def("split_documents", &split_documents, nb::arg("block"), nb::arg("field").none(),
         nb::arg("threads"));
   m.def("registrations", []() {

@@ -76,21 +76,32 @@ class HostStaging {
   // the device. Returns (batch, max_len) of the packed rows.
   std::pair<int64_t, int64_t> upload(nb::handle texts, int64_t max_len) {
     const StringViews strings = string_views(texts, max_len);
-    return upload_views(strings.views, max_len, (int64_t)strings.views.size());
-  }
-
-  // As upload, from documents index[...] of a flat buffer (pack_flat's rule: rows past
-  // len(index) empty).
-  std::pair<int64_t, int64_t> upload_flat(
-      nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig> flat,
-      nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig> offsets,
-      nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig> index, int64_t max_len,
-      int64_t rows) {
-    if (offsets.shape(0) < 1) throw nb::value_error("pack_flat: offsets must hold n + 1 entries");
-    const std::vector<StringView> views =
-        flat_views(flat.data(), (int64_t)flat.shape(0), offsets.data(),
-                   (int64_t)offsets.shape(0) - 1, index.data(), (int64_t)index.shape(0), max_len);
-    return upload_views(views, max_len, std::max(rows, (int64_t)views.size()));
+    const int64_t batch = (int64_t)strings.views.size();
+    if (batch == 0 || max_len == 0) throw nb::value_error("HostStaging: empty batch or rows");
+    // Lengths after the rows, at a 256-byte boundary (JAX imports aligned buffers only).
+    const size_t lengths_at = (size_t)((batch * max_len + 255) / 256 * 256);
+    const size_t bytes = lengths_at + (size_t)batch * sizeof(int32_t);
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    {
+      nb::gil_scoped_release unlocked;  // the previous copy out of the pinned rows
+      check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
+    }
+    if (bytes > capacity_) {
+      const size_t grown = std::max(bytes, capacity_ * 2);
+      if (host_) check_cuda(cudaFreeHost(host_), "cudaFreeHost");
+      host_ = nullptr;
+      capacity_ = 0;
+      check_cuda(cudaHostAlloc((void**)&host_, grown, cudaHostAllocDefault), "cudaHostAlloc");
+      device_buffer_ = std::make_shared<DeviceAllocation>(device_, grown);
+      capacity_ = grown;
+      ++generation_;
+    }
+    write_rows(strings.views, max_len, host_, reinterpret_cast<int32_t*>(host_ + lengths_at));
+    check_cuda(cudaMemcpyAsync(device_buffer_->ptr, host_, bytes, cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync");
+    check_cuda(cudaEventRecord(copied_, stream_), "cudaEventRecord");
+    batch_ = batch, max_len_ = max_len, lengths_at_ = lengths_at;  // what device_arrays shows
+    return {batch_, max_len_};
   }
 
   // Blocks until the last copy has ended (the GIL released meanwhile).
@@ -130,36 +141,6 @@ class HostStaging {
   int64_t generation() const { return generation_; }
 
  private:
-  // The rows of `views` (then empty rows up to `batch`) into the pinned buffer, and the start
-  // of their copy.
-  std::pair<int64_t, int64_t> upload_views(const std::vector<StringView>& views, int64_t max_len,
-                                           int64_t batch) {
-    if (batch == 0 || max_len == 0) throw nb::value_error("HostStaging: empty batch or rows");
-    // Lengths after the rows, at a 256-byte boundary (JAX imports aligned buffers only).
-    const size_t lengths_at = (size_t)((batch * max_len + 255) / 256 * 256);
-    const size_t bytes = lengths_at + (size_t)batch * sizeof(int32_t);
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    {
-      nb::gil_scoped_release unlocked;  // the previous copy out of the pinned rows
-      check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
-    }
-    if (bytes > capacity_) {
-      const size_t grown = std::max(bytes, capacity_ * 2);
-      if (host_) check_cuda(cudaFreeHost(host_), "cudaFreeHost");
-      host_ = nullptr;
-      capacity_ = 0;
-      check_cuda(cudaHostAlloc((void**)&host_, grown, cudaHostAllocDefault), "cudaHostAlloc");
-      device_buffer_ = std::make_shared<DeviceAllocation>(device_, grown);
-      capacity_ = grown;
-      ++generation_;
-    }
-    write_rows(views, max_len, host_, reinterpret_cast<int32_t*>(host_ + lengths_at), batch);
-    check_cuda(cudaMemcpyAsync(device_buffer_->ptr, host_, bytes, cudaMemcpyHostToDevice, stream_),
-               "cudaMemcpyAsync");
-    check_cuda(cudaEventRecord(copied_, stream_), "cudaEventRecord");
-    batch_ = batch, max_len_ = max_len, lengths_at_ = lengths_at;  // what device_arrays shows
-    return {batch_, max_len_};
-  }
 
   int device_;
   cudaStream_t stream_ = nullptr;
@@ -184,8 +165,6 @@ NB_MODULE(_blockbpe_cuda, m) {
   nb::class_<bbpe::HostStaging>(m, "HostStaging")
       .def(nb::init<int>(), nb::arg("device"))
       .def("upload", &bbpe::HostStaging::upload, nb::arg("texts"), nb::arg("max_len"))
-      .def("upload_flat", &bbpe::HostStaging::upload_flat, nb::arg("flat"), nb::arg("offsets"),
-           nb::arg("index"), nb::arg("max_len"), nb::arg("rows"))
       .def("wait", &bbpe::HostStaging::wait)
       .def("device_arrays", &bbpe::HostStaging::device_arrays)
       .def_prop_ro("capacity", &bbpe::HostStaging::capacity)
