@@ -15,7 +15,8 @@ pre-tokenizer piece of the whole string. Sizes 128 B, x4 up to 512 KiB, then 1 M
 --max-mib, or the --sizes given (strings are cut on a character boundary at or below the
 size). BLOCKBPE_STITCH_MARGIN=-1 in the environment merges such pieces whole (the CUDA
 handler's test hook; recorded in the JSON as stitch_margin), BLOCKBPE_STITCH_SECOND=0 turns off
-the second round for boundaries without a shared token (recorded as stitch_second). Per case
+the second round for boundaries without a shared token (recorded as stitch_second),
+BLOCKBPE_WARP_WINDOWS=0 merges every window by its whole block (recorded as warp_windows). Per case
 and size:
   ours_device  the jitted `encode` of one row already on the device (ids left there): median
                of repeated calls after a warm-up call (the compile)
@@ -243,6 +244,7 @@ def main() -> None:
         block_size=args.block_size,
         stitch_margin=os.environ.get("BLOCKBPE_STITCH_MARGIN", "default"),
         stitch_second=os.environ.get("BLOCKBPE_STITCH_SECOND", "default"),
+        warp_windows=os.environ.get("BLOCKBPE_WARP_WINDOWS", "default"),
         tile_bytes=native.cpu.tile_bytes,  # the build's long-row tiles (BLOCKBPE_TILE_BYTES)
         rows=rows,
         slower_than_tiktoken=[

@@ -82,6 +82,19 @@ def test_single_pieces_of_many_lengths(name, kind):
     assert_equals_tiktoken(name, rows, want)
 
 
+@pytest.mark.parametrize("name", ["cl100k", "o200k"])
+def test_windows_merged_by_their_whole_block(monkeypatch, name):
+    """Windows are encoded in sub-windows, one warp each, where they can; with the CUDA handler's
+    test hook BLOCKBPE_WARP_WINDOWS=0 every window is merged by its whole block instead. Both
+    give the CPU's and tiktoken's ids."""
+    tok = load_tokenizer(name, "tiktoken")
+    rows = [piece(kind, n) for kind in sorted(KINDS) for n in (3 * TILE + 77, 20000)]
+    for hook in ("1", "0"):
+        monkeypatch.setenv("BLOCKBPE_WARP_WINDOWS", hook)
+        want = assert_gpu_equals_cpu(tok, rows, max_len=20480, block_sizes=(256, 1024))
+        assert_equals_tiktoken(name, rows, want)
+
+
 @pytest.mark.parametrize("kind", ONE_PIECE)
 def test_pieces_starting_and_ending_near_tile_boundaries(kind):
     """A huge piece after `boundary + d` digits (pieces of up to three bytes, so the huge one

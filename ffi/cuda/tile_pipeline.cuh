@@ -220,12 +220,12 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
   tile_encode<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   for (const auto kernel : {huge_windows<kThreads>, huge_reach<kThreads>, huge_fallback<kThreads>}) {
     const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemPieceBytes);
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kHugeSmemBytes);
     if (err != cudaSuccess) return err;
   }
-  huge_windows<kThreads><<<dim3(tiles, 2), kThreads, kSmemPieceBytes, stream>>>(p);
+  huge_windows<kThreads><<<dim3(tiles, 2), kThreads, kHugeSmemBytes, stream>>>(p);
   huge_stitch<kThreads, false><<<tiles, kThreads, 0, stream>>>(p);
-  huge_reach<kThreads><<<tiles, kThreads, kSmemPieceBytes, stream>>>(p);
+  huge_reach<kThreads><<<tiles, kThreads, kHugeSmemBytes, stream>>>(p);
   huge_stitch<kThreads, true><<<tiles, kThreads, 0, stream>>>(p);
   huge_fallback<kThreads><<<tiles, kThreads, kSmemPieceBytes, stream>>>(p);
   row_token_offsets<kThreads><<<rows, kThreads, 0, stream>>>(p);
