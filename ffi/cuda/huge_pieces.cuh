@@ -7,8 +7,9 @@
 // says why that is the piece's BPE). A piece with a boundary that has no shared token is
 // merged whole by the tile it starts in, as before, so ids never depend on the stitch.
 //   huge_windows  (tile, window): the tile's chunk of the piece covering its start (window 0)
-//                 or of the piece starting in it (window 1), merged in the tile's window frame;
-//                 its ids and their start offsets stay there;
+//                 or of the piece starting in it (window 1), merged in warp sub-windows
+//                 (encode_window_in_warps) or by the block; its ids and their start offsets
+//                 go into the tile's window frame;
 //   huge_stitch   (tile): the boundary at the tile's end, if a huge piece crosses it: the first
 //                 token of the left window that the right one has; what each window emits;
 //                 a boundary without one marks the right window for a second round;
