@@ -1,0 +1,217 @@
+// Windows of huge pieces in sub-windows, one warp each (encode_window_in_warps, used by
+// cuda/huge_pieces.cuh's encode_window).
+// Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
+// linkage (an unnamed namespace), as the kernels are private to the module.
+#pragma once
+
+#include <cstdint>
+
+#include "binding/encode_params.h"
+#include "core/bpe_core.h"
+#include "cuda/block_common.cuh"
+#include "cuda/tile_rows.cuh"
+#include "cuda/window_frames.cuh"
+
+namespace bbpe {
+namespace {
+
+// A window in sub-windows, one warp each: the window's chunk cut into up to kSubWindows parts,
+// each encoded with kSubMargin bytes of its neighbours' (clipped to the window) and stitched to
+// the next at a token both have, as huge_stitch joins tiles (core/window_stitch.h says why that
+// is exact). A window's passes are about one per distinct rank in it, each a chain of barriers
+// and table lookups; a sub-window has fewer ranks and a warp's pass no block barrier, and the
+// block's warps run side by side. Where a boundary has no shared token (or the shared tokens of
+// a sub-window's two boundaries cross) the block merges the window whole, so ids never depend
+// on this.
+constexpr int kSubWindows = 8;
+constexpr int kSubMargin = 128;
+constexpr int kSubChunkMin = 2 * kSubMargin + 64;  // (a sub-window's two overlaps stay apart)
+constexpr int kSubCap = (kWindowLead + kTileBytes + kStitchMargin + kSubWindows - 1) / kSubWindows + 2 * kSubMargin;
+constexpr size_t kSubWindowBytes = (size_t)kSubWindows * kSubCap * 5 * sizeof(int32_t);
+// The dynamic shared memory of the kernels that merge huge pieces.
+constexpr size_t kHugeSmemBytes = kSubWindowBytes > kSmemPieceBytes ? kSubWindowBytes : kSmemPieceBytes;
+
+__device__ __forceinline__ MergeCarry shfl_up_carry(MergeCarry c, int d) {
+  const int out = __shfl_up_sync(~0u, c.out[0] | (c.out[1] << 1), d);
+  c.kept[0] = __shfl_up_sync(~0u, c.kept[0], d);
+  c.kept[1] = __shfl_up_sync(~0u, c.kept[1], d);
+  c.out[0] = out & 1;
+  c.out[1] = (out >> 1) & 1;
+  return c;
+}
+
+// BPE of text[0..n) (1 <= n <= kSubCap) by one warp, merge_passes' rule for one segment, in
+// the five arrays at `arr` (kSubCap positions each). Returns the count; ids[] and starts[] (byte
+// offsets in text) point into arr.
+struct WarpPiece {
+  int n;
+  int32_t* ids;
+  int32_t* starts;
+};
+__device__ WarpPiece warp_merge_piece(const VocabView& v, int32_t* arr, const uint8_t* text, int n) {
+  const int lane = threadIdx.x & 31;
+  int32_t *tok = arr, *rank = arr + kSubCap, *next_tok = arr + 2 * kSubCap, *next_rank = arr + 3 * kSubCap;
+  int32_t* merged = arr + 4 * kSubCap;
+  for (int i = lane; i < n; i += 32) tok[i] = v.byte_ids[text[i]] | (i == 0 ? kSegStart : 0);
+  __syncwarp();
+  for (int i = lane; i < n; i += 32) rank[i] = rank_at(v, tok, i, n);
+  __syncwarp();
+  for (;;) {
+    const int per = (n + 31) / 32;
+    const int lo = min(n, lane * per), hi = min(n, lo + per);
+    int32_t lowest = kNoRank;
+    for (int i = lo; i < hi; ++i) lowest = min(lowest, rank[i]);
+    lowest = __reduce_min_sync(~0u, lowest);
+    if (lowest == kNoRank) break;
+    MergeCarry mine = merge_carry_identity();
+    for (int i = lo; i < hi; ++i) mine = merge_carry_push(mine, rank[i] == lowest);
+    MergeCarry upto = mine;  // inclusive scan over the lanes
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const MergeCarry o = shfl_up_carry(upto, d);
+      if (lane >= d) upto = merge_carry_combine(o, upto);
+    }
+    MergeCarry before = shfl_up_carry(upto, 1);
+    if (lane == 0) before = merge_carry_identity();
+    const int next_n = __shfl_sync(~0u, upto.kept[0], 31);
+    bool prev = before.out[0];
+    for (int i = lo; i < hi; ++i) {
+      const bool merges = !prev && rank[i] == lowest;
+      merged[i] = merges ? merged_id(v, rank[i], tok[i], tok[i + 1]) : -1;
+      prev = merges;
+    }
+    __syncwarp();
+    int j = before.kept[0];
+    prev = before.out[0];
+    for (int i = lo; i < hi; ++i) {  // (merge_passes' compaction)
+      const bool was_right_half = prev;
+      prev = merged[i] >= 0;
+      if (was_right_half) continue;
+      const bool is_merge = merged[i] >= 0;
+      const int32_t t = is_merge ? (merged[i] | (tok[i] & kSegStart)) : tok[i];
+      const int k = is_merge ? i + 2 : i + 1;
+      int32_t r;
+      if (k >= n) {
+        r = kNoRank;
+      } else if (is_merge || merged[k] >= 0) {
+        r = lookup_pair(v, token_id(t), token_id(merged[k] >= 0 ? merged[k] : tok[k]), nullptr);
+      } else {
+        r = rank[i];
+      }
+      next_tok[j] = t;
+      next_rank[j] = r;
+      ++j;
+    }
+    __syncwarp();
+    int32_t* x = tok; tok = next_tok; next_tok = x;
+    x = rank; rank = next_rank; next_rank = x;
+    n = next_n;
+  }
+  // Ids in place of the flagged tokens, start offsets (token lengths summed) in next_tok.
+  const int per = (n + 31) / 32;
+  const int lo = min(n, lane * per), hi = min(n, lo + per);
+  const int32_t* offsets = v.token_offsets;
+  int mine = 0;
+  for (int i = lo; i < hi; ++i) {
+    tok[i] = token_id(tok[i]);
+    mine += offsets[tok[i] + 1] - offsets[tok[i]];
+  }
+  int upto = mine;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int o = __shfl_up_sync(~0u, upto, d);
+    if (lane >= d) upto += o;
+  }
+  int at = upto - mine;
+  for (int i = lo; i < hi; ++i) {
+    next_tok[i] = at;
+    at += offsets[tok[i] + 1] - offsets[tok[i]];
+  }
+  __syncwarp();
+  return WarpPiece{n, tok, next_tok};
+}
+
+// Window `w` of the tile (at: live) in sub-windows (above); false, before writing anything, where
+// it does not fit them or a boundary does not stitch (block-uniform). Else as encode_window.
+template <int kThreads>
+__device__ bool encode_window_in_warps(const EncodeParams& p, const RowArrays& r, int tile, int w,
+                                       const WindowAt& at, int32_t* smem) {
+  constexpr int kWarps = kThreads / 32 < kSubWindows ? kThreads / 32 : kSubWindows;
+  __shared__ WarpPiece piece[kSubWindows];
+  __shared__ int left_k[kSubWindows], right_k[kSubWindows], emit_at[kSubWindows + 1];
+  const int width = at.bytes.hi - at.bytes.lo;
+  const int subs = min(kWarps, width / kSubChunkMin);
+  const int chunk = subs > 0 ? (width + subs - 1) / subs : 0;
+  if (subs < 2 || chunk + 2 * kSubMargin > kSubCap) return false;
+  const int c = (int)threadIdx.x / 32, lane = (int)threadIdx.x & 31;
+  const auto sub_lo = [&](int k) { return max(0, k * chunk - kSubMargin); };
+  if (c < subs) {
+    const int lo = sub_lo(c), hi = min(width, (c + 1) * chunk + kSubMargin);
+    WarpPiece got = warp_merge_piece(p.vocab, smem + c * kSubCap * 5, r.a.text + at.bytes.lo + lo, hi - lo);
+    for (int i = lane; i < got.n; i += 32) got.starts[i] += lo;  // (window offsets)
+    if (lane == 0) piece[c] = got;
+  }
+  __syncthreads();
+  // Boundary c | c + 1 (warp c): the first token of sub-window c from the next one's start on
+  // that the next one has too (same start, same id; its starts are sorted).
+  if (c + 1 < subs) {
+    const WarpPiece a = piece[c], b = piece[c + 1];
+    const int from = sub_lo(c + 1);
+    int found = -1, found_b = -1;
+    for (int base = 0; base < a.n && found < 0; base += 32) {
+      const int k = base + lane;
+      int in_b = -1;
+      if (k < a.n && a.starts[k] >= from) {
+        int lo = 0, hi = b.n;  // first start >= a.starts[k]
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (b.starts[mid] < a.starts[k]) lo = mid + 1; else hi = mid;
+        }
+        if (lo < b.n && b.starts[lo] == a.starts[k] && b.ids[lo] == a.ids[k]) in_b = lo;
+      }
+      const uint32_t hits = __ballot_sync(~0u, in_b >= 0);
+      if (hits) {
+        const int first = __ffs(hits) - 1;
+        found = base + first;
+        found_b = __shfl_sync(~0u, in_b, first);
+      }
+    }
+    if (lane == 0) left_k[c] = found, right_k[c] = found_b;
+  }
+  __syncthreads();
+  // Sub-window c emits its tokens after the one it shares with c - 1, up to the one it shares
+  // with c + 1; the two must not cross.
+  if (threadIdx.x == 0) {
+    bool ok = true;
+    emit_at[0] = 0;
+    for (int k = 0; k < subs; ++k) {
+      const int from = k == 0 ? 0 : right_k[k - 1] + 1, to = k + 1 < subs ? left_k[k] + 1 : piece[k].n;
+      ok = ok && (k + 1 == subs || left_k[k] >= 0) && to >= from;
+      emit_at[k + 1] = emit_at[k] + (ok ? to - from : 0);
+    }
+    if (!ok) emit_at[subs] = -1;
+  }
+  __syncthreads();
+  if (emit_at[subs] < 0) return false;
+  int32_t* ids = window_array(at, kWindowIds);
+  int32_t* starts = window_array(at, kWindowStarts);
+  if (c < subs) {
+    const WarpPiece got = piece[c];
+    const int from = c == 0 ? 0 : right_k[c - 1] + 1, out = emit_at[c];
+    for (int i = from + lane; i < from + emit_at[c + 1] - emit_at[c]; i += 32) {
+      ids[out + i - from] = got.ids[i];
+      starts[out + i - from] = got.starts[i] + at.bytes.lo;
+    }
+  }
+  if (threadIdx.x == 0) {
+    TileInfo& info = r.info[tile];
+    info.win_count[w] = emit_at[subs];
+    info.emit_from[w] = 0;
+    info.emit_to[w] = emit_at[subs];
+  }
+  __syncthreads();
+  return true;
+}
+
+}  // namespace
+}  // namespace bbpe
