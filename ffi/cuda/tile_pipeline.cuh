@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) row_token_offsets(const __grid_const
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage tmp;
   const RowArrays r = row_arrays(p, blockIdx.x);
-  const int tiles = r.n < 0 ? 0 : (r.n + kTileBytes - 1) / kTileBytes;
+  const int tiles = r.n < 0 ? 0 : (int)tiles_per_row(r.n);
   int running = 0;
   bool not_nfc = false;
   for (int done = 0; done < tiles; done += kThreads) {
@@ -191,7 +191,7 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads) tile_output(const __grid_constant__ EncodeParams p) {
   const RowArrays r = row_arrays(p, row_of_block(p));
   const TileAt t = which_tile(p, r);
-  const int tiles_here = r.n < 0 ? 0 : (r.n + kTileBytes - 1) / kTileBytes;
+  const int tiles_here = r.n < 0 ? 0 : (int)tiles_per_row(r.n);
   const int count = p.counts[t.b];
   const int filled = count < 0 ? 0 : count;
   int32_t* ids = p.ids + t.b * (int64_t)p.max_tokens;

@@ -9,6 +9,7 @@
 #include "binding/encode_params.h"
 #include "core/bpe_core.h"
 #include "cuda/block_common.cuh"
+#include "cuda/merge_passes.cuh"
 #include "cuda/tile_rows.cuh"
 #include "cuda/window_frames.cuh"
 
@@ -81,27 +82,7 @@ __device__ WarpPiece warp_merge_piece(const VocabView& v, int32_t* arr, const ui
       prev = merges;
     }
     __syncwarp();
-    int j = before.kept[0];
-    prev = before.out[0];
-    for (int i = lo; i < hi; ++i) {  // (merge_passes' compaction)
-      const bool was_right_half = prev;
-      prev = merged[i] >= 0;
-      if (was_right_half) continue;
-      const bool is_merge = merged[i] >= 0;
-      const int32_t t = is_merge ? (merged[i] | (tok[i] & kSegStart)) : tok[i];
-      const int k = is_merge ? i + 2 : i + 1;
-      int32_t r;
-      if (k >= n) {
-        r = kNoRank;
-      } else if (is_merge || merged[k] >= 0) {
-        r = lookup_pair(v, token_id(t), token_id(merged[k] >= 0 ? merged[k] : tok[k]), nullptr);
-      } else {
-        r = rank[i];
-      }
-      next_tok[j] = t;
-      next_rank[j] = r;
-      ++j;
-    }
+    compact_pass(v, tok, rank, merged, n, lo, hi, before.kept[0], before.out[0], next_tok, next_rank);
     __syncwarp();
     int32_t* x = tok; tok = next_tok; next_tok = x;
     x = rank; rank = next_rank; next_rank = x;
