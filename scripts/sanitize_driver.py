@@ -101,7 +101,7 @@ out = bb.encode(
 )
 bad += int(np.asarray(out.counts)[0]) != -1
 print(f"bad length flagged: {'ok' if int(np.asarray(out.counts)[0]) == -1 else 'DIFFERENT'}")
-# Pieces longer than a tile (2048 bytes by default) (ffi/cuda/huge_pieces.cuh): stitched windows, then every
+# Pieces longer than a tile (ffi/cuda/huge_pieces.cuh): stitched windows, then every
 # stitch failed through the CUDA handler's test hook (the whole-piece merge).
 import os, random  # noqa: E401,E402
 

@@ -13,8 +13,10 @@ stitch; small margins stitch some boundaries and not others). Runs across tile b
 (letters_runs) need the second round (a window encoded again from a tile earlier): with the
 whole-piece merge turned off (BLOCKBPE_STITCH_FALLBACK=0 leaves such a piece out) they still
 equal tiktoken, and without the second round too (BLOCKBPE_STITCH_SECOND=0) exactly those
-whose first round fails by the CPU model of the windows do not. Positions near tiles follow the build's tile size; the inputs do not.
-Skips where JAX sees no GPU.
+whose first round fails by the CPU model of the windows do not. Windows are encoded in warp
+sub-windows where they stitch, else by the block (BLOCKBPE_WARP_WINDOWS=0: always by the block).
+Positions near tiles follow the build's tile size; the inputs do not. Skips where JAX sees no
+GPU.
 """
 
 from __future__ import annotations
@@ -213,7 +215,8 @@ def test_second_round_stitches_what_the_first_cannot(monkeypatch, name):
     monkeypatch.setenv("BLOCKBPE_STITCH_FALLBACK", "0")
     for bs in (256, 1024):
         assert_equals_tiktoken(name, rows, run(tok, rows, block_size=bs, **kw))
-    model, enc = window_stitch_model(), window_stitch_model().piece_encoder(name)
+    model = window_stitch_model()
+    enc = model.piece_encoder(name)
 
     def first_round_fails(row: bytes) -> bool:
         piece = row.lstrip(b"7")  # (the digits before it are pieces of their own)
