@@ -59,19 +59,26 @@ static_assert(kWindowLead + kStitchMargin <= kTileBytes, "windows reach at most 
 
 BBPE_HD bool huge_piece(int lo, int hi) { return hi - lo > kTileBytes; }
 
-// The window of the chunk that the piece [lo, hi) has in row tile `tile` (its bytes of
-// [tile * kTileBytes, (tile + 1) * kTileBytes)), as bytes [lo, hi) of the row: from `margin`
-// bytes before the chunk, rounded down to lo plus a multiple of kStitchAlign, to `margin`
-// bytes after it, clipped to the piece. (0 <= margin <= kStitchMargin.)
+// The window of chunk k of the piece [lo, hi), where chunks are cut at the multiples of
+// chunk_bytes (in the piece's coordinates: bytes of the row for tiles): from `margin` bytes
+// before the chunk, rounded down to lo plus a multiple of `align`, to `margin` bytes after it,
+// clipped to the piece. Tiles' windows (below) and a window's sub-windows
+// (cuda/warp_windows.cuh) are cut by this one rule.
 struct StitchWindow {
   int32_t lo, hi;
 };
-BBPE_HD StitchWindow stitch_window(int lo, int hi, int tile, int margin) {
-  const int chunk_lo = lo > tile * kTileBytes ? lo : tile * kTileBytes;
-  const int chunk_hi = hi < (tile + 1) * kTileBytes ? hi : (tile + 1) * kTileBytes;
+BBPE_HD StitchWindow chunk_window(int lo, int hi, int k, int chunk_bytes, int margin, int align) {
+  const int chunk_lo = lo > k * chunk_bytes ? lo : k * chunk_bytes;
+  const int chunk_hi = hi < (k + 1) * chunk_bytes ? hi : (k + 1) * chunk_bytes;
   const int start = chunk_lo - margin;
-  return StitchWindow{start <= lo ? lo : lo + (start - lo) / kStitchAlign * kStitchAlign,
+  return StitchWindow{start <= lo ? lo : lo + (start - lo) / align * align,
                       chunk_hi + margin < hi ? chunk_hi + margin : hi};
+}
+// The window of the chunk that the piece [lo, hi) has in row tile `tile` (its bytes of
+// [tile * kTileBytes, (tile + 1) * kTileBytes)), as bytes [lo, hi) of the row.
+// (0 <= margin <= kStitchMargin.)
+BBPE_HD StitchWindow stitch_window(int lo, int hi, int tile, int margin) {
+  return chunk_window(lo, hi, tile, kTileBytes, margin, kStitchAlign);
 }
 
 // The first index i in [from, n) with starts[i] >= at (starts ascending), else n.

@@ -6,8 +6,8 @@
 // neighbouring windows are stitched at a token both encodings share (core/window_stitch.h
 // says why that is the piece's BPE). A piece with a boundary that has no shared token is
 // merged whole by the tile it starts in, as before, so ids never depend on the stitch.
-//   huge_windows  (tile, window): the tile's chunk of the piece covering its start (window 0)
-//                 or of the piece starting in it (window 1), merged in warp sub-windows
+//   huge_windows  (tile): the tile's chunk of the piece covering its start (window 0) and
+//                 of the piece starting in it (window 1), merged in warp sub-windows
 //                 (encode_window_in_warps) or by the block; its ids and their start offsets
 //                 go into the tile's window frame;
 //   huge_stitch   (tile): the boundary at the tile's end, if a huge piece crosses it: the first
@@ -83,14 +83,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_wind
   const RowArrays r = row_arrays(p, row_of_block(p));
   const TileAt t = which_tile(p, r);
   if (!t.live) return;
-  const int w = (int)blockIdx.y;
-  if (w == 0 && threadIdx.x == 0) {
+  if (threadIdx.x == 0) {
     r.info[t.tile].reach = 0;
     if (t.tile == 0) r.info[0].reach_used = 0;
   }
-  const WindowAt at = window_at(p, r, t.tile, w, false);
-  if (!at.live) return;
-  encode_window<kThreads>(p, r, t.tile, w, at, tmp);
+  for (int w = 0; w < 2; ++w) {  // (both live only where one huge piece ends and another starts)
+    const WindowAt at = window_at(p, r, t.tile, w, false);
+    if (at.live) encode_window<kThreads>(p, r, t.tile, w, at, tmp);
+  }
 }
 
 // Second round: window 0 of a tile whose left boundary had no shared token, from kReachBack

@@ -218,14 +218,18 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
   row_states<kThreads, true><<<rows, kThreads, 0, stream>>>(p);
   tile_pretokenize<kThreads, kFlags><<<tiles, kThreads, 0, stream>>>(p, false);
   tile_encode<kThreads><<<tiles, kThreads, 0, stream>>>(p);
-  for (const auto kernel : {huge_windows<kThreads>, huge_reach<kThreads>, huge_fallback<kThreads>}) {
+  // (windows in warp sub-windows: kHugeThreads, whatever the call's block size)
+  for (const auto kernel : {huge_windows<kHugeThreads>, huge_reach<kHugeThreads>}) {
     const cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kHugeSmemBytes);
     if (err != cudaSuccess) return err;
   }
-  huge_windows<kThreads><<<dim3(tiles, 2), kThreads, kHugeSmemBytes, stream>>>(p);
+  const cudaError_t err =
+      cudaFuncSetAttribute(huge_fallback<kThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemPieceBytes);
+  if (err != cudaSuccess) return err;
+  huge_windows<kHugeThreads><<<tiles, kHugeThreads, kHugeSmemBytes, stream>>>(p);
   huge_stitch<kThreads, false><<<tiles, kThreads, 0, stream>>>(p);
-  huge_reach<kThreads><<<tiles, kThreads, kHugeSmemBytes, stream>>>(p);
+  huge_reach<kHugeThreads><<<tiles, kHugeThreads, kHugeSmemBytes, stream>>>(p);
   huge_stitch<kThreads, true><<<tiles, kThreads, 0, stream>>>(p);
   huge_fallback<kThreads><<<tiles, kThreads, kSmemPieceBytes, stream>>>(p);
   row_token_offsets<kThreads><<<rows, kThreads, 0, stream>>>(p);

@@ -16,18 +16,34 @@
 namespace bbpe {
 namespace {
 
-// A window in sub-windows, one warp each: the window's chunk cut into up to kSubWindows parts,
-// each encoded with kSubMargin bytes of its neighbours' (clipped to the window) and stitched to
-// the next at a token both have, as huge_stitch joins tiles (core/window_stitch.h says why that
-// is exact). A window's passes are about one per distinct rank in it, each a chain of barriers
-// and table lookups; a sub-window has fewer ranks and a warp's pass no block barrier, and the
-// block's warps run side by side. Where a boundary has no shared token (or the shared tokens of
-// a sub-window's two boundaries cross) the block merges the window whole, so ids never depend
-// on this.
-constexpr int kSubWindows = 8;
-constexpr int kSubMargin = 128;
-constexpr int kSubChunkMin = 2 * kSubMargin + 64;  // (a sub-window's two overlaps stay apart)
-constexpr int kSubCap = (kWindowLead + kTileBytes + kStitchMargin + kSubWindows - 1) / kSubWindows + 2 * kSubMargin;
+// A window in sub-windows, one warp each: the window cut into chunks (a multiple of
+// kSubAlign bytes), each encoded with about kSubMargin bytes of its neighbours' (chunk_window,
+// the rule that cuts tiles' windows: core/window_stitch.h) and stitched to the next at a token
+// both have, as huge_stitch joins tiles. A window's passes are about one per distinct rank in
+// it, each a chain of barriers and table lookups; a sub-window has fewer ranks and a warp's
+// pass no block barrier, and the block's warps run side by side, so the kernels that merge
+// windows run kHugeThreads threads whatever the call's block size. Sub-windows start at the
+// window's start (the piece's start plus a multiple of kStitchAlign) plus a multiple of
+// kSubAlign: a run of spaces, whose BPE is 128-space tokens from its start, is cut at one phase
+// everywhere. Where a boundary has no shared token (or the shared tokens of a sub-window's two
+// boundaries cross) the block merges the window whole, so ids never depend on this.
+constexpr int kHugeThreads = 1024;
+constexpr int kSubWindows = kHugeThreads / 32;
+constexpr int kSubMargin = 64;
+constexpr int kSubAlign = 128;
+static_assert(kStitchAlign % kSubAlign == 0, "sub-window starts keep the windows' phase");
+constexpr int kSubChunkMin = kSubAlign;
+// The chunk of a window `width` bytes wide cut for `subs` warps.
+constexpr int sub_chunk(int width, int subs) {
+  const int c = (width + subs - 1) / subs;
+  return ((c > kSubChunkMin ? c : kSubChunkMin) + kSubAlign - 1) / kSubAlign * kSubAlign;
+}
+// Positions of a sub-window: a window of a tile's chunk and its margins in kSubWindows chunks,
+// within what shared memory holds (wider ones, e.g. the second round's, go to the block).
+constexpr int kSubWindowSmemMax = 200 * 1024;
+constexpr int kSubCapWanted = sub_chunk(kWindowLead + kTileBytes + kStitchMargin, kSubWindows) + 2 * kSubMargin + kSubAlign;
+constexpr int kSubCapMax = kSubWindowSmemMax / (kSubWindows * 5 * (int)sizeof(int32_t));
+constexpr int kSubCap = kSubCapWanted < kSubCapMax ? kSubCapWanted : kSubCapMax;
 constexpr size_t kSubWindowBytes = (size_t)kSubWindows * kSubCap * 5 * sizeof(int32_t);
 // The dynamic shared memory of the kernels that merge huge pieces.
 constexpr size_t kHugeSmemBytes = kSubWindowBytes > kSmemPieceBytes ? kSubWindowBytes : kSmemPieceBytes;
@@ -121,13 +137,15 @@ __device__ bool encode_window_in_warps(const EncodeParams& p, const RowArrays& r
   __shared__ WarpPiece piece[kSubWindows];
   __shared__ int left_k[kSubWindows], right_k[kSubWindows], emit_at[kSubWindows + 1];
   const int width = at.bytes.hi - at.bytes.lo;
-  const int subs = min(kWarps, width / kSubChunkMin);
-  const int chunk = subs > 0 ? (width + subs - 1) / subs : 0;
-  if (subs < 2 || chunk + 2 * kSubMargin > kSubCap) return false;
+  const int chunk = sub_chunk(width, kWarps), subs = (width + chunk - 1) / chunk;
+  const auto sub = [&](int k) { return chunk_window(0, width, k, chunk, kSubMargin, kSubAlign); };
+  // (the widest sub-window is an interior one's: its start rounded down furthest)
+  int widest = 0;
+  for (int k = 1; k < subs; ++k) widest = max(widest, sub(k).hi - sub(k).lo);
+  if (subs < 2 || widest > kSubCap) return false;
   const int c = (int)threadIdx.x / 32, lane = (int)threadIdx.x & 31;
-  const auto sub_lo = [&](int k) { return max(0, k * chunk - kSubMargin); };
   if (c < subs) {
-    const int lo = sub_lo(c), hi = min(width, (c + 1) * chunk + kSubMargin);
+    const int lo = sub(c).lo, hi = sub(c).hi;
     WarpPiece got = warp_merge_piece(p.vocab, smem + c * kSubCap * 5, r.a.text + at.bytes.lo + lo, hi - lo);
     for (int i = lane; i < got.n; i += 32) got.starts[i] += lo;  // (window offsets)
     if (lane == 0) piece[c] = got;
@@ -137,7 +155,7 @@ __device__ bool encode_window_in_warps(const EncodeParams& p, const RowArrays& r
   // that the next one has too (same start, same id; its starts are sorted).
   if (c + 1 < subs) {
     const WarpPiece a = piece[c], b = piece[c + 1];
-    const int from = sub_lo(c + 1);
+    const int from = sub(c + 1).lo;
     int found = -1, found_b = -1;
     for (int base = 0; base < a.n && found < 0; base += 32) {
       const int k = base + lane;
