@@ -44,6 +44,7 @@ constexpr int kSubWindowSmemMax = 200 * 1024;
 constexpr int kSubCapWanted = sub_chunk(kWindowLead + kTileBytes + kStitchMargin, kSubWindows) + 2 * kSubMargin + kSubAlign;
 constexpr int kSubCapMax = kSubWindowSmemMax / (kSubWindows * 5 * (int)sizeof(int32_t));
 constexpr int kSubCap = kSubCapWanted < kSubCapMax ? kSubCapWanted : kSubCapMax;
+static_assert(kSubCap <= 32 * 32, "warp_merge_piece: a lane's positions fit a 32-bit mask");
 constexpr size_t kSubWindowBytes = (size_t)kSubWindows * kSubCap * 5 * sizeof(int32_t);
 // The dynamic shared memory of the kernels that merge huge pieces.
 constexpr size_t kHugeSmemBytes = kSubWindowBytes > kSmemPieceBytes ? kSubWindowBytes : kSmemPieceBytes;
@@ -71,17 +72,25 @@ __device__ WarpPiece warp_merge_piece(const VocabView& v, int32_t* arr, const ui
   int32_t* merged = arr + 4 * kSubCap;
   for (int i = lane; i < n; i += 32) tok[i] = v.byte_ids[text[i]] | (i == 0 ? kSegStart : 0);
   __syncwarp();
-  for (int i = lane; i < n; i += 32) rank[i] = rank_at(v, tok, i, n);
+  int32_t low = kNoRank;  // the lowest rank of the lane's positions (compact_pass keeps it)
+  for (int i = lane; i < n; i += 32) {
+    rank[i] = rank_at(v, tok, i, n);
+    low = min(low, rank[i]);
+  }
   __syncwarp();
   for (;;) {
+    const int32_t lowest = __reduce_min_sync(~0u, low);
+    if (lowest == kNoRank) break;
     const int per = (n + 31) / 32;
     const int lo = min(n, lane * per), hi = min(n, lo + per);
-    int32_t lowest = kNoRank;
-    for (int i = lo; i < hi; ++i) lowest = min(lowest, rank[i]);
-    lowest = __reduce_min_sync(~0u, lowest);
-    if (lowest == kNoRank) break;
+    // (the candidates of the lane's positions, bit i - lo: per <= 32, static_assert below)
+    uint32_t candidates = 0;
     MergeCarry mine = merge_carry_identity();
-    for (int i = lo; i < hi; ++i) mine = merge_carry_push(mine, rank[i] == lowest);
+    for (int i = lo; i < hi; ++i) {
+      const bool c = rank[i] == lowest;
+      candidates |= (uint32_t)c << (i - lo);
+      mine = merge_carry_push(mine, c);
+    }
     MergeCarry upto = mine;  // inclusive scan over the lanes
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
@@ -93,12 +102,12 @@ __device__ WarpPiece warp_merge_piece(const VocabView& v, int32_t* arr, const ui
     const int next_n = __shfl_sync(~0u, upto.kept[0], 31);
     bool prev = before.out[0];
     for (int i = lo; i < hi; ++i) {
-      const bool merges = !prev && rank[i] == lowest;
-      merged[i] = merges ? merged_id(v, rank[i], tok[i], tok[i + 1]) : -1;
+      const bool merges = !prev && (candidates >> (i - lo) & 1);
+      merged[i] = merges ? merged_id(v, lowest, tok[i], tok[i + 1]) : -1;
       prev = merges;
     }
     __syncwarp();
-    compact_pass(v, tok, rank, merged, n, lo, hi, before.kept[0], before.out[0], next_tok, next_rank);
+    low = compact_pass(v, tok, rank, merged, n, lo, hi, before.kept[0], before.out[0], next_tok, next_rank);
     __syncwarp();
     int32_t* x = tok; tok = next_tok; next_tok = x;
     x = rank; rank = next_rank; next_rank = x;
