@@ -15,13 +15,10 @@ namespace {
 
 // A pass's compaction of positions [lo, hi) of tok / rank (n tokens; merged[i]: the id pair i
 // merges into, or -1) into next_tok / next_rank from index j on; `prev`: did the pair before
-// position lo merge. The pairs a merge touched are looked up again. Returns the lowest rank
-// written (a warp's next pass starts from it). Used by the block's passes (below) and a
-// warp's (cuda/warp_windows.cuh).
-__device__ __forceinline__ int32_t compact_pass(const VocabView& v, const int32_t* tok, const int32_t* rank,
+// position lo merge. The pairs a merge touched are looked up again.
+__device__ __forceinline__ void compact_pass(const VocabView& v, const int32_t* tok, const int32_t* rank,
                                              const int32_t* merged, int n, int lo, int hi, int j, bool prev,
                                              int32_t* next_tok, int32_t* next_rank) {
-  int32_t lowest = kNoRank;
   for (int i = lo; i < hi; ++i) {
     const bool was_right_half = prev;
     prev = merged[i] >= 0;
@@ -40,10 +37,8 @@ __device__ __forceinline__ int32_t compact_pass(const VocabView& v, const int32_
     }
     next_tok[j] = t;
     next_rank[j] = r;
-    lowest = min(lowest, r);
     ++j;
   }
-  return lowest;
 }
 
 // Merge passes over a.tok / a.rank (n tokens); returns the final count, or the count once it

@@ -9,7 +9,6 @@
 #include "binding/encode_params.h"
 #include "core/bpe_core.h"
 #include "cuda/block_common.cuh"
-#include "cuda/merge_passes.cuh"
 #include "cuda/tile_rows.cuh"
 #include "cuda/window_frames.cuh"
 
@@ -61,6 +60,10 @@ __device__ __forceinline__ MergeCarry shfl_up_carry(MergeCarry c, int d) {
 // BPE of text[0..n) (1 <= n <= kSubCap) by one warp, merge_passes' rule for one segment, in
 // the five arrays at `arr` (kSubCap positions each). Returns the count; ids[] and starts[] (byte
 // offsets in text) point into arr.
+// The tokens stay at the position of their first byte, in a list (next / prev): a pass touches
+// the pairs it merges and their neighbours, not every position. Each lane owns `per` positions
+// and keeps their lowest rank and where it is (a bit mask), rescanned only when a pass changed
+// a rank there; the warp's lowest is the pass's rank.
 struct WarpPiece {
   int n;
   int32_t* ids;
@@ -68,73 +71,115 @@ struct WarpPiece {
 };
 __device__ WarpPiece warp_merge_piece(const VocabView& v, int32_t* arr, const uint8_t* text, int n) {
   const int lane = threadIdx.x & 31;
-  int32_t *tok = arr, *rank = arr + kSubCap, *next_tok = arr + 2 * kSubCap, *next_rank = arr + 3 * kSubCap;
-  int32_t* merged = arr + 4 * kSubCap;
-  for (int i = lane; i < n; i += 32) tok[i] = v.byte_ids[text[i]] | (i == 0 ? kSegStart : 0);
-  __syncwarp();
-  int32_t low = kNoRank;  // the lowest rank of the lane's positions (compact_pass keeps it)
-  for (int i = lane; i < n; i += 32) {
-    rank[i] = rank_at(v, tok, i, n);
-    low = min(low, rank[i]);
+  int32_t *tok = arr, *rank = arr + kSubCap, *next = arr + 2 * kSubCap, *prev = arr + 3 * kSubCap;
+  int32_t* merging = arr + 4 * kSubCap;  // 1: the pair at this position merges in this pass
+  const int per = (n + 31) / 32;         // (<= 32: the masks' bits; static_assert above)
+  const int lo = min(n, lane * per), hi = min(n, lo + per);
+  for (int i = lo; i < hi; ++i) {
+    tok[i] = v.byte_ids[text[i]] | (i == 0 ? kSegStart : 0);  // (dead: -1)
+    next[i] = i + 1;
+    prev[i] = i - 1;
+    merging[i] = 0;
   }
+  __syncwarp();
+  for (int i = lo; i < hi; ++i) rank[i] = rank_at(v, tok, i, n);
+  int32_t low;      // the lowest rank of the lane's positions
+  uint32_t at_low;  // and the positions that have it (bit i - lo)
+  const auto rescan = [&]() {
+    low = kNoRank;
+    at_low = 0;
+    for (int i = lo; i < hi; ++i) {
+      const int32_t r = rank[i];
+      if (r < low) low = r, at_low = 0;
+      if (r == low && r != kNoRank) at_low |= 1u << (i - lo);
+    }
+  };
+  rescan();
   __syncwarp();
   for (;;) {
     const int32_t lowest = __reduce_min_sync(~0u, low);
     if (lowest == kNoRank) break;
-    const int per = (n + 31) / 32;
-    const int lo = min(n, lane * per), hi = min(n, lo + per);
-    // (the candidates of the lane's positions, bit i - lo: per <= 32, static_assert below)
-    uint32_t candidates = 0;
-    MergeCarry mine = merge_carry_identity();
-    for (int i = lo; i < hi; ++i) {
-      const bool c = rank[i] == lowest;
-      candidates |= (uint32_t)c << (i - lo);
-      mine = merge_carry_push(mine, c);
+    const uint32_t mine = low == lowest ? at_low : 0;
+    // Which candidates merge: all of them unless two are adjacent (a run); then, as in
+    // merge_passes, the carry of "did the pair before merge" scanned over the lanes.
+    bool adjacent = false;
+    for (uint32_t m = mine; m; m &= m - 1) {
+      const int i = lo + __ffs(m) - 1;
+      adjacent |= prev[i] >= 0 && rank[prev[i]] == lowest;
     }
-    MergeCarry upto = mine;  // inclusive scan over the lanes
+    if (!__any_sync(~0u, adjacent)) {
+      for (uint32_t m = mine; m; m &= m - 1) merging[lo + __ffs(m) - 1] = 1;
+    } else {
+      MergeCarry upto = merge_carry_identity();
+      for (int i = lo; i < hi; ++i)
+        if (tok[i] >= 0) upto = merge_carry_push(upto, rank[i] == lowest);
 #pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const MergeCarry o = shfl_up_carry(upto, d);
-      if (lane >= d) upto = merge_carry_combine(o, upto);
-    }
-    MergeCarry before = shfl_up_carry(upto, 1);
-    if (lane == 0) before = merge_carry_identity();
-    const int next_n = __shfl_sync(~0u, upto.kept[0], 31);
-    bool prev = before.out[0];
-    for (int i = lo; i < hi; ++i) {
-      const bool merges = !prev && (candidates >> (i - lo) & 1);
-      merged[i] = merges ? merged_id(v, lowest, tok[i], tok[i + 1]) : -1;
-      prev = merges;
+      for (int d = 1; d < 32; d <<= 1) {  // inclusive scan over the lanes
+        const MergeCarry o = shfl_up_carry(upto, d);
+        if (lane >= d) upto = merge_carry_combine(o, upto);
+      }
+      const MergeCarry before = shfl_up_carry(upto, 1);
+      bool merged_before = lane > 0 && before.out[0];
+      for (int i = lo; i < hi; ++i) {
+        if (tok[i] < 0) continue;
+        const bool merges = !merged_before && rank[i] == lowest;
+        merging[i] = merges;
+        merged_before = merges;
+      }
     }
     __syncwarp();
-    low = compact_pass(v, tok, rank, merged, n, lo, hi, before.kept[0], before.out[0], next_tok, next_rank);
+    // The merges: the pair's right token dies; no two merges write one position.
+    uint32_t dirty = 0;  // lanes whose positions' ranks change
+    for (uint32_t m = mine; m; m &= m - 1) {
+      const int i = lo + __ffs(m) - 1;
+      if (!merging[i]) continue;
+      const int j = next[i], k = next[j];
+      tok[i] = merged_id(v, lowest, tok[i], tok[j]) | (tok[i] & kSegStart);
+      tok[j] = -1;
+      rank[j] = kNoRank;
+      next[i] = k;
+      if (k < n) prev[k] = i;
+      dirty |= 1u << (j / per);
+    }
     __syncwarp();
-    int32_t* x = tok; tok = next_tok; next_tok = x;
-    x = rank; rank = next_rank; next_rank = x;
-    n = next_n;
+    // The pairs a merge made: its own and, unless that one merged too (it looks up its own),
+    // the one before it.
+    for (uint32_t m = mine; m; m &= m - 1) {
+      const int i = lo + __ffs(m) - 1;
+      if (!merging[i]) continue;
+      const int k = next[i], h = prev[i];
+      rank[i] = k < n ? lookup_pair(v, token_id(tok[i]), token_id(tok[k]), nullptr) : kNoRank;
+      dirty |= 1u << lane;
+      if (h >= 0 && !merging[h]) {
+        rank[h] = lookup_pair(v, token_id(tok[h]), token_id(tok[i]), nullptr);
+        dirty |= 1u << (h / per);
+      }
+    }
+    dirty = __reduce_or_sync(~0u, dirty);
+    __syncwarp();
+    for (uint32_t m = mine; m; m &= m - 1) merging[lo + __ffs(m) - 1] = 0;
+    if (dirty >> lane & 1) rescan();
+    __syncwarp();
   }
-  // Ids in place of the flagged tokens, start offsets (token lengths summed) in next_tok.
-  const int per = (n + 31) / 32;
-  const int lo = min(n, lane * per), hi = min(n, lo + per);
-  const int32_t* offsets = v.token_offsets;
+  // The living tokens in order: ids into next[], start offsets (their positions) into prev[].
   int mine = 0;
-  for (int i = lo; i < hi; ++i) {
-    tok[i] = token_id(tok[i]);
-    mine += offsets[tok[i] + 1] - offsets[tok[i]];
-  }
+  for (int i = lo; i < hi; ++i) mine += tok[i] >= 0;
   int upto = mine;
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
     const int o = __shfl_up_sync(~0u, upto, d);
     if (lane >= d) upto += o;
   }
+  const int total = __shfl_sync(~0u, upto, 31);
   int at = upto - mine;
   for (int i = lo; i < hi; ++i) {
-    next_tok[i] = at;
-    at += offsets[tok[i] + 1] - offsets[tok[i]];
+    if (tok[i] < 0) continue;
+    next[at] = token_id(tok[i]);
+    prev[at] = i;
+    ++at;
   }
   __syncwarp();
-  return WarpPiece{n, tok, next_tok};
+  return WarpPiece{total, next, prev};
 }
 
 // Window `w` of the tile (at: live) in sub-windows (above); false, before writing anything, where
