@@ -241,6 +241,11 @@ def time_ours(
         fc = ours.fn(mode, bs, T, checked=True)
         checked = measure(lambda: fc(data_dev, lengths_dev)[0].block_until_ready(), target_s=target_s)
         row.update(latency_checked_s=checked["s"], latency_checked_min_s=checked["min_s"])
+        # The floor under any call: a jitted call on the same arrays that does next to nothing
+        # (one tiny kernel) and its sync, timed the same way in the same run.
+        trivial = ours.jax.jit(lambda d, l: l + d[:, 0].astype(l.dtype))
+        floor = measure(lambda: trivial(data_dev, lengths_dev).block_until_ready(), target_s=target_s)
+        row.update(dispatch_floor_s=floor["s"])
     if lat["s"] < 0.05:
         # k calls dispatched back to back, one sync at the end: what a training loop sees
         k = Ours.CHAIN
