@@ -3,7 +3,7 @@
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [single]
-#                        [variants] [clocks]
+#                        [variants] [clocks] [kernels]
 # (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
@@ -137,6 +137,16 @@ PY
             --out "$OUT/profile_corpus_$tag" > "$OUT/profile_corpus_$tag.txt" 2>&1
           echo "== $tag"; grep -E "^(cold|warm)|compiles" "$OUT/profile_corpus_$tag.txt"
         done
+      done ;;
+    kernels)   # GPU time per kernel of one adversarial piece (ncu; the steady A/B of the tile
+               # pipeline: single calls vary more between runs than most kernel changes)
+      for c in ${KERNEL_CASES:-cjk:4096 cjk:65536 letters_a_j:8192 emoji:4096 spaces:8192 whitespace_newlines:8192}; do
+        timeout 120 ncu --print-summary per-kernel --metrics gpu__time_duration.sum python3 benchmarks/profile_kernel.py \
+          --batch 1 --bytes "${c#*:}" --adversarial "${c%:*}" --calls 3 > /tmp/ncu_kernels.txt 2>&1
+        awk -v c="$c" '/^  void /{match($0, /::[a-z_]+<[^>]*>/); k = substr($0, RSTART + 2, RLENGTH - 2)}
+          /gpu__time_duration.sum/{t[k] = $NF; s += $NF}
+          END{printf "%s total %.1f us:", c, s; for (k in t) printf " %s %s", k, t[k]; print ""}' \
+          /tmp/ncu_kernels.txt | tee -a "$OUT/kernels.txt"
       done ;;
     single)    # one string per call, 128 B .. 64 MiB, vs tiktoken (benchmarks/single_string.py)
       python3 benchmarks/single_string.py --out "$OUT" ${SINGLE_ARGS:-} 2>&1 \
