@@ -13,34 +13,6 @@
 namespace bbpe {
 namespace {
 
-// A pass's compaction of positions [lo, hi) of tok / rank (n tokens; merged[i]: the id pair i
-// merges into, or -1) into next_tok / next_rank from index j on; `prev`: did the pair before
-// position lo merge. The pairs a merge touched are looked up again.
-__device__ __forceinline__ void compact_pass(const VocabView& v, const int32_t* tok, const int32_t* rank,
-                                             const int32_t* merged, int n, int lo, int hi, int j, bool prev,
-                                             int32_t* next_tok, int32_t* next_rank) {
-  for (int i = lo; i < hi; ++i) {
-    const bool was_right_half = prev;
-    prev = merged[i] >= 0;
-    if (was_right_half) continue;
-    const bool is_merge = merged[i] >= 0;
-    const int32_t t = is_merge ? (merged[i] | (tok[i] & kSegStart)) : tok[i];
-    const int k = is_merge ? i + 2 : i + 1;
-    int32_t r;
-    if (k >= n || starts_segment(tok[k])) {
-      r = kNoRank;
-    } else if (is_merge || merged[k] >= 0) {
-      const int32_t right = merged[k] >= 0 ? merged[k] : tok[k];
-      r = lookup_pair(v, token_id(t), token_id(right), nullptr);
-    } else {
-      r = rank[i];
-    }
-    next_tok[j] = t;
-    next_rank[j] = r;
-    ++j;
-  }
-}
-
 // Merge passes over a.tok / a.rank (n tokens); returns the final count, or the count once it
 // is at most stop_at (the caller moves the tokens and goes on). kFirstOnly: the ranks carry the
 // first-only flag (core/bpe_core.h; the SentencePiece kernel).
@@ -93,7 +65,28 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
     }
     __syncthreads();
     // 3. Compaction into the other buffers; re-rank the pairs a merge touched.
-    compact_pass(v, a.tok, a.rank, a.merged, n, lo, hi, before.kept[0], before.out[0], a.next_tok, a.next_rank);
+    int j = before.kept[0];
+    prev = before.out[0];
+    for (int i = lo; i < hi; ++i) {
+      const bool was_right_half = prev;
+      prev = a.merged[i] >= 0;
+      if (was_right_half) continue;
+      const bool is_merge = a.merged[i] >= 0;
+      const int32_t t = is_merge ? (a.merged[i] | (a.tok[i] & kSegStart)) : a.tok[i];
+      const int k = is_merge ? i + 2 : i + 1;
+      int32_t r;
+      if (k >= n || starts_segment(a.tok[k])) {
+        r = kNoRank;
+      } else if (is_merge || a.merged[k] >= 0) {
+        const int32_t right = a.merged[k] >= 0 ? a.merged[k] : a.tok[k];
+        r = lookup_pair(v, token_id(t), token_id(right), nullptr);
+      } else {
+        r = a.rank[i];
+      }
+      a.next_tok[j] = t;
+      a.next_rank[j] = r;
+      ++j;
+    }
     __syncthreads();
     int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t;
     t = a.rank; a.rank = a.next_rank; a.next_rank = t;

@@ -37,10 +37,13 @@ constexpr int sub_chunk(int width, int subs) {
   const int c = (width + subs - 1) / subs;
   return ((c > kSubChunkMin ? c : kSubChunkMin) + kSubAlign - 1) / kSubAlign * kSubAlign;
 }
-// Positions of a sub-window: a window of a tile's chunk and its margins in kSubWindows chunks,
-// within what shared memory holds (wider ones, e.g. the second round's, go to the block).
+// Positions of a sub-window: an interior one of a tile's window cut for kSubWindows warps (its
+// chunk, kSubMargin after it, and before it kSubMargin rounded down to kSubAlign: at most
+// kSubAlign), within what shared memory holds (wider ones, e.g. the second round's, go to the
+// block).
 constexpr int kSubWindowSmemMax = 200 * 1024;
-constexpr int kSubCapWanted = sub_chunk(kWindowLead + kTileBytes + kStitchMargin, kSubWindows) + 2 * kSubMargin + kSubAlign;
+static_assert(kSubMargin <= kSubAlign, "a sub-window reaches at most kSubAlign bytes back");
+constexpr int kSubCapWanted = sub_chunk(kWindowLead + kTileBytes + kStitchMargin, kSubWindows) + kSubMargin + kSubAlign;
 constexpr int kSubCapMax = kSubWindowSmemMax / (kSubWindows * 5 * (int)sizeof(int32_t));
 constexpr int kSubCap = kSubCapWanted < kSubCapMax ? kSubCapWanted : kSubCapMax;
 static_assert(kSubCap <= 32 * 32, "warp_merge_piece: a lane's positions fit a 32-bit mask");
@@ -48,10 +51,10 @@ constexpr size_t kSubWindowBytes = (size_t)kSubWindows * kSubCap * 5 * sizeof(in
 // The dynamic shared memory of the kernels that merge huge pieces.
 constexpr size_t kHugeSmemBytes = kSubWindowBytes > kSmemPieceBytes ? kSubWindowBytes : kSmemPieceBytes;
 
+// The carry of lane - d (only its out[] bits: the warp pass compacts nothing, so it never reads
+// kept[]).
 __device__ __forceinline__ MergeCarry shfl_up_carry(MergeCarry c, int d) {
   const int out = __shfl_up_sync(~0u, c.out[0] | (c.out[1] << 1), d);
-  c.kept[0] = __shfl_up_sync(~0u, c.kept[0], d);
-  c.kept[1] = __shfl_up_sync(~0u, c.kept[1], d);
   c.out[0] = out & 1;
   c.out[1] = (out >> 1) & 1;
   return c;
@@ -206,7 +209,7 @@ __device__ bool encode_window_in_warps(const EncodeParams& p, const RowArrays& r
   }
   __syncthreads();
   // Boundary c | c + 1 (warp c): the first token of sub-window c from the next one's start on
-  // that the next one has too (same start, same id; its starts are sorted).
+  // that the next one has too (core/window_stitch.h, shared_token).
   if (c + 1 < subs) {
     const WarpPiece a = piece[c], b = piece[c + 1];
     const int from = sub(c + 1).lo;
@@ -214,14 +217,7 @@ __device__ bool encode_window_in_warps(const EncodeParams& p, const RowArrays& r
     for (int base = 0; base < a.n && found < 0; base += 32) {
       const int k = base + lane;
       int in_b = -1;
-      if (k < a.n && a.starts[k] >= from) {
-        int lo = 0, hi = b.n;  // first start >= a.starts[k]
-        while (lo < hi) {
-          const int mid = (lo + hi) / 2;
-          if (b.starts[mid] < a.starts[k]) lo = mid + 1; else hi = mid;
-        }
-        if (lo < b.n && b.starts[lo] == a.starts[k] && b.ids[lo] == a.ids[k]) in_b = lo;
-      }
+      if (k < a.n && a.starts[k] >= from) in_b = shared_token(b.ids, b.starts, b.n, a.starts[k], a.ids[k]);
       const uint32_t hits = __ballot_sync(~0u, in_b >= 0);
       if (hits) {
         const int first = __ffs(hits) - 1;
