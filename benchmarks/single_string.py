@@ -20,7 +20,7 @@ BLOCKBPE_WARP_WINDOWS=0 merges every window by its whole block (recorded as warp
 and size:
   ours_device  the jitted `encode` of one row already on the device (ids left there): median
                of repeated calls after a warm-up call (the compile)
-  ours_e2e     `Tokenizer.encode_batch([text])` from a Python str, ids back on the host
+  ours_e2e     `Tokenizer.encode_batch([text]).numpy()` from a Python str, ids back on the host
   tiktoken     `Encoding.encode_ordinary(text)`
 ids of ours and tiktoken are checked equal whenever both ran. Budget: once one call of a path
 takes more than --budget-s / 4 (the next size is 4x longer at least), its larger sizes in that
@@ -202,8 +202,7 @@ def main() -> None:
             if not over["ours_e2e"]:
 
                 def e2e():
-                    e = tok.encode_batch([text], block_size=args.block_size)
-                    ids, counts = jax.device_get((e.ids, e.counts))
+                    ids, counts = tok.encode_batch([text], block_size=args.block_size).numpy()
                     return ids[0, : counts[0]]
 
                 secs, got = timed(e2e, args.budget_s, reps=3)

@@ -2,6 +2,12 @@
 #   python3 tests/test_stubs.py
 # which runs python3 -m nanobind.stubgen -m blockbpe_jax._blockbpe_cuda -o blockbpe_jax/_blockbpe_cuda.pyi
 # and adds this header.
+from collections.abc import Sequence
+from typing import Annotated
+
+from numpy.typing import NDArray
+
+
 def registrations() -> dict: ...
 
 class HostStaging:
@@ -18,3 +24,8 @@ class HostStaging:
 
     @property
     def generation(self) -> int: ...
+
+class DeviceReader:
+    def __init__(self, device: int) -> None: ...
+
+    def read(self, src: Sequence[int], dst: Sequence[Annotated[NDArray, dict(order='C', device='cpu')]]) -> None: ...

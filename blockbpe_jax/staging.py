@@ -1,5 +1,6 @@
 """Host-to-GPU path of `Tokenizer.encode_batch`: strings packed into pinned memory, one copy
-on a private CUDA stream into a device buffer that JAX sees through DLPack (no JAX transfer).
+on a private CUDA stream into a device buffer that JAX sees through DLPack (no JAX transfer);
+and the way back for results, `read_back` (`Encoded.numpy`).
 
 Why: JAX's transfer of a NumPy argument costs 150-250 us of fixed overhead per array on the
 H200 (benchmarks/host_path.py), more than the kernel takes for a 1024 x 512-byte batch; an
@@ -171,6 +172,7 @@ def _is_ready(consumer) -> bool | None:
 
 
 _pools: dict = {}
+_readers: dict = {}  # device -> (DeviceReader, its lock)
 _pools_lock = threading.Lock()
 
 
@@ -183,6 +185,39 @@ def _free_slots() -> None:
             for slot, _ in pool.idle:
                 slot.shape_views, slot.native = {}, None
         _pools.clear()
+        _readers.clear()
+
+
+def read_back(arrays) -> list:
+    """NumPy copies of finished JAX arrays. Arrays that each live on one CUDA GPU this build can
+    stage to are copied by `_blockbpe_cuda.DeviceReader` (one DMA each through a pinned buffer
+    on a private stream): JAX's own copy of a fresh array costs a fixed 130-250 us per call on
+    the H100 machine, more than encoding a short string (those copies are new, writable
+    arrays). Any other array: np.asarray."""
+    import numpy as np
+
+    arrays = list(arrays)
+    out = [None] * len(arrays)
+    by_device: dict = {}
+    for k, a in enumerate(arrays):
+        devices = a.devices() if isinstance(a, jax.Array) and not a.is_deleted() else ()
+        if len(devices) != 1 or not available(next(iter(devices))):
+            out[k] = np.asarray(a)
+        elif a.size == 0:  # (no buffer to read)
+            out[k] = np.empty(a.shape, a.dtype)
+        else:
+            by_device.setdefault(next(iter(devices)), []).append(k)
+    for device, ks in by_device.items():
+        jax.block_until_ready([arrays[k] for k in ks])
+        with _pools_lock:
+            if device not in _readers:
+                _readers[device] = (native.cuda.DeviceReader(device.local_hardware_id), threading.Lock())
+            reader, lock = _readers[device]
+        for k in ks:
+            out[k] = np.empty(arrays[k].shape, arrays[k].dtype)
+        with lock:  # (the arrays stay referenced, so alive, through the copy)
+            reader.read([arrays[k].unsafe_buffer_pointer() for k in ks], [out[k] for k in ks])
+    return out
 
 
 def stage_strings(texts, *, max_len: int | None, device) -> Staged:

@@ -113,8 +113,7 @@ class Encoding:
                     allowed_special=allowed,
                     mode=self.mode,
                     device=self.device,
-                )
-                ids, counts = np.asarray(ids), np.asarray(counts)
+                ).numpy()
                 if (counts < 0).any() or (counts > ids.shape[1]).any():
                     raise RuntimeError(f"encode failed: counts {counts.tolist()} (width {width})")
                 for j, k in enumerate(chunk):

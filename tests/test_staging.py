@@ -1,5 +1,5 @@
 """Tokenizer.encode_batch's GPU input path (blockbpe_jax/staging.py): pinned staging, one DMA,
-DLPack import. Differential: the staged ids against the NumPy path's and tiktoken's."""
+DLPack import; and the way back, read_back (Encoded.numpy). Differential: the staged ids against the NumPy path's and tiktoken's."""
 
 from __future__ import annotations
 
@@ -43,6 +43,50 @@ def _reference(tok, texts, max_len):
 
 def test_cpu_devices_do_not_stage():
     assert not staging.available(jax.devices("cpu")[0])
+
+
+def _arrays_to_read(device):
+    rng = np.random.default_rng(5)
+    host = [
+        rng.integers(-(2**31), 2**31 - 1, (7, 33), dtype=np.int32),
+        rng.integers(0, 255, 1001, dtype=np.uint8),
+        np.zeros((0, 4), np.int32),
+        rng.random((3, 5)) > 0.5,
+        rng.random(17).astype(np.float32),
+    ]
+    return host, [jax.device_put(h, device) for h in host]
+
+
+def test_read_back_off_the_gpu_is_np_asarray(tok):
+    host, arrays = _arrays_to_read(jax.devices("cpu")[0])
+    got = staging.read_back(arrays + [host[0]])
+    for g, h in zip(got, host + [host[0]]):
+        assert g.dtype == h.dtype and g.shape == h.shape
+        np.testing.assert_array_equal(g, h)
+    out = tok.encode_batch(["hello world", ""], device=jax.devices("cpu")[0])
+    ids, counts = out.numpy()
+    np.testing.assert_array_equal(ids, np.asarray(out.ids))
+    np.testing.assert_array_equal(counts, np.asarray(out.counts))
+
+
+@needs_gpu
+def test_read_back_equals_jax_copy_gpu(tok, corpus_texts):
+    host, arrays = _arrays_to_read(gpu_devices()[0])
+    big = jax.device_put(np.arange(17 << 20, dtype=np.int32), gpu_devices()[0])  # past the pinned buffer
+    cpu = jax.device_put(host[0], jax.devices("cpu")[0])
+    got = staging.read_back(arrays + [big, cpu] + arrays[:1])
+    for k, (g, h) in enumerate(zip(got, host + [np.asarray(big), host[0], host[0]])):
+        assert g.dtype == h.dtype and g.shape == h.shape
+        assert g.flags.writeable or k == len(host) + 1  # (the CPU array's: np.asarray)
+        np.testing.assert_array_equal(g, h)
+    enc = oracle("cl100k", "tiktoken", KNOWN_PATTERNS["cl100k"])
+    for texts in (corpus_texts[:1], corpus_texts[:300]):
+        out = tok.encode_batch(texts)
+        ids, counts = out.numpy()
+        np.testing.assert_array_equal(ids, np.asarray(out.ids))
+        np.testing.assert_array_equal(counts, np.asarray(out.counts))
+        for k, t in enumerate(texts):
+            assert ids[k, : counts[k]].tolist() == enc.encode_ordinary(t), k
 
 
 @needs_gpu

@@ -1,9 +1,12 @@
 // CUDA FFI targets and the nanobind module that registers them (kernels: encode_cuda.cu),
 // plus `HostStaging`: string batches packed into page-locked memory and copied to the GPU on a
-// private stream, for Tokenizer.encode_batch (blockbpe_jax/staging.py).
+// private stream, for Tokenizer.encode_batch, and `DeviceReader`: results copied back the same
+// way, for Encoded.numpy (blockbpe_jax/staging.py).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -30,7 +33,7 @@ namespace bbpe {
 
 static void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
-    throw std::runtime_error(std::string("HostStaging: ") + what + ": " + cudaGetErrorString(e));
+    throw std::runtime_error(std::string("blockbpe_jax CUDA: ") + what + ": " + cudaGetErrorString(e));
 }
 
 // Device memory that lives as long as the last DLPack view of it (JAX frees an imported
@@ -153,6 +156,62 @@ class HostStaging {
   int64_t generation_ = 0;  // device buffers allocated so far
 };
 
+// Device buffers copied to host arrays through one page-locked buffer on a private stream.
+// JAX's own copy of a fresh array to the host costs 130-250 us on the H100 machine whatever its
+// size (benchmarks/results/device_logs/2026-11-26_h100_e2e_probe2.txt), more than encoding a
+// short string; this is one DMA per buffer and one stream sync. The caller (staging.py) passes
+// buffers of finished computations that it keeps alive through the call.
+class DeviceReader {
+ public:
+  static constexpr size_t kPinnedMax = size_t(64) << 20;  // larger reads go straight to dst
+
+  explicit DeviceReader(int device) : device_(device) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~DeviceReader() {
+    cudaSetDevice(device_);
+    cudaStreamDestroy(stream_);
+    if (host_) cudaFreeHost(host_);
+  }
+  DeviceReader(const DeviceReader&) = delete;
+  DeviceReader& operator=(const DeviceReader&) = delete;
+
+  // Copies src[k] (device addresses) into dst[k] (contiguous host arrays, as many bytes as each
+  // holds).
+  void read(const std::vector<uintptr_t>& src, std::vector<nb::ndarray<nb::c_contig, nb::device::cpu>>& dst) {
+    if (src.size() != dst.size()) throw nb::value_error("DeviceReader: as many sources as destinations");
+    std::vector<size_t> at(dst.size() + 1, 0);  // offsets in the pinned buffer (256-aligned)
+    for (size_t k = 0; k < dst.size(); ++k) at[k + 1] = at[k] + (dst[k].nbytes() + 255) / 256 * 256;
+    const bool pinned = at.back() <= kPinnedMax;
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    if (pinned && at.back() > capacity_) {
+      if (host_) check_cuda(cudaFreeHost(host_), "cudaFreeHost");
+      host_ = nullptr;
+      capacity_ = 0;
+      const size_t grown = std::max(at.back(), std::min(kPinnedMax, size_t(1) << 20));
+      check_cuda(cudaHostAlloc((void**)&host_, grown, cudaHostAllocDefault), "cudaHostAlloc");
+      capacity_ = grown;
+    }
+    nb::gil_scoped_release unlocked;
+    for (size_t k = 0; k < dst.size(); ++k) {
+      if (dst[k].nbytes() == 0) continue;
+      void* to = pinned ? (void*)(host_ + at[k]) : dst[k].data();
+      check_cuda(cudaMemcpyAsync(to, (const void*)src[k], dst[k].nbytes(), cudaMemcpyDeviceToHost, stream_),
+                 "cudaMemcpyAsync");
+    }
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (pinned)
+      for (size_t k = 0; k < dst.size(); ++k) std::memcpy(dst[k].data(), host_ + at[k], dst[k].nbytes());
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  uint8_t* host_ = nullptr;  // pinned
+  size_t capacity_ = 0;
+};
+
 }  // namespace bbpe
 
 NB_MODULE(_blockbpe_cuda, m) {
@@ -169,6 +228,9 @@ NB_MODULE(_blockbpe_cuda, m) {
       .def("device_arrays", &bbpe::HostStaging::device_arrays)
       .def_prop_ro("capacity", &bbpe::HostStaging::capacity)
       .def_prop_ro("generation", &bbpe::HostStaging::generation);
+  nb::class_<bbpe::DeviceReader>(m, "DeviceReader")
+      .def(nb::init<int>(), nb::arg("device"))
+      .def("read", &bbpe::DeviceReader::read, nb::arg("src"), nb::arg("dst"));
 #ifdef BBPE_STAGE_CLOCKS
   m.def("read_stage_clocks", &bbpe::read_stage_clocks,
         "Reads and zeroes the kernel's stage clocks (a BLOCKBPE_STAGE_CLOCKS=ON build only).");
