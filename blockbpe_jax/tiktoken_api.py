@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .postprocess import finalize
+from .staging import read_back
 
 __all__ = ["Encoding", "hf_call"]
 
@@ -286,7 +287,7 @@ def hf_call(
         np.atleast_1d(eos_id if eos_id is not None else [])
     )
     enc = tok.encode_batch(texts, allowed_special=allowed_special, mode=mode, device=device)
-    counts = np.asarray(enc.counts)
+    counts = read_back([enc.counts])[0]
     if (counts < 0).any():
         raise RuntimeError(f"encode failed: counts {counts.tolist()}")
     lengths = counts + n_special

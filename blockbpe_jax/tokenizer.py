@@ -344,8 +344,7 @@ class Tokenizer:
 
     def decode_bytes(self, ids, counts) -> list[bytes]:
         """Token ids (padded rows plus counts) back to byte strings."""
-        ids = np.asarray(ids)
-        counts = np.asarray(counts)
+        ids, counts = staging.read_back([ids, counts])
         if (counts < 0).any():
             b = int(np.flatnonzero(counts.reshape(-1) < 0)[0])
             raise ValueError(
