@@ -32,7 +32,7 @@ def device_functions():
     """The jitted steps of a window on the device (built on first use: importing this module
     does not import JAX).
 
-    A window's bytes go to the device once (`WindowBuffers.upload_flat`), with a table of its
+    A window's bytes go to the device once (`WindowBuffers.padded_flat`), with a table of its
     documents in plan order (each call's `rows` entries in turn); each call gathers its padded
     rows from them. A window's calls write into one int32 buffer `raw` (donated from call to
     call): call i's padded ids [rows, T] row-major, then its counts [rows], each call after
@@ -152,11 +152,9 @@ class WindowBuffers:
                     return raw
         return jnp.zeros(self.slots, jnp.int32, device=self.device)
 
-    def upload_flat(self, data: np.ndarray, reach: int):
-        """A window's bytes on the device (one transfer), zero-padded to the job's size: at least
+    def padded_flat(self, data: np.ndarray, reach: int) -> np.ndarray:
+        """A window's bytes zero-padded to the job's size, for its one transfer: at least
         `reach` bytes past their end (gather_rows reads `width` bytes from every start)."""
-        import jax
-
         need = data.size + reach
         with self._lock:
             if need > self.flat_bytes:
@@ -165,7 +163,7 @@ class WindowBuffers:
         padded = np.empty(size, np.uint8)
         padded[: data.size] = data
         padded[data.size :] = 0
-        return jax.device_put(padded, self.device)
+        return padded
 
     def table(self, entries: int) -> np.ndarray:
         """A document table for `entries` rows: int32[2, E] zeros (start, length: zero entries

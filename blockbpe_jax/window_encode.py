@@ -82,9 +82,10 @@ def encode_documents(
     device, a window's calls write into one buffer and one step puts their ids in input order;
     the host copies back the window's counts, then its ids (about 2-4 bytes per token), once
     each. Rows with more tokens than the first pass keeps are encoded again at full width into
-    the same buffer before that step. Reading, encoding and writing overlap: a thread reads up
-    to 2 windows ahead, this thread dispatches a window's calls (asynchronous: the device works
-    meanwhile) while a thread finishes the previous window and writes it."""
+    the same buffer before that step. Reading, encoding and writing overlap: a thread reads and
+    plans up to 2 windows ahead (`plan_window`: the host work of a window), this thread
+    dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
+    finishes the previous window and writes it."""
     import jax
 
     nfc = mode == "exact" and tok.normalizes
@@ -100,19 +101,23 @@ def encode_documents(
     # (any normalizer: assume_nfc)
     encodes = CompiledEncodes(tables, target, mode=mode, block_size=block_size, assume_nfc=nfc)
 
-    def document_table(w: Window, docs: np.ndarray, entries: np.ndarray, size: int):
-        """The documents `docs` of the window at table entries `entries` (start, length), on
-        the device; the other entries of the table are empty rows."""
+    def host_table(w: Window, docs: np.ndarray, entries: np.ndarray, size: int) -> np.ndarray:
+        """The documents `docs` of the window at table entries `entries` (start, length); the
+        other entries of the table are empty rows."""
         table = buffers.table(size)
         table[0, entries] = w.offsets[docs]
         table[1, entries] = w.offsets[docs + 1] - w.offsets[docs]
-        return jax.device_put(table, target)
+        return table
 
-    def launch(w: Window):
+    def plan_window(w: Window):
+        """A window's host work, on the reading thread (ahead of `launch`): the calls planned,
+        the bytes padded, the document table and where each document's ids and count will be."""
+        if not w.ndocs:
+            return None
         if nfc:  # the width must fit the normalized text
             w = Window.of(tok.normalize(w.blobs), w.positions, w.file_index, w.consumed)
         lengths = w.lengths
-        if max_len is not None and w.ndocs and lengths.max() > max_len:
+        if max_len is not None and lengths.max() > max_len:
             i = int(np.argmax(lengths))
             raise CorpusError(
                 f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
@@ -130,29 +135,35 @@ def encode_documents(
         reach = max(p[1] for p in plan)
         if w.data.size + reach >= 1 << 31:  # (the table's starts are int32)
             raise CorpusError(f"{where(w, 0)}: {w.data.size} bytes of documents in one window, 2 GiB or more")
-        flat = buffers.upload_flat(w.data, reach)  # the window's one transfer of bytes
+        flat = buffers.padded_flat(w.data, reach)
         # per document, in sorted (plan) order: its call's T and width, where its ids and its
         # count are in raw, its entry in the document table
         sizes = [len(p[0]) for p in plan]
         perm = np.concatenate([p[0] for p in plan]).astype(np.int64)
         row = np.arange(len(perm)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        table = document_table(w, perm, np.repeat([p[5] for p in plan], sizes) + row, entries)
-        raw, at, pos = buffers.take(end), buffers.zero, buffers.zero
-        encodes.prepare(
-            [(rows, width, T, raw.size, flat.size, table.shape[1]) for _, width, T, rows, *_ in plan]
-        )
-        for _, width, T, rows, *_ in plan:
-            raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=width, T=T)
-        resume = at  # where rows encoded again go (== end)
+        table = host_table(w, perm, np.repeat([p[5] for p in plan], sizes) + row, entries)
         T = np.repeat([p[2] for p in plan], sizes)
         base = np.repeat([p[4] for p in plan], sizes)
         src = base + row * T
         count_at = base + np.repeat([p[3] * p[2] for p in plan], sizes) + row
         positions = np.zeros(buffers.doc_slots(len(perm)), np.int32)
         positions[perm] = count_at
+        return w, plan, flat, table, end, perm, T, src, count_at, positions
+
+    def launch(planned):
+        """Dispatches a planned window's calls (asynchronous) and the copy back of its counts."""
+        w, plan, flat, table, end, perm, T, src, count_at, positions = planned
+        flat = jax.device_put(flat, target)  # the window's one transfer of bytes
+        table = jax.device_put(table, target)
+        raw, at, pos = buffers.take(end), buffers.zero, buffers.zero
+        encodes.prepare(
+            [(rows, width, T, raw.size, flat.size, table.shape[1]) for _, width, T, rows, *_ in plan]
+        )
+        for _, width, T_call, rows, *_ in plan:
+            raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=width, T=T_call)
         counts = fns.gather(raw, positions)
         counts.copy_to_host_async()
-        return w, plan, flat, raw, end, resume, perm, T, src, count_at, counts
+        return w, plan, flat, raw, end, at, perm, T, src, count_at, counts
 
     def finish(pending) -> None:
         w, plan, flat, raw, end, at, perm, T, src, count_at, counts = pending
@@ -170,7 +181,8 @@ def encode_documents(
                 raw = fns.grow(raw, size=buffers.grown(need))
             first = np.cumsum([0] + [rows for _, rows in shapes])  # each group's table entries
             entries = np.concatenate([first[k] + np.arange(len(g)) for k, g in enumerate(groups)])
-            table, pos = document_table(w, perm[redo], entries, int(first[-1])), buffers.zero
+            table = jax.device_put(host_table(w, perm[redo], entries, int(first[-1])), target)
+            pos = buffers.zero
             for g, (T2, rows) in zip(groups, shapes):
                 raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=T2 - 1, T=T2)
                 r = np.arange(len(g))
@@ -210,10 +222,11 @@ def encode_documents(
 
     with ThreadPoolExecutor(max_workers=1) as writer_thread:
         written = []  # futures of finish(), oldest first
-        for window in in_background(windows, depth=2):
-            if not window.ndocs:
+        # (the reading thread plans each window too: this one only dispatches)
+        for planned in in_background(map(plan_window, windows), depth=2):
+            if planned is None:  # (a window without documents)
                 continue
-            written.append(writer_thread.submit(finish, launch(window)))
+            written.append(writer_thread.submit(finish, launch(planned)))
             while len(written) > 1 or (written and written[0].done()):
                 written.pop(0).result()  # re-raises a writer's error here
         for future in written:

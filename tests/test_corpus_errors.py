@@ -41,6 +41,7 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[list, str]]:
     done.mkdir()
     (done / "shard.json").write_text("{}")
     good = write("good.txt", b"hello\n")
+    long_line = write("long.txt", b"ok\n\nshort\n" + b"x" * 40 + b"\nok\n")
     J = ["--jsonl-field", "text"]
     try:
         json.loads('{"text": "a",}')
@@ -72,6 +73,10 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[list, str]]:
             [bad_utf8_json] + J,
             f"{bad_utf8_json}:1: not valid UTF-8 (byte 12: invalid continuation byte)",
         ),
+        "too_long": (
+            [long_line, "--max-len", 16],
+            f"{long_line}:4: document of 40 bytes, more than --max-len 16 (use --split chunk:N)",
+        ),
         "output_exists": (
             [good, "-o", done],
             f"{done / 'shard.json'}: output exists (use --overwrite or another --output)",
@@ -93,6 +98,7 @@ def cut_gz_line(whole: bytes) -> int:
 
 CASES = [
     "missing",
+    "too_long",
     "directory",
     "not_gzip",
     "truncated_gzip",
