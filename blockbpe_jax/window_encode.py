@@ -157,10 +157,10 @@ def encode_documents(
         table = jax.device_put(table, target)
         raw, at, pos = buffers.take(end), buffers.zero, buffers.zero
         encodes.prepare(
-            [(rows, width, T, raw.size, flat.size, table.shape[1]) for _, width, T, rows, *_ in plan]
+            [(rows, width, cols, raw.size, flat.size, table.shape[1]) for _, width, cols, rows, *_ in plan]
         )
-        for _, width, T_call, rows, *_ in plan:
-            raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=width, T=T_call)
+        for _, width, cols, rows, *_ in plan:  # (cols: the call's T; T: each document's)
+            raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=width, T=cols)
         counts = fns.gather(raw, positions)
         counts.copy_to_host_async()
         return w, plan, flat, raw, end, at, perm, T, src, count_at, counts

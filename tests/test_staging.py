@@ -1,5 +1,6 @@
 """Tokenizer.encode_batch's GPU input path (blockbpe_jax/staging.py): pinned staging, one DMA,
-DLPack import; and the way back, read_back (Encoded.numpy). Differential: the staged ids against the NumPy path's and tiktoken's."""
+DLPack import; and the way back, read_back (Encoded.numpy). Differential: the staged ids
+against the NumPy path's and tiktoken's, read-back copies against np.asarray."""
 
 from __future__ import annotations
 

@@ -157,9 +157,8 @@ class HostStaging {
 };
 
 // Device buffers copied to host arrays through one page-locked buffer on a private stream.
-// JAX's own copy of a fresh array to the host costs 130-250 us on the H100 machine whatever its
-// size (benchmarks/results/device_logs/2026-11-26_h100_e2e_probe2.txt), more than encoding a
-// short string; this is one DMA per buffer and one stream sync. The caller (staging.py) passes
+// JAX's own copy of a fresh array to the host has a fixed cost larger than encoding a short
+// string (BUILD_NOTES.md, "Session 15"); this is one DMA per buffer and one stream sync. The caller (staging.py) passes
 // buffers of finished computations that it keeps alive through the call.
 class DeviceReader {
  public:
@@ -189,7 +188,7 @@ class DeviceReader {
       if (host_) check_cuda(cudaFreeHost(host_), "cudaFreeHost");
       host_ = nullptr;
       capacity_ = 0;
-      const size_t grown = std::max(at.back(), std::min(kPinnedMax, size_t(1) << 20));
+      const size_t grown = std::max(at.back(), size_t(1) << 20);  // (1 MiB at least)
       check_cuda(cudaHostAlloc((void**)&host_, grown, cudaHostAllocDefault), "cudaHostAlloc");
       capacity_ = grown;
     }
