@@ -1,8 +1,8 @@
 """The corpus job's engine: one window of documents (documents.Window: a flat buffer and
 offsets) -> encode calls planned by width -> ids on the device, compacted there into input
 order in the shard dtype -> one copy back per window, handed to a writer (shards.py). Reading,
-encoding and writing overlap (a reader thread ahead, a writer thread behind). corpus.py drives
-it; see encode_documents.
+encoding, copying back and writing overlap (a reader thread ahead, a finishing thread and a
+writing thread behind). corpus.py drives it; see encode_documents.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def encode_documents(
     the same buffer before that step. Reading, encoding and writing overlap: a thread reads and
     plans up to 2 windows ahead (`plan_window`: the host work of a window), this thread
     dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
-    finishes the previous window and writes it."""
+    finishes the previous window (copies back, compaction) and another writes the one before."""
     import jax
 
     nfc = mode == "exact" and tok.normalizes
@@ -213,21 +213,41 @@ def encode_documents(
         layout[1, : held.size] = source[held] - starts[held]
         ids = np.asarray(fns.finalize(raw, layout, size=size, dtype=dtype))
         buffers.give_back(raw)
-        flat = ids[:total]
-        writer.add(flat, counts, w)
+        # The shard writes go to a thread of their own (at most two windows queued), so that
+        # this one copies the next window back meanwhile.
+        while len(stored) > 1:
+            stored.pop(0).result()  # re-raises a write's error here
+        stored.append(store_thread.submit(store, ids[:total], counts, w))
+
+    def store(ids: np.ndarray, counts: np.ndarray, w: Window) -> None:
+        if write_failed:  # (the windows queued behind a failed write are not written)
+            return
+        try:
+            writer.add(ids, counts, w)
+        except BaseException:
+            write_failed.append(True)
+            raise
         if progress is not None:
-            progress.update(w.consumed, w.ndocs, total)
+            progress.update(w.consumed, w.ndocs, len(ids))
 
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=1) as writer_thread:
-        written = []  # futures of finish(), oldest first
+    stored = []  # futures of store(), oldest first (touched by finish's thread, then this one)
+    write_failed: list = []
+    # (the writes' thread outlives the finishing one, which submits to it)
+    with (
+        ThreadPoolExecutor(max_workers=1) as store_thread,
+        ThreadPoolExecutor(max_workers=1) as finish_thread,
+    ):
+        finished = []  # futures of finish(), oldest first
         # (the reading thread plans each window too: this one only dispatches)
         for planned in in_background(map(plan_window, windows), depth=2):
             if planned is None:  # (a window without documents)
                 continue
-            written.append(writer_thread.submit(finish, launch(planned)))
-            while len(written) > 1 or (written and written[0].done()):
-                written.pop(0).result()  # re-raises a writer's error here
-        for future in written:
+            finished.append(finish_thread.submit(finish, launch(planned)))
+            while len(finished) > 1 or (finished and finished[0].done()):
+                finished.pop(0).result()  # re-raises a finishing or writing error here
+        for future in finished:
+            future.result()
+        for future in stored:
             future.result()

@@ -145,6 +145,28 @@ def test_error_after_many_batches_in_the_pipeline(tmp_path, r50k):
     assert got == [np.asarray(ids)[i, :c].tolist() for i, c in enumerate(np.asarray(counts))]
 
 
+def test_write_error_mid_job(tmp_path, r50k, monkeypatch):
+    """A shard write that fails after some windows were written (a full disk): the error comes
+    out of encode_files, no shard is left behind, and nothing is still writing afterwards."""
+    from blockbpe_jax import shards
+
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"line {i} of many words\n" for i in range(3000)), encoding="utf-8")
+    add, calls = shards.FlatWriter.add, []
+
+    def failing_add(self, ids, counts, window):
+        calls.append(len(counts))
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        add(self, ids, counts, window)
+
+    monkeypatch.setattr(shards.FlatWriter, "add", failing_add)
+    out = tmp_path / "out"
+    with pytest.raises(OSError, match="No space left"):
+        corpus.encode_files(r50k, [src], out / "shard", window_bytes=4096, batch_bytes=2048)
+    assert len(calls) == 3 and not any(out.iterdir())
+
+
 def test_arrayrecord_missing_package_is_one_line(tmp_path, capsys, root, monkeypatch):
     import sys
 
