@@ -2,7 +2,19 @@
 #   python3 tests/test_stubs.py
 # which runs python3 -m nanobind.stubgen -m blockbpe_jax._blockbpe_cpu -o blockbpe_jax/_blockbpe_cpu.pyi
 # and adds this header.
+from typing import Annotated
+
+import numpy
+from numpy.typing import NDArray
+
+
 def pack_strings(texts: object, max_len: int) -> tuple: ...
+
+def encode_host(data: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], lengths: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], pair_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], byte_ids: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], piece_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], token_offsets: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], token_data: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], special_offsets: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], special_data: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], special_ids: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], pretok: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], nfc_pairs: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], char_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], pretok_stages: int, symbols: int, run_long: int, run_step: int, run_width: int, normalizer: int, pad_id: int, max_piece_len: int, rank_is_id: int, max_tokens: int) -> tuple:
+    """
+    The CPU encode on NumPy arrays without XLA: (ids int32[B, max_tokens], counts int32[B]);
+    the operands and attributes of the bbpe_encode FFI call (ffi/binding/encode_ffi.h).
+    """
 
 def split_documents(block: bytes, field: str | None, threads: int) -> object: ...
 

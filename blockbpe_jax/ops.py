@@ -307,11 +307,25 @@ def encode(
         devices = data.devices() if concrete else ()
         device = next(iter(devices)) if len(devices) == 1 else None
         tables = tokenizer.tables("none" if allowed_special is None else allowed_special, device)
+    call = _encode_call(
+        *_attributes(tables, mode, pad_id, assume_nfc or assume_normalized),
+        int(block_size),
+        int(max_tokens),
+        bool(check_lengths),
+    )
+    ids, counts = call(data, lengths, *tables.operands())
+    return Encoded(ids, counts)
+
+
+def _attributes(tables: EncodeTables, mode: str, pad_id: int, trusted: bool) -> tuple:
+    """The FFI call's attributes but block_size (ffi/binding/encode_ffi.h): pretok_stages,
+    symbols, char_runs, normalizer, pad_id, max_piece_len, rank_is_id. trusted: the text is
+    the normalizer's output (assume_nfc / assume_normalized)."""
     # normalizer attribute (ffi/pretok/tables.h, NormalizerAttr): which tables, and trusted
     normalizer = (1 if tables.nfc else 0) | (2 if tables.lowercase else 0)
-    if normalizer and (assume_nfc or assume_normalized):
+    if normalizer and trusted:
         normalizer |= 4
-    call = _encode_call(
+    return (
         resolve_mode(tables, mode),
         tables.symbols,
         tables.char_runs,
@@ -319,9 +333,38 @@ def encode(
         int(pad_id),
         tables.max_piece_len,
         bool(tables.rank_is_id),
-        int(block_size),
-        int(max_tokens),
-        bool(check_lengths),
     )
-    ids, counts = call(data, lengths, *tables.operands())
-    return Encoded(ids, counts)
+
+
+def encode_host(
+    data: np.ndarray,
+    lengths: np.ndarray,
+    tables: EncodeTables,
+    *,
+    max_tokens: int,
+    pad_id: int = 0,
+    mode: str = "exact",
+    assume_normalized: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`encode` on the host without XLA: the CPU handler called on NumPy arrays (a jitted call
+    costs tens of microseconds, more than encoding a short string). `tables`: host tables
+    (`tok.tables(..., host=True)`). Returns NumPy (ids int32[B, T], counts int32[B]); a bad
+    length (or operand) is a ValueError, as the handler checks them."""
+    stages, symbols, runs, normalizer, pad, piece_len, rank_is_id = _attributes(
+        tables, mode, pad_id, assume_normalized
+    )
+    return native.cpu.encode_host(
+        data,
+        lengths,
+        *tables.operands(),
+        pretok_stages=stages,
+        symbols=symbols,
+        run_long=runs[0],
+        run_step=runs[1],
+        run_width=runs[2],
+        normalizer=normalizer,
+        pad_id=pad,
+        max_piece_len=piece_len,
+        rank_is_id=int(rank_is_id),
+        max_tokens=int(max_tokens),
+    )

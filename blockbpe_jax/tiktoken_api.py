@@ -9,8 +9,9 @@
 `Encoding` follows tiktoken's semantics (tiktoken/core.py): the same defaults
 (`allowed_special=set()`, `disallowed_special="all"`), the same ValueError text for a disallowed
 special token found in the text, KeyError for unknown ids / non-tokens, lone surrogates replaced
-by U+FFFD. The ids come from the library's encode primitive (default: the CPU executor), so
-they equal tiktoken's for `.tiktoken` vocabularies. Differences: `num_threads` is accepted and
+by U+FFFD. The ids come from the library's encode (default: the CPU, where the native encode
+runs on the packed strings without an XLA call: `ops.encode_host`), so they equal tiktoken's
+for `.tiktoken` vocabularies. Differences: `num_threads` is accepted and
 ignored (a batch is one or a few device calls, bucketed by length); `encode_with_unstable` and
 pickling are not offered; `eot_token` raises KeyError when the vocabulary has no
 `<|endoftext|>`, as tiktoken does.
@@ -25,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import native, ops
 from .postprocess import finalize
 from .staging import read_back
 
@@ -108,18 +110,32 @@ class Encoding:
             step = max(1, _ROWS_BYTES // width)
             for s in range(0, len(rows), step):
                 chunk = rows[s : s + step]
-                ids, counts = self.tokenizer.encode_batch(
-                    [raw[k] for k in chunk],
-                    max_len=width,
-                    allowed_special=allowed,
-                    mode=self.mode,
-                    device=self.device,
-                ).numpy()
+                ids, counts = self._encode_rows([raw[k] for k in chunk], width, allowed)
                 if (counts < 0).any() or (counts > ids.shape[1]).any():
                     raise RuntimeError(f"encode failed: counts {counts.tolist()} (width {width})")
                 for j, k in enumerate(chunk):
                     out[k] = ids[j, : counts[j]].tolist()
         return out
+
+    def _encode_rows(self, texts: list[bytes], width: int, allowed) -> tuple[np.ndarray, np.ndarray]:
+        """`Tokenizer.encode_batch`'s (ids, counts) as NumPy arrays. On the CPU executor the
+        native encode runs on the packed rows directly (`ops.encode_host`: no XLA call, which
+        costs more than a short string's encode), normalized as encode_batch would."""
+        tok = self.tokenizer
+        if self.device.platform != "cpu":
+            return tok.encode_batch(
+                texts, max_len=width, allowed_special=allowed, mode=self.mode, device=self.device
+            ).numpy()
+        normalized = self.mode == "exact" and tok.normalizes
+        data, lengths = native.cpu.pack_strings(tok.normalize(texts) if normalized else texts, width)
+        return ops.encode_host(
+            data,
+            lengths,
+            tok.tables(allowed, host=True),
+            max_tokens=width,
+            mode=self.mode,
+            assume_normalized=normalized,
+        )
 
     def encode_ordinary(self, text: str) -> list[int]:
         """`encode(text, disallowed_special=())`: special tokens' text is ordinary text."""

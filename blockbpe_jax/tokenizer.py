@@ -175,17 +175,19 @@ class Tokenizer:
                 self._pretok_cache = res
             return self._pretok_cache
 
-    def tables(self, allowed_special="none", device=None) -> ops.EncodeTables:
+    def tables(self, allowed_special="none", device=None, *, host: bool = False) -> ops.EncodeTables:
         """The encode operands on `device` (default: JAX's default device), cached: a pytree
-        to pass to jitted functions as an argument."""
-        device = device or jax.devices()[0]
+        to pass to jitted functions as an argument. host=True: the same over the NumPy arrays
+        (for `ops.encode_host`)."""
+        device = "host" if host else device or jax.devices()[0]
         key = (device, self._special_key(allowed_special))
         with self._lock:
             cached = self._device_cache.get(key)
         if cached is None:
+            arrays = self.host_tables(allowed_special)
             # Concrete arrays even when first asked for inside a trace (no tracer is cached).
             with jax.ensure_compile_time_eval():
-                arrays = [jax.device_put(a, device) for a in self.host_tables(allowed_special)]
+                arrays = arrays if host else [jax.device_put(a, device) for a in arrays]
             vocab = self.vocab
             _, exact, error = self._pretok()
             cached = ops.EncodeTables(

@@ -113,8 +113,84 @@ static nb::object split_documents(nb::bytes block, std::optional<std::string> fi
                         owned_array(lines, 1, lines_shape), newlines);
 }
 
+// The CPU handler called directly on NumPy arrays, without XLA (the tiktoken-style API's
+// calls on host strings: a jitted call costs tens of microseconds, more than a short string's
+// encode). The arrays are wrapped as the FFI buffers the handler takes, so the same checks
+// (make_encode_params, check_lengths) and the same encode run; a failed check is a ValueError.
+using U8Array = nb::ndarray<const uint8_t, nb::c_contig, nb::device::cpu>;
+using S32Array = nb::ndarray<const int32_t, nb::c_contig, nb::device::cpu>;
+
+struct HostBuffer {  // an XLA_FFI_Buffer over a host array
+  std::vector<int64_t> dims;
+  XLA_FFI_Buffer buf;
+  HostBuffer(XLA_FFI_DataType dtype, const void* data, std::vector<int64_t> shape) : dims(std::move(shape)) {
+    buf = XLA_FFI_Buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr, dtype, const_cast<void*>(data),
+                         (int64_t)dims.size(), dims.data()};
+  }
+  template <class A>
+  static HostBuffer of(XLA_FFI_DataType dtype, const A& a) {
+    std::vector<int64_t> shape(a.ndim());
+    for (size_t i = 0; i < a.ndim(); ++i) shape[i] = (int64_t)a.shape(i);
+    return HostBuffer(dtype, a.data(), std::move(shape));
+  }
+};
+
+static nb::tuple encode_host(U8Array data, S32Array lengths, S32Array pair_table, S32Array byte_ids,
+                             S32Array piece_table, S32Array token_offsets, U8Array token_data,
+                             S32Array special_offsets, U8Array special_data, S32Array special_ids,
+                             U8Array pretok, S32Array nfc_pairs, S32Array char_table, int32_t pretok_stages,
+                             int32_t symbols, int32_t run_long, int32_t run_step, int32_t run_width,
+                             int32_t normalizer, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
+                             int64_t max_tokens) {
+  if (data.ndim() != 2) throw nb::value_error("encode_host: data must be uint8[batch, max_len]");
+  if (max_tokens < 1 || max_tokens >= (int64_t)1 << 31) throw nb::value_error("encode_host: bad max_tokens");
+  const size_t batch = data.shape(0), shape[2] = {batch, (size_t)max_tokens};
+  int32_t* ids = new int32_t[batch * max_tokens + 1];
+  int32_t* counts = new int32_t[batch + 1];
+  auto ids_array = owned_array(ids, 2, shape);  // (owned from here: freed on any error below)
+  auto counts_array = owned_array(counts, 1, shape);
+  const auto U8 = XLA_FFI_DataType_U8, S32 = XLA_FFI_DataType_S32;
+  HostBuffer in[] = {HostBuffer::of(U8, data), HostBuffer::of(S32, lengths), HostBuffer::of(S32, pair_table),
+                     HostBuffer::of(S32, byte_ids), HostBuffer::of(S32, piece_table),
+                     HostBuffer::of(S32, token_offsets), HostBuffer::of(U8, token_data),
+                     HostBuffer::of(S32, special_offsets), HostBuffer::of(U8, special_data),
+                     HostBuffer::of(S32, special_ids), HostBuffer::of(U8, pretok),
+                     HostBuffer::of(S32, nfc_pairs), HostBuffer::of(S32, char_table)};
+  uint8_t workspace_byte = 0;  // (the CPU handler's stand-in, as ops.py passes)
+  HostBuffer out_ids(S32, ids, {(int64_t)batch, max_tokens}), out_counts(S32, counts, {(int64_t)batch}),
+      out_workspace(U8, &workspace_byte, {1});
+  using ffi::Buffer, ffi::Result;
+  ffi::Error err;
+  {
+    nb::gil_scoped_release unlocked;
+    err = bbpe::encode_handler<bbpe::encode_cpu>(
+        Buffer<ffi::U8>(&in[0].buf), Buffer<ffi::S32>(&in[1].buf), Buffer<ffi::S32>(&in[2].buf),
+        Buffer<ffi::S32>(&in[3].buf), Buffer<ffi::S32>(&in[4].buf), Buffer<ffi::S32>(&in[5].buf),
+        Buffer<ffi::U8>(&in[6].buf), Buffer<ffi::S32>(&in[7].buf), Buffer<ffi::U8>(&in[8].buf),
+        Buffer<ffi::S32>(&in[9].buf), Buffer<ffi::U8>(&in[10].buf), Buffer<ffi::S32>(&in[11].buf),
+        Buffer<ffi::S32>(&in[12].buf), pretok_stages, symbols, run_long, run_step, run_width, normalizer,
+        pad_id, max_piece_len, rank_is_id, /*block_size=*/256,
+        Result<Buffer<ffi::S32>>(Buffer<ffi::S32>(&out_ids.buf)),
+        Result<Buffer<ffi::S32>>(Buffer<ffi::S32>(&out_counts.buf)),
+        Result<Buffer<ffi::U8>>(Buffer<ffi::U8>(&out_workspace.buf)));
+  }
+  if (err.failure()) throw nb::value_error(err.message().c_str());
+  return nb::make_tuple(ids_array, counts_array);
+}
+
 NB_MODULE(_blockbpe_cpu, m) {
   m.def("pack_strings", &pack_strings, nb::arg("texts"), nb::arg("max_len"));
+  m.def("encode_host", &encode_host, nb::arg("data").noconvert(), nb::arg("lengths").noconvert(),
+        nb::arg("pair_table").noconvert(), nb::arg("byte_ids").noconvert(),
+        nb::arg("piece_table").noconvert(), nb::arg("token_offsets").noconvert(),
+        nb::arg("token_data").noconvert(), nb::arg("special_offsets").noconvert(),
+        nb::arg("special_data").noconvert(), nb::arg("special_ids").noconvert(),
+        nb::arg("pretok").noconvert(), nb::arg("nfc_pairs").noconvert(),
+        nb::arg("char_table").noconvert(), nb::arg("pretok_stages"), nb::arg("symbols"),
+        nb::arg("run_long"), nb::arg("run_step"), nb::arg("run_width"), nb::arg("normalizer"),
+        nb::arg("pad_id"), nb::arg("max_piece_len"), nb::arg("rank_is_id"), nb::arg("max_tokens"),
+        "The CPU encode on NumPy arrays without XLA: (ids int32[B, max_tokens], counts int32[B]);\n"
+        "the operands and attributes of the bbpe_encode FFI call (ffi/binding/encode_ffi.h).");
   m.def("split_documents", &split_documents, nb::arg("block"), nb::arg("field").none(),
         nb::arg("threads"));
   m.def("registrations", []() {
