@@ -111,8 +111,9 @@ class Encoding:
             for s in range(0, len(rows), step):
                 chunk = rows[s : s + step]
                 ids, counts = self._encode_rows([raw[k] for k in chunk], width, allowed)
-                if (counts < 0).any() or (counts > ids.shape[1]).any():
-                    raise RuntimeError(f"encode failed: counts {counts.tolist()} (width {width})")
+                counts = counts.tolist()  # (Python ints: NumPy's reductions cost more on a few rows)
+                if min(counts) < 0 or max(counts) > ids.shape[1]:
+                    raise RuntimeError(f"encode failed: counts {counts} (width {width})")
                 for j, k in enumerate(chunk):
                     out[k] = ids[j, : counts[j]].tolist()
         return out
