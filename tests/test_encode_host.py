@@ -86,3 +86,15 @@ def test_tiktoken_api_uses_it_on_the_cpu(tok, monkeypatch):
     assert calls
     ids, counts = tok.encode_batch(texts, device=CPU).numpy()
     assert got == [ids[i, : counts[i]].tolist() for i in range(len(texts))]
+
+
+def test_threads_share_the_tables(tok):
+    """encode_host releases the GIL: calls from several threads at once, on the same host
+    tables, give each its own ids."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    enc = tok.as_tiktoken()
+    texts = [f"thread text {i}: " + "wörds and 日本語 " * (i % 23) for i in range(200)]
+    want = [enc.encode_ordinary(t) for t in texts]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(enc.encode_ordinary, texts)) == want
