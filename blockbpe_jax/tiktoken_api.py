@@ -127,8 +127,8 @@ class Encoding:
             return tok.encode_batch(
                 texts, max_len=width, allowed_special=allowed, mode=self.mode, device=self.device
             ).numpy()
-        normalized = self.mode == "exact" and tok.normalizes
-        data, lengths = native.cpu.pack_strings(tok.normalize(texts) if normalized else texts, width)
+        texts, normalized = tok._normalized(texts, self.mode)
+        data, lengths = native.cpu.pack_strings(texts, width)
         return ops.encode_host(
             data,
             lengths,

@@ -267,10 +267,7 @@ class Tokenizer:
     ) -> staging.StagedBatch:
         """encode_batch's first half: the texts checked, normalized and packed (on a CUDA GPU:
         into pinned memory, their copy to the device started)."""
-        texts = _text_list(texts, max_len)
-        normalized = mode == "exact" and self.normalizes
-        if normalized:
-            texts = self.normalize(texts)
+        texts, normalized = self._normalized(_text_list(texts, max_len), mode)
         target = device or jax.devices()[0]
 
         # Packing guarantees 0 <= lengths <= L: no need for the handler's read-back.
@@ -297,6 +294,12 @@ class Tokenizer:
             data, lengths = jax.device_put((data, lengths), device)
         # (else the NumPy arrays ride along with the jitted call to the default device)
         return staging.StagedBatch(run, arrays=(data, lengths))
+
+    def _normalized(self, texts: list, mode: str) -> tuple[list, bool]:
+        """(the texts as encode sees them, whether they were normalized): exact mode on a
+        tokenizer with a normalizer normalizes first (encode then trusts the text)."""
+        normalized = mode == "exact" and self.normalizes
+        return (self.normalize(texts) if normalized else texts), normalized
 
     def as_tiktoken(self, device=None):
         """tiktoken's `Encoding` API over this tokenizer (`blockbpe_jax.tiktoken_api`)."""
