@@ -2,7 +2,9 @@
 block size, special tokens, the shared-memory and the global-workspace paths, a three-stage
 pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, bad rows with
 check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape), pieces
-longer than a tile in long rows (stitched windows, and merged whole through the test hook). Exits non-zero if any result differs from the CPU handler's."""
+longer than a tile in long rows (stitched windows, and merged whole through the test hook),
+long pieces of few rows in warp sub-windows. Exits non-zero if any result differs from the CPU
+handler's."""
 
 import jax
 import numpy as np
@@ -115,6 +117,12 @@ compare("huge pieces, second round", tok, data_r, lengths_r, block_sizes=(256,),
 os.environ["BLOCKBPE_STITCH_MARGIN"] = "-1"
 compare("huge pieces merged whole", tok, data, lengths, max_tokens=12000)
 del os.environ["BLOCKBPE_STITCH_MARGIN"]
+# Few rows no wider than a tile (ffi/cuda/sub_windows.cuh): long pieces in warp sub-windows, one
+# that does not stitch (a run inside it) by the block passes, many pieces in several rounds.
+few = [testing.ADVERSARIAL[k](random.Random(k), 2000) for k in ("letters_a_j", "spaces", "cjk", "emoji")]
+many = b" 7".join(testing.ADVERSARIAL["letters_a_j"](random.Random(k), 70) for k in range(25))
+data_f, lengths_f = bb.pack_strings(few + [b"xyz" + b"a" * 1500, many, b"", b"tail"], max_len=2048)
+compare("few rows, long pieces", tok, data_f, lengths_f, max_tokens=2048)
 for k, (batch, width) in enumerate([(16, 1024), (16, 1024), (20, 4096), (16, 1024)] * 2):
     rows = [t[: width // 2] for t in (texts[k:] + texts[:k])[:batch]]
     ref = tok.encode_batch(rows, max_len=width, device=cpu, allowed_special="all")

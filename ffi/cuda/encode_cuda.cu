@@ -31,6 +31,7 @@
 //   cuda/tile_rows.cuh      long rows: the tile pipeline's layout and its specials kernels
 //   cuda/tile_pipeline.cuh  long rows: pre-tokenizer passes, encode, output, launch_tiles
 //   cuda/huge_pieces.cuh    long rows: pieces longer than a tile, by stitched windows
+//   cuda/sub_windows.cuh    a text merged in warp sub-windows (windows, the few rows' long pieces)
 // This file: the launcher (one block per string, or the tile pipeline) and the FFI handlers.
 #include <cuda_runtime.h>
 
@@ -57,7 +58,13 @@ namespace {
 template <int kThreads>
 cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
   if (tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols)) return launch_tiles<kThreads>(p, stream);
-  const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.pretok_stages, p.symbols);
+  // Few rows (cuda/sub_windows.cuh): at least a warp per sub-window of a row-wide piece, and
+  // their scratch after the row's arrays.
+  const bool warp_pieces = warp_piece_launch(p);
+  if constexpr (kThreads < kHugeThreads)
+    if (warp_pieces && warp_piece_subs(p.max_len) > kThreads / 32) return launch<kThreads * 2>(p, stream);
+  const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.pretok_stages, p.symbols) +
+                      (warp_pieces ? warp_piece_smem_bytes(p.max_len) : 0);
   const auto kernel = p.symbols == kSymbolsChars ? encode_chars_kernel<kThreads> : encode_kernel<kThreads>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (err != cudaSuccess) return err;
@@ -81,7 +88,8 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
   };
   if (p.stitch_margin >= 0 && off("BLOCKBPE_STITCH_SECOND")) p.stitch_margin |= kNoSecondRound;
   if (p.stitch_margin >= 0 && off("BLOCKBPE_STITCH_FALLBACK")) p.stitch_margin |= kNoFallback;
-  // BLOCKBPE_WARP_WINDOWS=0: every window merged by its whole block (no sub-windows).
+  // BLOCKBPE_WARP_WINDOWS=0: every window merged by its whole block (no sub-windows), and in
+  // calls of few rows every long piece by the block passes (cuda/sub_windows.cuh).
   if (p.stitch_margin >= 0 && off("BLOCKBPE_WARP_WINDOWS")) p.stitch_margin |= kNoWarpWindows;
   if (p.batch == 0) return ffi::Error::Success();
   if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols))

@@ -13,6 +13,7 @@
 #include "cuda/lane_merges.cuh"
 #include "cuda/merge_passes.cuh"
 #include "cuda/stage_clock.cuh"
+#include "cuda/sub_windows.cuh"
 #include "pretok/lowercase.h"
 #include "pretok/nfc.h"
 
@@ -24,11 +25,13 @@ namespace {
 // rest is left alone); returns their count. cap >= n: the room of next_rank for the merge
 // list. has_long: whether the block passes ran. In the tile pipeline the "string" is the
 // stretch of a long row from a segment start to the next segment start after a tile.
+// warp_list (warp_piece_launch, else nullptr): the pieces longer than kShortPieceLen are listed
+// there and merged in sub-windows after it (merge_warp_pieces, cuda/sub_windows.cuh).
 template <int kThreads>
 __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArrays& a, int n, int cap,
                                                int32_t* out, int out_cap, bool& has_long,
                                                typename Scans<kThreads>::Storage& tmp,
-                                               StageClock& clock) {
+                                               StageClock& clock, WarpPieceList* warp_list = nullptr) {
   const VocabView& v = p.vocab;
   // Initial tokens; from here on piece_start flags every segment start (specials included).
   for (int i = threadIdx.x; i < n; i += kThreads) {
@@ -44,8 +47,9 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
   //    lengths): a special token stays one token; a segment whose bytes are a token becomes it
   //    (whole-piece shortcut); a short pre-tokenizer piece that is not a token goes on the
   //    merge list for step 2; longer ones (and in bytes mode, the paper's algorithm, all of
-  //    them) are left to the block passes. rank[start] holds the segment's token count, or
-  //    minus its length while it waits for step 2 (only the segment's thread touches
+  //    them) are left to the block passes, but with warp_list they go there for step 2 and to
+  //    the block passes only if they do not stitch. rank[start] holds the segment's token
+  //    count, or minus its length while it waits for step 2 (only the segment's thread touches
   //    rank[start] here; piece_start is read-only from now on).
   const int short_len = p.pretok_stages == kModeBytes ? 0 : kShortPieceLen;
   const int per = (n + kThreads - 1) / kThreads;
@@ -62,6 +66,7 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
   for (int s0 = lo; my_starts > 0 && s0 < hi; ++s0)
     if (a.piece_start[s0]) seg_list[first_seg++] = s0;
   if (threadIdx.x == 0) n_lane_merges = n_thread_merges = next_lane_bin = 0;
+  if (threadIdx.x == 0 && warp_list) warp_list->count = 0;
   if (threadIdx.x <= kLanePieceLen) by_len[threadIdx.x] = 0;
   __syncthreads();
   has_long = false;
@@ -82,8 +87,11 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
             atomicAdd(&by_len[m], 1);
           }
           else merge_list[cap - 1 - atomicAdd(&n_thread_merges, 1)] = s0;
+        } else if (warp_list && m > 1) {
+          const int slot = atomicAdd(&warp_list->count, 1);
+          if (slot < kMaxWarpPieces) warp_list->s0[slot] = s0, warp_list->len[slot] = m, count = -m;
         }
-        has_long |= m > short_len && m > 1;
+        has_long |= count > 1;  // (not listed for step 2 or merge_warp_pieces)
       }
     }
     a.rank[s0] = count;
@@ -95,9 +103,12 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
 
   // 2. The listed pieces: up to 32 bytes lane-parallel, a warp's lanes shared by several
   //    pieces (merge_in_lanes); the rare longer ones by one thread each, in place, with
-  //    merge_segment (core/bpe_core.h; the piece's dead text is the scratch it needs).
+  //    merge_segment (core/bpe_core.h; the piece's dead text is the scratch it needs); the
+  //    warp list's in warp sub-windows.
   merge_listed_pieces<kThreads>(v, a, merge_list, n_lane, n_thread, cap, seg_list, by_len,
                                 &next_lane_bin, tmp);
+  if (warp_list && warp_list->count > 0)
+    has_long |= merge_warp_pieces<kThreads>(v, a, warp_list, warp_piece_subs(p.max_len));
   int my_tokens = 0;
   for (int s0 = lo; s0 < hi; ++s0)
     if (a.piece_start[s0]) my_tokens += a.rank[s0];
@@ -153,7 +164,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
   }
   clock.mark(kClockPretokenize);
   bool has_long;
-  n = encode_segments<kThreads>(p, a, n, cap, out, p.max_tokens, has_long, tmp, clock);
+  WarpPieceList* warp_list = warp_piece_launch(p)  // (after the row's arrays)
+      ? reinterpret_cast<WarpPieceList*>(smem + smem_bytes_per_string(p.max_len, p.pretok_stages, p.symbols))
+      : nullptr;
+  n = encode_segments<kThreads>(p, a, n, cap, out, p.max_tokens, has_long, tmp, clock, warp_list);
   for (int j = n + threadIdx.x; j < p.max_tokens; j += kThreads) out[j] = p.pad_id;
   if (threadIdx.x == 0) p.counts[b] = n;
   clock.mark(has_long ? kClockPasses : kClockOutput);

@@ -28,7 +28,7 @@ __device__ __forceinline__ int stitch_margin(const EncodeParams& p) {
 __device__ __forceinline__ bool second_round(const EncodeParams& p) {
   return p.stitch_margin >= 0 && !(p.stitch_margin & kNoSecondRound);
 }
-__device__ __forceinline__ bool warp_windows(const EncodeParams& p) {
+BBPE_HD bool warp_windows(const EncodeParams& p) {
   return p.stitch_margin < 0 || !(p.stitch_margin & kNoWarpWindows);
 }
 
