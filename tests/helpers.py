@@ -26,6 +26,20 @@ from blockbpe_jax.tables import build_vocab_tables
 from blockbpe_jax.vocab import Vocab, load_tiktoken_file, load_tokenizer_json
 
 FORMATS = ("tiktoken", "json")
+
+
+def unicodedata16():
+    """The unicodedata2 module at Unicode 16.0 (the tables' version: the NFC oracle of the
+    normalizer tests), or the test is skipped saying what to install."""
+    try:
+        import unicodedata2
+    except ImportError:
+        pytest.skip("unicodedata2 not installed (pip install unicodedata2==16.0.0)")
+    if unicodedata2.unidata_version != "16.0.0":
+        pytest.skip(f"unicodedata2 is Unicode {unicodedata2.unidata_version}, need 16.0.0")
+    return unicodedata2
+
+
 CPU = jax.devices("cpu")[0]
 # BLOCKBPE_FULL=1: every corpus whole and more generated examples (slow).
 FULL = os.environ.get("BLOCKBPE_FULL", "") not in ("", "0")

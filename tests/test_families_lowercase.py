@@ -17,7 +17,7 @@ import blockbpe_jax as bb
 from blockbpe_jax.pretok import normalizer as norm
 from blockbpe_jax.pretok import unicode as uni
 
-from helpers import BACKENDS, CPU, MIXED, assert_same, corpus_texts, encode_raw
+from helpers import BACKENDS, CPU, MIXED, assert_same, corpus_texts, encode_raw, unicodedata16
 from strategies import fuzz
 
 NFC, LOWER = {"type": "NFC"}, {"type": "Lowercase"}
@@ -71,9 +71,7 @@ def in_place(tok, text: str) -> bool:
         return False
     if not tok.nfc:
         return True
-    import unicodedata2
-
-    return all(unicodedata2.normalize("NFC", s) == s for s in (text, norm.lowercase(text)))
+    return all(unicodedata16().normalize("NFC", s) == s for s in (text, norm.lowercase(text)))
 
 
 def check_primitive(tok, hf, texts, backend=("cpu", 256)):

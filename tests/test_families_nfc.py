@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import blockbpe_jax as bb
 from blockbpe_jax import testing
 
-from helpers import BACKENDS, CPU, MIXED, assert_same, corpus_texts, encode_raw
+from helpers import BACKENDS, CPU, MIXED, assert_same, corpus_texts, encode_raw, unicodedata16
 from strategies import fuzz
 from synthetic import BYTE_LEVEL, split
 
@@ -61,8 +61,7 @@ def nfc_reference(hf):
 
 
 def check_nfc_primitive(tok, hf, texts, backend=("cpu", 256)):
-    import unicodedata2
-
+    unicodedata2 = unicodedata16()
     ids, counts = encode_raw(tok, texts, backend)
     for i, t in enumerate(texts):
         parts = t.split("<|end_of_text|>")  # HF normalizes each piece between added tokens

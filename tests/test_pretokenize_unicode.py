@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import unicodedata16
 from pretok_shim import REPO
 
 
@@ -56,12 +57,7 @@ def test_unicode_properties_match_tiktoken(prop):
 
 
 def test_unicode_data_up_to_date():
-    try:
-        import unicodedata2
-    except ImportError:
-        pytest.skip("unicodedata2 not installed (pip install unicodedata2==16.0.0)")
-    if unicodedata2.unidata_version != "16.0.0":
-        pytest.skip(f"unicodedata2 is Unicode {unicodedata2.unidata_version}, need 16.0.0")
+    unicodedata16()
     r = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "gen_unicode_data.py"), "--check"],
         capture_output=True,
