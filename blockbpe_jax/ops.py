@@ -243,8 +243,8 @@ def encode(
         (the BlockBPE paper: no pre-tokenizer, merges run over the whole text between specials).
       block_size: CUDA threads per string (256, 512 or 1024); ignored on CPU.
       check_lengths: on GPU, copy `lengths` back to validate them (one small sync); with False
-        the call launches without a host sync and a bad row gets count -1 (not shown to be
-        safe to capture in a CUDA graph: BUILD_NOTES, session 16). A bad
+        the call launches without a host sync and a bad row gets count -1 (XLA does not
+        capture either in a CUDA graph: BUILD_NOTES, session 17). A bad
         device length raises jax.errors.JaxRuntimeError ("INVALID_ARGUMENT: ..."); jax's C++
         fast dispatch path (a repeated call with the same signature) surfaces the same message
         as a ValueError.
