@@ -130,6 +130,7 @@ class WindowBuffers:
 
     KEEP = 3
     _spare: list = []  # (device, raw), most recent last
+    _spare_flats: list = []  # host byte buffers of finished windows, most recent last
     _lock = threading.Lock()
 
     def __init__(self, device):
@@ -160,10 +161,18 @@ class WindowBuffers:
             if need > self.flat_bytes:
                 self.flat_bytes = size_bucket(need + need // 4)
             size = self.flat_bytes
-        padded = np.empty(size, np.uint8)
+            # (a finished window's buffer: a fresh one costs its page faults, as much as the copy)
+            spare = [k for k, b in enumerate(self._spare_flats) if b.size == size]
+            padded = self._spare_flats.pop(spare[-1]) if spare else np.empty(size, np.uint8)
         padded[: data.size] = data
         padded[data.size :] = 0
         return padded
+
+    def give_back_flat(self, padded: np.ndarray) -> None:
+        """A window's padded bytes, once its encode calls have run (their transfer is done)."""
+        with self._lock:
+            self._spare_flats.append(padded)
+            del self._spare_flats[: -self.KEEP]
 
     def table(self, entries: int) -> np.ndarray:
         """A document table for `entries` rows: int32[2, E] zeros (start, length: zero entries

@@ -152,8 +152,8 @@ def encode_documents(
 
     def launch(planned):
         """Dispatches a planned window's calls (asynchronous) and the copy back of its counts."""
-        w, plan, flat, table, end, perm, T, src, count_at, positions = planned
-        flat = jax.device_put(flat, target)  # the window's one transfer of bytes
+        w, plan, host_flat, table, end, perm, T, src, count_at, positions = planned
+        flat = jax.device_put(host_flat, target)  # the window's one transfer of bytes
         table = jax.device_put(table, target)
         raw, at, pos = buffers.take(end), buffers.zero, buffers.zero
         encodes.prepare(
@@ -163,10 +163,10 @@ def encode_documents(
             raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=width, T=cols)
         counts = fns.gather(raw, positions)
         counts.copy_to_host_async()
-        return w, plan, flat, raw, end, at, perm, T, src, count_at, counts
+        return w, plan, host_flat, flat, raw, end, at, perm, T, src, count_at, counts
 
     def finish(pending) -> None:
-        w, plan, flat, raw, end, at, perm, T, src, count_at, counts = pending
+        w, plan, host_flat, flat, raw, end, at, perm, T, src, count_at, counts = pending
         n = len(perm)
         sizes = [len(p[0]) for p in plan]
         got = np.asarray(counts)[perm].astype(np.int64)  # sorted (plan) order from here on
@@ -213,6 +213,9 @@ def encode_documents(
         layout[1, : held.size] = source[held] - starts[held]
         ids = np.asarray(fns.finalize(raw, layout, size=size, dtype=dtype))
         buffers.give_back(raw)
+        # Every call that reads the window's bytes has run (on the CPU backend `flat` may be
+        # this very memory), so the next windows may reuse it.
+        buffers.give_back_flat(host_flat)
         # The shard writes go to a thread of their own (at most two windows queued), so that
         # this one copies the next window back meanwhile.
         while len(stored) > 1:
