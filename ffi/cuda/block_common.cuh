@@ -9,6 +9,7 @@
 #error "cuda/*.cuh belong to the one translation unit encode_cuda.cu: include them there only"
 #endif
 
+#include <atomic>
 #include <cstdint>
 
 #include <cub/block/block_scan.cuh>
@@ -85,6 +86,29 @@ struct Scans {
 // Shared-memory-lean blocks fit four to an SM at 256 threads (64 registers per thread).
 template <int kThreads>
 constexpr int kMinBlocksPerSm = kThreads >= 1024 ? 1 : 1024 / kThreads;
+
+// Lets `kKernel` launch with up to all the shared memory a block may have on the current
+// device, set once per device. (Set per call to the call's own need, two calls dispatched from
+// two threads raced: one launched with more than the other had just allowed, "invalid
+// argument". The attribute is only a ceiling: each launch's own size sets its occupancy.)
+template <auto kKernel>
+cudaError_t allow_all_smem() {
+  static std::atomic<uint64_t> done{0};  // one bit per device
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = 1ull << (device & 63);
+  if (done.load(std::memory_order_acquire) & bit) return cudaSuccess;
+  int optin = 0;
+  cudaFuncAttributes attributes;
+  err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err == cudaSuccess) err = cudaFuncGetAttributes(&attributes, kKernel);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               optin - (int)attributes.sharedSizeBytes);
+  if (err == cudaSuccess) done.fetch_or(bit, std::memory_order_release);
+  return err;
+}
 
 }  // namespace
 }  // namespace bbpe

@@ -65,9 +65,10 @@ cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
     if (warp_pieces && warp_piece_subs(p.max_len) > kThreads / 32) return launch<kThreads * 2>(p, stream);
   const size_t smem = (size_t)smem_bytes_per_string(p.max_len, p.pretok_stages, p.symbols) +
                       (warp_pieces ? warp_piece_smem_bytes(p.max_len) : 0);
-  const auto kernel = p.symbols == kSymbolsChars ? encode_chars_kernel<kThreads> : encode_kernel<kThreads>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  const bool chars = p.symbols == kSymbolsChars;
+  cudaError_t err = chars ? allow_all_smem<encode_chars_kernel<kThreads>>() : allow_all_smem<encode_kernel<kThreads>>();
   if (err != cudaSuccess) return err;
+  const auto kernel = chars ? encode_chars_kernel<kThreads> : encode_kernel<kThreads>;
   kernel<<<(unsigned)p.batch, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }

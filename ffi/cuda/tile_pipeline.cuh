@@ -219,14 +219,9 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
   tile_pretokenize<kThreads, kFlags><<<tiles, kThreads, 0, stream>>>(p, false);
   tile_encode<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   // (windows in warp sub-windows: kHugeThreads, whatever the call's block size)
-  for (const auto kernel : {huge_windows<kHugeThreads>, huge_reach<kHugeThreads>}) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kHugeSmemBytes);
+  for (const cudaError_t err : {allow_all_smem<huge_windows<kHugeThreads>>(), allow_all_smem<huge_reach<kHugeThreads>>(),
+                                allow_all_smem<huge_fallback<kThreads>>()})
     if (err != cudaSuccess) return err;
-  }
-  const cudaError_t err =
-      cudaFuncSetAttribute(huge_fallback<kThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemPieceBytes);
-  if (err != cudaSuccess) return err;
   huge_windows<kHugeThreads><<<tiles, kHugeThreads, kHugeSmemBytes, stream>>>(p);
   huge_stitch<kThreads, false><<<tiles, kThreads, 0, stream>>>(p);
   huge_reach<kHugeThreads><<<tiles, kHugeThreads, kHugeSmemBytes, stream>>>(p);
