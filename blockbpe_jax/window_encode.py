@@ -83,7 +83,8 @@ def encode_documents(
     the host copies back the window's counts, then its ids (about 2-4 bytes per token), once
     each. Rows with more tokens than the first pass keeps are encoded again at full width into
     the same buffer before that step. Reading, encoding and writing overlap: a thread reads and
-    plans up to 2 windows ahead (`plan_window`: the host work of a window), this thread
+    splits the documents of the next window while another plans up to 2 windows ahead
+    (`plan_window`: the rest of a window's host work), this thread
     dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
     finishes the previous window (copies back, compaction) and another writes the one before."""
     import jax
@@ -110,7 +111,7 @@ def encode_documents(
         return table
 
     def plan_window(w: Window):
-        """A window's host work, on the reading thread (ahead of `launch`): the calls planned,
+        """A window's host work, on the planning thread (ahead of `launch`): the calls planned,
         the bytes padded, the document table and where each document's ids and count will be."""
         if not w.ndocs:
             return None
@@ -243,8 +244,8 @@ def encode_documents(
         ThreadPoolExecutor(max_workers=1) as finish_thread,
     ):
         finished = []  # futures of finish(), oldest first
-        # (the reading thread plans each window too: this one only dispatches)
-        for planned in in_background(map(plan_window, windows), depth=2):
+        # (windows are split on one thread and planned on another: this one only dispatches)
+        for planned in in_background(map(plan_window, in_background(windows, depth=1)), depth=2):
             if planned is None:  # (a window without documents)
                 continue
             finished.append(finish_thread.submit(finish, launch(planned)))

@@ -314,33 +314,6 @@ def test_gpu_threads_and_device_memory_over_1000_calls():
     assert after - before < MiB, f"device memory grew by {(after - before) / MiB:.1f} MiB"
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
-def test_gpu_threads_with_calls_of_different_shared_memory():
-    """Threads dispatching calls of two shapes at once, one with far more shared memory per
-    block than the other (8 x 2048: few rows, warp sub-windows' scratch; 64 x 256), as the corpus
-    job's two threads do: every result equals the CPU handler's. (The handler once set the
-    kernel's shared-memory ceiling per call, and a call launched after another thread had just
-    lowered it failed with "invalid argument".)"""
-    tok = load_tokenizer("cl100k", "tiktoken")
-    gpu, cpu = gpu_devices()[0], jax.devices("cpu")[0]
-    raw = testing.read_corpus(next(p for p in testing.corpus_paths() if p.name.startswith("war")))
-    calls = []
-    for B, L in [(8, 2048), (64, 256)]:
-        data, lengths = bb.pack_strings([raw[i * L : (i + 1) * L] for i in range(B)], max_len=L)
-        ref = np.asarray(bb.encode(data, lengths, tok.tables(device=cpu), max_tokens=L).ids)
-        args = (jax.device_put(data, gpu), jax.device_put(lengths, gpu), tok.tables(device=gpu))
-        f = jax.jit(lambda d, l, t, L=L: bb.encode(d, l, t, max_tokens=L, check_lengths=False).ids)
-        calls.append((f, args, ref))
-
-    def call(k: int) -> bool:
-        f, args, ref = calls[k % 2]
-        return np.array_equal(np.asarray(f(*args)), ref)
-
-    with ThreadPoolExecutor(8) as pool:
-        assert all(pool.map(call, range(400)))
-
-
 # ---------------------------------------------------------------------------------------------
 # Large inputs
 # ---------------------------------------------------------------------------------------------
