@@ -88,9 +88,9 @@ template <int kThreads>
 constexpr int kMinBlocksPerSm = kThreads >= 1024 ? 1 : 1024 / kThreads;
 
 // Lets `kKernel` launch with up to all the shared memory a block may have on the current
-// device, set once per device. (Set per call to the call's own need, two calls dispatched from
-// two threads raced: one launched with more than the other had just allowed, "invalid
-// argument". The attribute is only a ceiling: each launch's own size sets its occupancy.)
+// device, set once per device: a ceiling set per call to its own need would race with a call
+// on another thread lowering it between the set and the launch ("invalid argument"). The
+// ceiling does not change occupancy; each launch's own size does.
 template <auto kKernel>
 cudaError_t allow_all_smem() {
   static std::atomic<uint64_t> done{0};  // one bit per device

