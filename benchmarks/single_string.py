@@ -143,6 +143,22 @@ def timed(fn, budget_s: float, reps: int = 5) -> tuple[float, object]:
     return statistics.median(times), out
 
 
+def cl100k_setup():
+    """(tokenizer, tiktoken oracle, War and Peace as str, JAX's default device, its tables):
+    what the single-string benchmarks share."""
+    import jax
+
+    import blockbpe_jax as bb
+    from blockbpe_jax.testing import tiktoken_oracle
+
+    root = data_dir()
+    tok = bb.Tokenizer.from_file(root / "vocab/tiktoken/cl100k_base.tiktoken")
+    enc = tiktoken_oracle("cl100k", tok, tok.vocab.pattern)
+    prose = read_corpus(root / "corpus/war_and_peace_en.txt").decode()
+    dev = jax.devices()[0]
+    return tok, enc, prose, dev, tok.tables("none", dev)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -160,14 +176,8 @@ def main() -> None:
 
     import blockbpe_jax as bb
     from blockbpe_jax import native, ops
-    from blockbpe_jax.testing import tiktoken_oracle
 
-    root = data_dir()
-    tok = bb.Tokenizer.from_file(root / "vocab/tiktoken/cl100k_base.tiktoken")
-    enc = tiktoken_oracle("cl100k", tok, tok.vocab.pattern)
-    prose = read_corpus(root / "corpus/war_and_peace_en.txt").decode()
-    dev = jax.devices()[0]
-    tables = tok.tables("none", dev)
+    tok, enc, prose, dev, tables = cl100k_setup()
     jitted: dict = {}
 
     def device_fn(width: int):

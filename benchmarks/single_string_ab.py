@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from single_string import CASES, make_case, parse_sizes  # noqa: E402
+from single_string import CASES, cl100k_setup, make_case, parse_sizes  # noqa: E402
 
 
 def main() -> None:
@@ -45,15 +45,9 @@ def main() -> None:
 
     import blockbpe_jax as bb
     from blockbpe_jax import ops
-    from blockbpe_jax.testing import data_dir, read_corpus, tiktoken_oracle
 
     hooks = args.hooks.split(",")
-    root = data_dir()
-    tok = bb.Tokenizer.from_file(root / "vocab/tiktoken/cl100k_base.tiktoken")
-    enc = tiktoken_oracle("cl100k", tok, tok.vocab.pattern)
-    prose = read_corpus(root / "corpus/war_and_peace_en.txt").decode()
-    dev = jax.devices()[0]
-    tables = tok.tables("none", dev)
+    tok, enc, prose, dev, tables = cl100k_setup()
     fns: dict = {}
 
     def fn(width: int, k: int):

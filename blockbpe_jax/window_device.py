@@ -124,13 +124,13 @@ class WindowBuffers:
     """Sizes of a job's window buffers, as high-water marks over its windows (`raw` and the
     document table: powers of two, the first twice the first window's need; the bytes: a
     quarter more than the need): every encode call's executable depends on them, so a job
-    should see one or two of each. `raw` buffers of finished windows are kept for the next
-    windows and jobs (at most `KEEP`, across devices): zeroing a new one costs more than the
-    window's steps on the CPU backend."""
+    should see one or two of each. Buffers of finished windows are kept for the next windows
+    and jobs (at most `KEEP` of each kind): a new `raw` costs its zeroing, more than the
+    window's steps on the CPU backend; a new host byte buffer its page faults, as much as its
+    copy."""
 
     KEEP = 3
-    _spare: list = []  # (device, raw), most recent last
-    _spare_flats: list = []  # host byte buffers of finished windows, most recent last
+    _spare: list = []  # (owner, buffer), most recent last; owner: its device, or None (host bytes)
     _lock = threading.Lock()
 
     def __init__(self, device):
@@ -146,12 +146,8 @@ class WindowBuffers:
         with self._lock:
             if slots > self.slots:  # twice the need: the next windows rarely need more
                 self.slots = 2 * pow2(slots, 1)
-            for k in range(len(self._spare) - 1, -1, -1):
-                device, raw = self._spare[k]
-                if device == self.device and raw.size == self.slots:
-                    del self._spare[k]
-                    return raw
-        return jnp.zeros(self.slots, jnp.int32, device=self.device)
+            raw = self._reuse(self.device, self.slots)
+        return raw if raw is not None else jnp.zeros(self.slots, jnp.int32, device=self.device)
 
     def padded_flat(self, data: np.ndarray, reach: int) -> np.ndarray:
         """A window's bytes zero-padded to the job's size, for its one transfer: at least
@@ -161,18 +157,16 @@ class WindowBuffers:
             if need > self.flat_bytes:
                 self.flat_bytes = size_bucket(need + need // 4)
             size = self.flat_bytes
-            # (a finished window's buffer: a fresh one costs its page faults, as much as the copy)
-            spare = [k for k, b in enumerate(self._spare_flats) if b.size == size]
-            padded = self._spare_flats.pop(spare[-1]) if spare else np.empty(size, np.uint8)
+            padded = self._reuse(None, size)
+        if padded is None:
+            padded = np.empty(size, np.uint8)
         padded[: data.size] = data
         padded[data.size :] = 0
         return padded
 
     def give_back_flat(self, padded: np.ndarray) -> None:
         """A window's padded bytes, once its encode calls have run (their transfer is done)."""
-        with self._lock:
-            self._spare_flats.append(padded)
-            del self._spare_flats[: -self.KEEP]
+        self._keep(None, padded)
 
     def table(self, entries: int) -> np.ndarray:
         """A document table for `entries` rows: int32[2, E] zeros (start, length: zero entries
@@ -193,9 +187,23 @@ class WindowBuffers:
             return self.slots
 
     def give_back(self, raw) -> None:
+        self._keep(self.device, raw)
+
+    def _reuse(self, owner, size: int):
+        """A kept buffer of `owner` and `size`, taken out of the pool, or None (lock held)."""
+        for k in range(len(self._spare) - 1, -1, -1):
+            if self._spare[k][0] == owner and self._spare[k][1].size == size:
+                return self._spare.pop(k)[1]
+        return None
+
+    def _keep(self, owner, buffer) -> None:
+        """Keeps a finished window's buffer, dropping the oldest beyond KEEP of its kind (device
+        buffers, whatever their device, or host bytes)."""
         with self._lock:
-            self._spare.append((self.device, raw))
-            del self._spare[: -self.KEEP]
+            self._spare.append((owner, buffer))
+            kind = [k for k, (o, _) in enumerate(self._spare) if (o is None) == (owner is None)]
+            for k in reversed(kind[: -self.KEEP]):
+                del self._spare[k]
 
 
 class CompiledEncodes:
