@@ -5,11 +5,16 @@ benchmarks/corpus_job.py builds), with every thread's stack sampled every few mi
 library call they wait in) that the samples landed in most.
 
     python3 benchmarks/profile_corpus.py [--mb 200] [--interval-ms 2] [--out DIR] [--fake-encode]
-        [--window-mb 16] [--batch-mb 4]
+        [--window-mb 16] [--batch-mb 4] [--pack-width 4096] [--call-times [--sync-calls]]
 
 --fake-encode replaces the kernel by a cheap stand-in (one token per 4 bytes: the ids are every
 fourth byte), so that the pipeline's own cost (reading, packing, compaction, copies back,
-writing) is measurable on a machine without a GPU: the MB/s printed is the pipeline's alone.
+writing) is measurable on a machine without a GPU: the MB/s printed is the pipeline's alone
+(without packing: the stand-in's ids hold no separators).
+
+--call-times times each encode call's dispatch (the compiled step's call, which returns before
+the device has run it) by call shape; with --sync-calls each call also waits for its result, so
+that the times are the device's (the pipeline then no longer overlaps: its MB/s means nothing).
 """
 
 from __future__ import annotations
@@ -109,6 +114,52 @@ class Sampler(threading.Thread):
                 self.counts[names.get(ident, str(ident))][key] += 1
 
 
+class CallClock:
+    """Seconds in each encode call of the job (window_device.CompiledEncodes.__call__), by
+    (rows, width; "p": packed rows): the dispatch alone, or with sync the call until its result is ready."""
+
+    def __init__(self, sync: bool):
+        from blockbpe_jax import window_device
+
+        self.sync, self.active = sync, False
+        self.times: dict = collections.defaultdict(list)
+        original = window_device.CompiledEncodes.__call__
+
+        def timed(encodes, *args, **call):
+            t = time.perf_counter()
+            out = original(encodes, *args, **call)
+            if self.sync:
+                out[0].block_until_ready()
+            if self.active:
+                packed = "p" if "docs" in call else ""
+                self.times[(call["rows"], f"{call['width']}{packed}")].append(time.perf_counter() - t)
+            return out
+
+        window_device.CompiledEncodes.__call__ = timed
+
+    def take(self) -> dict:
+        import numpy as np
+
+        every = np.array([x for v in self.times.values() for x in v])
+        out = {
+            "sync": self.sync,
+            "calls": int(every.size),
+            "seconds": round(float(every.sum()), 4) if every.size else 0.0,
+            "median_us": round(float(np.median(every)) * 1e6, 1) if every.size else 0.0,
+            "p90_us": round(float(np.percentile(every, 90)) * 1e6, 1) if every.size else 0.0,
+            "by_shape": sorted(
+                (
+                    {"rows": r, "width": w, "calls": len(v), "seconds": round(sum(v), 4),
+                     "median_us": round(float(np.median(v)) * 1e6, 1)}
+                    for (r, w), v in self.times.items()
+                ),
+                key=lambda d: -d["seconds"],
+            ),
+        }
+        self.times.clear()
+        return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=float, default=200)
@@ -122,9 +173,14 @@ def main() -> None:
         action="store_true",
         help="replace the kernel by a cheap stand-in: the pipeline's own cost",
     )
+    ap.add_argument("--pack-width", type=int, default=4096, help="encode_files' pack_width (0: no packing)")
+    ap.add_argument("--call-times", action="store_true", help="time each encode call, by shape")
+    ap.add_argument("--sync-calls", action="store_true", help="with --call-times: wait for each call")
     args = ap.parse_args()
+    calls = CallClock(args.sync_calls) if args.call_times else None
     if args.fake_encode:
         ops.encode = fake_encode
+        args.pack_width = 0  # (the stand-in's ids hold no separators to find the documents by)
     work = Path(tempfile.mkdtemp(prefix="profile_corpus_"))
     corpus = work / "mixed.jsonl"
     _, nbytes = corpus_job.build_mixed(corpus, corpus_job.source_texts(data_dir()), int(args.mb * 1e6))
@@ -134,6 +190,7 @@ def main() -> None:
         "fake_encode": args.fake_encode,
         "window_mb": args.window_mb,
         "batch_mb": args.batch_mb,
+        "pack_width": args.pack_width,
         "device": str(jax.devices()[0]),
         "runs": [],
     }
@@ -142,6 +199,8 @@ def main() -> None:
         sampler = Sampler(args.interval_ms / 1e3)
         sampler.start()
         clock.active = True
+        if calls:
+            calls.active = True
         t = time.perf_counter()
         tok.encode_files(
             [corpus],
@@ -149,10 +208,12 @@ def main() -> None:
             jsonl_field="text",
             window_bytes=int(args.window_mb * (1 << 20)),
             batch_bytes=int(args.batch_mb * (1 << 20)),
+            pack_width=args.pack_width,
         )
         seconds = time.perf_counter() - t
         clock.active = False
         compiles = clock.take()
+        call_times = calls.take() if calls else None
         sampler.stop.set()
         sampler.join()
         threads = {name: c.most_common(args.top) for name, c in sampler.counts.items()}
@@ -163,6 +224,7 @@ def main() -> None:
                 "MBps": nbytes / seconds / 1e6,
                 "samples": sampler.samples,
                 "compiles": compiles,
+                "call_times": call_times,
                 "threads": threads,
             }
         )
@@ -174,6 +236,17 @@ def main() -> None:
             "  compiles: "
             + ", ".join(f"{k} {v['count']} in {v['seconds']:.2f} s" for k, v in compiles.items())
         )
+        if call_times:
+            print(
+                f"  encode calls{' (each waited for)' if call_times['sync'] else ''}: "
+                f"{call_times['calls']} in {call_times['seconds']:.3f} s, median "
+                f"{call_times['median_us']} us, p90 {call_times['p90_us']} us"
+            )
+            for d in call_times["by_shape"][: args.top]:
+                print(
+                    f"    {d['rows']:6d} x {d['width']:>6}: {d['calls']:4d} calls, {d['seconds']:.4f} s, "
+                    f"median {d['median_us']} us"
+                )
         for name, top in threads.items():
             print(f"  [{name}]")
             for key, n in top:

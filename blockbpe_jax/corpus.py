@@ -95,6 +95,7 @@ class Progress:
 from .window_device import pow2  # noqa: E402
 from .window_encode import (  # noqa: E402,F401
     DEFAULT_BATCH_BYTES,
+    DEFAULT_PACK_WIDTH,
     encode_documents,
     first_pass_tokens,
     plan_batches,
@@ -142,6 +143,7 @@ def encode_files(
     window_bytes=WINDOW_BYTES,
     max_docs=None,
     max_len=None,
+    pack_width=DEFAULT_PACK_WIDTH,
     shard_tokens=DEFAULT_SHARD_TOKENS,
     shard_docs=None,
     max_tokens=None,
@@ -195,6 +197,7 @@ def encode_files(
             batch_bytes=batch_bytes,
             max_docs=max_docs,
             max_len=max_len,
+            pack_width=pack_width,
             block_size=block_size,
             device=device,
             progress=bar,

@@ -75,6 +75,37 @@ def device_functions():
         # the next call's offsets, on the device: no host-to-device copy per call
         return raw, at + enc.ids.size + enc.counts.size, pos + rows
 
+    @functools.partial(
+        jax.jit,
+        static_argnames=("rows", "width", "docs", "sep_id", "mode", "block_size", "assume_nfc"),
+        donate_argnums=3,
+    )
+    def encode_packed_into(
+        flat, table, tables, raw, at, pos, *, rows, width, docs, sep_id, mode, block_size, assume_nfc
+    ):
+        """encode_into for rows of packed documents (core/pack_documents.h: each document
+        followed by the separator, special token `sep_id`): the rows' ids [rows, width]
+        (a row of width bytes has at most width tokens: never cut), then where each document's
+        separator is in raw, for the call's `docs` documents in order (-1 past the last one):
+        a document's ids end there, and start after the one before it in its row."""
+        starts, lengths = lax.dynamic_slice(table, (0, pos), (2, rows))
+        enc = ops.encode(
+            gather_rows(flat, starts, lengths, width),
+            lengths,
+            tables,
+            max_tokens=width,
+            mode=mode,
+            block_size=block_size,
+            check_lengths=False,
+            assume_nfc=assume_nfc,
+        )
+        inside = jnp.arange(width, dtype=jnp.int32)[None, :] < enc.counts[:, None]
+        (ends,) = jnp.nonzero(((enc.ids == sep_id) & inside).reshape(-1), size=docs, fill_value=-1)
+        ends = jnp.where(ends >= 0, ends.astype(jnp.int32) + at, -1)
+        raw = lax.dynamic_update_slice(raw, enc.ids.reshape(-1), (at,))
+        raw = lax.dynamic_update_slice(raw, ends, (at + enc.ids.size,))
+        return raw, at + enc.ids.size + docs, pos + rows
+
     @jax.jit
     def gather(raw, positions):
         return raw.at[positions].get(mode="clip")
@@ -117,7 +148,13 @@ def device_functions():
     def grow(raw, *, size):
         return jnp.zeros(size, raw.dtype).at[: raw.size].set(raw)
 
-    return types.SimpleNamespace(encode_into=encode_into, gather=gather, finalize=finalize, grow=grow)
+    return types.SimpleNamespace(
+        encode_into=encode_into,
+        encode_packed_into=encode_packed_into,
+        gather=gather,
+        finalize=finalize,
+        grow=grow,
+    )
 
 
 class WindowBuffers:
@@ -149,17 +186,21 @@ class WindowBuffers:
             raw = self._reuse(self.device, self.slots)
         return raw if raw is not None else jnp.zeros(self.slots, jnp.int32, device=self.device)
 
-    def padded_flat(self, data: np.ndarray, reach: int) -> np.ndarray:
-        """A window's bytes zero-padded to the job's size, for its one transfer: at least
-        `reach` bytes past their end (gather_rows reads `width` bytes from every start)."""
-        need = data.size + reach
+    def host_bytes(self, need: int) -> np.ndarray:
+        """A host byte buffer of at least `need` bytes (the job's size: a quarter more than the
+        largest need so far) for a window's one transfer, a finished window's when one is
+        kept."""
         with self._lock:
             if need > self.flat_bytes:
                 self.flat_bytes = size_bucket(need + need // 4)
             size = self.flat_bytes
             padded = self._reuse(None, size)
-        if padded is None:
-            padded = np.empty(size, np.uint8)
+        return padded if padded is not None else np.empty(size, np.uint8)
+
+    def padded_flat(self, data: np.ndarray, reach: int) -> np.ndarray:
+        """A window's bytes zero-padded to the job's size, for its one transfer: at least
+        `reach` bytes past their end (gather_rows reads `width` bytes from every start)."""
+        padded = self.host_bytes(data.size + reach)
         padded[: data.size] = data
         padded[data.size :] = 0
         return padded
@@ -207,33 +248,41 @@ class WindowBuffers:
 
 
 class CompiledEncodes:
-    """`device_functions().encode_into` compiled per call shape (rows, width, T, raw slots,
-    flat bytes, table entries) for one job's tables, device and options, ahead of the calls:
-    `prepare` compiles a window's new shapes together, on threads (XLA compiles with the GIL
-    released), where jit would compile each at its first call, one after the other; a job
-    meets about 30 shapes. The executables are kept across jobs."""
+    """A window step of `device_functions()` (`encode_into`, or `encode_packed_into` for rows
+    of packed documents) compiled per call shape (its static arguments, raw slots, flat bytes,
+    table entries) for one job's tables, device and options, ahead of the calls: `prepare`
+    compiles a window's new shapes together, on threads (XLA compiles with the GIL released),
+    where jit would compile each at its first call, one after the other; a job meets about 30
+    shapes. The executables are kept across jobs."""
 
     _done: dict = {}  # (options, shape) -> executable
     _lock = threading.Lock()
 
-    def __init__(self, tables, device, **static):
+    def __init__(self, tables, device, step="encode_into", **static):
         import jax
 
-        self.tables, self.device, self.static = tables, device, static
+        self.tables, self.device, self.step, self.static = tables, device, step, static
         leaves, structure = jax.tree_util.tree_flatten(tables)
         # (the structure holds the tables' static fields, which become FFI attributes)
         self.options = (
+            step,
             device,
             tuple(sorted(static.items())),
             structure,
             tuple((x.shape, x.dtype) for x in leaves),
         )
 
+    @staticmethod
+    def shape(raw_slots: int, flat_bytes: int, entries: int, **call) -> tuple:
+        """A call's shape: its step's static arguments (rows, width and max_tokens or docs)
+        and the sizes of its window buffers."""
+        return (raw_slots, flat_bytes, entries, tuple(sorted(call.items())))
+
     def _compile(self, shape):
         import jax
         import jax.numpy as jnp
 
-        rows, width, T, slots, flat_bytes, entries = shape
+        slots, flat_bytes, entries, call = shape
         on = jax.sharding.SingleDeviceSharding(self.device)
         args = (
             jax.ShapeDtypeStruct((flat_bytes,), jnp.uint8, sharding=on),
@@ -243,12 +292,11 @@ class CompiledEncodes:
             jax.ShapeDtypeStruct((), jnp.int32, sharding=on),
             jax.ShapeDtypeStruct((), jnp.int32, sharding=on),
         )
-        encode_into = device_functions().encode_into
-        return encode_into.lower(*args, rows=rows, width=width, max_tokens=T, **self.static).compile()
+        step = getattr(device_functions(), self.step)
+        return step.lower(*args, **dict(call), **self.static).compile()
 
     def prepare(self, shapes) -> None:
-        """Compiles the shapes (rows, width, T, raw slots, flat bytes, table entries) not
-        compiled yet."""
+        """Compiles the shapes (`CompiledEncodes.shape`) not compiled yet."""
         with self._lock:
             missing = [s for s in dict.fromkeys(shapes) if (self.options, s) not in self._done]
         if not missing:
@@ -261,10 +309,10 @@ class CompiledEncodes:
         with self._lock:
             self._done.update(((self.options, s), e) for s, e in zip(missing, built))
 
-    def __call__(self, flat, table, raw, at, pos, *, rows: int, width: int, T: int):
-        """encode_into(flat, table, tables, raw, at, pos, rows=, width=, max_tokens=T):
-        (raw, next at, next pos)."""
-        shape = (rows, width, T, raw.size, flat.size, table.shape[1])
+    def __call__(self, flat, table, raw, at, pos, **call):
+        """step(flat, table, tables, raw, at, pos, **call): (raw, next at, next pos); call:
+        rows=, width= and max_tokens= (encode_into) or docs= (encode_packed_into)."""
+        shape = self.shape(raw.size, flat.size, table.shape[1], **call)
         run = self._done.get((self.options, shape))
         if run is None:  # (the rows encoded again at full width: not prepared ahead)
             self.prepare([shape])

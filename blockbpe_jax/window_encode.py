@@ -8,16 +8,48 @@ writing thread behind). corpus.py drives it; see encode_documents.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from . import native
 from .background import in_background
 from .documents import Window
 from .window_device import CompiledEncodes, WindowBuffers, device_functions, pow2, size_bucket
 from .shards import CorpusError, token_dtype
 
 DEFAULT_BATCH_BYTES = 4 << 20  # padded bytes (rows x width) per encode call
+DEFAULT_PACK_WIDTH = 4096  # bytes of a row of packed short documents (0: none packed)
+
+
+class Packing(NamedTuple):
+    """How a job packs short documents into shared rows (core/pack_documents.h)."""
+
+    sep: bytes  # the separator after each document: a special token's bytes
+    sep_id: int
+    allowed: object  # the allowed specials of the packed rows: the job's and the separator
+    width: int
+
+
+def packing(tok, mode: str, allowed_special, width: int) -> Packing | None:
+    """The job's packing, or None where the separator's split is not known to be exact:
+    byte-level BPE (exact or bytes mode) only, with a special token to separate documents
+    that no other allowed special overlaps (a special matched across a document's end would
+    win over the separator: leftmost first)."""
+    if not isinstance(width, int) or width < 0:
+        raise ValueError(f"pack_width must be an int, 0 or more, got {width!r}")
+    specials = tok.vocab.special_tokens
+    if not width or mode not in ("exact", "bytes") or tok.vocab.char_level is not None or not specials:
+        return None
+    name = "<|endoftext|>" if "<|endoftext|>" in specials else min(specials, key=specials.get)
+    sep = name.encode()
+    allowed = set(tok._special_key(allowed_special)) | {name}
+    for other in (s.encode() for s in allowed if s != name):
+        if any(sep.startswith(other[i:]) or other[i:].startswith(sep) for i in range(len(other))):
+            return None
+    if len(sep) >= width:
+        return None
+    return Packing(sep, specials[name], "all" if allowed_special == "all" else allowed, width)
 
 
 def _pow2_widths(lengths: np.ndarray, floor: int = 16) -> np.ndarray:
@@ -31,6 +63,8 @@ def plan_batches(
     """(width, document indices) of each encode call of a window: the documents sorted by
     length, each call holding documents of one power-of-two width (or all at max_len), at
     most batch_bytes // width of them (one at least) and at most max_docs."""
+    if not len(lengths):
+        return []
     order = np.argsort(lengths, kind="stable")
     widths = np.full(len(order), max_len, np.int64) if max_len is not None else _pow2_widths(lengths[order])
     cuts = np.flatnonzero(np.diff(widths)) + 1
@@ -49,6 +83,13 @@ def first_pass_tokens(width: int) -> int:
     byte, but real text gives one per 2.5-4.5 bytes: half the width keeps the copy back small,
     and the rare row with more tokens (its count says so) is encoded again at full width."""
     return width + 1 if width < 64 else width // 2
+
+
+def call_args(call) -> dict:
+    """The static arguments of a planned call's step: (rows, width, max_tokens), or for a call
+    of packed rows (rows, width, docs)."""
+    _, width, T, rows, _, _, docs = call
+    return dict(rows=rows, width=width, docs=docs) if docs else dict(rows=rows, width=width, max_tokens=T)
 
 
 def _rows_bucket(n: int, full: int) -> int:
@@ -72,6 +113,7 @@ def encode_documents(
     block_size=256,
     device=None,
     progress=None,
+    pack_width=DEFAULT_PACK_WIDTH,
 ) -> None:
     """Encodes the documents window by window (within a window, sorted by length into calls of
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
@@ -101,18 +143,29 @@ def encode_documents(
     buffers = WindowBuffers(target)
     # (any normalizer: assume_nfc)
     encodes = CompiledEncodes(tables, target, mode=mode, block_size=block_size, assume_nfc=nfc)
+    pack = packing(tok, mode, allowed_special, pack_width)
+    if pack:
+        packed_encodes = CompiledEncodes(
+            tok.tables(pack.allowed, device),
+            target,
+            "encode_packed_into",
+            sep_id=pack.sep_id,
+            mode=mode,
+            block_size=block_size,
+            assume_nfc=nfc,
+        )
 
-    def host_table(w: Window, docs: np.ndarray, entries: np.ndarray, size: int) -> np.ndarray:
-        """The documents `docs` of the window at table entries `entries` (start, length); the
-        other entries of the table are empty rows."""
+    def host_table(rows: np.ndarray, entries: np.ndarray, size: int) -> np.ndarray:
+        """A table of `size` entries (at least): rows int32[2, n] (start in flat, length) at
+        `entries`; the other entries are empty rows."""
         table = buffers.table(size)
-        table[0, entries] = w.offsets[docs]
-        table[1, entries] = w.offsets[docs + 1] - w.offsets[docs]
+        table[:, entries] = rows
         return table
 
     def plan_window(w: Window):
         """A window's host work, on the planning thread (ahead of `launch`): the calls planned,
-        the bytes padded, the document table and where each document's ids and count will be."""
+        the bytes padded (and short documents packed), the document table and where each
+        document's ids and count will be."""
         if not w.ndocs:
             return None
         if nfc:  # the width must fit the normalized text
@@ -124,53 +177,109 @@ def encode_documents(
                 f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
                 f"--max-len {max_len} (use --split chunk:N)"
             )
-        plan = []  # (document indices, width, T, rows, offset in raw, first table entry)
+        # (the widest call's row may start at any document: the bytes after the last one)
+        reach = max_len or int(_pow2_widths(lengths.max(keepdims=True))[0])
+        plan = []  # (document indices, width, T, rows, offset in raw, first table entry, docs)
         end = entries = 0
-        for width, idx in plan_batches(lengths, batch_bytes, max_docs, max_len):
+        alone = np.arange(w.ndocs)
+        rows_of = []  # the table's rows of each call: int32[2, rows]
+        first_rows = []  # of each packed call: its first row's index in packed_rows
+        if pack:
+            reach = max(reach, pack.width)
+            size = w.data.size + w.ndocs * len(pack.sep)
+            if size + reach >= 1 << 31:  # (the table's starts are int32)
+                raise CorpusError(f"{where(w, 0)}: {size} bytes of documents in one window, 2 GiB or more")
+            flat = buffers.host_bytes(size + reach)
+            row_of_doc, packed_rows = native.cpu.pack_documents(w.data, w.offsets, pack.sep, pack.width, flat)
+            flat[size:] = 0
+            doc_start = w.offsets[:-1] - w.offsets[0] + np.arange(w.ndocs) * len(pack.sep)
+            alone = np.flatnonzero(row_of_doc < 0)
+            full = max(1, batch_bytes // pack.width)
+            if max_docs is not None:
+                full = min(full, max_docs)
+            packed = np.flatnonzero(row_of_doc >= 0)
+            cuts = np.searchsorted(row_of_doc[packed], np.arange(0, len(packed_rows) + full, full))
+            for k, (lo, hi) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist())):
+                if lo == hi:
+                    continue
+                first_row = k * full
+                n_rows = min(full, len(packed_rows) - first_row)
+                rows, docs = _rows_bucket(n_rows, full), pow2(hi - lo)
+                plan.append((packed[lo:hi], pack.width, pack.width, rows, end, entries, docs))
+                rows_of.append(packed_rows[first_row : first_row + n_rows].T)
+                first_rows.append(first_row)
+                end += rows * pack.width + docs
+                entries += rows
+        else:
+            if w.data.size + reach >= 1 << 31:  # (the table's starts are int32)
+                raise CorpusError(
+                    f"{where(w, 0)}: {w.data.size} bytes of documents in one window, 2 GiB or more"
+                )
+            flat = buffers.padded_flat(w.data, reach)
+            doc_start = w.offsets[:-1]
+        n_packed = sum(len(p[0]) for p in plan)
+        for width, idx in plan_batches(lengths[alone], batch_bytes, max_docs, max_len):
+            idx = alone[idx]
             T = first_pass_tokens(width)
             full = max(1, batch_bytes // width)  # plan_batches' most documents per call
             rows = _rows_bucket(len(idx), full if max_docs is None else min(full, max_docs))
-            plan.append((idx, width, T, rows, end, entries))
+            plan.append((idx, width, T, rows, end, entries, 0))
+            rows_of.append(np.stack([doc_start[idx], lengths[idx]]))
             end += rows * (T + 1)
             entries += rows
-        reach = max(p[1] for p in plan)
-        if w.data.size + reach >= 1 << 31:  # (the table's starts are int32)
-            raise CorpusError(f"{where(w, 0)}: {w.data.size} bytes of documents in one window, 2 GiB or more")
-        flat = buffers.padded_flat(w.data, reach)
-        # per document, in sorted (plan) order: its call's T and width, where its ids and its
-        # count are in raw, its entry in the document table
+        # per document, in plan order (the packed ones first): its call's T, where its ids and
+        # its count are in raw (a packed one's: where its separator's position will be; its
+        # ids follow the document before it in its row, or start the row)
         sizes = [len(p[0]) for p in plan]
         perm = np.concatenate([p[0] for p in plan]).astype(np.int64)
         row = np.arange(len(perm)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        table = host_table(w, perm, np.repeat([p[5] for p in plan], sizes) + row, entries)
+        table = host_table(
+            np.concatenate(rows_of, axis=1),
+            np.concatenate([p[5] + np.arange(r.shape[1]) for p, r in zip(plan, rows_of)]),
+            entries,
+        )
         T = np.repeat([p[2] for p in plan], sizes)
         base = np.repeat([p[4] for p in plan], sizes)
         src = base + row * T
         count_at = base + np.repeat([p[3] * p[2] for p in plan], sizes) + row
+        packed_docs = None  # (row's start in raw, first in its row) of each packed document
+        if n_packed:
+            r = row_of_doc[perm[:n_packed]]
+            first_row = np.repeat(first_rows, sizes[: len(first_rows)])
+            first_in_row = np.concatenate([[True], r[1:] != r[:-1]])
+            packed_docs = (base[:n_packed] + (r - first_row) * pack.width, first_in_row)
         positions = np.zeros(buffers.doc_slots(len(perm)), np.int32)
         positions[perm] = count_at
-        return w, plan, flat, table, end, perm, T, src, count_at, positions
+        # the window's one transfer of bytes, started here, ahead of its calls
+        on_device = jax.device_put(flat, target), jax.device_put(table, target)
+        return w, plan, flat, *on_device, end, perm, T, src, count_at, positions, doc_start, packed_docs
 
     def launch(planned):
         """Dispatches a planned window's calls (asynchronous) and the copy back of its counts."""
-        w, plan, host_flat, table, end, perm, T, src, count_at, positions = planned
-        flat = jax.device_put(host_flat, target)  # the window's one transfer of bytes
-        table = jax.device_put(table, target)
+        w, plan, host_flat, flat, table, end, perm, T, src, count_at, positions, doc_start, packed = planned
         raw, at, pos = buffers.take(end), buffers.zero, buffers.zero
-        encodes.prepare(
-            [(rows, width, cols, raw.size, flat.size, table.shape[1]) for _, width, cols, rows, *_ in plan]
-        )
-        for _, width, cols, rows, *_ in plan:  # (cols: the call's T; T: each document's)
-            raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=width, T=cols)
+        shapes = [CompiledEncodes.shape(raw.size, flat.size, table.shape[1], **call_args(p)) for p in plan]
+        encodes.prepare([s for s, p in zip(shapes, plan) if not p[6]])
+        if pack:
+            packed_encodes.prepare([s for s, p in zip(shapes, plan) if p[6]])
+        for p in plan:
+            step = packed_encodes if p[6] else encodes
+            raw, at, pos = step(flat, table, raw, at, pos, **call_args(p))
         counts = fns.gather(raw, positions)
         counts.copy_to_host_async()
-        return w, plan, host_flat, flat, raw, end, at, perm, T, src, count_at, counts
+        return w, plan, host_flat, flat, raw, end, at, perm, T, src, count_at, counts, doc_start, packed
 
     def finish(pending) -> None:
-        w, plan, host_flat, flat, raw, end, at, perm, T, src, count_at, counts = pending
+        w, plan, host_flat, flat, raw, end, at, perm, T, src, count_at, counts, doc_start, packed = pending
         n = len(perm)
         sizes = [len(p[0]) for p in plan]
         got = np.asarray(counts)[perm].astype(np.int64)  # sorted (plan) order from here on
+        if packed is not None:  # a packed document's ids: after the one before it in its row
+            row_base, first_in_row = packed
+            ends = got[: len(row_base)]
+            start = np.where(first_in_row, row_base, np.concatenate([[0], ends[:-1] + 1]))
+            got[: len(row_base)] = np.where(ends < 0, -1, ends - start)
+            src[: len(row_base)] = start
         redo = np.flatnonzero(got > T)
         if redo.size:  # more tokens than the first pass kept: these rows at full width
             call_of = np.repeat(np.arange(len(plan)), sizes)
@@ -182,10 +291,13 @@ def encode_documents(
                 raw = fns.grow(raw, size=buffers.grown(need))
             first = np.cumsum([0] + [rows for _, rows in shapes])  # each group's table entries
             entries = np.concatenate([first[k] + np.arange(len(g)) for k, g in enumerate(groups)])
-            table = jax.device_put(host_table(w, perm[redo], entries, int(first[-1])), target)
+            docs = perm[redo]
+            table = jax.device_put(
+                host_table(np.stack([doc_start[docs], w.lengths[docs]]), entries, int(first[-1])), target
+            )
             pos = buffers.zero
             for g, (T2, rows) in zip(groups, shapes):
-                raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=T2 - 1, T=T2)
+                raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=T2 - 1, max_tokens=T2)
                 r = np.arange(len(g))
                 src[g], count_at[g] = end + r * T2, end + rows * T2 + r
                 end += rows * (T2 + 1)

@@ -27,10 +27,12 @@ root, cl100k, r50k, war_and_peace = (
 )
 
 
-def test_sorted_calls_and_dense_rows_keep_input_order(tmp_path, r50k):
+@pytest.mark.parametrize("pack_width", [0, 1024])
+def test_sorted_calls_and_dense_rows_keep_input_order(tmp_path, r50k, pack_width):
     """Documents of very different lengths (sorted into calls by width, put back in input
     order) and rows with more tokens than half their width (emoji: encoded again at full
-    width) give the ids of `encode_batch`, in input order, across several windows."""
+    width) give the ids of `encode_batch`, in input order, across several windows; with
+    packing, the short ones share rows and the others take those paths."""
     from blockbpe_jax import documents
 
     rng = np.random.default_rng(0)
@@ -46,18 +48,20 @@ def test_sorted_calls_and_dense_rows_keep_input_order(tmp_path, r50k):
     assert len(windows) > 5 and [b for w in windows for b in w.blobs] == docs
     assert [p for w in windows for p in w.positions.tolist()] == list(range(1, len(docs) + 1))
     out = tmp_path / "o" / "s"
-    corpus.encode_files(r50k, [src], out, batch_bytes=8192)
+    corpus.encode_files(r50k, [src], out, batch_bytes=8192, pack_width=pack_width)
     assert [a.tolist() for a in corpus.read_shards(out)] == encode_batch_ids(r50k, docs)
 
 
 def _spy_encode_into(monkeypatch) -> list[tuple[int, int, int, int, int]]:
-    """Records (rows, width, T, flat bytes, table entries) of every encode call of the corpus
-    job."""
+    """Records (rows, width, T or docs, flat bytes, table entries) of every encode call of the
+    corpus job (T: encode_into's max_tokens; docs: encode_packed_into's)."""
     real, calls = window_device.CompiledEncodes.__call__, []
 
-    def spy(self, flat, table, raw, at, pos, *, rows, width, T):
-        calls.append((rows, width, T, flat.size, table.shape[1]))
-        return real(self, flat, table, raw, at, pos, rows=rows, width=width, T=T)
+    def spy(self, flat, table, raw, at, pos, **call):
+        calls.append(
+            (call["rows"], call["width"], call.get("max_tokens", call.get("docs")), flat.size, table.shape[1])
+        )
+        return real(self, flat, table, raw, at, pos, **call)
 
     monkeypatch.setattr(window_device.CompiledEncodes, "__call__", spy)
     return calls
@@ -77,7 +81,7 @@ def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
     docs[3] = b""
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": d.decode()}) + "\n" for d in docs), encoding="utf-8")
-    corpus.encode_files(r50k, [src], tmp_path / "o" / "s", jsonl_field="text", batch_bytes=4096)
+    corpus.encode_files(r50k, [src], tmp_path / "o" / "s", jsonl_field="text", batch_bytes=4096, pack_width=0)
     want = encode_batch_ids(r50k, docs)
     assert [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "s")] == want
     assert all(len(w) > len(d) // 2 for w, d in zip(want, docs) if d)
@@ -100,7 +104,7 @@ def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatc
 
     def run(name):
         corpus.encode_documents(
-            r50k, iter(windows), shards_writer(tmp_path / name, r50k), [src], batch_bytes=16384
+            r50k, iter(windows), shards_writer(tmp_path / name, r50k), [src], batch_bytes=16384, pack_width=0
         )
 
     run("a")

@@ -34,6 +34,8 @@ def cmd_encode(args) -> int:
         ("--batch-bytes", args.batch_bytes),
         ("--shard-tokens", args.shard_tokens),
     )
+    if args.pack_width < 0:
+        raise CLIError(f"--pack-width must be 0 or more, got {args.pack_width}")
     if chunk and args.max_len and chunk > args.max_len:
         raise CLIError(f"--split chunk:{chunk} makes documents longer than --max-len {args.max_len}")
     if args.format in ("flat", "arrayrecord") and (args.max_tokens is not None or args.pad_id is not None):
@@ -66,6 +68,7 @@ def cmd_encode(args) -> int:
         batch_bytes=args.batch_bytes,
         max_docs=args.batch_size,
         max_len=args.max_len,
+        pack_width=args.pack_width,
         shard_tokens=args.shard_tokens,
         shard_docs=args.shard_size,
         max_tokens=args.max_tokens,
@@ -187,6 +190,14 @@ def add_parsers(sub) -> None:
         "4 MiB); a longer document is encoded alone, whole",
     )
     e.add_argument("--batch-size", type=int, metavar="B", help="at most B documents per encode call")
+    e.add_argument(
+        "--pack-width",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="documents shorter than N bytes share rows of N bytes, a special token after each "
+        "(default 4096; 0: each document in a row of its own)",
+    )
     e.add_argument(
         "--shard-tokens",
         type=int,

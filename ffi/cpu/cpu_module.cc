@@ -1,5 +1,6 @@
 // CPU FFI target `bbpe_encode` and the nanobind module that registers it.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -8,6 +9,7 @@
 
 #include "binding/encode_ffi.h"
 #include "core/jsonl.h"
+#include "core/pack_documents.h"
 #include "core/pack_strings.h"
 #include "cpu/encode_cpu.h"
 #include "nanobind/nanobind.h"
@@ -123,6 +125,34 @@ static nb::object split_documents(nb::bytes block, std::optional<std::string> fi
                         owned_array(lines, 1, lines_shape), newlines);
 }
 
+// A window's documents joined with `sep` after each into `out`, short ones packed into rows
+// (the rule: core/pack_documents.h) -> (row of each document int32[D], -1: alone;
+// rows int32[R, 2]: first byte in out, length).
+static nb::tuple pack_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> data,
+                                nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> offsets,
+                                nb::bytes sep, int64_t width,
+                                nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> out) {
+  const int64_t docs = (int64_t)offsets.shape(0) - 1, sep_len = (int64_t)sep.size();
+  if (docs < 0) throw nb::value_error("pack_documents: offsets must hold at least one entry");
+  const int64_t* o = offsets.data();
+  if (o[0] < 0 || o[docs] > (int64_t)data.shape(0) || !std::is_sorted(o, o + docs + 1))
+    throw nb::value_error("pack_documents: offsets must be ascending within the data");
+  if (sep_len < 1 || width < sep_len) throw nb::value_error("pack_documents: need 1 <= len(sep) <= width");
+  if ((int64_t)out.shape(0) < o[docs] - o[0] + docs * sep_len || o[docs] - o[0] + docs * sep_len >= (int64_t)1 << 31)
+    throw nb::value_error("pack_documents: out must hold the joined documents (and fewer than 2**31 bytes)");
+  int32_t* row_of_doc = new int32_t[docs + 1];
+  int32_t* rows = new int32_t[2 * docs + 2];
+  auto row_array = owned_array(row_of_doc, 1, std::array<size_t, 1>{(size_t)docs}.data());
+  int64_t n_rows;
+  {
+    nb::gil_scoped_release unlocked;
+    n_rows = bbpe::pack_documents(data.data(), o, docs, (const uint8_t*)sep.c_str(), sep_len, width,
+                                  out.data(), row_of_doc, rows);
+  }
+  const size_t rows_shape[2] = {(size_t)n_rows, 2};
+  return nb::make_tuple(row_array, owned_array(rows, 2, rows_shape));
+}
+
 // The CPU handler called directly on NumPy arrays, without XLA (the tiktoken-style API's
 // calls on host strings: a jitted call costs tens of microseconds, more than a short string's
 // encode). The arrays are wrapped as the FFI buffers the handler takes, so the same checks
@@ -203,6 +233,8 @@ NB_MODULE(_blockbpe_cpu, m) {
         "the operands and attributes of the bbpe_encode FFI call (ffi/binding/encode_ffi.h).");
   m.def("split_documents", &split_documents, nb::arg("block"), nb::arg("field").none(),
         nb::arg("threads"));
+  m.def("pack_documents", &pack_documents, nb::arg("data").noconvert(), nb::arg("offsets").noconvert(),
+        nb::arg("sep"), nb::arg("width"), nb::arg("out").noconvert());
   m.def("registrations", []() {
     nb::dict d;
     d["bbpe_encode"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCpu));

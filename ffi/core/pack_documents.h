@@ -1,0 +1,83 @@
+// The corpus job's packing of short documents into shared rows (window_encode.py): a window's
+// documents joined with a separator after each one (the bytes of a special token), and runs
+// of consecutive documents cut into rows of at most `width` bytes. A row is one contiguous range
+// of the joined bytes, so an encode call gathers it like a single document; the separator,
+// matched as an allowed special token, splits the text there before pre-tokenizing, so the
+// row's ids are each document's ids followed by the separator's id, in order. A document
+// longer than width - |sep|, or one whose bytes contain the separator, is not packed: it is
+// encoded alone (and its separator never read).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace bbpe {
+
+// Calls fn(lo, hi) over [0, n) split into ranges, on up to 8 threads when there is enough work.
+template <class Fn>
+inline void over_ranges(int64_t n, int64_t work_bytes, Fn fn) {
+  constexpr int64_t kBytesPerThread = 1 << 20;
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t threads = std::max<int64_t>(1, std::min({cores, (int64_t)8, work_bytes / kBytesPerThread, n}));
+  const int64_t per = (n + threads - 1) / std::max<int64_t>(1, threads);
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(fn, std::min(n, t * per), std::min(n, (t + 1) * per));
+  fn(0, std::min(n, per));
+  for (auto& th : pool) th.join();
+}
+
+inline bool contains(const uint8_t* p, int64_t n, const uint8_t* sep, int64_t sep_len) {
+  const uint8_t* end = p + n;
+  while (end - p >= sep_len) {
+    p = (const uint8_t*)std::memchr(p, sep[0], (size_t)(end - p - sep_len + 1));
+    if (!p) return false;
+    if (std::memcmp(p, sep, (size_t)sep_len) == 0) return true;
+    ++p;
+  }
+  return false;
+}
+
+// Writes document d to out[offsets[d] - offsets[0] + d * sep_len], its separator after it;
+// row_of_doc[d] = its row, or -1 when it is not packed; rows_out[2 * r] = row r's first byte in
+// out, rows_out[2 * r + 1] its length. Returns the number of rows. `out` holds at least
+// offsets[docs] - offsets[0] + docs * sep_len bytes; rows_out room for 2 * docs.
+inline int64_t pack_documents(const uint8_t* data, const int64_t* offsets, int64_t docs, const uint8_t* sep,
+                              int64_t sep_len, int64_t width, uint8_t* out, int32_t* row_of_doc,
+                              int32_t* rows_out) {
+  const int64_t total = offsets[docs] - offsets[0];
+  const auto start = [&](int64_t d) { return offsets[d] - offsets[0] + d * sep_len; };
+  // A document that holds the separator would be cut there: -2 marks it, for the pass below.
+  over_ranges(docs, total, [&](int64_t lo, int64_t hi) {
+    for (int64_t d = lo; d < hi; ++d) {
+      const int64_t n = offsets[d + 1] - offsets[d];
+      const bool packable = n + sep_len <= width && !contains(data + offsets[d], n, sep, sep_len);
+      row_of_doc[d] = packable ? 0 : -2;
+      std::memcpy(out + start(d), data + offsets[d], (size_t)n);
+      std::memcpy(out + start(d) + n, sep, (size_t)sep_len);
+    }
+  });
+  int64_t rows = 0, used = 0;  // used: bytes in the open row (0: none open)
+  for (int64_t d = 0; d < docs; ++d) {
+    const int64_t n = offsets[d + 1] - offsets[d] + sep_len;
+    if (row_of_doc[d] == -2) {
+      row_of_doc[d] = -1;
+      used = 0;  // (a row is contiguous: it cannot reach over a document encoded alone)
+      continue;
+    }
+    if (used && used + n > width) used = 0;
+    if (!used) {
+      rows_out[2 * rows] = (int32_t)start(d);
+      rows_out[2 * rows + 1] = 0;
+      ++rows;
+    }
+    used += n;
+    rows_out[2 * (rows - 1) + 1] += (int32_t)n;
+    row_of_doc[d] = (int32_t)(rows - 1);
+  }
+  return rows;
+}
+
+}  // namespace bbpe

@@ -1,0 +1,153 @@
+"""The corpus job's packing of short documents into shared rows (window_encode.packing,
+core/pack_documents.h): which separator a job may use, the native packer's rows, and jobs whose
+ids equal tiktoken's document by document (generated adversarial documents: whitespace at their
+ends, parts of the separator, the separator itself; allowed specials none and all; exact and
+bytes mode), on the CPU and on a GPU."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import blockbpe_jax as bb
+from blockbpe_jax import corpus, native, testing, window_device, window_encode
+
+from helpers import BACKENDS, device_for, load_tokenizer, tiktoken_enc
+
+EOT = "<|endoftext|>"
+
+
+def _tok_with(specials: dict, char_level=None):
+    """What `packing` reads of a tokenizer: its specials, whether it merges characters, and
+    Tokenizer's own rule for allowed specials."""
+    tok = types.SimpleNamespace(vocab=types.SimpleNamespace(special_tokens=specials, char_level=char_level))
+    tok._special_key = lambda allowed: bb.Tokenizer._special_key(tok, allowed)
+    return tok
+
+
+def test_the_separator_and_when_a_job_packs():
+    specials = {EOT: 7, "<|fim_prefix|>": 8}
+    assert window_encode.packing(_tok_with(specials), "exact", "none", 4096) == (EOT.encode(), 7, {EOT}, 4096)
+    assert window_encode.packing(_tok_with(specials), "bytes", "all", 64).allowed == "all"
+    # without <|endoftext|>: the special of the lowest id
+    assert window_encode.packing(_tok_with({"</s>": 2, "<s>": 1}), "exact", "none", 64).sep == b"<s>"
+    # no packing: width 0 or not above the separator's, characters merged (SentencePiece), no
+    # specials, or an allowed special that a document's end could start (leftmost match wins)
+    for tok, width in [
+        (_tok_with(specials), 0),
+        (_tok_with(specials), len(EOT)),
+        (_tok_with(specials, char_level=object()), 4096),
+        (_tok_with({}), 4096),
+    ]:
+        assert window_encode.packing(tok, "exact", "none", width) is None
+    for other in ("ab<|", "<|endoftext|>x", "x<|endoftext|>y", "x<|endof"):
+        clash = _tok_with({**specials, other: 9})
+        assert window_encode.packing(clash, "exact", "all", 4096) is None
+        assert window_encode.packing(clash, "exact", {other}, 4096) is None
+        assert window_encode.packing(clash, "exact", "none", 4096) is not None  # (never matched)
+
+
+def test_packed_rows_are_runs_of_whole_documents():
+    sep = EOT.encode()
+    rng = np.random.default_rng(0)
+    docs = [bytes(rng.integers(97, 100, int(n)).astype(np.uint8)) for n in rng.integers(0, 60, 300)]
+    docs[5] = b"x" * 200  # longer than a row: alone
+    docs[9] = b"ab" + sep + b"cd"  # holds the separator: alone
+    docs[10] = b"ab<|endoftext"  # a part of it: packed
+    data = np.frombuffer(b"".join(docs), np.uint8)
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    out = np.zeros(data.size + len(docs) * len(sep), np.uint8)
+    row_of_doc, rows = native.cpu.pack_documents(data, offsets, sep, 100, out)
+    assert bytes(out) == b"".join(d + sep for d in docs)
+    alone = [i for i in range(len(docs)) if row_of_doc[i] < 0]
+    assert alone == [i for i, d in enumerate(docs) if len(d) + len(sep) > 100 or sep in d] and 5 in alone
+    packed = [i for i in range(len(docs)) if row_of_doc[i] >= 0]
+    assert np.all(np.diff(row_of_doc[packed]) >= 0)
+    for r, (start, length) in enumerate(rows.tolist()):
+        members = [i for i in packed if row_of_doc[i] == r]
+        assert members == list(range(members[0], members[-1] + 1))
+        assert length <= 100 and bytes(out[start : start + length]) == b"".join(
+            docs[i] + sep for i in members
+        )
+        after = members[-1] + 1  # a row ends where the next document does not fit or goes alone
+        assert after == len(docs) or row_of_doc[after] < 0 or length + len(docs[after]) + len(sep) > 100
+    with pytest.raises(ValueError, match="out must hold"):
+        native.cpu.pack_documents(data, offsets, sep, 100, out[:-1])
+    with pytest.raises(ValueError, match="ascending"):
+        native.cpu.pack_documents(data, offsets[::-1].copy(), sep, 100, out)
+    with pytest.raises(ValueError, match="len\\(sep\\)"):
+        native.cpu.pack_documents(data, offsets, b"", 100, out)
+
+
+def _job_ids(tmp_path, tok, docs: list[str], **kwargs) -> list[list[int]]:
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    out = tmp_path / "o" / "s"
+    corpus.encode_files(tok, [src], out, jsonl_field="text", overwrite=True, **kwargs)
+    return [a.tolist() for a in corpus.read_shards(out)]
+
+
+def test_short_documents_share_rows(tmp_path, monkeypatch):
+    """With packing, the short documents go in calls of packed rows (fewer calls than one per
+    width), the long ones in calls of their own width; the ids are tiktoken's either way."""
+    tok = load_tokenizer("r50k", "tiktoken")
+    rng = np.random.default_rng(3)
+    words = ["alpha", " beta", "\n\n", "🎉", " 1234", "  ", "日本語"]
+    docs = ["".join(rng.choice(words, int(n))) for n in rng.integers(0, 80, 400)] + ["long " * 900]
+    calls = []
+    real = window_device.CompiledEncodes.__call__
+    monkeypatch.setattr(
+        window_device.CompiledEncodes,
+        "__call__",
+        lambda self, *a, **call: calls.append((self.step, call["width"])) or real(self, *a, **call),
+    )
+    want = [tiktoken_enc("r50k", "exact").encode(d) for d in docs]
+    assert _job_ids(tmp_path, tok, docs, pack_width=1024, batch_bytes=16384) == want
+    packed = calls[:]
+    calls.clear()
+    assert _job_ids(tmp_path, tok, docs, pack_width=0, batch_bytes=16384) == want
+    assert {w for s, w in packed if s == "encode_packed_into"} == {1024}
+    assert {w for s, w in packed if s == "encode_into"} == {8192}  # the long document alone
+    assert len(packed) < len(calls)
+
+
+DOCUMENT = testing.mixed_text(specials=(EOT, "<|endoftext", "<|", "|>", "<|fim_prefix|>", " ", "\n"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS[:2])
+@pytest.mark.parametrize(
+    "name, mode, allowed",
+    [("r50k", "exact", "none"), ("cl100k", "exact", "all"), ("cl100k", "bytes", "none")],
+)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(docs=st.lists(DOCUMENT, min_size=1, max_size=40))
+def test_packed_job_equals_tiktoken(tmp_path, backend, name, mode, allowed, docs):
+    tok = load_tokenizer(name, "tiktoken")
+    ref = tiktoken_enc(name, mode)
+    if allowed == "all":
+        want = [ref.encode(d, allowed_special="all") for d in docs]
+    else:
+        want = [ref.encode(d, disallowed_special=()) for d in docs]
+    got = _job_ids(
+        tmp_path,
+        tok,
+        docs,
+        mode=mode,
+        allowed_special=allowed,
+        pack_width=256,
+        batch_bytes=2048,
+        window_bytes=1024,
+        device=device_for(backend[0]),
+    )
+    assert got == want
+
+
+def test_bad_pack_width(tmp_path):
+    tok = load_tokenizer("r50k", "tiktoken")
+    with pytest.raises(ValueError, match="pack_width must be an int, 0 or more, got -1"):
+        _job_ids(tmp_path, tok, ["a"], pack_width=-1)
