@@ -149,8 +149,13 @@ class CallClock:
             "p90_us": round(float(np.percentile(every, 90)) * 1e6, 1) if every.size else 0.0,
             "by_shape": sorted(
                 (
-                    {"rows": r, "width": w, "calls": len(v), "seconds": round(sum(v), 4),
-                     "median_us": round(float(np.median(v)) * 1e6, 1)}
+                    {
+                        "rows": r,
+                        "width": w,
+                        "calls": len(v),
+                        "seconds": round(sum(v), 4),
+                        "median_us": round(float(np.median(v)) * 1e6, 1),
+                    }
                     for (r, w), v in self.times.items()
                 ),
                 key=lambda d: -d["seconds"],

@@ -100,8 +100,12 @@ def device_functions():
             assume_nfc=assume_nfc,
         )
         inside = jnp.arange(width, dtype=jnp.int32)[None, :] < enc.counts[:, None]
-        (ends,) = jnp.nonzero(((enc.ids == sep_id) & inside).reshape(-1), size=docs, fill_value=-1)
-        ends = jnp.where(ends >= 0, ends.astype(jnp.int32) + at, -1)
+        is_end = ((enc.ids == sep_id) & inside).reshape(-1)
+        # separator k goes to slot k, every other position to a slot of its own past the end
+        # (dropped): indices all distinct, a scatter without atomics
+        everywhere = jnp.arange(is_end.size, dtype=jnp.int32)
+        slot = jnp.where(is_end, jnp.cumsum(is_end, dtype=jnp.int32) - 1, docs + everywhere)
+        ends = jnp.full(docs, -1, jnp.int32).at[slot].set(everywhere + at, mode="drop", unique_indices=True)
         raw = lax.dynamic_update_slice(raw, enc.ids.reshape(-1), (at,))
         raw = lax.dynamic_update_slice(raw, ends, (at + enc.ids.size,))
         return raw, at + enc.ids.size + docs, pos + rows

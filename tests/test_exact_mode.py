@@ -9,6 +9,7 @@ into excerpts of 1-8192 bytes; hypothesis adds mixed-script text with special to
 from __future__ import annotations
 
 import functools
+import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -128,3 +129,45 @@ def test_exact_mode_edge_cases(name, backend, data_dir):
     ]
     for fmt in FORMATS:
         _check_texts(name, fmt, backend, texts)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_specials_in_rows_of_one_block(backend, data_dir):
+    """Rows of at most 4096 bytes in a batch of 32 (one block per row): many matches that do
+    not overlap (documents packed with a separator after each: marked in parallel) and chains
+    of matches inside matches ('@#@' in '@#@#@#...': the leftmost-first walk) equal tiktoken."""
+    import tiktoken
+    import tiktoken.load
+
+    import blockbpe_jax as bb
+
+    base = load_tokenizer("cl100k", "tiktoken")
+    specials = {"@#@": 100300, "#@#@#": 100301, "<|endoftext|>": 100257, "<|fim_prefix|>": 100258}
+    enc = tiktoken.Encoding(
+        "overlap",
+        pat_str=base.vocab.pattern,
+        mergeable_ranks=tiktoken.load.load_tiktoken_bpe(str(vocab_path("cl100k"))),
+        special_tokens=specials,
+    )
+    tok = bb.Tokenizer.from_tiktoken(enc)
+    words = testing.TEXT_FRAGMENTS + ["<|endoftext", "|>", "@", "#", " ", "\n\n"]
+    rng = random.Random(5)
+    texts = []
+    for k in range(32):
+        parts = [rng.choice(words) for _ in range(rng.randrange(1, 300))]
+        sep = "<|endoftext|>" if k % 4 else "@#@#@"
+        texts.append(sep.join("".join(parts[i : i + 5]) for i in range(0, len(parts), 5)))
+    texts = [t.encode()[:4096].decode(errors="ignore") for t in texts]
+    refs = [enc.encode(t, allowed_special="all") for t in texts]
+    kind, block_size = backend
+    bad = mismatches(
+        tok,
+        [t.encode() for t in texts],
+        refs,
+        device=device_for(kind),
+        mode="exact",
+        block_size=block_size,
+        allowed_special="all",
+        max_len=4096,
+    )
+    assert not bad, f"text {texts[bad[0][0]][:80]!r}: ours {bad[0][1][:20]} reference {bad[0][2][:20]}"

@@ -189,6 +189,12 @@ BBPE_HD int special_match_at(const SpecialView& s, const uint8_t* text, int n, i
 
 BBPE_HD int special_len(const SpecialView& s, int k) { return s.offsets[k + 1] - s.offsets[k]; }
 
+// Bytes of text that special k, matched at i, covers (an escaped match's length depends on
+// the text).
+BBPE_HD int matched_len(const SpecialView& s, int k, const uint8_t* text, int n, int i, bool escaped) {
+  return escaped ? special_text_len(s, k, text, n, i, true) : special_len(s, k);
+}
+
 // Leftmost-first resolution of special-token matches. match[i] is special_match_at(..., i) for
 // every i (or -1). Walking left to right, a match counts unless it starts inside an earlier
 // one that counted. Writes is_special[i] = 2 at the first byte of each accepted match and 1 at
@@ -200,7 +206,7 @@ BBPE_HD void accept_special_matches(const SpecialView& s, const int32_t* match, 
   for (int i = 0; i < n;) {
     const int k = match[i];
     if (k < 0) { ++i; continue; }
-    const int len = escaped ? special_text_len(s, k, text, n, i, true) : special_len(s, k);
+    const int len = matched_len(s, k, text, n, i, escaped);
     is_special[i] = 2;
     for (int j = 1; j < len; ++j) is_special[i + j] = 1;
     i += len;
