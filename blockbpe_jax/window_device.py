@@ -206,7 +206,7 @@ class WindowBuffers:
         `reach` bytes past their end (gather_rows reads `width` bytes from every start)."""
         padded = self.host_bytes(data.size + reach)
         padded[: data.size] = data
-        padded[data.size :] = 0
+        padded[data.size : data.size + reach] = 0  # (nothing reads past it)
         return padded
 
     def give_back_flat(self, padded: np.ndarray) -> None:

@@ -191,7 +191,7 @@ def encode_documents(
                 raise CorpusError(f"{where(w, 0)}: {size} bytes of documents in one window, 2 GiB or more")
             flat = buffers.host_bytes(size + reach)
             row_of_doc, packed_rows = native.cpu.pack_documents(w.data, w.offsets, pack.sep, pack.width, flat)
-            flat[size:] = 0
+            flat[size : size + reach] = 0
             doc_start = w.offsets[:-1] - w.offsets[0] + np.arange(w.ndocs) * len(pack.sep)
             alone = np.flatnonzero(row_of_doc < 0)
             full = max(1, batch_bytes // pack.width)
