@@ -234,6 +234,7 @@ def _line_windows(
                         yield Window(data, offsets, kept + (line_base + 1), fi, len(block))
                         line_base += newlines
                         continue
+                    block = bytes(block)  # (the reader's buffer is reused: the Python paths keep bytes)
                     fast = _fast_block(block, field)
                     if fast is None:
                         docs = list(_line_documents(block.split(b"\n"), path, line_base, field))
@@ -255,15 +256,35 @@ def _line_windows(
     raise CorpusError(f"{path}: cannot read")  # pragma: no cover - the reader raised above
 
 
-def _blocks_of_lines(f, size: int) -> Iterator[bytes]:
-    """Blocks of about `size` bytes of a file, each ending at the end of a line."""
-    while True:
-        block = f.read(size)
-        if not block:
+BLOCK_BUFFERS = 4  # the reader's buffers, used in turn
+
+
+def _blocks_of_lines(f, size: int) -> Iterator[memoryview]:
+    """Blocks of about `size` bytes of a file, each ending at the end of a line: views of
+    BLOCK_BUFFERS buffers read into in turn (a fresh object per block costs its page faults,
+    as much as the read), so a block is overwritten BLOCK_BUFFERS blocks later: its consumer
+    (one block behind the reading thread) is done with it by then."""
+    spare = 1 << 20  # room for the rest of the last line
+    buffers = [bytearray(size + spare) for _ in range(BLOCK_BUFFERS)]
+    for k in itertools.count():
+        buf = memoryview(buffers[k % BLOCK_BUFFERS])
+        n = 0
+        while n < size:
+            got = f.readinto(buf[n:size])
+            if not got:
+                break
+            n += got
+        if not n:
             return
-        if not block.endswith(b"\n"):
-            block += f.readline()
-        yield block
+        if buf[n - 1] == ord("\n"):
+            yield buf[:n]
+            continue
+        rest = f.readline()
+        if len(rest) <= spare:
+            buf[n : n + len(rest)] = rest
+            yield buf[: n + len(rest)]
+        else:  # (a very long line: a block of its own making)
+            yield memoryview(bytes(buf[:n]) + rest)
 
 
 def _lines_of(path: Path) -> Iterator[bytes]:

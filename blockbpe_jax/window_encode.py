@@ -128,7 +128,8 @@ def encode_documents(
     splits the documents of the next window while another plans up to 2 windows ahead
     (`plan_window`: the rest of a window's host work), this thread
     dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
-    finishes the previous window (copies back, compaction) and another writes the one before."""
+    finishes the previous window (its counts back, compaction dispatched) and another waits
+    for the ids of the one before and writes them."""
     import jax
 
     nfc = mode == "exact" and tok.normalizes
@@ -324,27 +325,29 @@ def encode_documents(
         layout = np.full((2, buffers.doc_slots(n)), size, np.int32)
         layout[0, : held.size] = starts[held]
         layout[1, : held.size] = source[held] - starts[held]
-        ids = np.asarray(fns.finalize(raw, layout, size=size, dtype=dtype))
+        ids = fns.finalize(raw, layout, size=size, dtype=dtype)
+        ids.copy_to_host_async()
+        # The copy back is waited for on the writing thread (at most two windows queued), so
+        # that this one takes the next window's counts meanwhile.
+        while len(stored) > 1:
+            stored.pop(0).result()  # re-raises a write's error here
+        stored.append(store_thread.submit(store, ids, total, counts, w, raw, host_flat))
+
+    def store(ids, total: int, counts: np.ndarray, w: Window, raw, host_flat: np.ndarray) -> None:
+        host_ids = np.asarray(ids)[:total]
         buffers.give_back(raw)
         # Every call that reads the window's bytes has run (on the CPU backend `flat` may be
         # this very memory), so the next windows may reuse it.
         buffers.give_back_flat(host_flat)
-        # The shard writes go to a thread of their own (at most two windows queued), so that
-        # this one copies the next window back meanwhile.
-        while len(stored) > 1:
-            stored.pop(0).result()  # re-raises a write's error here
-        stored.append(store_thread.submit(store, ids[:total], counts, w))
-
-    def store(ids: np.ndarray, counts: np.ndarray, w: Window) -> None:
         if write_failed:  # (the windows queued behind a failed write are not written)
             return
         try:
-            writer.add(ids, counts, w)
+            writer.add(host_ids, counts, w)
         except BaseException:
             write_failed.append(True)
             raise
         if progress is not None:
-            progress.update(w.consumed, w.ndocs, len(ids))
+            progress.update(w.consumed, w.ndocs, total)
 
     from concurrent.futures import ThreadPoolExecutor
 

@@ -327,3 +327,25 @@ def test_large_batches_pack_like_ljust(rows, width):
     data, lengths = pack_strings(docs, max_len=width)
     np.testing.assert_array_equal(data, want)
     np.testing.assert_array_equal(lengths, [len(d) for d in docs])
+
+
+def test_blocks_of_lines_reuse_their_buffers(tmp_path, monkeypatch):
+    """Blocks end at line ends and together are the file; the reader's buffers are reused in
+    turn (a block stays intact until BLOCK_BUFFERS blocks later); a line that outgrows a
+    buffer's spare room makes a block of its own bytes."""
+    rng = random.Random(4)
+    lines = [b"x" * rng.randrange(0, 3000) + b"\n" for _ in range(400)]
+    lines.insert(200, b"y" * ((1 << 20) + 5000) + b"\n")  # more than the spare room
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"".join(lines) + b"no newline at the end")
+    with open(path, "rb") as f:
+        blocks = documents._blocks_of_lines(f, 4096)
+        kept, seen = [], []
+        for block in blocks:
+            assert bytes(block[-1:]) == b"\n" or bytes(block).endswith(b"no newline at the end")
+            seen.append(bytes(block))
+            kept.append(block)
+            if len(kept) >= documents.BLOCK_BUFFERS:  # BLOCK_BUFFERS - 1 blocks later: still intact
+                assert bytes(kept[-documents.BLOCK_BUFFERS + 1]) == seen[-documents.BLOCK_BUFFERS + 1]
+    assert b"".join(seen) == path.read_bytes()
+    assert max(map(len, seen)) > (1 << 20)

@@ -79,11 +79,11 @@ static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
 // A block of whole lines -> (flat uint8[total], offsets int64[n + 1], line int64[n] of each
 // document counted from the block's first, newlines in the block), or None to give up (the
 // rules: core/jsonl.h). field None: plain lines.
-static nb::object split_documents(nb::bytes block, std::optional<std::string> field,
-                                  int threads) {
+static nb::object split_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> block,
+                                  std::optional<std::string> field, int threads) {
   std::vector<bbpe::jsonl::Part> parts;
-  const uint8_t* p = (const uint8_t*)block.c_str();
-  const int64_t size = (int64_t)block.size();
+  const uint8_t* p = block.data();
+  const int64_t size = (int64_t)block.shape(0);
   bool ok;
   {
     nb::gil_scoped_release unlocked;
