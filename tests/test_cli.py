@@ -241,6 +241,7 @@ def _bad_vocab_files(tmp_path: Path) -> list[Path]:
         "jsonl_field",
         "output_exists",
         "bad_batch",
+        "bad_pack_width",
     ],
 )
 def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, case):
@@ -281,6 +282,10 @@ def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, c
         "bad_batch": (
             ["encode", small_text, "-o", out, "--vocab", vocab_path, "--batch-size", "0"],
             "--batch-size",
+        ),
+        "bad_pack_width": (
+            ["encode", small_text, "-o", out, "--vocab", vocab_path, "--pack-width", "-1"],
+            "--pack-width must be 0 or more, got -1",
         ),
     }[case]
     rc, stdout, err = run_cli(capsys, *argv)

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Which stage bounds the corpus job: `encode_files` on the mixed JSONL corpus (cold, then
+warm), its reading alone (`documents.iter_windows`: blocks read and split into documents),
+and the job on windows read beforehand (no reading meanwhile), with the flat writer and with a
+writer that drops the ids. If the job takes about reading + encoding, the two do not overlap.
+
+    python3 benchmarks/corpus_stages.py [--mb 300] [--pack-width 4096] [--reps 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import blockbpe_jax as bb  # noqa: E402
+from blockbpe_jax import corpus, documents  # noqa: E402
+from blockbpe_jax.shards import FlatWriter  # noqa: E402
+from blockbpe_jax.testing import data_dir  # noqa: E402
+from corpora import build_mixed, source_texts  # noqa: E402
+
+
+class DropWriter:
+    def add(self, ids, counts, window) -> None:
+        pass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mb", type=float, default=300)
+    ap.add_argument("--pack-width", type=int, default=4096)
+    ap.add_argument("--reps", type=int, default=2)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="corpus_stages_"))
+    src = work / "mixed.jsonl"
+    _, nbytes = build_mixed(src, source_texts(data_dir()), int(args.mb * 1e6))
+    tok = bb.Tokenizer.from_file(data_dir() / "vocab/tiktoken/cl100k_base.tiktoken")
+    runs = iter(range(1 << 30))
+
+    def report(what: str, run) -> None:
+        t = time.perf_counter()
+        run()
+        s = time.perf_counter() - t
+        print(f"{what:44s} {s:6.3f} s {nbytes / s / 1e6:7.1f} MB/s", flush=True)
+
+    def files() -> None:
+        out = work / f"o{next(runs)}" / "s"
+        tok.encode_files([src], out, jsonl_field="text", pack_width=args.pack_width)
+
+    report("encode_files, cold", files)
+    for _ in range(args.reps):
+        report("encode_files, warm", files)
+    windows = []
+    for _ in range(args.reps):
+        report(
+            "reading alone",
+            lambda: windows.__setitem__(slice(None), documents.iter_windows([src], jsonl_field="text")),
+        )
+    for name in ("flat", "drop"):
+        for _ in range(args.reps):
+            directory = work / f"o{next(runs)}"
+            directory.mkdir()
+            writer = (
+                FlatWriter(directory / "s", tok.vocab.n_vocab, 1 << 28, None)
+                if name == "flat"
+                else DropWriter()
+            )
+            report(
+                f"windows read beforehand, {name} writer",
+                lambda: corpus.encode_documents(
+                    tok, iter(windows), writer, [src], pack_width=args.pack_width
+                ),
+            )
+
+
+if __name__ == "__main__":
+    main()
