@@ -3,6 +3,9 @@
 warm), its reading alone (`documents.iter_windows`: blocks read and split into documents),
 and the job on windows read beforehand (no reading meanwhile), with the flat writer and with a
 writer that drops the ids. If the job takes about reading + encoding, the two do not overlap.
+Beside each run, how late a thread that sleeps 1 ms wakes up (p50 / p99 / the sum of the
+lateness): beyond the OS's own jitter that is time spent waiting for the GIL, so a stage that
+holds it for long shows there.
 
     python3 benchmarks/corpus_stages.py [--mb 300] [--pack-width 4096] [--reps 2]
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +26,28 @@ from blockbpe_jax import corpus, documents  # noqa: E402
 from blockbpe_jax.shards import FlatWriter  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
 from corpora import build_mixed, source_texts  # noqa: E402
+
+
+class GilLatency(threading.Thread):
+    """Wakes up every millisecond and records how late it woke (seconds)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.late: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t = time.perf_counter()
+            time.sleep(0.001)
+            self.late.append(time.perf_counter() - t - 0.001)
+
+    def summary(self) -> str:
+        self.stop.set()
+        self.join()
+        late = sorted(self.late) or [0.0]
+        pick = lambda q: late[min(len(late) - 1, int(q * len(late)))] * 1e3  # noqa: E731
+        return f"late wake-ups p50 {pick(0.5):.2f} p99 {pick(0.99):.2f} ms, sum {sum(late):.3f} s"
 
 
 class DropWriter:
@@ -42,10 +68,14 @@ def main() -> None:
     runs = iter(range(1 << 30))
 
     def report(what: str, run) -> None:
+        gil = GilLatency()
+        gil.start()
         t = time.perf_counter()
         run()
         s = time.perf_counter() - t
-        print(f"{what:44s} {s:6.3f} s {nbytes / s / 1e6:7.1f} MB/s", flush=True)
+        print(f"{what:44s} {s:6.3f} s {nbytes / s / 1e6:7.1f} MB/s  ({gil.summary()})", flush=True)
+
+    report("idle (the wake-up jitter alone)", lambda: time.sleep(0.3))
 
     def files() -> None:
         out = work / f"o{next(runs)}" / "s"

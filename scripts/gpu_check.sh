@@ -2,7 +2,7 @@
 # One device call: build against the machine's own jax, run the GPU tests, optionally the
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
-#                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [single]
+#                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [corpus_stages] [single]
 #                        [variants] [clocks] [kernels]
 # (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
@@ -138,6 +138,9 @@ PY
           echo "== $tag"; grep -E "^(cold|warm)|compiles" "$OUT/profile_corpus_$tag.txt"
         done
       done ;;
+    corpus_stages)  # reading and encoding alone and together, GIL wake-up lateness (benchmarks/corpus_stages.py)
+      python3 benchmarks/corpus_stages.py --mb "${CORPUS_PROFILE_MB:-300}" > "$OUT/corpus_stages.txt" 2>&1
+      cat "$OUT/corpus_stages.txt" ;;
     kernels)   # GPU time per kernel of one adversarial piece (ncu; the steady A/B of the tile
                # pipeline: single calls vary more between runs than most kernel changes)
       for c in ${KERNEL_CASES:-cjk:4096 cjk:65536 letters_a_j:8192 emoji:4096 spaces:8192 whitespace_newlines:8192}; do
