@@ -265,8 +265,10 @@ def _blocks_of_lines(f, size: int) -> Iterator[memoryview]:
     as much as the read), so a block is overwritten BLOCK_BUFFERS blocks later: its consumer
     (one block behind the reading thread) is done with it by then."""
     spare = 1 << 20  # room for the rest of the last line
-    buffers = [bytearray(size + spare) for _ in range(BLOCK_BUFFERS)]
+    buffers: list[np.ndarray] = []  # (made as needed and not zeroed: a small file touches little)
     for k in itertools.count():
+        if len(buffers) < BLOCK_BUFFERS:
+            buffers.append(np.empty(size + spare, np.uint8))
         buf = memoryview(buffers[k % BLOCK_BUFFERS])
         n = 0
         while n < size:
