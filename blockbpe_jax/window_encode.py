@@ -85,6 +85,17 @@ def first_pass_tokens(width: int) -> int:
     return width + 1 if width < 64 else width // 2
 
 
+def _packed_calls(row_of_doc: np.ndarray, n_rows: int, full: int):
+    """(documents, first row, rows) of each call of packed rows, `full` rows a call: the
+    documents of rows [first row, first row + rows), in order (rows hold consecutive
+    documents, so a call's are a run of the packed ones)."""
+    packed = np.flatnonzero(row_of_doc >= 0)
+    cuts = np.searchsorted(row_of_doc[packed], np.arange(0, n_rows + full, full)).tolist()
+    for k, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])):
+        if lo < hi:
+            yield packed[lo:hi], k * full, min(full, n_rows - k * full)
+
+
 def call_args(call) -> dict:
     """The static arguments of a planned call's step: (rows, width, max_tokens), or for a call
     of packed rows (rows, width, docs)."""
@@ -179,43 +190,31 @@ def encode_documents(
                 f"--max-len {max_len} (use --split chunk:N)"
             )
         # (the widest call's row may start at any document: the bytes after the last one)
-        reach = max_len or int(_pow2_widths(lengths.max(keepdims=True))[0])
+        reach = max(max_len or int(_pow2_widths(lengths.max(keepdims=True))[0]), pack.width if pack else 0)
+        size = w.data.size + (w.ndocs * len(pack.sep) if pack else 0)  # (packed: a separator after each)
+        if size + reach >= 1 << 31:  # (the table's starts are int32)
+            raise CorpusError(f"{where(w, 0)}: {size} bytes of documents in one window, 2 GiB or more")
         plan = []  # (document indices, width, T, rows, offset in raw, first table entry, docs)
         end = entries = 0
         alone = np.arange(w.ndocs)
         rows_of = []  # the table's rows of each call: int32[2, rows]
         first_rows = []  # of each packed call: its first row's index in packed_rows
         if pack:
-            reach = max(reach, pack.width)
-            size = w.data.size + w.ndocs * len(pack.sep)
-            if size + reach >= 1 << 31:  # (the table's starts are int32)
-                raise CorpusError(f"{where(w, 0)}: {size} bytes of documents in one window, 2 GiB or more")
             flat = buffers.host_bytes(size + reach)
             row_of_doc, packed_rows = native.cpu.pack_documents(w.data, w.offsets, pack.sep, pack.width, flat)
             flat[size : size + reach] = 0
             doc_start = w.offsets[:-1] - w.offsets[0] + np.arange(w.ndocs) * len(pack.sep)
             alone = np.flatnonzero(row_of_doc < 0)
             full = max(1, batch_bytes // pack.width)
-            if max_docs is not None:
-                full = min(full, max_docs)
-            packed = np.flatnonzero(row_of_doc >= 0)
-            cuts = np.searchsorted(row_of_doc[packed], np.arange(0, len(packed_rows) + full, full))
-            for k, (lo, hi) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist())):
-                if lo == hi:
-                    continue
-                first_row = k * full
-                n_rows = min(full, len(packed_rows) - first_row)
-                rows, docs = _rows_bucket(n_rows, full), pow2(hi - lo)
-                plan.append((packed[lo:hi], pack.width, pack.width, rows, end, entries, docs))
+            full = full if max_docs is None else min(full, max_docs)
+            for docs, first_row, n_rows in _packed_calls(row_of_doc, len(packed_rows), full):
+                rows, slots = _rows_bucket(n_rows, full), pow2(len(docs))
+                plan.append((docs, pack.width, pack.width, rows, end, entries, slots))
                 rows_of.append(packed_rows[first_row : first_row + n_rows].T)
                 first_rows.append(first_row)
-                end += rows * pack.width + docs
+                end += rows * pack.width + slots
                 entries += rows
         else:
-            if w.data.size + reach >= 1 << 31:  # (the table's starts are int32)
-                raise CorpusError(
-                    f"{where(w, 0)}: {w.data.size} bytes of documents in one window, 2 GiB or more"
-                )
             flat = buffers.padded_flat(w.data, reach)
             doc_start = w.offsets[:-1]
         n_packed = sum(len(p[0]) for p in plan)
