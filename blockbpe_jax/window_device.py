@@ -48,28 +48,22 @@ def device_functions():
     from . import ops
     from .ragged import gather_rows
 
+    def encode_rows(flat, table, tables, pos, rows, width, max_tokens, **options):
+        """Encodes the documents of entries [pos, pos + rows) of the window's table (int32[2, E]:
+        start in flat, length) as rows of `width` bytes, gathered from flat here, on the
+        device: the host neither packs nor copies anything per call."""
+        starts, lengths = lax.dynamic_slice(table, (0, pos), (2, rows))
+        padded = gather_rows(flat, starts, lengths, width)
+        return ops.encode(padded, lengths, tables, max_tokens=max_tokens, check_lengths=False, **options)
+
     @functools.partial(
         jax.jit,
         static_argnames=("rows", "width", "max_tokens", "mode", "block_size", "assume_nfc"),
         donate_argnums=3,
     )
-    def encode_into(
-        flat, table, tables, raw, at, pos, *, rows, width, max_tokens, mode, block_size, assume_nfc
-    ):
-        """Encodes the documents of entries [pos, pos + rows) of the window's table (int32[2, E]:
-        start in flat, length) as rows of `width` bytes, gathered from flat here, on the
-        device: the host neither packs nor copies anything per call."""
-        starts, lengths = lax.dynamic_slice(table, (0, pos), (2, rows))
-        enc = ops.encode(
-            gather_rows(flat, starts, lengths, width),
-            lengths,
-            tables,
-            max_tokens=max_tokens,
-            mode=mode,
-            block_size=block_size,
-            check_lengths=False,
-            assume_nfc=assume_nfc,
-        )
+    def encode_into(flat, table, tables, raw, at, pos, *, rows, width, max_tokens, **options):
+        """`encode_rows` into raw at `at`: the ids [rows, max_tokens], then the counts."""
+        enc = encode_rows(flat, table, tables, pos, rows, width, max_tokens, **options)
         raw = lax.dynamic_update_slice(raw, enc.ids.reshape(-1), (at,))
         raw = lax.dynamic_update_slice(raw, enc.counts, (at + enc.ids.size,))
         # the next call's offsets, on the device: no host-to-device copy per call
@@ -80,25 +74,14 @@ def device_functions():
         static_argnames=("rows", "width", "docs", "sep_id", "mode", "block_size", "assume_nfc"),
         donate_argnums=3,
     )
-    def encode_packed_into(
-        flat, table, tables, raw, at, pos, *, rows, width, docs, sep_id, mode, block_size, assume_nfc
-    ):
-        """encode_into for rows of packed documents (core/pack_documents.h: each document
-        followed by the separator, special token `sep_id`): the rows' ids [rows, width]
-        (a row of width bytes has at most width tokens: never cut), then where each document's
-        separator is in raw, for the call's `docs` documents in order (-1 past the last one):
-        a document's ids end there, and start after the one before it in its row."""
-        starts, lengths = lax.dynamic_slice(table, (0, pos), (2, rows))
-        enc = ops.encode(
-            gather_rows(flat, starts, lengths, width),
-            lengths,
-            tables,
-            max_tokens=width,
-            mode=mode,
-            block_size=block_size,
-            check_lengths=False,
-            assume_nfc=assume_nfc,
-        )
+    def encode_packed_into(flat, table, tables, raw, at, pos, *, rows, width, docs, sep_id, **options):
+        """`encode_rows` of rows of packed documents (core/pack_documents.h: each document
+        followed by the separator, special token `sep_id`) into raw at `at`: the rows' ids
+        [rows, width] (a row of width bytes has at most width tokens: never cut), then where
+        each document's separator is in raw, for the call's `docs` documents in order (-1 past
+        the last one): a document's ids end there, and start after the one before it in its
+        row."""
+        enc = encode_rows(flat, table, tables, pos, rows, width, width, **options)
         inside = jnp.arange(width, dtype=jnp.int32)[None, :] < enc.counts[:, None]
         is_end = ((enc.ids == sep_id) & inside).reshape(-1)
         # separator k goes to slot k, every other position to a slot of its own past the end
