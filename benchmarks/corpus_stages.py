@@ -7,16 +7,18 @@ Beside each run, how late a thread that sleeps 1 ms wakes up (p50 / p99 / the su
 lateness): beyond the OS's own jitter that is time spent waiting for the GIL, so a stage that
 holds it for long shows there.
 
-    python3 benchmarks/corpus_stages.py [--mb 300] [--pack-width 4096] [--reps 2]
+    python3 benchmarks/corpus_stages.py [--mb 300] [--pack-width 4096] [--reps 2] [--top 6]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,25 +31,50 @@ from corpora import build_mixed, source_texts  # noqa: E402
 
 
 class GilLatency(threading.Thread):
-    """Wakes up every millisecond and records how late it woke (seconds)."""
+    """Wakes up every millisecond and records how late it woke (seconds). After a wake-up more
+    than LATE_MS late it notes where the other threads are (their innermost frame of this
+    project, or the innermost one; threads waiting on a Python lock or queue left out): the
+    thread that held the GIL has only just let it go, so the places that come up most often
+    point at it."""
+
+    LATE_MS = 2.0
+    WAITING = {"threading.py", "queue.py", "thread.py"}  # where a thread waits for another
 
     def __init__(self):
         super().__init__(daemon=True)
         self.late: list[float] = []
+        self.where: collections.Counter = collections.Counter()
         self.stop = threading.Event()
 
     def run(self) -> None:
+        names = {}
         while not self.stop.is_set():
             t = time.perf_counter()
             time.sleep(0.001)
-            self.late.append(time.perf_counter() - t - 0.001)
+            late = time.perf_counter() - t - 0.001
+            self.late.append(late)
+            if late * 1e3 > self.LATE_MS:
+                names.update({th.ident: th.name for th in threading.enumerate()})
+                for ident, frame in sys._current_frames().items():
+                    if ident == self.ident:
+                        continue
+                    stack = traceback.extract_stack(frame)
+                    if Path(stack[-1].filename).name in self.WAITING:
+                        continue  # (blocked on a Python lock or queue: the GIL let go)
+                    ours = next((f for f in reversed(stack) if "blockbpe_jax" in f.filename), stack[-1])
+                    self.where[
+                        f"{names.get(ident, ident)}: {Path(ours.filename).name}:{ours.lineno} {ours.name}"
+                    ] += 1
 
-    def summary(self) -> str:
+    def summary(self, top: int = 0) -> str:
         self.stop.set()
         self.join()
         late = sorted(self.late) or [0.0]
         pick = lambda q: late[min(len(late) - 1, int(q * len(late)))] * 1e3  # noqa: E731
-        return f"late wake-ups p50 {pick(0.5):.2f} p99 {pick(0.99):.2f} ms, sum {sum(late):.3f} s"
+        text = f"late wake-ups p50 {pick(0.5):.2f} p99 {pick(0.99):.2f} ms, sum {sum(late):.3f} s"
+        for place, n in self.where.most_common(top):
+            text += f"\n      {n:4d}  {place}"
+        return text
 
 
 class DropWriter:
@@ -60,6 +87,7 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=300)
     ap.add_argument("--pack-width", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--top", type=int, default=6, help="places noted after late wake-ups, per run")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corpus_stages_"))
     src = work / "mixed.jsonl"
@@ -73,7 +101,7 @@ def main() -> None:
         t = time.perf_counter()
         run()
         s = time.perf_counter() - t
-        print(f"{what:44s} {s:6.3f} s {nbytes / s / 1e6:7.1f} MB/s  ({gil.summary()})", flush=True)
+        print(f"{what:44s} {s:6.3f} s {nbytes / s / 1e6:7.1f} MB/s  ({gil.summary(args.top)})", flush=True)
 
     report("idle (the wake-up jitter alone)", lambda: time.sleep(0.3))
 
