@@ -155,7 +155,10 @@ def encode_documents(
     buffers = WindowBuffers(target)
     # (any normalizer: assume_nfc)
     encodes = CompiledEncodes(tables, target, mode=mode, block_size=block_size, assume_nfc=nfc)
-    pack = packing(tok, mode, allowed_special, pack_width)
+    # (max_len: every call max_len wide, packed rows too)
+    pack = packing(
+        tok, mode, allowed_special, min(pack_width, max_len) if max_len and pack_width else pack_width
+    )
     if pack:
         packed_encodes = CompiledEncodes(
             tok.tables(pack.allowed, device),

@@ -114,6 +114,12 @@ def test_short_documents_share_rows(tmp_path, monkeypatch):
     assert {w for s, w in packed if s == "encode_packed_into"} == {1024}
     assert {w for s, w in packed if s == "encode_into"} == {8192}  # the long document alone
     assert len(packed) < len(calls)
+    calls.clear()  # with max_len, every call (packed rows too) is max_len wide
+    long = "long " * 100
+    assert _job_ids(tmp_path, tok, docs[:-1] + [long], max_len=512, batch_bytes=16384) == want[:-1] + [
+        tiktoken_enc("r50k", "exact").encode(long)
+    ]
+    assert {w for _, w in calls} == {512} and {s for s, _ in calls} == {"encode_packed_into", "encode_into"}
 
 
 DOCUMENT = testing.mixed_text(specials=(EOT, "<|endoftext", "<|", "|>", "<|fim_prefix|>", " ", "\n"))
