@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import blockbpe_jax as bb
 from blockbpe_jax import corpus, native, testing, window_device, window_encode
 
-from helpers import BACKENDS, device_for, load_tokenizer, tiktoken_enc
+from helpers import BACKENDS, device_for, load_tokenizer, tiktoken_enc, unicodedata16
 
 EOT = "<|endoftext|>"
 
@@ -157,3 +157,37 @@ def test_bad_pack_width(tmp_path):
     tok = load_tokenizer("r50k", "tiktoken")
     with pytest.raises(ValueError, match="pack_width must be an int, 0 or more, got -1"):
         _job_ids(tmp_path, tok, ["a"], pack_width=-1)
+
+
+def test_packed_job_with_an_nfc_normalizer(tmp_path, data_dir):
+    """A tokenizer with an NFC normalizer (Llama 3's vocabulary, NFC and Qwen2's pattern, as
+    test_families_nfc): the job normalizes each document, then packs; text that is not in NFC,
+    combining marks at a document's start (right after the separator), specials in the text:
+    the ids equal HF tokenizers' on each document."""
+    from tokenizers import Tokenizer
+
+    from synthetic import BYTE_LEVEL, split
+
+    unicodedata16()
+    path = data_dir / "vocab" / "llama3" / "tokenizer.json"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    doc = json.loads(path.read_bytes())
+    doc["normalizer"] = {"type": "NFC"}
+    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split(testing.QWEN2_PATTERN), BYTE_LEVEL]}
+    hf = Tokenizer.from_str(json.dumps(doc))
+    tok = bb.Tokenizer.from_hf(hf)
+    assert tok.nfc and window_encode.packing(tok, "exact", "all", 256) is not None
+    docs = [
+        "cafe\u0301 e\u0301",
+        "\u0301x",
+        "A\u030a \u212b",
+        "\u0958 x\u0301",
+        "<|end_of_text|>\u0301",
+        "",
+        " ",
+    ]
+    docs = docs * 7
+    want = [hf.encode(d, add_special_tokens=False).ids for d in docs]
+    # (HF splits on its special tokens always: allowed "all" is its behaviour)
+    assert _job_ids(tmp_path, tok, docs, pack_width=256, batch_bytes=2048, allowed_special="all") == want
