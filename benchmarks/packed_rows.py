@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,6 +28,7 @@ from blockbpe_jax import native, ops, window_device, window_encode  # noqa: E402
 from blockbpe_jax.ragged import gather_rows  # noqa: E402
 from blockbpe_jax.testing import data_dir, excerpts, read_corpus  # noqa: E402
 from corpora import source_texts, unique_documents  # noqa: E402
+from harness import measure  # noqa: E402
 
 WIDTH = 4096
 
@@ -49,13 +49,8 @@ def packed(docs: list[bytes], sep: bytes, rows: int, device):
 
 
 def timed(f, *args, reps: int) -> float:
-    jax.block_until_ready(f(*args))
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e6
+    """Median microseconds of f(*args) with its sync (harness.measure, at least `reps` calls)."""
+    return measure(lambda: jax.block_until_ready(f(*args)), min_reps=reps)["s"] * 1e6
 
 
 def main() -> None:

@@ -261,12 +261,11 @@ def encode_documents(
         """Dispatches a planned window's calls (asynchronous) and the copy back of its counts."""
         w, plan, host_flat, flat, table, end, perm, T, src, count_at, positions, doc_start, packed = planned
         raw, at, pos = buffers.take(end), buffers.zero, buffers.zero
+        steps = [packed_encodes if p[6] else encodes for p in plan]  # (p[6]: packed rows' docs)
         shapes = [CompiledEncodes.shape(raw.size, flat.size, table.shape[1], **call_args(p)) for p in plan]
-        encodes.prepare([s for s, p in zip(shapes, plan) if not p[6]])
-        if pack:
-            packed_encodes.prepare([s for s, p in zip(shapes, plan) if p[6]])
-        for p in plan:
-            step = packed_encodes if p[6] else encodes
+        for step in set(steps):
+            step.prepare([s for s, of in zip(shapes, steps) if of is step])
+        for p, step in zip(plan, steps):
             raw, at, pos = step(flat, table, raw, at, pos, **call_args(p))
         counts = fns.gather(raw, positions)
         counts.copy_to_host_async()

@@ -195,6 +195,26 @@ BBPE_HD int matched_len(const SpecialView& s, int k, const uint8_t* text, int n,
   return escaped ? special_text_len(s, k, text, n, i, true) : special_len(s, k);
 }
 
+// Marks the match at i (match[i] = its special) as accepted: is_special 2 at its first byte,
+// 1 at its others. Returns its length.
+BBPE_HD int accept_match_at(const SpecialView& s, const int32_t* match, int n, int i, uint8_t* is_special,
+                            const uint8_t* text, bool escaped) {
+  const int len = matched_len(s, match[i], text, n, i, escaped);
+  is_special[i] = 2;
+  for (int j = 1; j < len; ++j) is_special[i + j] = 1;
+  return len;
+}
+
+// Whether another match starts inside the bytes of the match at i: only then can leftmost
+// first reject a match (when no match does, every match counts).
+BBPE_HD bool match_holds_another(const SpecialView& s, const int32_t* match, int n, int i, const uint8_t* text,
+                                 bool escaped) {
+  const int len = matched_len(s, match[i], text, n, i, escaped);
+  for (int j = i + 1; j < i + len; ++j)
+    if (match[j] >= 0) return true;
+  return false;
+}
+
 // Leftmost-first resolution of special-token matches. match[i] is special_match_at(..., i) for
 // every i (or -1). Walking left to right, a match counts unless it starts inside an earlier
 // one that counted. Writes is_special[i] = 2 at the first byte of each accepted match and 1 at
@@ -204,12 +224,8 @@ BBPE_HD void accept_special_matches(const SpecialView& s, const int32_t* match, 
                                     uint8_t* is_special, const uint8_t* text = nullptr,
                                     bool escaped = false) {
   for (int i = 0; i < n;) {
-    const int k = match[i];
-    if (k < 0) { ++i; continue; }
-    const int len = matched_len(s, k, text, n, i, escaped);
-    is_special[i] = 2;
-    for (int j = 1; j < len; ++j) is_special[i + j] = 1;
-    i += len;
+    if (match[i] < 0) { ++i; continue; }
+    i += accept_match_at(s, match, n, i, is_special, text, escaped);
   }
 }
 

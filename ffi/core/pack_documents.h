@@ -8,27 +8,14 @@
 // encoded alone (and its separator never read).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <thread>
-#include <vector>
+
+#include "core/host_threads.h"
 
 namespace bbpe {
 
-// Calls fn(lo, hi) over [0, n) split into ranges, on up to 8 threads when there is enough work.
-template <class Fn>
-inline void over_ranges(int64_t n, int64_t work_bytes, Fn fn) {
-  constexpr int64_t kBytesPerThread = 1 << 20;
-  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t threads = std::max<int64_t>(1, std::min({cores, (int64_t)8, work_bytes / kBytesPerThread, n}));
-  const int64_t per = (n + threads - 1) / std::max<int64_t>(1, threads);
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(fn, std::min(n, t * per), std::min(n, (t + 1) * per));
-  fn(0, std::min(n, per));
-  for (auto& th : pool) th.join();
-}
-
+// Whether p[0, n) holds sep.
 inline bool contains(const uint8_t* p, int64_t n, const uint8_t* sep, int64_t sep_len) {
   const uint8_t* end = p + n;
   while (end - p >= sep_len) {
@@ -50,7 +37,7 @@ inline int64_t pack_documents(const uint8_t* data, const int64_t* offsets, int64
   const int64_t total = offsets[docs] - offsets[0];
   const auto start = [&](int64_t d) { return offsets[d] - offsets[0] + d * sep_len; };
   // A document that holds the separator would be cut there: -2 marks it, for the pass below.
-  over_ranges(docs, total, [&](int64_t lo, int64_t hi) {
+  over_ranges(docs, total, (int64_t)1 << 20, [&](int64_t lo, int64_t hi) {
     for (int64_t d = lo; d < hi; ++d) {
       const int64_t n = offsets[d + 1] - offsets[d];
       const bool packable = n + sep_len <= width && !contains(data + offsets[d], n, sep, sep_len);

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/host_threads.h"
 #include "nanobind/nanobind.h"
 
 namespace bbpe {
@@ -88,16 +89,7 @@ inline void write_rows(const std::vector<StringView>& views, int64_t max_len, ui
       lengths[b] = (int32_t)views[b].second;
     }
   };
-  constexpr int64_t kBytesPerThread = 1 << 19;
-  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t threads = std::min({cores, (int64_t)8, rows * max_len / kBytesPerThread, rows});
-  if (threads <= 1) return write(0, rows);
-  std::vector<std::thread> pool;
-  const int64_t per = (rows + threads - 1) / threads;
-  for (int64_t t = 1; t < threads; ++t)
-    pool.emplace_back(write, std::min(rows, t * per), std::min(rows, (t + 1) * per));
-  write(0, std::min(rows, per));
-  for (auto& th : pool) th.join();
+  over_ranges(rows, rows * max_len, (int64_t)1 << 19, write);
 }
 
 }  // namespace bbpe

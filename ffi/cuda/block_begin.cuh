@@ -106,20 +106,13 @@ __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem
       // thread walks the row; otherwise every match counts, marked in parallel (a packed row
       // of short documents has one separator per document).
       bool nested = false;
-      for (int i = threadIdx.x; i < n; i += kThreads) {
-        if (a.tok[i] < 0) continue;
-        const int len = matched_len(p.special, a.tok[i], a.text, n, i, escaped);
-        for (int j = i + 1; j < i + len; ++j) nested |= a.tok[j] >= 0;
-      }
+      for (int i = threadIdx.x; i < n; i += kThreads)
+        nested |= a.tok[i] >= 0 && match_holds_another(p.special, a.tok, n, i, a.text, escaped);
       if (__syncthreads_or(nested)) {
         if (threadIdx.x == 0) accept_special_matches(p.special, a.tok, n, a.is_special, a.text, escaped);
       } else {
-        for (int i = threadIdx.x; i < n; i += kThreads) {
-          if (a.tok[i] < 0) continue;
-          const int len = matched_len(p.special, a.tok[i], a.text, n, i, escaped);
-          a.is_special[i] = 2;
-          for (int j = i + 1; j < i + len; ++j) a.is_special[j] = 1;
-        }
+        for (int i = threadIdx.x; i < n; i += kThreads)
+          if (a.tok[i] >= 0) accept_match_at(p.special, a.tok, n, i, a.is_special, a.text, escaped);
       }
     }
     __syncthreads();

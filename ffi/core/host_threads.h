@@ -1,0 +1,25 @@
+// Host work split over a few threads (the packers of core/pack_strings.h and
+// core/pack_documents.h): one core's memcpy speed is what a multi-MiB batch would wait for.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace bbpe {
+
+// Calls fn(lo, hi) over [0, n) in equal ranges, the first on this thread, on up to 8 threads
+// (one per `bytes_per_thread` of `work_bytes`).
+template <class Fn>
+inline void over_ranges(int64_t n, int64_t work_bytes, int64_t bytes_per_thread, Fn fn) {
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t threads = std::max<int64_t>(1, std::min({cores, (int64_t)8, work_bytes / bytes_per_thread, n}));
+  const int64_t per = (n + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(fn, std::min(n, t * per), std::min(n, (t + 1) * per));
+  fn(0, std::min(n, per));
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace bbpe
