@@ -8,6 +8,12 @@ lateness): beyond the OS's own jitter that is time spent waiting for the GIL, so
 holds it for long shows there.
 
     python3 benchmarks/corpus_stages.py [--mb 300] [--pack-width 4096] [--reps 2] [--top 6]
+        [--settings 5:16,0.5:16,5:8]
+
+`--settings`: after the stages, `encode_files` warm again under each `SWITCH_MS:THREADS` (the
+interpreter's switch interval, `sys.setswitchinterval`, and the reading threads), alternated
+`--reps` times: whether threads waiting to take the GIL back (after a release around C++
+work) or the reading threads taking every core set the pace.
 """
 
 from __future__ import annotations
@@ -88,6 +94,7 @@ def main() -> None:
     ap.add_argument("--pack-width", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--top", type=int, default=6, help="places noted after late wake-ups, per run")
+    ap.add_argument("--settings", default="", help="SWITCH_MS:THREADS,... for encode_files warm")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corpus_stages_"))
     src = work / "mixed.jsonl"
@@ -133,6 +140,15 @@ def main() -> None:
                     tok, iter(windows), writer, [src], pack_width=args.pack_width
                 ),
             )
+    settings = [tuple(x.split(":")) for x in args.settings.split(",") if x]
+    default = sys.getswitchinterval(), documents.READ_THREADS
+    for _ in range(args.reps):
+        for switch_ms, threads in settings:
+            sys.setswitchinterval(float(switch_ms) / 1e3)
+            documents.READ_THREADS = int(threads)
+            report(f"encode_files, warm, switch {switch_ms} ms, {threads} reading threads", files)
+            sys.setswitchinterval(default[0])
+            documents.READ_THREADS = default[1]
 
 
 if __name__ == "__main__":
