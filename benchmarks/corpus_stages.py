@@ -8,12 +8,14 @@ lateness): beyond the OS's own jitter that is time spent waiting for the GIL, so
 holds it for long shows there.
 
     python3 benchmarks/corpus_stages.py [--mb 300] [--pack-width 4096] [--reps 2] [--top 6]
-        [--settings 5:16,0.5:16,5:8]
+        [--corpus long] [--settings 5:16,0.5:16,5:8:65536:16]
 
-`--settings`: after the stages, `encode_files` warm again under each `SWITCH_MS:THREADS` (the
-interpreter's switch interval, `sys.setswitchinterval`, and the reading threads), alternated
-`--reps` times: whether threads waiting to take the GIL back (after a release around C++
-work) or the reading threads taking every core set the pace.
+`--corpus long`: the long documents of benchmarks/corpus_job.py (120 of 0.1-5 MB) instead of
+`--mb` of the mixed corpus. `--settings`: after the stages, `encode_files` warm again under each
+`SWITCH_MS:THREADS[:PACK_WIDTH[:BATCH_MB]]` (the interpreter's switch interval,
+`sys.setswitchinterval`; the reading threads; `pack_width`; `batch_bytes` in MiB), alternated
+`--reps` times: whether threads waiting to take the GIL back, the reading threads taking every
+core, or the calls' shapes set the pace.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax import corpus, documents  # noqa: E402
 from blockbpe_jax.shards import FlatWriter  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
-from corpora import build_mixed, source_texts  # noqa: E402
+from corpora import build_long, build_mixed, source_texts  # noqa: E402
 
 
 class GilLatency(threading.Thread):
@@ -94,11 +96,15 @@ def main() -> None:
     ap.add_argument("--pack-width", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--top", type=int, default=6, help="places noted after late wake-ups, per run")
-    ap.add_argument("--settings", default="", help="SWITCH_MS:THREADS,... for encode_files warm")
+    ap.add_argument("--corpus", choices=("mixed", "long"), default="mixed")
+    ap.add_argument("--settings", default="", help="SWITCH_MS:THREADS[:PACK_WIDTH[:BATCH_MB]],...")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corpus_stages_"))
     src = work / "mixed.jsonl"
-    _, nbytes = build_mixed(src, source_texts(data_dir()), int(args.mb * 1e6))
+    if args.corpus == "long":
+        _, nbytes = build_long(src, source_texts(data_dir()), 120)
+    else:
+        _, nbytes = build_mixed(src, source_texts(data_dir()), int(args.mb * 1e6))
     tok = bb.Tokenizer.from_file(data_dir() / "vocab/tiktoken/cl100k_base.tiktoken")
     runs = iter(range(1 << 30))
 
@@ -112,9 +118,11 @@ def main() -> None:
 
     report("idle (the wake-up jitter alone)", lambda: time.sleep(0.3))
 
-    def files() -> None:
+    def files(pack_width: int = args.pack_width, batch_mb: float = 4) -> None:
         out = work / f"o{next(runs)}" / "s"
-        tok.encode_files([src], out, jsonl_field="text", pack_width=args.pack_width)
+        tok.encode_files(
+            [src], out, jsonl_field="text", pack_width=pack_width, batch_bytes=int(batch_mb * (1 << 20))
+        )
 
     report("encode_files, cold", files)
     for _ in range(args.reps):
@@ -140,13 +148,20 @@ def main() -> None:
                     tok, iter(windows), writer, [src], pack_width=args.pack_width
                 ),
             )
-    settings = [tuple(x.split(":")) for x in args.settings.split(",") if x]
+    settings = [x.split(":") for x in args.settings.split(",") if x]
     default = sys.getswitchinterval(), documents.READ_THREADS
     for _ in range(args.reps):
-        for switch_ms, threads in settings:
+        for switch_ms, threads, *shape in settings:
             sys.setswitchinterval(float(switch_ms) / 1e3)
             documents.READ_THREADS = int(threads)
-            report(f"encode_files, warm, switch {switch_ms} ms, {threads} reading threads", files)
+            pack_width, batch_mb = (
+                int(shape[0]) if shape else args.pack_width,
+                float(shape[1]) if shape[1:] else 4,
+            )
+            report(
+                f"encode_files, warm, switch {switch_ms} ms, {threads} threads, pack {pack_width}, batch {batch_mb:g} MiB",
+                lambda: files(pack_width, batch_mb),
+            )
             sys.setswitchinterval(default[0])
             documents.READ_THREADS = default[1]
 

@@ -153,6 +153,42 @@ def test_packed_job_equals_tiktoken(tmp_path, backend, name, mode, allowed, docs
     assert got == want
 
 
+@pytest.mark.parametrize("backend", BACKENDS[:2])
+def test_packed_rows_wider_than_a_block_holds(tmp_path, data_dir, monkeypatch, backend):
+    """Rows of 32 KiB (past the one-block kernel's shared-memory rows: the tile pipeline, its
+    specials found per tile) packed with documents of 0-12 KiB (prose, code, adversarial runs
+    and parts of the separator at their ends): each document's ids equal tiktoken's."""
+    import random
+
+    rng, adversarial = np.random.default_rng(11), list(testing.ADVERSARIAL.values())
+    text = (data_dir / "corpus" / "war_and_peace_en.txt").read_text(encoding="utf-8")
+    tails = ["", " ", "\n\n", "<|endoftext", "<|", "  x", "123"]
+    docs = []
+    for n in rng.integers(0, 12_000, 60):
+        start = int(rng.integers(0, len(text) - 12_000))
+        if rng.random() < 0.7:
+            body = text[start : start + int(n)]
+        else:  # (one long piece: letters, CJK, spaces, base64, ...)
+            make = adversarial[int(rng.integers(len(adversarial)))]
+            body = make(random.Random(int(n)), int(n)).decode()
+        docs.append(tails[int(rng.integers(len(tails)))] + body + tails[int(rng.integers(len(tails)))])
+    tok = load_tokenizer("cl100k", "tiktoken")
+    want = [tiktoken_enc("cl100k", "exact").encode(d, disallowed_special=()) for d in docs]
+    width = 4 * native.cpu.smem_max_len
+    widths = []
+    real = window_device.CompiledEncodes.__call__
+    monkeypatch.setattr(
+        window_device.CompiledEncodes,
+        "__call__",
+        lambda self, *a, **call: widths.append((self.step, call["width"])) or real(self, *a, **call),
+    )
+    got = _job_ids(
+        tmp_path, tok, docs, pack_width=width, batch_bytes=4 * width, device=device_for(backend[0])
+    )
+    assert got == want
+    assert ("encode_packed_into", width) in widths
+
+
 def test_bad_pack_width(tmp_path):
     tok = load_tokenizer("r50k", "tiktoken")
     with pytest.raises(ValueError, match="pack_width must be an int, 0 or more, got -1"):

@@ -295,6 +295,44 @@ def test_threads_split_at_line_boundaries(field):
     assert native_reader(bad, field, 8) is None
 
 
+def _long_field(rng: random.Random, size: int, words: list[str]) -> str:
+    out, n = [], 0
+    while n < size:
+        out.append(rng.choice(words))
+        n += len(out[-1])
+    return "".join(out)
+
+
+LONG_WORDS = ["abc ", "é", "日本", "🎉", "\\n", "\\u00e9", '\\"', "\\\\", "\\ud83d\\ude00", " ", "\\/"]
+
+
+def test_long_lines_are_decoded_in_pieces():
+    """Lines over 1 MiB have their field decoded in pieces by all threads (jsonl.h,
+    decode_deferred): cut where no escape or surrogate pair runs across; with escapes on every
+    few bytes (no cut found) one piece; the field twice (the last wins); long and short lines
+    mixed: the documents are json.loads' with any thread count."""
+    rng = random.Random(5)
+    dense = _long_field(rng, 1 << 20, ["\\u00e9", "\\\\"])  # an escape every few bytes: no cut
+    lines = [
+        f'{{"text": "{_long_field(rng, 3 << 20, LONG_WORDS)}", "n": 1}}',
+        '{"text": "short"}',
+        f'{{"text": "{dense}"}}',
+        f'{{"text": "{_long_field(rng, 2 << 20, LONG_WORDS)}", "text": "{_long_field(rng, 1500000, LONG_WORDS)}"}}',
+        f'{{"a": "{_long_field(rng, 2 << 20, LONG_WORDS)}", "text": "x"}}',  # long, but not the field
+        '{"text": ""}',
+    ]
+    block = "\n".join(lines).encode() + b"\n"
+    one = check_same(block, FIELD, must_accept=True, threads=1)
+    for threads in (2, 7, 16):
+        assert native_reader(block, FIELD, threads) == one
+    # A bad byte, a lone surrogate or a raw quote anywhere in a long field: given up (the
+    # Python reader then raises) or the same documents.
+    for insert in (b"\x00", b"\\ud800x", b'"', b"\xff", b"\\q", b"\\u12"):
+        for _ in range(4):
+            at = rng.randrange(100, 3 << 20)
+            check_same(block[:at] + insert + block[at:], FIELD, must_accept=False, threads=16)
+
+
 @pytest.mark.parametrize(
     "line, message",
     [

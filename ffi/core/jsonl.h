@@ -5,238 +5,31 @@
 // (invalid UTF-8 or JSON, a lone surrogate in the field, a missing or non-string field, deep
 // nesting, huge numbers) makes the whole block "give up": the Python path then reads it and
 // either accepts it or raises its file:line error, so both paths accept the same inputs.
+// Blocks are split by threads at line starts; a line over kLongLine has its field decoded in
+// pieces by all of them (one line of megabytes would be one thread's work). One line's parse:
+// core/json_line.h.
 #pragma once
 
 #include <algorithm>
-#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
-#include "core/utf8.h"
+#include "core/json_line.h"
 
 namespace bbpe {
 namespace jsonl {
 
-// Length of the valid UTF-8 sequence at p (strict, as Python's decoder: core/utf8.h), 0 when
-// it is not one.
-inline int utf8_sequence(const uint8_t* p, const uint8_t* end) {
-  uint32_t cp;
-  return utf8_decode(p, (int)std::min<std::ptrdiff_t>(end - p, 4), nullptr, 0, &cp);
-}
-
-// Eight bytes at a time (SWAR): whether any of them is >= 0x80, < 0x20, '"' or '\\'.
-constexpr uint64_t kOnes = 0x0101010101010101ull, kHighs = 0x8080808080808080ull;
-inline uint64_t load8(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-inline bool has_zero_byte(uint64_t v) { return ((v - kOnes) & ~v & kHighs) != 0; }
-inline bool any_special(uint64_t v) {
-  return (((v - kOnes * 0x20) & ~v) | v) & kHighs || has_zero_byte(v ^ (kOnes * '"')) ||
-         has_zero_byte(v ^ (kOnes * '\\'));
-}
-
-inline bool valid_utf8(const uint8_t* p, const uint8_t* end) {
-  while (p < end) {
-    if (end - p >= 8 && !(load8(p) & kHighs)) { p += 8; continue; }
-    if (*p < 0x80) { ++p; continue; }
-    const int n = utf8_sequence(p, end);
-    if (!n) return false;
-    p += n;
-  }
-  return true;
-}
-
-inline void put_utf8(uint32_t cp, std::string& out) {
-  const int len = utf8_length(cp);
-  for (int k = 0; k < len; ++k) out += (char)utf8_byte(cp, len, k);
-}
-
-inline int hex4(const uint8_t* p, const uint8_t* end) {
-  if (end - p < 4) return -1;
-  int v = 0;
-  for (int i = 0; i < 4; ++i) {
-    const uint8_t c = p[i];
-    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-    if (d < 0) return -1;
-    v = v * 16 + d;
-  }
-  return v;
-}
-
-// A JSON line parsed just far enough to take one field; every method returns false to give up.
-struct LineParser {
-  const uint8_t* p;
+// A long line's field, left for every thread to decode in pieces (split_block): its raw bytes
+// and its document's index in the part (its text belongs at that document's end in `data`).
+struct Deferred {
+  const uint8_t* begin;
   const uint8_t* end;
-  const std::string& field;
-  std::string& out;     // the document is appended here
-  std::string scratch;  // keys and skipped strings
-  bool lone = false;    // the last decoded string held a lone surrogate
-
-  void ws() {
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) ++p;
-  }
-
-  // The string at p (just after its opening quote) appended to `dst`, unescaped as
-  // json.loads does (strict: no raw control characters); a lone surrogate sets `lone`.
-  bool string(std::string& dst) {
-    lone = false;
-    while (true) {
-      const uint8_t* run = p;
-      while (end - p >= 8 && !any_special(load8(p))) p += 8;
-      while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') ++p;
-      dst.append((const char*)run, p - run);
-      if (p >= end || *p < 0x20) return false;
-      if (*p == '"') { ++p; return true; }
-      if (*p >= 0x80) {
-        const int n = utf8_sequence(p, end);
-        if (!n) return false;
-        dst.append((const char*)p, n);
-        p += n;
-        continue;
-      }
-      if (++p >= end) return false;  // a backslash
-      const uint8_t e = *p++;
-      switch (e) {
-        case '"': dst += '"'; break;
-        case '\\': dst += '\\'; break;
-        case '/': dst += '/'; break;
-        case 'b': dst += '\b'; break;
-        case 'f': dst += '\f'; break;
-        case 'n': dst += '\n'; break;
-        case 'r': dst += '\r'; break;
-        case 't': dst += '\t'; break;
-        case 'u': {
-          int cp = hex4(p, end);
-          if (cp < 0) return false;
-          p += 4;
-          if (cp >= 0xD800 && cp <= 0xDBFF && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
-            const int lo = hex4(p + 2, end);
-            if (lo >= 0xDC00 && lo <= 0xDFFF) {
-              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-              p += 6;
-            }
-          }
-          if (cp >= 0xD800 && cp <= 0xDFFF) {
-            lone = true;  // (as a string that matches no field: three placeholder bytes)
-            dst += "\xff\xff\xff";
-          } else {
-            put_utf8((uint32_t)cp, dst);
-          }
-          break;
-        }
-        default: return false;
-      }
-    }
-  }
-
-  bool literal(const char* word) {
-    const size_t n = std::strlen(word);
-    if ((size_t)(end - p) < n || std::memcmp(p, word, n) != 0) return false;
-    p += n;
-    return true;
-  }
-
-  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)?, or Python's NaN / Infinity / -Infinity.
-  bool number() {
-    const uint8_t* start = p;
-    if (*p == '-') ++p;
-    if (p < end && *p == 'I') return literal("Infinity");
-    auto digits = [&]() {
-      const uint8_t* d = p;
-      while (p < end && *p >= '0' && *p <= '9') ++p;
-      return p > d;
-    };
-    if (p < end && *p == '0') ++p;
-    else if (!(p < end && *p >= '1' && *p <= '9' && digits())) return false;
-    if (p < end && *p == '.') { ++p; if (!digits()) return false; }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-      ++p;
-      if (p < end && (*p == '+' || *p == '-')) ++p;
-      if (!digits()) return false;
-    }
-    return p - start <= 100;  // (Python refuses integers of thousands of digits)
-  }
-
-  bool value(int depth) {
-    if (p >= end || depth > 64) return false;
-    switch (*p) {
-      case '"': ++p; scratch.clear(); return string(scratch);
-      case '{': case '[': {
-        const uint8_t close = *p == '{' ? '}' : ']';
-        ++p;
-        ws();
-        if (p < end && *p == close) { ++p; return true; }
-        while (true) {
-          if (close == '}') {
-            if (p >= end || *p != '"') return false;
-            ++p;
-            scratch.clear();
-            if (!string(scratch)) return false;
-            ws();
-            if (p >= end || *p != ':') return false;
-            ++p;
-            ws();
-          }
-          if (!value(depth + 1)) return false;
-          ws();
-          if (p < end && *p == ',') { ++p; ws(); continue; }
-          if (p < end && *p == close) { ++p; return true; }
-          return false;
-        }
-      }
-      case 't': return literal("true");
-      case 'f': return literal("false");
-      case 'n': return literal("null");
-      case 'N': return literal("NaN");
-      default: return number();
-    }
-  }
-
-  // The top-level object; the field's last occurrence wins (as in a dict).
-  bool document() {
-    const size_t base = out.size();
-    ws();
-    if (p >= end || *p != '{') return false;
-    ++p;
-    ws();
-    bool found = false;
-    if (p < end && *p == '}') return false;  // no field
-    while (true) {
-      if (p >= end || *p != '"') return false;
-      ++p;
-      scratch.clear();
-      if (!string(scratch)) return false;
-      const bool ours = !lone && scratch == field;
-      ws();
-      if (p >= end || *p != ':') return false;
-      ++p;
-      ws();
-      if (ours) {
-        out.resize(base);
-        found = p < end && *p == '"';
-        if (found) {
-          ++p;
-          if (!string(out) || lone) return false;
-        } else if (!value(1)) {
-          return false;
-        }
-      } else if (!value(1)) {
-        return false;
-      }
-      ws();
-      if (p < end && *p == ',') { ++p; ws(); continue; }
-      if (p < end && *p == '}') { ++p; break; }
-      return false;
-    }
-    ws();
-    return found && p == end;
-  }
+  size_t doc;
+  size_t first_piece = 0, pieces = 0;
 };
 
 // One thread's share: the lines starting in [begin, end) (begin at a line start).
@@ -244,9 +37,13 @@ struct Part {
   std::string data;
   std::vector<int64_t> ends;   // each document's end in `data`
   std::vector<int64_t> lines;  // each document's line, counted from the part's first
+  std::vector<Deferred> deferred;
   int64_t newlines = 0;
   bool ok = true;
 };
+
+// Lines longer than this have their field decoded in pieces of about kPieceBytes by all threads.
+constexpr int64_t kLongLine = 1 << 20, kPieceBytes = 1 << 18;
 
 inline bool blank(const uint8_t* p, const uint8_t* end) {  // bytes.strip() leaves nothing
   for (; p < end; ++p)
@@ -256,7 +53,7 @@ inline bool blank(const uint8_t* p, const uint8_t* end) {  // bytes.strip() leav
 }
 
 inline void split_part(const uint8_t* begin, const uint8_t* end, const std::string* field,
-                       Part& part) {
+                       bool defer_long, Part& part) {
   part.data.reserve(end - begin);  // (documents never outgrow their lines)
   std::string scratch;
   int64_t line = 0;
@@ -274,8 +71,10 @@ inline void split_part(const uint8_t* begin, const uint8_t* end, const std::stri
     } else if (!blank(p, stop)) {
       LineParser parser{p, stop, *field, part.data, {}, false};
       parser.scratch.swap(scratch);
-      if (!parser.document()) { part.ok = false; return; }
+      const bool defer = defer_long && stop - p > kLongLine;
+      if (!parser.document(defer)) { part.ok = false; return; }
       parser.scratch.swap(scratch);
+      if (defer) part.deferred.push_back({parser.raw_begin, parser.raw_end, part.ends.size()});
       part.ends.push_back((int64_t)part.data.size());
       part.lines.push_back(line);
     }
@@ -285,10 +84,105 @@ inline void split_part(const uint8_t* begin, const uint8_t* end, const std::stri
   }
 }
 
-// The documents of block[0, size): `parts` filled by up to `threads` threads, each taking
-// whole lines. Returns false to give up.
-inline bool split_block(const uint8_t* block, int64_t size, const std::string* field,
-                        int threads, std::vector<Part>& parts) {
+// Where to cut a long field's bytes near `at` (searching forward, at most 64 KiB): no escape
+// sequence or surrogate pair runs across the cut (no backslash in the 12 bytes before it) and
+// no UTF-8 sequence is cut; `end` where there is none.
+inline const uint8_t* piece_cut(const uint8_t* begin, const uint8_t* at, const uint8_t* end) {
+  for (const uint8_t* stop = std::min(end, at + (1 << 16)); at < stop; ++at) {
+    const uint8_t* from = std::max(begin, at - 12);
+    if ((*at & 0xC0) != 0x80 && !std::memchr(from, '\\', at - from)) return at;
+  }
+  return end;
+}
+
+// A block's documents as split_block leaves them: each part's bytes, and the long fields'
+// pieces, decoded apart, that go in at their documents' ends (join_block puts them together).
+struct Split {
+  std::vector<Part> parts;
+  std::vector<std::string> pieces;
+  int64_t bytes = 0, docs = 0, newlines = 0;  // of the joined documents
+};
+
+// The deferred fields of long lines, cut into pieces that `threads` threads decode at once:
+// one line of megabytes would otherwise be one thread's work while the others wait.
+inline bool decode_deferred(Split& split, const std::string* field, int threads) {
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges;
+  for (Part& part : split.parts)
+    for (Deferred& d : part.deferred) {
+      d.first_piece = ranges.size();
+      for (const uint8_t* p = d.begin; p < d.end; p = ranges.back().second)
+        ranges.emplace_back(p, d.end - p > 2 * kPieceBytes ? piece_cut(d.begin, p + kPieceBytes, d.end) : d.end);
+      d.pieces = ranges.size() - d.first_piece;
+    }
+  split.pieces.assign(ranges.size(), {});
+  std::vector<char> ok(ranges.size(), 0);
+  const auto decode = [&](size_t first) {
+    for (size_t k = first; k < ranges.size(); k += (size_t)threads) {
+      std::string& text = split.pieces[k];
+      text.reserve(ranges[k].second - ranges[k].first);
+      LineParser parser{ranges[k].first, ranges[k].second, *field, text, {}, false};
+      ok[k] = parser.string(text, true) && !parser.lone;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads && (size_t)t < ranges.size(); ++t) pool.emplace_back(decode, (size_t)t);
+  decode(0);
+  for (auto& t : pool) t.join();
+  return std::all_of(ok.begin(), ok.end(), [](char x) { return x != 0; });
+}
+
+// The split block's documents joined into data[bytes], offsets[docs + 1] and lines[docs] (the
+// line of each, in the block), the copies spread over `threads` threads.
+inline void join_block(const Split& split, uint8_t* data, int64_t* offsets, int64_t* lines, int threads) {
+  struct Copy {
+    uint8_t* to;
+    const std::string* from;
+    size_t at, n;
+  };
+  std::vector<Copy> copies;
+  int64_t base = 0, doc = 0, line = 0;
+  offsets[0] = 0;
+  for (const Part& part : split.parts) {
+    size_t from = 0, j = 0;
+    int64_t shift = 0;  // the pieces put in so far
+    const auto place_docs = [&](size_t upto) {
+      for (; j < upto; ++j) {
+        offsets[doc + (int64_t)j + 1] = base + part.ends[j] + shift;
+        lines[doc + (int64_t)j] = line + part.lines[j];
+      }
+    };
+    for (const Deferred& d : part.deferred) {
+      const size_t at = (size_t)part.ends[d.doc];
+      copies.push_back({data + base + from + shift, &part.data, from, at - from});
+      place_docs(d.doc);
+      for (size_t k = d.first_piece; k < d.first_piece + d.pieces; ++k) {
+        copies.push_back({data + base + at + shift, &split.pieces[k], 0, split.pieces[k].size()});
+        shift += (int64_t)split.pieces[k].size();
+      }
+      from = at;
+    }
+    copies.push_back({data + base + from + shift, &part.data, from, part.data.size() - from});
+    place_docs(part.ends.size());
+    base += (int64_t)part.data.size() + shift;
+    doc += (int64_t)part.ends.size();
+    line += part.newlines;
+  }
+  // (one thread copying into fresh memory, its page faults included, takes as long as parsing)
+  const auto run = [&](size_t first) {
+    for (size_t k = first; k < copies.size(); k += (size_t)threads)
+      std::memcpy(copies[k].to, copies[k].from->data() + copies[k].at, copies[k].n);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads && (size_t)t < copies.size(); ++t) pool.emplace_back(run, (size_t)t);
+  run(0);
+  for (auto& t : pool) t.join();
+}
+
+// The documents of block[0, size) split by up to `threads` threads, each taking whole lines
+// (and all of them the long lines' fields). Returns false to give up.
+inline bool split_block(const uint8_t* block, int64_t size, const std::string* field, int threads,
+                        Split& split) {
+  std::vector<Part>& parts = split.parts;
   constexpr int64_t kMinPart = 1 << 18;
   const int64_t n = std::max<int64_t>(1, std::min<int64_t>(threads, size / kMinPart));
   std::vector<const uint8_t*> cuts{block};
@@ -301,16 +195,25 @@ inline bool split_block(const uint8_t* block, int64_t size, const std::string* f
   }
   cuts.push_back(block + size);
   parts.assign(cuts.size() - 1, Part{});
+  const bool defer_long = threads > 1;
   if (parts.size() == 1) {
-    split_part(cuts[0], cuts[1], field, parts[0]);
+    split_part(cuts[0], cuts[1], field, defer_long, parts[0]);
   } else {
     std::vector<std::thread> pool;
     for (size_t k = 0; k < parts.size(); ++k)
-      pool.emplace_back(split_part, cuts[k], cuts[k + 1], field, std::ref(parts[k]));
+      pool.emplace_back(split_part, cuts[k], cuts[k + 1], field, defer_long, std::ref(parts[k]));
     for (auto& t : pool) t.join();
   }
   for (const Part& part : parts)
     if (!part.ok) return false;
+  if (!decode_deferred(split, field, threads)) return false;
+  split.bytes = split.docs = split.newlines = 0;
+  for (const Part& part : parts) {
+    split.bytes += (int64_t)part.data.size();
+    split.docs += (int64_t)part.ends.size();
+    split.newlines += part.newlines;
+  }
+  for (const std::string& piece : split.pieces) split.bytes += (int64_t)piece.size();
   return true;
 }
 

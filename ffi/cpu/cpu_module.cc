@@ -81,43 +81,24 @@ static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
 // rules: core/jsonl.h). field None: plain lines.
 static nb::object split_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> block,
                                   std::optional<std::string> field, int threads) {
-  std::vector<bbpe::jsonl::Part> parts;
+  bbpe::jsonl::Split split;
   const uint8_t* p = block.data();
   const int64_t size = (int64_t)block.shape(0);
+  threads = std::max(1, threads);
   bool ok;
   {
     nb::gil_scoped_release unlocked;
-    ok = bbpe::jsonl::split_block(p, size, field ? &*field : nullptr, std::max(1, threads), parts);
+    ok = bbpe::jsonl::split_block(p, size, field ? &*field : nullptr, threads, split);
   }
   if (!ok) return nb::none();
-  // Where each part goes: its first byte, document and line in the whole block.
-  std::vector<int64_t> at(parts.size() + 1, 0), doc(parts.size() + 1, 0), line(parts.size() + 1, 0);
-  for (size_t k = 0; k < parts.size(); ++k) {
-    at[k + 1] = at[k] + (int64_t)parts[k].data.size();
-    doc[k + 1] = doc[k] + (int64_t)parts[k].ends.size();
-    line[k + 1] = line[k] + parts[k].newlines;
-  }
-  const int64_t total = at.back(), docs = doc.back(), newlines = line.back();
+  const int64_t total = split.bytes, docs = split.docs, newlines = split.newlines;
   uint8_t* data = new uint8_t[total + 1];
   int64_t* offsets = new int64_t[docs + 1];
   int64_t* lines = new int64_t[docs + 1];
-  offsets[0] = 0;
   {
-    // The parts are joined on their own threads too: one thread copying into fresh memory
-    // (its page faults included) took as long as parsing on all of them.
     nb::gil_scoped_release unlocked;
-    const auto join = [&](size_t k) {
-      const bbpe::jsonl::Part& part = parts[k];
-      std::memcpy(data + at[k], part.data.data(), part.data.size());
-      for (size_t j = 0; j < part.ends.size(); ++j) {
-        offsets[doc[k] + (int64_t)j + 1] = at[k] + part.ends[j];
-        lines[doc[k] + (int64_t)j] = line[k] + part.lines[j];
-      }
-    };
-    std::vector<std::thread> pool;
-    for (size_t k = 1; k < parts.size(); ++k) pool.emplace_back(join, k);
-    join(0);
-    for (auto& t : pool) t.join();
+    bbpe::jsonl::join_block(split, data, offsets, lines, threads);
+    split = {};  // (its memory freed here, not with the GIL held)
   }
   const size_t data_shape[1] = {(size_t)total}, offsets_shape[1] = {(size_t)docs + 1},
                lines_shape[1] = {(size_t)docs};

@@ -1,0 +1,263 @@
+// One JSONL line parsed as json.loads would take one string field from it (strict: anything
+// it cannot decide exactly as Python would makes it give up; core/jsonl.h's rules), and the
+// byte-level helpers of that parse (UTF-8 validation, eight bytes at a time).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/utf8.h"
+
+namespace bbpe {
+namespace jsonl {
+
+// Length of the valid UTF-8 sequence at p (strict, as Python's decoder: core/utf8.h), 0 when
+// it is not one.
+inline int utf8_sequence(const uint8_t* p, const uint8_t* end) {
+  uint32_t cp;
+  return utf8_decode(p, (int)std::min<std::ptrdiff_t>(end - p, 4), nullptr, 0, &cp);
+}
+
+// Eight bytes at a time (SWAR): whether any of them is >= 0x80, < 0x20, '"' or '\\'.
+constexpr uint64_t kOnes = 0x0101010101010101ull, kHighs = 0x8080808080808080ull;
+inline uint64_t load8(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline bool has_zero_byte(uint64_t v) { return ((v - kOnes) & ~v & kHighs) != 0; }
+inline bool any_special(uint64_t v) {
+  return (((v - kOnes * 0x20) & ~v) | v) & kHighs || has_zero_byte(v ^ (kOnes * '"')) ||
+         has_zero_byte(v ^ (kOnes * '\\'));
+}
+
+inline bool valid_utf8(const uint8_t* p, const uint8_t* end) {
+  while (p < end) {
+    if (end - p >= 8 && !(load8(p) & kHighs)) { p += 8; continue; }
+    if (*p < 0x80) { ++p; continue; }
+    const int n = utf8_sequence(p, end);
+    if (!n) return false;
+    p += n;
+  }
+  return true;
+}
+
+inline void put_utf8(uint32_t cp, std::string& out) {
+  const int len = utf8_length(cp);
+  for (int k = 0; k < len; ++k) out += (char)utf8_byte(cp, len, k);
+}
+
+inline int hex4(const uint8_t* p, const uint8_t* end) {
+  if (end - p < 4) return -1;
+  int v = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint8_t c = p[i];
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// A JSON line parsed just far enough to take one field; every method returns false to give up.
+struct LineParser {
+  const uint8_t* p;
+  const uint8_t* end;
+  const std::string& field;
+  std::string& out;     // the document is appended here
+  std::string scratch;  // keys and skipped strings
+  bool lone = false;    // the last decoded string held a lone surrogate
+
+  void ws() {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) ++p;
+  }
+
+  // The string at p (just after its opening quote) appended to `dst`, unescaped as
+  // json.loads does (strict: no raw control characters); a lone surrogate sets `lone`.
+  // `piece`: p..end is a piece of a string's bytes, cut where no escape runs across
+  // (split_block): true when all of it is decoded, false at a quote.
+  bool string(std::string& dst, bool piece = false) {
+    lone = false;
+    while (true) {
+      const uint8_t* run = p;
+      while (end - p >= 8 && !any_special(load8(p))) p += 8;
+      while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') ++p;
+      dst.append((const char*)run, p - run);
+      if (p >= end) return piece;
+      if (*p < 0x20 || (*p == '"' && piece)) return false;
+      if (*p == '"') { ++p; return true; }
+      if (*p >= 0x80) {
+        const int n = utf8_sequence(p, end);
+        if (!n) return false;
+        dst.append((const char*)p, n);
+        p += n;
+        continue;
+      }
+      if (++p >= end) return false;  // a backslash
+      const uint8_t e = *p++;
+      switch (e) {
+        case '"': dst += '"'; break;
+        case '\\': dst += '\\'; break;
+        case '/': dst += '/'; break;
+        case 'b': dst += '\b'; break;
+        case 'f': dst += '\f'; break;
+        case 'n': dst += '\n'; break;
+        case 'r': dst += '\r'; break;
+        case 't': dst += '\t'; break;
+        case 'u': {
+          int cp = hex4(p, end);
+          if (cp < 0) return false;
+          p += 4;
+          if (cp >= 0xD800 && cp <= 0xDBFF && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
+            const int lo = hex4(p + 2, end);
+            if (lo >= 0xDC00 && lo <= 0xDFFF) {
+              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+              p += 6;
+            }
+          }
+          if (cp >= 0xD800 && cp <= 0xDFFF) {
+            lone = true;  // (as a string that matches no field: three placeholder bytes)
+            dst += "\xff\xff\xff";
+          } else {
+            put_utf8((uint32_t)cp, dst);
+          }
+          break;
+        }
+        default: return false;
+      }
+    }
+  }
+
+  // Past the string at p (just after its opening quote) without decoding it: its end is the
+  // first quote after an even run of backslashes. Its bytes are checked when its pieces are
+  // decoded.
+  bool skip_string() {
+    for (const uint8_t* from = p; (p = (const uint8_t*)std::memchr(p, '"', end - p)) != nullptr; ++p) {
+      const uint8_t* q = p;
+      while (q > from && q[-1] == '\\') --q;
+      if ((p - q) % 2 == 0) {
+        ++p;
+        return true;
+      }
+    }
+    p = end;
+    return false;
+  }
+
+  bool literal(const char* word) {
+    const size_t n = std::strlen(word);
+    if ((size_t)(end - p) < n || std::memcmp(p, word, n) != 0) return false;
+    p += n;
+    return true;
+  }
+
+  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)?, or Python's NaN / Infinity / -Infinity.
+  bool number() {
+    const uint8_t* start = p;
+    if (*p == '-') ++p;
+    if (p < end && *p == 'I') return literal("Infinity");
+    auto digits = [&]() {
+      const uint8_t* d = p;
+      while (p < end && *p >= '0' && *p <= '9') ++p;
+      return p > d;
+    };
+    if (p < end && *p == '0') ++p;
+    else if (!(p < end && *p >= '1' && *p <= '9' && digits())) return false;
+    if (p < end && *p == '.') { ++p; if (!digits()) return false; }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+      ++p;
+      if (p < end && (*p == '+' || *p == '-')) ++p;
+      if (!digits()) return false;
+    }
+    return p - start <= 100;  // (Python refuses integers of thousands of digits)
+  }
+
+  bool value(int depth) {
+    if (p >= end || depth > 64) return false;
+    switch (*p) {
+      case '"': ++p; scratch.clear(); return string(scratch);
+      case '{': case '[': {
+        const uint8_t close = *p == '{' ? '}' : ']';
+        ++p;
+        ws();
+        if (p < end && *p == close) { ++p; return true; }
+        while (true) {
+          if (close == '}') {
+            if (p >= end || *p != '"') return false;
+            ++p;
+            scratch.clear();
+            if (!string(scratch)) return false;
+            ws();
+            if (p >= end || *p != ':') return false;
+            ++p;
+            ws();
+          }
+          if (!value(depth + 1)) return false;
+          ws();
+          if (p < end && *p == ',') { ++p; ws(); continue; }
+          if (p < end && *p == close) { ++p; return true; }
+          return false;
+        }
+      }
+      case 't': return literal("true");
+      case 'f': return literal("false");
+      case 'n': return literal("null");
+      case 'N': return literal("NaN");
+      default: return number();
+    }
+  }
+
+  // The top-level object; the field's last occurrence wins (as in a dict). With `defer`, the
+  // field's string is not decoded: its bytes (between the quotes) are left in raw_begin/raw_end.
+  const uint8_t* raw_begin = nullptr;
+  const uint8_t* raw_end = nullptr;
+  bool document(bool defer = false) {
+    const size_t base = out.size();
+    ws();
+    if (p >= end || *p != '{') return false;
+    ++p;
+    ws();
+    bool found = false;
+    if (p < end && *p == '}') return false;  // no field
+    while (true) {
+      if (p >= end || *p != '"') return false;
+      ++p;
+      scratch.clear();
+      if (!string(scratch)) return false;
+      const bool ours = !lone && scratch == field;
+      ws();
+      if (p >= end || *p != ':') return false;
+      ++p;
+      ws();
+      if (ours) {
+        out.resize(base);
+        found = p < end && *p == '"';
+        if (found && defer) {
+          raw_begin = ++p;
+          if (!skip_string()) return false;
+          raw_end = p - 1;
+        } else if (found) {
+          ++p;
+          if (!string(out) || lone) return false;
+        } else if (!value(1)) {
+          return false;
+        }
+      } else if (!value(1)) {
+        return false;
+      }
+      ws();
+      if (p < end && *p == ',') { ++p; ws(); continue; }
+      if (p < end && *p == '}') { ++p; break; }
+      return false;
+    }
+    ws();
+    return found && p == end;
+  }
+};
+
+}  // namespace jsonl
+}  // namespace bbpe
