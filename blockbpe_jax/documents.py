@@ -260,33 +260,59 @@ BLOCK_BUFFERS = 4  # the reader's buffers, used in turn
 
 
 def _blocks_of_lines(f, size: int) -> Iterator[memoryview]:
-    """Blocks of about `size` bytes of a file, each ending at the end of a line: views of
-    BLOCK_BUFFERS buffers read into in turn (a fresh object per block costs its page faults,
-    as much as the read), so a block is overwritten BLOCK_BUFFERS blocks later: its consumer
-    (one block behind the reading thread) is done with it by then."""
-    spare = 1 << 20  # room for the rest of the last line
+    """Blocks of about `size` bytes of a file, each ending at the end of a line (the last one
+    where the file ends): views of BLOCK_BUFFERS buffers read into in turn (a fresh object per
+    block costs its page faults, as much as the read), so a block is overwritten BLOCK_BUFFERS
+    blocks later: its consumer (one block behind the reading thread) is done with it by then.
+    A block's unfinished last line starts the next buffer; a line longer than a buffer grows
+    it (the old one stays alive while a view of it does)."""
     buffers: list[np.ndarray] = []  # (made as needed and not zeroed: a small file touches little)
+    tail = memoryview(b"")  # the unfinished line after the last block
     for k in itertools.count():
-        if len(buffers) < BLOCK_BUFFERS:
-            buffers.append(np.empty(size + spare, np.uint8))
-        buf = memoryview(buffers[k % BLOCK_BUFFERS])
-        n = 0
-        while n < size:
-            got = f.readinto(buf[n:size])
-            if not got:
+        slot, need = k % BLOCK_BUFFERS, len(tail) + size
+        if len(buffers) <= slot:
+            buffers.append(np.empty(need, np.uint8))
+        elif buffers[slot].size < need:
+            buffers[slot] = np.empty(need, np.uint8)
+        buf = buffers[slot]
+        buf[: len(tail)] = tail
+        n = searched = len(tail)
+        while True:
+            n = _read_into(f, buf, n, need)
+            end = _after_last_newline(buf, searched, n)
+            if n < need or end:
                 break
-            n += got
-        if not n:
+            searched, need = n, 2 * need  # (no line ends in the buffer: a larger one)
+            buf = buffers[slot] = np.concatenate([buf[:n], np.empty(need - n, np.uint8)])
+        if n < need:  # the end of the file
+            if n:
+                yield memoryview(buf)[:n]
             return
-        if buf[n - 1] == ord("\n"):
-            yield buf[:n]
-            continue
-        rest = f.readline()
-        if len(rest) <= spare:
-            buf[n : n + len(rest)] = rest
-            yield buf[: n + len(rest)]
-        else:  # (a very long line: a block of its own making)
-            yield memoryview(bytes(buf[:n]) + rest)
+        yield memoryview(buf)[:end]
+        tail = memoryview(buf)[end:n]
+
+
+def _read_into(f, buf: np.ndarray, n: int, need: int) -> int:
+    """Reads into buf[n:need] until it is full or the file ends; the bytes in buf now."""
+    view = memoryview(buf)
+    while n < need:
+        got = f.readinto(view[n:need])
+        if not got:
+            break
+        n += got
+    return n
+
+
+def _after_last_newline(buf: np.ndarray, lo: int, hi: int) -> int:
+    """The index after the last b"\\n" in buf[lo:hi], 0 when there is none (searched from the
+    end, 64 KiB at a time)."""
+    view = memoryview(buf)
+    while hi > lo:
+        at = bytes(view[max(lo, hi - (1 << 16)) : hi]).rfind(b"\n")
+        if at >= 0:
+            return max(lo, hi - (1 << 16)) + at + 1
+        hi -= 1 << 16
+    return 0
 
 
 def _lines_of(path: Path) -> Iterator[bytes]:

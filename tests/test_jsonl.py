@@ -369,11 +369,12 @@ def test_large_batches_pack_like_ljust(rows, width):
 
 def test_blocks_of_lines_reuse_their_buffers(tmp_path, monkeypatch):
     """Blocks end at line ends and together are the file; the reader's buffers are reused in
-    turn (a block stays intact until BLOCK_BUFFERS blocks later); a line that outgrows a
-    buffer's spare room makes a block of its own bytes."""
+    turn (a block stays intact until BLOCK_BUFFERS blocks later); a line longer than a buffer
+    grows it; a file that does not end with a newline ends with its last line."""
     rng = random.Random(4)
     lines = [b"x" * rng.randrange(0, 3000) + b"\n" for _ in range(400)]
-    lines.insert(200, b"y" * ((1 << 20) + 5000) + b"\n")  # more than the spare room
+    lines.insert(200, b"y" * ((1 << 20) + 5000) + b"\n")  # 256 buffers' worth
+    lines.insert(300, b"z" * 8191 + b"\n")  # the buffer's size and a tail's
     path = tmp_path / "in.txt"
     path.write_bytes(b"".join(lines) + b"no newline at the end")
     with open(path, "rb") as f:
