@@ -95,7 +95,7 @@ def _jsonl_doc(line: bytes, path: Path, line_no: int, field: str) -> bytes:
     except json.JSONDecodeError as e:
         raise CorpusError(f"{path}:{line_no}: not valid JSON: {e}") from None
     except (ValueError, RecursionError) as e:  # an integer of too many digits, deep nesting
-        raise CorpusError(f"{path}:{line_no}: not valid JSON: {_one_line(e)}") from None
+        raise CorpusError(f"{path}:{line_no}: not valid JSON: {one_line(e)}") from None
     if not isinstance(obj, dict):
         raise CorpusError(f"{path}:{line_no}: not a JSON object ({type(obj).__name__})")
     if field not in obj:
@@ -172,7 +172,9 @@ def iter_windows(
     error: every path accepts exactly the same input and gives the same documents."""
     for fi, path in enumerate(paths):
         if path.suffix == ".parquet":
-            yield from _parquet_windows(path, fi, jsonl_field, window_bytes)
+            from .parquet_input import parquet_windows  # (pyarrow only when asked for)
+
+            yield from parquet_windows(path, fi, jsonl_field, window_bytes)
             continue
         if jsonl_field is not None or split == "lines":
             yield from _line_windows(path, fi, jsonl_field, window_bytes, threads or READ_THREADS)
@@ -181,7 +183,7 @@ def iter_windows(
             with _open(path) as f:
                 data = f.read()
         except (OSError, EOFError, zlib.error) as e:
-            raise CorpusError(f"{path}: cannot read: {_one_line(e)}") from None
+            raise CorpusError(f"{path}: cannot read: {one_line(e)}") from None
         check_utf8(data, path, None)
         if split == "file":
             yield Window.of([data], np.zeros(1, np.int64), fi, len(data))
@@ -373,70 +375,10 @@ def _line_documents(lines, path: Path, line_base: int, field: str | None) -> Ite
                 yield body, line_no
     except _ReadError as e:
         where = f"{path}:{line_no + 1}" if line_no else str(path)
-        raise CorpusError(f"{where}: cannot read: {_one_line(e.args[0])}") from None
+        raise CorpusError(f"{where}: cannot read: {one_line(e.args[0])}") from None
 
 
-def _parquet_windows(path: Path, fi: int, field: str | None, window_bytes: int) -> Iterator[Window]:
-    """A parquet file's string column `field`, in windows of about window_bytes; position = row.
-    The documents are the column's Arrow buffers (UTF-8 bytes + offsets), checked by Arrow's
-    own UTF-8 validation: no Python object per row."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise CorpusError(
-            f"{path}: reading parquet needs the pyarrow package (pip install pyarrow)"
-        ) from None
-    if field is None:
-        raise CorpusError(f"{path}: a parquet input needs --field COLUMN")
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
-        raise CorpusError(f"{path}: cannot read parquet: {_one_line(e)}") from None
-    if field not in pf.schema_arrow.names:
-        raise CorpusError(
-            f"{path}: no column {field!r} (--field); columns: {', '.join(pf.schema_arrow.names)}"
-        )
-    kind = pf.schema_arrow.field(field).type
-    is_view = getattr(pa.types, "is_string_view", lambda t: False)  # (pyarrow >= 16)
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind)):
-        raise CorpusError(f"{path}: column {field!r} is {kind}, not a string")
-    meta = pf.metadata
-    rows_per_batch = 65536
-    if meta is not None and meta.num_rows > 0 and meta.num_row_groups > 0:
-        col = pf.schema_arrow.get_field_index(field)
-        size = sum(meta.row_group(g).column(col).total_uncompressed_size for g in range(meta.num_row_groups))
-        rows_per_batch = max(1, min(1 << 20, window_bytes * meta.num_rows // max(size, 1)))
-    row = 0
-    try:
-        for batch in pf.iter_batches(columns=[field], batch_size=rows_per_batch):
-            column = batch.column(0)
-            if column.null_count:
-                first = row + int(np.flatnonzero(np.asarray(column.is_null()))[0])
-                raise CorpusError(f"{path}: row {first}: column {field!r} is null")
-            try:
-                column.validate(full=True)
-            except pa.ArrowInvalid as e:
-                raise CorpusError(f"{path}: column {field!r} is not valid UTF-8: {_one_line(e)}") from None
-            data, offsets = _arrow_strings(column.cast(pa.large_string()))
-            yield Window(data, offsets, np.arange(row, row + len(column), dtype=np.int64), fi, len(data))
-            row += len(column)
-    except CorpusError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise CorpusError(f"{path}: cannot read parquet: {_one_line(e)}") from None
-
-
-def _arrow_strings(column) -> tuple[np.ndarray, np.ndarray]:
-    """(uint8 bytes, int64 offsets from 0) of an Arrow large_string array without nulls: views of
-    its buffers (offsets rebased when the array is a slice)."""
-    _, offsets_buf, data_buf = column.buffers()
-    offsets = np.frombuffer(offsets_buf, np.int64)[column.offset : column.offset + len(column) + 1]
-    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    return data[lo:hi], offsets - lo
-
-
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
+    """An exception's message as one line (its first, at most 300 characters)."""
     text = str(e).strip()
     return (text.splitlines()[0] if text else type(e).__name__)[:300]

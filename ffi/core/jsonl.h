@@ -95,6 +95,18 @@ inline const uint8_t* piece_cut(const uint8_t* begin, const uint8_t* at, const u
   return end;
 }
 
+// fn(k) for k in [0, n), thread t of up to `threads` (this one the first) taking k = t mod threads.
+template <class Fn>
+inline void on_threads(size_t n, int threads, Fn fn) {
+  const auto run = [&](size_t first) {
+    for (size_t k = first; k < n; k += (size_t)threads) fn(k);
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < (size_t)threads && t < n; ++t) pool.emplace_back(run, t);
+  run(0);
+  for (auto& t : pool) t.join();
+}
+
 // A block's documents as split_block leaves them: each part's bytes, and the long fields'
 // pieces, decoded apart, that go in at their documents' ends (join_block puts them together).
 struct Split {
@@ -116,18 +128,12 @@ inline bool decode_deferred(Split& split, const std::string* field, int threads)
     }
   split.pieces.assign(ranges.size(), {});
   std::vector<char> ok(ranges.size(), 0);
-  const auto decode = [&](size_t first) {
-    for (size_t k = first; k < ranges.size(); k += (size_t)threads) {
-      std::string& text = split.pieces[k];
-      text.reserve(ranges[k].second - ranges[k].first);
-      LineParser parser{ranges[k].first, ranges[k].second, *field, text, {}, false};
-      ok[k] = parser.string(text, true) && !parser.lone;
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads && (size_t)t < ranges.size(); ++t) pool.emplace_back(decode, (size_t)t);
-  decode(0);
-  for (auto& t : pool) t.join();
+  on_threads(ranges.size(), threads, [&](size_t k) {
+    std::string& text = split.pieces[k];
+    text.reserve(ranges[k].second - ranges[k].first);
+    LineParser parser{ranges[k].first, ranges[k].second, *field, text, {}, false};
+    ok[k] = parser.string(text, true) && !parser.lone;
+  });
   return std::all_of(ok.begin(), ok.end(), [](char x) { return x != 0; });
 }
 
@@ -168,14 +174,9 @@ inline void join_block(const Split& split, uint8_t* data, int64_t* offsets, int6
     line += part.newlines;
   }
   // (one thread copying into fresh memory, its page faults included, takes as long as parsing)
-  const auto run = [&](size_t first) {
-    for (size_t k = first; k < copies.size(); k += (size_t)threads)
-      std::memcpy(copies[k].to, copies[k].from->data() + copies[k].at, copies[k].n);
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads && (size_t)t < copies.size(); ++t) pool.emplace_back(run, (size_t)t);
-  run(0);
-  for (auto& t : pool) t.join();
+  on_threads(copies.size(), threads, [&](size_t k) {
+    std::memcpy(copies[k].to, copies[k].from->data() + copies[k].at, copies[k].n);
+  });
 }
 
 // The documents of block[0, size) split by up to `threads` threads, each taking whole lines
