@@ -92,13 +92,8 @@ def _job_ids(tmp_path, tok, docs: list[str], **kwargs) -> list[list[int]]:
     return [a.tolist() for a in corpus.read_shards(out)]
 
 
-def test_short_documents_share_rows(tmp_path, monkeypatch):
-    """With packing, the short documents go in calls of packed rows (fewer calls than one per
-    width), the long ones in calls of their own width; the ids are tiktoken's either way."""
-    tok = load_tokenizer("r50k", "tiktoken")
-    rng = np.random.default_rng(3)
-    words = ["alpha", " beta", "\n\n", "🎉", " 1234", "  ", "日本語"]
-    docs = ["".join(rng.choice(words, int(n))) for n in rng.integers(0, 80, 400)] + ["long " * 900]
+def _record_calls(monkeypatch) -> list:
+    """(step, width) of every window step the job calls, appended as it calls them."""
     calls = []
     real = window_device.CompiledEncodes.__call__
     monkeypatch.setattr(
@@ -106,6 +101,17 @@ def test_short_documents_share_rows(tmp_path, monkeypatch):
         "__call__",
         lambda self, *a, **call: calls.append((self.step, call["width"])) or real(self, *a, **call),
     )
+    return calls
+
+
+def test_short_documents_share_rows(tmp_path, monkeypatch):
+    """With packing, the short documents go in calls of packed rows (fewer calls than one per
+    width), the long ones in calls of their own width; the ids are tiktoken's either way."""
+    tok = load_tokenizer("r50k", "tiktoken")
+    rng = np.random.default_rng(3)
+    words = ["alpha", " beta", "\n\n", "🎉", " 1234", "  ", "日本語"]
+    docs = ["".join(rng.choice(words, int(n))) for n in rng.integers(0, 80, 400)] + ["long " * 900]
+    calls = _record_calls(monkeypatch)
     want = [tiktoken_enc("r50k", "exact").encode(d) for d in docs]
     assert _job_ids(tmp_path, tok, docs, pack_width=1024, batch_bytes=16384) == want
     packed = calls[:]
@@ -175,13 +181,7 @@ def test_packed_rows_wider_than_a_block_holds(tmp_path, data_dir, monkeypatch, b
     tok = load_tokenizer("cl100k", "tiktoken")
     want = [tiktoken_enc("cl100k", "exact").encode(d, disallowed_special=()) for d in docs]
     width = 4 * native.cpu.smem_max_len
-    widths = []
-    real = window_device.CompiledEncodes.__call__
-    monkeypatch.setattr(
-        window_device.CompiledEncodes,
-        "__call__",
-        lambda self, *a, **call: widths.append((self.step, call["width"])) or real(self, *a, **call),
-    )
+    widths = _record_calls(monkeypatch)
     got = _job_ids(
         tmp_path, tok, docs, pack_width=width, batch_bytes=4 * width, device=device_for(backend[0])
     )
