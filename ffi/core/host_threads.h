@@ -1,5 +1,6 @@
-// Host work split over a few threads (the packers of core/pack_strings.h and
-// core/pack_documents.h): one core's memcpy speed is what a multi-MiB batch would wait for.
+// Host work split over threads (the packers of core/pack_strings.h and core/pack_documents.h,
+// the corpus reader of core/jsonl.h): one core's memcpy or parse speed is what a multi-MiB
+// batch would wait for.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +21,18 @@ inline void over_ranges(int64_t n, int64_t work_bytes, int64_t bytes_per_thread,
   for (int64_t t = 1; t < threads; ++t) pool.emplace_back(fn, std::min(n, t * per), std::min(n, (t + 1) * per));
   fn(0, std::min(n, per));
   for (auto& th : pool) th.join();
+}
+
+// fn(k) for k in [0, n), thread t of up to `threads` (this one the first) taking k = t mod threads.
+template <class Fn>
+inline void on_threads(size_t n, int threads, Fn fn) {
+  const auto run = [&](size_t first) {
+    for (size_t k = first; k < n; k += (size_t)threads) fn(k);
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < (size_t)threads && t < n; ++t) pool.emplace_back(run, t);
+  run(0);
+  for (auto& t : pool) t.join();
 }
 
 }  // namespace bbpe

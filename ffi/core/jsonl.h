@@ -14,10 +14,10 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "core/host_threads.h"
 #include "core/json_line.h"
 
 namespace bbpe {
@@ -93,18 +93,6 @@ inline const uint8_t* piece_cut(const uint8_t* begin, const uint8_t* at, const u
     if ((*at & 0xC0) != 0x80 && !std::memchr(from, '\\', at - from)) return at;
   }
   return end;
-}
-
-// fn(k) for k in [0, n), thread t of up to `threads` (this one the first) taking k = t mod threads.
-template <class Fn>
-inline void on_threads(size_t n, int threads, Fn fn) {
-  const auto run = [&](size_t first) {
-    for (size_t k = first; k < n; k += (size_t)threads) fn(k);
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < (size_t)threads && t < n; ++t) pool.emplace_back(run, t);
-  run(0);
-  for (auto& t : pool) t.join();
 }
 
 // A block's documents as split_block leaves them: each part's bytes, and the long fields'
@@ -197,14 +185,8 @@ inline bool split_block(const uint8_t* block, int64_t size, const std::string* f
   cuts.push_back(block + size);
   parts.assign(cuts.size() - 1, Part{});
   const bool defer_long = threads > 1;
-  if (parts.size() == 1) {
-    split_part(cuts[0], cuts[1], field, defer_long, parts[0]);
-  } else {
-    std::vector<std::thread> pool;
-    for (size_t k = 0; k < parts.size(); ++k)
-      pool.emplace_back(split_part, cuts[k], cuts[k + 1], field, defer_long, std::ref(parts[k]));
-    for (auto& t : pool) t.join();
-  }
+  on_threads(parts.size(), (int)parts.size(),
+             [&](size_t k) { split_part(cuts[k], cuts[k + 1], field, defer_long, parts[k]); });
   for (const Part& part : parts)
     if (!part.ok) return false;
   if (!decode_deferred(split, field, threads)) return false;
