@@ -21,11 +21,15 @@ and size:
   ours_device  the jitted `encode` of one row already on the device (ids left there): median
                of repeated calls after a warm-up call (the compile)
   ours_e2e     `Tokenizer.encode_batch([text]).numpy()` from a Python str, ids back on the host
+  ours_api     `tok.as_tiktoken(device="auto").encode_ordinary(text)`: tiktoken's call, a list of
+               ids; the native host encode below Encoding.LONG_TEXT_CHARS characters, the GPU
+               (encode_batch) from there on
   tiktoken     `Encoding.encode_ordinary(text)`
-ids of ours and tiktoken are checked equal whenever both ran. Budget: once one call of a path
+ids of ours and tiktoken are checked equal whenever both ran (each of ours: device, api). Budget: once one call of a path
 takes more than --budget-s / 4 (the next size is 4x longer at least), its larger sizes in that
 case are recorded as "not run (over budget)"; nothing is extrapolated. Writes
-DIR/single_string.json and DIR/single_string.txt (MB/s and ours / tiktoken).
+DIR/single_string.json (rewritten after every row: a run cut short keeps its rows) and
+DIR/single_string.txt (MB/s and ours / tiktoken).
 """
 
 from __future__ import annotations
@@ -175,9 +179,10 @@ def main() -> None:
     import jax
 
     import blockbpe_jax as bb
-    from blockbpe_jax import native, ops
+    from blockbpe_jax import ops
 
     tok, enc, prose, dev, tables = cl100k_setup()
+    api = tok.as_tiktoken(device="auto")
     jitted: dict = {}
 
     def device_fn(width: int):
@@ -192,7 +197,7 @@ def main() -> None:
     tiktoken_max = parse_sizes(args.tiktoken_max)[0] if args.tiktoken_max else None
     rows = []
     for case in args.cases.split(","):
-        over = {"ours_device": False, "ours_e2e": False, "tiktoken": False}
+        over = {"ours_device": False, "ours_e2e": False, "ours_api": False, "tiktoken": False}
         for n in parse_sizes(args.sizes) if args.sizes else sizes(int(args.max_mib * MiB)):
             text = make_case(case, n, prose)
             nbytes = len(text.encode())
@@ -221,6 +226,13 @@ def main() -> None:
                 over["ours_e2e"] = secs > args.budget_s / 4
             else:
                 row["ours_e2e_s"] = "not run (over budget)"
+            api_ids = None
+            if not over["ours_api"]:
+                secs, api_ids = timed(lambda: api.encode_ordinary(text), args.budget_s, reps=5)
+                row["ours_api_s"] = secs
+                over["ours_api"] = secs > args.budget_s / 4
+            else:
+                row["ours_api_s"] = "not run (over budget)"
             if tiktoken_max is not None and n > tiktoken_max:
                 row["tiktoken_s"] = "not run (--tiktoken-max)"
             elif not over["tiktoken"]:
@@ -229,21 +241,33 @@ def main() -> None:
                 over["tiktoken"] = secs > args.budget_s / 4
             else:
                 row["tiktoken_s"] = "not run (over budget)"
-            if ours_ids is not None and ref is not None:
-                row["ids_equal"] = bool(len(ours_ids) == len(ref) and np.array_equal(ours_ids, ref))
+            if ref is not None and (ours_ids is not None or api_ids is not None):
+                row["ids_equal"] = all(
+                    len(got) == len(ref) and np.array_equal(got, ref)
+                    for got in (ours_ids, api_ids)
+                    if got is not None
+                )
                 row["tokens"] = len(ref)
             else:
                 row["ids_equal"] = "unchecked (one side not run)"
-            for k in ("ours_device", "ours_e2e", "tiktoken"):
+            for k in ("ours_device", "ours_e2e", "ours_api", "tiktoken"):
                 if isinstance(row[f"{k}_s"], float):
                     row[f"{k}_MBps"] = nbytes / row[f"{k}_s"] / 1e6
-            for k in ("ours_device", "ours_e2e"):
+            for k in ("ours_device", "ours_e2e", "ours_api"):
                 if f"{k}_MBps" in row and "tiktoken_MBps" in row:
                     row[f"{k}_over_tiktoken"] = row[f"{k}_MBps"] / row["tiktoken_MBps"]
             rows.append(row)
             print(line(row), flush=True)
+            write(out_dir, args, dev, rows)
             if all(over.values()):
                 break
+    print(write(out_dir, args, dev, rows))
+
+
+def write(out_dir: Path, args, dev, rows: list) -> str:
+    """single_string.json and .txt from the rows so far; returns the table."""
+    from blockbpe_jax import native
+
     doc = dict(
         benchmark="single_string",
         vocab="cl100k",
@@ -256,24 +280,25 @@ def main() -> None:
         warp_windows=os.environ.get("BLOCKBPE_WARP_WINDOWS", "default"),
         tile_bytes=native.cpu.tile_bytes,  # the build's long-row tiles (BLOCKBPE_TILE_BYTES)
         rows=rows,
-        slower_than_tiktoken=[
-            f"{r['case']} {r['size']}" for r in rows if r.get("ours_e2e_over_tiktoken", 2) < 1
-        ],
+        slower_than_tiktoken={
+            k: [f"{r['case']} {r['size']}" for r in rows if r.get(f"{k}_over_tiktoken", 2) < 1]
+            for k in ("ours_api", "ours_e2e", "ours_device")
+        },
     )
     (out_dir / "single_string.json").write_text(json.dumps(doc, indent=2) + "\n")
     text = (
         "\n".join(
             [
-                "case | size | ours device MB/s | ours e2e MB/s | tiktoken MB/s | device/tiktoken "
-                "| e2e/tiktoken | ids equal",
-                "---|---:|---:|---:|---:|---:|---:|---",
+                "case | size | ours device MB/s | ours e2e MB/s | ours api MB/s | tiktoken MB/s "
+                "| device/tiktoken | e2e/tiktoken | api/tiktoken | ids equal",
+                "---|---:|---:|---:|---:|---:|---:|---:|---:|---",
             ]
             + [line(r) for r in rows]
         )
         + "\n"
     )
     (out_dir / "single_string.txt").write_text(text)
-    print(text)
+    return text
 
 
 def _fmt(row, key, spec=".1f") -> str:
@@ -289,8 +314,9 @@ def line(r) -> str:
     )
     return (
         f"{r['case']} | {size} | {_fmt(r, 'ours_device_MBps')} | {_fmt(r, 'ours_e2e_MBps')} | "
-        f"{_fmt(r, 'tiktoken_MBps')} | {_fmt(r, 'ours_device_over_tiktoken', '.2f')} | "
-        f"{_fmt(r, 'ours_e2e_over_tiktoken', '.2f')} | {r['ids_equal']}"
+        f"{_fmt(r, 'ours_api_MBps')} | {_fmt(r, 'tiktoken_MBps')} | "
+        f"{_fmt(r, 'ours_device_over_tiktoken', '.2f')} | {_fmt(r, 'ours_e2e_over_tiktoken', '.2f')} | "
+        f"{_fmt(r, 'ours_api_over_tiktoken', '.2f')} | {r['ids_equal']}"
     )
 
 

@@ -10,11 +10,16 @@ from numpy.typing import NDArray
 
 def pack_strings(texts: object, max_len: int) -> tuple: ...
 
-def encode_host(data: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], lengths: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], pair_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], byte_ids: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], piece_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], token_offsets: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], token_data: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], special_offsets: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], special_data: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], special_ids: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], pretok: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], nfc_pairs: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], char_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], pretok_stages: int, symbols: int, run_long: int, run_step: int, run_width: int, normalizer: int, pad_id: int, max_piece_len: int, rank_is_id: int, max_tokens: int) -> tuple:
+class HostEncoder:
     """
-    The CPU encode on NumPy arrays without XLA: (ids int32[B, max_tokens], counts int32[B]);
-    the operands and attributes of the bbpe_encode FFI call (ffi/binding/encode_ffi.h).
+    One tokenizer's host tables bound once; encode(list[str | bytes]) -> list[list[int]]
+    on the host without XLA (the operands and attributes of the bbpe_encode FFI call,
+    ffi/binding/encode_ffi.h, but data, lengths, pad_id and block_size).
     """
+
+    def __init__(self, pair_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], byte_ids: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], piece_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], token_offsets: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], token_data: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], special_offsets: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], special_data: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], special_ids: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], pretok: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], nfc_pairs: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], char_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], pretok_stages: int, symbols: int, run_long: int, run_step: int, run_width: int, normalizer: int, max_piece_len: int, rank_is_id: int) -> None: ...
+
+    def encode(self, texts: object) -> list: ...
 
 def split_documents(block: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], field: str | None, threads: int) -> object: ...
 

@@ -336,26 +336,16 @@ def _attributes(tables: EncodeTables, mode: str, pad_id: int, trusted: bool) -> 
     )
 
 
-def encode_host(
-    data: np.ndarray,
-    lengths: np.ndarray,
-    tables: EncodeTables,
-    *,
-    max_tokens: int,
-    pad_id: int = 0,
-    mode: str = "exact",
-    assume_normalized: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
-    """`encode` on the host without XLA: the CPU handler called on NumPy arrays (a jitted call
-    costs tens of microseconds, more than encoding a short string). `tables`: host tables
-    (`tok.tables(..., host=True)`). Returns NumPy (ids int32[B, T], counts int32[B]); a bad
-    length (or operand) is a ValueError, as the handler checks them."""
-    stages, symbols, runs, normalizer, pad, piece_len, rank_is_id = _attributes(
-        tables, mode, pad_id, assume_normalized
+def host_encoder(tables: EncodeTables, *, mode: str = "exact", assume_normalized: bool = False):
+    """`encode` on the host without XLA (a jitted call costs tens of microseconds, more than
+    encoding a short string): the CPU executor's encode with `tables` (host tables,
+    `tok.tables(..., host=True)`) bound once. Returns a `native.cpu.HostEncoder` whose
+    `.encode(list[str | bytes])` gives list[list[int]] (the ids of `encode` without padding or
+    truncation; the GIL released, strings split over host threads). Bad tables: ValueError."""
+    stages, symbols, runs, normalizer, _pad, piece_len, rank_is_id = _attributes(
+        tables, mode, 0, assume_normalized
     )
-    return native.cpu.encode_host(
-        data,
-        lengths,
+    return native.cpu.HostEncoder(
         *tables.operands(),
         pretok_stages=stages,
         symbols=symbols,
@@ -363,8 +353,6 @@ def encode_host(
         run_step=runs[1],
         run_width=runs[2],
         normalizer=normalizer,
-        pad_id=pad,
         max_piece_len=piece_len,
         rank_is_id=int(rank_is_id),
-        max_tokens=int(max_tokens),
     )

@@ -10,7 +10,7 @@
 (`allowed_special=set()`, `disallowed_special="all"`), the same ValueError text for a disallowed
 special token found in the text, KeyError for unknown ids / non-tokens, lone surrogates replaced
 by U+FFFD. The ids come from the library's encode (default: the CPU, where the native encode
-runs on the packed strings without an XLA call: `ops.encode_host`), so they equal tiktoken's
+runs on the strings without an XLA call: `ops.host_encoder`), so they equal tiktoken's
 for `.tiktoken` vocabularies. Differences: `num_threads` is accepted and
 ignored (a batch is one or a few device calls, bucketed by length); `encode_with_unstable` and
 pickling are not offered; `eot_token` raises KeyError when the vocabulary has no
@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import native, ops
+from . import ops
 from .postprocess import finalize
 from .staging import read_back
 
@@ -66,13 +66,30 @@ def _utf8(text: str) -> bytes:
 class Encoding:
     """tiktoken's `Encoding` API over a `blockbpe_jax.Tokenizer` (host lists in and out).
 
-    `device`: where encode runs (default: the CPU executor, `jax.devices("cpu")[0]`).
+    `device`: where encode runs: the CPU (default, `jax.devices("cpu")[0]`: the native encode
+    without XLA, microseconds per short string), a JAX device, or "auto": the CPU for texts
+    of fewer than `LONG_TEXT_BYTES` UTF-8 bytes and JAX's default device, when it is an
+    accelerator, for the others (from about 8 KiB one text's GPU encode, ids back in a list,
+    beats the CPU's on long pre-tokenizer pieces: benchmarks/single_string.py). A new padded
+    width compiles on its first call there (a second or so).
     """
+
+    LONG_TEXT_BYTES = 1 << 13
 
     def __init__(self, tokenizer, *, device=None, mode: str = "exact"):
         self.tokenizer = tokenizer
+        self._long_texts_on = None  # (device="auto": where texts of LONG_TEXT_BYTES go)
+        if isinstance(device, str):
+            if device != "auto":
+                raise ValueError(f"device must be a JAX device, None or 'auto', got {device!r}")
+            default = jax.devices()[0]
+            self._long_texts_on = default if default.platform != "cpu" else None
+            device = None
         self.device = device if device is not None else jax.devices("cpu")[0]
         self.mode = mode
+        self._host_encoders: dict = {}
+        self._on_host = self.device.platform == "cpu"
+        self._normalizes = tokenizer.normalizes
         vocab = tokenizer.vocab
         self.name = vocab.name
         self._special_tokens = dict(vocab.special_tokens)
@@ -101,6 +118,42 @@ class Encoding:
         return tuple(sorted(set(allowed_special) & self.special_tokens_set)) or "none"
 
     def _encode_many(self, texts: Sequence[str], allowed) -> list[list[int]]:
+        if not self._on_host:
+            return self._encode_on(self.device, texts, allowed)
+        if self._long_texts_on is not None:
+            long = [k for k, t in enumerate(texts) if self._is_long(t)]
+            if long:
+                out = [None] * len(texts)
+                ids = self._encode_on(self._long_texts_on, [texts[k] for k in long], allowed)
+                for k, row in zip(long, ids):
+                    out[k] = row
+                short = [k for k, row in enumerate(out) if row is None]
+                for k, row in zip(short, self._encode_host([texts[k] for k in short], allowed)):
+                    out[k] = row
+                return out
+        return self._encode_host(texts, allowed)
+
+    def _is_long(self, text) -> bool:
+        """At least LONG_TEXT_BYTES bytes of UTF-8 (counted only where the length in characters
+        leaves it open: a character is 1 to 4 bytes)."""
+        n, limit = len(text), self.LONG_TEXT_BYTES
+        if n >= limit or 4 * n < limit or isinstance(text, bytes) or text.isascii():
+            return n >= limit
+        return len(text.encode("utf-8", "surrogatepass")) >= limit
+
+    def _encode_host(self, texts: Sequence[str], allowed) -> list[list[int]]:
+        """The native encode on the strings themselves (no XLA call, no padded copy)."""
+        encoder = self._host_encoders.get(allowed) or self._host_encoder(allowed)
+        if not self._normalizes:
+            try:
+                return encoder.encode(texts)  # (str read as its UTF-8 form, no copy)
+            except UnicodeEncodeError:  # lone surrogates: replaced below, as tiktoken
+                pass
+        raw = [_utf8(t) for t in texts]
+        return encoder.encode(self.tokenizer._normalized(raw, self.mode)[0])
+
+    def _encode_on(self, device, texts: Sequence[str], allowed) -> list[list[int]]:
+        """`Tokenizer.encode_batch` on `device`, the texts bucketed by padded width."""
         raw = [_utf8(t) for t in texts]
         out: list = [None] * len(raw)
         buckets: dict[int, list[int]] = {}
@@ -110,7 +163,10 @@ class Encoding:
             step = max(1, _ROWS_BYTES // width)
             for s in range(0, len(rows), step):
                 chunk = rows[s : s + step]
-                ids, counts = self._encode_rows([raw[k] for k in chunk], width, allowed)
+                ids, counts = self.tokenizer.encode_batch(
+                    [raw[k] for k in chunk], max_len=width, allowed_special=allowed, mode=self.mode,
+                    device=device,
+                ).numpy()  # fmt: skip
                 counts = counts.tolist()  # (Python ints: NumPy's reductions cost more on a few rows)
                 if min(counts) < 0 or max(counts) > ids.shape[1]:
                     raise RuntimeError(f"encode failed: counts {counts} (width {width})")
@@ -118,25 +174,17 @@ class Encoding:
                     out[k] = ids[j, : counts[j]].tolist()
         return out
 
-    def _encode_rows(self, texts: list[bytes], width: int, allowed) -> tuple[np.ndarray, np.ndarray]:
-        """`Tokenizer.encode_batch`'s (ids, counts) as NumPy arrays. On the CPU executor the
-        native encode runs on the packed rows directly (`ops.encode_host`: no XLA call, which
-        costs more than a short string's encode), normalized as encode_batch would."""
-        tok = self.tokenizer
-        if self.device.platform != "cpu":
-            return tok.encode_batch(
-                texts, max_len=width, allowed_special=allowed, mode=self.mode, device=self.device
-            ).numpy()
-        texts, normalized = tok._normalized(texts, self.mode)
-        data, lengths = native.cpu.pack_strings(texts, width)
-        return ops.encode_host(
-            data,
-            lengths,
-            tok.tables(allowed, host=True),
-            max_tokens=width,
-            mode=self.mode,
-            assume_normalized=normalized,
-        )
+    def _host_encoder(self, allowed):
+        """`ops.host_encoder` for these allowed specials (built once each: it binds the tables)."""
+        if (enc := self._host_encoders.get(allowed)) is None:
+            tok = self.tokenizer
+            enc = ops.host_encoder(
+                tok.tables(allowed, host=True),
+                mode=self.mode,
+                assume_normalized=tok._normalized([], self.mode)[1],
+            )
+            self._host_encoders[allowed] = enc
+        return enc
 
     def encode_ordinary(self, text: str) -> list[int]:
         """`encode(text, disallowed_special=())`: special tokens' text is ordinary text."""

@@ -302,7 +302,8 @@ class Tokenizer:
         return (self.normalize(texts) if normalized else texts), normalized
 
     def as_tiktoken(self, device=None):
-        """tiktoken's `Encoding` API over this tokenizer (`blockbpe_jax.tiktoken_api`)."""
+        """tiktoken's `Encoding` API over this tokenizer (`blockbpe_jax.tiktoken_api`); device:
+        None (the CPU), a JAX device, or "auto" (long texts on the accelerator)."""
         from .tiktoken_api import Encoding
 
         return Encoding(self, device=device)

@@ -1,5 +1,6 @@
-"""`ops.encode_host`: the CPU handler called on NumPy arrays without XLA (the tiktoken-style
-API's path on the CPU executor) gives the jitted primitive's ids and counts, and its checks."""
+"""`ops.host_encoder`: the CPU encode on host strings without XLA (the tiktoken-style API's path
+on the CPU) gives the jitted primitive's ids, and checks its tables; `Encoding(device="auto")`
+sends long texts to the accelerator and keeps the batch's order."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 import blockbpe_jax as bb
 from blockbpe_jax import native, ops
+from blockbpe_jax.tiktoken_api import _utf8
 
 from helpers import load_tokenizer
 from strategies import unicode_text
@@ -26,70 +28,87 @@ def tok():
     return load_tokenizer("cl100k", "tiktoken")
 
 
-def both(tok, texts, *, max_len=None, max_tokens=None, allowed="none", mode="exact", pad_id=0):
-    data, lengths = bb.pack_strings(texts, max_len=max_len)
-    T = max_tokens or data.shape[1]
-    host = ops.encode_host(
-        data, lengths, tok.tables(allowed, host=True), max_tokens=T, pad_id=pad_id, mode=mode
-    )
-    ref = ops.encode(
+def primitive_ids(tok, texts, *, allowed="none", mode="exact") -> list[list[int]]:
+    data, lengths = bb.pack_strings(texts)
+    width = 2 * data.shape[1] + 2  # (room for every id: no truncation)
+    enc = ops.encode(
         jax.device_put(data, CPU), jax.device_put(lengths, CPU), tok.tables(allowed, CPU),
-        max_tokens=T, pad_id=pad_id, mode=mode,
+        max_tokens=width, mode=mode,
     )  # fmt: skip
-    return host, (np.asarray(ref.ids), np.asarray(ref.counts))
+    ids, counts = np.asarray(enc.ids), np.asarray(enc.counts)
+    return [ids[i, : counts[i]].tolist() for i in range(len(texts))]
 
 
 @settings(max_examples=60, deadline=None)
 @given(texts=st.lists(unicode_text, min_size=1, max_size=6), mode=st.sampled_from(["exact", "bytes"]))
 def test_equals_the_primitive(tok, texts, mode):
-    (ids, counts), (want_ids, want_counts) = both(tok, texts, mode=mode)
-    assert ids.dtype == np.int32 and counts.dtype == np.int32
-    np.testing.assert_array_equal(ids, want_ids)
-    np.testing.assert_array_equal(counts, want_counts)
+    got = ops.host_encoder(tok.tables("none", host=True), mode=mode).encode(texts)
+    assert got == primitive_ids(tok, texts, mode=mode)
+    # bytes in, the same ids as their str
+    assert (
+        ops.host_encoder(tok.tables("none", host=True), mode=mode).encode([t.encode() for t in texts]) == got
+    )
 
 
-def test_specials_truncation_padding(tok):
-    texts = ["a <|endoftext|> b", "x" * 300 + " many words " * 20, "", "héllo 🎉"]
-    for kwargs in (dict(allowed="all"), dict(max_tokens=5, pad_id=-7), dict(max_len=1024, max_tokens=3)):
-        (ids, counts), (want_ids, want_counts) = both(tok, texts, **kwargs)
-        np.testing.assert_array_equal(ids, want_ids)
-        np.testing.assert_array_equal(counts, want_counts)
-    assert (counts > ids.shape[1]).any()  # truncation is flagged as by the primitive
+def test_specials_long_pieces_and_many_threads(tok):
+    """Specials allowed; pieces over the tree-merge threshold; a batch large enough to be split
+    over host threads (rows in order)."""
+    texts = ["a <|endoftext|> b", "x" * 300 + " many words " * 20, "", "héllo 🎉", "日本語" * 700]
+    texts += [f"row {i}: " + "abcdefghij"[i % 10] * (i * 37 % 3000) for i in range(200)]
+    for allowed in ("none", "all"):
+        got = ops.host_encoder(tok.tables(allowed, host=True)).encode(texts)
+        assert got == primitive_ids(tok, texts, allowed=allowed)
 
 
 def test_checks(tok):
-    data, lengths = bb.pack_strings(["hello", "world"], max_len=16)
     tables = tok.tables("none", host=True)
-    bad = lengths.copy()
-    bad[1] = 17
-    with pytest.raises(ValueError, match=r"lengths\[1\] = 17 is outside \[0, 16\]"):
-        ops.encode_host(data, bad, tables, max_tokens=16)
     with pytest.raises(ValueError, match="pair_table must be int32"):
-        broken = dataclasses.replace(tables, pair_table=np.zeros((3, 4), np.int32))
-        ops.encode_host(data, lengths, broken, max_tokens=16)
+        ops.host_encoder(dataclasses.replace(tables, pair_table=np.zeros((3, 4), np.int32)))
     with pytest.raises(TypeError):  # no silent conversion of a wrong dtype
-        ops.encode_host(data.astype(np.int32), lengths, tables, max_tokens=16)
-    with pytest.raises(ValueError, match="max_tokens"):
-        ops.encode_host(data, lengths, tables, max_tokens=0)
-    with pytest.raises(ValueError, match="data must be uint8"):
-        native.cpu.encode_host(data[0], lengths, *tables.operands(), 0, 0, 0, 0, 0, 0, 0, 0, 1, 16)
+        ops.host_encoder(dataclasses.replace(tables, pair_table=tables.pair_table.astype(np.int64)))
+    with pytest.raises(ValueError, match="pretok_stages must be in"):
+        native.cpu.HostEncoder(*tables.operands(), 99, 0, 0, 0, 0, 0, 0, 1)
+    encoder = ops.host_encoder(tables)
+    with pytest.raises(TypeError, match="item 1 is neither str nor bytes"):
+        encoder.encode(["fine", 7])
+    with pytest.raises(UnicodeEncodeError):  # (the tiktoken API replaces lone surrogates first)
+        encoder.encode(["\ud800"])
 
 
-def test_tiktoken_api_uses_it_on_the_cpu(tok, monkeypatch):
-    """The tiktoken-style API on the CPU executor encodes through encode_host (no XLA call),
-    with the ids of encode_batch."""
-    texts = ["Hello world", "ünïcödé 日本語", "x" * 5000]
+def test_tiktoken_api_makes_no_xla_call_on_the_cpu(tok, monkeypatch):
+    """The tiktoken-style API on the CPU encodes through the host encoder, with the ids of
+    encode_batch (taken before encode_batch is made to fail)."""
+    texts = ["Hello world", "ünïcödé 日本語", "x" * 5000, "lone \ud800 surrogate"]
+    want = primitive_ids(tok, [_utf8(t) for t in texts])  # (lone surrogates -> U+FFFD)
+    monkeypatch.setattr(bb.Tokenizer, "encode_batch", lambda *a, **k: pytest.fail("an XLA call"))
+    assert tok.as_tiktoken().encode_ordinary_batch(texts) == want
+
+
+def test_auto_sends_long_texts_to_the_accelerator(tok, monkeypatch):
+    """device="auto": texts of LONG_TEXT_BYTES UTF-8 bytes or more go through encode_batch on the
+    accelerator (here the CPU device stands in for it), the rest through the host encoder; the
+    batch comes back in its order with the ids of one path for all."""
+    enc = tok.as_tiktoken(device="auto")
+    assert enc.device == CPU
+    if jax.devices()[0].platform == "cpu":
+        assert enc._long_texts_on is None  # nothing to send long texts to
+    enc._long_texts_on = CPU
+    monkeypatch.setattr(enc, "LONG_TEXT_BYTES", 40)
     calls = []
-    host = ops.encode_host
-    monkeypatch.setattr(ops, "encode_host", lambda *a, **k: calls.append(1) or host(*a, **k))
-    got = tok.as_tiktoken().encode_ordinary_batch(texts)
-    assert calls
-    ids, counts = tok.encode_batch(texts, device=CPU).numpy()
-    assert got == [ids[i, : counts[i]].tolist() for i in range(len(texts))]
+    batch = bb.Tokenizer.encode_batch
+    monkeypatch.setattr(
+        bb.Tokenizer, "encode_batch", lambda self, t, **k: calls.append(len(t)) or batch(self, t, **k)
+    )
+    texts = ["short", "a long text of more than forty bytes " * 3, "", "x" * 39, "y" * 40, "日本語" * 4]
+    texts += ["日本語" * 5, "é" * 19, "é" * 20, "🎉" * 10, "\ud800" * 14]  # 45, 38, 40, 40, 42 bytes
+    assert enc.encode_ordinary_batch(texts) == tok.as_tiktoken().encode_ordinary_batch(texts)
+    assert sum(calls) == 6  # the long ones, whatever their buckets
+    with pytest.raises(ValueError, match="device must be"):
+        tok.as_tiktoken(device="gpu")
 
 
 def test_threads_share_the_tables(tok):
-    """encode_host releases the GIL: calls from several threads at once, on the same host
+    """The host encoder releases the GIL: calls from several threads at once, on the same
     tables, give each its own ids."""
     from concurrent.futures import ThreadPoolExecutor
 

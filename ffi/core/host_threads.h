@@ -1,4 +1,4 @@
-// Host work split over threads (the packers of core/pack_strings.h and core/pack_documents.h,
+// Host work split over threads (the CPU encode, the packers of core/pack_strings.h and core/pack_documents.h,
 // the corpus reader of core/jsonl.h): one core's memcpy or parse speed is what a multi-MiB
 // batch would wait for.
 #pragma once
@@ -10,12 +10,20 @@
 
 namespace bbpe {
 
-// Calls fn(lo, hi) over [0, n) in equal ranges, the first on this thread, on up to 8 threads
-// (one per `bytes_per_thread` of `work_bytes`).
+// The host's cores, read once: glibc answers hardware_concurrency() by reading
+// /sys/devices/system/cpu/online, two system calls that cost more than encoding a short string.
+inline int64_t host_cores() {
+  static const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return cores;
+}
+
+// Calls fn(lo, hi) over [0, n) in equal ranges, the first on this thread, on up to
+// `max_threads` threads (one per `bytes_per_thread` of `work_bytes`; the packers' copies stop
+// gaining at ~8).
 template <class Fn>
-inline void over_ranges(int64_t n, int64_t work_bytes, int64_t bytes_per_thread, Fn fn) {
-  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t threads = std::max<int64_t>(1, std::min({cores, (int64_t)8, work_bytes / bytes_per_thread, n}));
+inline void over_ranges(int64_t n, int64_t work_bytes, int64_t bytes_per_thread, Fn fn, int64_t max_threads = 8) {
+  const int64_t threads =
+      std::max<int64_t>(1, std::min({host_cores(), max_threads, work_bytes / bytes_per_thread, n}));
   const int64_t per = (n + threads - 1) / threads;
   std::vector<std::thread> pool;
   for (int64_t t = 1; t < threads; ++t) pool.emplace_back(fn, std::min(n, t * per), std::min(n, (t + 1) * per));

@@ -2,12 +2,14 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <thread>
 #include <vector>
 
 #include "binding/encode_ffi.h"
+#include "core/host_threads.h"
 #include "core/jsonl.h"
 #include "core/pack_documents.h"
 #include "core/pack_strings.h"
@@ -39,17 +41,12 @@ static void encode_rows(const EncodeParams& p, int64_t begin, int64_t end) {
 static ffi::Error encode_cpu(const EncodeParams& p, int32_t /*block_size*/) {
   ffi::Error err = check_lengths(p.lengths, p.batch, p.max_len);
   if (err.failure()) return err;
-  const int64_t hw = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t workers = std::min<int64_t>(hw, p.batch);
-  if (workers <= 1) {
-    encode_rows(p, 0, p.batch);
-  } else {
-    std::vector<std::thread> pool;
-    const int64_t per = (p.batch + workers - 1) / workers;
-    for (int64_t w = 0; w < workers; ++w)
-      pool.emplace_back(encode_rows, std::cref(p), w * per, std::min(p.batch, (w + 1) * per));
-    for (auto& t : pool) t.join();
-  }
+  // A thread per 16 KiB of text at most: starting one costs as much as encoding a few KiB,
+  // so a batch of a few short strings stays on this thread.
+  int64_t text_bytes = 0;
+  for (int64_t b = 0; b < p.batch; ++b) text_bytes += p.lengths[b];
+  over_ranges(p.batch, text_bytes, 16 << 10, [&](int64_t lo, int64_t hi) { encode_rows(p, lo, hi); },
+              host_cores());
   return ffi::Error::Success();
 }
 
@@ -134,10 +131,11 @@ static nb::tuple pack_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_co
   return nb::make_tuple(row_array, owned_array(rows, 2, rows_shape));
 }
 
-// The CPU handler called directly on NumPy arrays, without XLA (the tiktoken-style API's
-// calls on host strings: a jitted call costs tens of microseconds, more than a short string's
-// encode). The arrays are wrapped as the FFI buffers the handler takes, so the same checks
-// (make_encode_params, check_lengths) and the same encode run; a failed check is a ValueError.
+// One tokenizer's host tables bound once, for the tiktoken-style API's calls on host strings
+// without XLA: a jitted call costs tens of microseconds, converting the thirteen operands a few,
+// both more than a short string's encode. The tables pass the FFI handler's checks
+// (make_encode_params) once, here; each call then runs encode_string on the strings' own bytes
+// (no padded copy) and returns lists of ids.
 using U8Array = nb::ndarray<const uint8_t, nb::c_contig, nb::device::cpu>;
 using S32Array = nb::ndarray<const int32_t, nb::c_contig, nb::device::cpu>;
 
@@ -156,62 +154,99 @@ struct HostBuffer {  // an XLA_FFI_Buffer over a host array
   }
 };
 
-static nb::tuple encode_host(U8Array data, S32Array lengths, S32Array pair_table, S32Array byte_ids,
-                             S32Array piece_table, S32Array token_offsets, U8Array token_data,
-                             S32Array special_offsets, U8Array special_data, S32Array special_ids,
-                             U8Array pretok, S32Array nfc_pairs, S32Array char_table, int32_t pretok_stages,
-                             int32_t symbols, int32_t run_long, int32_t run_step, int32_t run_width,
-                             int32_t normalizer, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
-                             int64_t max_tokens) {
-  if (data.ndim() != 2) throw nb::value_error("encode_host: data must be uint8[batch, max_len]");
-  if (max_tokens < 1 || max_tokens >= (int64_t)1 << 31) throw nb::value_error("encode_host: bad max_tokens");
-  const size_t batch = data.shape(0), shape[2] = {batch, (size_t)max_tokens};
-  int32_t* ids = new int32_t[batch * max_tokens + 1];
-  int32_t* counts = new int32_t[batch + 1];
-  auto ids_array = owned_array(ids, 2, shape);  // (owned from here: freed on any error below)
-  auto counts_array = owned_array(counts, 1, shape);
-  const auto U8 = XLA_FFI_DataType_U8, S32 = XLA_FFI_DataType_S32;
-  HostBuffer in[] = {HostBuffer::of(U8, data), HostBuffer::of(S32, lengths), HostBuffer::of(S32, pair_table),
-                     HostBuffer::of(S32, byte_ids), HostBuffer::of(S32, piece_table),
-                     HostBuffer::of(S32, token_offsets), HostBuffer::of(U8, token_data),
-                     HostBuffer::of(S32, special_offsets), HostBuffer::of(U8, special_data),
-                     HostBuffer::of(S32, special_ids), HostBuffer::of(U8, pretok),
-                     HostBuffer::of(S32, nfc_pairs), HostBuffer::of(S32, char_table)};
-  uint8_t workspace_byte = 0;  // (the CPU handler's stand-in, as ops.py passes)
-  HostBuffer out_ids(S32, ids, {(int64_t)batch, max_tokens}), out_counts(S32, counts, {(int64_t)batch}),
-      out_workspace(U8, &workspace_byte, {1});
-  using ffi::Buffer, ffi::Result;
-  ffi::Error err;
-  {
-    nb::gil_scoped_release unlocked;
-    err = bbpe::encode_handler<bbpe::encode_cpu>(
+class HostEncoder {
+ public:
+  HostEncoder(S32Array pair_table, S32Array byte_ids, S32Array piece_table, S32Array token_offsets,
+              U8Array token_data, S32Array special_offsets, U8Array special_data, S32Array special_ids,
+              U8Array pretok, S32Array nfc_pairs, S32Array char_table, int32_t pretok_stages, int32_t symbols,
+              int32_t run_long, int32_t run_step, int32_t run_width, int32_t normalizer, int32_t max_piece_len,
+              int32_t rank_is_id)
+      : s32_{pair_table, byte_ids, piece_table, token_offsets, special_offsets, special_ids, nfc_pairs, char_table},
+        u8_{token_data, special_data, pretok} {
+    const auto U8 = XLA_FFI_DataType_U8, S32 = XLA_FFI_DataType_S32;
+    uint8_t byte = 0;  // (one-string stand-ins for data, lengths and the results: per call, below)
+    int32_t word = 0;
+    HostBuffer in[] = {HostBuffer(U8, &byte, {1, 1}), HostBuffer(S32, &word, {1}),
+                       HostBuffer::of(S32, pair_table), HostBuffer::of(S32, byte_ids),
+                       HostBuffer::of(S32, piece_table), HostBuffer::of(S32, token_offsets),
+                       HostBuffer::of(U8, token_data), HostBuffer::of(S32, special_offsets),
+                       HostBuffer::of(U8, special_data), HostBuffer::of(S32, special_ids),
+                       HostBuffer::of(U8, pretok), HostBuffer::of(S32, nfc_pairs),
+                       HostBuffer::of(S32, char_table)};
+    HostBuffer ids(S32, &word, {1, 1}), counts(S32, &word, {1}), workspace(U8, &byte, {1});
+    using ffi::Buffer, ffi::Result;
+    const ffi::Error err = bbpe::make_encode_params(
         Buffer<ffi::U8>(&in[0].buf), Buffer<ffi::S32>(&in[1].buf), Buffer<ffi::S32>(&in[2].buf),
         Buffer<ffi::S32>(&in[3].buf), Buffer<ffi::S32>(&in[4].buf), Buffer<ffi::S32>(&in[5].buf),
         Buffer<ffi::U8>(&in[6].buf), Buffer<ffi::S32>(&in[7].buf), Buffer<ffi::U8>(&in[8].buf),
         Buffer<ffi::S32>(&in[9].buf), Buffer<ffi::U8>(&in[10].buf), Buffer<ffi::S32>(&in[11].buf),
         Buffer<ffi::S32>(&in[12].buf), pretok_stages, symbols, run_long, run_step, run_width, normalizer,
-        pad_id, max_piece_len, rank_is_id, /*block_size=*/256,
-        Result<Buffer<ffi::S32>>(Buffer<ffi::S32>(&out_ids.buf)),
-        Result<Buffer<ffi::S32>>(Buffer<ffi::S32>(&out_counts.buf)),
-        Result<Buffer<ffi::U8>>(Buffer<ffi::U8>(&out_workspace.buf)));
+        /*pad_id=*/0, max_piece_len, rank_is_id, Result<Buffer<ffi::S32>>(Buffer<ffi::S32>(&ids.buf)),
+        Result<Buffer<ffi::S32>>(Buffer<ffi::S32>(&counts.buf)),
+        Result<Buffer<ffi::U8>>(Buffer<ffi::U8>(&workspace.buf)), &params_);
+    if (err.failure()) throw nb::value_error(err.message().c_str());
+    params_.data = nullptr, params_.lengths = nullptr, params_.ids = nullptr, params_.counts = nullptr;
+    params_.workspace = nullptr;
   }
-  if (err.failure()) throw nb::value_error(err.message().c_str());
-  return nb::make_tuple(ids_array, counts_array);
-}
+
+  // list[str | bytes] -> list[list[int]]; a string the encode reports (a count < 0: text not
+  // in the normal form the tokenizer needs, pretok/nfc.h) is a RuntimeError naming it.
+  nb::list encode(nb::handle texts) const {
+    int64_t max_len = 1 << 30;  // (encode_string counts positions in int)
+    const bbpe::StringViews strings = bbpe::string_views(texts, max_len);
+    const auto& views = strings.views;
+    const int64_t batch = (int64_t)views.size();
+    std::vector<std::vector<int32_t>> ids(batch);
+    std::vector<int> counts(batch);
+    int64_t text_bytes = 0;
+    for (const auto& v : views) text_bytes += v.second;
+    {
+      nb::gil_scoped_release unlocked;
+      bbpe::over_ranges(batch, text_bytes, 16 << 10, [&](int64_t lo, int64_t hi) {
+        bbpe::CpuScratch scratch;
+        for (int64_t b = lo; b < hi; ++b) {
+          const int n = bbpe::encode_string(params_, (const uint8_t*)views[b].first, (int)views[b].second, scratch);
+          counts[b] = n;
+          ids[b].resize(std::max(0, n));
+          for (int j = 0; j < n; ++j) ids[b][j] = bbpe::token_id(scratch.tok[j]);
+        }
+      }, bbpe::host_cores());
+    }
+    nb::list out;
+    for (int64_t b = 0; b < batch; ++b) {
+      if (counts[b] < 0)
+        throw std::runtime_error("encode failed: string " + std::to_string(b) + " reported count " +
+                                 std::to_string(counts[b]));
+      PyObject* row = PyList_New((Py_ssize_t)ids[b].size());
+      if (!row) throw nb::python_error();
+      for (size_t j = 0; j < ids[b].size(); ++j) PyList_SET_ITEM(row, (Py_ssize_t)j, PyLong_FromLong(ids[b][j]));
+      out.append(nb::steal(row));
+    }
+    return out;
+  }
+
+ private:
+  S32Array s32_[8];  // (the tables, kept alive: params_ points into them)
+  U8Array u8_[3];
+  bbpe::EncodeParams params_;
+};
 
 NB_MODULE(_blockbpe_cpu, m) {
   m.def("pack_strings", &pack_strings, nb::arg("texts"), nb::arg("max_len"));
-  m.def("encode_host", &encode_host, nb::arg("data").noconvert(), nb::arg("lengths").noconvert(),
-        nb::arg("pair_table").noconvert(), nb::arg("byte_ids").noconvert(),
-        nb::arg("piece_table").noconvert(), nb::arg("token_offsets").noconvert(),
-        nb::arg("token_data").noconvert(), nb::arg("special_offsets").noconvert(),
-        nb::arg("special_data").noconvert(), nb::arg("special_ids").noconvert(),
-        nb::arg("pretok").noconvert(), nb::arg("nfc_pairs").noconvert(),
-        nb::arg("char_table").noconvert(), nb::arg("pretok_stages"), nb::arg("symbols"),
-        nb::arg("run_long"), nb::arg("run_step"), nb::arg("run_width"), nb::arg("normalizer"),
-        nb::arg("pad_id"), nb::arg("max_piece_len"), nb::arg("rank_is_id"), nb::arg("max_tokens"),
-        "The CPU encode on NumPy arrays without XLA: (ids int32[B, max_tokens], counts int32[B]);\n"
-        "the operands and attributes of the bbpe_encode FFI call (ffi/binding/encode_ffi.h).");
+  nb::class_<HostEncoder>(m, "HostEncoder",
+                          "One tokenizer's host tables bound once; encode(list[str | bytes]) -> list[list[int]]\n"
+                          "on the host without XLA (the operands and attributes of the bbpe_encode FFI call,\n"
+                          "ffi/binding/encode_ffi.h, but data, lengths, pad_id and block_size).")
+      .def(nb::init<S32Array, S32Array, S32Array, S32Array, U8Array, S32Array, U8Array, S32Array, U8Array, S32Array,
+                    S32Array, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>(),
+           nb::arg("pair_table").noconvert(), nb::arg("byte_ids").noconvert(), nb::arg("piece_table").noconvert(),
+           nb::arg("token_offsets").noconvert(), nb::arg("token_data").noconvert(),
+           nb::arg("special_offsets").noconvert(), nb::arg("special_data").noconvert(),
+           nb::arg("special_ids").noconvert(), nb::arg("pretok").noconvert(), nb::arg("nfc_pairs").noconvert(),
+           nb::arg("char_table").noconvert(), nb::arg("pretok_stages"), nb::arg("symbols"), nb::arg("run_long"),
+           nb::arg("run_step"), nb::arg("run_width"), nb::arg("normalizer"), nb::arg("max_piece_len"),
+           nb::arg("rank_is_id"))
+      .def("encode", &HostEncoder::encode, nb::arg("texts"));
   m.def("split_documents", &split_documents, nb::arg("block"), nb::arg("field").none(),
         nb::arg("threads"));
   m.def("pack_documents", &pack_documents, nb::arg("data").noconvert(), nb::arg("offsets").noconvert(),

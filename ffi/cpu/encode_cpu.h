@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <queue>
 #include <utility>
 #include <vector>
 
@@ -17,52 +16,84 @@
 
 namespace bbpe {
 
+// The lowest (rank, position) of a segment's pairs, as a tournament over positions: leaf i holds
+// pair i's key (rank << 32 | i; kNoKey when it does not merge), each node the least of its two
+// children. Setting a leaf walks up until a node does not change, so the tree holds exactly one
+// key per pair: no stale entries to pop, and one integer compare per level.
+struct PairTree {
+  static constexpr uint64_t kNoKey = ~(uint64_t)0;
+  std::vector<uint64_t> node;  // [1, 2 * leaves): node[1] is the root, leaf i is node[leaves + i]
+  int leaves = 1;
+
+  static uint64_t key(int32_t rank, int i) {
+    return rank == kNoRank ? kNoKey : (uint64_t)(uint32_t)rank << 32 | (uint32_t)i;
+  }
+  static int32_t rank_of(uint64_t key) { return (int32_t)(key >> 32); }
+  static int position_of(uint64_t key) { return (int)(uint32_t)key; }
+  uint64_t lowest() const { return node[1]; }
+
+  // Leaves [0, m) from rank[0..m), built bottom-up.
+  void build(const int32_t* rank, int m) {
+    for (leaves = 1; leaves < m; leaves *= 2) {}
+    node.assign(2 * (size_t)leaves, kNoKey);
+    for (int i = 0; i < m; ++i) node[leaves + i] = key(rank[i], i);
+    for (int k = leaves - 1; k >= 1; --k) node[k] = std::min(node[2 * k], node[2 * k + 1]);
+  }
+  void set(int i, int32_t rank) {
+    int k = leaves + i;
+    node[k] = key(rank, i);
+    for (k >>= 1; k >= 1; k >>= 1) {
+      const uint64_t least = std::min(node[2 * k], node[2 * k + 1]);
+      if (node[k] == least) break;
+      node[k] = least;
+    }
+  }
+};
+
 struct CpuScratch {
   std::vector<uint8_t> is_special, piece_start;
   std::vector<int32_t> tok, rank, chars;
   std::vector<uint8_t> fresh;
   std::vector<uint8_t> lowered;  // the text lowercased (pretok/lowercase.h)
-  // merge_segment_heap (its own arrays: rank and fresh above are indexed by text position)
+  // merge_segment_tree (its own arrays: rank and fresh above are indexed by text position)
   std::vector<int32_t> next, prev, pair_rank, batch, touched;
   std::vector<uint8_t> alive;
+  PairTree tree;
 };
 
-// Segments longer than this are merged by merge_segment_heap: merge_segment rescans the whole
+// Segments longer than this are merged by merge_segment_tree: merge_segment rescans the whole
 // segment every pass, which is quadratic in a long piece (a 256 KiB run of letters took 4.8 s).
-constexpr int kHeapMergeMinLen = 64;
+constexpr int kTreeMergeMinLen = 32;
 
 // merge_segment's rule (core/bpe_core.h) in O(m log m) for one segment tok[0..m): the same passes,
 // each merging every leftmost-first occurrence of the lowest rank present when the pass
-// starts, with the pairs in a heap of (rank, position) and the tokens in a linked list instead
-// of a rescan per pass. Pairs formed by a pass are ranked after it, as in merge_segment.
+// starts, with the pairs' ranks in a PairTree and the tokens in a linked list instead of a
+// rescan per pass. Pairs formed by a pass are ranked after it, as in merge_segment.
 // Returns the final count, packed to tok[0..count).
 // kFirstOnly: merge_segment's first-only rule (a flagged candidate whose list predecessor is a
 // candidate of the pass waits).
 template <bool kFirstOnly>
-inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratch& s) {
+inline int merge_segment_tree(const VocabView& v, int32_t* tok, int m, CpuScratch& s) {
   auto& next = s.next; auto& prev = s.prev; auto& rank = s.pair_rank; auto& alive = s.alive;
+  auto& tree = s.tree;
   next.resize(m); prev.resize(m); rank.resize(m);
   alive.assign(m, 1);
   auto pair_rank = [&](int i) {
     return next[i] < 0 ? kNoRank : lookup_pair(v, token_id(tok[i]), token_id(tok[next[i]]), nullptr);
   };
-  using Entry = std::pair<int32_t, int32_t>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
   for (int i = 0; i < m; ++i) {
     next[i] = i + 1 < m ? i + 1 : -1;
     prev[i] = i - 1;
   }
-  for (int i = 0; i < m; ++i) {
-    rank[i] = pair_rank(i);
-    if (rank[i] != kNoRank) heap.push({rank[i], i});
-  }
-  while (!heap.empty()) {
-    const int32_t lowest = heap.top().first;
+  for (int i = 0; i < m; ++i) rank[i] = pair_rank(i);
+  tree.build(rank.data(), m);
+  while (tree.lowest() != PairTree::kNoKey) {
+    const int32_t lowest = PairTree::rank_of(tree.lowest());
     s.batch.clear();
-    while (!heap.empty() && heap.top().first == lowest) {  // pops in position order
-      const int i = heap.top().second;
-      heap.pop();
-      if (alive[i] && rank[i] == lowest && (s.batch.empty() || s.batch.back() != i)) s.batch.push_back(i);
+    while (PairTree::rank_of(tree.lowest()) == lowest && tree.lowest() != PairTree::kNoKey) {
+      const int i = PairTree::position_of(tree.lowest());  // (in position order)
+      tree.set(i, kNoRank);
+      s.batch.push_back(i);
     }
     const bool first_only = kFirstOnly && first_only_rank(lowest);
     if (first_only) {  // a candidate waits while the pair before it is one (read before any merge)
@@ -77,6 +108,7 @@ inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratc
       const int k = next[i];
       tok[i] = merged_id(v, lowest, tok[i], tok[k]) | (tok[i] & kSegStart);
       alive[k] = 0;
+      tree.set(k, kNoRank);
       next[i] = next[k];
       if (next[k] >= 0) prev[next[k]] = i;
       rank[i] = kNoRank;  // until re-ranked below (so a later batch entry at i is skipped)
@@ -87,11 +119,11 @@ inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratc
       for (const int j : {prev[i], i}) {
         if (j < 0) continue;
         rank[j] = pair_rank(j);
-        if (rank[j] != kNoRank) heap.push({rank[j], j});
+        tree.set(j, rank[j]);
       }
-      // A waiting candidate left the heap; it may go once the pair before it changed, which
-      // is when a merge made the token before it: back into the heap then.
-      if (kFirstOnly && next[i] >= 0 && rank[next[i]] != kNoRank) heap.push({rank[next[i]], next[i]});
+      // A waiting candidate left the tree; it may go once the pair before it changed, which
+      // is when a merge made the token before it: back into the tree then.
+      if (kFirstOnly && next[i] >= 0) tree.set(next[i], rank[next[i]]);
     }
   }
   int count = 0;
@@ -104,7 +136,7 @@ inline int merge_segment_heap(const VocabView& v, int32_t* tok, int m, CpuScratc
 template <bool kFirstOnly = false>
 inline int merge_one_segment(const VocabView& v, int32_t* tok, int m, CpuScratch& s) {
   if (m < 2) return m;
-  if (m > kHeapMergeMinLen) return merge_segment_heap<kFirstOnly>(v, tok, m, s);
+  if (m > kTreeMergeMinLen) return merge_segment_tree<kFirstOnly>(v, tok, m, s);
   return merge_segment<kFirstOnly>(v, tok, s.rank.data(), s.fresh.data(), m);
 }
 
