@@ -16,7 +16,7 @@ import blockbpe_jax as bb
 from blockbpe_jax import native, ops
 from blockbpe_jax.tiktoken_api import _utf8
 
-from helpers import load_tokenizer
+from helpers import load_tokenizer, oracle
 from strategies import unicode_text
 
 pytestmark = pytest.mark.usefixtures("data_dir")
@@ -58,6 +58,22 @@ def test_specials_long_pieces_and_many_threads(tok):
     for allowed in ("none", "all"):
         got = ops.host_encoder(tok.tables(allowed, host=True)).encode(texts)
         assert got == primitive_ids(tok, texts, allowed=allowed)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    alphabet=st.sampled_from(
+        ["a", "ab", "abcdefghij", " ", " \t\n", "日本語中文", "🎉🙂👍", "aé中🎉", "0123456789"]
+    ),
+    runs=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 700)), min_size=1, max_size=8),
+)
+def test_long_pieces_equal_tiktoken(tok, alphabet, runs):
+    """One long pre-tokenizer piece (runs of one character, or alternating ones, of a small
+    alphabet: the tree merge's case, with its overlapping candidates) == tiktoken."""
+    text = "".join(alphabet[k % len(alphabet)] * n for k, n in runs)
+    text += "".join(alphabet[(k * 7 + j) % len(alphabet)] for j, (k, _) in enumerate(runs * 50))
+    ref = oracle("cl100k", "tiktoken", tok.vocab.pattern)
+    assert tok.as_tiktoken().encode_ordinary(text) == ref.encode_ordinary(text)
 
 
 def test_checks(tok):

@@ -87,6 +87,24 @@ inline int merge_segment_tree(const VocabView& v, int32_t* tok, int m, CpuScratc
   }
   for (int i = 0; i < m; ++i) rank[i] = pair_rank(i);
   tree.build(rank.data(), m);
+  if constexpr (!kFirstOnly) {
+    // Without the first-only rule a pass is its merges one at a time in position order: a pair
+    // that a merge forms holds the new token, so its rank (another token's, or a later merge
+    // rule's) is never the pass's, and the pass's own pairs stay in the tree until their turn.
+    for (uint64_t lowest; (lowest = tree.lowest()) != PairTree::kNoKey;) {
+      const int i = PairTree::position_of(lowest), k = next[i];
+      tok[i] = merged_id(v, PairTree::rank_of(lowest), tok[i], tok[k]) | (tok[i] & kSegStart);
+      alive[k] = 0;
+      tree.set(k, kNoRank);
+      next[i] = next[k];
+      if (next[k] >= 0) prev[next[k]] = i;
+      for (const int j : {prev[i], i}) {
+        if (j < 0) continue;
+        rank[j] = pair_rank(j);
+        tree.set(j, rank[j]);
+      }
+    }
+  }
   while (tree.lowest() != PairTree::kNoKey) {
     const int32_t lowest = PairTree::rank_of(tree.lowest());
     s.batch.clear();
