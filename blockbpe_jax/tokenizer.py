@@ -178,7 +178,7 @@ class Tokenizer:
     def tables(self, allowed_special="none", device=None, *, host: bool = False) -> ops.EncodeTables:
         """The encode operands on `device` (default: JAX's default device), cached: a pytree
         to pass to jitted functions as an argument. host=True: the same over the NumPy arrays
-        (for `ops.encode_host`)."""
+        (for `ops.host_encoder`)."""
         device = "host" if host else device or jax.devices()[0]
         key = (device, self._special_key(allowed_special))
         with self._lock:
