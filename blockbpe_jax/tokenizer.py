@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -228,7 +229,8 @@ class Tokenizer:
         default device).
 
         L is `max_len` or the longest string rounded up to a power of two (so repeated calls
-        reuse compiled shapes); `max_tokens` defaults to L, which never truncates. On a CUDA
+        reuse compiled shapes); `max_tokens` defaults to the most tokens L bytes can give, which
+        never truncates: L, or L + 1 where a SentencePiece dummy prefix may come first. On a CUDA
         GPU the strings are packed into pinned memory and copied by one DMA
         (`blockbpe_jax/staging.py`); elsewhere the NumPy arrays travel with the call. A
         tokenizer with a normalizer (NFC, Lowercase) gets its strings normalized here first
@@ -253,6 +255,13 @@ class Tokenizer:
         raises after the result of the batch before it."""
         return staging.pipelined(lambda batch: self._staged_batch(batch, **kwargs), batches)
 
+    @functools.cached_property
+    def _prefix_tokens(self) -> int:
+        """Tokens a text may have beyond its bytes: 1 with a dummy prefix (char_bpe.py keeps
+        every count <= bytes + 1), else 0."""
+        cl = self.vocab.char_level
+        return int(cl is not None and cl.prefix_id >= 0)
+
     def _staged_batch(
         self,
         texts,
@@ -276,7 +285,7 @@ class Tokenizer:
                 data,
                 lengths,
                 self.tables(allowed_special, device),
-                max_tokens=max_tokens or data.shape[1],
+                max_tokens=max_tokens or data.shape[1] + self._prefix_tokens,
                 pad_id=pad_id,
                 mode=mode,
                 block_size=block_size,
@@ -359,7 +368,7 @@ class Tokenizer:
             )
         counts = np.minimum(counts, ids.shape[-1])
         tb = self.vocab.token_bytes
-        dummy_prefix = self.vocab.char_level is not None and self.vocab.char_level.prefix_id >= 0
+        dummy_prefix = self._prefix_tokens > 0
         out = []
         for row, n in zip(ids.reshape(-1, ids.shape[-1]), counts.reshape(-1)):
             row = row[: int(n)].tolist()

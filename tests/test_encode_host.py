@@ -5,12 +5,14 @@ sends long texts to the accelerator and keeps the batch's order."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokenizers import Tokenizer
 
 import blockbpe_jax as bb
 from blockbpe_jax import native, ops
@@ -74,6 +76,44 @@ def test_long_pieces_equal_tiktoken(tok, alphabet, runs):
     text += "".join(alphabet[(k * 7 + j) % len(alphabet)] for j, (k, _) in enumerate(runs * 50))
     ref = oracle("cl100k", "tiktoken", tok.vocab.pattern)
     assert tok.as_tiktoken().encode_ordinary(text) == ref.encode_ordinary(text)
+
+
+@pytest.fixture(scope="module", params=["nfc", "sentencepiece"])
+def other_family(request, data_dir, tmp_path_factory):
+    """A tokenizer with a normalizer (llama3's vocabulary with NFC: the API normalizes, the
+    encoder trusts it) and a SentencePiece-style one (merges over characters: encode_chars)."""
+    if request.param == "nfc":
+        from test_families_nfc import QWEN2
+
+        from synthetic import BYTE_LEVEL, split
+
+        path = data_dir / "vocab" / "llama3" / "tokenizer.json"
+        if not path.exists():
+            pytest.skip(f"{path} not found")
+        doc = json.loads(path.read_bytes())
+        doc["normalizer"] = {"type": "NFC"}
+        doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split(QWEN2), BYTE_LEVEL]}
+        return bb.Tokenizer.from_hf(Tokenizer.from_str(json.dumps(doc)))
+    from test_gguf import gguf_bytes, tiny_spm
+
+    path = tmp_path_factory.mktemp("spm") / "tiny.gguf"
+    path.write_bytes(gguf_bytes(tiny_spm()))
+    return bb.Tokenizer.from_file(path)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    texts=st.lists(
+        unicode_text | st.sampled_from(["e\u0301", "ab>  <b", "\u2581 ab", "Å" * 40]), min_size=1, max_size=6
+    )
+)
+def test_other_families_equal_encode_batch(other_family, texts):
+    """The tiktoken API's host path (unpadded strings) == encode_batch on the CPU device (padded
+    rows), for a normalizing tokenizer and one whose merges run over characters."""
+    ids, counts = other_family.encode_batch(texts, device=CPU).numpy()
+    assert other_family.as_tiktoken().encode_ordinary_batch(texts) == [
+        ids[i, : counts[i]].tolist() for i in range(len(texts))
+    ]
 
 
 def test_checks(tok):

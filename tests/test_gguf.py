@@ -373,3 +373,16 @@ def test_refusals(name, tmp_path):
     with pytest.raises(bb.VocabError) as e:
         bb.Tokenizer.from_gguf(path)
     assert str(e.value).startswith(f"{path}: ") and message in str(e.value)
+
+
+def test_full_width_text_keeps_its_prefix_token(tmp_path):
+    """A text of exactly the padded width whose bytes are each a token: the dummy prefix makes
+    one token more than its bytes, and encode_batch's default width holds it (no truncation)."""
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(gguf_bytes(tiny_spm()))
+    tok = bb.Tokenizer.from_file(path)
+    text = "\U00010000" * 4  # 16 bytes, no piece: byte fallback, one token per byte
+    enc = tok.encode_batch([text], device=CPU)
+    ids, counts = (np.asarray(a) for a in enc)
+    assert counts.tolist() == [17] and ids.shape == (1, 17)
+    assert tok.decode(ids, counts) == [text]
