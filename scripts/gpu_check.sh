@@ -2,7 +2,7 @@
 # One device call: build against the machine's own jax, run the GPU tests, optionally the
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
-#                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [corpus_stages] [single]
+#                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [corpus_stages] [single] [hostbatch]
 #                        [variants] [clocks] [kernels]
 # (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
@@ -151,6 +151,8 @@ PY
           END{printf "%s total %.1f us:", c, s; for (k in t) printf " %s %s", k, t[k]; print ""}' \
           /tmp/ncu_kernels.txt | tee -a "$OUT/kernels.txt"
       done ;;
+    hostbatch) # a batch through tiktoken's API: host encoder, GPU, tiktoken's threads (benchmarks/host_batch.py)
+      python3 benchmarks/host_batch.py --out "$OUT" 2>&1 | tee "$OUT/host_batch.log" | tail -6 ;;
     single)    # one string per call, 128 B .. 64 MiB, vs tiktoken (benchmarks/single_string.py)
       python3 benchmarks/single_string.py --out "$OUT" ${SINGLE_ARGS:-} 2>&1 \
         | tee "$OUT/single_string.log" | tail -100 ;;
