@@ -212,6 +212,12 @@ class HostEncoder {
         }
       }, bbpe::host_cores());
     }
+    // (the cyclic GC paused while the lists are made: thousands of new lists would start
+    // collections that walk every object of the process, JAX's included, for no garbage)
+    struct GcPaused {
+      const int was_enabled = PyGC_Disable();
+      ~GcPaused() { if (was_enabled) PyGC_Enable(); }
+    } paused;
     nb::list out;
     for (int64_t b = 0; b < batch; ++b) {
       if (counts[b] < 0)
