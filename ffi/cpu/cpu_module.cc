@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -187,6 +188,7 @@ class HostEncoder {
     if (err.failure()) throw nb::value_error(err.message().c_str());
     params_.data = nullptr, params_.lengths = nullptr, params_.ids = nullptr, params_.counts = nullptr;
     params_.workspace = nullptr;
+    filter_ = std::make_unique<bbpe::PairFilter>(params_.vocab);
   }
 
   // list[str | bytes] -> list[list[int]]; a string the encode reports (a count < 0: text not
@@ -204,6 +206,7 @@ class HostEncoder {
       nb::gil_scoped_release unlocked;
       bbpe::over_ranges(batch, text_bytes, 16 << 10, [&](int64_t lo, int64_t hi) {
         bbpe::CpuScratch scratch;
+        scratch.filter = filter_.get();
         for (int64_t b = lo; b < hi; ++b) {
           const int n = bbpe::encode_string(params_, (const uint8_t*)views[b].first, (int)views[b].second, scratch);
           counts[b] = n;
@@ -235,6 +238,7 @@ class HostEncoder {
   S32Array s32_[8];  // (the tables, kept alive: params_ points into them)
   U8Array u8_[3];
   bbpe::EncodeParams params_;
+  std::unique_ptr<bbpe::PairFilter> filter_;
 };
 
 NB_MODULE(_blockbpe_cpu, m) {

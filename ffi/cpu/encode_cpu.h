@@ -50,6 +50,30 @@ struct PairTree {
   }
 };
 
+// Which pairs may be in the pair table, one bit per hash value: a pair whose bit is clear has
+// no rank, known from a 512 KiB array that stays in cache instead of two rows of a pair table
+// of several MiB (cl100k: 8 MiB). Long pieces of CJK or emoji ask mostly for pairs that do not
+// merge (the bytes across two characters), each on the path to the next merge.
+struct PairFilter {
+  static constexpr uint32_t kBits = 1u << 22;
+  std::vector<uint64_t> words;
+
+  explicit PairFilter(const VocabView& v) : words(kBits / 64, 0) {
+    for (uint32_t slot = 0; slot <= v.pair_mask; ++slot) {
+      const TableRow r = load_row(v.pair_table, slot);
+      if (r.a >= 0) set(bit(r.a, r.b));  // (empty rows are -1)
+    }
+  }
+  static uint32_t bit(int32_t left, int32_t right) {
+    return pair_hash_alt((uint32_t)left, (uint32_t)right) & (kBits - 1);
+  }
+  void set(uint32_t b) { words[b >> 6] |= (uint64_t)1 << (b & 63); }
+  bool may_hold(int32_t left, int32_t right) const {
+    const uint32_t b = bit(left, right);
+    return (words[b >> 6] >> (b & 63)) & 1;
+  }
+};
+
 struct CpuScratch {
   std::vector<uint8_t> is_special, piece_start;
   std::vector<int32_t> tok, rank, chars;
@@ -59,6 +83,7 @@ struct CpuScratch {
   std::vector<int32_t> next, prev, pair_rank, batch, touched;
   std::vector<uint8_t> alive;
   PairTree tree;
+  const PairFilter* filter = nullptr;  // (HostEncoder's, built once per tokenizer)
 };
 
 // Segments longer than this are merged by merge_segment_tree: merge_segment rescans the whole
@@ -79,7 +104,10 @@ inline int merge_segment_tree(const VocabView& v, int32_t* tok, int m, CpuScratc
   next.resize(m); prev.resize(m); rank.resize(m);
   alive.assign(m, 1);
   auto pair_rank = [&](int i) {
-    return next[i] < 0 ? kNoRank : lookup_pair(v, token_id(tok[i]), token_id(tok[next[i]]), nullptr);
+    if (next[i] < 0) return kNoRank;
+    const int32_t left = token_id(tok[i]), right = token_id(tok[next[i]]);
+    if (s.filter && left >= 0 && !s.filter->may_hold(left, right)) return kNoRank;
+    return lookup_pair(v, left, right, nullptr);
   };
   for (int i = 0; i < m; ++i) {
     next[i] = i + 1 < m ? i + 1 : -1;
