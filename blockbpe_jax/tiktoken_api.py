@@ -12,7 +12,8 @@ special token found in the text, KeyError for unknown ids / non-tokens, lone sur
 by U+FFFD. The ids come from the library's encode (default: the CPU, where the native encode
 runs on the strings without an XLA call: `ops.host_encoder`), so they equal tiktoken's
 for `.tiktoken` vocabularies. Differences: `num_threads` is accepted and
-ignored (a batch is one or a few device calls, bucketed by length); `encode_with_unstable` and
+ignored (on the CPU a batch is split over the host's cores; on a device it is one or a few
+calls, bucketed by length); `encode_with_unstable` and
 pickling are not offered; `eot_token` raises KeyError when the vocabulary has no
 `<|endoftext|>`, as tiktoken does.
 """
