@@ -116,6 +116,24 @@ def test_other_families_equal_encode_batch(other_family, texts):
     ]
 
 
+def test_one_long_text_over_threads(tok, data_dir):
+    """One string of over 32 KiB has its segments merged on several threads (cut at segment
+    starts, joined in order): == tiktoken, with and without specials allowed, long pieces and
+    specials wherever the cuts fall."""
+    from blockbpe_jax.testing import read_corpus
+
+    prose = read_corpus(data_dir / "corpus" / "war_and_peace_en.txt").decode()[:150_000]
+    parts = [
+        prose[k : k + 3000] + "<|endoftext|>" + "ab" * 700 + " 日本語" * 300 for k in range(0, 150_000, 3000)
+    ]
+    text = "".join(parts)
+    ref = oracle("cl100k", "tiktoken", tok.vocab.pattern)
+    assert ops.host_encoder(tok.tables("none", host=True)).encode([text]) == [ref.encode_ordinary(text)]
+    got = ops.host_encoder(tok.tables("all", host=True)).encode([text])
+    assert got == [ref.encode(text, allowed_special="all")]
+    assert tok.as_tiktoken().encode_ordinary(text) == ref.encode_ordinary(text)
+
+
 def test_checks(tok):
     tables = tok.tables("none", host=True)
     with pytest.raises(ValueError, match="pair_table must be int32"):

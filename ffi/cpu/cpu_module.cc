@@ -207,8 +207,11 @@ class HostEncoder {
       bbpe::over_ranges(batch, text_bytes, 16 << 10, [&](int64_t lo, int64_t hi) {
         bbpe::CpuScratch scratch;
         scratch.filter = filter_.get();
+        // (one string: its segments spread over the cores; a batch is spread by strings)
+        const int threads = batch == 1 ? (int)bbpe::host_cores() : 1;
         for (int64_t b = lo; b < hi; ++b) {
-          const int n = bbpe::encode_string(params_, (const uint8_t*)views[b].first, (int)views[b].second, scratch);
+          const int n = bbpe::encode_string(params_, (const uint8_t*)views[b].first, (int)views[b].second,
+                                            scratch, threads);
           counts[b] = n;
           ids[b].resize(std::max(0, n));
           for (int j = 0; j < n; ++j) ids[b][j] = bbpe::token_id(scratch.tok[j]);

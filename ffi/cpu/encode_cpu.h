@@ -10,6 +10,7 @@
 #include "binding/encode_params.h"
 #include "core/bpe_core.h"
 #include "core/char_symbols.h"
+#include "core/host_threads.h"
 #include "pretok/lowercase.h"
 #include "pretok/nfc.h"
 #include "pretok/sequential.h"
@@ -226,10 +227,38 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
   return out;
 }
 
+// The segments that start in [from, to) (from: a segment start; to: one, or n), each by the
+// whole-piece shortcut or else the merge passes (`scratch`'s arrays), their tokens packed to
+// s.tok[from..) as they come (a segment never grows); returns how many.
+inline int merge_segments(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s, int from, int to,
+                          CpuScratch& scratch) {
+  const VocabView& v = p.vocab;
+  int count = from;
+  for (int start = from; start < to;) {
+    int end = start + 1;
+    while (end < n && s.tok[end] != kDeleted && !starts_segment(s.tok[end])) ++end;
+    int m = end - start;
+    const int32_t whole = s.is_special[start] || m < 2 ? -1 : lookup_piece(v, text + start, m);
+    if (whole >= 0) s.tok[start] = whole | kSegStart;
+    if (whole >= 0 || s.is_special[start])
+      m = 1;
+    else
+      m = merge_one_segment(v, &s.tok[start], m, scratch);
+    std::copy(s.tok.begin() + start, s.tok.begin() + start + m, s.tok.begin() + count);
+    count += m;
+    for (start = end; start < n && s.tok[start] == kDeleted;) ++start;  // rest of a special
+  }
+  return count - from;
+}
+
+// Texts from this long may have their segments merged on several threads (encode_string's
+// `threads`, one per 16 KiB at most): below it, starting threads costs more than they save.
+constexpr int kSpreadMinBytes = 32 << 10;
+
 // Tokenizes text[0..n) into s.tok[0..count); returns count (kCountNotNormalized: the text may
 // not be in the NFC form its tokenizer requires, or has a code point whose lowercase is not
-// rewritten in place).
-inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s) {
+// rewritten in place). threads > 1: a long text's segments are merged on up to that many.
+inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s, int threads = 1) {
   const VocabView& v = p.vocab;
   s.is_special.resize(n + 1);
   s.piece_start.assign(n + 1, 0);
@@ -262,24 +291,32 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
   for (int i = 0; i < n; ++i)
     s.tok[i] = initial_token(v, p.special, text[i], s.is_special.data(), s.piece_start.data(),
                              s.tok[i], i);
-  // Each segment in turn: the whole-piece shortcut, else the merge passes; results are packed
-  // to the front of s.tok as we go (a segment never grows).
   s.rank.resize(n + 1);
   s.fresh.resize(n + 1);
-  int count = 0;
-  for (int start = 0; start < n;) {
-    int end = start + 1;
-    while (end < n && s.tok[end] != kDeleted && !starts_segment(s.tok[end])) ++end;
-    int m = end - start;
-    const int32_t whole = s.is_special[start] || m < 2 ? -1 : lookup_piece(v, text + start, m);
-    if (whole >= 0) s.tok[start] = whole | kSegStart;
-    if (whole >= 0 || s.is_special[start])
-      m = 1;
-    else
-      m = merge_one_segment(v, &s.tok[start], m, s);
-    std::copy(s.tok.begin() + start, s.tok.begin() + start + m, s.tok.begin() + count);
-    count += m;
-    for (start = end; start < n && s.tok[start] == kDeleted;) ++start;  // rest of a special
+  threads = std::min(threads, n / (kSpreadMinBytes / 2));  // (16 KiB a thread at least)
+  if (threads <= 1) return merge_segments(p, text, n, s, 0, n, s);
+  // A long text: its segments are independent, so the text is cut at segment starts into one
+  // part per thread, each part's tokens packed to its front, then the parts joined.
+  std::vector<int> cuts{0};
+  for (int k = 1; k < threads; ++k) {
+    int at = std::max(cuts.back() + 1, (int)((int64_t)n * k / threads));
+    while (at < n && (s.tok[at] == kDeleted || !starts_segment(s.tok[at]))) ++at;
+    if (at < n) cuts.push_back(at);
+  }
+  cuts.push_back(n);
+  const size_t parts = cuts.size() - 1;
+  std::vector<int> kept(parts);
+  on_threads(parts, (int)parts, [&](size_t k) {
+    CpuScratch own;  // (the merges' arrays; s.tok is shared, each part writing its own range)
+    own.filter = s.filter;
+    own.rank.resize(kTreeMergeMinLen + 1);
+    own.fresh.resize(kTreeMergeMinLen + 1);
+    kept[k] = merge_segments(p, text, n, s, cuts[k], cuts[k + 1], own);
+  });
+  int count = kept[0];
+  for (size_t k = 1; k < parts; ++k) {
+    std::copy(s.tok.begin() + cuts[k], s.tok.begin() + cuts[k] + kept[k], s.tok.begin() + count);
+    count += kept[k];
   }
   return count;
 }
