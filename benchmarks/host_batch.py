@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A batch of strings through tiktoken's API, lists of ids back: ours on the host, ours on the
-GPU, tiktoken with its threads.
+GPU, tiktoken with its threads (one long text: ours splits its segments over the cores).
 
-    python3 benchmarks/host_batch.py --out DIR [--shapes 1024x512,1024x4096,16384x512] [--reps 5]
+    python3 benchmarks/host_batch.py --out DIR [--shapes 1x1048576,1024x512,1024x4096,16384x512] [--reps 5]
 
 cl100k, War and Peace excerpts (whole characters, cut at or below the byte size). Per shape,
 medians of --reps calls after a warm-up call:
@@ -52,7 +52,7 @@ def median_s(fn, reps: int) -> tuple[float, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--shapes", default="1024x512,1024x4096,16384x512")
+    ap.add_argument("--shapes", default="1x1048576,1024x512,1024x4096,16384x512")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     out_dir = Path(args.out)
