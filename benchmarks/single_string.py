@@ -202,45 +202,39 @@ def main() -> None:
             text = make_case(case, n, prose)
             nbytes = len(text.encode())
             row = dict(case=case, size=n, bytes=nbytes)
-            ours_ids = ref = None
+            ours_ids = None
+
+            def path(key: str, fn, reps: int = 5):
+                """fn's result, its median time in row[key + "_s"]; not run once over budget."""
+                if over[key]:
+                    row[f"{key}_s"] = "not run (over budget)"
+                    return None
+                secs, out = timed(fn, args.budget_s, reps=reps)
+                row[f"{key}_s"] = secs
+                over[key] = secs > args.budget_s / 4
+                return out
+
             if not over["ours_device"]:
                 data, lengths = bb.pack_strings([text])
                 d, ln = jax.device_put(data, dev), jax.device_put(lengths, dev)
                 run = device_fn(data.shape[1])
-                secs, (ids, counts) = timed(lambda: jax.block_until_ready(run(d, ln, tables)), args.budget_s)
-                row["ours_device_s"] = secs
+                ids, counts = path("ours_device", lambda: jax.block_until_ready(run(d, ln, tables)))
                 ours_ids = np.asarray(ids)[0, : int(np.asarray(counts)[0])]
-                over["ours_device"] = secs > args.budget_s / 4
                 del d, ln, ids, counts
             else:
-                row["ours_device_s"] = "not run (over budget)"
-            if not over["ours_e2e"]:
+                path("ours_device", None)
 
-                def e2e():
-                    ids, counts = tok.encode_batch([text], block_size=args.block_size).numpy()
-                    return ids[0, : counts[0]]
+            def e2e():
+                ids, counts = tok.encode_batch([text], block_size=args.block_size).numpy()
+                return ids[0, : counts[0]]
 
-                secs, got = timed(e2e, args.budget_s, reps=3)
-                row["ours_e2e_s"] = secs
-                ours_ids = got if ours_ids is None else ours_ids
-                over["ours_e2e"] = secs > args.budget_s / 4
-            else:
-                row["ours_e2e_s"] = "not run (over budget)"
-            api_ids = None
-            if not over["ours_api"]:
-                secs, api_ids = timed(lambda: api.encode_ordinary(text), args.budget_s, reps=5)
-                row["ours_api_s"] = secs
-                over["ours_api"] = secs > args.budget_s / 4
-            else:
-                row["ours_api_s"] = "not run (over budget)"
+            e2e_ids = path("ours_e2e", e2e, reps=3)
+            ours_ids = e2e_ids if ours_ids is None else ours_ids
+            api_ids = path("ours_api", lambda: api.encode_ordinary(text))
             if tiktoken_max is not None and n > tiktoken_max:
-                row["tiktoken_s"] = "not run (--tiktoken-max)"
-            elif not over["tiktoken"]:
-                secs, ref = timed(lambda: enc.encode_ordinary(text), args.budget_s, reps=3)
-                row["tiktoken_s"] = secs
-                over["tiktoken"] = secs > args.budget_s / 4
+                row["tiktoken_s"], ref = "not run (--tiktoken-max)", None
             else:
-                row["tiktoken_s"] = "not run (over budget)"
+                ref = path("tiktoken", lambda: enc.encode_ordinary(text), reps=3)
             if ref is not None and (ours_ids is not None or api_ids is not None):
                 row["ids_equal"] = all(
                     len(got) == len(ref) and np.array_equal(got, ref)

@@ -5,14 +5,12 @@ sends long texts to the accelerator and keeps the batch's order."""
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import Tokenizer
 
 import blockbpe_jax as bb
 from blockbpe_jax import native, ops
@@ -83,17 +81,9 @@ def other_family(request, data_dir, tmp_path_factory):
     """A tokenizer with a normalizer (llama3's vocabulary with NFC: the API normalizes, the
     encoder trusts it) and a SentencePiece-style one (merges over characters: encode_chars)."""
     if request.param == "nfc":
-        from test_families_nfc import QWEN2
+        from test_families_nfc import nfc_tokenizer
 
-        from synthetic import BYTE_LEVEL, split
-
-        path = data_dir / "vocab" / "llama3" / "tokenizer.json"
-        if not path.exists():
-            pytest.skip(f"{path} not found")
-        doc = json.loads(path.read_bytes())
-        doc["normalizer"] = {"type": "NFC"}
-        doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split(QWEN2), BYTE_LEVEL]}
-        return bb.Tokenizer.from_hf(Tokenizer.from_str(json.dumps(doc)))
+        return nfc_tokenizer(data_dir)[0]
     from test_gguf import gguf_bytes, tiny_spm
 
     path = tmp_path_factory.mktemp("spm") / "tiny.gguf"

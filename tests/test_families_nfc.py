@@ -42,8 +42,8 @@ NFC_TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def nfc_tok(data_dir):
+def nfc_tokenizer(data_dir):
+    """(ours, HF's) for llama3's vocabulary with an NFC normalizer and Qwen2's split."""
     from tokenizers import Tokenizer
 
     path = data_dir / "vocab" / "llama3" / "tokenizer.json"
@@ -54,6 +54,11 @@ def nfc_tok(data_dir):
     doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split(QWEN2), BYTE_LEVEL]}
     hf = Tokenizer.from_str(json.dumps(doc))
     return bb.Tokenizer.from_hf(hf), hf
+
+
+@pytest.fixture(scope="module")
+def nfc_tok(data_dir):
+    return nfc_tokenizer(data_dir)
 
 
 def nfc_reference(hf):
