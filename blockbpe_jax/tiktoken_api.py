@@ -144,7 +144,7 @@ class Encoding:
 
     def _encode_host(self, texts: Sequence[str], allowed) -> list[list[int]]:
         """The native encode on the strings themselves (no XLA call, no padded copy)."""
-        encoder = self._host_encoders.get(allowed) or self._host_encoder(allowed)
+        encoder = self._host_encoder(allowed)
         if not self._normalizes:
             try:
                 return encoder.encode(texts)  # (str read as its UTF-8 form, no copy)

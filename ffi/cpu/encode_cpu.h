@@ -116,61 +116,59 @@ inline int merge_segment_tree(const VocabView& v, int32_t* tok, int m, CpuScratc
   }
   for (int i = 0; i < m; ++i) rank[i] = pair_rank(i);
   tree.build(rank.data(), m);
+  const auto merge_with_next = [&](int i, int32_t r) {  // tok[i] tok[next[i]] -> tok[i]
+    const int k = next[i];
+    tok[i] = merged_id(v, r, tok[i], tok[k]) | (tok[i] & kSegStart);
+    alive[k] = 0;
+    tree.set(k, kNoRank);
+    next[i] = next[k];
+    if (next[k] >= 0) prev[next[k]] = i;
+  };
+  const auto rerank_around = [&](int i) {  // the pairs that end and start at token i
+    for (const int j : {prev[i], i}) {
+      if (j < 0) continue;
+      rank[j] = pair_rank(j);
+      tree.set(j, rank[j]);
+    }
+  };
   if constexpr (!kFirstOnly) {
     // Without the first-only rule a pass is its merges one at a time in position order: a pair
     // that a merge forms holds the new token, so its rank (another token's, or a later merge
     // rule's) is never the pass's, and the pass's own pairs stay in the tree until their turn.
     for (uint64_t lowest; (lowest = tree.lowest()) != PairTree::kNoKey;) {
-      const int i = PairTree::position_of(lowest), k = next[i];
-      tok[i] = merged_id(v, PairTree::rank_of(lowest), tok[i], tok[k]) | (tok[i] & kSegStart);
-      alive[k] = 0;
-      tree.set(k, kNoRank);
-      next[i] = next[k];
-      if (next[k] >= 0) prev[next[k]] = i;
-      for (const int j : {prev[i], i}) {
-        if (j < 0) continue;
-        rank[j] = pair_rank(j);
-        tree.set(j, rank[j]);
+      const int i = PairTree::position_of(lowest);
+      merge_with_next(i, PairTree::rank_of(lowest));
+      rerank_around(i);
+    }
+  } else {
+    while (tree.lowest() != PairTree::kNoKey) {
+      const int32_t lowest = PairTree::rank_of(tree.lowest());
+      s.batch.clear();
+      while (PairTree::rank_of(tree.lowest()) == lowest && tree.lowest() != PairTree::kNoKey) {
+        const int i = PairTree::position_of(tree.lowest());  // (in position order)
+        tree.set(i, kNoRank);
+        s.batch.push_back(i);
       }
-    }
-  }
-  while (tree.lowest() != PairTree::kNoKey) {
-    const int32_t lowest = PairTree::rank_of(tree.lowest());
-    s.batch.clear();
-    while (PairTree::rank_of(tree.lowest()) == lowest && tree.lowest() != PairTree::kNoKey) {
-      const int i = PairTree::position_of(tree.lowest());  // (in position order)
-      tree.set(i, kNoRank);
-      s.batch.push_back(i);
-    }
-    const bool first_only = kFirstOnly && first_only_rank(lowest);
-    if (first_only) {  // a candidate waits while the pair before it is one (read before any merge)
-      size_t kept = 0;
-      for (const int i : s.batch)
-        if (prev[i] < 0 || rank[prev[i]] != lowest) s.batch[kept++] = i;
-      s.batch.resize(kept);
-    }
-    s.touched.clear();
-    for (const int i : s.batch) {
-      if (!alive[i] || rank[i] != lowest) continue;  // consumed as the right half just before
-      const int k = next[i];
-      tok[i] = merged_id(v, lowest, tok[i], tok[k]) | (tok[i] & kSegStart);
-      alive[k] = 0;
-      tree.set(k, kNoRank);
-      next[i] = next[k];
-      if (next[k] >= 0) prev[next[k]] = i;
-      rank[i] = kNoRank;  // until re-ranked below (so a later batch entry at i is skipped)
-      s.touched.push_back(i);
-    }
-    for (const int i : s.touched) {
-      if (!alive[i]) continue;
-      for (const int j : {prev[i], i}) {
-        if (j < 0) continue;
-        rank[j] = pair_rank(j);
-        tree.set(j, rank[j]);
+      if (first_only_rank(lowest)) {  // a candidate waits while the pair before it is one
+        size_t kept = 0;              // (read before any merge)
+        for (const int i : s.batch)
+          if (prev[i] < 0 || rank[prev[i]] != lowest) s.batch[kept++] = i;
+        s.batch.resize(kept);
       }
-      // A waiting candidate left the tree; it may go once the pair before it changed, which
-      // is when a merge made the token before it: back into the tree then.
-      if (kFirstOnly && next[i] >= 0) tree.set(next[i], rank[next[i]]);
+      s.touched.clear();
+      for (const int i : s.batch) {
+        if (!alive[i] || rank[i] != lowest) continue;  // consumed as the right half just before
+        merge_with_next(i, lowest);
+        rank[i] = kNoRank;  // until re-ranked below (so a later batch entry at i is skipped)
+        s.touched.push_back(i);
+      }
+      for (const int i : s.touched) {
+        if (!alive[i]) continue;
+        rerank_around(i);
+        // A waiting candidate left the tree; it may go once the pair before it changed, which
+        // is when a merge made the token before it: back into the tree then.
+        if (next[i] >= 0) tree.set(next[i], rank[next[i]]);
+      }
     }
   }
   int count = 0;
