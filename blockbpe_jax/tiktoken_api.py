@@ -247,8 +247,8 @@ class Encoding:
 
     def decode_bytes(self, tokens: Sequence[int]) -> bytes:
         text = b"".join(self.decode_tokens_bytes(tokens))
-        cl = self.tokenizer.vocab.char_level  # SentencePiece: its decoder drops the dummy prefix
-        return text[1:] if cl is not None and cl.prefix_id >= 0 and text[:1] == b" " else text
+        # (SentencePiece: its decoder drops the dummy prefix)
+        return text[1:] if self.tokenizer._prefix_tokens and text[:1] == b" " else text
 
     def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
         return self.decode_bytes(tokens).decode("utf-8", errors=errors)

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 

@@ -6,7 +6,6 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <thread>
 #include <vector>
 
 #include "binding/encode_ffi.h"
