@@ -230,13 +230,28 @@ class HostEncoder {
                                  std::to_string(counts[b]));
       PyObject* row = PyList_New((Py_ssize_t)ids[b].size());
       if (!row) throw nb::python_error();
-      for (size_t j = 0; j < ids[b].size(); ++j) PyList_SET_ITEM(row, (Py_ssize_t)j, PyLong_FromLong(ids[b][j]));
       out.append(nb::steal(row));
+      for (size_t j = 0; j < ids[b].size(); ++j) PyList_SET_ITEM(row, (Py_ssize_t)j, Py_NewRef(id_object(ids[b][j])));
     }
     return out;
   }
 
+  HostEncoder(const HostEncoder&) = delete;  // (owns references to the id objects)
+  ~HostEncoder() {
+    for (PyObject* o : id_objects_) Py_XDECREF(o);
+  }
+
  private:
+  // One Python int per id, made on first use and shared by every list after: the lists are
+  // made with the GIL held, on one thread, and a new int object per token was most of that.
+  PyObject* id_object(int32_t id) const {
+    if ((size_t)id >= id_objects_.size()) id_objects_.resize((size_t)id + 1, nullptr);
+    PyObject*& o = id_objects_[(size_t)id];
+    if (!o && !(o = PyLong_FromLong(id))) throw nb::python_error();
+    return o;
+  }
+
+  mutable std::vector<PyObject*> id_objects_;  // (guarded by the GIL)
   S32Array s32_[8];  // (the tables, kept alive: params_ points into them)
   U8Array u8_[3];
   bbpe::EncodeParams params_;
