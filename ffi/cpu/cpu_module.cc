@@ -204,8 +204,15 @@ class HostEncoder {
     {
       nb::gil_scoped_release unlocked;
       bbpe::over_ranges(batch, text_bytes, 16 << 10, [&](int64_t lo, int64_t hi) {
-        bbpe::CpuScratch scratch;
+        // (this thread's arrays, kept between calls: allocating them anew cost about as much as
+        // encoding a short string; dropped after a long batch, so that it does not stay held)
+        thread_local bbpe::CpuScratch scratch;
         scratch.filter = filter_.get();
+        struct Release {
+          bbpe::CpuScratch& s;
+          bool big;
+          ~Release() { if (big) s = bbpe::CpuScratch(); }
+        } release{scratch, views[lo].second > (1 << 20) || hi - lo > 4096};
         // (one string: its segments spread over the cores; a batch is spread by strings)
         const int threads = batch == 1 ? (int)bbpe::host_cores() : 1;
         for (int64_t b = lo; b < hi; ++b) {

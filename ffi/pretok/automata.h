@@ -82,10 +82,12 @@ BBPE_HD uint8_t fwd_flag(const PretokTables& tab, uint16_t key, uint8_t s) {
   return (uint8_t)((tab.flag[key & (kKeyBoundary - 1)] >> s) & 1);
 }
 // The class of byte i for stage `stage`, with the boundary mark of the earlier stages' flags.
+BBPE_HD uint8_t with_boundary(uint8_t c, bool boundary) {
+  return (boundary && c > kClassSpecial) ? (uint8_t)(c | kMaxClasses) : c;
+}
 BBPE_HD uint8_t stage_class(const PretokTables& tab, const uint8_t* text, int n, const uint8_t* sp,
                             int i, const ClassTable& ct, bool boundary) {
-  const uint8_t c = byte_class(tab, text, n, sp, i, ct);
-  return (boundary && c > kClassSpecial) ? (uint8_t)(c | kMaxClasses) : c;
+  return with_boundary(byte_class(tab, text, n, sp, i, ct), boundary);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -16,12 +16,14 @@ inline void pretokenize_sequential(const PretokView& v, const uint8_t* text, int
                                    const uint8_t* is_special_byte, uint8_t* piece_start) {
   if (n <= 0) return;
   std::vector<uint16_t> key(n);
+  std::vector<uint8_t> cls(n);
   for (int st = 0; st < v.n_stages; ++st) {
     const PretokTables& tab = v.tables[st];
     const ClassTable ct = v.classes(st);
+    byte_classes(tab, text, n, is_special_byte, ct, cls.data());
     uint8_t t = tab.bwd_init & 15;
     for (int i = n - 1; i >= 0; --i) {
-      const uint8_t c = stage_class(tab, text, n, is_special_byte, i, ct, st > 0 && piece_start[i]);
+      const uint8_t c = with_boundary(cls[i], st > 0 && piece_start[i]);
       key[i] = (uint16_t)(c * 16 + t);
       t = map_apply(bwd_step(tab, c), t);
     }

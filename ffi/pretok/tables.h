@@ -135,4 +135,24 @@ BBPE_HD uint8_t byte_class(const PretokTables& tab, const uint8_t* text, int n, 
   return byte_class_slow(tab, text, n, sp, i, ct);
 }
 
+// byte_class of every byte of text[0..n), in one forward pass that decodes each code point
+// once (byte_class, asked about one byte, decodes a continuation byte's sequence again from
+// its lead). The same answer: a continuation byte is inside a valid sequence exactly when the
+// pass reaches it as part of one, since a sequence's lead is never a continuation byte.
+inline void byte_classes(const PretokTables& tab, const uint8_t* text, int n, const uint8_t* sp,
+                         const ClassTable& ct, uint8_t* out) {
+  for (int i = 0; i < n;) {
+    uint32_t cp;
+    const int len = (sp && sp[i]) || text[i] < 0x80 ? 0 : utf8_decode(text, n, sp, i, &cp);
+    if (len == 0) {  // a special byte, ASCII, or an invalid byte
+      out[i] = byte_class(tab, text, n, sp, i, ct);
+      ++i;
+      continue;
+    }
+    out[i] = cp_class(cp, ct);
+    for (int k = 1; k < len; ++k) out[i + k] = kClassNone;
+    i += len;
+  }
+}
+
 }  // namespace bbpe
