@@ -205,20 +205,21 @@ class HostEncoder {
       nb::gil_scoped_release unlocked;
       bbpe::over_ranges(batch, text_bytes, 16 << 10, [&](int64_t lo, int64_t hi) {
         // (this thread's arrays, kept between calls: allocating them anew cost about as much as
-        // encoding a short string; dropped after a long batch, so that it does not stay held)
+        // encoding a short string; dropped after a long string, so that they do not stay large)
         thread_local bbpe::CpuScratch scratch;
         scratch.filter = filter_.get();
         struct Release {
           bbpe::CpuScratch& s;
-          bool big;
-          ~Release() { if (big) s = bbpe::CpuScratch(); }
-        } release{scratch, views[lo].second > (1 << 20) || hi - lo > 4096};
+          int64_t longest = 0;  // (the arrays' size follows the longest string)
+          ~Release() { if (longest > (1 << 20)) s = bbpe::CpuScratch(); }
+        } release{scratch};
         // (one string: its segments spread over the cores; a batch is spread by strings)
         const int threads = batch == 1 ? (int)bbpe::host_cores() : 1;
         for (int64_t b = lo; b < hi; ++b) {
           const int n = bbpe::encode_string(params_, (const uint8_t*)views[b].first, (int)views[b].second,
                                             scratch, threads);
           counts[b] = n;
+          release.longest = std::max(release.longest, (int64_t)views[b].second);
           ids[b].resize(std::max(0, n));
           for (int j = 0; j < n; ++j) ids[b][j] = bbpe::token_id(scratch.tok[j]);
         }
