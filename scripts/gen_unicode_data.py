@@ -57,15 +57,23 @@ WHITE_SPACE = (
 OUT = pathlib.Path(__file__).resolve().parent.parent / "blockbpe_jax" / "pretok" / "unicode16.npz"
 
 
+EXIT_WRONG_VERSION = 3  # (--check cannot tell here: tests/test_pretokenize_unicode.py skips)
+
+
+def wrong_version(message: str):
+    print(message, file=sys.stderr)
+    sys.exit(EXIT_WRONG_VERSION)
+
+
 def build() -> dict[str, np.ndarray]:
     import regex
     import tokenizers
     import unicodedata2 as ucd
 
     if ucd.unidata_version != "16.0.0":
-        sys.exit(f"unicodedata2 is Unicode {ucd.unidata_version}, need 16.0.0")
+        wrong_version(f"unicodedata2 is Unicode {ucd.unidata_version}, need 16.0.0")
     if tokenizers.__version__ != "0.23.3":
-        sys.exit(f"tokenizers is {tokenizers.__version__}, need 0.23.3 (Unicode 16.0.0)")
+        wrong_version(f"tokenizers is {tokenizers.__version__}, need 0.23.3 (Unicode 16.0.0)")
     index = {name: i for i, name in enumerate(GC_NAMES)}
     gc = np.zeros(0x110000, np.uint8)
     for cp in range(0x110000):
@@ -124,7 +132,7 @@ def build() -> dict[str, np.ndarray]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--check", action="store_true", help="exit 1 if the file on disk differs")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the file on disk differs (3: the pinned versions are not installed)")
     args = ap.parse_args()
     data = build()
     if args.check:

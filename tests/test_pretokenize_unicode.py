@@ -63,6 +63,8 @@ def test_unicode_data_up_to_date():
         capture_output=True,
         text=True,
     )
+    if r.returncode == 3:  # (the script's EXIT_WRONG_VERSION)
+        pytest.skip(f"gen_unicode_data.py --check needs its pinned versions: {r.stderr.strip()}")
     assert r.returncode == 0, r.stdout + r.stderr
 
 
