@@ -134,6 +134,14 @@ class Encoding:
                 return out
         return self._encode_host(texts, allowed)
 
+    def _encode_one(self, text: str, allowed) -> list[int]:
+        # (a text is 4 bytes a character at most: one of fewer than LONG_TEXT_BYTES / 4
+        # characters goes to the host without _encode_many's look, which costs about as much
+        # as encoding a short string)
+        if self._on_host and (self._long_texts_on is None or 4 * len(text) < self.LONG_TEXT_BYTES):
+            return self._encode_host((text,), allowed)[0]
+        return self._encode_many([text], allowed)[0]
+
     def _is_long(self, text) -> bool:
         """At least LONG_TEXT_BYTES bytes of UTF-8 (counted only where the length in characters
         leaves it open: a character is 1 to 4 bytes)."""
@@ -144,7 +152,7 @@ class Encoding:
 
     def _encode_host(self, texts: Sequence[str], allowed) -> list[list[int]]:
         """The native encode on the strings themselves (no XLA call, no padded copy)."""
-        encoder = self._host_encoder(allowed)
+        encoder = self._host_encoders.get(allowed) or self._host_encoder(allowed)
         if not self._normalizes:
             try:
                 return encoder.encode(texts)  # (str read as its UTF-8 form, no copy)
@@ -189,7 +197,7 @@ class Encoding:
 
     def encode_ordinary(self, text: str) -> list[int]:
         """`encode(text, disallowed_special=())`: special tokens' text is ordinary text."""
-        return self._encode_many([text], "none")[0]
+        return self._encode_one(text, "none")
 
     def encode(
         self,
@@ -199,7 +207,7 @@ class Encoding:
         disallowed_special: Literal["all"] | Collection[str] = "all",
     ) -> list[int]:
         """tiktoken's `encode`: a disallowed special token in `text` raises ValueError."""
-        return self._encode_many([text], self._allowed(allowed_special, disallowed_special, [text]))[0]
+        return self._encode_one(text, self._allowed(allowed_special, disallowed_special, (text,)))
 
     def encode_to_numpy(self, text: str, **kwargs) -> np.ndarray:
         return np.asarray(self.encode(text, **kwargs), dtype=np.uint32)

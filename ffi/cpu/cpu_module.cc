@@ -197,6 +197,19 @@ class HostEncoder {
     const bbpe::StringViews strings = bbpe::string_views(texts, max_len);
     const auto& views = strings.views;
     const int64_t batch = (int64_t)views.size();
+    nb::list out;
+    if (batch == 1) {  // (its segments spread over the cores; its list made from the scratch)
+      bbpe::CpuScratch& scratch = thread_scratch();
+      int n;
+      {
+        nb::gil_scoped_release unlocked;
+        n = encode_one(views[0], scratch, (int)bbpe::host_cores());
+      }
+      const GcPaused paused;
+      out.append(id_list(0, scratch.tok.data(), n));
+      drop_if_long(scratch, views[0].second);
+      return out;
+    }
     std::vector<std::vector<int32_t>> ids(batch);
     std::vector<int> counts(batch);
     int64_t text_bytes = 0;
@@ -204,43 +217,16 @@ class HostEncoder {
     {
       nb::gil_scoped_release unlocked;
       bbpe::over_ranges(batch, text_bytes, 16 << 10, [&](int64_t lo, int64_t hi) {
-        // (this thread's arrays, kept between calls: allocating them anew cost about as much as
-        // encoding a short string; dropped after a long string, so that they do not stay large)
-        thread_local bbpe::CpuScratch scratch;
-        scratch.filter = filter_.get();
-        struct Release {
-          bbpe::CpuScratch& s;
-          int64_t longest = 0;  // (the arrays' size follows the longest string)
-          ~Release() { if (longest > (1 << 20)) s = bbpe::CpuScratch(); }
-        } release{scratch};
-        // (one string: its segments spread over the cores; a batch is spread by strings)
-        const int threads = batch == 1 ? (int)bbpe::host_cores() : 1;
+        bbpe::CpuScratch& scratch = thread_scratch();
         for (int64_t b = lo; b < hi; ++b) {
-          const int n = bbpe::encode_string(params_, (const uint8_t*)views[b].first, (int)views[b].second,
-                                            scratch, threads);
-          counts[b] = n;
-          release.longest = std::max(release.longest, (int64_t)views[b].second);
-          ids[b].resize(std::max(0, n));
-          for (int j = 0; j < n; ++j) ids[b][j] = bbpe::token_id(scratch.tok[j]);
+          const int n = counts[b] = encode_one(views[b], scratch, 1);
+          ids[b].assign(scratch.tok.begin(), scratch.tok.begin() + std::max(0, n));
+          drop_if_long(scratch, views[b].second);
         }
       }, bbpe::host_cores());
     }
-    // (the cyclic GC paused while the lists are made: thousands of new lists would start
-    // collections that walk every object of the process, JAX's included, for no garbage)
-    struct GcPaused {
-      const int was_enabled = PyGC_Disable();
-      ~GcPaused() { if (was_enabled) PyGC_Enable(); }
-    } paused;
-    nb::list out;
-    for (int64_t b = 0; b < batch; ++b) {
-      if (counts[b] < 0)
-        throw std::runtime_error("encode failed: string " + std::to_string(b) + " reported count " +
-                                 std::to_string(counts[b]));
-      PyObject* row = PyList_New((Py_ssize_t)ids[b].size());
-      if (!row) throw nb::python_error();
-      out.append(nb::steal(row));
-      for (size_t j = 0; j < ids[b].size(); ++j) PyList_SET_ITEM(row, (Py_ssize_t)j, Py_NewRef(id_object(ids[b][j])));
-    }
+    const GcPaused paused;
+    for (int64_t b = 0; b < batch; ++b) out.append(id_list(b, ids[b].data(), counts[b]));
     return out;
   }
 
@@ -250,6 +236,42 @@ class HostEncoder {
   }
 
  private:
+  // This thread's arrays, kept between calls: allocating them anew cost about as much as
+  // encoding a short string. Dropped after a long string, so that they do not stay large.
+  static bbpe::CpuScratch& thread_scratch() {
+    thread_local bbpe::CpuScratch scratch;
+    return scratch;
+  }
+  static void drop_if_long(bbpe::CpuScratch& scratch, int64_t text_bytes) {
+    if (text_bytes > (1 << 20)) scratch = bbpe::CpuScratch();
+  }
+
+  // The cyclic GC paused while the lists are made: thousands of new lists would start
+  // collections that walk every object of the process, JAX's included, for no garbage.
+  struct GcPaused {
+    const int was_enabled = PyGC_Disable();
+    ~GcPaused() { if (was_enabled) PyGC_Enable(); }
+  };
+
+  // One string's tokens into scratch.tok[0..count); returns count.
+  int encode_one(const std::pair<const char*, int64_t>& text, bbpe::CpuScratch& scratch, int threads) const {
+    scratch.filter = filter_.get();
+    const int n = bbpe::encode_string(params_, (const uint8_t*)text.first, (int)text.second, scratch, threads);
+    for (int j = 0; j < n; ++j) scratch.tok[j] = bbpe::token_id(scratch.tok[j]);
+    return n;
+  }
+
+  // A list of ids (GIL held); a count < 0 is a RuntimeError naming string b.
+  nb::object id_list(int64_t b, const int32_t* ids, int n) const {
+    if (n < 0)
+      throw std::runtime_error("encode failed: string " + std::to_string(b) + " reported count " + std::to_string(n));
+    PyObject* row = PyList_New((Py_ssize_t)n);
+    if (!row) throw nb::python_error();
+    nb::object owned = nb::steal(row);
+    for (int j = 0; j < n; ++j) PyList_SET_ITEM(row, (Py_ssize_t)j, Py_NewRef(id_object(ids[j])));
+    return owned;
+  }
+
   // One Python int per id, made on first use and shared by every list after: the lists are
   // made with the GIL held, on one thread, and a new int object per token was most of that.
   PyObject* id_object(int32_t id) const {
