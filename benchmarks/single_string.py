@@ -22,8 +22,8 @@ and size:
                of repeated calls after a warm-up call (the compile)
   ours_e2e     `Tokenizer.encode_batch([text]).numpy()` from a Python str, ids back on the host
   ours_api     `tok.as_tiktoken(device="auto").encode_ordinary(text)`: tiktoken's call, a list of
-               ids; the native host encode below Encoding.LONG_TEXT_CHARS characters, the GPU
-               (encode_batch) from there on
+               ids; the native host encode below Encoding.LONG_TEXT_BYTES bytes of UTF-8
+               (--long-text-bytes sets it for this run), the GPU (encode_batch) from there on
   tiktoken     `Encoding.encode_ordinary(text)`
 ids of ours and tiktoken are checked equal whenever both ran (each of ours: device, api). Budget: once one call of a path
 takes more than --budget-s / 4 (the next size is 4x longer at least), its larger sizes in that
@@ -172,6 +172,12 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--tiktoken-max", default=None, help="tiktoken only up to this size, such as 1M")
     ap.add_argument("--block-size", type=int, default=256, help="CUDA threads per block (256, 512, 1024)")
+    ap.add_argument(
+        "--long-text-bytes",
+        type=int,
+        default=None,
+        help="the API's host/GPU threshold (default: the library's)",
+    )
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -183,6 +189,8 @@ def main() -> None:
 
     tok, enc, prose, dev, tables = cl100k_setup()
     api = tok.as_tiktoken(device="auto")
+    if args.long_text_bytes is not None:
+        api.LONG_TEXT_BYTES = args.long_text_bytes
     jitted: dict = {}
 
     def device_fn(width: int):
@@ -261,6 +269,7 @@ def main() -> None:
 def write(out_dir: Path, args, dev, rows: list) -> str:
     """single_string.json and .txt from the rows so far; returns the table."""
     from blockbpe_jax import native
+    from blockbpe_jax.tiktoken_api import Encoding
 
     doc = dict(
         benchmark="single_string",
@@ -269,6 +278,7 @@ def write(out_dir: Path, args, dev, rows: list) -> str:
         device=str(dev),
         budget_s=args.budget_s,
         block_size=args.block_size,
+        api_long_text_bytes=args.long_text_bytes or Encoding.LONG_TEXT_BYTES,
         stitch_margin=os.environ.get("BLOCKBPE_STITCH_MARGIN", "default"),
         stitch_second=os.environ.get("BLOCKBPE_STITCH_SECOND", "default"),
         warp_windows=os.environ.get("BLOCKBPE_WARP_WINDOWS", "default"),
