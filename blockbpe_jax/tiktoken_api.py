@@ -70,12 +70,12 @@ class Encoding:
     `device`: where encode runs: the CPU (default, `jax.devices("cpu")[0]`: the native encode
     without XLA, microseconds per short string), a JAX device, or "auto": the CPU for texts
     of fewer than `LONG_TEXT_BYTES` UTF-8 bytes and JAX's default device, when it is an
-    accelerator, for the others (from about 8 KiB one text's GPU encode, ids back in a list,
-    beats the CPU's on long pre-tokenizer pieces: benchmarks/single_string.py). A new padded
-    width compiles on its first call there (a second or so).
+    accelerator, for the others (one text's GPU encode, ids back in a list, beats the host's
+    at 32 KiB on every case of benchmarks/single_string.py and loses at 8 KiB on most). A
+    new padded width compiles on its first call there (a second or so).
     """
 
-    LONG_TEXT_BYTES = 1 << 13
+    LONG_TEXT_BYTES = 1 << 14
 
     def __init__(self, tokenizer, *, device=None, mode: str = "exact"):
         self.tokenizer = tokenizer
