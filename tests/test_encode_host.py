@@ -133,6 +133,7 @@ def test_checks(tok):
     with pytest.raises(ValueError, match="pretok_stages must be in"):
         native.cpu.HostEncoder(*tables.operands(), 99, 0, 0, 0, 0, 0, 0, 1)
     encoder = ops.host_encoder(tables)
+    assert encoder.encode([]) == [] and encoder.encode([""]) == [[]] and encoder.encode(["", b""]) == [[], []]
     with pytest.raises(TypeError, match="item 1 is neither str nor bytes"):
         encoder.encode(["fine", 7])
     with pytest.raises(UnicodeEncodeError):  # (the tiktoken API replaces lone surrogates first)
@@ -165,8 +166,12 @@ def test_auto_sends_long_texts_to_the_accelerator(tok, monkeypatch):
     )
     texts = ["short", "a long text of more than forty bytes " * 3, "", "x" * 39, "y" * 40, "日本語" * 4]
     texts += ["日本語" * 5, "é" * 19, "é" * 20, "🎉" * 10, "\ud800" * 14]  # 45, 38, 40, 40, 42 bytes
-    assert enc.encode_ordinary_batch(texts) == tok.as_tiktoken().encode_ordinary_batch(texts)
+    want = tok.as_tiktoken().encode_ordinary_batch(texts)
+    assert enc.encode_ordinary_batch(texts) == want
     assert sum(calls) == 6  # the long ones, whatever their buckets
+    calls.clear()  # one text at a time (routed by its length first)
+    assert [enc.encode_ordinary(t) for t in texts] == want
+    assert calls == [1] * 6
     with pytest.raises(ValueError, match="device must be"):
         tok.as_tiktoken(device="gpu")
 

@@ -81,10 +81,11 @@ BBPE_HD uint8_t fwd_flag(const PretokTables& tab, uint16_t key, uint8_t s) {
   if (kBoundaries && (key & kKeyBoundary)) s = tab.fwd_init & 15;
   return (uint8_t)((tab.flag[key & (kKeyBoundary - 1)] >> s) & 1);
 }
-// The class of byte i for stage `stage`, with the boundary mark of the earlier stages' flags.
+// A byte's class with the boundary mark (a piece of an earlier stage starts at the byte).
 BBPE_HD uint8_t with_boundary(uint8_t c, bool boundary) {
   return (boundary && c > kClassSpecial) ? (uint8_t)(c | kMaxClasses) : c;
 }
+// The class of byte i for stage `stage`, with the boundary mark of the earlier stages' flags.
 BBPE_HD uint8_t stage_class(const PretokTables& tab, const uint8_t* text, int n, const uint8_t* sp,
                             int i, const ClassTable& ct, bool boundary) {
   return with_boundary(byte_class(tab, text, n, sp, i, ct), boundary);
