@@ -132,7 +132,11 @@ def build() -> dict[str, np.ndarray]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--check", action="store_true", help="exit 1 if the file on disk differs (3: the pinned versions are not installed)")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if the file on disk differs (3: the pinned versions are not installed)",
+    )
     args = ap.parse_args()
     data = build()
     if args.check:
