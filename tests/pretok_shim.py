@@ -21,8 +21,9 @@ from helpers import hf_tokenizer, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 # Chunkings for pretokenize_chunked: k bytes per chunk (edge states by lookback where it
-# reaches, else scans), or (k, -1): the scans forced.
-CHUNKS = (1, 3, 7, 16, 64, (16, -1))
+# reaches, else scans), (k, -1): the scans forced, (k, lookback, threads): the chunks' steps on
+# that many threads (the host encode of one long text).
+CHUNKS = (1, 3, 7, 16, 64, (16, -1), (64, 8, 3))
 
 PATTERNS = {
     pid: (name, KNOWN_PATTERNS[name])  # id -> (name, tiktoken pattern)
@@ -41,7 +42,7 @@ class Shim:
     def __init__(self, path: Path):
         self.lib = ctypes.CDLL(str(path))
         vp, i = ctypes.c_void_p, ctypes.c_int
-        self.lib.bbpe_pretokenize.argtypes = [vp, ctypes.c_int64, i, vp, i, vp, i, i, vp]
+        self.lib.bbpe_pretokenize.argtypes = [vp, ctypes.c_int64, i, vp, i, vp, i, i, i, vp]
         self.lib.bbpe_pretokenize.restype = i
         self.lookback = self.lib.bbpe_pretok_lookback()  # the kernel's kPretokLookback
         self.lib.bbpe_leftmost_first_merges.argtypes = [ctypes.c_uint32]
@@ -55,14 +56,14 @@ class Shim:
     def pretokenizer(pattern):
         return pretok.from_tiktoken_pattern(PATTERNS[pattern][1]) if isinstance(pattern, int) else pattern
 
-    def flags(
-        self, pattern, data: bytes, special: np.ndarray | None = None, chunk: int | tuple[int, int] = 0
-    ):
+    def flags(self, pattern, data: bytes, special: np.ndarray | None = None, chunk: int | tuple = 0):
         """pattern: an id of PATTERNS or a pretok.Pretokenizer. chunk 0: pretokenize_sequential;
-        -1: the Python reference; k > 0: chunked by k; (k, lookback): chunked by k with that
-        lookback (-1: always scan)."""
+        -1: the Python reference; k > 0: chunked by k; (k, lookback[, threads]): chunked by k
+        with that lookback (-1: always scan), its chunks on that many threads."""
         p = self.pretokenizer(pattern)
-        chunk, lookback = chunk if isinstance(chunk, tuple) else (chunk, self.lookback)
+        chunk, lookback, threads = (
+            (chunk + (1,))[:3] if isinstance(chunk, tuple) else (chunk, self.lookback, 1)
+        )
         if chunk == -1:
             return python_flags(p, data, special)
         op = p.operand()
@@ -77,6 +78,7 @@ class Shim:
             self._ptr(special),
             chunk,
             lookback,
+            threads,
             self._ptr(out),
         )
         assert rc == 0

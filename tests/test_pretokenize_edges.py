@@ -125,7 +125,7 @@ def test_bytes_mode_and_edges(shim):
     for size, stages in [(op.size - 1, 1), (op.size, 2), (op.size, 5), (op.size, -1), (16, 1)]:
         assert (
             shim.lib.bbpe_pretokenize(
-                op.ctypes.data, size, stages, buf.ctypes.data, 4, None, 0, shim.lookback, buf.ctypes.data
+                op.ctypes.data, size, stages, buf.ctypes.data, 4, None, 0, shim.lookback, 1, buf.ctypes.data
             )
             == -1
         ), (size, stages)

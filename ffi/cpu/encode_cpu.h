@@ -11,6 +11,7 @@
 #include "core/bpe_core.h"
 #include "core/char_symbols.h"
 #include "core/host_threads.h"
+#include "pretok/chunked.h"
 #include "pretok/lowercase.h"
 #include "pretok/nfc.h"
 #include "pretok/sequential.h"
@@ -249,13 +250,19 @@ inline int merge_segments(const EncodeParams& p, const uint8_t* text, int n, Cpu
   return count - from;
 }
 
-// Texts from this long may have their segments merged on several threads (encode_string's
-// `threads`, one per 16 KiB at most): below it, starting threads costs more than they save.
+// Texts from this long may be pre-tokenized and have their segments merged on several threads
+// (encode_string's `threads`, one per 16 KiB at most): below it, starting threads costs more
+// than they save.
 constexpr int kSpreadMinBytes = 32 << 10;
+// The chunked pre-tokenizer does more work per byte than the sequential one (each chunk's map
+// composed over every state: ~5x where the automaton keeps counting, as in a run of digits),
+// so it runs only where enough threads share it.
+constexpr int kChunkedPretokMinThreads = 8;
 
 // Tokenizes text[0..n) into s.tok[0..count); returns count (kCountNotNormalized: the text may
 // not be in the NFC form its tokenizer requires, or has a code point whose lowercase is not
-// rewritten in place). threads > 1: a long text's segments are merged on up to that many.
+// rewritten in place). threads > 1: a long text is pre-tokenized and its segments merged on up
+// to that many.
 inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s, int threads = 1) {
   const VocabView& v = p.vocab;
   s.is_special.resize(n + 1);
@@ -285,13 +292,17 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
     for (int i = 0; i < n; ++i) lower_in_place_at(p.pretok, s.lowered.data(), n, s.is_special.data(), i);
     text = s.lowered.data();
   }
-  pretokenize_sequential(p.pretok, text, n, s.is_special.data(), s.piece_start.data());
+  threads = std::min(threads, n / (kSpreadMinBytes / 2));  // (16 KiB a thread at least)
+  if (threads >= kChunkedPretokMinThreads)  // (the GPU's chunk decomposition, a chunk per thread)
+    pretokenize_chunked(p.pretok, text, n, s.is_special.data(), (n + threads - 1) / threads,
+                        s.piece_start.data(), kPretokLookback, threads);
+  else
+    pretokenize_sequential(p.pretok, text, n, s.is_special.data(), s.piece_start.data());
   for (int i = 0; i < n; ++i)
     s.tok[i] = initial_token(v, p.special, text[i], s.is_special.data(), s.piece_start.data(),
                              s.tok[i], i);
   s.rank.resize(n + 1);
   s.fresh.resize(n + 1);
-  threads = std::min(threads, n / (kSpreadMinBytes / 2));  // (16 KiB a thread at least)
   if (threads <= 1) return merge_segments(p, text, n, s, 0, n, s);
   // A long text: its segments are independent, so the text is cut at segment starts into one
   // part per thread, each part's tokens packed to its front, then the parts joined.

@@ -135,22 +135,24 @@ BBPE_HD uint8_t byte_class(const PretokTables& tab, const uint8_t* text, int n, 
   return byte_class_slow(tab, text, n, sp, i, ct);
 }
 
-// byte_class of every byte of text[0..n), in one forward pass that decodes each code point
-// once (byte_class, asked about one byte, decodes a continuation byte's sequence again from
-// its lead). The same answer: a continuation byte is inside a valid sequence exactly when the
-// pass reaches it as part of one, since a sequence's lead is never a continuation byte.
+// byte_class of the bytes [from, to) of text[0..n) (default: all), in one forward pass that
+// decodes each code point once (byte_class, asked about one byte, decodes a continuation
+// byte's sequence again from its lead). The same answer: a continuation byte is inside a valid
+// sequence exactly when the pass reaches it as part of one, since a sequence's lead is never a
+// continuation byte; `from` may fall inside a code point (byte_class answers for those bytes).
 inline void byte_classes(const PretokTables& tab, const uint8_t* text, int n, const uint8_t* sp,
-                         const ClassTable& ct, uint8_t* out) {
-  for (int i = 0; i < n;) {
+                         const ClassTable& ct, uint8_t* out, int from = 0, int to = -1) {
+  if (to < 0) to = n;
+  for (int i = from; i < to;) {
     uint32_t cp;
     const int len = (sp && sp[i]) || text[i] < 0x80 ? 0 : utf8_decode(text, n, sp, i, &cp);
-    if (len == 0) {  // a special byte, ASCII, or an invalid byte
+    if (len == 0) {  // a special byte, ASCII, an invalid byte or the tail of a code point
       out[i] = byte_class(tab, text, n, sp, i, ct);
       ++i;
       continue;
     }
     out[i] = cp_class(cp, ct);
-    for (int k = 1; k < len; ++k) out[i + k] = kClassNone;
+    for (int k = 1; k < len && i + k < to; ++k) out[i + k] = kClassNone;
     i += len;
   }
 }

@@ -7,17 +7,18 @@
 
 extern "C" {
 
-// chunk_bytes 0: pretokenize_sequential; > 0: pretokenize_chunked with that chunk size and
-// lookback (< 0: always scan). Returns -1 when the operand does not fit the layout.
+// chunk_bytes 0: pretokenize_sequential; > 0: pretokenize_chunked with that chunk size,
+// lookback (< 0: always scan) and threads. Returns -1 when the operand does not fit the layout.
 int bbpe_pretokenize(const uint8_t* op, int64_t op_bytes, int stages, const uint8_t* text, int n,
-                     const uint8_t* is_special, int chunk_bytes, int lookback, uint8_t* piece_start) {
+                     const uint8_t* is_special, int chunk_bytes, int lookback, int threads,
+                     uint8_t* piece_start) {
   bbpe::PretokView v;
   if (!bbpe::pretok_view(op, op_bytes, stages, /*normalizer=*/0, &v)) return -1;
   for (int i = 0; i < n; ++i) piece_start[i] = 0;
   if (chunk_bytes == 0)
     bbpe::pretokenize_sequential(v, text, n, is_special, piece_start);
   else
-    bbpe::pretokenize_chunked(v, text, n, is_special, chunk_bytes, piece_start, lookback);
+    bbpe::pretokenize_chunked(v, text, n, is_special, chunk_bytes, piece_start, lookback, threads);
   return 0;
 }
 
