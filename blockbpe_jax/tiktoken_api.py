@@ -64,6 +64,23 @@ def _utf8(text: str) -> bytes:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
 
 
+class _HostEncoders(dict):
+    """`ops.host_encoder` per allowed specials, built on first use (it binds the tables)."""
+
+    def __init__(self, tokenizer, mode: str):
+        super().__init__()
+        self.tokenizer, self.mode = tokenizer, mode
+
+    def __missing__(self, allowed):
+        tok = self.tokenizer
+        enc = self[allowed] = ops.host_encoder(
+            tok.tables(allowed, host=True),
+            mode=self.mode,
+            assume_normalized=tok._normalized([], self.mode)[1],
+        )
+        return enc
+
+
 class Encoding:
     """tiktoken's `Encoding` API over a `blockbpe_jax.Tokenizer` (host lists in and out).
 
@@ -88,7 +105,7 @@ class Encoding:
             device = None
         self.device = device if device is not None else jax.devices("cpu")[0]
         self.mode = mode
-        self._host_encoders: dict = {}
+        self._host_encoders = _HostEncoders(tokenizer, mode)
         self._on_host = self.device.platform == "cpu"
         self._normalizes = tokenizer.normalizes
         vocab = tokenizer.vocab
@@ -135,12 +152,14 @@ class Encoding:
         return self._encode_host(texts, allowed)
 
     def _encode_one(self, text: str, allowed) -> list[int]:
-        # (a text is 4 bytes a character at most: one of fewer than LONG_TEXT_BYTES / 4
-        # characters goes to the host without _encode_many's look, which costs about as much
-        # as encoding a short string)
-        if self._on_host and (self._long_texts_on is None or 4 * len(text) < self.LONG_TEXT_BYTES):
-            return self._encode_host((text,), allowed)[0]
-        return self._encode_many([text], allowed)[0]
+        # (_encode_many's routing for one text, without its lists, and _is_long called only
+        # where the characters alone leave it open: each costs about as much as encoding a
+        # short string)
+        if not self._on_host:
+            return self._encode_on(self.device, [text], allowed)[0]
+        if self._long_texts_on is not None and 4 * len(text) >= self.LONG_TEXT_BYTES and self._is_long(text):
+            return self._encode_on(self._long_texts_on, [text], allowed)[0]
+        return self._encode_host((text,), allowed)[0]
 
     def _is_long(self, text) -> bool:
         """At least LONG_TEXT_BYTES bytes of UTF-8 (counted only where the length in characters
@@ -152,7 +171,7 @@ class Encoding:
 
     def _encode_host(self, texts: Sequence[str], allowed) -> list[list[int]]:
         """The native encode on the strings themselves (no XLA call, no padded copy)."""
-        encoder = self._host_encoders.get(allowed) or self._host_encoder(allowed)
+        encoder = self._host_encoders[allowed]
         if not self._normalizes:
             try:
                 return encoder.encode(texts)  # (str read as its UTF-8 form, no copy)
@@ -182,18 +201,6 @@ class Encoding:
                 for j, k in enumerate(chunk):
                     out[k] = ids[j, : counts[j]].tolist()
         return out
-
-    def _host_encoder(self, allowed):
-        """`ops.host_encoder` for these allowed specials (built once each: it binds the tables)."""
-        if (enc := self._host_encoders.get(allowed)) is None:
-            tok = self.tokenizer
-            enc = ops.host_encoder(
-                tok.tables(allowed, host=True),
-                mode=self.mode,
-                assume_normalized=tok._normalized([], self.mode)[1],
-            )
-            self._host_encoders[allowed] = enc
-        return enc
 
     def encode_ordinary(self, text: str) -> list[int]:
         """`encode(text, disallowed_special=())`: special tokens' text is ordinary text."""
