@@ -41,12 +41,11 @@ static void encode_rows(const EncodeParams& p, int64_t begin, int64_t end) {
 static ffi::Error encode_cpu(const EncodeParams& p, int32_t /*block_size*/) {
   ffi::Error err = check_lengths(p.lengths, p.batch, p.max_len);
   if (err.failure()) return err;
-  // A thread per 16 KiB of text at most: starting one costs as much as encoding a few KiB,
-  // so a batch of a few short strings stays on this thread.
-  int64_t text_bytes = 0;
+  int64_t text_bytes = 0;  // (a batch of a few short strings stays on this thread)
   for (int64_t b = 0; b < p.batch; ++b) text_bytes += p.lengths[b];
-  over_ranges(p.batch, text_bytes, 16 << 10, [&](int64_t lo, int64_t hi) { encode_rows(p, lo, hi); },
-              host_cores());
+  over_ranges(
+      p.batch, text_bytes, kHostBytesPerThread, [&](int64_t lo, int64_t hi) { encode_rows(p, lo, hi); },
+      host_cores());
   return ffi::Error::Success();
 }
 
@@ -216,7 +215,7 @@ class HostEncoder {
     for (const auto& v : views) text_bytes += v.second;
     {
       nb::gil_scoped_release unlocked;
-      bbpe::over_ranges(batch, text_bytes, 16 << 10, [&](int64_t lo, int64_t hi) {
+      bbpe::over_ranges(batch, text_bytes, bbpe::kHostBytesPerThread, [&](int64_t lo, int64_t hi) {
         bbpe::CpuScratch& scratch = thread_scratch();
         for (int64_t b = lo; b < hi; ++b) {
           const int n = counts[b] = encode_one(views[b], scratch, 1);

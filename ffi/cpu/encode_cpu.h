@@ -250,10 +250,10 @@ inline int merge_segments(const EncodeParams& p, const uint8_t* text, int n, Cpu
   return count - from;
 }
 
-// Texts from this long may be pre-tokenized and have their segments merged on several threads
-// (encode_string's `threads`, one per 16 KiB at most): below it, starting threads costs more
-// than they save.
-constexpr int kSpreadMinBytes = 32 << 10;
+// Host encode work per thread, at least: starting a thread costs about as much as encoding a
+// few KiB. A batch's strings (the CPU handler, HostEncoder) and one long text's pre-tokenizer
+// chunks and segments (encode_string's `threads`) are split by it.
+constexpr int kHostBytesPerThread = 16 << 10;
 // The chunked pre-tokenizer does more work per byte than the sequential one (each chunk's map
 // composed over every state: ~5x where the automaton keeps counting, as in a run of digits),
 // so it runs only where enough threads share it.
@@ -292,7 +292,7 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
     for (int i = 0; i < n; ++i) lower_in_place_at(p.pretok, s.lowered.data(), n, s.is_special.data(), i);
     text = s.lowered.data();
   }
-  threads = std::min(threads, n / (kSpreadMinBytes / 2));  // (16 KiB a thread at least)
+  threads = std::min(threads, n / kHostBytesPerThread);
   if (threads >= kChunkedPretokMinThreads)  // (the GPU's chunk decomposition, a chunk per thread)
     pretokenize_chunked(p.pretok, text, n, s.is_special.data(), (n + threads - 1) / threads,
                         s.piece_start.data(), kPretokLookback, threads);

@@ -25,10 +25,11 @@
 // tiktoken and HF pre-tokenize each slice between specials independently. Their flag is
 // don't-care (written as 0); the first byte after them always gets a 1.
 //
-// What runs them: pretok/sequential.h (the CPU handler), pretok/block_pretokenizer.cuh (one
+// What runs them: pretok/sequential.h (the CPU encode), pretok/block_pretokenizer.cuh (one
 // CUDA thread block per string, and the tile passes of long rows), pretok/chunked.h (the block
-// decomposition emulated on the host, for the tests). This file holds what all three share:
-// transition maps, the steps, the chunk maps and replays, edge_state.
+// decomposition on the host: the tests, and one long text on many host threads). This file
+// holds what all three share: transition maps, the steps, the chunk maps and replays,
+// edge_state.
 #pragma once
 
 #include <cstdint>

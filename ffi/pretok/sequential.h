@@ -1,4 +1,4 @@
-// The pre-tokenizer run sequentially: what the CPU handler runs, and the reference the parallel
+// The pre-tokenizer run sequentially: what the CPU encode runs, and the reference the parallel
 // decompositions are tested against (pretok/chunked.h, pretok/block_pretokenizer.cuh).
 #pragma once
 
@@ -40,8 +40,9 @@ inline void pretokenize_stage(const PretokTables& tab, int n, const uint8_t* cls
   }
 }
 
-// Reference: per stage one pass backward, one pass forward (this is what the CPU handler
-// runs). piece_start must be zero when there are no stages.
+// Reference: per stage one pass backward, one pass forward (what the CPU encode runs, but for
+// one long text on many threads: pretok/chunked.h). piece_start must be zero when there are no
+// stages.
 inline void pretokenize_sequential(const PretokView& v, const uint8_t* text, int n,
                                    const uint8_t* is_special_byte, uint8_t* piece_start) {
   if (n <= 0) return;
