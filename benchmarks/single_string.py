@@ -191,6 +191,7 @@ def main() -> None:
     api = tok.as_tiktoken(device="auto")
     if args.long_text_bytes is not None:
         api.LONG_TEXT_BYTES = args.long_text_bytes
+    args.long_text_bytes = api.LONG_TEXT_BYTES  # (recorded in the JSON)
     jitted: dict = {}
 
     def device_fn(width: int):
@@ -269,7 +270,6 @@ def main() -> None:
 def write(out_dir: Path, args, dev, rows: list) -> str:
     """single_string.json and .txt from the rows so far; returns the table."""
     from blockbpe_jax import native
-    from blockbpe_jax.tiktoken_api import Encoding
 
     doc = dict(
         benchmark="single_string",
@@ -278,7 +278,7 @@ def write(out_dir: Path, args, dev, rows: list) -> str:
         device=str(dev),
         budget_s=args.budget_s,
         block_size=args.block_size,
-        api_long_text_bytes=args.long_text_bytes or Encoding.LONG_TEXT_BYTES,
+        api_long_text_bytes=args.long_text_bytes,
         stitch_margin=os.environ.get("BLOCKBPE_STITCH_MARGIN", "default"),
         stitch_second=os.environ.get("BLOCKBPE_STITCH_SECOND", "default"),
         warp_windows=os.environ.get("BLOCKBPE_WARP_WINDOWS", "default"),
