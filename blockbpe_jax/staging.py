@@ -188,23 +188,29 @@ def _free_slots() -> None:
         _readers.clear()
 
 
-def read_back(arrays) -> list:
+def read_back(arrays, prefixes=None) -> list:
     """NumPy copies of finished JAX arrays. Arrays that each live on one CUDA GPU this build can
     stage to are copied by `_blockbpe_cuda.DeviceReader` (one DMA each through a pinned buffer
     on a private stream): JAX's own copy of a fresh array costs a fixed 130-250 us per call on
     the H100 machine, more than encoding a short string (those copies are new, writable
-    arrays). Any other array: np.asarray."""
+    arrays). Any other array: np.asarray. prefixes: per array, None (all of it) or n: only its
+    first n elements (of a 1-D array), and only those are copied."""
     import numpy as np
 
     arrays = list(arrays)
+    prefixes = [None] * len(arrays) if prefixes is None else list(prefixes)
+    for a, n in zip(arrays, prefixes):
+        if n is not None and not (np.ndim(a) == 1 and 0 <= n <= a.shape[0]):
+            raise ValueError(f"read_back: prefix {n} of an array of shape {list(np.shape(a))}")
+    shapes = [a.shape if n is None else (n,) for a, n in zip(arrays, prefixes)]
     out = [None] * len(arrays)
     by_device: dict = {}
     for k, a in enumerate(arrays):
         devices = a.devices() if isinstance(a, jax.Array) and not a.is_deleted() else ()
         if len(devices) != 1 or not available(next(iter(devices))):
-            out[k] = np.asarray(a)
-        elif a.size == 0:  # (no buffer to read)
-            out[k] = np.empty(a.shape, a.dtype)
+            out[k] = np.asarray(a) if prefixes[k] is None else np.asarray(a)[: prefixes[k]]
+        elif a.size == 0 or prefixes[k] == 0:  # (no buffer to read)
+            out[k] = np.empty(shapes[k], a.dtype)
         else:
             by_device.setdefault(next(iter(devices)), []).append(k)
     for device, ks in by_device.items():
@@ -214,7 +220,7 @@ def read_back(arrays) -> list:
                 _readers[device] = (native.cuda.DeviceReader(device.local_hardware_id), threading.Lock())
             reader, lock = _readers[device]
         for k in ks:
-            out[k] = np.empty(arrays[k].shape, arrays[k].dtype)
+            out[k] = np.empty(shapes[k], arrays[k].dtype)
         with lock:  # (the arrays stay referenced, so alive, through the copy)
             reader.read([arrays[k].unsafe_buffer_pointer() for k in ks], [out[k] for k in ks])
     return out

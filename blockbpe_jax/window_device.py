@@ -161,7 +161,9 @@ class WindowBuffers:
         import jax.numpy as jnp
 
         self.device, self.slots, self.docs = device, 1 << 12, 1 << 10
-        self.flat_bytes, self.entries = 0, 0
+        # (a table of 8192 entries is 64 KB: a job seldom outgrows it, and growing it would
+        # compile every call shape again)
+        self.flat_bytes, self.entries, self.id_slots = 0, 1 << 13, 0
         self.zero = jnp.zeros((), jnp.int32, device=device)  # a window's first offset
 
     def take(self, slots: int):
@@ -174,12 +176,12 @@ class WindowBuffers:
         return raw if raw is not None else jnp.zeros(self.slots, jnp.int32, device=self.device)
 
     def host_bytes(self, need: int) -> np.ndarray:
-        """A host byte buffer of at least `need` bytes (the job's size: a quarter more than the
-        largest need so far) for a window's one transfer, a finished window's when one is
-        kept."""
+        """A host byte buffer of at least `need` bytes (the job's size: half again the largest
+        need so far, since a window that outgrows it compiles every call shape again) for a
+        window's one transfer, a finished window's when one is kept."""
         with self._lock:
             if need > self.flat_bytes:
-                self.flat_bytes = size_bucket(need + need // 4)
+                self.flat_bytes = size_bucket(need + need // 2)
             size = self.flat_bytes
             padded = self._reuse(None, size)
         return padded if padded is not None else np.empty(size, np.uint8)
@@ -203,6 +205,15 @@ class WindowBuffers:
             if entries > self.entries:
                 self.entries = 2 * pow2(entries, 1)
             return np.zeros((2, self.entries), np.int32)
+
+    def ids(self, total: int) -> int:
+        """Length of a window's ids in input order (`finalize`'s size) for `total` tokens: the
+        job's, a power of two, half again the most so far (one executable for most jobs; the
+        host reads back only the first `total`)."""
+        with self._lock:
+            if total > self.id_slots:
+                self.id_slots = pow2(total + total // 2, 4096)
+            return self.id_slots
 
     def doc_slots(self, n: int) -> int:
         with self._lock:
@@ -284,17 +295,7 @@ class CompiledEncodes:
 
     def prepare(self, shapes) -> None:
         """Compiles the shapes (`CompiledEncodes.shape`) not compiled yet."""
-        with self._lock:
-            missing = [s for s in dict.fromkeys(shapes) if (self.options, s) not in self._done]
-        if not missing:
-            return
-        if len(missing) == 1:
-            built = [self._compile(missing[0])]
-        else:
-            with ThreadPoolExecutor(min(len(missing), os.cpu_count() or 1)) as pool:
-                built = list(pool.map(self._compile, missing))
-        with self._lock:
-            self._done.update(((self.options, s), e) for s, e in zip(missing, built))
+        prepare_all([(self, s) for s in shapes])
 
     def __call__(self, flat, table, raw, at, pos, **call):
         """step(flat, table, tables, raw, at, pos, **call): (raw, next at, next pos); call:
@@ -305,3 +306,24 @@ class CompiledEncodes:
             self.prepare([shape])
             run = self._done[(self.options, shape)]
         return run(flat, table, self.tables, raw, at, pos)
+
+
+def prepare_all(wanted) -> None:
+    """Compiles the (CompiledEncodes, shape) pairs not compiled yet, together, on threads (XLA
+    compiles with the GIL released)."""
+    with CompiledEncodes._lock:
+        missing = [
+            (step, shape)
+            for step, shape in dict.fromkeys((step, shape) for step, shape in wanted)
+            if (step.options, shape) not in CompiledEncodes._done
+        ]
+    if not missing:
+        return
+    compile_one = lambda pair: pair[0]._compile(pair[1])  # noqa: E731
+    if len(missing) == 1:
+        built = [compile_one(missing[0])]
+    else:
+        with ThreadPoolExecutor(min(len(missing), os.cpu_count() or 1)) as pool:
+            built = list(pool.map(compile_one, missing))
+    with CompiledEncodes._lock:
+        CompiledEncodes._done.update(((step.options, shape), e) for (step, shape), e in zip(missing, built))

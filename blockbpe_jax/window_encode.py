@@ -7,6 +7,7 @@ writing thread behind). corpus.py drives it; see encode_documents.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
@@ -15,7 +16,7 @@ import numpy as np
 from . import native
 from .background import in_background
 from .documents import Window
-from .window_device import CompiledEncodes, WindowBuffers, device_functions, pow2, size_bucket
+from .window_device import CompiledEncodes, WindowBuffers, device_functions, pow2, prepare_all
 from .shards import CorpusError, token_dtype
 
 DEFAULT_BATCH_BYTES = 4 << 20  # padded bytes (rows x width) per encode call
@@ -104,10 +105,35 @@ def call_args(call) -> dict:
 
 
 def _rows_bucket(n: int, full: int) -> int:
-    """Rows of a call of `n` documents whose width holds at most `full` per call: a power of
-    two, at least 1/16 of full's: at most five row counts per width, so that a job compiles a
-    few executables per width, for at most 1/16 of a call's bytes of empty rows."""
-    return max(pow2(n, 1), pow2(full, 1) // 16)
+    """Rows of a call of `n` documents whose width holds at most `full` per call: 1/16, 1/4 or
+    all of full's power of two (at least 1): three row counts per width, so that a job
+    compiles few executables, for rows at most 3/4 empty (an empty row's block ends at once)."""
+    most = pow2(full, 1)
+    rows = max(1, most // 16)
+    while rows < n:
+        rows *= 4
+    return min(rows, most)
+
+
+def likely_calls(widths, batch_bytes: int, max_docs: int | None) -> list[dict]:
+    """call_args of the unpacked calls that later windows will likely plan, given a window's
+    widths: every power-of-two width from its least to its most, each with every row count
+    `_rows_bucket` gives it. Compiled together on the first window that shows them, they spare
+    the job's later windows a compile each (~0.2 s on the GPU host, on the dispatching thread)."""
+    out = []
+    width = min(widths)
+    while width <= max(widths):
+        full = max(1, batch_bytes // width)
+        full = full if max_docs is None else min(full, max_docs)
+        n = 1
+        while True:  # (each row count once: the next one is the bucket of one more document)
+            rows = _rows_bucket(n, full)
+            out.append(dict(rows=rows, width=width, max_tokens=first_pass_tokens(width)))
+            if rows >= full:
+                break
+            n = rows + 1
+        width *= 2
+    return out
 
 
 def encode_documents(
@@ -143,6 +169,8 @@ def encode_documents(
     for the ids of the one before and writes them."""
     import jax
 
+    from . import staging
+
     nfc = mode == "exact" and tok.normalizes
     fns = device_functions()
     dtype = token_dtype(tok.vocab.n_vocab)
@@ -151,6 +179,8 @@ def encode_documents(
         return f"{paths[w.file_index]}:{int(w.positions[i])}"
 
     target = device or jax.devices()[0]
+    # (on the CPU backend, compiles take the cores that encode: only the shapes planned)
+    speculate = target.platform != "cpu"
     tables = tok.tables(allowed_special, device)
     buffers = WindowBuffers(target)
     # (any normalizer: assume_nfc)
@@ -211,7 +241,7 @@ def encode_documents(
             full = max(1, batch_bytes // pack.width)
             full = full if max_docs is None else min(full, max_docs)
             for docs, first_row, n_rows in _packed_calls(row_of_doc, len(packed_rows), full):
-                rows, slots = _rows_bucket(n_rows, full), pow2(len(docs))
+                rows, slots = full, pow2(len(docs))  # (a window's last call too: one shape less)
                 plan.append((docs, pack.width, pack.width, rows, end, entries, slots))
                 rows_of.append(packed_rows[first_row : first_row + n_rows].T)
                 first_rows.append(first_row)
@@ -262,9 +292,13 @@ def encode_documents(
         w, plan, host_flat, flat, table, end, perm, T, src, count_at, positions, doc_start, packed = planned
         raw, at, pos = buffers.take(end), buffers.zero, buffers.zero
         steps = [packed_encodes if p[6] else encodes for p in plan]  # (p[6]: packed rows' docs)
-        shapes = [CompiledEncodes.shape(raw.size, flat.size, table.shape[1], **call_args(p)) for p in plan]
-        for step in set(steps):
-            step.prepare([s for s, of in zip(shapes, steps) if of is step])
+        shape = functools.partial(CompiledEncodes.shape, raw.size, flat.size, table.shape[1])
+        shapes = [shape(**call_args(p)) for p in plan]
+        widths = [p[1] for p in plan if not p[6]]
+        if speculate and widths:
+            shapes += [shape(**c) for c in likely_calls(widths, batch_bytes, max_docs)]
+            steps += [encodes] * (len(shapes) - len(steps))
+        prepare_all(zip(steps, shapes))  # (a window's new shapes compiled together, on threads)
         for p, step in zip(plan, steps):
             raw, at, pos = step(flat, table, raw, at, pos, **call_args(p))
         counts = fns.gather(raw, positions)
@@ -320,22 +354,21 @@ def encode_documents(
         source = np.empty(n, np.int64)
         source[perm] = src
         total = int(counts.sum())
-        size = size_bucket(total)
+        size = buffers.ids(total)
         starts = np.cumsum(counts) - counts
         held = np.flatnonzero(counts)
         layout = np.full((2, buffers.doc_slots(n)), size, np.int32)
         layout[0, : held.size] = starts[held]
         layout[1, : held.size] = source[held] - starts[held]
         ids = fns.finalize(raw, layout, size=size, dtype=dtype)
-        ids.copy_to_host_async()
-        # The copy back is waited for on the writing thread (at most two windows queued), so
-        # that this one takes the next window's counts meanwhile.
+        # The copy back (of the first `total` ids only) is made on the writing thread (at most
+        # two windows queued), so that this one takes the next window's counts meanwhile.
         while len(stored) > 1:
             stored.pop(0).result()  # re-raises a write's error here
         stored.append(store_thread.submit(store, ids, total, counts, w, raw, host_flat))
 
     def store(ids, total: int, counts: np.ndarray, w: Window, raw, host_flat: np.ndarray) -> None:
-        host_ids = np.asarray(ids)[:total]
+        host_ids = staging.read_back([ids], [total])[0]
         buffers.give_back(raw)
         # Every call that reads the window's bytes has run (on the CPU backend `flat` may be
         # this very memory), so the next windows may reuse it.

@@ -89,10 +89,10 @@ def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
 
 
 def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatch):
-    """Over many windows, each width is encoded with at most five row counts, every call sees
-    one or two sizes of the window's bytes and document table (and the copy back has eight
-    sizes per octave); a second run of the job compiles nothing (its encode executables are
-    CompiledEncodes' from the first)."""
+    """Over many windows, each width is encoded with at most three row counts, every call sees
+    one or two sizes of the window's bytes and document table, the ids in input order one or
+    two sizes (the host reads back only the window's); a second run of the job compiles
+    nothing (its encode executables are CompiledEncodes' from the first)."""
     rng = np.random.default_rng(1)
     words = ["alpha", "beta", "gamma", "🎉", "1234", "\n"]
     docs = [" ".join(rng.choice(words, int(n))).encode() for n in rng.integers(1, 300, 3000)]
@@ -101,6 +101,8 @@ def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatc
     windows = list(documents.iter_windows([src], window_bytes=8192))
     assert len(windows) > 50
     calls = _spy_encode_into(monkeypatch)
+    fns = window_device.device_functions()
+    finalized = fns.finalize._cache_size()
 
     def run(name):
         corpus.encode_documents(
@@ -111,9 +113,9 @@ def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatc
     by_width: dict[int, set] = {}
     for rows, width, *_ in calls:
         by_width.setdefault(width, set()).add(rows)
-    assert all(len(rows) <= 5 for rows in by_width.values()), by_width
+    assert all(len(rows) <= 3 for rows in by_width.values()), by_width
     assert len({c[3] for c in calls}) <= 2 and len({c[4] for c in calls}) <= 2, {c[3:] for c in calls}
-    fns = window_device.device_functions()
+    assert fns.finalize._cache_size() - finalized <= 2
     compiled = (
         fns.finalize._cache_size(),
         fns.gather._cache_size(),
@@ -128,7 +130,7 @@ def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatc
     for n in [0, 1, 4096, 4097, 70_000, 1 << 20, (1 << 20) + 1, 12_345_678]:
         size = window_device.size_bucket(n)
         assert size >= n and size % 4096 == 0 and size <= max(4096, n + max(4096, n // 8))
-    assert {window_encode._rows_bucket(n, 1000) for n in range(1, 1001)} == {64, 128, 256, 512, 1024}
+    assert {window_encode._rows_bucket(n, 1000) for n in range(1, 1001)} == {64, 256, 1024}
 
 
 def shards_writer(prefix: Path, tok):
@@ -247,3 +249,21 @@ def test_compiled_encodes_key_has_the_static_table_fields(r50k):
     for other in (dataclasses.replace(tables, max_piece_len=0), dataclasses.replace(tables, specials=("x",))):
         assert window_device.CompiledEncodes(other, cpu, mode="exact").options != key
     assert window_device.CompiledEncodes(tables, cpu, mode="bytes").options != key
+
+
+@pytest.mark.parametrize("batch_bytes, max_docs", [(4 << 20, None), (16384, None), (4 << 20, 100), (1000, 3)])
+def test_likely_calls_cover_every_planned_call(batch_bytes, max_docs):
+    """Every unpacked call the planner can make at a width from the least to the most of a
+    window's widths is among likely_calls' (what the GPU compiles on the first window), and
+    nothing else is."""
+    widths = [16, 1 << 13, 1 << 20]
+    likely = window_encode.likely_calls(widths, batch_bytes, max_docs)
+    planned = []
+    for width in [16 << k for k in range(17)]:
+        full = max(1, batch_bytes // width)
+        full = full if max_docs is None else min(full, max_docs)
+        for n in range(1, full + 1):
+            rows = window_encode._rows_bucket(n, full)
+            planned.append(dict(rows=rows, width=width, max_tokens=window_encode.first_pass_tokens(width)))
+    unique = list({tuple(sorted(c.items())): c for c in planned}.values())
+    assert sorted(map(sorted, map(dict.items, likely))) == sorted(map(sorted, map(dict.items, unique)))

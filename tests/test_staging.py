@@ -70,6 +70,30 @@ def test_read_back_off_the_gpu_is_np_asarray(tok):
     np.testing.assert_array_equal(counts, np.asarray(out.counts))
 
 
+def _check_prefixes(device):
+    """read_back's prefixes: only the first n elements of a 1-D array; bad ones refused."""
+    whole = np.arange(3 << 20, dtype=np.uint32) * 7  # (past the pinned buffer in full, not as 5 MiB)
+    arrays = [jax.device_put(a, device) for a in (whole, whole[:100].astype(np.uint16), np.ones((2, 3)))]
+    for n in (0, 1, 77, 5 << 18, whole.size):
+        got = staging.read_back(arrays, [n, min(n, 100), None])
+        np.testing.assert_array_equal(got[0], whole[:n])
+        np.testing.assert_array_equal(got[1], whole[: min(n, 100)].astype(np.uint16))
+        np.testing.assert_array_equal(got[2], np.ones((2, 3)))
+        assert got[0].dtype == np.uint32 and got[1].dtype == np.uint16
+    for bad in ([whole.size + 1, None, None], [-1, None, None], [None, None, 1]):
+        with pytest.raises(ValueError, match="read_back: prefix"):
+            staging.read_back(arrays, bad)
+
+
+def test_read_back_prefixes():
+    _check_prefixes(jax.devices("cpu")[0])
+
+
+@needs_gpu
+def test_read_back_prefixes_gpu():
+    _check_prefixes(gpu_devices()[0])
+
+
 @needs_gpu
 def test_read_back_equals_jax_copy_gpu(tok, corpus_texts):
     host, arrays = _arrays_to_read(gpu_devices()[0])
