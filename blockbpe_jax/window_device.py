@@ -245,16 +245,49 @@ class WindowBuffers:
                 del self._spare[k]
 
 
+def compile_ahead(wanted) -> None:
+    """Compiles the (key, build) pairs whose key has no executable yet, together, on threads
+    (XLA compiles with the GIL released), where jit would compile each step at its first call,
+    one after the other on the dispatching thread (~0.2 s each on the GPU host). The
+    executables are kept across jobs, by key: what they depend on."""
+    with _ahead_lock:
+        missing = {key: build for key, build in wanted if key not in _ahead}
+    if not missing:
+        return
+    if len(missing) == 1:
+        built = [build() for build in missing.values()]
+    else:
+        with ThreadPoolExecutor(min(len(missing), os.cpu_count() or 1)) as pool:
+            built = list(pool.map(lambda build: build(), missing.values()))
+    with _ahead_lock:
+        _ahead.update(zip(missing, built))
+
+
+def compiled(key, build):
+    """The executable of `key`, compiled now if no call to compile_ahead did."""
+    run = _ahead.get(key)
+    if run is None:
+        compile_ahead([(key, build)])
+        run = _ahead[key]
+    return run
+
+
+_ahead: dict = {}  # key -> executable (compile_ahead)
+_ahead_lock = threading.Lock()
+
+
+def _specs(device, *shapes_and_dtypes):
+    import jax
+
+    on = jax.sharding.SingleDeviceSharding(device)
+    return [jax.ShapeDtypeStruct(shape, dtype, sharding=on) for shape, dtype in shapes_and_dtypes]
+
+
 class CompiledEncodes:
     """A window step of `device_functions()` (`encode_into`, or `encode_packed_into` for rows
     of packed documents) compiled per call shape (its static arguments, raw slots, flat bytes,
-    table entries) for one job's tables, device and options, ahead of the calls: `prepare`
-    compiles a window's new shapes together, on threads (XLA compiles with the GIL released),
-    where jit would compile each at its first call, one after the other; a job meets about 30
-    shapes. The executables are kept across jobs."""
-
-    _done: dict = {}  # (options, shape) -> executable
-    _lock = threading.Lock()
+    table entries) for one job's tables, device and options, ahead of the calls: `ahead(shapes)`
+    gives compile_ahead's pairs for a window's shapes."""
 
     def __init__(self, tables, device, step="encode_into", **static):
         import jax
@@ -277,53 +310,61 @@ class CompiledEncodes:
         return (raw_slots, flat_bytes, entries, tuple(sorted(call.items())))
 
     def _compile(self, shape):
-        import jax
-        import jax.numpy as jnp
+        import numpy as np
 
         slots, flat_bytes, entries, call = shape
-        on = jax.sharding.SingleDeviceSharding(self.device)
-        args = (
-            jax.ShapeDtypeStruct((flat_bytes,), jnp.uint8, sharding=on),
-            jax.ShapeDtypeStruct((2, entries), jnp.int32, sharding=on),
-            self.tables,
-            jax.ShapeDtypeStruct((slots,), jnp.int32, sharding=on),
-            jax.ShapeDtypeStruct((), jnp.int32, sharding=on),
-            jax.ShapeDtypeStruct((), jnp.int32, sharding=on),
+        flat, table, raw, at, pos = _specs(
+            self.device,
+            ((flat_bytes,), np.uint8),
+            ((2, entries), np.int32),
+            ((slots,), np.int32),
+            ((), np.int32),
+            ((), np.int32),
         )
         step = getattr(device_functions(), self.step)
-        return step.lower(*args, **dict(call), **self.static).compile()
+        return step.lower(flat, table, self.tables, raw, at, pos, **dict(call), **self.static).compile()
 
-    def prepare(self, shapes) -> None:
-        """Compiles the shapes (`CompiledEncodes.shape`) not compiled yet."""
-        prepare_all([(self, s) for s in shapes])
+    def ahead(self, shapes) -> list:
+        """compile_ahead's (key, build) pairs of these shapes (`CompiledEncodes.shape`)."""
+        return [((self.options, s), functools.partial(self._compile, s)) for s in shapes]
 
     def __call__(self, flat, table, raw, at, pos, **call):
         """step(flat, table, tables, raw, at, pos, **call): (raw, next at, next pos); call:
         rows=, width= and max_tokens= (encode_into) or docs= (encode_packed_into)."""
-        shape = self.shape(raw.size, flat.size, table.shape[1], **call)
-        run = self._done.get((self.options, shape))
-        if run is None:  # (the rows encoded again at full width: not prepared ahead)
-            self.prepare([shape])
-            run = self._done[(self.options, shape)]
-        return run(flat, table, self.tables, raw, at, pos)
+        [(key, build)] = self.ahead([self.shape(raw.size, flat.size, table.shape[1], **call)])
+        return compiled(key, build)(flat, table, self.tables, raw, at, pos)
 
 
-def prepare_all(wanted) -> None:
-    """Compiles the (CompiledEncodes, shape) pairs not compiled yet, together, on threads (XLA
-    compiles with the GIL released)."""
-    with CompiledEncodes._lock:
-        missing = [
-            (step, shape)
-            for step, shape in dict.fromkeys((step, shape) for step, shape in wanted)
-            if (step.options, shape) not in CompiledEncodes._done
-        ]
-    if not missing:
-        return
-    compile_one = lambda pair: pair[0]._compile(pair[1])  # noqa: E731
-    if len(missing) == 1:
-        built = [compile_one(missing[0])]
-    else:
-        with ThreadPoolExecutor(min(len(missing), os.cpu_count() or 1)) as pool:
-            built = list(pool.map(compile_one, missing))
-    with CompiledEncodes._lock:
-        CompiledEncodes._done.update(((step.options, shape), e) for (step, shape), e in zip(missing, built))
+class CompiledReads:
+    """A window's reads on the device, compiled ahead like the encode steps: `gather` (values
+    of raw at positions: the counts) and `finalize` (the ids in input order, `dtype`)."""
+
+    def __init__(self, device, dtype):
+        self.device, self.dtype = device, dtype
+
+    def gather_ahead(self, raw_slots: int, n: int):
+        import numpy as np
+
+        def build():
+            return (
+                device_functions()
+                .gather.lower(*_specs(self.device, ((raw_slots,), np.int32), ((n,), np.int32)))
+                .compile()
+            )
+
+        return ("gather", self.device, raw_slots, n), build
+
+    def finalize_ahead(self, raw_slots: int, entries: int, size: int):
+        import numpy as np
+
+        def build():
+            args = _specs(self.device, ((raw_slots,), np.int32), ((2, entries), np.int32))
+            return device_functions().finalize.lower(*args, size=size, dtype=self.dtype).compile()
+
+        return ("finalize", self.device, raw_slots, entries, size, np.dtype(self.dtype)), build
+
+    def gather(self, raw, positions):
+        return compiled(*self.gather_ahead(raw.size, positions.size))(raw, positions)
+
+    def finalize(self, raw, layout, size: int):
+        return compiled(*self.finalize_ahead(raw.size, layout.shape[1], size))(raw, layout)

@@ -16,7 +16,14 @@ import numpy as np
 from . import native
 from .background import in_background
 from .documents import Window
-from .window_device import CompiledEncodes, WindowBuffers, device_functions, pow2, prepare_all
+from .window_device import (
+    CompiledEncodes,
+    CompiledReads,
+    WindowBuffers,
+    compile_ahead,
+    device_functions,
+    pow2,
+)
 from .shards import CorpusError, token_dtype
 
 DEFAULT_BATCH_BYTES = 4 << 20  # padded bytes (rows x width) per encode call
@@ -185,6 +192,7 @@ def encode_documents(
     buffers = WindowBuffers(target)
     # (any normalizer: assume_nfc)
     encodes = CompiledEncodes(tables, target, mode=mode, block_size=block_size, assume_nfc=nfc)
+    reads = CompiledReads(target, dtype)
     # (max_len: every call max_len wide, packed rows too)
     pack = packing(
         tok, mode, allowed_special, min(pack_width, max_len) if max_len and pack_width else pack_width
@@ -293,15 +301,18 @@ def encode_documents(
         raw, at, pos = buffers.take(end), buffers.zero, buffers.zero
         steps = [packed_encodes if p[6] else encodes for p in plan]  # (p[6]: packed rows' docs)
         shape = functools.partial(CompiledEncodes.shape, raw.size, flat.size, table.shape[1])
-        shapes = [shape(**call_args(p)) for p in plan]
+        ahead = [pair for p, step in zip(plan, steps) for pair in step.ahead([shape(**call_args(p))])]
+        ahead.append(reads.gather_ahead(raw.size, positions.size))
         widths = [p[1] for p in plan if not p[6]]
-        if speculate and widths:
-            shapes += [shape(**c) for c in likely_calls(widths, batch_bytes, max_docs)]
-            steps += [encodes] * (len(shapes) - len(steps))
-        prepare_all(zip(steps, shapes))  # (a window's new shapes compiled together, on threads)
+        if speculate:  # (the ids of a window of about 4 bytes a token; the rows done again: 8)
+            ahead.append(reads.finalize_ahead(raw.size, positions.size, buffers.ids(w.data.size // 4)))
+            likely = likely_calls(widths, batch_bytes, max_docs) if widths else []
+            likely += [dict(rows=8, width=w, max_tokens=w + 1) for w in sorted({c["width"] for c in likely})]
+            ahead += encodes.ahead([shape(**c) for c in likely])
+        compile_ahead(ahead)  # (a window's new executables compiled together, on threads)
         for p, step in zip(plan, steps):
             raw, at, pos = step(flat, table, raw, at, pos, **call_args(p))
-        counts = fns.gather(raw, positions)
+        counts = reads.gather(raw, positions)
         counts.copy_to_host_async()
         return w, plan, host_flat, flat, raw, end, at, perm, T, src, count_at, counts, doc_start, packed
 
@@ -339,7 +350,7 @@ def encode_documents(
                 end += rows * (T2 + 1)
             positions = np.zeros(buffers.doc_slots(n), np.int32)
             positions[: redo.size] = count_at[redo]
-            got[redo] = np.asarray(fns.gather(raw, positions))[: redo.size]
+            got[redo] = np.asarray(reads.gather(raw, positions))[: redo.size]
         widths = np.repeat([p[1] for p in plan], sizes)
         bad = np.flatnonzero((got < 0) | (got > widths + 1))
         if bad.size:
@@ -360,7 +371,7 @@ def encode_documents(
         layout = np.full((2, buffers.doc_slots(n)), size, np.int32)
         layout[0, : held.size] = starts[held]
         layout[1, : held.size] = source[held] - starts[held]
-        ids = fns.finalize(raw, layout, size=size, dtype=dtype)
+        ids = reads.finalize(raw, layout, size)
         # The copy back (of the first `total` ids only) is made on the writing thread (at most
         # two windows queued), so that this one takes the next window's counts meanwhile.
         while len(stored) > 1:
