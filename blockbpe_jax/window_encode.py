@@ -28,6 +28,9 @@ from .shards import CorpusError, token_dtype
 
 DEFAULT_BATCH_BYTES = 4 << 20  # padded bytes (rows x width) per encode call
 DEFAULT_PACK_WIDTH = 4096  # bytes of a row of packed short documents (0: none packed)
+# On the CPU backend compiles take the cores that encode: only the shapes planned are compiled
+# (tests turn likely_calls on there).
+LIKELY_SHAPES_ON_CPU = False
 
 
 class Packing(NamedTuple):
@@ -186,8 +189,7 @@ def encode_documents(
         return f"{paths[w.file_index]}:{int(w.positions[i])}"
 
     target = device or jax.devices()[0]
-    # (on the CPU backend, compiles take the cores that encode: only the shapes planned)
-    speculate = target.platform != "cpu"
+    speculate = target.platform != "cpu" or LIKELY_SHAPES_ON_CPU
     tables = tok.tables(allowed_special, device)
     buffers = WindowBuffers(target)
     # (any normalizer: assume_nfc)
@@ -307,7 +309,14 @@ def encode_documents(
         if speculate:  # (the ids of a window of about 4 bytes a token; the rows done again: 8)
             ahead.append(reads.finalize_ahead(raw.size, positions.size, buffers.ids(w.data.size // 4)))
             likely = likely_calls(widths, batch_bytes, max_docs) if widths else []
-            likely += [dict(rows=8, width=w, max_tokens=w + 1) for w in sorted({c["width"] for c in likely})]
+            likely += [dict(rows=8, width=n, max_tokens=n + 1) for n in sorted({c["width"] for c in likely})]
+            # (only calls that fit this window's buffers: its ids and its table; its bytes reach
+            # past every start by the widest width)
+            likely = [
+                c
+                for c in likely
+                if c["rows"] * (c["max_tokens"] + 1) <= raw.size and c["rows"] <= table.shape[1]
+            ]
             ahead += encodes.ahead([shape(**c) for c in likely])
         compile_ahead(ahead)  # (a window's new executables compiled together, on threads)
         for p, step in zip(plan, steps):

@@ -308,6 +308,38 @@ def test_python_dash_m(tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_command_process_writes_everything_before_it_ends(tmp_path, small_text, vocab_path, tok):
+    """The command's process ends without the interpreter's teardown (cli.end_process): its
+    shards are complete (ids == encode_batch's), its summary line printed, its exit status
+    kept (0 here; 2 for a bad input, test_python_dash_m)."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "blockbpe_jax",
+            "encode",
+            str(small_text),
+            "-o",
+            str(out),
+            "--vocab",
+            str(vocab_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in small_text.read_bytes().split(b"\n") if line.strip()]
+    assert f"{len(lines)} documents" in done.stdout and done.stdout.endswith("MB/s of input)\n")
+    from blockbpe_jax import corpus
+
+    got = [a.tolist() for a in corpus.read_shards(out / "shard")]
+    enc = tok.encode_batch(lines)
+    ids, counts = np.asarray(enc.ids), np.asarray(enc.counts)
+    assert got == [ids[k, : counts[k]].tolist() for k in range(len(lines))]
+
+
 @pytest.mark.parametrize("user", [None, "true"])
 def test_command_turns_preallocation_off_unless_set(monkeypatch, user):
     """The command's process does not preallocate GPU memory (start-up), unless the user says."""
@@ -319,5 +351,6 @@ def test_command_turns_preallocation_off_unless_set(monkeypatch, user):
     monkeypatch.setattr(
         cli, "main", lambda: seen.append(cli.os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"]) or 0
     )
+    monkeypatch.setattr(cli, "end_process", lambda code: code)  # (the real one ends pytest's process)
     assert cli.console_main() == 0
     assert seen == [user or "false"]

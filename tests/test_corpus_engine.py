@@ -263,3 +263,28 @@ def test_likely_calls_cover_every_planned_call(batch_bytes, max_docs):
             planned.append(dict(rows=rows, width=width, max_tokens=window_encode.first_pass_tokens(width)))
     unique = list({tuple(sorted(c.items())): c for c in planned}.values())
     assert sorted(map(sorted, map(dict.items, likely))) == sorted(map(sorted, map(dict.items, unique)))
+
+
+def test_likely_shapes_compiled_ahead_on_a_job_of_long_documents(tmp_path, r50k, monkeypatch):
+    """With the GPU's speculation (likely_calls, the finalize size guessed, the rows done
+    again) turned on for the CPU backend: a job of documents of 16 bytes to 300 KB, some
+    whose likely shapes do not fit the window's buffer, gives encode_batch's ids."""
+    monkeypatch.setattr(window_encode, "LIKELY_SHAPES_ON_CPU", True)
+    rng = np.random.default_rng(7)
+    words = ["alpha", "beta", "🎉", "1234", "\u4e2d\u6587", "x" * 40]
+    sizes = [16, 300, 5000, 70_000, 300_000, 20, 9000]
+    docs = []
+    for n in sizes:
+        text = ""
+        while len(text.encode()) < n:
+            text += " " + str(rng.choice(words))
+        docs.append(text)
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    before = len(window_device._ahead)
+    # (no packing: a small window buffer, which the rows of the widest width done again outgrow)
+    corpus.encode_files(r50k, [src], tmp_path / "o" / "s", jsonl_field="text", pack_width=0)
+    assert [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "s")] == encode_batch_ids(
+        r50k, [d.encode() for d in docs]
+    )
+    assert len(window_device._ahead) - before > len(sizes)  # (more compiled than planned)

@@ -76,6 +76,20 @@ def console_main() -> int:
     """The command's entry point (`blockbpe-jax`, `python -m blockbpe_jax`): `main` in a process
     of its own, where JAX's GPU client does not preallocate 75% of the GPU's memory (on an
     H200 that first allocation took 1.6 s of a 3.4 s start-up, benchmarks/startup.py; the
-    job's buffers are allocated as they grow). XLA_PYTHON_CLIENT_PREALLOCATE, when set, wins."""
+    job's buffers are allocated as they grow). XLA_PYTHON_CLIENT_PREALLOCATE, when set, wins.
+
+    Once `main` has returned (every output file written and closed), the process ends without
+    the interpreter's teardown: tearing down JAX's GPU client, the job's device and pinned
+    buffers and its executables took 0.45 s of a 3.4 s corpus job on the GPU host."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    return main()
+    return end_process(main())
+
+
+def end_process(code: int) -> int:
+    """Ends the process with `code` at once, its standard streams flushed first."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # (a closed pipe or stream: nothing more can go there)
+            pass
+    os._exit(code)
