@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a corpus-job call of packed rows costs on the device (window_encode.packing): 1024 rows
+"""What a corpus-job call of packed rows costs on the device (window_plan.packing): 1024 rows
 of 4096 bytes of the mixed corpus's short documents, each followed by the separator, encoded
 with the separator allowed (as the job does) and not allowed (the same bytes, no special
 token), next to War and Peace excerpts of the same shape; per document kind; and the job's
@@ -24,7 +24,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import blockbpe_jax as bb  # noqa: E402
-from blockbpe_jax import native, ops, window_device, window_encode  # noqa: E402
+from blockbpe_jax import native, ops, window_device, window_plan  # noqa: E402
 from blockbpe_jax.ragged import gather_rows  # noqa: E402
 from blockbpe_jax.testing import data_dir, excerpts, read_corpus  # noqa: E402
 from corpora import source_texts, unique_documents  # noqa: E402
@@ -60,7 +60,7 @@ def main() -> None:
     args = ap.parse_args()
     device = jax.devices()[0]
     tok = bb.Tokenizer.from_file(data_dir() / "vocab/tiktoken/cl100k_base.tiktoken")
-    pack = window_encode.packing(tok, "exact", "none", WIDTH)
+    pack = window_plan.packing(tok, "exact", "none", WIDTH)
     with_sep, without = tok.tables(pack.allowed, device), tok.tables("none", device)
     encode = jax.jit(functools.partial(ops.encode, max_tokens=WIDTH, mode="exact", check_lengths=False))
     print(f"device {device.device_kind}; {args.rows} rows x {WIDTH} B; median us per call with its sync")

@@ -93,13 +93,8 @@ class Progress:
 
 
 from .window_device import pow2  # noqa: E402
-from .window_encode import (  # noqa: E402,F401
-    DEFAULT_BATCH_BYTES,
-    DEFAULT_PACK_WIDTH,
-    encode_documents,
-    first_pass_tokens,
-    plan_batches,
-)
+from .window_encode import encode_documents  # noqa: E402,F401
+from .window_plan import DEFAULT_BATCH_BYTES, DEFAULT_PACK_WIDTH, first_pass_tokens, plan_batches  # noqa: E402,F401
 
 
 def enable_compilation_cache() -> str | None:

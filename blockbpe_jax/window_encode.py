@@ -1,5 +1,5 @@
 """The corpus job's engine: one window of documents (documents.Window: a flat buffer and
-offsets) -> encode calls planned by width -> ids on the device, compacted there into input
+offsets) -> encode calls planned by width (window_plan.py) -> ids on the device, compacted there into input
 order in the shard dtype -> one copy back per window, handed to a writer (shards.py). Reading,
 encoding, copying back and writing overlap (a reader thread ahead, a finishing thread and a
 writing thread behind). corpus.py drives it; see encode_documents.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Iterator, NamedTuple, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -25,125 +25,22 @@ from .window_device import (
     pow2,
 )
 from .shards import CorpusError, token_dtype
+from .window_plan import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_PACK_WIDTH,
+    call_args,
+    first_pass_tokens,
+    likely_calls,
+    packed_calls,
+    packing,
+    plan_batches,
+    pow2_widths,
+    rows_bucket,
+)
 
-DEFAULT_BATCH_BYTES = 4 << 20  # padded bytes (rows x width) per encode call
-DEFAULT_PACK_WIDTH = 4096  # bytes of a row of packed short documents (0: none packed)
 # On the CPU backend compiles take the cores that encode: only the shapes planned are compiled
 # (tests turn likely_calls on there).
 LIKELY_SHAPES_ON_CPU = False
-
-
-class Packing(NamedTuple):
-    """How a job packs short documents into shared rows (core/pack_documents.h)."""
-
-    sep: bytes  # the separator after each document: a special token's bytes
-    sep_id: int
-    allowed: object  # the allowed specials of the packed rows: the job's and the separator
-    width: int
-
-
-def packing(tok, mode: str, allowed_special, width: int) -> Packing | None:
-    """The job's packing, or None where the separator's split is not known to be exact:
-    byte-level BPE (exact or bytes mode) only, with a special token to separate documents
-    that no other allowed special overlaps (a special matched across a document's end would
-    win over the separator: leftmost first)."""
-    if not isinstance(width, int) or width < 0:
-        raise ValueError(f"pack_width must be an int, 0 or more, got {width!r}")
-    specials = tok.vocab.special_tokens
-    if not width or mode not in ("exact", "bytes") or tok.vocab.char_level is not None or not specials:
-        return None
-    name = "<|endoftext|>" if "<|endoftext|>" in specials else min(specials, key=specials.get)
-    sep = name.encode()
-    allowed = set(tok._special_key(allowed_special)) | {name}
-    for other in (s.encode() for s in allowed if s != name):
-        if any(sep.startswith(other[i:]) or other[i:].startswith(sep) for i in range(len(other))):
-            return None
-    if len(sep) >= width:
-        return None
-    return Packing(sep, specials[name], "all" if allowed_special == "all" else allowed, width)
-
-
-def _pow2_widths(lengths: np.ndarray, floor: int = 16) -> np.ndarray:
-    """pow2 of each length, exactly (frexp's exponent of n - 1 is its bit length)."""
-    return np.maximum(floor, np.left_shift(1, np.frexp(np.maximum(lengths - 1, 0))[1].astype(np.int64)))
-
-
-def plan_batches(
-    lengths: np.ndarray, batch_bytes: int, max_docs: int | None, max_len: int | None
-) -> list[tuple[int, np.ndarray]]:
-    """(width, document indices) of each encode call of a window: the documents sorted by
-    length, each call holding documents of one power-of-two width (or all at max_len), at
-    most batch_bytes // width of them (one at least) and at most max_docs."""
-    if not len(lengths):
-        return []
-    order = np.argsort(lengths, kind="stable")
-    widths = np.full(len(order), max_len, np.int64) if max_len is not None else _pow2_widths(lengths[order])
-    cuts = np.flatnonzero(np.diff(widths)) + 1
-    out = []
-    for lo, hi in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(order)]]).tolist()):
-        width = int(widths[lo])
-        rows = max(1, batch_bytes // width)
-        if max_docs is not None:
-            rows = min(rows, max_docs)
-        out += [(width, order[i : min(i + rows, hi)]) for i in range(lo, hi, rows)]
-    return out
-
-
-def first_pass_tokens(width: int) -> int:
-    """Token columns of a call of this byte width. Byte-level BPE gives at most one token per
-    byte, but real text gives one per 2.5-4.5 bytes: half the width keeps the copy back small,
-    and the rare row with more tokens (its count says so) is encoded again at full width."""
-    return width + 1 if width < 64 else width // 2
-
-
-def _packed_calls(row_of_doc: np.ndarray, n_rows: int, full: int):
-    """(documents, first row, rows) of each call of packed rows, `full` rows a call: the
-    documents of rows [first row, first row + rows), in order (rows hold consecutive
-    documents, so a call's are a run of the packed ones)."""
-    packed = np.flatnonzero(row_of_doc >= 0)
-    cuts = np.searchsorted(row_of_doc[packed], np.arange(0, n_rows + full, full)).tolist()
-    for k, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])):
-        if lo < hi:
-            yield packed[lo:hi], k * full, min(full, n_rows - k * full)
-
-
-def call_args(call) -> dict:
-    """The static arguments of a planned call's step: (rows, width, max_tokens), or for a call
-    of packed rows (rows, width, docs)."""
-    _, width, T, rows, _, _, docs = call
-    return dict(rows=rows, width=width, docs=docs) if docs else dict(rows=rows, width=width, max_tokens=T)
-
-
-def _rows_bucket(n: int, full: int) -> int:
-    """Rows of a call of `n` documents whose width holds at most `full` per call: 1/16, 1/4 or
-    all of full's power of two (at least 1): three row counts per width, so that a job
-    compiles few executables, for rows at most 3/4 empty (an empty row's block ends at once)."""
-    most = pow2(full, 1)
-    rows = max(1, most // 16)
-    while rows < n:
-        rows *= 4
-    return min(rows, most)
-
-
-def likely_calls(widths, batch_bytes: int, max_docs: int | None) -> list[dict]:
-    """call_args of the unpacked calls that later windows will likely plan, given a window's
-    widths: every power-of-two width from its least to its most, each with every row count
-    `_rows_bucket` gives it. Compiled together on the first window that shows them, they spare
-    the job's later windows a compile each (~0.2 s on the GPU host, on the dispatching thread)."""
-    out = []
-    width = min(widths)
-    while width <= max(widths):
-        full = max(1, batch_bytes // width)
-        full = full if max_docs is None else min(full, max_docs)
-        n = 1
-        while True:  # (each row count once: the next one is the bucket of one more document)
-            rows = _rows_bucket(n, full)
-            out.append(dict(rows=rows, width=width, max_tokens=first_pass_tokens(width)))
-            if rows >= full:
-                break
-            n = rows + 1
-        width *= 2
-    return out
 
 
 def encode_documents(
@@ -233,7 +130,7 @@ def encode_documents(
                 f"--max-len {max_len} (use --split chunk:N)"
             )
         # (the widest call's row may start at any document: the bytes after the last one)
-        reach = max(max_len or int(_pow2_widths(lengths.max(keepdims=True))[0]), pack.width if pack else 0)
+        reach = max(max_len or int(pow2_widths(lengths.max(keepdims=True))[0]), pack.width if pack else 0)
         size = w.data.size + (w.ndocs * len(pack.sep) if pack else 0)  # (packed: a separator after each)
         if size + reach >= 1 << 31:  # (the table's starts are int32)
             raise CorpusError(f"{where(w, 0)}: {size} bytes of documents in one window, 2 GiB or more")
@@ -250,7 +147,7 @@ def encode_documents(
             alone = np.flatnonzero(row_of_doc < 0)
             full = max(1, batch_bytes // pack.width)
             full = full if max_docs is None else min(full, max_docs)
-            for docs, first_row, n_rows in _packed_calls(row_of_doc, len(packed_rows), full):
+            for docs, first_row, n_rows in packed_calls(row_of_doc, len(packed_rows), full):
                 rows, slots = full, pow2(len(docs))  # (a window's last call too: one shape less)
                 plan.append((docs, pack.width, pack.width, rows, end, entries, slots))
                 rows_of.append(packed_rows[first_row : first_row + n_rows].T)
@@ -265,7 +162,7 @@ def encode_documents(
             idx = alone[idx]
             T = first_pass_tokens(width)
             full = max(1, batch_bytes // width)  # plan_batches' most documents per call
-            rows = _rows_bucket(len(idx), full if max_docs is None else min(full, max_docs))
+            rows = rows_bucket(len(idx), full if max_docs is None else min(full, max_docs))
             plan.append((idx, width, T, rows, end, entries, 0))
             rows_of.append(np.stack([doc_start[idx], lengths[idx]]))
             end += rows * (T + 1)

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from blockbpe_jax import corpus, documents, native, window_device, window_encode
+from blockbpe_jax import corpus, documents, native, window_device, window_encode, window_plan
 
 import corpus_shared
 from corpus_shared import encode_batch_ids
@@ -126,7 +126,7 @@ def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatc
     for n in [0, 1, 4096, 4097, 70_000, 1 << 20, (1 << 20) + 1, 12_345_678]:
         size = window_device.size_bucket(n)
         assert size >= n and size % 4096 == 0 and size <= max(4096, n + max(4096, n // 8))
-    assert {window_encode._rows_bucket(n, 1000) for n in range(1, 1001)} == {64, 256, 1024}
+    assert {window_plan.rows_bucket(n, 1000) for n in range(1, 1001)} == {64, 256, 1024}
 
 
 def shards_writer(prefix: Path, tok):
@@ -253,14 +253,14 @@ def test_likely_calls_cover_every_planned_call(batch_bytes, max_docs):
     window's widths is among likely_calls' (what the GPU compiles on the first window), and
     nothing else is."""
     widths = [16, 1 << 13, 1 << 20]
-    likely = window_encode.likely_calls(widths, batch_bytes, max_docs)
+    likely = window_plan.likely_calls(widths, batch_bytes, max_docs)
     planned = []
     for width in [16 << k for k in range(17)]:
         full = max(1, batch_bytes // width)
         full = full if max_docs is None else min(full, max_docs)
         for n in range(1, full + 1):
-            rows = window_encode._rows_bucket(n, full)
-            planned.append(dict(rows=rows, width=width, max_tokens=window_encode.first_pass_tokens(width)))
+            rows = window_plan.rows_bucket(n, full)
+            planned.append(dict(rows=rows, width=width, max_tokens=window_plan.first_pass_tokens(width)))
     unique = list({tuple(sorted(c.items())): c for c in planned}.values())
     assert sorted(map(sorted, map(dict.items, likely))) == sorted(map(sorted, map(dict.items, unique)))
 

@@ -1,4 +1,4 @@
-"""The corpus job's packing of short documents into shared rows (window_encode.packing,
+"""The corpus job's packing of short documents into shared rows (window_plan.packing,
 core/pack_documents.h): which separator a job may use, the native packer's rows, and jobs whose
 ids equal tiktoken's document by document (generated adversarial documents: whitespace at their
 ends, parts of the separator, the separator itself; allowed specials none and all; exact and
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import blockbpe_jax as bb
-from blockbpe_jax import corpus, native, testing, window_device, window_encode
+from blockbpe_jax import corpus, native, testing, window_device, window_plan
 
 from helpers import BACKENDS, device_for, load_tokenizer, tiktoken_enc, unicodedata16
 
@@ -32,10 +32,10 @@ def _tok_with(specials: dict, char_level=None):
 
 def test_the_separator_and_when_a_job_packs():
     specials = {EOT: 7, "<|fim_prefix|>": 8}
-    assert window_encode.packing(_tok_with(specials), "exact", "none", 4096) == (EOT.encode(), 7, {EOT}, 4096)
-    assert window_encode.packing(_tok_with(specials), "bytes", "all", 64).allowed == "all"
+    assert window_plan.packing(_tok_with(specials), "exact", "none", 4096) == (EOT.encode(), 7, {EOT}, 4096)
+    assert window_plan.packing(_tok_with(specials), "bytes", "all", 64).allowed == "all"
     # without <|endoftext|>: the special of the lowest id
-    assert window_encode.packing(_tok_with({"</s>": 2, "<s>": 1}), "exact", "none", 64).sep == b"<s>"
+    assert window_plan.packing(_tok_with({"</s>": 2, "<s>": 1}), "exact", "none", 64).sep == b"<s>"
     # no packing: width 0 or not above the separator's, characters merged (SentencePiece), no
     # specials, or an allowed special that a document's end could start (leftmost match wins)
     for tok, width in [
@@ -44,12 +44,12 @@ def test_the_separator_and_when_a_job_packs():
         (_tok_with(specials, char_level=object()), 4096),
         (_tok_with({}), 4096),
     ]:
-        assert window_encode.packing(tok, "exact", "none", width) is None
+        assert window_plan.packing(tok, "exact", "none", width) is None
     for other in ("ab<|", "<|endoftext|>x", "x<|endoftext|>y", "x<|endof"):
         clash = _tok_with({**specials, other: 9})
-        assert window_encode.packing(clash, "exact", "all", 4096) is None
-        assert window_encode.packing(clash, "exact", {other}, 4096) is None
-        assert window_encode.packing(clash, "exact", "none", 4096) is not None  # (never matched)
+        assert window_plan.packing(clash, "exact", "all", 4096) is None
+        assert window_plan.packing(clash, "exact", {other}, 4096) is None
+        assert window_plan.packing(clash, "exact", "none", 4096) is not None  # (never matched)
 
 
 def test_packed_rows_are_runs_of_whole_documents():
@@ -213,7 +213,7 @@ def test_packed_job_with_an_nfc_normalizer(tmp_path, data_dir):
     doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split(testing.QWEN2_PATTERN), BYTE_LEVEL]}
     hf = Tokenizer.from_str(json.dumps(doc))
     tok = bb.Tokenizer.from_hf(hf)
-    assert tok.nfc and window_encode.packing(tok, "exact", "all", 256) is not None
+    assert tok.nfc and window_plan.packing(tok, "exact", "all", 256) is not None
     docs = [
         "cafe\u0301 e\u0301",
         "\u0301x",
