@@ -310,8 +310,6 @@ class CompiledEncodes:
         return (raw_slots, flat_bytes, entries, tuple(sorted(call.items())))
 
     def _compile(self, shape):
-        import numpy as np
-
         slots, flat_bytes, entries, call = shape
         flat, table, raw, at, pos = _specs(
             self.device,
@@ -343,8 +341,6 @@ class CompiledReads:
         self.device, self.dtype = device, dtype
 
     def gather_ahead(self, raw_slots: int, n: int):
-        import numpy as np
-
         def build():
             return (
                 device_functions()
@@ -355,8 +351,6 @@ class CompiledReads:
         return ("gather", self.device, raw_slots, n), build
 
     def finalize_ahead(self, raw_slots: int, entries: int, size: int):
-        import numpy as np
-
         def build():
             args = _specs(self.device, ((raw_slots,), np.int32), ((2, entries), np.int32))
             return device_functions().finalize.lower(*args, size=size, dtype=self.dtype).compile()

@@ -1,8 +1,8 @@
 """The corpus job's engine: one window of documents (documents.Window: a flat buffer and
-offsets) -> encode calls planned by width (window_plan.py) -> ids on the device, compacted there into input
-order in the shard dtype -> one copy back per window, handed to a writer (shards.py). Reading,
-encoding, copying back and writing overlap (a reader thread ahead, a finishing thread and a
-writing thread behind). corpus.py drives it; see encode_documents.
+offsets) -> encode calls planned by width (window_plan.py) -> ids on the device, compacted
+there into input order in the shard dtype -> one copy back per window, handed to a writer
+(shards.py). Reading, encoding, copying back and writing overlap (a reader thread ahead, a
+finishing thread and a writing thread behind). corpus.py drives it; see encode_documents.
 """
 
 from __future__ import annotations
