@@ -1,16 +1,19 @@
 """`in_background`: an iterator's items produced by a thread ahead of their consumer (the
-corpus job reads blocks and windows ahead of their use)."""
+corpus job reads blocks and windows ahead of their use; the command starts reading its input
+while the vocabulary and the accelerator load)."""
 
 from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from typing import Iterator
 
 
 def in_background(items: Iterator, depth: int) -> Iterator:
-    """The items of `items`, produced by a thread up to `depth` ahead; its exception is raised
-    here, in order, when the consumer reaches it. Stops the thread when the consumer stops."""
+    """The items of `items`, produced from now on by a thread up to `depth` ahead; its
+    exception is raised here, in order, when the consumer reaches it. The thread stops when the
+    consumer stops, or is dropped without having started."""
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     end = object()
@@ -30,20 +33,25 @@ def in_background(items: Iterator, depth: int) -> Iterator:
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
             q.put((end, e))
 
-    thread = threading.Thread(target=produce, daemon=True)
+    def consume():
+        try:
+            while True:
+                item, error = q.get()
+                if item is end:
+                    if error is not None:
+                        raise error
+                    return
+                yield item
+        finally:
+            stop.set()
+            while thread.is_alive():  # unblock a producer waiting on a full queue
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    thread.join(timeout=0.1)
+
+    thread = threading.Thread(target=produce, name="blockbpe-background", daemon=True)
+    consumer = consume()
+    weakref.finalize(consumer, stop.set)  # (a generator never started runs no `finally`)
     thread.start()
-    try:
-        while True:
-            item, error = q.get()
-            if item is end:
-                if error is not None:
-                    raise error
-                return
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():  # unblock a producer waiting on a full queue
-            try:
-                q.get_nowait()
-            except queue.Empty:
-                thread.join(timeout=0.1)
+    return consumer

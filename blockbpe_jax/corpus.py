@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .background import in_background
 from .documents import (
     SPLITS_HELP,  # noqa: F401
     WINDOW_BYTES,
@@ -124,6 +125,36 @@ def enable_compilation_cache() -> str | None:
     return path
 
 
+class ReadAhead:
+    """`read_ahead`'s windows: the files' documents, read by a thread from its call on."""
+
+    def __init__(self, paths, split: str, jsonl_field, window_bytes: int):
+        split_kind, chunk = parse_split(split)
+        self.inputs = (tuple(check_inputs(paths)), split, jsonl_field, window_bytes)
+        self._windows = in_background(
+            iter_windows(self.inputs[0], split_kind, chunk, jsonl_field, window_bytes), 1
+        )
+
+    def windows(self, paths, split: str, jsonl_field, window_bytes: int):
+        """The windows, once, for encode_files with the same inputs (ValueError otherwise)."""
+        if (
+            tuple(check_inputs(paths)),
+            split,
+            jsonl_field,
+            window_bytes,
+        ) != self.inputs or self._windows is None:
+            raise ValueError("encode_files: `read` was made by read_ahead for other inputs, or used already")
+        windows, self._windows = self._windows, None
+        return windows
+
+
+def read_ahead(paths, *, split="lines", jsonl_field=None, window_bytes=WINDOW_BYTES) -> ReadAhead:
+    """Starts reading the files (a window ahead) for a later `encode_files(..., read=...)` with
+    the same paths, split, jsonl_field and window_bytes: the command reads its input while the
+    vocabulary and the accelerator load."""
+    return ReadAhead(paths, split, jsonl_field, window_bytes)
+
+
 def encode_files(
     tok,
     paths: Sequence[str | os.PathLike],
@@ -148,6 +179,7 @@ def encode_files(
     overwrite=False,
     progress=False,
     meta=None,
+    read=None,
 ) -> dict:
     """Tokenizes text/JSONL(.gz) files (and parquet files, column `jsonl_field`, when pyarrow is
     installed) into shards at `out_prefix` (DIR/NAME; the directory is created) and returns the
@@ -157,7 +189,8 @@ def encode_files(
     CorpusError (one line, file:line) on a bad input or an existing output without overwrite.
     The input is read, length-sorted and copied back in windows of about `window_bytes` of
     input; each window's documents of one power-of-two width go in calls of at most
-    `batch_bytes` of padded rows."""
+    `batch_bytes` of padded rows. read: `read_ahead(paths, ...)`'s, whose thread is already
+    reading the same inputs."""
     split_kind, chunk = parse_split(split)
     paths = check_inputs(paths)
     directory, name = os.path.split(os.path.expanduser(os.fspath(out_prefix)))
@@ -181,7 +214,10 @@ def encode_files(
     bar = Progress(total, enabled=progress)
     t0 = time.perf_counter()
     try:
-        windows = iter_windows(paths, split_kind, chunk, jsonl_field, window_bytes)
+        if read is None:
+            windows = iter_windows(paths, split_kind, chunk, jsonl_field, window_bytes)
+        else:
+            windows = read.windows(paths, split, jsonl_field, window_bytes)
         encode_documents(
             tok,
             windows,

@@ -288,3 +288,62 @@ def test_likely_shapes_compiled_ahead_on_a_job_of_long_documents(tmp_path, r50k,
         r50k, [d.encode() for d in docs]
     )
     assert len(window_device._ahead) - before > len(sizes)  # (more compiled than planned)
+
+
+def test_in_background_starts_at_once_and_stops_when_dropped():
+    """in_background's thread produces before the consumer asks; an error comes after the items
+    before it; a consumer dropped before it started stops the thread."""
+    import gc
+    import threading
+    import time
+
+    from blockbpe_jax.background import in_background
+
+    asked = threading.Event()
+
+    def items():
+        asked.set()
+        yield from range(3)
+        raise OSError("disk gone")
+
+    got = in_background(items(), depth=1)
+    assert asked.wait(10)  # (nothing asked for an item yet)
+    assert next(got) == 0 and next(got) == 1 and next(got) == 2
+    with pytest.raises(OSError, match="disk gone"):
+        next(got)
+
+    def endless():
+        while True:
+            yield b"x"
+
+    def producers() -> int:
+        return sum(t.name == "blockbpe-background" and t.is_alive() for t in threading.enumerate())
+
+    before = producers()
+    dropped = in_background(endless(), depth=1)
+    assert producers() == before + 1
+    del dropped
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while producers() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert producers() == before
+
+
+def test_read_ahead_gives_the_same_shards(tmp_path, r50k):
+    """encode_files with `read=read_ahead(...)` (the command's way) writes what it writes reading
+    the files itself; a read_ahead for other inputs, or used twice, is refused."""
+    rng = np.random.default_rng(5)
+    lines = [" ".join(rng.choice(["a", "bb", "ccc", "🎉", "12"], int(n))) for n in rng.integers(1, 400, 500)]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    corpus.encode_files(r50k, [src], tmp_path / "a" / "s", window_bytes=8192)
+    read = corpus.read_ahead([src], window_bytes=8192)
+    corpus.encode_files(r50k, [src], tmp_path / "b" / "s", window_bytes=8192, read=read)
+    want = [a.tolist() for a in corpus.read_shards(tmp_path / "a" / "s")]
+    assert [a.tolist() for a in corpus.read_shards(tmp_path / "b" / "s")] == want
+    assert len(want) == len(lines)
+    with pytest.raises(ValueError, match="read_ahead"):  # used already
+        corpus.encode_files(r50k, [src], tmp_path / "c" / "s", window_bytes=8192, read=read)
+    with pytest.raises(ValueError, match="read_ahead"):  # other inputs
+        corpus.encode_files(r50k, [src], tmp_path / "d" / "s", read=corpus.read_ahead([src], split="file"))

@@ -45,6 +45,8 @@ def cmd_encode(args) -> int:
     if args.verify is not None and args.format != "flat":
         raise CLIError("--verify checks flat shards (--format flat)")
     corpus.enable_compilation_cache()  # a second run of the job loads its executables
+    # (the input is read while the vocabulary and the accelerator load)
+    read = corpus.read_ahead(paths, split=args.split, jsonl_field=args.jsonl_field)
     tok, device = tokenizer_and_device(args)
     check_mode(tok, args.mode, device)
     allowed = parse_allowed_special(args.allowed_special, tok)
@@ -78,6 +80,7 @@ def cmd_encode(args) -> int:
         overwrite=args.overwrite,
         progress=not args.quiet,
         meta=dict(tool=f"{PROG} {version()}", vocab_arg=vocab_arg, device=str(device)),
+        read=read,
     )
     mb = sum(p.stat().st_size for p in paths) / 1e6
     secs = meta["seconds"]
