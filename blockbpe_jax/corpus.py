@@ -137,12 +137,8 @@ class ReadAhead:
 
     def windows(self, paths, split: str, jsonl_field, window_bytes: int):
         """The windows, once, for encode_files with the same inputs (ValueError otherwise)."""
-        if (
-            tuple(check_inputs(paths)),
-            split,
-            jsonl_field,
-            window_bytes,
-        ) != self.inputs or self._windows is None:
+        inputs = (tuple(check_inputs(paths)), split, jsonl_field, window_bytes)
+        if inputs != self.inputs or self._windows is None:
             raise ValueError("encode_files: `read` was made by read_ahead for other inputs, or used already")
         windows, self._windows = self._windows, None
         return windows
