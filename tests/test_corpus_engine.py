@@ -91,7 +91,7 @@ def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
 def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatch):
     """Over many windows, each width is encoded with at most three row counts, every call sees
     one or two sizes of the window's bytes and document table, the ids in input order one or
-    two sizes (the host reads back only the window's); a second run of the job compiles
+    two sizes on a GPU (the host reads back only the window's); a second run of the job compiles
     nothing (its encode executables are CompiledEncodes' from the first)."""
     rng = np.random.default_rng(1)
     words = ["alpha", "beta", "gamma", "🎉", "1234", "\n"]
@@ -120,7 +120,9 @@ def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatc
     assert all(len(rows) <= 3 for rows in by_width.values()), by_width
     assert len({c[3] for c in calls}) <= 2 and len({c[4] for c in calls}) <= 2, {c[3:] for c in calls}
     compiled = executables()
-    assert compiled["finalize"] - before["finalize"] <= 2 and compiled["gather"] - before["gather"] <= 2
+    assert compiled["gather"] - before["gather"] <= 2
+    if jax.devices()[0].platform != "cpu":  # (on the CPU backend finalize's size follows the window)
+        assert compiled["finalize"] - before["finalize"] <= 2
     run("b")
     assert executables() == compiled
     for n in [0, 1, 4096, 4097, 70_000, 1 << 20, (1 << 20) + 1, 12_345_678]:
