@@ -333,8 +333,9 @@ class CompiledEncodes:
     def __call__(self, flat, table, raw, at, pos, **call):
         """step(flat, table, tables, raw, at, pos, **call): (raw, next at, next pos); call:
         rows=, width= and max_tokens= (encode_into) or docs= (encode_packed_into)."""
-        [(key, build)] = self.ahead([self.shape(raw.size, flat.size, table.shape[1], **call)])
-        return compiled(key, build)(flat, table, self.tables, raw, at, pos)
+        shape = self.shape(raw.size, flat.size, table.shape[1], **call)
+        run = compiled((self.options, shape), functools.partial(self._compile, shape))
+        return run(flat, table, self.tables, raw, at, pos)
 
 
 class CompiledReads:

@@ -29,12 +29,14 @@ from .window_plan import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_PACK_WIDTH,
     call_args,
+    call_rows,
     first_pass_tokens,
     likely_calls,
     packed_calls,
     packing,
     plan_batches,
     pow2_widths,
+    redo_call,
     rows_bucket,
 )
 
@@ -145,8 +147,7 @@ def encode_documents(
             flat[size : size + reach] = 0
             doc_start = w.offsets[:-1] - w.offsets[0] + np.arange(w.ndocs) * len(pack.sep)
             alone = np.flatnonzero(row_of_doc < 0)
-            full = max(1, batch_bytes // pack.width)
-            full = full if max_docs is None else min(full, max_docs)
+            full = call_rows(pack.width, batch_bytes, max_docs)
             for docs, first_row, n_rows in packed_calls(row_of_doc, len(packed_rows), full):
                 rows, slots = full, pow2(len(docs))  # (a window's last call too: one shape less)
                 plan.append((docs, pack.width, pack.width, rows, end, entries, slots))
@@ -161,8 +162,7 @@ def encode_documents(
         for width, idx in plan_batches(lengths[alone], batch_bytes, max_docs, max_len):
             idx = alone[idx]
             T = first_pass_tokens(width)
-            full = max(1, batch_bytes // width)  # plan_batches' most documents per call
-            rows = rows_bucket(len(idx), full if max_docs is None else min(full, max_docs))
+            rows = rows_bucket(len(idx), call_rows(width, batch_bytes, max_docs))
             plan.append((idx, width, T, rows, end, entries, 0))
             rows_of.append(np.stack([doc_start[idx], lengths[idx]]))
             end += rows * (T + 1)
@@ -203,10 +203,10 @@ def encode_documents(
         ahead = [pair for p, step in zip(plan, steps) for pair in step.ahead([shape(**call_args(p))])]
         ahead.append(reads.gather_ahead(raw.size, positions.size))
         widths = [p[1] for p in plan if not p[6]]
-        if speculate:  # (the ids of a window of about 4 bytes a token; the rows done again: 8)
+        if speculate:  # (the ids of a window of about 4 bytes a token; the fewest rows done again)
             ahead.append(reads.finalize_ahead(raw.size, positions.size, buffers.ids(w.data.size // 4)))
             likely = likely_calls(widths, batch_bytes, max_docs) if widths else []
-            likely += [dict(rows=8, width=n, max_tokens=n + 1) for n in sorted({c["width"] for c in likely})]
+            likely += [redo_call(n, 1) for n in sorted({c["width"] for c in likely})]
             # (only calls that fit this window's buffers: its ids and its table; its bytes reach
             # past every start by the widest width)
             likely = [
@@ -237,8 +237,8 @@ def encode_documents(
         if redo.size:  # more tokens than the first pass kept: these rows at full width
             call_of = np.repeat(np.arange(len(plan)), sizes)
             groups = np.split(redo, np.flatnonzero(np.diff(call_of[redo])) + 1)
-            # (T = width + 1, rows: a power of two, at least 8) of each call's rows again
-            shapes = [(plan[call_of[g[0]]][1] + 1, max(pow2(len(g), 1), 8)) for g in groups]
+            again = [redo_call(plan[call_of[g[0]]][1], len(g)) for g in groups]
+            shapes = [(c["max_tokens"], c["rows"]) for c in again]
             need = end + sum(rows * (T2 + 1) for T2, rows in shapes)
             if need > raw.size:
                 raw = fns.grow(raw, size=buffers.grown(need))
@@ -249,8 +249,8 @@ def encode_documents(
                 host_table(np.stack([doc_start[docs], w.lengths[docs]]), entries, int(first[-1])), target
             )
             pos = buffers.zero
-            for g, (T2, rows) in zip(groups, shapes):
-                raw, at, pos = encodes(flat, table, raw, at, pos, rows=rows, width=T2 - 1, max_tokens=T2)
+            for g, (T2, rows), call in zip(groups, shapes, again):
+                raw, at, pos = encodes(flat, table, raw, at, pos, **call)
                 r = np.arange(len(g))
                 src[g], count_at[g] = end + r * T2, end + rows * T2 + r
                 end += rows * (T2 + 1)

@@ -66,9 +66,7 @@ def plan_batches(
     out = []
     for lo, hi in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(order)]]).tolist()):
         width = int(widths[lo])
-        rows = max(1, batch_bytes // width)
-        if max_docs is not None:
-            rows = min(rows, max_docs)
+        rows = call_rows(width, batch_bytes, max_docs)
         out += [(width, order[i : min(i + rows, hi)]) for i in range(lo, hi, rows)]
     return out
 
@@ -78,6 +76,19 @@ def first_pass_tokens(width: int) -> int:
     byte, but real text gives one per 2.5-4.5 bytes: half the width keeps the copy back small,
     and the rare row with more tokens (its count says so) is encoded again at full width."""
     return width + 1 if width < 64 else width // 2
+
+
+def call_rows(width: int, batch_bytes: int, max_docs: int | None) -> int:
+    """The most documents (rows) a call of this width holds: batch_bytes // width of them (one
+    at least), and at most max_docs."""
+    rows = max(1, batch_bytes // width)
+    return rows if max_docs is None else min(rows, max_docs)
+
+
+def redo_call(width: int, n: int) -> dict:
+    """call_args of `n` rows of a call of this width encoded again at full width (more tokens
+    than first_pass_tokens kept): every token fits; rows a power of two, at least 8."""
+    return dict(rows=max(pow2(n, 1), 8), width=width, max_tokens=width + 1)
 
 
 def packed_calls(row_of_doc: np.ndarray, n_rows: int, full: int):
@@ -117,8 +128,7 @@ def likely_calls(widths, batch_bytes: int, max_docs: int | None) -> list[dict]:
     out = []
     width = min(widths)
     while width <= max(widths):
-        full = max(1, batch_bytes // width)
-        full = full if max_docs is None else min(full, max_docs)
+        full = call_rows(width, batch_bytes, max_docs)
         n = 1
         while True:  # (each row count once: the next one is the bucket of one more document)
             rows = rows_bucket(n, full)
