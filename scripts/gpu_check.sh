@@ -4,7 +4,7 @@
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [corpus_stages] [single] [hostbatch]
 #                        [variants] [clocks] [kernels]
-# (PYTEST_K: pytest -k expression; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
+# (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
 #  CORPUS_ARGS, CORPUS_PROFILE_MB, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages).
@@ -39,7 +39,7 @@ for stage in $stages; do
   fi
   case $stage in
     test)
-      python3 -m pytest -v -rs --durations=10 -p no:cacheprovider -k "${PYTEST_K:-gpu}" tests \
+      python3 -m pytest -v -rs --durations=10 -p no:cacheprovider -k "${PYTEST_K:-gpu}" ${PYTEST_PATHS:-tests} \
         > "$OUT/pytest_gpu.log" 2>&1; tail -25 "$OUT/pytest_gpu.log" ;;
     bench)
       python3 benchmarks/run_all.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
