@@ -4,7 +4,7 @@ benchmarks/corpus_job.py builds), with every thread's stack sampled every few mi
 (py-spy is not on the GPU machine). Prints, per thread, the innermost frames of ours (and the
 library call they wait in) that the samples landed in most.
 
-    python3 benchmarks/profile_corpus.py [--mb 200] [--interval-ms 2] [--out DIR] [--fake-encode]
+    python3 benchmarks/profile_corpus.py [--mb 200 | --long-docs 120] [--interval-ms 2] [--out DIR] [--fake-encode]
         [--window-mb 16] [--batch-mb 4] [--pack-width 4096] [--call-times [--sync-calls]]
 
 --fake-encode replaces the kernel by a cheap stand-in (one token per 4 bytes: the ids are every
@@ -168,6 +168,12 @@ class CallClock:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=float, default=200)
+    ap.add_argument(
+        "--long-docs",
+        type=int,
+        default=0,
+        help="N long documents (corpora.build_long) instead of --mb of mixed",
+    )
     ap.add_argument("--interval-ms", type=float, default=2)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--out", type=Path)
@@ -187,10 +193,15 @@ def main() -> None:
         ops.encode = fake_encode
         args.pack_width = 0  # (the stand-in's ids hold no separators to find the documents by)
     work = Path(tempfile.mkdtemp(prefix="profile_corpus_"))
-    corpus = work / "mixed.jsonl"
-    _, nbytes = corpus_job.build_mixed(corpus, corpus_job.source_texts(data_dir()), int(args.mb * 1e6))
+    corpus = work / "corpus.jsonl"
+    src = corpus_job.source_texts(data_dir())
+    if args.long_docs:
+        _, nbytes = corpus_job.build_long(corpus, src, args.long_docs)
+    else:
+        _, nbytes = corpus_job.build_mixed(corpus, src, int(args.mb * 1e6))
     tok = bb.Tokenizer.from_file(data_dir() / "vocab" / "tiktoken" / "cl100k_base.tiktoken")
     report = {
+        "corpus": f"{args.long_docs} long documents" if args.long_docs else "mixed",
         "bytes": nbytes,
         "fake_encode": args.fake_encode,
         "window_mb": args.window_mb,
