@@ -8,6 +8,7 @@ finishing thread and a writing thread behind). corpus.py drives it; see encode_d
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -28,6 +29,7 @@ from .shards import CorpusError, token_dtype
 from .window_plan import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_PACK_WIDTH,
+    PlannedCall,
     call_args,
     call_rows,
     first_pass_tokens,
@@ -43,6 +45,30 @@ from .window_plan import (
 # On the CPU backend compiles take the cores that encode: only the shapes planned are compiled
 # (tests turn likely_calls on there).
 LIKELY_SHAPES_ON_CPU = False
+
+
+@dataclass
+class WindowWork:
+    """A window on its way through encode_documents' pipeline: what `plan_window` prepared,
+    then (`launch`) the buffer its calls write into and its counts on their way back. Arrays
+    "per document" are in plan order (`perm[k]` is the window's document k-th in the plan)."""
+
+    window: Window
+    plan: list[PlannedCall]
+    host_flat: np.ndarray  # the window's padded bytes on the host (reused once its calls ran)
+    flat: object  # the same on the device
+    table: object  # the document table on the device: each call's rows (start in flat, length)
+    end: int  # the id buffer's length the calls need
+    perm: np.ndarray  # the window's documents in plan order
+    kept: np.ndarray  # per document: the tokens its call's first pass keeps (its T)
+    src: np.ndarray  # per document: where its ids start in the id buffer
+    count_at: np.ndarray  # per document: where its count is in the id buffer
+    positions: np.ndarray  # count_at by document in input order, padded to a bucketed length
+    doc_start: np.ndarray  # by document in input order: its start in flat
+    packed: tuple | None  # per packed document: (its row's start in the buffer, first in its row)
+    raw: object = None  # (launch) the id buffer on the device
+    at: object = None  # (launch) the device's next write position in it
+    counts: object = None  # (launch) the counts by document, being copied back
 
 
 def encode_documents(
@@ -136,7 +162,7 @@ def encode_documents(
         size = w.data.size + (w.ndocs * len(pack.sep) if pack else 0)  # (packed: a separator after each)
         if size + reach >= 1 << 31:  # (the table's starts are int32)
             raise CorpusError(f"{where(w, 0)}: {size} bytes of documents in one window, 2 GiB or more")
-        plan = []  # (document indices, width, T, rows, offset in raw, first table entry, docs)
+        plan: list[PlannedCall] = []
         end = entries = 0
         alone = np.arange(w.ndocs)
         rows_of = []  # the table's rows of each call: int32[2, rows]
@@ -150,7 +176,7 @@ def encode_documents(
             full = call_rows(pack.width, batch_bytes, max_docs)
             for docs, first_row, n_rows in packed_calls(row_of_doc, len(packed_rows), full):
                 rows, slots = full, pow2(len(docs))  # (a window's last call too: one shape less)
-                plan.append((docs, pack.width, pack.width, rows, end, entries, slots))
+                plan.append(PlannedCall(docs, pack.width, pack.width, rows, end, entries, slots))
                 rows_of.append(packed_rows[first_row : first_row + n_rows].T)
                 first_rows.append(first_row)
                 end += rows * pack.width + slots
@@ -158,30 +184,30 @@ def encode_documents(
         else:
             flat = buffers.padded_flat(w.data, reach)
             doc_start = w.offsets[:-1]
-        n_packed = sum(len(p[0]) for p in plan)
+        n_packed = sum(len(p.docs) for p in plan)
         for width, idx in plan_batches(lengths[alone], batch_bytes, max_docs, max_len):
             idx = alone[idx]
             T = first_pass_tokens(width)
             rows = rows_bucket(len(idx), call_rows(width, batch_bytes, max_docs))
-            plan.append((idx, width, T, rows, end, entries, 0))
+            plan.append(PlannedCall(idx, width, T, rows, end, entries, 0))
             rows_of.append(np.stack([doc_start[idx], lengths[idx]]))
             end += rows * (T + 1)
             entries += rows
         # per document, in plan order (the packed ones first): its call's T, where its ids and
         # its count are in raw (a packed one's: where its separator's position will be; its
         # ids follow the document before it in its row, or start the row)
-        sizes = [len(p[0]) for p in plan]
-        perm = np.concatenate([p[0] for p in plan]).astype(np.int64)
+        sizes = [len(p.docs) for p in plan]
+        perm = np.concatenate([p.docs for p in plan]).astype(np.int64)
         row = np.arange(len(perm)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
         table = host_table(
             np.concatenate(rows_of, axis=1),
-            np.concatenate([p[5] + np.arange(r.shape[1]) for p, r in zip(plan, rows_of)]),
+            np.concatenate([p.entry + np.arange(r.shape[1]) for p, r in zip(plan, rows_of)]),
             entries,
         )
-        T = np.repeat([p[2] for p in plan], sizes)
-        base = np.repeat([p[4] for p in plan], sizes)
-        src = base + row * T
-        count_at = base + np.repeat([p[3] * p[2] for p in plan], sizes) + row
+        kept = np.repeat([p.T for p in plan], sizes)
+        base = np.repeat([p.offset for p in plan], sizes)
+        src = base + row * kept
+        count_at = base + np.repeat([p.rows * p.T for p in plan], sizes) + row
         packed_docs = None  # (row's start in raw, first in its row) of each packed document
         if n_packed:
             r = row_of_doc[perm[:n_packed]]
@@ -191,20 +217,35 @@ def encode_documents(
         positions = np.zeros(buffers.doc_slots(len(perm)), np.int32)
         positions[perm] = count_at
         # the window's one transfer of bytes, started here, ahead of its calls
-        on_device = jax.device_put(flat, target), jax.device_put(table, target)
-        return w, plan, flat, *on_device, end, perm, T, src, count_at, positions, doc_start, packed_docs
+        return WindowWork(
+            window=w,
+            plan=plan,
+            host_flat=flat,
+            flat=jax.device_put(flat, target),
+            table=jax.device_put(table, target),
+            end=end,
+            perm=perm,
+            kept=kept,
+            src=src,
+            count_at=count_at,
+            positions=positions,
+            doc_start=doc_start,
+            packed=packed_docs,
+        )
 
-    def launch(planned):
+    def launch(work: WindowWork) -> WindowWork:
         """Dispatches a planned window's calls (asynchronous) and the copy back of its counts."""
-        w, plan, host_flat, flat, table, end, perm, T, src, count_at, positions, doc_start, packed = planned
-        raw, at, pos = buffers.take(end), buffers.zero, buffers.zero
-        steps = [packed_encodes if p[6] else encodes for p in plan]  # (p[6]: packed rows' docs)
+        plan, flat, table, positions = work.plan, work.flat, work.table, work.positions
+        raw, at, pos = buffers.take(work.end), buffers.zero, buffers.zero
+        steps = [packed_encodes if p.slots else encodes for p in plan]
         shape = functools.partial(CompiledEncodes.shape, raw.size, flat.size, table.shape[1])
         ahead = [pair for p, step in zip(plan, steps) for pair in step.ahead([shape(**call_args(p))])]
         ahead.append(reads.gather_ahead(raw.size, positions.size))
-        widths = [p[1] for p in plan if not p[6]]
+        widths = [p.width for p in plan if not p.slots]
         if speculate:  # (the ids of a window of about 4 bytes a token; the fewest rows done again)
-            ahead.append(reads.finalize_ahead(raw.size, positions.size, buffers.ids(w.data.size // 4)))
+            ahead.append(
+                reads.finalize_ahead(raw.size, positions.size, buffers.ids(work.window.data.size // 4))
+            )
             likely = likely_calls(widths, batch_bytes, max_docs) if widths else []
             likely += [redo_call(n, 1) for n in sorted({c["width"] for c in likely})]
             # (only calls that fit this window's buffers: its ids and its table; its bytes reach
@@ -218,26 +259,35 @@ def encode_documents(
         compile_ahead(ahead)  # (a window's new executables compiled together, on threads)
         for p, step in zip(plan, steps):
             raw, at, pos = step(flat, table, raw, at, pos, **call_args(p))
-        counts = reads.gather(raw, positions)
-        counts.copy_to_host_async()
-        return w, plan, host_flat, flat, raw, end, at, perm, T, src, count_at, counts, doc_start, packed
+        work.raw, work.at, work.counts = raw, at, reads.gather(raw, positions)
+        work.counts.copy_to_host_async()
+        return work
 
-    def finish(pending) -> None:
-        w, plan, host_flat, flat, raw, end, at, perm, T, src, count_at, counts, doc_start, packed = pending
+    def finish(work: WindowWork) -> None:
+        """A launched window's counts back, its long rows encoded again, its ids compacted into
+        input order on the device (`finalize`), and their copy back and writing queued."""
+        w, plan, flat, raw, at, end = work.window, work.plan, work.flat, work.raw, work.at, work.end
+        perm, src, count_at, doc_start, packed = (
+            work.perm,
+            work.src,
+            work.count_at,
+            work.doc_start,
+            work.packed,
+        )
         n = len(perm)
-        sizes = [len(p[0]) for p in plan]
-        got = np.asarray(counts)[perm].astype(np.int64)  # sorted (plan) order from here on
+        sizes = [len(p.docs) for p in plan]
+        got = np.asarray(work.counts)[perm].astype(np.int64)  # sorted (plan) order from here on
         if packed is not None:  # a packed document's ids: after the one before it in its row
             row_base, first_in_row = packed
             ends = got[: len(row_base)]
             start = np.where(first_in_row, row_base, np.concatenate([[0], ends[:-1] + 1]))
             got[: len(row_base)] = np.where(ends < 0, -1, ends - start)
             src[: len(row_base)] = start
-        redo = np.flatnonzero(got > T)
+        redo = np.flatnonzero(got > work.kept)
         if redo.size:  # more tokens than the first pass kept: these rows at full width
             call_of = np.repeat(np.arange(len(plan)), sizes)
             groups = np.split(redo, np.flatnonzero(np.diff(call_of[redo])) + 1)
-            again = [redo_call(plan[call_of[g[0]]][1], len(g)) for g in groups]
+            again = [redo_call(plan[call_of[g[0]]].width, len(g)) for g in groups]
             shapes = [(c["max_tokens"], c["rows"]) for c in again]
             need = end + sum(rows * (T2 + 1) for T2, rows in shapes)
             if need > raw.size:
@@ -257,7 +307,7 @@ def encode_documents(
             positions = np.zeros(buffers.doc_slots(n), np.int32)
             positions[: redo.size] = count_at[redo]
             got[redo] = np.asarray(reads.gather(raw, positions))[: redo.size]
-        widths = np.repeat([p[1] for p in plan], sizes)
+        widths = np.repeat([p.width for p in plan], sizes)
         bad = np.flatnonzero((got < 0) | (got > widths + 1))
         if bad.size:
             k = int(bad[0])
@@ -282,7 +332,7 @@ def encode_documents(
         # two windows queued), so that this one takes the next window's counts meanwhile.
         while len(stored) > 1:
             stored.pop(0).result()  # re-raises a write's error here
-        stored.append(store_thread.submit(store, ids, total, counts, w, raw, host_flat))
+        stored.append(store_thread.submit(store, ids, total, counts, w, raw, work.host_flat))
 
     def store(ids, total: int, counts: np.ndarray, w: Window, raw, host_flat: np.ndarray) -> None:
         host_ids = staging.read_back([ids], [total])[0]

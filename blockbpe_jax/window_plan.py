@@ -102,11 +102,24 @@ def packed_calls(row_of_doc: np.ndarray, n_rows: int, full: int):
             yield packed[lo:hi], k * full, min(full, n_rows - k * full)
 
 
-def call_args(call) -> dict:
+class PlannedCall(NamedTuple):
+    """One encode call of a window's plan."""
+
+    docs: np.ndarray  # the window's documents it encodes (indices), in row order
+    width: int  # bytes per row
+    T: int  # tokens kept per row (the first pass: first_pass_tokens(width); packed rows: width)
+    rows: int  # rows of the call (rows_bucket; at least len(docs), or the packed rows' count)
+    offset: int  # where its ids (rows x T, then the counts) start in the window's id buffer
+    entry: int  # its first row's entry in the window's document table
+    slots: int  # packed rows: slots for the documents' separator positions; 0: one per row
+
+
+def call_args(call: PlannedCall) -> dict:
     """The static arguments of a planned call's step: (rows, width, max_tokens), or for a call
     of packed rows (rows, width, docs)."""
-    _, width, T, rows, _, _, docs = call
-    return dict(rows=rows, width=width, docs=docs) if docs else dict(rows=rows, width=width, max_tokens=T)
+    if call.slots:
+        return dict(rows=call.rows, width=call.width, docs=call.slots)
+    return dict(rows=call.rows, width=call.width, max_tokens=call.T)
 
 
 def rows_bucket(n: int, full: int) -> int:
