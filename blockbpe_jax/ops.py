@@ -242,7 +242,8 @@ def encode(
       mode: "exact" (ids equal to tiktoken / HF with the vocabulary's pre-tokenizer) or "bytes"
         (the BlockBPE paper: no pre-tokenizer, merges run over the whole text between specials).
       block_size: CUDA threads per string (256, 512 or 1024); ignored on CPU.
-      check_lengths: on GPU, copy `lengths` back to validate them (one small sync); with False
+      check_lengths: on GPU, copy `lengths` back to validate them (one small sync; NumPy
+        lengths are validated on the host instead, with no copy back); with False
         the call launches without a host sync and a bad row gets count -1 (XLA does not
         capture either in a CUDA graph: BUILD_NOTES, session 17). A bad
         device length raises jax.errors.JaxRuntimeError ("INVALID_ARGUMENT: ..."); jax's C++
@@ -266,8 +267,10 @@ def encode(
             f"encode: data must be uint8[batch, max_len], got "
             f"{getattr(data, 'dtype', type(data).__name__)}{list(np.shape(data))}"
         )
-    if isinstance(lengths, np.ndarray) and lengths.ndim == 1:
-        # Host lengths are checked here; device ones by the handler (check_lengths).
+    checked_here = isinstance(lengths, np.ndarray) and lengths.ndim == 1
+    if checked_here:
+        # Host lengths are checked here, so the handler need not read them back; device ones
+        # by the handler (check_lengths).
         bad = np.flatnonzero((lengths < 0) | (lengths > np.shape(data)[-1]))
         if bad.size:
             b = int(bad[0])
@@ -311,7 +314,7 @@ def encode(
         *_attributes(tables, mode, pad_id, assume_nfc or assume_normalized),
         int(block_size),
         int(max_tokens),
-        bool(check_lengths),
+        bool(check_lengths) and not checked_here,
     )
     ids, counts = call(data, lengths, *tables.operands())
     return Encoded(ids, counts)

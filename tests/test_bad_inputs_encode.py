@@ -95,6 +95,25 @@ def test_host_lengths_out_of_range(tok, packed, row, value):
         bb.encode(data, bad, tok, max_tokens=8)
 
 
+def test_host_lengths_need_no_read_back(tok, packed, monkeypatch):
+    """NumPy lengths were checked in Python, so encode calls the handler that does not copy
+    them back (on a GPU a copy and a stream sync per call); lengths on the device, whose
+    values Python does not see, keep the checked handler."""
+    from blockbpe_jax import ops
+
+    checked = []
+    build = ops._encode_call
+    monkeypatch.setattr(ops, "_encode_call", lambda *attrs: checked.append(attrs[-1]) or build(*attrs))
+    data, lengths = packed
+    on_host = bb.encode(data, lengths, tok, max_tokens=16)
+    on_device = bb.encode(jax.device_put(data, CPU), jax.device_put(lengths, CPU), tok, max_tokens=16)
+    unchecked = bb.encode(data, lengths, tok, max_tokens=16, check_lengths=False)
+    assert checked == [False, True, False]
+    for out in (on_device, unchecked):
+        np.testing.assert_array_equal(out.ids, on_host.ids)
+        np.testing.assert_array_equal(out.counts, on_host.counts)
+
+
 # The handler's INVALID_ARGUMENT reaches Python as jax.errors.JaxRuntimeError while jax runs the
 # call through its Python dispatch path (a signature's first call), but as ValueError once the
 # C++ fast path serves it (after a successful call with the same shapes and options).
