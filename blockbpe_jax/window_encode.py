@@ -267,13 +267,8 @@ def encode_documents(
         """A launched window's counts back, its long rows encoded again, its ids compacted into
         input order on the device (`finalize`), and their copy back and writing queued."""
         w, plan, flat, raw, at, end = work.window, work.plan, work.flat, work.raw, work.at, work.end
-        perm, src, count_at, doc_start, packed = (
-            work.perm,
-            work.src,
-            work.count_at,
-            work.doc_start,
-            work.packed,
-        )
+        perm, src, count_at = work.perm, work.src, work.count_at
+        doc_start, packed = work.doc_start, work.packed
         n = len(perm)
         sizes = [len(p.docs) for p in plan]
         got = np.asarray(work.counts)[perm].astype(np.int64)  # sorted (plan) order from here on
