@@ -24,7 +24,16 @@ from list[str] to ids on the device, each checked equal to the device-resident i
               Tokenizer.encode_batch one after another (async dispatch: the host packs and
               puts batch i+1 while the GPU encodes batch i), one block at the end; time per
               batch = total / 8
-Medians of repeated runs after warm-up (harness.measure). Writes DIR/host_path.json.
+Medians of repeated runs after warm-up (harness.measure). Per cell also, in microseconds:
+  staged_steps_us  (a CUDA GPU) the staged path one step after another, the device idle at
+              each start: `stage` (packing into pinned memory, the copy started), `copy_wait`,
+              `dispatch` (the encode call returns), `gpu_sync` (until the ids are ready)
+  dispatch_us  host time of one call, the device idle before it (medians of 40): the eager
+              encode (unchecked / checked), the jitted encode, a trivial jitted call with the
+              same operands (data, lengths, tables) and with two (on the CPU backend a call
+              runs before it returns: there these are whole times)
+BLOCKBPE_WORKER_POOL=0 in a second run shows the host worker pool's share of the packing.
+Writes DIR/host_path.json.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -42,6 +52,46 @@ sys.path.insert(0, str(HERE))
 import numpy as np  # noqa: E402
 
 from harness import excerpts, measure  # noqa: E402
+
+
+def median_us(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1e6, 1)
+
+
+def staged_steps(encode, texts: list[str], L: int, dev, reps: int = 30) -> dict:
+    """encode_batch's staged path (`encode(data, lengths)`: its unchecked encode) step by step."""
+    from blockbpe_jax import staging
+
+    steps: dict[str, list[float]] = {k: [] for k in ("stage", "copy_wait", "dispatch", "gpu_sync")}
+    for k in range(reps + 5):
+        t0 = time.perf_counter()
+        staged = staging.stage_strings(texts, max_len=L, device=dev)
+        t1 = time.perf_counter()
+        data, lengths = staged.data, staged.lengths
+        t2 = time.perf_counter()
+        ids, counts = encode(data, lengths)
+        staged.release(counts)
+        t3 = time.perf_counter()
+        ids.block_until_ready()
+        t4 = time.perf_counter()
+        if k >= 5:
+            for name, a, b in zip(steps, (t0, t1, t2, t3), (t1, t2, t3, t4)):
+                steps[name].append(b - a)
+    return {name: median_us(v) for name, v in steps.items()}
+
+
+def host_time_us(call, reps: int = 40) -> float:
+    """Host time of `call()` (it returns before the device has run it), the device idle first."""
+    import jax
+
+    samples = []
+    for k in range(reps + 5):
+        t = time.perf_counter()
+        out = call()
+        if k >= 5:
+            samples.append(time.perf_counter() - t)
+        jax.block_until_ready(out)
+    return median_us(samples)
 
 
 def main() -> None:
@@ -180,6 +230,20 @@ def main() -> None:
             pieces.update(stage_upload_s=stage_upload, stage_import_s=stage_import)
             paths.update(staged=staged, staged_reimport=staged_reimport, api=api, api_numpy=api_numpy)
         row = {"batch": B, "bytes": L, "total_bytes": total}
+        if staging.available(dev):
+            unchecked = lambda d, l: bb.encode(d, l, tables, max_tokens=L, check_lengths=False)[:2]
+            row["staged_steps_us"] = staged_steps(unchecked, texts, L, dev)
+        trivial_same, trivial_two = jax.jit(lambda d, l, t: l + 1), jax.jit(lambda d, l: l + 1)
+        row["dispatch_us"] = {
+            name: host_time_us(call)
+            for name, call in {
+                "encode": lambda: bb.encode(d_dev, l_dev, tables, max_tokens=L, check_lengths=False),
+                "encode_checked": lambda: bb.encode(d_dev, l_dev, tables, max_tokens=L),
+                "jitted_encode": lambda: enc(d_dev, l_dev, tables, L),
+                "trivial_same_operands": lambda: trivial_same(d_dev, l_dev, tables),
+                "trivial_two_operands": lambda: trivial_two(d_dev, l_dev),
+            }.items()
+        }
         for name, fn in pieces.items():
             try:
                 row[name] = measure(fn, target_s=0.3, max_reps=100)["s"]

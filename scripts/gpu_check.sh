@@ -3,7 +3,7 @@
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [corpus_stages] [single] [hostbatch]
-#                        [variants] [clocks] [kernels] [callparts]
+#                        [variants] [clocks] [kernels]
 # (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
@@ -150,11 +150,6 @@ PY
           /gpu__time_duration.sum/{t[k] = $NF; s += $NF}
           END{printf "%s total %.1f us:", c, s; for (k in t) printf " %s %s", k, t[k]; print ""}' \
           /tmp/ncu_kernels.txt | tee -a "$OUT/kernels.txt"
-      done ;;
-    callparts) # one batch's and one call's host time, worker pool on / off (benchmarks/call_parts.py)
-      for pool in 1 0; do
-        BLOCKBPE_WORKER_POOL=$pool python3 benchmarks/call_parts.py --out "$OUT/call_parts_pool$pool" 2>&1 \
-          | tee "$OUT/call_parts_pool$pool.log"
       done ;;
     hostbatch) # a batch through tiktoken's API: host encoder, GPU, tiktoken's threads (benchmarks/host_batch.py)
       python3 benchmarks/host_batch.py --out "$OUT" 2>&1 | tee "$OUT/host_batch.log" | tail -6 ;;
