@@ -13,7 +13,10 @@ from typing import Iterator
 def in_background(items: Iterator, depth: int) -> Iterator:
     """The items of `items`, produced from now on by a thread up to `depth` ahead; its
     exception is raised here, in order, when the consumer reaches it. The thread stops when the
-    consumer stops, or is dropped without having started."""
+    consumer stops, or is dropped without having started. An iterator this function made is
+    returned as it is (its thread already reads ahead: the command's read-ahead windows)."""
+    if items in _consumers:
+        return items
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     end = object()
@@ -53,5 +56,9 @@ def in_background(items: Iterator, depth: int) -> Iterator:
     thread = threading.Thread(target=produce, name="blockbpe-background", daemon=True)
     consumer = consume()
     weakref.finalize(consumer, stop.set)  # (a generator never started runs no `finally`)
+    _consumers.add(consumer)
     thread.start()
     return consumer
+
+
+_consumers: weakref.WeakSet = weakref.WeakSet()  # the iterators in_background returned, alive

@@ -309,6 +309,7 @@ def test_in_background_starts_at_once_and_stops_when_dropped():
         raise OSError("disk gone")
 
     got = in_background(items(), depth=1)
+    assert in_background(got, depth=2) is got  # (no second thread to forward what one reads)
     assert asked.wait(10)  # (nothing asked for an item yet)
     assert next(got) == 0 and next(got) == 1 and next(got) == 2
     with pytest.raises(OSError, match="disk gone"):
