@@ -5,12 +5,16 @@ benchmarks/corpus_job.py builds), with every thread's stack sampled every few mi
 library call they wait in) that the samples landed in most.
 
     python3 benchmarks/profile_corpus.py [--mb 200 | --long-docs 120] [--interval-ms 2] [--out DIR] [--fake-encode]
-        [--window-mb 16] [--batch-mb 4] [--pack-width 4096] [--call-times [--sync-calls]]
+        [--window-mb 16] [--batch-mb 4] [--pack-width 4096] [--call-times [--sync-calls]] [--xla-cache DIR]
 
 --fake-encode replaces the kernel by a cheap stand-in (one token per 4 bytes: the ids are every
 fourth byte), so that the pipeline's own cost (reading, packing, compaction, copies back,
 writing) is measurable on a machine without a GPU: the MB/s printed is the pipeline's alone
 (without packing: the stand-in's ids hold no separators).
+
+--xla-cache DIR turns on JAX's persistent compilation cache there, as the CLI does: run twice,
+the second process's "cold" run is what a second run of the command pays in its job (executables
+loaded, not compiled).
 
 --call-times times each encode call's dispatch (the compiled step's call, which returns before
 the device has run it) by call shape; with --sync-calls each call also waits for its result, so
@@ -65,6 +69,7 @@ class CompileClock:
         "/jax/core/compile/jaxpr_trace_duration": "trace",
         "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
         "/jax/core/compile/backend_compile_duration": "compile",
+        "/jax/compilation_cache/cache_retrieval_time_sec": "cache load",
     }
 
     def __init__(self):
@@ -186,8 +191,12 @@ def main() -> None:
     )
     ap.add_argument("--pack-width", type=int, default=4096, help="encode_files' pack_width (0: no packing)")
     ap.add_argument("--call-times", action="store_true", help="time each encode call, by shape")
+    ap.add_argument("--xla-cache", type=Path, help="JAX's persistent compilation cache in this directory")
     ap.add_argument("--sync-calls", action="store_true", help="with --call-times: wait for each call")
     args = ap.parse_args()
+    if args.xla_cache:
+        jax.config.update("jax_compilation_cache_dir", str(args.xla_cache))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     calls = CallClock(args.sync_calls) if args.call_times else None
     if args.fake_encode:
         ops.encode = fake_encode

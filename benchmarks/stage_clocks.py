@@ -11,11 +11,13 @@ average cycles thread 0 spent in each stage (load, specials, pretokenize, initia
 segments: whole-piece lookups; merges: short pieces merged one per thread; output, or the
 block-wide merge passes), and the fraction of blocks that needed the passes. SentencePiece
 BPE (mistral-v1): initial = character symbols, prefixes and word flags; merges = words merged
-one per thread and packed; passes = long words; output = runs and output.
+one per thread and packed; passes = long words; output = runs and output. The GGUF families
+(llama2-gguf, gemma3-gguf) are read from $BLOCKBPE_FAMILY_FILES (docs/families.md).
 """
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 
@@ -31,10 +33,16 @@ SHAPES = [
     ("o200k", "exact", 1024, 4096),
     ("r50k", "bytes", 1024, 4096),
     ("mistral-v1", "exact", 1024, 4096),
+    ("llama2-gguf", "exact", 1024, 4096),
+    ("gemma3-gguf", "exact", 1024, 4096),
 ]
+GGUF_FILES = {"llama2-gguf": "ggml-vocab-llama-spm.gguf", "gemma3-gguf": "gemma-3-270m-q4_k_m.gguf.part00"}
 
 
-def load(vocab: str, root: pathlib.Path) -> bb.Tokenizer:
+def load(vocab: str, root: pathlib.Path) -> bb.Tokenizer | None:
+    if vocab in GGUF_FILES:
+        path = pathlib.Path(os.environ.get("BLOCKBPE_FAMILY_FILES", "/nonexistent")) / GGUF_FILES[vocab]
+        return bb.Tokenizer.from_gguf(path) if path.is_file() else None
     if vocab == "mistral-v1":  # SentencePiece BPE, from the mistral-common package
         import importlib.util
 
@@ -61,6 +69,11 @@ def main(argv=None) -> int:
         if args.only not in vocab:
             continue
         tok = load(vocab, root)
+        if tok is None:
+            print(
+                f"stage_clocks: {vocab} skipped (its file is not in $BLOCKBPE_FAMILY_FILES)", file=sys.stderr
+            )
+            continue
         texts = [raw[i * length : (i + 1) * length] for i in range(batch)]
         data, lengths = bb.pack_strings(texts, max_len=length)
         data, lengths = jax.device_put(data), jax.device_put(lengths)

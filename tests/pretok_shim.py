@@ -47,6 +47,30 @@ class Shim:
         self.lookback = self.lib.bbpe_pretok_lookback()  # the kernel's kPretokLookback
         self.lib.bbpe_leftmost_first_merges.argtypes = [ctypes.c_uint32]
         self.lib.bbpe_leftmost_first_merges.restype = ctypes.c_uint32
+        self.lib.bbpe_special_starts.argtypes = [vp, vp, i, i, vp, i, vp, vp, vp]
+
+    def special_starts(self, specials: list[bytes], text: bytes, escaped: bool):
+        """(special_match_at at each position of text, -1: none; special_match_with, the same
+        with SpecialStarts' help; SpecialStarts' verdict) for the specials, given longest first
+        as the tables order them."""
+        offsets = np.cumsum([0] + [len(s) for s in specials]).astype(np.int32)
+        data = np.frombuffer(b"".join(specials) + b"\0", np.uint8)
+        src = np.frombuffer(text + b"\0", np.uint8)
+        match = np.zeros(len(text), np.int32)
+        match_with = np.zeros(len(text), np.int32)
+        may = np.zeros(len(text), np.uint8)
+        self.lib.bbpe_special_starts(
+            self._ptr(offsets),
+            self._ptr(data),
+            len(specials),
+            int(escaped),
+            self._ptr(src),
+            len(text),
+            self._ptr(match),
+            self._ptr(match_with),
+            self._ptr(may),
+        )
+        return match, match_with, may.astype(bool)
 
     @staticmethod
     def _ptr(a):

@@ -9,6 +9,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from blockbpe_jax import pretok
 
@@ -152,3 +154,40 @@ def test_leftmost_first_merges_bits_equal_the_sweep(shim):
     for m in masks:
         m &= 0xFFFFFFFF
         assert shim.lib.bbpe_leftmost_first_merges(m) == _leftmost_first_sweep(m), hex(m)
+
+
+_SPECIAL_CHARS = [" ", "\u2581", "a", "<", "\n", "\xe9", "\u4e2d"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    specials=st.lists(
+        st.text(st.sampled_from(_SPECIAL_CHARS), min_size=1, max_size=4), min_size=1, max_size=24
+    ),
+    text=st.text(st.sampled_from(_SPECIAL_CHARS), max_size=40),
+    escaped=st.booleans(),
+)
+def test_special_starts_rejects_only_positions_that_match_no_special(shim, specials, text, escaped):
+    """SpecialStarts (ffi/core/bpe_core.h: the pair of bytes a position starts must begin some
+    special, literally or with a special's `\u2581` as a space) is exact: every position where
+    special_match_at finds a special passes it, and special_match_with (the table's first bytes
+    and the filter in front) finds what special_match_at finds. Specials and text from spaces, `\u2581`, and
+    one-, two- and three-byte characters; more than 15 distinct first bytes also covered."""
+    blobs = sorted({s.encode() for s in specials}, key=len, reverse=True)
+    match, match_with, may = shim.special_starts(blobs, text.encode(), escaped)
+    assert not np.any((match >= 0) & ~may), (blobs, text, escaped)
+    assert match_with.tolist() == match.tolist(), (blobs, text, escaped)
+
+
+def test_special_starts_rejects_what_no_special_begins(shim):
+    """The filter does reject: a space before a letter starts none of Gemma-style runs of
+    `\u2581` (escaped, a space matches `\u2581`; the run needs a second one), nor does `<` before
+    a space start `<b>`; a space before a space, and `<b`, do. Past 15 first bytes (slots go
+    in byte order), every position whose byte starts a special passes."""
+    runs = ["\u2581" * k for k in (3, 2)] + ["<b>"]
+    match, _, may = shim.special_starts([s.encode() for s in runs], b"a b  c< <b>", escaped=True)
+    assert may.tolist() == [False, False, False, True, False, False, False, False, True, False, False]
+    assert match[3] == 1 and match[8] == 2 and (match >= 0).sum() == 2
+    many = [bytes([c, c]) for c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"]  # 26 first bytes > 15 slots
+    match, _, may = shim.special_starts(many, b"AAZBZ", escaped=False)
+    assert may.tolist() == [True, False, True, False, True] and match.tolist() == [0, -1, -1, -1, -1]

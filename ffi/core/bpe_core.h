@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/bbpe_hd.h"
+#include "core/special_tokens.h"
 
 namespace bbpe {
 
@@ -46,13 +47,6 @@ struct VocabView {
   int32_t max_piece_len;         // longest piece in piece_table; 0 disables the shortcut
   int64_t token_data_len;        // bytes in token_data
   bool rank_is_id;               // every pair's rank is its merged id (tiktoken vocabularies)
-};
-
-struct SpecialView {
-  const int32_t* offsets;  // [count + 1] into data; sorted longest first
-  const uint8_t* data;
-  const int32_t* ids;
-  int32_t count;
 };
 
 // The pair hash: a multiply-xorshift mix of (left, right). tables.py mirrors it in NumPy.
@@ -140,93 +134,6 @@ BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n) {
     slot = (slot + 1) & v.piece_mask;
   }
   return -1;
-}
-
-// How many bytes of text[i..n) special k matches, or -1. With `escaped` (SentencePiece
-// models, char_symbols.h), each `▁` (E2 96 81) of the special also matches a space:
-// sentencepiece matches user-defined pieces in the normalized text, where spaces are `▁`.
-BBPE_HD int special_text_len(const SpecialView& s, int k, const uint8_t* text, int n, int i,
-                             bool escaped) {
-  const uint8_t* d = s.data + s.offsets[k];
-  const int len = s.offsets[k + 1] - s.offsets[k];
-  if (len <= 0) return -1;
-  int j = i;
-  for (int q = 0; q < len; ++j) {
-    if (j >= n) return -1;
-    if (escaped && text[j] == ' ' && q + 2 < len && d[q] == 0xE2 && d[q + 1] == 0x96 &&
-        d[q + 2] == 0x81) {
-      q += 3;
-    } else if (d[q] == text[j]) {
-      ++q;
-    } else {
-      return -1;
-    }
-  }
-  return j - i;
-}
-
-// Index of the allowed special token whose bytes start at text[i] (longest first), or -1.
-BBPE_HD int special_match_at(const SpecialView& s, const uint8_t* text, int n, int i,
-                             bool escaped = false) {
-  if (escaped) {
-    for (int k = 0; k < s.count; ++k) {
-      if (s.offsets[k + 1] <= s.offsets[k]) continue;
-      const uint8_t first = s.data[s.offsets[k]];  // (most specials fail here)
-      if (first != text[i] && !(first == 0xE2 && text[i] == ' ')) continue;
-      if (special_text_len(s, k, text, n, i, true) >= 0) return k;
-    }
-    return -1;
-  }
-  for (int k = 0; k < s.count; ++k) {
-    const int beg = s.offsets[k], len = s.offsets[k + 1] - beg;
-    if (len <= 0 || i + len > n || s.data[beg] != text[i]) continue;
-    bool same = true;
-    for (int j = 1; same && j < len; ++j) same = s.data[beg + j] == text[i + j];
-    if (same) return k;
-  }
-  return -1;
-}
-
-BBPE_HD int special_len(const SpecialView& s, int k) { return s.offsets[k + 1] - s.offsets[k]; }
-
-// Bytes of text that special k, matched at i, covers (an escaped match's length depends on
-// the text).
-BBPE_HD int matched_len(const SpecialView& s, int k, const uint8_t* text, int n, int i, bool escaped) {
-  return escaped ? special_text_len(s, k, text, n, i, true) : special_len(s, k);
-}
-
-// Marks the match at i (match[i] = its special) as accepted: is_special 2 at its first byte,
-// 1 at its others. Returns its length.
-BBPE_HD int accept_match_at(const SpecialView& s, const int32_t* match, int n, int i, uint8_t* is_special,
-                            const uint8_t* text, bool escaped) {
-  const int len = matched_len(s, match[i], text, n, i, escaped);
-  is_special[i] = 2;
-  for (int j = 1; j < len; ++j) is_special[i + j] = 1;
-  return len;
-}
-
-// Whether another match starts inside the bytes of the match at i: only then can leftmost
-// first reject a match (when no match does, every match counts).
-BBPE_HD bool match_holds_another(const SpecialView& s, const int32_t* match, int n, int i, const uint8_t* text,
-                                 bool escaped) {
-  const int len = matched_len(s, match[i], text, n, i, escaped);
-  for (int j = i + 1; j < i + len; ++j)
-    if (match[j] >= 0) return true;
-  return false;
-}
-
-// Leftmost-first resolution of special-token matches. match[i] is special_match_at(..., i) for
-// every i (or -1). Walking left to right, a match counts unless it starts inside an earlier
-// one that counted. Writes is_special[i] = 2 at the first byte of each accepted match and 1 at
-// its other bytes; other entries are left as they are (callers zero them first). `text` and
-// `escaped` as for special_match_at (an escaped match's length depends on the text).
-BBPE_HD void accept_special_matches(const SpecialView& s, const int32_t* match, int n,
-                                    uint8_t* is_special, const uint8_t* text = nullptr,
-                                    bool escaped = false) {
-  for (int i = 0; i < n;) {
-    if (match[i] < 0) { ++i; continue; }
-    i += accept_match_at(s, match, n, i, is_special, text, escaped);
-  }
 }
 
 // A (non-special) byte starts a segment at the start of the text, right after a special token,

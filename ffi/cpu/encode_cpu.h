@@ -271,14 +271,11 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
   std::fill(s.is_special.begin(), s.is_special.end(), 0);
   if (p.special.count > 0) {  // s.tok holds each position's match until initial_token
     const bool escaped = p.symbols == kSymbolsChars && specials_escaped(p.chars);
-    // The specials' first bytes: a position whose byte is none of them matches none (a
-    // vocabulary may always match hundreds of specials: Gemma's user-defined pieces).
-    uint8_t first[256] = {};
-    for (int k = 0; k < p.special.count; ++k)
-      if (special_len(p.special, k) > 0) first[p.special.data[p.special.offsets[k]]] = 1;
-    if (escaped && first[0xE2]) first[' '] = 1;
+    // (a vocabulary may always match hundreds of specials: Gemma's user-defined pieces)
+    SpecialStarts starts;
+    build_special_starts(p.special, escaped, starts);
     for (int i = 0; i < n; ++i)
-      s.tok[i] = first[text[i]] ? special_match_at(p.special, text, n, i, escaped) : -1;
+      s.tok[i] = special_match_with(starts, p.special, text, n, i, escaped);
     accept_special_matches(p.special, s.tok.data(), n, s.is_special.data(), text, escaped);
   }
   if (p.symbols == kSymbolsChars) return encode_chars(p, text, n, s);

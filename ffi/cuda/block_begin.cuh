@@ -40,6 +40,26 @@ __device__ __noinline__ void pretokenize_block(
   block_pretokenize<kThreads, kPretokItems<kThreads>>(v, text, n, is_special, piece_start, tmp);
 }
 
+// accept_special_matches (core/bpe_core.h) by one warp: its walk visits only the matches, 32
+// positions a ballot, where one thread would read every position (slow where matches abound:
+// Gemma 3's newlines are user-defined pieces, and a run of them holds nested matches). Called
+// by the 32 lanes of warp 0.
+__device__ void accept_matches_in_warp(const SpecialView& s, const int32_t* match, int n, uint8_t* is_special,
+                                       const uint8_t* text, bool escaped) {
+  const int lane = threadIdx.x & 31;
+  int next = 0;  // the first position after the last accepted match
+  for (int base = 0; base < n; base += 32) {
+    unsigned found = __ballot_sync(0xFFFFFFFFu, base + lane < n && match[base + lane] >= 0);
+    for (; found; found &= found - 1) {
+      const int i = base + __ffs(found) - 1;
+      if (i < next) continue;
+      const int len = matched_len(s, match[i], text, n, i, escaped);
+      for (int j = lane; j < len; j += 32) is_special[i + j] = j == 0 ? 2 : 1;
+      next = i + len;
+    }
+  }
+}
+
 // The start of every block: its arrays, its string loaded, the special tokens marked (a.tok[i]:
 // the special matched at i, is_special). False (the row written and flagged) for a length
 // outside [0, max_len], which only an unchecked call can pass. kChars: SentencePiece-style
@@ -79,25 +99,36 @@ __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem
   __syncthreads();
   clock.mark(kClockLoad);
 
-  // Special tokens: every position looks for a match in parallel (into tok); the rare matches
-  // are then resolved leftmost-first by one thread (accept_special_matches).
+  // Special tokens: every position looks for a match in parallel (into tok); the matches are
+  // then resolved leftmost-first (accept_special_matches; by one warp where a match holds another).
   if (p.special.count > 0) {
     const bool escaped = kChars && specials_escaped(p.chars);
-    const uint8_t* first = nullptr;  // kChars: the specials' first bytes (as cpu/encode_cpu.h)
+    // kChars: the positions that can start a special (core/bpe_core.h, SpecialStarts; as
+    // cpu/encode_cpu.h), built by the block in shared memory.
+    const SpecialStarts* starts = nullptr;
     if constexpr (kChars) {
-      __shared__ uint8_t first_bytes[256];
-      for (int c = threadIdx.x; c < 256; c += kThreads) first_bytes[c] = 0;
+      __shared__ SpecialStarts table;
+      for (int c = threadIdx.x; c < 256; c += kThreads) table.slot[c] = 0;
+      for (int w = threadIdx.x; w < SpecialStarts::kSlots * 8; w += kThreads) table.second[w / 8][w % 8] = 0;
       __syncthreads();
       for (int k = threadIdx.x; k < p.special.count; k += kThreads)
-        if (special_len(p.special, k) > 0) first_bytes[p.special.data[p.special.offsets[k]]] = 1;
+        special_start_pairs(p.special, k, escaped, [&](int first, int) { table.slot[first] = 1; });
       __syncthreads();
-      if (threadIdx.x == 0 && escaped && first_bytes[0xE2]) first_bytes[' '] = 1;
+      if (threadIdx.x == 0) assign_special_slots(table);
       __syncthreads();
-      first = first_bytes;
+      for (int k = threadIdx.x; k < p.special.count; k += kThreads)
+        special_start_pairs(p.special, k, escaped, [&](int first, int second) {
+          mark_special_start(table, first, second, [](uint32_t& word, uint32_t bits) { atomicOr(&word, bits); });
+        });
+      if (p.special.count <= SpecialStarts::kFirstBytes)
+        for (int k = threadIdx.x; k < p.special.count; k += kThreads) table.first[k] = special_first_byte(p.special, k);
+      __syncthreads();
+      starts = &table;
     }
     bool found = false;
     for (int i = threadIdx.x; i < n; i += kThreads) {
-      const int k = first && !first[a.text[i]] ? -1 : special_match_at(p.special, a.text, n, i, escaped);
+      const int k = starts ? special_match_with(*starts, p.special, a.text, n, i, escaped)
+                           : special_match_at(p.special, a.text, n, i, escaped);
       a.tok[i] = k;
       found |= k >= 0;
     }
@@ -109,7 +140,7 @@ __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem
       for (int i = threadIdx.x; i < n; i += kThreads)
         nested |= a.tok[i] >= 0 && match_holds_another(p.special, a.tok, n, i, a.text, escaped);
       if (__syncthreads_or(nested)) {
-        if (threadIdx.x == 0) accept_special_matches(p.special, a.tok, n, a.is_special, a.text, escaped);
+        if (threadIdx.x < 32) accept_matches_in_warp(p.special, a.tok, n, a.is_special, a.text, escaped);
       } else {
         for (int i = threadIdx.x; i < n; i += kThreads)
           if (a.tok[i] >= 0) accept_match_at(p.special, a.tok, n, i, a.is_special, a.text, escaped);

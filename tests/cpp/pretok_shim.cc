@@ -1,4 +1,4 @@
-// C ABI over ffi/pretok/ (sequential.h, chunked.h; and one core/bpe_core.h rule) for tests/test_pretokenize.py (loaded
+// C ABI over ffi/pretok/ (sequential.h, chunked.h; and two core/bpe_core.h rules) for tests/test_pretokenize.py (loaded
 // with ctypes): the pre-tokenizer operand that blockbpe_jax/pretok builds goes in as bytes.
 #include "core/bpe_core.h"
 #include "pretok/chunked.h"
@@ -27,6 +27,21 @@ int bbpe_pretok_lookback() { return bbpe::kPretokLookback; }
 // The bit form of the leftmost-first merge selection (the kernel's lane-parallel merges).
 uint32_t bbpe_leftmost_first_merges(uint32_t candidates) {
   return bbpe::leftmost_first_merges(candidates);
+}
+
+// Special-token matching at every position of text, for `count` specials of `data` at
+// `offsets` (longest first): special_match_at alone (match[i], -1 for none), with SpecialStarts'
+// help (match_with[i]), and whether SpecialStarts lets the position through (may_start[i]).
+void bbpe_special_starts(const int32_t* offsets, const uint8_t* data, int count, int escaped,
+                         const uint8_t* text, int n, int32_t* match, int32_t* match_with, uint8_t* may_start) {
+  const bbpe::SpecialView specials{offsets, data, nullptr, count};
+  bbpe::SpecialStarts starts;
+  bbpe::build_special_starts(specials, escaped != 0, starts);
+  for (int i = 0; i < n; ++i) {
+    match[i] = bbpe::special_match_at(specials, text, n, i, escaped != 0);
+    match_with[i] = bbpe::special_match_with(starts, specials, text, n, i, escaped != 0);
+    may_start[i] = bbpe::special_may_start(starts, text, n, i);
+  }
 }
 
 }  // extern "C"
