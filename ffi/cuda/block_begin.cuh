@@ -133,9 +133,9 @@ __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem
       found |= k >= 0;
     }
     if (__syncthreads_or(found)) {
-      // Leftmost-first only matters where a match starts inside another one's bytes: then one
-      // thread walks the row; otherwise every match counts, marked in parallel (a packed row
-      // of short documents has one separator per document).
+      // Leftmost-first only matters where a match starts inside another one's bytes: then warp
+      // 0 walks the matches; otherwise every match counts, marked in parallel (a packed row of
+      // short documents has one separator per document).
       bool nested = false;
       for (int i = threadIdx.x; i < n; i += kThreads)
         nested |= a.tok[i] >= 0 && match_holds_another(p.special, a.tok, n, i, a.text, escaped);
