@@ -84,6 +84,22 @@ def test_packed_rows_are_runs_of_whole_documents():
         native.cpu.pack_documents(data, offsets, b"", 100, out)
 
 
+def test_packer_copies_long_documents_in_pieces():
+    """Megabytes of documents, some longer than the copy's ranges (a range of the output may
+    start or end inside a document or its separator), from a window whose offsets do not start
+    at 0: the joined bytes are exact."""
+    sep = EOT.encode()
+    rng = np.random.default_rng(1)
+    sizes = [3_000_001, 0, 5, 2_500_000, *rng.integers(0, 40, 2000).tolist(), 1_048_577, 7]
+    blob = rng.integers(32, 127, sum(sizes) + 11).astype(np.uint8)
+    offsets = (11 + np.concatenate([[0], np.cumsum(sizes)])).astype(np.int64)
+    docs = [blob[offsets[i] : offsets[i + 1]].tobytes() for i in range(len(sizes))]
+    out = np.zeros(sum(sizes) + len(sizes) * len(sep), np.uint8)
+    row_of_doc, _ = native.cpu.pack_documents(blob, offsets, sep, 4096, out)
+    assert bytes(out) == b"".join(d + sep for d in docs)
+    assert [i for i in range(len(sizes)) if row_of_doc[i] < 0] == [0, 3, len(sizes) - 2]
+
+
 def _job_ids(tmp_path, tok, docs: list[str], **kwargs) -> list[list[int]]:
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")

@@ -8,6 +8,7 @@
 // encoded alone (and its separator never read).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -40,10 +41,24 @@ inline int64_t pack_documents(const uint8_t* data, const int64_t* offsets, int64
   over_ranges(docs, total, (int64_t)1 << 20, [&](int64_t lo, int64_t hi) {
     for (int64_t d = lo; d < hi; ++d) {
       const int64_t n = offsets[d + 1] - offsets[d];
-      const bool packable = n + sep_len <= width && !contains(data + offsets[d], n, sep, sep_len);
-      row_of_doc[d] = packable ? 0 : -2;
-      std::memcpy(out + start(d), data + offsets[d], (size_t)n);
-      std::memcpy(out + start(d) + n, sep, (size_t)sep_len);
+      row_of_doc[d] = n + sep_len <= width && !contains(data + offsets[d], n, sep, sep_len) ? 0 : -2;
+    }
+  });
+  // The joined bytes, copied in equal ranges of the output (not of the documents: one long
+  // document would be one thread's copy).
+  const int64_t joined = total + docs * sep_len;
+  over_ranges(joined, joined, (int64_t)1 << 20, [&](int64_t lo, int64_t hi) {
+    int64_t d = 0, last = docs - 1;  // the document whose bytes or separator hold lo
+    while (d < last) {
+      const int64_t mid = (d + last + 1) / 2;
+      if (start(mid) <= lo) d = mid; else last = mid - 1;
+    }
+    for (; d < docs && start(d) < hi; ++d) {  // the part of [lo, hi) in its bytes, then in its separator
+      const int64_t begin = start(d), text_end = begin + (offsets[d + 1] - offsets[d]);
+      const int64_t a = std::max(lo, begin), b = std::min(hi, text_end + sep_len);
+      if (a < text_end) std::memcpy(out + a, data + offsets[d] + (a - begin), (size_t)(std::min(b, text_end) - a));
+      const int64_t at_sep = std::max(a, text_end);
+      if (at_sep < b) std::memcpy(out + at_sep, sep + (at_sep - text_end), (size_t)(b - at_sep));
     }
   });
   int64_t rows = 0, used = 0;  // used: bytes in the open row (0: none open)
