@@ -326,15 +326,18 @@ class CompiledEncodes:
         step = getattr(device_functions(), self.step)
         return step.lower(flat, table, self.tables, raw, at, pos, **dict(call), **self.static).compile()
 
+    def _pair(self, shape) -> tuple:
+        """compile_ahead's (key, build) of one shape (`CompiledEncodes.shape`)."""
+        return (self.options, shape), functools.partial(self._compile, shape)
+
     def ahead(self, shapes) -> list:
-        """compile_ahead's (key, build) pairs of these shapes (`CompiledEncodes.shape`)."""
-        return [((self.options, s), functools.partial(self._compile, s)) for s in shapes]
+        """compile_ahead's (key, build) pairs of these shapes."""
+        return [self._pair(s) for s in shapes]
 
     def __call__(self, flat, table, raw, at, pos, **call):
         """step(flat, table, tables, raw, at, pos, **call): (raw, next at, next pos); call:
         rows=, width= and max_tokens= (encode_into) or docs= (encode_packed_into)."""
-        shape = self.shape(raw.size, flat.size, table.shape[1], **call)
-        run = compiled((self.options, shape), functools.partial(self._compile, shape))
+        run = compiled(*self._pair(self.shape(raw.size, flat.size, table.shape[1], **call)))
         return run(flat, table, self.tables, raw, at, pos)
 
 

@@ -104,7 +104,7 @@ BBPE_HD void special_start_pairs(const SpecialView& s, int k, bool escaped, F&& 
   if (escaped && is_escaped_space(d, 0, len)) from(' ', 3);
 }
 
-// Slots for the first bytes marked nonzero, in byte order; then mark_special_start for every pair.
+// Slots for the first bytes marked nonzero, in byte order (build_special_starts' steps).
 BBPE_HD void assign_special_slots(SpecialStarts& t) {
   int next = 0;
   for (int b = 0; b < 256; ++b)
@@ -142,18 +142,29 @@ BBPE_HD int special_match_with(const SpecialStarts& t, const SpecialView& s, con
   return special_match_at(s, text, n, i, escaped, s.count <= SpecialStarts::kFirstBytes ? t.first : nullptr);
 }
 
-// The whole table, by one thread (the GPU builds it in parallel from the same pieces).
-BBPE_HD void build_special_starts(const SpecialView& s, bool escaped, SpecialStarts& t) {
-  for (int b = 0; b < 256; ++b) t.slot[b] = 0;
-  for (int k = 0; k < s.count; ++k) special_start_pairs(s, k, escaped, [&](int first, int) { t.slot[first] = 1; });
-  assign_special_slots(t);
-  for (int q = 0; q < SpecialStarts::kSlots; ++q)
-    for (int w = 0; w < 8; ++w) t.second[q][w] = 0;
-  for (int k = 0; k < s.count; ++k)
-    special_start_pairs(s, k, escaped, [&](int first, int second) {
-      mark_special_start(t, first, second, [](uint32_t& word, uint32_t bits) { word |= bits; });
-    });
-  for (int k = 0; k < s.count && s.count <= SpecialStarts::kFirstBytes; ++k) t.first[k] = special_first_byte(s, k);
+// The table, built by the thread `self` of `stride` threads taking every stride-th special:
+// one thread on the CPU (build_special_starts below); a block's threads on the GPU, with its
+// barrier as `sync` and an atomic OR as `or_word` (cuda/block_begin.cuh).
+template <class Sync, class Or>
+BBPE_HD void build_special_starts(const SpecialView& s, bool escaped, SpecialStarts& t, int self, int stride,
+                                  Sync&& sync, Or&& or_word) {
+  for (int b = self; b < 256; b += stride) t.slot[b] = 0;
+  for (int w = self; w < SpecialStarts::kSlots * 8; w += stride) t.second[w / 8][w % 8] = 0;
+  sync();
+  for (int k = self; k < s.count; k += stride)
+    special_start_pairs(s, k, escaped, [&](int first, int) { t.slot[first] = 1; });
+  sync();
+  if (self == 0) assign_special_slots(t);
+  sync();
+  for (int k = self; k < s.count; k += stride)
+    special_start_pairs(s, k, escaped, [&](int first, int second) { mark_special_start(t, first, second, or_word); });
+  if (s.count <= SpecialStarts::kFirstBytes)
+    for (int k = self; k < s.count; k += stride) t.first[k] = special_first_byte(s, k);
+  sync();
+}
+
+inline void build_special_starts(const SpecialView& s, bool escaped, SpecialStarts& t) {
+  build_special_starts(s, escaped, t, 0, 1, [] {}, [](uint32_t& word, uint32_t bits) { word |= bits; });
 }
 
 // Bytes of text that special k, matched at i, covers (an escaped match's length depends on

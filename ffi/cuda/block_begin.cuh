@@ -40,7 +40,7 @@ __device__ __noinline__ void pretokenize_block(
   block_pretokenize<kThreads, kPretokItems<kThreads>>(v, text, n, is_special, piece_start, tmp);
 }
 
-// accept_special_matches (core/bpe_core.h) by one warp: its walk visits only the matches, 32
+// accept_special_matches (core/special_tokens.h) by one warp: its walk visits only the matches, 32
 // positions a ballot, where one thread would read every position (slow where matches abound:
 // Gemma 3's newlines are user-defined pieces, and a run of them holds nested matches). Called
 // by the 32 lanes of warp 0.
@@ -103,26 +103,14 @@ __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem
   // then resolved leftmost-first (accept_special_matches; by one warp where a match holds another).
   if (p.special.count > 0) {
     const bool escaped = kChars && specials_escaped(p.chars);
-    // kChars: the positions that can start a special (core/bpe_core.h, SpecialStarts; as
+    // kChars: the positions that can start a special (core/special_tokens.h, SpecialStarts; as
     // cpu/encode_cpu.h), built by the block in shared memory.
     const SpecialStarts* starts = nullptr;
     if constexpr (kChars) {
       __shared__ SpecialStarts table;
-      for (int c = threadIdx.x; c < 256; c += kThreads) table.slot[c] = 0;
-      for (int w = threadIdx.x; w < SpecialStarts::kSlots * 8; w += kThreads) table.second[w / 8][w % 8] = 0;
-      __syncthreads();
-      for (int k = threadIdx.x; k < p.special.count; k += kThreads)
-        special_start_pairs(p.special, k, escaped, [&](int first, int) { table.slot[first] = 1; });
-      __syncthreads();
-      if (threadIdx.x == 0) assign_special_slots(table);
-      __syncthreads();
-      for (int k = threadIdx.x; k < p.special.count; k += kThreads)
-        special_start_pairs(p.special, k, escaped, [&](int first, int second) {
-          mark_special_start(table, first, second, [](uint32_t& word, uint32_t bits) { atomicOr(&word, bits); });
-        });
-      if (p.special.count <= SpecialStarts::kFirstBytes)
-        for (int k = threadIdx.x; k < p.special.count; k += kThreads) table.first[k] = special_first_byte(p.special, k);
-      __syncthreads();
+      build_special_starts(
+          p.special, escaped, table, threadIdx.x, kThreads, [] { __syncthreads(); },
+          [](uint32_t& word, uint32_t bits) { atomicOr(&word, bits); });
       starts = &table;
     }
     bool found = false;
