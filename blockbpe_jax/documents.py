@@ -5,6 +5,7 @@ missing field, invalid UTF-8)."""
 from __future__ import annotations
 
 import gzip
+import io
 import itertools
 import json
 import os
@@ -294,8 +295,20 @@ def _blocks_of_lines(f, size: int) -> Iterator[memoryview]:
         tail = memoryview(buf)[end:n]
 
 
+PARALLEL_READ = 4 << 20  # a plain file's reads of at least this many bytes: by threads
+
+
 def _read_into(f, buf: np.ndarray, n: int, need: int) -> int:
-    """Reads into buf[n:need] until it is full or the file ends; the bytes in buf now."""
+    """Reads into buf[n:need] until it is full or the file ends; the bytes in buf now. A plain
+    file's large read is made by threads (`read_at`): one thread's copy from the page cache
+    bounds the reading of long documents."""
+    if need - n >= PARALLEL_READ and isinstance(f, io.BufferedReader) and isinstance(f.raw, io.FileIO):
+        at = f.tell()
+        got = native.cpu.read_at(f.fileno(), at, buf[n:need])
+        if got < 0:
+            raise OSError(-got, os.strerror(-got))
+        f.seek(at + got)
+        return n + got
     view = memoryview(buf)
     while n < need:
         got = f.readinto(view[n:need])

@@ -77,6 +77,8 @@ class _ShardWriter:
     """What the two shard writers share: the dtype, the shard limits, the list of shards and of
     files written (removed by `abort`), and the sidecar `finish` writes."""
 
+    keeps_ids = False  # add() copies the ids out: the caller may reuse their buffer
+
     def __init__(self, prefix: Path, n_vocab: int, shard_tokens: int, shard_docs: int | None):
         self.prefix, self.dtype = prefix, token_dtype(n_vocab)
         self.shard_tokens, self.shard_docs = shard_tokens, shard_docs or 2**62
@@ -223,6 +225,8 @@ def read_array_records(prefix: str | os.PathLike) -> Iterator[np.ndarray]:
 class PaddedWriter:
     """The padded layout: per shard ids int32[N, T] (pad_id after counts[i]), true counts,
     file_index, position; one .npz, or one .npy per array; `<prefix>manifest.json`."""
+
+    keeps_ids = True  # add() keeps views of the ids until its shard is written
 
     def __init__(
         self, directory: Path, name: str, fmt: str, max_tokens: int | None, pad_id: int, shard_docs: int

@@ -188,17 +188,20 @@ def _free_slots() -> None:
         _readers.clear()
 
 
-def read_back(arrays, prefixes=None) -> list:
+def read_back(arrays, prefixes=None, into=None) -> list:
     """NumPy copies of finished JAX arrays. Arrays that each live on one CUDA GPU this build can
     stage to are copied by `_blockbpe_cuda.DeviceReader` (one DMA each through a pinned buffer
     on a private stream): JAX's own copy of a fresh array costs a fixed 130-250 us per call on
     the H100 machine, more than encoding a short string (those copies are new, writable
     arrays). Any other array: np.asarray. prefixes: per array, None (all of it) or n: only its
-    first n elements (of a 1-D array), and only those are copied."""
+    first n elements (of a 1-D array), and only those are copied. into: per array, None or a
+    host byte buffer (uint8, large enough) that a DeviceReader copy goes to, viewed as the
+    result: page-locked (`pinned_empty`), the DMA alone, no second copy."""
     import numpy as np
 
     arrays = list(arrays)
     prefixes = [None] * len(arrays) if prefixes is None else list(prefixes)
+    into = [None] * len(arrays) if into is None else list(into)
     for a, n in zip(arrays, prefixes):
         if n is not None and not (np.ndim(a) == 1 and 0 <= n <= a.shape[0]):
             raise ValueError(f"read_back: prefix {n} of an array of shape {list(np.shape(a))}")
@@ -220,10 +223,24 @@ def read_back(arrays, prefixes=None) -> list:
                 _readers[device] = (native.cuda.DeviceReader(device.local_hardware_id), threading.Lock())
             reader, lock = _readers[device]
         for k in ks:
-            out[k] = np.empty(shapes[k], arrays[k].dtype)
+            if into[k] is None:
+                out[k] = np.empty(shapes[k], arrays[k].dtype)
+            else:
+                nbytes = int(np.prod(shapes[k])) * arrays[k].dtype.itemsize
+                if into[k].dtype != np.uint8 or into[k].ndim != 1 or into[k].size < nbytes:
+                    raise ValueError(f"read_back: `into` needs a uint8 buffer of {nbytes} bytes")
+                out[k] = into[k][:nbytes].view(arrays[k].dtype).reshape(shapes[k])
         with lock:  # (the arrays stay referenced, so alive, through the copy)
             reader.read([arrays[k].unsafe_buffer_pointer() for k in ks], [out[k] for k in ks])
     return out
+
+
+def pinned_empty(nbytes: int, device):
+    """A host byte buffer for `read_back(into=...)`: page-locked where `device` is a CUDA GPU
+    this build stages to (one DMA per read), else plain NumPy memory."""
+    import numpy as np
+
+    return native.cuda.pinned_empty(nbytes) if available(device) else np.empty(nbytes, np.uint8)
 
 
 def stage_strings(texts, *, max_len: int | None, device) -> Staged:

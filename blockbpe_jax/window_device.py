@@ -144,6 +144,9 @@ def device_functions():
     )
 
 
+IDS = "host ids"  # the owner of kept host buffers of ids read back (WindowBuffers.host_ids)
+
+
 class WindowBuffers:
     """Sizes of a job's window buffers, as high-water marks over its windows (`raw` and the
     document table: powers of two, the first twice the first window's need; the bytes: a
@@ -232,6 +235,19 @@ class WindowBuffers:
     def give_back(self, raw) -> None:
         self._keep(self.device, raw)
 
+    def host_ids(self, nbytes: int) -> np.ndarray:
+        """A host buffer for a window's ids read back (`staging.read_back(into=...)`):
+        page-locked on a CUDA GPU, a kept one when there is one of this size."""
+        from . import staging
+
+        with self._lock:
+            kept = self._reuse(IDS, nbytes)
+        return kept if kept is not None else staging.pinned_empty(nbytes, self.device)
+
+    def give_back_ids(self, buffer: np.ndarray) -> None:
+        """A window's ids buffer, once the writer has copied them out."""
+        self._keep(IDS, buffer)
+
     def _reuse(self, owner, size: int):
         """A kept buffer of `owner` and `size`, taken out of the pool, or None (lock held)."""
         for k in range(len(self._spare) - 1, -1, -1):
@@ -241,10 +257,14 @@ class WindowBuffers:
 
     def _keep(self, owner, buffer) -> None:
         """Keeps a finished window's buffer, dropping the oldest beyond KEEP of its kind (device
-        buffers, whatever their device, or host bytes)."""
+        buffers, whatever their device, host bytes or host ids)."""
+
+        def kind_of(o):
+            return o if o is None or o is IDS else "device"
+
         with self._lock:
             self._spare.append((owner, buffer))
-            kind = [k for k, (o, _) in enumerate(self._spare) if (o is None) == (owner is None)]
+            kind = [k for k, (o, _) in enumerate(self._spare) if kind_of(o) == kind_of(owner)]
             for k in reversed(kind[: -self.KEEP]):
                 del self._spare[k]
 

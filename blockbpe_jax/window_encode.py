@@ -330,7 +330,10 @@ def encode_documents(
         stored.append(store_thread.submit(store, ids, total, counts, w, raw, work.host_flat))
 
     def store(ids, total: int, counts: np.ndarray, w: Window, raw, host_flat: np.ndarray) -> None:
-        host_ids = staging.read_back([ids], [total])[0]
+        # (into a kept page-locked buffer where the writer copies the ids out: one DMA, no
+        # fresh memory's page faults, no second copy)
+        into = buffers.host_ids(ids.size * ids.dtype.itemsize) if reuse_ids else None
+        host_ids = staging.read_back([ids], [total], [into])[0]
         buffers.give_back(raw)
         # Every call that reads the window's bytes has run (on the CPU backend `flat` may be
         # this very memory), so the next windows may reuse it.
@@ -342,12 +345,15 @@ def encode_documents(
         except BaseException:
             write_failed.append(True)
             raise
+        if into is not None:
+            buffers.give_back_ids(into)
         if progress is not None:
             progress.update(w.consumed, w.ndocs, total)
 
     from concurrent.futures import ThreadPoolExecutor
 
     stored = []  # futures of store(), oldest first (touched by finish's thread, then this one)
+    reuse_ids = staging.available(buffers.device) and not getattr(writer, "keeps_ids", True)
     write_failed: list = []
     # (the writes' thread outlives the finishing one, which submits to it)
     with (

@@ -221,15 +221,19 @@ def _gpus():
 @pytest.mark.skipif(
     not _gpus() or not native.HAS_CUDA_MODULE, reason="no GPU visible to JAX, or no CUDA module in this build"
 )
-def test_gpu_job_equals_cpu_job(tmp_path, cl100k, war_and_peace):
-    """On a GPU (each window's bytes uploaded once, each call's rows gathered on the device)
-    the job's ids equal the CPU job's."""
+@pytest.mark.parametrize("window_bytes", [16 << 20, 64 << 10])
+def test_gpu_job_equals_cpu_job(tmp_path, cl100k, war_and_peace, window_bytes):
+    """On a GPU (each window's bytes uploaded once, each call's rows gathered on the device,
+    its ids read back into a kept page-locked buffer, reused window after window) the job's
+    ids equal the CPU job's."""
     gpu, cpu = _gpus()[0], jax.devices("cpu")[0]
     lines = [x for x in war_and_peace[:400_000].split(b"\n") if x] + ["日本語 🎉 ✓".encode()] * 3
     src = tmp_path / "wp.txt"
     src.write_bytes(b"\n".join(lines) + b"\n")
     for name, device in (("gpu", gpu), ("cpu", cpu)):
-        corpus.encode_files(cl100k, [src], tmp_path / name / "s", device=device, batch_bytes=64 << 10)
+        corpus.encode_files(
+            cl100k, [src], tmp_path / name / "s", device=device, batch_bytes=64 << 10, window_bytes=window_bytes
+        )
     for a, b in zip(
         corpus.read_shards(tmp_path / "gpu" / "s"), corpus.read_shards(tmp_path / "cpu" / "s"), strict=True
     ):

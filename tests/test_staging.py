@@ -83,6 +83,18 @@ def _check_prefixes(device):
     for bad in ([whole.size + 1, None, None], [-1, None, None], [None, None, 1]):
         with pytest.raises(ValueError, match="read_back: prefix"):
             staging.read_back(arrays, bad)
+    # into: the corpus job's kept buffers, page-locked (its DMA alone) or not (through the
+    # reader's pinned buffer); results are views of them where the DeviceReader copies
+    pinned, plain = staging.pinned_empty(whole.nbytes + 64, device), np.empty(256, np.uint8)
+    for n in (0, 5, whole.size):
+        got = staging.read_back(arrays[:2], [n, 100], [pinned, plain])
+        np.testing.assert_array_equal(got[0], whole[:n])
+        np.testing.assert_array_equal(got[1], whole[:100].astype(np.uint16))
+        if staging.available(device):
+            assert n == 0 or np.shares_memory(got[0], pinned)
+            assert np.shares_memory(got[1], plain)
+            with pytest.raises(ValueError, match="`into` needs a uint8 buffer of 200 bytes"):
+                staging.read_back(arrays[1:2], [100], [np.empty(199, np.uint8)])
 
 
 def test_read_back_prefixes():

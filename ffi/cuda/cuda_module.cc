@@ -177,13 +177,19 @@ class DeviceReader {
   DeviceReader& operator=(const DeviceReader&) = delete;
 
   // Copies src[k] (device addresses) into dst[k] (contiguous host arrays, as many bytes as each
-  // holds).
+  // holds). A page-locked dst (`pinned_empty`) is copied into by its DMA alone; any other
+  // through this reader's pinned buffer, then a memcpy.
   void read(const std::vector<uintptr_t>& src, std::vector<nb::ndarray<nb::c_contig, nb::device::cpu>>& dst) {
     if (src.size() != dst.size()) throw nb::value_error("DeviceReader: as many sources as destinations");
     std::vector<size_t> at(dst.size() + 1, 0);  // offsets in the pinned buffer (256-aligned)
-    for (size_t k = 0; k < dst.size(); ++k) at[k + 1] = at[k] + (dst[k].nbytes() + 255) / 256 * 256;
-    const bool pinned = at.back() <= kPinnedMax;
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    std::vector<char> direct(dst.size());
+    for (size_t k = 0; k < dst.size(); ++k) {
+      direct[k] = page_locked(dst[k].data());
+      if (direct[k]) at[k + 1] = at[k];  // (no room in the pinned buffer)
+      else at[k + 1] = at[k] + (dst[k].nbytes() + 255) / 256 * 256;
+    }
+    const bool pinned = at.back() <= kPinnedMax;
     if (pinned && at.back() > capacity_) {
       if (host_) check_cuda(cudaFreeHost(host_), "cudaFreeHost");
       host_ = nullptr;
@@ -195,21 +201,40 @@ class DeviceReader {
     nb::gil_scoped_release unlocked;
     for (size_t k = 0; k < dst.size(); ++k) {
       if (dst[k].nbytes() == 0) continue;
-      void* to = pinned ? (void*)(host_ + at[k]) : dst[k].data();
+      void* to = pinned && !direct[k] ? (void*)(host_ + at[k]) : dst[k].data();
       check_cuda(cudaMemcpyAsync(to, (const void*)src[k], dst[k].nbytes(), cudaMemcpyDeviceToHost, stream_),
                  "cudaMemcpyAsync");
     }
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     if (pinned)
-      for (size_t k = 0; k < dst.size(); ++k) std::memcpy(dst[k].data(), host_ + at[k], dst[k].nbytes());
+      for (size_t k = 0; k < dst.size(); ++k)
+        if (!direct[k]) std::memcpy(dst[k].data(), host_ + at[k], dst[k].nbytes());
   }
 
  private:
+  static bool page_locked(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();  // (clears the error: memory CUDA does not know)
+      return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+  }
+
   int device_;
   cudaStream_t stream_ = nullptr;
   uint8_t* host_ = nullptr;  // pinned
   size_t capacity_ = 0;
 };
+
+// Page-locked host memory as a NumPy uint8 array, freed with its last reference: what the
+// corpus job reads a window's ids into (one DMA, no second copy) and writes to its shards.
+static nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> pinned_empty(size_t nbytes) {
+  void* p = nullptr;
+  check_cuda(cudaHostAlloc(&p, std::max<size_t>(nbytes, 1), cudaHostAllocPortable), "cudaHostAlloc");
+  nb::capsule owner(p, [](void* q) noexcept { cudaFreeHost(q); });
+  return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(p, {nbytes}, owner);
+}
 
 }  // namespace bbpe
 
@@ -230,6 +255,8 @@ NB_MODULE(_blockbpe_cuda, m) {
   nb::class_<bbpe::DeviceReader>(m, "DeviceReader")
       .def(nb::init<int>(), nb::arg("device"))
       .def("read", &bbpe::DeviceReader::read, nb::arg("src"), nb::arg("dst"));
+  m.def("pinned_empty", &bbpe::pinned_empty, nb::arg("nbytes"),
+        "Page-locked host memory as a NumPy uint8 array (a DeviceReader copies into it by one DMA).");
 #ifdef BBPE_STAGE_CLOCKS
   m.def("read_stage_clocks", &bbpe::read_stage_clocks,
         "Reads and zeroes the kernel's stage clocks (a BLOCKBPE_STAGE_CLOCKS=ON build only).");
