@@ -232,7 +232,12 @@ def test_gpu_job_equals_cpu_job(tmp_path, cl100k, war_and_peace, window_bytes):
     src.write_bytes(b"\n".join(lines) + b"\n")
     for name, device in (("gpu", gpu), ("cpu", cpu)):
         corpus.encode_files(
-            cl100k, [src], tmp_path / name / "s", device=device, batch_bytes=64 << 10, window_bytes=window_bytes
+            cl100k,
+            [src],
+            tmp_path / name / "s",
+            device=device,
+            batch_bytes=64 << 10,
+            window_bytes=window_bytes,
         )
     for a, b in zip(
         corpus.read_shards(tmp_path / "gpu" / "s"), corpus.read_shards(tmp_path / "cpu" / "s"), strict=True
