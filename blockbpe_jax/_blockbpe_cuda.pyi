@@ -5,6 +5,7 @@
 from collections.abc import Sequence
 from typing import Annotated
 
+import numpy
 from numpy.typing import NDArray
 
 
@@ -29,3 +30,8 @@ class DeviceReader:
     def __init__(self, device: int) -> None: ...
 
     def read(self, src: Sequence[int], dst: Sequence[Annotated[NDArray, dict(order='C', device='cpu')]]) -> None: ...
+
+def pinned_empty(nbytes: int) -> Annotated[NDArray[numpy.uint8], dict(shape=(None,))]:
+    """
+    Page-locked host memory as a NumPy uint8 array (a DeviceReader copies into it by one DMA).
+    """
