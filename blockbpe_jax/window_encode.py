@@ -33,6 +33,7 @@ from .window_plan import (
     call_args,
     call_rows,
     first_pass_tokens,
+    full_rows,
     likely_calls,
     packed_calls,
     packing,
@@ -42,8 +43,8 @@ from .window_plan import (
     rows_bucket,
 )
 
-# On the CPU backend compiles take the cores that encode: only the shapes planned are compiled
-# (tests turn likely_calls on there).
+# On the CPU backend compiles take the cores that encode: only the shapes planned are compiled,
+# rows bucketed (tests turn the GPU's plan on there).
 LIKELY_SHAPES_ON_CPU = False
 
 
@@ -114,7 +115,10 @@ def encode_documents(
         return f"{paths[w.file_index]}:{int(w.positions[i])}"
 
     target = device or jax.devices()[0]
+    # the GPU's plan: shapes compiled ahead (likely_calls, finalize's size guessed), one row
+    # count per width (full_rows)
     speculate = target.platform != "cpu" or LIKELY_SHAPES_ON_CPU
+    bucket = full_rows if speculate else rows_bucket
     tables = tok.tables(allowed_special, device)
     buffers = WindowBuffers(target)
     # (any normalizer: assume_nfc)
@@ -188,7 +192,7 @@ def encode_documents(
         for width, idx in plan_batches(lengths[alone], batch_bytes, max_docs, max_len):
             idx = alone[idx]
             T = first_pass_tokens(width)
-            rows = rows_bucket(len(idx), call_rows(width, batch_bytes, max_docs))
+            rows = bucket(len(idx), call_rows(width, batch_bytes, max_docs))
             plan.append(PlannedCall(idx, width, T, rows, end, entries, 0))
             rows_of.append(np.stack([doc_start[idx], lengths[idx]]))
             end += rows * (T + 1)
@@ -246,7 +250,7 @@ def encode_documents(
             ahead.append(
                 reads.finalize_ahead(raw.size, positions.size, buffers.ids(work.window.data.size // 4))
             )
-            likely = likely_calls(widths, batch_bytes, max_docs) if widths else []
+            likely = likely_calls(widths, batch_bytes, max_docs, bucket) if widths else []
             likely += [redo_call(n, 1) for n in sorted({c["width"] for c in likely})]
             # (only calls that fit this window's buffers: its ids and its table; its bytes reach
             # past every start by the widest width)

@@ -1,7 +1,8 @@
 """The corpus job's plan of a window's encode calls, as rules on numbers (no JAX): documents
 sorted by length into calls of one power-of-two width (`plan_batches`), the short ones packed
-into shared rows (`packing`), the rows of a call bucketed (`rows_bucket`) so that a job meets
-few call shapes, and the shapes later windows will likely need (`likely_calls`).
+into shared rows (`packing`), the rows of a call bucketed (`rows_bucket`; on a GPU one count,
+`full_rows`) so that a job meets few call shapes, and the shapes later windows will likely
+need (`likely_calls`).
 window_encode.py runs the plan.
 """
 
@@ -133,18 +134,26 @@ def rows_bucket(n: int, full: int) -> int:
     return min(rows, most)
 
 
-def likely_calls(widths, batch_bytes: int, max_docs: int | None) -> list[dict]:
+def full_rows(n: int, full: int) -> int:
+    """Rows of a call on a GPU: all of full's power of two, however few documents: one
+    executable per width. There a compile costs 0.1-0.3 s (and its trace and lowering hold the
+    interpreter), an empty row's block a few microseconds; on the CPU backend the empty rows'
+    padding costs more than the compiles save (rows_bucket)."""
+    return pow2(full, 1)
+
+
+def likely_calls(widths, batch_bytes: int, max_docs: int | None, bucket=rows_bucket) -> list[dict]:
     """call_args of the unpacked calls that later windows will likely plan, given a window's
     widths: every power-of-two width from its least to its most, each with every row count
-    `rows_bucket` gives it. Compiled together on the first window that shows them, they spare
-    the job's later windows a compile each (~0.2 s on the GPU host, on the dispatching thread)."""
+    `bucket` gives it. Compiled together on the first window that shows them, they spare the
+    job's later windows a compile each (~0.2 s on the GPU host, on the dispatching thread)."""
     out = []
     width = min(widths)
     while width <= max(widths):
         full = call_rows(width, batch_bytes, max_docs)
         n = 1
         while True:  # (each row count once: the next one is the bucket of one more document)
-            rows = rows_bucket(n, full)
+            rows = bucket(n, full)
             out.append(dict(rows=rows, width=width, max_tokens=first_pass_tokens(width)))
             if rows >= full:
                 break

@@ -258,28 +258,31 @@ def test_compiled_encodes_key_has_the_static_table_fields(r50k):
     assert window_device.CompiledEncodes(tables, cpu, mode="bytes").options != key
 
 
+@pytest.mark.parametrize("bucket", [window_plan.rows_bucket, window_plan.full_rows])
 @pytest.mark.parametrize("batch_bytes, max_docs", [(4 << 20, None), (16384, None), (4 << 20, 100), (1000, 3)])
-def test_likely_calls_cover_every_planned_call(batch_bytes, max_docs):
+def test_likely_calls_cover_every_planned_call(batch_bytes, max_docs, bucket):
     """Every unpacked call the planner can make at a width from the least to the most of a
     window's widths is among likely_calls' (what the GPU compiles on the first window), and
-    nothing else is."""
+    nothing else is; with the GPU's full_rows, one call per width."""
     widths = [16, 1 << 13, 1 << 20]
-    likely = window_plan.likely_calls(widths, batch_bytes, max_docs)
+    likely = window_plan.likely_calls(widths, batch_bytes, max_docs, bucket)
+    if bucket is window_plan.full_rows:
+        assert len(likely) == len({c["width"] for c in likely}) == 17
     planned = []
     for width in [16 << k for k in range(17)]:
         full = max(1, batch_bytes // width)
         full = full if max_docs is None else min(full, max_docs)
         for n in range(1, full + 1):
-            rows = window_plan.rows_bucket(n, full)
+            rows = bucket(n, full)
             planned.append(dict(rows=rows, width=width, max_tokens=window_plan.first_pass_tokens(width)))
     unique = list({tuple(sorted(c.items())): c for c in planned}.values())
     assert sorted(map(sorted, map(dict.items, likely))) == sorted(map(sorted, map(dict.items, unique)))
 
 
 def test_likely_shapes_compiled_ahead_on_a_job_of_long_documents(tmp_path, r50k, monkeypatch):
-    """With the GPU's speculation (likely_calls, the finalize size guessed, the rows done
-    again) turned on for the CPU backend: a job of documents of 16 bytes to 300 KB, some
-    whose likely shapes do not fit the window's buffer, gives encode_batch's ids."""
+    """With the GPU's plan (likely_calls, the finalize size guessed, the rows done again, every
+    call's rows full_rows) turned on for the CPU backend: a job of documents of 16 bytes to
+    300 KB, some whose likely shapes do not fit the window's buffer, gives encode_batch's ids."""
     monkeypatch.setattr(window_encode, "LIKELY_SHAPES_ON_CPU", True)
     rng = np.random.default_rng(7)
     words = ["alpha", "beta", "🎉", "1234", "\u4e2d\u6587", "x" * 40]

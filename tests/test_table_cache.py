@@ -56,12 +56,12 @@ def test_empty_cache_dir_turns_it_off(tmp_path, monkeypatch, r50k):
     assert not list(tmp_path.rglob("*.npz"))
 
 
-def test_tiktoken_merges_are_derived_only_for_a_build(tmp_path, monkeypatch):
+def test_tiktoken_merges_are_derived_only_for_a_build(tmp_path, monkeypatch, data_dir):
     """A tiktoken vocabulary's merges (every split of a token into two tokens) are derived at
     their first use; a start-up whose tables come from the cache never derives them, and the
     derived merges are those of the rule."""
     monkeypatch.setenv("BLOCKBPE_CACHE_DIR", str(tmp_path))
-    path = find_data_dir() / "vocab/tiktoken/r50k_base.tiktoken"
+    path = data_dir / "vocab/tiktoken/r50k_base.tiktoken"
     first = load_tiktoken_file(path)
     assert first.merges._merges is None
     built = table_cache.vocab_tables(first)  # a miss: built, which derives the merges
