@@ -161,22 +161,28 @@ class WindowBuffers:
     _lock = threading.Lock()
 
     def __init__(self, device):
-        import jax.numpy as jnp
+        import jax
 
         self.device, self.slots, self.docs = device, 1 << 12, 1 << 10
         # (a table of 8192 entries is 64 KB: a job seldom outgrows it, and growing it would
         # compile every call shape again)
         self.flat_bytes, self.entries, self.id_slots = 0, 1 << 13, 0
-        self.zero = jnp.zeros((), jnp.int32, device=device)  # a window's first offset
+        # a window's first offset (a transfer: jnp.zeros would compile, on the job's first window)
+        self.zero = jax.device_put(np.zeros((), np.int32), device)
 
-    def take(self, slots: int):
-        import jax.numpy as jnp
-
+    def raw_slots(self, slots: int) -> int:
+        """The size of `raw` for a window that needs `slots`: the job's (twice the need when
+        it grows: the next windows rarely need more)."""
         with self._lock:
-            if slots > self.slots:  # twice the need: the next windows rarely need more
+            if slots > self.slots:
                 self.slots = 2 * pow2(slots, 1)
-            raw = self._reuse(self.device, self.slots)
-        return raw if raw is not None else jnp.zeros(self.slots, jnp.int32, device=self.device)
+            return self.slots
+
+    def take(self, size: int, zeros):
+        """A `raw` of `size` slots (`raw_slots`): a kept one, else `zeros(size)`."""
+        with self._lock:
+            raw = self._reuse(self.device, size)
+        return raw if raw is not None else zeros(size)
 
     def host_bytes(self, need: int) -> np.ndarray:
         """A host byte buffer of at least `need` bytes (the job's size: half again the largest
@@ -363,7 +369,8 @@ class CompiledEncodes:
 
 class CompiledReads:
     """A window's reads on the device, compiled ahead like the encode steps: `gather` (values
-    of raw at positions: the counts) and `finalize` (the ids in input order, `dtype`)."""
+    of raw at positions: the counts), `finalize` (the ids in input order, `dtype`), and the
+    `zeros` a new raw starts as."""
 
     def __init__(self, device, dtype):
         self.device, self.dtype = device, dtype
@@ -385,8 +392,22 @@ class CompiledReads:
 
         return ("finalize", self.device, raw_slots, entries, size, np.dtype(self.dtype)), build
 
+    def zeros_ahead(self, size: int):
+        def build():
+            import jax
+            import jax.numpy as jnp
+
+            on = jax.sharding.SingleDeviceSharding(self.device)
+            return jax.jit(lambda: jnp.zeros(size, jnp.int32), out_shardings=on).lower().compile()
+
+        return ("zeros", self.device, size), build
+
     def gather(self, raw, positions):
         return compiled(*self.gather_ahead(raw.size, positions.size))(raw, positions)
+
+    def zeros(self, size: int):
+        """A new `raw`: int32 zeros of `size` on the device."""
+        return compiled(*self.zeros_ahead(size))()
 
     def finalize(self, raw, layout, size: int):
         return compiled(*self.finalize_ahead(raw.size, layout.shape[1], size))(raw, layout)

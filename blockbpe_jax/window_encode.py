@@ -240,15 +240,15 @@ def encode_documents(
     def launch(work: WindowWork) -> WindowWork:
         """Dispatches a planned window's calls (asynchronous) and the copy back of its counts."""
         plan, flat, table, positions = work.plan, work.flat, work.table, work.positions
-        raw, at, pos = buffers.take(work.end), buffers.zero, buffers.zero
+        slots = buffers.raw_slots(work.end)
         steps = [packed_encodes if p.slots else encodes for p in plan]
-        shape = functools.partial(CompiledEncodes.shape, raw.size, flat.size, table.shape[1])
+        shape = functools.partial(CompiledEncodes.shape, slots, flat.size, table.shape[1])
         ahead = [pair for p, step in zip(plan, steps) for pair in step.ahead([shape(**call_args(p))])]
-        ahead.append(reads.gather_ahead(raw.size, positions.size))
+        ahead += [reads.gather_ahead(slots, positions.size), reads.zeros_ahead(slots)]
         widths = [p.width for p in plan if not p.slots]
         if speculate:  # (the ids of a window of about 4 bytes a token; the fewest rows done again)
             ahead.append(
-                reads.finalize_ahead(raw.size, positions.size, buffers.ids(work.window.data.size // 4))
+                reads.finalize_ahead(slots, positions.size, buffers.ids(work.window.data.size // 4))
             )
             likely = likely_calls(widths, batch_bytes, max_docs, bucket) if widths else []
             likely += [redo_call(n, 1) for n in sorted({c["width"] for c in likely})]
@@ -257,10 +257,11 @@ def encode_documents(
             likely = [
                 c
                 for c in likely
-                if c["rows"] * (c["max_tokens"] + 1) <= raw.size and c["rows"] <= table.shape[1]
+                if c["rows"] * (c["max_tokens"] + 1) <= slots and c["rows"] <= table.shape[1]
             ]
             ahead += encodes.ahead([shape(**c) for c in likely])
         compile_ahead(ahead)  # (a window's new executables compiled together, on threads)
+        raw, at, pos = buffers.take(slots, reads.zeros), buffers.zero, buffers.zero
         for p, step in zip(plan, steps):
             raw, at, pos = step(flat, table, raw, at, pos, **call_args(p))
         work.raw, work.at, work.counts = raw, at, reads.gather(raw, positions)
