@@ -247,9 +247,7 @@ def encode_documents(
         ahead += [reads.gather_ahead(slots, positions.size), reads.zeros_ahead(slots)]
         widths = [p.width for p in plan if not p.slots]
         if speculate:  # (the ids of a window of about 4 bytes a token; the fewest rows done again)
-            ahead.append(
-                reads.finalize_ahead(slots, positions.size, buffers.ids(work.window.data.size // 4))
-            )
+            ahead.append(reads.finalize_ahead(slots, positions.size, buffers.ids(work.window.data.size // 4)))
             likely = likely_calls(widths, batch_bytes, max_docs, bucket) if widths else []
             likely += [redo_call(n, 1) for n in sorted({c["width"] for c in likely})]
             # (only calls that fit this window's buffers: its ids and its table; its bytes reach
