@@ -301,8 +301,13 @@ PARALLEL_READ = 4 << 20  # a plain file's reads of at least this many bytes: by 
 def _read_into(f, buf: np.ndarray, n: int, need: int) -> int:
     """Reads into buf[n:need] until it is full or the file ends; the bytes in buf now. A plain
     file's large read is made by threads (`read_at`): one thread's copy from the page cache
-    bounds the reading of long documents."""
-    if need - n >= PARALLEL_READ and isinstance(f, io.BufferedReader) and isinstance(f.raw, io.FileIO):
+    bounds the reading of long documents. (Not a pipe's: `<(zcat ...)` has no positions.)"""
+    if (
+        need - n >= PARALLEL_READ
+        and isinstance(f, io.BufferedReader)
+        and isinstance(f.raw, io.FileIO)
+        and f.seekable()
+    ):
         at = f.tell()
         got = native.cpu.read_at(f.fileno(), at, buf[n:need])
         if got < 0:

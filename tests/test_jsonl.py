@@ -6,8 +6,10 @@ decides. On well-formed JSONL it must not give up."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import random
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -414,3 +416,12 @@ def test_large_reads_are_made_by_threads(tmp_path, monkeypatch):
         blocks = [bytes(b) for b in documents._blocks_of_lines(f, 300_000)]
     assert b"".join(blocks) == data.tobytes() and all(b.endswith(b"\n") for b in blocks[:-1])
     assert native.cpu.read_at(-1, 0, buf) < 0
+    # a pipe (`<(zcat ...)`) has no positions: read as a stream
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    feeder = threading.Thread(target=lambda: fifo.write_bytes(data.tobytes()), daemon=True)
+    feeder.start()
+    with open(fifo, "rb") as f:
+        blocks = [bytes(b) for b in documents._blocks_of_lines(f, 300_000)]
+    feeder.join()
+    assert b"".join(blocks) == data.tobytes()
