@@ -335,6 +335,33 @@ def test_long_lines_are_decoded_in_pieces():
             check_same(block[:at] + insert + block[at:], FIELD, must_accept=False, threads=16)
 
 
+def test_long_plain_lines_are_checked_in_pieces():
+    """Plain lines over 1 MiB are checked and copied in pieces by all threads, cut between
+    characters: with any thread count the documents are the Python reader's (CRLF, empty lines,
+    multi-byte characters at every offset, a line of only 4-byte characters); an invalid byte or
+    a truncated or stray sequence anywhere in a long line gives up, as one thread's check does."""
+    rng = random.Random(9)
+    words = ["tiny", "é", "日本", "🎉", "\\", '"', "x" * 50, "\t"]
+    lines = [
+        "".join(rng.choice(words) for _ in range(600_000)).encode() + b"\r",
+        b"short",
+        b"",
+        "🎉".encode() * 400_000,  # (no ASCII at all)
+        "".join(rng.choice(words) for _ in range(400_000)).encode(),
+    ]
+    block = b"\n".join(lines) + b"\n"
+    assert max(map(len, lines)) > 2 << 20
+    one = check_same(block, None, must_accept=True, threads=1)
+    for threads in (2, 7, 16):
+        assert native_reader(block, None, threads) == one
+    for insert in (b"\xff", b"\xe6\x97", b"\x80", b"\xf0\x9f\x8e"):
+        for _ in range(4):
+            at = rng.randrange(10, 3 << 20)
+            bad = block[:at] + insert + block[at:]
+            assert native_reader(bad, None, 16) == native_reader(bad, None, 1)
+            check_same(bad, None, must_accept=False, threads=16)
+
+
 @pytest.mark.parametrize(
     "line, message",
     [

@@ -5,9 +5,9 @@
 // (invalid UTF-8 or JSON, a lone surrogate in the field, a missing or non-string field, deep
 // nesting, huge numbers) makes the whole block "give up": the Python path then reads it and
 // either accepts it or raises its file:line error, so both paths accept the same inputs.
-// Blocks are split by threads at line starts; a line over kLongLine has its field decoded in
-// pieces by all of them (one line of megabytes would be one thread's work). One line's parse:
-// core/json_line.h.
+// Blocks are split by threads at line starts; a line over kLongLine has its field (a plain
+// line: its bytes) decoded in pieces by all of them (one line of megabytes would be one
+// thread's work). One line's parse: core/json_line.h.
 #pragma once
 
 #include <algorithm>
@@ -23,8 +23,9 @@
 namespace bbpe {
 namespace jsonl {
 
-// A long line's field, left for every thread to decode in pieces (split_block): its raw bytes
-// and its document's index in the part (its text belongs at that document's end in `data`).
+// A long line's field (a plain line: its bytes), left for every thread to decode in pieces:
+// its raw bytes and its document's index in the part (its text belongs at that document's end
+// in `data`).
 struct Deferred {
   const uint8_t* begin;
   const uint8_t* end;
@@ -63,8 +64,12 @@ inline void split_part(const uint8_t* begin, const uint8_t* end, const std::stri
     if (field == nullptr) {
       const uint8_t* body_end = stop > p && stop[-1] == '\r' ? stop - 1 : stop;
       if (body_end > p) {
-        if (!valid_utf8(p, body_end)) { part.ok = false; return; }
-        part.data.append((const char*)p, body_end - p);
+        if (defer_long && body_end - p > kLongLine) {  // (checked and copied in pieces)
+          part.deferred.push_back({p, body_end, part.ends.size()});
+        } else {
+          if (!valid_utf8(p, body_end)) { part.ok = false; return; }
+          part.data.append((const char*)p, body_end - p);
+        }
         part.ends.push_back((int64_t)part.data.size());
         part.lines.push_back(line);
       }
@@ -84,13 +89,14 @@ inline void split_part(const uint8_t* begin, const uint8_t* end, const std::stri
   }
 }
 
-// Where to cut a long field's bytes near `at` (searching forward, at most 64 KiB): no escape
-// sequence or surrogate pair runs across the cut (no backslash in the 12 bytes before it) and
-// no UTF-8 sequence is cut; `end` where there is none.
-inline const uint8_t* piece_cut(const uint8_t* begin, const uint8_t* at, const uint8_t* end) {
+// Where to cut a long line's bytes near `at` (searching forward, at most 64 KiB): no UTF-8
+// sequence is cut (so each piece is valid exactly where the line is), and in a JSON field no
+// escape sequence or surrogate pair runs across the cut (no backslash in the 12 bytes before
+// it); `end` where there is none.
+inline const uint8_t* piece_cut(const uint8_t* begin, const uint8_t* at, const uint8_t* end, bool json) {
   for (const uint8_t* stop = std::min(end, at + (1 << 16)); at < stop; ++at) {
     const uint8_t* from = std::max(begin, at - 12);
-    if ((*at & 0xC0) != 0x80 && !std::memchr(from, '\\', at - from)) return at;
+    if ((*at & 0xC0) != 0x80 && (!json || !std::memchr(from, '\\', at - from))) return at;
   }
   return end;
 }
@@ -103,21 +109,29 @@ struct Split {
   int64_t bytes = 0, docs = 0, newlines = 0;  // of the joined documents
 };
 
-// The deferred fields of long lines, cut into pieces that `threads` threads decode at once:
-// one line of megabytes would otherwise be one thread's work while the others wait.
+// The deferred fields (or plain bytes) of long lines, cut into pieces that `threads` threads
+// decode at once: one line of megabytes would otherwise be one thread's work while the others
+// wait.
 inline bool decode_deferred(Split& split, const std::string* field, int threads) {
   std::vector<std::pair<const uint8_t*, const uint8_t*>> ranges;
   for (Part& part : split.parts)
     for (Deferred& d : part.deferred) {
       d.first_piece = ranges.size();
       for (const uint8_t* p = d.begin; p < d.end; p = ranges.back().second)
-        ranges.emplace_back(p, d.end - p > 2 * kPieceBytes ? piece_cut(d.begin, p + kPieceBytes, d.end) : d.end);
+        ranges.emplace_back(p, d.end - p > 2 * kPieceBytes
+                                   ? piece_cut(d.begin, p + kPieceBytes, d.end, field != nullptr)
+                                   : d.end);
       d.pieces = ranges.size() - d.first_piece;
     }
   split.pieces.assign(ranges.size(), {});
   std::vector<char> ok(ranges.size(), 0);
   on_threads(ranges.size(), threads, [&](size_t k) {
     std::string& text = split.pieces[k];
+    if (field == nullptr) {  // a plain line: its bytes, valid UTF-8
+      ok[k] = valid_utf8(ranges[k].first, ranges[k].second);
+      text.assign((const char*)ranges[k].first, ranges[k].second - ranges[k].first);
+      return;
+    }
     text.reserve(ranges[k].second - ranges[k].first);
     LineParser parser{ranges[k].first, ranges[k].second, *field, text, {}, false};
     ok[k] = parser.string(text, true) && !parser.lone;
