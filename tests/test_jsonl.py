@@ -315,6 +315,8 @@ def test_long_lines_are_decoded_in_pieces():
     mixed: the documents are json.loads' with any thread count."""
     rng = random.Random(5)
     dense = _long_field(rng, 1 << 20, ["\\u00e9", "\\\\"])  # an escape every few bytes: no cut
+    run = "\\\\" * 300  # 300 escaped backslashes
+    backslash_runs = _long_field(rng, 3 << 20, [run, run + "\\n", run + '\\"', '\\"', "ab"])
     lines = [
         f'{{"text": "{_long_field(rng, 3 << 20, LONG_WORDS)}", "n": 1}}',
         '{"text": "short"}',
@@ -322,6 +324,10 @@ def test_long_lines_are_decoded_in_pieces():
         f'{{"text": "{_long_field(rng, 2 << 20, LONG_WORDS)}", "text": "{_long_field(rng, 1500000, LONG_WORDS)}"}}',
         f'{{"a": "{_long_field(rng, 2 << 20, LONG_WORDS)}", "text": "x"}}',  # long, but not the field
         '{"text": ""}',
+        # a long field's end after runs of hundreds of backslashes before quotes; a short field
+        # before a long value
+        f'{{"text": "{backslash_runs}"}}',
+        f'{{"text": "x\\"y", "b": "{_long_field(rng, 2 << 20, LONG_WORDS)}"}}',
     ]
     block = "\n".join(lines).encode() + b"\n"
     one = check_same(block, FIELD, must_accept=True, threads=1)
