@@ -136,9 +136,9 @@ def rows_bucket(n: int, full: int) -> int:
 
 def full_rows(n: int, full: int) -> int:
     """Rows of a call on a GPU: all of full's power of two, however few documents: one
-    executable per width. There a compile costs 0.1-0.3 s (and its trace and lowering hold the
-    interpreter), an empty row's block a few microseconds; on the CPU backend the empty rows'
-    padding costs more than the compiles save (rows_bucket)."""
+    executable per width. There a compile (its trace and lowering holding the interpreter)
+    costs far more than empty rows' blocks, which end at once; on the CPU backend the empty
+    rows' padding costs more than the compiles save (rows_bucket)."""
     return pow2(full, 1)
 
 

@@ -2,9 +2,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
-#include <array>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -107,9 +107,8 @@ static nb::object split_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_
 }
 
 // Reads the file `fd` from `offset` into `buf` (as much as it holds, less where the file ends)
-// by up to 8 threads, each a range of it (one thread's read from the page cache is a memcpy at
-// ~3 GB/s on the GPU host; the corpus job reads its input at up to that pace) -> bytes read,
-// or -errno. The file position is not used or moved.
+// by up to 8 threads, each a range of it (one thread's copy from the page cache bounded the
+// corpus job's reading) -> bytes read, or -errno. The file position is not used or moved.
 static int64_t read_at(int fd, int64_t offset, nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> buf) {
   const int64_t n = (int64_t)buf.shape(0);
   uint8_t* out = buf.data();
