@@ -18,11 +18,13 @@ Timed on each corpus, all with cl100k:
                (~/.cache/blockbpe_jax/xla; BLOCKBPE_XLA_CACHE=0 turns it off)
   encode_files `Tokenizer.encode_files` in-process (reading, parsing, encode, writing); "cold"
                is the first call (compiles its shapes), "warm" the median of --reps more
+  encode_files_to_arrays  the same job with its ids left in memory (warm), as gigatoken_files's
   tokie, gigatoken (encode_batch), tiktoken (encode_ordinary_batch, --threads threads):
                given the decoded list[str] (reading and JSON parsing NOT timed), fed in pieces
                of --piece-mb MB; the time is the sum of the encode calls only
   gigatoken_files  gigatoken's `encode_files(JsonlFileSource([CORPUS], field="text"))`:
-               reads and parses the file itself (timed, like our cli; the median of --reps)
+               reads and parses the file itself (timed, like our cli; the median of --reps);
+               its result stays in memory (an awkward array), nothing is written
 Every peer's ids are compared with the cli's shards, flat arrays and per-document counts, on
 all documents. A peer that does not import is "unavailable"; one whose time exceeds
 --peer-budget-s or that is skipped by a size rule (tiktoken above --tiktoken-max-mb) is
@@ -155,31 +157,26 @@ def run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args) -> dict:
     if len(counts) != len(texts):
         r["error"] = f"cli wrote {len(counts)} documents, the corpus has {len(texts)}"
         return r
-    ef: dict = {}
-    for run in ["cold"] + ["warm"] * max(1, args.reps):
-        out = work / f"{label}_api_{run}"
-        t = time.perf_counter()
+
+    def shards_api():
+        out = work / f"{label}_api"
         tok.encode_files([path], out / "shard", jsonl_field="text", overwrite=True)
-        secs = time.perf_counter() - t
-        diff = compare("encode_files", read_flat(out / "shard"), ids, counts)
-        runs = ef.get(run, {}).get("runs_s", []) + [secs]
-        secs = sorted(runs)[len(runs) // 2]  # (warm: the median so far)
-        ef[run] = dict(
-            seconds=secs,
-            MBps=nbytes / secs / MB,
-            runs_s=runs,
-            ids_equal_cli=not diff and ef.get(run, {}).get("ids_equal_cli", True),
-            **({"detail": diff} if diff else {}),
-        )
-        print(
-            f"  encode_files {run}: {runs[-1]:.2f} s ({nbytes / runs[-1] / MB:.1f} MB/s)"
-            + (f" DIFFERS: {diff}" if diff else ""),
-            flush=True,
-        )
+        got = read_flat(out / "shard")
         shutil.rmtree(out, ignore_errors=True)
-        if runs[-1] > args.peer_budget_s:
-            break
-    r["encode_files"] = ef
+        return got
+
+    def arrays_api():
+        got, offsets = tok.encode_files_to_arrays([path], jsonl_field="text")
+        return got, np.diff(offsets)
+
+    # encode_files: cold (its first call compiles) and warm; encode_files_to_arrays warm (the
+    # engine's executables are shared, so its first call is warm)
+    r["encode_files"] = time_api(
+        "encode_files", shards_api, ["cold"] + ["warm"] * args.reps, ids, counts, nbytes, args
+    )
+    r["encode_files_to_arrays"] = time_api(
+        "encode_files_to_arrays", arrays_api, ["warm"] * args.reps, ids, counts, nbytes, args
+    )
     # tiktoken on a sample too, so that the equalities below are anchored to the reference
     rng = random.Random(3)
     sample = sorted(rng.sample(range(len(texts)), min(len(texts), args.reference_sample)))
@@ -205,6 +202,34 @@ def run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args) -> dict:
     return r
 
 
+def time_api(name, call, runs, ids, counts, nbytes, args) -> dict:
+    """{run: seconds (the median of that run's), MB/s, every run, ids equal the cli's}."""
+    res: dict = {}
+    for run in runs:
+        t = time.perf_counter()
+        got = call()
+        secs = time.perf_counter() - t
+        diff = compare(name, got, ids, counts)
+        del got
+        times = res.get(run, {}).get("runs_s", []) + [secs]
+        med = sorted(times)[len(times) // 2]
+        res[run] = dict(
+            seconds=med,
+            MBps=nbytes / med / MB,
+            runs_s=times,
+            ids_equal_cli=not diff and res.get(run, {}).get("ids_equal_cli", True),
+            **({"detail": diff} if diff else {}),
+        )
+        print(
+            f"  {name} {run}: {secs:.2f} s ({nbytes / secs / MB:.1f} MB/s)"
+            + (f" DIFFERS: {diff}" if diff else ""),
+            flush=True,
+        )
+        if secs > args.peer_budget_s:
+            break
+    return res
+
+
 def table(results: list[dict]) -> str:
     lines = [
         "corpus | documents | MB | path | seconds | MB/s | M tokens/s | note",
@@ -228,11 +253,12 @@ def table(results: list[dict]) -> str:
                 f"{again['MBps']:.1f} | {r['tokens'] / again['wall_s'] / 1e6:.2f} | job alone "
                 f"{again['job_s']:.2f} s; ids equal first run: {again['ids_equal_first']}"
             )
-        for run, e in r.get("encode_files", {}).items():
-            lines.append(
-                f"{head} | ours encode_files ({run}) | {e['seconds']:.2f} | {e['MBps']:.1f} | "
-                f"{r['tokens'] / e['seconds'] / 1e6:.2f} | ids equal cli: {e['ids_equal_cli']}"
-            )
+        for api, what in (("encode_files", "writing shards"), ("encode_files_to_arrays", "ids in memory")):
+            for run, e in r.get(api, {}).items():
+                lines.append(
+                    f"{head} | ours {api} ({run}; {what}) | {e['seconds']:.2f} | {e['MBps']:.1f} | "
+                    f"{r['tokens'] / e['seconds'] / 1e6:.2f} | ids equal cli: {e['ids_equal_cli']}"
+                )
         for name, p in r.get("peers", {}).items():
             if "MBps" in p:
                 lines.append(
@@ -308,9 +334,12 @@ def main() -> None:
             cli="wall time of the whole command (start-up, vocabulary, reading, JSON, "
             "encode, writing shards)",
             encode_files="in-process, reading + JSON + encode + writing shards",
+            encode_files_to_arrays="in-process, reading + JSON + encode, ids in memory (flat "
+            "array + offsets)",
             peers="encode calls only, on the decoded list[str] in pieces of "
             f"{args.piece_mb:g} MB (reading and JSON parsing not timed)",
-            gigatoken_files="gigatoken reads and parses the JSONL file itself (timed)",
+            gigatoken_files="gigatoken reads and parses the JSONL file itself (timed); its "
+            "result stays in memory (an awkward array), nothing is written",
         ),
         results=results,
     )

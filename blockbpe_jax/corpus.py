@@ -31,6 +31,7 @@ from .documents import (
     parse_split,
 )
 from .shards import (
+    ArraysWriter,
     ArrayRecordWriter,
     CorpusError,
     FlatWriter,
@@ -157,25 +158,13 @@ def encode_files(
     out_prefix: str | os.PathLike,
     *,
     fmt="flat",
-    split="lines",
-    jsonl_field=None,
-    mode="exact",
-    allowed_special="none",
-    batch_bytes=DEFAULT_BATCH_BYTES,
-    window_bytes=WINDOW_BYTES,
-    max_docs=None,
-    max_len=None,
-    pack_width=DEFAULT_PACK_WIDTH,
     shard_tokens=DEFAULT_SHARD_TOKENS,
     shard_docs=None,
     max_tokens=None,
     pad_id=0,
-    block_size=256,
-    device=None,
     overwrite=False,
-    progress=False,
     meta=None,
-    read=None,
+    **options,
 ) -> dict:
     """Tokenizes text/JSONL(.gz) files (and parquet files, column `jsonl_field`, when pyarrow is
     installed) into shards at `out_prefix` (DIR/NAME; the directory is created) and returns the
@@ -183,11 +172,7 @@ def encode_files(
     .bin/.idx shards; "arrayrecord": one record per document (`read_array_records`). Flat and
     ArrayRecord shards hold every document's full ids, equal to `tok.encode_batch`'s. Raises
     CorpusError (one line, file:line) on a bad input or an existing output without overwrite.
-    The input is read, length-sorted and copied back in windows of about `window_bytes` of
-    input; each window's documents of one power-of-two width go in calls of at most
-    `batch_bytes` of padded rows. read: `read_ahead(paths, ...)`'s, whose thread is already
-    reading the same inputs."""
-    split_kind, chunk = parse_split(split)
+    options: how the inputs are read and encoded (`encode_documents_of`)."""
     paths = check_inputs(paths)
     directory, name = os.path.split(os.path.expanduser(os.fspath(out_prefix)))
     directory = Path(directory or ".")
@@ -203,11 +188,57 @@ def encode_files(
         writer = ArrayRecordWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
     else:
         writer = PaddedWriter(directory, name, fmt, max_tokens, pad_id, shard_docs or 65536)
-    # (compressed inputs: their documents are more bytes than the files)
-    total = (
-        None if any(p.suffix in (".gz", ".parquet") for p in paths) else sum(p.stat().st_size for p in paths)
-    )
-    bar = Progress(total, enabled=progress)
+    info = encode_documents_of(tok, paths, writer, **options)
+    return writer.finish({**info, **(meta or {})})
+
+
+def encode_files_to_arrays(
+    tok, paths: Sequence[str | os.PathLike], **options
+) -> tuple[np.ndarray, np.ndarray]:
+    """The corpus job with its result in memory instead of shards: (ids, offsets), every
+    document's ids back to back (uint16 when the vocabulary fits, else uint32) and int64
+    offsets, one per document plus one (document j is ids[offsets[j]:offsets[j + 1]]), the
+    flat layout of `encode_files`. options: as encode_files' (`encode_documents_of`)."""
+    paths = check_inputs(paths)
+    writer = ArraysWriter(tok.vocab.n_vocab, expected_tokens=_input_bytes(paths) or 0)
+    encode_documents_of(tok, paths, writer, **options)
+    return writer.finish({})
+
+
+def _input_bytes(paths: Sequence[Path]) -> int | None:
+    """The inputs' size, where it is that of their documents (None for compressed inputs)."""
+    if any(p.suffix in (".gz", ".parquet") for p in paths):
+        return None
+    return sum(p.stat().st_size for p in paths)
+
+
+def encode_documents_of(
+    tok,
+    paths: Sequence[Path],
+    writer,
+    *,
+    split="lines",
+    jsonl_field=None,
+    mode="exact",
+    allowed_special="none",
+    batch_bytes=DEFAULT_BATCH_BYTES,
+    window_bytes=WINDOW_BYTES,
+    max_docs=None,
+    max_len=None,
+    pack_width=DEFAULT_PACK_WIDTH,
+    block_size=256,
+    device=None,
+    progress=False,
+    read=None,
+) -> dict:
+    """Reads the (checked) inputs' documents and hands their ids to `writer`; returns the
+    job's description for the sidecar. On an error the writer's output is removed (`abort`).
+    The input is read, length-sorted and copied back in windows of about `window_bytes` of
+    input; each window's documents of one power-of-two width go in calls of at most
+    `batch_bytes` of padded rows. read: `read_ahead(paths, ...)`'s, whose thread is already
+    reading the same inputs."""
+    split_kind, chunk = parse_split(split)
+    bar = Progress(_input_bytes(paths), enabled=progress)
     t0 = time.perf_counter()
     try:
         if read is None:
@@ -235,7 +266,7 @@ def encode_files(
     finally:
         bar.close()
     v = tok.vocab
-    info = dict(
+    return dict(
         vocab=v.name,
         vocab_source=v.source,
         n_vocab=v.n_vocab,
@@ -250,7 +281,6 @@ def encode_files(
         seconds=round(time.perf_counter() - t0, 3),
         vocab_arg=dict(vocab=str(Path(v.source).resolve())) if Path(v.source).is_file() else {},
     )
-    return writer.finish({**info, **(meta or {})})
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""On-disk layouts of the corpus job (`blockbpe_jax/corpus.py`): flat token shards and padded
-.npz/.npy shards, their writers, a reader and a consistency check.
+"""Layouts of the corpus job (`blockbpe_jax/corpus.py`): flat token shards and padded
+.npz/.npy shards, their writers, a reader and a consistency check; the flat layout in memory.
 
 Flat layout, for `<prefix>` = DIR/NAME:
     NAME_00000.bin   the shard's documents' token ids back to back, raw little-endian uint16
@@ -106,17 +106,49 @@ class _ShardWriter:
             p.unlink(missing_ok=True)
 
 
+PREALLOCATE_BYTES = 256 << 20  # a flat shard's file is allocated ahead of its writes by this much
+
+
+def _fallocate():
+    """Linux's fallocate(2) (without glibc's posix_fallocate fallback, which writes zeros where
+    the file system cannot allocate), or None."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).fallocate
+    except (AttributeError, OSError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return fn
+
+
 class FlatWriter(_ShardWriter):
     """Streams documents into flat shards of at most `shard_tokens` tokens (a document is never
-    split; one longer than that gets a shard of its own) and `shard_docs` documents."""
+    split; one longer than that gets a shard of its own) and `shard_docs` documents. A shard's
+    file is allocated ahead of its writes (buffered writes into allocated blocks skip the file
+    system's delayed allocation) and cut to its size when closed."""
 
     fmt = "flat"
+    _allocate = staticmethod(_fallocate())
 
     def _open(self) -> None:
         bin_path, _ = flat_names(self.prefix, len(self.shards))
         self._out = open(bin_path, "wb")
         self.written.append(bin_path)
         self._offsets, self._tokens, self._ndocs = [np.zeros(1, np.int64)], 0, 0
+        self._allocated, self._allocating = 0, self._allocate is not None
+
+    def _write(self, data: np.ndarray) -> None:
+        end = (self._tokens + len(data)) * self.dtype.itemsize
+        if self._allocating and end > self._allocated:
+            # (ahead by up to the file's size so far, up to PREALLOCATE_BYTES, within the shard)
+            cap = self.shard_tokens * self.dtype.itemsize
+            size = end + min(PREALLOCATE_BYTES, end, max(cap - end, 0)) - self._allocated
+            if self._allocate(self._out.fileno(), 0, self._allocated, size) == 0:
+                self._allocated += size
+            else:  # (not supported here, or no room for a step ahead: plain writes say which)
+                self._allocating = False
+        self._out.write(data.data)
 
     def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
         """ids: the documents' tokens back to back; counts: tokens per document."""
@@ -133,7 +165,7 @@ class FlatWriter(_ShardWriter):
                 take = 1
             if take:
                 end = int(ends[start + take - 1])
-                self._out.write(as_tokens(ids[base:end], self.dtype).data)
+                self._write(as_tokens(ids[base:end], self.dtype))
                 self._offsets.append(self._tokens + ends[start : start + take] - base)
                 self._tokens += end - base
                 self._ndocs += take
@@ -142,6 +174,8 @@ class FlatWriter(_ShardWriter):
                 self._close()
 
     def _close(self) -> None:
+        if self._allocated:  # (the allocated file's tail beyond the ids)
+            self._out.truncate(self._tokens * self.dtype.itemsize)
         self._out.close()
         self._out = None
         bin_path, idx_path = flat_names(self.prefix, len(self.shards))
@@ -220,6 +254,34 @@ def read_array_records(prefix: str | os.PathLike) -> Iterator[np.ndarray]:
                 yield np.frombuffer(record, dtype=np.dtype(meta["dtype"]).newbyteorder("<"))
         finally:
             reader.close()
+
+
+class ArraysWriter:
+    """The flat layout in memory (`encode_files_to_arrays`): the ids back to back in one array
+    that grows in place, and the documents' offsets."""
+
+    keeps_ids = False
+
+    def __init__(self, n_vocab: int, expected_tokens: int):
+        self.dtype = token_dtype(n_vocab)
+        # (untouched pages of a generous guess cost no memory; resize moves pages, not bytes)
+        self.ids = np.empty(max(expected_tokens // 2, 1 << 20), self.dtype)
+        self.ends, self.tokens = [np.zeros(1, np.int64)], 0
+
+    def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
+        n = self.tokens + len(ids)
+        if n > len(self.ids):
+            self.ids.resize(max(n, 2 * len(self.ids)), refcheck=False)
+        self.ids[self.tokens : n] = as_tokens(ids, self.dtype)
+        self.ends.append(self.tokens + np.cumsum(counts, dtype=np.int64))
+        self.tokens = n
+
+    def finish(self, meta: dict) -> tuple[np.ndarray, np.ndarray]:
+        self.ids.resize(self.tokens, refcheck=False)
+        return self.ids, np.concatenate(self.ends)
+
+    def abort(self) -> None:
+        self.ids = None
 
 
 class PaddedWriter:

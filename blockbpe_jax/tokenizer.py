@@ -330,6 +330,13 @@ class Tokenizer:
 
         return encode_files(self, paths, out_prefix, **kwargs)
 
+    def encode_files_to_arrays(self, paths, **kwargs) -> tuple[np.ndarray, np.ndarray]:
+        """The corpus job with its result in memory: (ids, offsets), document j's ids are
+        ids[offsets[j]:offsets[j + 1]]; see `blockbpe_jax.corpus.encode_files_to_arrays`."""
+        from .corpus import encode_files_to_arrays
+
+        return encode_files_to_arrays(self, paths, **kwargs)
+
     def normalize(self, texts: Sequence[str | bytes]) -> list:
         """The texts as the tokenizer's normalizer leaves them (NFC and/or Lowercase in its order,
         or unchanged). `encode` on raw bytes checks NFC and lowercases most code points itself,

@@ -227,7 +227,7 @@ def _gpus():
 def test_gpu_job_equals_cpu_job(tmp_path, cl100k, war_and_peace, window_bytes):
     """On a GPU (each window's bytes uploaded once, each call's rows gathered on the device,
     its ids read back into a kept page-locked buffer, reused window after window) the job's
-    ids equal the CPU job's."""
+    ids, in shards and in memory, equal the CPU job's."""
     gpu, cpu = _gpus()[0], jax.devices("cpu")[0]
     lines = [x for x in war_and_peace[:400_000].split(b"\n") if x] + ["日本語 🎉 ✓".encode()] * 3
     src = tmp_path / "wp.txt"
@@ -245,6 +245,13 @@ def test_gpu_job_equals_cpu_job(tmp_path, cl100k, war_and_peace, window_bytes):
         corpus.read_shards(tmp_path / "gpu" / "s"), corpus.read_shards(tmp_path / "cpu" / "s"), strict=True
     ):
         np.testing.assert_array_equal(a, b)
+    # in memory: copied out of the same reused buffer
+    ids, offsets = corpus.encode_files_to_arrays(
+        cl100k, [src], device=gpu, batch_bytes=64 << 10, window_bytes=window_bytes
+    )
+    assert len(offsets) == len(lines) + 1
+    for j, b in enumerate(corpus.read_shards(tmp_path / "cpu" / "s")):
+        np.testing.assert_array_equal(ids[offsets[j] : offsets[j + 1]], b)
 
 
 def test_compiled_encodes_key_has_the_static_table_fields(r50k):

@@ -129,7 +129,8 @@ def test_bad_input_one_line_error(capsys, tmp_path, root, case):
 
 def test_error_after_many_batches_in_the_pipeline(tmp_path, r50k):
     """A bad JSONL line found by the reader thread after many batches have been encoded and
-    written: the same one-line error naming the line, and no shard left behind; the batches
+    written: the same one-line error naming the line (from the in-memory job too), and no
+    shard left behind; the batches
     before it, run again without the bad line, are the documents' ids in order."""
     good = [{"text": f"document {i}: " + "word " * (i % 37)} for i in range(400)]
     src = tmp_path / "in.jsonl"
@@ -138,6 +139,10 @@ def test_error_after_many_batches_in_the_pipeline(tmp_path, r50k):
     with pytest.raises(corpus.CorpusError, match=rf"^{src}:401: "):
         corpus.encode_files(r50k, [src], out / "shard", jsonl_field="text", batch_bytes=2048)
     assert not any(out.iterdir())
+    with pytest.raises(corpus.CorpusError, match=rf"^{src}:401: "):  # (in memory: the same error)
+        corpus.encode_files_to_arrays(r50k, [src], jsonl_field="text", batch_bytes=2048)
+    with pytest.raises(corpus.CorpusError, match=rf"^{tmp_path / 'nope.txt'}: "):
+        corpus.encode_files_to_arrays(r50k, [src, tmp_path / "nope.txt"])
     src.write_text("\n".join(json.dumps(d) for d in good) + "\n", encoding="utf-8")
     corpus.encode_files(r50k, [src], out / "shard", jsonl_field="text", batch_bytes=2048)
     got = [d.tolist() for d in corpus.read_shards(out / "shard")]
