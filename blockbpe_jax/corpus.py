@@ -200,7 +200,7 @@ def encode_files_to_arrays(
     offsets, one per document plus one (document j is ids[offsets[j]:offsets[j + 1]]), the
     flat layout of `encode_files`. options: as encode_files' (`encode_documents_of`)."""
     paths = check_inputs(paths)
-    writer = ArraysWriter(tok.vocab.n_vocab, expected_tokens=_input_bytes(paths) or 0)
+    writer = ArraysWriter(tok.vocab.n_vocab, input_bytes=_input_bytes(paths) or 0)
     encode_documents_of(tok, paths, writer, **options)
     return writer.finish({})
 

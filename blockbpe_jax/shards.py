@@ -106,49 +106,17 @@ class _ShardWriter:
             p.unlink(missing_ok=True)
 
 
-PREALLOCATE_BYTES = 256 << 20  # a flat shard's file is allocated ahead of its writes by this much
-
-
-def _fallocate():
-    """Linux's fallocate(2) (without glibc's posix_fallocate fallback, which writes zeros where
-    the file system cannot allocate), or None."""
-    import ctypes
-
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).fallocate
-    except (AttributeError, OSError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    return fn
-
-
 class FlatWriter(_ShardWriter):
     """Streams documents into flat shards of at most `shard_tokens` tokens (a document is never
-    split; one longer than that gets a shard of its own) and `shard_docs` documents. A shard's
-    file is allocated ahead of its writes (buffered writes into allocated blocks skip the file
-    system's delayed allocation) and cut to its size when closed."""
+    split; one longer than that gets a shard of its own) and `shard_docs` documents."""
 
     fmt = "flat"
-    _allocate = staticmethod(_fallocate())
 
     def _open(self) -> None:
         bin_path, _ = flat_names(self.prefix, len(self.shards))
         self._out = open(bin_path, "wb")
         self.written.append(bin_path)
         self._offsets, self._tokens, self._ndocs = [np.zeros(1, np.int64)], 0, 0
-        self._allocated, self._allocating = 0, self._allocate is not None
-
-    def _write(self, data: np.ndarray) -> None:
-        end = (self._tokens + len(data)) * self.dtype.itemsize
-        if self._allocating and end > self._allocated:
-            # (ahead by up to the file's size so far, up to PREALLOCATE_BYTES, within the shard)
-            cap = self.shard_tokens * self.dtype.itemsize
-            size = end + min(PREALLOCATE_BYTES, end, max(cap - end, 0)) - self._allocated
-            if self._allocate(self._out.fileno(), 0, self._allocated, size) == 0:
-                self._allocated += size
-            else:  # (not supported here, or no room for a step ahead: plain writes say which)
-                self._allocating = False
-        self._out.write(data.data)
 
     def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
         """ids: the documents' tokens back to back; counts: tokens per document."""
@@ -165,7 +133,7 @@ class FlatWriter(_ShardWriter):
                 take = 1
             if take:
                 end = int(ends[start + take - 1])
-                self._write(as_tokens(ids[base:end], self.dtype))
+                self._out.write(as_tokens(ids[base:end], self.dtype).data)
                 self._offsets.append(self._tokens + ends[start : start + take] - base)
                 self._tokens += end - base
                 self._ndocs += take
@@ -174,8 +142,6 @@ class FlatWriter(_ShardWriter):
                 self._close()
 
     def _close(self) -> None:
-        if self._allocated:  # (the allocated file's tail beyond the ids)
-            self._out.truncate(self._tokens * self.dtype.itemsize)
         self._out.close()
         self._out = None
         bin_path, idx_path = flat_names(self.prefix, len(self.shards))
@@ -262,10 +228,11 @@ class ArraysWriter:
 
     keeps_ids = False
 
-    def __init__(self, n_vocab: int, expected_tokens: int):
+    def __init__(self, n_vocab: int, input_bytes: int):
         self.dtype = token_dtype(n_vocab)
-        # (untouched pages of a generous guess cost no memory; resize moves pages, not bytes)
-        self.ids = np.empty(max(expected_tokens // 2, 1 << 20), self.dtype)
+        # (room for 2 bytes per token: untouched pages of a generous guess cost no memory, and
+        # resize moves pages, not bytes)
+        self.ids = np.empty(max(input_bytes // 2, 1 << 20), self.dtype)
         self.ends, self.tokens = [np.zeros(1, np.int64)], 0
 
     def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:

@@ -75,44 +75,13 @@ def test_any_length_equals_encode_batch_tiktoken_and_decode(tmp_path, cl100k, wa
     assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == want
 
 
-@pytest.mark.parametrize("allocate", ["fallocate", "fails_second", "none"])
-def test_flat_shard_files_allocated_ahead_end_at_their_ids(tmp_path, monkeypatch, allocate):
-    """A flat shard's file allocated ahead of its writes is cut to its ids when closed, also
-    where allocating stops part way (no room for a step ahead) or is not available."""
-    from blockbpe_jax import shards
-
-    calls = []
-    real = shards.FlatWriter._allocate
-
-    def recorded(fd, mode, offset, size):
-        calls.append((offset, size))
-        return -1 if allocate == "fails_second" and len(calls) == 2 else real(fd, mode, offset, size)
-
-    if real is None and allocate != "none":
-        pytest.skip("no fallocate(2) on this system")
-    monkeypatch.setattr(
-        shards.FlatWriter, "_allocate", None if allocate == "none" else staticmethod(recorded)
-    )
-    writer = shards.FlatWriter(tmp_path / "s", 60_000, shard_tokens=300_000, shard_docs=None)
-    rng = np.random.default_rng(1)
-    docs = [rng.integers(0, 60_000, n).astype(np.int32) for n in rng.integers(0, 40_000, 30)]
-    for k in range(0, 30, 7):
-        writer.add(np.concatenate(docs[k : k + 7]), np.array([len(d) for d in docs[k : k + 7]]), None)
-    meta = writer.finish({})
-    assert len(meta["shards"]) > 1 and (len(calls) > 2 if allocate == "fallocate" else True)
-    for shard in meta["shards"]:
-        assert (tmp_path / shard["bin"]).stat().st_size == 2 * shard["tokens"]
-    got = list(corpus.read_shards(tmp_path / "s"))
-    assert len(got) == len(docs) and all(np.array_equal(a, b) for a, b in zip(got, docs))
-
-
 def test_arrays_writer_grows_in_place():
     """The in-memory layout's array grows past its first guess and ends at its tokens' size,
     the ids handed over in pieces (a window's, in a buffer the job reuses) copied out."""
     from blockbpe_jax.shards import ArraysWriter
 
     rng = np.random.default_rng(0)
-    writer = ArraysWriter(60_000, expected_tokens=0)
+    writer = ArraysWriter(60_000, input_bytes=0)
     assert writer.dtype == np.uint16
     buffer = np.empty(1 << 20, np.int32)
     pieces, counts = [], []
