@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Which stage bounds the corpus job: `encode_files` on the mixed JSONL corpus (cold, then
 warm), its reading alone (`documents.iter_windows`: blocks read and split into documents),
-and the job on windows read beforehand (no reading meanwhile), with the flat writer and with a
-writer that drops the ids. If the job takes about reading + encoding, the two do not overlap.
+and the job on windows read beforehand (no reading meanwhile), with the flat writer, the
+in-memory one (`encode_files_to_arrays`'s) and a writer that drops the ids. If the job takes about reading + encoding, the two do not overlap.
 Beside each run, how late a thread that sleeps 1 ms wakes up (p50 / p99 / the sum of the
 lateness): beyond the OS's own jitter that is time spent waiting for the GIL, so a stage that
 holds it for long shows there.
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax import corpus, documents  # noqa: E402
-from blockbpe_jax.shards import FlatWriter  # noqa: E402
+from blockbpe_jax.shards import ArraysWriter, FlatWriter  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
 from corpora import build_long, build_mixed, source_texts  # noqa: E402
 
@@ -127,21 +127,26 @@ def main() -> None:
     report("encode_files, cold", files)
     for _ in range(args.reps):
         report("encode_files, warm", files)
+    for _ in range(args.reps):
+        report(
+            "encode_files_to_arrays, warm",
+            lambda: tok.encode_files_to_arrays([src], jsonl_field="text", pack_width=args.pack_width),
+        )
     windows = []
     for _ in range(args.reps):
         report(
             "reading alone",
             lambda: windows.__setitem__(slice(None), documents.iter_windows([src], jsonl_field="text")),
         )
-    for name in ("flat", "drop"):
+    for name in ("flat", "arrays", "drop"):
         for _ in range(args.reps):
             directory = work / f"o{next(runs)}"
             directory.mkdir()
-            writer = (
-                FlatWriter(directory / "s", tok.vocab.n_vocab, 1 << 28, None)
-                if name == "flat"
-                else DropWriter()
-            )
+            writer = dict(
+                flat=lambda: FlatWriter(directory / "s", tok.vocab.n_vocab, 1 << 28, None),
+                arrays=lambda: ArraysWriter(tok.vocab.n_vocab, nbytes),
+                drop=DropWriter,
+            )[name]()
             report(
                 f"windows read beforehand, {name} writer",
                 lambda: corpus.encode_documents(

@@ -6,6 +6,9 @@ library call they wait in) that the samples landed in most.
 
     python3 benchmarks/profile_corpus.py [--mb 200 | --long-docs 120] [--interval-ms 2] [--out DIR] [--fake-encode]
         [--window-mb 16] [--batch-mb 4] [--pack-width 4096] [--call-times [--sync-calls]] [--xla-cache DIR]
+        [--in-memory]
+
+--in-memory profiles `encode_files_to_arrays` (the ids left in memory, no shards written).
 
 --fake-encode replaces the kernel by a cheap stand-in (one token per 4 bytes: the ids are every
 fourth byte), so that the pipeline's own cost (reading, packing, compaction, copies back,
@@ -190,6 +193,7 @@ def main() -> None:
         help="replace the kernel by a cheap stand-in: the pipeline's own cost",
     )
     ap.add_argument("--pack-width", type=int, default=4096, help="encode_files' pack_width (0: no packing)")
+    ap.add_argument("--in-memory", action="store_true", help="encode_files_to_arrays: no shards written")
     ap.add_argument("--call-times", action="store_true", help="time each encode call, by shape")
     ap.add_argument("--xla-cache", type=Path, help="JAX's persistent compilation cache in this directory")
     ap.add_argument("--sync-calls", action="store_true", help="with --call-times: wait for each call")
@@ -216,6 +220,7 @@ def main() -> None:
         "window_mb": args.window_mb,
         "batch_mb": args.batch_mb,
         "pack_width": args.pack_width,
+        "in_memory": args.in_memory,
         "device": str(jax.devices()[0]),
         "runs": [],
     }
@@ -227,14 +232,16 @@ def main() -> None:
         if calls:
             calls.active = True
         t = time.perf_counter()
-        tok.encode_files(
-            [corpus],
-            work / f"out_{run}",
+        options = dict(
             jsonl_field="text",
             window_bytes=int(args.window_mb * (1 << 20)),
             batch_bytes=int(args.batch_mb * (1 << 20)),
             pack_width=args.pack_width,
         )
+        if args.in_memory:
+            tok.encode_files_to_arrays([corpus], **options)
+        else:
+            tok.encode_files([corpus], work / f"out_{run}", **options)
         seconds = time.perf_counter() - t
         clock.active = False
         compiles = clock.take()
