@@ -8,14 +8,14 @@ lateness): beyond the OS's own jitter that is time spent waiting for the GIL, so
 holds it for long shows there.
 
     python3 benchmarks/corpus_stages.py [--mb 300] [--pack-width 4096] [--reps 2] [--top 6]
-        [--corpus long] [--settings 5:16,0.5:16,5:8:65536:16]
+        [--corpus long] [--settings 5:16,0.5:16,5:8:65536:16] [--in-memory]
 
 `--corpus long`: the long documents of benchmarks/corpus_job.py (120 of 0.1-5 MB) instead of
 `--mb` of the mixed corpus. `--settings`: after the stages, `encode_files` warm again under each
 `SWITCH_MS:THREADS[:PACK_WIDTH[:BATCH_MB]]` (the interpreter's switch interval,
 `sys.setswitchinterval`; the reading threads; `pack_width`; `batch_bytes` in MiB), alternated
 `--reps` times: whether threads waiting to take the GIL back, the reading threads taking every
-core, or the calls' shapes set the pace.
+core, or the calls' shapes set the pace (`--in-memory`: those runs leave the ids in memory).
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=6, help="places noted after late wake-ups, per run")
     ap.add_argument("--corpus", choices=("mixed", "long"), default="mixed")
     ap.add_argument("--settings", default="", help="SWITCH_MS:THREADS[:PACK_WIDTH[:BATCH_MB]],...")
+    ap.add_argument("--in-memory", action="store_true", help="--settings' runs: encode_files_to_arrays")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corpus_stages_"))
     src = work / "mixed.jsonl"
@@ -118,11 +119,12 @@ def main() -> None:
 
     report("idle (the wake-up jitter alone)", lambda: time.sleep(0.3))
 
-    def files(pack_width: int = args.pack_width, batch_mb: float = 4) -> None:
-        out = work / f"o{next(runs)}" / "s"
-        tok.encode_files(
-            [src], out, jsonl_field="text", pack_width=pack_width, batch_bytes=int(batch_mb * (1 << 20))
-        )
+    def files(pack_width: int = args.pack_width, batch_mb: float = 4, in_memory: bool = False) -> None:
+        options = dict(jsonl_field="text", pack_width=pack_width, batch_bytes=int(batch_mb * (1 << 20)))
+        if in_memory:
+            tok.encode_files_to_arrays([src], **options)
+        else:
+            tok.encode_files([src], work / f"o{next(runs)}" / "s", **options)
 
     report("encode_files, cold", files)
     for _ in range(args.reps):
@@ -164,8 +166,9 @@ def main() -> None:
                 float(shape[1]) if shape[1:] else 4,
             )
             report(
-                f"encode_files, warm, switch {switch_ms} ms, {threads} threads, pack {pack_width}, batch {batch_mb:g} MiB",
-                lambda: files(pack_width, batch_mb),
+                f"{'encode_files_to_arrays' if args.in_memory else 'encode_files'}, warm, switch {switch_ms} ms, "
+                f"{threads} threads, pack {pack_width}, batch {batch_mb:g} MiB",
+                lambda: files(pack_width, batch_mb, args.in_memory),
             )
             sys.setswitchinterval(default[0])
             documents.READ_THREADS = default[1]
