@@ -7,7 +7,7 @@ Beside each run, how late a thread that sleeps 1 ms wakes up (p50 / p99 / the su
 lateness): beyond the OS's own jitter that is time spent waiting for the GIL, so a stage that
 holds it for long shows there.
 
-    python3 benchmarks/corpus_stages.py [--mb 300] [--pack-width 4096] [--reps 2] [--top 6]
+    python3 benchmarks/corpus_stages.py [--mb 300] [--pack-width 16384] [--reps 2] [--top 6]
         [--corpus long] [--settings 5:16,0.5:16,5:8:65536:16] [--in-memory]
 
 `--corpus long`: the long documents of benchmarks/corpus_job.py (120 of 0.1-5 MB) instead of
@@ -93,7 +93,7 @@ class DropWriter:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=float, default=300)
-    ap.add_argument("--pack-width", type=int, default=4096)
+    ap.add_argument("--pack-width", type=int, default=corpus.DEFAULT_PACK_WIDTH)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--top", type=int, default=6, help="places noted after late wake-ups, per run")
     ap.add_argument("--corpus", choices=("mixed", "long"), default="mixed")

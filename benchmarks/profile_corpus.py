@@ -5,7 +5,7 @@ benchmarks/corpus_job.py builds), with every thread's stack sampled every few mi
 library call they wait in) that the samples landed in most.
 
     python3 benchmarks/profile_corpus.py [--mb 200 | --long-docs 120] [--interval-ms 2] [--out DIR] [--fake-encode]
-        [--window-mb 16] [--batch-mb 4] [--pack-width 4096] [--call-times [--sync-calls]] [--xla-cache DIR]
+        [--window-mb 16] [--batch-mb 4] [--pack-width 16384] [--call-times [--sync-calls]] [--xla-cache DIR]
         [--in-memory]
 
 --in-memory profiles `encode_files_to_arrays` (the ids left in memory, no shards written).
@@ -48,6 +48,7 @@ import jax.numpy as jnp  # noqa: E402
 import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax import ops  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
+from blockbpe_jax.window_plan import DEFAULT_PACK_WIDTH  # noqa: E402
 
 
 def fake_encode(data, lengths, tables, *, max_tokens, **_):
@@ -192,7 +193,9 @@ def main() -> None:
         action="store_true",
         help="replace the kernel by a cheap stand-in: the pipeline's own cost",
     )
-    ap.add_argument("--pack-width", type=int, default=4096, help="encode_files' pack_width (0: no packing)")
+    ap.add_argument(
+        "--pack-width", type=int, default=DEFAULT_PACK_WIDTH, help="encode_files' pack_width (0: no packing)"
+    )
     ap.add_argument("--in-memory", action="store_true", help="encode_files_to_arrays: no shards written")
     ap.add_argument("--call-times", action="store_true", help="time each encode call, by shape")
     ap.add_argument("--xla-cache", type=Path, help="JAX's persistent compilation cache in this directory")

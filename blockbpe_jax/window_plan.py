@@ -15,7 +15,7 @@ import numpy as np
 from .window_device import pow2
 
 DEFAULT_BATCH_BYTES = 4 << 20  # padded bytes (rows x width) per encode call
-DEFAULT_PACK_WIDTH = 4096  # bytes of a row of packed short documents (0: none packed)
+DEFAULT_PACK_WIDTH = 16384  # bytes of a row of packed short documents (0: none packed)
 
 
 class Packing(NamedTuple):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..documents import SPLITS_HELP
+from ..window_plan import DEFAULT_PACK_WIDTH
 from .common import (
     PROG,
     CLIError,
@@ -196,10 +197,10 @@ def add_parsers(sub) -> None:
     e.add_argument(
         "--pack-width",
         type=int,
-        default=4096,
+        default=DEFAULT_PACK_WIDTH,
         metavar="N",
         help="documents shorter than N bytes share rows of N bytes, a special token after each "
-        "(default 4096; 0: each document in a row of its own)",
+        f"(default {DEFAULT_PACK_WIDTH}; 0: each document in a row of its own)",
     )
     e.add_argument(
         "--shard-tokens",
