@@ -12,9 +12,9 @@ holds it for long shows there.
 
 `--corpus long`: the long documents of benchmarks/corpus_job.py (120 of 0.1-5 MB) instead of
 `--mb` of the mixed corpus. `--settings`: after the stages, `encode_files` warm again under each
-`SWITCH_MS:THREADS[:PACK_WIDTH[:BATCH_MB]]` (the interpreter's switch interval,
-`sys.setswitchinterval`; the reading threads; `pack_width`; `batch_bytes` in MiB), alternated
-`--reps` times: whether threads waiting to take the GIL back, the reading threads taking every
+`SWITCH_MS:THREADS[:PACK_WIDTH[:BATCH_MB[:WINDOW_MB]]]` (the interpreter's switch interval,
+`sys.setswitchinterval`; the reading threads; `pack_width`; `batch_bytes` and `window_bytes` in
+MiB), alternated `--reps` times: whether threads waiting to take the GIL back, the reading threads taking every
 core, or the calls' shapes set the pace (`--in-memory`: those runs leave the ids in memory).
 """
 
@@ -97,7 +97,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--top", type=int, default=6, help="places noted after late wake-ups, per run")
     ap.add_argument("--corpus", choices=("mixed", "long"), default="mixed")
-    ap.add_argument("--settings", default="", help="SWITCH_MS:THREADS[:PACK_WIDTH[:BATCH_MB]],...")
+    ap.add_argument(
+        "--settings", default="", help="SWITCH_MS:THREADS[:PACK_WIDTH[:BATCH_MB[:WINDOW_MB]]],..."
+    )
     ap.add_argument("--in-memory", action="store_true", help="--settings' runs: encode_files_to_arrays")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corpus_stages_"))
@@ -119,8 +121,15 @@ def main() -> None:
 
     report("idle (the wake-up jitter alone)", lambda: time.sleep(0.3))
 
-    def files(pack_width: int = args.pack_width, batch_mb: float = 4, in_memory: bool = False) -> None:
-        options = dict(jsonl_field="text", pack_width=pack_width, batch_bytes=int(batch_mb * (1 << 20)))
+    def files(
+        pack_width: int = args.pack_width, batch_mb: float = 4, in_memory: bool = False, window_mb: float = 16
+    ) -> None:
+        options = dict(
+            jsonl_field="text",
+            pack_width=pack_width,
+            batch_bytes=int(batch_mb * (1 << 20)),
+            window_bytes=int(window_mb * (1 << 20)),
+        )
         if in_memory:
             tok.encode_files_to_arrays([src], **options)
         else:
@@ -161,14 +170,15 @@ def main() -> None:
         for switch_ms, threads, *shape in settings:
             sys.setswitchinterval(float(switch_ms) / 1e3)
             documents.READ_THREADS = int(threads)
-            pack_width, batch_mb = (
+            pack_width, batch_mb, window_mb = (
                 int(shape[0]) if shape else args.pack_width,
                 float(shape[1]) if shape[1:] else 4,
+                float(shape[2]) if shape[2:] else 16,
             )
             report(
                 f"{'encode_files_to_arrays' if args.in_memory else 'encode_files'}, warm, switch {switch_ms} ms, "
-                f"{threads} threads, pack {pack_width}, batch {batch_mb:g} MiB",
-                lambda: files(pack_width, batch_mb, args.in_memory),
+                f"{threads} threads, pack {pack_width}, batch {batch_mb:g} MiB, window {window_mb:g} MiB",
+                lambda: files(pack_width, batch_mb, args.in_memory, window_mb),
             )
             sys.setswitchinterval(default[0])
             documents.READ_THREADS = default[1]
