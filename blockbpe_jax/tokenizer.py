@@ -331,8 +331,7 @@ class Tokenizer:
         return encode_files(self, paths, out_prefix, **kwargs)
 
     def encode_files_to_arrays(self, paths, **kwargs) -> tuple[np.ndarray, np.ndarray]:
-        """The corpus job with its result in memory: (ids, offsets), document j's ids are
-        ids[offsets[j]:offsets[j + 1]]; see `blockbpe_jax.corpus.encode_files_to_arrays`."""
+        """`encode_files` with the ids left in memory (`corpus.encode_files_to_arrays`)."""
         from .corpus import encode_files_to_arrays
 
         return encode_files_to_arrays(self, paths, **kwargs)
@@ -406,10 +405,8 @@ def pack_strings(
     """list of str/bytes -> (uint8[B, L] zero-padded, int32[B] byte lengths), natively.
 
     L is `max_len`, or the longest string rounded up to a power of two (at least 16) so that
-    repeated calls reuse compiled shapes. Raises ValueError if a string exceeds `max_len`.
-    """
-    texts = _text_list(texts, max_len)
-    return _blockbpe_cpu.pack_strings(texts, -1 if max_len is None else int(max_len))
+    repeated calls reuse compiled shapes. Raises ValueError if a string exceeds `max_len`."""
+    return _blockbpe_cpu.pack_strings(_text_list(texts, max_len), -1 if max_len is None else int(max_len))
 
 
 def _text_list(texts, max_len) -> list:
