@@ -398,3 +398,15 @@ def test_large_batches_pack_like_ljust(rows, width):
     data, lengths = pack_strings(docs, max_len=width)
     np.testing.assert_array_equal(data, want)
     np.testing.assert_array_equal(lengths, [len(d) for d in docs])
+
+
+@pytest.mark.parametrize("field", [FIELD, None])
+def test_one_special_byte_at_every_offset_of_the_scans(field):
+    """A quote, escape, control byte, non-ASCII character or invalid byte at each offset of a
+    run of plain ASCII (either side of the 16- and 8-byte scans' boundaries): the native
+    reader takes what the Python reader takes and gives up only where it refuses."""
+    for s in [b'"', b'\\"', b"\\n", b"\\u00e9", "é🎉".encode(), b"\x01", b"\x7f", b"\xe4", b"\xc3"]:
+        for at in range(40):
+            body = b"a" * at + s + b"b" * (37 - at % 19)
+            line = (b'{"text": "' + body + b'"}' if field else body) + b"\n"
+            check_same(line, field, must_accept=python_reader(line, field) is not None)
