@@ -219,24 +219,20 @@ def encode_documents_of(
     *,
     split="lines",
     jsonl_field=None,
+    window_bytes=WINDOW_BYTES,
     mode="exact",
     allowed_special="none",
-    batch_bytes=DEFAULT_BATCH_BYTES,
-    window_bytes=WINDOW_BYTES,
-    max_docs=None,
     max_len=None,
-    pack_width=DEFAULT_PACK_WIDTH,
-    block_size=256,
-    device=None,
     progress=False,
     read=None,
+    **engine,
 ) -> dict:
     """Reads the (checked) inputs' documents and hands their ids to `writer`; returns the
     job's description for the sidecar. On an error the writer's output is removed (`abort`).
-    The input is read, length-sorted and copied back in windows of about `window_bytes` of
-    input; each window's documents of one power-of-two width go in calls of at most
-    `batch_bytes` of padded rows. read: `read_ahead(paths, ...)`'s, whose thread is already
-    reading the same inputs."""
+    The input is read in windows of about `window_bytes` of input (read: `read_ahead(paths,
+    ...)`'s, whose thread is already reading the same inputs); mode, allowed_special, max_len
+    and the engine's other options (batch_bytes, max_docs, pack_width, block_size, device):
+    `encode_documents`."""
     split_kind, chunk = parse_split(split)
     bar = Progress(_input_bytes(paths), enabled=progress)
     t0 = time.perf_counter()
@@ -252,13 +248,9 @@ def encode_documents_of(
             paths,
             mode=mode,
             allowed_special=allowed_special,
-            batch_bytes=batch_bytes,
-            max_docs=max_docs,
             max_len=max_len,
-            pack_width=pack_width,
-            block_size=block_size,
-            device=device,
             progress=bar,
+            **engine,
         )
     except BaseException:
         writer.abort()  # no partial output is left behind
