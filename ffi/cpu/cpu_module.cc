@@ -131,6 +131,19 @@ static int64_t read_at(int fd, int64_t offset, nb::ndarray<uint8_t, nb::ndim<1>,
   return error ? -error.load() : end.load();
 }
 
+// dst = src (byte arrays of one size) on threads, the GIL released: the corpus job's ids copied
+// into the array that `encode_files_to_arrays` returns, whose fresh pages' faults make one
+// thread's copy the slowest step of the job.
+static void copy_bytes(nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> dst,
+                       nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> src) {
+  const int64_t n = (int64_t)src.shape(0);
+  if ((int64_t)dst.shape(0) != n) throw nb::value_error("copy_bytes: dst and src must be of one size");
+  uint8_t* to = dst.data();
+  const uint8_t* from = src.data();
+  nb::gil_scoped_release unlocked;
+  bbpe::over_ranges(n, n, (int64_t)1 << 20, [&](int64_t lo, int64_t hi) { std::memcpy(to + lo, from + lo, (size_t)(hi - lo)); });
+}
+
 // A window's documents joined with `sep` after each into `out`, short ones packed into rows
 // (the rule: core/pack_documents.h) -> (row of each document int32[D], -1: alone;
 // rows int32[R, 2]: first byte in out, length).
@@ -335,6 +348,7 @@ NB_MODULE(_blockbpe_cpu, m) {
   m.def("split_documents", &split_documents, nb::arg("block"), nb::arg("field").none(),
         nb::arg("threads"));
   m.def("read_at", &read_at, nb::arg("fd"), nb::arg("offset"), nb::arg("buf").noconvert());
+  m.def("copy_bytes", &copy_bytes, nb::arg("dst").noconvert(), nb::arg("src").noconvert());
   m.def("pack_documents", &pack_documents, nb::arg("data").noconvert(), nb::arg("offsets").noconvert(),
         nb::arg("sep"), nb::arg("width"), nb::arg("out").noconvert());
   m.def("registrations", []() {
