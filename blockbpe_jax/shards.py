@@ -242,7 +242,9 @@ class ArraysWriter:
         if n > len(self.ids):
             self.ids.resize(max(n, 2 * len(self.ids)), refcheck=False)
         # (on threads: one thread's copy into fresh pages was the job's slowest step)
-        native.cpu.copy_bytes(self.ids[self.tokens : n].view(np.uint8), as_tokens(ids, self.dtype).view(np.uint8))
+        native.cpu.copy_bytes(
+            self.ids[self.tokens : n].view(np.uint8), as_tokens(ids, self.dtype).view(np.uint8)
+        )
         self.ends.append(self.tokens + np.cumsum(counts, dtype=np.int64))
         self.tokens = n
 
