@@ -1,6 +1,7 @@
 """Host-to-GPU path of `Tokenizer.encode_batch`: strings packed into pinned memory, one copy
 on a private CUDA stream into a device buffer that JAX sees through DLPack (no JAX transfer);
-and the way back for results, `read_back` (`Encoded.numpy`).
+the way back for results, `read_back` (`Encoded.numpy`); and the corpus job's window bytes,
+`FlatSlot` (one DMA from page-locked memory into device memory kept with the slot).
 
 Why: JAX's transfer of a NumPy argument costs 150-250 us of fixed overhead per array on the
 H200 (benchmarks/host_path.py), more than the kernel takes for a 1024 x 512-byte batch; an
@@ -304,3 +305,28 @@ def pipelined(prepare, batches):
     finally:  # the consumer stopped early, or the iterable raised
         for batch in ahead:
             batch.cancel()
+
+
+class FlatSlot:
+    """A window's bytes on their way to the device: `host`, the buffer the planning thread
+    writes them into, and `to_device()`, their copy there. On a CUDA GPU `host` is page-locked
+    and the copy one DMA into device memory kept with the slot (`_blockbpe_cuda.DeviceBytes`,
+    seen by JAX through DLPack, imported once): JAX's own transfer of a NumPy array would first
+    copy the window into its staging memory on the host, on the cores that read and plan.
+    Elsewhere, `jax.device_put` of plain memory. Refilled only once the calls that read its
+    device bytes have run (`window_device.WindowBuffers.give_back_flat`)."""
+
+    def __init__(self, size: int, device):
+        self.size, self.device = size, device
+        self.host = pinned_empty(size, device)
+        self._native = native.cuda.DeviceBytes(device.local_hardware_id, size) if available(device) else None
+        self._view = None
+
+    def to_device(self):
+        """The bytes of `host` on the device (returns once they are there, on a CUDA GPU)."""
+        if self._native is None:
+            return jax.device_put(self.host, self.device)
+        if self._view is None:
+            self._view = jax.dlpack.from_dlpack(self._native.array())
+        self._native.fill(self.host)
+        return self._view

@@ -144,7 +144,9 @@ def device_functions():
     )
 
 
-IDS = "host ids"  # the owner of kept host buffers of ids read back (WindowBuffers.host_ids)
+# The kinds of kept buffers: a window's `raw` (on its device), its bytes (staging.FlatSlot, for its
+# device) and its ids read back (host memory)
+RAW, FLAT, IDS = "raw", "flat", "host ids"
 
 
 class WindowBuffers:
@@ -153,11 +155,11 @@ class WindowBuffers:
     quarter more than the need): every encode call's executable depends on them, so a job
     should see one or two of each. Buffers of finished windows are kept for the next windows
     and jobs (at most `KEEP` of each kind): a new `raw` costs its zeroing, more than the
-    window's steps on the CPU backend; a new host byte buffer its page faults, as much as its
-    copy."""
+    window's steps on the CPU backend; a new `staging.FlatSlot` its page-locked allocation (or page
+    faults), more than its copy."""
 
     KEEP = 3
-    _spare: list = []  # (owner, buffer), most recent last; owner: its device, or None (host bytes)
+    _spare: list = []  # ((kind, device), buffer), most recent last
     _lock = threading.Lock()
 
     def __init__(self, device):
@@ -181,31 +183,33 @@ class WindowBuffers:
     def take(self, size: int, zeros):
         """A `raw` of `size` slots (`raw_slots`): a kept one, else `zeros(size)`."""
         with self._lock:
-            raw = self._reuse(self.device, size)
+            raw = self._reuse(RAW, size)
         return raw if raw is not None else zeros(size)
 
-    def host_bytes(self, need: int) -> np.ndarray:
-        """A host byte buffer of at least `need` bytes (the job's size: half again the largest
-        need so far, since a window that outgrows it compiles every call shape again) for a
-        window's one transfer, a finished window's when one is kept."""
+    def flat_slot(self, need: int):
+        """A window's byte buffers (`staging.FlatSlot`) of at least `need` bytes (the job's size: half
+        again the largest need so far, since a window that outgrows it compiles every call
+        shape again), a finished window's when one is kept."""
         with self._lock:
             if need > self.flat_bytes:
                 self.flat_bytes = size_bucket(need + need // 2)
             size = self.flat_bytes
-            padded = self._reuse(None, size)
-        return padded if padded is not None else np.empty(size, np.uint8)
+            slot = self._reuse(FLAT, size)
+        from .staging import FlatSlot
 
-    def padded_flat(self, data: np.ndarray, reach: int) -> np.ndarray:
-        """A window's bytes zero-padded to the job's size, for its one transfer: at least
-        `reach` bytes past their end (gather_rows reads `width` bytes from every start)."""
-        padded = self.host_bytes(data.size + reach)
-        padded[: data.size] = data
-        padded[data.size : data.size + reach] = 0  # (nothing reads past it)
-        return padded
+        return slot if slot is not None else FlatSlot(size, self.device)
 
-    def give_back_flat(self, padded: np.ndarray) -> None:
-        """A window's padded bytes, once its encode calls have run (their transfer is done)."""
-        self._keep(None, padded)
+    def padded_flat(self, data: np.ndarray, reach: int):
+        """A slot holding a window's bytes zero-padded to the job's size: at least `reach`
+        bytes past their end (gather_rows reads `width` bytes from every start)."""
+        slot = self.flat_slot(data.size + reach)
+        slot.host[: data.size] = data
+        slot.host[data.size : data.size + reach] = 0  # (nothing reads past it)
+        return slot
+
+    def give_back_flat(self, slot) -> None:
+        """A window's slot, once its encode calls have run (its device bytes were read)."""
+        self._keep(FLAT, slot)
 
     def table(self, entries: int) -> np.ndarray:
         """A document table for `entries` rows: int32[2, E] zeros (start, length: zero entries
@@ -239,7 +243,7 @@ class WindowBuffers:
             return self.slots
 
     def give_back(self, raw) -> None:
-        self._keep(self.device, raw)
+        self._keep(RAW, raw)
 
     def host_ids(self, nbytes: int) -> np.ndarray:
         """A host buffer for a window's ids read back (`staging.read_back(into=...)`):
@@ -254,24 +258,21 @@ class WindowBuffers:
         """A window's ids buffer, once the writer has copied them out."""
         self._keep(IDS, buffer)
 
-    def _reuse(self, owner, size: int):
-        """A kept buffer of `owner` and `size`, taken out of the pool, or None (lock held)."""
+    def _reuse(self, kind: str, size: int):
+        """A kept buffer of `kind` for this device and of `size`, taken out of the pool, or None
+        (lock held)."""
         for k in range(len(self._spare) - 1, -1, -1):
-            if self._spare[k][0] == owner and self._spare[k][1].size == size:
+            if self._spare[k][0] == (kind, self.device) and self._spare[k][1].size == size:
                 return self._spare.pop(k)[1]
         return None
 
-    def _keep(self, owner, buffer) -> None:
-        """Keeps a finished window's buffer, dropping the oldest beyond KEEP of its kind (device
-        buffers, whatever their device, host bytes or host ids)."""
-
-        def kind_of(o):
-            return o if o is None or o is IDS else "device"
-
+    def _keep(self, kind: str, buffer) -> None:
+        """Keeps a finished window's buffer, dropping the oldest beyond KEEP of its kind
+        (whatever their device)."""
         with self._lock:
-            self._spare.append((owner, buffer))
-            kind = [k for k, (o, _) in enumerate(self._spare) if kind_of(o) == kind_of(owner)]
-            for k in reversed(kind[: -self.KEEP]):
+            self._spare.append(((kind, self.device), buffer))
+            same = [k for k, ((o, _), _) in enumerate(self._spare) if o == kind]
+            for k in reversed(same[: -self.KEEP]):
                 del self._spare[k]
 
 

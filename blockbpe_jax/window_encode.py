@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import native
+from . import native, staging
 from .background import in_background
 from .documents import Window
 from .window_device import (
@@ -56,7 +56,7 @@ class WindowWork:
 
     window: Window
     plan: list[PlannedCall]
-    host_flat: np.ndarray  # the window's padded bytes on the host (reused once its calls ran)
+    slot: staging.FlatSlot  # the window's padded bytes, host and device (reused once its calls ran)
     flat: object  # the same on the device
     table: object  # the document table on the device: each call's rows (start in flat, length)
     end: int  # the id buffer's length the calls need
@@ -104,8 +104,6 @@ def encode_documents(
     finishes the previous window (its counts back, compaction dispatched) and another waits
     for the ids of the one before and writes them."""
     import jax
-
-    from . import staging
 
     nfc = mode == "exact" and tok.normalizes
     fns = device_functions()
@@ -172,7 +170,8 @@ def encode_documents(
         rows_of = []  # the table's rows of each call: int32[2, rows]
         first_rows = []  # of each packed call: its first row's index in packed_rows
         if pack:
-            flat = buffers.host_bytes(size + reach)
+            slot = buffers.flat_slot(size + reach)
+            flat = slot.host
             row_of_doc, packed_rows = native.cpu.pack_documents(w.data, w.offsets, pack.sep, pack.width, flat)
             flat[size : size + reach] = 0
             doc_start = w.offsets[:-1] - w.offsets[0] + np.arange(w.ndocs) * len(pack.sep)
@@ -186,7 +185,8 @@ def encode_documents(
                 end += rows * pack.width + slots
                 entries += rows
         else:
-            flat = buffers.padded_flat(w.data, reach)
+            slot = buffers.padded_flat(w.data, reach)
+            flat = slot.host
             doc_start = w.offsets[:-1]
         n_packed = sum(len(p.docs) for p in plan)
         for width, idx in plan_batches(lengths[alone], batch_bytes, max_docs, max_len):
@@ -220,12 +220,12 @@ def encode_documents(
             packed_docs = (base[:n_packed] + (r - first_row) * pack.width, first_in_row)
         positions = np.zeros(buffers.doc_slots(len(perm)), np.int32)
         positions[perm] = count_at
-        # the window's one transfer of bytes, started here, ahead of its calls
+        # the window's one transfer of bytes, here, ahead of its calls
         return WindowWork(
             window=w,
             plan=plan,
-            host_flat=flat,
-            flat=jax.device_put(flat, target),
+            slot=slot,
+            flat=slot.to_device(),
             table=jax.device_put(table, target),
             end=end,
             perm=perm,
@@ -330,9 +330,9 @@ def encode_documents(
         # two windows queued), so that this one takes the next window's counts meanwhile.
         while len(stored) > 1:
             stored.pop(0).result()  # re-raises a write's error here
-        stored.append(store_thread.submit(store, ids, total, counts, w, raw, work.host_flat))
+        stored.append(store_thread.submit(store, ids, total, counts, w, raw, work.slot))
 
-    def store(ids, total: int, counts: np.ndarray, w: Window, raw, host_flat: np.ndarray) -> None:
+    def store(ids, total: int, counts: np.ndarray, w: Window, raw, slot: staging.FlatSlot) -> None:
         # (into a kept page-locked buffer where the writer copies the ids out: one DMA, no
         # fresh memory's page faults, no second copy)
         into = buffers.host_ids(ids.size * ids.dtype.itemsize) if reuse_ids else None
@@ -340,7 +340,7 @@ def encode_documents(
         buffers.give_back(raw)
         # Every call that reads the window's bytes has run (on the CPU backend `flat` may be
         # this very memory), so the next windows may reuse it.
-        buffers.give_back_flat(host_flat)
+        buffers.give_back_flat(slot)
         if write_failed:  # (the windows queued behind a failed write are not written)
             return
         try:

@@ -227,6 +227,52 @@ class DeviceReader {
   size_t capacity_ = 0;
 };
 
+// Device memory that JAX sees as one uint8 array (DLPack), filled from host arrays by one DMA
+// each: the corpus job's window bytes (window_device.FlatSlot). JAX's own transfer of a NumPy
+// array first copies it into JAX's staging memory on the host (a window's 27 MB, on threads the
+// job's reading and planning need). The caller refills it only once every computation that
+// read it has finished.
+class DeviceBytes {
+ public:
+  DeviceBytes(int device, size_t bytes)
+      : device_(device), bytes_(bytes), memory_(std::make_shared<DeviceAllocation>(device, std::max<size_t>(bytes, 1))) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~DeviceBytes() {
+    cudaSetDevice(device_);
+    cudaStreamDestroy(stream_);
+  }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+
+  // Copies `host` (page-locked for a DMA straight from it) to the start of the device memory;
+  // returns once it has landed (the GIL released meanwhile).
+  void fill(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> host) {
+    if (host.nbytes() > bytes_) throw nb::value_error("DeviceBytes.fill: more bytes than the device memory holds");
+    const void* from = host.data();
+    const size_t n = host.nbytes();
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    nb::gil_scoped_release unlocked;
+    check_cuda(cudaMemcpyAsync(memory_->ptr, from, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  // The device memory as uint8[bytes] for jax.dlpack.from_dlpack; it keeps the memory alive.
+  nb::ndarray<nb::array_api, uint8_t, nb::device::cuda> array() {
+    auto* keep = new std::shared_ptr<DeviceAllocation>(memory_);
+    nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<DeviceAllocation>*>(p); });
+    const size_t shape[1] = {bytes_};
+    return nb::ndarray<nb::array_api, uint8_t, nb::device::cuda>(memory_->ptr, 1, shape, owner, nullptr,
+                                                                 nb::dtype<uint8_t>(), nb::device::cuda::value, device_);
+  }
+
+ private:
+  int device_;
+  size_t bytes_;
+  std::shared_ptr<DeviceAllocation> memory_;
+  cudaStream_t stream_ = nullptr;
+};
+
 // Page-locked host memory as a NumPy uint8 array, freed with its last reference: what the
 // corpus job reads a window's ids into (one DMA, no second copy) and writes to its shards.
 static nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> pinned_empty(size_t nbytes) {
@@ -255,6 +301,10 @@ NB_MODULE(_blockbpe_cuda, m) {
   nb::class_<bbpe::DeviceReader>(m, "DeviceReader")
       .def(nb::init<int>(), nb::arg("device"))
       .def("read", &bbpe::DeviceReader::read, nb::arg("src"), nb::arg("dst"));
+  nb::class_<bbpe::DeviceBytes>(m, "DeviceBytes")
+      .def(nb::init<int, size_t>(), nb::arg("device"), nb::arg("bytes"))
+      .def("fill", &bbpe::DeviceBytes::fill, nb::arg("host").noconvert())
+      .def("array", &bbpe::DeviceBytes::array);
   m.def("pinned_empty", &bbpe::pinned_empty, nb::arg("nbytes"),
         "Page-locked host memory as a NumPy uint8 array (a DeviceReader copies into it by one DMA).");
 #ifdef BBPE_STAGE_CLOCKS
