@@ -6,7 +6,7 @@ library call they wait in) that the samples landed in most.
 
     python3 benchmarks/profile_corpus.py [--mb 200 | --long-docs 120] [--interval-ms 2] [--out DIR] [--fake-encode]
         [--window-mb 16] [--batch-mb 4] [--pack-width 16384] [--call-times [--sync-calls]] [--xla-cache DIR]
-        [--in-memory]
+        [--in-memory] [--timeline [python]]
 
 --in-memory profiles `encode_files_to_arrays` (the ids left in memory, no shards written).
 
@@ -19,6 +19,12 @@ writing) is measurable on a machine without a GPU: the MB/s printed is the pipel
 the second process's "cold" run is what a second run of the command pays in its job (executables
 loaded, not compiled).
 
+--timeline adds a third run, warm, under JAX's profiler (a perfetto trace: each host thread's
+PJRT events and each GPU stream's kernels and copies; `--timeline python` also every Python
+call, which slows the job): printed per thread and stream, busy time (the union of its events)
+and the events with the most time, nested ones counted in their parents too. The threads whose
+busy time is near the run's are the ones setting its pace (BUILD_NOTES, session 27).
+
 --call-times times each encode call's dispatch (the compiled step's call, which returns before
 the device has run it) by call shape; with --sync-calls each call also waits for its result, so
 that the times are the device's (the pipeline then no longer overlaps: its MB/s means nothing).
@@ -29,6 +35,8 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import glob
+import gzip
 import json
 import sys
 import tempfile
@@ -174,6 +182,43 @@ class CallClock:
         return out
 
 
+def timeline(run, top: int, python: bool) -> None:
+    """Runs `run()` under JAX's profiler, writing a perfetto trace, and prints each thread's and
+    GPU stream's busy time and heaviest events."""
+    with tempfile.TemporaryDirectory() as directory:
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = int(python)
+        jax.profiler.start_trace(directory, create_perfetto_trace=True, profiler_options=options)
+        t = time.perf_counter()
+        run()
+        seconds = time.perf_counter() - t
+        jax.profiler.stop_trace()
+        (path,) = glob.glob(f"{directory}/**/perfetto_trace.json.gz", recursive=True)
+        trace = json.load(gzip.open(path))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    process = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    by_thread = collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X":
+            by_thread[(e["pid"], e.get("tid"))].append((e["ts"], e["ts"] + e.get("dur", 0), e["name"][:90]))
+    print(f"timeline: {seconds:.3f} s")
+    rows = []
+    for key, spans in by_thread.items():
+        busy, end = 0.0, float("-inf")
+        for a, b, _ in sorted(spans):
+            busy += max(0.0, b - max(a, end))
+            end = max(end, b)
+        rows.append((busy, key, spans))
+    for busy, key, spans in sorted(rows, key=lambda r: -r[0])[:16]:
+        heaviest = collections.Counter()
+        for a, b, name in spans:
+            heaviest[name] += b - a
+        print(f"  [{process.get(key[0], key[0])} / {names.get(key, key[1])}] busy {busy / 1e3:.1f} ms")
+        for name, us in heaviest.most_common(top):
+            print(f"    {us / 1e3:9.1f} ms  {name}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=float, default=200)
@@ -200,6 +245,9 @@ def main() -> None:
     ap.add_argument("--call-times", action="store_true", help="time each encode call, by shape")
     ap.add_argument("--xla-cache", type=Path, help="JAX's persistent compilation cache in this directory")
     ap.add_argument("--sync-calls", action="store_true", help="with --call-times: wait for each call")
+    ap.add_argument(
+        "--timeline", nargs="?", const="host", choices=("host", "python"), help="a third run, traced"
+    )
     args = ap.parse_args()
     if args.xla_cache:
         jax.config.update("jax_compilation_cache_dir", str(args.xla_cache))
@@ -286,6 +334,16 @@ def main() -> None:
             print(f"  [{name}]")
             for key, n in top:
                 print(f"    {n:6d}  {key}")
+    if args.timeline:
+        timeline(
+            lambda: (
+                tok.encode_files_to_arrays([corpus], **options)
+                if args.in_memory
+                else tok.encode_files([corpus], work / "out_traced", **options)
+            ),
+            args.top,
+            args.timeline == "python",
+        )
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "profile_corpus.json").write_text(json.dumps(report, indent=1))
