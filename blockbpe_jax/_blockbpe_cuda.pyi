@@ -3,7 +3,7 @@
 # which runs python3 -m nanobind.stubgen -m blockbpe_jax._blockbpe_cuda -o blockbpe_jax/_blockbpe_cuda.pyi
 # and adds this header.
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy
 from numpy.typing import NDArray
@@ -30,6 +30,13 @@ class DeviceReader:
     def __init__(self, device: int) -> None: ...
 
     def read(self, src: Sequence[int], dst: Sequence[Annotated[NDArray, dict(order='C', device='cpu')]]) -> None: ...
+
+class DeviceBytes:
+    def __init__(self, device: int, bytes: int) -> None: ...
+
+    def fill(self, host: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None: ...
+
+    def array(self) -> Annotated[Any, dict(dtype='uint8', device='cuda')]: ...
 
 def pinned_empty(nbytes: int) -> Annotated[NDArray[numpy.uint8], dict(shape=(None,))]:
     """
