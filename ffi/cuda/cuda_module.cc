@@ -228,10 +228,9 @@ class DeviceReader {
 };
 
 // Device memory that JAX sees as one uint8 array (DLPack), filled from host arrays by one DMA
-// each: the corpus job's window bytes (window_device.FlatSlot). JAX's own transfer of a NumPy
-// array first copies it into JAX's staging memory on the host (a window's 27 MB, on threads the
-// job's reading and planning need). The caller refills it only once every computation that
-// read it has finished.
+// each: the corpus job's window bytes (staging.FlatSlot). JAX's own transfer of a NumPy array
+// first copies it into JAX's staging memory on the host, on threads the job's reading and
+// planning need. The caller refills it only once every computation that read it has finished.
 class DeviceBytes {
  public:
   DeviceBytes(int device, size_t bytes)
