@@ -236,7 +236,7 @@ class ArraysWriter:
         self.ends, self.tokens = [np.zeros(1, np.int64)], 0
 
     def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
-        from . import native
+        from . import native  # (it imports JAX: not when this module is imported)
 
         n = self.tokens + len(ids)
         if n > len(self.ids):
