@@ -241,7 +241,7 @@ class ArraysWriter:
         n = self.tokens + len(ids)
         if n > len(self.ids):
             self.ids.resize(max(n, 2 * len(self.ids)), refcheck=False)
-        # (on threads: one thread's copy into fresh pages was the job's slowest step)
+        # (on threads: one thread's copy into fresh pages, their faults, would set the job's pace)
         native.cpu.copy_bytes(
             self.ids[self.tokens : n].view(np.uint8), as_tokens(ids, self.dtype).view(np.uint8)
         )

@@ -51,6 +51,12 @@ struct DeviceAllocation {
   }
 };
 
+// The owner a DLPack view of `memory` holds: the allocation lives until its last view goes.
+static nb::capsule view_owner(const std::shared_ptr<DeviceAllocation>& memory) {
+  auto* keep = new std::shared_ptr<DeviceAllocation>(memory);
+  return nb::capsule(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<DeviceAllocation>*>(p); });
+}
+
 // One staging slot: pinned host rows + lengths, their device copy, a private stream and an
 // event marking the end of the last copy. JAX's own transfer of a NumPy argument costs
 // 150-250 us of fixed overhead per array on the H200 (benchmarks/host_path.py), more than the
@@ -119,12 +125,6 @@ class HostStaging {
   // buffer grows, which changes `generation`.
   nb::tuple device_arrays() {
     if (!device_buffer_ || batch_ == 0) throw nb::value_error("HostStaging: nothing uploaded");
-    auto owner = [&]() {
-      auto* keep = new std::shared_ptr<DeviceAllocation>(device_buffer_);
-      return nb::capsule(keep, [](void* p) noexcept {
-        delete static_cast<std::shared_ptr<DeviceAllocation>*>(p);
-      });
-    };
     uint8_t* base = static_cast<uint8_t*>(device_buffer_->ptr);
     const size_t data_shape[2] = {(size_t)batch_, (size_t)max_len_};
     const size_t lengths_shape[1] = {(size_t)batch_};
@@ -134,9 +134,9 @@ class HostStaging {
     using Rows = nb::ndarray<nb::array_api, uint8_t, nb::device::cuda>;
     using Lengths = nb::ndarray<nb::array_api, int32_t, nb::device::cuda>;
     return nb::make_tuple(
-        Rows(base, 2, data_shape, owner(), nullptr, nb::dtype<uint8_t>(), nb::device::cuda::value,
+        Rows(base, 2, data_shape, view_owner(device_buffer_), nullptr, nb::dtype<uint8_t>(), nb::device::cuda::value,
              device_),
-        Lengths(base + lengths_at_, 1, lengths_shape, owner(), nullptr, nb::dtype<int32_t>(),
+        Lengths(base + lengths_at_, 1, lengths_shape, view_owner(device_buffer_), nullptr, nb::dtype<int32_t>(),
                 nb::device::cuda::value, device_));
   }
 
@@ -258,10 +258,8 @@ class DeviceBytes {
 
   // The device memory as uint8[bytes] for jax.dlpack.from_dlpack; it keeps the memory alive.
   nb::ndarray<nb::array_api, uint8_t, nb::device::cuda> array() {
-    auto* keep = new std::shared_ptr<DeviceAllocation>(memory_);
-    nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<DeviceAllocation>*>(p); });
     const size_t shape[1] = {bytes_};
-    return nb::ndarray<nb::array_api, uint8_t, nb::device::cuda>(memory_->ptr, 1, shape, owner, nullptr,
+    return nb::ndarray<nb::array_api, uint8_t, nb::device::cuda>(memory_->ptr, 1, shape, view_owner(memory_), nullptr,
                                                                  nb::dtype<uint8_t>(), nb::device::cuda::value, device_);
   }
 
