@@ -46,6 +46,7 @@ from .window_plan import (
 # On the CPU backend compiles take the cores that encode: only the shapes planned are compiled,
 # rows bucketed (tests turn the GPU's plan on there).
 LIKELY_SHAPES_ON_CPU = False
+NO_ROWS = np.zeros(0, np.int32)  # (an unpacked window's packed rows)
 
 
 @dataclass
@@ -66,7 +67,7 @@ class WindowWork:
     count_at: np.ndarray  # per document: where its count is in the id buffer
     positions: np.ndarray  # count_at by document in input order, padded to a bucketed length
     doc_start: np.ndarray  # by document in input order: its start in flat
-    packed: tuple | None  # per packed document: (its row's start in the buffer, first in its row)
+    packed: np.ndarray  # int64[2, packed documents]: its row's start in the buffer, 1 if it opens its row
     raw: object = None  # (launch) the id buffer on the device
     at: object = None  # (launch) the device's next write position in it
     counts: object = None  # (launch) the counts by document, being copied back
@@ -167,8 +168,7 @@ def encode_documents(
         plan: list[PlannedCall] = []
         end = entries = 0
         alone = np.arange(w.ndocs)
-        rows_of = []  # the table's rows of each call: int32[2, rows]
-        first_rows = []  # of each packed call: its first row's index in packed_rows
+        laid = []  # per call: first packed row (-1: a row per document), table entries it fills
         if pack:
             slot = buffers.flat_slot(size + reach)
             flat = slot.host
@@ -180,46 +180,48 @@ def encode_documents(
             for docs, first_row, n_rows in packed_calls(row_of_doc, len(packed_rows), full):
                 rows, slots = full, pow2(len(docs))  # (a window's last call too: one shape less)
                 plan.append(PlannedCall(docs, pack.width, pack.width, rows, end, entries, slots))
-                rows_of.append(packed_rows[first_row : first_row + n_rows].T)
-                first_rows.append(first_row)
+                laid.append((first_row, n_rows))
                 end += rows * pack.width + slots
                 entries += rows
         else:
             slot = buffers.padded_flat(w.data, reach)
             flat = slot.host
             doc_start = w.offsets[:-1]
+            row_of_doc = packed_rows = NO_ROWS
         n_packed = sum(len(p.docs) for p in plan)
         for width, idx in plan_batches(lengths[alone], batch_bytes, max_docs, max_len):
             idx = alone[idx]
             T = first_pass_tokens(width)
             rows = bucket(len(idx), call_rows(width, batch_bytes, max_docs))
             plan.append(PlannedCall(idx, width, T, rows, end, entries, 0))
-            rows_of.append(np.stack([doc_start[idx], lengths[idx]]))
+            laid.append((-1, len(idx)))
             end += rows * (T + 1)
             entries += rows
         # per document, in plan order (the packed ones first): its call's T, where its ids and
         # its count are in raw (a packed one's: where its separator's position will be; its
-        # ids follow the document before it in its row, or start the row)
-        sizes = [len(p.docs) for p in plan]
-        perm = np.concatenate([p.docs for p in plan]).astype(np.int64)
-        row = np.arange(len(perm)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        table = host_table(
-            np.concatenate(rows_of, axis=1),
-            np.concatenate([p.entry + np.arange(r.shape[1]) for p, r in zip(plan, rows_of)]),
-            entries,
+        # ids follow the document before it in its row, or start the row), and the table's
+        # entries (core/window_layout.h)
+        perm = np.concatenate([p.docs for p in plan]).astype(np.int64, copy=False)
+        calls = np.array(
+            [(len(p.docs), p.T, p.rows, p.offset, p.entry, *rows) for p, rows in zip(plan, laid)], np.int64
         )
-        kept = np.repeat([p.T for p in plan], sizes)
-        base = np.repeat([p.offset for p in plan], sizes)
-        src = base + row * kept
-        count_at = base + np.repeat([p.rows * p.T for p in plan], sizes) + row
-        packed_docs = None  # (row's start in raw, first in its row) of each packed document
-        if n_packed:
-            r = row_of_doc[perm[:n_packed]]
-            first_row = np.repeat(first_rows, sizes[: len(first_rows)])
-            first_in_row = np.concatenate([[True], r[1:] != r[:-1]])
-            packed_docs = (base[:n_packed] + (r - first_row) * pack.width, first_in_row)
+        table = buffers.table(entries)
         positions = np.zeros(buffers.doc_slots(len(perm)), np.int32)
-        positions[perm] = count_at
+        kept, src, count_at = per_doc = np.empty((3, len(perm)), np.int64)
+        packed_docs = np.empty((2, n_packed), np.int64)  # (row's start in raw, 1: first in its row)
+        native.cpu.layout_window(
+            perm,
+            calls,
+            np.ascontiguousarray(doc_start),
+            lengths,
+            packed_rows,
+            row_of_doc,
+            pack.width if pack else 0,
+            table,
+            positions,
+            per_doc,
+            packed_docs,
+        )
         # the window's one transfer of bytes, here, ahead of its calls
         return WindowWork(
             window=w,
@@ -274,13 +276,8 @@ def encode_documents(
         doc_start, packed = work.doc_start, work.packed
         n = len(perm)
         sizes = [len(p.docs) for p in plan]
-        got = np.asarray(work.counts)[perm].astype(np.int64)  # sorted (plan) order from here on
-        if packed is not None:  # a packed document's ids: after the one before it in its row
-            row_base, first_in_row = packed
-            ends = got[: len(row_base)]
-            start = np.where(first_in_row, row_base, np.concatenate([[0], ends[:-1] + 1]))
-            got[: len(row_base)] = np.where(ends < 0, -1, ends - start)
-            src[: len(row_base)] = start
+        got = np.empty(n, np.int64)  # the counts in plan order from here on (core/window_layout.h)
+        native.cpu.counts_in_plan_order(np.asarray(work.counts), perm, src, packed, got)
         redo = np.flatnonzero(got > work.kept)
         if redo.size:  # more tokens than the first pass kept: these rows at full width
             call_of = np.repeat(np.arange(len(plan)), sizes)
@@ -305,26 +302,18 @@ def encode_documents(
             positions = np.zeros(buffers.doc_slots(n), np.int32)
             positions[: redo.size] = count_at[redo]
             got[redo] = np.asarray(reads.gather(raw, positions))[: redo.size]
-        widths = np.repeat([p.width for p in plan], sizes)
-        bad = np.flatnonzero((got < 0) | (got > widths + 1))
-        if bad.size:
-            k = int(bad[0])
-            buffers.give_back(raw)
-            raise CorpusError(
-                f"{where(w, int(perm[k]))}: tokenization failed (count "
-                f"{int(got[k])}, width {int(widths[k]) + 1})"
-            )
         counts = np.empty(n, np.int64)
-        counts[perm] = got
-        source = np.empty(n, np.int64)
-        source[perm] = src
-        total = int(counts.sum())
+        layout = np.empty((2, buffers.doc_slots(n)), np.int32)
+        calls = np.array([(len(p.docs), p.width) for p in plan], np.int64)
+        bad, total, held = native.cpu.compaction_layout(got, src, perm, calls, counts, layout)
+        if bad >= 0:
+            buffers.give_back(raw)
+            width = int(calls[np.searchsorted(np.cumsum(sizes), bad, side="right"), 1])
+            raise CorpusError(
+                f"{where(w, int(perm[bad]))}: tokenization failed (count {int(got[bad])}, width {width + 1})"
+            )
         size = buffers.ids(total)
-        starts = np.cumsum(counts) - counts
-        held = np.flatnonzero(counts)
-        layout = np.full((2, buffers.doc_slots(n)), size, np.int32)
-        layout[0, : held.size] = starts[held]
-        layout[1, : held.size] = source[held] - starts[held]
+        layout[:, held:] = size
         ids = reads.finalize(raw, layout, size)
         # The copy back (of the first `total` ids only) is made on the writing thread (at most
         # two windows queued), so that this one takes the next window's counts meanwhile.

@@ -17,6 +17,7 @@
 #include "core/jsonl.h"
 #include "core/pack_documents.h"
 #include "core/pack_strings.h"
+#include "core/window_layout.h"
 #include "cpu/encode_cpu.h"
 #include "nanobind/nanobind.h"
 #include "nanobind/ndarray.h"
@@ -172,13 +173,115 @@ static nb::tuple pack_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_co
   return nb::make_tuple(row_array, owned_array(rows, 2, rows_shape));
 }
 
+// A planned window laid out per document (the rule: core/window_layout.h): calls int64[C, 7]
+// (LaidCall's fields), into the zeroed table int32[2, E] and positions int32[P], out
+// int64[3, n] (kept, src, count_at) and packed_out int64[2, packed documents] (row_base,
+// first_in_row). Every index is checked here: a bad plan is a ValueError, never a stray write.
+using U8Array = nb::ndarray<const uint8_t, nb::c_contig, nb::device::cpu>;
+using S32Array = nb::ndarray<const int32_t, nb::c_contig, nb::device::cpu>;
+using S64Array = nb::ndarray<const int64_t, nb::c_contig, nb::device::cpu>;
+static void layout_window(S64Array perm, S64Array calls, S64Array doc_start, S64Array lengths, S32Array packed_rows,
+                          S32Array row_of_doc, int64_t pack_width,
+                          nb::ndarray<int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> table,
+                          nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> positions,
+                          nb::ndarray<int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> out,
+                          nb::ndarray<int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> packed_out) {
+  const auto fail = [](const char* what) { throw nb::value_error((std::string("layout_window: ") + what).c_str()); };
+  const int64_t n = (int64_t)perm.size(), docs = (int64_t)lengths.size(), cap = (int64_t)table.shape(1);
+  const int64_t n_calls = calls.ndim() == 2 && calls.shape(1) == 7 ? (int64_t)calls.shape(0) : -1;
+  if (n_calls < 0) fail("calls must be int64[C, 7]");
+  if ((int64_t)doc_start.size() != docs || table.shape(0) != 2 || out.shape(0) != 3 || (int64_t)out.shape(1) != n ||
+      packed_out.shape(0) != 2)
+    fail("doc_start, table, out or packed_out has the wrong shape");
+  if (packed_rows.size() % 2) fail("packed_rows must be int32[R, 2]");
+  const auto* laid = reinterpret_cast<const bbpe::LaidCall*>(calls.data());
+  const int64_t *p = perm.data(), *start = doc_start.data(), *len = lengths.data();
+  const int32_t* row_of = row_of_doc.data();
+  const int64_t n_rows = (int64_t)packed_rows.size() / 2;
+  int64_t k = 0, packed = 0;
+  bool unpacked_seen = false;
+  for (int64_t c = 0; c < n_calls; ++c) {
+    const bbpe::LaidCall& call = laid[c];
+    const bool is_packed = call.first_row >= 0;
+    if (call.docs < 0 || call.T < 0 || call.rows < call.table_rows || call.offset < 0 || call.entry < 0 ||
+        call.table_rows < 0 || call.entry + call.table_rows > cap || k + call.docs > n ||
+        call.offset + call.rows * call.T + std::max(call.rows, call.docs) >= (int64_t)1 << 31 || (is_packed && unpacked_seen) ||
+        (is_packed ? call.first_row + call.table_rows > n_rows || (int64_t)row_of_doc.size() != docs
+                   : call.table_rows != call.docs))
+      fail("a call out of range of the plan's arrays");
+    unpacked_seen |= !is_packed;
+    for (int64_t j = 0; j < call.docs; ++j, ++k) {
+      const int64_t d = p[k];
+      if (d < 0 || d >= docs || d >= (int64_t)positions.size()) fail("a document index out of range");
+      if (is_packed ? row_of[d] < call.first_row || row_of[d] >= call.first_row + call.table_rows
+                    : start[d] < 0 || len[d] < 0 || start[d] + len[d] >= (int64_t)1 << 31)
+        fail("a document's row or bytes out of range");
+    }
+    if (is_packed) packed += call.docs;
+  }
+  if (k != n || packed != (int64_t)packed_out.shape(1)) fail("the calls' documents must be perm's, the packed ones first");
+  int64_t* o = out.data();
+  nb::gil_scoped_release unlocked;
+  bbpe::layout_window(p, laid, n_calls, start, len, packed_rows.data(), row_of, pack_width, table.data(), cap,
+                      positions.data(), o, o + n, o + 2 * n, packed_out.data(), packed_out.data() + packed);
+}
+
+// counts_in_plan_order (core/window_layout.h): counts int32[P] by document, perm int64[n],
+// src int64[n] (its packed documents' entries rewritten), packed int64[2, packed documents]
+// (row_base, first_in_row) -> got int64[n].
+static void counts_in_plan_order(S32Array counts, S64Array perm,
+                                 nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> src, S64Array packed,
+                                 nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> got) {
+  const int64_t n = (int64_t)perm.size(), n_packed = packed.ndim() == 2 ? (int64_t)packed.shape(1) : -1;
+  if (packed.ndim() != 2 || packed.shape(0) != 2 || n_packed > n || (int64_t)src.size() != n || (int64_t)got.size() != n)
+    throw nb::value_error("counts_in_plan_order: src and got must be int64[n], packed int64[2, at most n]");
+  const int64_t* p = perm.data();
+  for (int64_t k = 0; k < n; ++k)
+    if (p[k] < 0 || p[k] >= (int64_t)counts.size()) throw nb::value_error("counts_in_plan_order: a document index out of range");
+  nb::gil_scoped_release unlocked;
+  bbpe::counts_in_plan_order(counts.data(), p, n, packed.data(), packed.data() + n_packed, n_packed, got.data(), src.data());
+}
+
+// compaction_layout (core/window_layout.h): got, src, perm int64[n] (perm a permutation of
+// 0..n-1), calls int64[C, 2] (documents, width), into counts int64[n] and layout int32[2, S]
+// -> (first bad k or -1, total ids, layout entries written).
+static nb::tuple compaction_layout(S64Array got, S64Array src, S64Array perm, S64Array calls,
+                                   nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> counts,
+                                   nb::ndarray<int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> layout) {
+  const int64_t n = (int64_t)perm.size();
+  if ((int64_t)got.size() != n || (int64_t)src.size() != n || (int64_t)counts.size() != n || layout.shape(0) != 2 ||
+      (int64_t)layout.shape(1) < n || calls.ndim() != 2 || calls.shape(1) != 2)
+    throw nb::value_error("compaction_layout: got, src, counts must be int64[n], layout int32[2, >= n], calls int64[C, 2]");
+  const int64_t n_calls = (int64_t)calls.shape(0);
+  std::vector<int64_t> docs(n_calls), widths(n_calls);
+  int64_t sum = 0;
+  for (int64_t c = 0; c < n_calls; ++c) {
+    docs[c] = calls.data()[2 * c], widths[c] = calls.data()[2 * c + 1];
+    sum += docs[c];
+    if (docs[c] < 0) throw nb::value_error("compaction_layout: a call with fewer than 0 documents");
+  }
+  std::vector<char> seen(n, 0);
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t d = perm.data()[k];
+    if (d < 0 || d >= n || seen[d]) throw nb::value_error("compaction_layout: perm must be a permutation of 0..n-1");
+    seen[d] = 1;
+  }
+  if (sum != n) throw nb::value_error("compaction_layout: the calls' documents must be perm's");
+  std::vector<int64_t> source(n);
+  int64_t total = 0, held = 0, bad;
+  {
+    nb::gil_scoped_release unlocked;
+    bad = bbpe::compaction_layout(got.data(), src.data(), perm.data(), n, docs.data(), widths.data(), n_calls,
+                                  counts.data(), source.data(), layout.data(), (int64_t)layout.shape(1), &total, &held);
+  }
+  return nb::make_tuple(bad, total, held);
+}
+
 // One tokenizer's host tables bound once, for the tiktoken-style API's calls on host strings
 // without XLA: a jitted call costs tens of microseconds, converting the thirteen operands a few,
 // both more than a short string's encode. The tables pass the FFI handler's checks
 // (make_encode_params) once, here; each call then runs encode_string on the strings' own bytes
 // (no padded copy) and returns lists of ids.
-using U8Array = nb::ndarray<const uint8_t, nb::c_contig, nb::device::cpu>;
-using S32Array = nb::ndarray<const int32_t, nb::c_contig, nb::device::cpu>;
 
 struct HostBuffer {  // an XLA_FFI_Buffer over a host array
   std::vector<int64_t> dims;
@@ -351,6 +454,15 @@ NB_MODULE(_blockbpe_cpu, m) {
   m.def("copy_bytes", &copy_bytes, nb::arg("dst").noconvert(), nb::arg("src").noconvert());
   m.def("pack_documents", &pack_documents, nb::arg("data").noconvert(), nb::arg("offsets").noconvert(),
         nb::arg("sep"), nb::arg("width"), nb::arg("out").noconvert());
+  m.def("layout_window", &layout_window, nb::arg("perm").noconvert(), nb::arg("calls").noconvert(),
+        nb::arg("doc_start").noconvert(), nb::arg("lengths").noconvert(), nb::arg("packed_rows").noconvert(),
+        nb::arg("row_of_doc").noconvert(), nb::arg("pack_width"), nb::arg("table").noconvert(),
+        nb::arg("positions").noconvert(), nb::arg("out").noconvert(), nb::arg("packed_out").noconvert());
+  m.def("counts_in_plan_order", &counts_in_plan_order, nb::arg("counts").noconvert(), nb::arg("perm").noconvert(),
+        nb::arg("src").noconvert(), nb::arg("packed").noconvert(), nb::arg("got").noconvert());
+  m.def("compaction_layout", &compaction_layout, nb::arg("got").noconvert(), nb::arg("src").noconvert(),
+        nb::arg("perm").noconvert(), nb::arg("calls").noconvert(), nb::arg("counts").noconvert(),
+        nb::arg("layout").noconvert());
   m.def("registrations", []() {
     nb::dict d;
     d["bbpe_encode"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCpu));
