@@ -181,13 +181,15 @@ inline void join_block(const Split& split, uint8_t* data, int64_t* offsets, int6
   });
 }
 
-// The documents of block[0, size) split by up to `threads` threads, each taking whole lines
-// (and all of them the long lines' fields). Returns false to give up.
+// The documents of block[0, size) split by up to half of `threads` threads, each taking whole
+// lines, and all of them the long lines' fields. (Half: the corpus job's pipeline threads run
+// beside the reader, and a burst of parsing on every core stalls them for more than the parse
+// gains; a long field is one line that only all threads split fast.) Returns false to give up.
 inline bool split_block(const uint8_t* block, int64_t size, const std::string* field, int threads,
                         Split& split) {
   std::vector<Part>& parts = split.parts;
   constexpr int64_t kMinPart = 1 << 18;
-  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(threads, size / kMinPart));
+  const int64_t n = std::max<int64_t>(1, std::min<int64_t>((threads + 1) / 2, size / kMinPart));
   std::vector<const uint8_t*> cuts{block};
   for (int64_t k = 1; k < n; ++k) {
     const uint8_t* at = block + size * k / n;
