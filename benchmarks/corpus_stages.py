@@ -8,7 +8,7 @@ lateness): beyond the OS's own jitter that is time spent waiting for the GIL, so
 holds it for long shows there.
 
     python3 benchmarks/corpus_stages.py [--mb 300] [--pack-width 16384] [--reps 2] [--top 6]
-        [--corpus long] [--settings 5:16,0.5:16,5:8:65536:16] [--in-memory]
+        [--corpus long] [--settings 5:16,0.5:16,5:8:65536:16] [--in-memory] [--beside 4,8]
 
 `--corpus long`: the long documents of benchmarks/corpus_job.py (120 of 0.1-5 MB) instead of
 `--mb` of the mixed corpus. `--settings`: after the stages, `encode_files` warm again under each
@@ -16,12 +16,17 @@ holds it for long shows there.
 `sys.setswitchinterval`; the reading threads; `pack_width`; `batch_bytes` and `window_bytes` in
 MiB), alternated `--reps` times: whether threads waiting to take the GIL back, the reading threads taking every
 core, or the calls' shapes set the pace (`--in-memory`: those runs leave the ids in memory).
+`--beside`: the job on windows read beforehand (in-memory writer) again beside a second reader
+(a thread reading the file over and over), then beside N busy loops and N processes copying
+256 MiB arrays (other processes: no share of this one's GIL), for each N: what the job loses
+to the reader's cores (the loops) or its memory traffic (the copies).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import subprocess
 import sys
 import tempfile
 import threading
@@ -101,6 +106,7 @@ def main() -> None:
         "--settings", default="", help="SWITCH_MS:THREADS[:PACK_WIDTH[:BATCH_MB[:WINDOW_MB]]],..."
     )
     ap.add_argument("--in-memory", action="store_true", help="--settings' runs: encode_files_to_arrays")
+    ap.add_argument("--beside", default="", help="N,...: the preread job beside N busy loops / N copies")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corpus_stages_"))
     src = work / "mixed.jsonl"
@@ -161,6 +167,45 @@ def main() -> None:
                     tok, iter(windows), writer, [src], pack_width=args.pack_width
                 ),
             )
+
+    def preread_arrays() -> None:
+        corpus.encode_documents(
+            tok, iter(windows), ArraysWriter(tok.vocab.n_vocab, nbytes), [src], pack_width=args.pack_width
+        )
+
+    def second_reader():
+        done = threading.Event()
+
+        def read() -> None:
+            while not done.is_set():
+                for _ in documents.iter_windows([src], jsonl_field="text"):
+                    if done.is_set():
+                        return
+
+        thread = threading.Thread(target=read, daemon=True)
+        thread.start()
+        return lambda: (done.set(), thread.join())
+
+    def processes(code: str, n: int):
+        procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+        return lambda: [p.kill() or p.wait() for p in procs]
+
+    spin = "while True: pass"
+    copy = "import numpy as np\na = np.ones(256 << 20, np.uint8)\nb = np.empty_like(a)\nwhile True: np.copyto(b, a)"
+    for n in [int(x) for x in args.beside.split(",") if x]:
+        for _ in range(args.reps):
+            report("windows read beforehand, arrays writer", preread_arrays)
+            for what, load in (
+                ("a second reader", second_reader),
+                (f"{n} busy loops", lambda: processes(spin, n)),
+                (f"{n} copying processes", lambda: processes(copy, n)),
+            ):
+                stop = load()  # (started before the timed run, stopped after it)
+                time.sleep(0.3)
+                try:
+                    report(f"  ... beside {what}", preread_arrays)
+                finally:
+                    stop()
     settings = [x.split(":") for x in args.settings.split(",") if x]
     default = sys.getswitchinterval(), documents.READ_THREADS
     for _ in range(args.reps):
