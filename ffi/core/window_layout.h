@@ -21,6 +21,7 @@ struct LaidCall {
   int64_t first_row;   // packed rows: its first row's index in packed_rows; -1: a row per document
   int64_t table_rows;  // the table entries it fills (packed: its rows; else: its documents)
 };
+static_assert(sizeof(LaidCall) == 7 * sizeof(int64_t), "a row of int64[C, 7] is one LaidCall");
 
 // perm[k]: the window's document k-th in plan order (calls' runs back to back, packed calls
 // first). Writes, for every k: kept[k] = its call's T, src[k] = where its ids start, count_at[k]
