@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from blockbpe_jax import native
+from blockbpe_jax.window_device import pow2
 from blockbpe_jax.window_plan import first_pass_tokens, packed_calls, plan_batches
 
 SEP, WIDTH = b"<|sep|>", 64
@@ -25,7 +26,7 @@ def random_plan(rng, n_docs: int):
     doc_start = offsets[:-1] + np.arange(n_docs) * len(SEP)
     calls, docs, laid, end, entries = [], [], [], 0, 0
     for d, first_row, n_rows in packed_calls(row_of_doc, len(packed_rows), 4):
-        slots = 1 << max(0, int(len(d) - 1).bit_length())
+        slots = pow2(len(d))  # (as plan_window)
         calls.append((WIDTH, WIDTH, 4, end, entries))  # (width, T, rows, offset, entry)
         docs.append(d)
         laid.append((first_row, n_rows))
