@@ -95,7 +95,7 @@ class Progress:
 
 
 from .window_device import pow2  # noqa: E402
-from .window_encode import encode_documents  # noqa: E402,F401
+from .window_encode import JoinInto, encode_documents  # noqa: E402,F401
 from .window_plan import DEFAULT_BATCH_BYTES, DEFAULT_PACK_WIDTH, first_pass_tokens, plan_batches  # noqa: E402,F401
 
 
@@ -132,17 +132,19 @@ class ReadAhead:
     def __init__(self, paths, split: str, jsonl_field, window_bytes: int):
         split_kind, chunk = parse_split(split)
         self.inputs = (tuple(check_inputs(paths)), split, jsonl_field, window_bytes)
+        self.join = JoinInto()
         self._windows = in_background(
-            iter_windows(self.inputs[0], split_kind, chunk, jsonl_field, window_bytes), 1
+            iter_windows(self.inputs[0], split_kind, chunk, jsonl_field, window_bytes, join=self.join), 1
         )
 
     def windows(self, paths, split: str, jsonl_field, window_bytes: int):
-        """The windows, once, for encode_files with the same inputs (ValueError otherwise)."""
+        """The windows, once, for encode_files with the same inputs (ValueError otherwise), and
+        the JoinInto their reader was given."""
         inputs = (tuple(check_inputs(paths)), split, jsonl_field, window_bytes)
         if inputs != self.inputs or self._windows is None:
             raise ValueError("encode_files: `read` was made by read_ahead for other inputs, or used already")
         windows, self._windows = self._windows, None
-        return windows
+        return windows, self.join
 
 
 def read_ahead(paths, *, split="lines", jsonl_field=None, window_bytes=WINDOW_BYTES) -> ReadAhead:
@@ -238,9 +240,10 @@ def encode_documents_of(
     t0 = time.perf_counter()
     try:
         if read is None:
-            windows = iter_windows(paths, split_kind, chunk, jsonl_field, window_bytes)
+            join = JoinInto()
+            windows = iter_windows(paths, split_kind, chunk, jsonl_field, window_bytes, join=join)
         else:
-            windows = read.windows(paths, split, jsonl_field, window_bytes)
+            windows, join = read.windows(paths, split, jsonl_field, window_bytes)
         encode_documents(
             tok,
             windows,
@@ -250,6 +253,7 @@ def encode_documents_of(
             allowed_special=allowed_special,
             max_len=max_len,
             progress=bar,
+            join=join,
             **engine,
         )
     except BaseException:

@@ -116,11 +116,13 @@ class Window(NamedTuple):
     """Consecutive documents of one input file, back to back in one buffer (no Python object
     per document): what the reader hands to the encoder."""
 
-    data: np.ndarray  # uint8: the documents' UTF-8 bytes, back to back
-    offsets: np.ndarray  # int64[n + 1]: document i is data[offsets[i]:offsets[i + 1]]
+    data: np.ndarray  # uint8: the documents' UTF-8 bytes, back to back (each then sep_len bytes)
+    offsets: np.ndarray  # int64[n + 1]: document i is data[offsets[i]:offsets[i + 1] - sep_len]
     positions: np.ndarray  # int64, per document: as Doc.position
     file_index: int
     consumed: int  # input bytes these documents account for (progress)
+    sep_len: int = 0  # the separator's bytes after each document (window_encode.JoinInto)
+    slot: object = None  # the engine's buffer that `data` is in (window_encode.JoinInto)
 
     @classmethod
     def of(cls, blobs: Sequence[bytes], positions: np.ndarray, file_index: int, consumed: int) -> "Window":
@@ -134,13 +136,13 @@ class Window(NamedTuple):
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        return np.diff(self.offsets) - self.sep_len
 
     @property
     def blobs(self) -> list[bytes]:
         """Each document as bytes (Python objects: for the slow paths only)."""
-        raw = self.data.tobytes()
-        return [raw[a:b] for a, b in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())]
+        raw, gap = self.data.tobytes(), self.sep_len
+        return [raw[a : b - gap] for a, b in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())]
 
 
 WINDOW_BYTES = 16 << 20  # input bytes per window (the unit of reading and of length sorting)
@@ -163,8 +165,10 @@ def iter_windows(
     jsonl_field: str | None = None,
     window_bytes: int = WINDOW_BYTES,
     threads: int | None = None,
+    join=None,
 ) -> Iterator[Window]:
-    """The documents of the files as windows of about `window_bytes` of input, in order.
+    """The documents of the files as windows of about `window_bytes` of input, in order (lines
+    and JSONL joined into the engine's buffers while `join`, a window_encode.JoinInto, is open).
 
     Lines and JSONL are read a block at a time and split, checked and parsed per block by
     native code on `threads` threads (default READ_THREADS; ffi/core/jsonl.h), the GIL released.
@@ -178,7 +182,7 @@ def iter_windows(
             yield from parquet_windows(path, fi, jsonl_field, window_bytes)
             continue
         if jsonl_field is not None or split == "lines":
-            yield from _line_windows(path, fi, jsonl_field, window_bytes, threads or READ_THREADS)
+            yield from _line_windows(path, fi, jsonl_field, window_bytes, threads or READ_THREADS, join)
             continue
         try:
             with _open(path) as f:
@@ -219,7 +223,7 @@ _JSON_SCAN = json.JSONDecoder().scan_once  # json.loads without its Python-level
 
 
 def _line_windows(
-    path: Path, fi: int, field: str | None, window_bytes: int, threads: int
+    path: Path, fi: int, field: str | None, window_bytes: int, threads: int, join
 ) -> Iterator[Window]:
     line_base = 0  # lines before this block
     try:
@@ -231,10 +235,21 @@ def _line_windows(
             blocks = in_background(_blocks_of_lines(f, window_bytes), depth=1)  # read ahead
             try:
                 for block in blocks:
-                    split = native.cpu.split_documents(block, field, threads) if native_field else None
+                    sep, take = (join and join.to) or (b"", None)
+                    taken = []  # the engine's slot the documents are joined into
+
+                    def into(n: int, longest: int) -> np.ndarray:
+                        taken.append(take(n, longest))
+                        return taken[0].host
+
+                    split = None
+                    if native_field:
+                        split = native.cpu.split_documents(block, field, threads, sep, into if take else None)
                     if split is not None:
                         data, offsets, kept, newlines = split
-                        yield Window(data, offsets, kept + (line_base + 1), fi, len(block))
+                        positions = kept + (line_base + 1)
+                        slot = taken[0] if taken else None
+                        yield Window(data[: offsets[-1]], offsets, positions, fi, len(block), len(sep), slot)
                         line_base += newlines
                         continue
                     block = bytes(block)  # (the reader's buffer is reused: the Python paths keep bytes)

@@ -49,6 +49,22 @@ LIKELY_SHAPES_ON_CPU = False
 NO_ROWS = np.zeros(0, np.int32)  # (an unpacked window's packed rows)
 
 
+class JoinInto:
+    """Lets the reader join a block's documents straight into the corpus job's page-locked window
+    buffers, a separator after each (window_encode.py opens it when it packs short documents:
+    planning then copies no bytes). open(sep, take): take(bytes, longest document) -> a
+    staging.FlatSlot with room for them; until then and after close(), windows are plain."""
+
+    def __init__(self):
+        self.to = None  # (sep, take) while open: read once per block by the reading thread
+
+    def open(self, sep: bytes, take) -> None:
+        self.to = (sep, take)
+
+    def close(self) -> None:
+        self.to = None
+
+
 @dataclass
 class WindowWork:
     """A window on its way through encode_documents' pipeline: what `plan_window` prepared,
@@ -88,6 +104,7 @@ def encode_documents(
     device=None,
     progress=None,
     pack_width=DEFAULT_PACK_WIDTH,
+    join: JoinInto | None = None,
 ) -> None:
     """Encodes the documents window by window (within a window, sorted by length into calls of
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
@@ -103,7 +120,8 @@ def encode_documents(
     (`plan_window`: the rest of a window's host work), this thread
     dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
     finishes the previous window (its counts back, compaction dispatched) and another waits
-    for the ids of the one before and writes them."""
+    for the ids of the one before and writes them. `join`: the JoinInto the windows' reader
+    was given (opened here when short documents are packed)."""
     import jax
 
     nfc = mode == "exact" and tok.normalizes
@@ -138,6 +156,11 @@ def encode_documents(
             assume_nfc=nfc,
         )
 
+    def reach(longest: int) -> int:
+        """Zero bytes a window's buffer holds after its documents: the widest call's row may
+        start at any document."""
+        return max(max_len or int(pow2_widths(np.array([longest]))[0]), pack.width if pack else 0)
+
     def host_table(rows: np.ndarray, entries: np.ndarray, size: int) -> np.ndarray:
         """A table of `size` entries (at least): rows int32[2, n] (start in flat, length) at
         `entries`; the other entries are empty rows."""
@@ -160,21 +183,23 @@ def encode_documents(
                 f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
                 f"--max-len {max_len} (use --split chunk:N)"
             )
-        # (the widest call's row may start at any document: the bytes after the last one)
-        reach = max(max_len or int(pow2_widths(lengths.max(keepdims=True))[0]), pack.width if pack else 0)
-        size = w.data.size + (w.ndocs * len(pack.sep) if pack else 0)  # (packed: a separator after each)
-        if size + reach >= 1 << 31:  # (the table's starts are int32)
+        zeros = reach(int(lengths.max()))
+        # (packed: a separator after each document; the reader's may hold them already)
+        gap = len(pack.sep) - w.sep_len if pack else 0
+        size = w.data.size + w.ndocs * gap
+        if size + zeros >= 1 << 31:  # (the table's starts are int32)
             raise CorpusError(f"{where(w, 0)}: {size} bytes of documents in one window, 2 GiB or more")
         plan: list[PlannedCall] = []
         end = entries = 0
         alone = np.arange(w.ndocs)
         laid = []  # per call: first packed row (-1: a row per document), table entries it fills
         if pack:
-            slot = buffers.flat_slot(size + reach)
+            slot = w.slot or buffers.flat_slot(size + zeros)  # (the reader's: `join`, the same size)
             flat = slot.host
-            row_of_doc, packed_rows = native.cpu.pack_documents(w.data, w.offsets, pack.sep, pack.width, flat)
-            flat[size : size + reach] = 0
-            doc_start = w.offsets[:-1] - w.offsets[0] + np.arange(w.ndocs) * len(pack.sep)
+            into = None if w.slot else flat  # (None: the rows only)
+            row_of_doc, packed_rows = native.cpu.pack_documents(w.data, w.offsets, pack.sep, pack.width, into)
+            flat[size : size + zeros] = 0
+            doc_start = w.offsets[:-1] - w.offsets[0] + np.arange(w.ndocs) * gap
             alone = np.flatnonzero(row_of_doc < 0)
             full = call_rows(pack.width, batch_bytes, max_docs)
             for docs, first_row, n_rows in packed_calls(row_of_doc, len(packed_rows), full):
@@ -184,7 +209,7 @@ def encode_documents(
                 end += rows * pack.width + slots
                 entries += rows
         else:
-            slot = buffers.padded_flat(w.data, reach)
+            slot = buffers.padded_flat(w.data, zeros)
             flat = slot.host
             doc_start = w.offsets[:-1]
             row_of_doc = packed_rows = NO_ROWS
@@ -347,20 +372,26 @@ def encode_documents(
     stored = []  # futures of store(), oldest first (touched by finish's thread, then this one)
     reuse_ids = staging.available(buffers.device) and not getattr(writer, "keeps_ids", True)
     write_failed: list = []
-    # (the writes' thread outlives the finishing one, which submits to it)
-    with (
-        ThreadPoolExecutor(max_workers=1) as store_thread,
-        ThreadPoolExecutor(max_workers=1) as finish_thread,
-    ):
-        finished = []  # futures of finish(), oldest first
-        # (windows are split on one thread and planned on another: this one only dispatches)
-        for planned in in_background(map(plan_window, in_background(windows, depth=1)), depth=2):
-            if planned is None:  # (a window without documents)
-                continue
-            finished.append(finish_thread.submit(finish, launch(planned)))
-            while len(finished) > 1 or (finished and finished[0].done()):
-                finished.pop(0).result()  # re-raises a finishing or writing error here
-        for future in finished:
-            future.result()
-        for future in stored:
-            future.result()
+    if join is not None and pack and not nfc:  # (the reader joins each block into a buffer of the pool)
+        join.open(pack.sep, lambda n, longest: buffers.flat_slot(n + reach(longest)))
+    try:
+        # (the writes' thread outlives the finishing one, which submits to it)
+        with (
+            ThreadPoolExecutor(max_workers=1) as store_thread,
+            ThreadPoolExecutor(max_workers=1) as finish_thread,
+        ):
+            finished = []  # futures of finish(), oldest first
+            # (windows are split on one thread and planned on another: this one only dispatches)
+            for planned in in_background(map(plan_window, in_background(windows, depth=1)), depth=2):
+                if planned is None:  # (a window without documents)
+                    continue
+                finished.append(finish_thread.submit(finish, launch(planned)))
+                while len(finished) > 1 or (finished and finished[0].done()):
+                    finished.pop(0).result()  # re-raises a finishing or writing error here
+            for future in finished:
+                future.result()
+            for future in stored:
+                future.result()
+    finally:
+        if join is not None:
+            join.close()

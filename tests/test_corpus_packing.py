@@ -76,6 +76,15 @@ def test_packed_rows_are_runs_of_whole_documents():
         )
         after = members[-1] + 1  # a row ends where the next document does not fit or goes alone
         assert after == len(docs) or row_of_doc[after] < 0 or length + len(docs[after]) + len(sep) > 100
+    # joined already (the reader's windows, core/jsonl.h): the same rows, nothing copied, and a
+    # document without its separator refused
+    joined_offsets = offsets + np.arange(len(offsets)) * len(sep)
+    assert native.cpu.pack_documents(out, joined_offsets, sep, 100, None)[0].tolist() == row_of_doc.tolist()
+    assert native.cpu.pack_documents(out, joined_offsets, sep, 100, None)[1].tolist() == rows.tolist()
+    broken = out.copy()
+    broken[joined_offsets[7] - 1] ^= 1
+    with pytest.raises(ValueError, match="document 6 is not followed by the separator"):
+        native.cpu.pack_documents(broken, joined_offsets, sep, 100, None)
     with pytest.raises(ValueError, match="out must hold"):
         native.cpu.pack_documents(data, offsets, sep, 100, out[:-1])
     with pytest.raises(ValueError, match="ascending"):
@@ -142,6 +151,33 @@ def test_short_documents_share_rows(tmp_path, monkeypatch):
         tiktoken_enc("r50k", "exact").encode(long)
     ]
     assert {w for _, w in calls} == {512} and {s for s, _ in calls} == {"encode_packed_into", "encode_into"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS[:2])
+def test_reader_joins_documents_into_the_engines_buffers(tmp_path, monkeypatch, backend):
+    """A packing job's reader joins each block's documents, separators in place, into the
+    window buffers the engine then uploads (the packer only cuts rows); a block the native
+    reader gives up on (nesting deeper than it parses) is read by Python and packed by copy.
+    Both kinds of window in one job: tiktoken's ids."""
+    tok = load_tokenizer("r50k", "tiktoken")
+    rng = np.random.default_rng(4)
+    words = ["alpha", " beta", "\n", "🎉", " 1234", "  ", "<|endoftext", "|>"]
+    docs = ["".join(rng.choice(words, int(n))) for n in rng.integers(0, 60, 600)]
+    lines = [json.dumps({"text": d}) for d in docs]
+    lines[300] = '{"a": ' + "[" * 600 + "]" * 600 + ', "text": ' + json.dumps(docs[300]) + "}"
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    real, joined = native.cpu.pack_documents, []
+    monkeypatch.setattr(native.cpu, "pack_documents", lambda *a: joined.append(a[-1] is None) or real(*a))
+    out = tmp_path / "o" / "s"
+    corpus.encode_files(
+        tok, [src], out, jsonl_field="text", window_bytes=4096, device=device_for(backend[0]), pack_width=1024
+    )
+    ref = tiktoken_enc("r50k", "exact")
+    assert [a.tolist() for a in corpus.read_shards(out)] == [
+        ref.encode(d, disallowed_special=()) for d in docs
+    ]
+    assert joined.count(False) == 1 and joined.count(True) > 5
 
 
 DOCUMENT = testing.mixed_text(specials=(EOT, "<|endoftext", "<|", "|>", "<|fim_prefix|>", " ", "\n"))

@@ -34,15 +34,28 @@ def python_reader(block: bytes, field):
     return [d for d, _ in docs], [line - 1 for _, line in docs]
 
 
-def native_reader(block: bytes, field, threads: int = 1):
-    out = split_documents(block, field, threads)
+def native_reader(block: bytes, field, threads: int = 1, sep: bytes = b""):
+    """(documents, lines) as split_documents gives them; with `sep`, joined with it after each
+    document into a buffer of `into`'s (the corpus job's way), checked and taken off again."""
+    asked = []
+
+    def into(n: int, longest: int) -> np.ndarray:
+        asked.append((n, longest))
+        return np.full(n + 5, 0xAB, np.uint8)  # (longer than asked: the job's buffers are)
+
+    out = split_documents(block, field, threads, sep, into if sep else None)
     if out is None:
         return None
     data, offsets, lines, newlines = out
     assert newlines == block.count(b"\n")
-    assert offsets[0] == 0 and offsets[-1] == len(data) and (np.diff(offsets) >= 0).all()
+    end = offsets[-1]
+    assert offsets[0] == 0 and end == len(data) - (5 if asked else 0) and (np.diff(offsets) >= len(sep)).all()
     raw = data.tobytes()
-    return [raw[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())], lines.tolist()
+    docs = [raw[a : b - len(sep)] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    assert all(raw[b - len(sep) : b] == sep for b in offsets[1:].tolist())
+    if sep and docs:
+        assert asked == [(end, max(map(len, docs)))] and raw[end:] == b"\xab" * 5
+    return docs, lines.tolist()
 
 
 def check_same(block: bytes, field, must_accept: bool, threads: int = 1):
@@ -172,7 +185,17 @@ settings_ = settings(max_examples=300, deadline=None, suppress_health_check=[Hea
 @settings_
 @given(jsonl_block())
 def test_well_formed_jsonl_equals_json_loads(block):
-    check_same(block, FIELD, must_accept=True)
+    got = check_same(block, FIELD, must_accept=True)
+    assert native_reader(block, FIELD, 3, sep=b"<s>") == got  # (joined with separators: the job's way)
+
+
+def test_join_into_a_buffer_that_does_not_fit():
+    block = b'{"text": "abc"}\n{"text": "de"}\n'
+    for bad in (np.zeros(7, np.uint8), np.zeros(20, np.int32), np.zeros(40, np.uint8)[::2], b"x" * 20):
+        with pytest.raises(ValueError, match="into\\(\\) must return a writable contiguous uint8 array"):
+            split_documents(block, FIELD, 1, b"<s>", lambda n, longest: bad)
+    with pytest.raises(ZeroDivisionError):  # (its own error goes through)
+        split_documents(block, FIELD, 1, b"<s>", lambda n, longest: 1 / 0)
 
 
 @settings_
@@ -291,6 +314,7 @@ def test_threads_split_at_line_boundaries(field):
     one = check_same(block, field, must_accept=True)
     for threads in (2, 3, 8, 64):
         assert native_reader(block, field, threads) == one
+        assert native_reader(block, field, threads, sep=b"<|endoftext|>") == one
     bad = block[: len(block) * 3 // 4] + b"\xff" + block[len(block) * 3 // 4 :]
     assert native_reader(bad, field, 8) is None
 
@@ -331,6 +355,7 @@ def test_long_lines_are_decoded_in_pieces():
     one = check_same(block, FIELD, must_accept=True, threads=1)
     for threads in (2, 7, 16):
         assert native_reader(block, FIELD, threads) == one
+        assert native_reader(block, FIELD, threads, sep=b"</s>") == one  # (pieces, then the separator)
     # A bad byte, a lone surrogate or a raw quote anywhere in a long field: given up (the
     # Python reader then raises) or the same documents.
     for insert in (b"\x00", b"\\ud800x", b'"', b"\xff", b"\\q", b"\\u12"):
@@ -358,6 +383,7 @@ def test_long_plain_lines_are_checked_in_pieces():
     one = check_same(block, None, must_accept=True, threads=1)
     for threads in (2, 7, 16):
         assert native_reader(block, None, threads) == one
+        assert native_reader(block, None, threads, sep=b"|") == one
     for insert in (b"\xff", b"\xe6\x97", b"\x80", b"\xf0\x9f\x8e"):
         for _ in range(4):
             at = rng.randrange(10, 3 << 20)

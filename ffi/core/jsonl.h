@@ -139,46 +139,79 @@ inline bool decode_deferred(Split& split, const std::string* field, int threads)
   return std::all_of(ok.begin(), ok.end(), [](char x) { return x != 0; });
 }
 
-// The split block's documents joined into data[bytes], offsets[docs + 1] and lines[docs] (the
-// line of each, in the block), the copies spread over `threads` threads.
-inline void join_block(const Split& split, uint8_t* data, int64_t* offsets, int64_t* lines, int threads) {
+// The longest document of a split block, in bytes.
+inline int64_t longest(const Split& split) {
+  int64_t most = 0;
+  for (const Part& part : split.parts) {
+    size_t q = 0;  // the next deferred document
+    for (size_t j = 0; j < part.ends.size(); ++j) {
+      int64_t n = part.ends[j] - (j ? part.ends[j - 1] : 0);
+      if (q < part.deferred.size() && part.deferred[q].doc == j) {
+        const Deferred& d = part.deferred[q++];
+        for (size_t k = d.first_piece; k < d.first_piece + d.pieces; ++k) n += (int64_t)split.pieces[k].size();
+      }
+      most = std::max(most, n);
+    }
+  }
+  return most;
+}
+
+// The split block's documents joined into `data`, each followed by sep[0, sep_len) (none:
+// sep_len 0), with offsets[docs + 1] (document d is data[offsets[d], offsets[d + 1] - sep_len))
+// and lines[docs] (the line of each, in the block). `data` holds split.bytes + docs * sep_len.
+// The copies are spread over `threads` threads by equal ranges of `data` (not by document: one
+// long document would be one thread's copy; a thread copying into fresh memory, its page faults
+// included, takes as long as parsing).
+inline void join_block(const Split& split, uint8_t* data, int64_t* offsets, int64_t* lines, int threads,
+                       const uint8_t* sep = nullptr, int64_t sep_len = 0) {
   struct Copy {
-    uint8_t* to;
-    const std::string* from;
-    size_t at, n;
+    int64_t to;  // where in data (ascending)
+    const char* from;
+    int64_t n;
   };
   std::vector<Copy> copies;
-  int64_t base = 0, doc = 0, line = 0;
+  int64_t at = 0, doc = 0, line = 0;
   offsets[0] = 0;
   for (const Part& part : split.parts) {
-    size_t from = 0, j = 0;
-    int64_t shift = 0;  // the pieces put in so far
-    const auto place_docs = [&](size_t upto) {
-      for (; j < upto; ++j) {
-        offsets[doc + (int64_t)j + 1] = base + part.ends[j] + shift;
-        lines[doc + (int64_t)j] = line + part.lines[j];
+    size_t q = 0;           // the next deferred document
+    int64_t run_from = 0;  // without separators: the part's bytes not copied yet, one copy per run
+    for (size_t j = 0; j < part.ends.size(); ++j) {
+      const int64_t begin = j ? part.ends[j - 1] : 0, end = part.ends[j];
+      const bool deferred = q < part.deferred.size() && part.deferred[q].doc == j;
+      if (sep_len) copies.push_back({at, part.data.data() + begin, end - begin});
+      else if (deferred) copies.push_back({at - (begin - run_from), part.data.data() + run_from, end - run_from});
+      at += end - begin;
+      if (deferred) {  // its text's pieces, decoded apart, after its bytes in the part
+        const Deferred& d = part.deferred[q++];
+        for (size_t k = d.first_piece; k < d.first_piece + d.pieces; ++k) {
+          copies.push_back({at, split.pieces[k].data(), (int64_t)split.pieces[k].size()});
+          at += (int64_t)split.pieces[k].size();
+        }
+        run_from = end;
       }
-    };
-    for (const Deferred& d : part.deferred) {
-      const size_t at = (size_t)part.ends[d.doc];
-      copies.push_back({data + base + from + shift, &part.data, from, at - from});
-      place_docs(d.doc);
-      for (size_t k = d.first_piece; k < d.first_piece + d.pieces; ++k) {
-        copies.push_back({data + base + at + shift, &split.pieces[k], 0, split.pieces[k].size()});
-        shift += (int64_t)split.pieces[k].size();
+      if (sep_len) {
+        copies.push_back({at, (const char*)sep, sep_len});
+        at += sep_len;
       }
-      from = at;
+      offsets[doc + (int64_t)j + 1] = at;
+      lines[doc + (int64_t)j] = line + part.lines[j];
     }
-    copies.push_back({data + base + from + shift, &part.data, from, part.data.size() - from});
-    place_docs(part.ends.size());
-    base += (int64_t)part.data.size() + shift;
+    if (!sep_len) {
+      const int64_t rest = (int64_t)part.data.size() - run_from;
+      copies.push_back({at - rest, part.data.data() + run_from, rest});
+    }
     doc += (int64_t)part.ends.size();
     line += part.newlines;
   }
-  // (one thread copying into fresh memory, its page faults included, takes as long as parsing)
-  on_threads(copies.size(), threads, [&](size_t k) {
-    std::memcpy(copies[k].to, copies[k].from->data() + copies[k].at, copies[k].n);
-  });
+  over_ranges(at, at, int64_t(1) << 20, [&](int64_t lo, int64_t hi) {
+    // the first copy that ends after lo
+    size_t k = std::upper_bound(copies.begin(), copies.end(), lo,
+                                [](int64_t x, const Copy& c) { return x < c.to + c.n; }) - copies.begin();
+    for (; k < copies.size() && copies[k].to < hi; ++k) {
+      const int64_t a = std::max(lo, copies[k].to), b = std::min(hi, copies[k].to + copies[k].n);
+      if (a < b) std::memcpy(data + a, copies[k].from + (a - copies[k].to), (size_t)(b - a));
+    }
+  }, threads);
 }
 
 // The documents of block[0, size) split by up to half of `threads` threads, each taking whole

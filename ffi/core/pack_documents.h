@@ -32,38 +32,54 @@ inline bool contains(const uint8_t* p, int64_t n, const uint8_t* sep, int64_t se
 // row_of_doc[d] = its row, or -1 when it is not packed; rows_out[2 * r] = row r's first byte in
 // out, rows_out[2 * r + 1] its length. Returns the number of rows. `out` holds at least
 // offsets[docs] - offsets[0] + docs * sep_len bytes; rows_out room for 2 * docs.
+// joined: `data` already holds each document followed by its separator (the corpus reader joins
+// them so, straight into the window's buffer): document d is data[offsets[d], offsets[d + 1] -
+// sep_len), nothing is copied (out unused) and rows_out's bytes are data's from offsets[0]. Then
+// every separator must be in place: returns -1 - d for the first document d without one.
 inline int64_t pack_documents(const uint8_t* data, const int64_t* offsets, int64_t docs, const uint8_t* sep,
                               int64_t sep_len, int64_t width, uint8_t* out, int32_t* row_of_doc,
-                              int32_t* rows_out) {
+                              int32_t* rows_out, bool joined = false) {
   const int64_t total = offsets[docs] - offsets[0];
-  const auto start = [&](int64_t d) { return offsets[d] - offsets[0] + d * sep_len; };
-  // A document that holds the separator would be cut there: -2 marks it, for the pass below.
+  const int64_t gap = joined ? 0 : sep_len;  // bytes added after each document
+  const auto start = [&](int64_t d) { return offsets[d] - offsets[0] + d * gap; };
+  const auto length = [&](int64_t d) { return offsets[d + 1] - offsets[d] - (sep_len - gap); };
+  // A document that holds the separator would be cut there: -2 marks it, for the pass below
+  // (-3: joined, and its separator is missing).
   over_ranges(docs, total, (int64_t)1 << 20, [&](int64_t lo, int64_t hi) {
     for (int64_t d = lo; d < hi; ++d) {
-      const int64_t n = offsets[d + 1] - offsets[d];
+      const int64_t n = length(d);
+      if (joined && (n < 0 || std::memcmp(data + offsets[d] + n, sep, (size_t)sep_len) != 0)) {
+        row_of_doc[d] = -3;
+        continue;
+      }
       row_of_doc[d] = n + sep_len <= width && !contains(data + offsets[d], n, sep, sep_len) ? 0 : -2;
     }
   });
-  // The joined bytes, copied in equal ranges of the output (not of the documents: one long
-  // document would be one thread's copy).
-  const int64_t joined = total + docs * sep_len;
-  over_ranges(joined, joined, (int64_t)1 << 20, [&](int64_t lo, int64_t hi) {
-    int64_t d = 0, last = docs - 1;  // the document whose bytes or separator hold lo
-    while (d < last) {
-      const int64_t mid = (d + last + 1) / 2;
-      if (start(mid) <= lo) d = mid; else last = mid - 1;
-    }
-    for (; d < docs && start(d) < hi; ++d) {  // the part of [lo, hi) in its bytes, then in its separator
-      const int64_t begin = start(d), text_end = begin + (offsets[d + 1] - offsets[d]);
-      const int64_t a = std::max(lo, begin), b = std::min(hi, text_end + sep_len);
-      if (a < text_end) std::memcpy(out + a, data + offsets[d] + (a - begin), (size_t)(std::min(b, text_end) - a));
-      const int64_t at_sep = std::max(a, text_end);
-      if (at_sep < b) std::memcpy(out + at_sep, sep + (at_sep - text_end), (size_t)(b - at_sep));
-    }
-  });
+  if (joined) {
+    for (int64_t d = 0; d < docs; ++d)
+      if (row_of_doc[d] == -3) return -1 - d;
+  } else {
+    // The joined bytes, copied in equal ranges of the output (not of the documents: one long
+    // document would be one thread's copy).
+    const int64_t joined_bytes = total + docs * sep_len;
+    over_ranges(joined_bytes, joined_bytes, (int64_t)1 << 20, [&](int64_t lo, int64_t hi) {
+      int64_t d = 0, last = docs - 1;  // the document whose bytes or separator hold lo
+      while (d < last) {
+        const int64_t mid = (d + last + 1) / 2;
+        if (start(mid) <= lo) d = mid; else last = mid - 1;
+      }
+      for (; d < docs && start(d) < hi; ++d) {  // the part of [lo, hi) in its bytes, then in its separator
+        const int64_t begin = start(d), text_end = begin + length(d);
+        const int64_t a = std::max(lo, begin), b = std::min(hi, text_end + sep_len);
+        if (a < text_end) std::memcpy(out + a, data + offsets[d] + (a - begin), (size_t)(std::min(b, text_end) - a));
+        const int64_t at_sep = std::max(a, text_end);
+        if (at_sep < b) std::memcpy(out + at_sep, sep + (at_sep - text_end), (size_t)(b - at_sep));
+      }
+    });
+  }
   int64_t rows = 0, used = 0;  // used: bytes in the open row (0: none open)
   for (int64_t d = 0; d < docs; ++d) {
-    const int64_t n = offsets[d + 1] - offsets[d] + sep_len;
+    const int64_t n = length(d) + sep_len;
     if (row_of_doc[d] == -2) {
       row_of_doc[d] = -1;
       used = 0;  // (a row is contiguous: it cannot reach over a document encoded alone)

@@ -19,11 +19,16 @@
 #include "nanobind/stl/optional.h"
 #include "nanobind/stl/string.h"
 
-// A block of whole lines -> (flat uint8[total], offsets int64[n + 1], line int64[n] of each
-// document counted from the block's first, newlines in the block), or None to give up (the
-// rules: core/jsonl.h). field None: plain lines.
+// A block of whole lines -> (data, offsets int64[n + 1], line int64[n] of each document counted
+// from the block's first, newlines in the block), or None to give up (the rules: core/jsonl.h).
+// field None: plain lines. Each document is followed by `sep` in data (document i is
+// data[offsets[i], offsets[i + 1] - len(sep))). data: a new uint8 array, or, when `into` is
+// given and the block has documents, what into(bytes, longest document) returned: a writable
+// uint8 array of at least that many bytes (the corpus job's page-locked window buffer), joined
+// into in place.
 static nb::object split_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> block,
-                                  std::optional<std::string> field, int threads) {
+                                  std::optional<std::string> field, int threads, nb::bytes sep,
+                                  std::optional<nb::callable> into) {
   bbpe::jsonl::Split split;
   const uint8_t* p = block.data();
   const int64_t size = (int64_t)block.shape(0);
@@ -34,19 +39,31 @@ static nb::object split_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_
     ok = bbpe::jsonl::split_block(p, size, field ? &*field : nullptr, threads, split);
   }
   if (!ok) return nb::none();
-  const int64_t total = split.bytes, docs = split.docs, newlines = split.newlines;
-  uint8_t* data = new uint8_t[total + 1];
+  const int64_t sep_len = (int64_t)sep.size(), docs = split.docs, newlines = split.newlines;
+  const int64_t total = split.bytes + docs * sep_len;
+  nb::object data_object;
+  uint8_t* data;
+  if (into && docs) {
+    data_object = (*into)(total, bbpe::jsonl::longest(split));
+    nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> out;
+    if (!nb::try_cast(data_object, out, false) || (int64_t)out.shape(0) < total)
+      throw nb::value_error("split_documents: into() must return a writable contiguous uint8 array of the bytes asked");
+    data = out.data();
+  } else {
+    data = new uint8_t[total + 1];
+    const size_t data_shape[1] = {(size_t)total};
+    data_object = nb::cast(owned_array(data, 1, data_shape));
+  }
   int64_t* offsets = new int64_t[docs + 1];
   int64_t* lines = new int64_t[docs + 1];
   {
     nb::gil_scoped_release unlocked;
-    bbpe::jsonl::join_block(split, data, offsets, lines, threads);
+    bbpe::jsonl::join_block(split, data, offsets, lines, threads, (const uint8_t*)sep.c_str(), sep_len);
     split = {};  // (its memory freed here, not with the GIL held)
   }
-  const size_t data_shape[1] = {(size_t)total}, offsets_shape[1] = {(size_t)docs + 1},
-               lines_shape[1] = {(size_t)docs};
-  return nb::make_tuple(owned_array(data, 1, data_shape), owned_array(offsets, 1, offsets_shape),
-                        owned_array(lines, 1, lines_shape), newlines);
+  const size_t offsets_shape[1] = {(size_t)docs + 1}, lines_shape[1] = {(size_t)docs};
+  return nb::make_tuple(data_object, owned_array(offsets, 1, offsets_shape), owned_array(lines, 1, lines_shape),
+                        newlines);
 }
 
 // Reads the file `fd` from `offset` into `buf` (as much as it holds, less where the file ends)
@@ -89,18 +106,20 @@ static void copy_bytes(nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::devic
 
 // A window's documents joined with `sep` after each into `out`, short ones packed into rows
 // (the rule: core/pack_documents.h) -> (row of each document int32[D], -1: alone;
-// rows int32[R, 2]: first byte in out, length).
+// rows int32[R, 2]: first byte in out, length). out None: `data` is joined already (offsets
+// include the separators; a document without its separator is a ValueError).
 static nb::tuple pack_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> data,
                                 nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> offsets,
                                 nb::bytes sep, int64_t width,
-                                nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> out) {
+                                std::optional<nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> out) {
   const int64_t docs = (int64_t)offsets.shape(0) - 1, sep_len = (int64_t)sep.size();
   if (docs < 0) throw nb::value_error("pack_documents: offsets must hold at least one entry");
   const int64_t* o = offsets.data();
   if (o[0] < 0 || o[docs] > (int64_t)data.shape(0) || !std::is_sorted(o, o + docs + 1))
     throw nb::value_error("pack_documents: offsets must be ascending within the data");
   if (sep_len < 1 || width < sep_len) throw nb::value_error("pack_documents: need 1 <= len(sep) <= width");
-  if ((int64_t)out.shape(0) < o[docs] - o[0] + docs * sep_len || o[docs] - o[0] + docs * sep_len >= (int64_t)1 << 31)
+  const int64_t joined = o[docs] - o[0] + (out ? docs * sep_len : 0);
+  if ((out && (int64_t)out->shape(0) < joined) || joined >= (int64_t)1 << 31)
     throw nb::value_error("pack_documents: out must hold the joined documents (and fewer than 2**31 bytes)");
   int32_t* row_of_doc = new int32_t[docs + 1];
   int32_t* rows = new int32_t[2 * docs + 2];
@@ -109,7 +128,12 @@ static nb::tuple pack_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_co
   {
     nb::gil_scoped_release unlocked;
     n_rows = bbpe::pack_documents(data.data(), o, docs, (const uint8_t*)sep.c_str(), sep_len, width,
-                                  out.data(), row_of_doc, rows);
+                                  out ? out->data() : nullptr, row_of_doc, rows, !out);
+  }
+  if (n_rows < 0) {
+    delete[] rows;
+    throw nb::value_error(("pack_documents: document " + std::to_string(-1 - n_rows) +
+                           " is not followed by the separator").c_str());
   }
   const size_t rows_shape[2] = {(size_t)n_rows, 2};
   return nb::make_tuple(row_array, owned_array(rows, 2, rows_shape));
@@ -224,12 +248,12 @@ static nb::tuple compaction_layout(S64Array got, S64Array src, S64Array perm, S6
 }
 
 void bind_corpus_helpers(nb::module_& m) {
-  m.def("split_documents", &split_documents, nb::arg("block"), nb::arg("field").none(),
-        nb::arg("threads"));
+  m.def("split_documents", &split_documents, nb::arg("block"), nb::arg("field").none(), nb::arg("threads"),
+        nb::arg("sep") = nb::bytes(""), nb::arg("into").none() = nb::none());
   m.def("read_at", &read_at, nb::arg("fd"), nb::arg("offset"), nb::arg("buf").noconvert());
   m.def("copy_bytes", &copy_bytes, nb::arg("dst").noconvert(), nb::arg("src").noconvert());
   m.def("pack_documents", &pack_documents, nb::arg("data").noconvert(), nb::arg("offsets").noconvert(),
-        nb::arg("sep"), nb::arg("width"), nb::arg("out").noconvert());
+        nb::arg("sep"), nb::arg("width"), nb::arg("out").noconvert().none());
   m.def("layout_window", &layout_window, nb::arg("perm").noconvert(), nb::arg("calls").noconvert(),
         nb::arg("doc_start").noconvert(), nb::arg("lengths").noconvert(), nb::arg("packed_rows").noconvert(),
         nb::arg("row_of_doc").noconvert(), nb::arg("pack_width"), nb::arg("table").noconvert(),
