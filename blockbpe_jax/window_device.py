@@ -158,7 +158,7 @@ class WindowBuffers:
     window's steps on the CPU backend; a new `staging.FlatSlot` its page-locked allocation (or page
     faults), more than its copy."""
 
-    KEEP = 3
+    KEEP = 6  # (a job's windows in flight: the reader's, two planned, dispatched, finishing, written)
     _spare: list = []  # ((kind, device), buffer), most recent last
     _lock = threading.Lock()
 
