@@ -3,6 +3,8 @@
 warm), its reading alone (`documents.iter_windows`: blocks read and split into documents),
 and the job on windows read beforehand (no reading meanwhile), with the flat writer, the
 in-memory one (`encode_files_to_arrays`'s) and a writer that drops the ids. If the job takes about reading + encoding, the two do not overlap.
+(Windows read beforehand are plain: the packer copies them, where the whole job's reader joins
+each block straight into the engine's buffers, `window_encode.JoinInto`.)
 Beside each run, how late a thread that sleeps 1 ms wakes up (p50 / p99 / the sum of the
 lateness): beyond the OS's own jitter that is time spent waiting for the GIL, so a stage that
 holds it for long shows there.

@@ -51,7 +51,7 @@ NO_ROWS = np.zeros(0, np.int32)  # (an unpacked window's packed rows)
 
 class JoinInto:
     """Lets the reader join a block's documents straight into the corpus job's page-locked window
-    buffers, a separator after each (window_encode.py opens it when it packs short documents:
+    buffers, a separator after each (`encode_documents` opens it when it packs short documents:
     planning then copies no bytes). open(sep, take): take(bytes, longest document) -> a
     staging.FlatSlot with room for them; until then and after close(), windows are plain."""
 

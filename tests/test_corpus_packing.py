@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import blockbpe_jax as bb
-from blockbpe_jax import corpus, native, testing, window_device, window_plan
+from blockbpe_jax import corpus, documents, native, testing, window_device, window_encode, window_plan
 
 from helpers import BACKENDS, device_for, load_tokenizer, tiktoken_enc, unicodedata16
 
@@ -178,6 +178,13 @@ def test_reader_joins_documents_into_the_engines_buffers(tmp_path, monkeypatch, 
         ref.encode(d, disallowed_special=()) for d in docs
     ]
     assert joined.count(False) == 1 and joined.count(True) > 5
+    # the reader's windows themselves: the documents without their separators
+    join = window_encode.JoinInto()
+    join.open(EOT.encode(), lambda n, longest: types.SimpleNamespace(host=np.zeros(n + 7, np.uint8)))
+    windows = list(documents.iter_windows([src], jsonl_field="text", window_bytes=4096, join=join))
+    assert [b.decode() for w in windows for b in w.blobs] == docs
+    assert [w.sep_len for w in windows].count(0) == 1
+    assert all((w.lengths == [len(b) for b in w.blobs]).all() for w in windows)
 
 
 DOCUMENT = testing.mixed_text(specials=(EOT, "<|endoftext", "<|", "|>", "<|fim_prefix|>", " ", "\n"))
