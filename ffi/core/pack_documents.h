@@ -55,10 +55,7 @@ inline int64_t pack_documents(const uint8_t* data, const int64_t* offsets, int64
       row_of_doc[d] = n + sep_len <= width && !contains(data + offsets[d], n, sep, sep_len) ? 0 : -2;
     }
   });
-  if (joined) {
-    for (int64_t d = 0; d < docs; ++d)
-      if (row_of_doc[d] == -3) return -1 - d;
-  } else {
+  if (!joined) {
     // The joined bytes, copied in equal ranges of the output (not of the documents: one long
     // document would be one thread's copy).
     const int64_t joined_bytes = total + docs * sep_len;
@@ -80,6 +77,7 @@ inline int64_t pack_documents(const uint8_t* data, const int64_t* offsets, int64
   int64_t rows = 0, used = 0;  // used: bytes in the open row (0: none open)
   for (int64_t d = 0; d < docs; ++d) {
     const int64_t n = length(d) + sep_len;
+    if (row_of_doc[d] == -3) return -1 - d;
     if (row_of_doc[d] == -2) {
       row_of_doc[d] = -1;
       used = 0;  // (a row is contiguous: it cannot reach over a document encoded alone)

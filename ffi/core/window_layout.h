@@ -29,7 +29,7 @@ static_assert(sizeof(LaidCall) == 7 * sizeof(int64_t), "a row of int64[C, 7] is 
 // count_at[k]; the table's entries of every call (int32 [2][table_cap]: start, length; packed:
 // a row of packed_rows, else the document's own bytes); and for the k-th packed document
 // row_base[k] = where its row's ids start, first_in_row[k] = 1 when it opens its row. The
-// caller has checked every index (cpu_module.cc's binding).
+// caller has checked every index (the binding, cpu/corpus_helpers.cc).
 inline void layout_window(const int64_t* perm, const LaidCall* calls, int64_t n_calls, const int64_t* doc_start,
                           const int64_t* lengths, const int32_t* packed_rows, const int32_t* row_of_doc,
                           int64_t pack_width, int32_t* table, int64_t table_cap, int32_t* positions,

@@ -13,6 +13,9 @@ namespace nb = nanobind;
 using U8Array = nb::ndarray<const uint8_t, nb::c_contig, nb::device::cpu>;
 using S32Array = nb::ndarray<const int32_t, nb::c_contig, nb::device::cpu>;
 using S64Array = nb::ndarray<const int64_t, nb::c_contig, nb::device::cpu>;
+// The same with N dimensions (const T: read only, else written into).
+template <class T, size_t N>
+using HostArray = nb::ndarray<T, nb::ndim<N>, nb::c_contig, nb::device::cpu>;
 
 // A NumPy array over `data` (new[]-allocated here), deleted with its last reference.
 template <class T>

@@ -26,9 +26,8 @@
 // given and the block has documents, what into(bytes, longest document) returned: a writable
 // uint8 array of at least that many bytes (the corpus job's page-locked window buffer), joined
 // into in place.
-static nb::object split_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> block,
-                                  std::optional<std::string> field, int threads, nb::bytes sep,
-                                  std::optional<nb::callable> into) {
+static nb::object split_documents(HostArray<const uint8_t, 1> block, std::optional<std::string> field, int threads,
+                                  nb::bytes sep, std::optional<nb::callable> into) {
   bbpe::jsonl::Split split;
   const uint8_t* p = block.data();
   const int64_t size = (int64_t)block.shape(0);
@@ -45,7 +44,7 @@ static nb::object split_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_
   uint8_t* data;
   if (into && docs) {
     data_object = (*into)(total, bbpe::jsonl::longest(split));
-    nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> out;
+    HostArray<uint8_t, 1> out;
     if (!nb::try_cast(data_object, out, false) || (int64_t)out.shape(0) < total)
       throw nb::value_error("split_documents: into() must return a writable contiguous uint8 array of the bytes asked");
     data = out.data();
@@ -69,7 +68,7 @@ static nb::object split_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_
 // Reads the file `fd` from `offset` into `buf` (as much as it holds, less where the file ends)
 // by up to 8 threads, each a range of it (one thread's copy from the page cache bounded the
 // corpus job's reading) -> bytes read, or -errno. The file position is not used or moved.
-static int64_t read_at(int fd, int64_t offset, nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> buf) {
+static int64_t read_at(int fd, int64_t offset, HostArray<uint8_t, 1> buf) {
   const int64_t n = (int64_t)buf.shape(0);
   uint8_t* out = buf.data();
   std::atomic<int64_t> end{n}, error{0};  // where the file ended (the least short range's stop)
@@ -94,24 +93,22 @@ static int64_t read_at(int fd, int64_t offset, nb::ndarray<uint8_t, nb::ndim<1>,
 // dst = src (byte arrays of one size) on threads, the GIL released: the corpus job's ids copied
 // into the array that `encode_files_to_arrays` returns, whose fresh pages' faults make one
 // thread's copy the slowest step of the job.
-static void copy_bytes(nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> dst,
-                       nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> src) {
+static void copy_bytes(HostArray<uint8_t, 1> dst, HostArray<const uint8_t, 1> src) {
   const int64_t n = (int64_t)src.shape(0);
   if ((int64_t)dst.shape(0) != n) throw nb::value_error("copy_bytes: dst and src must be of one size");
   uint8_t* to = dst.data();
   const uint8_t* from = src.data();
   nb::gil_scoped_release unlocked;
-  bbpe::over_ranges(n, n, (int64_t)1 << 20, [&](int64_t lo, int64_t hi) { std::memcpy(to + lo, from + lo, (size_t)(hi - lo)); });
+  bbpe::over_ranges(n, n, (int64_t)1 << 20,
+                    [&](int64_t lo, int64_t hi) { std::memcpy(to + lo, from + lo, (size_t)(hi - lo)); });
 }
 
 // A window's documents joined with `sep` after each into `out`, short ones packed into rows
 // (the rule: core/pack_documents.h) -> (row of each document int32[D], -1: alone;
 // rows int32[R, 2]: first byte in out, length). out None: `data` is joined already (offsets
 // include the separators; a document without its separator is a ValueError).
-static nb::tuple pack_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> data,
-                                nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> offsets,
-                                nb::bytes sep, int64_t width,
-                                std::optional<nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> out) {
+static nb::tuple pack_documents(HostArray<const uint8_t, 1> data, HostArray<const int64_t, 1> offsets, nb::bytes sep,
+                                int64_t width, std::optional<HostArray<uint8_t, 1>> out) {
   const int64_t docs = (int64_t)offsets.shape(0) - 1, sep_len = (int64_t)sep.size();
   if (docs < 0) throw nb::value_error("pack_documents: offsets must hold at least one entry");
   const int64_t* o = offsets.data();
@@ -144,11 +141,9 @@ static nb::tuple pack_documents(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_co
 // int64[3, n] (kept, src, count_at) and packed_out int64[2, packed documents] (row_base,
 // first_in_row). Every index is checked here: a bad plan is a ValueError, never a stray write.
 static void layout_window(S64Array perm, S64Array calls, S64Array doc_start, S64Array lengths, S32Array packed_rows,
-                          S32Array row_of_doc, int64_t pack_width,
-                          nb::ndarray<int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> table,
-                          nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> positions,
-                          nb::ndarray<int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> out,
-                          nb::ndarray<int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> packed_out) {
+                          S32Array row_of_doc, int64_t pack_width, HostArray<int32_t, 2> table,
+                          HostArray<int32_t, 1> positions, HostArray<int64_t, 2> out,
+                          HostArray<int64_t, 2> packed_out) {
   const auto fail = [](const char* what) { throw nb::value_error((std::string("layout_window: ") + what).c_str()); };
   const int64_t n = (int64_t)perm.size(), docs = (int64_t)lengths.size(), cap = (int64_t)table.shape(1);
   const int64_t n_calls = calls.ndim() == 2 && calls.shape(1) == 7 ? (int64_t)calls.shape(0) : -1;
@@ -194,9 +189,8 @@ static void layout_window(S64Array perm, S64Array calls, S64Array doc_start, S64
 // counts_in_plan_order (core/window_layout.h): counts int32[P] by document, perm int64[n],
 // src int64[n] (its packed documents' entries rewritten), packed int64[2, packed documents]
 // (row_base, first_in_row) -> got int64[n].
-static void counts_in_plan_order(S32Array counts, S64Array perm,
-                                 nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> src, S64Array packed,
-                                 nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> got) {
+static void counts_in_plan_order(S32Array counts, S64Array perm, HostArray<int64_t, 1> src, S64Array packed,
+                                 HostArray<int64_t, 1> got) {
   const int64_t n = (int64_t)perm.size(), n_packed = packed.ndim() == 2 ? (int64_t)packed.shape(1) : -1;
   if (packed.ndim() != 2 || packed.shape(0) != 2 || n_packed > n || (int64_t)src.size() != n ||
       (int64_t)got.size() != n)
@@ -214,8 +208,7 @@ static void counts_in_plan_order(S32Array counts, S64Array perm,
 // 0..n-1), calls int64[C, 2] (documents, width), into counts int64[n] and layout int32[2, S]
 // -> (first bad k or -1, total ids, layout entries written).
 static nb::tuple compaction_layout(S64Array got, S64Array src, S64Array perm, S64Array calls,
-                                   nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> counts,
-                                   nb::ndarray<int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> layout) {
+                                   HostArray<int64_t, 1> counts, HostArray<int32_t, 2> layout) {
   const int64_t n = (int64_t)perm.size();
   if ((int64_t)got.size() != n || (int64_t)src.size() != n || (int64_t)counts.size() != n || layout.shape(0) != 2 ||
       (int64_t)layout.shape(1) < n || calls.ndim() != 2 || calls.shape(1) != 2)
