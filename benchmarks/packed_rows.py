@@ -3,7 +3,8 @@
 of 4096 bytes of the mixed corpus's short documents, each followed by the separator, encoded
 with the separator allowed (as the job does) and not allowed (the same bytes, no special
 token), next to War and Peace excerpts of the same shape; per document kind; and the job's
-whole packed step (`encode_packed_into`: encode, then the separators' positions).
+whole packed step (the window FFI call of one call of packed rows: encode, then the
+separators' positions).
 
     python3 benchmarks/packed_rows.py [--rows 1024] [--reps 20]
 
@@ -88,21 +89,15 @@ def main() -> None:
         print(
             f"    {kind:8s} only ({n} documents, {int(ls.sum())} B)  {timed(encode, p, ls, with_sep, reps=args.reps):9.1f}"
         )
-    step = functools.partial(
-        window_device.device_functions().encode_packed_into,
-        rows=args.rows,
-        width=WIDTH,
-        docs=window_device.pow2(n_docs),
-        sep_id=pack.sep_id,
-        mode="exact",
-        block_size=256,
-        assume_nfc=False,
+    step = window_device.CompiledWindows(
+        with_sep, device, sep_id=pack.sep_id, mode="exact", block_size=256, assume_nfc=False
     )
-    zero = jnp.zeros((), jnp.int32, device=device)
-    raw = [jnp.zeros(args.rows * WIDTH + window_device.pow2(n_docs), jnp.int32, device=device)]
+    plan = np.array([(args.rows, WIDTH, WIDTH, 0, 0, n_docs)], np.int64)
+    raw = [jnp.zeros(args.rows * WIDTH + n_docs, jnp.int32, device=device)]
+    space = step.scratch(plan)
 
     def whole_step():
-        raw[0] = step(flat, table, with_sep, raw[0], zero, zero)[0]  # (raw is donated)
+        raw[0] = step(flat, table, raw[0], plan, space)  # (raw is donated)
         return raw[0]
 
     print(f"    the job's packed step (encode + separators) {timed(whole_step, reps=args.reps):7.1f}")

@@ -4,16 +4,11 @@ benchmarks/corpus_job.py builds), with every thread's stack sampled every few mi
 (py-spy is not on the GPU machine). Prints, per thread, the innermost frames of ours (and the
 library call they wait in) that the samples landed in most.
 
-    python3 benchmarks/profile_corpus.py [--mb 200 | --long-docs 120] [--interval-ms 2] [--out DIR] [--fake-encode]
+    python3 benchmarks/profile_corpus.py [--mb 200 | --long-docs 120] [--interval-ms 2] [--out DIR]
         [--window-mb 16] [--batch-mb 4] [--pack-width 16384] [--call-times [--sync-calls]] [--xla-cache DIR]
         [--in-memory] [--timeline [python]]
 
 --in-memory profiles `encode_files_to_arrays` (the ids left in memory, no shards written).
-
---fake-encode replaces the kernel by a cheap stand-in (one token per 4 bytes: the ids are every
-fourth byte), so that the pipeline's own cost (reading, packing, compaction, copies back,
-writing) is measurable on a machine without a GPU: the MB/s printed is the pipeline's alone
-(without packing: the stand-in's ids hold no separators).
 
 --xla-cache DIR turns on JAX's persistent compilation cache there, as the CLI does: run twice,
 the second process's "cold" run is what a second run of the command pays in its job (executables
@@ -25,8 +20,8 @@ call, which slows the job): printed per thread and stream, busy time (the union 
 and the events with the most time, nested ones counted in their parents too. The threads whose
 busy time is near the run's are the ones setting its pace (BUILD_NOTES, session 27).
 
---call-times times each encode call's dispatch (the compiled step's call, which returns before
-the device has run it) by call shape; with --sync-calls each call also waits for its result, so
+--call-times times each window FFI call's dispatch (which returns before the device has run it)
+by the calls in its plan; with --sync-calls each call also waits for its result, so
 that the times are the device's (the pipeline then no longer overlaps: its MB/s means nothing).
 """
 
@@ -34,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import functools
 import glob
 import gzip
 import json
@@ -51,26 +45,10 @@ sys.path.insert(0, str(HERE.parent))
 
 import corpus_job  # noqa: E402
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 
 import blockbpe_jax as bb  # noqa: E402
-from blockbpe_jax import ops  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
 from blockbpe_jax.window_plan import DEFAULT_PACK_WIDTH  # noqa: E402
-
-
-def fake_encode(data, lengths, tables, *, max_tokens, **_):
-    """A stand-in for `ops.encode` with its signature and output shapes: ~4 bytes per token (so
-    no row needs a second, full-width pass), ids = every fourth byte. Traceable, and jitted per
-    shape when called eagerly."""
-    return _fake(data, lengths, int(max_tokens))
-
-
-@functools.partial(jax.jit, static_argnums=2)
-def _fake(data, lengths, max_tokens):
-    every4 = data[:, ::4].astype(jnp.int32)[:, :max_tokens]
-    ids = jnp.pad(every4, ((0, 0), (0, max_tokens - every4.shape[1])))
-    return ops.Encoded(ids, ((lengths + 3) // 4).astype(jnp.int32))
 
 
 class CompileClock:
@@ -132,27 +110,28 @@ class Sampler(threading.Thread):
 
 
 class CallClock:
-    """Seconds in each encode call of the job (window_device.CompiledEncodes.__call__), by
-    (rows, width; "p": packed rows): the dispatch alone, or with sync the call until its result is ready."""
+    """Seconds in each window FFI call of the job (window_device.CompiledWindows.__call__), by
+    (calls in its plan, "p": packed rows): the dispatch alone, or with sync the call until its
+    result is ready."""
 
     def __init__(self, sync: bool):
         from blockbpe_jax import window_device
 
         self.sync, self.active = sync, False
         self.times: dict = collections.defaultdict(list)
-        original = window_device.CompiledEncodes.__call__
+        original = window_device.CompiledWindows.__call__
 
-        def timed(encodes, *args, **call):
+        def timed(windows, flat, table, raw, calls, workspace):
             t = time.perf_counter()
-            out = original(encodes, *args, **call)
+            out = original(windows, flat, table, raw, calls, workspace)
             if self.sync:
-                out[0].block_until_ready()
+                out.block_until_ready()
             if self.active:
-                packed = "p" if "docs" in call else ""
-                self.times[(call["rows"], f"{call['width']}{packed}")].append(time.perf_counter() - t)
+                packed = "p" if windows.sep_id >= 0 else ""
+                self.times[(len(calls), f"calls{packed}")].append(time.perf_counter() - t)
             return out
 
-        window_device.CompiledEncodes.__call__ = timed
+        window_device.CompiledWindows.__call__ = timed
 
     def take(self) -> dict:
         import numpy as np
@@ -234,11 +213,6 @@ def main() -> None:
     ap.add_argument("--window-mb", type=float, default=16, help="encode_files' window_bytes, in MiB")
     ap.add_argument("--batch-mb", type=float, default=4, help="encode_files' batch_bytes, in MiB")
     ap.add_argument(
-        "--fake-encode",
-        action="store_true",
-        help="replace the kernel by a cheap stand-in: the pipeline's own cost",
-    )
-    ap.add_argument(
         "--pack-width", type=int, default=DEFAULT_PACK_WIDTH, help="encode_files' pack_width (0: no packing)"
     )
     ap.add_argument("--in-memory", action="store_true", help="encode_files_to_arrays: no shards written")
@@ -253,9 +227,6 @@ def main() -> None:
         jax.config.update("jax_compilation_cache_dir", str(args.xla_cache))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     calls = CallClock(args.sync_calls) if args.call_times else None
-    if args.fake_encode:
-        ops.encode = fake_encode
-        args.pack_width = 0  # (the stand-in's ids hold no separators to find the documents by)
     work = Path(tempfile.mkdtemp(prefix="profile_corpus_"))
     corpus = work / "corpus.jsonl"
     src = corpus_job.source_texts(data_dir())
@@ -267,7 +238,6 @@ def main() -> None:
     report = {
         "corpus": f"{args.long_docs} long documents" if args.long_docs else "mixed",
         "bytes": nbytes,
-        "fake_encode": args.fake_encode,
         "window_mb": args.window_mb,
         "batch_mb": args.batch_mb,
         "pack_width": args.pack_width,
@@ -311,10 +281,7 @@ def main() -> None:
                 "threads": threads,
             }
         )
-        print(
-            f"{run}: {seconds:.2f} s, {nbytes / seconds / 1e6:.1f} MB/s, {sampler.samples} samples"
-            + (" (fake encode: the pipeline alone)" if args.fake_encode else "")
-        )
+        print(f"{run}: {seconds:.2f} s, {nbytes / seconds / 1e6:.1f} MB/s, {sampler.samples} samples")
         print(
             "  compiles: "
             + ", ".join(f"{k} {v['count']} in {v['seconds']:.2f} s" for k, v in compiles.items())

@@ -42,6 +42,15 @@ smem_max_len: int = 8192
 
 tile_bytes: int = 2048
 
+def set_window_plan(bytes: int, sep_id: int, calls: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> None:
+    """
+    The calls (int64[C, 6], binding/window_ffi.h: rows, width, T, at, entry, docs) of the next
+    bbpe_encode_window call on the CPU with this sep_id whose window bytes start at address `bytes`.
+    """
+
+def window_scratch_bytes(rows: int, width: int, pretok_stages: int, symbols: int) -> int:
+    """Workspace bytes one call of bbpe_encode_window needs on a GPU."""
+
 def workspace_bytes(batch: int, max_len: int, pretok_stages: int, symbols: int) -> int:
     """
     Bytes of the workspace output of one encode call (the CUDA kernel's global arrays).

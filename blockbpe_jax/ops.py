@@ -144,21 +144,10 @@ def _encode_call(
                 jax.ShapeDtypeStruct((batch,), jnp.int32),
                 jax.ShapeDtypeStruct((workspace_bytes,), jnp.uint8),
             )
-            ids, counts, _ = jax.ffi.ffi_call(target, out_types)(
-                data,
-                lengths,
-                *tables,
-                pretok_stages=np.int32(pretok_stages),
-                symbols=np.int32(symbols),
-                run_long=np.int32(char_runs[0]),
-                run_step=np.int32(char_runs[1]),
-                run_width=np.int32(char_runs[2]),
-                normalizer=np.int32(normalizer),
-                pad_id=np.int32(pad_id),
-                max_piece_len=np.int32(max_piece_len),
-                rank_is_id=np.int32(rank_is_id),
-                block_size=np.int32(block_size),
+            attributes = _ffi_attributes(
+                (pretok_stages, symbols, char_runs, normalizer, pad_id, max_piece_len, rank_is_id), block_size
             )
+            ids, counts, _ = jax.ffi.ffi_call(target, out_types)(data, lengths, *tables, **attributes)
             return ids, counts
 
         # The CUDA kernel's arrays that do not fit in shared memory come as an extra, discarded
@@ -318,6 +307,57 @@ def encode(
     )
     ids, counts = call(data, lengths, *tables.operands())
     return Encoded(ids, counts)
+
+
+def _ffi_attributes(attributes: tuple, block_size: int) -> dict:
+    """The FFI call's attributes as keywords, from `_attributes`' tuple and the block size."""
+    stages, symbols, runs, normalizer, pad_id, piece_len, rank_is_id = attributes
+    return dict(
+        pretok_stages=np.int32(stages),
+        symbols=np.int32(symbols),
+        run_long=np.int32(runs[0]),
+        run_step=np.int32(runs[1]),
+        run_width=np.int32(runs[2]),
+        normalizer=np.int32(normalizer),
+        pad_id=np.int32(pad_id),
+        max_piece_len=np.int32(piece_len),
+        rank_is_id=np.int32(rank_is_id),
+        block_size=np.int32(block_size),
+    )
+
+
+def encode_window(
+    data,
+    table,
+    raw,
+    tables: EncodeTables,
+    *,
+    sep_id: int,
+    workspace_bytes: int,
+    mode: str,
+    block_size: int,
+    assume_nfc: bool,
+):
+    """Every encode call of one corpus-job window in one FFI call (ffi/binding/window_ffi.h),
+    jittable: the calls' plan is set beforehand under data's address and `sep_id`
+    (`set_window_plan`); each call's rows come from data (uint8[N]) by the document table
+    (int32[2, E]: start, length) and its ids and counts (or separator slots) go into raw
+    (int32[R], returned with them: pass it donated). workspace_bytes: the largest call's
+    scratch on a GPU (`native.cpu.window_scratch_bytes`), 1 on the CPU."""
+    attributes = _ffi_attributes(_attributes(tables, mode, 0, assume_nfc), block_size)
+    operands = tables.operands()
+    out_types = (
+        jax.ShapeDtypeStruct(raw.shape, jnp.int32),
+        jax.ShapeDtypeStruct((workspace_bytes,), jnp.uint8),
+    )
+    call = jax.ffi.ffi_call("bbpe_encode_window", out_types, input_output_aliases={2 + len(operands): 0})
+    raw, _ = call(data, table, *operands, raw, **attributes, sep_id=np.int32(sep_id))
+    return raw
+
+
+def window_stages(tables: EncodeTables, mode: str) -> tuple[int, int]:
+    """(pretok_stages, symbols) of encode_window's calls: what sizes their scratch."""
+    return resolve_mode(tables, mode), tables.symbols
 
 
 def _attributes(tables: EncodeTables, mode: str, pad_id: int, trusted: bool) -> tuple:

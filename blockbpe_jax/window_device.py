@@ -1,6 +1,6 @@
 """The device side of a corpus-job window (window_encode.py plans the calls): the jitted steps
-(`device_functions`), the window buffers (`WindowBuffers`) and the encode step compiled per call
-shape ahead of the calls (`CompiledEncodes`).
+(`device_functions`), the window buffers (`WindowBuffers`) and the window's encode calls as one
+FFI call, compiled per buffer sizes ahead of the calls (`CompiledWindows`).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ def device_functions():
     does not import JAX).
 
     A window's bytes go to the device once (`WindowBuffers.padded_flat`), with a table of its
-    documents in plan order (each call's `rows` entries in turn); each call gathers its padded
-    rows from them. A window's calls write into one int32 buffer `raw` (donated from call to
-    call): call i's padded ids [rows, T] row-major, then its counts [rows], each call after
-    the previous one (both offsets, in raw and in the table, are passed on the device from
-    call to call). The layout depends only on the plan, so the host knows where every
+    documents in plan order (each call's `rows` entries in turn). Its calls, one FFI call for
+    all of them (`encode_window`; two where some rows are packed: those have their own
+    tables), write into one int32 buffer `raw`: call i's padded ids [rows, T] row-major, then
+    its counts [rows] (packed rows: where each document's separator is), each call after the
+    previous one. The layout depends only on the plan, so the host knows where every
     document's ids and count are before anything ran. The host copies back the counts
     (`gather`), and `finalize` gathers the ids of every document, in input order, back to
     back, cast to the shard dtype: the host copies back only those."""
@@ -46,52 +46,17 @@ def device_functions():
     from jax import lax
 
     from . import ops
-    from .ragged import gather_rows
-
-    def encode_rows(flat, table, tables, pos, rows, width, max_tokens, **options):
-        """Encodes the documents of entries [pos, pos + rows) of the window's table (int32[2, E]:
-        start in flat, length) as rows of `width` bytes, gathered from flat here, on the
-        device: the host neither packs nor copies anything per call."""
-        starts, lengths = lax.dynamic_slice(table, (0, pos), (2, rows))
-        padded = gather_rows(flat, starts, lengths, width)
-        return ops.encode(padded, lengths, tables, max_tokens=max_tokens, check_lengths=False, **options)
 
     @functools.partial(
         jax.jit,
-        static_argnames=("rows", "width", "max_tokens", "mode", "block_size", "assume_nfc"),
+        static_argnames=("workspace_bytes", "sep_id", "mode", "block_size", "assume_nfc"),
         donate_argnums=3,
     )
-    def encode_into(flat, table, tables, raw, at, pos, *, rows, width, max_tokens, **options):
-        """`encode_rows` into raw at `at`: the ids [rows, max_tokens], then the counts."""
-        enc = encode_rows(flat, table, tables, pos, rows, width, max_tokens, **options)
-        raw = lax.dynamic_update_slice(raw, enc.ids.reshape(-1), (at,))
-        raw = lax.dynamic_update_slice(raw, enc.counts, (at + enc.ids.size,))
-        # the next call's offsets, on the device: no host-to-device copy per call
-        return raw, at + enc.ids.size + enc.counts.size, pos + rows
-
-    @functools.partial(
-        jax.jit,
-        static_argnames=("rows", "width", "docs", "sep_id", "mode", "block_size", "assume_nfc"),
-        donate_argnums=3,
-    )
-    def encode_packed_into(flat, table, tables, raw, at, pos, *, rows, width, docs, sep_id, **options):
-        """`encode_rows` of rows of packed documents (core/pack_documents.h: each document
-        followed by the separator, special token `sep_id`) into raw at `at`: the rows' ids
-        [rows, width] (a row of width bytes has at most width tokens: never cut), then where
-        each document's separator is in raw, for the call's `docs` documents in order (-1 past
-        the last one): a document's ids end there, and start after the one before it in its
-        row."""
-        enc = encode_rows(flat, table, tables, pos, rows, width, width, **options)
-        inside = jnp.arange(width, dtype=jnp.int32)[None, :] < enc.counts[:, None]
-        is_end = ((enc.ids == sep_id) & inside).reshape(-1)
-        # separator k goes to slot k, every other position to a slot of its own past the end
-        # (dropped): indices all distinct, a scatter without atomics
-        everywhere = jnp.arange(is_end.size, dtype=jnp.int32)
-        slot = jnp.where(is_end, jnp.cumsum(is_end, dtype=jnp.int32) - 1, docs + everywhere)
-        ends = jnp.full(docs, -1, jnp.int32).at[slot].set(everywhere + at, mode="drop", unique_indices=True)
-        raw = lax.dynamic_update_slice(raw, enc.ids.reshape(-1), (at,))
-        raw = lax.dynamic_update_slice(raw, ends, (at + enc.ids.size,))
-        return raw, at + enc.ids.size + docs, pos + rows
+    def encode_window(flat, table, tables, raw, **static):
+        """A window's calls (their plan set beforehand, `CompiledWindows`) into raw: each call's
+        rows gathered from flat by its table entries, its ids and counts (or, packed rows, its
+        documents' separator positions) at its place in raw."""
+        return ops.encode_window(flat, table, raw, tables, **static)
 
     @jax.jit
     def gather(raw, positions):
@@ -136,8 +101,7 @@ def device_functions():
         return jnp.zeros(size, raw.dtype).at[: raw.size].set(raw)
 
     return types.SimpleNamespace(
-        encode_into=encode_into,
-        encode_packed_into=encode_packed_into,
+        encode_window=encode_window,
         gather=gather,
         finalize=finalize,
         grow=grow,
@@ -168,7 +132,7 @@ class WindowBuffers:
         self.device, self.slots, self.docs = device, 1 << 12, 1 << 10
         # (a table of 8192 entries is 64 KB: a job seldom outgrows it, and growing it would
         # compile every call shape again)
-        self.flat_bytes, self.entries, self.id_slots = 0, 1 << 13, 0
+        self.flat_bytes, self.entries, self.id_slots, self.work = 0, 1 << 13, 0, 0
         # a window's first offset (a transfer: jnp.zeros would compile, on the job's first window)
         self.zero = jax.device_put(np.zeros((), np.int32), device)
 
@@ -231,6 +195,14 @@ class WindowBuffers:
             if total > self.id_slots:
                 self.id_slots = pow2(total + total // 2, 4096)
             return self.id_slots
+
+    def workspace(self, need: int) -> int:
+        """encode_window's workspace for calls that need `need` bytes: the job's (a quarter
+        more than the most so far, so that windows share one executable)."""
+        with self._lock:
+            if need > self.work:
+                self.work = size_bucket(need + need // 4) if need > 1 else 1
+            return self.work
 
     def doc_slots(self, n: int) -> int:
         with self._lock:
@@ -314,58 +286,60 @@ def _specs(device, *shapes_and_dtypes):
     return [jax.ShapeDtypeStruct(shape, dtype, sharding=on) for shape, dtype in shapes_and_dtypes]
 
 
-class CompiledEncodes:
-    """A window step of `device_functions()` (`encode_into`, or `encode_packed_into` for rows
-    of packed documents) compiled per call shape (its static arguments, raw slots, flat bytes,
-    table entries) for one job's tables, device and options, ahead of the calls: `ahead(shapes)`
-    gives compile_ahead's pairs for a window's shapes."""
+class CompiledWindows:
+    """`encode_window` for one job's tables, device and options (sep_id: the packed rows' call,
+    -1 for the others), compiled per window buffer sizes (bytes, table entries, raw slots,
+    workspace), which a job's windows share (`WindowBuffers`): one or two executables a job."""
 
-    def __init__(self, tables, device, step="encode_into", **static):
+    def __init__(self, tables, device, *, sep_id: int = -1, **static):
         import jax
 
-        self.tables, self.device, self.step, self.static = tables, device, step, static
+        from . import native, ops
+
+        self.tables, self.device, self.sep_id = tables, device, sep_id
+        self.static = dict(static, sep_id=sep_id)
+        self.stages = ops.window_stages(tables, static["mode"])
         leaves, structure = jax.tree_util.tree_flatten(tables)
         # (the structure holds the tables' static fields, which become FFI attributes)
         self.options = (
-            step,
+            "encode_window",
             device,
-            tuple(sorted(static.items())),
+            tuple(sorted(self.static.items())),
             structure,
             tuple((x.shape, x.dtype) for x in leaves),
         )
+        self._plans = native.cpu if device.platform == "cpu" else native.cuda
 
-    @staticmethod
-    def shape(raw_slots: int, flat_bytes: int, entries: int, **call) -> tuple:
-        """A call's shape: its step's static arguments (rows, width and max_tokens or docs)
-        and the sizes of its window buffers."""
-        return (raw_slots, flat_bytes, entries, tuple(sorted(call.items())))
+    def scratch(self, calls: np.ndarray) -> int:
+        """Workspace bytes the largest of these calls (int64[C, 6]) needs: on a GPU its rows,
+        their counts and the kernel's arrays; the CPU handler keeps its own (1)."""
+        from . import native
+
+        if self.device.platform == "cpu" or not len(calls):
+            return 1
+        return max(native.cpu.window_scratch_bytes(int(c[0]), int(c[1]), *self.stages) for c in calls)
 
     def _compile(self, shape):
-        slots, flat_bytes, entries, call = shape
-        flat, table, raw, at, pos = _specs(
-            self.device,
-            ((flat_bytes,), np.uint8),
-            ((2, entries), np.int32),
-            ((slots,), np.int32),
-            ((), np.int32),
-            ((), np.int32),
+        flat_bytes, entries, slots, workspace = shape
+        flat, table, raw = _specs(
+            self.device, ((flat_bytes,), np.uint8), ((2, entries), np.int32), ((slots,), np.int32)
         )
-        step = getattr(device_functions(), self.step)
-        return step.lower(flat, table, self.tables, raw, at, pos, **dict(call), **self.static).compile()
+        step = device_functions().encode_window
+        return step.lower(flat, table, self.tables, raw, workspace_bytes=workspace, **self.static).compile()
 
-    def _pair(self, shape) -> tuple:
-        """compile_ahead's (key, build) of one shape (`CompiledEncodes.shape`)."""
+    def ahead(self, flat_bytes: int, entries: int, slots: int, workspace: int) -> tuple:
+        """compile_ahead's (key, build) of one shape."""
+        shape = (flat_bytes, entries, slots, workspace)
         return (self.options, shape), functools.partial(self._compile, shape)
 
-    def ahead(self, shapes) -> list:
-        """compile_ahead's (key, build) pairs of these shapes."""
-        return [self._pair(s) for s in shapes]
-
-    def __call__(self, flat, table, raw, at, pos, **call):
-        """step(flat, table, tables, raw, at, pos, **call): (raw, next at, next pos); call:
-        rows=, width= and max_tokens= (encode_into) or docs= (encode_packed_into)."""
-        run = compiled(*self._pair(self.shape(raw.size, flat.size, table.shape[1], **call)))
-        return run(flat, table, self.tables, raw, at, pos)
+    def __call__(self, flat, table, raw, calls: np.ndarray, workspace: int):
+        """raw with the calls (int64[C, 6], ffi/binding/window_ffi.h: rows, width, T, at,
+        entry, docs) encoded into it; workspace: at least `scratch(calls)`."""
+        run = compiled(*self.ahead(flat.size, table.shape[1], raw.size, workspace))
+        self._plans.set_window_plan(
+            flat.unsafe_buffer_pointer(), self.sep_id, np.ascontiguousarray(calls, np.int64)
+        )
+        return run(flat, table, self.tables, raw)
 
 
 class CompiledReads:

@@ -7,7 +7,6 @@ finishing thread and a writing thread behind). corpus.py drives it; see encode_d
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -18,33 +17,28 @@ from . import native, staging
 from .background import in_background
 from .documents import Window
 from .window_device import (
-    CompiledEncodes,
     CompiledReads,
+    CompiledWindows,
     WindowBuffers,
     compile_ahead,
     device_functions,
-    pow2,
 )
 from .shards import CorpusError, token_dtype
 from .window_plan import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_PACK_WIDTH,
     PlannedCall,
-    call_args,
     call_rows,
     first_pass_tokens,
-    full_rows,
-    likely_calls,
     packed_calls,
     packing,
     plan_batches,
     pow2_widths,
-    redo_call,
-    rows_bucket,
+    window_calls,
 )
 
-# On the CPU backend compiles take the cores that encode: only the shapes planned are compiled,
-# rows bucketed (tests turn the GPU's plan on there).
+# On the CPU backend compiles take the cores that encode: finalize's size is not guessed
+# ahead there (tests turn the GPU's guess on).
 LIKELY_SHAPES_ON_CPU = False
 NO_ROWS = np.zeros(0, np.int32)  # (an unpacked window's packed rows)
 
@@ -85,7 +79,6 @@ class WindowWork:
     doc_start: np.ndarray  # by document in input order: its start in flat
     packed: np.ndarray  # int64[2, packed documents]: its row's start in the buffer, 1 if it opens its row
     raw: object = None  # (launch) the id buffer on the device
-    at: object = None  # (launch) the device's next write position in it
     counts: object = None  # (launch) the counts by document, being copied back
 
 
@@ -132,24 +125,21 @@ def encode_documents(
         return f"{paths[w.file_index]}:{int(w.positions[i])}"
 
     target = device or jax.devices()[0]
-    # the GPU's plan: shapes compiled ahead (likely_calls, finalize's size guessed), one row
-    # count per width (full_rows)
+    # the GPU's plan: finalize's size guessed and compiled ahead
     speculate = target.platform != "cpu" or LIKELY_SHAPES_ON_CPU
-    bucket = full_rows if speculate else rows_bucket
     tables = tok.tables(allowed_special, device)
     buffers = WindowBuffers(target)
     # (any normalizer: assume_nfc)
-    encodes = CompiledEncodes(tables, target, mode=mode, block_size=block_size, assume_nfc=nfc)
+    encodes = CompiledWindows(tables, target, mode=mode, block_size=block_size, assume_nfc=nfc)
     reads = CompiledReads(target, dtype)
     # (max_len: every call max_len wide, packed rows too)
     pack = packing(
         tok, mode, allowed_special, min(pack_width, max_len) if max_len and pack_width else pack_width
     )
     if pack:
-        packed_encodes = CompiledEncodes(
+        packed_encodes = CompiledWindows(
             tok.tables(pack.allowed, device),
             target,
-            "encode_packed_into",
             sep_id=pack.sep_id,
             mode=mode,
             block_size=block_size,
@@ -203,11 +193,10 @@ def encode_documents(
             alone = np.flatnonzero(row_of_doc < 0)
             full = call_rows(pack.width, batch_bytes, max_docs)
             for docs, first_row, n_rows in packed_calls(row_of_doc, len(packed_rows), full):
-                rows, slots = full, pow2(len(docs))  # (a window's last call too: one shape less)
-                plan.append(PlannedCall(docs, pack.width, pack.width, rows, end, entries, slots))
+                plan.append(PlannedCall(docs, pack.width, pack.width, n_rows, end, entries, len(docs)))
                 laid.append((first_row, n_rows))
-                end += rows * pack.width + slots
-                entries += rows
+                end += n_rows * pack.width + len(docs)
+                entries += n_rows
         else:
             slot = buffers.padded_flat(w.data, zeros)
             flat = slot.host
@@ -217,7 +206,7 @@ def encode_documents(
         for width, idx in plan_batches(lengths[alone], batch_bytes, max_docs, max_len):
             idx = alone[idx]
             T = first_pass_tokens(width)
-            rows = bucket(len(idx), call_rows(width, batch_bytes, max_docs))
+            rows = len(idx)
             plan.append(PlannedCall(idx, width, T, rows, end, entries, 0))
             laid.append((-1, len(idx)))
             end += rows * (T + 1)
@@ -268,35 +257,28 @@ def encode_documents(
         """Dispatches a planned window's calls (asynchronous) and the copy back of its counts."""
         plan, flat, table, positions = work.plan, work.flat, work.table, work.positions
         slots = buffers.raw_slots(work.end)
-        steps = [packed_encodes if p.slots else encodes for p in plan]
-        shape = functools.partial(CompiledEncodes.shape, slots, flat.size, table.shape[1])
-        ahead = [pair for p, step in zip(plan, steps) for pair in step.ahead([shape(**call_args(p))])]
+        calls = window_calls(plan)
+        parts = [
+            (packed_encodes, calls[calls[:, 5] > 0]) if pack else None,
+            (encodes, calls[calls[:, 5] == 0]),
+        ]
+        parts = [(step, c, buffers.workspace(step.scratch(c))) for step, c in filter(None, parts) if len(c)]
+        ahead = [step.ahead(flat.size, table.shape[1], slots, space) for step, _, space in parts]
         ahead += [reads.gather_ahead(slots, positions.size), reads.zeros_ahead(slots)]
-        widths = [p.width for p in plan if not p.slots]
-        if speculate:  # (the ids of a window of about 4 bytes a token; the fewest rows done again)
+        if speculate:  # (the ids of a window of about 4 bytes a token)
             ahead.append(reads.finalize_ahead(slots, positions.size, buffers.ids(work.window.data.size // 4)))
-            likely = likely_calls(widths, batch_bytes, max_docs, bucket) if widths else []
-            likely += [redo_call(n, 1) for n in sorted({c["width"] for c in likely})]
-            # (only calls that fit this window's buffers: its ids and its table; its bytes reach
-            # past every start by the widest width)
-            likely = [
-                c
-                for c in likely
-                if c["rows"] * (c["max_tokens"] + 1) <= slots and c["rows"] <= table.shape[1]
-            ]
-            ahead += encodes.ahead([shape(**c) for c in likely])
         compile_ahead(ahead)  # (a window's new executables compiled together, on threads)
-        raw, at, pos = buffers.take(slots, reads.zeros), buffers.zero, buffers.zero
-        for p, step in zip(plan, steps):
-            raw, at, pos = step(flat, table, raw, at, pos, **call_args(p))
-        work.raw, work.at, work.counts = raw, at, reads.gather(raw, positions)
+        raw = buffers.take(slots, reads.zeros)
+        for step, c, space in parts:
+            raw = step(flat, table, raw, c, space)
+        work.raw, work.counts = raw, reads.gather(raw, positions)
         work.counts.copy_to_host_async()
         return work
 
     def finish(work: WindowWork) -> None:
         """A launched window's counts back, its long rows encoded again, its ids compacted into
         input order on the device (`finalize`), and their copy back and writing queued."""
-        w, plan, flat, raw, at, end = work.window, work.plan, work.flat, work.raw, work.at, work.end
+        w, plan, flat, raw, end = work.window, work.plan, work.flat, work.raw, work.end
         perm, src, count_at = work.perm, work.src, work.count_at
         doc_start, packed = work.doc_start, work.packed
         n = len(perm)
@@ -307,23 +289,20 @@ def encode_documents(
         if redo.size:  # more tokens than the first pass kept: these rows at full width
             call_of = np.repeat(np.arange(len(plan)), sizes)
             groups = np.split(redo, np.flatnonzero(np.diff(call_of[redo])) + 1)
-            again = [redo_call(plan[call_of[g[0]]].width, len(g)) for g in groups]
-            shapes = [(c["max_tokens"], c["rows"]) for c in again]
-            need = end + sum(rows * (T2 + 1) for T2, rows in shapes)
-            if need > raw.size:
-                raw = fns.grow(raw, size=buffers.grown(need))
-            first = np.cumsum([0] + [rows for _, rows in shapes])  # each group's table entries
-            entries = np.concatenate([first[k] + np.arange(len(g)) for k, g in enumerate(groups)])
-            docs = perm[redo]
-            table = jax.device_put(
-                host_table(np.stack([doc_start[docs], w.lengths[docs]]), entries, int(first[-1])), target
-            )
-            pos = buffers.zero
-            for g, (T2, rows), call in zip(groups, shapes, again):
-                raw, at, pos = encodes(flat, table, raw, at, pos, **call)
+            again = np.zeros((len(groups), 6), np.int64)  # window_calls' rows: width + 1 ids a row
+            for k, g in enumerate(groups):
+                width = plan[call_of[g[0]]].width
+                again[k, :4] = len(g), width, width + 1, end
                 r = np.arange(len(g))
-                src[g], count_at[g] = end + r * T2, end + rows * T2 + r
-                end += rows * (T2 + 1)
+                src[g], count_at[g] = end + r * (width + 1), end + len(g) * (width + 1) + r
+                end += len(g) * (width + 2)
+            again[:, 4] = np.cumsum(again[:, 0]) - again[:, 0]  # each group's first table entry
+            if end > raw.size:
+                raw = fns.grow(raw, size=buffers.grown(end))
+            docs = perm[redo]
+            rows = np.stack([doc_start[docs], w.lengths[docs]])
+            table = jax.device_put(host_table(rows, np.arange(len(docs)), len(docs)), target)
+            raw = encodes(flat, table, raw, again, buffers.workspace(encodes.scratch(again)))
             positions = np.zeros(buffers.doc_slots(n), np.int32)
             positions[: redo.size] = count_at[redo]
             got[redo] = np.asarray(reads.gather(raw, positions))[: redo.size]

@@ -1,8 +1,6 @@
 """The corpus job's plan of a window's encode calls, as rules on numbers (no JAX): documents
 sorted by length into calls of one power-of-two width (`plan_batches`), the short ones packed
-into shared rows (`packing`), the rows of a call bucketed (`rows_bucket`; on a GPU one count,
-`full_rows`) so that a job meets few call shapes, and the shapes later windows will likely
-need (`likely_calls`).
+into shared rows (`packing`), and the plan as the window FFI call's rows (`window_calls`).
 window_encode.py runs the plan.
 """
 
@@ -12,7 +10,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .window_device import pow2
 
 DEFAULT_BATCH_BYTES = 4 << 20  # padded bytes (rows x width) per encode call
 DEFAULT_PACK_WIDTH = 16384  # bytes of a row of packed short documents (0: none packed)
@@ -86,12 +83,6 @@ def call_rows(width: int, batch_bytes: int, max_docs: int | None) -> int:
     return rows if max_docs is None else min(rows, max_docs)
 
 
-def redo_call(width: int, n: int) -> dict:
-    """call_args of `n` rows of a call of this width encoded again at full width (more tokens
-    than first_pass_tokens kept): every token fits; rows a power of two, at least 8."""
-    return dict(rows=max(pow2(n, 1), 8), width=width, max_tokens=width + 1)
-
-
 def packed_calls(row_of_doc: np.ndarray, n_rows: int, full: int):
     """(documents, first row, rows) of each call of packed rows, `full` rows a call: the
     documents of rows [first row, first row + rows), in order (rows hold consecutive
@@ -109,54 +100,15 @@ class PlannedCall(NamedTuple):
     docs: np.ndarray  # the window's documents it encodes (indices), in row order
     width: int  # bytes per row
     T: int  # tokens kept per row (the first pass: first_pass_tokens(width); packed rows: width)
-    rows: int  # rows of the call (rows_bucket; at least len(docs), or the packed rows' count)
+    rows: int  # rows of the call: len(docs), or the packed rows' count
     offset: int  # where its ids (rows x T, then the counts) start in the window's id buffer
     entry: int  # its first row's entry in the window's document table
-    slots: int  # packed rows: slots for the documents' separator positions; 0: one per row
+    slots: int  # packed rows: len(docs), slots for their separators' positions; 0: a row each
 
 
-def call_args(call: PlannedCall) -> dict:
-    """The static arguments of a planned call's step: (rows, width, max_tokens), or for a call
-    of packed rows (rows, width, docs)."""
-    if call.slots:
-        return dict(rows=call.rows, width=call.width, docs=call.slots)
-    return dict(rows=call.rows, width=call.width, max_tokens=call.T)
-
-
-def rows_bucket(n: int, full: int) -> int:
-    """Rows of a call of `n` documents whose width holds at most `full` per call: 1/16, 1/4 or
-    all of full's power of two (at least 1): three row counts per width, so that a job
-    compiles few executables, for rows at most 3/4 empty (an empty row's block ends at once)."""
-    most = pow2(full, 1)
-    rows = max(1, most // 16)
-    while rows < n:
-        rows *= 4
-    return min(rows, most)
-
-
-def full_rows(n: int, full: int) -> int:
-    """Rows of a call on a GPU: all of full's power of two, however few documents: one
-    executable per width. There a compile (its trace and lowering holding the interpreter)
-    costs far more than empty rows' blocks, which end at once; on the CPU backend the empty
-    rows' padding costs more than the compiles save (rows_bucket)."""
-    return pow2(full, 1)
-
-
-def likely_calls(widths, batch_bytes: int, max_docs: int | None, bucket=rows_bucket) -> list[dict]:
-    """call_args of the unpacked calls that later windows will likely plan, given a window's
-    widths: every power-of-two width from its least to its most, each with every row count
-    `bucket` gives it. Compiled together on the first window that shows them, they spare the
-    job's later windows a compile each (~0.2 s on the GPU host, on the dispatching thread)."""
-    out = []
-    width = min(widths)
-    while width <= max(widths):
-        full = call_rows(width, batch_bytes, max_docs)
-        n = 1
-        while True:  # (each row count once: the next one is the bucket of one more document)
-            rows = bucket(n, full)
-            out.append(dict(rows=rows, width=width, max_tokens=first_pass_tokens(width)))
-            if rows >= full:
-                break
-            n = rows + 1
-        width *= 2
-    return out
+def window_calls(plan: list[PlannedCall]) -> np.ndarray:
+    """A plan as the window FFI call's rows (ffi/binding/window_ffi.h, WindowCall): int64[C, 6]
+    of rows, width, T, offset, entry and separator slots (0: a row per document)."""
+    return np.array([(p.rows, p.width, p.T, p.offset, p.entry, p.slots) for p in plan], np.int64).reshape(
+        -1, 6
+    )

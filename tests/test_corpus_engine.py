@@ -13,7 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from blockbpe_jax import corpus, documents, native, window_device, window_encode, window_plan
+from blockbpe_jax import corpus, documents, native, window_device, window_encode
+from blockbpe_jax.shards import ArraysWriter
 
 import corpus_shared
 from corpus_shared import encode_batch_ids
@@ -54,25 +55,22 @@ def test_sorted_calls_and_dense_rows_keep_input_order(tmp_path, r50k, pack_width
 
 def _spy_encode_into(monkeypatch) -> list[tuple[int, int, int, int, int]]:
     """Records (rows, width, T or docs, flat bytes, table entries) of every encode call of the
-    corpus job (T: encode_into's max_tokens; docs: encode_packed_into's)."""
-    real, calls = window_device.CompiledEncodes.__call__, []
+    corpus job (T: the ids kept per row; docs: a packed call's separator slots), in the order
+    of the window FFI calls' plans."""
+    real, calls = window_device.CompiledWindows.__call__, []
 
-    def spy(self, flat, table, raw, at, pos, **call):
-        calls.append(
-            (call["rows"], call["width"], call.get("max_tokens", call.get("docs")), flat.size, table.shape[1])
-        )
-        return real(self, flat, table, raw, at, pos, **call)
+    def spy(self, flat, table, raw, plan, workspace):
+        calls.extend((int(c[0]), int(c[1]), int(c[5] or c[2]), flat.size, table.shape[1]) for c in plan)
+        return real(self, flat, table, raw, plan, workspace)
 
-    monkeypatch.setattr(window_device.CompiledEncodes, "__call__", spy)
+    monkeypatch.setattr(window_device.CompiledWindows, "__call__", spy)
     return calls
 
 
 def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
     """A window whose every row has more tokens than half its width: all rows are encoded
     again at full width after the first pass, into the window's buffer grown past its
-    first size; the ids are encode_batch's, in input order, empty documents included. (Rows
-    bucketed as on the CPU on any backend: a GPU's full rows leave this window room enough.)"""
-    monkeypatch.setattr(window_encode, "full_rows", window_plan.rows_bucket)
+    first size; the ids are encode_batch's, in input order, empty documents included."""
     calls = _spy_encode_into(monkeypatch)
     fns = window_device.device_functions()
     grown = []
@@ -87,14 +85,14 @@ def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
     want = encode_batch_ids(r50k, docs)
     assert [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "s")] == want
     assert all(len(w) > len(d) // 2 for w, d in zip(want, docs) if d)
-    assert [c[:3] for c in calls] == [(16, 16, 17), (16, 256, 128), (16, 256, 257)] and grown == [8192]
+    assert [c[:3] for c in calls] == [(1, 16, 17), (15, 256, 128), (15, 256, 257)] and grown == [8192]
 
 
-def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatch):
-    """Over many windows, each width is encoded with at most three row counts, every call sees
-    one or two sizes of the window's bytes and document table, the ids in input order one or
-    two sizes on a GPU (the host reads back only the window's); a second run of the job compiles
-    nothing (its encode executables are CompiledEncodes' from the first)."""
+def test_window_calls_are_one_executable_compiled_once(tmp_path, r50k, monkeypatch):
+    """Over many windows, every call sees one or two sizes of the window's bytes and document
+    table, so the job compiles one or two executables of its window's calls (each call's rows
+    and width are a runtime plan), and the ids in input order one or two sizes on a GPU (the
+    host reads back only the window's); a second run of the job compiles nothing."""
     rng = np.random.default_rng(1)
     words = ["alpha", "beta", "gamma", "🎉", "1234", "\n"]
     docs = [" ".join(rng.choice(words, int(n))).encode() for n in rng.integers(1, 300, 3000)]
@@ -106,31 +104,29 @@ def test_window_shapes_are_bucketed_and_compiled_once(tmp_path, r50k, monkeypatc
 
     def executables() -> dict:
         kinds = [key[0] if isinstance(key[0], str) else key[0][0] for key in window_device._ahead]
-        return {kind: kinds.count(kind) for kind in ("finalize", "gather", "encode_into")}
+        return {kind: kinds.count(kind) for kind in ("finalize", "gather", "encode_window")}
 
     before = executables()
 
-    def run(name):
-        corpus.encode_documents(
-            r50k, iter(windows), shards_writer(tmp_path / name, r50k), [src], batch_bytes=16384, pack_width=0
-        )
-
-    run("a")
-    by_width: dict[int, set] = {}
-    for rows, width, *_ in calls:
-        by_width.setdefault(width, set()).add(rows)
-    assert all(len(rows) <= 3 for rows in by_width.values()), by_width
+    corpus.encode_documents(
+        r50k, iter(windows), shards_writer(tmp_path / "a", r50k), [src], batch_bytes=16384, pack_width=0
+    )
+    assert len({c[1] for c in calls}) > 3 and len({c[0] for c in calls}) > 3  # (widths, row counts)
     assert len({c[3] for c in calls}) <= 2 and len({c[4] for c in calls}) <= 2, {c[3:] for c in calls}
     compiled = executables()
+    assert 1 <= compiled["encode_window"] - before["encode_window"] <= 2
     assert compiled["gather"] - before["gather"] <= 2
     if jax.devices()[0].platform != "cpu":  # (on the CPU backend finalize's size follows the window)
         assert compiled["finalize"] - before["finalize"] <= 2
-    run("b")
+    arrays = ArraysWriter(r50k.vocab.n_vocab, src.stat().st_size)
+    corpus.encode_documents(r50k, iter(windows), arrays, [src], batch_bytes=16384, pack_width=0)
     assert executables() == compiled
+    ids, offsets = arrays.finish({})
+    lines = [b for w in windows for b in w.blobs]
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == encode_batch_ids(r50k, lines)
     for n in [0, 1, 4096, 4097, 70_000, 1 << 20, (1 << 20) + 1, 12_345_678]:
         size = window_device.size_bucket(n)
         assert size >= n and size % 4096 == 0 and size <= max(4096, n + max(4096, n // 8))
-    assert {window_plan.rows_bucket(n, 1000) for n in range(1, 1001)} == {64, 256, 1024}
 
 
 def shards_writer(prefix: Path, tok):
@@ -254,45 +250,32 @@ def test_gpu_job_equals_cpu_job(tmp_path, cl100k, war_and_peace, window_bytes):
         np.testing.assert_array_equal(ids[offsets[j] : offsets[j + 1]], b)
 
 
-def test_compiled_encodes_key_has_the_static_table_fields(r50k):
+def test_compiled_windows_key_has_the_static_table_fields(r50k):
     """The corpus job's executables are shared across jobs by tables' shapes and static fields:
     tables that differ only in a static field (an FFI attribute, e.g. the whole-piece
-    shortcut's max_piece_len or the allowed specials) never share one."""
+    shortcut's max_piece_len or the allowed specials), the mode or the separator never share one."""
     tables = r50k.tables("none")
     cpu = jax.devices("cpu")[0]
-    key = window_device.CompiledEncodes(tables, cpu, mode="exact").options
-    assert window_device.CompiledEncodes(r50k.tables("none"), cpu, mode="exact").options == key
+    key = window_device.CompiledWindows(tables, cpu, mode="exact").options
+    assert window_device.CompiledWindows(r50k.tables("none"), cpu, mode="exact").options == key
     for other in (dataclasses.replace(tables, max_piece_len=0), dataclasses.replace(tables, specials=("x",))):
-        assert window_device.CompiledEncodes(other, cpu, mode="exact").options != key
-    assert window_device.CompiledEncodes(tables, cpu, mode="bytes").options != key
-
-
-@pytest.mark.parametrize("bucket", [window_plan.rows_bucket, window_plan.full_rows])
-@pytest.mark.parametrize("batch_bytes, max_docs", [(4 << 20, None), (16384, None), (4 << 20, 100), (1000, 3)])
-def test_likely_calls_cover_every_planned_call(batch_bytes, max_docs, bucket):
-    """Every unpacked call the planner can make at a width from the least to the most of a
-    window's widths is among likely_calls' (what the GPU compiles on the first window), and
-    nothing else is; with the GPU's full_rows, one call per width."""
-    widths = [16, 1 << 13, 1 << 20]
-    likely = window_plan.likely_calls(widths, batch_bytes, max_docs, bucket)
-    if bucket is window_plan.full_rows:
-        assert len(likely) == len({c["width"] for c in likely}) == 17
-    planned = []
-    for width in [16 << k for k in range(17)]:
-        full = max(1, batch_bytes // width)
-        full = full if max_docs is None else min(full, max_docs)
-        for n in range(1, full + 1):
-            rows = bucket(n, full)
-            planned.append(dict(rows=rows, width=width, max_tokens=window_plan.first_pass_tokens(width)))
-    unique = list({tuple(sorted(c.items())): c for c in planned}.values())
-    assert sorted(map(sorted, map(dict.items, likely))) == sorted(map(sorted, map(dict.items, unique)))
+        assert window_device.CompiledWindows(other, cpu, mode="exact").options != key
+    assert window_device.CompiledWindows(tables, cpu, mode="bytes").options != key
+    assert window_device.CompiledWindows(tables, cpu, mode="exact", sep_id=50256).options != key
 
 
 def test_likely_shapes_compiled_ahead_on_a_job_of_long_documents(tmp_path, r50k, monkeypatch):
-    """With the GPU's plan (likely_calls, the finalize size guessed, the rows done again, every
-    call's rows full_rows) turned on for the CPU backend: a job of documents of 16 bytes to
-    300 KB, some whose likely shapes do not fit the window's buffer, gives encode_batch's ids."""
+    """With the GPU's plan (finalize's size guessed and compiled ahead, besides the size each
+    window then asks for) turned on for the CPU backend: a job of documents of 16 bytes to
+    300 KB gives encode_batch's ids."""
     monkeypatch.setattr(window_encode, "LIKELY_SHAPES_ON_CPU", True)
+    asked = []
+    real_ahead = window_device.CompiledReads.finalize_ahead
+    monkeypatch.setattr(
+        window_device.CompiledReads,
+        "finalize_ahead",
+        lambda self, *shape: asked.append(shape) or real_ahead(self, *shape),
+    )
     rng = np.random.default_rng(7)
     words = ["alpha", "beta", "🎉", "1234", "\u4e2d\u6587", "x" * 40]
     sizes = [16, 300, 5000, 70_000, 300_000, 20, 9000]
@@ -304,13 +287,13 @@ def test_likely_shapes_compiled_ahead_on_a_job_of_long_documents(tmp_path, r50k,
         docs.append(text)
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
-    before = len(window_device._ahead)
     # (no packing: a small window buffer, which the rows of the widest width done again outgrow)
     corpus.encode_files(r50k, [src], tmp_path / "o" / "s", jsonl_field="text", pack_width=0)
     assert [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "s")] == encode_batch_ids(
         r50k, [d.encode() for d in docs]
     )
-    assert len(window_device._ahead) - before > len(sizes)  # (more compiled than planned)
+    windows = len(list(documents.iter_windows([src], jsonl_field="text")))
+    assert len(asked) == 2 * windows  # (each window's guess, then its own size)
 
 
 def test_in_background_starts_at_once_and_stops_when_dropped():

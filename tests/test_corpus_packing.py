@@ -118,14 +118,16 @@ def _job_ids(tmp_path, tok, docs: list[str], **kwargs) -> list[list[int]]:
 
 
 def _record_calls(monkeypatch) -> list:
-    """(step, width) of every window step the job calls, appended as it calls them."""
+    """("packed" or "plain", width) of every call the job's window FFI calls plan, appended as
+    it makes them."""
     calls = []
-    real = window_device.CompiledEncodes.__call__
-    monkeypatch.setattr(
-        window_device.CompiledEncodes,
-        "__call__",
-        lambda self, *a, **call: calls.append((self.step, call["width"])) or real(self, *a, **call),
-    )
+    real = window_device.CompiledWindows.__call__
+
+    def spy(self, flat, table, raw, plan, workspace):
+        calls.extend(("packed" if self.sep_id >= 0 else "plain", int(c[1])) for c in plan)
+        return real(self, flat, table, raw, plan, workspace)
+
+    monkeypatch.setattr(window_device.CompiledWindows, "__call__", spy)
     return calls
 
 
@@ -142,15 +144,15 @@ def test_short_documents_share_rows(tmp_path, monkeypatch):
     packed = calls[:]
     calls.clear()
     assert _job_ids(tmp_path, tok, docs, pack_width=0, batch_bytes=16384) == want
-    assert {w for s, w in packed if s == "encode_packed_into"} == {1024}
-    assert {w for s, w in packed if s == "encode_into"} == {8192}  # the long document alone
+    assert {w for s, w in packed if s == "packed"} == {1024}
+    assert {w for s, w in packed if s == "plain"} == {8192}  # the long document alone
     assert len(packed) < len(calls)
     calls.clear()  # with max_len, every call (packed rows too) is max_len wide
     long = "long " * 100
     assert _job_ids(tmp_path, tok, docs[:-1] + [long], max_len=512, batch_bytes=16384) == want[:-1] + [
         tiktoken_enc("r50k", "exact").encode(long)
     ]
-    assert {w for _, w in calls} == {512} and {s for s, _ in calls} == {"encode_packed_into", "encode_into"}
+    assert {w for _, w in calls} == {512} and {s for s, _ in calls} == {"packed", "plain"}
 
 
 @pytest.mark.parametrize("backend", BACKENDS[:2])
@@ -245,7 +247,7 @@ def test_packed_rows_wider_than_a_block_holds(tmp_path, data_dir, monkeypatch, b
         tmp_path, tok, docs, pack_width=width, batch_bytes=4 * width, device=device_for(backend[0])
     )
     assert got == want
-    assert ("encode_packed_into", width) in widths
+    assert ("packed", width) in widths
 
 
 def test_bad_pack_width(tmp_path):

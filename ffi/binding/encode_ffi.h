@@ -61,28 +61,17 @@ inline int64_t leading_count(ffi::Span<const int64_t> dims, size_t drop_last) {
   return n;
 }
 
-inline ffi::Error make_encode_params(
-    ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths, ffi::Buffer<ffi::S32> pair_table,
-    ffi::Buffer<ffi::S32> byte_ids, ffi::Buffer<ffi::S32> piece_table,
-    ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
-    ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data,
-    ffi::Buffer<ffi::S32> special_ids, ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
-    ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols, int32_t run_long,
-    int32_t run_step, int32_t run_width, int32_t normalizer, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
-    ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
-    ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
-  auto bad = [](const std::string& what) { return ffi::Error::InvalidArgument("bbpe_encode: " + what); };
-  const auto ddims = data.dimensions();
-  if (ddims.size() < 1) return bad("data must have a trailing byte axis: uint8[batch, max_len]");
-  const int64_t batch = leading_count(ddims, 1);
-  const int64_t max_len = ddims.back();
-  if (max_len > (1 << 30)) return bad("max_len is too large");
-  if ((int64_t)lengths.element_count() != batch)
-    return bad("lengths must have one entry per string (" + std::to_string(batch) + "), got " +
-               std::to_string(lengths.element_count()));
-  const auto idims = ids->dimensions();
-  if (idims.size() < 1 || leading_count(idims, 1) != batch || (int64_t)counts->element_count() != batch)
-    return bad("ids must be int32[batch, max_tokens] and counts int32[batch]");
+// The vocabulary, special-token, pre-tokenizer, NFC and character tables and the attributes
+// they go with, checked into `p` (every field but the batch's: data, lengths, sizes, outputs).
+// `target` names the FFI target in the errors.
+inline ffi::Error make_table_params(
+    const char* target, ffi::Buffer<ffi::S32> pair_table, ffi::Buffer<ffi::S32> byte_ids,
+    ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
+    ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
+    ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs, ffi::Buffer<ffi::S32> char_table,
+    int32_t pretok_stages, int32_t symbols, int32_t run_long, int32_t run_step, int32_t run_width,
+    int32_t normalizer, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id, EncodeParams* p) {
+  auto bad = [target](const std::string& what) { return ffi::Error::InvalidArgument(std::string(target) + ": " + what); };
   const int64_t pair_rows = pair_table.element_count() / 4;
   if (pair_table.element_count() % 4 != 0 || !is_power_of_two(pair_rows))
     return bad("pair_table must be int32[P, 4] with P a power of two");
@@ -127,12 +116,6 @@ inline ffi::Error make_encode_params(
     // (device memory under CUDA: the kernel reads it, char_view)
     p->chars = CharTable{char_table.typed_data(), run_long, run_step, run_width};
   }
-
-  p->data = data.typed_data();
-  p->lengths = lengths.typed_data();
-  p->batch = batch;
-  p->max_len = (int32_t)max_len;
-  p->max_tokens = (int32_t)idims.back();
   p->pad_id = pad_id;
   p->pretok_stages = pretok_stages;
   p->vocab = VocabView{pair_table.typed_data(), (uint32_t)(pair_rows - 1), byte_ids.typed_data(),
@@ -142,11 +125,46 @@ inline ffi::Error make_encode_params(
                        (int64_t)token_data.element_count(), rank_is_id != 0};
   p->special = SpecialView{special_offsets.typed_data(), special_data.typed_data(),
                            special_ids.typed_data(), (int32_t)n_special};
+  p->stitch_margin = kStitchMargin;
+  return ffi::Error::Success();
+}
+
+inline ffi::Error make_encode_params(
+    ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths, ffi::Buffer<ffi::S32> pair_table,
+    ffi::Buffer<ffi::S32> byte_ids, ffi::Buffer<ffi::S32> piece_table,
+    ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
+    ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data,
+    ffi::Buffer<ffi::S32> special_ids, ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
+    ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols, int32_t run_long,
+    int32_t run_step, int32_t run_width, int32_t normalizer, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
+    ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
+    ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
+  auto bad = [](const std::string& what) { return ffi::Error::InvalidArgument("bbpe_encode: " + what); };
+  const auto ddims = data.dimensions();
+  if (ddims.size() < 1) return bad("data must have a trailing byte axis: uint8[batch, max_len]");
+  const int64_t batch = leading_count(ddims, 1);
+  const int64_t max_len = ddims.back();
+  if (max_len > (1 << 30)) return bad("max_len is too large");
+  if ((int64_t)lengths.element_count() != batch)
+    return bad("lengths must have one entry per string (" + std::to_string(batch) + "), got " +
+               std::to_string(lengths.element_count()));
+  const auto idims = ids->dimensions();
+  if (idims.size() < 1 || leading_count(idims, 1) != batch || (int64_t)counts->element_count() != batch)
+    return bad("ids must be int32[batch, max_tokens] and counts int32[batch]");
+  ffi::Error err = make_table_params("bbpe_encode", pair_table, byte_ids, piece_table, token_offsets, token_data,
+                                     special_offsets, special_data, special_ids, pretok, nfc_pairs, char_table,
+                                     pretok_stages, symbols, run_long, run_step, run_width, normalizer, pad_id,
+                                     max_piece_len, rank_is_id, p);
+  if (err.failure()) return err;
+  p->data = data.typed_data();
+  p->lengths = lengths.typed_data();
+  p->batch = batch;
+  p->max_len = (int32_t)max_len;
+  p->max_tokens = (int32_t)idims.back();
   p->ids = ids->typed_data();
   p->counts = counts->typed_data();
   p->workspace = workspace->typed_data();
   p->workspace_size = (int64_t)workspace->element_count();
-  p->stitch_margin = kStitchMargin;
   return ffi::Error::Success();
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "binding/encode_ffi.h"
+#include "binding/window_ffi.h"
 #include "core/host_threads.h"
 #include "core/pack_strings.h"
 #include "cpu/arrays.h"
@@ -47,7 +48,53 @@ static ffi::Error encode_cpu(const EncodeParams& p, int32_t /*block_size*/) {
   return ffi::Error::Success();
 }
 
+// A window's calls (binding/window_ffi.h) one after the other, each split over host threads
+// like a batch: its rows copied out of the window's bytes, encoded into the id buffer, then
+// (packed rows) the separators' positions placed.
+static ffi::Error encode_window_cpu(const EncodeParams& base, const std::vector<WindowCall>& calls,
+                                   const WindowArgs& w, int32_t block_size) {
+  std::vector<uint8_t> rows;
+  std::vector<int32_t> lengths, counts;
+  for (const WindowCall& c : calls) {
+    rows.assign((size_t)(c.rows * c.width), 0);
+    lengths.resize((size_t)c.rows);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const int64_t start = w.table[c.entry + r], n = w.table[w.entries + c.entry + r];
+      if (start < 0 || n < 0 || n > c.width || start + n > w.size)
+        return ffi::Error::InvalidArgument("bbpe_encode_window: table entry " + std::to_string(c.entry + r) +
+                                           " reads bytes [" + std::to_string(start) + ", +" + std::to_string(n) +
+                                           ") of " + std::to_string(w.size) + " into a row of " +
+                                           std::to_string(c.width));
+      std::memcpy(rows.data() + r * c.width, w.bytes + start, (size_t)n);
+      lengths[(size_t)r] = (int32_t)n;
+    }
+    EncodeParams p = base;
+    p.data = rows.data();
+    p.lengths = lengths.data();
+    p.batch = c.rows;
+    p.max_len = (int32_t)c.width;
+    p.max_tokens = (int32_t)c.T;
+    p.ids = w.raw + c.at;
+    counts.resize((size_t)c.rows);
+    p.counts = c.docs ? counts.data() : w.raw + c.at + c.rows * c.T;
+    const ffi::Error err = encode_cpu(p, block_size);
+    if (err.failure()) return err;
+    if (!c.docs) continue;
+    int32_t* slots = w.raw + c.at + c.rows * c.T;
+    std::fill(slots, slots + c.docs, -1);
+    int64_t k = 0;
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t col = 0; col < c.T; ++col)
+        if (separator_at(p.ids + r * c.T, p.counts[r], c.T, col, w.sep_id) && k < c.docs)
+          slots[k++] = (int32_t)(c.at + r * c.T + col);
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace bbpe
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeWindowCpu, (bbpe::window_handler<bbpe::encode_window_cpu, false>),
+                              bbpe::bind_encode_window(ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCpu, bbpe::encode_handler<bbpe::encode_cpu>,
                               bbpe::bind_encode(ffi::Ffi::Bind()));
@@ -240,10 +287,27 @@ NB_MODULE(_blockbpe_cpu, m) {
     d["bbpe_encode"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCpu));
     // The CPU handler reads lengths for free, so the "unchecked" target checks them too.
     d["bbpe_encode_unchecked"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCpu));
+    d["bbpe_encode_window"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeWindowCpu));
     return d;
   });
   m.attr("smem_max_len") = bbpe::kSmemMaxLen;
   m.attr("tile_bytes") = bbpe::kTileBytes;  // the build's long-row tiles (BLOCKBPE_TILE_BYTES)
+  m.def(
+      "set_window_plan",
+      [](uintptr_t bytes, int32_t sep_id,
+         nb::ndarray<const int64_t, nb::ndim<2>, nb::shape<-1, 6>, nb::c_contig, nb::device::cpu> calls) {
+        bbpe::set_window_plan(bytes, sep_id, calls.data(), calls.shape(0));
+      },
+      nb::arg("bytes"), nb::arg("sep_id"), nb::arg("calls").noconvert(),
+      "The calls (int64[C, 6], binding/window_ffi.h: rows, width, T, at, entry, docs) of the next\n"
+      "bbpe_encode_window call on the CPU with this sep_id whose window bytes start at address `bytes`.");
+  m.def(
+      "window_scratch_bytes",
+      [](int64_t rows, int64_t width, int pretok_stages, int symbols) {
+        return bbpe::window_scratch(rows, width, pretok_stages, symbols).bytes;
+      },
+      nb::arg("rows"), nb::arg("width"), nb::arg("pretok_stages"), nb::arg("symbols"),
+      "Workspace bytes one call of bbpe_encode_window needs on a GPU.");
   m.def("workspace_bytes", &bbpe::workspace_bytes, nb::arg("batch"), nb::arg("max_len"),
         nb::arg("pretok_stages"), nb::arg("symbols"),
         "Bytes of the workspace output of one encode call (the CUDA kernel's global arrays).");

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include "core/bpe_core.h"

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "binding/window_ffi.h"
 #include "core/pack_strings.h"
 #include "nanobind/nanobind.h"
 #include "nanobind/ndarray.h"
@@ -23,6 +24,7 @@ namespace nb = nanobind;
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BbpeEncodeCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(BbpeEncodeWindowCuda);
 #ifdef BBPE_STAGE_CLOCKS
 namespace bbpe {
 std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks();  // encode_cuda.cu
@@ -286,8 +288,18 @@ NB_MODULE(_blockbpe_cuda, m) {
     nb::dict d;
     d["bbpe_encode"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCuda));
     d["bbpe_encode_unchecked"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCudaUnchecked));
+    d["bbpe_encode_window"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeWindowCuda));
     return d;
   });
+  m.def(
+      "set_window_plan",
+      [](uintptr_t bytes, int32_t sep_id,
+         nb::ndarray<const int64_t, nb::ndim<2>, nb::shape<-1, 6>, nb::c_contig, nb::device::cpu> calls) {
+        bbpe::set_window_plan(bytes, sep_id, calls.data(), calls.shape(0));
+      },
+      nb::arg("bytes"), nb::arg("sep_id"), nb::arg("calls").noconvert(),
+      "The calls (int64[C, 6], binding/window_ffi.h: rows, width, T, at, entry, docs) of the next\n"
+      "bbpe_encode_window call on a GPU with this sep_id whose window bytes start at device address `bytes`.");
   nb::class_<bbpe::HostStaging>(m, "HostStaging")
       .def(nb::init<int>(), nb::arg("device"))
       .def("upload", &bbpe::HostStaging::upload, nb::arg("texts"), nb::arg("max_len"))

@@ -43,6 +43,7 @@
 
 #include "binding/encode_ffi.h"
 #include "binding/encode_params.h"
+#include "binding/window_ffi.h"
 #include "core/char_symbols.h"
 // The cuda/*.cuh headers' unnamed namespace is this translation unit's: included from any
 // other, they refuse (cuda/block_common.cuh, which every kernel header includes).
@@ -120,6 +121,115 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
   return ffi::Error::Success();
 }
 
+// bbpe_encode_window (binding/window_ffi.h). A call's rows out of the window's bytes: row r is
+// bytes[start, start + n) then zeros; an entry that reaches outside the bytes or the row gets
+// length -1, which the encode kernel reports as count -1. Threads over all the call's bytes, not
+// a block per row: a row of megabytes would be one block's long serial copy.
+__device__ bool entry_inside(int64_t start, int64_t n, int64_t width, int64_t size) {
+  return start >= 0 && n >= 0 && n <= width && start + n <= size;
+}
+
+__global__ void gather_window_rows(const uint8_t* bytes, int64_t size, const int32_t* starts,
+                                   const int32_t* lengths, int64_t rows, int64_t width, uint8_t* out,
+                                   int32_t* row_lengths) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x, first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (int64_t i = first; i < rows * width; i += stride) {
+    const int64_t r = i / width, col = i - r * width, start = starts[r], n = lengths[r];
+    out[i] = entry_inside(start, n, width, size) && col < n ? bytes[start + col] : 0;
+  }
+  for (int64_t r = first; r < rows; r += stride)
+    row_lengths[r] = entry_inside(starts[r], lengths[r], width, size) ? lengths[r] : -1;
+}
+
+// Packed rows' separators (separator_at), in three steps: how many in each row, where each
+// row's first one goes (an exclusive scan over the rows), then each one into its slot.
+constexpr int kSeparatorThreads = 256;
+
+__device__ int64_t ids_to_scan(const int32_t* counts, int64_t r, int64_t T) {
+  return counts[r] < 0 ? 0 : (counts[r] < T ? counts[r] : T);
+}
+
+__global__ void __launch_bounds__(kSeparatorThreads)
+    count_separators(const int32_t* ids, const int32_t* counts, int64_t T, int32_t sep_id, int32_t* seps) {
+  using Reduce = cub::BlockReduce<int, kSeparatorThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const int64_t r = blockIdx.x, end = ids_to_scan(counts, r, T);
+  int n = 0;
+  for (int64_t col = threadIdx.x; col < end; col += kSeparatorThreads)
+    n += separator_at(ids + r * T, counts[r], T, col, sep_id);
+  n = Reduce(tmp).Sum(n);
+  if (threadIdx.x == 0) seps[r] = n;
+}
+
+__global__ void __launch_bounds__(kSeparatorThreads) exclusive_scan_rows(int32_t* seps, int64_t rows) {
+  using Scan = cub::BlockScan<int, kSeparatorThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  int running = 0;
+  for (int64_t done = 0; done < rows; done += kSeparatorThreads) {
+    const int64_t r = done + threadIdx.x;
+    int before, total;
+    Scan(tmp).ExclusiveSum(r < rows ? seps[r] : 0, before, total);
+    if (r < rows) seps[r] = running + before;
+    running += total;
+    __syncthreads();  // (tmp is reused)
+  }
+}
+
+__global__ void __launch_bounds__(kSeparatorThreads)
+    place_separators(const int32_t* ids, const int32_t* counts, const int32_t* first_slot, int64_t T, int32_t sep_id,
+                     int64_t at, int64_t docs, int32_t* slots) {
+  using Scan = cub::BlockScan<int, kSeparatorThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  const int64_t r = blockIdx.x, end = ids_to_scan(counts, r, T);
+  int64_t running = first_slot[r];
+  for (int64_t done = 0; done < end; done += kSeparatorThreads) {
+    const int64_t col = done + threadIdx.x;
+    const int is_sep = col < end && separator_at(ids + r * T, counts[r], T, col, sep_id);
+    int k, total;
+    Scan(tmp).ExclusiveSum(is_sep, k, total);
+    if (is_sep && running + k < docs) slots[running + k] = (int32_t)(at + r * T + col);
+    running += total;
+    __syncthreads();  // (tmp is reused)
+  }
+}
+
+ffi::Error encode_window_cuda(cudaStream_t stream, const EncodeParams& base, const std::vector<WindowCall>& calls,
+                              const WindowArgs& w, int32_t block_size) {
+  for (const WindowCall& c : calls) {
+    if (c.rows == 0) continue;
+    const WindowScratch s = window_scratch(c.rows, c.width, base.pretok_stages, base.symbols);
+    uint8_t* rows = w.workspace + s.rows_at;
+    int32_t* lengths = reinterpret_cast<int32_t*>(w.workspace + s.lengths_at);
+    int32_t* counts = reinterpret_cast<int32_t*>(w.workspace + s.counts_at);
+    int32_t* seps = reinterpret_cast<int32_t*>(w.workspace + s.seps_at);
+    const int64_t gather_blocks = std::min<int64_t>((c.rows * c.width + 1023) / 1024, 1 << 16);
+    gather_window_rows<<<(unsigned)gather_blocks, 256, 0, stream>>>(
+        w.bytes, w.size, w.table + c.entry, w.table + w.entries + c.entry, c.rows, c.width, rows, lengths);
+    EncodeParams p = base;
+    p.data = rows;
+    p.lengths = lengths;
+    p.batch = c.rows;
+    p.max_len = (int32_t)c.width;
+    p.max_tokens = (int32_t)c.T;
+    p.ids = w.raw + c.at;
+    p.counts = c.docs ? counts : w.raw + c.at + c.rows * c.T;
+    p.workspace = w.workspace + s.encode_at;
+    p.workspace_size = s.bytes - s.encode_at;
+    const ffi::Error err = encode_cuda<false>(stream, p, block_size);
+    if (err.failure()) return err;
+    if (!c.docs) continue;
+    int32_t* slots = w.raw + c.at + c.rows * c.T;
+    cudaMemsetAsync(slots, 0xFF, (size_t)c.docs * sizeof(int32_t), stream);  // (-1: no separator)
+    count_separators<<<(unsigned)c.rows, kSeparatorThreads, 0, stream>>>(p.ids, counts, c.T, w.sep_id, seps);
+    exclusive_scan_rows<<<1, kSeparatorThreads, 0, stream>>>(seps, c.rows);
+    place_separators<<<(unsigned)c.rows, kSeparatorThreads, 0, stream>>>(p.ids, counts, seps, c.T, w.sep_id, c.at,
+                                                                         c.docs, slots);
+  }
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_encode_window: ") + cudaGetErrorString(e));
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 #ifdef BBPE_STAGE_CLOCKS
@@ -146,3 +256,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCuda, (bbpe::encode_handler<bbpe::encode
 // graph is not shown to work, and measured no faster (BUILD_NOTES, session 17).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked, (bbpe::encode_handler<bbpe::encode_cuda<false>, cudaStream_t>),
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeWindowCuda, (bbpe::window_handler<bbpe::encode_window_cuda, true, cudaStream_t>),
+                              bbpe::bind_encode_window(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
