@@ -31,10 +31,20 @@ def in_background(items: Iterator, depth: int) -> Iterator:
                     except queue.Full:
                         continue
                 if stop.is_set():
+                    if hasattr(items, "close"):  # (its own threads, e.g. a reader's, stop too)
+                        items.close()
                     return
             q.put((end, None))
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
             q.put((end, e))
+
+    def halt():
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                thread.join(timeout=0.1)
 
     def consume():
         try:
@@ -46,19 +56,24 @@ def in_background(items: Iterator, depth: int) -> Iterator:
                     return
                 yield item
         finally:
-            stop.set()
-            while thread.is_alive():  # unblock a producer waiting on a full queue
-                try:
-                    q.get_nowait()
-                except queue.Empty:
-                    thread.join(timeout=0.1)
+            halt()
 
     thread = threading.Thread(target=produce, name="blockbpe-background", daemon=True)
     consumer = consume()
     weakref.finalize(consumer, stop.set)  # (a generator never started runs no `finally`)
-    _consumers.add(consumer)
+    _consumers[consumer] = halt
     thread.start()
     return consumer
 
 
-_consumers: weakref.WeakSet = weakref.WeakSet()  # the iterators in_background returned, alive
+def stop_background(consumer) -> None:
+    """Stops the thread behind an iterator in_background returned, started or not, and waits
+    for it: a process must not end while it is inside native code (a daemon thread that takes
+    the GIL back during the interpreter's shutdown is unwound through C++ frames, which
+    aborts)."""
+    halt = _consumers.get(consumer)
+    if halt is not None:
+        halt()
+
+
+_consumers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # in_background's iterators -> halt

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .background import in_background
+from .background import in_background, stop_background
 from .documents import (
     SPLITS_HELP,  # noqa: F401
     WINDOW_BYTES,
@@ -145,6 +145,12 @@ class ReadAhead:
             raise ValueError("encode_files: `read` was made by read_ahead for other inputs, or used already")
         windows, self._windows = self._windows, None
         return windows, self.join
+
+    def close(self) -> None:
+        """Stops the reading (if encode_files did not take the windows) and waits for it."""
+        if self._windows is not None:
+            stop_background(self._windows)
+            self._windows = None
 
 
 def read_ahead(paths, *, split="lines", jsonl_field=None, window_bytes=WINDOW_BYTES) -> ReadAhead:

@@ -354,3 +354,20 @@ def test_command_turns_preallocation_off_unless_set(monkeypatch, user):
     monkeypatch.setattr(cli, "end_process", lambda code: code)  # (the real one ends pytest's process)
     assert cli.console_main() == 0
     assert seen == [user or "false"]
+
+
+def test_main_in_a_process_that_then_ends_normally(tmp_path, small_text):
+    """`main` called in-process (a notebook, a script) that fails on the vocabulary, after the
+    input's read-ahead and the device's start-up began on their threads: both are stopped and
+    waited for, so the interpreter's own shutdown does not meet a thread inside native code
+    (that aborted: "terminate called ...", exit status 134)."""
+    script = (
+        "import sys; from blockbpe_jax.cli import main; "
+        f"rc = main(['encode', {str(small_text)!r}, '-o', {str(tmp_path / 'o')!r}, '--tiktoken', 'nope']); "
+        "import threading; "
+        "print(rc, [t.name for t in threading.enumerate() if t.name == 'blockbpe-background'])"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "[]"], done.stdout
+    assert "unknown tiktoken encoding 'nope'" in done.stderr and "terminate" not in done.stderr

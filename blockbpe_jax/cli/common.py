@@ -186,8 +186,10 @@ def tokenizer_and_device(args):
 
     thread = threading.Thread(target=start, daemon=True)
     thread.start()
-    tok = load_tokenizer(args.vocab, args.tiktoken)
-    thread.join()
+    try:
+        tok = load_tokenizer(args.vocab, args.tiktoken)
+    finally:  # (a process ending while the thread is inside the client's start-up aborts)
+        thread.join()
     if "error" in found:
         raise found["error"]
     return tok, found["device"]

@@ -48,41 +48,46 @@ def cmd_encode(args) -> int:
     corpus.enable_compilation_cache()  # a second run of the job loads its executables
     # (the input is read while the vocabulary and the accelerator load)
     read = corpus.read_ahead(paths, split=args.split, jsonl_field=args.jsonl_field)
-    tok, device = tokenizer_and_device(args)
-    check_mode(tok, args.mode, device)
-    allowed = parse_allowed_special(args.allowed_special, tok)
-    name = (
-        args.prefix if args.prefix is not None else ("shard-" if args.format in ("npz", "npy") else "shard")
-    )
-    vocab_arg = (
-        dict(tiktoken=args.tiktoken)
-        if args.tiktoken
-        else dict(vocab=str(Path(args.vocab).expanduser().resolve()))
-    )
-    meta = corpus.encode_files(
-        tok,
-        paths,
-        os.path.join(os.path.expanduser(args.output), name),
-        fmt=args.format,
-        split=args.split,
-        jsonl_field=args.jsonl_field,
-        mode=args.mode,
-        allowed_special=allowed,
-        batch_bytes=args.batch_bytes,
-        max_docs=args.batch_size,
-        max_len=args.max_len,
-        pack_width=args.pack_width,
-        shard_tokens=args.shard_tokens,
-        shard_docs=args.shard_size,
-        max_tokens=args.max_tokens,
-        pad_id=args.pad_id or 0,
-        block_size=args.block_size,
-        device=device,
-        overwrite=args.overwrite,
-        progress=not args.quiet,
-        meta=dict(tool=f"{PROG} {version()}", vocab_arg=vocab_arg, device=str(device)),
-        read=read,
-    )
+    try:
+        tok, device = tokenizer_and_device(args)
+        check_mode(tok, args.mode, device)
+        allowed = parse_allowed_special(args.allowed_special, tok)
+        name = (
+            args.prefix
+            if args.prefix is not None
+            else ("shard-" if args.format in ("npz", "npy") else "shard")
+        )
+        vocab_arg = (
+            dict(tiktoken=args.tiktoken)
+            if args.tiktoken
+            else dict(vocab=str(Path(args.vocab).expanduser().resolve()))
+        )
+        meta = corpus.encode_files(
+            tok,
+            paths,
+            os.path.join(os.path.expanduser(args.output), name),
+            fmt=args.format,
+            split=args.split,
+            jsonl_field=args.jsonl_field,
+            mode=args.mode,
+            allowed_special=allowed,
+            batch_bytes=args.batch_bytes,
+            max_docs=args.batch_size,
+            max_len=args.max_len,
+            pack_width=args.pack_width,
+            shard_tokens=args.shard_tokens,
+            shard_docs=args.shard_size,
+            max_tokens=args.max_tokens,
+            pad_id=args.pad_id or 0,
+            block_size=args.block_size,
+            device=device,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+            meta=dict(tool=f"{PROG} {version()}", vocab_arg=vocab_arg, device=str(device)),
+            read=read,
+        )
+    finally:  # (stops the reading when the job did not start: no thread left in native code)
+        read.close()
     mb = sum(p.stat().st_size for p in paths) / 1e6
     secs = meta["seconds"]
     print(
