@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -242,6 +243,7 @@ def _bad_vocab_files(tmp_path: Path) -> list[Path]:
         "output_exists",
         "bad_batch",
         "bad_pack_width",
+        "exact_without_pattern",
     ],
 )
 def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, case):
@@ -286,6 +288,10 @@ def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, c
         "bad_pack_width": (
             ["encode", small_text, "-o", out, "--vocab", vocab_path, "--pack-width", "-1"],
             "--pack-width must be 0 or more, got -1",
+        ),
+        "exact_without_pattern": (  # (a rank file under an unknown name has no pattern)
+            ["encode", small_text, "-o", out, "--vocab", shutil.copy(vocab_path, tmp_path / "mine.tiktoken")],
+            "--mode exact: exact mode is not supported for mine: it has no pre-tokenizer pattern",
         ),
     }[case]
     rc, stdout, err = run_cli(capsys, *argv)
