@@ -45,7 +45,8 @@ tile_bytes: int = 2048
 def set_window_plan(bytes: int, sep_id: int, calls: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> None:
     """
     The calls (int64[C, 6], binding/window_ffi.h: rows, width, T, at, entry, docs) of the next
-    bbpe_encode_window call on the CPU with this sep_id whose window bytes start at address `bytes`.
+    bbpe_encode_window call of this module's platform with this sep_id whose window bytes start
+    at address `bytes` (device memory on a GPU).
     """
 
 def window_scratch_bytes(rows: int, width: int, pretok_stages: int, symbols: int) -> int:

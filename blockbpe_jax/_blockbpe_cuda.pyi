@@ -14,7 +14,8 @@ def registrations() -> dict: ...
 def set_window_plan(bytes: int, sep_id: int, calls: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> None:
     """
     The calls (int64[C, 6], binding/window_ffi.h: rows, width, T, at, entry, docs) of the next
-    bbpe_encode_window call on a GPU with this sep_id whose window bytes start at device address `bytes`.
+    bbpe_encode_window call of this module's platform with this sep_id whose window bytes start
+    at address `bytes` (device memory on a GPU).
     """
 
 class HostStaging:

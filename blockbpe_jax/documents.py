@@ -238,8 +238,8 @@ def _line_windows(
                     sep, take = (join and join.to) or (b"", None)
                     taken = []  # the engine's slot the documents are joined into
 
-                    def into(n: int, longest: int) -> np.ndarray:
-                        taken.append(take(n, longest))
+                    def into(n: int) -> np.ndarray:
+                        taken.append(take(n))
                         return taken[0].host
 
                     split = None

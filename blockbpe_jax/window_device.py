@@ -32,7 +32,7 @@ def device_functions():
     """The jitted steps of a window on the device (built on first use: importing this module
     does not import JAX).
 
-    A window's bytes go to the device once (`WindowBuffers.padded_flat`), with a table of its
+    A window's bytes go to the device once (`WindowBuffers.flat_of`), with a table of its
     documents in plan order (each call's `rows` entries in turn). Its calls, one FFI call for
     all of them (`encode_window`; two where some rows are packed: those have their own
     tables), write into one int32 buffer `raw`: call i's padded ids [rows, T] row-major, then
@@ -163,12 +163,11 @@ class WindowBuffers:
 
         return slot if slot is not None else FlatSlot(size, self.device)
 
-    def padded_flat(self, data: np.ndarray, reach: int):
-        """A slot holding a window's bytes zero-padded to the job's size: at least `reach`
-        bytes past their end (gather_rows reads `width` bytes from every start)."""
-        slot = self.flat_slot(data.size + reach)
+    def flat_of(self, data: np.ndarray):
+        """A slot holding a window's bytes (the window call reads each document's bytes only,
+        so what follows them in the slot is never read)."""
+        slot = self.flat_slot(data.size)
         slot.host[: data.size] = data
-        slot.host[data.size : data.size + reach] = 0  # (nothing reads past it)
         return slot
 
     def give_back_flat(self, slot) -> None:

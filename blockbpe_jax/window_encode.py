@@ -33,7 +33,6 @@ from .window_plan import (
     packed_calls,
     packing,
     plan_batches,
-    pow2_widths,
     window_calls,
 )
 
@@ -46,7 +45,7 @@ NO_ROWS = np.zeros(0, np.int32)  # (an unpacked window's packed rows)
 class JoinInto:
     """Lets the reader join a block's documents straight into the corpus job's page-locked window
     buffers, a separator after each (`encode_documents` opens it when it packs short documents:
-    planning then copies no bytes). open(sep, take): take(bytes, longest document) -> a
+    planning then copies no bytes). open(sep, take): take(bytes) -> a
     staging.FlatSlot with room for them; until then and after close(), windows are plain."""
 
     def __init__(self):
@@ -146,11 +145,6 @@ def encode_documents(
             assume_nfc=nfc,
         )
 
-    def reach(longest: int) -> int:
-        """Zero bytes a window's buffer holds after its documents: the widest call's row may
-        start at any document."""
-        return max(max_len or int(pow2_widths(np.array([longest]))[0]), pack.width if pack else 0)
-
     def host_table(rows: np.ndarray, entries: np.ndarray, size: int) -> np.ndarray:
         """A table of `size` entries (at least): rows int32[2, n] (start in flat, length) at
         `entries`; the other entries are empty rows."""
@@ -173,22 +167,20 @@ def encode_documents(
                 f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
                 f"--max-len {max_len} (use --split chunk:N)"
             )
-        zeros = reach(int(lengths.max()))
         # (packed: a separator after each document; the reader's may hold them already)
         gap = len(pack.sep) - w.sep_len if pack else 0
         size = w.data.size + w.ndocs * gap
-        if size + zeros >= 1 << 31:  # (the table's starts are int32)
+        if size >= 1 << 31:  # (the table's starts are int32)
             raise CorpusError(f"{where(w, 0)}: {size} bytes of documents in one window, 2 GiB or more")
         plan: list[PlannedCall] = []
         end = entries = 0
         alone = np.arange(w.ndocs)
         laid = []  # per call: first packed row (-1: a row per document), table entries it fills
         if pack:
-            slot = w.slot or buffers.flat_slot(size + zeros)  # (the reader's: `join`, the same size)
+            slot = w.slot or buffers.flat_slot(size)  # (the reader's: `join`, the same size)
             flat = slot.host
             into = None if w.slot else flat  # (None: the rows only)
             row_of_doc, packed_rows = native.cpu.pack_documents(w.data, w.offsets, pack.sep, pack.width, into)
-            flat[size : size + zeros] = 0
             doc_start = w.offsets[:-1] - w.offsets[0] + np.arange(w.ndocs) * gap
             alone = np.flatnonzero(row_of_doc < 0)
             full = call_rows(pack.width, batch_bytes, max_docs)
@@ -198,7 +190,7 @@ def encode_documents(
                 end += n_rows * pack.width + len(docs)
                 entries += n_rows
         else:
-            slot = buffers.padded_flat(w.data, zeros)
+            slot = buffers.flat_of(w.data)
             flat = slot.host
             doc_start = w.offsets[:-1]
             row_of_doc = packed_rows = NO_ROWS
@@ -352,7 +344,7 @@ def encode_documents(
     reuse_ids = staging.available(buffers.device) and not getattr(writer, "keeps_ids", True)
     write_failed: list = []
     if join is not None and pack and not nfc:  # (the reader joins each block into a buffer of the pool)
-        join.open(pack.sep, lambda n, longest: buffers.flat_slot(n + reach(longest)))
+        join.open(pack.sep, buffers.flat_slot)
     try:
         # (the writes' thread outlives the finishing one, which submits to it)
         with (

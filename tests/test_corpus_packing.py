@@ -182,7 +182,7 @@ def test_reader_joins_documents_into_the_engines_buffers(tmp_path, monkeypatch, 
     assert joined.count(False) == 1 and joined.count(True) > 5
     # the reader's windows themselves: the documents without their separators
     join = window_encode.JoinInto()
-    join.open(EOT.encode(), lambda n, longest: types.SimpleNamespace(host=np.zeros(n + 7, np.uint8)))
+    join.open(EOT.encode(), lambda n: types.SimpleNamespace(host=np.zeros(n + 7, np.uint8)))
     windows = list(documents.iter_windows([src], jsonl_field="text", window_bytes=4096, join=join))
     assert [b.decode() for w in windows for b in w.blobs] == docs
     assert [w.sep_len for w in windows].count(0) == 1

@@ -38,8 +38,8 @@ def native_reader(block: bytes, field, threads: int = 1, sep: bytes = b""):
     document into a buffer of `into`'s (the corpus job's way), checked and taken off again."""
     asked = []
 
-    def into(n: int, longest: int) -> np.ndarray:
-        asked.append((n, longest))
+    def into(n: int) -> np.ndarray:
+        asked.append(n)
         return np.full(n + 5, 0xAB, np.uint8)  # (longer than asked: the job's buffers are)
 
     out = split_documents(block, field, threads, sep, into if sep else None)
@@ -53,7 +53,7 @@ def native_reader(block: bytes, field, threads: int = 1, sep: bytes = b""):
     docs = [raw[a : b - len(sep)] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
     assert all(raw[b - len(sep) : b] == sep for b in offsets[1:].tolist())
     if sep and docs:
-        assert asked == [(end, max(map(len, docs)))] and raw[end:] == b"\xab" * 5
+        assert asked == [end] and raw[end:] == b"\xab" * 5
     return docs, lines.tolist()
 
 
@@ -192,9 +192,9 @@ def test_join_into_a_buffer_that_does_not_fit():
     block = b'{"text": "abc"}\n{"text": "de"}\n'
     for bad in (np.zeros(7, np.uint8), np.zeros(20, np.int32), np.zeros(40, np.uint8)[::2], b"x" * 20):
         with pytest.raises(ValueError, match="into\\(\\) must return a writable contiguous uint8 array"):
-            split_documents(block, FIELD, 1, b"<s>", lambda n, longest: bad)
+            split_documents(block, FIELD, 1, b"<s>", lambda n: bad)
     with pytest.raises(ZeroDivisionError):  # (its own error goes through)
-        split_documents(block, FIELD, 1, b"<s>", lambda n, longest: 1 / 0)
+        split_documents(block, FIELD, 1, b"<s>", lambda n: 1 / 0)
 
 
 @settings_

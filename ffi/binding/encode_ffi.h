@@ -14,7 +14,7 @@ namespace bbpe {
 
 namespace ffi = xla::ffi;
 
-// Operands in order: data, lengths, the vocabulary and special-token tables, the
+// bind_encode's signature. Operands in order: data, lengths, the vocabulary and special-token tables, the
 // pre-tokenizer tables (pretok/tables.h, PretokView), the NFC composition pairs, the character
 // tables of SentencePiece-style BPE (core/char_symbols.h).
 // Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), symbols (core/char_symbols.h:
@@ -23,22 +23,27 @@ namespace ffi = xla::ffi;
 // disables the whole-piece shortcut), rank_is_id (1: every pair's rank is its merged id, as
 // in tiktoken vocabularies), block_size.
 // Results: ids, counts, workspace.
+
+// The tables' operands, after the batch's (bind_encode, bind_encode_window).
 template <typename Binding>
-auto bind_encode(Binding b) {
-  return std::move(b).template Arg<ffi::Buffer<ffi::U8>>()  // data [..., L]
-      .template Arg<ffi::Buffer<ffi::S32>>()      // lengths [...]
-      .template Arg<ffi::Buffer<ffi::S32>>()      // pair_table [P, 4]
-      .template Arg<ffi::Buffer<ffi::S32>>()      // byte_ids [256]
-      .template Arg<ffi::Buffer<ffi::S32>>()      // piece_table [Q, 4]
-      .template Arg<ffi::Buffer<ffi::S32>>()      // token_offsets [V + 1]
-      .template Arg<ffi::Buffer<ffi::U8>>()       // token_data [D]
-      .template Arg<ffi::Buffer<ffi::S32>>()      // special_offsets [S + 1]
-      .template Arg<ffi::Buffer<ffi::U8>>()       // special_data
-      .template Arg<ffi::Buffer<ffi::S32>>()      // special_ids [max(S, 1)]
-      .template Arg<ffi::Buffer<ffi::U8>>()       // pretok [pretok_operand_bytes(...)]
-      .template Arg<ffi::Buffer<ffi::S32>>()      // nfc_pairs [K, 2] (K >= 1)
-      .template Arg<ffi::Buffer<ffi::S32>>()      // char_table [kCharTableHeader + T * W] or [1]
-      .template Attr<int32_t>("pretok_stages")
+auto bind_tables(Binding b) {
+  return std::move(b).template Arg<ffi::Buffer<ffi::S32>>()  // pair_table [P, 4]
+      .template Arg<ffi::Buffer<ffi::S32>>()                  // byte_ids [256]
+      .template Arg<ffi::Buffer<ffi::S32>>()                  // piece_table [Q, 4]
+      .template Arg<ffi::Buffer<ffi::S32>>()                  // token_offsets [V + 1]
+      .template Arg<ffi::Buffer<ffi::U8>>()                   // token_data [D]
+      .template Arg<ffi::Buffer<ffi::S32>>()                  // special_offsets [S + 1]
+      .template Arg<ffi::Buffer<ffi::U8>>()                   // special_data
+      .template Arg<ffi::Buffer<ffi::S32>>()                  // special_ids [max(S, 1)]
+      .template Arg<ffi::Buffer<ffi::U8>>()                   // pretok [pretok_operand_bytes(...)]
+      .template Arg<ffi::Buffer<ffi::S32>>()                  // nfc_pairs [K, 2] (K >= 1)
+      .template Arg<ffi::Buffer<ffi::S32>>();                 // char_table [kCharTableHeader + T * W] or [1]
+}
+
+// The encode call's attributes (make_table_params, and block_size).
+template <typename Binding>
+auto bind_attributes(Binding b) {
+  return std::move(b).template Attr<int32_t>("pretok_stages")
       .template Attr<int32_t>("symbols")
       .template Attr<int32_t>("run_long")
       .template Attr<int32_t>("run_step")
@@ -47,10 +52,17 @@ auto bind_encode(Binding b) {
       .template Attr<int32_t>("pad_id")
       .template Attr<int32_t>("max_piece_len")
       .template Attr<int32_t>("rank_is_id")
-      .template Attr<int32_t>("block_size")
-      .template Ret<ffi::Buffer<ffi::S32>>()      // ids [..., T]
-      .template Ret<ffi::Buffer<ffi::S32>>()      // counts [...]
-      .template Ret<ffi::Buffer<ffi::U8>>();      // workspace
+      .template Attr<int32_t>("block_size");
+}
+
+template <typename Binding>
+auto bind_encode(Binding b) {
+  // (one expression: a Binding can be returned, not moved into a local)
+  return bind_attributes(bind_tables(std::move(b).template Arg<ffi::Buffer<ffi::U8>>()  // data [..., L]
+                                         .template Arg<ffi::Buffer<ffi::S32>>()))      // lengths [...]
+      .template Ret<ffi::Buffer<ffi::S32>>()  // ids [..., T]
+      .template Ret<ffi::Buffer<ffi::S32>>()  // counts [...]
+      .template Ret<ffi::Buffer<ffi::U8>>();  // workspace
 }
 
 inline bool is_power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
@@ -71,7 +83,9 @@ inline ffi::Error make_table_params(
     ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs, ffi::Buffer<ffi::S32> char_table,
     int32_t pretok_stages, int32_t symbols, int32_t run_long, int32_t run_step, int32_t run_width,
     int32_t normalizer, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id, EncodeParams* p) {
-  auto bad = [target](const std::string& what) { return ffi::Error::InvalidArgument(std::string(target) + ": " + what); };
+  auto bad = [target](const std::string& what) {
+    return ffi::Error::InvalidArgument(std::string(target) + ": " + what);
+  };
   const int64_t pair_rows = pair_table.element_count() / 4;
   if (pair_table.element_count() % 4 != 0 || !is_power_of_two(pair_rows))
     return bad("pair_table must be int32[P, 4] with P a power of two");

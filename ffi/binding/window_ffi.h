@@ -145,30 +145,9 @@ struct WindowArgs {
 // Results: the id buffer, the workspace.
 template <typename Binding>
 auto bind_encode_window(Binding b) {
-  return std::move(b).template Arg<ffi::Buffer<ffi::U8>>()  // bytes
-      .template Arg<ffi::Buffer<ffi::S32>>()                 // table [2, E]
-      .template Arg<ffi::Buffer<ffi::S32>>()                 // pair_table
-      .template Arg<ffi::Buffer<ffi::S32>>()                 // byte_ids
-      .template Arg<ffi::Buffer<ffi::S32>>()                 // piece_table
-      .template Arg<ffi::Buffer<ffi::S32>>()                 // token_offsets
-      .template Arg<ffi::Buffer<ffi::U8>>()                  // token_data
-      .template Arg<ffi::Buffer<ffi::S32>>()                 // special_offsets
-      .template Arg<ffi::Buffer<ffi::U8>>()                  // special_data
-      .template Arg<ffi::Buffer<ffi::S32>>()                 // special_ids
-      .template Arg<ffi::Buffer<ffi::U8>>()                  // pretok
-      .template Arg<ffi::Buffer<ffi::S32>>()                 // nfc_pairs
-      .template Arg<ffi::Buffer<ffi::S32>>()                 // char_table
-      .template Arg<ffi::Buffer<ffi::S32>>()                 // raw (aliased by the first result)
-      .template Attr<int32_t>("pretok_stages")
-      .template Attr<int32_t>("symbols")
-      .template Attr<int32_t>("run_long")
-      .template Attr<int32_t>("run_step")
-      .template Attr<int32_t>("run_width")
-      .template Attr<int32_t>("normalizer")
-      .template Attr<int32_t>("pad_id")
-      .template Attr<int32_t>("max_piece_len")
-      .template Attr<int32_t>("rank_is_id")
-      .template Attr<int32_t>("block_size")
+  return bind_attributes(bind_tables(std::move(b).template Arg<ffi::Buffer<ffi::U8>>()  // bytes
+                                         .template Arg<ffi::Buffer<ffi::S32>>())       // table [2, E]
+                             .template Arg<ffi::Buffer<ffi::S32>>())  // raw (aliased by the first result)
       .template Attr<int32_t>("sep_id")
       .template Ret<ffi::Buffer<ffi::S32>>()  // raw
       .template Ret<ffi::Buffer<ffi::U8>>();  // workspace

@@ -139,23 +139,6 @@ inline bool decode_deferred(Split& split, const std::string* field, int threads)
   return std::all_of(ok.begin(), ok.end(), [](char x) { return x != 0; });
 }
 
-// The longest document of a split block, in bytes.
-inline int64_t longest(const Split& split) {
-  int64_t most = 0;
-  for (const Part& part : split.parts) {
-    size_t q = 0;  // the next deferred document
-    for (size_t j = 0; j < part.ends.size(); ++j) {
-      int64_t n = part.ends[j] - (j ? part.ends[j - 1] : 0);
-      if (q < part.deferred.size() && part.deferred[q].doc == j) {
-        const Deferred& d = part.deferred[q++];
-        for (size_t k = d.first_piece; k < d.first_piece + d.pieces; ++k) n += (int64_t)split.pieces[k].size();
-      }
-      most = std::max(most, n);
-    }
-  }
-  return most;
-}
-
 // The split block's documents joined into `data`, each followed by sep[0, sep_len) (none:
 // sep_len 0), with offsets[docs + 1] (document d is data[offsets[d], offsets[d + 1] - sep_len))
 // and lines[docs] (the line of each, in the block). `data` holds split.bytes + docs * sep_len.

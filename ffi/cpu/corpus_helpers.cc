@@ -23,7 +23,7 @@
 // from the block's first, newlines in the block), or None to give up (the rules: core/jsonl.h).
 // field None: plain lines. Each document is followed by `sep` in data (document i is
 // data[offsets[i], offsets[i + 1] - len(sep))). data: a new uint8 array, or, when `into` is
-// given and the block has documents, what into(bytes, longest document) returned: a writable
+// given and the block has documents, what into(bytes) returned: a writable
 // uint8 array of at least that many bytes (the corpus job's page-locked window buffer), joined
 // into in place.
 static nb::object split_documents(HostArray<const uint8_t, 1> block, std::optional<std::string> field, int threads,
@@ -43,7 +43,7 @@ static nb::object split_documents(HostArray<const uint8_t, 1> block, std::option
   nb::object data_object;
   uint8_t* data;
   if (into && docs) {
-    data_object = (*into)(total, bbpe::jsonl::longest(split));
+    data_object = (*into)(total);
     HostArray<uint8_t, 1> out;
     if (!nb::try_cast(data_object, out, false) || (int64_t)out.shape(0) < total)
       throw nb::value_error("split_documents: into() must return a writable contiguous uint8 array of the bytes asked");

@@ -11,6 +11,7 @@
 
 #include "binding/encode_ffi.h"
 #include "binding/window_ffi.h"
+#include "binding/window_plan_binding.h"
 #include "core/host_threads.h"
 #include "core/pack_strings.h"
 #include "cpu/arrays.h"
@@ -292,15 +293,7 @@ NB_MODULE(_blockbpe_cpu, m) {
   });
   m.attr("smem_max_len") = bbpe::kSmemMaxLen;
   m.attr("tile_bytes") = bbpe::kTileBytes;  // the build's long-row tiles (BLOCKBPE_TILE_BYTES)
-  m.def(
-      "set_window_plan",
-      [](uintptr_t bytes, int32_t sep_id,
-         nb::ndarray<const int64_t, nb::ndim<2>, nb::shape<-1, 6>, nb::c_contig, nb::device::cpu> calls) {
-        bbpe::set_window_plan(bytes, sep_id, calls.data(), calls.shape(0));
-      },
-      nb::arg("bytes"), nb::arg("sep_id"), nb::arg("calls").noconvert(),
-      "The calls (int64[C, 6], binding/window_ffi.h: rows, width, T, at, entry, docs) of the next\n"
-      "bbpe_encode_window call on the CPU with this sep_id whose window bytes start at address `bytes`.");
+  bbpe::bind_set_window_plan(m);
   m.def(
       "window_scratch_bytes",
       [](int64_t rows, int64_t width, int pretok_stages, int symbols) {

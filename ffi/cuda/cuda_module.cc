@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "binding/window_ffi.h"
+#include "binding/window_plan_binding.h"
 #include "core/pack_strings.h"
 #include "nanobind/nanobind.h"
 #include "nanobind/ndarray.h"
@@ -291,15 +292,7 @@ NB_MODULE(_blockbpe_cuda, m) {
     d["bbpe_encode_window"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeWindowCuda));
     return d;
   });
-  m.def(
-      "set_window_plan",
-      [](uintptr_t bytes, int32_t sep_id,
-         nb::ndarray<const int64_t, nb::ndim<2>, nb::shape<-1, 6>, nb::c_contig, nb::device::cpu> calls) {
-        bbpe::set_window_plan(bytes, sep_id, calls.data(), calls.shape(0));
-      },
-      nb::arg("bytes"), nb::arg("sep_id"), nb::arg("calls").noconvert(),
-      "The calls (int64[C, 6], binding/window_ffi.h: rows, width, T, at, entry, docs) of the next\n"
-      "bbpe_encode_window call on a GPU with this sep_id whose window bytes start at device address `bytes`.");
+  bbpe::bind_set_window_plan(m);
   nb::class_<bbpe::HostStaging>(m, "HostStaging")
       .def(nb::init<int>(), nb::arg("device"))
       .def("upload", &bbpe::HostStaging::upload, nb::arg("texts"), nb::arg("max_len"))

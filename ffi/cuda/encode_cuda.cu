@@ -256,5 +256,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCuda, (bbpe::encode_handler<bbpe::encode
 // graph is not shown to work, and measured no faster (BUILD_NOTES, session 17).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked, (bbpe::encode_handler<bbpe::encode_cuda<false>, cudaStream_t>),
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeWindowCuda, (bbpe::window_handler<bbpe::encode_window_cuda, true, cudaStream_t>),
-                              bbpe::bind_encode_window(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
+// Every call of a corpus-job window (binding/window_ffi.h); no host read-back either.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    BbpeEncodeWindowCuda, (bbpe::window_handler<bbpe::encode_window_cuda, true, cudaStream_t>),
+    bbpe::bind_encode_window(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
