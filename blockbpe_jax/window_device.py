@@ -115,9 +115,9 @@ RAW, FLAT, IDS = "raw", "flat", "host ids"
 
 class WindowBuffers:
     """Sizes of a job's window buffers, as high-water marks over its windows (`raw` and the
-    document table: powers of two, the first twice the first window's need; the bytes: a
-    quarter more than the need): every encode call's executable depends on them, so a job
-    should see one or two of each. Buffers of finished windows are kept for the next windows
+    document table: powers of two, the first twice the first window's need; the bytes: half
+    again the need; the window call's workspace): the window call's executable depends on
+    them, so a job should see one or two of each. Buffers of finished windows are kept for the next windows
     and jobs (at most `KEEP` of each kind): a new `raw` costs its zeroing, more than the
     window's steps on the CPU backend; a new `staging.FlatSlot` its page-locked allocation (or page
     faults), more than its copy."""
@@ -127,14 +127,10 @@ class WindowBuffers:
     _lock = threading.Lock()
 
     def __init__(self, device):
-        import jax
-
         self.device, self.slots, self.docs = device, 1 << 12, 1 << 10
         # (a table of 8192 entries is 64 KB: a job seldom outgrows it, and growing it would
-        # compile every call shape again)
+        # compile the window call again)
         self.flat_bytes, self.entries, self.id_slots, self.work = 0, 1 << 13, 0, 0
-        # a window's first offset (a transfer: jnp.zeros would compile, on the job's first window)
-        self.zero = jax.device_put(np.zeros((), np.int32), device)
 
     def raw_slots(self, slots: int) -> int:
         """The size of `raw` for a window that needs `slots`: the job's (twice the need when
@@ -152,8 +148,8 @@ class WindowBuffers:
 
     def flat_slot(self, need: int):
         """A window's byte buffers (`staging.FlatSlot`) of at least `need` bytes (the job's size: half
-        again the largest need so far, since a window that outgrows it compiles every call
-        shape again), a finished window's when one is kept."""
+        again the largest need so far, since a window that outgrows it compiles the window call
+        again), a finished window's when one is kept."""
         with self._lock:
             if need > self.flat_bytes:
                 self.flat_bytes = size_bucket(need + need // 2)
@@ -342,7 +338,7 @@ class CompiledWindows:
 
 
 class CompiledReads:
-    """A window's reads on the device, compiled ahead like the encode steps: `gather` (values
+    """A window's reads on the device, compiled ahead like its encode call: `gather` (values
     of raw at positions: the counts), `finalize` (the ids in input order, `dtype`), and the
     `zeros` a new raw starts as."""
 

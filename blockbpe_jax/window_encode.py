@@ -102,9 +102,10 @@ def encode_documents(
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
     window's ids, back to back in input order in the shard dtype, to `writer.add`.
 
-    A window's bytes and a table of its documents in plan order go to the device once; each
-    call gathers its padded rows from them there (`window_device.device_functions`). On the
-    device, a window's calls write into one buffer and one step puts their ids in input order;
+    A window's bytes and a table of its documents in plan order go to the device once; its
+    calls run as one FFI call (two when some rows are packed: `window_device.CompiledWindows`),
+    each call's padded rows gathered from them there. On the device, a window's calls write
+    into one buffer and one step puts their ids in input order;
     the host copies back the window's counts, then its ids (about 2-4 bytes per token), once
     each. Rows with more tokens than the first pass keeps are encoded again at full width into
     the same buffer before that step. Reading, encoding and writing overlap: a thread reads and

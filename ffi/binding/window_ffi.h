@@ -1,9 +1,9 @@
 // The XLA FFI target `bbpe_encode_window`: every encode call of one corpus-job window
 // (blockbpe_jax/window_encode.py) in one FFI call, shared by the CPU and CUDA handlers.
 //
-// A window's calls differ in rows, width and ids kept, so as separate jitted steps each shape
-// was an executable of its own (compiled per job) and each call a dispatch of its own (XLA's
-// thunks, the interpreter's lock). Here the shapes are a runtime plan: the handler loops over
+// A window's calls differ in rows, width and ids kept: as separate jitted steps each shape
+// would be an executable of its own (compiled per job) and each call a dispatch of its own
+// (XLA's thunks, the interpreter's lock). Here the shapes are a runtime plan: the handler loops over
 // the calls, gathering each call's rows from the window's bytes and encoding them straight into
 // the window's id buffer. The plan does not travel as an operand, which the CUDA handler could
 // only read by waiting for the device: Python leaves it beside the window's bytes, keyed by
@@ -38,7 +38,8 @@ struct WindowCall {
 static_assert(sizeof(WindowCall) == 6 * sizeof(int64_t), "a row of int64[C, 6] is one WindowCall");
 
 // Plans by the address of their window's bytes and their separator (-1: rows of one document
-// each); one per module: the CPU's and the CUDA one's.
+// each); one per module: the CPU's and the CUDA one's. One entry per window buffer the
+// process ever used (the job keeps a few and reuses them), replaced by each new plan.
 class WindowPlans {
  public:
   void set(uintptr_t bytes, int32_t sep_id, std::vector<WindowCall> calls) {
