@@ -1,17 +1,20 @@
 """The corpus job's window FFI call (ffi/binding/window_ffi.h, ops.encode_window): a plan of calls
 of any rows and width, some of packed rows, against `encode` of the same rows one call at a
-time; separator slots against NumPy's; plans that do not fit their buffers refused by name; on
-the CPU and on a GPU."""
+time (a fixed window on the CPU and a GPU, generated ones on the CPU); separator slots against
+NumPy's; plans that do not fit their buffers refused by name."""
 
 from __future__ import annotations
 
 import jax
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from blockbpe_jax import native, ops, window_device
 
 from helpers import BACKENDS, device_for, load_tokenizer
+from strategies import fuzz, runs_text, unicode_text
 
 EOT = "<|endoftext|>"
 
@@ -126,3 +129,76 @@ def test_window_scratch_covers_the_encode_workspace():
     for rows, width in [(1, 16), (256, 16384), (3, 9000), (1024, 4096), (1, 1 << 22)]:
         scratch = native.cpu.window_scratch_bytes(rows, width, 1, 0)
         assert scratch >= rows * width + 12 * rows + native.workspace_bytes(rows, width, 1, 0)
+
+
+@fuzz(20)
+@given(
+    texts=st.lists(unicode_text | runs_text, min_size=1, max_size=24),
+    cuts=st.lists(st.integers(1, 6), min_size=1, max_size=8),
+    keep=st.sampled_from([1, 2, 0]),  # ids kept per row: 1, width // 2 or width + 1
+    packed_width=st.sampled_from([256, 1024]),
+)
+def test_window_call_on_generated_plans(texts, cuts, keep, packed_width):
+    """Generated documents cut into plain calls of random sizes (each of its own power-of-two
+    width, ids kept short enough to truncate some) and packed rows of the same documents: the
+    window call equals `encode` call by call, counts, kept ids and separators alike (CPU)."""
+    device = jax.devices("cpu")[0]
+    tok = load_tokenizer("cl100k", "tiktoken")
+    sep_id = tok.vocab.special_tokens[EOT]
+    blobs = [t.encode("utf-8", "surrogatepass") for t in texts]
+    plain, k = [], 0
+    for n in cuts:
+        if k < len(blobs):
+            plain.append(blobs[k : k + n])
+            k += n
+    packable = [b for b in blobs if EOT.encode() not in b and len(b) + len(EOT) < packed_width]
+    rows, row = [], b""
+    for b in packable:
+        if len(row) + len(b) + len(EOT) > packed_width:
+            rows.append(row)
+            row = b""
+        row += b + EOT.encode()
+    rows += [row] if row else []
+    entries = [b for group in plain for b in group] + rows
+    starts = np.cumsum([0] + [len(b) + 1 for b in entries])[:-1]
+    flat = np.zeros(max(int(starts[-1]) + len(entries[-1]), 1), np.uint8)
+    for s, b in zip(starts, entries):
+        flat[s : s + len(b)] = np.frombuffer(b, np.uint8)
+    table = np.zeros((2, 64), np.int32)
+    table[0, : len(entries)], table[1, : len(entries)] = starts, [len(b) for b in entries]
+    calls, at, entry = [], 0, 0
+    for group in plain:
+        width = max(16, 1 << max(0, max(map(len, group)) - 1).bit_length())
+        T = {1: 1, 2: width // 2, 0: width + 1}[keep]
+        calls.append((len(group), width, T, at, entry, 0))
+        at, entry = at + len(group) * (T + 1), entry + len(group)
+    docs = len(packable)
+    packed = [(len(rows), packed_width, packed_width, at, entry, docs)] if rows else []
+    end = at + (len(rows) * packed_width + docs if rows else 0)
+    flat_d, table_d = jax.device_put(flat, device), jax.device_put(table, device)
+    raw = jax.device_put(np.full(end + 3, 7, np.int32), device)
+    static = dict(mode="exact", block_size=256, assume_nfc=False)
+    plain_step = window_device.CompiledWindows(tok.tables("none", device), device, **static)
+    raw = plain_step(flat_d, table_d, raw, np.array(calls, np.int64), 1)
+    if packed:
+        packed_step = window_device.CompiledWindows(
+            tok.tables({EOT}, device), device, sep_id=sep_id, **static
+        )
+        raw = packed_step(flat_d, table_d, raw, np.array(packed, np.int64), 1)
+    raw = np.asarray(raw)
+    for (n, width, T, at, _, _), group in zip(calls, plain):
+        want = ops.encode(*_rows(group, width), tok.tables("none", device), max_tokens=T)
+        counts = raw[at + n * T : at + n * (T + 1)]
+        np.testing.assert_array_equal(counts, np.asarray(want.counts))
+        for i in range(n):
+            kept = min(int(counts[i]), T)
+            np.testing.assert_array_equal(raw[at + i * T : at + i * T + kept], np.asarray(want.ids)[i, :kept])
+    if packed:
+        n, width, T, at, _, docs = packed[0]
+        want = ops.encode(*_rows(rows, width), tok.tables({EOT}, device), max_tokens=T)
+        ids, counts = np.asarray(want.ids), np.asarray(want.counts)
+        inside = np.arange(T)[None, :] < counts[:, None]
+        where = at + np.flatnonzero(((ids == sep_id) & inside).reshape(-1))
+        assert len(where) == docs
+        np.testing.assert_array_equal(raw[at + n * T : at + n * T + docs], where)
+    np.testing.assert_array_equal(raw[end:], 7)
