@@ -136,6 +136,7 @@ def encode_documents(
     pack = packing(
         tok, mode, allowed_special, min(pack_width, max_len) if max_len and pack_width else pack_width
     )
+    packed_encodes = None  # (made when short documents are packed: only packed calls use it)
     if pack:
         packed_encodes = CompiledWindows(
             tok.tables(pack.allowed, device),
@@ -251,11 +252,9 @@ def encode_documents(
         plan, flat, table, positions = work.plan, work.flat, work.table, work.positions
         slots = buffers.raw_slots(work.end)
         calls = window_calls(plan)
-        parts = [
-            (packed_encodes, calls[calls[:, 5] > 0]) if pack else None,
-            (encodes, calls[calls[:, 5] == 0]),
-        ]
-        parts = [(step, c, buffers.workspace(step.scratch(c))) for step, c in filter(None, parts) if len(c)]
+        packed = calls[:, 5] > 0  # (packed rows have tables of their own: a call of their own)
+        parts = [(step, calls[m]) for step, m in ((packed_encodes, packed), (encodes, ~packed)) if m.any()]
+        parts = [(step, c, buffers.workspace(step.scratch(c))) for step, c in parts]
         ahead = [step.ahead(flat.size, table.shape[1], slots, space) for step, _, space in parts]
         ahead += [reads.gather_ahead(slots, positions.size), reads.zeros_ahead(slots)]
         if speculate:  # (the ids of a window of about 4 bytes a token)

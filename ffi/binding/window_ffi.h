@@ -78,13 +78,19 @@ inline void set_window_plan(uintptr_t bytes, int32_t sep_id, const int64_t* rows
   window_plans().set(bytes, sep_id, std::move(calls));
 }
 
-// A packed row's separators: the ids equal to sep_id among its first min(count, T) (a row
-// flagged with count < 0 has none). The k-th separator of a call, in row order, goes to its
-// slot k < docs as its position in the id buffer (at + row * T + col); slots without one stay
-// -1, which the host reports (window_encode.py).
-BBPE_HD bool separator_at(const int32_t* row_ids, int32_t count, int64_t T, int64_t col, int32_t sep_id) {
-  return col < count && col < T && row_ids[col] == sep_id;
+// Whether a table entry's bytes [start, start + n) lie inside the window's `size` bytes and fit
+// a row of `width`: the handlers gather only such rows (CPU: an error otherwise; CUDA: the row's
+// length -1, which the encode kernel reports as count -1).
+BBPE_HD bool entry_inside(int64_t start, int64_t n, int64_t width, int64_t size) {
+  return start >= 0 && n >= 0 && n <= width && start + n <= size;
 }
+
+// A packed row's separators: the ids equal to sep_id among its first separator_columns (its
+// kept ids; a row flagged with count < 0 has none). The k-th separator of a call, in row
+// order, goes to its slot k < docs as its position in the id buffer (at + row * T + col);
+// slots without one stay -1, which the host reports (window_encode.py).
+BBPE_HD int64_t separator_columns(int32_t count, int64_t T) { return count < 0 ? 0 : (count < T ? count : T); }
+BBPE_HD bool separator_at(const int32_t* row_ids, int64_t col, int32_t sep_id) { return row_ids[col] == sep_id; }
 
 inline int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 

@@ -61,7 +61,7 @@ static ffi::Error encode_window_cpu(const EncodeParams& base, const std::vector<
     lengths.resize((size_t)c.rows);
     for (int64_t r = 0; r < c.rows; ++r) {
       const int64_t start = w.table[c.entry + r], n = w.table[w.entries + c.entry + r];
-      if (start < 0 || n < 0 || n > c.width || start + n > w.size)
+      if (!entry_inside(start, n, c.width, w.size))
         return ffi::Error::InvalidArgument("bbpe_encode_window: table entry " + std::to_string(c.entry + r) +
                                            " reads bytes [" + std::to_string(start) + ", +" + std::to_string(n) +
                                            ") of " + std::to_string(w.size) + " into a row of " +
@@ -85,9 +85,8 @@ static ffi::Error encode_window_cpu(const EncodeParams& base, const std::vector<
     std::fill(slots, slots + c.docs, -1);
     int64_t k = 0;
     for (int64_t r = 0; r < c.rows; ++r)
-      for (int64_t col = 0; col < c.T; ++col)
-        if (separator_at(p.ids + r * c.T, p.counts[r], c.T, col, w.sep_id) && k < c.docs)
-          slots[k++] = (int32_t)(c.at + r * c.T + col);
+      for (int64_t col = 0; col < separator_columns(p.counts[r], c.T); ++col)
+        if (separator_at(p.ids + r * c.T, col, w.sep_id) && k < c.docs) slots[k++] = (int32_t)(c.at + r * c.T + col);
   }
   return ffi::Error::Success();
 }

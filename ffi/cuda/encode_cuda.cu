@@ -125,10 +125,6 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
 // bytes[start, start + n) then zeros; an entry that reaches outside the bytes or the row gets
 // length -1, which the encode kernel reports as count -1. Threads over all the call's bytes, not
 // a block per row: a row of megabytes would be one block's long serial copy.
-__device__ bool entry_inside(int64_t start, int64_t n, int64_t width, int64_t size) {
-  return start >= 0 && n >= 0 && n <= width && start + n <= size;
-}
-
 __global__ void gather_window_rows(const uint8_t* bytes, int64_t size, const int32_t* starts,
                                    const int32_t* lengths, int64_t rows, int64_t width, uint8_t* out,
                                    int32_t* row_lengths) {
@@ -145,18 +141,13 @@ __global__ void gather_window_rows(const uint8_t* bytes, int64_t size, const int
 // row's first one goes (an exclusive scan over the rows), then each one into its slot.
 constexpr int kSeparatorThreads = 256;
 
-__device__ int64_t ids_to_scan(const int32_t* counts, int64_t r, int64_t T) {
-  return counts[r] < 0 ? 0 : (counts[r] < T ? counts[r] : T);
-}
-
 __global__ void __launch_bounds__(kSeparatorThreads)
     count_separators(const int32_t* ids, const int32_t* counts, int64_t T, int32_t sep_id, int32_t* seps) {
   using Reduce = cub::BlockReduce<int, kSeparatorThreads>;
   __shared__ typename Reduce::TempStorage tmp;
-  const int64_t r = blockIdx.x, end = ids_to_scan(counts, r, T);
+  const int64_t r = blockIdx.x, end = separator_columns(counts[r], T);
   int n = 0;
-  for (int64_t col = threadIdx.x; col < end; col += kSeparatorThreads)
-    n += separator_at(ids + r * T, counts[r], T, col, sep_id);
+  for (int64_t col = threadIdx.x; col < end; col += kSeparatorThreads) n += separator_at(ids + r * T, col, sep_id);
   n = Reduce(tmp).Sum(n);
   if (threadIdx.x == 0) seps[r] = n;
 }
@@ -180,11 +171,11 @@ __global__ void __launch_bounds__(kSeparatorThreads)
                      int64_t at, int64_t docs, int32_t* slots) {
   using Scan = cub::BlockScan<int, kSeparatorThreads>;
   __shared__ typename Scan::TempStorage tmp;
-  const int64_t r = blockIdx.x, end = ids_to_scan(counts, r, T);
+  const int64_t r = blockIdx.x, end = separator_columns(counts[r], T);
   int64_t running = first_slot[r];
   for (int64_t done = 0; done < end; done += kSeparatorThreads) {
     const int64_t col = done + threadIdx.x;
-    const int is_sep = col < end && separator_at(ids + r * T, counts[r], T, col, sep_id);
+    const int is_sep = col < end && separator_at(ids + r * T, col, sep_id);
     int k, total;
     Scan(tmp).ExclusiveSum(is_sep, k, total);
     if (is_sep && running + k < docs) slots[running + k] = (int32_t)(at + r * T + col);
