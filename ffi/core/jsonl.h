@@ -30,13 +30,14 @@ struct Deferred {
   const uint8_t* begin;
   const uint8_t* end;
   size_t doc;
+  int64_t at;  // where its text goes in the part's data (before its separator)
   size_t first_piece = 0, pieces = 0;
 };
 
 // One thread's share: the lines starting in [begin, end) (begin at a line start).
 struct Part {
-  std::string data;
-  std::vector<int64_t> ends;   // each document's end in `data`
+  std::string data;            // its documents, each followed by the separator
+  std::vector<int64_t> ends;   // each document's end in `data`, after its separator
   std::vector<int64_t> lines;  // each document's line, counted from the part's first
   std::vector<Deferred> deferred;
   int64_t newlines = 0;
@@ -54,8 +55,8 @@ inline bool blank(const uint8_t* p, const uint8_t* end) {  // bytes.strip() leav
 }
 
 inline void split_part(const uint8_t* begin, const uint8_t* end, const std::string* field,
-                       bool defer_long, Part& part) {
-  part.data.reserve(end - begin);  // (documents never outgrow their lines)
+                       bool defer_long, const std::string& sep, Part& part) {
+  part.data.reserve(end - begin);  // (a first guess: documents never outgrow their lines, separators may)
   std::string scratch;
   int64_t line = 0;
   for (const uint8_t* p = begin; p < end; ++line) {
@@ -65,11 +66,12 @@ inline void split_part(const uint8_t* begin, const uint8_t* end, const std::stri
       const uint8_t* body_end = stop > p && stop[-1] == '\r' ? stop - 1 : stop;
       if (body_end > p) {
         if (defer_long && body_end - p > kLongLine) {  // (checked and copied in pieces)
-          part.deferred.push_back({p, body_end, part.ends.size()});
+          part.deferred.push_back({p, body_end, part.ends.size(), (int64_t)part.data.size()});
         } else {
           if (!valid_utf8(p, body_end)) { part.ok = false; return; }
           part.data.append((const char*)p, body_end - p);
         }
+        part.data += sep;
         part.ends.push_back((int64_t)part.data.size());
         part.lines.push_back(line);
       }
@@ -79,7 +81,9 @@ inline void split_part(const uint8_t* begin, const uint8_t* end, const std::stri
       const bool defer = defer_long && stop - p > kLongLine;
       if (!parser.document(defer)) { part.ok = false; return; }
       parser.scratch.swap(scratch);
-      if (defer) part.deferred.push_back({parser.raw_begin, parser.raw_end, part.ends.size()});
+      if (defer)
+        part.deferred.push_back({parser.raw_begin, parser.raw_end, part.ends.size(), (int64_t)part.data.size()});
+      part.data += sep;
       part.ends.push_back((int64_t)part.data.size());
       part.lines.push_back(line);
     }
@@ -106,7 +110,7 @@ inline const uint8_t* piece_cut(const uint8_t* begin, const uint8_t* at, const u
 struct Split {
   std::vector<Part> parts;
   std::vector<std::string> pieces;
-  int64_t bytes = 0, docs = 0, newlines = 0;  // of the joined documents
+  int64_t bytes = 0, docs = 0, newlines = 0;  // of the joined documents (bytes: separators included)
 };
 
 // The deferred fields (or plain bytes) of long lines, cut into pieces that `threads` threads
@@ -139,14 +143,12 @@ inline bool decode_deferred(Split& split, const std::string* field, int threads)
   return std::all_of(ok.begin(), ok.end(), [](char x) { return x != 0; });
 }
 
-// The split block's documents joined into `data`, each followed by sep[0, sep_len) (none:
-// sep_len 0), with offsets[docs + 1] (document d is data[offsets[d], offsets[d + 1] - sep_len))
-// and lines[docs] (the line of each, in the block). `data` holds split.bytes + docs * sep_len.
-// The copies are spread over `threads` threads by equal ranges of `data` (not by document: one
-// long document would be one thread's copy; a thread copying into fresh memory, its page faults
-// included, takes as long as parsing).
-inline void join_block(const Split& split, uint8_t* data, int64_t* offsets, int64_t* lines, int threads,
-                       const uint8_t* sep = nullptr, int64_t sep_len = 0) {
+// The split block's documents, each followed by its separator, joined into `data` (split.bytes),
+// with offsets[docs + 1] (document d and its separator are data[offsets[d], offsets[d + 1]))
+// and lines[docs] (the line of each, in the block). A part's bytes are one copy but where a
+// long field's pieces go in; the copies are spread over `threads` threads by equal ranges of
+// `data` (not by part or document: one long document would be one thread's copy).
+inline void join_block(const Split& split, uint8_t* data, int64_t* offsets, int64_t* lines, int threads) {
   struct Copy {
     int64_t to;  // where in data (ascending)
     const char* from;
@@ -156,33 +158,25 @@ inline void join_block(const Split& split, uint8_t* data, int64_t* offsets, int6
   int64_t at = 0, doc = 0, line = 0;
   offsets[0] = 0;
   for (const Part& part : split.parts) {
-    size_t q = 0;           // the next deferred document
-    int64_t run_from = 0;  // without separators: the part's bytes not copied yet, one copy per run
+    int64_t from = 0;  // the part's bytes copied so far
+    size_t q = 0;      // the next deferred document
     for (size_t j = 0; j < part.ends.size(); ++j) {
-      const int64_t begin = j ? part.ends[j - 1] : 0, end = part.ends[j];
-      const bool deferred = q < part.deferred.size() && part.deferred[q].doc == j;
-      if (sep_len) copies.push_back({at, part.data.data() + begin, end - begin});
-      else if (deferred) copies.push_back({at - (begin - run_from), part.data.data() + run_from, end - run_from});
-      at += end - begin;
-      if (deferred) {  // its text's pieces, decoded apart, after its bytes in the part
+      if (q < part.deferred.size() && part.deferred[q].doc == j) {  // its pieces, decoded apart
         const Deferred& d = part.deferred[q++];
+        copies.push_back({at + from, part.data.data() + from, d.at - from});
+        int64_t to = at + d.at;
         for (size_t k = d.first_piece; k < d.first_piece + d.pieces; ++k) {
-          copies.push_back({at, split.pieces[k].data(), (int64_t)split.pieces[k].size()});
-          at += (int64_t)split.pieces[k].size();
+          copies.push_back({to, split.pieces[k].data(), (int64_t)split.pieces[k].size()});
+          to += (int64_t)split.pieces[k].size();
         }
-        run_from = end;
+        at = to - d.at;  // (where the part's byte 0 would be, the pieces before counted)
+        from = d.at;
       }
-      if (sep_len) {
-        copies.push_back({at, (const char*)sep, sep_len});
-        at += sep_len;
-      }
-      offsets[doc + (int64_t)j + 1] = at;
+      offsets[doc + (int64_t)j + 1] = at + part.ends[j];
       lines[doc + (int64_t)j] = line + part.lines[j];
     }
-    if (!sep_len) {
-      const int64_t rest = (int64_t)part.data.size() - run_from;
-      copies.push_back({at - rest, part.data.data() + run_from, rest});
-    }
+    copies.push_back({at + from, part.data.data() + from, (int64_t)part.data.size() - from});
+    at += (int64_t)part.data.size();
     doc += (int64_t)part.ends.size();
     line += part.newlines;
   }
@@ -202,7 +196,7 @@ inline void join_block(const Split& split, uint8_t* data, int64_t* offsets, int6
 // beside the reader, and a burst of parsing on every core stalls them for more than the parse
 // gains; a long field is one line that only all threads split fast.) Returns false to give up.
 inline bool split_block(const uint8_t* block, int64_t size, const std::string* field, int threads,
-                        Split& split) {
+                        const std::string& sep, Split& split) {
   std::vector<Part>& parts = split.parts;
   constexpr int64_t kMinPart = 1 << 18;
   const int64_t n = std::max<int64_t>(1, std::min<int64_t>((threads + 1) / 2, size / kMinPart));
@@ -218,7 +212,7 @@ inline bool split_block(const uint8_t* block, int64_t size, const std::string* f
   parts.assign(cuts.size() - 1, Part{});
   const bool defer_long = threads > 1;
   on_threads(parts.size(), (int)parts.size(),
-             [&](size_t k) { split_part(cuts[k], cuts[k + 1], field, defer_long, parts[k]); });
+             [&](size_t k) { split_part(cuts[k], cuts[k + 1], field, defer_long, sep, parts[k]); });
   for (const Part& part : parts)
     if (!part.ok) return false;
   if (!decode_deferred(split, field, threads)) return false;

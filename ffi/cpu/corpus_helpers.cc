@@ -32,14 +32,14 @@ static nb::object split_documents(HostArray<const uint8_t, 1> block, std::option
   const uint8_t* p = block.data();
   const int64_t size = (int64_t)block.shape(0);
   threads = std::max(1, threads);
+  const std::string separator(sep.c_str(), sep.size());
   bool ok;
   {
     nb::gil_scoped_release unlocked;
-    ok = bbpe::jsonl::split_block(p, size, field ? &*field : nullptr, threads, split);
+    ok = bbpe::jsonl::split_block(p, size, field ? &*field : nullptr, threads, separator, split);
   }
   if (!ok) return nb::none();
-  const int64_t sep_len = (int64_t)sep.size(), docs = split.docs, newlines = split.newlines;
-  const int64_t total = split.bytes + docs * sep_len;
+  const int64_t docs = split.docs, newlines = split.newlines, total = split.bytes;
   nb::object data_object;
   uint8_t* data;
   if (into && docs) {
@@ -57,7 +57,7 @@ static nb::object split_documents(HostArray<const uint8_t, 1> block, std::option
   int64_t* lines = new int64_t[docs + 1];
   {
     nb::gil_scoped_release unlocked;
-    bbpe::jsonl::join_block(split, data, offsets, lines, threads, (const uint8_t*)sep.c_str(), sep_len);
+    bbpe::jsonl::join_block(split, data, offsets, lines, threads);
     split = {};  // (its memory freed here, not with the GIL held)
   }
   const size_t offsets_shape[1] = {(size_t)docs + 1}, lines_shape[1] = {(size_t)docs};
