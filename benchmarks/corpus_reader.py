@@ -9,7 +9,7 @@ per document), the documents checked equal.
 Corpora, built from the shared data like benchmarks/corpus_job.py's mixed corpus: JSONL with
 UTF-8 text (ensure_ascii=False), JSONL with every non-ASCII character escaped
 (ensure_ascii=True, json.dumps' default), and plain lines (War and Peace, tiled). Rows:
-  parse    the file's 16 MiB blocks already in memory, split and parsed (the pure parse rate)
+  parse    the file's blocks (WINDOW_BYTES) already in memory, split and parsed (the pure parse rate)
   windows  `documents.iter_windows` on the file: reading included, what the job's reader
            thread does
 Writes DIR/corpus_reader.json and prints a table.

@@ -5,7 +5,7 @@ benchmarks/corpus_job.py builds), with every thread's stack sampled every few mi
 library call they wait in) that the samples landed in most.
 
     python3 benchmarks/profile_corpus.py [--mb 200 | --long-docs 120] [--interval-ms 2] [--out DIR]
-        [--window-mb 16] [--batch-mb 4] [--pack-width 16384] [--call-times [--sync-calls]] [--xla-cache DIR]
+        [--window-mb 32] [--batch-mb 4] [--pack-width 16384] [--call-times [--sync-calls]] [--xla-cache DIR]
         [--in-memory] [--timeline [python]]
 
 --in-memory profiles `encode_files_to_arrays` (the ids left in memory, no shards written).
@@ -210,7 +210,7 @@ def main() -> None:
     ap.add_argument("--interval-ms", type=float, default=2)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--window-mb", type=float, default=16, help="encode_files' window_bytes, in MiB")
+    ap.add_argument("--window-mb", type=float, default=32, help="encode_files' window_bytes, in MiB")
     ap.add_argument("--batch-mb", type=float, default=4, help="encode_files' batch_bytes, in MiB")
     ap.add_argument(
         "--pack-width", type=int, default=DEFAULT_PACK_WIDTH, help="encode_files' pack_width (0: no packing)"
