@@ -96,7 +96,8 @@ def test_encode_lines_equals_encode(capsys, tmp_path, small_text, vocab_path, to
         *encode_argv(small_text, out, vocab_path, "--batch-size", 64, "--shard-size", 200, "--format", "npz"),
     )
     assert rc == 0, err
-    docs = [line for line in small_text.read_bytes().split(b"\n") if line]
+    lines = [line.removesuffix(b"\r") for line in small_text.read_bytes().split(b"\n")]
+    docs = [line for line in lines if line]
     manifest, shards = load_shards(out)
     assert manifest["documents"] == len(docs) and len(shards) == -(-len(docs) // 200)
     assert manifest["mode"] == "exact" and manifest["truncated_documents"] == 0
@@ -157,6 +158,27 @@ def test_encode_jsonl(capsys, tmp_path, vocab_path, tok):
     docs = [r["text"].encode() for r in rows]
     check_shards_equal_encode(tok, shards, docs, mode="exact")
     assert shards[0]["position"].tolist() == list(range(1, 41))
+
+
+def test_encode_window_bytes(capsys, tmp_path, monkeypatch, small_text, vocab_path, tok):
+    """--window-bytes: the file read in windows of ~1 KB (dozens of windows) gives the documents'
+    `encode_batch` ids, as the default window does."""
+    from blockbpe_jax import corpus
+    from blockbpe_jax.corpus import read_shards
+
+    asked = []  # the window sizes the job's reader was given
+    read = corpus.iter_windows
+    monkeypatch.setattr(corpus, "iter_windows", lambda *a, **k: asked.append(a[4]) or read(*a, **k))
+    lines = [line.removesuffix(b"\r") for line in small_text.read_bytes().split(b"\n")]
+    docs = [line for line in lines if line]
+    ids, counts = map(np.asarray, tok.encode_batch(docs))
+    want = [row[:n].tolist() for row, n in zip(ids, counts)]
+    for extra in ((), ("--window-bytes", 1000)):
+        out = tmp_path / f"w{len(extra)}"
+        rc, _, err = run_cli(capsys, *encode_argv(small_text, out, vocab_path, "--format", "flat", *extra))
+        assert rc == 0, err
+        assert [d.tolist() for d in read_shards(out / "shard")] == want
+    assert asked == [corpus.WINDOW_BYTES, 1000]
 
 
 def test_encode_allowed_special(capsys, tmp_path, vocab_path, tok):
@@ -243,6 +265,7 @@ def _bad_vocab_files(tmp_path: Path) -> list[Path]:
         "output_exists",
         "bad_batch",
         "bad_pack_width",
+        "bad_window_bytes",
         "exact_without_pattern",
     ],
 )
@@ -288,6 +311,10 @@ def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, c
         "bad_pack_width": (
             ["encode", small_text, "-o", out, "--vocab", vocab_path, "--pack-width", "-1"],
             "--pack-width must be 0 or more, got -1",
+        ),
+        "bad_window_bytes": (
+            ["encode", small_text, "-o", out, "--vocab", vocab_path, "--window-bytes", "0"],
+            "--window-bytes",
         ),
         "exact_without_pattern": (  # (a rank file under an unknown name has no pattern)
             ["encode", small_text, "-o", out, "--vocab", shutil.copy(vocab_path, tmp_path / "mine.tiktoken")],

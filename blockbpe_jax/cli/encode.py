@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..documents import SPLITS_HELP
+from ..documents import SPLITS_HELP, WINDOW_BYTES
 from ..window_plan import DEFAULT_PACK_WIDTH
 from .common import (
     PROG,
@@ -33,6 +33,7 @@ def cmd_encode(args) -> int:
         ("--max-tokens", args.max_tokens),
         ("--max-len", args.max_len),
         ("--batch-bytes", args.batch_bytes),
+        ("--window-bytes", args.window_bytes),
         ("--shard-tokens", args.shard_tokens),
     )
     if args.pack_width < 0:
@@ -47,7 +48,9 @@ def cmd_encode(args) -> int:
         raise CLIError("--verify checks flat shards (--format flat)")
     corpus.enable_compilation_cache()  # a second run of the job loads its executables
     # (the input is read while the vocabulary and the accelerator load)
-    read = corpus.read_ahead(paths, split=args.split, jsonl_field=args.jsonl_field)
+    read = corpus.read_ahead(
+        paths, split=args.split, jsonl_field=args.jsonl_field, window_bytes=args.window_bytes
+    )
     try:
         tok, device = tokenizer_and_device(args)
         check_mode(tok, args.mode, device)
@@ -69,6 +72,7 @@ def cmd_encode(args) -> int:
             fmt=args.format,
             split=args.split,
             jsonl_field=args.jsonl_field,
+            window_bytes=args.window_bytes,
             mode=args.mode,
             allowed_special=allowed,
             batch_bytes=args.batch_bytes,
@@ -199,6 +203,14 @@ def add_parsers(sub) -> None:
         "4 MiB); a longer document is encoded alone, whole",
     )
     e.add_argument("--batch-size", type=int, metavar="B", help="at most B documents per encode call")
+    e.add_argument(
+        "--window-bytes",
+        type=int,
+        default=WINDOW_BYTES,
+        metavar="N",
+        help=f"input bytes read, planned and sent to the device at a time (default {WINDOW_BYTES >> 20} "
+        "MiB); the job's buffers, on the device too, grow with it",
+    )
     e.add_argument(
         "--pack-width",
         type=int,
