@@ -146,6 +146,25 @@ struct WindowArgs {
   int32_t sep_id;  // the separator's id in rows of packed documents (-1: none packed)
 };
 
+// Where a call's results go in the id buffer: its ids [rows, T] at `at`, then one count per row
+// or, for packed rows, its documents' separator slots.
+inline int32_t* after_ids(const WindowCall& c, int32_t* raw) { return raw + c.at + c.rows * c.T; }
+
+// A call's encode: its gathered rows (uint8[rows, width]) and their lengths, its ids into the id
+// buffer; its counts after them, or (packed rows, whose slots hold separators) into `counts`.
+inline EncodeParams window_call_params(const EncodeParams& base, const WindowCall& c, int32_t* raw,
+                                       const uint8_t* rows, const int32_t* lengths, int32_t* counts) {
+  EncodeParams p = base;
+  p.data = rows;
+  p.lengths = lengths;
+  p.batch = c.rows;
+  p.max_len = (int32_t)c.width;
+  p.max_tokens = (int32_t)c.T;
+  p.ids = raw + c.at;
+  p.counts = c.docs ? counts : after_ids(c, raw);
+  return p;
+}
+
 // Operands: the window's bytes (uint8[N]), its table (int32[2, E]), the encode call's tables
 // (encode_ffi.h, bind_encode: pair_table .. char_table) and the id buffer int32[R], which the
 // result aliases; the encode call's attributes and sep_id (-1: a plan without packed rows).

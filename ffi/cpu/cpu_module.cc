@@ -69,19 +69,12 @@ static ffi::Error encode_window_cpu(const EncodeParams& base, const std::vector<
       std::memcpy(rows.data() + r * c.width, w.bytes + start, (size_t)n);
       lengths[(size_t)r] = (int32_t)n;
     }
-    EncodeParams p = base;
-    p.data = rows.data();
-    p.lengths = lengths.data();
-    p.batch = c.rows;
-    p.max_len = (int32_t)c.width;
-    p.max_tokens = (int32_t)c.T;
-    p.ids = w.raw + c.at;
     counts.resize((size_t)c.rows);
-    p.counts = c.docs ? counts.data() : w.raw + c.at + c.rows * c.T;
+    const EncodeParams p = window_call_params(base, c, w.raw, rows.data(), lengths.data(), counts.data());
     const ffi::Error err = encode_cpu(p, block_size);
     if (err.failure()) return err;
     if (!c.docs) continue;
-    int32_t* slots = w.raw + c.at + c.rows * c.T;
+    int32_t* slots = after_ids(c, w.raw);
     std::fill(slots, slots + c.docs, -1);
     int64_t k = 0;
     for (int64_t r = 0; r < c.rows; ++r)

@@ -196,20 +196,13 @@ ffi::Error encode_window_cuda(cudaStream_t stream, const EncodeParams& base, con
     const int64_t gather_blocks = std::min<int64_t>((c.rows * c.width + 1023) / 1024, 1 << 16);
     gather_window_rows<<<(unsigned)gather_blocks, 256, 0, stream>>>(
         w.bytes, w.size, w.table + c.entry, w.table + w.entries + c.entry, c.rows, c.width, rows, lengths);
-    EncodeParams p = base;
-    p.data = rows;
-    p.lengths = lengths;
-    p.batch = c.rows;
-    p.max_len = (int32_t)c.width;
-    p.max_tokens = (int32_t)c.T;
-    p.ids = w.raw + c.at;
-    p.counts = c.docs ? counts : w.raw + c.at + c.rows * c.T;
+    EncodeParams p = window_call_params(base, c, w.raw, rows, lengths, counts);
     p.workspace = w.workspace + s.encode_at;
     p.workspace_size = s.bytes - s.encode_at;
     const ffi::Error err = encode_cuda<false>(stream, p, block_size);
     if (err.failure()) return err;
     if (!c.docs) continue;
-    int32_t* slots = w.raw + c.at + c.rows * c.T;
+    int32_t* slots = after_ids(c, w.raw);
     cudaMemsetAsync(slots, 0xFF, (size_t)c.docs * sizeof(int32_t), stream);  // (-1: no separator)
     count_separators<<<(unsigned)c.rows, kSeparatorThreads, 0, stream>>>(p.ids, counts, c.T, w.sep_id, seps);
     exclusive_scan_rows<<<1, kSeparatorThreads, 0, stream>>>(seps, c.rows);
