@@ -200,11 +200,11 @@ def test_bad_lengths_without_the_host_check(prose):
 
 
 @pytest.fixture(scope="module")
-def nfc_tok(data_dir):
+def nfc_tok():
     """llama3's vocabulary with an NFC normalizer (a one-stage pre-tokenizer)."""
     from tokenizers import Tokenizer
 
-    path = data_dir / "vocab" / "llama3" / "tokenizer.json"
+    path = vocab_path("llama3", "json")  # (skips where the file is absent)
     doc = json.loads(path.read_bytes())
     doc["normalizer"] = {"type": "NFC"}
     tok = bb.Tokenizer.from_hf(Tokenizer.from_str(json.dumps(doc)))
