@@ -84,6 +84,14 @@ struct Scans {
   };
 };
 
+// The lowest `lo` and highest `hi` of the warp's lanes, in every lane.
+__device__ __forceinline__ void warp_min_max(int& lo, int& hi) {
+  for (int d = 16; d > 0; d /= 2) {
+    lo = min(lo, __shfl_xor_sync(~0u, lo, d));
+    hi = max(hi, __shfl_xor_sync(~0u, hi, d));
+  }
+}
+
 // Shared-memory-lean blocks fit four to an SM at 256 threads (64 registers per thread).
 template <int kThreads>
 constexpr int kMinBlocksPerSm = kThreads >= 1024 ? 1 : 1024 / kThreads;
@@ -109,6 +117,29 @@ cudaError_t allow_all_smem() {
                                optin - (int)attributes.sharedSizeBytes);
   if (err == cudaSuccess) done.fetch_or(bit, std::memory_order_release);
   return err;
+}
+
+// The grid of a kernel that strides over `work` blocks' worth of items (for_each_tile): one
+// wave, as many of its blocks as the current device runs at once, where a block per item would
+// cost the scheduling of every item though most return at once. Counted once per device
+// (`threads` and `smem` are the same at every launch of `kKernel`).
+template <auto kKernel>
+cudaError_t one_wave(int threads, size_t smem, unsigned work, unsigned& grid) {
+  static std::atomic<unsigned> wave_of[64];  // per device: 0 until counted
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  unsigned wave = wave_of[device & 63].load(std::memory_order_relaxed);
+  if (wave == 0) {
+    int sms = 0, per_sm = 0;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, smem);
+    if (err != cudaSuccess) return err;
+    wave = (unsigned)(sms * per_sm > 1 ? sms * per_sm : 1);
+    wave_of[device & 63].store(wave, std::memory_order_relaxed);
+  }
+  grid = work < wave ? work : wave;
+  return cudaSuccess;
 }
 
 }  // namespace

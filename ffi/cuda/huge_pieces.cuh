@@ -80,17 +80,16 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_windows(
     const __grid_constant__ EncodeParams p) {
   __shared__ typename Scans<kThreads>::Storage tmp;
-  const RowArrays r = row_arrays(p, row_of_block(p));
-  const TileAt t = which_tile(p, r);
-  if (!t.live) return;
-  if (threadIdx.x == 0) {
-    r.info[t.tile].reach = 0;
-    if (t.tile == 0) r.info[0].reach_used = 0;
-  }
-  for (int w = 0; w < 2; ++w) {  // (both live only where one huge piece ends and another starts)
-    const WindowAt at = window_at(p, r, t.tile, w, false);
-    if (at.live) encode_window<kThreads>(p, r, t.tile, w, at, tmp);
-  }
+  for_each_tile(p, [&](const RowArrays& r, const TileAt& t) {
+    if (threadIdx.x == 0) {
+      r.info[t.tile].reach = 0;
+      if (t.tile == 0) r.info[0].reach_used = 0;
+    }
+    for (int w = 0; w < 2; ++w) {  // (both live only where one huge piece ends and another starts)
+      const WindowAt at = window_at(p, r, t.tile, w, false);
+      if (at.live) encode_window<kThreads>(p, r, t.tile, w, at, tmp);
+    }
+  });
 }
 
 // Second round: window 0 of a tile whose left boundary had no shared token, from kReachBack
@@ -99,10 +98,10 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_reach(
     const __grid_constant__ EncodeParams p) {
   __shared__ typename Scans<kThreads>::Storage tmp;
-  const RowArrays r = row_arrays(p, row_of_block(p));
-  const TileAt t = which_tile(p, r);
-  if (!t.live || r.info[t.tile].reach <= 0 || r.info[r.info[t.tile].cont_lo / kTileBytes].fallback) return;
-  encode_window<kThreads>(p, r, t.tile, 0, window_at(p, r, t.tile, 0, true), tmp);
+  for_each_tile(p, [&](const RowArrays& r, const TileAt& t) {
+    if (r.info[t.tile].reach <= 0 || r.info[r.info[t.tile].cont_lo / kTileBytes].fallback) return;
+    encode_window<kThreads>(p, r, t.tile, 0, window_at(p, r, t.tile, 0, true), tmp);
+  });
 }
 
 // The boundary at the end of the tile, when a huge piece crosses it: the left window is the
@@ -116,43 +115,42 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_reac
 template <int kThreads, bool kSecond>
 __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ EncodeParams p) {
   __shared__ int best;
-  const RowArrays r = row_arrays(p, row_of_block(p));
-  const TileAt t = which_tile(p, r);
-  if (!t.live) return;
-  const TileInfo& info = r.info[t.tile];
-  const int x = (t.tile + 1) * kTileBytes;
-  const int wl = info.huge_lo >= 0 ? 1 : (info.cont_lo >= 0 && info.cont_hi > x ? 0 : -1);
-  if (wl < 0) return;
-  // (First pass: flags set by other blocks of this pass must not change which frame is read.
-  // Both: whether a block returns depends only on flags no block of the pass writes.)
-  const bool reach_l = kSecond && wl == 0 && info.reach > 0, reach_r = kSecond && r.info[t.tile + 1].reach > 0;
-  if (kSecond && !reach_l && !reach_r) return;
-  const WindowAt left = window_at(p, r, t.tile, wl, reach_l), right = window_at(p, r, t.tile + 1, 0, reach_r);
-  const int n_left = info.win_count[wl], n_right = r.info[t.tile + 1].win_count[0];
-  const int32_t* l_ids = window_array(left, kWindowIds);
-  const int32_t* l_starts = window_array(left, kWindowStarts);
-  const int32_t* r_ids = window_array(right, kWindowIds);
-  const int32_t* r_starts = window_array(right, kWindowStarts);
-  if (threadIdx.x == 0) best = INT_MAX;
-  __syncthreads();
-  // The left window's tokens that start inside the right window (a shared token lies in both)
-  // and after the end of the left window of the tile's own left boundary, which ends its
-  // stitch token there: a window reaching back covers that boundary too, and the stitches
-  // must stay in order without reading each other's results.
-  const int from =
-      first_start_at(l_starts, 0, n_left, max(right.bytes.lo, t.tile * kTileBytes + stitch_margin(p)));
-  for (int i = from + threadIdx.x; i < n_left; i += kThreads)
-    if (shared_token(r_ids, r_starts, n_right, l_starts[i], l_ids[i]) >= 0) atomicMin(&best, i);
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  if (best == INT_MAX || p.stitch_margin < 0) {
-    const int slot = !kSecond && second_round(p) ? atomicAdd(&r.info[0].reach_used, 1) : -1;
-    if (slot >= 0 && slot < reach_frames_per_row(p.max_len)) r.info[t.tile + 1].reach = slot + 1;
-    else r.info[left.piece_lo / kTileBytes].fallback = 1;
-    return;
-  }
-  r.info[t.tile].emit_to[wl] = best + 1;
-  r.info[t.tile + 1].emit_from[0] = shared_token(r_ids, r_starts, n_right, l_starts[best], l_ids[best]) + 1;
+  for_each_tile(p, [&](const RowArrays& r, const TileAt& t) {
+    const TileInfo& info = r.info[t.tile];
+    const int x = (t.tile + 1) * kTileBytes;
+    const int wl = info.huge_lo >= 0 ? 1 : (info.cont_lo >= 0 && info.cont_hi > x ? 0 : -1);
+    if (wl < 0) return;
+    // (First pass: flags set by other blocks of this pass must not change which frame is read.
+    // Both: whether a block returns depends only on flags no block of the pass writes.)
+    const bool reach_l = kSecond && wl == 0 && info.reach > 0, reach_r = kSecond && r.info[t.tile + 1].reach > 0;
+    if (kSecond && !reach_l && !reach_r) return;
+    const WindowAt left = window_at(p, r, t.tile, wl, reach_l), right = window_at(p, r, t.tile + 1, 0, reach_r);
+    const int n_left = info.win_count[wl], n_right = r.info[t.tile + 1].win_count[0];
+    const int32_t* l_ids = window_array(left, kWindowIds);
+    const int32_t* l_starts = window_array(left, kWindowStarts);
+    const int32_t* r_ids = window_array(right, kWindowIds);
+    const int32_t* r_starts = window_array(right, kWindowStarts);
+    if (threadIdx.x == 0) best = INT_MAX;
+    __syncthreads();
+    // The left window's tokens that start inside the right window (a shared token lies in both)
+    // and after the end of the left window of the tile's own left boundary, which ends its
+    // stitch token there: a window reaching back covers that boundary too, and the stitches
+    // must stay in order without reading each other's results.
+    const int from =
+        first_start_at(l_starts, 0, n_left, max(right.bytes.lo, t.tile * kTileBytes + stitch_margin(p)));
+    for (int i = from + threadIdx.x; i < n_left; i += kThreads)
+      if (shared_token(r_ids, r_starts, n_right, l_starts[i], l_ids[i]) >= 0) atomicMin(&best, i);
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    if (best == INT_MAX || p.stitch_margin < 0) {
+      const int slot = !kSecond && second_round(p) ? atomicAdd(&r.info[0].reach_used, 1) : -1;
+      if (slot >= 0 && slot < reach_frames_per_row(p.max_len)) r.info[t.tile + 1].reach = slot + 1;
+      else r.info[left.piece_lo / kTileBytes].fallback = 1;
+      return;
+    }
+    r.info[t.tile].emit_to[wl] = best + 1;
+    r.info[t.tile + 1].emit_from[0] = shared_token(r_ids, r_starts, n_right, l_starts[best], l_ids[best]) + 1;
+  });
 }
 
 // The huge piece that starts in the tile, merged whole (the row's arrays over the piece are
@@ -161,22 +159,21 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_fallback(
     const __grid_constant__ EncodeParams p) {
   __shared__ typename Scans<kThreads>::Storage tmp;
-  const RowArrays r = row_arrays(p, row_of_block(p));
-  const TileAt t = which_tile(p, r);
-  if (!t.live) return;
-  TileInfo& info = r.info[t.tile];
-  if (info.huge_lo < 0 || !info.fallback) return;
-  if (p.stitch_margin >= 0 && (p.stitch_margin & kNoFallback)) {
-    if (threadIdx.x == 0) info.huge_count = 0;
-    return;
-  }
-  const int lo = info.huge_lo;
-  BlockArrays a = r.a;
-  a.tok += lo; a.rank += lo; a.next_tok += lo; a.next_rank += lo; a.merged += lo;
-  const int n = merge_piece<kThreads>(p.vocab, a, r.a.text + lo, info.huge_hi - lo, piece_smem(), tmp);
-  int32_t* out = r.a.merged + lo;  // (merged: free after the passes)
-  for (int j = threadIdx.x; j < n; j += kThreads) out[j] = token_id(a.tok[j]);
-  if (threadIdx.x == 0) info.huge_count = n;
+  for_each_tile(p, [&](const RowArrays& r, const TileAt& t) {
+    TileInfo& info = r.info[t.tile];
+    if (info.huge_lo < 0 || !info.fallback) return;
+    if (p.stitch_margin >= 0 && (p.stitch_margin & kNoFallback)) {
+      if (threadIdx.x == 0) info.huge_count = 0;
+      return;
+    }
+    const int lo = info.huge_lo;
+    BlockArrays a = r.a;
+    a.tok += lo; a.rank += lo; a.next_tok += lo; a.next_rank += lo; a.merged += lo;
+    const int n = merge_piece<kThreads>(p.vocab, a, r.a.text + lo, info.huge_hi - lo, piece_smem(), tmp);
+    int32_t* out = r.a.merged + lo;  // (merged: free after the passes)
+    for (int j = threadIdx.x; j < n; j += kThreads) out[j] = token_id(a.tok[j]);
+    if (threadIdx.x == 0) info.huge_count = n;
+  });
 }
 
 // The tokens tile k puts out: its huge pieces' shares and the segments that start in it.

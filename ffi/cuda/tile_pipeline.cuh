@@ -6,6 +6,7 @@
 // linkage (an unnamed namespace), as the kernels are private to the module.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "binding/encode_params.h"
@@ -119,8 +120,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_enco
   const int hi = t.hi;
   if (threadIdx.x == 0) { first = end = r.n; last = -1; }
   __syncthreads();
-  for (int i = t.lo + threadIdx.x; i < hi; i += kThreads)
-    if (segment_starts_at(r.a.is_special, r.a.piece_start, i)) { atomicMin(&first, i); atomicMax(&last, i); }
+  // (each thread's first and last start, then one atomic a warp: a text starts a segment every
+  // few bytes, and atomics on one shared word are served one at a time)
+  const auto starts_at = [&](int i) { return segment_starts_at(r.a.is_special, r.a.piece_start, i); };
+  int my_first = INT_MAX, my_last = -1;
+#pragma unroll
+  for (int k = 0; k < kTileItems<kThreads>; ++k) {
+    const int i = t.lo + k * kThreads + (int)threadIdx.x;
+    if (i < hi && starts_at(i)) { my_first = min(my_first, i); my_last = i; }
+  }
+  warp_min_max(my_first, my_last);
+  if (threadIdx.x % 32 == 0 && my_last >= 0) { atomicMin(&first, my_first); atomicMax(&last, my_last); }
   __syncthreads();
   const int s0 = first;
   TileInfo& info = r.info[t.tile];
@@ -128,19 +138,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_enco
     if (threadIdx.x == 0) { info.first = s0; info.count = 0; info.huge_lo = -1; }
     return;
   }
-  // The end: windows of kScanBytes after the tile, each thread a run of bytes (a huge piece's
-  // end is one block's serial scan: steps of 4096 bytes whatever the tile size).
-  constexpr int kScanBytes = 4096, kItems = kScanBytes / kThreads;
-  for (int w = hi; w < r.n; w += kScanBytes) {
-    bool found = false;
-    for (int i = w + (int)threadIdx.x * kItems; i < min(w + (int)(threadIdx.x + 1) * kItems, r.n); ++i)
-      if (segment_starts_at(r.a.is_special, r.a.piece_start, i)) { atomicMin(&end, i); found = true; break; }
-    if (__syncthreads_or(found)) break;
+  // The end, the first segment start from hi on: mostly a few bytes on, so first the kThreads
+  // bytes there, one a thread; past them (a huge piece) windows of kScanBytes, each thread a run
+  // of bytes (a huge piece's end is one block's serial scan: steps of 4096 bytes whatever the
+  // tile size).
+  int my_end = hi + (int)threadIdx.x < r.n && starts_at(hi + (int)threadIdx.x) ? hi + (int)threadIdx.x : INT_MAX;
+  if (!__syncthreads_or(my_end < INT_MAX)) {
+    constexpr int kScanBytes = 4096, kItems = kScanBytes / kThreads;
+    for (int w = hi + kThreads; w < r.n; w += kScanBytes) {
+      for (int i = w + (int)threadIdx.x * kItems; i < min(w + (int)(threadIdx.x + 1) * kItems, r.n); ++i)
+        if (starts_at(i)) { my_end = i; break; }
+      if (__syncthreads_or(my_end < INT_MAX)) break;
+    }
   }
+  int unused = -1;
+  warp_min_max(my_end, unused);
+  if (threadIdx.x % 32 == 0 && my_end < INT_MAX) atomicMin(&end, my_end);
   __syncthreads();
   const bool huge = !r.a.is_special[last] && huge_piece(last, end);
   const int m = (huge ? last : end) - s0;
   int count = 0;
+  clock.mark(kClockLoad);  // (the tile's stretch found)
   if (m > 0) {
     BlockArrays a = r.a;
     a.text += s0; a.piece_start += s0; a.is_special += s0;
@@ -148,7 +166,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_enco
     int32_t* out = r.a.merged + s0;
     bool has_long;
     count = encode_segments<kThreads>(p, a, m, m, out, m, has_long, tmp, clock);
+    clock.mark(has_long ? kClockPasses : kClockOutput);
+    clock.count(kClockLongBlocks, has_long);
   }
+  clock.count(kClockBlocks, true);
   if (threadIdx.x == 0) {
     info.first = s0; info.count = count;
     info.huge_lo = huge ? last : -1; info.huge_hi = end; info.fallback = 0;
@@ -218,15 +239,22 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
   row_states<kThreads, true><<<rows, kThreads, 0, stream>>>(p);
   tile_pretokenize<kThreads, kFlags><<<tiles, kThreads, 0, stream>>>(p, false);
   tile_encode<kThreads><<<tiles, kThreads, 0, stream>>>(p);
-  // (windows in warp sub-windows: kHugeThreads, whatever the call's block size)
+  // (windows in warp sub-windows: kHugeThreads, whatever the call's block size; each kernel a
+  // wave of blocks over the tiles, few of which hold a huge piece)
+  unsigned windows = 0, reach = 0, stitch = 0, stitch_again = 0, fallback = 0;
   for (const cudaError_t err : {allow_all_smem<huge_windows<kHugeThreads>>(), allow_all_smem<huge_reach<kHugeThreads>>(),
-                                allow_all_smem<huge_fallback<kThreads>>()})
+                                allow_all_smem<huge_fallback<kThreads>>(),
+                                one_wave<huge_windows<kHugeThreads>>(kHugeThreads, kHugeSmemBytes, tiles, windows),
+                                one_wave<huge_reach<kHugeThreads>>(kHugeThreads, kHugeSmemBytes, tiles, reach),
+                                one_wave<huge_stitch<kThreads, false>>(kThreads, 0, tiles, stitch),
+                                one_wave<huge_stitch<kThreads, true>>(kThreads, 0, tiles, stitch_again),
+                                one_wave<huge_fallback<kThreads>>(kThreads, kSmemPieceBytes, tiles, fallback)})
     if (err != cudaSuccess) return err;
-  huge_windows<kHugeThreads><<<tiles, kHugeThreads, kHugeSmemBytes, stream>>>(p);
-  huge_stitch<kThreads, false><<<tiles, kThreads, 0, stream>>>(p);
-  huge_reach<kHugeThreads><<<tiles, kHugeThreads, kHugeSmemBytes, stream>>>(p);
-  huge_stitch<kThreads, true><<<tiles, kThreads, 0, stream>>>(p);
-  huge_fallback<kThreads><<<tiles, kThreads, kSmemPieceBytes, stream>>>(p);
+  huge_windows<kHugeThreads><<<windows, kHugeThreads, kHugeSmemBytes, stream>>>(p);
+  huge_stitch<kThreads, false><<<stitch, kThreads, 0, stream>>>(p);
+  huge_reach<kHugeThreads><<<reach, kHugeThreads, kHugeSmemBytes, stream>>>(p);
+  huge_stitch<kThreads, true><<<stitch_again, kThreads, 0, stream>>>(p);
+  huge_fallback<kThreads><<<fallback, kThreads, kSmemPieceBytes, stream>>>(p);
   row_token_offsets<kThreads><<<rows, kThreads, 0, stream>>>(p);
   tile_output<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   return cudaGetLastError();

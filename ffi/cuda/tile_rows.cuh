@@ -66,25 +66,40 @@ __device__ __forceinline__ bool segment_starts_at(const uint8_t* is_special, con
   return is_special[i] == 2 || (!is_special[i] && byte_starts_segment(i, is_special, piece_start));
 }
 
-// The (row, tile) of a per-tile block: blockIdx.x = row * tiles_per_row + tile.
+// The (row, tile) of a per-tile block: block index = row * tiles_per_row + tile (blockIdx.x, or
+// an index for_each_tile strides over).
 struct TileAt {
   int64_t b;
   int tile;
   int lo, hi;  // the tile's bytes [lo, hi) within the row (hi clipped to the row's length)
   bool live;   // false for a tile past the row's end or a row with a bad length
 };
-__device__ __forceinline__ TileAt which_tile(const EncodeParams& p, const RowArrays& r) {
+__device__ __forceinline__ TileAt which_tile(const EncodeParams& p, const RowArrays& r, int64_t block = blockIdx.x) {
   const int tiles = (int)tiles_per_row(p.max_len);
   TileAt t;
-  t.b = blockIdx.x / tiles;
-  t.tile = (int)(blockIdx.x % tiles);
+  t.b = block / tiles;
+  t.tile = (int)(block % tiles);
   t.lo = t.tile * kTileBytes;
   t.hi = min(t.lo + kTileBytes, r.n);
   t.live = r.n >= 0 && t.lo < r.n;
   return t;
 }
-__device__ __forceinline__ int64_t row_of_block(const EncodeParams& p) {
-  return blockIdx.x / tiles_per_row(p.max_len);
+__device__ __forceinline__ int64_t row_of_block(const EncodeParams& p, int64_t block = blockIdx.x) {
+  return block / tiles_per_row(p.max_len);
+}
+
+// body(r, t) for every live tile of the call, the grid (one_wave's) striding over the block
+// indices of a block per tile; the body's `return` ends its tile only. For kernels that most
+// tiles leave at once (cuda/huge_pieces.cuh).
+template <class Body>
+__device__ __forceinline__ void for_each_tile(const EncodeParams& p, Body body) {
+  const int64_t blocks = p.batch * tiles_per_row(p.max_len);
+  for (int64_t block = blockIdx.x; block < blocks; block += gridDim.x) {
+    const RowArrays r = row_arrays(p, row_of_block(p, block));
+    const TileAt t = which_tile(p, r, block);
+    if (t.live) body(r, t);
+    __syncthreads();  // (the next tile reuses the body's shared memory)
+  }
 }
 
 // The tile's bytes into the row's text; is_special zeroed.
