@@ -328,6 +328,14 @@ def encode_documents(
         buffers.give_back_flat(slot)
         if write_failed:  # (the windows queued behind a failed write are not written)
             return
+        # (the write on a thread of its own: the next window's ids come back meanwhile)
+        while len(written) > 1:
+            written.pop(0).result()  # re-raises a write's error here
+        written.append(write_thread.submit(write, host_ids, counts, w, total, into))
+
+    def write(host_ids: np.ndarray, counts: np.ndarray, w: Window, total: int, into) -> None:
+        if write_failed:
+            return
         try:
             writer.add(host_ids, counts, w)
         except BaseException:
@@ -341,13 +349,16 @@ def encode_documents(
     from concurrent.futures import ThreadPoolExecutor
 
     stored = []  # futures of store(), oldest first (touched by finish's thread, then this one)
+    written = []  # futures of write(), oldest first (touched by store's thread, then this one)
     reuse_ids = staging.available(buffers.device) and not getattr(writer, "keeps_ids", True)
     write_failed: list = []
     if join is not None and pack and not nfc:  # (the reader joins each block into a buffer of the pool)
         join.open(pack.sep, buffers.flat_slot)
     try:
-        # (the writes' thread outlives the finishing one, which submits to it)
+        # (the writing thread outlives the storing one, which outlives the finishing one: each
+        # submits to the next)
         with (
+            ThreadPoolExecutor(max_workers=1) as write_thread,
             ThreadPoolExecutor(max_workers=1) as store_thread,
             ThreadPoolExecutor(max_workers=1) as finish_thread,
         ):
@@ -362,6 +373,8 @@ def encode_documents(
             for future in finished:
                 future.result()
             for future in stored:
+                future.result()
+            for future in written:
                 future.result()
     finally:
         if join is not None:
