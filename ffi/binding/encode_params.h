@@ -81,9 +81,10 @@ struct TileInfo {
                        // second round encodes it again, or 0
   int32_t reach_used;  // (tile 0) reach frames of the row taken
   int32_t tokens_before;  // (row_token_offsets) the row's tokens in the tiles before this one
+  int32_t any_huge;    // (row 0's tile 0) a tile of the call holds a huge piece (call_has_huge)
   uint8_t t_after;     // T after the tile
   uint8_t s_before;    // S before the tile
-  uint8_t pad[10];
+  uint8_t pad[6];
 };
 static_assert(sizeof(TileInfo) % 16 == 0, "rows stay 16-byte aligned");
 

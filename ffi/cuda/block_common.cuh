@@ -119,7 +119,7 @@ cudaError_t allow_all_smem() {
   return err;
 }
 
-// The grid of a kernel that strides over `work` blocks' worth of items (for_each_tile): one
+// The grid of a kernel that strides over `work` blocks' worth of items (for_huge_tiles): one
 // wave, as many of its blocks as the current device runs at once, where a block per item would
 // cost the scheduling of every item though most return at once. Counted once per device
 // (`threads` and `smem` are the same at every launch of `kKernel`).

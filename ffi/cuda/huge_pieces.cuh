@@ -80,7 +80,7 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_windows(
     const __grid_constant__ EncodeParams p) {
   __shared__ typename Scans<kThreads>::Storage tmp;
-  for_each_tile(p, [&](const RowArrays& r, const TileAt& t) {
+  for_huge_tiles(p, [&](const RowArrays& r, const TileAt& t) {
     if (threadIdx.x == 0) {
       r.info[t.tile].reach = 0;
       if (t.tile == 0) r.info[0].reach_used = 0;
@@ -98,7 +98,7 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_reach(
     const __grid_constant__ EncodeParams p) {
   __shared__ typename Scans<kThreads>::Storage tmp;
-  for_each_tile(p, [&](const RowArrays& r, const TileAt& t) {
+  for_huge_tiles(p, [&](const RowArrays& r, const TileAt& t) {
     if (r.info[t.tile].reach <= 0 || r.info[r.info[t.tile].cont_lo / kTileBytes].fallback) return;
     encode_window<kThreads>(p, r, t.tile, 0, window_at(p, r, t.tile, 0, true), tmp);
   });
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_reac
 template <int kThreads, bool kSecond>
 __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ EncodeParams p) {
   __shared__ int best;
-  for_each_tile(p, [&](const RowArrays& r, const TileAt& t) {
+  for_huge_tiles(p, [&](const RowArrays& r, const TileAt& t) {
     const TileInfo& info = r.info[t.tile];
     const int x = (t.tile + 1) * kTileBytes;
     const int wl = info.huge_lo >= 0 ? 1 : (info.cont_lo >= 0 && info.cont_hi > x ? 0 : -1);
@@ -159,7 +159,7 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) huge_fallback(
     const __grid_constant__ EncodeParams p) {
   __shared__ typename Scans<kThreads>::Storage tmp;
-  for_each_tile(p, [&](const RowArrays& r, const TileAt& t) {
+  for_huge_tiles(p, [&](const RowArrays& r, const TileAt& t) {
     TileInfo& info = r.info[t.tile];
     if (info.huge_lo < 0 || !info.fallback) return;
     if (p.stitch_margin >= 0 && (p.stitch_margin & kNoFallback)) {

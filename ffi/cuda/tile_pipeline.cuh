@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(kThreads) tile_pretokenize(const __grid_consta
   __shared__ typename Pretok::TempStorage tmp;
   const RowArrays r = row_arrays(p, row_of_block(p));
   const TileAt t = which_tile(p, r);
+  if (kPass == kBwd && blockIdx.x == 0 && threadIdx.x == 0) call_has_huge(p) = 0;  // (before tile_encode)
   if (!t.live) return;
   const uint8_t* sp = p.special.count > 0 ? r.a.is_special : nullptr;
   TileInfo& info = r.info[t.tile];
@@ -174,6 +175,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_enco
     info.first = s0; info.count = count;
     info.huge_lo = huge ? last : -1; info.huge_hi = end; info.fallback = 0;
   }
+  if (huge && threadIdx.x == 0) call_has_huge(p) = 1;
   if (huge)
     for (int k = t.tile + 1 + (int)threadIdx.x; k <= (end - 1) / kTileBytes; k += kThreads) {
       r.info[k].cont_lo = last;

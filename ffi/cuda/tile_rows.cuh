@@ -67,7 +67,7 @@ __device__ __forceinline__ bool segment_starts_at(const uint8_t* is_special, con
 }
 
 // The (row, tile) of a per-tile block: block index = row * tiles_per_row + tile (blockIdx.x, or
-// an index for_each_tile strides over).
+// an index for_huge_tiles strides over).
 struct TileAt {
   int64_t b;
   int tile;
@@ -88,11 +88,17 @@ __device__ __forceinline__ int64_t row_of_block(const EncodeParams& p, int64_t b
   return block / tiles_per_row(p.max_len);
 }
 
-// body(r, t) for every live tile of the call, the grid (one_wave's) striding over the block
-// indices of a block per tile; the body's `return` ends its tile only. For kernels that most
-// tiles leave at once (cuda/huge_pieces.cuh).
+// Whether a tile of the call holds a huge piece: cleared by the first pre-tokenizer pass, set by
+// tile_encode, read by the huge-piece kernels.
+__device__ __forceinline__ int32_t& call_has_huge(const EncodeParams& p) { return row_arrays(p, 0).info[0].any_huge; }
+
+// body(r, t) for every live tile of a call that holds a huge piece (none in a call without one),
+// the grid (one_wave's) striding over the block indices of a block per tile; the body's
+// `return` ends its tile only. For the huge-piece kernels (cuda/huge_pieces.cuh): in most calls
+// they have nothing to do, and where they do, most tiles leave at once.
 template <class Body>
-__device__ __forceinline__ void for_each_tile(const EncodeParams& p, Body body) {
+__device__ __forceinline__ void for_huge_tiles(const EncodeParams& p, Body body) {
+  if (!call_has_huge(p)) return;
   const int64_t blocks = p.batch * tiles_per_row(p.max_len);
   for (int64_t block = blockIdx.x; block < blocks; block += gridDim.x) {
     const RowArrays r = row_arrays(p, row_of_block(p, block));
