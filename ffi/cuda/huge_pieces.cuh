@@ -120,8 +120,8 @@ __global__ void __launch_bounds__(kThreads) huge_stitch(const __grid_constant__ 
     const int x = (t.tile + 1) * kTileBytes;
     const int wl = info.huge_lo >= 0 ? 1 : (info.cont_lo >= 0 && info.cont_hi > x ? 0 : -1);
     if (wl < 0) return;
-    // (First pass: flags set by other blocks of this pass must not change which frame is read.
-    // Both: whether a block returns depends only on flags no block of the pass writes.)
+    // (First pass: flags set for other tiles in this pass must not change which frame is read.
+    // Both: whether a tile is skipped depends only on flags no tile of the pass writes.)
     const bool reach_l = kSecond && wl == 0 && info.reach > 0, reach_r = kSecond && r.info[t.tile + 1].reach > 0;
     if (kSecond && !reach_l && !reach_r) return;
     const WindowAt left = window_at(p, r, t.tile, wl, reach_l), right = window_at(p, r, t.tile + 1, 0, reach_r);

@@ -242,7 +242,7 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
   tile_pretokenize<kThreads, kFlags><<<tiles, kThreads, 0, stream>>>(p, false);
   tile_encode<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   // (windows in warp sub-windows: kHugeThreads, whatever the call's block size; each kernel a
-  // wave of blocks over the tiles, few of which hold a huge piece)
+  // wave of blocks over the tiles, few of which hold a huge piece, and none in most calls)
   unsigned windows = 0, reach = 0, stitch = 0, stitch_again = 0, fallback = 0;
   for (const cudaError_t err : {allow_all_smem<huge_windows<kHugeThreads>>(), allow_all_smem<huge_reach<kHugeThreads>>(),
                                 allow_all_smem<huge_fallback<kThreads>>(),

@@ -30,7 +30,8 @@ namespace {
 //     it is long), encoded with encode_segments into merged[first..) of the row; but a huge
 //     piece (longer than a tile: always the tile's last segment) is listed for
 //   huge_windows -> huge_stitch -> huge_reach -> huge_stitch -> huge_fallback
-//     (cuda/huge_pieces.cuh): the piece's chunks in the tiles it covers encoded as overlapping
+//     (cuda/huge_pieces.cuh; a wave of blocks striding over the tiles, at once done in a call
+//     without a huge piece): the piece's chunks in the tiles it covers encoded as overlapping
 //     windows, stitched at shared tokens; a boundary without one encodes its right window again
 //     from a tile earlier and searches again; where that fails too the piece is merged whole
 //     by the tile it starts in;
