@@ -84,14 +84,6 @@ struct Scans {
   };
 };
 
-// The lowest `lo` and highest `hi` of the warp's lanes, in every lane.
-__device__ __forceinline__ void warp_min_max(int& lo, int& hi) {
-  for (int d = 16; d > 0; d /= 2) {
-    lo = min(lo, __shfl_xor_sync(~0u, lo, d));
-    hi = max(hi, __shfl_xor_sync(~0u, hi, d));
-  }
-}
-
 // Shared-memory-lean blocks fit four to an SM at 256 threads (64 registers per thread).
 template <int kThreads>
 constexpr int kMinBlocksPerSm = kThreads >= 1024 ? 1 : 1024 / kThreads;

@@ -130,7 +130,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_enco
     const int i = t.lo + k * kThreads + (int)threadIdx.x;
     if (i < hi && starts_at(i)) { my_first = min(my_first, i); my_last = i; }
   }
-  warp_min_max(my_first, my_last);
+  my_first = __reduce_min_sync(~0u, my_first);
+  my_last = __reduce_max_sync(~0u, my_last);
   if (threadIdx.x % 32 == 0 && my_last >= 0) { atomicMin(&first, my_first); atomicMax(&last, my_last); }
   __syncthreads();
   const int s0 = first;
@@ -152,8 +153,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_enco
       if (__syncthreads_or(my_end < INT_MAX)) break;
     }
   }
-  int unused = -1;
-  warp_min_max(my_end, unused);
+  my_end = __reduce_min_sync(~0u, my_end);
   if (threadIdx.x % 32 == 0 && my_end < INT_MAX) atomicMin(&end, my_end);
   __syncthreads();
   const bool huge = !r.a.is_special[last] && huge_piece(last, end);
