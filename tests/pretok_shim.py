@@ -47,6 +47,8 @@ class Shim:
         self.lookback = self.lib.bbpe_pretok_lookback()  # the kernel's kPretokLookback
         self.lib.bbpe_leftmost_first_merges.argtypes = [ctypes.c_uint32]
         self.lib.bbpe_leftmost_first_merges.restype = ctypes.c_uint32
+        self.lib.bbpe_leftmost_first_merges64.argtypes = [ctypes.c_uint64]
+        self.lib.bbpe_leftmost_first_merges64.restype = ctypes.c_uint64
         self.lib.bbpe_special_starts.argtypes = [vp, vp, i, i, vp, i, vp, vp, vp]
 
     def special_starts(self, specials: list[bytes], text: bytes, escaped: bool):

@@ -133,11 +133,11 @@ def test_bytes_mode_and_edges(shim):
         ), (size, stages)
 
 
-def _leftmost_first_sweep(candidates: int) -> int:
+def _leftmost_first_sweep(candidates: int, bits: int = 32) -> int:
     """merge_segment's rule, one pair after another: a candidate pair merges unless the pair
     before it merged (its left token is then gone)."""
     merges, prev = 0, False
-    for i in range(32):
+    for i in range(bits):
         prev = bool(candidates >> i & 1) and not prev
         merges |= prev << i
     return merges
@@ -154,6 +154,19 @@ def test_leftmost_first_merges_bits_equal_the_sweep(shim):
     for m in masks:
         m &= 0xFFFFFFFF
         assert shim.lib.bbpe_leftmost_first_merges(m) == _leftmost_first_sweep(m), hex(m)
+
+
+def test_leftmost_first_merges_64_bits_equal_the_sweep(shim):
+    """The same on 64 bits (a warp's piece of up to 64 tokens, merge_in_warp): every single
+    run of set bits, runs across bit 32, and random masks."""
+    rng = np.random.default_rng(1)
+    masks = [((1 << (e - s)) - 1) << s for s in range(64) for e in range(s, 65)]
+    masks += [
+        (a << 32 | b) & (c << 32 | d) for a, b, c, d in rng.integers(0, 1 << 32, size=(20_000, 4)).tolist()
+    ]
+    masks += [m | (1 << 31 | 1 << 32) for m in masks[-2000:]]
+    for m in masks:
+        assert shim.lib.bbpe_leftmost_first_merges64(m) == _leftmost_first_sweep(m, 64), hex(m)
 
 
 _SPECIAL_CHARS = [" ", "\u2581", "a", "<", "\n", "\xe9", "\u4e2d"]

@@ -168,8 +168,10 @@ BBPE_HD bool first_only_rank(int32_t rank) { return (rank & 1) != 0; }
 BBPE_HD bool first_only_demoted(int32_t rank, int32_t before) {
   return first_only_rank(rank) && before == rank;
 }
-// The same for candidate bits (bit i: pair i), `flagged` the candidates at a first-only rank.
-BBPE_HD uint32_t first_only_candidates(uint32_t cand, uint32_t flagged) {
+// The same for candidate bits (bit i: pair i; Bits uint32_t or uint64_t), `flagged` the
+// candidates at a first-only rank.
+template <typename Bits>
+BBPE_HD Bits first_only_candidates(Bits cand, Bits flagged) {
   return cand & ~(flagged & (cand << 1));
 }
 
@@ -218,10 +220,12 @@ BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* ran
 // of set bits the 1st, 3rd, ... pair merges, as merge_segment's sweep does. Branch-free:
 // adding the run starts that sit at even bits carries through exactly those runs and clears
 // them, which tells the runs that start at an even bit from those that start at an odd one.
-BBPE_HD uint32_t leftmost_first_merges(uint32_t cand) {
-  const uint32_t even_bits = 0x55555555u;
-  const uint32_t run_starts = cand & ~(cand << 1);
-  const uint32_t even_runs = cand & ~(cand + (run_starts & even_bits));
+// Bits: uint32_t or uint64_t (one piece of up to 64 tokens, merge_in_warp).
+template <typename Bits>
+BBPE_HD Bits leftmost_first_merges(Bits cand) {
+  const Bits even_bits = (Bits)0x5555555555555555ull;
+  const Bits run_starts = cand & ~(cand << 1);
+  const Bits even_runs = cand & ~(cand + (run_starts & even_bits));
   return (even_runs & even_bits) | (cand & ~even_runs & ~even_bits);
 }
 

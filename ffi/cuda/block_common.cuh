@@ -58,8 +58,8 @@ struct MergeCarryOp {
 };
 
 // Exact mode: pieces up to kLanePieceLen bytes are merged lane-parallel (a warp packs several
-// into its 32 lanes, merge_in_lanes); up to kShortPieceLen bytes by one thread each
-// (merge_segment); longer ones by the block passes.
+// into its 32 lanes, merge_in_lanes); up to kShortPieceLen bytes by one warp each (two tokens a
+// lane, merge_in_warp); longer ones by the block passes.
 constexpr int kLanePieceLen = 32;
 constexpr int kShortPieceLen = 64;
 

@@ -20,7 +20,7 @@ namespace {
 
 // SentencePiece-style BPE (core/char_symbols.h) of the block's string, specials marked (a.tok[i]:
 // the special matched at i): character symbols, dense, with the dummy prefixes; word starts
-// flagged; short words merged by one thread each, long ones by the block passes; then the
+// flagged; short words merged lane-parallel or a warp each, long ones by the block passes; then the
 // runs. Leaves the tokens in a.tok; returns their count.
 template <int kThreads>
 __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, int n,
@@ -44,14 +44,14 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
   __syncthreads();
   clock.mark(kClockInitial);
   // Words: listed, then those of up to kShortPieceLen symbols merged as the exact path merges
-  // short pieces (merge_listed_pieces: lane-parallel up to kLanePieceLen, else one thread
+  // short pieces (merge_listed_pieces: lane-parallel up to kLanePieceLen, else one warp
   // each); longer ones stay whole for the block passes. The results are packed into next_tok.
   const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
   int32_t* seg_list = a.next_tok;     // (free until the placement)
   int32_t* merge_list = a.next_rank;  // (free until the passes)
-  __shared__ int n_lane_merges, n_thread_merges, next_lane_bin;
+  __shared__ int n_lane_merges, n_wide_merges, next_lane_bin;
   __shared__ int by_len[kLanePieceLen + 1];
   int mine = 0;
   for (int i = lo; i < hi; ++i) mine += starts_segment(a.tok[i]);
@@ -59,7 +59,7 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
   typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, at, n_words);
   for (int i = lo; i < hi; ++i)
     if (starts_segment(a.tok[i])) seg_list[at++] = i;
-  if (threadIdx.x == 0) n_lane_merges = n_thread_merges = next_lane_bin = 0;
+  if (threadIdx.x == 0) n_lane_merges = n_wide_merges = next_lane_bin = 0;
   if (threadIdx.x <= kLanePieceLen) by_len[threadIdx.x] = 0;
   __syncthreads();
   bool has_long = false;
@@ -72,14 +72,14 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
         merge_list[atomicAdd(&n_lane_merges, 1)] = s0;
         atomicAdd(&by_len[m], 1);
       } else {
-        merge_list[cap - 1 - atomicAdd(&n_thread_merges, 1)] = s0;
+        merge_list[cap - 1 - atomicAdd(&n_wide_merges, 1)] = s0;
       }
     }
     has_long |= m > kShortPieceLen;
     a.rank[s0] = count;
   }
   has_long = __syncthreads_or(has_long);
-  merge_listed_pieces<kThreads, true>(v, a, merge_list, n_lane_merges, n_thread_merges, cap, seg_list,
+  merge_listed_pieces<kThreads, true>(v, a, merge_list, n_lane_merges, n_wide_merges, cap, seg_list,
                                 by_len, &next_lane_bin, tmp);
   mine = 0;
   for (int i = lo; i < hi; ++i)

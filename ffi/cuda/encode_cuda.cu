@@ -6,7 +6,7 @@
 // the threads take them round robin: a special token stays one token; whole-piece shortcut;
 // a piece of up to kShortPieceLen bytes that is not a token goes on a merge list: up to
 // kLanePieceLen bytes, merged lane-parallel, several pieces to a warp (merge_in_lanes); longer
-// ones in place by one thread each with merge_segment (core/bpe_core.h). The pre-tokenizer's tables
+// ones by one warp each (merge_in_warp; the rule is core/bpe_core.h's). The pre-tokenizer's tables
 // are an operand (pretok/tables.h, PretokView): each block copies a stage's step tables to
 // shared memory.
 // One scan places the results, straight into the output when nothing is left to do. Longer

@@ -56,8 +56,8 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
   const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
   int32_t* seg_list = a.next_tok;     // free until the placement
   int32_t* merge_list = a.next_rank;  // free until the passes: pieces for merge_in_lanes from
-                                      // the front, for merge_segment from the back
-  __shared__ int n_lane_merges, n_thread_merges, next_lane_bin;
+                                      // the front, for merge_in_warp from the back
+  __shared__ int n_lane_merges, n_wide_merges, next_lane_bin;
   __shared__ int by_len[kLanePieceLen + 1];  // lane-list pieces per length, then where each goes
   int my_starts = 0;
   for (int s0 = lo; s0 < hi; ++s0) my_starts += a.piece_start[s0];
@@ -65,7 +65,7 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
   typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(my_starts, first_seg, n_segs);
   for (int s0 = lo; my_starts > 0 && s0 < hi; ++s0)
     if (a.piece_start[s0]) seg_list[first_seg++] = s0;
-  if (threadIdx.x == 0) n_lane_merges = n_thread_merges = next_lane_bin = 0;
+  if (threadIdx.x == 0) n_lane_merges = n_wide_merges = next_lane_bin = 0;
   if (threadIdx.x == 0 && warp_list) warp_list->count = 0;
   if (threadIdx.x <= kLanePieceLen) by_len[threadIdx.x] = 0;
   __syncthreads();
@@ -86,7 +86,7 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
             merge_list[atomicAdd(&n_lane_merges, 1)] = s0;
             atomicAdd(&by_len[m], 1);
           }
-          else merge_list[cap - 1 - atomicAdd(&n_thread_merges, 1)] = s0;
+          else merge_list[cap - 1 - atomicAdd(&n_wide_merges, 1)] = s0;
         } else if (warp_list && m > 1) {
           const int slot = atomicAdd(&warp_list->count, 1);
           if (slot < kMaxWarpPieces) warp_list->s0[slot] = s0, warp_list->len[slot] = m, count = -m;
@@ -98,14 +98,13 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
   }
   has_long = __syncthreads_or(has_long);
   // (the order of the lists does not matter: pieces are independent)
-  const int n_lane = n_lane_merges, n_thread = n_thread_merges;
+  const int n_lane = n_lane_merges, n_wide = n_wide_merges;
   clock.mark(kClockSegments);
 
   // 2. The listed pieces: up to 32 bytes lane-parallel, a warp's lanes shared by several
-  //    pieces (merge_in_lanes); the rare longer ones by one thread each, in place, with
-  //    merge_segment (core/bpe_core.h; the piece's dead text is the scratch it needs); the
+  //    pieces (merge_in_lanes); the rare longer ones by one warp each (merge_in_warp); the
   //    warp list's in warp sub-windows.
-  merge_listed_pieces<kThreads>(v, a, merge_list, n_lane, n_thread, cap, seg_list, by_len,
+  merge_listed_pieces<kThreads>(v, a, merge_list, n_lane, n_wide, cap, seg_list, by_len,
                                 &next_lane_bin, tmp);
   if (warp_list && warp_list->count > 0)
     has_long |= merge_warp_pieces<kThreads>(v, a, warp_list, warp_piece_subs(p.max_len));

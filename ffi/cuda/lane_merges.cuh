@@ -1,5 +1,5 @@
-// Short pieces merged lane-parallel, several pieces to a warp (merge_in_lanes), and the step
-// that sorts the listed pieces and hands them to it or, when longer, to one thread each
+// Short pieces merged lane-parallel, several pieces to a warp (merge_in_lanes), longer ones a
+// warp each (merge_in_warp), and the step that sorts the listed pieces and hands them to those
 // (merge_listed_pieces). The rule is merge_segment's (core/bpe_core.h).
 // Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
 // linkage (an unnamed namespace), as the kernels are private to the module.
@@ -130,8 +130,67 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
   }
 }
 
+// One piece of kLanePieceLen + 1 .. kShortPieceLen tokens merged by a warp, merge_segment's
+// rule pass after pass (as merge_in_lanes, with one piece): lane l holds tokens l and l + 32,
+// so a pass's candidate and merge bits are two ballots (bit k: pair k), its lookups two a lane
+// at once, and the compaction goes through the warp's 32 slots in two rounds (kept tokens
+// 0..31, then 32..63). Returns the token count; tok[0..count) is rewritten.
+// (One thread merging such a piece through global memory took up to 400 us, its block idle.)
+template <bool kFirstOnly>
+__device__ int merge_in_warp(const VocabView& v, int32_t* tok, int m, int2* slots) {
+  static_assert(kShortPieceLen <= 64, "two tokens a lane");
+  constexpr int32_t kStale = -1;  // the rank of a pair whose left token a merge made
+  const int lane = threadIdx.x & 31;
+  int32_t t[2], r[2] = {kStale, kStale};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) t[h] = lane + 32 * h < m ? tok[lane + 32 * h] : 0;
+  int used = m;
+  for (uint64_t fresh = ~0ull;;) {  // bit k: pair k needs its rank (token k or k + 1 is new)
+    // (every lane takes part in each shuffle: none sits in a conditional)
+    const int32_t hi_first = __shfl_sync(~0u, t[1], 0);
+    const int32_t lo_next = __shfl_down_sync(~0u, t[0], 1), hi_next = __shfl_down_sync(~0u, t[1], 1);
+    const int32_t right[2] = {lane == 31 ? hi_first : lo_next, hi_next};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = lane + 32 * h;
+      if (k + 1 >= used) r[h] = kNoRank;
+      else if ((fresh >> k) & 1) r[h] = lookup_pair(v, token_id(t[h]), token_id(right[h]), nullptr);
+    }
+    const int32_t lowest = __reduce_min_sync(~0u, min(r[0], r[1]));
+    if (lowest == kNoRank) break;  // (uniform)
+    uint64_t cands = __ballot_sync(~0u, r[0] == lowest) | (uint64_t)__ballot_sync(~0u, r[1] == lowest) << 32;
+    if (kFirstOnly && first_only_rank(lowest)) cands = first_only_candidates(cands, cands);
+    const uint64_t merges = leftmost_first_merges(cands);
+    const uint64_t keep = (used == 64 ? ~0ull : (1ull << used) - 1) & ~(merges << 1);
+    int to[2];  // where a kept token goes, else -1
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = lane + 32 * h;
+      if ((merges >> k) & 1) t[h] = merged_id(v, lowest, t[h], right[h]) | (t[h] & kSegStart), r[h] = kStale;
+      to[h] = (keep >> k) & 1 ? __popcll(keep & ((1ull << k) - 1)) : -1;
+    }
+    used = __popcll(keep);
+#pragma unroll
+    for (int d = 0; d < 2; ++d) {  // (round 0 takes every kept token of t[0]: to <= its index)
+      __syncwarp();
+#pragma unroll
+      for (int h = d; h < 2; ++h)
+        if (to[h] >= 32 * d && to[h] < 32 * d + 32) slots[to[h] - 32 * d] = make_int2(t[h], r[h]);
+      __syncwarp();
+      if (lane + 32 * d < used) { const int2 x = slots[lane]; t[d] = x.x; r[d] = x.y; }
+    }
+    fresh = __ballot_sync(~0u, lane < used && r[0] == kStale) |
+            (uint64_t)__ballot_sync(~0u, lane + 32 < used && r[1] == kStale) << 32;
+    fresh |= fresh >> 1;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (lane + 32 * h < used) tok[lane + 32 * h] = t[h];
+  return used;
+}
+
 // Step 2 of both kernels: the pieces listed in merge_list (n_lane of 2..kLanePieceLen tokens
-// from the front, by_len[m] of them of length m; n_thread longer ones from the back,
+// from the front, by_len[m] of them of length m; n_wide longer ones from the back,
 // merge_list[cap - 1 - g]), each with rank[s0] = minus its length, are merged in place; then
 // rank[s0] = the piece's token count. sorted_list is free scratch (one entry per lane piece).
 // The lane list is sorted by length, longest first (a counting sort into sorted_list): a bin
@@ -141,7 +200,7 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
 template <int kThreads, bool kFirstOnly = false>
 __device__ __forceinline__ void merge_listed_pieces(const VocabView& v, BlockArrays& a,
                                                     const int32_t* merge_list, int n_lane,
-                                                    int n_thread, int cap, int32_t* sorted_list,
+                                                    int n_wide, int cap, int32_t* sorted_list,
                                                     int* by_len, int* next_lane_bin,
                                                     typename Scans<kThreads>::Storage& tmp) {
   if (threadIdx.x < 32) {  // lane l: pieces of length kLanePieceLen - l
@@ -165,12 +224,14 @@ __device__ __forceinline__ void merge_listed_pieces(const VocabView& v, BlockArr
     lane_lens[at] = m;
   }
   __syncthreads();
+  // The longer pieces first, a warp each: the lane bins go to whichever warps are free.
+  for (int g = (int)threadIdx.x / 32; g < n_wide; g += kThreads / 32) {
+    const int s0 = merge_list[cap - 1 - g];
+    const int count = merge_in_warp<kFirstOnly>(v, a.tok + s0, -a.rank[s0], tmp.lanes + (threadIdx.x & ~31));
+    if (threadIdx.x % 32 == 0) a.rank[s0] = count;  // (every lane read it before the first shuffle)
+  }
   merge_in_lanes<kFirstOnly>(v, a.tok, a.rank, lane_list, lane_lens, n_lane,
                  tmp.lanes + (threadIdx.x & ~31), next_lane_bin);
-  for (int g = threadIdx.x; g < n_thread; g += kThreads) {
-    const int s0 = merge_list[cap - 1 - g];
-    a.rank[s0] = merge_segment<kFirstOnly>(v, a.tok + s0, a.rank + s0, a.text + s0, -a.rank[s0]);
-  }
   __syncthreads();
 }
 

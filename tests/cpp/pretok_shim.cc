@@ -24,8 +24,12 @@ int bbpe_pretokenize(const uint8_t* op, int64_t op_bytes, int stages, const uint
 
 int bbpe_pretok_lookback() { return bbpe::kPretokLookback; }
 
-// The bit form of the leftmost-first merge selection (the kernel's lane-parallel merges).
+// The bit form of the leftmost-first merge selection (the kernel's lane-parallel merges; 64
+// bits: a warp's piece of up to 64 tokens).
 uint32_t bbpe_leftmost_first_merges(uint32_t candidates) {
+  return bbpe::leftmost_first_merges(candidates);
+}
+uint64_t bbpe_leftmost_first_merges64(uint64_t candidates) {
   return bbpe::leftmost_first_merges(candidates);
 }
 
