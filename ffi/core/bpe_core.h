@@ -185,9 +185,10 @@ BBPE_HD Bits first_only_candidates(Bits cand, Bits flagged) {
 // pass, merge every leftmost-first occurrence of the segment's lowest-rank pair. rank[0..m) is
 // scratch; fresh[0..m) marks the tokens a pass created, so only pairs next to a merge are
 // looked up again. Returns the segment's final token count. The CPU handler runs every segment
-// this way; the CUDA kernel runs pieces of 33-64 bytes this way (one thread each), shorter ones
-// lane-parallel (merge_in_lanes, with leftmost_first_merges below) and everything else with
-// the block-wide passes below, which apply the same rule to all segments at once.
+// this way; the CUDA kernel runs the same passes over pieces of up to 32 bytes lane-parallel
+// (merge_in_lanes), of 33-64 bytes a warp each (merge_in_warp), both with
+// leftmost_first_merges below, and everything else with the block-wide passes below, which
+// apply the same rule to all segments at once.
 // With kFirstOnly (SentencePiece-style vocabularies, whose ranks carry the first-only flag), a
 // candidate at a first-only rank merges only where the pair before it is no candidate.
 template <bool kFirstOnly = false>
