@@ -134,8 +134,8 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
 // rule pass after pass (as merge_in_lanes, with one piece): lane l holds tokens l and l + 32,
 // so a pass's candidate and merge bits are two ballots (bit k: pair k), its lookups two a lane
 // at once, and the compaction goes through the warp's 32 slots in two rounds (kept tokens
-// 0..31, then 32..63). Returns the token count; tok[0..count) is rewritten.
-// (One thread merging such a piece through global memory took up to 400 us, its block idle.)
+// 0..31, then 32..63). Returns the token count; tok[0..count) is rewritten. (A warp, not one
+// thread: a thread's passes over such a piece in global memory kept its whole block waiting.)
 template <bool kFirstOnly>
 __device__ int merge_in_warp(const VocabView& v, int32_t* tok, int m, int2* slots) {
   static_assert(kShortPieceLen <= 64, "two tokens a lane");
@@ -183,6 +183,7 @@ __device__ int merge_in_warp(const VocabView& v, int32_t* tok, int m, int2* slot
             (uint64_t)__ballot_sync(~0u, lane + 32 < used && r[1] == kStale) << 32;
     fresh |= fresh >> 1;
   }
+  __syncwarp();  // (every lane's last read of the slots before the caller writes them again)
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     if (lane + 32 * h < used) tok[lane + 32 * h] = t[h];
