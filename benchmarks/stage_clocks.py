@@ -4,12 +4,15 @@ Needs a build with the stage clocks compiled in (they cost a few atomics per blo
 builds leave them out):
 
     BLOCKBPE_STAGE_CLOCKS=ON pip install --no-build-isolation --no-deps -e .
-    python3 benchmarks/stage_clocks.py --out results/
+    python3 benchmarks/stage_clocks.py --out results/ [--corpus code_python_stdlib.py.txt.gz] [--blocks]
 
-For each shape it runs a few warm encodes of War and Peace excerpts and prints, per block, the
-average cycles thread 0 spent in each stage (load, specials, pretokenize, initial tokens,
-segments: whole-piece lookups; merges: short pieces merged one per thread; output, or the
-block-wide merge passes), and the fraction of blocks that needed the passes. SentencePiece
+For each shape it runs a few warm encodes of excerpts of a corpus file (War and Peace unless
+--corpus names another in the data folder's corpus/) and prints, per block, the average
+cycles thread 0 spent in each stage (load, specials, pretokenize, initial tokens, segments:
+whole-piece lookups; merges: short pieces merged lane-parallel or a warp each; output, or the
+block-wide merge passes), and the fraction of blocks that needed the passes. --blocks adds
+the blocks of the last call over time: the kernel's span, block durations (p50 / p99 / max)
+and the slowest blocks' stages, what averages hide (a few slow blocks the kernel waits for). SentencePiece
 BPE (mistral-v1): initial = character symbols, prefixes and word flags; merges = words merged
 one per thread and packed; passes = long words; output = runs and output. The GGUF families
 (llama2-gguf, gemma3-gguf) are read from $BLOCKBPE_FAMILY_FILES (docs/families.md).
@@ -22,6 +25,7 @@ import pathlib
 import sys
 
 import jax
+import numpy as np
 
 import blockbpe_jax as bb
 from blockbpe_jax import native, testing
@@ -30,6 +34,7 @@ SHAPES = [
     ("cl100k", "exact", 1024, 4096),
     ("cl100k", "exact", 1024, 512),
     ("cl100k", "exact", 64, 512),
+    ("cl100k", "exact", 256, 16384),  # the corpus job's packed rows: the tile pipeline's tile_encode
     ("o200k", "exact", 1024, 4096),
     ("r50k", "bytes", 1024, 4096),
     ("mistral-v1", "exact", 1024, 4096),
@@ -51,19 +56,53 @@ def load(vocab: str, root: pathlib.Path) -> bb.Tokenizer | None:
     return bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[vocab][0])
 
 
+def block_timeline(marks: np.ndarray, stages: list[str], slowest: int = 5) -> dict:
+    """The last call's blocks over time, from read_block_marks (rows: each stage's end, then the
+    start and the SM; 0 where a block did not get there), in microseconds."""
+    marks = marks.reshape(-1, len(stages) + 2).astype(np.int64)
+    marks = marks[marks[:, len(stages)] > 0]
+    start = marks[:, len(stages)]
+    ends = np.where(marks[:, : len(stages)] > 0, marks[:, : len(stages)], start[:, None])
+    end = ends.max(axis=1)
+    t0, dur = start.min(), (end - start) / 1e3
+    rows = []
+    for b in np.argsort(dur)[::-1][:slowest]:
+        order = np.argsort(ends[b], kind="stable")
+        took, at = {}, start[b]
+        for k in order:
+            if marks[b, k] > 0:
+                took[stages[k]] = round((marks[b, k] - at) / 1e3, 1)
+                at = marks[b, k]
+        rows.append(
+            {"start_us": round((start[b] - t0) / 1e3, 1), "us": round(float(dur[b]), 1), "stages_us": took}
+        )
+    return {
+        "blocks": int(len(marks)),
+        "span_us": round((end.max() - t0) / 1e3, 1),
+        "block_us": {
+            q: round(float(np.percentile(dur, p)), 1) for q, p in (("p50", 50), ("p99", 99), ("max", 100))
+        },
+        "slowest": rows,
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=None)
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--block-size", type=int, default=256)
     parser.add_argument("--only", default="", help="shapes whose vocabulary contains this text")
+    parser.add_argument(
+        "--corpus", default="war_and_peace_en.txt", help="a file of the data folder's corpus/"
+    )
+    parser.add_argument("--blocks", action="store_true", help="the last call's blocks over time too")
     args = parser.parse_args(argv)
     cuda = native.cuda
     if cuda is None or not hasattr(cuda, "read_stage_clocks"):
         print("stage_clocks: needs a CUDA build with BLOCKBPE_STAGE_CLOCKS=ON", file=sys.stderr)
         return 2
     root = testing.data_dir()
-    raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()
+    raw = testing.read_corpus(root / "corpus" / args.corpus)
     rows = []
     for vocab, mode, batch, length in SHAPES:
         if args.only not in vocab:
@@ -74,7 +113,7 @@ def main(argv=None) -> int:
                 f"stage_clocks: {vocab} skipped (its file is not in $BLOCKBPE_FAMILY_FILES)", file=sys.stderr
             )
             continue
-        texts = [raw[i * length : (i + 1) * length] for i in range(batch)]
+        texts = [raw[i * length % len(raw) :][:length] for i in range(batch)]
         data, lengths = bb.pack_strings(texts, max_len=length)
         data, lengths = jax.device_put(data), jax.device_put(lengths)
         f = jax.jit(
@@ -94,6 +133,7 @@ def main(argv=None) -> int:
         for _ in range(args.calls):
             f(data, lengths, tables)[1].block_until_ready()
         clocks = dict(cuda.read_stage_clocks())
+        marks = np.asarray(cuda.read_block_marks(), np.uint64)  # (the last call's)
         blocks = max(1, clocks["blocks"])
         per_block = {
             k: round(clocks[k] / blocks)
@@ -108,7 +148,10 @@ def main(argv=None) -> int:
             "cycles_per_block": per_block,
             "total_cycles_per_block": sum(per_block.values()),
             "long_block_fraction": round(clocks["long_blocks"] / blocks, 4),
+            "corpus": args.corpus,
         }
+        if args.blocks:
+            row["timeline"] = block_timeline(marks, list(clocks))
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:

@@ -29,6 +29,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(BbpeEncodeWindowCuda);
 #ifdef BBPE_STAGE_CLOCKS
 namespace bbpe {
 std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks();  // encode_cuda.cu
+std::vector<unsigned long long> read_block_marks();                         // encode_cuda.cu
 }
 #endif
 
@@ -312,5 +313,8 @@ NB_MODULE(_blockbpe_cuda, m) {
 #ifdef BBPE_STAGE_CLOCKS
   m.def("read_stage_clocks", &bbpe::read_stage_clocks,
         "Reads and zeroes the kernel's stage clocks (a BLOCKBPE_STAGE_CLOCKS=ON build only).");
+  m.def("read_block_marks", &bbpe::read_block_marks,
+        "Reads and zeroes the blocks' marks of the last launch, flat: per block the global timer (ns) at the end "
+        "of each stage (read_stage_clocks' order), then at its start, then its SM (a BLOCKBPE_STAGE_CLOCKS=ON build).");
 #endif
 }

@@ -231,6 +231,17 @@ std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks() {
   for (int k = 0; k < kStageClockSlots; ++k) out.emplace_back(names[k], host[k]);
   return out;
 }
+
+// Reads and zeroes the blocks' marks: kMarkedBlocks rows of kBlockMarkSlots (the stages in
+// StageClockSlot order, then the start and the SM; 0: not reached), flat.
+std::vector<unsigned long long> read_block_marks() {
+  std::vector<unsigned long long> host((size_t)kMarkedBlocks * kBlockMarkSlots);
+  cudaDeviceSynchronize();
+  cudaMemcpyFromSymbol(host.data(), g_block_marks, host.size() * sizeof(host[0]));
+  const std::vector<unsigned long long> zero(host.size());
+  cudaMemcpyToSymbol(g_block_marks, zero.data(), zero.size() * sizeof(zero[0]));
+  return host;
+}
 #endif
 }  // namespace bbpe
 

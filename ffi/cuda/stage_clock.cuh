@@ -10,18 +10,35 @@ namespace {
 
 // Stage clocks (a build option, BLOCKBPE_STAGE_CLOCKS=ON; normal builds compile them away):
 // thread 0 of every block adds the cycles of each stage to device counters, which
-// benchmarks/stage_clocks.py reads through the CUDA module.
+// benchmarks/stage_clocks.py reads through the CUDA module (read_stage_clocks, read_block_marks).
 enum StageClockSlot : int {
   kClockLoad, kClockSpecials, kClockPretokenize, kClockInitial, kClockSegments, kClockMerges,
   kClockOutput, kClockPasses, kClockBlocks, kClockLongBlocks, kStageClockSlots
 };
 #ifdef BBPE_STAGE_CLOCKS
 __device__ unsigned long long g_stage_clocks[kStageClockSlots];
+// And per block (the first kMarkedBlocks of a launch): the global timer (ns) when it started,
+// its SM, and when it ended each stage it ran: the blocks over time, for what the sums above
+// hide (a few slow blocks that the whole kernel waits for).
+constexpr int kMarkedBlocks = 8192;
+enum BlockMarkSlot : int { kMarkStart = kStageClockSlots, kMarkSm, kBlockMarkSlots };
+__device__ unsigned long long g_block_marks[kMarkedBlocks][kBlockMarkSlots];
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 struct StageClock {
   long long last;
   __device__ StageClock() {
 #ifdef __CUDA_ARCH__  // (the host pass sees this constructor too)
     last = clock64();
+    if (threadIdx.x == 0 && blockIdx.x < kMarkedBlocks) {
+      unsigned sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      g_block_marks[blockIdx.x][kMarkStart] = global_ns();
+      g_block_marks[blockIdx.x][kMarkSm] = sm;
+    }
 #endif
   }
   __device__ void mark(int slot) {
@@ -29,6 +46,7 @@ struct StageClock {
       const long long now = clock64();
       atomicAdd(&g_stage_clocks[slot], (unsigned long long)(now - last));
       last = now;
+      if (blockIdx.x < kMarkedBlocks) g_block_marks[blockIdx.x][slot] = global_ns();
     }
   }
   __device__ void count(int slot, bool yes) {
