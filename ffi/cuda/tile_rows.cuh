@@ -53,7 +53,7 @@ __device__ __forceinline__ RowArrays row_arrays(const EncodeParams& p, int64_t b
   const int cap = (int)padded_len(p.max_len);
   uint8_t* ws = p.workspace + b * workspace_bytes_per_tiled_row(p.max_len);
   r.a = carve(ws, ws + cap * (int64_t)kCoreBytesPerPosition, cap);
-  r.info = reinterpret_cast<TileInfo*>(ws + cap * (int64_t)kBytesPerPosition);
+  r.info = reinterpret_cast<TileInfo*>(ws + tile_infos_at(p.max_len));
   r.frames = reinterpret_cast<int32_t*>(r.info + tiles_per_row(p.max_len));
   r.reach = r.frames + tiles_per_row(p.max_len) * frame_positions() * kFrameArrays;
   r.src = p.data + b * (int64_t)p.max_len;
@@ -92,6 +92,9 @@ __device__ __forceinline__ int64_t row_of_block(const EncodeParams& p, int64_t b
 // Whether a tile of the call holds a huge piece: cleared by the first pre-tokenizer pass, set by
 // tile_encode, read by the huge-piece kernels.
 __device__ __forceinline__ int32_t& call_has_huge(const EncodeParams& p) { return row_arrays(p, 0).info[0].any_huge; }
+// Whether a tile of the call needs the pre-tokenizer's three passes: cleared before the call's
+// first pre-tokenizer kernel (launch_tiles), set by tile_pretokenize_once.
+__device__ __forceinline__ int32_t& call_unsettled(const EncodeParams& p) { return row_arrays(p, 0).info[0].any_unsettled; }
 
 // body(r, t) for every live tile of a call that holds a huge piece (none in a call without one),
 // the grid (one_wave's) striding over the block indices of a block per tile; the body's
