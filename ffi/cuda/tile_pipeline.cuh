@@ -1,5 +1,5 @@
-// Long rows, the tile pipeline after the specials: the pre-tokenizer's three passes over the
-// tiles and the row kernels that compose their states, the segments encoded per tile, the
+// Long rows, the tile pipeline after the specials: the pre-tokenizer in one pass over the tiles
+// (else three, and the row kernels that compose their states), the segments encoded per tile, the
 // output (huge pieces between the two: cuda/huge_pieces.cuh); launch_tiles runs them all
 // (the overview: cuda/tile_rows.cuh).
 // Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
@@ -25,7 +25,8 @@
 namespace bbpe {
 namespace {
 
-// The pre-tokenizer over the tiles, in three passes (BlockPretokenizer's tile_* functions):
+// The pre-tokenizer over the tiles, in three passes (BlockPretokenizer's tile_* functions), in
+// a call where tile_pretokenize_once (below) could not settle some tile's edges:
 //   kBwd:   (without specials also the row's first kernel: text copied, is_special zeroed)
 //           the NFC / Lowercase check of the tile's bytes, their lowercase, the backward map;
 //   kFwd:   (after row_states<false>) the backward replay and the forward map;

@@ -22,10 +22,12 @@ namespace {
 //   specials only: tile_matches (every match, listed per tile; the leftmost-first acceptance
 //     entering at the tile's start) -> row_specials (the acceptance entering each tile) ->
 //     tile_specials (is_special of the tile's bytes);
-//   tile_pretokenize<kBwd> (the text copied, NFC check, backward map) -> row_states<false>
-//     (T after each tile) -> tile_pretokenize<kFwd> (backward replay, forward map) ->
-//     row_states<true> (S before each tile) -> tile_pretokenize<kFlags> (piece starts): what
-//     block_pretokenize gives, tile by tile;
+//   tile_pretokenize_once (the text copied, NFC check, piece starts: each tile alone, its edge
+//     states settled by its neighbours' nearest chunks), and only in a call where some tile's
+//     do not settle, the three passes: tile_pretokenize<kBwd> (backward map) ->
+//     row_states<false> (T after each tile) -> tile_pretokenize<kFwd> (backward replay, forward
+//     map) -> row_states<true> (S before each tile) -> tile_pretokenize<kFlags> (piece starts):
+//     what block_pretokenize gives, tile by tile;
 //   tile_encode: the segments that START in the tile, each to its end (past the tile's end if
 //     it is long), encoded with encode_segments into merged[first..) of the row; but a huge
 //     piece (longer than a tile: always the tile's last segment) is listed for
