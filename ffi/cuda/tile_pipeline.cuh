@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) tile_pretokenize_once(const __grid_c
   if (after_bytes > 0) {
     const int count = min(kMarginChunks, (after_bytes + kItems - 1) / kItems);
     const bool to_end = after_bytes <= kMarginBytes;
-    if (!edge_state(after, 0, 1, count, tab.bwd_live, carry, to_end ? count : count - 1, &carry)) {
+    if (!margin_edge_state(after, count, to_end, tab.bwd_live, carry, &carry)) {
       if (threadIdx.x == 0) call_unsettled(p) = 1;
       return;  // (uniform: every thread decided alike)
     }
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) tile_pretokenize_once(const __grid_c
   uint8_t s = tab.fwd_init & 15;
   if (t.lo > 0) {
     const bool to_start = t.lo <= kMarginBytes;
-    if (!edge_state(before_fwd, 0, 1, before_chunks, tab.fwd_live, s, to_start ? before_chunks : before_chunks - 1, &s)) {
+    if (!margin_edge_state(before_fwd, before_chunks, to_start, tab.fwd_live, s, &s)) {
       if (threadIdx.x == 0) call_unsettled(p) = 1;
       return;
     }

@@ -54,7 +54,7 @@ int bbpe_pretokenize_tiles_once(const uint8_t* op, int64_t op_bytes, const uint8
     settled[tile] = 0;
     if (after_bytes > 0) {
       const int count = std::min(margin, (after_bytes + items - 1) / items);
-      if (!bbpe::edge_state(after.data(), 0, 1, count, tab.bwd_live, t, after_bytes <= margin_bytes ? count : count - 1, &t))
+      if (!bbpe::margin_edge_state(after.data(), count, after_bytes <= margin_bytes, tab.bwd_live, t, &t))
         continue;
     }
     // the tile's own chunks: backward (composed exactly), keys at margin * items on
@@ -72,7 +72,7 @@ int bbpe_pretokenize_tiles_once(const uint8_t* op, int64_t op_bytes, const uint8
     }
     uint8_t s = tab.fwd_init & 15;
     if (lo > 0 &&
-        !bbpe::edge_state(before_fwd.data(), 0, 1, before, tab.fwd_live, s, lo <= margin_bytes ? before : before - 1, &s))
+        !bbpe::margin_edge_state(before_fwd.data(), before, lo <= margin_bytes, tab.fwd_live, s, &s))
       continue;
     for (int ch = 0; ch < chunks && lo + ch * items < n; ++ch)
       s = bbpe::chunk_fwd_replay<false>(tab, own_key + ch * items, items, s, piece_start + lo + ch * items,
