@@ -330,8 +330,8 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
     tile_specials<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   }
   // (the call's flag for the three passes, cleared; its TileInfo is in row 0's workspace)
-  const cudaError_t cleared = cudaMemsetAsync(p.workspace + tile_infos_at(p.max_len) + offsetof(TileInfo, any_unsettled),
-                                              0, sizeof(int32_t), stream);
+  uint8_t* const unsettled = p.workspace + tile_infos_at(p.max_len) + offsetof(TileInfo, any_unsettled);
+  const cudaError_t cleared = cudaMemsetAsync(unsettled, 0, sizeof(int32_t), stream);
   if (cleared != cudaSuccess) return cleared;
   tile_pretokenize_once<kThreads><<<tiles, kThreads, 0, stream>>>(p, !specials);
   tile_pretokenize<kThreads, kBwd><<<tiles, kThreads, 0, stream>>>(p, !specials);
