@@ -50,6 +50,31 @@ class Shim:
         self.lib.bbpe_leftmost_first_merges64.argtypes = [ctypes.c_uint64]
         self.lib.bbpe_leftmost_first_merges64.restype = ctypes.c_uint64
         self.lib.bbpe_special_starts.argtypes = [vp, vp, i, i, vp, i, vp, vp, vp]
+        self.lib.bbpe_pretokenize_tiles_once.argtypes = [vp, ctypes.c_int64, vp, i, vp, i, i, i, vp, vp]
+        self.lib.bbpe_pretokenize_tiles_once.restype = i
+
+    def tiles_once(self, pattern, data: bytes, tile: int, items: int, margin: int):
+        """(flags, settled per tile) of the host model of tile_pretokenize_once (stage 0; the flags
+        of unsettled tiles left at 7)."""
+        p = self.pretokenizer(pattern)
+        op = p.operand()
+        buf = np.frombuffer(data, np.uint8).copy() if data else np.zeros(1, np.uint8)
+        out = np.full(max(len(data), 1), 7, np.uint8)
+        settled = np.zeros(len(data) // tile + 1, np.uint8)
+        rc = self.lib.bbpe_pretokenize_tiles_once(
+            self._ptr(op),
+            op.size,
+            self._ptr(buf),
+            len(data),
+            None,
+            tile,
+            items,
+            margin,
+            self._ptr(out),
+            self._ptr(settled),
+        )
+        assert rc == 0
+        return out[: len(data)], settled[: -(-len(data) // tile)]
 
     def special_starts(self, specials: list[bytes], text: bytes, escaped: bool):
         """(special_match_at at each position of text, -1: none; special_match_with, the same

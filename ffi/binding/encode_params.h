@@ -82,9 +82,11 @@ struct TileInfo {
   int32_t reach_used;  // (tile 0) reach frames of the row taken
   int32_t tokens_before;  // (row_token_offsets) the row's tokens in the tiles before this one
   int32_t any_huge;    // (row 0's tile 0) a tile of the call holds a huge piece (call_has_huge)
+  int32_t any_unsettled;  // (row 0's tile 0) a tile's pre-tokenizer edges did not settle in one
+                          // pass (tile_pretokenize_once): the call runs the three passes
   uint8_t t_after;     // T after the tile
   uint8_t s_before;    // S before the tile
-  uint8_t pad[6];
+  uint8_t pad[2];
 };
 static_assert(sizeof(TileInfo) % 16 == 0, "rows stay 16-byte aligned");
 
@@ -120,8 +122,10 @@ BBPE_HD int64_t frame_positions() { return padded_len(kWindowLead + kTileBytes +
 constexpr int kReachShare = 4;
 BBPE_HD int64_t reach_positions() { return padded_len(kWindowLead + kReachBack + kTileBytes + kStitchMargin); }
 BBPE_HD int64_t reach_frames_per_row(int64_t max_len) { return (tiles_per_row(max_len) + kReachShare - 1) / kReachShare; }
+// Where a tiled row's TileInfo array starts in its workspace (after its per-position arrays).
+BBPE_HD int64_t tile_infos_at(int64_t max_len) { return padded_len(max_len) * kBytesPerPosition; }
 BBPE_HD int64_t workspace_bytes_per_tiled_row(int64_t max_len) {
-  return padded_len(max_len) * kBytesPerPosition + tiles_per_row(max_len) * (int64_t)sizeof(TileInfo) +
+  return tile_infos_at(max_len) + tiles_per_row(max_len) * (int64_t)sizeof(TileInfo) +
          (tiles_per_row(max_len) * frame_positions() + reach_frames_per_row(max_len) * reach_positions()) *
              kFrameArrays * 4;
 }

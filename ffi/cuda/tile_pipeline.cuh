@@ -1,5 +1,5 @@
-// Long rows, the tile pipeline after the specials: the pre-tokenizer's three passes over the
-// tiles and the row kernels that compose their states, the segments encoded per tile, the
+// Long rows, the tile pipeline after the specials: the pre-tokenizer in one pass over the tiles
+// (else three, and the row kernels that compose their states), the segments encoded per tile, the
 // output (huge pieces between the two: cuda/huge_pieces.cuh); launch_tiles runs them all
 // (the overview: cuda/tile_rows.cuh).
 // Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
@@ -7,6 +7,7 @@
 #pragma once
 
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 
 #include "binding/encode_params.h"
@@ -24,7 +25,8 @@
 namespace bbpe {
 namespace {
 
-// The pre-tokenizer over the tiles, in three passes (BlockPretokenizer's tile_* functions):
+// The pre-tokenizer over the tiles, in three passes (BlockPretokenizer's tile_* functions), in
+// a call where tile_pretokenize_once (below) could not settle some tile's edges:
 //   kBwd:   (without specials also the row's first kernel: text copied, is_special zeroed)
 //           the NFC / Lowercase check of the tile's bytes, their lowercase, the backward map;
 //   kFwd:   (after row_states<false>) the backward replay and the forward map;
@@ -38,6 +40,7 @@ __global__ void __launch_bounds__(kThreads) tile_pretokenize(const __grid_consta
   __shared__ typename Pretok::TempStorage tmp;
   const RowArrays r = row_arrays(p, row_of_block(p));
   const TileAt t = which_tile(p, r);
+  if (!call_unsettled(p)) return;  // (tile_pretokenize_once did every tile)
   if (kPass == kBwd && blockIdx.x == 0 && threadIdx.x == 0) call_has_huge(p) = 0;  // (before tile_encode)
   if (!t.live) return;
   const uint8_t* sp = p.special.count > 0 ? r.a.is_special : nullptr;
@@ -71,6 +74,97 @@ __global__ void __launch_bounds__(kThreads) tile_pretokenize(const __grid_consta
   }
 }
 
+// The pre-tokenizer over a tile in one pass, where its edge states settle within kMarginBytes of
+// its neighbours (the one-block path's rule, edge_state: a constant chunk map among the nearest
+// chunks; usually the very next one): what the three passes give the tile, with the duties of
+// the first (text loaded, NFC / Lowercase check, the call's huge flag cleared). Its chunks are
+// the three passes' (kTileItems bytes a thread), plus kMarginChunks chunks either side taken by
+// the first 2 * kMarginChunks threads: after the tile their backward maps give T after it;
+// before it their backward replay from T at its start (the tile's own replay) gives their keys,
+// and their forward maps S before it. A tile whose edge does not settle (a run of spaces, say,
+// longer than the margin) marks the call (call_unsettled), and the three passes then run over
+// all of its tiles, writing the same flags.
+constexpr int kMarginBytes = 64;
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) tile_pretokenize_once(const __grid_constant__ EncodeParams p,
+                                                                  bool load) {
+  constexpr int kItems = kTileItems<kThreads>, kMarginChunks = kMarginBytes / kItems;
+  static_assert(kMarginBytes % kItems == 0 && 2 * kMarginChunks <= kThreads, "margin chunks, a thread each");
+  using Pretok = BlockPretokenizer<kThreads, kItems>;
+  __shared__ typename Pretok::TempStorage tmp;
+  __shared__ uint64_t after[kMarginChunks], before_bwd[kMarginChunks], before_fwd[kMarginChunks];  // nearest first
+  const RowArrays r = row_arrays(p, row_of_block(p));
+  const TileAt t = which_tile(p, r);
+  if (blockIdx.x == 0 && threadIdx.x == 0) call_has_huge(p) = 0;  // (before tile_encode)
+  if (!t.live) return;
+  const uint8_t* sp = p.special.count > 0 ? r.a.is_special : nullptr;
+  TileInfo& info = r.info[t.tile];
+  if (load) load_tile<kThreads>(r, t);
+  if (threadIdx.x == 0) info.cont_lo = -1;  // (tile_encode of an earlier tile may set it)
+  if (p.pretok.nfc || p.pretok.lower) {
+    bool suspect = false;
+    for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads) {
+      suspect |= (p.pretok.nfc && nfc_suspect_at(p.pretok, p.nfc_pairs, r.src, r.n, sp, i)) ||
+                 (p.pretok.lower && lower_suspect_at(p.pretok, r.src, r.n, sp, i));
+      if (p.pretok.lower) r.a.text[i] = lowered_byte(p.pretok, r.src, r.n, sp, i);
+    }
+    suspect = __syncthreads_or(suspect);
+    if (threadIdx.x == 0) info.not_nfc = suspect;
+  }
+  Pretok bp(tmp);
+  bp.load_tables(p.pretok.tables);
+  const PretokTables& tab = tmp.tab;
+  const ClassTable ct = p.pretok.classes(0);
+  const int k = threadIdx.x, base = t.tile * kTileBytes + k * kItems, live = Pretok::live_chunks(r.n, t.tile);
+  uint16_t key[kItems], margin[kItems];
+  bp.tile_classes(ct, r.src, r.n, sp, base, key);
+  // Margin chunk j (nearest first): thread j after the tile, thread kMarginChunks + j before it.
+  const bool after_me = k < kMarginChunks, before_me = !after_me && k < 2 * kMarginChunks;
+  const int j = after_me ? k : k - kMarginChunks;
+  const int margin_at = after_me ? t.lo + kTileBytes + j * kItems : t.lo - (j + 1) * kItems;
+  if ((after_me || before_me) && margin_at >= 0) {
+    bp.tile_classes(ct, r.src, r.n, sp, margin_at, margin);  // (past the row's end: no class)
+    (after_me ? after : before_bwd)[j] = chunk_bwd_map<false>(tab, margin, kItems);
+  }
+  __syncthreads();
+  // T after the tile: settled by a constant map among the chunks after it, or by the row's end
+  // within them.
+  const int after_bytes = r.n - (t.lo + kTileBytes);
+  uint8_t carry = tab.bwd_init & 15;
+  if (after_bytes > 0) {
+    const int count = min(kMarginChunks, (after_bytes + kItems - 1) / kItems);
+    const bool to_end = after_bytes <= kMarginBytes;
+    if (!margin_edge_state(after, count, to_end, tab.bwd_live, carry, &carry)) {
+      if (threadIdx.x == 0) call_unsettled(p) = 1;
+      return;  // (uniform: every thread decided alike)
+    }
+  }
+  bool scan;
+  const uint8_t t_end = bp.state_after_chunk(chunk_bwd_map<false>(tab, key, kItems), live, carry, scan);
+  const uint8_t t_start = chunk_bwd_replay<false>(tab, key, kItems, t_end, key);
+  const uint8_t t_lo = scan ? carry : bp.hand_over(k == 0, t_start);
+  // The chunks before the tile: T after each (stepped from T at the tile's start through the
+  // nearer ones' backward maps), their keys, their forward maps.
+  const int before_chunks = min(kMarginChunks, t.lo / kItems);
+  if (before_me && j < before_chunks) {
+    uint8_t x = t_lo;
+    for (int i = 0; i < j; ++i) x = map_apply(before_bwd[i], x);
+    chunk_bwd_replay<false>(tab, margin, kItems, x, margin);
+    before_fwd[j] = chunk_fwd_map<false>(tab, margin, kItems);
+  }
+  __syncthreads();
+  uint8_t s = tab.fwd_init & 15;
+  if (t.lo > 0) {
+    const bool to_start = t.lo <= kMarginBytes;
+    if (!margin_edge_state(before_fwd, before_chunks, to_start, tab.fwd_live, s, &s)) {
+      if (threadIdx.x == 0) call_unsettled(p) = 1;
+      return;
+    }
+  }
+  const uint8_t s0 = bp.state_before_chunk(chunk_fwd_map<false>(tab, key, kItems), live, s, scan);
+  if (k < live) chunk_fwd_replay<false>(tab, key, kItems, s0, r.a.piece_start + base, r.n - base);
+}
+
 // The states at the tiles' edges: backward (kForward false: T after each tile, from the last
 // tile down) or forward (S before each tile). The maps go through shared memory in runs of
 // kRun tiles; thread 0 steps the state through them.
@@ -79,7 +173,7 @@ __global__ void __launch_bounds__(kThreads) row_states(const __grid_constant__ E
   constexpr int kRun = 1024;
   __shared__ uint64_t maps[kRun];
   const RowArrays r = row_arrays(p, blockIdx.x);
-  if (r.n <= 0) return;
+  if (r.n <= 0 || !call_unsettled(p)) return;
   const int tiles = (r.n + kTileBytes - 1) / kTileBytes;
   const PretokTables& tab = p.pretok.tables[0];
   uint8_t state = kForward ? tab.fwd_init & 15 : tab.bwd_init & 15;
@@ -235,6 +329,11 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
     row_specials<kThreads><<<rows, kThreads, 0, stream>>>(p);
     tile_specials<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   }
+  // (the call's flag for the three passes, cleared; its TileInfo is in row 0's workspace)
+  uint8_t* const unsettled = p.workspace + tile_infos_at(p.max_len) + offsetof(TileInfo, any_unsettled);
+  const cudaError_t cleared = cudaMemsetAsync(unsettled, 0, sizeof(int32_t), stream);
+  if (cleared != cudaSuccess) return cleared;
+  tile_pretokenize_once<kThreads><<<tiles, kThreads, 0, stream>>>(p, !specials);
   tile_pretokenize<kThreads, kBwd><<<tiles, kThreads, 0, stream>>>(p, !specials);
   row_states<kThreads, false><<<rows, kThreads, 0, stream>>>(p);
   tile_pretokenize<kThreads, kFwd><<<tiles, kThreads, 0, stream>>>(p, false);

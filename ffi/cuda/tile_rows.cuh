@@ -22,10 +22,12 @@ namespace {
 //   specials only: tile_matches (every match, listed per tile; the leftmost-first acceptance
 //     entering at the tile's start) -> row_specials (the acceptance entering each tile) ->
 //     tile_specials (is_special of the tile's bytes);
-//   tile_pretokenize<kBwd> (the text copied, NFC check, backward map) -> row_states<false>
-//     (T after each tile) -> tile_pretokenize<kFwd> (backward replay, forward map) ->
-//     row_states<true> (S before each tile) -> tile_pretokenize<kFlags> (piece starts): what
-//     block_pretokenize gives, tile by tile;
+//   tile_pretokenize_once (the text copied, NFC check, piece starts: each tile alone, its edge
+//     states settled by its neighbours' nearest chunks), and only in a call where some tile's
+//     do not settle, the three passes: tile_pretokenize<kBwd> (backward map) ->
+//     row_states<false> (T after each tile) -> tile_pretokenize<kFwd> (backward replay, forward
+//     map) -> row_states<true> (S before each tile) -> tile_pretokenize<kFlags> (piece starts):
+//     what block_pretokenize gives, tile by tile;
 //   tile_encode: the segments that START in the tile, each to its end (past the tile's end if
 //     it is long), encoded with encode_segments into merged[first..) of the row; but a huge
 //     piece (longer than a tile: always the tile's last segment) is listed for
@@ -53,7 +55,7 @@ __device__ __forceinline__ RowArrays row_arrays(const EncodeParams& p, int64_t b
   const int cap = (int)padded_len(p.max_len);
   uint8_t* ws = p.workspace + b * workspace_bytes_per_tiled_row(p.max_len);
   r.a = carve(ws, ws + cap * (int64_t)kCoreBytesPerPosition, cap);
-  r.info = reinterpret_cast<TileInfo*>(ws + cap * (int64_t)kBytesPerPosition);
+  r.info = reinterpret_cast<TileInfo*>(ws + tile_infos_at(p.max_len));
   r.frames = reinterpret_cast<int32_t*>(r.info + tiles_per_row(p.max_len));
   r.reach = r.frames + tiles_per_row(p.max_len) * frame_positions() * kFrameArrays;
   r.src = p.data + b * (int64_t)p.max_len;
@@ -92,6 +94,9 @@ __device__ __forceinline__ int64_t row_of_block(const EncodeParams& p, int64_t b
 // Whether a tile of the call holds a huge piece: cleared by the first pre-tokenizer pass, set by
 // tile_encode, read by the huge-piece kernels.
 __device__ __forceinline__ int32_t& call_has_huge(const EncodeParams& p) { return row_arrays(p, 0).info[0].any_huge; }
+// Whether a tile of the call needs the pre-tokenizer's three passes: cleared before the call's
+// first pre-tokenizer kernel (launch_tiles), set by tile_pretokenize_once.
+__device__ __forceinline__ int32_t& call_unsettled(const EncodeParams& p) { return row_arrays(p, 0).info[0].any_unsettled; }
 
 // body(r, t) for every live tile of a call that holds a huge piece (none in a call without one),
 // the grid (one_wave's) striding over the block indices of a block per tile; the body's

@@ -183,4 +183,12 @@ BBPE_HD bool edge_state(const uint64_t* maps, int at, int step, int count, uint6
   return true;
 }
 
+// A tile's edge state from the chunks beyond its edge within a margin (the one-pass tile
+// pre-tokenizer, cuda/tile_pipeline.cuh): maps[0..count) nearest first; when they reach the
+// row's end (to_end) the state there is `end`, else some map among them must be constant.
+BBPE_HD bool margin_edge_state(const uint64_t* maps, int count, bool to_end, uint64_t live, uint8_t end,
+                               uint8_t* state) {
+  return edge_state(maps, 0, 1, count, live, end, to_end ? count : count - 1, state);
+}
+
 }  // namespace bbpe

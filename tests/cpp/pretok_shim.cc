@@ -24,6 +24,64 @@ int bbpe_pretokenize(const uint8_t* op, int64_t op_bytes, int stages, const uint
 
 int bbpe_pretok_lookback() { return bbpe::kPretokLookback; }
 
+// A host model of tile_pretokenize_once (cuda/tile_pipeline.cuh), stage 0: each tile of
+// tile_bytes in chunks of `items` bytes, its edge states from the chunks within margin_bytes
+// either side (edge_state), its flags written where both edges settle (settled[t] = 1), else
+// left alone (settled[t] = 0). Returns -1 when the operand does not fit the layout.
+int bbpe_pretokenize_tiles_once(const uint8_t* op, int64_t op_bytes, const uint8_t* text, int n,
+                                const uint8_t* is_special, int tile_bytes, int items, int margin_bytes,
+                                uint8_t* piece_start, uint8_t* settled) {
+  bbpe::PretokView v;
+  if (!bbpe::pretok_view(op, op_bytes, 1, /*normalizer=*/0, &v)) return -1;
+  const bbpe::PretokTables& tab = v.tables[0];
+  const bbpe::ClassTable ct = v.classes(0);
+  const int margin = margin_bytes / items;
+  const auto classes = [&](int at, uint8_t* out) {  // a chunk's classes (none past the row's ends)
+    for (int i = 0; i < items; ++i)
+      out[i] = at + i >= 0 && at + i < n ? bbpe::byte_class(tab, text, n, is_special, at + i, ct) : bbpe::kClassNone;
+  };
+  for (int lo = 0, tile = 0; lo < n; lo += tile_bytes, ++tile) {
+    const int chunks = tile_bytes / items;
+    std::vector<uint8_t> c(items);
+    std::vector<uint16_t> key((size_t)(chunks + margin) * items);
+    std::vector<uint64_t> after(margin), before_bwd(margin), before_fwd(margin), own(chunks);
+    for (int j = 0; j < margin; ++j) {
+      classes(lo + tile_bytes + j * items, c.data());
+      after[j] = bbpe::chunk_bwd_map<false>(tab, c.data(), items);
+    }
+    const int after_bytes = n - (lo + tile_bytes);
+    uint8_t t = tab.bwd_init & 15;
+    settled[tile] = 0;
+    if (after_bytes > 0) {
+      const int count = std::min(margin, (after_bytes + items - 1) / items);
+      if (!bbpe::margin_edge_state(after.data(), count, after_bytes <= margin_bytes, tab.bwd_live, t, &t))
+        continue;
+    }
+    // the tile's own chunks: backward (composed exactly), keys at margin * items on
+    uint16_t* own_key = key.data() + (size_t)margin * items;
+    for (int ch = chunks - 1; ch >= 0; --ch) {
+      classes(lo + ch * items, c.data());
+      t = bbpe::chunk_bwd_replay<false>(tab, c.data(), items, t, own_key + ch * items);
+    }
+    const int before = std::min(margin, lo / items);
+    for (int j = 0; j < before; ++j) {  // chunk j before the tile, nearest first, T from the nearer ones
+      classes(lo - (j + 1) * items, c.data());
+      uint16_t* k = key.data() + (size_t)(margin - 1 - j) * items;
+      t = bbpe::chunk_bwd_replay<false>(tab, c.data(), items, t, k);
+      before_fwd[j] = bbpe::chunk_fwd_map<false>(tab, k, items);
+    }
+    uint8_t s = tab.fwd_init & 15;
+    if (lo > 0 &&
+        !bbpe::margin_edge_state(before_fwd.data(), before, lo <= margin_bytes, tab.fwd_live, s, &s))
+      continue;
+    for (int ch = 0; ch < chunks && lo + ch * items < n; ++ch)
+      s = bbpe::chunk_fwd_replay<false>(tab, own_key + ch * items, items, s, piece_start + lo + ch * items,
+                                        n - (lo + ch * items));
+    settled[tile] = 1;
+  }
+  return 0;
+}
+
 // The bit form of the leftmost-first merge selection (the kernel's lane-parallel merges; 64
 // bits: a warp's piece of up to 64 tokens).
 uint32_t bbpe_leftmost_first_merges(uint32_t candidates) {
