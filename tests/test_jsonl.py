@@ -340,14 +340,3 @@ def test_one_special_byte_at_every_offset_of_the_scans(field):
             body = b"a" * at + s + b"b" * (37 - at % 19)
             line = (b'{"text": "' + body + b'"}' if field else body) + b"\n"
             check_same(line, field, must_accept=python_reader(line, field) is not None)
-
-
-def test_kept_buffers_leave_nothing_behind():
-    """The parse's buffers are kept between calls (corpus_helpers.cc, KeptSplit): a large block
-    on many threads, one given up on, a long line, then small ones each equal a fresh parse."""
-    big = b"".join(b'{"text": "%s line %d\\n"}\n' % (b"x" * (i % 300), i) for i in range(40000))
-    long_line = b'{"text": "' + b"y\\t" * 700_000 + b'"}\n'
-    small = b'{"text": "a"}\n\n{"text": "b\\u00e9"}\n'
-    for block, threads in [(big, 4), (b'{"text": 1}\n' + big, 4), (long_line, 4), (small, 4), (small, 1), (big, 2)]:
-        for sep in (b"", b"<s>"):
-            assert native_reader(block, FIELD, threads, sep) == python_reader(block, FIELD)

@@ -42,15 +42,6 @@ struct Part {
   std::vector<Deferred> deferred;
   int64_t newlines = 0;
   bool ok = true;
-
-  void clear() {  // (the buffers' memory kept)
-    data.clear();
-    ends.clear();
-    lines.clear();
-    deferred.clear();
-    newlines = 0;
-    ok = true;
-  }
 };
 
 // Lines longer than this have their field decoded in pieces of about kPieceBytes by all threads.
@@ -218,9 +209,7 @@ inline bool split_block(const uint8_t* block, int64_t size, const std::string* f
     if (nl + 1 > cuts.back()) cuts.push_back(nl + 1);
   }
   cuts.push_back(block + size);
-  parts.resize(cuts.size() - 1);
-  for (Part& part : parts) part.clear();  // (their buffers kept: a fresh one per block costs its page faults)
-  split.pieces.clear();
+  parts.assign(cuts.size() - 1, Part{});
   const bool defer_long = threads > 1;
   on_threads(parts.size(), (int)parts.size(),
              [&](size_t k) { split_part(cuts[k], cuts[k + 1], field, defer_long, sep, parts[k]); });

@@ -7,8 +7,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,28 +19,6 @@
 #include "nanobind/stl/optional.h"
 #include "nanobind/stl/string.h"
 
-// The parse's buffers, kept between calls (one set per concurrent caller): a part's buffer is
-// about a block's share, and a fresh one per block cost a page fault per 4 KiB on every parsing
-// thread.
-struct KeptSplit {
-  static inline std::mutex mutex;
-  static inline std::vector<std::unique_ptr<bbpe::jsonl::Split>> pool;
-  std::unique_ptr<bbpe::jsonl::Split> split;
-
-  KeptSplit() {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!pool.empty()) {
-      split = std::move(pool.back());
-      pool.pop_back();
-    }
-    if (!split) split = std::make_unique<bbpe::jsonl::Split>();
-  }
-  ~KeptSplit() {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (pool.size() < 4) pool.push_back(std::move(split));
-  }
-};
-
 // A block of whole lines -> (data, offsets int64[n + 1], line int64[n] of each document counted
 // from the block's first, newlines in the block), or None to give up (the rules: core/jsonl.h).
 // field None: plain lines. Each document is followed by `sep` in data (document i is
@@ -52,8 +28,7 @@ struct KeptSplit {
 // into in place.
 static nb::object split_documents(HostArray<const uint8_t, 1> block, std::optional<std::string> field, int threads,
                                   nb::bytes sep, std::optional<nb::callable> into) {
-  KeptSplit kept;
-  bbpe::jsonl::Split& split = *kept.split;
+  bbpe::jsonl::Split split;
   const uint8_t* p = block.data();
   const int64_t size = (int64_t)block.shape(0);
   threads = std::max(1, threads);
@@ -83,6 +58,7 @@ static nb::object split_documents(HostArray<const uint8_t, 1> block, std::option
   {
     nb::gil_scoped_release unlocked;
     bbpe::jsonl::join_block(split, data, offsets, lines, threads);
+    split = {};  // (its memory freed here, not with the GIL held)
   }
   const size_t offsets_shape[1] = {(size_t)docs + 1}, lines_shape[1] = {(size_t)docs};
   return nb::make_tuple(data_object, owned_array(offsets, 1, offsets_shape), owned_array(lines, 1, lines_shape),
