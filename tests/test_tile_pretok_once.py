@@ -3,7 +3,8 @@ ffi/cuda/tile_pipeline.cuh), on the host model in tests/cpp/pretok_shim.cc: a ti
 states settle within the margin chunks either side (edge_state) gets exactly the flags of the
 sequential pre-tokenizer; one that does not is left to the three passes. Corpus rows (most tiles
 settle) and adversarial ones (runs longer than the margin across tile edges: some do not),
-for the chunk sizes of 256- and 1024-thread blocks.
+for the chunk sizes of 256- and 1024-thread blocks. On the GPU: calls that settle and calls
+that do not, in turn, against the CPU executor and tiktoken.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import pytest
 
 from blockbpe_jax import testing
 
-from pretok_shim import PATTERN_IDS
+from helpers import gpu_devices, load_tokenizer
+from long_rows_shared import assert_equals_tiktoken, assert_gpu_equals_cpu
+from pretok_shim import PATTERN_IDS, PATTERNS
 
 TILE = 2048
 MARGIN = 64
@@ -67,3 +70,47 @@ def test_settled_tiles_equal_the_sequential_flags(shim, pattern, items):
     settled, tiles = check(shim, pattern, rows, items)
     assert settled >= 0.9 * tiles, (settled, tiles)  # (real text settles: the one pass is the rule)
     check(shim, pattern, adversarial_rows(), items)
+
+
+def unsettled_rows() -> list[bytes]:
+    """Rows a tile of which does not settle within the margins: a whitespace run across the
+    first tile's end whose last newline lies past the margin."""
+    return [b"x" * (TILE - 48) + b"\n" + b" " * k + b"\n" + b"b" + b" tail" * 300 for k in (200, 400, 1000)]
+
+
+GPU_VOCABS = ["cl100k", "o200k"]
+
+
+def settling_rows() -> list[bytes]:
+    return corpus_rows(2, 3 * TILE)
+
+
+@pytest.mark.parametrize("name", GPU_VOCABS)
+def test_the_gpu_tests_rows_settle_as_named(shim, name):
+    """The next test's rows, on the host model: every tile of settling_rows settles, and a tile
+    of each of unsettled_rows does not, at the chunk sizes of 256- and 1024-thread blocks (so
+    that test runs both paths)."""
+    if not settling_rows():
+        pytest.skip("no shared corpus (set BLOCKBPE_DATA)")
+    pattern = next(pid for pid, (n, _) in PATTERNS.items() if n == name)
+    for items in (8, 2):
+        assert all(shim.tiles_once(pattern, row, TILE, items, MARGIN)[1].all() for row in settling_rows())
+        assert not any(
+            shim.tiles_once(pattern, row, TILE, items, MARGIN)[1].all() for row in unsettled_rows()
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
+@pytest.mark.parametrize("name", GPU_VOCABS)
+def test_gpu_calls_that_settle_and_calls_that_do_not(name):
+    """On the GPU, in one process and in turn: calls whose tiles all settle (the one pass alone),
+    calls with a tile that does not (the three passes run for the call), and one mixing both:
+    ids equal the CPU executor's and tiktoken's."""
+    settle = settling_rows()
+    if not settle:
+        pytest.skip("no shared corpus (set BLOCKBPE_DATA)")
+    tok = load_tokenizer(name, "tiktoken")
+    for rows in (settle, unsettled_rows(), settle, settle[:3] + unsettled_rows()[:1] + settle[3:6]):
+        want = assert_gpu_equals_cpu(tok, rows, max_len=4 * TILE, block_sizes=(256, 1024))
+        assert_equals_tiktoken(name, rows, want)
