@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "core/utf8.h"
@@ -57,16 +58,63 @@ inline const uint8_t* plain_ascii_run(const uint8_t* p, const uint8_t* end) {
   return p;
 }
 
-// Past the bytes at p that a JSON string holds as they are: plain ASCII and valid UTF-8
-// sequences; stops at a quote, backslash, control or invalid byte, or the end.
-inline const uint8_t* verbatim_run(const uint8_t* p, const uint8_t* end) {
-  while ((p = plain_ascii_run(p, end)) < end && *p >= 0x80) {
-    const int n = utf8_sequence(p, end);
-    if (!n) break;
-    p += n;
+// plain_ascii_run's bytes copied to w as they are found, sixteen at a time where SSE2 is (each
+// sixteen stored before they are checked, so w must have room for all the bytes left at p);
+// where the run ends, w moved past its copy.
+inline const uint8_t* copy_plain_ascii(const uint8_t* p, const uint8_t* end, char*& w) {
+#if defined(__SSE2__)
+  const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+  for (; end - p >= 16; p += 16, w += 16) {
+    const __m128i v = _mm_loadu_si128((const __m128i*)p);
+    _mm_storeu_si128((__m128i*)w, v);
+    const int stop = _mm_movemask_epi8(_mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), _mm_cmplt_epi8(v, space)));
+    if (stop) {
+      w += __builtin_ctz((unsigned)stop);
+      return p + __builtin_ctz((unsigned)stop);
+    }
   }
-  return p;
+#endif
+  const uint8_t* run_end = plain_ascii_run(p, end);
+  std::memcpy(w, p, run_end - p);
+  w += run_end - p;
+  return run_end;
 }
+
+// A growable byte buffer whose room is not filled in (a std::string's resize writes every byte
+// it adds): the parse decodes into it through a pointer.
+class ByteBuffer {
+ public:
+  const char* data() const { return bytes_.get(); }
+  size_t size() const { return size_; }
+  void clear() { size_ = 0; }
+  void reserve(size_t n) {
+    if (n > capacity_) grow(n);
+  }
+  // At least n writable bytes after the contents; commit(k) then adds the first k of them.
+  char* room(size_t n) {
+    if (capacity_ - size_ < n) grow(std::max(size_ + n, 2 * capacity_));
+    return bytes_.get() + size_;
+  }
+  void commit(size_t k) { size_ += k; }
+  void resize_down(size_t n) { size_ = std::min(size_, n); }
+  void append(const char* p, size_t n) {
+    std::memcpy(room(n), p, n);
+    size_ += n;
+  }
+  void append(const std::string& s) { append(s.data(), s.size()); }
+  bool equals(const std::string& s) const { return size_ == s.size() && std::memcmp(data(), s.data(), size_) == 0; }
+
+ private:
+  void grow(size_t capacity) {
+    std::unique_ptr<char[]> bigger(new char[capacity]);
+    if (size_) std::memcpy(bigger.get(), bytes_.get(), size_);
+    bytes_ = std::move(bigger);
+    capacity_ = capacity;
+  }
+  std::unique_ptr<char[]> bytes_;
+  size_t size_ = 0, capacity_ = 0;
+};
 
 inline bool valid_utf8(const uint8_t* p, const uint8_t* end) {
   while (p < end) {
@@ -80,11 +128,6 @@ inline bool valid_utf8(const uint8_t* p, const uint8_t* end) {
     p += n;
   }
   return true;
-}
-
-inline void put_utf8(uint32_t cp, std::string& out) {
-  const int len = utf8_length(cp);
-  for (int k = 0; k < len; ++k) out += (char)utf8_byte(cp, len, k);
 }
 
 inline int hex4(const uint8_t* p, const uint8_t* end) {
@@ -105,8 +148,8 @@ struct LineParser {
   const uint8_t* p;
   const uint8_t* end;
   const std::string& field;
-  std::string& out;     // the document is appended here
-  std::string scratch;  // keys and skipped strings
+  ByteBuffer& out;     // the document is appended here
+  ByteBuffer scratch;  // keys and skipped strings
   bool lone = false;    // the last decoded string held a lone surrogate
 
   void ws() {
@@ -117,29 +160,42 @@ struct LineParser {
   // json.loads does (strict: no raw control characters); a lone surrogate sets `lone`.
   // `piece`: p..end is a piece of a string's bytes, cut where no escape runs across
   // (split_block): true when all of it is decoded, false at a quote.
-  bool string(std::string& dst, bool piece = false) {
+  bool string(ByteBuffer& dst, bool piece = false) {
     lone = false;
+    // Decoded straight into room for the rest of the input: no escape decodes longer than it
+    // is written, so the text never outruns its bytes (an append per run and per escape, at
+    // about one escape per 64 bytes of text, cost more than the copying itself).
+    char* const first = dst.room(end - p);
+    char* w = first;
+    auto finish = [&](bool ok) {
+      dst.commit(w - first);
+      return ok;
+    };
     while (true) {
-      const uint8_t* run = p;
-      p = verbatim_run(p, end);
-      dst.append((const char*)run, p - run);
-      if (p >= end) return piece;
-      if (*p < 0x20 || *p >= 0x80 || (*p == '"' && piece)) return false;
-      if (*p == '"') { ++p; return true; }
-      if (++p >= end) return false;  // a backslash
+      p = copy_plain_ascii(p, end, w);
+      if (p >= end) return finish(piece);
+      if (*p >= 0x80) {
+        const int n = utf8_sequence(p, end);
+        if (!n) return finish(false);
+        for (int k = 0; k < n; ++k) *w++ = (char)*p++;
+        continue;
+      }
+      if (*p < 0x20 || (*p == '"' && piece)) return finish(false);
+      if (*p == '"') { ++p; return finish(true); }
+      if (++p >= end) return finish(false);  // a backslash
       const uint8_t e = *p++;
       switch (e) {
-        case '"': dst += '"'; break;
-        case '\\': dst += '\\'; break;
-        case '/': dst += '/'; break;
-        case 'b': dst += '\b'; break;
-        case 'f': dst += '\f'; break;
-        case 'n': dst += '\n'; break;
-        case 'r': dst += '\r'; break;
-        case 't': dst += '\t'; break;
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '/': *w++ = '/'; break;
+        case 'b': *w++ = '\b'; break;
+        case 'f': *w++ = '\f'; break;
+        case 'n': *w++ = '\n'; break;
+        case 'r': *w++ = '\r'; break;
+        case 't': *w++ = '\t'; break;
         case 'u': {
           int cp = hex4(p, end);
-          if (cp < 0) return false;
+          if (cp < 0) return finish(false);
           p += 4;
           if (cp >= 0xD800 && cp <= 0xDBFF && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
             const int lo = hex4(p + 2, end);
@@ -150,13 +206,14 @@ struct LineParser {
           }
           if (cp >= 0xD800 && cp <= 0xDFFF) {
             lone = true;  // (as a string that matches no field: three placeholder bytes)
-            dst += "\xff\xff\xff";
+            for (int k = 0; k < 3; ++k) *w++ = '\xff';
           } else {
-            put_utf8((uint32_t)cp, dst);
+            const int len = utf8_length((uint32_t)cp);
+            for (int k = 0; k < len; ++k) *w++ = (char)utf8_byte((uint32_t)cp, len, k);
           }
           break;
         }
-        default: return false;
+        default: return finish(false);
       }
     }
   }
@@ -257,13 +314,13 @@ struct LineParser {
       ++p;
       scratch.clear();
       if (!string(scratch)) return false;
-      const bool ours = !lone && scratch == field;
+      const bool ours = !lone && scratch.equals(field);
       ws();
       if (p >= end || *p != ':') return false;
       ++p;
       ws();
       if (ours) {
-        out.resize(base);
+        out.resize_down(base);
         found = p < end && *p == '"';
         if (found && defer) {
           raw_begin = ++p;

@@ -36,7 +36,7 @@ struct Deferred {
 
 // One thread's share: the lines starting in [begin, end) (begin at a line start).
 struct Part {
-  std::string data;            // its documents, each followed by the separator
+  ByteBuffer data;             // its documents, each followed by the separator
   std::vector<int64_t> ends;   // each document's end in `data`, after its separator
   std::vector<int64_t> lines;  // each document's line, counted from the part's first
   std::vector<Deferred> deferred;
@@ -57,7 +57,7 @@ inline bool blank(const uint8_t* p, const uint8_t* end) {  // bytes.strip() leav
 inline void split_part(const uint8_t* begin, const uint8_t* end, const std::string* field,
                        bool defer_long, const std::string& sep, Part& part) {
   part.data.reserve(end - begin);  // (a first guess: documents never outgrow their lines, separators may)
-  std::string scratch;
+  ByteBuffer scratch;
   int64_t line = 0;
   for (const uint8_t* p = begin; p < end; ++line) {
     const uint8_t* nl = (const uint8_t*)std::memchr(p, '\n', end - p);
@@ -71,19 +71,19 @@ inline void split_part(const uint8_t* begin, const uint8_t* end, const std::stri
           if (!valid_utf8(p, body_end)) { part.ok = false; return; }
           part.data.append((const char*)p, body_end - p);
         }
-        part.data += sep;
+        part.data.append(sep);
         part.ends.push_back((int64_t)part.data.size());
         part.lines.push_back(line);
       }
     } else if (!blank(p, stop)) {
       LineParser parser{p, stop, *field, part.data, {}, false};
-      parser.scratch.swap(scratch);
+      std::swap(parser.scratch, scratch);
       const bool defer = defer_long && stop - p > kLongLine;
       if (!parser.document(defer)) { part.ok = false; return; }
-      parser.scratch.swap(scratch);
+      std::swap(parser.scratch, scratch);
       if (defer)
         part.deferred.push_back({parser.raw_begin, parser.raw_end, part.ends.size(), (int64_t)part.data.size()});
-      part.data += sep;
+      part.data.append(sep);
       part.ends.push_back((int64_t)part.data.size());
       part.lines.push_back(line);
     }
@@ -109,7 +109,7 @@ inline const uint8_t* piece_cut(const uint8_t* begin, const uint8_t* at, const u
 // pieces, decoded apart, that go in at their documents' ends (join_block puts them together).
 struct Split {
   std::vector<Part> parts;
-  std::vector<std::string> pieces;
+  std::vector<ByteBuffer> pieces;
   int64_t bytes = 0, docs = 0, newlines = 0;  // of the joined documents (bytes: separators included)
 };
 
@@ -127,13 +127,14 @@ inline bool decode_deferred(Split& split, const std::string* field, int threads)
                                    : d.end);
       d.pieces = ranges.size() - d.first_piece;
     }
-  split.pieces.assign(ranges.size(), {});
+  split.pieces.clear();
+  split.pieces.resize(ranges.size());
   std::vector<char> ok(ranges.size(), 0);
   on_threads(ranges.size(), threads, [&](size_t k) {
-    std::string& text = split.pieces[k];
+    ByteBuffer& text = split.pieces[k];
     if (field == nullptr) {  // a plain line: its bytes, valid UTF-8
       ok[k] = valid_utf8(ranges[k].first, ranges[k].second);
-      text.assign((const char*)ranges[k].first, ranges[k].second - ranges[k].first);
+      text.append((const char*)ranges[k].first, ranges[k].second - ranges[k].first);
       return;
     }
     text.reserve(ranges[k].second - ranges[k].first);
@@ -209,7 +210,8 @@ inline bool split_block(const uint8_t* block, int64_t size, const std::string* f
     if (nl + 1 > cuts.back()) cuts.push_back(nl + 1);
   }
   cuts.push_back(block + size);
-  parts.assign(cuts.size() - 1, Part{});
+  parts.clear();
+  parts.resize(cuts.size() - 1);
   const bool defer_long = threads > 1;
   on_threads(parts.size(), (int)parts.size(),
              [&](size_t k) { split_part(cuts[k], cuts[k + 1], field, defer_long, sep, parts[k]); });
@@ -222,7 +224,7 @@ inline bool split_block(const uint8_t* block, int64_t size, const std::string* f
     split.docs += (int64_t)part.ends.size();
     split.newlines += part.newlines;
   }
-  for (const std::string& piece : split.pieces) split.bytes += (int64_t)piece.size();
+  for (const ByteBuffer& piece : split.pieces) split.bytes += (int64_t)piece.size();
   return true;
 }
 
