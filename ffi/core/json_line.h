@@ -1,7 +1,7 @@
 // One JSONL line parsed as json.loads would take one string field from it (strict: anything
-// it cannot decide exactly as Python would makes it give up; core/jsonl.h's rules), and the
+// it cannot decide exactly as Python would makes it give up; core/jsonl.h's rules), the
 // byte-level helpers of that parse (UTF-8 validation and a string's plain runs, sixteen bytes
-// at a time with SSE2, else eight).
+// at a time with SSE2, else eight) and the buffer it decodes into.
 #pragma once
 
 #include <algorithm>
@@ -41,26 +41,17 @@ inline bool any_special(uint64_t v) {
 }
 
 // Past the bytes at p that a JSON string holds as they are and that need no check: printable
-// ASCII other than '"' and '\\' (sixteen bytes at a time where SSE2 is: a signed compare with
-// 0x20 finds both control bytes and bytes >= 0x80).
+// ASCII other than '"' and '\\', eight bytes at a time.
 inline const uint8_t* plain_ascii_run(const uint8_t* p, const uint8_t* end) {
-#if defined(__SSE2__)
-  const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
-  for (; end - p >= 16; p += 16) {
-    const __m128i v = _mm_loadu_si128((const __m128i*)p);
-    const int stop = _mm_movemask_epi8(_mm_or_si128(
-        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), _mm_cmplt_epi8(v, space)));
-    if (stop) return p + __builtin_ctz((unsigned)stop);
-  }
-#endif
   while (end - p >= 8 && !any_special(load8(p))) p += 8;
   while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') ++p;
   return p;
 }
 
-// plain_ascii_run's bytes copied to w as they are found, sixteen at a time where SSE2 is (each
-// sixteen stored before they are checked, so w must have room for all the bytes left at p);
-// where the run ends, w moved past its copy.
+// Those bytes copied to w as they are found: sixteen at a time where SSE2 is (a signed compare
+// with 0x20 finds both control bytes and bytes >= 0x80; each sixteen are stored before they are
+// checked, so w must have room for all the bytes left at p), the rest by plain_ascii_run.
+// Where the run ends; w moved past its copy.
 inline const uint8_t* copy_plain_ascii(const uint8_t* p, const uint8_t* end, char*& w) {
 #if defined(__SSE2__)
   const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
@@ -76,7 +67,7 @@ inline const uint8_t* copy_plain_ascii(const uint8_t* p, const uint8_t* end, cha
   }
 #endif
   const uint8_t* run_end = plain_ascii_run(p, end);
-  std::memcpy(w, p, run_end - p);
+  if (run_end > p) std::memcpy(w, p, run_end - p);  // (w may be null where nothing is left)
   w += run_end - p;
   return run_end;
 }
@@ -99,11 +90,13 @@ class ByteBuffer {
   void commit(size_t k) { size_ += k; }
   void resize_down(size_t n) { size_ = std::min(size_, n); }
   void append(const char* p, size_t n) {
-    std::memcpy(room(n), p, n);
+    if (n) std::memcpy(room(n), p, n);
     size_ += n;
   }
   void append(const std::string& s) { append(s.data(), s.size()); }
-  bool equals(const std::string& s) const { return size_ == s.size() && std::memcmp(data(), s.data(), size_) == 0; }
+  bool equals(const std::string& s) const {
+    return size_ == s.size() && (size_ == 0 || std::memcmp(data(), s.data(), size_) == 0);
+  }
 
  private:
   void grow(size_t capacity) {
