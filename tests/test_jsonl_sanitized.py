@@ -1,0 +1,73 @@
+"""The native JSONL reader (ffi/core/jsonl.h, json_line.h) built with AddressSanitizer and
+UndefinedBehaviorSanitizer (tests/cpp/jsonl_sanitized.cc) and run over JSONL made from the
+shared corpora (escaped and raw, short lines and lines over the reader's long-line threshold,
+split by its threads in pieces), then over blocks cut short and with bytes changed: no read
+past a block (each is copied into memory of its exact size; reading 16 bytes where fewer than 9
+are left fails here), no write past an allocation, no undefined behaviour, and the documents
+counted as json.loads counts them."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from blockbpe_jax import testing
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def build(out_dir: Path) -> Path:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler (g++) to build tests/cpp/jsonl_sanitized.cc")
+    out = out_dir / "jsonl_sanitized"
+    cmd = [
+        cxx,
+        "-O1",
+        "-g",
+        "-std=c++17",
+        "-pthread",
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=all",
+    ]
+    cmd += ["-I", str(REPO / "ffi"), str(REPO / "tests" / "cpp" / "jsonl_sanitized.cc"), "-o", str(out)]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    if built.returncode != 0 and "sanitize" in built.stderr and "cannot find" in built.stderr:
+        pytest.skip(f"this compiler has no sanitizer runtime: {built.stderr.strip()[:200]}")
+    assert built.returncode == 0, built.stderr
+    return out
+
+
+def test_reader_under_address_and_undefined_behaviour_sanitizers(tmp_path):
+    texts = [testing.read_corpus(p).decode("utf-8", "replace") for p in testing.corpus_paths()]
+    if not texts:
+        pytest.skip("no shared corpus (set BLOCKBPE_DATA)")
+    rng = random.Random(11)
+    lines = []
+    for text in texts:
+        for _ in range(150):
+            at = rng.randrange(len(text))
+            piece = text[at : at + rng.choice([0, 1, 40, 700, 5000])]
+            lines.append(
+                json.dumps(
+                    {"id": len(lines), "text": piece, "meta": [1.5, None]}, ensure_ascii=rng.random() < 0.5
+                )
+            )
+    long_text = "".join(texts)[: 3 << 20]  # (longer than kLongLine: decoded in pieces on 4 threads)
+    lines += [json.dumps({"text": long_text}), json.dumps({"text": long_text}, ensure_ascii=False)]
+    rng.shuffle(lines)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
+    run = subprocess.run(
+        [str(build(tmp_path)), str(corpus), str(1 << 18)], capture_output=True, text=True, env=env
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ERROR" not in run.stderr and "runtime error" not in run.stderr, run.stderr[-3000:]
+    assert run.stdout.split() == ["documents", str(len(lines))]
