@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import gzip
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import jax
@@ -26,6 +28,26 @@ from blockbpe_jax.tables import build_vocab_tables
 from blockbpe_jax.vocab import Vocab, load_tiktoken_file, load_tokenizer_json
 
 FORMATS = ("tiktoken", "json")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def compile_cpp(source: str, out: Path, *flags: str) -> subprocess.CompletedProcess:
+    """tests/cpp/<source> compiled to `out` by $CXX or g++ (C++17, ffi/ on the include path,
+    then `flags`); skips the calling test without a compiler. The caller checks the result."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip(f"no C++ compiler (g++) to build tests/cpp/{source}")
+    cmd = [
+        cxx,
+        "-std=c++17",
+        "-I",
+        str(REPO / "ffi"),
+        *flags,
+        str(REPO / "tests" / "cpp" / source),
+        "-o",
+        str(out),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True)
 
 
 def unicodedata16():

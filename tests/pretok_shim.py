@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import random
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from blockbpe_jax import pretok, testing
 from blockbpe_jax.vocab import KNOWN_PATTERNS
 
-from helpers import hf_tokenizer, load_tokenizer
+from helpers import compile_cpp, hf_tokenizer, load_tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
 # Chunkings for pretokenize_chunked: k bytes per chunk (edge states by lookback where it
 # reaches, else scans), (k, -1): the scans forced, (k, lookback, threads): the chunks' steps on
 # that many threads (the host encode of one long text).
@@ -160,24 +155,10 @@ def python_flags(p, data: bytes, special: np.ndarray | None) -> np.ndarray:
 
 
 def build_shim(out_dir: Path) -> Shim:
-    """Compiles tests/cpp/pretok_shim.cc (g++); skips the calling test without a compiler."""
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler (g++) to build tests/cpp/pretok_shim.cc")
+    """Compiles tests/cpp/pretok_shim.cc; skips the calling test without a compiler."""
     out = out_dir / "pretok_shim.so"
-    cmd = [
-        cxx,
-        "-O2",
-        "-std=c++17",
-        "-shared",
-        "-fPIC",
-        "-I",
-        str(REPO / "ffi"),
-        str(REPO / "tests" / "cpp" / "pretok_shim.cc"),
-        "-o",
-        str(out),
-    ]
-    subprocess.run(cmd, check=True)
+    built = compile_cpp("pretok_shim.cc", out, "-O2", "-shared", "-fPIC")
+    assert built.returncode == 0, built.stderr
     return Shim(out)
 
 

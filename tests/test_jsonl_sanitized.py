@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,25 +18,13 @@ import pytest
 
 from blockbpe_jax import testing
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import compile_cpp
 
 
 def build(out_dir: Path) -> Path:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler (g++) to build tests/cpp/jsonl_sanitized.cc")
     out = out_dir / "jsonl_sanitized"
-    cmd = [
-        cxx,
-        "-O1",
-        "-g",
-        "-std=c++17",
-        "-pthread",
-        "-fsanitize=address,undefined",
-        "-fno-sanitize-recover=all",
-    ]
-    cmd += ["-I", str(REPO / "ffi"), str(REPO / "tests" / "cpp" / "jsonl_sanitized.cc"), "-o", str(out)]
-    built = subprocess.run(cmd, capture_output=True, text=True)
+    flags = ("-O1", "-g", "-pthread", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+    built = compile_cpp("jsonl_sanitized.cc", out, *flags)
     if built.returncode != 0 and "sanitize" in built.stderr and "cannot find" in built.stderr:
         pytest.skip(f"this compiler has no sanitizer runtime: {built.stderr.strip()[:200]}")
     assert built.returncode == 0, built.stderr

@@ -9,8 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import unicodedata16
-from pretok_shim import REPO
+from helpers import REPO, unicodedata16
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,6 +25,28 @@
 namespace bbpe {
 namespace {
 
+// The first pre-tokenizer pass's duties over a live tile (either kernel's), before its automata:
+// its text loaded (`load`: without specials, the row's first kernel), cont_lo reset (tile_encode
+// of an earlier tile may set it), and the NFC / Lowercase check of its bytes with their
+// lowercase: the pre-tokenizer reads r.src (its classes are the lowercase's), the merges read
+// the text (load_tile's stride: each thread rewrites what it copied).
+template <int kThreads>
+__device__ void prepare_tile(const EncodeParams& p, const RowArrays& r, const TileAt& t, const uint8_t* sp,
+                             TileInfo& info, bool load) {
+  if (load) load_tile<kThreads>(r, t);
+  if (threadIdx.x == 0) info.cont_lo = -1;
+  if (p.pretok.nfc || p.pretok.lower) {
+    bool suspect = false;
+    for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads) {
+      suspect |= (p.pretok.nfc && nfc_suspect_at(p.pretok, p.nfc_pairs, r.src, r.n, sp, i)) ||
+                 (p.pretok.lower && lower_suspect_at(p.pretok, r.src, r.n, sp, i));
+      if (p.pretok.lower) r.a.text[i] = lowered_byte(p.pretok, r.src, r.n, sp, i);
+    }
+    suspect = __syncthreads_or(suspect);
+    if (threadIdx.x == 0) info.not_nfc = suspect;
+  }
+}
+
 // The pre-tokenizer over the tiles, in three passes (BlockPretokenizer's tile_* functions), in
 // a call where tile_pretokenize_once (below) could not settle some tile's edges:
 //   kBwd:   (without specials also the row's first kernel: text copied, is_special zeroed)
@@ -45,21 +67,7 @@ __global__ void __launch_bounds__(kThreads) tile_pretokenize(const __grid_consta
   if (!t.live) return;
   const uint8_t* sp = p.special.count > 0 ? r.a.is_special : nullptr;
   TileInfo& info = r.info[t.tile];
-  if (kPass == kBwd && load) load_tile<kThreads>(r, t);
-  if (kPass == kBwd && threadIdx.x == 0) info.cont_lo = -1;  // (tile_encode of an earlier tile may set it)
-  if (kPass == kBwd && (p.pretok.nfc || p.pretok.lower)) {
-    bool suspect = false;
-    for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads) {
-      suspect |= (p.pretok.nfc && nfc_suspect_at(p.pretok, p.nfc_pairs, r.src, r.n, sp, i)) ||
-                 (p.pretok.lower && lower_suspect_at(p.pretok, r.src, r.n, sp, i));
-      // The tile's own bytes, from the input: the pre-tokenizer reads r.src (its classes are
-      // the lowercase's), the merges read the text (load_tile's stride: each thread rewrites
-      // what it copied).
-      if (p.pretok.lower) r.a.text[i] = lowered_byte(p.pretok, r.src, r.n, sp, i);
-    }
-    suspect = __syncthreads_or(suspect);
-    if (threadIdx.x == 0) info.not_nfc = suspect;
-  }
+  if (kPass == kBwd) prepare_tile<kThreads>(p, r, t, sp, info, load);
   Pretok bp(tmp);
   bp.load_tables(p.pretok.tables);
   const ClassTable ct = p.pretok.classes(0);
@@ -99,18 +107,7 @@ __global__ void __launch_bounds__(kThreads) tile_pretokenize_once(const __grid_c
   if (!t.live) return;
   const uint8_t* sp = p.special.count > 0 ? r.a.is_special : nullptr;
   TileInfo& info = r.info[t.tile];
-  if (load) load_tile<kThreads>(r, t);
-  if (threadIdx.x == 0) info.cont_lo = -1;  // (tile_encode of an earlier tile may set it)
-  if (p.pretok.nfc || p.pretok.lower) {
-    bool suspect = false;
-    for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads) {
-      suspect |= (p.pretok.nfc && nfc_suspect_at(p.pretok, p.nfc_pairs, r.src, r.n, sp, i)) ||
-                 (p.pretok.lower && lower_suspect_at(p.pretok, r.src, r.n, sp, i));
-      if (p.pretok.lower) r.a.text[i] = lowered_byte(p.pretok, r.src, r.n, sp, i);
-    }
-    suspect = __syncthreads_or(suspect);
-    if (threadIdx.x == 0) info.not_nfc = suspect;
-  }
+  prepare_tile<kThreads>(p, r, t, sp, info, load);
   Pretok bp(tmp);
   bp.load_tables(p.pretok.tables);
   const PretokTables& tab = tmp.tab;
