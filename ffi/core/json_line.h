@@ -143,7 +143,7 @@ struct LineParser {
   const std::string& field;
   ByteBuffer& out;     // the document is appended here
   ByteBuffer scratch;  // keys and skipped strings
-  bool lone = false;    // the last decoded string held a lone surrogate
+  bool lone = false;   // the last decoded string held a lone surrogate
 
   void ws() {
     while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) ++p;
