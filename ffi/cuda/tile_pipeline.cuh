@@ -25,49 +25,24 @@
 namespace bbpe {
 namespace {
 
-// The first pre-tokenizer pass's duties over a live tile (either kernel's), before its automata:
-// its text loaded (`load`: without specials, the row's first kernel), cont_lo reset (tile_encode
-// of an earlier tile may set it), and the NFC / Lowercase check of its bytes with their
-// lowercase: the pre-tokenizer reads r.src (its classes are the lowercase's), the merges read
-// the text (load_tile's stride: each thread rewrites what it copied).
-template <int kThreads>
-__device__ void prepare_tile(const EncodeParams& p, const RowArrays& r, const TileAt& t, const uint8_t* sp,
-                             TileInfo& info, bool load) {
-  if (load) load_tile<kThreads>(r, t);
-  if (threadIdx.x == 0) info.cont_lo = -1;
-  if (p.pretok.nfc || p.pretok.lower) {
-    bool suspect = false;
-    for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads) {
-      suspect |= (p.pretok.nfc && nfc_suspect_at(p.pretok, p.nfc_pairs, r.src, r.n, sp, i)) ||
-                 (p.pretok.lower && lower_suspect_at(p.pretok, r.src, r.n, sp, i));
-      if (p.pretok.lower) r.a.text[i] = lowered_byte(p.pretok, r.src, r.n, sp, i);
-    }
-    suspect = __syncthreads_or(suspect);
-    if (threadIdx.x == 0) info.not_nfc = suspect;
-  }
-}
-
 // The pre-tokenizer over the tiles, in three passes (BlockPretokenizer's tile_* functions), in
 // a call where tile_pretokenize_once (below) could not settle some tile's edges:
-//   kBwd:   (without specials also the row's first kernel: text copied, is_special zeroed)
-//           the NFC / Lowercase check of the tile's bytes, their lowercase, the backward map;
+//   kBwd:   the backward map (tile_pretokenize_once, which ran first, did the first pass's other
+//           duties for every tile: text loaded, NFC / Lowercase check, huge flag cleared);
 //   kFwd:   (after row_states<false>) the backward replay and the forward map;
 //   kFlags: (after row_states<true>) the piece starts of the tile's bytes.
 enum TilePass : int { kBwd, kFwd, kFlags };
 template <int kThreads, int kPass>
-__global__ void __launch_bounds__(kThreads) tile_pretokenize(const __grid_constant__ EncodeParams p,
-                                                             bool load) {
+__global__ void __launch_bounds__(kThreads) tile_pretokenize(const __grid_constant__ EncodeParams p) {
   using Pretok = BlockPretokenizer<kThreads, kTileItems<kThreads>>;
   static_assert(Pretok::kTile == kTileBytes, "the pre-tokenizer's tiles are the row's");
   __shared__ typename Pretok::TempStorage tmp;
   const RowArrays r = row_arrays(p, row_of_block(p));
   const TileAt t = which_tile(p, r);
   if (!call_unsettled(p)) return;  // (tile_pretokenize_once did every tile)
-  if (kPass == kBwd && blockIdx.x == 0 && threadIdx.x == 0) call_has_huge(p) = 0;  // (before tile_encode)
   if (!t.live) return;
   const uint8_t* sp = p.special.count > 0 ? r.a.is_special : nullptr;
   TileInfo& info = r.info[t.tile];
-  if (kPass == kBwd) prepare_tile<kThreads>(p, r, t, sp, info, load);
   Pretok bp(tmp);
   bp.load_tables(p.pretok.tables);
   const ClassTable ct = p.pretok.classes(0);
@@ -107,7 +82,21 @@ __global__ void __launch_bounds__(kThreads) tile_pretokenize_once(const __grid_c
   if (!t.live) return;
   const uint8_t* sp = p.special.count > 0 ? r.a.is_special : nullptr;
   TileInfo& info = r.info[t.tile];
-  prepare_tile<kThreads>(p, r, t, sp, info, load);
+  if (load) load_tile<kThreads>(r, t);
+  if (threadIdx.x == 0) info.cont_lo = -1;  // (tile_encode of an earlier tile may set it)
+  if (p.pretok.nfc || p.pretok.lower) {
+    bool suspect = false;
+    for (int i = t.lo + threadIdx.x; i < t.hi; i += kThreads) {
+      suspect |= (p.pretok.nfc && nfc_suspect_at(p.pretok, p.nfc_pairs, r.src, r.n, sp, i)) ||
+                 (p.pretok.lower && lower_suspect_at(p.pretok, r.src, r.n, sp, i));
+      // The tile's own bytes, from the input: the pre-tokenizer reads r.src (its classes are
+      // the lowercase's), the merges read the text (load_tile's stride: each thread rewrites
+      // what it copied).
+      if (p.pretok.lower) r.a.text[i] = lowered_byte(p.pretok, r.src, r.n, sp, i);
+    }
+    suspect = __syncthreads_or(suspect);
+    if (threadIdx.x == 0) info.not_nfc = suspect;
+  }
   Pretok bp(tmp);
   bp.load_tables(p.pretok.tables);
   const PretokTables& tab = tmp.tab;
@@ -331,11 +320,11 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
   const cudaError_t cleared = cudaMemsetAsync(unsettled, 0, sizeof(int32_t), stream);
   if (cleared != cudaSuccess) return cleared;
   tile_pretokenize_once<kThreads><<<tiles, kThreads, 0, stream>>>(p, !specials);
-  tile_pretokenize<kThreads, kBwd><<<tiles, kThreads, 0, stream>>>(p, !specials);
+  tile_pretokenize<kThreads, kBwd><<<tiles, kThreads, 0, stream>>>(p);
   row_states<kThreads, false><<<rows, kThreads, 0, stream>>>(p);
-  tile_pretokenize<kThreads, kFwd><<<tiles, kThreads, 0, stream>>>(p, false);
+  tile_pretokenize<kThreads, kFwd><<<tiles, kThreads, 0, stream>>>(p);
   row_states<kThreads, true><<<rows, kThreads, 0, stream>>>(p);
-  tile_pretokenize<kThreads, kFlags><<<tiles, kThreads, 0, stream>>>(p, false);
+  tile_pretokenize<kThreads, kFlags><<<tiles, kThreads, 0, stream>>>(p);
   tile_encode<kThreads><<<tiles, kThreads, 0, stream>>>(p);
   // (windows in warp sub-windows: kHugeThreads, whatever the call's block size; each kernel a
   // wave of blocks over the tiles, few of which hold a huge piece, and none in most calls)

@@ -91,7 +91,7 @@ __device__ __forceinline__ int64_t row_of_block(const EncodeParams& p, int64_t b
   return block / tiles_per_row(p.max_len);
 }
 
-// Whether a tile of the call holds a huge piece: cleared by the first pre-tokenizer pass, set by
+// Whether a tile of the call holds a huge piece: cleared by tile_pretokenize_once, set by
 // tile_encode, read by the huge-piece kernels.
 __device__ __forceinline__ int32_t& call_has_huge(const EncodeParams& p) { return row_arrays(p, 0).info[0].any_huge; }
 // Whether a tile of the call needs the pre-tokenizer's three passes: cleared before the call's

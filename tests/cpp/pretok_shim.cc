@@ -44,7 +44,7 @@ int bbpe_pretokenize_tiles_once(const uint8_t* op, int64_t op_bytes, const uint8
     const int chunks = tile_bytes / items;
     std::vector<uint8_t> c(items);
     std::vector<uint16_t> key((size_t)(chunks + margin) * items);
-    std::vector<uint64_t> after(margin), before_bwd(margin), before_fwd(margin), own(chunks);
+    std::vector<uint64_t> after(margin), before_fwd(margin);
     for (int j = 0; j < margin; ++j) {
       classes(lo + tile_bytes + j * items, c.data());
       after[j] = bbpe::chunk_bwd_map<false>(tab, c.data(), items);
