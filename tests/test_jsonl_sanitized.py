@@ -31,8 +31,8 @@ def build(out_dir: Path) -> Path:
     return out
 
 
-def test_reader_under_address_and_undefined_behaviour_sanitizers(tmp_path):
-    texts = [testing.read_corpus(p).decode("utf-8", "replace") for p in testing.corpus_paths()]
+def test_reader_under_address_and_undefined_behaviour_sanitizers(tmp_path, data_dir):
+    texts = [testing.read_corpus(p).decode("utf-8", "replace") for p in testing.corpus_paths(data_dir)]
     if not texts:
         pytest.skip("no shared corpus (set BLOCKBPE_DATA)")
     rng = random.Random(11)

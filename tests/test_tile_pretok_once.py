@@ -24,9 +24,9 @@ TILE = 2048
 MARGIN = 64
 
 
-def corpus_rows(n: int = 12, width: int = 8 * TILE) -> list[bytes]:
+def corpus_rows(root, n: int = 12, width: int = 8 * TILE) -> list[bytes]:
     rows = []
-    for path in testing.corpus_paths():
+    for path in testing.corpus_paths(root):
         raw = testing.read_corpus(path)
         rng = random.Random(path.name)
         rows += [raw[(at := rng.randrange(max(1, len(raw) - width))) : at + width] for _ in range(n)]
@@ -63,8 +63,8 @@ def check(shim, pattern, rows, items):
 
 @pytest.mark.parametrize("items", [8, 2])
 @pytest.mark.parametrize("pattern", PATTERN_IDS)
-def test_settled_tiles_equal_the_sequential_flags(shim, pattern, items):
-    rows = corpus_rows()
+def test_settled_tiles_equal_the_sequential_flags(shim, data_dir, pattern, items):
+    rows = corpus_rows(data_dir)
     if not rows:
         pytest.skip("no shared corpus (set BLOCKBPE_DATA)")
     settled, tiles = check(shim, pattern, rows, items)
@@ -81,20 +81,22 @@ def unsettled_rows() -> list[bytes]:
 GPU_VOCABS = ["cl100k", "o200k"]
 
 
-def settling_rows() -> list[bytes]:
-    return corpus_rows(2, 3 * TILE)
+def settling_rows(root) -> list[bytes]:
+    return corpus_rows(root, 2, 3 * TILE)
 
 
 @pytest.mark.parametrize("name", GPU_VOCABS)
-def test_the_gpu_tests_rows_settle_as_named(shim, name):
+def test_the_gpu_tests_rows_settle_as_named(shim, data_dir, name):
     """The next test's rows, on the host model: every tile of settling_rows settles, and a tile
     of each of unsettled_rows does not, at the chunk sizes of 256- and 1024-thread blocks (so
     that test runs both paths)."""
-    if not settling_rows():
+    if not settling_rows(data_dir):
         pytest.skip("no shared corpus (set BLOCKBPE_DATA)")
     pattern = next(pid for pid, (n, _) in PATTERNS.items() if n == name)
     for items in (8, 2):
-        assert all(shim.tiles_once(pattern, row, TILE, items, MARGIN)[1].all() for row in settling_rows())
+        assert all(
+            shim.tiles_once(pattern, row, TILE, items, MARGIN)[1].all() for row in settling_rows(data_dir)
+        )
         assert not any(
             shim.tiles_once(pattern, row, TILE, items, MARGIN)[1].all() for row in unsettled_rows()
         )
@@ -103,11 +105,11 @@ def test_the_gpu_tests_rows_settle_as_named(shim, name):
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
 @pytest.mark.parametrize("name", GPU_VOCABS)
-def test_gpu_calls_that_settle_and_calls_that_do_not(name):
+def test_gpu_calls_that_settle_and_calls_that_do_not(data_dir, name):
     """On the GPU, in one process and in turn: calls whose tiles all settle (the one pass alone),
     calls with a tile that does not (the three passes run for the call), and one mixing both:
     ids equal the CPU executor's and tiktoken's."""
-    settle = settling_rows()
+    settle = settling_rows(data_dir)
     if not settle:
         pytest.skip("no shared corpus (set BLOCKBPE_DATA)")
     tok = load_tokenizer(name, "tiktoken")
