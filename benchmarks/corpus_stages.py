@@ -7,7 +7,9 @@ in-memory one (`encode_files_to_arrays`'s) and a writer that drops the ids. If t
 each block straight into the engine's buffers, `window_encode.JoinInto`.)
 Beside each run, how late a thread that sleeps 1 ms wakes up (p50 / p99 / the sum of the
 lateness): beyond the OS's own jitter that is time spent waiting for the GIL, so a stage that
-holds it for long shows there.
+holds it for long shows there; and the CPU time the process's threads took meanwhile, by
+thread (Python threads by name, native ones by their OS name: the worker pool's as `python3`),
+sampled every 20 ms from /proc (Linux; a thread that ended loses its last sample's time).
 
     python3 benchmarks/corpus_stages.py [--mb 300] [--pack-width 16384] [--reps 2] [--top 6]
         [--corpus long] [--settings 5:16,0.5:16,5:8:65536:16] [--in-memory] [--beside 4,8]
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -56,7 +60,7 @@ class GilLatency(threading.Thread):
     WAITING = {"threading.py", "queue.py", "thread.py"}  # where a thread waits for another
 
     def __init__(self):
-        super().__init__(daemon=True)
+        super().__init__(daemon=True, name="sampling wake-ups")
         self.late: list[float] = []
         self.where: collections.Counter = collections.Counter()
         self.stop = threading.Event()
@@ -92,6 +96,52 @@ class GilLatency(threading.Thread):
         return text
 
 
+class ThreadCpu(threading.Thread):
+    """The CPU seconds each kind of thread of this process takes from its start to `summary`:
+    every 20 ms each thread's user + system time so far (/proc/self/task/TID/stat), the last
+    value kept per thread; grouped by the Python thread's name (digits dropped: a pool's
+    threads together) or else the OS's name for the thread."""
+
+    def __init__(self):
+        super().__init__(daemon=True, name="sampling CPU times")
+        self.stop = threading.Event()
+        self.names: dict[int, str] = {}
+        self.first = self.sample()
+        self.last = dict(self.first)
+        self.start_times = os.times()
+
+    def sample(self) -> dict[int, int]:
+        python = {t.native_id: t.name for t in threading.enumerate()}
+        ticks = {}
+        for tid in map(int, os.listdir("/proc/self/task")):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()  # (after the name: state first)
+                if tid not in self.names:
+                    with open(f"/proc/self/task/{tid}/comm") as f:
+                        self.names[tid] = re.sub(r"[-_]?\d+", "", python.get(tid) or f.read().strip())
+            except OSError:  # (ended meanwhile)
+                continue
+            ticks[tid] = int(fields[11]) + int(fields[12])  # utime + stime
+        return ticks
+
+    def run(self) -> None:
+        while not self.stop.wait(0.02):
+            self.last.update(self.sample())
+
+    def summary(self, wall: float) -> str:
+        self.stop.set()
+        self.join()
+        self.last.update(self.sample())
+        end = os.times()
+        total = end.user + end.system - self.start_times.user - self.start_times.system
+        by = collections.Counter()
+        for tid, ticks in self.last.items():
+            by[self.names.get(tid, "?")] += (ticks - self.first.get(tid, 0)) / os.sysconf("SC_CLK_TCK")
+        parts = ", ".join(f"{name} {s:.2f}" for name, s in by.most_common() if s >= 0.005)
+        return f"cpu {total:.2f} s = {total / wall:.1f} cores: {parts}"
+
+
 class DropWriter:
     def add(self, ids, counts, window) -> None:
         pass
@@ -120,17 +170,22 @@ def main() -> None:
     runs = iter(range(1 << 30))
 
     def report(what: str, run) -> None:
-        gil = GilLatency()
+        gil, cpu = GilLatency(), ThreadCpu()
         gil.start()
+        cpu.start()
         t = time.perf_counter()
         run()
         s = time.perf_counter() - t
         print(f"{what:44s} {s:6.3f} s {nbytes / s / 1e6:7.1f} MB/s  ({gil.summary(args.top)})", flush=True)
+        print(f"      {cpu.summary(s)}", flush=True)
 
     report("idle (the wake-up jitter alone)", lambda: time.sleep(0.3))
 
     def files(
-        pack_width: int = args.pack_width, batch_mb: float = 4, in_memory: bool = False, window_mb: float = 16
+        pack_width: int = args.pack_width,
+        batch_mb: float = 4,
+        in_memory: bool = False,
+        window_mb: float = documents.WINDOW_BYTES / (1 << 20),
     ) -> None:
         options = dict(
             jsonl_field="text",
@@ -217,7 +272,7 @@ def main() -> None:
             pack_width, batch_mb, window_mb = (
                 int(shape[0]) if shape else args.pack_width,
                 float(shape[1]) if shape[1:] else 4,
-                float(shape[2]) if shape[2:] else 16,
+                float(shape[2]) if shape[2:] else documents.WINDOW_BYTES / (1 << 20),
             )
             report(
                 f"{'encode_files_to_arrays' if args.in_memory else 'encode_files'}, warm, switch {switch_ms} ms, "

@@ -10,11 +10,12 @@ import weakref
 from typing import Iterator
 
 
-def in_background(items: Iterator, depth: int) -> Iterator:
+def in_background(items: Iterator, depth: int, name: str = "blockbpe-background") -> Iterator:
     """The items of `items`, produced from now on by a thread up to `depth` ahead; its
     exception is raised here, in order, when the consumer reaches it. The thread stops when the
     consumer stops, or is dropped without having started. An iterator this function made is
-    returned as it is (its thread already reads ahead: the command's read-ahead windows)."""
+    returned as it is (its thread already reads ahead: the command's read-ahead windows).
+    `name`: the thread's (what a profile or a stack dump shows)."""
     if items in _consumers:
         return items
     q: queue.Queue = queue.Queue(maxsize=depth)
@@ -58,7 +59,7 @@ def in_background(items: Iterator, depth: int) -> Iterator:
         finally:
             halt()
 
-    thread = threading.Thread(target=produce, name="blockbpe-background", daemon=True)
+    thread = threading.Thread(target=produce, name=name, daemon=True)
     consumer = consume()
     weakref.finalize(consumer, stop.set)  # (a generator never started runs no `finally`)
     _consumers[consumer] = halt

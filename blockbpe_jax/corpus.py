@@ -134,7 +134,9 @@ class ReadAhead:
         self.inputs = (tuple(check_inputs(paths)), split, jsonl_field, window_bytes)
         self.join = JoinInto()
         self._windows = in_background(
-            iter_windows(self.inputs[0], split_kind, chunk, jsonl_field, window_bytes, join=self.join), 1
+            iter_windows(self.inputs[0], split_kind, chunk, jsonl_field, window_bytes, join=self.join),
+            1,
+            name="blockbpe-split",
         )
 
     def windows(self, paths, split: str, jsonl_field, window_bytes: int):

@@ -234,7 +234,8 @@ def _line_windows(
         native_field = False
     try:
         with _open(path, fast=True) as f:
-            blocks = in_background(_blocks_of_lines(f, window_bytes), depth=1)  # read ahead
+            # (read ahead)
+            blocks = in_background(_blocks_of_lines(f, window_bytes), depth=1, name="blockbpe-read")
             try:
                 for block in blocks:
                     sep, take = (join and join.to) or (b"", None)

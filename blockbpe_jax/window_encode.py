@@ -358,13 +358,17 @@ def encode_documents(
         # (the writing thread outlives the storing one, which outlives the finishing one: each
         # submits to the next)
         with (
-            ThreadPoolExecutor(max_workers=1) as write_thread,
-            ThreadPoolExecutor(max_workers=1) as store_thread,
-            ThreadPoolExecutor(max_workers=1) as finish_thread,
+            ThreadPoolExecutor(1, "blockbpe-write") as write_thread,
+            ThreadPoolExecutor(1, "blockbpe-store") as store_thread,
+            ThreadPoolExecutor(1, "blockbpe-finish") as finish_thread,
         ):
             finished = []  # futures of finish(), oldest first
             # (windows are split on one thread and planned on another: this one only dispatches)
-            for planned in in_background(map(plan_window, in_background(windows, depth=1)), depth=2):
+            for planned in in_background(
+                map(plan_window, in_background(windows, depth=1, name="blockbpe-split")),
+                depth=2,
+                name="blockbpe-plan",
+            ):
                 if planned is None:  # (a window without documents)
                     continue
                 finished.append(finish_thread.submit(finish, launch(planned)))
