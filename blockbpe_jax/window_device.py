@@ -118,11 +118,16 @@ class WindowBuffers:
     document table: powers of two, the first twice the first window's need; the bytes: half
     again the need; the window call's workspace): the window call's executable depends on
     them, so a job should see one or two of each. Buffers of finished windows are kept for the next windows
-    and jobs (at most `KEEP` of each kind): a new `raw` costs its zeroing, more than the
+    and jobs (at most `KEEP[kind]`): a new `raw` costs its zeroing, more than the
     window's steps on the CPU backend; a new `staging.FlatSlot` its page-locked allocation (or page
     faults), more than its copy."""
 
-    KEEP = 6  # (a job's windows in flight: the reader's, two planned, dispatched, finishing, written)
+    # At least as many as a job has in flight, so that the next job allocates none (a 48 MiB
+    # page-locked buffer takes ~30 ms): a window's bytes from the reader's block (joined into
+    # them) until its ids are read back (the reader's, one queued, planned, two queued,
+    # dispatched, finishing, up to two being read back: 7-8 made by a 1 GB job), its `raw`
+    # from its dispatch until then, its host ids until they are written.
+    KEEP = {FLAT: 10, RAW: 6, IDS: 6}
     _spare: list = []  # ((kind, device), buffer), most recent last
     _lock = threading.Lock()
 
@@ -239,7 +244,7 @@ class WindowBuffers:
         with self._lock:
             self._spare.append(((kind, self.device), buffer))
             same = [k for k, ((o, _), _) in enumerate(self._spare) if o == kind]
-            for k in reversed(same[: -self.KEEP]):
+            for k in reversed(same[: -self.KEEP[kind]]):
                 del self._spare[k]
 
 

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from blockbpe_jax import corpus, documents, native, window_device, window_encode
+from blockbpe_jax import corpus, documents, native, staging, window_device, window_encode
 from blockbpe_jax.shards import ArraysWriter
 
 import corpus_shared
@@ -86,6 +86,33 @@ def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
     assert [a.tolist() for a in corpus.read_shards(tmp_path / "o" / "s")] == want
     assert all(len(w) > len(d) // 2 for w, d in zip(want, docs) if d)
     assert [c[:3] for c in calls] == [(1, 16, 17), (15, 256, 128), (15, 256, 257)] and grown == [8192]
+
+
+def test_a_second_job_allocates_no_window_buffers(tmp_path, r50k, monkeypatch):
+    """Every window byte buffer a job had in flight (the reader joins each block into one, which
+    is given back once its ids are read) is kept for the next job (`WindowBuffers.KEEP`): a
+    second job of the same shape makes none (on a GPU each is a page-locked allocation of
+    tens of milliseconds)."""
+    monkeypatch.setattr(window_device.WindowBuffers, "_spare", [])
+    made = []
+    real = staging.FlatSlot.__init__
+    monkeypatch.setattr(
+        staging.FlatSlot, "__init__", lambda self, *a, **k: made.append(1) or real(self, *a, **k)
+    )
+    rng = np.random.default_rng(2)
+    words = ["alpha", "beta", "gamma", "🎉", "1234"]
+    docs = [" ".join(rng.choice(words, int(n))) for n in rng.integers(1, 12, 20000)]  # (windows of one size)
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    per_job = []
+    for _ in range(3):
+        made.clear()
+        ids, offsets = r50k.encode_files_to_arrays([src], jsonl_field="text", window_bytes=16384)
+        per_job.append(len(made))
+    assert per_job[0] > 1 and per_job[1:] == [0, 0], per_job
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == encode_batch_ids(
+        r50k, [d.encode() for d in docs]
+    )
 
 
 def test_window_calls_are_one_executable_compiled_once(tmp_path, r50k, monkeypatch):

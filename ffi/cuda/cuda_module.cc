@@ -237,8 +237,9 @@ class DeviceReader {
 // planning need. The caller refills it only once every computation that read it has finished.
 class DeviceBytes {
  public:
-  DeviceBytes(int device, size_t bytes)
-      : device_(device), bytes_(bytes), memory_(std::make_shared<DeviceAllocation>(device, std::max<size_t>(bytes, 1))) {
+  DeviceBytes(int device, size_t bytes) : device_(device), bytes_(bytes) {
+    nb::gil_scoped_release unlocked;  // (the allocation may take milliseconds)
+    memory_ = std::make_shared<DeviceAllocation>(device, std::max<size_t>(bytes, 1));
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~DeviceBytes() {
@@ -276,9 +277,13 @@ class DeviceBytes {
 
 // Page-locked host memory as a NumPy uint8 array, freed with its last reference: what the
 // corpus job reads a window's ids into (one DMA, no second copy) and writes to its shards.
+// (Page-locking tens of MiB takes milliseconds: the GIL is released meanwhile.)
 static nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> pinned_empty(size_t nbytes) {
   void* p = nullptr;
-  check_cuda(cudaHostAlloc(&p, std::max<size_t>(nbytes, 1), cudaHostAllocPortable), "cudaHostAlloc");
+  {
+    nb::gil_scoped_release unlocked;
+    check_cuda(cudaHostAlloc(&p, std::max<size_t>(nbytes, 1), cudaHostAllocPortable), "cudaHostAlloc");
+  }
   nb::capsule owner(p, [](void* q) noexcept { cudaFreeHost(q); });
   return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(p, {nbytes}, owner);
 }
