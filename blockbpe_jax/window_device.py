@@ -123,7 +123,7 @@ class WindowBuffers:
     faults), more than its copy."""
 
     # At least as many as a job has in flight, so that the next job allocates none (a 48 MiB
-    # page-locked buffer takes ~30 ms): a window's bytes from the reader's block (joined into
+    # page-locked buffer takes ~8 ms, its device memory ~0.3): a window's bytes from the reader's block (joined into
     # them) until its ids are read back (the reader's, one queued, planned, two queued,
     # dispatched, finishing, up to two being read back: 7-8 made by a 1 GB job), its `raw`
     # from its dispatch until then, its host ids until they are written.
@@ -136,6 +136,7 @@ class WindowBuffers:
         # (a table of 8192 entries is 64 KB: a job seldom outgrows it, and growing it would
         # compile the window call again)
         self.flat_bytes, self.entries, self.id_slots, self.work = 0, 1 << 13, 0, 0
+        self.flat_made = 0  # FlatSlots of flat_bytes this job allocated
 
     def raw_slots(self, slots: int) -> int:
         """The size of `raw` for a window that needs `slots`: the job's (twice the need when
@@ -154,15 +155,27 @@ class WindowBuffers:
     def flat_slot(self, need: int):
         """A window's byte buffers (`staging.FlatSlot`) of at least `need` bytes (the job's size: half
         again the largest need so far, since a window that outgrows it compiles the window call
-        again), a finished window's when one is kept."""
+        again), a finished window's when one is kept. Else new ones: as many more as this job
+        made so far (up to KEEP), at once on threads, the others kept for its next windows (a
+        job that needs eight waits for four rounds of allocations, not eight)."""
         with self._lock:
             if need > self.flat_bytes:
-                self.flat_bytes = size_bucket(need + need // 2)
+                self.flat_bytes, self.flat_made = size_bucket(need + need // 2), 0
             size = self.flat_bytes
             slot = self._reuse(FLAT, size)
+            if slot is not None:
+                return slot
+            new = 1 + max(0, min(self.flat_made, self.KEEP[FLAT] - 1 - self.flat_made))
+            self.flat_made += new
         from .staging import FlatSlot
 
-        return slot if slot is not None else FlatSlot(size, self.device)
+        if new == 1:
+            return FlatSlot(size, self.device)
+        with ThreadPoolExecutor(new, "blockbpe-allocate") as pool:  # (they allocate without the GIL)
+            slots = list(pool.map(lambda _: FlatSlot(size, self.device), range(new)))
+        for spare in slots[1:]:
+            self._keep(FLAT, spare)
+        return slots[0]
 
     def flat_of(self, data: np.ndarray):
         """A slot holding a window's bytes (the window call reads each document's bytes only,

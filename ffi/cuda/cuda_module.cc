@@ -3,6 +3,7 @@
 // private stream, for Tokenizer.encode_batch, and `DeviceReader`: results copied back the same
 // way, for Encoded.numpy (blockbpe_jax/staging.py).
 #include <cuda_runtime_api.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -275,17 +276,61 @@ class DeviceBytes {
   cudaStream_t stream_ = nullptr;
 };
 
+// Page-locked host memory. From 4 MiB: anonymous memory 2 MiB-aligned (transparent huge pages
+// where the kernel gives them on madvise), faulted in here, then registered with CUDA: for 48
+// MiB ~15 ms where cudaHostAlloc took ~25, and several threads' allocations run at once where
+// cudaHostAlloc's ran one after the other (BUILD_NOTES, session 35). cudaHostAlloc otherwise,
+// or when the registration fails.
+struct PinnedHost {
+  void* ptr = nullptr;
+  size_t mapped = 0;  // the mapping's bytes (0: cudaHostAlloc's memory)
+
+  explicit PinnedHost(size_t nbytes) {
+    constexpr size_t kHuge = size_t(2) << 20;
+    nbytes = std::max<size_t>(nbytes, 1);
+    if (nbytes >= 2 * kHuge) {
+      const size_t n = (nbytes + kHuge - 1) / kHuge * kHuge;
+      void* base = mmap(nullptr, n + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base != MAP_FAILED) {
+        const uintptr_t b = (uintptr_t)base, a = (b + kHuge - 1) & ~(uintptr_t)(kHuge - 1);
+        if (a > b) munmap(base, a - b);  // (the mapping trimmed to [a, a + n))
+        if (b + kHuge > a) munmap((void*)(a + n), b + kHuge - a);
+        madvise((void*)a, n, MADV_HUGEPAGE);
+        for (size_t i = 0; i < n; i += 4096) ((volatile uint8_t*)a)[i] = 0;
+        if (cudaHostRegister((void*)a, n, cudaHostRegisterPortable) == cudaSuccess) {
+          ptr = (void*)a;
+          mapped = n;
+          return;
+        }
+        cudaGetLastError();  // (clears the error: cudaHostAlloc below)
+        munmap((void*)a, n);
+      }
+    }
+    check_cuda(cudaHostAlloc(&ptr, nbytes, cudaHostAllocPortable), "cudaHostAlloc");
+  }
+  ~PinnedHost() {
+    if (!mapped) {
+      cudaFreeHost(ptr);
+      return;
+    }
+    cudaHostUnregister(ptr);
+    munmap(ptr, mapped);
+  }
+  PinnedHost(const PinnedHost&) = delete;
+  PinnedHost& operator=(const PinnedHost&) = delete;
+};
+
 // Page-locked host memory as a NumPy uint8 array, freed with its last reference: what the
-// corpus job reads a window's ids into (one DMA, no second copy) and writes to its shards.
-// (Page-locking tens of MiB takes milliseconds: the GIL is released meanwhile.)
+// corpus job reads a window's ids into (one DMA, no second copy) and writes to its shards. (The
+// GIL is released while it is allocated: milliseconds.)
 static nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> pinned_empty(size_t nbytes) {
-  void* p = nullptr;
+  PinnedHost* host;
   {
     nb::gil_scoped_release unlocked;
-    check_cuda(cudaHostAlloc(&p, std::max<size_t>(nbytes, 1), cudaHostAllocPortable), "cudaHostAlloc");
+    host = new PinnedHost(nbytes);
   }
-  nb::capsule owner(p, [](void* q) noexcept { cudaFreeHost(q); });
-  return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(p, {nbytes}, owner);
+  nb::capsule owner(host, [](void* q) noexcept { delete static_cast<PinnedHost*>(q); });
+  return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(host->ptr, {nbytes}, owner);
 }
 
 }  // namespace bbpe
