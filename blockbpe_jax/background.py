@@ -1,13 +1,16 @@
 """`in_background`: an iterator's items produced by a thread ahead of their consumer (the
 corpus job reads blocks and windows ahead of their use; the command starts reading its input
-while the vocabulary and the accelerator load)."""
+while the vocabulary and the accelerator load); `map_in_background`: the same for a function of
+each item, on several threads."""
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import weakref
-from typing import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
 
 
 def in_background(items: Iterator, depth: int, name: str = "blockbpe-background") -> Iterator:
@@ -65,6 +68,29 @@ def in_background(items: Iterator, depth: int, name: str = "blockbpe-background"
     _consumers[consumer] = halt
     thread.start()
     return consumer
+
+
+def map_in_background(fn: Callable, items: Iterator, threads: int, depth: int, name: str) -> Iterator:
+    """fn(item) for each item of `items`, in order, computed on `threads` threads at once (fn
+    must allow that) and handed on up to `depth` ahead of the consumer (so up to threads +
+    depth items are taken from `items` ahead of it). An exception of fn is raised here, in
+    order."""
+
+    def in_order() -> Iterator:
+        with ThreadPoolExecutor(threads, name) as pool:
+            pending: collections.deque = collections.deque()
+            try:
+                for item in items:
+                    pending.append(pool.submit(fn, item))
+                    if len(pending) >= threads:
+                        yield pending.popleft().result()
+                while pending:
+                    yield pending.popleft().result()
+            finally:
+                for future in pending:  # (stopped early: those not started never start)
+                    future.cancel()
+
+    return in_background(in_order(), depth, name)
 
 
 def stop_background(consumer) -> None:

@@ -123,10 +123,10 @@ class WindowBuffers:
     faults), more than its copy."""
 
     # At least as many as a job has in flight, so that the next job allocates none (a 48 MiB
-    # page-locked buffer takes ~8 ms, its device memory ~0.3): a window's bytes from the reader's block (joined into
-    # them) until its ids are read back (the reader's, one queued, planned, two queued,
-    # dispatched, finishing, up to two being read back: 7-8 made by a 1 GB job), its `raw`
-    # from its dispatch until then, its host ids until they are written.
+    # page-locked buffer takes ~8 ms, its device memory ~0.3): a window's bytes from the
+    # reader's block (joined into them) until its ids are read back (the reader's, one queued,
+    # two being planned, two planned, dispatched, finishing, up to two being read back), its
+    # `raw` from its dispatch until then, its host ids until they are written.
     KEEP = {FLAT: 10, RAW: 6, IDS: 6}
     _spare: list = []  # ((kind, device), buffer), most recent last
     _lock = threading.Lock()

@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import native, staging
-from .background import in_background
+from .background import in_background, map_in_background
 from .documents import Window
 from .window_device import (
     CompiledReads,
@@ -40,6 +40,7 @@ from .window_plan import (
 # ahead there (tests turn the GPU's guess on).
 LIKELY_SHAPES_ON_CPU = False
 NO_ROWS = np.zeros(0, np.int32)  # (an unpacked window's packed rows)
+PLAN_THREADS = 2  # windows planned at once (plan_window's host work is mostly native, the GIL released)
 
 
 class JoinInto:
@@ -109,8 +110,8 @@ def encode_documents(
     the host copies back the window's counts, then its ids (about 2-4 bytes per token), once
     each. Rows with more tokens than the first pass keeps are encoded again at full width into
     the same buffer before that step. Reading, encoding and writing overlap: a thread reads and
-    splits the documents of the next window while another plans up to 2 windows ahead
-    (`plan_window`: the rest of a window's host work), this thread
+    splits the documents of the next window while two others plan the windows after it, two at
+    once (`plan_window`: the rest of a window's host work), this thread
     dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
     finishes the previous window (its counts back, compaction dispatched) and another waits
     for the ids of the one before and writes them. `join`: the JoinInto the windows' reader
@@ -363,12 +364,10 @@ def encode_documents(
             ThreadPoolExecutor(1, "blockbpe-finish") as finish_thread,
         ):
             finished = []  # futures of finish(), oldest first
-            # (windows are split on one thread and planned on another: this one only dispatches)
-            for planned in in_background(
-                map(plan_window, in_background(windows, depth=1, name="blockbpe-split")),
-                depth=2,
-                name="blockbpe-plan",
-            ):
+            # (windows are split on one thread and planned on PLAN_THREADS others, two at once:
+            # this one only dispatches)
+            split = in_background(windows, depth=1, name="blockbpe-split")
+            for planned in map_in_background(plan_window, split, PLAN_THREADS, depth=1, name="blockbpe-plan"):
                 if planned is None:  # (a window without documents)
                     continue
                 finished.append(finish_thread.submit(finish, launch(planned)))

@@ -364,6 +364,41 @@ def test_in_background_starts_at_once_and_stops_when_dropped():
     assert producers() == before
 
 
+def test_map_in_background_two_at_once_in_order():
+    """map_in_background runs fn on its threads at once (two items meet at a barrier, which a
+    single thread would never pass), hands the results on in input order, takes at most
+    threads + depth + 1 items ahead of the consumer, and raises fn's error in its place."""
+    import threading
+    import time
+
+    from blockbpe_jax.background import map_in_background
+
+    taken = []
+
+    def items():
+        for i in range(20):
+            taken.append(i)
+            yield i
+
+    both = threading.Barrier(2, timeout=10)
+
+    def fn(i):
+        if i < 2:
+            both.wait()
+        if i == 7:
+            raise ValueError("item seven")
+        time.sleep(0.002 * (i % 3))  # (later items finish first at times)
+        return i * i
+
+    got = map_in_background(fn, items(), threads=2, depth=1, name="blockbpe-test")
+    assert [next(got) for _ in range(3)] == [0, 1, 4]
+    time.sleep(0.1)  # (the threads run ahead meanwhile, as far as they may)
+    assert len(taken) <= 3 + 2 + 1 + 1, taken
+    assert [next(got) for _ in range(4)] == [9, 16, 25, 36]
+    with pytest.raises(ValueError, match="item seven"):
+        next(got)
+
+
 def test_read_ahead_gives_the_same_shards(tmp_path, r50k):
     """encode_files with `read=read_ahead(...)` (the command's way) writes what it writes reading
     the files itself; a read_ahead for other inputs, or used twice, is refused."""
