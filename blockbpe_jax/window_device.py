@@ -125,8 +125,8 @@ class WindowBuffers:
     # At least as many as a job has in flight, so that the next job allocates none (a 48 MiB
     # page-locked buffer takes ~8 ms, its device memory ~0.3): a window's bytes from the
     # reader's block (joined into them) until its ids are read back (the reader's, one queued,
-    # two being planned, two planned, dispatched, finishing, up to two being read back), its
-    # `raw` from its dispatch until then, its host ids until they are written.
+    # three or four planned or being planned, dispatched, finishing, up to two being read
+    # back), its `raw` from its dispatch until then, its host ids until they are written.
     KEEP = {FLAT: 10, RAW: 6, IDS: 6}
     _spare: list = []  # ((kind, device), buffer), most recent last
     _lock = threading.Lock()

@@ -40,7 +40,6 @@ from .window_plan import (
 # ahead there (tests turn the GPU's guess on).
 LIKELY_SHAPES_ON_CPU = False
 NO_ROWS = np.zeros(0, np.int32)  # (an unpacked window's packed rows)
-PLAN_THREADS = 2  # windows planned at once (plan_window's host work is mostly native, the GIL released)
 
 
 class JoinInto:
@@ -110,8 +109,8 @@ def encode_documents(
     the host copies back the window's counts, then its ids (about 2-4 bytes per token), once
     each. Rows with more tokens than the first pass keeps are encoded again at full width into
     the same buffer before that step. Reading, encoding and writing overlap: a thread reads and
-    splits the documents of the next window while two others plan the windows after it, two at
-    once (`plan_window`: the rest of a window's host work), this thread
+    splits the documents of the next window while others plan the windows after it (two at once
+    when the ids stay in memory; `plan_window`: the rest of a window's host work), this thread
     dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
     finishes the previous window (its counts back, compaction dispatched) and another waits
     for the ids of the one before and writes them. `join`: the JoinInto the windows' reader
@@ -353,6 +352,11 @@ def encode_documents(
     written = []  # futures of write(), oldest first (touched by store's thread, then this one)
     reuse_ids = staging.available(buffers.device) and not getattr(writer, "keeps_ids", True)
     write_failed: list = []
+    # Windows planned at once (plan_window's host work is mostly native, the GIL released): two
+    # when the ids stay in memory; one beside a writer of files, whose one thread's copy into the
+    # page cache bounds the job and slows with a second planner's memory traffic (BUILD_NOTES,
+    # session 35).
+    plan_threads = 1 if getattr(writer, "writes_files", True) else 2
     if join is not None and pack and not nfc:  # (the reader joins each block into a buffer of the pool)
         join.open(pack.sep, buffers.flat_slot)
     try:
@@ -364,10 +368,11 @@ def encode_documents(
             ThreadPoolExecutor(1, "blockbpe-finish") as finish_thread,
         ):
             finished = []  # futures of finish(), oldest first
-            # (windows are split on one thread and planned on PLAN_THREADS others, two at once:
-            # this one only dispatches)
+            # (windows are split on one thread and planned on others: this one only dispatches)
             split = in_background(windows, depth=1, name="blockbpe-split")
-            for planned in map_in_background(plan_window, split, PLAN_THREADS, depth=1, name="blockbpe-plan"):
+            # (three windows planned or being planned ahead of this one, four at times with two planners)
+            ahead = 2 if plan_threads == 1 else 1
+            for planned in map_in_background(plan_window, split, plan_threads, ahead, "blockbpe-plan"):
                 if planned is None:  # (a window without documents)
                     continue
                 finished.append(finish_thread.submit(finish, launch(planned)))

@@ -88,11 +88,12 @@ def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
     assert [c[:3] for c in calls] == [(1, 16, 17), (15, 256, 128), (15, 256, 257)] and grown == [8192]
 
 
-def test_a_second_job_allocates_no_window_buffers(tmp_path, r50k, monkeypatch):
+def test_later_jobs_reuse_every_window_buffer(tmp_path, r50k, monkeypatch):
     """Every window byte buffer a job had in flight (the reader joins each block into one, which
-    is given back once its ids are read) is kept for the next job (`WindowBuffers.KEEP`): a
-    second job of the same shape makes none (on a GPU each is a page-locked allocation of
-    tens of milliseconds)."""
+    is given back once its ids are read) is kept for the next jobs (`WindowBuffers.KEEP`):
+    later jobs allocate only when they have more in flight than any job before (timing), so
+    over four jobs no more are made than are kept (on a GPU each is a page-locked allocation of
+    milliseconds; keeping 6 of the 7-8 in flight made 2 in every later job)."""
     monkeypatch.setattr(window_device.WindowBuffers, "_spare", [])
     made = []
     real = staging.FlatSlot.__init__
@@ -105,11 +106,11 @@ def test_a_second_job_allocates_no_window_buffers(tmp_path, r50k, monkeypatch):
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
     per_job = []
-    for _ in range(3):
+    for _ in range(4):
         made.clear()
         ids, offsets = r50k.encode_files_to_arrays([src], jsonl_field="text", window_bytes=16384)
         per_job.append(len(made))
-    assert per_job[0] > 1 and per_job[1:] == [0, 0], per_job
+    assert per_job[0] > 1 and sum(per_job) <= window_device.WindowBuffers.KEEP[window_device.FLAT], per_job
     assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == encode_batch_ids(
         r50k, [d.encode() for d in docs]
     )
