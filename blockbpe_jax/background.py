@@ -73,7 +73,7 @@ def in_background(items: Iterator, depth: int, name: str = "blockbpe-background"
 def map_in_background(fn: Callable, items: Iterator, threads: int, depth: int, name: str) -> Iterator:
     """fn(item) for each item of `items`, in order, computed on `threads` threads at once (fn
     must allow that) and handed on up to `depth` ahead of the consumer (so up to threads +
-    depth items are taken from `items` ahead of it). An exception of fn is raised here, in
+    depth + 1 items are taken from `items` ahead of it). An exception of fn is raised here, in
     order."""
 
     def in_order() -> Iterator:

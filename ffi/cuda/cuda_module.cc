@@ -278,9 +278,9 @@ class DeviceBytes {
 
 // Page-locked host memory. From 4 MiB: anonymous memory 2 MiB-aligned (transparent huge pages
 // where the kernel gives them on madvise), faulted in here, then registered with CUDA: for 48
-// MiB ~15 ms where cudaHostAlloc took ~25, and several threads' allocations run at once where
-// cudaHostAlloc's ran one after the other (BUILD_NOTES, session 35). cudaHostAlloc otherwise,
-// or when the registration fails.
+// MiB ~8 ms (freed in 1) where cudaHostAlloc took 25-40 (freed in 6-8), and several threads'
+// allocations run at once where cudaHostAlloc's ran one after the other (BUILD_NOTES, session
+// 35). cudaHostAlloc below 4 MiB, or when the registration fails.
 struct PinnedHost {
   void* ptr = nullptr;
   size_t mapped = 0;  // the mapping's bytes (0: cudaHostAlloc's memory)
@@ -294,7 +294,7 @@ struct PinnedHost {
       if (base != MAP_FAILED) {
         const uintptr_t b = (uintptr_t)base, a = (b + kHuge - 1) & ~(uintptr_t)(kHuge - 1);
         if (a > b) munmap(base, a - b);  // (the mapping trimmed to [a, a + n))
-        if (b + kHuge > a) munmap((void*)(a + n), b + kHuge - a);
+        munmap((void*)(a + n), b + kHuge - a);
         madvise((void*)a, n, MADV_HUGEPAGE);
         for (size_t i = 0; i < n; i += 4096) ((volatile uint8_t*)a)[i] = 0;
         if (cudaHostRegister((void*)a, n, cudaHostRegisterPortable) == cudaSuccess) {
