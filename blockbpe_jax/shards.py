@@ -78,7 +78,6 @@ class _ShardWriter:
     files written (removed by `abort`), and the sidecar `finish` writes."""
 
     keeps_ids = False  # add() copies the ids out: the caller may reuse their buffer
-    writes_files = True  # (window_encode: one window planned at a time beside it)
 
     def __init__(self, prefix: Path, n_vocab: int, shard_tokens: int, shard_docs: int | None):
         self.prefix, self.dtype = prefix, token_dtype(n_vocab)
@@ -227,8 +226,7 @@ class ArraysWriter:
     """The flat layout in memory (`encode_files_to_arrays`): the ids back to back in one array
     that grows in place, and the documents' offsets."""
 
-    keeps_ids = False
-    writes_files = False
+    keeps_ids, writes_files = False, False  # (window_encode plans two windows at once beside it)
 
     def __init__(self, n_vocab: int, input_bytes: int):
         self.dtype = token_dtype(n_vocab)
@@ -263,7 +261,6 @@ class PaddedWriter:
     file_index, position; one .npz, or one .npy per array; `<prefix>manifest.json`."""
 
     keeps_ids = True  # add() keeps views of the ids until its shard is written
-    writes_files = True
 
     def __init__(
         self, directory: Path, name: str, fmt: str, max_tokens: int | None, pad_id: int, shard_docs: int

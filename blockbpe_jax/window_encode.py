@@ -353,9 +353,9 @@ def encode_documents(
     reuse_ids = staging.available(buffers.device) and not getattr(writer, "keeps_ids", True)
     write_failed: list = []
     # Windows planned at once (plan_window's host work is mostly native, the GIL released): two
-    # when the ids stay in memory; one beside a writer of files, whose one thread's copy into the
-    # page cache bounds the job and slows with a second planner's memory traffic (BUILD_NOTES,
-    # session 35).
+    # when the ids stay in memory (a writer with `writes_files = False`); one beside a writer of
+    # files, whose one thread's copy into the page cache bounds the job and slows with a second
+    # planner's memory traffic (BUILD_NOTES, session 35).
     plan_threads = 1 if getattr(writer, "writes_files", True) else 2
     if join is not None and pack and not nfc:  # (the reader joins each block into a buffer of the pool)
         join.open(pack.sep, buffers.flat_slot)

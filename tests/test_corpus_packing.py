@@ -93,6 +93,29 @@ def test_packed_rows_are_runs_of_whole_documents():
         native.cpu.pack_documents(data, offsets, b"", 100, out)
 
 
+@pytest.mark.parametrize("sep", [b"<", b"<|", EOT.encode(), "\u2028§".encode()])
+def test_packer_finds_the_separator_anywhere(sep):
+    """Documents of 0-99 bytes drawn from the separator's own bytes (so its prefixes and near
+    misses abound), some with the separator put in at a random place (the edges of the packer's
+    16-byte scan included): exactly the documents that hold it go alone."""
+    rng = np.random.default_rng(len(sep))
+    alphabet = np.frombuffer(b"a|" + sep, np.uint8)
+    docs = []
+    for n in rng.integers(0, 100, 3000):
+        d = bytes(rng.choice(alphabet, int(n)).astype(np.uint8))
+        if rng.random() < 0.3:
+            k = int(rng.integers(0, len(d) + 1))
+            d = d[:k] + sep + d[k:]
+        docs.append(d)
+    data = np.frombuffer(b"".join(docs), np.uint8)
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    out = np.zeros(data.size + len(docs) * len(sep), np.uint8)
+    row_of_doc, _ = native.cpu.pack_documents(data, offsets, sep, 1 << 20, out)
+    holding = [sep in d for d in docs]
+    assert [r < 0 for r in row_of_doc.tolist()] == holding
+    assert 0 < sum(holding) < len(docs)
+
+
 def test_packer_copies_long_documents_in_pieces():
     """Megabytes of documents, some longer than the copy's ranges (a range of the output may
     start or end inside a document or its separator), from a window whose offsets do not start
