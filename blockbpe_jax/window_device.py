@@ -125,9 +125,10 @@ class WindowBuffers:
     # At least as many as a job has in flight, so that the next job allocates none (a 48 MiB
     # page-locked buffer takes ~8 ms, its device memory ~0.3): a window's bytes from the
     # reader's block (joined into them) until its ids are read back (the reader's, one queued,
-    # three or four planned or being planned, dispatched, finishing, up to two being read
-    # back), its `raw` from its dispatch until then, its host ids until they are written.
-    KEEP = {FLAT: 10, RAW: 6, IDS: 6}
+    # three to five planned or being planned, dispatched, finishing, up to two being read
+    # back: 7-9 at once on the CPU backend), its `raw` from its dispatch until then, its host
+    # ids until they are written.
+    KEEP = {FLAT: 12, RAW: 6, IDS: 6}
     _spare: list = []  # ((kind, device), buffer), most recent last
     _lock = threading.Lock()
 
