@@ -107,6 +107,33 @@ def test_read_back_prefixes_gpu():
 
 
 @needs_gpu
+def test_pinned_buffer_after_a_fork_gpu():
+    """A large page-locked buffer (pinned_empty: registered huge-page memory) is still where the
+    parent's DMA lands after a fork, the parent having written to it since: had the fork made
+    its pages copy-on-write, that write would have moved the parent's page away from the one
+    CUDA pinned, and the read back would not show. The child does not touch it."""
+    import os
+    import warnings
+
+    device = gpu_devices()[0]
+    ids = np.arange(3 << 20, dtype=np.uint32) * 3
+    on_device = jax.device_put(ids, device)
+    buf = staging.pinned_empty(ids.nbytes, device)
+    buf[:] = 1
+    with warnings.catch_warnings():  # (JAX warns that a fork of a threaded process may deadlock)
+        warnings.simplefilter("ignore")
+        pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    buf[:] = 2  # (the parent's write after the fork)
+    got = staging.read_back([on_device], [None], [buf])[0]
+    assert np.shares_memory(got, buf)
+    np.testing.assert_array_equal(got, ids)
+    np.testing.assert_array_equal(buf.view(np.uint32), ids)
+
+
+@needs_gpu
 def test_read_back_equals_jax_copy_gpu(tok, corpus_texts):
     host, arrays = _arrays_to_read(gpu_devices()[0])
     big = jax.device_put(np.arange(17 << 20, dtype=np.int32), gpu_devices()[0])  # past the pinned buffer

@@ -296,6 +296,13 @@ struct PinnedHost {
         if (a > b) munmap(base, a - b);  // (the mapping trimmed to [a, a + n))
         munmap((void*)(a + n), b + kHuge - a);
         madvise((void*)a, n, MADV_HUGEPAGE);
+        // A forked child gets zeros here (or no mapping): a fork would otherwise copy these
+        // pinned pages into the child, or mark them copy-on-write, so that the parent's next
+        // write moves its page away from the one CUDA pinned.
+#ifdef MADV_WIPEONFORK
+        if (madvise((void*)a, n, MADV_WIPEONFORK) != 0)
+#endif
+          madvise((void*)a, n, MADV_DONTFORK);
         for (size_t i = 0; i < n; i += 4096) ((volatile uint8_t*)a)[i] = 0;
         if (cudaHostRegister((void*)a, n, cudaHostRegisterPortable) == cudaSuccess) {
           ptr = (void*)a;
