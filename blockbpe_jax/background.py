@@ -74,7 +74,9 @@ def map_in_background(fn: Callable, items: Iterator, threads: int, depth: int, n
     """fn(item) for each item of `items`, in order, computed on `threads` threads at once (fn
     must allow that) and handed on up to `depth` ahead of the consumer (so up to threads +
     depth + 1 items are taken from `items` ahead of it). An exception of fn is raised here, in
-    order."""
+    order. One thread: fn runs on the producing thread itself."""
+    if threads == 1:
+        return in_background(map(fn, items), depth, name)
 
     def in_order() -> Iterator:
         with ThreadPoolExecutor(threads, name) as pool:

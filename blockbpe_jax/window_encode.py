@@ -370,7 +370,7 @@ def encode_documents(
             finished = []  # futures of finish(), oldest first
             # (windows are split on one thread and planned on others: this one only dispatches)
             split = in_background(windows, depth=1, name="blockbpe-split")
-            # (three or four windows planned or being planned ahead of this one)
+            # (three windows planned or being planned ahead of this one, four at times with two)
             ahead = 2 if plan_threads == 1 else 1
             for planned in map_in_background(plan_window, split, plan_threads, ahead, "blockbpe-plan"):
                 if planned is None:  # (a window without documents)
