@@ -30,12 +30,12 @@ from .documents import (
     iter_windows,
     parse_split,
 )
+from .padded_shards import PaddedWriter
 from .shards import (
     ArraysWriter,
     ArrayRecordWriter,
     CorpusError,
     FlatWriter,
-    PaddedWriter,
     VerifyError,  # noqa: F401
     check_output,
     load_sidecar,

@@ -1,5 +1,6 @@
-"""Layouts of the corpus job (`blockbpe_jax/corpus.py`): flat token shards and padded
-.npz/.npy shards, their writers, a reader and a consistency check; the flat layout in memory.
+"""Layouts of the corpus job (`blockbpe_jax/corpus.py`): flat token shards and ArrayRecord
+shards, their writers, a reader and a consistency check; the flat layout in memory. (The
+padded .npz/.npy layout: padded_shards.py.)
 
 Flat layout, for `<prefix>` = DIR/NAME:
     NAME_00000.bin   the shard's documents' token ids back to back, raw little-endian uint16
@@ -112,11 +113,13 @@ class FlatWriter(_ShardWriter):
 
     fmt = "flat"
 
+    RESERVE = 256 << 20  # the most bytes reserved ahead of the writes (native.cpu.reserve_file)
+
     def _open(self) -> None:
         bin_path, _ = flat_names(self.prefix, len(self.shards))
         self._out = open(bin_path, "wb")
         self.written.append(bin_path)
-        self._offsets, self._tokens, self._ndocs = [np.zeros(1, np.int64)], 0, 0
+        self._offsets, self._tokens, self._ndocs, self._reserved = [np.zeros(1, np.int64)], 0, 0, 0
 
     def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
         """ids: the documents' tokens back to back; counts: tokens per document."""
@@ -133,7 +136,9 @@ class FlatWriter(_ShardWriter):
                 take = 1
             if take:
                 end = int(ends[start + take - 1])
-                self._out.write(as_tokens(ids[base:end], self.dtype).data)
+                tokens = as_tokens(ids[base:end], self.dtype)
+                self._reserve(self._tokens * self.dtype.itemsize + tokens.nbytes)
+                self._out.write(tokens.data)
                 self._offsets.append(self._tokens + ends[start : start + take] - base)
                 self._tokens += end - base
                 self._ndocs += take
@@ -141,7 +146,19 @@ class FlatWriter(_ShardWriter):
             if start < len(counts):
                 self._close()
 
+    def _reserve(self, end: int) -> None:
+        """The file's blocks allocated up to `end` and ahead of it, by as much as it holds up to
+        RESERVE (`_reserved` -1: the file system cannot; plain writes)."""
+        if 0 <= self._reserved < end:
+            from . import native
+
+            upto = min(2 * end, end + self.RESERVE)
+            ok = native.cpu.reserve_file(self._out.fileno(), self._reserved, upto - self._reserved)
+            self._reserved = upto if ok else -1
+
     def _close(self) -> None:
+        if self._reserved > 0:  # (the reserved bytes past the last write cut off)
+            self._out.truncate(self._tokens * self.dtype.itemsize)
         self._out.close()
         self._out = None
         bin_path, idx_path = flat_names(self.prefix, len(self.shards))
@@ -254,104 +271,6 @@ class ArraysWriter:
 
     def abort(self) -> None:
         self.ids = None
-
-
-class PaddedWriter:
-    """The padded layout: per shard ids int32[N, T] (pad_id after counts[i]), true counts,
-    file_index, position; one .npz, or one .npy per array; `<prefix>manifest.json`."""
-
-    keeps_ids = True  # add() keeps views of the ids until its shard is written
-
-    def __init__(
-        self, directory: Path, name: str, fmt: str, max_tokens: int | None, pad_id: int, shard_docs: int
-    ):
-        self.dir, self.name, self.fmt, self.max_tokens, self.pad_id = directory, name, fmt, max_tokens, pad_id
-        self.shard_docs = shard_docs
-        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self.pending = self.truncated = self.true_tokens = 0
-        self.shards: list[dict] = []
-        self.written: list[Path] = []
-
-    def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
-        """As FlatWriter.add; `window` (documents.Window) gives each document's input and position."""
-        file_index = np.full(len(counts), window.file_index, np.int32)
-        offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        start = 0
-        while start < len(counts):
-            take = min(len(counts) - start, self.shard_docs - self.pending)
-            sl = slice(start, start + take)
-            self.rows.append(
-                (
-                    ids[offsets[start] : offsets[start + take]],
-                    counts[sl],
-                    file_index[sl],
-                    window.positions[sl],
-                )
-            )
-            self.pending += take
-            start += take
-            if self.pending == self.shard_docs:
-                self._flush()
-
-    def _flush(self) -> None:
-        if not self.pending:
-            return
-        counts = np.concatenate([r[1] for r in self.rows]).astype(np.int32)
-        width = self.max_tokens or max(1, int(counts.max()))
-        ids = np.full((len(counts), width), self.pad_id, dtype=np.int32)
-        flat = np.concatenate([r[0] for r in self.rows])
-        kept = np.minimum(counts, width)
-        rows = np.repeat(np.arange(len(counts)), counts)
-        cols = np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)
-        keep = cols < width
-        ids[rows[keep], cols[keep]] = flat[keep]
-        arrays = dict(
-            ids=ids,
-            counts=counts,
-            file_index=np.concatenate([r[2] for r in self.rows]),
-            position=np.concatenate([r[3] for r in self.rows]).astype(np.int64),
-        )
-        stem = f"{self.name}{len(self.shards):05d}"
-        if self.fmt == "npz":
-            names = [f"{stem}.npz"]
-            np.savez(self.dir / names[0], **arrays)
-        else:
-            names = [f"{stem}.{key}.npy" for key in arrays]
-            for name, arr in zip(names, arrays.values()):
-                np.save(self.dir / name, arr)
-        self.written += [self.dir / n for n in names]
-        self.shards.append(
-            dict(files=names, documents=int(len(counts)), width=int(width), tokens=int(kept.sum()))
-        )
-        self.truncated += int((counts > width).sum()) if self.max_tokens else 0
-        self.true_tokens += int(counts.sum())
-        self.rows, self.pending = [], 0
-
-    def finish(self, meta: dict) -> dict:
-        self._flush()
-        manifest = dict(
-            **meta,
-            format=self.fmt,
-            pad_id=self.pad_id,
-            max_tokens=self.max_tokens,
-            shards=self.shards,
-            arrays=dict(
-                ids="int32[N, T] token ids, pad_id after counts[i] tokens",
-                counts="int32[N] true token counts (> T: truncated to T)",
-                file_index="int32[N] index into inputs",
-                position="int64[N] line (lines, jsonl) or byte offset (chunk) "
-                "of the document in its input; 0 for file",
-            ),
-        )
-        manifest["documents"] = sum(s["documents"] for s in self.shards)
-        manifest["tokens"] = self.true_tokens  # (shards' "tokens": those kept)
-        manifest["truncated_documents"] = self.truncated
-        (self.dir / f"{self.name}manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        return manifest
-
-    def abort(self) -> None:
-        for p in self.written:
-            p.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------------------------

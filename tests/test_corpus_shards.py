@@ -99,6 +99,43 @@ def test_arrays_writer_grows_in_place():
     np.testing.assert_array_equal(offsets, np.concatenate([[0], np.cumsum(np.concatenate(counts))]))
 
 
+@pytest.mark.parametrize("reserves", [True, False])
+def test_flat_writer_reserves_ahead_and_cuts_to_size(tmp_path, monkeypatch, reserves):
+    """A flat shard's file is reserved ahead of its writes (native reserve_file), and cut back
+    to its tokens when the shard closes; where the file system cannot reserve, plain writes."""
+    from blockbpe_jax import native, shards
+
+    calls = []
+    real = native.cpu.reserve_file
+
+    def reserve_file(fd, offset, length):
+        calls.append((offset, length))
+        return real(fd, offset, length) if reserves else False
+
+    monkeypatch.setattr(native.cpu, "reserve_file", reserve_file)
+    monkeypatch.setattr(shards.FlatWriter, "RESERVE", 1 << 16)
+    rng = np.random.default_rng(1)
+    writer = shards.FlatWriter(tmp_path / "s", 100_000, shard_tokens=30_000, shard_docs=None)
+    pieces, counts, checked = [], [], 0
+    for _ in range(6):
+        c = rng.integers(0, 3000, 12)
+        pieces.append(rng.integers(0, 100_000, c.sum()).astype(np.int32))
+        counts.append(c)
+        writer.add(pieces[-1], c, None)
+        held = writer._tokens * 4
+        size = (tmp_path / f"s_{len(writer.shards):05d}.bin").stat().st_size
+        if reserves and calls:  # reserved past the writes, by at most RESERVE
+            assert held < size <= held + (1 << 16) and writer._reserved == size
+            checked += 1
+    meta = writer.finish({"n_vocab": 100_000})
+    assert len(meta["shards"]) > 2 and checked == (6 if reserves else 0)
+    assert len(calls) >= (len(meta["shards"]) if reserves else 1)
+    got = list(shards.read_shards(tmp_path / "s"))  # (open_shard checks each .bin's size)
+    want = np.concatenate(pieces)
+    ends = np.cumsum(np.concatenate(counts))
+    assert [g.tolist() for g in got] == [d.tolist() for d in np.split(want, ends[:-1])]
+
+
 def test_cli_default_flat_uint16_and_verify(capsys, tmp_path, root, r50k, war_and_peace):
     src = tmp_path / "wp.txt"
     src.write_bytes(war_and_peace[:80_000])
