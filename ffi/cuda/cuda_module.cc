@@ -62,220 +62,6 @@ static nb::capsule view_owner(const std::shared_ptr<DeviceAllocation>& memory) {
   return nb::capsule(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<DeviceAllocation>*>(p); });
 }
 
-// One staging slot: pinned host rows + lengths, their device copy, a private stream and an
-// event marking the end of the last copy. JAX's own transfer of a NumPy argument costs
-// 150-250 us of fixed overhead per array on the H200 (benchmarks/host_path.py), more than the
-// kernel takes for 1024 x 512 bytes; this path is one memcpy into pinned memory and one DMA.
-// The caller (staging.py) hands a slot out again only after the computation that read its
-// device buffer has finished, and dispatches the next one only after wait(); the event also
-// guards the pinned buffer.
-class HostStaging {
- public:
-  explicit HostStaging(int device) : device_(device) {
-    check_cuda(cudaSetDevice(device), "cudaSetDevice");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate");
-  }
-  ~HostStaging() {
-    cudaSetDevice(device_);
-    cudaEventSynchronize(copied_);
-    cudaEventDestroy(copied_);
-    cudaStreamDestroy(stream_);
-    if (host_) cudaFreeHost(host_);
-  }
-  HostStaging(const HostStaging&) = delete;
-  HostStaging& operator=(const HostStaging&) = delete;
-
-  // Packs `texts` (the rule of core/pack_strings.h) into the pinned buffer and starts its copy to
-  // the device. Returns (batch, max_len) of the packed rows.
-  std::pair<int64_t, int64_t> upload(nb::handle texts, int64_t max_len) {
-    const StringViews strings = string_views(texts, max_len);
-    const int64_t batch = (int64_t)strings.views.size();
-    if (batch == 0 || max_len == 0) throw nb::value_error("HostStaging: empty batch or rows");
-    // Lengths after the rows, at a 256-byte boundary (JAX imports aligned buffers only).
-    const size_t lengths_at = (size_t)((batch * max_len + 255) / 256 * 256);
-    const size_t bytes = lengths_at + (size_t)batch * sizeof(int32_t);
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    {
-      nb::gil_scoped_release unlocked;  // the previous copy out of the pinned rows
-      check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
-    }
-    if (bytes > capacity_) {
-      const size_t grown = std::max(bytes, capacity_ * 2);
-      if (host_) check_cuda(cudaFreeHost(host_), "cudaFreeHost");
-      host_ = nullptr;
-      capacity_ = 0;
-      check_cuda(cudaHostAlloc((void**)&host_, grown, cudaHostAllocDefault), "cudaHostAlloc");
-      device_buffer_ = std::make_shared<DeviceAllocation>(device_, grown);
-      capacity_ = grown;
-      ++generation_;
-    }
-    write_rows(strings.views, max_len, host_, reinterpret_cast<int32_t*>(host_ + lengths_at));
-    check_cuda(cudaMemcpyAsync(device_buffer_->ptr, host_, bytes, cudaMemcpyHostToDevice, stream_),
-               "cudaMemcpyAsync");
-    check_cuda(cudaEventRecord(copied_, stream_), "cudaEventRecord");
-    batch_ = batch, max_len_ = max_len, lengths_at_ = lengths_at;  // what device_arrays shows
-    return {batch_, max_len_};
-  }
-
-  // Blocks until the last copy has ended (the GIL released meanwhile).
-  void wait() {
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    nb::gil_scoped_release unlocked;
-    check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
-  }
-
-  // Views of the device copy: (uint8[B, L] rows, int32[B] lengths); each keeps the device
-  // allocation alive. They stay valid (and see each new upload of the same shape) until the
-  // buffer grows, which changes `generation`.
-  nb::tuple device_arrays() {
-    if (!device_buffer_ || batch_ == 0) throw nb::value_error("HostStaging: nothing uploaded");
-    uint8_t* base = static_cast<uint8_t*>(device_buffer_->ptr);
-    const size_t data_shape[2] = {(size_t)batch_, (size_t)max_len_};
-    const size_t lengths_shape[1] = {(size_t)batch_};
-    // array_api: objects with __dlpack__ / __dlpack_device__ (no framework would give bare
-    // capsules, which jax.dlpack.from_dlpack no longer takes). nanobind ignores the DLPack
-    // stream argument: the caller waits for the copy first.
-    using Rows = nb::ndarray<nb::array_api, uint8_t, nb::device::cuda>;
-    using Lengths = nb::ndarray<nb::array_api, int32_t, nb::device::cuda>;
-    return nb::make_tuple(
-        Rows(base, 2, data_shape, view_owner(device_buffer_), nullptr, nb::dtype<uint8_t>(), nb::device::cuda::value,
-             device_),
-        Lengths(base + lengths_at_, 1, lengths_shape, view_owner(device_buffer_), nullptr, nb::dtype<int32_t>(),
-                nb::device::cuda::value, device_));
-  }
-
-  size_t capacity() const { return capacity_; }
-  int64_t generation() const { return generation_; }
-
- private:
-
-  int device_;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t copied_ = nullptr;
-  uint8_t* host_ = nullptr;  // pinned
-  size_t capacity_ = 0;      // bytes of host_ and of device_buffer_
-  std::shared_ptr<DeviceAllocation> device_buffer_;
-  int64_t batch_ = 0, max_len_ = 0;
-  size_t lengths_at_ = 0;
-  int64_t generation_ = 0;  // device buffers allocated so far
-};
-
-// Device buffers copied to host arrays through one page-locked buffer on a private stream.
-// JAX's own copy of a fresh array to the host has a fixed cost larger than encoding a short
-// string (BUILD_NOTES.md, "Session 15"); this is one DMA per buffer and one stream sync. The caller (staging.py) passes
-// buffers of finished computations that it keeps alive through the call.
-class DeviceReader {
- public:
-  static constexpr size_t kPinnedMax = size_t(64) << 20;  // larger reads go straight to dst
-
-  explicit DeviceReader(int device) : device_(device) {
-    check_cuda(cudaSetDevice(device), "cudaSetDevice");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  }
-  ~DeviceReader() {
-    cudaSetDevice(device_);
-    cudaStreamDestroy(stream_);
-    if (host_) cudaFreeHost(host_);
-  }
-  DeviceReader(const DeviceReader&) = delete;
-  DeviceReader& operator=(const DeviceReader&) = delete;
-
-  // Copies src[k] (device addresses) into dst[k] (contiguous host arrays, as many bytes as each
-  // holds). A page-locked dst (`pinned_empty`) is copied into by its DMA alone; any other
-  // through this reader's pinned buffer, then a memcpy.
-  void read(const std::vector<uintptr_t>& src, std::vector<nb::ndarray<nb::c_contig, nb::device::cpu>>& dst) {
-    if (src.size() != dst.size()) throw nb::value_error("DeviceReader: as many sources as destinations");
-    std::vector<size_t> at(dst.size() + 1, 0);  // offsets in the pinned buffer (256-aligned)
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    std::vector<char> direct(dst.size());
-    for (size_t k = 0; k < dst.size(); ++k) {
-      direct[k] = page_locked(dst[k].data());
-      if (direct[k]) at[k + 1] = at[k];  // (no room in the pinned buffer)
-      else at[k + 1] = at[k] + (dst[k].nbytes() + 255) / 256 * 256;
-    }
-    const bool pinned = at.back() <= kPinnedMax;
-    if (pinned && at.back() > capacity_) {
-      if (host_) check_cuda(cudaFreeHost(host_), "cudaFreeHost");
-      host_ = nullptr;
-      capacity_ = 0;
-      const size_t grown = std::max(at.back(), size_t(1) << 20);  // (1 MiB at least)
-      check_cuda(cudaHostAlloc((void**)&host_, grown, cudaHostAllocDefault), "cudaHostAlloc");
-      capacity_ = grown;
-    }
-    nb::gil_scoped_release unlocked;
-    for (size_t k = 0; k < dst.size(); ++k) {
-      if (dst[k].nbytes() == 0) continue;
-      void* to = pinned && !direct[k] ? (void*)(host_ + at[k]) : dst[k].data();
-      check_cuda(cudaMemcpyAsync(to, (const void*)src[k], dst[k].nbytes(), cudaMemcpyDeviceToHost, stream_),
-                 "cudaMemcpyAsync");
-    }
-    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    if (pinned)
-      for (size_t k = 0; k < dst.size(); ++k)
-        if (!direct[k]) std::memcpy(dst[k].data(), host_ + at[k], dst[k].nbytes());
-  }
-
- private:
-  static bool page_locked(const void* p) {
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      cudaGetLastError();  // (clears the error: memory CUDA does not know)
-      return false;
-    }
-    return a.type == cudaMemoryTypeHost;
-  }
-
-  int device_;
-  cudaStream_t stream_ = nullptr;
-  uint8_t* host_ = nullptr;  // pinned
-  size_t capacity_ = 0;
-};
-
-// Device memory that JAX sees as one uint8 array (DLPack), filled from host arrays by one DMA
-// each: the corpus job's window bytes (staging.FlatSlot). JAX's own transfer of a NumPy array
-// first copies it into JAX's staging memory on the host, on threads the job's reading and
-// planning need. The caller refills it only once every computation that read it has finished.
-class DeviceBytes {
- public:
-  DeviceBytes(int device, size_t bytes) : device_(device), bytes_(bytes) {
-    nb::gil_scoped_release unlocked;  // (the allocation may take milliseconds)
-    memory_ = std::make_shared<DeviceAllocation>(device, std::max<size_t>(bytes, 1));
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  }
-  ~DeviceBytes() {
-    cudaSetDevice(device_);
-    cudaStreamDestroy(stream_);
-  }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-
-  // Copies `host` (page-locked for a DMA straight from it) to the start of the device memory;
-  // returns once it has landed (the GIL released meanwhile).
-  void fill(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> host) {
-    if (host.nbytes() > bytes_) throw nb::value_error("DeviceBytes.fill: more bytes than the device memory holds");
-    const void* from = host.data();
-    const size_t n = host.nbytes();
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    nb::gil_scoped_release unlocked;
-    check_cuda(cudaMemcpyAsync(memory_->ptr, from, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
-    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  }
-
-  // The device memory as uint8[bytes] for jax.dlpack.from_dlpack; it keeps the memory alive.
-  nb::ndarray<nb::array_api, uint8_t, nb::device::cuda> array() {
-    const size_t shape[1] = {bytes_};
-    return nb::ndarray<nb::array_api, uint8_t, nb::device::cuda>(memory_->ptr, 1, shape, view_owner(memory_), nullptr,
-                                                                 nb::dtype<uint8_t>(), nb::device::cuda::value, device_);
-  }
-
- private:
-  int device_;
-  size_t bytes_;
-  std::shared_ptr<DeviceAllocation> memory_;
-  cudaStream_t stream_ = nullptr;
-};
-
 // Page-locked host memory. From 4 MiB: anonymous memory 2 MiB-aligned (transparent huge pages
 // where the kernel gives them on madvise), faulted in here, then registered with CUDA: for 48
 // MiB ~8 ms (freed in 1) where cudaHostAlloc took 25-40 (freed in 6-8), and several threads'
@@ -325,6 +111,220 @@ struct PinnedHost {
   }
   PinnedHost(const PinnedHost&) = delete;
   PinnedHost& operator=(const PinnedHost&) = delete;
+};
+
+// One staging slot: pinned host rows + lengths, their device copy, a private stream and an
+// event marking the end of the last copy. JAX's own transfer of a NumPy argument costs
+// 150-250 us of fixed overhead per array on the H200 (benchmarks/host_path.py), more than the
+// kernel takes for 1024 x 512 bytes; this path is one memcpy into pinned memory and one DMA.
+// The caller (staging.py) hands a slot out again only after the computation that read its
+// device buffer has finished, and dispatches the next one only after wait(); the event also
+// guards the pinned buffer.
+class HostStaging {
+ public:
+  explicit HostStaging(int device) : device_(device) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  ~HostStaging() {
+    cudaSetDevice(device_);
+    cudaEventSynchronize(copied_);
+    cudaEventDestroy(copied_);
+    cudaStreamDestroy(stream_);
+  }
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+
+  // Packs `texts` (the rule of core/pack_strings.h) into the pinned buffer and starts its copy to
+  // the device. Returns (batch, max_len) of the packed rows.
+  std::pair<int64_t, int64_t> upload(nb::handle texts, int64_t max_len) {
+    const StringViews strings = string_views(texts, max_len);
+    const int64_t batch = (int64_t)strings.views.size();
+    if (batch == 0 || max_len == 0) throw nb::value_error("HostStaging: empty batch or rows");
+    // Lengths after the rows, at a 256-byte boundary (JAX imports aligned buffers only).
+    const size_t lengths_at = (size_t)((batch * max_len + 255) / 256 * 256);
+    const size_t bytes = lengths_at + (size_t)batch * sizeof(int32_t);
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    {
+      nb::gil_scoped_release unlocked;  // the previous copy out of the pinned rows
+      check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
+    }
+    if (bytes > capacity_) {
+      const size_t grown = std::max(bytes, capacity_ * 2);
+      host_.reset();
+      capacity_ = 0;
+      nb::gil_scoped_release unlocked;  // (milliseconds)
+      host_ = std::make_unique<PinnedHost>(grown);
+      device_buffer_ = std::make_shared<DeviceAllocation>(device_, grown);
+      capacity_ = grown;
+      ++generation_;
+    }
+    uint8_t* host = static_cast<uint8_t*>(host_->ptr);
+    write_rows(strings.views, max_len, host, reinterpret_cast<int32_t*>(host + lengths_at));
+    check_cuda(cudaMemcpyAsync(device_buffer_->ptr, host, bytes, cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync");
+    check_cuda(cudaEventRecord(copied_, stream_), "cudaEventRecord");
+    batch_ = batch, max_len_ = max_len, lengths_at_ = lengths_at;  // what device_arrays shows
+    return {batch_, max_len_};
+  }
+
+  // Blocks until the last copy has ended (the GIL released meanwhile).
+  void wait() {
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    nb::gil_scoped_release unlocked;
+    check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
+  }
+
+  // Views of the device copy: (uint8[B, L] rows, int32[B] lengths); each keeps the device
+  // allocation alive. They stay valid (and see each new upload of the same shape) until the
+  // buffer grows, which changes `generation`.
+  nb::tuple device_arrays() {
+    if (!device_buffer_ || batch_ == 0) throw nb::value_error("HostStaging: nothing uploaded");
+    uint8_t* base = static_cast<uint8_t*>(device_buffer_->ptr);
+    const size_t data_shape[2] = {(size_t)batch_, (size_t)max_len_};
+    const size_t lengths_shape[1] = {(size_t)batch_};
+    // array_api: objects with __dlpack__ / __dlpack_device__ (no framework would give bare
+    // capsules, which jax.dlpack.from_dlpack no longer takes). nanobind ignores the DLPack
+    // stream argument: the caller waits for the copy first.
+    using Rows = nb::ndarray<nb::array_api, uint8_t, nb::device::cuda>;
+    using Lengths = nb::ndarray<nb::array_api, int32_t, nb::device::cuda>;
+    return nb::make_tuple(
+        Rows(base, 2, data_shape, view_owner(device_buffer_), nullptr, nb::dtype<uint8_t>(), nb::device::cuda::value,
+             device_),
+        Lengths(base + lengths_at_, 1, lengths_shape, view_owner(device_buffer_), nullptr, nb::dtype<int32_t>(),
+                nb::device::cuda::value, device_));
+  }
+
+  size_t capacity() const { return capacity_; }
+  int64_t generation() const { return generation_; }
+
+ private:
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t copied_ = nullptr;
+  std::unique_ptr<PinnedHost> host_;
+  size_t capacity_ = 0;  // bytes of host_ and of device_buffer_
+  std::shared_ptr<DeviceAllocation> device_buffer_;
+  int64_t batch_ = 0, max_len_ = 0;
+  size_t lengths_at_ = 0;
+  int64_t generation_ = 0;  // device buffers allocated so far
+};
+
+// Device buffers copied to host arrays through one page-locked buffer on a private stream.
+// JAX's own copy of a fresh array to the host has a fixed cost larger than encoding a short
+// string (BUILD_NOTES.md, "Session 15"); this is one DMA per buffer and one stream sync. The caller (staging.py) passes
+// buffers of finished computations that it keeps alive through the call.
+class DeviceReader {
+ public:
+  static constexpr size_t kPinnedMax = size_t(64) << 20;  // larger reads go straight to dst
+
+  explicit DeviceReader(int device) : device_(device) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~DeviceReader() {
+    cudaSetDevice(device_);
+    cudaStreamDestroy(stream_);
+  }
+  DeviceReader(const DeviceReader&) = delete;
+  DeviceReader& operator=(const DeviceReader&) = delete;
+
+  // Copies src[k] (device addresses) into dst[k] (contiguous host arrays, as many bytes as each
+  // holds). A page-locked dst (`pinned_empty`) is copied into by its DMA alone; any other
+  // through this reader's pinned buffer, then a memcpy.
+  void read(const std::vector<uintptr_t>& src, std::vector<nb::ndarray<nb::c_contig, nb::device::cpu>>& dst) {
+    if (src.size() != dst.size()) throw nb::value_error("DeviceReader: as many sources as destinations");
+    std::vector<size_t> at(dst.size() + 1, 0);  // offsets in the pinned buffer (256-aligned)
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    std::vector<char> direct(dst.size());
+    for (size_t k = 0; k < dst.size(); ++k) {
+      direct[k] = page_locked(dst[k].data());
+      if (direct[k]) at[k + 1] = at[k];  // (no room in the pinned buffer)
+      else at[k + 1] = at[k] + (dst[k].nbytes() + 255) / 256 * 256;
+    }
+    const bool pinned = at.back() <= kPinnedMax;
+    if (pinned && at.back() > capacity_) {
+      host_.reset();
+      capacity_ = 0;
+      const size_t grown = std::max(at.back(), size_t(1) << 20);  // (1 MiB at least)
+      nb::gil_scoped_release unlocked;  // (milliseconds)
+      host_ = std::make_unique<PinnedHost>(grown);
+      capacity_ = grown;
+    }
+    nb::gil_scoped_release unlocked;
+    uint8_t* host = host_ ? static_cast<uint8_t*>(host_->ptr) : nullptr;
+    for (size_t k = 0; k < dst.size(); ++k) {
+      if (dst[k].nbytes() == 0) continue;
+      void* to = pinned && !direct[k] ? (void*)(host + at[k]) : dst[k].data();
+      check_cuda(cudaMemcpyAsync(to, (const void*)src[k], dst[k].nbytes(), cudaMemcpyDeviceToHost, stream_),
+                 "cudaMemcpyAsync");
+    }
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (pinned)
+      for (size_t k = 0; k < dst.size(); ++k)
+        if (!direct[k]) std::memcpy(dst[k].data(), host + at[k], dst[k].nbytes());
+  }
+
+ private:
+  static bool page_locked(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();  // (clears the error: memory CUDA does not know)
+      return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<PinnedHost> host_;
+  size_t capacity_ = 0;
+};
+
+// Device memory that JAX sees as one uint8 array (DLPack), filled from host arrays by one DMA
+// each: the corpus job's window bytes (staging.FlatSlot). JAX's own transfer of a NumPy array
+// first copies it into JAX's staging memory on the host, on threads the job's reading and
+// planning need. The caller refills it only once every computation that read it has finished.
+class DeviceBytes {
+ public:
+  DeviceBytes(int device, size_t bytes) : device_(device), bytes_(bytes) {
+    nb::gil_scoped_release unlocked;  // (the allocation may take milliseconds)
+    memory_ = std::make_shared<DeviceAllocation>(device, std::max<size_t>(bytes, 1));
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~DeviceBytes() {
+    cudaSetDevice(device_);
+    cudaStreamDestroy(stream_);
+  }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+
+  // Copies `host` (page-locked for a DMA straight from it) to the start of the device memory;
+  // returns once it has landed (the GIL released meanwhile).
+  void fill(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> host) {
+    if (host.nbytes() > bytes_) throw nb::value_error("DeviceBytes.fill: more bytes than the device memory holds");
+    const void* from = host.data();
+    const size_t n = host.nbytes();
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    nb::gil_scoped_release unlocked;
+    check_cuda(cudaMemcpyAsync(memory_->ptr, from, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  // The device memory as uint8[bytes] for jax.dlpack.from_dlpack; it keeps the memory alive.
+  nb::ndarray<nb::array_api, uint8_t, nb::device::cuda> array() {
+    const size_t shape[1] = {bytes_};
+    return nb::ndarray<nb::array_api, uint8_t, nb::device::cuda>(memory_->ptr, 1, shape, view_owner(memory_), nullptr,
+                                                                 nb::dtype<uint8_t>(), nb::device::cuda::value, device_);
+  }
+
+ private:
+  int device_;
+  size_t bytes_;
+  std::shared_ptr<DeviceAllocation> memory_;
+  cudaStream_t stream_ = nullptr;
 };
 
 // Page-locked host memory as a NumPy uint8 array, freed with its last reference: what the
