@@ -4,12 +4,10 @@ missing field, invalid UTF-8)."""
 
 from __future__ import annotations
 
-import gzip
 import io
 import itertools
 import json
 import os
-import zlib
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
@@ -17,6 +15,7 @@ import numpy as np
 
 from . import native
 from .background import in_background
+from .compressed_input import READ_ERRORS, ReadAhead, is_compressed, open_input
 from .shards import CorpusError
 
 SPLITS_HELP = (
@@ -176,7 +175,17 @@ def iter_windows(
     native code on `threads` threads (default READ_THREADS; ffi/core/jsonl.h), the GIL released.
     A block it gives up on goes through C-level Python calls (`_fast_block`) and, failing
     those, is re-read line by line (`_line_documents`), which raises the one-line file:line
-    error: every path accepts exactly the same input and gives the same documents."""
+    error: every path accepts exactly the same input and gives the same documents. Several
+    compressed inputs are decompressed ahead of their turn, a few at once (compressed_input.py)."""
+    several = (jsonl_field is not None or split == "lines") and sum(map(is_compressed, paths)) > 1
+    ahead = ReadAhead(paths if several else [], window_bytes, _blocks_of_lines)
+    try:
+        yield from _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead)
+    finally:
+        ahead.close()
+
+
+def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead) -> Iterator[Window]:
     for fi, path in enumerate(paths):
         if path.suffix == ".parquet":
             from .parquet_input import parquet_windows  # (pyarrow only when asked for)
@@ -184,12 +193,15 @@ def iter_windows(
             yield from parquet_windows(path, fi, jsonl_field, window_bytes)
             continue
         if jsonl_field is not None or split == "lines":
-            yield from _line_windows(path, fi, jsonl_field, window_bytes, threads or READ_THREADS, join)
+            taken = ahead.take(fi)
+            yield from _line_windows(
+                path, fi, jsonl_field, window_bytes, threads or READ_THREADS, join, taken
+            )
             continue
         try:
-            with _open(path) as f:
+            with open_input(path) as f:
                 data = f.read()
-        except (OSError, EOFError, zlib.error) as e:
+        except READ_ERRORS as e:
             raise CorpusError(f"{path}: cannot read: {one_line(e)}") from None
         check_utf8(data, path, None)
         if split == "file":
@@ -206,36 +218,24 @@ def iter_windows(
             )
 
 
-try:  # ISA-L's gzip reader (optional): the standard module's interface, ~2.5x faster
-    from isal import igzip as _fast_gzip
-    from isal.isal_zlib import error as _fast_gzip_error
-except ImportError:
-    _fast_gzip, _fast_gzip_error = gzip, zlib.error
-
-
-def _open(path: Path, fast: bool = False):
-    """The file, decompressed when it is .gz (`fast`: by ISA-L when installed; the error
-    messages users see come from the standard module's reading)."""
-    if path.suffix != ".gz":
-        return open(path, "rb")
-    return (_fast_gzip if fast else gzip).open(path, "rb")
-
-
 _JSON_SCAN = json.JSONDecoder().scan_once  # json.loads without its Python-level wrapper
 
 
 def _line_windows(
-    path: Path, fi: int, field: str | None, window_bytes: int, threads: int, join
+    path: Path, fi: int, field: str | None, window_bytes: int, threads: int, join, taken=None
 ) -> Iterator[Window]:
+    """`taken`: (open file, its blocks) read ahead (ReadAhead.take), else the file is opened here."""
     line_base = 0  # lines before this block
     try:
         native_field = field is None or field.encode("utf-8") is not None
     except UnicodeEncodeError:  # (no JSON key can equal it: the Python path says so)
         native_field = False
     try:
-        with _open(path, fast=True) as f:
+        with taken[0] if taken else open_input(path, fast=True) as f:
             # (read ahead)
-            blocks = in_background(_blocks_of_lines(f, window_bytes), depth=1, name="blockbpe-read")
+            blocks = (
+                taken[1] if taken else in_background(_blocks_of_lines(f, window_bytes), 1, "blockbpe-read")
+            )
             try:
                 for block in blocks:
                     sep, take = (join and join.to) or (b"", None)
@@ -269,7 +269,7 @@ def _line_windows(
             finally:
                 blocks.close()  # the reading thread ends before the file closes
             return
-    except (OSError, EOFError, zlib.error, _fast_gzip_error):
+    except READ_ERRORS:
         pass
     # A read error: the line-by-line reader meets it at the same place and names the line.
     for _ in _line_documents(_lines_of(path), path, 0, field):
@@ -280,17 +280,17 @@ def _line_windows(
 BLOCK_BUFFERS = 4  # the reader's buffers, used in turn
 
 
-def _blocks_of_lines(f, size: int) -> Iterator[memoryview]:
+def _blocks_of_lines(f, size: int, turns: int = BLOCK_BUFFERS) -> Iterator[memoryview]:
     """Blocks of about `size` bytes of a file, each ending at the end of a line (the last one
-    where the file ends): views of BLOCK_BUFFERS buffers read into in turn (a fresh object per
-    block costs its page faults, as much as the read), so a block is overwritten BLOCK_BUFFERS
-    blocks later: its consumer (one block behind the reading thread) is done with it by then.
+    where the file ends): views of `turns` buffers read into in turn (a fresh object per block
+    costs its page faults, as much as the read), so a block is overwritten `turns` blocks
+    later: its consumer (one block behind the reading thread) is done with it by then.
     A block's unfinished last line starts the next buffer; a line longer than a buffer grows
     it (the old one stays alive while a view of it does)."""
     buffers: list[np.ndarray] = []  # (made as needed and not zeroed: a small file touches little)
     tail = memoryview(b"")  # the unfinished line after the last block
     for k in itertools.count():
-        slot, need = k % BLOCK_BUFFERS, len(tail) + size
+        slot, need = k % turns, len(tail) + size
         if len(buffers) <= slot:
             buffers.append(np.empty(need, np.uint8))
         elif buffers[slot].size < need:
@@ -355,9 +355,9 @@ def _after_last_newline(buf: np.ndarray, lo: int, hi: int) -> int:
 
 def _lines_of(path: Path) -> Iterator[bytes]:
     try:
-        with _open(path) as f:
+        with open_input(path) as f:
             yield from f
-    except (OSError, EOFError, zlib.error) as e:
+    except READ_ERRORS as e:
         raise _ReadError(e) from None
 
 

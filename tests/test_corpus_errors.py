@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from blockbpe_jax import cli, corpus, documents
+from blockbpe_jax import cli, compressed_input, corpus, documents
 
 import corpus_shared
 from helpers import encode_argv
@@ -193,7 +193,7 @@ def test_arrayrecord_missing_package_is_one_line(tmp_path, capsys, root, monkeyp
 def test_gzip_errors_without_isal(capsys, tmp_path, root, case, monkeypatch):
     """documents.py reads .gz blocks with ISA-L's reader when isal is installed (the test
     extra installs it): with the standard module in its place the errors are the same line."""
-    monkeypatch.setattr(documents, "_fast_gzip", gzip)
+    monkeypatch.setattr(compressed_input, "_fast_gzip", gzip)
     args, message = bad_inputs(tmp_path)[case]
     argv = [
         "encode",
@@ -219,6 +219,6 @@ def test_gzip_documents_with_and_without_isal(tmp_path, monkeypatch):
         return [b for w in ws for b in w.blobs], [p for w in ws for p in w.positions.tolist()]
 
     fast = read()
-    monkeypatch.setattr(documents, "_fast_gzip", gzip)
+    monkeypatch.setattr(compressed_input, "_fast_gzip", gzip)
     assert read() == fast and fast[1] == list(range(1, 20001))
     assert fast[0][7] == json.loads(lines[7])["text"].encode()

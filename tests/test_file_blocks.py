@@ -1,16 +1,22 @@
 """The corpus reader's file blocks (blockbpe_jax/documents.py): blocks of whole lines read into
 buffers used in turn, a plain file's large reads made by threads (`read_at`), a pipe's read
-as a stream."""
+as a stream; several compressed inputs decompressed at once, ahead of their turn
+(compressed_input.py)."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import random
 import threading
+import time
 
 import numpy as np
+import pytest
 
-from blockbpe_jax import documents, native
+from blockbpe_jax import compressed_input, documents, native
+from blockbpe_jax.shards import CorpusError
 
 
 def test_blocks_of_lines_reuse_their_buffers(tmp_path, monkeypatch):
@@ -69,3 +75,82 @@ def test_large_reads_are_made_by_threads(tmp_path, monkeypatch):
         blocks = [bytes(b) for b in documents._blocks_of_lines(f, 300_000)]
     feeder.join()
     assert b"".join(blocks) == data.tobytes()
+
+
+def _inputs(tmp_path, n_files: int, lines: int, plain=(2,)) -> list:
+    """JSONL inputs, gzip-compressed but those numbered in `plain`."""
+    rng = random.Random(5)
+    paths = []
+    for k in range(n_files):
+        rows = [json.dumps({"text": f"{k}:{i} " + "ab\u00e9" * rng.randrange(0, 300)}) for i in range(lines)]
+        data = ("\n".join(rows) + "\n").encode()
+        path = tmp_path / (f"in{k}.jsonl" if k in plain else f"in{k}.jsonl.gz")
+        path.write_bytes(data if k in plain else gzip.compress(data, 1))
+        paths.append(path)
+    return paths
+
+
+def _documents(paths, **kw) -> list:
+    return [
+        (w.file_index, p, b)
+        for w in documents.iter_windows(paths, jsonl_field="text", window_bytes=1 << 14, **kw)
+        for p, b in zip(w.positions.tolist(), w.blobs)
+    ]
+
+
+def _readers_alive() -> int:
+    return sum(t.name == "blockbpe-read" and t.is_alive() for t in threading.enumerate())
+
+
+def test_compressed_inputs_read_ahead_at_once(tmp_path, monkeypatch):
+    """Several .gz inputs are decompressed at once, ahead of their turn (a barrier that only
+    two files' readers reading together pass), and give the documents, lines and files that
+    each file read alone gives, in input order; no reading thread outlives the windows."""
+    monkeypatch.setattr(compressed_input, "FILES_AHEAD", 2)
+    monkeypatch.setattr(compressed_input, "BYTES_AHEAD", 10 << 14)  # 2 blocks queued per file
+    paths = _inputs(tmp_path, 5, 400)
+    alone = [(fi, p, b) for fi, path in enumerate(paths) for _, p, b in _documents([path])]
+    assert len(alone) == 5 * 400 and _readers_alive() == 0
+    barrier = threading.Barrier(2, timeout=10)
+    opened = compressed_input.open_input
+
+    def open_input(path, fast=False):
+        f = opened(path, fast)
+        if path.name in ("in0.jsonl.gz", "in1.jsonl.gz") and fast:  # (their first reads wait for each other)
+            read, waited = f.readinto, []
+
+            def readinto(buf):
+                if not waited:
+                    waited.append(barrier.wait())
+                return read(buf)
+
+            f.readinto = readinto
+        return f
+
+    monkeypatch.setattr(compressed_input, "open_input", open_input)
+    monkeypatch.setattr(documents, "open_input", open_input)
+    assert _documents(paths) == [(fi, p, b) for fi, p, b in alone]
+    assert barrier.n_waiting == 0 and not barrier.broken
+    assert _readers_alive() == 0
+
+
+def test_a_later_compressed_input_fails_at_its_turn(tmp_path, monkeypatch):
+    """A truncated .gz read ahead of its turn raises its one-line file:line error only once
+    the inputs before it have given all their documents; stopping early ends every reader."""
+    monkeypatch.setattr(compressed_input, "FILES_AHEAD", 3)
+    paths = _inputs(tmp_path, 4, 300, plain=())
+    paths[2].write_bytes(paths[2].read_bytes()[:-200])
+    seen = []
+    with pytest.raises(CorpusError, match=r"in2\.jsonl\.gz:\d+: cannot read"):
+        for w in documents.iter_windows(paths, jsonl_field="text", window_bytes=1 << 14):
+            seen += [w.file_index] * w.ndocs
+    assert seen[: 2 * 300] == [0] * 300 + [1] * 300 and set(seen) <= {0, 1, 2}
+    windows = documents.iter_windows(paths, jsonl_field="text", window_bytes=1 << 14)
+    next(windows)
+    assert _readers_alive() >= 2  # (this file's and the next ones')
+    windows.close()
+    for _ in range(100):
+        if _readers_alive() == 0:
+            break
+        time.sleep(0.05)
+    assert _readers_alive() == 0

@@ -1,0 +1,77 @@
+"""The corpus job's compressed inputs (.gz): opened through ISA-L's reader when `isal` is
+installed (~2.5x the standard module), and, when there are several, read ahead of their turn:
+one thread decompresses a fraction of what the job encodes, and a gzip stream cannot be split,
+so the decompression runs on several files at once (in input order, within a memory budget)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from .background import in_background, stop_background
+
+try:  # ISA-L's gzip reader (optional): the standard module's interface, ~2.5x faster
+    from isal import igzip as _fast_gzip
+    from isal.isal_zlib import error as _fast_gzip_error
+except ImportError:
+    _fast_gzip, _fast_gzip_error = gzip, zlib.error
+
+READ_ERRORS = (OSError, EOFError, zlib.error, _fast_gzip_error)  # what reading an input raises
+
+# Files decompressed at once, and the bytes of blocks they may hold decompressed ahead of their
+# reader: a file as large as its share is decompressed whole before its turn.
+FILES_AHEAD = max(1, min(4, (os.cpu_count() or 1) // 4))
+BYTES_AHEAD = 1 << 30
+
+
+def is_compressed(path: Path) -> bool:
+    return path.suffix == ".gz"
+
+
+def open_input(path: Path, fast: bool = False):
+    """The file, decompressed when it is .gz (`fast`: by ISA-L when installed; the error
+    messages users see come from the standard module's reading)."""
+    if not is_compressed(path):
+        return open(path, "rb")
+    return (_fast_gzip if fast else gzip).open(path, "rb")
+
+
+class ReadAhead:
+    """The blocks of each compressed input (`blocks_of(file, block_bytes, buffers)`: its blocks,
+    read into `buffers` buffers used in turn), each file read by a thread of its own (`in_background`)
+    from the turn of the file FILES_AHEAD - 1 compressed files before it, `depth` blocks ahead
+    of its reader. A file that cannot be opened here is left to its reader, whose error then
+    comes at its turn."""
+
+    def __init__(self, paths: Sequence[Path], block_bytes: int, blocks_of: Callable):
+        self.paths, self.block_bytes, self.blocks_of = list(paths), block_bytes, blocks_of
+        self.depth = max(1, BYTES_AHEAD // (FILES_AHEAD * max(block_bytes, 1)) - 3)
+        self.started: dict = {}  # index -> (file, its blocks)
+        self.next = 0  # the first index not yet considered
+
+    def take(self, index: int) -> tuple[object, Iterator] | None:
+        """(open file, its blocks) of input `index` (its reader started now if it was not),
+        the readers of the next compressed inputs started; None: not compressed, or could
+        not be opened."""
+        self.next = max(self.next, index)
+        while self.next < len(self.paths) and sum(j >= index for j in self.started) < FILES_AHEAD:
+            j, self.next = self.next, self.next + 1
+            if is_compressed(self.paths[j]):
+                try:
+                    f = open_input(self.paths[j], fast=True)
+                except OSError:
+                    continue
+                # (buffers: `depth` blocks queued, one being read, one held by its consumer)
+                blocks = self.blocks_of(f, self.block_bytes, self.depth + 3)
+                self.started[j] = (f, in_background(blocks, depth=self.depth, name="blockbpe-read"))
+        return self.started.pop(index, None)
+
+    def close(self) -> None:
+        """Stops the readers of the inputs not taken (each thread before its file closes)."""
+        for f, blocks in self.started.values():
+            stop_background(blocks)
+            f.close()
+        self.started.clear()
