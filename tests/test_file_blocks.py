@@ -102,10 +102,29 @@ def _readers_alive() -> int:
     return sum(t.name == "blockbpe-read" and t.is_alive() for t in threading.enumerate())
 
 
-def test_compressed_inputs_read_ahead_at_once(tmp_path, monkeypatch):
+def _processes(monkeypatch, process: bool) -> list:
+    """process: .gz inputs decompressed by processes of their own (ISA-L's command line), every
+    one started recorded in the list returned; else in this process."""
+    if process and compressed_input._fast_gzip is gzip:
+        pytest.skip("decompressing processes need isal (pip install isal)")
+    monkeypatch.setattr(compressed_input, "PROCESS_BYTES", 0 if process else 1 << 62)
+    started, init = [], compressed_input.DecompressingProcess.__init__
+
+    def record(self, path):
+        init(self, path)
+        started.append(self._process)
+
+    monkeypatch.setattr(compressed_input.DecompressingProcess, "__init__", record)
+    return started
+
+
+@pytest.mark.parametrize("process", [False, True])
+def test_compressed_inputs_read_ahead_at_once(tmp_path, monkeypatch, process):
     """Several .gz inputs are decompressed at once, ahead of their turn (a barrier that only
     two files' readers reading together pass), and give the documents, lines and files that
-    each file read alone gives, in input order; no reading thread outlives the windows."""
+    each file read alone gives, in input order; no reading thread or process outlives the
+    windows."""
+    started = _processes(monkeypatch, process)
     monkeypatch.setattr(compressed_input, "FILES_AHEAD", 2)
     monkeypatch.setattr(compressed_input, "BYTES_AHEAD", 10 << 14)  # 2 blocks queued per file
     paths = _inputs(tmp_path, 5, 400)
@@ -132,11 +151,16 @@ def test_compressed_inputs_read_ahead_at_once(tmp_path, monkeypatch):
     assert _documents(paths) == [(fi, p, b) for fi, p, b in alone]
     assert barrier.n_waiting == 0 and not barrier.broken
     assert _readers_alive() == 0
+    assert len(started) == (2 * 4 if process else 0)
+    assert all(p.returncode == 0 and p.stdout.closed for p in started)
 
 
-def test_a_later_compressed_input_fails_at_its_turn(tmp_path, monkeypatch):
+@pytest.mark.parametrize("process", [False, True])
+def test_a_later_compressed_input_fails_at_its_turn(tmp_path, monkeypatch, process):
     """A truncated .gz read ahead of its turn raises its one-line file:line error only once
-    the inputs before it have given all their documents; stopping early ends every reader."""
+    the inputs before it have given all their documents; stopping early ends every reader
+    (and decompressing process)."""
+    started = _processes(monkeypatch, process)
     monkeypatch.setattr(compressed_input, "FILES_AHEAD", 3)
     paths = _inputs(tmp_path, 4, 300, plain=())
     paths[2].write_bytes(paths[2].read_bytes()[:-200])
@@ -154,3 +178,6 @@ def test_a_later_compressed_input_fails_at_its_turn(tmp_path, monkeypatch):
             break
         time.sleep(0.05)
     assert _readers_alive() == 0
+    # (each process waited for and its pipes closed: none left running or as a zombie)
+    assert all(p.returncode is not None and p.stdout.closed for p in started)
+    assert len(started) >= (5 if process else 0)

@@ -1,6 +1,6 @@
-// The corpus job's host helpers in the CPU module: its native reader (split_documents, read_at),
-// the flat shard writer's reserve_file, the packer of short documents, a window's per-document
-// arithmetic and the result's copy.
+// The corpus job's host helpers in the CPU module: its native reader (split_documents, read_at,
+// read_stream), the flat shard writer's reserve_file, the packer of short documents, a window's
+// per-document arithmetic and the result's copy.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -104,6 +104,24 @@ static bool reserve_file(int fd, int64_t offset, int64_t length) {
 #else
   return false;
 #endif
+}
+
+// Reads the stream `fd` (a pipe) into buf until it is full or the stream ends, the GIL released
+// for the whole block (a read per pipe's worth otherwise waits to take it back each time) ->
+// bytes read, or -errno.
+static int64_t read_stream(int fd, HostArray<uint8_t, 1> buf) {
+  const int64_t n = (int64_t)buf.shape(0);
+  uint8_t* out = buf.data();
+  nb::gil_scoped_release unlocked;
+  int64_t at = 0;
+  while (at < n) {
+    const ssize_t got = read(fd, out + at, size_t(n - at));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return -errno;
+    if (got == 0) break;
+    at += got;
+  }
+  return at;
 }
 
 // dst = src (byte arrays of one size) on threads, the GIL released: the corpus job's ids copied
@@ -260,6 +278,7 @@ void bind_corpus_helpers(nb::module_& m) {
   m.def("split_documents", &split_documents, nb::arg("block"), nb::arg("field").none(), nb::arg("threads"),
         nb::arg("sep") = nb::bytes(""), nb::arg("into").none() = nb::none());
   m.def("read_at", &read_at, nb::arg("fd"), nb::arg("offset"), nb::arg("buf").noconvert());
+  m.def("read_stream", &read_stream, nb::arg("fd"), nb::arg("buf").noconvert());
   m.def("reserve_file", &reserve_file, nb::arg("fd"), nb::arg("offset"), nb::arg("length"));
   m.def("copy_bytes", &copy_bytes, nb::arg("dst").noconvert(), nb::arg("src").noconvert());
   m.def("pack_documents", &pack_documents, nb::arg("data").noconvert(), nb::arg("offsets").noconvert(),
