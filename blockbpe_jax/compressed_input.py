@@ -1,7 +1,8 @@
-"""The corpus job's compressed inputs (.gz): opened through ISA-L's reader when `isal` is
-installed (~2.5x the standard module), and, when there are several, read ahead of their turn:
-one thread decompresses a fraction of what the job encodes, and a gzip stream cannot be split,
-so the decompression runs on several files at once (in input order, within a memory budget)."""
+"""The corpus job's compressed inputs (.gz): read through ISA-L when `isal` is installed
+(~2.5x the standard module; from PROCESS_BYTES in a process of its own, out of the GIL's way),
+and, when there are several, read ahead of their turn: one decompression is a fraction of what
+the job encodes, and a gzip stream cannot be split, so several files are decompressed at once
+(in input order, within a memory budget)."""
 
 from __future__ import annotations
 
