@@ -60,8 +60,9 @@ class DecompressingProcess:
     def __init__(self, path: Path):
         self.path = path
         argv = [sys.executable, "-m", "isal.igzip", "-d", "-c", str(path)]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # (isal as found here)
         self._process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )
         try:  # (a larger pipe: fewer wake-ups of the two processes)
             fcntl.fcntl(self._process.stdout.fileno(), 1031, 1 << 20)  # F_SETPIPE_SZ
@@ -73,8 +74,9 @@ class DecompressingProcess:
         if got < 0:
             raise OSError(-got, os.strerror(-got))
         if got < len(buf) and self._process.wait() != 0:  # the end: the process's verdict
-            message = self._process.stderr.read().decode(errors="replace").strip().splitlines()
-            raise OSError(f"{self.path}: {message[-1] if message else 'decompression failed'}")
+            said = self._process.stderr.read().decode(errors="replace").strip().splitlines()
+            why = f": {said[-1]}" if said else ""
+            raise OSError(f"the decompressing process exited with {self._process.returncode}{why}")
         return got
 
     def close(self) -> None:

@@ -269,12 +269,12 @@ def _line_windows(
             finally:
                 blocks.close()  # the reading thread ends before the file closes
             return
-    except READ_ERRORS:
-        pass
-    # A read error: the line-by-line reader meets it at the same place and names the line.
+    except READ_ERRORS as e:
+        failure = e
+    # A read error: the line-by-line reader meets it there and names the line (else: the fast reader's own).
     for _ in _line_documents(_lines_of(path), path, 0, field):
         pass
-    raise CorpusError(f"{path}: cannot read")  # pragma: no cover - the reader raised above
+    raise CorpusError(f"{path}: cannot read: {one_line(failure)}")
 
 
 BLOCK_BUFFERS = 4  # the reader's buffers, used in turn

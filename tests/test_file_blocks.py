@@ -181,3 +181,22 @@ def test_a_later_compressed_input_fails_at_its_turn(tmp_path, monkeypatch, proce
     # (each process waited for and its pipes closed: none left running or as a zombie)
     assert all(p.returncode is not None and p.stdout.closed for p in started)
     assert len(started) >= (5 if process else 0)
+
+
+def test_a_failed_decompressing_process_is_an_error(tmp_path, monkeypatch):
+    """A decompressing process that dies on a good file (killed, or isal missing there) is a
+    one-line error naming the file, never a short input."""
+    started = _processes(monkeypatch, True)
+    paths = _inputs(tmp_path, 1, 200, plain=())
+    init = compressed_input.DecompressingProcess.__init__
+
+    def killed(self, path):
+        init(self, path)
+        self._process.kill()
+
+    monkeypatch.setattr(compressed_input.DecompressingProcess, "__init__", killed)
+    with pytest.raises(
+        CorpusError, match=r"in0\.jsonl\.gz: cannot read: the decompressing process exited with -9"
+    ):
+        _documents(paths)
+    assert len(started) == 1 and started[0].stdout.closed
