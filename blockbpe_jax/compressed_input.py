@@ -1,13 +1,14 @@
-"""The corpus job's compressed inputs (.gz): read through ISA-L when `isal` is installed
-(~2.5x the standard module; from PROCESS_BYTES in a process of its own, out of the GIL's way),
-and, when there are several, read ahead of their turn: one decompression is a fraction of what
-the job encodes, and a gzip stream cannot be split, so several files are decompressed at once
-(in input order, within a memory budget)."""
+"""The corpus job's compressed inputs: .gz, read through ISA-L when `isal` is installed (~2.5x
+the standard module; from PROCESS_BYTES in a process of its own, out of the GIL's way), and .zst,
+through `zstandard`. Several are read ahead of their turn: one decompression is a fraction of
+what the job encodes, and a compressed stream cannot be split, so several files are decompressed
+at once (in input order, within a memory budget)."""
 
 from __future__ import annotations
 
 import fcntl
 import gzip
+import io
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import numpy as np
 
 from . import native
 from .background import in_background, stop_background
+from .shards import CorpusError
 
 try:  # ISA-L's gzip reader (optional): the standard module's interface, ~2.5x faster
     from isal import igzip as _fast_gzip
@@ -36,18 +38,66 @@ PROCESS_BYTES = 8 << 20  # a .gz input this large or larger is decompressed by a
 
 
 def is_compressed(path: Path) -> bool:
-    return path.suffix == ".gz"
+    return path.suffix in (".gz", ".zst")
 
 
 def open_input(path: Path, fast: bool = False):
     """The file, decompressed when it is .gz (`fast`: by ISA-L when installed, in a process of
     its own from PROCESS_BYTES; the error messages users see come from the standard module's
-    reading)."""
+    reading) or .zst (ZstdFrames)."""
+    if path.suffix == ".zst":
+        return io.BufferedReader(ZstdFrames(path), buffer_size=1 << 20)
     if not is_compressed(path):
         return open(path, "rb")
     if fast and _fast_gzip is not gzip and sys.executable and path.stat().st_size >= PROCESS_BYTES:
         return DecompressingProcess(path)
     return (_fast_gzip if fast else gzip).open(path, "rb")
+
+
+class ZstdFrames(io.RawIOBase):
+    """A .zst file's frames one after another (the `zstandard` package), checked to end where
+    the file does: its stream readers stop silently at a truncated frame, or after the first."""
+
+    def __init__(self, path: Path):
+        try:
+            import zstandard
+        except ImportError:
+            raise CorpusError(
+                f"{path}: .zst inputs need the zstandard package (pip install zstandard)"
+            ) from None
+        self._zstd, self._file = zstandard, open(path, "rb")
+        self._frame = None  # the current frame's decompressor
+        self._input, self._output = b"", memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        view, n = memoryview(buf).cast("B"), 0
+        while n < len(view):
+            if self._output:
+                k = min(len(view) - n, len(self._output))
+                view[n : n + k], self._output, n = self._output[:k], self._output[k:], n + k
+                continue
+            if not self._input:
+                self._input = self._file.read(4 << 20)
+                if not self._input:
+                    if self._frame is not None and not self._frame.eof:
+                        raise EOFError("the .zst file ended inside a frame")
+                    break
+            if self._frame is None:
+                self._frame = self._zstd.ZstdDecompressor().decompressobj()
+            try:
+                self._output = memoryview(self._frame.decompress(self._input))
+            except self._zstd.ZstdError as e:
+                raise OSError(f"invalid .zst data: {e}") from None
+            self._input = self._frame.unused_data if self._frame.eof else b""
+            self._frame = None if self._frame.eof else self._frame
+        return n
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
 
 
 class DecompressingProcess:

@@ -1,4 +1,4 @@
-"""The corpus job: text/JSONL(.gz) files -> documents -> byte-sized batches -> `encode` ->
+"""The corpus job: text/JSONL(.gz/.zst) files -> documents -> byte-sized batches -> `encode` ->
 flat token shards (`blockbpe_jax/shards.py`: `<prefix>_<k>.bin` ids + `.idx` int64 offsets +
 `<prefix>.json`), or padded .npz/.npy shards; and `verify`, which re-encodes a sample with the
 reference library. `blockbpe-jax encode|verify` are thin wrappers around `encode_files` and
@@ -176,7 +176,7 @@ def encode_files(
     meta=None,
     **options,
 ) -> dict:
-    """Tokenizes text/JSONL(.gz) files (and parquet files, column `jsonl_field`, when pyarrow is
+    """Tokenizes text/JSONL(.gz/.zst) files (and parquet files, column `jsonl_field`, when pyarrow is
     installed) into shards at `out_prefix` (DIR/NAME; the directory is created) and returns the
     sidecar (`<prefix>.json`; `<prefix>manifest.json` for fmt "npz" or "npy"). fmt "flat":
     .bin/.idx shards; "arrayrecord": one record per document (`read_array_records`). Flat and

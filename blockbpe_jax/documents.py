@@ -1,4 +1,4 @@
-"""Reading the corpus job's inputs: text/JSONL(.gz) files -> documents (`Doc`), with a one-line
+"""Reading the corpus job's inputs: text/JSONL(.gz/.zst) files -> documents (`Doc`), with a one-line
 CorpusError naming the file and line for every bad input (unreadable file, bad JSONL line,
 missing field, invalid UTF-8)."""
 

@@ -324,7 +324,7 @@ class Tokenizer:
         return hf_call(self, texts, **kwargs)
 
     def encode_files(self, paths, out_prefix, **kwargs) -> dict:
-        """The corpus job (`blockbpe-jax encode`) from Python: text/JSONL(.gz) files into flat
+        """The corpus job (`blockbpe-jax encode`) from Python: text/JSONL(.gz/.zst) files into flat
         token shards; see `blockbpe_jax.corpus.encode_files` for the options."""
         from .corpus import encode_files
 

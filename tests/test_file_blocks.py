@@ -1,7 +1,7 @@
 """The corpus reader's file blocks (blockbpe_jax/documents.py): blocks of whole lines read into
 buffers used in turn, a plain file's large reads made by threads (`read_at`), a pipe's read
-as a stream; several compressed inputs decompressed at once, ahead of their turn
-(compressed_input.py)."""
+as a stream; several compressed inputs decompressed at once, ahead of their turn, and .zst
+inputs (compressed_input.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import gzip
 import json
 import os
 import random
+import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -162,6 +165,7 @@ def test_a_later_compressed_input_fails_at_its_turn(tmp_path, monkeypatch, proce
     (and decompressing process)."""
     started = _processes(monkeypatch, process)
     monkeypatch.setattr(compressed_input, "FILES_AHEAD", 3)
+    monkeypatch.setattr(compressed_input, "BYTES_AHEAD", 12 << 14)  # (one block queued per file)
     paths = _inputs(tmp_path, 4, 300, plain=())
     paths[2].write_bytes(paths[2].read_bytes()[:-200])
     seen = []
@@ -200,3 +204,40 @@ def test_a_failed_decompressing_process_is_an_error(tmp_path, monkeypatch):
     ):
         _documents(paths)
     assert len(started) == 1 and started[0].stdout.closed
+
+
+def test_zst_inputs(tmp_path, monkeypatch):
+    """.zst inputs (`zstandard`): frames one after another (a skippable one too; the zstd
+    command's output where it is installed) give the plain file's documents, several read
+    ahead at once; a truncated or corrupt one is the one-line file:line error; without the
+    package, a one-line error naming the file."""
+    zstandard = pytest.importorskip("zstandard", reason="the test extra installs zstandard")
+    (plain,) = _inputs(tmp_path, 1, 3000, plain=(0,))
+    data = plain.read_bytes()
+    frames = zstandard.ZstdCompressor(write_checksum=True)
+    skippable = (0x184D2A50).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"xyz"
+    blob = frames.compress(data[:1000]) + skippable + frames.compress(data[1000:])
+    paths = [tmp_path / f"in{k}.jsonl.zst" for k in range(3)]
+    for p in paths:
+        p.write_bytes(blob)
+    if shutil.which("zstd"):
+        subprocess.run(["zstd", "-q", "-f", str(plain), "-o", str(paths[2])], check=True)
+    want = _documents([plain])
+    monkeypatch.setattr(compressed_input, "FILES_AHEAD", 2)
+    got = _documents(paths)
+    assert [(p, b) for _, p, b in got] == [(p, b) for _, p, b in want] * 3
+    assert [fi for fi, _, _ in got] == [k for k in range(3) for _ in want]
+    (tmp_path / "t.jsonl.zst").write_bytes(blob[:-300])
+    with pytest.raises(
+        CorpusError, match=r"t\.jsonl\.zst:\d+: cannot read: the \.zst file ended inside a frame"
+    ):
+        _documents([tmp_path / "t.jsonl.zst"])
+    bad = bytearray(blob)
+    bad[len(bad) // 2] ^= 0x55
+    (tmp_path / "b.jsonl.zst").write_bytes(bytes(bad))
+    with pytest.raises(CorpusError, match=r"b\.jsonl\.zst(:\d+)?: cannot read: invalid \.zst data"):
+        _documents([tmp_path / "b.jsonl.zst"])
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # (its import fails)
+    with pytest.raises(CorpusError, match=r"in0\.jsonl\.zst: \.zst inputs need the zstandard package"):
+        _documents(paths)
+    assert _readers_alive() == 0

@@ -146,7 +146,7 @@ def add_parsers(sub) -> None:
     e = sub.add_parser(
         "encode",
         help="tokenize text or JSONL files into flat token shards",
-        description="Tokenize text or JSONL(.gz) files. --format flat (default): "
+        description="Tokenize text or JSONL files (plain, .gz or .zst). --format flat (default): "
         "DIR/NAME_<k>.bin (every document's ids back to back, uint16 when "
         "n_vocab <= 65536 else uint32, little-endian) + DIR/NAME_<k>.idx "
         "(int64 offsets in tokens, n_docs + 1) + DIR/NAME.json. npz/npy: "
