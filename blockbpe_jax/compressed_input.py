@@ -104,13 +104,14 @@ class DecompressingProcess:
     """A .gz input decompressed by ISA-L in a process of its own (`python -m isal.igzip -dc`),
     read from its pipe a whole block per call without the GIL. (In this process the
     decompression releases the GIL in small pieces and waits to take it back after each: beside
-    the job's Python threads it ran 4-7x slower.) An error of the process is an OSError at the
-    end of its output (the reader then re-reads the file to name the line)."""
+    one busy Python thread it ran 4-7x slower, BUILD_NOTES session 36.) An error of the process
+    is an OSError at the end of its output (the reader then re-reads the file to name the line)."""
 
     def __init__(self, path: Path):
         self.path = path
         argv = [sys.executable, "-m", "isal.igzip", "-d", "-c", str(path)]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # (isal as found here)
+        # (the child imports isal from where this process found it)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )
@@ -144,11 +145,11 @@ class DecompressingProcess:
 
 
 class ReadAhead:
-    """The blocks of each compressed input (`blocks_of(file, block_bytes, buffers)`: its blocks,
-    read into `buffers` buffers used in turn), each file read by a thread of its own (`in_background`)
-    from the turn of the file FILES_AHEAD - 1 compressed files before it, `depth` blocks ahead
-    of its reader. A file that cannot be opened here is left to its reader, whose error then
-    comes at its turn."""
+    """The blocks of each compressed input (`blocks_of(file, block_bytes, buffers)`: its
+    blocks, read into `buffers` buffers used in turn), each file read by a thread of its own
+    (`in_background`) from the turn of the file FILES_AHEAD - 1 compressed files before it,
+    `depth` blocks ahead of its reader. A file that cannot be opened here is left to its reader,
+    whose error then comes at its turn (a missing package's comes at once)."""
 
     def __init__(self, paths: Sequence[Path], block_bytes: int, blocks_of: Callable):
         self.paths, self.block_bytes, self.blocks_of = list(paths), block_bytes, blocks_of
