@@ -4,7 +4,6 @@ missing field, invalid UTF-8)."""
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import os
@@ -16,6 +15,7 @@ import numpy as np
 from . import native
 from .background import in_background
 from .compressed_input import READ_ERRORS, ReadAhead, is_compressed, open_input
+from .file_blocks import blocks_of_lines
 from .shards import CorpusError
 
 SPLITS_HELP = (
@@ -112,13 +112,14 @@ def _jsonl_doc(line: bytes, path: Path, line_no: int, field: str) -> bytes:
 
 
 class Window(NamedTuple):
-    """Consecutive documents of one input file, back to back in one buffer (no Python object
-    per document): what the reader hands to the encoder."""
+    """Consecutive documents of one input file (or of several small ones read together),
+    back to back in one buffer (no Python object per document): what the reader hands to the
+    encoder."""
 
     data: np.ndarray  # uint8: the documents' UTF-8 bytes, back to back (each then sep_len bytes)
     offsets: np.ndarray  # int64[n + 1]: document i is data[offsets[i]:offsets[i + 1] - sep_len]
     positions: np.ndarray  # int64, per document: as Doc.position
-    file_index: int
+    file_index: int | np.ndarray  # the input's index, or int64 per document (small inputs read together)
     consumed: int  # input bytes these documents account for (progress)
     sep_len: int = 0  # the separator's bytes after each document (window_encode.JoinInto)
     slot: object = None  # the engine's buffer that `data` is in (window_encode.JoinInto)
@@ -132,6 +133,11 @@ class Window(NamedTuple):
     @property
     def ndocs(self) -> int:
         return len(self.offsets) - 1
+
+    @property
+    def file_indices(self) -> np.ndarray:
+        """The input of each document."""
+        return self.file_index if np.ndim(self.file_index) else np.full(self.ndocs, self.file_index, np.int64)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -155,8 +161,8 @@ def iter_documents(
 ) -> Iterator[Doc]:
     """The documents of the files, in order; CorpusError (file:line) on a bad input."""
     for w in iter_windows(paths, split, chunk, jsonl_field):
-        for data, pos in zip(w.blobs, w.positions.tolist()):
-            yield Doc(data, w.file_index, pos, len(data))
+        for data, fi, pos in zip(w.blobs, w.file_indices.tolist(), w.positions.tolist()):
+            yield Doc(data, fi, pos, len(data))
 
 
 def iter_windows(
@@ -176,27 +182,43 @@ def iter_windows(
     A block it gives up on goes through C-level Python calls (`_fast_block`) and, failing
     those, is re-read line by line (`_line_documents`), which raises the one-line file:line
     error: every path accepts exactly the same input and gives the same documents. Several
-    compressed inputs are decompressed ahead of their turn, a few at once (compressed_input.py)."""
+    compressed inputs are decompressed ahead of their turn, a few at once (compressed_input.py);
+    consecutive small plain inputs are read together into one window (`_small_inputs`)."""
     several = (jsonl_field is not None or split == "lines") and sum(map(is_compressed, paths)) > 1
-    ahead = ReadAhead(paths if several else [], window_bytes, _blocks_of_lines)
+    ahead = ReadAhead(paths if several else [], window_bytes, blocks_of_lines)
     try:
         yield from _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead)
     finally:
         ahead.close()
 
 
+# Plain inputs this small (and at most a quarter of a window) are read several to a window.
+SMALL_INPUT = 1 << 20
+
+
 def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead) -> Iterator[Window]:
-    for fi, path in enumerate(paths):
+    threads, lines = threads or READ_THREADS, jsonl_field is not None or split == "lines"
+    group, held = [], 0  # consecutive small plain inputs, read together; their bytes
+    for fi, path in enumerate([*paths, None]):
+        plain = path is not None and lines and not is_compressed(path) and path.suffix != ".parquet"
+        size = path.stat().st_size if plain else None
+        if group and (
+            size is None or size > min(SMALL_INPUT, window_bytes // 4) or held + size > window_bytes
+        ):
+            yield from _small_inputs(paths, group, jsonl_field, window_bytes, threads, join)
+            group, held = [], 0
+        if size is not None and size <= min(SMALL_INPUT, window_bytes // 4):
+            group, held = group + [fi], held + size
+            continue
+        if path is None:
+            return
         if path.suffix == ".parquet":
             from .parquet_input import parquet_windows  # (pyarrow only when asked for)
 
             yield from parquet_windows(path, fi, jsonl_field, window_bytes)
             continue
-        if jsonl_field is not None or split == "lines":
-            taken = ahead.take(fi)
-            yield from _line_windows(
-                path, fi, jsonl_field, window_bytes, threads or READ_THREADS, join, taken
-            )
+        if lines:
+            yield from _line_windows(path, fi, jsonl_field, window_bytes, threads, join, ahead.take(fi))
             continue
         try:
             with open_input(path) as f:
@@ -218,6 +240,53 @@ def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahea
             )
 
 
+def _small_inputs(paths, group, field, window_bytes, threads, join) -> Iterator[Window]:
+    """Small plain inputs read together as one block, their documents one window (a window
+    costs the engine milliseconds whatever its size: a window per file set the pace of a
+    corpus of many small files). Where the native split gives up, each through its own reader."""
+    try:
+        parts = [paths[fi].read_bytes() for fi in group] if len(group) > 1 and _native_field(field) else None
+    except OSError:  # (each reader names its error)
+        parts = None
+    if parts is not None:
+        parts = [b + b"\n" if b and not b.endswith(b"\n") else b for b in parts]
+        first_line = np.cumsum([0] + [b.count(b"\n") for b in parts])
+        block = np.frombuffer(b"".join(parts), np.uint8)
+        split = _split(block, field, threads, join)
+        if split is not None:
+            data, offsets, kept, _, sep_len, slot = split
+            file_of = np.searchsorted(first_line, kept, "right") - 1
+            positions = kept - first_line[file_of] + 1
+            files = np.asarray(group, np.int64)[file_of]
+            yield Window(data[: offsets[-1]], offsets, positions, files, len(block), sep_len, slot)
+            return
+    for fi in group:
+        yield from _line_windows(paths[fi], fi, field, window_bytes, threads, join)
+
+
+def _native_field(field: str | None) -> bool:
+    """Whether the native split can take the field (a key no JSON can hold: the Python path says so)."""
+    try:
+        return field is None or field.encode("utf-8") is not None
+    except UnicodeEncodeError:
+        return False
+
+
+def _split(block, field: str | None, threads: int, join):
+    """The native split of a block of lines (ffi/core/jsonl.h), joined into the engine's buffer
+    while `join` is open -> (data, offsets, line of each document, newlines, separator bytes,
+    the engine's buffer or None), or None where it gives up."""
+    sep, take = (join and join.to) or (b"", None)
+    taken = []  # the engine's buffer the documents are joined into
+
+    def into(n: int) -> np.ndarray:
+        taken.append(take(n))
+        return taken[0].host
+
+    split = native.cpu.split_documents(block, field, threads, sep, into if take else None)
+    return None if split is None else (*split, len(sep), taken[0] if taken else None)
+
+
 _JSON_SCAN = json.JSONDecoder().scan_once  # json.loads without its Python-level wrapper
 
 
@@ -226,33 +295,20 @@ def _line_windows(
 ) -> Iterator[Window]:
     """`taken`: (open file, its blocks) read ahead (ReadAhead.take), else the file is opened here."""
     line_base = 0  # lines before this block
-    try:
-        native_field = field is None or field.encode("utf-8") is not None
-    except UnicodeEncodeError:  # (no JSON key can equal it: the Python path says so)
-        native_field = False
+    native_field = _native_field(field)
     try:
         with taken[0] if taken else open_input(path, fast=True) as f:
             # (read ahead)
             blocks = (
-                taken[1] if taken else in_background(_blocks_of_lines(f, window_bytes), 1, "blockbpe-read")
+                taken[1] if taken else in_background(blocks_of_lines(f, window_bytes), 1, "blockbpe-read")
             )
             try:
                 for block in blocks:
-                    sep, take = (join and join.to) or (b"", None)
-                    taken = []  # the engine's slot the documents are joined into
-
-                    def into(n: int) -> np.ndarray:
-                        taken.append(take(n))
-                        return taken[0].host
-
-                    split = None
-                    if native_field:
-                        split = native.cpu.split_documents(block, field, threads, sep, into if take else None)
+                    split = _split(block, field, threads, join) if native_field else None
                     if split is not None:
-                        data, offsets, kept, newlines = split
+                        data, offsets, kept, newlines, sep_len, slot = split
                         positions = kept + (line_base + 1)
-                        slot = taken[0] if taken else None
-                        yield Window(data[: offsets[-1]], offsets, positions, fi, len(block), len(sep), slot)
+                        yield Window(data[: offsets[-1]], offsets, positions, fi, len(block), sep_len, slot)
                         line_base += newlines
                         continue
                     block = bytes(block)  # (the reader's buffer is reused: the Python paths keep bytes)
@@ -275,82 +331,6 @@ def _line_windows(
     for _ in _line_documents(_lines_of(path), path, 0, field):
         pass
     raise CorpusError(f"{path}: cannot read: {one_line(failure)}")
-
-
-BLOCK_BUFFERS = 4  # the reader's buffers, used in turn
-
-
-def _blocks_of_lines(f, size: int, turns: int = BLOCK_BUFFERS) -> Iterator[memoryview]:
-    """Blocks of about `size` bytes of a file, each ending at the end of a line (the last one
-    where the file ends): views of `turns` buffers read into in turn (a fresh object per block
-    costs its page faults, as much as the read), so a block is overwritten `turns` blocks
-    later: its consumer (one block behind the reading thread) is done with it by then.
-    A block's unfinished last line starts the next buffer; a line longer than a buffer grows
-    it (the old one stays alive while a view of it does)."""
-    buffers: list[np.ndarray] = []  # (made as needed and not zeroed: a small file touches little)
-    tail = memoryview(b"")  # the unfinished line after the last block
-    for k in itertools.count():
-        slot, need = k % turns, len(tail) + size
-        if len(buffers) <= slot:
-            buffers.append(np.empty(need, np.uint8))
-        elif buffers[slot].size < need:
-            buffers[slot] = np.empty(need, np.uint8)
-        buf = buffers[slot]
-        buf[: len(tail)] = tail
-        n = searched = len(tail)
-        while True:
-            n = _read_into(f, buf, n, need)
-            end = _after_last_newline(buf, searched, n)
-            if n < need or end:
-                break
-            searched, need = n, 2 * need  # (no line ends in the buffer: a larger one)
-            buf = buffers[slot] = np.concatenate([buf[:n], np.empty(need - n, np.uint8)])
-        if n < need:  # the end of the file
-            if n:
-                yield memoryview(buf)[:n]
-            return
-        yield memoryview(buf)[:end]
-        tail = memoryview(buf)[end:n]
-
-
-PARALLEL_READ = 4 << 20  # a plain file's reads of at least this many bytes: by threads
-
-
-def _read_into(f, buf: np.ndarray, n: int, need: int) -> int:
-    """Reads into buf[n:need] until it is full or the file ends; the bytes in buf now. A plain
-    file's large read is made by threads (`read_at`): one thread's copy from the page cache
-    bounds the reading of long documents. (Not a pipe's: `<(zcat ...)` has no positions.)"""
-    if (
-        need - n >= PARALLEL_READ
-        and isinstance(f, io.BufferedReader)
-        and isinstance(f.raw, io.FileIO)
-        and f.seekable()
-    ):
-        at = f.tell()
-        got = native.cpu.read_at(f.fileno(), at, buf[n:need])
-        if got < 0:
-            raise OSError(-got, os.strerror(-got))
-        f.seek(at + got)
-        return n + got
-    view = memoryview(buf)
-    while n < need:
-        got = f.readinto(view[n:need])
-        if not got:
-            break
-        n += got
-    return n
-
-
-def _after_last_newline(buf: np.ndarray, lo: int, hi: int) -> int:
-    """The index after the last b"\\n" in buf[lo:hi], 0 when there is none (searched from the
-    end, 64 KiB at a time)."""
-    view = memoryview(buf)
-    while hi > lo:
-        at = bytes(view[max(lo, hi - (1 << 16)) : hi]).rfind(b"\n")
-        if at >= 0:
-            return max(lo, hi - (1 << 16)) + at + 1
-        hi -= 1 << 16
-    return 0
 
 
 def _lines_of(path: Path) -> Iterator[bytes]:

@@ -27,7 +27,7 @@ class PaddedWriter:
 
     def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
         """As FlatWriter.add; `window` (documents.Window) gives each document's input and position."""
-        file_index = np.full(len(counts), window.file_index, np.int32)
+        file_index = window.file_indices.astype(np.int32)
         offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         start = 0
         while start < len(counts):

@@ -122,7 +122,7 @@ def encode_documents(
     dtype = token_dtype(tok.vocab.n_vocab)
 
     def where(w: Window, i: int) -> str:
-        return f"{paths[w.file_index]}:{int(w.positions[i])}"
+        return f"{paths[int(w.file_indices[i])]}:{int(w.positions[i])}"
 
     target = device or jax.devices()[0]
     # the GPU's plan: finalize's size guessed and compiled ahead

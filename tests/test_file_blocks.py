@@ -1,4 +1,4 @@
-"""The corpus reader's file blocks (blockbpe_jax/documents.py): blocks of whole lines read into
+"""The corpus reader's file blocks (blockbpe_jax/file_blocks.py): blocks of whole lines read into
 buffers used in turn, a plain file's large reads made by threads (`read_at`), a pipe's read
 as a stream; several compressed inputs decompressed at once, ahead of their turn, and .zst
 inputs (compressed_input.py)."""
@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from blockbpe_jax import compressed_input, documents, native
+from blockbpe_jax import compressed_input, documents, file_blocks, native
 from blockbpe_jax.shards import CorpusError
 
 
@@ -33,14 +33,14 @@ def test_blocks_of_lines_reuse_their_buffers(tmp_path, monkeypatch):
     path = tmp_path / "in.txt"
     path.write_bytes(b"".join(lines) + b"no newline at the end")
     with open(path, "rb") as f:
-        blocks = documents._blocks_of_lines(f, 4096)
+        blocks = file_blocks.blocks_of_lines(f, 4096)
         kept, seen = [], []
         for block in blocks:
             assert bytes(block[-1:]) == b"\n" or bytes(block).endswith(b"no newline at the end")
             seen.append(bytes(block))
             kept.append(block)
-            if len(kept) >= documents.BLOCK_BUFFERS:  # BLOCK_BUFFERS - 1 blocks later: still intact
-                assert bytes(kept[-documents.BLOCK_BUFFERS + 1]) == seen[-documents.BLOCK_BUFFERS + 1]
+            if len(kept) >= file_blocks.BLOCK_BUFFERS:  # BLOCK_BUFFERS - 1 blocks later: still intact
+                assert bytes(kept[-file_blocks.BLOCK_BUFFERS + 1]) == seen[-file_blocks.BLOCK_BUFFERS + 1]
     assert b"".join(seen) == path.read_bytes()
     assert max(map(len, seen)) > (1 << 20)
 
@@ -57,16 +57,16 @@ def test_large_reads_are_made_by_threads(tmp_path, monkeypatch):
     with open(path, "rb") as f:
         f.read(1000)  # (a position other than 0, with the reader's own buffer filled)
         buf = np.zeros(16 << 20, np.uint8)
-        n = documents._read_into(f, buf, 5, 5 + (6 << 20))  # one parallel read
+        n = file_blocks.read_into(f, buf, 5, 5 + (6 << 20))  # one parallel read
         assert n == 5 + (6 << 20) and f.tell() == 1000 + (6 << 20)
         assert bytes(buf[5:n]) == data[1000 : 1000 + (6 << 20)].tobytes()
-        n = documents._read_into(f, buf, 0, 16 << 20)  # past the end: what is left
+        n = file_blocks.read_into(f, buf, 0, 16 << 20)  # past the end: what is left
         assert n == data.size - 1000 - (6 << 20) and f.tell() == data.size
         assert bytes(buf[:n]) == data[1000 + (6 << 20) :].tobytes()
-        assert documents._read_into(f, buf, 0, 16 << 20) == 0
-    monkeypatch.setattr(documents, "PARALLEL_READ", 1000)
+        assert file_blocks.read_into(f, buf, 0, 16 << 20) == 0
+    monkeypatch.setattr(file_blocks, "PARALLEL_READ", 1000)
     with open(path, "rb") as f:
-        blocks = [bytes(b) for b in documents._blocks_of_lines(f, 300_000)]
+        blocks = [bytes(b) for b in file_blocks.blocks_of_lines(f, 300_000)]
     assert b"".join(blocks) == data.tobytes() and all(b.endswith(b"\n") for b in blocks[:-1])
     assert native.cpu.read_at(-1, 0, buf) < 0
     # a pipe (`<(zcat ...)`) has no positions: read as a stream
@@ -75,7 +75,7 @@ def test_large_reads_are_made_by_threads(tmp_path, monkeypatch):
     feeder = threading.Thread(target=lambda: fifo.write_bytes(data.tobytes()), daemon=True)
     feeder.start()
     with open(fifo, "rb") as f:
-        blocks = [bytes(b) for b in documents._blocks_of_lines(f, 300_000)]
+        blocks = [bytes(b) for b in file_blocks.blocks_of_lines(f, 300_000)]
     feeder.join()
     assert b"".join(blocks) == data.tobytes()
 

@@ -1,0 +1,116 @@
+"""Consecutive small plain inputs read together into one window (blockbpe_jax/documents.py,
+`_small_inputs`): the same documents, lines and inputs as each file read alone, in order,
+beside large and compressed inputs; a bad line still names its own file; the corpus job's ids
+and padded shards' file indices as for one file."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+
+import numpy as np
+import pytest
+
+from blockbpe_jax import corpus, documents
+from blockbpe_jax.shards import CorpusError
+
+import corpus_shared
+
+root, cl100k = corpus_shared.root, corpus_shared.cl100k  # (corpus_shared's module-scoped fixtures)
+
+
+def _small_files(tmp_path, n: int, jsonl: bool) -> list:
+    """n small inputs (empty ones, blank lines, CRLF, no newline at the end), one large input
+    and one .gz among them."""
+    rng = random.Random(11)
+    paths = []
+    for k in range(n):
+        rows = []
+        for i in range(rng.randrange(0, 12)):
+            text = f"{k}.{i} " + "".join(
+                rng.choice(["ab ", "é", "\t", "日本", " x\\y"]) for _ in range(rng.randrange(0, 40))
+            )
+            rows.append(json.dumps({"text": text, "n": i}) if jsonl else text)
+            if rng.random() < 0.2:
+                rows.append("  " if jsonl else "")
+        data = ("\r\n" if k % 5 == 3 else "\n").join(rows) + ("" if k % 3 == 1 else "\n")
+        name = f"in{k:02d}.{'jsonl' if jsonl else 'txt'}"
+        if k == n // 2:  # a large one: read alone
+            data = data + "".join(f'{{"text": "big {i}"}}\n' if jsonl else f"big {i}\n" for i in range(3000))
+        if k == n // 3:
+            (tmp_path / (name + ".gz")).write_bytes(gzip.compress(data.encode()))
+            paths.append(tmp_path / (name + ".gz"))
+            continue
+        (tmp_path / name).write_bytes(data.encode())
+        paths.append(tmp_path / name)
+    return paths
+
+
+@pytest.mark.parametrize("jsonl", [True, False])
+def test_small_inputs_read_together(tmp_path, monkeypatch, jsonl):
+    """Small inputs share windows (a window's `file_index` then per document) and give what
+    each file read alone gives: documents, lines, inputs, in order."""
+    monkeypatch.setattr(documents, "SMALL_INPUT", 4000)
+    paths = _small_files(tmp_path, 40, jsonl)
+    field = "text" if jsonl else None
+    alone = [
+        (fi, d.position, d.data)
+        for fi, p in enumerate(paths)
+        for d in documents.iter_documents([p], jsonl_field=field)
+    ]
+    windows = list(documents.iter_windows(paths, jsonl_field=field, window_bytes=1 << 14))
+    got = [
+        (fi, pos, blob)
+        for w in windows
+        for fi, pos, blob in zip(w.file_indices.tolist(), w.positions.tolist(), w.blobs)
+    ]
+    assert got == alone and len(alone) > 200
+    shared = [w for w in windows if np.ndim(w.file_index)]
+    assert len(windows) < 20 and len(shared) >= 2 and max(len(set(w.file_index.tolist())) for w in shared) > 3
+    assert [d[:2] for d in documents.iter_documents(paths, jsonl_field=field)] == [
+        (data, fi) for fi, _, data in alone
+    ]
+
+
+def test_a_bad_line_in_a_small_input_names_its_file(tmp_path):
+    """A line the native split gives up on sends each small input through its own reader:
+    the error names the file and line it is in."""
+    paths = []
+    for k in range(8):
+        rows = [json.dumps({"text": f"{k} {i}"}) for i in range(5)]
+        if k == 6:
+            rows[2] = '{"text": "unterminated'
+        paths.append(tmp_path / f"s{k}.jsonl")
+        paths[-1].write_text("\n".join(rows) + "\n")
+    with pytest.raises(CorpusError, match=r"s6\.jsonl:3: not valid JSON"):
+        list(documents.iter_windows(paths, jsonl_field="text"))
+
+
+def test_small_inputs_through_the_corpus_job(tmp_path, cl100k):
+    """The job on many small inputs gives the ids and offsets of the same documents in one
+    file, and padded shards' file_index / position name each document's own input and line."""
+    paths = _small_files(tmp_path, 30, True)
+    one = tmp_path / "all.jsonl"
+    docs = documents.iter_documents(paths, jsonl_field="text")
+    one.write_text("".join(json.dumps({"text": d.data.decode()}) + "\n" for d in docs))
+    ids, offsets = cl100k.encode_files_to_arrays(paths, jsonl_field="text")
+    want_ids, want_offsets = cl100k.encode_files_to_arrays([one], jsonl_field="text")
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_array_equal(offsets, want_offsets)
+    out = tmp_path / "padded"
+    out.mkdir()
+    corpus.encode_files(cl100k, paths, out / "s", fmt="npz", max_tokens=64, jsonl_field="text")
+    manifest = json.loads((out / "smanifest.json").read_text())
+    got = [
+        (int(f), int(p))
+        for shard in manifest["shards"]
+        for z in [np.load(out / shard["files"][0])]
+        for f, p in zip(z["file_index"], z["position"])
+    ]
+    alone = [
+        (fi, d.position)
+        for fi, p in enumerate(paths)
+        for d in documents.iter_documents([p], jsonl_field="text")
+    ]
+    assert got == alone
