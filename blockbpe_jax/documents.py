@@ -201,14 +201,15 @@ def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahea
     group, held = [], 0  # consecutive small plain inputs, read together; their bytes
     for fi, path in enumerate([*paths, None]):
         plain = path is not None and lines and not is_compressed(path) and path.suffix != ".parquet"
-        size = path.stat().st_size if plain else None
+        size = path.stat().st_size if plain and path.is_file() else None  # (a pipe: read as a stream)
         if group and (
             size is None or size > min(SMALL_INPUT, window_bytes // 4) or held + size > window_bytes
         ):
             yield from _small_inputs(paths, group, jsonl_field, window_bytes, threads, join)
             group, held = [], 0
         if size is not None and size <= min(SMALL_INPUT, window_bytes // 4):
-            group, held = group + [fi], held + size
+            group.append(fi)
+            held += size
             continue
         if path is None:
             return
@@ -265,7 +266,8 @@ def _small_inputs(paths, group, field, window_bytes, threads, join) -> Iterator[
 
 
 def _native_field(field: str | None) -> bool:
-    """Whether the native split can take the field (a key no JSON can hold: the Python path says so)."""
+    """Whether the native split can take the field name (one that is not valid UTF-8, a lone
+    surrogate, is left to the Python paths)."""
     try:
         return field is None or field.encode("utf-8") is not None
     except UnicodeEncodeError:
