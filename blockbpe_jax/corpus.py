@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from .background import in_background, stop_background
+from .compressed_input import is_compressed
 from .documents import (
     SPLITS_HELP,  # noqa: F401
     WINDOW_BYTES,
@@ -217,7 +218,7 @@ def encode_files_to_arrays(
 
 def _input_bytes(paths: Sequence[Path]) -> int | None:
     """The inputs' size, where it is that of their documents (None for compressed inputs)."""
-    if any(p.suffix in (".gz", ".parquet") for p in paths):
+    if any(is_compressed(p) or p.suffix == ".parquet" for p in paths):
         return None
     return sum(p.stat().st_size for p in paths)
 

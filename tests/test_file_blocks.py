@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from blockbpe_jax import compressed_input, documents, file_blocks, native
+from blockbpe_jax import compressed_input, corpus, documents, file_blocks, native
 from blockbpe_jax.shards import CorpusError
 
 
@@ -227,6 +227,7 @@ def test_zst_inputs(tmp_path, monkeypatch):
     got = _documents(paths)
     assert [(p, b) for _, p, b in got] == [(p, b) for _, p, b in want] * 3
     assert [fi for fi, _, _ in got] == [k for k in range(3) for _ in want]
+    assert corpus._input_bytes(paths) is None  # (the progress bar's total: not the files' sizes)
     (tmp_path / "t.jsonl.zst").write_bytes(blob[:-300])
     with pytest.raises(
         CorpusError, match=r"t\.jsonl\.zst:\d+: cannot read: the \.zst file ended inside a frame"
