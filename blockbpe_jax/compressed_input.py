@@ -77,7 +77,9 @@ class ZstdFrames(io.RawIOBase):
         while n < len(view):
             if self._output:
                 k = min(len(view) - n, len(self._output))
-                view[n : n + k], self._output, n = self._output[:k], self._output[k:], n + k
+                view[n : n + k] = self._output[:k]
+                self._output = self._output[k:]
+                n += k
                 continue
             if not self._input:
                 self._input = self._file.read(4 << 20)
@@ -91,8 +93,10 @@ class ZstdFrames(io.RawIOBase):
                 self._output = memoryview(self._frame.decompress(self._input))
             except self._zstd.ZstdError as e:
                 raise OSError(f"invalid .zst data: {e}") from None
-            self._input = self._frame.unused_data if self._frame.eof else b""
-            self._frame = None if self._frame.eof else self._frame
+            if self._frame.eof:  # (the next frame starts in what this one left)
+                self._input, self._frame = self._frame.unused_data, None
+            else:
+                self._input = b""
         return n
 
     def close(self) -> None:
