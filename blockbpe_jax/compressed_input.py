@@ -148,7 +148,7 @@ class DecompressingProcess:
         self.close()
 
 
-class ReadAhead:
+class DecompressAhead:
     """The blocks of each compressed input (`blocks_of(file, block_bytes, buffers)`: its
     blocks, read into `buffers` buffers used in turn), each file read by a thread of its own
     (`in_background`) from the turn of the file FILES_AHEAD - 1 compressed files before it,
@@ -166,7 +166,7 @@ class ReadAhead:
         the readers of the next compressed inputs started; None: not compressed, or could
         not be opened."""
         self.next = max(self.next, index)
-        while self.next < len(self.paths) and sum(j >= index for j in self.started) < FILES_AHEAD:
+        while self.next < len(self.paths) and len(self.started) < FILES_AHEAD:  # (none before index left)
             j, self.next = self.next, self.next + 1
             if is_compressed(self.paths[j]):
                 try:

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import native
 from .background import in_background
-from .compressed_input import READ_ERRORS, ReadAhead, is_compressed, open_input
+from .compressed_input import READ_ERRORS, DecompressAhead, is_compressed, open_input
 from .file_blocks import blocks_of_lines
 from .shards import CorpusError
 
@@ -185,7 +185,7 @@ def iter_windows(
     compressed inputs are decompressed ahead of their turn, a few at once (compressed_input.py);
     consecutive small plain inputs are read together into one window (`_small_inputs`)."""
     several = (jsonl_field is not None or split == "lines") and sum(map(is_compressed, paths)) > 1
-    ahead = ReadAhead(paths if several else [], window_bytes, blocks_of_lines)
+    ahead = DecompressAhead(paths if several else [], window_bytes, blocks_of_lines)
     try:
         yield from _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead)
     finally:
@@ -295,7 +295,7 @@ _JSON_SCAN = json.JSONDecoder().scan_once  # json.loads without its Python-level
 def _line_windows(
     path: Path, fi: int, field: str | None, window_bytes: int, threads: int, join, taken=None
 ) -> Iterator[Window]:
-    """`taken`: (open file, its blocks) read ahead (ReadAhead.take), else the file is opened here."""
+    """`taken`: (open file, its blocks) read ahead (DecompressAhead.take), else the file is opened here."""
     line_base = 0  # lines before this block
     native_field = _native_field(field)
     try:
