@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
@@ -198,17 +199,18 @@ SMALL_INPUT = 1 << 20
 
 def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead) -> Iterator[Window]:
     threads, lines = threads or READ_THREADS, jsonl_field is not None or split == "lines"
-    group, held = [], 0  # consecutive small plain inputs, read together; their bytes
+    group, sizes, held = [], [], 0  # consecutive small plain inputs, read together; their sizes
     for fi, path in enumerate([*paths, None]):
         plain = path is not None and lines and not is_compressed(path) and path.suffix != ".parquet"
-        size = path.stat().st_size if plain and path.is_file() else None  # (a pipe: read as a stream)
+        size = _regular_file_size(path) if plain else None  # (a pipe: read as a stream)
         if group and (
             size is None or size > min(SMALL_INPUT, window_bytes // 4) or held + size > window_bytes
         ):
-            yield from _small_inputs(paths, group, jsonl_field, window_bytes, threads, join)
-            group, held = [], 0
+            yield from _small_inputs(paths, group, sizes, jsonl_field, window_bytes, threads, join)
+            group, sizes, held = [], [], 0
         if size is not None and size <= min(SMALL_INPUT, window_bytes // 4):
             group.append(fi)
+            sizes.append(size)
             held += size
             continue
         if path is None:
@@ -241,18 +243,25 @@ def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahea
             )
 
 
-def _small_inputs(paths, group, field, window_bytes, threads, join) -> Iterator[Window]:
-    """Small plain inputs read together as one block, their documents one window (a window
-    costs the engine milliseconds whatever its size: a window per file set the pace of a
-    corpus of many small files). Where the native split gives up, each through its own reader."""
+def _regular_file_size(path: Path) -> int | None:
     try:
-        parts = [paths[fi].read_bytes() for fi in group] if len(group) > 1 and _native_field(field) else None
-    except OSError:  # (each reader names its error)
-        parts = None
-    if parts is not None:
-        parts = [b + b"\n" if b and not b.endswith(b"\n") else b for b in parts]
-        first_line = np.cumsum([0] + [b.count(b"\n") for b in parts])
-        block = np.frombuffer(b"".join(parts), np.uint8)
+        st = os.stat(path)
+    except OSError:  # (its reader names the error)
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _small_inputs(paths, group, sizes, field, window_bytes, threads, join) -> Iterator[Window]:
+    """Small plain inputs read together as one block (natively, on threads), their documents one
+    window (a window costs the engine milliseconds whatever its size: a window per file set the
+    pace of a corpus of many small files). Where the native reader or split gives up (a file
+    that cannot be read or grew, a block it cannot parse), each through its own reader."""
+    read = None
+    if len(group) > 1 and _native_field(field):
+        names = [os.fsencode(paths[fi]) for fi in group]
+        read = native.cpu.read_files(names, np.asarray(sizes, np.int64), threads)
+    if read is not None:
+        block, first_line = read
         split = _split(block, field, threads, join)
         if split is not None:
             data, offsets, kept, _, sep_len, slot = split

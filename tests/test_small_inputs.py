@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from blockbpe_jax import corpus, documents
+from blockbpe_jax import corpus, documents, native
 from blockbpe_jax.shards import CorpusError
 
 import corpus_shared
@@ -114,3 +114,41 @@ def test_small_inputs_through_the_corpus_job(tmp_path, cl100k):
         for d in documents.iter_documents([p], jsonl_field="text")
     ]
     assert got == alone
+
+
+def test_read_files_block_and_lines(tmp_path):
+    """The native reader of small inputs: the files in order, a newline added after one that
+    lacks it (empty files add nothing), each file's first line; None where a file cannot be
+    read or has grown past the size it was given (its own reader then takes it)."""
+    rng = random.Random(5)
+    blobs = [b"", b"a\nb", b"\n\n", b"x" * 70_000, b"last\r\n", b"", b"\xe6\x97\xa5 no end"]
+    blobs += [bytes(rng.choice(b"ab\n") for _ in range(rng.randrange(0, 300))) for _ in range(200)]
+    paths = []
+    for k, blob in enumerate(blobs):
+        paths.append(tmp_path / f"f{k:03d}")
+        paths[-1].write_bytes(blob)
+    sizes = np.array([len(b) for b in blobs], np.int64)
+    names = [bytes(p) for p in paths]
+    fixed = [b + b"\n" if b and not b.endswith(b"\n") else b for b in blobs]
+    for threads in (1, 4):
+        block, first_line = native.cpu.read_files(names, sizes, threads)
+        assert block.tobytes() == b"".join(fixed)
+        np.testing.assert_array_equal(first_line, np.cumsum([0] + [b.count(b"\n") for b in fixed]))
+    shrunk = sizes.copy()
+    shrunk[3] += 10  # (a file smaller than its size: read as it is)
+    assert native.cpu.read_files(names, shrunk, 2)[0].tobytes() == b"".join(fixed)
+    grown = sizes.copy()
+    grown[3] -= 1
+    assert native.cpu.read_files(names, grown, 2) is None
+    assert native.cpu.read_files([*names, bytes(tmp_path / "missing")], np.append(sizes, 1), 2) is None
+    with pytest.raises(ValueError, match="one size per path"):
+        native.cpu.read_files(names, sizes[:-1], 2)
+
+
+def test_a_small_input_that_grew_is_read_whole(tmp_path, monkeypatch):
+    """A file larger than when its size was taken: the inputs are read each alone, whole."""
+    paths = _small_files(tmp_path, 12, True)
+    alone = [(d.file_index, d.data) for d in documents.iter_documents(paths, jsonl_field="text")]
+    sized = documents._regular_file_size
+    monkeypatch.setattr(documents, "_regular_file_size", lambda p: sized(p) and max(0, sized(p) - 5))
+    assert [(d.file_index, d.data) for d in documents.iter_documents(paths, jsonl_field="text")] == alone
