@@ -1,8 +1,10 @@
 """The corpus job's compressed inputs: .gz, read through ISA-L when `isal` is installed (~2.5x
-the standard module; from PROCESS_BYTES in a process of its own, out of the GIL's way), and .zst,
-through `zstandard`. Several are read ahead of their turn: one decompression is a fraction of
-what the job encodes, and a compressed stream cannot be split, so several files are decompressed
-at once (in input order, within a memory budget)."""
+the standard module), and .zst, through `zstandard` (zstd_frames.py). From PROCESS_BYTES either is
+decompressed by a process of its own, out of the GIL's way: in the job's process both release
+the GIL for each small piece of output and wait to take it back after each, behind the job's
+other threads (a GIL convoy). Several are read ahead of their turn: one decompression is a
+fraction of what the job encodes, and a compressed stream cannot be split, so several files are
+decompressed at once (in input order, within a memory budget)."""
 
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import native
+from . import native, zstd_frames
 from .background import in_background, stop_background
 from .shards import CorpusError
+from .zstd_frames import ZstdFrames
 
 try:  # ISA-L's gzip reader (optional): the standard module's interface, ~2.5x faster
     from isal import igzip as _fast_gzip
@@ -34,7 +37,7 @@ READ_ERRORS = (OSError, EOFError, zlib.error, _fast_gzip_error)  # what reading 
 # reader: a file as large as its share is decompressed whole before its turn.
 FILES_AHEAD = max(1, min(4, (os.cpu_count() or 1) // 4))
 BYTES_AHEAD = 1 << 30
-PROCESS_BYTES = 8 << 20  # a .gz input this large or larger is decompressed by a process (ISA-L's)
+PROCESS_BYTES = 8 << 20  # a compressed input this large or larger is decompressed by a process
 
 
 def is_compressed(path: Path) -> bool:
@@ -42,79 +45,45 @@ def is_compressed(path: Path) -> bool:
 
 
 def open_input(path: Path, fast: bool = False):
-    """The file, decompressed when it is .gz (`fast`: by ISA-L when installed, in a process of
-    its own from PROCESS_BYTES; the error messages users see come from the standard module's
-    reading) or .zst (ZstdFrames)."""
+    """The file, decompressed when it is .gz (`fast`: by ISA-L when installed; the error messages
+    users see come from the standard module's reading) or .zst (ZstdFrames); `fast`, from
+    PROCESS_BYTES, by a process of its own (DecompressingProcess)."""
     if path.suffix == ".zst":
-        return io.BufferedReader(ZstdFrames(path), buffer_size=1 << 20)
-    if not is_compressed(path):
-        return open(path, "rb")
-    if fast and _fast_gzip is not gzip and sys.executable and path.stat().st_size >= PROCESS_BYTES:
-        return DecompressingProcess(path)
-    return (_fast_gzip if fast else gzip).open(path, "rb")
-
-
-class ZstdFrames(io.RawIOBase):
-    """A .zst file's frames one after another (the `zstandard` package), checked to end where
-    the file does: its stream readers stop silently at a truncated frame, or after the first."""
-
-    def __init__(self, path: Path):
         try:
-            import zstandard
+            import zstandard  # noqa: F401 (checked here: the decompressing process needs it too)
         except ImportError:
             raise CorpusError(
                 f"{path}: .zst inputs need the zstandard package (pip install zstandard)"
             ) from None
-        self._zstd, self._file = zstandard, open(path, "rb")
-        self._frame = None  # the current frame's decompressor
-        self._input, self._output = b"", memoryview(b"")
+        # (zstd_frames.py run by its path: the child does not import the package, nor jax; -P
+        # keeps its folder, whose modules could shadow others, off the child's sys.path. Python
+        # 3.10 has no -P: there, in this process.)
+        if fast and _by_process(path) and sys.version_info >= (3, 11):
+            return DecompressingProcess(path, [sys.executable, "-P", zstd_frames.__file__, str(path)])
+        return io.BufferedReader(ZstdFrames(path), buffer_size=1 << 20)
+    if not is_compressed(path):
+        return open(path, "rb")
+    if fast and _fast_gzip is not gzip and _by_process(path):
+        return DecompressingProcess(path, [sys.executable, "-m", "isal.igzip", "-d", "-c", str(path)])
+    return (_fast_gzip if fast else gzip).open(path, "rb")
 
-    def readable(self) -> bool:
-        return True
 
-    def readinto(self, buf) -> int:
-        view, n = memoryview(buf).cast("B"), 0
-        while n < len(view):
-            if self._output:
-                k = min(len(view) - n, len(self._output))
-                view[n : n + k] = self._output[:k]
-                self._output = self._output[k:]
-                n += k
-                continue
-            if not self._input:
-                self._input = self._file.read(4 << 20)
-                if not self._input:
-                    if self._frame is not None and not self._frame.eof:
-                        raise EOFError("the .zst file ended inside a frame")
-                    break
-            if self._frame is None:
-                self._frame = self._zstd.ZstdDecompressor().decompressobj()
-            try:
-                self._output = memoryview(self._frame.decompress(self._input))
-            except self._zstd.ZstdError as e:
-                raise OSError(f"invalid .zst data: {e}") from None
-            if self._frame.eof:  # (the next frame starts in what this one left)
-                self._input, self._frame = self._frame.unused_data, None
-            else:
-                self._input = b""
-        return n
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
+def _by_process(path: Path) -> bool:
+    return bool(sys.executable) and path.stat().st_size >= PROCESS_BYTES
 
 
 class DecompressingProcess:
-    """A .gz input decompressed by ISA-L in a process of its own (`python -m isal.igzip -dc`),
-    read from its pipe a whole block per call without the GIL. (In this process the
+    """A compressed input decompressed by a process of its own, `argv` (.gz: ISA-L's
+    `python -m isal.igzip -dc`; .zst: zstd_frames.py), which writes the decompressed bytes to
+    its stdout, read from its pipe a whole block per call without the GIL. (In this process the
     decompression releases the GIL in small pieces and waits to take it back after each: beside
-    one busy Python thread it ran 4-7x slower, BUILD_NOTES session 36.) An error of the process
-    is an OSError at the end of its output (the reader then re-reads the file to name the line)."""
+    one busy Python thread ISA-L's ran 4-7x slower, BUILD_NOTES session 36.) An error of the
+    process is an OSError at the end of its output, naming its exit status and its last line on
+    stderr (the reader then re-reads the file in this process to name the line)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, argv: list):
         self.path = path
-        argv = [sys.executable, "-m", "isal.igzip", "-d", "-c", str(path)]
-        # (the child imports isal from where this process found it)
+        # (the child imports isal or zstandard from where this process found it)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env

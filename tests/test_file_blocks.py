@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from blockbpe_jax import compressed_input, corpus, documents, file_blocks, native
+from blockbpe_jax import compressed_input, corpus, documents, file_blocks, native, zstd_frames
 from blockbpe_jax.shards import CorpusError
 
 
@@ -80,17 +80,26 @@ def test_large_reads_are_made_by_threads(tmp_path, monkeypatch):
     assert b"".join(blocks) == data.tobytes()
 
 
-def _inputs(tmp_path, n_files: int, lines: int, plain=(2,)) -> list:
-    """JSONL inputs, gzip-compressed but those numbered in `plain`."""
+def _inputs(tmp_path, n_files: int, lines: int, plain=(2,), suffix=".gz") -> list:
+    """JSONL inputs, compressed (`suffix`: .gz, or .zst as _zst writes it) but those numbered in
+    `plain`."""
     rng = random.Random(5)
     paths = []
     for k in range(n_files):
         rows = [json.dumps({"text": f"{k}:{i} " + "ab\u00e9" * rng.randrange(0, 300)}) for i in range(lines)]
         data = ("\n".join(rows) + "\n").encode()
-        path = tmp_path / (f"in{k}.jsonl" if k in plain else f"in{k}.jsonl.gz")
-        path.write_bytes(data if k in plain else gzip.compress(data, 1))
+        path = tmp_path / (f"in{k}.jsonl" if k in plain else f"in{k}.jsonl{suffix}")
+        path.write_bytes(data if k in plain else gzip.compress(data, 1) if suffix == ".gz" else _zst(data))
         paths.append(path)
     return paths
+
+
+def _zst(data: bytes) -> bytes:
+    """`data` as .zst: two frames (checksummed), a skippable frame between them."""
+    zstandard = pytest.importorskip("zstandard", reason="the test extra installs zstandard")
+    frames = zstandard.ZstdCompressor(write_checksum=True)
+    skippable = (0x184D2A50).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"xyz"
+    return frames.compress(data[:1000]) + skippable + frames.compress(data[1000:])
 
 
 def _documents(paths, **kw) -> list:
@@ -105,71 +114,92 @@ def _readers_alive() -> int:
     return sum(t.name == "blockbpe-read" and t.is_alive() for t in threading.enumerate())
 
 
-def _processes(monkeypatch, process: bool) -> list:
-    """process: .gz inputs decompressed by processes of their own (ISA-L's command line), every
-    one started recorded in the list returned; else in this process."""
-    if process and compressed_input._fast_gzip is gzip:
+def _processes(monkeypatch, process: bool, suffix=".gz") -> list:
+    """process: compressed inputs (`suffix`) decompressed by processes of their own (.gz: ISA-L's
+    command line; .zst: zstd_frames.py), every one started recorded in the list returned (and
+    checked to run the command of its file's format); else in this process."""
+    if process and suffix == ".gz" and compressed_input._fast_gzip is gzip:
         pytest.skip("decompressing processes need isal (pip install isal)")
+    if process and suffix == ".zst" and sys.version_info < (3, 11):
+        pytest.skip(".zst inputs are decompressed by processes from Python 3.11 (python -P)")
     monkeypatch.setattr(compressed_input, "PROCESS_BYTES", 0 if process else 1 << 62)
     started, init = [], compressed_input.DecompressingProcess.__init__
+    command = {".gz": "isal.igzip", ".zst": zstd_frames.__file__}[suffix]
 
-    def record(self, path):
-        init(self, path)
+    def record(self, path, argv):
+        assert command in argv and path.suffix == suffix
+        init(self, path, argv)
         started.append(self._process)
 
     monkeypatch.setattr(compressed_input.DecompressingProcess, "__init__", record)
     return started
 
 
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
 @pytest.mark.parametrize("process", [False, True])
-def test_compressed_inputs_read_ahead_at_once(tmp_path, monkeypatch, process):
-    """Several .gz inputs are decompressed at once, ahead of their turn (a barrier that only
-    two files' readers reading together pass), and give the documents, lines and files that
-    each file read alone gives, in input order; no reading thread or process outlives the
-    windows."""
-    started = _processes(monkeypatch, process)
+def test_compressed_inputs_read_ahead_at_once(tmp_path, monkeypatch, process, suffix):
+    """Several .gz or .zst inputs are decompressed at once, ahead of their turn (a barrier that
+    only two files' readers reading together pass), and give the documents, lines and files that
+    each file read alone gives (and the plain file gives), in input order; no reading thread or
+    process outlives the windows."""
+    started = _processes(monkeypatch, process, suffix)
     monkeypatch.setattr(compressed_input, "FILES_AHEAD", 2)
     monkeypatch.setattr(compressed_input, "BYTES_AHEAD", 10 << 14)  # 2 blocks queued per file
-    paths = _inputs(tmp_path, 5, 400)
+    paths = _inputs(tmp_path, 5, 400, suffix=suffix)
     alone = [(fi, p, b) for fi, path in enumerate(paths) for _, p, b in _documents([path])]
     assert len(alone) == 5 * 400 and _readers_alive() == 0
     barrier = threading.Barrier(2, timeout=10)
     opened = compressed_input.open_input
 
+    class FirstReadWaits:
+        """A file whose first read waits at the barrier."""
+
+        def __init__(self, f):
+            self.f, self.waited = f, False
+
+        def readinto(self, buf) -> int:
+            if not self.waited:
+                self.waited = barrier.wait() >= 0
+            return self.f.readinto(buf)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.f.close()
+
+        close = __exit__
+
     def open_input(path, fast=False):
         f = opened(path, fast)
-        if path.name in ("in0.jsonl.gz", "in1.jsonl.gz") and fast:  # (their first reads wait for each other)
-            read, waited = f.readinto, []
-
-            def readinto(buf):
-                if not waited:
-                    waited.append(barrier.wait())
-                return read(buf)
-
-            f.readinto = readinto
+        if path.name in (f"in0.jsonl{suffix}", f"in1.jsonl{suffix}") and fast:
+            return FirstReadWaits(f)  # (their first reads wait for each other)
         return f
 
     monkeypatch.setattr(compressed_input, "open_input", open_input)
     monkeypatch.setattr(documents, "open_input", open_input)
     assert _documents(paths) == [(fi, p, b) for fi, p, b in alone]
     assert barrier.n_waiting == 0 and not barrier.broken
+    (tmp_path / "plain").mkdir()
+    assert _documents(_inputs(tmp_path / "plain", 5, 400, plain=range(5))) == alone  # (the same lines)
     assert _readers_alive() == 0
     assert len(started) == (2 * 4 if process else 0)
     assert all(p.returncode == 0 and p.stdout.closed for p in started)
 
 
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
 @pytest.mark.parametrize("process", [False, True])
-def test_a_later_compressed_input_fails_at_its_turn(tmp_path, monkeypatch, process):
-    """A truncated .gz read ahead of its turn raises its one-line file:line error only once
-    the inputs before it have given all their documents; stopping early ends every reader
+def test_a_later_compressed_input_fails_at_its_turn(tmp_path, monkeypatch, process, suffix):
+    """A truncated .gz or .zst read ahead of its turn raises its one-line file:line error only
+    once the inputs before it have given all their documents; stopping early ends every reader
     (and decompressing process)."""
-    started = _processes(monkeypatch, process)
+    started = _processes(monkeypatch, process, suffix)
     monkeypatch.setattr(compressed_input, "FILES_AHEAD", 3)
     monkeypatch.setattr(compressed_input, "BYTES_AHEAD", 12 << 14)  # (one block queued per file)
-    paths = _inputs(tmp_path, 4, 300, plain=())
+    paths = _inputs(tmp_path, 4, 300, plain=(), suffix=suffix)
     paths[2].write_bytes(paths[2].read_bytes()[:-200])
     seen = []
-    with pytest.raises(CorpusError, match=r"in2\.jsonl\.gz:\d+: cannot read"):
+    with pytest.raises(CorpusError, match=rf"in2\.jsonl\{suffix}:\d+: cannot read"):
         for w in documents.iter_windows(paths, jsonl_field="text", window_bytes=1 << 14):
             seen += [w.file_index] * w.ndocs
     assert seen[: 2 * 300] == [0] * 300 + [1] * 300 and set(seen) <= {0, 1, 2}
@@ -187,36 +217,36 @@ def test_a_later_compressed_input_fails_at_its_turn(tmp_path, monkeypatch, proce
     assert len(started) >= (5 if process else 0)
 
 
-def test_a_failed_decompressing_process_is_an_error(tmp_path, monkeypatch):
-    """A decompressing process that dies on a good file (killed, or isal missing there) is a
-    one-line error naming the file, never a short input."""
-    started = _processes(monkeypatch, True)
-    paths = _inputs(tmp_path, 1, 200, plain=())
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_a_failed_decompressing_process_is_an_error(tmp_path, monkeypatch, suffix):
+    """A decompressing process that dies on a good file (killed, or isal or zstandard missing
+    there) is a one-line error naming the file, never a short input."""
+    started = _processes(monkeypatch, True, suffix)
+    paths = _inputs(tmp_path, 1, 200, plain=(), suffix=suffix)
     init = compressed_input.DecompressingProcess.__init__
 
-    def killed(self, path):
-        init(self, path)
+    def killed(self, path, argv):
+        init(self, path, argv)
         self._process.kill()
 
     monkeypatch.setattr(compressed_input.DecompressingProcess, "__init__", killed)
     with pytest.raises(
-        CorpusError, match=r"in0\.jsonl\.gz: cannot read: the decompressing process exited with -9"
+        CorpusError, match=rf"in0\.jsonl\{suffix}: cannot read: the decompressing process exited with -9"
     ):
         _documents(paths)
     assert len(started) == 1 and started[0].stdout.closed
 
 
-def test_zst_inputs(tmp_path, monkeypatch):
-    """.zst inputs (`zstandard`): frames one after another (a skippable one too; the zstd
-    command's output where it is installed) give the plain file's documents, several read
-    ahead at once; a truncated or corrupt one is the one-line file:line error; without the
-    package, a one-line error naming the file."""
-    zstandard = pytest.importorskip("zstandard", reason="the test extra installs zstandard")
+@pytest.mark.parametrize("process", [False, True])
+def test_zst_inputs(tmp_path, monkeypatch, process):
+    """.zst inputs (`zstandard`), decompressed in this process or (process) by processes of
+    their own: frames one after another (a skippable one too; the zstd command's output where
+    it is installed) give the plain file's documents, several read ahead at once; a truncated
+    or corrupt one is the one-line file:line error; without the package, a one-line error
+    naming the file (no process started)."""
+    started = _processes(monkeypatch, process, ".zst")
     (plain,) = _inputs(tmp_path, 1, 3000, plain=(0,))
-    data = plain.read_bytes()
-    frames = zstandard.ZstdCompressor(write_checksum=True)
-    skippable = (0x184D2A50).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"xyz"
-    blob = frames.compress(data[:1000]) + skippable + frames.compress(data[1000:])
+    blob = _zst(plain.read_bytes())
     paths = [tmp_path / f"in{k}.jsonl.zst" for k in range(3)]
     for p in paths:
         p.write_bytes(blob)
@@ -238,7 +268,46 @@ def test_zst_inputs(tmp_path, monkeypatch):
     (tmp_path / "b.jsonl.zst").write_bytes(bytes(bad))
     with pytest.raises(CorpusError, match=r"b\.jsonl\.zst(:\d+)?: cannot read: invalid \.zst data"):
         _documents([tmp_path / "b.jsonl.zst"])
+    # (each process waited for: the good files' exited with 0, the truncated and corrupt one's with 1)
+    assert [p.returncode for p in started] == ([0, 0, 0, 1, 1] if process else [])
+    assert all(p.stdout.closed for p in started)
     monkeypatch.setitem(sys.modules, "zstandard", None)  # (its import fails)
     with pytest.raises(CorpusError, match=r"in0\.jsonl\.zst: \.zst inputs need the zstandard package"):
         _documents(paths)
-    assert _readers_alive() == 0
+    assert _readers_alive() == 0 and len(started) == (5 if process else 0)
+
+
+def test_a_zst_decompressing_process_reads_as_zstd_frames(tmp_path, monkeypatch):
+    """A .zst's decompressing process (zstd_frames.py run as a script) gives the bytes that
+    ZstdFrames gives in this process, and fails where it fails: exit status 1, ZstdFrames's
+    error its last line on stderr, never a short output."""
+    _processes(monkeypatch, True, ".zst")
+    data = b"".join(b"line %d " % i + b"\xc3\xa9" * (i % 70) + b"\n" for i in range(40000))
+    blob = _zst(data)
+    corrupt = bytearray(blob)
+    corrupt[len(corrupt) // 2] ^= 0x55
+    first_frame = blob[: blob.index((0x184D2A50).to_bytes(4, "little")) + 11]  # (and the skippable one)
+    files = {
+        "whole": (blob, data),
+        "empty": (b"", b""),
+        "first frame": (first_frame, data[:1000]),
+        "truncated": (blob[:-300], None),
+        "cut in the skippable frame": (first_frame[:-2], None),
+        "corrupt": (bytes(corrupt), None),
+        "not a frame after the frames": (blob + b"not zstd", None),
+    }
+    for name, (content, want) in files.items():
+        path = tmp_path / f"{name}.zst"
+        path.write_bytes(content)
+        results = []
+        for fast in (False, True):  # (in this process, then by a process)
+            buf = np.empty(len(data) + 1, np.uint8)
+            try:
+                with compressed_input.open_input(path, fast=fast) as f:
+                    assert isinstance(f, compressed_input.DecompressingProcess) == fast
+                    results.append(bytes(buf[: file_blocks.read_into(f, buf, 0, buf.size)]))
+            except (OSError, EOFError) as e:
+                results.append(str(e))
+        assert results[0] == want if want is not None else isinstance(results[0], str), name
+        wanted = results[0] if want is not None else f"the decompressing process exited with 1: {results[0]}"
+        assert results[1] == wanted, name
