@@ -33,10 +33,12 @@ except ImportError:
 
 READ_ERRORS = (OSError, EOFError, zlib.error, _fast_gzip_error)  # what reading an input raises
 
-# Files decompressed at once, and the bytes of blocks they may hold decompressed ahead of their
-# reader: a file as large as its share is decompressed whole before its turn.
-FILES_AHEAD = max(1, min(4, (os.cpu_count() or 1) // 4))
-BYTES_AHEAD = 1 << 30
+# Files decompressed at once (one stream decompresses at a few hundred MB/s: a core's work per
+# file, and the job encodes several times that), and the bytes of blocks they may hold
+# decompressed ahead of their reader, 256 MiB each: a file as large is decompressed whole before
+# its turn.
+FILES_AHEAD = max(1, min(8, (os.cpu_count() or 1) // 2))
+BYTES_AHEAD = FILES_AHEAD << 28
 PROCESS_BYTES = 8 << 20  # a compressed input this large or larger is decompressed by a process
 
 

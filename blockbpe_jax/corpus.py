@@ -220,7 +220,7 @@ def _input_bytes(paths: Sequence[Path]) -> int | None:
     """The inputs' size, where it is that of their documents (None for compressed inputs)."""
     if any(is_compressed(p) or p.suffix == ".parquet" for p in paths):
         return None
-    return sum(p.stat().st_size for p in paths)
+    return sum(os.stat(p).st_size for p in paths)
 
 
 def encode_documents_of(

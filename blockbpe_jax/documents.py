@@ -46,10 +46,14 @@ def parse_split(text: str) -> tuple[str, int]:
 
 def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
     out = [Path(p).expanduser() for p in paths]
-    for p in out:
-        if not p.exists():
-            raise CorpusError(f"{p}: no such file")
-        if not p.is_file():
+    for p in out:  # (one stat each: a corpus may be many thousands of small files)
+        try:
+            mode = os.stat(p).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            raise CorpusError(f"{p}: no such file") from None
+        except OSError as e:
+            raise CorpusError(f"{p}: cannot read: {(e.strerror or one_line(e)).lower()}") from None
+        if not stat.S_ISREG(mode):
             raise CorpusError(f"{p}: not a regular file")
         if not os.access(p, os.R_OK):
             raise CorpusError(f"{p}: cannot read: permission denied")
