@@ -16,7 +16,7 @@ import numpy as np
 from . import native
 from .background import in_background
 from .compressed_input import READ_ERRORS, DecompressAhead, is_compressed, open_input
-from .file_blocks import blocks_of_lines
+from .file_blocks import BlockBuffers, blocks_of_lines
 from .shards import CorpusError
 
 SPLITS_HELP = (
@@ -204,13 +204,14 @@ SMALL_INPUT = 1 << 20
 def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead) -> Iterator[Window]:
     threads, lines = threads or READ_THREADS, jsonl_field is not None or split == "lines"
     group, sizes, held = [], [], 0  # consecutive small plain inputs, read together; their sizes
+    buffers = BlockBuffers()  # what inputs not read ahead are read into, one after another
     for fi, path in enumerate([*paths, None]):
         plain = path is not None and lines and not is_compressed(path) and path.suffix != ".parquet"
         size = _regular_file_size(path) if plain else None  # (a pipe: read as a stream)
         if group and (
             size is None or size > min(SMALL_INPUT, window_bytes // 4) or held + size > window_bytes
         ):
-            yield from _small_inputs(paths, group, sizes, jsonl_field, window_bytes, threads, join)
+            yield from _small_inputs(paths, group, sizes, jsonl_field, window_bytes, threads, join, buffers)
             group, sizes, held = [], [], 0
         if size is not None and size <= min(SMALL_INPUT, window_bytes // 4):
             group.append(fi)
@@ -225,7 +226,8 @@ def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahea
             yield from parquet_windows(path, fi, jsonl_field, window_bytes)
             continue
         if lines:
-            yield from _line_windows(path, fi, jsonl_field, window_bytes, threads, join, ahead.take(fi))
+            taken = ahead.take(fi)
+            yield from _line_windows(path, fi, jsonl_field, window_bytes, threads, join, taken or buffers)
             continue
         try:
             with open_input(path) as f:
@@ -255,7 +257,7 @@ def _regular_file_size(path: Path) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
-def _small_inputs(paths, group, sizes, field, window_bytes, threads, join) -> Iterator[Window]:
+def _small_inputs(paths, group, sizes, field, window_bytes, threads, join, buffers) -> Iterator[Window]:
     """Small plain inputs read together as one block (natively, on threads), their documents one
     window (a window costs the engine milliseconds whatever its size: a window per file set the
     pace of a corpus of many small files). Where the native reader or split gives up (a file
@@ -275,7 +277,7 @@ def _small_inputs(paths, group, sizes, field, window_bytes, threads, join) -> It
             yield Window(data[: offsets[-1]], offsets, positions, files, len(block), sep_len, slot)
             return
     for fi in group:
-        yield from _line_windows(paths[fi], fi, field, window_bytes, threads, join)
+        yield from _line_windows(paths[fi], fi, field, window_bytes, threads, join, buffers)
 
 
 def _native_field(field: str | None) -> bool:
@@ -305,18 +307,18 @@ def _split(block, field: str | None, threads: int, join):
 _JSON_SCAN = json.JSONDecoder().scan_once  # json.loads without its Python-level wrapper
 
 
-def _line_windows(
-    path: Path, fi: int, field: str | None, window_bytes: int, threads: int, join, taken=None
-) -> Iterator[Window]:
-    """`taken`: (open file, its blocks) read ahead (DecompressAhead.take), else the file is opened here."""
+def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int, threads: int, join, source):
+    """`source`: (open file, its blocks) read ahead (DecompressAhead.take), else the BlockBuffers
+    the file, opened here, is read into."""
     line_base = 0  # lines before this block
     native_field = _native_field(field)
     try:
-        with taken[0] if taken else open_input(path, fast=True) as f:
-            # (read ahead)
-            blocks = (
-                taken[1] if taken else in_background(blocks_of_lines(f, window_bytes), 1, "blockbpe-read")
-            )
+        taken = isinstance(source, tuple)
+        with source[0] if taken else open_input(path, fast=True) as f:
+            if taken:
+                blocks = source[1]
+            else:  # (read ahead)
+                blocks = in_background(blocks_of_lines(f, window_bytes, source), 1, "blockbpe-read")
             try:
                 for block in blocks:
                     split = _split(block, field, threads, join) if native_field else None

@@ -5,7 +5,6 @@ as a stream."""
 from __future__ import annotations
 
 import io
-import itertools
 import os
 from typing import Iterator
 
@@ -16,22 +15,35 @@ from . import native
 BLOCK_BUFFERS = 4  # the reader's buffers, used in turn
 
 
-def blocks_of_lines(f, size: int, turns: int = BLOCK_BUFFERS) -> Iterator[memoryview]:
+class BlockBuffers:
+    """The buffers a reader's blocks are read into in turn, kept from one file to the next of
+    a job's inputs (read one after another): a fresh buffer costs its page faults, as much as
+    the read, and a job of many files paid them for each."""
+
+    def __init__(self, turns: int = BLOCK_BUFFERS):
+        self.turns = turns
+        self.arrays: list[np.ndarray] = []  # (made as needed and not zeroed: a small file touches little)
+        self.blocks = 0  # blocks read into them: the next one goes into arrays[blocks % turns]
+
+
+def blocks_of_lines(f, size: int, buffers: BlockBuffers | int = BLOCK_BUFFERS) -> Iterator[memoryview]:
     """Blocks of about `size` bytes of a file, each ending at the end of a line (the last one
-    where the file ends): views of `turns` buffers read into in turn (a fresh object per block
-    costs its page faults, as much as the read), so a block is overwritten `turns` blocks
-    later: its consumer (one block behind the reading thread) is done with it by then.
+    where the file ends): views of `buffers` (BlockBuffers, or how many to make) read into in
+    turn, so a block is overwritten `turns` blocks later, in this file or the next read into
+    them: its consumer (one block behind the reading thread) is done with it by then.
     A block's unfinished last line starts the next buffer; a line longer than a buffer grows
     it (the old one stays alive while a view of it does)."""
-    buffers: list[np.ndarray] = []  # (made as needed and not zeroed: a small file touches little)
+    if isinstance(buffers, int):
+        buffers = BlockBuffers(buffers)
+    turns, arrays = buffers.turns, buffers.arrays
     tail = memoryview(b"")  # the unfinished line after the last block
-    for k in itertools.count():
-        slot, need = k % turns, len(tail) + size
-        if len(buffers) <= slot:
-            buffers.append(np.empty(need, np.uint8))
-        elif buffers[slot].size < need:
-            buffers[slot] = np.empty(need, np.uint8)
-        buf = buffers[slot]
+    while True:
+        slot, need = buffers.blocks % turns, len(tail) + size
+        buffers.blocks += 1
+        if len(arrays) <= slot or arrays[slot].size < need:  # (room for the tails of most lines)
+            made = np.empty(max(need, size + size // 8), np.uint8)
+            arrays[slot : slot + 1] = [made]
+        buf = arrays[slot]
         buf[: len(tail)] = tail
         n = searched = len(tail)
         while True:
@@ -40,7 +52,7 @@ def blocks_of_lines(f, size: int, turns: int = BLOCK_BUFFERS) -> Iterator[memory
             if n < need or end:
                 break
             searched, need = n, 2 * need  # (no line ends in the buffer: a larger one)
-            buf = buffers[slot] = np.concatenate([buf[:n], np.empty(need - n, np.uint8)])
+            buf = arrays[slot] = np.concatenate([buf[:n], np.empty(need - n, np.uint8)])
         if n < need:  # the end of the file
             if n:
                 yield memoryview(buf)[:n]

@@ -45,6 +45,32 @@ def test_blocks_of_lines_reuse_their_buffers(tmp_path, monkeypatch):
     assert max(map(len, seen)) > (1 << 20)
 
 
+
+def test_block_buffers_kept_from_one_file_to_the_next(tmp_path):
+    """Files read one after another into one BlockBuffers: each file's blocks are its bytes,
+    a block stays intact until BLOCK_BUFFERS blocks later across files too, and no buffer is
+    made after the first file but where a line longer than a buffer grows one."""
+    rng = random.Random(6)
+    paths = []
+    for k in range(5):
+        paths.append(tmp_path / f"in{k}.txt")
+        rows = [b"%d " % k + b"w" * rng.randrange(0, 2000) + b"\n" for _ in range(rng.randrange(20, 200))]
+        paths[-1].write_bytes(b"".join(rows) + (b"z" * 40000 + b"\n" if k == 3 else b""))
+    buffers, kept, seen, made = file_blocks.BlockBuffers(), [], [], []
+    for path in paths:
+        with open(path, "rb") as f:
+            got = []
+            for block in file_blocks.blocks_of_lines(f, 16384, buffers):
+                got.append(bytes(block))
+                seen.append(got[-1])
+                kept.append(block)
+                if len(kept) >= file_blocks.BLOCK_BUFFERS:
+                    assert bytes(kept[-file_blocks.BLOCK_BUFFERS + 1]) == seen[-file_blocks.BLOCK_BUFFERS + 1]
+        assert b"".join(got) == path.read_bytes()
+        made.append(list(buffers.arrays))
+    same = [all(a is b for a, b in zip(made[k - 1], made[k])) for k in range(1, 5)]
+    assert len(made[0]) == file_blocks.BLOCK_BUFFERS and same == [True, True, False, True]
+
 def test_large_reads_are_made_by_threads(tmp_path, monkeypatch):
     """A plain file's large reads (`read_at`, ranges on threads) give the file's bytes, stop
     where it ends, and leave the file's position after them; blocks made of such reads are the
