@@ -45,7 +45,6 @@ def test_blocks_of_lines_reuse_their_buffers(tmp_path, monkeypatch):
     assert max(map(len, seen)) > (1 << 20)
 
 
-
 def test_block_buffers_kept_from_one_file_to_the_next(tmp_path):
     """Files read one after another into one BlockBuffers: each file's blocks are its bytes,
     a block stays intact until BLOCK_BUFFERS blocks later across files too, and no buffer is
@@ -70,6 +69,7 @@ def test_block_buffers_kept_from_one_file_to_the_next(tmp_path):
         made.append(list(buffers.arrays))
     same = [all(a is b for a, b in zip(made[k - 1], made[k])) for k in range(1, 5)]
     assert len(made[0]) == file_blocks.BLOCK_BUFFERS and same == [True, True, False, True]
+
 
 def test_large_reads_are_made_by_threads(tmp_path, monkeypatch):
     """A plain file's large reads (`read_at`, ranges on threads) give the file's bytes, stop
