@@ -25,12 +25,12 @@ from .documents import (
     SPLITS_HELP,  # noqa: F401
     WINDOW_BYTES,
     Doc,  # noqa: F401
-    check_inputs,
     chunk_cuts,  # noqa: F401
     iter_documents,
     iter_windows,
     parse_split,
 )
+from .file_blocks import check_inputs, regular_file_size
 from .padded_shards import PaddedWriter
 from .shards import (
     ArraysWriter,
@@ -217,10 +217,11 @@ def encode_files_to_arrays(
 
 
 def _input_bytes(paths: Sequence[Path]) -> int | None:
-    """The inputs' size, where it is that of their documents (None for compressed inputs)."""
+    """The inputs' size, where it is that of their documents (None for compressed inputs and streams)."""
     if any(is_compressed(p) or p.suffix == ".parquet" for p in paths):
         return None
-    return sum(os.stat(p).st_size for p in paths)
+    sizes = [regular_file_size(p) for p in paths]
+    return None if None in sizes else sum(sizes)
 
 
 def encode_documents_of(
@@ -357,6 +358,9 @@ def verify(prefix: str | os.PathLike, tok, *, sample: int = 1000, seed: int = 0)
     picks = sorted(random.Random(seed).sample(range(n), min(max(sample, 0), n)))
     split, chunk = parse_split(meta["split"])
     paths = check_inputs(meta["inputs"])
+    for p in paths:
+        if regular_file_size(p) is None:
+            raise VerifyError(f"{p}: a stream (standard input, a pipe) cannot be read again to verify")
     docs, want = {}, set(picks)
     for i, d in enumerate(iter_documents(paths, split, chunk, meta.get("jsonl_field"))):
         if i >= n:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
@@ -16,7 +15,7 @@ import numpy as np
 from . import native
 from .background import in_background
 from .compressed_input import READ_ERRORS, DecompressAhead, is_compressed, open_input
-from .file_blocks import BlockBuffers, blocks_of_lines
+from .file_blocks import BlockBuffers, blocks_of_lines, regular_file_size
 from .shards import CorpusError
 
 SPLITS_HELP = (
@@ -42,22 +41,6 @@ def parse_split(text: str) -> tuple[str, int]:
         if n >= 4:
             return "chunk", n
     raise CorpusError(f"--split {text!r}: expected {SPLITS_HELP}; N >= 4")
-
-
-def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
-    out = [Path(p).expanduser() for p in paths]
-    for p in out:  # (one stat each: a corpus may be many thousands of small files)
-        try:
-            mode = os.stat(p).st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            raise CorpusError(f"{p}: no such file") from None
-        except OSError as e:
-            raise CorpusError(f"{p}: cannot read: {(e.strerror or one_line(e)).lower()}") from None
-        if not stat.S_ISREG(mode):
-            raise CorpusError(f"{p}: not a regular file")
-        if not os.access(p, os.R_OK):
-            raise CorpusError(f"{p}: cannot read: permission denied")
-    return out
 
 
 def _line_of(data: bytes, offset: int) -> int:
@@ -207,7 +190,7 @@ def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahea
     buffers = BlockBuffers()  # what inputs not read ahead are read into, one after another
     for fi, path in enumerate([*paths, None]):
         plain = path is not None and lines and not is_compressed(path) and path.suffix != ".parquet"
-        size = _regular_file_size(path) if plain else None  # (a pipe: read as a stream)
+        size = regular_file_size(path) if plain else None  # (a pipe: read as a stream)
         if group and (
             size is None or size > min(SMALL_INPUT, window_bytes // 4) or held + size > window_bytes
         ):
@@ -247,14 +230,6 @@ def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahea
                 fi,
                 sum(b - a for a, b in part),
             )
-
-
-def _regular_file_size(path: Path) -> int | None:
-    try:
-        st = os.stat(path)
-    except OSError:  # (its reader names the error)
-        return None
-    return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
 def _small_inputs(paths, group, sizes, field, window_bytes, threads, join, buffers) -> Iterator[Window]:

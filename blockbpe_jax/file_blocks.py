@@ -1,16 +1,55 @@
-"""Blocks of whole lines read from a file (the corpus reader's unit): read into buffers used in
-turn, a plain file's large reads made by threads (`read_at`), a pipe or decompressed stream read
-as a stream."""
+"""The corpus job's input files: checked (`check_inputs`: regular files, or streams read once as
+they come: a pipe, `-` for standard input) and read as blocks of whole lines (the reader's unit)
+into buffers used in turn, a plain file's large reads made by threads (`read_at`), a pipe or
+decompressed stream read as a stream."""
 
 from __future__ import annotations
 
 import io
 import os
-from typing import Iterator
+import stat
+from pathlib import Path
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from . import native
+from .shards import CorpusError
+
+STDIN = Path("/dev/stdin")  # the input `-` names
+
+
+def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """The inputs as paths (`-`: standard input), each a readable regular file or a stream (a
+    pipe, a terminal: read once, as it comes, so named once); a one-line CorpusError otherwise."""
+    out, streams = [STDIN if os.fspath(p) == "-" else Path(p).expanduser() for p in paths], set()
+    for p in out:  # (one stat each: a corpus may be many thousands of small files)
+        try:
+            mode = os.stat(p).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            raise CorpusError(f"{p}: no such file") from None
+        except OSError as e:
+            raise CorpusError(f"{p}: cannot read: {(e.strerror or type(e).__name__).lower()}") from None
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)):
+            raise CorpusError(f"{p}: not a regular file or a stream")
+        if not os.access(p, os.R_OK):
+            raise CorpusError(f"{p}: cannot read: permission denied")
+        if not stat.S_ISREG(mode):
+            if p in streams:
+                raise CorpusError(f"{p}: a stream is read once: name it once")
+            streams.add(p)
+    return out
+
+
+def regular_file_size(path: Path) -> int | None:
+    """The size of a regular file; None for a stream (or a path that cannot be stat'ed: its
+    reader names the error)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
 
 BLOCK_BUFFERS = 4  # the reader's buffers, used in turn
 

@@ -53,7 +53,7 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[list, str]]:
         eof_error = str(e)
     return {
         "missing": ([tmp / "nope.txt"], f"{tmp / 'nope.txt'}: no such file"),
-        "directory": ([done], f"{done}: not a regular file"),
+        "directory": ([done], f"{done}: not a regular file or a stream"),
         "not_gzip": ([not_gz], f"{not_gz}: cannot read: Not a gzipped file (b'pl')"),
         "truncated_gzip": ([cut_gz], f"{cut_gz}:{cut_gz_line(whole)}: cannot read: {eof_error}"),
         "bad_json": ([bad_json] + J, f"{bad_json}:3: not valid JSON: {json_error}"),

@@ -149,6 +149,6 @@ def test_a_small_input_that_grew_is_read_whole(tmp_path, monkeypatch):
     """A file larger than when its size was taken: the inputs are read each alone, whole."""
     paths = _small_files(tmp_path, 12, True)
     alone = [(d.file_index, d.data) for d in documents.iter_documents(paths, jsonl_field="text")]
-    sized = documents._regular_file_size
-    monkeypatch.setattr(documents, "_regular_file_size", lambda p: sized(p) and max(0, sized(p) - 5))
+    sized = documents.regular_file_size
+    monkeypatch.setattr(documents, "regular_file_size", lambda p: sized(p) and max(0, sized(p) - 5))
     assert [(d.file_index, d.data) for d in documents.iter_documents(paths, jsonl_field="text")] == alone

@@ -46,6 +46,9 @@ def cmd_encode(args) -> int:
         )
     if args.verify is not None and args.format != "flat":
         raise CLIError("--verify checks flat shards (--format flat)")
+    streams = [p for p in paths if corpus.regular_file_size(p) is None]
+    if args.verify is not None and streams:
+        raise CLIError(f"--verify reads the inputs again: {streams[0]} is a stream (standard input, a pipe)")
     corpus.enable_compilation_cache()  # a second run of the job loads its executables
     # (the input is read while the vocabulary and the accelerator load)
     read = corpus.read_ahead(
@@ -156,7 +159,8 @@ def add_parsers(sub) -> None:
         "inputs",
         nargs="+",
         metavar="FILE",
-        help="UTF-8 text or JSONL files (.gz ok), or .parquet files (with --field; needs pyarrow)",
+        help="UTF-8 text or JSONL files (.gz, .zst ok), .parquet files (with --field; needs pyarrow), "
+        "or streams read once as they come: a pipe, `-` for standard input (e.g. `zstd -dc *.zst | ... -`)",
     )
     e.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     add_vocab_options(e, " (this or --tiktoken is required)")
