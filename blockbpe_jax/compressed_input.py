@@ -64,7 +64,11 @@ def open_input(path: Path, fast: bool = False):
             return DecompressingProcess(path, [sys.executable, "-P", zstd_frames.__file__, str(path)])
         return io.BufferedReader(ZstdFrames(path), buffer_size=1 << 20)
     if not is_compressed(path):
-        return open(path, "rb")
+        f = open(path, "rb")
+        # (a stream, a pipe: its reads go straight to the file, a block per call without the
+        # GIL, file_blocks.read_into; through Python's buffered reads they waited for it, a
+        # GIL convoy, as the decompressions did)
+        return f if f.seekable() else f.detach()
     if fast and _fast_gzip is not gzip and _by_process(path):
         return DecompressingProcess(path, [sys.executable, "-m", "isal.igzip", "-d", "-c", str(path)])
     return (_fast_gzip if fast else gzip).open(path, "rb")

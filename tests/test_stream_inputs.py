@@ -99,3 +99,30 @@ def test_stream_errors(tmp_path, capsys, root, r50k, jsonl):
     corpus.encode_files(r50k, [pipe2], tmp_path / "s" / "x", jsonl_field="text")
     with pytest.raises(VerifyError, match=r"pipe2: a stream \(standard input, a pipe\) cannot be read again"):
         corpus.verify(tmp_path / "s" / "x", r50k)
+
+
+def test_a_stream_is_read_a_block_per_native_call(tmp_path, monkeypatch, jsonl):
+    """A pipe is opened unbuffered and each block read by `read_stream` (one call, the GIL
+    released: Python's buffered reads wait for the GIL after each piece), its documents those
+    of the file."""
+    from blockbpe_jax import compressed_input, documents, file_blocks, native
+
+    pipe = _fifo_of(tmp_path, b"")
+    calls, cpu = [], native.cpu
+
+    class Counting:  # (the CPU module with read_stream counted)
+        def __getattr__(self, name):
+            return getattr(cpu, name)
+
+        def read_stream(self, fd, buf):
+            calls.append(len(buf))
+            return cpu.read_stream(fd, buf)
+
+    monkeypatch.setattr(file_blocks.native, "cpu", Counting())
+    with compressed_input.open_input(pipe) as f:
+        assert not f.seekable() and not hasattr(f, "peek")  # (not a buffered reader)
+    pipe = _fifo_of(tmp_path, jsonl.read_bytes(), "again")
+    got = [d.data for d in documents.iter_documents([pipe], jsonl_field="text")]
+    monkeypatch.undo()
+    want = [d.data for d in documents.iter_documents([jsonl], jsonl_field="text")]
+    assert got == want and len(calls) >= 1
