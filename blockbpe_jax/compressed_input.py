@@ -68,10 +68,23 @@ def open_input(path: Path, fast: bool = False):
         # (a stream, a pipe: its reads go straight to the file, a block per call without the
         # GIL, file_blocks.read_into; through Python's buffered reads they waited for it, a
         # GIL convoy, as the decompressions did)
-        return f if f.seekable() else f.detach()
+        if f.seekable():
+            return f
+        larger_pipe(f.fileno())
+        return f.detach()
     if fast and _fast_gzip is not gzip and _by_process(path):
         return DecompressingProcess(path, [sys.executable, "-m", "isal.igzip", "-d", "-c", str(path)])
     return (_fast_gzip if fast else gzip).open(path, "rb")
+
+
+def larger_pipe(fd: int) -> None:
+    """A pipe of 1 MiB (where `fd` is a pipe's and the system allows): the writer blocks, and
+    both processes wake, a sixteenth as often as with the default 64 KiB (a pipe fed by `cat`
+    ran ~2x as fast on the CPU box)."""
+    try:
+        fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ
+    except OSError:
+        pass
 
 
 def _by_process(path: Path) -> bool:
@@ -94,10 +107,7 @@ class DecompressingProcess:
         self._process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )
-        try:  # (a larger pipe: fewer wake-ups of the two processes)
-            fcntl.fcntl(self._process.stdout.fileno(), 1031, 1 << 20)  # F_SETPIPE_SZ
-        except OSError:
-            pass
+        larger_pipe(self._process.stdout.fileno())
 
     def readinto(self, buf) -> int:
         got = native.cpu.read_stream(self._process.stdout.fileno(), np.frombuffer(buf, np.uint8))

@@ -5,6 +5,7 @@ one-line error."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -102,9 +103,9 @@ def test_stream_errors(tmp_path, capsys, root, r50k, jsonl):
 
 
 def test_a_stream_is_read_a_block_per_native_call(tmp_path, monkeypatch, jsonl):
-    """A pipe is opened unbuffered and each block read by `read_stream` (one call, the GIL
-    released: Python's buffered reads wait for the GIL after each piece), its documents those
-    of the file."""
+    """A pipe is opened unbuffered, made 1 MiB, and each block read by `read_stream` (one call,
+    the GIL released: Python's buffered reads wait for the GIL after each piece), its documents
+    those of the file."""
     from blockbpe_jax import compressed_input, documents, file_blocks, native
 
     pipe = _fifo_of(tmp_path, b"")
@@ -121,6 +122,7 @@ def test_a_stream_is_read_a_block_per_native_call(tmp_path, monkeypatch, jsonl):
     monkeypatch.setattr(file_blocks.native, "cpu", Counting())
     with compressed_input.open_input(pipe) as f:
         assert not f.seekable() and not hasattr(f, "peek")  # (not a buffered reader)
+        assert fcntl.fcntl(f.fileno(), 1032) >= 1 << 20  # F_GETPIPE_SZ: the pipe made larger
     pipe = _fifo_of(tmp_path, jsonl.read_bytes(), "again")
     got = [d.data for d in documents.iter_documents([pipe], jsonl_field="text")]
     monkeypatch.undo()
