@@ -38,6 +38,8 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[list, str]]:
     bad_utf8 = write("latin1.txt", "ok\nfa\u00e7ade\n".encode("latin-1"))
     bad_utf8_json = write("latin1.jsonl", '{"text": "fa\u00e7ade"}\n'.encode("latin-1"))
     done = tmp / "done"
+    loop = tmp / "loop.txt"
+    loop.symlink_to(loop)
     done.mkdir()
     (done / "shard.json").write_text("{}")
     good = write("good.txt", b"hello\n")
@@ -54,6 +56,8 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[list, str]]:
     return {
         "missing": ([tmp / "nope.txt"], f"{tmp / 'nope.txt'}: no such file"),
         "directory": ([done], f"{done}: not a regular file or a stream"),
+        "first_bad_input": ([good, tmp / "nope2.txt", done], f"{tmp / 'nope2.txt'}: no such file"),
+        "symlink_loop": ([loop], f"{loop}: cannot read: too many levels of symbolic links"),
         "not_gzip": ([not_gz], f"{not_gz}: cannot read: Not a gzipped file (b'pl')"),
         "truncated_gzip": ([cut_gz], f"{cut_gz}:{cut_gz_line(whole)}: cannot read: {eof_error}"),
         "bad_json": ([bad_json] + J, f"{bad_json}:3: not valid JSON: {json_error}"),
@@ -98,6 +102,8 @@ def cut_gz_line(whole: bytes) -> int:
 
 CASES = [
     "missing",
+    "first_bad_input",
+    "symlink_loop",
     "too_long",
     "directory",
     "not_gzip",
