@@ -186,61 +186,81 @@ SMALL_INPUT = 1 << 20
 
 def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead) -> Iterator[Window]:
     threads, lines = threads or READ_THREADS, jsonl_field is not None or split == "lines"
-    group, sizes, held = [], [], 0  # consecutive small plain inputs, read together; their sizes
     buffers = BlockBuffers()  # what inputs not read ahead are read into, one after another
+    # (small inputs' groups are read by a thread, a group ahead of their split here)
+    units = in_background(_inputs_read(paths, lines, jsonl_field, window_bytes, threads), 1, "blockbpe-read")
+    try:
+        for fi, group, read in units:
+            if group:
+                yield from _small_inputs(
+                    paths, group, read, jsonl_field, window_bytes, threads, join, buffers
+                )
+                continue
+            path = paths[fi]
+            if path.suffix == ".parquet":
+                from .parquet_input import parquet_windows  # (pyarrow only when asked for)
+
+                yield from parquet_windows(path, fi, jsonl_field, window_bytes)
+                continue
+            if lines:
+                taken = ahead.take(fi)
+                yield from _line_windows(path, fi, jsonl_field, window_bytes, threads, join, taken or buffers)
+                continue
+            try:
+                with open_input(path) as f:
+                    data = f.read()
+            except READ_ERRORS as e:
+                raise CorpusError(f"{path}: cannot read: {one_line(e)}") from None
+            check_utf8(data, path, None)
+            if split == "file":
+                yield Window.of([data], np.zeros(1, np.int64), fi, len(data))
+                continue
+            cuts = list(chunk_cuts(data, chunk))
+            for lo in range(0, len(cuts), max(1, window_bytes // max(chunk, 1))):
+                part = cuts[lo : lo + max(1, window_bytes // max(chunk, 1))]
+                yield Window.of(
+                    [data[a:b] for a, b in part],
+                    np.array([a for a, _ in part], np.int64),
+                    fi,
+                    sum(b - a for a, b in part),
+                )
+    finally:
+        units.close()
+
+
+def _inputs_read(paths, lines: bool, field, window_bytes: int, threads: int) -> Iterator[tuple]:
+    """The inputs in order: (index, None, None) for one read on its own, and for consecutive
+    small plain inputs (None, their indices, the block of lines read_files made of them, or
+    None where it gave up or the native split cannot take the field)."""
+    group, sizes, held = [], [], 0
     for fi, path in enumerate([*paths, None]):
         plain = path is not None and lines and not is_compressed(path) and path.suffix != ".parquet"
         size = regular_file_size(path) if plain else None  # (a pipe: read as a stream)
         if group and (
             size is None or size > min(SMALL_INPUT, window_bytes // 4) or held + size > window_bytes
         ):
-            yield from _small_inputs(paths, group, sizes, jsonl_field, window_bytes, threads, join, buffers)
+            names = [os.fsencode(paths[k]) for k in group]
+            several = len(group) > 1 and _native_field(field)
+            yield (
+                None,
+                group,
+                native.cpu.read_files(names, np.asarray(sizes, np.int64), threads) if several else None,
+            )
             group, sizes, held = [], [], 0
         if size is not None and size <= min(SMALL_INPUT, window_bytes // 4):
             group.append(fi)
             sizes.append(size)
             held += size
-            continue
-        if path is None:
-            return
-        if path.suffix == ".parquet":
-            from .parquet_input import parquet_windows  # (pyarrow only when asked for)
-
-            yield from parquet_windows(path, fi, jsonl_field, window_bytes)
-            continue
-        if lines:
-            taken = ahead.take(fi)
-            yield from _line_windows(path, fi, jsonl_field, window_bytes, threads, join, taken or buffers)
-            continue
-        try:
-            with open_input(path) as f:
-                data = f.read()
-        except READ_ERRORS as e:
-            raise CorpusError(f"{path}: cannot read: {one_line(e)}") from None
-        check_utf8(data, path, None)
-        if split == "file":
-            yield Window.of([data], np.zeros(1, np.int64), fi, len(data))
-            continue
-        cuts = list(chunk_cuts(data, chunk))
-        for lo in range(0, len(cuts), max(1, window_bytes // max(chunk, 1))):
-            part = cuts[lo : lo + max(1, window_bytes // max(chunk, 1))]
-            yield Window.of(
-                [data[a:b] for a, b in part],
-                np.array([a for a, _ in part], np.int64),
-                fi,
-                sum(b - a for a, b in part),
-            )
+        elif path is not None:
+            yield fi, None, None
 
 
-def _small_inputs(paths, group, sizes, field, window_bytes, threads, join, buffers) -> Iterator[Window]:
-    """Small plain inputs read together as one block (natively, on threads), their documents one
-    window (a window costs the engine milliseconds whatever its size: a window per file set the
-    pace of a corpus of many small files). Where the native reader or split gives up (a file
-    that cannot be read or grew, a block it cannot parse), each through its own reader."""
-    read = None
-    if len(group) > 1 and _native_field(field):
-        names = [os.fsencode(paths[fi]) for fi in group]
-        read = native.cpu.read_files(names, np.asarray(sizes, np.int64), threads)
+def _small_inputs(paths, group, read, field, window_bytes, threads, join, buffers) -> Iterator[Window]:
+    """Small plain inputs read together as one block (`read`: read_files', natively, on threads),
+    their documents one window (a window costs the engine milliseconds whatever its size: a
+    window per file set the pace of a corpus of many small files). Where the native reader or
+    split gives up (a file that cannot be read or grew, a block it cannot parse), each through
+    its own reader."""
     if read is not None:
         block, first_line = read
         split = _split(block, field, threads, join)

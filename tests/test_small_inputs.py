@@ -152,3 +152,33 @@ def test_a_small_input_that_grew_is_read_whole(tmp_path, monkeypatch):
     sized = documents.regular_file_size
     monkeypatch.setattr(documents, "regular_file_size", lambda p: sized(p) and max(0, sized(p) - 5))
     assert [(d.file_index, d.data) for d in documents.iter_documents(paths, jsonl_field="text")] == alone
+
+
+def test_groups_read_ahead_and_stopped_with_their_reader(tmp_path, monkeypatch):
+    """Groups of small inputs are read by a thread a group ahead of their split: a reader
+    stopped after its first window leaves no reading thread behind."""
+    import threading
+    import time
+
+    monkeypatch.setattr(documents, "SMALL_INPUT", 4000)
+    paths = _small_files(tmp_path, 40, True)
+    readers, cpu = [], native.cpu
+
+    class Recording:  # (the CPU module with read_files' threads recorded)
+        def __getattr__(self, name):
+            return getattr(cpu, name)
+
+        def read_files(self, *args):
+            readers.append(threading.current_thread().name)
+            return cpu.read_files(*args)
+
+    monkeypatch.setattr(native, "cpu", Recording())
+    windows = documents.iter_windows(paths, jsonl_field="text", window_bytes=1 << 14)
+    assert next(windows).ndocs > 0
+    windows.close()
+    assert readers and set(readers) == {"blockbpe-read"}
+    for _ in range(100):  # (the thread ends at its next step)
+        if not any(t.name == "blockbpe-read" and t.is_alive() for t in threading.enumerate()):
+            break
+        time.sleep(0.02)
+    assert not any(t.name == "blockbpe-read" and t.is_alive() for t in threading.enumerate())
