@@ -21,23 +21,34 @@ STDIN = Path("/dev/stdin")  # the input `-` names
 
 def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """The inputs as paths (`-`: standard input), each a readable regular file or a stream (a
-    pipe, a terminal: read once, as it comes, so named once); a one-line CorpusError otherwise."""
-    out, streams = [STDIN if os.fspath(p) == "-" else Path(p).expanduser() for p in paths], set()
-    for p in out:  # (one stat each: a corpus may be many thousands of small files)
+    pipe, a terminal: read once, as it comes, so named once); a one-line CorpusError otherwise.
+    (A corpus may be many thousands of small files: one stat each, made on the path's string; a
+    Path made again, or asked for its string, costs as much again on Python 3.12.)"""
+    out, streams = [], set()
+    for p in paths:
+        name = os.fspath(p)
+        if name == "-":
+            p, name = STDIN, os.fspath(STDIN)
+        elif name.startswith("~"):
+            p = Path(name).expanduser()
+            name = os.fspath(p)
+        elif not isinstance(p, Path):
+            p = Path(name)
         try:
-            mode = os.stat(p).st_mode
+            mode = os.stat(name).st_mode
         except (FileNotFoundError, NotADirectoryError):
             raise CorpusError(f"{p}: no such file") from None
         except OSError as e:
             raise CorpusError(f"{p}: cannot read: {(e.strerror or type(e).__name__).lower()}") from None
         if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)):
             raise CorpusError(f"{p}: not a regular file or a stream")
-        if not os.access(p, os.R_OK):
+        if not os.access(name, os.R_OK):
             raise CorpusError(f"{p}: cannot read: permission denied")
         if not stat.S_ISREG(mode):
             if p in streams:
                 raise CorpusError(f"{p}: a stream is read once: name it once")
             streams.add(p)
+        out.append(p)
     return out
 
 
