@@ -79,8 +79,7 @@ def open_input(path: Path, fast: bool = False):
 
 def larger_pipe(fd: int) -> None:
     """A pipe of 1 MiB (where `fd` is a pipe's and the system allows): the writer blocks, and
-    both processes wake, a sixteenth as often as with the default 64 KiB (a pipe fed by `cat`
-    ran ~2x as fast on the CPU box)."""
+    both processes wake, a sixteenth as often as with the default 64 KiB."""
     try:
         fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ
     except OSError:
