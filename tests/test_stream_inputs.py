@@ -22,16 +22,13 @@ from blockbpe_jax.shards import CorpusError, VerifyError
 import corpus_shared
 from helpers import encode_argv
 
-root, r50k, war_and_peace = (
-    corpus_shared.root,
-    corpus_shared.r50k,
-    corpus_shared.war_and_peace,
-)  # (its fixtures)
+# (corpus_shared's module-scoped fixtures)
+root, r50k, war_and_peace = corpus_shared.root, corpus_shared.r50k, corpus_shared.war_and_peace
 
 
 @pytest.fixture
 def jsonl(tmp_path, war_and_peace) -> Path:
-    """~400 KB of War and Peace's lines as JSONL, with blank and long lines."""
+    """~400 KB of War and Peace's non-blank lines as JSONL, one of them longer than a 64 KiB block."""
     lines = war_and_peace[:400_000].decode("utf-8", "ignore").split("\n")
     rows = [json.dumps({"text": t}) for t in lines if t.strip()]
     rows[50] = json.dumps({"text": " ".join(lines[:3000])})  # (a line longer than a block)
