@@ -65,13 +65,7 @@ def open_input(path: Path, fast: bool = False):
         return io.BufferedReader(ZstdFrames(path), buffer_size=1 << 20)
     if not is_compressed(path):
         f = open(path, "rb")
-        # (a stream, a pipe: its reads go straight to the file, a block per call without the
-        # GIL, file_blocks.read_into; through Python's buffered reads they waited for it, a
-        # GIL convoy, as the decompressions did)
-        if f.seekable():
-            return f
-        larger_pipe(f.fileno())
-        return f.detach()
+        return f if f.seekable() else StreamInput(f.detach())
     if fast and _fast_gzip is not gzip and _by_process(path):
         return DecompressingProcess(path, [sys.executable, "-m", "isal.igzip", "-d", "-c", str(path)])
     return (_fast_gzip if fast else gzip).open(path, "rb")
@@ -86,6 +80,42 @@ def larger_pipe(fd: int) -> None:
         pass
 
 
+def read_stream_into(fd: int, buf) -> int:
+    """Reads the stream `fd` (a pipe) into `buf` until it is full or the stream ends, in one
+    native call without the GIL (`read_stream`) -> the bytes read. Through Python's reads a
+    pipe's every piece waited to take the GIL back, behind the job's other threads: a GIL
+    convoy, as the decompressions in this process had."""
+    got = native.cpu.read_stream(fd, np.frombuffer(buf, np.uint8))
+    if got < 0:
+        raise OSError(-got, os.strerror(-got))
+    return got
+
+
+class StreamInput(io.RawIOBase):
+    """A stream input (a pipe, standard input) read a whole buffer per call (read_stream_into),
+    its pipe made larger."""
+
+    def __init__(self, raw: io.FileIO):
+        self._raw = raw
+        larger_pipe(raw.fileno())
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def readinto(self, buf) -> int:
+        return read_stream_into(self._raw.fileno(), buf)
+
+    def readall(self) -> bytes:
+        return self._raw.readall()
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 def _by_process(path: Path) -> bool:
     return bool(sys.executable) and path.stat().st_size >= PROCESS_BYTES
 
@@ -93,7 +123,7 @@ def _by_process(path: Path) -> bool:
 class DecompressingProcess:
     """A compressed input decompressed by a process of its own, `argv` (.gz: ISA-L's
     `python -m isal.igzip -dc`; .zst: zstd_frames.py), which writes the decompressed bytes to
-    its stdout, read from its pipe a whole block per call without the GIL. (In this process the
+    its stdout, read from its pipe a whole block per call (read_stream_into). (In this process the
     decompression releases the GIL in small pieces and waits to take it back after each: beside
     one busy Python thread ISA-L's ran 4-7x slower, BUILD_NOTES session 36.) An error of the
     process is an OSError at the end of its output, naming its exit status and its last line on
@@ -109,9 +139,7 @@ class DecompressingProcess:
         larger_pipe(self._process.stdout.fileno())
 
     def readinto(self, buf) -> int:
-        got = native.cpu.read_stream(self._process.stdout.fileno(), np.frombuffer(buf, np.uint8))
-        if got < 0:
-            raise OSError(-got, os.strerror(-got))
+        got = read_stream_into(self._process.stdout.fileno(), buf)
         if got < len(buf) and self._process.wait() != 0:  # the end: the process's verdict
             said = self._process.stderr.read().decode(errors="replace").strip().splitlines()
             why = f": {said[-1]}" if said else ""

@@ -232,22 +232,18 @@ def _inputs_read(paths, lines: bool, field, window_bytes: int, threads: int) -> 
     """The inputs in order: (index, None, None) for one read on its own, and for consecutive
     small plain inputs (None, their indices, the block of lines read_files made of them, or
     None where it gave up or the native split cannot take the field)."""
-    group, sizes, held = [], [], 0
+    group, sizes, held, small = [], [], 0, min(SMALL_INPUT, window_bytes // 4)
     for fi, path in enumerate([*paths, None]):
         plain = path is not None and lines and not is_compressed(path) and path.suffix != ".parquet"
         size = regular_file_size(path) if plain else None  # (a pipe: read as a stream)
-        if group and (
-            size is None or size > min(SMALL_INPUT, window_bytes // 4) or held + size > window_bytes
-        ):
-            names = [os.fsencode(paths[k]) for k in group]
-            several = len(group) > 1 and _native_field(field)
-            yield (
-                None,
-                group,
-                native.cpu.read_files(names, np.asarray(sizes, np.int64), threads) if several else None,
-            )
+        if group and (size is None or size > small or held + size > window_bytes):
+            read = None
+            if len(group) > 1 and _native_field(field):
+                names = [os.fsencode(paths[k]) for k in group]
+                read = native.cpu.read_files(names, np.asarray(sizes, np.int64), threads)
+            yield None, group, read
             group, sizes, held = [], [], 0
-        if size is not None and size <= min(SMALL_INPUT, window_bytes // 4):
+        if size is not None and size <= small:
             group.append(fi)
             sizes.append(size)
             held += size

@@ -118,7 +118,7 @@ def read_into(f, buf: np.ndarray, n: int, need: int) -> int:
     """Reads into buf[n:need] until it is full or the file ends; the bytes in buf now. A plain
     file's large read is made by threads (`read_at`): one thread's copy from the page cache
     bounds the reading of long documents. (Not a pipe's: `<(zcat ...)` has no positions; a
-    stream's whole block is one native call, `read_stream`, the GIL released.)"""
+    stream's readinto fills the whole range in one call, compressed_input.StreamInput.)"""
     if (
         need - n >= PARALLEL_READ
         and isinstance(f, io.BufferedReader)
@@ -130,11 +130,6 @@ def read_into(f, buf: np.ndarray, n: int, need: int) -> int:
         if got < 0:
             raise OSError(-got, os.strerror(-got))
         f.seek(at + got)
-        return n + got
-    if isinstance(f, io.FileIO) and not f.seekable():  # a stream (compressed_input.open_input)
-        got = native.cpu.read_stream(f.fileno(), buf[n:need])
-        if got < 0:
-            raise OSError(-got, os.strerror(-got))
         return n + got
     view = memoryview(buf)
     while n < need:
