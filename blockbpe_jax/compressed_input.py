@@ -23,7 +23,6 @@ import numpy as np
 from . import native, zstd_frames
 from .background import in_background, stop_background
 from .shards import CorpusError
-from .zstd_frames import ZstdFrames
 
 try:  # ISA-L's gzip reader (optional): the standard module's interface, ~2.5x faster
     from isal import igzip as _fast_gzip
@@ -62,7 +61,7 @@ def open_input(path: Path, fast: bool = False):
         # 3.10 has no -P: there, in this process.)
         if fast and _by_process(path) and sys.version_info >= (3, 11):
             return DecompressingProcess(path, [sys.executable, "-P", zstd_frames.__file__, str(path)])
-        return io.BufferedReader(ZstdFrames(path), buffer_size=1 << 20)
+        return io.BufferedReader(zstd_frames.ZstdFrames(path), buffer_size=1 << 20)
     if not is_compressed(path):
         f = open(path, "rb")
         return f if f.seekable() else StreamInput(f.detach())
