@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The corpus job in memory (`Tokenizer.encode_files_to_arrays`) on the same documents in the
 shapes users bring them: one plain JSONL file, 8 plain files, 8 .jsonl.gz (gzip -6), 8 .jsonl.zst
-(when `zstandard` is installed) and many small files (~50 KB each). MB/s of uncompressed input,
+(when `zstandard` is installed), 8 .parquet files (zstd, row groups of 8192 documents; when `pyarrow`
+is installed) and many small files (~50 KB each). MB/s of uncompressed input (parquet: of text),
 median of --reps warm runs; the ids and offsets of every shape checked equal to the one file's.
 
     python3 benchmarks/corpus_inputs.py --out DIR [--mb 1000] [--small-mb 60] [--reps 3]
@@ -49,7 +50,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corpus_inputs_"))
-    build_mixed(work / "one.jsonl", source_texts(data_dir()), int(args.mb * 1e6))
+    docs, _ = build_mixed(work / "one.jsonl", source_texts(data_dir()), int(args.mb * 1e6))
     data = (work / "one.jsonl").read_bytes()
     shapes = {"one file": [work / "one.jsonl"]}
     parts = cut(data, 8)
@@ -68,6 +69,19 @@ def main() -> None:
             )
     except ImportError:
         print("zstandard not installed: no .zst shape")
+    text_bytes = 0  # the parquet shape's: its documents' bytes
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        shapes["8 .parquet"] = [work / f"part{k}.parquet" for k in range(8)]
+        for k, path in enumerate(shapes["8 .parquet"]):
+            part = pa.array(docs[k * len(docs) // 8 : (k + 1) * len(docs) // 8], pa.large_string())
+            text_bytes += part.buffers()[2].size
+            pq.write_table(pa.table({"text": part}), path, compression="zstd", row_group_size=8192)
+    except ImportError:
+        print("pyarrow not installed: no .parquet shape")
+    del docs
     small = data[: data.index(b"\n", int(min(args.small_mb * 1e6, len(data) - 1))) + 1]
     n_small = max(2, len(small) // 50_000)
     shapes[f"{n_small} small files"] = [work / f"small{k:05d}.jsonl" for k in range(n_small)]
@@ -79,7 +93,7 @@ def main() -> None:
     tok = bb.Tokenizer.from_file(data_dir() / "vocab/tiktoken/cl100k_base.tiktoken")
     rows, want = [], {}
     for name, paths in shapes.items():
-        nbytes = len(small) if "small" in name else len(data)
+        nbytes = len(small) if "small" in name else text_bytes if "parquet" in name else len(data)
         times = []
         for rep in range(args.reps + 1):  # (the first run compiles and allocates: not counted)
             t = time.perf_counter()

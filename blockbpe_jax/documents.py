@@ -170,21 +170,31 @@ def iter_windows(
     A block it gives up on goes through C-level Python calls (`_fast_block`) and, failing
     those, is re-read line by line (`_line_documents`), which raises the one-line file:line
     error: every path accepts exactly the same input and gives the same documents. Several
-    compressed inputs are decompressed ahead of their turn, a few at once (compressed_input.py);
-    consecutive small plain inputs are read together into one window (`_small_inputs`)."""
+    compressed inputs are decompressed ahead of their turn, a few at once (compressed_input.py),
+    and parquet inputs' row groups likewise (parquet_input.py); consecutive small plain inputs
+    are read together into one window (`_small_inputs`)."""
     several = (jsonl_field is not None or split == "lines") and sum(map(is_compressed, paths)) > 1
     ahead = DecompressAhead(paths if several else [], window_bytes, blocks_of_lines)
+    parquet = None
+    if any(p.suffix == ".parquet" for p in paths):
+        from .parquet_input import ParquetAhead  # (pyarrow only when asked for)
+
+        parquet = ParquetAhead(paths, jsonl_field, window_bytes)
     try:
-        yield from _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead)
+        yield from _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead, parquet)
     finally:
         ahead.close()
+        if parquet is not None:
+            parquet.close()
 
 
 # Plain inputs this small (and at most a quarter of a window) are read several to a window.
 SMALL_INPUT = 1 << 20
 
 
-def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead) -> Iterator[Window]:
+def _windows(
+    paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead, parquet
+) -> Iterator[Window]:
     threads, lines = threads or READ_THREADS, jsonl_field is not None or split == "lines"
     buffers = BlockBuffers()  # what inputs not read ahead are read into, one after another
     # (small inputs' groups are read by a thread, a group ahead of their split here)
@@ -198,9 +208,7 @@ def _windows(paths, split, chunk, jsonl_field, window_bytes, threads, join, ahea
                 continue
             path = paths[fi]
             if path.suffix == ".parquet":
-                from .parquet_input import parquet_windows  # (pyarrow only when asked for)
-
-                yield from parquet_windows(path, fi, jsonl_field, window_bytes)
+                yield from parquet.windows(fi)
                 continue
             if lines:
                 taken = ahead.take(fi)
