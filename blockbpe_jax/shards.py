@@ -247,8 +247,7 @@ class ArraysWriter:
 
     def __init__(self, n_vocab: int, input_bytes: int):
         self.dtype = token_dtype(n_vocab)
-        # (room for 2 bytes per token: untouched pages of a generous guess cost no memory, and
-        # resize moves pages, not bytes)
+        # (room for 2 bytes per token: untouched pages of a generous guess cost no memory)
         self.ids = np.empty(max(input_bytes // 2, 1 << 20), self.dtype)
         self.ends, self.tokens = [np.zeros(1, np.int64)], 0
 
@@ -256,8 +255,12 @@ class ArraysWriter:
         from . import native  # (it imports JAX: not when this module is imported)
 
         n = self.tokens + len(ids)
-        if n > len(self.ids):
-            self.ids.resize(max(n, 2 * len(self.ids)), refcheck=False)
+        if n > len(self.ids):  # (the inputs' size unknown, or a poor guess: twice the room)
+            # (not ndarray.resize: it zero-fills the new room with the GIL held, which stalled
+            # every other thread of the job for tens of milliseconds at a time)
+            grown = np.empty(max(n, 2 * len(self.ids)), self.dtype)
+            native.cpu.copy_bytes(grown[: self.tokens].view(np.uint8), self.ids[: self.tokens].view(np.uint8))
+            self.ids = grown
         # (on threads: one thread's copy into fresh pages, their faults, would set the job's pace)
         native.cpu.copy_bytes(
             self.ids[self.tokens : n].view(np.uint8), as_tokens(ids, self.dtype).view(np.uint8)

@@ -75,9 +75,10 @@ def test_any_length_equals_encode_batch_tiktoken_and_decode(tmp_path, cl100k, wa
     assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == want
 
 
-def test_arrays_writer_grows_in_place():
-    """The in-memory layout's array grows past its first guess and ends at its tokens' size,
-    the ids handed over in pieces (a window's, in a buffer the job reuses) copied out."""
+def test_arrays_writer_grows():
+    """The in-memory layout's array grows past its first guess (copied into room twice as
+    large) and ends at its tokens' size, the ids handed over in pieces (a window's, in a buffer
+    the job reuses) copied out."""
     from blockbpe_jax.shards import ArraysWriter
 
     rng = np.random.default_rng(0)
