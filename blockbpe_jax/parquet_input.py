@@ -1,7 +1,8 @@
 """Parquet inputs of the corpus job (with pyarrow): a string column read as windows of the
 column's own Arrow buffers. Row groups decode independently and without the GIL, so the
 parquet inputs' row groups are read on several threads ahead of their turn, in input order
-(one thread decodes a column at a few hundred MB/s: a fraction of what the job encodes)."""
+(one thread decodes a column at a few hundred MB/s: a fraction of what the job encodes); a row
+group too large to hold whole is read in batches by a thread of its own."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from .background import in_background, stop_background
 from .documents import Window, one_line
 from .shards import CorpusError
 
 THREADS = max(1, min(8, (os.cpu_count() or 1) // 2))  # row groups decoded at once
 BYTES_AHEAD = 1 << 30  # the decoded column bytes read ahead of the consumer (at least one task)
-LARGE_GROUP = 256 << 20  # a row group this large is read batch by batch on its turn, not ahead
+LARGE_GROUP = 256 << 20  # a row group this large is read batch by batch, by a thread of its own
+LARGE_DEPTH = 2  # batches such a thread reads ahead of the consumer
 
 
 class _Task(NamedTuple):
@@ -31,19 +34,24 @@ class _Task(NamedTuple):
     large: bool
     error: CorpusError | None = None  # the file cannot be read: raised at its turn
 
+    def held(self, window_bytes: int) -> int:
+        """The bytes it holds while read ahead (a large group: its thread's batches)."""
+        return (LARGE_DEPTH + 2) * window_bytes if self.large else self.nbytes
+
 
 class ParquetAhead:
     """The windows of the parquet inputs among `paths` (`windows(fi)`, taken in input order):
     consecutive row groups of about a window's bytes per task, THREADS tasks decoded at once
-    within BYTES_AHEAD. A file's error (no pyarrow, not parquet, no such column, a null, invalid
-    UTF-8) is raised at its turn."""
+    within BYTES_AHEAD; a LARGE_GROUP read in batches by a thread of its own, within the same
+    budget. A file's error (no pyarrow, not parquet, no such column, a null, invalid UTF-8) is
+    raised at its turn."""
 
     def __init__(self, paths: Sequence[Path], field: str | None, window_bytes: int):
         self.field, self.window_bytes = field, window_bytes
         self._plans = ((fi, p) for fi, p in enumerate(paths) if p.suffix == ".parquet")
         self._tasks: collections.deque = collections.deque()  # planned, not yet submitted
-        self._ahead: collections.deque = collections.deque()  # (task, future or None)
-        self._held = 0  # bytes of the tasks decoded ahead (a large group's are read on its turn)
+        self._ahead: collections.deque = collections.deque()  # (task, future / batches / None)
+        self._held = 0  # bytes of the tasks read ahead
         self._pool = ThreadPoolExecutor(THREADS, "blockbpe-parquet")
 
     def windows(self, fi: int) -> Iterator[Window]:
@@ -51,28 +59,30 @@ class ParquetAhead:
         while self._ahead and self._ahead[0][0].fi < fi:  # (inputs never taken)
             self._pop()
         while self._ahead and self._ahead[0][0].fi == fi:
-            task, future = self._pop()
+            task, work = self._pop()
             if task.error is not None:
                 raise task.error
             if task.large:
-                yield from self._batches(task)
+                yield from work
                 continue
-            parts = future.result()
+            parts = work.result()
             if isinstance(parts, CorpusError):
                 raise parts
             yield from self._cut(parts, task.fi)
 
     def close(self) -> None:
-        for _, future in self._ahead:
-            if future is not None:
-                future.cancel()
+        for task, work in self._ahead:
+            if task.large:
+                stop_background(work)
+            elif work is not None:
+                work.cancel()
         # (no thread left inside pyarrow when the process ends)
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._ahead.clear()
 
     def _pop(self):
         item = self._ahead.popleft()
-        self._held -= 0 if item[0].large else item[0].nbytes
+        self._held -= item[0].held(self.window_bytes)
         self._top_up()
         return item
 
@@ -85,12 +95,17 @@ class ParquetAhead:
                 self._tasks.extend(self._plan(*plan))
                 continue
             task = self._tasks[0]
-            if self._ahead and self._held + task.nbytes > BYTES_AHEAD:
+            if self._ahead and self._held + task.held(self.window_bytes) > BYTES_AHEAD:
                 return
             self._tasks.popleft()
-            ready = task.large or task.error is not None
-            self._ahead.append((task, None if ready else self._pool.submit(self._read, task)))
-            self._held += 0 if task.large else task.nbytes
+            if task.error is not None:
+                work = None
+            elif task.large:
+                work = in_background(self._batches(task), LARGE_DEPTH, "blockbpe-parquet-large")
+            else:
+                work = self._pool.submit(self._read, task)
+            self._ahead.append((task, work))
+            self._held += task.held(self.window_bytes)
 
     def _open(self, path: Path, metadata=None):
         """(pyarrow, the ParquetFile, the column's index); CorpusError where the file or the
@@ -191,14 +206,15 @@ class ParquetAhead:
                 a = b
 
     def _batches(self, task: _Task) -> Iterator[Window]:
-        """A large row group, batch by batch of about window_bytes on the consumer's turn."""
+        """A large row group, batch by batch of about window_bytes (its thread's)."""
         path = task.path
         pa, pf, _ = self._open(path, task.meta)
         rows = task.meta.row_group(task.groups[0]).num_rows
         rows = max(1, min(1 << 20, self.window_bytes * rows // max(task.nbytes, 1)))
         row = task.row
         try:
-            for batch in pf.iter_batches(batch_size=rows, row_groups=task.groups, columns=[self.field]):
+            batches = pf.iter_batches(rows, task.groups, [self.field], use_threads=False)
+            for batch in batches:
                 yield from self._cut(self._checked(pa, [batch.column(0)], path, row), task.fi)
                 row += batch.num_rows
         except CorpusError:

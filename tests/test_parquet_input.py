@@ -107,10 +107,17 @@ def test_error_at_its_turn(tmp_path, small_limits):
     assert message == f"{null}: row 437: column 'text' is null"
 
 
-def test_stopped_early_leaves_no_thread(tmp_path, small_limits):
-    """A job that stops after its first window stops the decoding threads."""
+@pytest.mark.parametrize("group", [100, 3000])
+def test_stopped_early_leaves_no_thread(tmp_path, small_limits, group):
+    """A job that stops after its first window stops the decoding threads (small row groups:
+    the pool's; large ones: each large group's own)."""
     path = tmp_path / "many.parquet"
-    pq.write_table(pa.table({"text": texts(9, 4000)}), path, row_group_size=100)
+    pq.write_table(pa.table({"text": texts(9, 6000)}), path, row_group_size=group)
+    sizes = pq.ParquetFile(path).metadata
+    large = [
+        sizes.row_group(g).total_byte_size >= parquet_input.LARGE_GROUP for g in range(sizes.num_row_groups)
+    ]
+    assert all(large) if group == 3000 else not any(large)
     windows = documents.iter_windows([path, path, path], jsonl_field="text", window_bytes=2048)
     next(windows)
     assert any(t.name.startswith("blockbpe-parquet") for t in threading.enumerate())
