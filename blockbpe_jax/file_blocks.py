@@ -1,5 +1,5 @@
 """The corpus job's input files: checked (`check_inputs`: regular files, or streams read once as
-they come: a pipe, `-` for standard input) and read as blocks of whole lines (the reader's unit)
+they come: a pipe, `-` for standard input; a directory, the files under it) and read as blocks of whole lines (the reader's unit)
 into buffers used in turn, a plain file's large reads made by threads (`read_at`), a pipe or
 decompressed stream read as a stream."""
 
@@ -21,9 +21,10 @@ STDIN = Path("/dev/stdin")  # the input `-` names
 
 def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """The inputs as paths (`-`: standard input), each a readable regular file or a stream (a
-    pipe, a terminal: read once, as it comes, so named once); a one-line CorpusError otherwise.
-    (A corpus may be many thousands of small files: one stat each, made on the path's string; a
-    Path made again, or asked for its string, costs as much again on Python 3.12.)"""
+    pipe, a terminal: read once, as it comes, so named once), a directory standing for the files
+    under it (`files_under`); a one-line CorpusError otherwise. (A corpus may be many thousands
+    of small files: one stat each, made on the path's string; a Path made again, or asked for
+    its string, costs as much again on Python 3.12.)"""
     out, streams = [], set()
     for p in paths:
         name = os.fspath(p)
@@ -39,9 +40,12 @@ def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
         except (FileNotFoundError, NotADirectoryError):
             raise CorpusError(f"{p}: no such file") from None
         except OSError as e:
-            raise CorpusError(f"{p}: cannot read: {(e.strerror or type(e).__name__).lower()}") from None
+            raise CorpusError(f"{p}: cannot read: {_reason(e)}") from None
+        if stat.S_ISDIR(mode):
+            out += files_under(p)
+            continue
         if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)):
-            raise CorpusError(f"{p}: not a regular file or a stream")
+            raise CorpusError(f"{p}: not a regular file, a stream or a directory")
         if not os.access(name, os.R_OK):
             raise CorpusError(f"{p}: cannot read: permission denied")
         if not stat.S_ISREG(mode):
@@ -50,6 +54,45 @@ def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
             streams.add(p)
         out.append(p)
     return out
+
+
+# Names a directory input leaves out, as pyarrow's datasets do: hidden files and the metadata
+# data tools write beside their output (.crc, _SUCCESS, _metadata, _delta_log).
+LEFT_OUT = (".", "_")
+
+
+def files_under(directory: Path) -> list[Path]:
+    """The regular files under a directory input (symbolic links to files included), in the
+    order of their paths' parts; names starting with LEFT_OUT left out, and with them whatever
+    is under such a directory. CorpusError where a folder cannot be read or none is found."""
+
+    def cannot(e: OSError):
+        raise CorpusError(f"{e.filename}: cannot read: {_reason(e)}")
+
+    found = []
+    for folder, dirs, files in os.walk(directory, onerror=cannot):
+        dirs[:] = [d for d in dirs if not d.startswith(LEFT_OUT)]
+        for f in files:
+            path = os.path.join(folder, f)
+            if f.startswith(LEFT_OUT):
+                continue
+            if not os.path.isfile(path):  # (a FIFO, a socket: left out; a broken link: an error)
+                if os.path.islink(path) and not os.path.exists(path):
+                    raise CorpusError(f"{path}: no such file (a broken symbolic link)")
+                continue
+            if not os.access(path, os.R_OK):
+                raise CorpusError(f"{path}: cannot read: permission denied")
+            found.append(path)
+    if not found:
+        raise CorpusError(
+            f"{directory}: a directory with no input files (names starting with . or _ left out)"
+        )
+    found.sort(key=lambda name: name.split(os.sep))
+    return [Path(name) for name in found]
+
+
+def _reason(e: OSError) -> str:
+    return (e.strerror or type(e).__name__).lower()
 
 
 def regular_file_size(path: Path) -> int | None:

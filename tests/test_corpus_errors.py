@@ -42,6 +42,9 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[list, str]]:
     loop.symlink_to(loop)
     done.mkdir()
     (done / "shard.json").write_text("{}")
+    empty = tmp / "empty"
+    empty.mkdir()
+    (empty / "_SUCCESS").write_bytes(b"")
     good = write("good.txt", b"hello\n")
     long_line = write("long.txt", b"ok\n\nshort\n" + b"x" * 40 + b"\nok\n")
     J = ["--jsonl-field", "text"]
@@ -55,7 +58,10 @@ def bad_inputs(tmp: Path) -> dict[str, tuple[list, str]]:
         eof_error = str(e)
     return {
         "missing": ([tmp / "nope.txt"], f"{tmp / 'nope.txt'}: no such file"),
-        "directory": ([done], f"{done}: not a regular file or a stream"),
+        "directory": (
+            [empty],
+            f"{empty}: a directory with no input files (names starting with . or _ left out)",
+        ),
         "first_bad_input": ([good, tmp / "nope2.txt", done], f"{tmp / 'nope2.txt'}: no such file"),
         "symlink_loop": ([loop], f"{loop}: cannot read: too many levels of symbolic links"),
         "not_gzip": ([not_gz], f"{not_gz}: cannot read: Not a gzipped file (b'pl')"),

@@ -160,6 +160,7 @@ def add_parsers(sub) -> None:
         nargs="+",
         metavar="FILE",
         help="UTF-8 text or JSONL files (.gz, .zst ok), .parquet files (with --field; needs pyarrow), "
+        "directories (the files under them, in path order; names starting with . or _ left out), "
         "or streams read once as they come: a pipe, `-` for standard input (e.g. `zstd -dc *.zst | ... -`)",
     )
     e.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
