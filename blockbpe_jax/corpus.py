@@ -216,6 +216,19 @@ def encode_files_to_arrays(
     return writer.finish({})
 
 
+def encode_arrow(tok, column, *, window_bytes=WINDOW_BYTES, **engine) -> tuple[np.ndarray, np.ndarray]:
+    """`encode_files_to_arrays` on an Arrow string column in memory (a pyarrow Array or
+    ChunkedArray of string, large_string or string_view: a datasets.Dataset's
+    `ds.data.column("text")`, a table read by pyarrow): its rows go to the engine as views of the
+    column's buffers, no Python object per row; document j is row j (a null: CorpusError naming
+    its row). engine: as encode_files' (mode, allowed_special, max_len, batch_bytes, ...)."""
+    from .parquet_input import column_windows  # (pyarrow only when asked for)
+
+    writer = ArraysWriter(tok.vocab.n_vocab, input_bytes=int(getattr(column, "nbytes", 0)))
+    encode_documents(tok, column_windows(column, window_bytes), writer, [Path("encode_arrow")], **engine)
+    return writer.finish({})
+
+
 def _input_bytes(paths: Sequence[Path]) -> int | None:
     """The inputs' size, where it is that of their documents (None for compressed inputs and streams)."""
     if any(is_compressed(p) or p.suffix == ".parquet" for p in paths):

@@ -68,7 +68,7 @@ class ParquetAhead:
             parts = work.result()
             if isinstance(parts, CorpusError):
                 raise parts
-            yield from self._cut(parts, task.fi)
+            yield from cut_windows(parts, task.fi, self.window_bytes)
 
     def close(self) -> None:
         for task, work in self._ahead:
@@ -127,8 +127,7 @@ class ParquetAhead:
         if self.field not in names:
             raise CorpusError(f"{path}: no column {self.field!r} (--field); columns: {', '.join(names)}")
         kind = pf.schema_arrow.field(self.field).type
-        is_view = getattr(pa.types, "is_string_view", lambda t: False)  # (pyarrow >= 16)
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind)):
+        if not _is_string(pa, kind):
             raise CorpusError(f"{path}: column {self.field!r} is {kind}, not a string")
         return pa, pf, names.index(self.field)
 
@@ -161,7 +160,7 @@ class ParquetAhead:
         return tasks
 
     def _read(self, task: _Task):
-        """(on a pool thread) The task's column checked (`_checked`), or the CorpusError."""
+        """(on a pool thread) The task's column checked (`checked_strings`), or the CorpusError."""
         path = task.path
         try:
             pa, pf, _ = self._open(path, task.meta)
@@ -171,39 +170,9 @@ class ParquetAhead:
                 raise CorpusError(f"{path}: cannot read parquet: {one_line(e)}") from None
             finally:
                 pf.close()
-            return self._checked(pa, column.chunks, path, task.row)
+            return checked_strings(pa, column.chunks, path, f"column {self.field!r}", task.row)
         except CorpusError as e:
             return e
-
-    def _checked(self, pa, chunks: list, path: Path, row: int) -> list[tuple]:
-        """A column's chunks (`row`: the first's row in the file; pyarrow gives one chunk per
-        read unless its strings pass 2 GiB) checked (no nulls, valid UTF-8) -> (bytes, offsets,
-        first row) of each."""
-        parts = []
-        for chunk in chunks:
-            if chunk.null_count:
-                first = row + int(np.flatnonzero(np.asarray(chunk.is_null()))[0])
-                raise CorpusError(f"{path}: row {first}: column {self.field!r} is null")
-            try:
-                chunk.validate(full=True)
-            except pa.ArrowInvalid as e:
-                raise CorpusError(
-                    f"{path}: column {self.field!r} is not valid UTF-8: {one_line(e)}"
-                ) from None
-            parts.append((*arrow_strings(chunk.cast(pa.large_string())), row))
-            row += len(chunk)
-        return parts
-
-    def _cut(self, parts: list, fi: int) -> Iterator[Window]:
-        """Each (bytes, offsets, first row) as windows of about window_bytes (views)."""
-        for data, offsets, row in parts:
-            a, rows = 0, len(offsets) - 1
-            while a < rows:  # (a row larger than a window is a window)
-                b = max(a + 1, int(np.searchsorted(offsets, offsets[a] + self.window_bytes, "right")) - 1)
-                lo, hi = int(offsets[a]), int(offsets[b])
-                positions = np.arange(row + a, row + b, dtype=np.int64)
-                yield Window(data[lo:hi], offsets[a : b + 1] - lo, positions, fi, hi - lo)
-                a = b
 
     def _batches(self, task: _Task) -> Iterator[Window]:
         """A large row group, batch by batch of about window_bytes (its thread's)."""
@@ -215,7 +184,11 @@ class ParquetAhead:
         try:
             batches = pf.iter_batches(rows, task.groups, [self.field], use_threads=False)
             for batch in batches:
-                yield from self._cut(self._checked(pa, [batch.column(0)], path, row), task.fi)
+                yield from cut_windows(
+                    checked_strings(pa, [batch.column(0)], path, f"column {self.field!r}", row),
+                    task.fi,
+                    self.window_bytes,
+                )
                 row += batch.num_rows
         except CorpusError:
             raise
@@ -223,6 +196,70 @@ class ParquetAhead:
             raise CorpusError(f"{path}: cannot read parquet: {one_line(e)}") from None
         finally:
             pf.close()
+
+
+def checked_strings(pa, chunks: list, where, what: str, row: int) -> list[tuple]:
+    """A string column's chunks (`row`: the first's row; pyarrow gives one chunk per read unless
+    its strings pass 2 GiB) checked (no nulls, valid UTF-8) -> (bytes, offsets, first row) of
+    each; the CorpusError names `where` (the file), the row and `what` (the column)."""
+    parts = []
+    for chunk in chunks:
+        if chunk.null_count:
+            first = row + int(np.flatnonzero(np.asarray(chunk.is_null()))[0])
+            raise CorpusError(f"{where}: row {first}: {what} is null")
+        try:
+            chunk.validate(full=True)
+        except pa.ArrowInvalid as e:
+            raise CorpusError(f"{where}: {what} is not valid UTF-8: {one_line(e)}") from None
+        parts.append((*arrow_strings(chunk.cast(pa.large_string())), row))
+        row += len(chunk)
+    return parts
+
+
+def cut_windows(parts: list, fi: int, window_bytes: int) -> Iterator[Window]:
+    """Each (bytes, offsets, first row) as windows of about window_bytes (views)."""
+    for data, offsets, row in parts:
+        a, rows = 0, len(offsets) - 1
+        while a < rows:  # (a row larger than a window is a window)
+            b = max(a + 1, int(np.searchsorted(offsets, offsets[a] + window_bytes, "right")) - 1)
+            lo, hi = int(offsets[a]), int(offsets[b])
+            positions = np.arange(row + a, row + b, dtype=np.int64)
+            yield Window(data[lo:hi], offsets[a : b + 1] - lo, positions, fi, hi - lo)
+            a = b
+
+
+def column_windows(column, window_bytes: int) -> Iterator[Window]:
+    """An Arrow string column in memory (an Array or ChunkedArray of string, large_string or
+    string_view) as windows of views of its buffers (`corpus.encode_arrow`); consecutive small
+    chunks (a datasets.Dataset's are of 1000 rows) copied together into one window's, as each
+    window costs the engine milliseconds. TypeError for anything else, CorpusError naming the
+    row of a null."""
+    import pyarrow as pa
+
+    if not isinstance(column, (pa.Array, pa.ChunkedArray)):
+        raise TypeError(
+            f"encode_arrow: expected a pyarrow Array or ChunkedArray, got {type(column).__name__}"
+        )
+    if not _is_string(pa, column.type):
+        raise TypeError(f"encode_arrow: the column is {column.type}, not a string column")
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    group, held, row = [], 0, 0
+    for chunk in [*chunks, None]:
+        if group and (chunk is None or held + chunk.nbytes > window_bytes):
+            one = group[0] if len(group) == 1 else pa.concat_arrays(group)
+            yield from cut_windows(
+                checked_strings(pa, [one], "encode_arrow", "the column", row), 0, window_bytes
+            )
+            row += len(one)
+            group, held = [], 0
+        if chunk is not None:
+            group.append(chunk)
+            held += chunk.nbytes
+
+
+def _is_string(pa, kind) -> bool:
+    is_view = getattr(pa.types, "is_string_view", lambda t: False)  # (pyarrow >= 16)
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind)
 
 
 def arrow_strings(column) -> tuple[np.ndarray, np.ndarray]:

@@ -1,20 +1,25 @@
 """Parquet inputs read ahead (blockbpe_jax/parquet_input.py): row groups gathered into tasks of
-about a window, decoded on several threads in input order, a large row group read batch by
-batch on its turn. The documents, rows and inputs must be those pyarrow reads, whatever the
-layout; a file's error comes at its turn, after every earlier document."""
+about a window, decoded on several threads in input order, a large row group read in batches by
+a thread of its own. The documents, rows and inputs must be those pyarrow reads, whatever the
+layout; a file's error comes at its turn, after every earlier document. An Arrow column in
+memory (`corpus.encode_arrow`): the ids of the same texts read from JSONL."""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
 import pytest
 
-from blockbpe_jax import documents, parquet_input
+from blockbpe_jax import corpus, documents, parquet_input
 from blockbpe_jax.shards import CorpusError
+
+import corpus_shared
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
+root, r50k = corpus_shared.root, corpus_shared.r50k  # (module-scoped fixtures, requested by name)
 
 
 def texts(seed: int, n: int) -> list[str]:
@@ -62,9 +67,8 @@ def test_layouts_give_pyarrows_rows(tmp_path, small_limits):
             want_rows += [1, 3]
             want_files += [len(paths) - 1] * 2
         paths.append(path)
-        kept = [i for i in range(n)]
-        want_texts += [rows[i] for i in kept]
-        want_rows += kept
+        want_texts += rows
+        want_rows += list(range(n))
         want_files += [len(paths) - 1] * n
     assert pq.ParquetFile(tmp_path / "tiny.parquet").metadata.num_row_groups > 10
     got_texts, got_rows, got_files, windows = read(paths)
@@ -123,3 +127,39 @@ def test_stopped_early_leaves_no_thread(tmp_path, small_limits, group):
     assert any(t.name.startswith("blockbpe-parquet") for t in threading.enumerate())
     windows.close()
     assert not any(t.name.startswith("blockbpe-parquet") for t in threading.enumerate())
+
+
+def test_encode_arrow_an_in_memory_column(tmp_path, r50k):
+    """corpus.encode_arrow on string, large_string, sliced and chunked columns (windows cut
+    within and across chunks): the ids and offsets of the same texts as a JSONL file."""
+    rows = texts(11, 3000)
+    src = tmp_path / "same.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in rows))
+    want_ids, want_offsets = r50k.encode_files_to_arrays([src], jsonl_field="text")
+    assert len(want_offsets) == len(rows) + 1  # (an empty string is a document too)
+    columns = {
+        "string": pa.array(rows, pa.string()),
+        "large_string": pa.array(rows, pa.large_string()),
+        "sliced": pa.array(["drop me"] * 7 + rows, pa.string()).slice(7),
+        "chunked": pa.chunked_array(
+            [pa.array(rows[:1000]), pa.array(rows[1000:1001]), pa.array(rows[1001:])]
+        ),
+        "small chunks": pa.chunked_array([pa.array(rows[i : i + 7]) for i in range(0, len(rows), 7)]),
+    }
+    # (small chunks gathered into windows of about 64 KiB, not a window or more per chunk)
+    one = len(list(parquet_input.column_windows(columns["string"], 1 << 16)))
+    assert one < len(columns["small chunks"].chunks) // 4
+    assert len(list(parquet_input.column_windows(columns["small chunks"], 1 << 16))) <= 2 * one
+    for name, column in columns.items():
+        ids, offsets = corpus.encode_arrow(r50k, column, window_bytes=4096)
+        np.testing.assert_array_equal(offsets, want_offsets, err_msg=name)
+        np.testing.assert_array_equal(ids, want_ids, err_msg=name)
+
+
+def test_encode_arrow_errors(r50k):
+    with pytest.raises(CorpusError, match=r"^encode_arrow: row 1002: the column is null$"):
+        corpus.encode_arrow(r50k, pa.chunked_array([pa.array(["a"] * 1000), pa.array(["b", "c", None])]))
+    with pytest.raises(TypeError, match="the column is int64, not a string column"):
+        corpus.encode_arrow(r50k, pa.array([1, 2]))
+    with pytest.raises(TypeError, match="expected a pyarrow Array or ChunkedArray, got list"):
+        corpus.encode_arrow(r50k, ["a", "b"])
