@@ -14,7 +14,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from .background import in_background, stop_background
+from .background import in_background, map_in_background, stop_background
 from .documents import Window, one_line
 from .shards import CorpusError
 
@@ -230,10 +230,11 @@ def cut_windows(parts: list, fi: int, window_bytes: int) -> Iterator[Window]:
 
 def column_windows(column, window_bytes: int) -> Iterator[Window]:
     """An Arrow string column in memory (an Array or ChunkedArray of string, large_string or
-    string_view) as windows of views of its buffers (`corpus.encode_arrow`); consecutive small
-    chunks (a datasets.Dataset's are of 1000 rows) copied together into one window's, as each
-    window costs the engine milliseconds. TypeError for anything else, CorpusError naming the
-    row of a null."""
+    string_view) as windows of views of its buffers (`corpus.encode_arrow`): cut into pieces of
+    about window_bytes, consecutive small chunks (a datasets.Dataset's are of 1000 rows) copied
+    together into one, as each window costs the engine milliseconds; the pieces checked and
+    joined on THREADS threads, in order. TypeError for anything else, CorpusError naming the row
+    of a null."""
     import pyarrow as pa
 
     if not isinstance(column, (pa.Array, pa.ChunkedArray)):
@@ -243,18 +244,32 @@ def column_windows(column, window_bytes: int) -> Iterator[Window]:
     if not _is_string(pa, column.type):
         raise TypeError(f"encode_arrow: the column is {column.type}, not a string column")
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    group, held, row = [], 0, 0
-    for chunk in [*chunks, None]:
-        if group and (chunk is None or held + chunk.nbytes > window_bytes):
-            one = group[0] if len(group) == 1 else pa.concat_arrays(group)
-            yield from cut_windows(
-                checked_strings(pa, [one], "encode_arrow", "the column", row), 0, window_bytes
-            )
-            row += len(one)
-            group, held = [], 0
-        if chunk is not None:
-            group.append(chunk)
-            held += chunk.nbytes
+
+    def pieces() -> Iterator[tuple[int, list]]:  # (first row, slices to join), in order
+        group, held, row = [], 0, 0
+        for chunk in chunks:
+            step = max(1, -(-len(chunk) // max(1, -(-chunk.nbytes // window_bytes))))
+            for a in range(0, len(chunk), step):
+                piece = chunk.slice(a, step)
+                if group and held + piece.nbytes > window_bytes:
+                    yield row, group
+                    row, group, held = row + sum(map(len, group)), [], 0
+                group.append(piece)
+                held += piece.nbytes
+        if group:
+            yield row, group
+
+    def checked(item) -> list:
+        row, group = item
+        one = group[0] if len(group) == 1 else pa.concat_arrays(group)
+        return checked_strings(pa, [one], "encode_arrow", "the column", row)
+
+    ready = map_in_background(checked, pieces(), THREADS, 2, "blockbpe-arrow")
+    try:
+        for parts in ready:
+            yield from cut_windows(parts, 0, window_bytes)
+    finally:
+        stop_background(ready)
 
 
 def _is_string(pa, kind) -> bool:

@@ -156,6 +156,16 @@ def test_encode_arrow_an_in_memory_column(tmp_path, r50k):
         np.testing.assert_array_equal(ids, want_ids, err_msg=name)
 
 
+def test_encode_arrow_empty_and_stopped(r50k):
+    for empty in (pa.array([], pa.string()), pa.chunked_array([], pa.large_string())):
+        ids, offsets = corpus.encode_arrow(r50k, empty)
+        assert len(ids) == 0 and offsets.tolist() == [0]
+    windows = parquet_input.column_windows(pa.array(["x" * 100] * 100_000), 4096)
+    next(windows)
+    windows.close()  # (its checking threads stop with it)
+    assert not any(t.name.startswith("blockbpe-arrow") for t in threading.enumerate())
+
+
 def test_encode_arrow_errors(r50k):
     with pytest.raises(CorpusError, match=r"^encode_arrow: row 1002: the column is null$"):
         corpus.encode_arrow(r50k, pa.chunked_array([pa.array(["a"] * 1000), pa.array(["b", "c", None])]))
