@@ -2,7 +2,8 @@
 column's own Arrow buffers. Row groups decode independently and without the GIL, so the
 parquet inputs' row groups are read on several threads ahead of their turn, in input order
 (one thread decodes a column at a few hundred MB/s: a fraction of what the job encodes); a row
-group too large to hold whole is read in batches by a thread of its own."""
+group too large to hold whole is read in batches by a thread of its own. An Arrow column already
+in memory (`corpus.encode_arrow`) is cut into windows the same way (`column_windows`)."""
 
 from __future__ import annotations
 
