@@ -29,7 +29,7 @@ import blockbpe_jax as bb
 from blockbpe_jax import testing
 
 import families
-from helpers import BACKENDS, CPU, FULL, MIXED, assert_same, corpus_texts
+from helpers import BACKENDS, CPU, FULL, MIXED, assert_same, corpus_texts, vocab_path
 from strategies import family_texts, fuzz
 
 
@@ -110,7 +110,7 @@ def test_fuzz_tekken(tekken, texts):
 
 
 @pytest.fixture(scope="module")
-def harmony(data_dir):
+def harmony():
     pytest.importorskip("tiktoken")
     import tiktoken.load
 
@@ -120,7 +120,7 @@ def harmony(data_dir):
         pytest.skip("tiktoken_ext.openai_public is not importable")
     if not hasattr(openai_public, "o200k_harmony"):
         pytest.skip("this tiktoken has no o200k_harmony")
-    path = data_dir / "vocab" / "tiktoken" / "o200k_base.tiktoken"
+    path = vocab_path("o200k")  # (skips where the shared data lacks it)
     ranks = tiktoken.load.load_tiktoken_bpe(str(path))
     real = openai_public.load_tiktoken_bpe
     openai_public.load_tiktoken_bpe = lambda *args, **kwargs: ranks
