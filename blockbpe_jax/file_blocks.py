@@ -62,16 +62,23 @@ LEFT_OUT = (".", "_")
 
 
 def files_under(directory: Path) -> list[Path]:
-    """The regular files under a directory input (symbolic links to files included), in the
-    order of their paths' parts; names starting with LEFT_OUT left out, and with them whatever
-    is under such a directory. CorpusError where a folder cannot be read or none is found."""
+    """The regular files under a directory input, in the order of their paths' parts; symbolic
+    links followed (each folder read once: a link back up the tree is not a loop); names
+    starting with LEFT_OUT left out, and with them whatever is under such a folder. CorpusError
+    where a folder cannot be read or no file is found."""
 
     def cannot(e: OSError):
         raise CorpusError(f"{e.filename}: cannot read: {_reason(e)}")
 
-    found = []
-    for folder, dirs, files in os.walk(directory, onerror=cannot):
-        dirs[:] = [d for d in dirs if not d.startswith(LEFT_OUT)]
+    def first_visit(folder: str) -> bool:
+        st = os.stat(folder)
+        key = (st.st_dev, st.st_ino)
+        return key not in seen and not seen.add(key)
+
+    found, seen = [], set()
+    first_visit(directory)
+    for folder, dirs, files in os.walk(directory, onerror=cannot, followlinks=True):
+        dirs[:] = [d for d in dirs if not d.startswith(LEFT_OUT) and first_visit(os.path.join(folder, d))]
         for f in files:
             path = os.path.join(folder, f)
             if f.startswith(LEFT_OUT):

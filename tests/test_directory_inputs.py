@@ -28,8 +28,9 @@ def lines(*texts: str) -> bytes:
 
 @pytest.fixture
 def tree(tmp_path):
-    """data/ with nested folders, compressed files, a link to a file outside, a FIFO, hidden
-    and `_` names -> (the folder, the files a job reads, in order)."""
+    """data/ with nested folders, compressed files, links to a file and a folder outside and
+    one back up the tree, a FIFO, hidden and `_` names -> (the folder, the files a job reads,
+    in order)."""
     d = tmp_path / "data"
     (d / "sub" / "deeper").mkdir(parents=True)
     (d / ".git").mkdir()
@@ -45,7 +46,13 @@ def tree(tmp_path):
     for left_out in (".hidden.jsonl", "_SUCCESS", ".git/HEAD", "_tmp/part.jsonl", "sub/.c.jsonl.crc"):
         (d / left_out).write_bytes(b"not a document\n")
     os.mkfifo(d / "sub" / "fifo")  # (not a regular file: left out, never opened)
-    want = ["a.jsonl", "b.jsonl", "link.jsonl", "sub/c.jsonl", "sub/deeper/d.jsonl", "z.jsonl.gz"]
+    (d / "sub" / "deeper" / "up").symlink_to(d / "sub")  # (a link back up the tree: not a loop)
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "e.jsonl").write_bytes(lines("in a linked folder"))
+    (d / "linked").symlink_to(extra)
+    want = ["a.jsonl", "b.jsonl", "link.jsonl", "linked/e.jsonl", "sub/c.jsonl", "sub/deeper/d.jsonl"]
+    want += ["z.jsonl.gz"]
     return d, [d / name for name in want]
 
 
@@ -69,7 +76,8 @@ def test_the_command_on_a_directory(tree, tmp_path, root, r50k, capsys):
     assert cli.main(named) == 0, capsys.readouterr().err
     got = [a.tolist() for a in corpus.read_shards(tmp_path / "o1" / "shard")]
     assert got == [a.tolist() for a in corpus.read_shards(tmp_path / "o2" / "shard")]
-    texts = ["first file", "bee", "second of b", "through a link", "in sub", "ünïcödé 🎉", "deeper"]
+    texts = ["first file", "bee", "second of b", "through a link", "in a linked folder", "in sub"]
+    texts += ["ünïcödé 🎉", "deeper"]
     texts += ["zipped", "last"]
     assert got == encode_batch_ids(r50k, [t.encode() for t in texts])
     meta = json.loads((tmp_path / "o1" / "shard.json").read_text())
