@@ -2,7 +2,8 @@
 """The corpus job in memory (`Tokenizer.encode_files_to_arrays`) on the same documents in the
 shapes users bring them: one plain JSONL file, 8 plain files, 8 .jsonl.gz (gzip -6), 8 .jsonl.zst
 (when `zstandard` is installed), 8 .parquet files (zstd, row groups of 8192 documents; when `pyarrow`
-is installed) and many small files (~50 KB each). MB/s of uncompressed input (parquet: of text),
+is installed), the same documents as an Arrow column in memory (`corpus.encode_arrow`) and many
+small files (~50 KB each). MB/s of uncompressed input (parquet, Arrow: of text),
 median of --reps warm runs; the ids and offsets of every shape checked equal to the one file's.
 
     python3 benchmarks/corpus_inputs.py --out DIR [--mb 1000] [--small-mb 60] [--reps 3]
@@ -29,6 +30,7 @@ sys.path.insert(0, str(HERE.parent))
 from corpora import build_mixed, source_texts  # noqa: E402
 
 import blockbpe_jax as bb  # noqa: E402
+from blockbpe_jax import corpus  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
 
 
@@ -79,6 +81,11 @@ def main() -> None:
             part = pa.array(docs[k * len(docs) // 8 : (k + 1) * len(docs) // 8], pa.large_string())
             text_bytes += part.buffers()[2].size
             pq.write_table(pa.table({"text": part}), path, compression="zstd", row_group_size=8192)
+        # in memory (corpus.encode_arrow): one array, and a datasets.Dataset's 1000-row chunks
+        shapes["arrow column, one array"] = pa.array(docs, pa.large_string())
+        shapes["arrow column, 1000-row chunks"] = pa.chunked_array(
+            [pa.array(docs[i : i + 1000]) for i in range(0, len(docs), 1000)]
+        )
     except ImportError:
         print("pyarrow not installed: no .parquet shape")
     del docs
@@ -93,11 +100,15 @@ def main() -> None:
     tok = bb.Tokenizer.from_file(data_dir() / "vocab/tiktoken/cl100k_base.tiktoken")
     rows, want = [], {}
     for name, paths in shapes.items():
-        nbytes = len(small) if "small" in name else text_bytes if "parquet" in name else len(data)
+        text = "parquet" in name or "arrow" in name
+        nbytes = len(small) if "small" in name else text_bytes if text else len(data)
         times = []
         for rep in range(args.reps + 1):  # (the first run compiles and allocates: not counted)
             t = time.perf_counter()
-            ids, offsets = tok.encode_files_to_arrays(paths, jsonl_field="text")
+            if "arrow" in name:
+                ids, offsets = corpus.encode_arrow(tok, paths)
+            else:
+                ids, offsets = tok.encode_files_to_arrays(paths, jsonl_field="text")
             if rep:
                 times.append(time.perf_counter() - t)
         key = "small" if "small" in name else "all"
@@ -106,10 +117,11 @@ def main() -> None:
         equal = bool(len(ids) == len(want[key][0]) and (ids == want[key][0]).all())
         equal = equal and bool(len(offsets) == len(want[key][1]) and (offsets == want[key][1]).all())
         median = statistics.median(times)
+        files = 0 if "arrow" in name else len(paths)  # (in memory)
         rows.append(
             dict(
                 shape=name,
-                files=len(paths),
+                files=files,
                 bytes=nbytes,
                 median_s=median,
                 mb_s=nbytes / median / 1e6,
@@ -118,7 +130,7 @@ def main() -> None:
             )
         )
         print(
-            f"{name:36s} {len(paths):6d} files {nbytes / 1e6:8.1f} MB  median {median:7.3f} s "
+            f"{name:36s} {files:6d} files {nbytes / 1e6:8.1f} MB  median {median:7.3f} s "
             f"{nbytes / median / 1e6:8.0f} MB/s  ids equal: {equal}",
             flush=True,
         )
