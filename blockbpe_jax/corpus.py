@@ -30,7 +30,7 @@ from .documents import (
     iter_windows,
     parse_split,
 )
-from .file_blocks import check_inputs, regular_file_size
+from .file_blocks import check_inputs, first_stream, regular_file_size
 from .padded_shards import PaddedWriter
 from .shards import (
     ArraysWriter,
@@ -371,9 +371,9 @@ def verify(prefix: str | os.PathLike, tok, *, sample: int = 1000, seed: int = 0)
     picks = sorted(random.Random(seed).sample(range(n), min(max(sample, 0), n)))
     split, chunk = parse_split(meta["split"])
     paths = check_inputs(meta["inputs"])
-    for p in paths:
-        if regular_file_size(p) is None:
-            raise VerifyError(f"{p}: a stream (standard input, a pipe) cannot be read again to verify")
+    stream = first_stream(paths)
+    if stream is not None:
+        raise VerifyError(f"{stream}: a stream (standard input, a pipe) cannot be read again to verify")
     docs, want = {}, set(picks)
     for i, d in enumerate(iter_documents(paths, split, chunk, meta.get("jsonl_field"))):
         if i >= n:

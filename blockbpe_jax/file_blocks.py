@@ -112,6 +112,11 @@ def regular_file_size(path: Path) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
+def first_stream(paths: Sequence[Path]) -> Path | None:
+    """The first input that is a stream (read once: `verify` cannot read it again), or None."""
+    return next((p for p in paths if regular_file_size(p) is None), None)
+
+
 BLOCK_BUFFERS = 4  # the reader's buffers, used in turn
 
 

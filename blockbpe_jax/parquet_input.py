@@ -109,10 +109,9 @@ class ParquetAhead:
             self._held += task.held(self.window_bytes)
 
     def _open(self, path: Path, metadata=None):
-        """(pyarrow, the ParquetFile, the column's index); CorpusError where the file or the
-        column is not what the job reads."""
+        """(the ParquetFile, the column's index); CorpusError where pyarrow is missing, or the
+        file or the column is not what the job reads."""
         try:
-            import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
             raise CorpusError(
@@ -128,15 +127,15 @@ class ParquetAhead:
         if self.field not in names:
             raise CorpusError(f"{path}: no column {self.field!r} (--field); columns: {', '.join(names)}")
         kind = pf.schema_arrow.field(self.field).type
-        if not _is_string(pa, kind):
+        if not _is_string(kind):
             raise CorpusError(f"{path}: column {self.field!r} is {kind}, not a string")
-        return pa, pf, names.index(self.field)
+        return pf, names.index(self.field)
 
     def _plan(self, fi: int, path: Path) -> list[_Task]:
         """The file's tasks: its row groups gathered up to a window's bytes; one task holding the
         CorpusError where the file cannot be read."""
         try:
-            _, pf, col = self._open(path)
+            pf, col = self._open(path)
         except CorpusError as e:
             return [_Task(fi, path, None, 0, [], 0, False, e)]
         meta, tasks, groups, nbytes, row, start = pf.metadata, [], [], 0, 0, 0
@@ -164,21 +163,21 @@ class ParquetAhead:
         """(on a pool thread) The task's column checked (`checked_strings`), or the CorpusError."""
         path = task.path
         try:
-            pa, pf, _ = self._open(path, task.meta)
+            pf, _ = self._open(path, task.meta)
             try:
                 column = pf.read_row_groups(task.groups, columns=[self.field], use_threads=False).column(0)
             except Exception as e:  # noqa: BLE001
                 raise CorpusError(f"{path}: cannot read parquet: {one_line(e)}") from None
             finally:
                 pf.close()
-            return checked_strings(pa, column.chunks, path, f"column {self.field!r}", task.row)
+            return checked_strings(column.chunks, path, f"column {self.field!r}", task.row)
         except CorpusError as e:
             return e
 
     def _batches(self, task: _Task) -> Iterator[Window]:
         """A large row group, batch by batch of about window_bytes (its thread's)."""
         path = task.path
-        pa, pf, _ = self._open(path, task.meta)
+        pf, _ = self._open(path, task.meta)
         rows = task.meta.row_group(task.groups[0]).num_rows
         rows = max(1, min(1 << 20, self.window_bytes * rows // max(task.nbytes, 1)))
         row = task.row
@@ -186,7 +185,7 @@ class ParquetAhead:
             batches = pf.iter_batches(rows, task.groups, [self.field], use_threads=False)
             for batch in batches:
                 yield from cut_windows(
-                    checked_strings(pa, [batch.column(0)], path, f"column {self.field!r}", row),
+                    checked_strings([batch.column(0)], path, f"column {self.field!r}", row),
                     task.fi,
                     self.window_bytes,
                 )
@@ -199,10 +198,12 @@ class ParquetAhead:
             pf.close()
 
 
-def checked_strings(pa, chunks: list, where, what: str, row: int) -> list[tuple]:
+def checked_strings(chunks: list, where, what: str, row: int) -> list[tuple]:
     """A string column's chunks (`row`: the first's row; pyarrow gives one chunk per read unless
     its strings pass 2 GiB) checked (no nulls, valid UTF-8) -> (bytes, offsets, first row) of
     each; the CorpusError names `where` (the file), the row and `what` (the column)."""
+    import pyarrow as pa
+
     parts = []
     for chunk in chunks:
         if chunk.null_count:
@@ -242,7 +243,7 @@ def column_windows(column, window_bytes: int) -> Iterator[Window]:
         raise TypeError(
             f"encode_arrow: expected a pyarrow Array or ChunkedArray, got {type(column).__name__}"
         )
-    if not _is_string(pa, column.type):
+    if not _is_string(column.type):
         raise TypeError(f"encode_arrow: the column is {column.type}, not a string column")
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
 
@@ -263,7 +264,7 @@ def column_windows(column, window_bytes: int) -> Iterator[Window]:
     def checked(item) -> list:
         row, group = item
         one = group[0] if len(group) == 1 else pa.concat_arrays(group)
-        return checked_strings(pa, [one], "encode_arrow", "the column", row)
+        return checked_strings([one], "encode_arrow", "the column", row)
 
     ready = map_in_background(checked, pieces(), THREADS, 2, "blockbpe-arrow")
     try:
@@ -273,7 +274,9 @@ def column_windows(column, window_bytes: int) -> Iterator[Window]:
         stop_background(ready)
 
 
-def _is_string(pa, kind) -> bool:
+def _is_string(kind) -> bool:
+    import pyarrow as pa
+
     is_view = getattr(pa.types, "is_string_view", lambda t: False)  # (pyarrow >= 16)
     return pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind)
 

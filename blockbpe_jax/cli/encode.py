@@ -46,9 +46,9 @@ def cmd_encode(args) -> int:
         )
     if args.verify is not None and args.format != "flat":
         raise CLIError("--verify checks flat shards (--format flat)")
-    streams = [p for p in paths if corpus.regular_file_size(p) is None]
-    if args.verify is not None and streams:
-        raise CLIError(f"--verify reads the inputs again: {streams[0]} is a stream (standard input, a pipe)")
+    stream = corpus.first_stream(paths) if args.verify is not None else None
+    if stream is not None:
+        raise CLIError(f"--verify reads the inputs again: {stream} is a stream (standard input, a pipe)")
     corpus.enable_compilation_cache()  # a second run of the job loads its executables
     # (the input is read while the vocabulary and the accelerator load)
     read = corpus.read_ahead(
