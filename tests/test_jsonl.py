@@ -340,3 +340,39 @@ def test_one_special_byte_at_every_offset_of_the_scans(field):
             body = b"a" * at + s + b"b" * (37 - at % 19)
             line = (b'{"text": "' + body + b'"}' if field else body) + b"\n"
             check_same(line, field, must_accept=python_reader(line, field) is not None)
+
+
+ESCAPES = [b'\\"', b"\\\\", b"\\/", b"\\b", b"\\f", b"\\n", b"\\r", b"\\t", b"\\u00e9", b"\\ud83d\\ude00"]
+# (the last: a backslash before a byte >= 0x80 whose low seven bits are an escape letter, '"')
+BREAKS = ESCAPES + [b"\\", b"\\x", b"\\u12", b'"', "é".encode(), "🎉".encode(), b"\x01", b"\xe4", b"\\\xa2"]
+
+
+@pytest.mark.parametrize("second", [b"", b"\\n", b"\\\\", b'\\"', b'"', "é".encode()])
+def test_escapes_either_side_of_the_64_byte_steps(second):
+    """An escape, a bad escape, a quote, a control byte or a non-ASCII character at each offset
+    around the 64-byte steps (copy_plain_512 decodes the two-byte escapes there and leaves the
+    rest to the byte-wise code), alone and followed a few bytes later by a second one: the
+    native reader takes what json.loads takes and gives up only where it refuses."""
+    for s in BREAKS:
+        for at in range(0, 140, 1 if s in (b"\\", b'\\"', b"\\\\") else 3):
+            for gap in (0, 1, 5):
+                body = b"a" * at + s + b"c" * gap + second + b"b" * 70
+                line = b'{"text": "' + body + b'", "k": "' + b"k" * (at + 64) + b'"}\n'
+                check_same(line, FIELD, must_accept=python_reader(line, FIELD) is not None)
+
+
+@settings_
+@given(
+    st.lists(
+        st.text(st.sampled_from('ab "\\/\n\t\b\r\x0cé€😀\x01\x1f'), min_size=40, max_size=300),
+        min_size=1,
+        max_size=4,
+    ),
+    st.data(),
+)
+def test_long_escaped_strings_equal_json_loads(texts, data):
+    """Fields of hundreds of bytes dense with escapes (each character spelled raw or escaped at
+    random, as `spell_string` does), one to four lines: the documents json.loads gives."""
+    lines = [b'{"text": ' + spell_string(data.draw, t).encode() + b', "n": 1}' for t in texts]
+    block = b"\n".join(lines) + b"\n"
+    check_same(block, FIELD, must_accept=True)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -15,6 +16,10 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#define BBPE_JSON_AVX512 1
+#include <immintrin.h>
 #endif
 
 namespace bbpe {
@@ -48,11 +53,79 @@ inline const uint8_t* plain_ascii_run(const uint8_t* p, const uint8_t* end) {
   return p;
 }
 
-// Those bytes copied to w as they are found: sixteen at a time where SSE2 is (a signed compare
-// with 0x20 finds both control bytes and bytes >= 0x80; each sixteen are stored before they are
-// checked, so w must have room for all the bytes left at p), the rest by plain_ascii_run.
-// Where the run ends; w moved past its copy.
-inline const uint8_t* copy_plain_ascii(const uint8_t* p, const uint8_t* end, char*& w) {
+#if BBPE_JSON_AVX512
+// The byte each two-byte escape's letter stands for, by the letter (0: none; \\ is left out, as
+// copy_plain_512 leaves a backslash after a backslash to its caller).
+struct EscapeLetters {
+  alignas(64) uint8_t of[128];
+};
+constexpr EscapeLetters escape_letters() {
+  EscapeLetters t{};
+  t.of['"'] = '"', t.of['/'] = '/', t.of['b'] = '\b', t.of['f'] = '\f';
+  t.of['n'] = '\n', t.of['r'] = '\r', t.of['t'] = '\t';
+  return t;
+}
+inline constexpr EscapeLetters kEscapes = escape_letters();
+
+// copy_plain's 64-byte steps (AVX-512 with VBMI2's byte compress; the caller checks the CPU):
+// plain bytes, and the two-byte escapes \" \/ \b \f \n \r \t decoded in place, up to a byte it
+// leaves to the caller: an unescaped quote, a control byte, a byte >= 0x80, or a backslash
+// whose escape is not one of those (\\, \u, a bad one) or that is a step's last byte. So every
+// backslash a step takes starts an escape whose letter it takes too. (Leaving each escape to the
+// byte-wise code, one per ~64 bytes of prose with newlines, cost more than the scan itself.)
+// Stops with fewer than 64 bytes left.
+__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vbmi2,popcnt,bmi"))) inline const uint8_t*
+copy_plain_512(const uint8_t* p, const uint8_t* end, char*& w) {
+  const __m512i low = _mm512_load_si512(kEscapes.of), high = _mm512_load_si512(kEscapes.of + 64);
+  const __m512i quote = _mm512_set1_epi8('"'), backslash = _mm512_set1_epi8('\\'), space = _mm512_set1_epi8(0x20);
+  char* out_at = w;
+  for (; end - p >= 64;) {
+    const __m512i v = _mm512_loadu_si512((const void*)p);
+    const uint64_t bs = _mm512_cmpeq_epi8_mask(v, backslash);
+    const uint64_t odd = _mm512_cmplt_epi8_mask(v, space);  // (signed: control bytes and >= 0x80)
+    const uint64_t quotes = _mm512_cmpeq_epi8_mask(v, quote);
+    // (no shortcut for a plain step: with an escape per 64 bytes the branch is a coin toss)
+    const uint64_t letter = bs << 1;  // (each backslash's next byte)
+    const __m512i decoded = _mm512_permutex2var_epi8(low, v, high);  // (by each byte's low 7 bits)
+    const uint64_t simple = _mm512_test_epi8_mask(decoded, decoded);
+    // (a letter >= 0x80 may share its low bits with a real one: `odd` stops there)
+    const uint64_t stop = ((quotes | odd) & ~letter) | ((letter & (~simple | odd)) >> 1) | (bs >> 63 << 63);
+    const int n = stop ? __builtin_ctzll(stop) : 64;
+    const uint64_t taken = n == 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1;
+    const __m512i out = _mm512_maskz_compress_epi8(taken & ~bs, _mm512_mask_mov_epi8(v, letter, decoded));
+    _mm512_storeu_si512((void*)out_at, out);  // (w has room for every byte left at p: see string())
+    out_at += __builtin_popcountll(taken & ~bs);
+    p += n;
+    if (n < 64) break;
+  }
+  w = out_at;
+  return p;
+}
+
+// Whether copy_plain_512 can run here (and is not turned off: BLOCKBPE_JSON_AVX512=0, for A/B runs).
+inline bool use_copy_plain_512() {
+  static const bool use = [] {
+    const char* env = std::getenv("BLOCKBPE_JSON_AVX512");
+    __builtin_cpu_init();
+    return !(env && env[0] == '0') && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2");
+  }();
+  return use;
+}
+#endif
+
+// Those bytes copied to w as they are found (and, with AVX-512, the simple escapes decoded:
+// copy_plain_512): sixteen at a time where SSE2 is (a signed compare with 0x20 finds both
+// control bytes and bytes >= 0x80; each sixteen are stored before they are checked, so w must
+// have room for all the bytes left at p), the rest by plain_ascii_run. Where the run ends (at
+// a byte for the caller); w moved past its copy.
+inline const uint8_t* copy_plain(const uint8_t* p, const uint8_t* end, char*& w) {
+#if BBPE_JSON_AVX512
+  if (end - p >= 64 && use_copy_plain_512()) {
+    p = copy_plain_512(p, end, w);
+    if (end - p >= 64) return p;
+  }
+#endif
 #if defined(__SSE2__)
   const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
   for (; end - p >= 16; p += 16, w += 16) {
@@ -165,7 +238,7 @@ struct LineParser {
       return ok;
     };
     while (true) {
-      p = copy_plain_ascii(p, end, w);
+      p = copy_plain(p, end, w);
       if (p >= end) return finish(piece);
       if (*p >= 0x80) {
         const int n = utf8_sequence(p, end);
