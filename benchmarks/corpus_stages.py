@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax import corpus, documents  # noqa: E402
-from blockbpe_jax.shards import ArraysWriter, FlatWriter  # noqa: E402
+from blockbpe_jax.shards import DEFAULT_SHARD_TOKENS, ArraysWriter, FlatWriter  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
 from corpora import build_long, build_mixed, source_texts  # noqa: E402
 
@@ -214,7 +214,7 @@ def main() -> None:
             directory = work / f"o{next(runs)}"
             directory.mkdir()
             writer = dict(
-                flat=lambda: FlatWriter(directory / "s", tok.vocab.n_vocab, 1 << 28, None),
+                flat=lambda: FlatWriter(directory / "s", tok.vocab.n_vocab, DEFAULT_SHARD_TOKENS, None),
                 arrays=lambda: ArraysWriter(tok.vocab.n_vocab, nbytes),
                 drop=DropWriter,
             )[name]()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -30,33 +31,37 @@ from .documents import (
     iter_windows,
     parse_split,
 )
+from .array_records import ArrayRecordWriter, read_array_records  # noqa: F401
 from .file_blocks import check_inputs, first_stream, regular_file_size
 from .padded_shards import PaddedWriter
 from .shards import (
+    DEFAULT_SHARD_TOKENS,
     ArraysWriter,
-    ArrayRecordWriter,
     CorpusError,
     FlatWriter,
     VerifyError,  # noqa: F401
     check_output,
     load_sidecar,
     open_shard,
-    read_array_records,  # noqa: F401
     read_shards,  # noqa: F401
 )
 
-DEFAULT_SHARD_TOKENS = 1 << 28  # tokens per flat shard (512 MiB of uint16)
-
 
 class Progress:
-    """tqdm over input bytes (MB/s) with tokens/s, when importable; else a counter on stderr."""
+    """tqdm over input bytes (MB/s) with tokens/s, when importable; else a counter on stderr.
+    (Updated by the shard writer's threads: one at a time.)"""
 
     def __init__(self, total: int | None, enabled: bool):
         self.bar, self.total, self.enabled = None, total, enabled
         self.done = self.docs = self.tokens = 0
         self.t0 = self.last = time.monotonic()
+        self._lock = threading.Lock()
 
     def update(self, nbytes: int, ndocs: int, ntokens: int) -> None:
+        with self._lock:
+            self._update(nbytes, ndocs, ntokens)
+
+    def _update(self, nbytes: int, ndocs: int, ntokens: int) -> None:
         if self.enabled is True and self.bar is None:  # lazily: early errors print one line
             try:
                 from tqdm import tqdm

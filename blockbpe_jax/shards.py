@@ -1,6 +1,6 @@
-"""Layouts of the corpus job (`blockbpe_jax/corpus.py`): flat token shards and ArrayRecord
-shards, their writers, a reader and a consistency check; the flat layout in memory. (The
-padded .npz/.npy layout: padded_shards.py.)
+"""Layouts of the corpus job (`blockbpe_jax/corpus.py`): flat token shards, their writer, a
+reader and a consistency check; the flat layout in memory. (ArrayRecord shards:
+array_records.py; the padded .npz/.npy layout: padded_shards.py.)
 
 Flat layout, for `<prefix>` = DIR/NAME:
     NAME_00000.bin   the shard's documents' token ids back to back, raw little-endian uint16
@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
 FLAT_FORMAT = "blockbpe-flat-v1"
-ARRAY_RECORD_FORMAT = "blockbpe-arrayrecord-v1"
+# Tokens per shard by default (128 MiB of uint16, 256 MiB of uint32; FineWeb's shards hold 10**8):
+# a corpus of a few GB is several shards, which FlatWriter writes two at a time.
+DEFAULT_SHARD_TOKENS = 1 << 26
 
 
 class CorpusError(ValueError):
@@ -107,136 +110,179 @@ class _ShardWriter:
             p.unlink(missing_ok=True)
 
 
+class _OpenShard:
+    """A flat shard being written: its file, the tokens placed in it (by `FlatWriter.add`, in
+    order) and the bytes reserved (by its writing thread)."""
+
+    def __init__(self, k: int, bin_path: Path, thread):
+        self.k, self.bin_path, self.thread = k, bin_path, thread
+        self.fd = os.open(bin_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        self.offsets, self.tokens, self.ndocs, self.reserved = [np.zeros(1, np.int64)], 0, 0, 0
+
+
 class FlatWriter(_ShardWriter):
     """Streams documents into flat shards of at most `shard_tokens` tokens (a document is never
-    split; one longer than that gets a shard of its own) and `shard_docs` documents."""
+    split; one longer than that gets a shard of its own) and `shard_docs` documents.
+
+    A file takes one thread's copy into the page cache at a time (ext4 writes to one inode one
+    after another), so shards are written by WRITERS threads, shard k by thread k % WRITERS: the
+    next shard's first windows are written while the last ones of the one before still are. The
+    ids queued for writing are at most PENDING bytes (`add` waits beyond)."""
 
     fmt = "flat"
+    writes_later = True  # add(..., done) queues the writes (window_encode gives it `done`)
 
     RESERVE = 256 << 20  # the most bytes reserved ahead of the writes (native.cpu.reserve_file)
+    WRITERS = 2
+    PENDING = 192 << 20
 
-    def _open(self) -> None:
-        bin_path, _ = flat_names(self.prefix, len(self.shards))
-        self._out = open(bin_path, "wb")
-        self.written.append(bin_path)
-        self._offsets, self._tokens, self._ndocs, self._reserved = [np.zeros(1, np.int64)], 0, 0, 0
+    def __init__(self, prefix: Path, n_vocab: int, shard_tokens: int, shard_docs: int | None):
+        super().__init__(prefix, n_vocab, shard_tokens, shard_docs)
+        from concurrent.futures import ThreadPoolExecutor
 
-    def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
-        """ids: the documents' tokens back to back; counts: tokens per document."""
+        self._threads = [ThreadPoolExecutor(1, f"blockbpe-shard{k}") for k in range(self.WRITERS)]
+        self._shard: _OpenShard | None = None
+        self._queued = threading.Condition()
+        self._pending, self._failed = 0, []  # bytes queued; the first write error
+
+    @property
+    def _tokens(self) -> int:
+        return self._shard.tokens if self._shard else 0
+
+    def add(self, ids: np.ndarray, counts: np.ndarray, window, done=None) -> None:
+        """ids: the documents' tokens back to back; counts: tokens per document. With `done`,
+        the writes are queued and done() is called once they no longer read `ids` (on a writing
+        thread); without, add returns once they are written."""
+        if done is None:
+            finished = threading.Event()
+            self.add(ids, counts, window, finished.set)
+            finished.wait()
+            self._raise_failure()
+            return
+        self._raise_failure()
         ends = np.cumsum(counts, dtype=np.int64)
+        nbytes = int(ends[-1]) * self.dtype.itemsize if len(ends) else 0
+        with self._queued:
+            self._queued.wait_for(lambda: self._pending == 0 or self._pending + nbytes <= self.PENDING)
+            self._pending += nbytes
+        left = [1]  # writes not yet done, plus one until all are queued
+
+        def written(n: int) -> None:
+            with self._queued:
+                self._pending -= n
+                left[0] -= 1
+                last = left[0] == 0
+                self._queued.notify_all()
+            if last:
+                done()
+
         start = 0
         while start < len(counts):
-            if self._out is None:
-                self._open()
+            if self._shard is None:
+                self._open(len(self.shards))
+            shard = self._shard
             base = int(ends[start - 1]) if start else 0
             # documents that fit under the token limit; a shard holds at least one
-            fit = int(np.searchsorted(ends[start:] - base, self.shard_tokens - self._tokens, "right"))
-            take = min(len(counts) - start, self.shard_docs - self._ndocs, fit)
-            if take == 0 and self._ndocs == 0:
+            fit = int(np.searchsorted(ends[start:] - base, self.shard_tokens - shard.tokens, "right"))
+            take = min(len(counts) - start, self.shard_docs - shard.ndocs, fit)
+            if take == 0 and shard.ndocs == 0:
                 take = 1
             if take:
                 end = int(ends[start + take - 1])
                 tokens = as_tokens(ids[base:end], self.dtype)
-                self._reserve(self._tokens * self.dtype.itemsize + tokens.nbytes)
-                self._out.write(tokens.data)
-                self._offsets.append(self._tokens + ends[start : start + take] - base)
-                self._tokens += end - base
-                self._ndocs += take
+                left[0] += 1
+                write = shard.thread.submit(self._write, shard, tokens, shard.tokens * self.dtype.itemsize)
+                write.add_done_callback(lambda _, n=tokens.nbytes: written(n))
+                shard.offsets.append(shard.tokens + ends[start : start + take] - base)
+                shard.tokens += end - base
+                shard.ndocs += take
                 start += take
             if start < len(counts):
                 self._close()
+        written(0)
 
-    def _reserve(self, end: int) -> None:
+    def _open(self, k: int) -> None:
+        bin_path, _ = flat_names(self.prefix, k)
+        self.written.append(bin_path)
+        self._shard = _OpenShard(k, bin_path, self._threads[k % self.WRITERS])
+
+    def _write(self, shard: _OpenShard, tokens: np.ndarray, at: int) -> None:
+        """On the shard's thread, in order: reserves the file ahead and writes the tokens at `at`."""
+        if self._failed:
+            return
+        try:
+            self._reserve(shard, at + tokens.nbytes)
+            view = memoryview(tokens).cast("B")
+            while view:
+                n = os.pwrite(shard.fd, view, at)
+                view, at = view[n:], at + n
+        except BaseException as e:
+            self._failed.append(e)
+
+    def _reserve(self, shard: _OpenShard, end: int) -> None:
         """The file's blocks allocated up to `end` and ahead of it, by as much as it holds up to
-        RESERVE (`_reserved` -1: the file system cannot; plain writes)."""
-        if 0 <= self._reserved < end:
+        RESERVE (`reserved` -1: the file system cannot; plain writes)."""
+        if 0 <= shard.reserved < end:
             from . import native
 
             upto = min(2 * end, end + self.RESERVE)
-            ok = native.cpu.reserve_file(self._out.fileno(), self._reserved, upto - self._reserved)
-            self._reserved = upto if ok else -1
+            ok = native.cpu.reserve_file(shard.fd, shard.reserved, upto - shard.reserved)
+            shard.reserved = upto if ok else -1
 
     def _close(self) -> None:
-        if self._reserved > 0:  # (the reserved bytes past the last write cut off)
-            self._out.truncate(self._tokens * self.dtype.itemsize)
-        self._out.close()
-        self._out = None
-        bin_path, idx_path = flat_names(self.prefix, len(self.shards))
-        offsets = np.concatenate(self._offsets).astype("<i8")
-        offsets.tofile(idx_path)
+        """Ends the current shard: its entry now, its file cut to size and its .idx on its
+        thread after its writes."""
+        shard, self._shard = self._shard, None
+        _, idx_path = flat_names(self.prefix, shard.k)
+        offsets = np.concatenate(shard.offsets).astype("<i8")
         self.written.append(idx_path)
         self.shards.append(
-            dict(bin=bin_path.name, idx=idx_path.name, documents=len(offsets) - 1, tokens=int(self._tokens))
+            dict(
+                bin=shard.bin_path.name,
+                idx=idx_path.name,
+                documents=len(offsets) - 1,
+                tokens=int(shard.tokens),
+            )
         )
+        shard.thread.submit(self._finish_shard, shard, offsets, idx_path)
+
+    def _finish_shard(self, shard: _OpenShard, offsets: np.ndarray, idx_path: Path) -> None:
+        try:
+            if shard.reserved > 0 and not self._failed:  # (the reserved bytes past the last write cut off)
+                os.ftruncate(shard.fd, shard.tokens * self.dtype.itemsize)
+            os.close(shard.fd)
+            if not self._failed:
+                offsets.tofile(idx_path)
+        except BaseException as e:
+            self._failed.append(e)
+
+    def _raise_failure(self) -> None:
+        if self._failed:
+            raise self._failed[0]
+
+    def _wait(self) -> None:
+        """Every queued write and close done, the threads stopped."""
+        if self._shard is not None and self._failed:
+            shard, self._shard = self._shard, None
+            shard.thread.submit(os.close, shard.fd)
+        for thread in self._threads:
+            thread.shutdown(wait=True)
+
+    def finish(self, meta: dict) -> dict:
+        if self._shard is not None:
+            self._close()
+        self._wait()
+        self._raise_failure()
+        return super().finish(meta)
+
+    def abort(self) -> None:
+        self._failed.append(CorpusError("aborted"))  # (the writes still queued are dropped)
+        self._wait()
+        for p in self.written:
+            p.unlink(missing_ok=True)
 
     def _layout(self) -> dict:
         return dict(format=FLAT_FORMAT, dtype=self.dtype.name, byteorder="little", idx_dtype="int64")
-
-
-class ArrayRecordWriter(_ShardWriter):
-    """ArrayRecord shards (what grain reads): `<prefix>_<k>.array_record`, one record per
-    document = its ids as raw little-endian uint16/uint32 bytes; `<prefix>.json` as for flat
-    shards (format blockbpe-arrayrecord-v1). Shards end after `shard_tokens` tokens or
-    `shard_docs` documents, as FlatWriter's."""
-
-    fmt = "arrayrecord"
-
-    def __init__(self, prefix: Path, n_vocab: int, shard_tokens: int, shard_docs: int | None):
-        try:
-            from array_record.python.array_record_module import ArrayRecordWriter as Native
-        except ImportError:
-            raise CorpusError(
-                "--format arrayrecord needs the array_record package (pip install array_record)"
-            ) from None
-        self._native = Native
-        super().__init__(prefix, n_vocab, shard_tokens, shard_docs)
-
-    def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
-        data = as_tokens(ids, self.dtype)
-        ends = np.cumsum(counts, dtype=np.int64).tolist()
-        start = 0
-        for end in ends:
-            if self._out is None:
-                path = self.prefix.parent / f"{self.prefix.name}_{len(self.shards):05d}.array_record"
-                self.written.append(path)
-                self._out = self._native(str(path), "group_size:1")
-                self._tokens = self._docs = 0
-            self._out.write(data[start:end].tobytes())
-            self._tokens += end - start
-            self._docs += 1
-            start = end
-            if self._tokens >= self.shard_tokens or self._docs >= self.shard_docs:
-                self._close()
-
-    def _close(self) -> None:
-        self._out.close()
-        self._out = None
-        self.shards.append(dict(file=self.written[-1].name, documents=self._docs, tokens=int(self._tokens)))
-
-    def _layout(self) -> dict:
-        return dict(
-            format=ARRAY_RECORD_FORMAT,
-            dtype=self.dtype.name,
-            byteorder="little",
-            record="one per document: its ids as raw little-endian " + self.dtype.name,
-        )
-
-
-def read_array_records(prefix: str | os.PathLike) -> Iterator[np.ndarray]:
-    """Every document's ids of an ArrayRecord output, in input order."""
-    from array_record.python.array_record_module import ArrayRecordReader
-
-    path = sidecar_path(prefix)
-    meta = json.loads(path.read_text())
-    if meta.get("format") != ARRAY_RECORD_FORMAT:
-        raise CorpusError(f"{path}: not an ArrayRecord sidecar (format is not {ARRAY_RECORD_FORMAT!r})")
-    for shard in meta["shards"]:
-        reader = ArrayRecordReader(str(path.parent / shard["file"]))
-        try:
-            for record in reader.read_all():
-                yield np.frombuffer(record, dtype=np.dtype(meta["dtype"]).newbyteorder("<"))
-        finally:
-            reader.close()
 
 
 class ArraysWriter:

@@ -336,15 +336,22 @@ def encode_documents(
     def write(host_ids: np.ndarray, counts: np.ndarray, w: Window, total: int, into) -> None:
         if write_failed:
             return
+
+        def done() -> None:  # (the ids are out of `into`: on a writing thread of FlatWriter's)
+            if into is not None:
+                buffers.give_back_ids(into)
+            if progress is not None:
+                progress.update(w.consumed, w.ndocs, total)
+
         try:
-            writer.add(host_ids, counts, w)
+            if getattr(writer, "writes_later", False):
+                writer.add(host_ids, counts, w, done)
+            else:
+                writer.add(host_ids, counts, w)
+                done()
         except BaseException:
             write_failed.append(True)
             raise
-        if into is not None:
-            buffers.give_back_ids(into)
-        if progress is not None:
-            progress.update(w.consumed, w.ndocs, total)
 
     from concurrent.futures import ThreadPoolExecutor
 

@@ -171,17 +171,44 @@ def test_write_error_mid_job(tmp_path, r50k, monkeypatch):
     src.write_text("".join(f"line {i} of many words\n" for i in range(3000)), encoding="utf-8")
     add, calls = shards.FlatWriter.add, []
 
-    def failing_add(self, ids, counts, window):
+    def failing_add(self, ids, counts, window, done=None):
         calls.append(len(counts))
         if len(calls) == 3:
             raise OSError(28, "No space left on device")
-        add(self, ids, counts, window)
+        add(self, ids, counts, window, done)
 
     monkeypatch.setattr(shards.FlatWriter, "add", failing_add)
     out = tmp_path / "out"
     with pytest.raises(OSError, match="No space left"):
         corpus.encode_files(r50k, [src], out / "shard", window_bytes=4096, batch_bytes=2048)
     assert len(calls) == 3 and not any(out.iterdir())
+
+
+def test_write_error_on_a_shard_thread(tmp_path, r50k, monkeypatch):
+    """A write that fails on one of FlatWriter's shard threads (the disk full while reserving a
+    later shard's room): the error comes out of encode_files, no shard is left behind, and no
+    shard thread is still running."""
+    import threading
+
+    from blockbpe_jax import native
+
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"line {i} of many words\n" for i in range(3000)), encoding="utf-8")
+    real, calls = native.cpu.reserve_file, []
+
+    def reserve_file(fd, offset, length):
+        calls.append(threading.current_thread().name)
+        if len(calls) == 4:
+            raise OSError(28, "No space left on device")
+        return real(fd, offset, length)
+
+    monkeypatch.setattr(native.cpu, "reserve_file", reserve_file)
+    out = tmp_path / "out"
+    with pytest.raises(OSError, match="No space left"):
+        corpus.encode_files(r50k, [src], out / "shard", window_bytes=4096, batch_bytes=2048, shard_tokens=2000)
+    assert len(calls) >= 4 and all(name.startswith("blockbpe-shard") for name in calls)
+    assert not any(out.iterdir())
+    assert not [t for t in threading.enumerate() if t.name.startswith("blockbpe-shard")]
 
 
 def test_arrayrecord_missing_package_is_one_line(tmp_path, capsys, root, monkeypatch):

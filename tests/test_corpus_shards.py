@@ -126,7 +126,7 @@ def test_flat_writer_reserves_ahead_and_cuts_to_size(tmp_path, monkeypatch, rese
         held = writer._tokens * 4
         size = (tmp_path / f"s_{len(writer.shards):05d}.bin").stat().st_size
         if reserves and calls:  # reserved past the writes, by at most RESERVE
-            assert held < size <= held + (1 << 16) and writer._reserved == size
+            assert held < size <= held + (1 << 16) and writer._shard.reserved == size
             checked += 1
     meta = writer.finish({"n_vocab": 100_000})
     assert len(meta["shards"]) > 2 and checked == (6 if reserves else 0)
@@ -135,6 +135,36 @@ def test_flat_writer_reserves_ahead_and_cuts_to_size(tmp_path, monkeypatch, rese
     want = np.concatenate(pieces)
     ends = np.cumsum(np.concatenate(counts))
     assert [g.tolist() for g in got] == [d.tolist() for d in np.split(want, ends[:-1])]
+
+
+def test_shards_written_two_at_a_time(tmp_path, r50k, war_and_peace, monkeypatch):
+    """FlatWriter writes shard k on its thread k % WRITERS while the next shard's windows come in:
+    both threads write, a shard's writes stay on one thread in file order, and the shards hold
+    what one thread writing them in turn would (encode_batch's ids)."""
+    import threading
+
+    from blockbpe_jax import shards
+
+    lines = [x for x in war_and_peace[:400_000].split(b"\n") if x.strip()]
+    src = tmp_path / "wp.txt"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    real, writes = shards.FlatWriter._write, []
+
+    def recording_write(self, shard, tokens, at):
+        writes.append((shard.k, at, threading.current_thread().name))
+        real(self, shard, tokens, at)
+
+    monkeypatch.setattr(shards.FlatWriter, "_write", recording_write)
+    prefix = tmp_path / "o" / "s"
+    meta = corpus.encode_files(r50k, [src], prefix, window_bytes=16384, batch_bytes=4096, shard_tokens=5000)
+    assert len(meta["shards"]) > 8
+    assert {name for _, _, name in writes} == {"blockbpe-shard0_0", "blockbpe-shard1_0"}
+    for k in range(len(meta["shards"])):
+        mine = [(at, name) for j, at, name in writes if j == k]
+        assert [at for at, _ in mine] == sorted(at for at, _ in mine)
+        assert {name for _, name in mine} == {f"blockbpe-shard{k % 2}_0"}
+    got = [a.tolist() for a in corpus.read_shards(prefix)]
+    assert got == encode_batch_ids(r50k, [x.rstrip(b"\r") for x in lines])
 
 
 def test_cli_default_flat_uint16_and_verify(capsys, tmp_path, root, r50k, war_and_peace):

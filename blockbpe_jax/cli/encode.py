@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..documents import SPLITS_HELP, WINDOW_BYTES
+from ..shards import DEFAULT_SHARD_TOKENS
 from ..window_plan import DEFAULT_PACK_WIDTH
 from .common import (
     PROG,
@@ -227,9 +228,9 @@ def add_parsers(sub) -> None:
     e.add_argument(
         "--shard-tokens",
         type=int,
-        default=1 << 28,
+        default=DEFAULT_SHARD_TOKENS,
         metavar="N",
-        help="flat/arrayrecord: start a new shard after N tokens (default 2**28)",
+        help=f"flat/arrayrecord: start a new shard after N tokens (default {DEFAULT_SHARD_TOKENS})",
     )
     e.add_argument(
         "--shard-size",
