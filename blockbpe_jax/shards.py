@@ -143,11 +143,8 @@ class FlatWriter(_ShardWriter):
         self._threads = [ThreadPoolExecutor(1, f"blockbpe-shard{k}") for k in range(self.WRITERS)]
         self._shard: _OpenShard | None = None
         self._queued = threading.Condition()
-        self._pending, self._failed = 0, []  # bytes queued; the first write error
-
-    @property
-    def _tokens(self) -> int:
-        return self._shard.tokens if self._shard else 0
+        # bytes queued, adds whose done() has not returned yet, the first write error
+        self._pending, self._adds, self._failed = 0, 0, []
 
     def add(self, ids: np.ndarray, counts: np.ndarray, window, done=None) -> None:
         """ids: the documents' tokens back to back; counts: tokens per document. With `done`,
@@ -165,6 +162,7 @@ class FlatWriter(_ShardWriter):
         with self._queued:
             self._queued.wait_for(lambda: self._pending == 0 or self._pending + nbytes <= self.PENDING)
             self._pending += nbytes
+            self._adds += 1
         left = [1]  # writes not yet done, plus one until all are queued
 
         def written(n: int) -> None:
@@ -174,7 +172,12 @@ class FlatWriter(_ShardWriter):
                 last = left[0] == 0
                 self._queued.notify_all()
             if last:
-                done()
+                try:
+                    done()
+                finally:
+                    with self._queued:
+                        self._adds -= 1
+                        self._queued.notify_all()
 
         start = 0
         while start < len(counts):
@@ -255,6 +258,12 @@ class FlatWriter(_ShardWriter):
                 offsets.tofile(idx_path)
         except BaseException as e:
             self._failed.append(e)
+
+    def drain(self) -> None:
+        """Returns once every add's writes are done and its done() has returned."""
+        with self._queued:
+            self._queued.wait_for(lambda: self._adds == 0)
+        self._raise_failure()
 
     def _raise_failure(self) -> None:
         if self._failed:

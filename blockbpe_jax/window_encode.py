@@ -391,6 +391,8 @@ def encode_documents(
                 future.result()
             for future in written:
                 future.result()
+            if getattr(writer, "writes_later", False):
+                writer.drain()  # (its queued writes, and their progress, before the job returns)
     finally:
         if join is not None:
             join.close()

@@ -205,7 +205,9 @@ def test_write_error_on_a_shard_thread(tmp_path, r50k, monkeypatch):
     monkeypatch.setattr(native.cpu, "reserve_file", reserve_file)
     out = tmp_path / "out"
     with pytest.raises(OSError, match="No space left"):
-        corpus.encode_files(r50k, [src], out / "shard", window_bytes=4096, batch_bytes=2048, shard_tokens=2000)
+        corpus.encode_files(
+            r50k, [src], out / "shard", window_bytes=4096, batch_bytes=2048, shard_tokens=2000
+        )
     assert len(calls) >= 4 and all(name.startswith("blockbpe-shard") for name in calls)
     assert not any(out.iterdir())
     assert not [t for t in threading.enumerate() if t.name.startswith("blockbpe-shard")]

@@ -123,7 +123,7 @@ def test_flat_writer_reserves_ahead_and_cuts_to_size(tmp_path, monkeypatch, rese
         pieces.append(rng.integers(0, 100_000, c.sum()).astype(np.int32))
         counts.append(c)
         writer.add(pieces[-1], c, None)
-        held = writer._tokens * 4
+        held = writer._shard.tokens * 4
         size = (tmp_path / f"s_{len(writer.shards):05d}.bin").stat().st_size
         if reserves and calls:  # reserved past the writes, by at most RESERVE
             assert held < size <= held + (1 << 16) and writer._shard.reserved == size
@@ -165,6 +165,35 @@ def test_shards_written_two_at_a_time(tmp_path, r50k, war_and_peace, monkeypatch
         assert {name for _, name in mine} == {f"blockbpe-shard{k % 2}_0"}
     got = [a.tolist() for a in corpus.read_shards(prefix)]
     assert got == encode_batch_ids(r50k, [x.rstrip(b"\r") for x in lines])
+
+
+def test_progress_counts_every_document_of_shards_written_later(
+    tmp_path, r50k, war_and_peace, capsys, monkeypatch
+):
+    """The progress counter (tqdm absent) is updated as FlatWriter's threads finish each window's
+    writes; its last line, printed when the job ends, counts every document and input byte."""
+    import sys
+    import time
+
+    from blockbpe_jax import shards
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    real = shards.FlatWriter._write
+    monkeypatch.setattr(shards.FlatWriter, "_write", lambda *a: (time.sleep(0.02), real(*a)))  # (slow writes)
+    src = tmp_path / "wp.txt"
+    src.write_bytes(war_and_peace[:300_000])
+    meta = corpus.encode_files(
+        r50k,
+        [src],
+        tmp_path / "o" / "s",
+        window_bytes=16384,
+        batch_bytes=4096,
+        shard_tokens=5000,
+        progress=True,
+    )
+    assert len(meta["shards"]) > 4
+    last = capsys.readouterr().err.strip().split("\r")[-1]
+    assert last.startswith(f"encode: {meta['documents']} documents, {300_000 / 1e6:.2f} MB"), last
 
 
 def test_cli_default_flat_uint16_and_verify(capsys, tmp_path, root, r50k, war_and_peace):
