@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The corpus job's reader alone (no tokenizer): MB/s of turning JSONL / text lines into
 documents, the native block reader (ffi/core/jsonl.h) on 1..N threads next to the C-level Python
-path it replaced (`documents._fast_block`: json scan_once per line, a str and a bytes object
+path it replaced (`line_reader.fast_block`: json scan_once per line, a str and a bytes object
 per document), the documents checked equal.
 
     python3 benchmarks/corpus_reader.py --out DIR [--mb 200] [--threads 1,2,4,8,16]
@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from corpus_job import source_texts, unique_documents  # noqa: E402
 
-from blockbpe_jax import documents, native  # noqa: E402
+from blockbpe_jax import documents, line_reader, native  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
 
 MB = 1e6
@@ -99,9 +99,9 @@ def main() -> None:
             path = Path(work) / f"{name}.txt"
             size = build(path, lines, int(args.mb * MB))
             blocks = blocks_of(path)
-            python = [documents._fast_block(b, field) for b in blocks]
+            python = [line_reader.fast_block(b, field) for b in blocks]
             assert all(p is not None for p in python)
-            t = best_of(lambda: [documents._fast_block(b, field) for b in blocks], args.repeat)
+            t = best_of(lambda: [line_reader.fast_block(b, field) for b in blocks], args.repeat)
             results.append(result(name, size, "python (_fast_block)", "parse", 1, t))
             print(f"{name}: {size / MB:.0f} MB, python {size / MB / t:.0f} MB/s", flush=True)
             for n in threads:

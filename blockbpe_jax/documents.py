@@ -4,8 +4,7 @@ missing field, invalid UTF-8)."""
 
 from __future__ import annotations
 
-import itertools
-import json
+import codecs
 import os
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
@@ -16,6 +15,7 @@ from . import native
 from .background import in_background
 from .compressed_input import READ_ERRORS, DecompressAhead, is_compressed, open_input
 from .file_blocks import BlockBuffers, blocks_of_lines, regular_file_size
+from .line_reader import check_utf8, fast_block, line_documents, lines_of, one_line
 from .shards import CorpusError
 
 SPLITS_HELP = (
@@ -43,18 +43,6 @@ def parse_split(text: str) -> tuple[str, int]:
     raise CorpusError(f"--split {text!r}: expected {SPLITS_HELP}; N >= 4")
 
 
-def _line_of(data: bytes, offset: int) -> int:
-    return data.count(b"\n", 0, offset) + 1
-
-
-def check_utf8(data: bytes, path: Path, line: int | None) -> None:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = _line_of(data, e.start) if line is None else line
-        raise CorpusError(f"{path}:{line}: not valid UTF-8 (byte {e.start}: {e.reason})") from None
-
-
 def chunk_cuts(data: bytes, n: int) -> Iterator[tuple[int, int]]:
     """(start, end) of consecutive pieces of at most n bytes, each ending on a UTF-8 character
     boundary, cut just before the last whitespace of the piece's second half when there is one
@@ -73,30 +61,6 @@ def chunk_cuts(data: bytes, n: int) -> Iterator[tuple[int, int]]:
                     j = min(size, i + n)
         yield i, j
         i = j
-
-
-def _jsonl_doc(line: bytes, path: Path, line_no: int, field: str) -> bytes:
-    try:
-        obj = json.loads(line.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise CorpusError(f"{path}:{line_no}: not valid UTF-8 (byte {e.start}: {e.reason})") from None
-    except json.JSONDecodeError as e:
-        raise CorpusError(f"{path}:{line_no}: not valid JSON: {e}") from None
-    except (ValueError, RecursionError) as e:  # an integer of too many digits, deep nesting
-        raise CorpusError(f"{path}:{line_no}: not valid JSON: {one_line(e)}") from None
-    if not isinstance(obj, dict):
-        raise CorpusError(f"{path}:{line_no}: not a JSON object ({type(obj).__name__})")
-    if field not in obj:
-        raise CorpusError(f"{path}:{line_no}: no field {field!r} (--jsonl-field)")
-    text = obj[field]
-    if not isinstance(text, str):
-        raise CorpusError(f"{path}:{line_no}: field {field!r} is {type(text).__name__}, not a string")
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise CorpusError(
-            f"{path}:{line_no}: field {field!r} is not valid UTF-8 (lone surrogate at character {e.start})"
-        ) from None
 
 
 class Window(NamedTuple):
@@ -167,8 +131,8 @@ def iter_windows(
 
     Lines and JSONL are read a block at a time and split, checked and parsed per block by
     native code on `threads` threads (default READ_THREADS; ffi/core/jsonl.h), the GIL released.
-    A block it gives up on goes through C-level Python calls (`_fast_block`) and, failing
-    those, is re-read line by line (`_line_documents`), which raises the one-line file:line
+    A block it gives up on goes through C-level Python calls (`line_reader.fast_block`) and, failing
+    those, is re-read line by line (`line_reader.line_documents`), which raises the one-line file:line
     error: every path accepts exactly the same input and gives the same documents. Several
     compressed inputs are decompressed ahead of their turn, a few at once (compressed_input.py),
     and parquet inputs' row groups likewise (parquet_input.py); consecutive small plain inputs
@@ -198,9 +162,15 @@ def _windows(
     threads, lines = threads or READ_THREADS, jsonl_field is not None or split == "lines"
     buffers = BlockBuffers()  # what inputs not read ahead are read into, one after another
     # (small inputs' groups are read by a thread, a group ahead of their split here)
-    units = in_background(_inputs_read(paths, lines, jsonl_field, window_bytes, threads), 1, "blockbpe-read")
+    grouped = "lines" if lines else "file" if split == "file" else None
+    units = in_background(
+        _inputs_read(paths, grouped, jsonl_field, window_bytes, threads), 1, "blockbpe-read"
+    )
     try:
         for fi, group, read in units:
+            if group and not lines:
+                yield _small_files(paths, group, read)
+                continue
             if group:
                 yield from _small_inputs(
                     paths, group, read, jsonl_field, window_bytes, threads, join, buffers
@@ -214,12 +184,7 @@ def _windows(
                 taken = ahead.take(fi)
                 yield from _line_windows(path, fi, jsonl_field, window_bytes, threads, join, taken or buffers)
                 continue
-            try:
-                with open_input(path) as f:
-                    data = f.read()
-            except READ_ERRORS as e:
-                raise CorpusError(f"{path}: cannot read: {one_line(e)}") from None
-            check_utf8(data, path, None)
+            data = _whole(path)
             if split == "file":
                 yield Window.of([data], np.zeros(1, np.int64), fi, len(data))
                 continue
@@ -236,19 +201,31 @@ def _windows(
         units.close()
 
 
-def _inputs_read(paths, lines: bool, field, window_bytes: int, threads: int) -> Iterator[tuple]:
+def _whole(path: Path) -> bytes:
+    """A whole input (`--split file` and `chunk:N`), checked to be UTF-8."""
+    try:
+        with open_input(path) as f:
+            data = f.read()
+    except READ_ERRORS as e:
+        raise CorpusError(f"{path}: cannot read: {one_line(e)}") from None
+    check_utf8(data, path, None)
+    return data
+
+
+def _inputs_read(paths, grouped: str | None, field, window_bytes: int, threads: int) -> Iterator[tuple]:
     """The inputs in order: (index, None, None) for one read on its own, and for consecutive
-    small plain inputs (None, their indices, the block of lines read_files made of them, or
-    None where it gave up or the native split cannot take the field)."""
+    small plain inputs (None, their indices, the block read_files made of them, or None where
+    it gave up or the native split cannot take the field). grouped: "lines" (lines and JSONL),
+    "file" (`--split file`: the files as they are) or None (no groups)."""
     group, sizes, held, small = [], [], 0, min(SMALL_INPUT, window_bytes // 4)
     for fi, path in enumerate([*paths, None]):
-        plain = path is not None and lines and not is_compressed(path) and path.suffix != ".parquet"
+        plain = path is not None and grouped and not is_compressed(path) and path.suffix != ".parquet"
         size = regular_file_size(path) if plain else None  # (a pipe: read as a stream)
         if group and (size is None or size > small or held + size > window_bytes):
             read = None
             if len(group) > 1 and _native_field(field):
                 names = [os.fsencode(paths[k]) for k in group]
-                read = native.cpu.read_files(names, np.asarray(sizes, np.int64), threads)
+                read = native.cpu.read_files(names, np.asarray(sizes, np.int64), threads, grouped == "lines")
             yield None, group, read
             group, sizes, held = [], [], 0
         if size is not None and size <= small:
@@ -279,6 +256,27 @@ def _small_inputs(paths, group, read, field, window_bytes, threads, join, buffer
         yield from _line_windows(paths[fi], fi, field, window_bytes, threads, join, buffers)
 
 
+def _small_files(paths, group, read) -> Window:
+    """Small inputs read together (`read`: read_files' block of the files as they are, and where
+    each starts) as one window of one document per file (`--split file`); where read_files gave
+    up, each read alone. A file that is not UTF-8 is the error naming it: the block is checked
+    whole, and no file may start inside another's character (a file cut mid-character and the
+    next would be valid together)."""
+    if read is not None:
+        block, starts = read
+        firsts = block[starts[:-1][np.diff(starts) > 0]]
+        try:
+            codecs.utf_8_decode(block, "strict", True)
+            ok = not ((firsts >= 0x80) & (firsts < 0xC0)).any()
+        except UnicodeDecodeError:
+            ok = False
+        if ok:
+            files = np.asarray(group, np.int64)
+            return Window(block, starts, np.zeros(len(group), np.int64), files, len(block))
+    blobs = [_whole(paths[fi]) for fi in group]
+    return Window.of(blobs, np.zeros(len(group), np.int64), np.asarray(group, np.int64), sum(map(len, blobs)))
+
+
 def _native_field(field: str | None) -> bool:
     """Whether the native split can take the field name (one that is not valid UTF-8, a lone
     surrogate, is left to the Python paths)."""
@@ -303,9 +301,6 @@ def _split(block, field: str | None, threads: int, join):
     return None if split is None else (*split, len(sep), taken[0] if taken else None)
 
 
-_JSON_SCAN = json.JSONDecoder().scan_once  # json.loads without its Python-level wrapper
-
-
 def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int, threads: int, join, source):
     """`source`: (open file, its blocks) read ahead (DecompressAhead.take), else the BlockBuffers
     the file, opened here, is read into."""
@@ -328,9 +323,9 @@ def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int, thr
                         line_base += newlines
                         continue
                     block = bytes(block)  # (the reader's buffer is reused: the Python paths keep bytes)
-                    fast = _fast_block(block, field)
+                    fast = fast_block(block, field)
                     if fast is None:
-                        docs = list(_line_documents(block.split(b"\n"), path, line_base, field))
+                        docs = list(line_documents(block.split(b"\n"), path, line_base, field))
                         blobs = [d for d, _ in docs]
                         positions = np.array([p for _, p in docs], np.int64)
                     else:
@@ -344,73 +339,6 @@ def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int, thr
     except READ_ERRORS as e:
         failure = e
     # A read error: the line-by-line reader meets it there and names the line (else: the fast reader's own).
-    for _ in _line_documents(_lines_of(path), path, 0, field):
+    for _ in line_documents(lines_of(path), path, 0, field):
         pass
     raise CorpusError(f"{path}: cannot read: {one_line(failure)}")
-
-
-def _lines_of(path: Path) -> Iterator[bytes]:
-    try:
-        with open_input(path) as f:
-            yield from f
-    except READ_ERRORS as e:
-        raise _ReadError(e) from None
-
-
-class _ReadError(Exception):
-    pass
-
-
-def _fast_block(block: bytes, field: str | None):
-    """(blobs, indices of the lines kept) of a block of lines, or None when any line needs the
-    line-by-line reader (invalid UTF-8 or JSON, a missing or non-string field, ...)."""
-    try:
-        text = block.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if field is None:
-        lines = block.split(b"\n")
-        if b"\r" in block:
-            lines = [x[:-1] if x.endswith(b"\r") else x for x in lines]
-        lens = np.fromiter(map(len, lines), np.int64, count=len(lines))
-        kept = np.flatnonzero(lens)
-        return [lines[i] for i in kept.tolist()], kept
-    lines = list(map(str.strip, text.split("\n"), itertools.repeat(" \t\r")))
-    lens = np.fromiter(map(len, lines), np.int64, count=len(lines))
-    kept = np.flatnonzero(lens)
-    lines = [lines[i] for i in kept.tolist()]
-    try:
-        parsed = list(map(_JSON_SCAN, lines, itertools.repeat(0)))
-        if any(end != n for (_, end), n in zip(parsed, lens[kept].tolist())):
-            return None
-        texts = [obj[field] for obj, _ in parsed]
-        if not all(type(obj) is dict for obj, _ in parsed) or not all(type(t) is str for t in texts):
-            return None
-        return list(map(str.encode, texts)), kept
-    except (StopIteration, ValueError, KeyError, TypeError, UnicodeEncodeError, RecursionError):
-        return None
-
-
-def _line_documents(lines, path: Path, line_base: int, field: str | None) -> Iterator[tuple[bytes, int]]:
-    """(document, line) of each line, one at a time; raises the file:line CorpusError."""
-    line_no = line_base
-    try:
-        for line_no, line in enumerate(lines, start=line_base + 1):
-            if field is not None:
-                if line.strip():
-                    yield _jsonl_doc(line, path, line_no, field), line_no
-                continue
-            body = line[:-1] if line.endswith(b"\n") else line
-            body = body[:-1] if body.endswith(b"\r") else body
-            if body:
-                check_utf8(body, path, line_no)
-                yield body, line_no
-    except _ReadError as e:
-        where = f"{path}:{line_no + 1}" if line_no else str(path)
-        raise CorpusError(f"{where}: cannot read: {one_line(e.args[0])}") from None
-
-
-def one_line(e: BaseException) -> str:
-    """An exception's message as one line (its first, at most 300 characters)."""
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else type(e).__name__)[:300]

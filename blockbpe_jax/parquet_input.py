@@ -16,7 +16,8 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 
 from .background import in_background, map_in_background, stop_background
-from .documents import Window, one_line
+from .documents import Window
+from .line_reader import one_line
 from .shards import CorpusError
 
 THREADS = max(1, min(8, (os.cpu_count() or 1) // 2))  # row groups decoded at once

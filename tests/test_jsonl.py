@@ -1,5 +1,5 @@
 """The native block reader (ffi/core/jsonl.h, `split_documents`) against the Python reader
-(documents._line_documents, which json.loads each line): where the native reader accepts a
+(line_reader.line_documents, which json.loads each line): where the native reader accepts a
 block its documents and lines are the Python reader's; where it gives up, the Python reader
 decides. On well-formed JSONL it must not give up."""
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blockbpe_jax import documents, native
+from blockbpe_jax import documents, line_reader, native
 from blockbpe_jax.shards import CorpusError
 from blockbpe_jax.tokenizer import pack_strings
 
@@ -27,7 +27,7 @@ FIELD = "text"
 def python_reader(block: bytes, field):
     """(documents, lines) as the Python reader gives them, or None where it raises."""
     try:
-        docs = list(documents._line_documents(block.split(b"\n"), Path("x"), 0, field))
+        docs = list(line_reader.line_documents(block.split(b"\n"), Path("x"), 0, field))
     except CorpusError:
         return None
     return [d for d, _ in docs], [line - 1 for _, line in docs]

@@ -182,3 +182,61 @@ def test_groups_read_ahead_and_stopped_with_their_reader(tmp_path, monkeypatch):
             break
         time.sleep(0.02)
     assert not any(t.name == "blockbpe-read" and t.is_alive() for t in threading.enumerate())
+
+
+def test_split_file_reads_small_files_together(tmp_path, monkeypatch, cl100k):
+    """`--split file` over many small files (a directory of source files): read together into
+    shared windows (read_files without lines), each file one document as it is (empty files,
+    CRLF, no newline at the end, multi-byte characters), in order, beside a large and a .gz
+    input read alone; the job's ids are encode_batch's of the files' bytes."""
+    monkeypatch.setattr(documents, "SMALL_INPUT", 4000)
+    paths = _small_files(tmp_path, 40, False)
+    want = [p.read_bytes() if p.suffix != ".gz" else gzip.decompress(p.read_bytes()) for p in paths]
+    windows = list(documents.iter_windows(paths, "file", window_bytes=1 << 14))
+    got = [
+        (fi, pos, blob)
+        for w in windows
+        for fi, pos, blob in zip(w.file_indices.tolist(), w.positions.tolist(), w.blobs)
+    ]
+    assert got == [(fi, 0, data) for fi, data in enumerate(want)]
+    assert len(windows) < 12 and max(w.ndocs for w in windows) > 5
+    ids, offsets = cl100k.encode_files_to_arrays(paths, split="file")
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == corpus_shared.encode_batch_ids(
+        cl100k, want
+    )
+
+
+@pytest.mark.parametrize(
+    "blobs, bad",
+    [
+        ([b"ok\n", b"bad \xff", b"fine"], 1),
+        ([b"ends mid-character \xc3", b"\xa9 starts with its end"], 0),  # valid only together
+        ([b"a", b"b \xe6\x97", b"", b"\xa5 c"], 1),
+    ],
+)
+def test_split_file_invalid_utf8_names_its_file(tmp_path, blobs, bad):
+    """A small file that is not UTF-8 is the error naming it, also where the block of files read
+    together would be valid (a file cut mid-character, the next starting with the rest)."""
+    paths = []
+    for k, blob in enumerate(blobs + [b"tail"] * 3):
+        paths.append(tmp_path / f"f{k}.txt")
+        paths[-1].write_bytes(blob)
+    with pytest.raises(CorpusError, match=rf"f{bad}\.txt:1: not valid UTF-8"):
+        list(documents.iter_windows(paths, "file"))
+
+
+def test_read_files_as_they_are(tmp_path):
+    """read_files without lines: the files back to back as they are and where each starts."""
+    blobs = [b"", b"a\nb", b"no end", b"\r\n", b"", b"x" * 5000]
+    paths = []
+    for k, blob in enumerate(blobs):
+        paths.append(tmp_path / f"g{k}")
+        paths[-1].write_bytes(blob)
+    names, sizes = [bytes(p) for p in paths], np.array([len(b) for b in blobs], np.int64)
+    for threads in (1, 3):
+        block, starts = native.cpu.read_files(names, sizes, threads, False)
+        assert block.tobytes() == b"".join(blobs)
+        np.testing.assert_array_equal(starts, np.cumsum([0] + [len(b) for b in blobs]))
+    grown = sizes.copy()
+    grown[5] -= 1
+    assert native.cpu.read_files(names, grown, 2, False) is None

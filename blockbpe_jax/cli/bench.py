@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..documents import check_utf8
+from ..line_reader import check_utf8
 from .common import CLIError, add_vocab_options, check_mode, check_positive, device_named, load_tokenizer
 
 

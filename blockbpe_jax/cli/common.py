@@ -7,6 +7,8 @@ import argparse
 import os
 from pathlib import Path
 
+from ..line_reader import one_line
+
 PROG = "blockbpe-jax"
 
 
@@ -22,12 +24,6 @@ class _Parser(argparse.ArgumentParser):
     # argparse prints the usage block and exits; we want one line and our own exit path.
     def error(self, message):
         raise CLIError(f"{message} (see {self.prog} --help)", prog=self.prog)
-
-
-def one_line(e: BaseException | str, limit: int = 300) -> str:
-    text = str(e).strip()
-    text = text.splitlines()[0] if text else type(e).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def version() -> str:

@@ -92,13 +92,14 @@ static int64_t read_at(int fd, int64_t offset, HostArray<uint8_t, 1> buf) {
   return error ? -error.load() : end.load();
 }
 
-// Reads small whole files, in order, into one new block of lines, a newline added after a file
-// that does not end with one, on up to `threads` threads with the GIL released (a corpus of many
-// small inputs: Python's open, read and newline count per file, the GIL held, set its pace) ->
-// (block, first_line int64[n + 1]: the block's newlines before each file's first byte, and in
-// all), or None where a file cannot be read or has grown past its size in `sizes` (each file's
-// own reader then names the problem or reads it whole).
-static nb::object read_files(nb::list paths, HostArray<const int64_t, 1> sizes, int threads) {
+// Reads small whole files, in order, into one new block, on up to `threads` threads with the GIL
+// released (a corpus of many small inputs: Python's open, read and newline count per file, the
+// GIL held, set its pace) -> (block, marks int64[n + 1]), or None where a file cannot be read or
+// has grown past its size in `sizes` (each file's own reader then names the problem or reads it
+// whole). With `lines`, a block of lines: a newline added after a file that does not end with
+// one, marks = the block's newlines before each file's first byte (and in all); without, the
+// files as they are (`--split file`), marks = where each file starts (and the block's end).
+static nb::object read_files(nb::list paths, HostArray<const int64_t, 1> sizes, int threads, bool lines) {
   const int64_t n = (int64_t)paths.size();
   if ((int64_t)sizes.shape(0) != n) throw nb::value_error("read_files: one size per path");
   std::vector<std::string> names(n);
@@ -110,7 +111,7 @@ static nb::object read_files(nb::list paths, HostArray<const int64_t, 1> sizes, 
     slot[k + 1] = slot[k] + sizes.data()[k] + 1;
   }
   uint8_t* data = new uint8_t[slot[n] + 1];
-  int64_t* first_line = new int64_t[n + 1];
+  int64_t* marks = new int64_t[n + 1];
   std::vector<int64_t> got(n, 0);
   std::atomic<bool> failed{false};
   int64_t end = 0;
@@ -132,26 +133,30 @@ static nb::object read_files(nb::list paths, HostArray<const int64_t, 1> sizes, 
         close(fd);
         if (at > sizes.data()[k]) failed = true;
         got[k] = at;
-        first_line[k + 1] = std::count(data + slot[k], data + slot[k] + at, uint8_t('\n'));
+        marks[k + 1] = lines ? std::count(data + slot[k], data + slot[k] + at, uint8_t('\n')) : 0;
       }
     });
-    if (!failed) {  // the files moved together, each ending with a newline
-      first_line[0] = 0;
+    if (!failed) {  // the files moved together (with lines, each ending with a newline)
+      marks[0] = 0;
       for (int64_t k = 0; k < n; ++k) {
         std::memmove(data + end, data + slot[k], size_t(got[k]));
         end += got[k];
-        if (got[k] && data[end - 1] != '\n') data[end++] = '\n', ++first_line[k + 1];
-        first_line[k + 1] += first_line[k];
+        if (!lines) {
+          marks[k + 1] = end;
+          continue;
+        }
+        if (got[k] && data[end - 1] != '\n') data[end++] = '\n', ++marks[k + 1];
+        marks[k + 1] += marks[k];
       }
     }
   }
   if (failed) {
     delete[] data;
-    delete[] first_line;
+    delete[] marks;
     return nb::none();
   }
   const size_t data_shape[1] = {(size_t)end}, lines_shape[1] = {(size_t)n + 1};
-  return nb::make_tuple(owned_array(data, 1, data_shape), owned_array(first_line, 1, lines_shape));
+  return nb::make_tuple(owned_array(data, 1, data_shape), owned_array(marks, 1, lines_shape));
 }
 
 // Allocates the file `fd`'s blocks for [offset, offset + length), extending it (fallocate(2)
@@ -341,7 +346,8 @@ void bind_corpus_helpers(nb::module_& m) {
         nb::arg("sep") = nb::bytes(""), nb::arg("into").none() = nb::none());
   m.def("read_at", &read_at, nb::arg("fd"), nb::arg("offset"), nb::arg("buf").noconvert());
   m.def("read_stream", &read_stream, nb::arg("fd"), nb::arg("buf").noconvert());
-  m.def("read_files", &read_files, nb::arg("paths"), nb::arg("sizes").noconvert(), nb::arg("threads"));
+  m.def("read_files", &read_files, nb::arg("paths"), nb::arg("sizes").noconvert(), nb::arg("threads"),
+        nb::arg("lines") = true);
   m.def("reserve_file", &reserve_file, nb::arg("fd"), nb::arg("offset"), nb::arg("length"));
   m.def("copy_bytes", &copy_bytes, nb::arg("dst").noconvert(), nb::arg("src").noconvert());
   m.def("pack_documents", &pack_documents, nb::arg("data").noconvert(), nb::arg("offsets").noconvert(),
