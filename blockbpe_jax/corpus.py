@@ -32,7 +32,7 @@ from .documents import (
     parse_split,
 )
 from .array_records import ArrayRecordWriter, read_array_records  # noqa: F401
-from .file_blocks import check_inputs, first_stream, regular_file_size
+from .file_blocks import check_inputs, first_stream, input_sizes
 from .padded_shards import PaddedWriter
 from .shards import (
     DEFAULT_SHARD_TOKENS,
@@ -238,7 +238,7 @@ def _input_bytes(paths: Sequence[Path]) -> int | None:
     """The inputs' size, where it is that of their documents (None for compressed inputs and streams)."""
     if any(is_compressed(p) or p.suffix == ".parquet" for p in paths):
         return None
-    sizes = [regular_file_size(p) for p in paths]
+    sizes = input_sizes(paths)
     return None if None in sizes else sum(sizes)
 
 

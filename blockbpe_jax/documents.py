@@ -14,7 +14,7 @@ import numpy as np
 from . import native
 from .background import in_background
 from .compressed_input import READ_ERRORS, DecompressAhead, is_compressed, open_input
-from .file_blocks import BlockBuffers, blocks_of_lines, regular_file_size
+from .file_blocks import BlockBuffers, blocks_of_lines, input_sizes
 from .line_reader import check_utf8, fast_block, line_documents, lines_of, one_line
 from .shards import CorpusError
 
@@ -218,9 +218,10 @@ def _inputs_read(paths, grouped: str | None, field, window_bytes: int, threads: 
     it gave up or the native split cannot take the field). grouped: "lines" (lines and JSONL),
     "file" (`--split file`: the files as they are) or None (no groups)."""
     group, sizes, held, small = [], [], 0, min(SMALL_INPUT, window_bytes // 4)
+    known = input_sizes(paths) if grouped else []
     for fi, path in enumerate([*paths, None]):
         plain = path is not None and grouped and not is_compressed(path) and path.suffix != ".parquet"
-        size = regular_file_size(path) if plain else None  # (a pipe: read as a stream)
+        size = known[fi] if plain else None  # (a pipe: read as a stream)
         if group and (size is None or size > small or held + size > window_bytes):
             read = None
             if len(group) > 1 and _native_field(field):

@@ -19,13 +19,24 @@ from .shards import CorpusError
 STDIN = Path("/dev/stdin")  # the input `-` names
 
 
-def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
+class Inputs(list):
+    """The checked inputs (`check_inputs`), in order, with each one's size as stat'ed then
+    (`sizes`: bytes, None for a stream). Checking them again returns them as they are: a corpus
+    of many thousands of small files is walked and stat'ed once per job, not once per step."""
+
+    def __init__(self, paths: list[Path], sizes: list[int | None]):
+        super().__init__(paths)
+        self.sizes = sizes
+
+
+def check_inputs(paths: Sequence[str | os.PathLike]) -> Inputs:
     """The inputs as paths (`-`: standard input), each a readable regular file or a stream (a
     pipe, a terminal: read once, as it comes, so named once), a directory standing for the files
-    under it (`files_under`); a one-line CorpusError otherwise. (A corpus may be many thousands
-    of small files: one stat each, made on the path's string; a Path made again, or asked for
-    its string, costs as much again on Python 3.12.)"""
-    out, streams = [], set()
+    under it (`files_under`); a one-line CorpusError otherwise. (One stat each, made on the
+    path's string; a Path made again, or asked for its string, costs as much again on 3.12.)"""
+    if isinstance(paths, Inputs):
+        return paths
+    out, sizes, streams = [], [], set()
     for p in paths:
         name = os.fspath(p)
         if name == "-":
@@ -36,13 +47,16 @@ def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
         elif not isinstance(p, Path):
             p = Path(name)
         try:
-            mode = os.stat(name).st_mode
+            st = os.stat(name)
         except (FileNotFoundError, NotADirectoryError):
             raise CorpusError(f"{p}: no such file") from None
         except OSError as e:
             raise CorpusError(f"{p}: cannot read: {_reason(e)}") from None
+        mode = st.st_mode
         if stat.S_ISDIR(mode):
-            out += files_under(p)
+            under = files_under(p)
+            out += under
+            sizes += under.sizes
             continue
         if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)):
             raise CorpusError(f"{p}: not a regular file, a stream or a directory")
@@ -53,7 +67,8 @@ def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
                 raise CorpusError(f"{p}: a stream is read once: name it once")
             streams.add(p)
         out.append(p)
-    return out
+        sizes.append(st.st_size if stat.S_ISREG(mode) else None)
+    return Inputs(out, sizes)
 
 
 # Names a directory input leaves out, as pyarrow's datasets do: hidden files and the metadata
@@ -61,7 +76,7 @@ def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
 LEFT_OUT = (".", "_")
 
 
-def files_under(directory: Path) -> list[Path]:
+def files_under(directory: Path) -> Inputs:
     """The regular files under a directory input, in the order of their paths' parts; symbolic
     links followed (each folder read once: a link back up the tree is not a loop); names
     starting with LEFT_OUT left out, and with them whatever is under such a folder. CorpusError
@@ -75,27 +90,37 @@ def files_under(directory: Path) -> list[Path]:
         key = (st.st_dev, st.st_ino)
         return key not in seen and not seen.add(key)
 
-    found, seen = [], set()
+    def entries(folder: str) -> Iterator[os.DirEntry]:
+        try:
+            with os.scandir(folder) as it:
+                return iter(sorted((e for e in it if not e.name.startswith(LEFT_OUT)), key=lambda e: e.name))
+        except OSError as e:
+            cannot(e)
+
+    # Depth first, each folder's entries by name: the paths' parts in order. (A DirEntry knows
+    # a regular file from its directory listing; its one stat gives the size the job needs.)
+    found, sizes, seen = [], [], set()
     first_visit(directory)
-    for folder, dirs, files in os.walk(directory, onerror=cannot, followlinks=True):
-        dirs[:] = [d for d in dirs if not d.startswith(LEFT_OUT) and first_visit(os.path.join(folder, d))]
-        for f in files:
-            path = os.path.join(folder, f)
-            if f.startswith(LEFT_OUT):
-                continue
-            if not os.path.isfile(path):  # (a FIFO, a socket: left out; a broken link: an error)
-                if os.path.islink(path) and not os.path.exists(path):
-                    raise CorpusError(f"{path}: no such file (a broken symbolic link)")
-                continue
-            if not os.access(path, os.R_OK):
-                raise CorpusError(f"{path}: cannot read: permission denied")
-            found.append(path)
+    stack = [entries(os.fspath(directory))]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+        elif entry.is_dir():  # (links followed)
+            if first_visit(entry.path):
+                stack.append(entries(entry.path))
+        elif entry.is_file():
+            if not os.access(entry.path, os.R_OK):
+                raise CorpusError(f"{entry.path}: cannot read: permission denied")
+            found.append(entry.path)
+            sizes.append(entry.stat().st_size)
+        elif entry.is_symlink() and not os.path.exists(entry.path):  # (a FIFO, a socket: left out)
+            raise CorpusError(f"{entry.path}: no such file (a broken symbolic link)")
     if not found:
         raise CorpusError(
             f"{directory}: a directory with no input files (names starting with . or _ left out)"
         )
-    found.sort(key=lambda name: name.split(os.sep))
-    return [Path(name) for name in found]
+    return Inputs([Path(name) for name in found], sizes)
 
 
 def _reason(e: OSError) -> str:
@@ -112,9 +137,14 @@ def regular_file_size(path: Path) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
+def input_sizes(paths: Sequence[Path]) -> list[int | None]:
+    """Each input's size (None: a stream), as `check_inputs` took it, else stat'ed now."""
+    return paths.sizes if isinstance(paths, Inputs) else [regular_file_size(p) for p in paths]
+
+
 def first_stream(paths: Sequence[Path]) -> Path | None:
     """The first input that is a stream (read once: `verify` cannot read it again), or None."""
-    return next((p for p in paths if regular_file_size(p) is None), None)
+    return next((p for p, size in zip(paths, input_sizes(paths)) if size is None), None)
 
 
 BLOCK_BUFFERS = 4  # the reader's buffers, used in turn

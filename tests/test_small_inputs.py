@@ -146,12 +146,24 @@ def test_read_files_block_and_lines(tmp_path):
 
 
 def test_a_small_input_that_grew_is_read_whole(tmp_path, monkeypatch):
-    """A file larger than when its size was taken: the inputs are read each alone, whole."""
+    """A file larger than when its size was taken (stat'ed now, or by check_inputs before it
+    grew): the inputs are read each alone, whole."""
+    from blockbpe_jax import file_blocks
+
     paths = _small_files(tmp_path, 12, True)
     alone = [(d.file_index, d.data) for d in documents.iter_documents(paths, jsonl_field="text")]
-    sized = documents.regular_file_size
-    monkeypatch.setattr(documents, "regular_file_size", lambda p: sized(p) and max(0, sized(p) - 5))
-    assert [(d.file_index, d.data) for d in documents.iter_documents(paths, jsonl_field="text")] == alone
+    checked = corpus.check_inputs(paths)
+    assert checked.sizes == [p.stat().st_size for p in paths] and corpus.check_inputs(checked) is checked
+    with open(paths[2], "a") as f:  # (grown since it was checked)
+        f.write('{"text": "one more"}\n')
+    grown = alone[: sum(fi < 2 for fi, _ in alone)] + [
+        (2, d.data) for d in documents.iter_documents([paths[2]], jsonl_field="text")
+    ]
+    grown += [doc for doc in alone if doc[0] > 2]
+    assert [(d.file_index, d.data) for d in documents.iter_documents(checked, jsonl_field="text")] == grown
+    sized = file_blocks.regular_file_size
+    monkeypatch.setattr(file_blocks, "regular_file_size", lambda p: sized(p) and max(0, sized(p) - 5))
+    assert [(d.file_index, d.data) for d in documents.iter_documents(paths, jsonl_field="text")] == grown
 
 
 def test_groups_read_ahead_and_stopped_with_their_reader(tmp_path, monkeypatch):

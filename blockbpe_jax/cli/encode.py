@@ -96,7 +96,7 @@ def cmd_encode(args) -> int:
         )
     finally:  # (stops the reading when the job did not start: no thread left in native code)
         read.close()
-    mb = sum(p.stat().st_size for p in paths) / 1e6
+    mb = sum(size or 0 for size in corpus.input_sizes(paths)) / 1e6  # (as check_inputs took them)
     secs = meta["seconds"]
     print(
         f"{meta['documents']} documents, {meta['tokens']} tokens -> {len(meta['shards'])} shard(s) "
