@@ -137,10 +137,11 @@ class ReadAhead:
 
     def __init__(self, paths, split: str, jsonl_field, window_bytes: int):
         split_kind, chunk = parse_split(split)
-        self.inputs = (tuple(check_inputs(paths)), split, jsonl_field, window_bytes)
+        checked = check_inputs(paths)
+        self.inputs = (tuple(checked), split, jsonl_field, window_bytes)
         self.join = JoinInto()
         self._windows = in_background(
-            iter_windows(self.inputs[0], split_kind, chunk, jsonl_field, window_bytes, join=self.join),
+            iter_windows(checked, split_kind, chunk, jsonl_field, window_bytes, join=self.join),
             1,
             name="blockbpe-split",
         )
