@@ -110,10 +110,14 @@ def files_under(directory: Path) -> Inputs:
             if first_visit(entry.path):
                 stack.append(entries(entry.path))
         elif entry.is_file():
+            try:
+                size = entry.stat().st_size
+            except OSError as e:  # (gone since the folder was listed)
+                cannot(e)
             if not os.access(entry.path, os.R_OK):
                 raise CorpusError(f"{entry.path}: cannot read: permission denied")
             found.append(entry.path)
-            sizes.append(entry.stat().st_size)
+            sizes.append(size)
         elif entry.is_symlink() and not os.path.exists(entry.path):  # (a FIFO, a socket: left out)
             raise CorpusError(f"{entry.path}: no such file (a broken symbolic link)")
     if not found:
