@@ -376,3 +376,51 @@ def test_long_escaped_strings_equal_json_loads(texts, data):
     lines = [b'{"text": ' + spell_string(data.draw, t).encode() + b', "n": 1}' for t in texts]
     block = b"\n".join(lines) + b"\n"
     check_same(block, FIELD, must_accept=True)
+
+
+UTF8_ATOMS = [b"a", b" ", "é".encode(), "—".encode(), "🎉".encode(), "\uffff".encode(), "\U0010ffff".encode()]
+UTF8_BREAKS = [
+    b"\xc0\x80",
+    b"\xe0\x80\x80",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\xf5",
+    b"\x80",
+    b"\xc3",
+    b"\xe2\x80",
+]
+UTF8_BREAKS += [b"\xf0\x9f\x8e", b"\xff", b"\xf8\x88\x80\x80\x80"]
+
+
+@settings_
+@given(
+    st.lists(
+        st.lists(st.sampled_from(UTF8_ATOMS), min_size=0, max_size=200).map(b"".join),
+        min_size=1,
+        max_size=6,
+    ),
+    st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(UTF8_BREAKS)), max_size=2),
+)
+def test_long_plain_lines_utf8_checked_as_python(lines, breaks):
+    """Plain lines of up to ~800 bytes of one- to four-byte characters (valid_utf8's 64-byte steps
+    with AVX-512), some with a malformed sequence put in anywhere (overlong, surrogate, past
+    U+10FFFF, a lone continuation, cut short, across the steps' edges): the native reader takes
+    exactly the lines Python's decoder takes."""
+    block = b"\n".join(lines) + b"\n"
+    for at, bad in breaks:
+        at %= len(block)
+        block = block[:at] + bad + block[at:]
+    got = check_same(block, None, must_accept=all(is_utf8(x) for x in block.split(b"\n")))
+    if got is not None:
+        assert all(is_utf8(d) for d in got[0])
+
+
+@pytest.mark.parametrize("middle", [b"", "é".encode(), b"x" * 64])
+def test_utf8_sequences_either_side_of_the_64_byte_steps(middle):
+    """Each malformed sequence and each valid one at every offset around valid_utf8's 64-byte
+    steps, ASCII after it (a step of ASCII only checks that the one before ended no sequence
+    early): plain lines taken exactly where Python's decoder takes them."""
+    for s in UTF8_BREAKS + UTF8_ATOMS:
+        for at in range(0, 135):
+            line = b"a" * at + s + middle + b"b" * 100
+            check_same(line + b"\n", None, must_accept=is_utf8(line))
