@@ -1,4 +1,4 @@
-"""The native JSONL reader (ffi/core/jsonl.h, json_line.h) built with AddressSanitizer and
+"""The native JSONL reader (ffi/core/jsonl.h, json_line.h, json_simd.h) built with AddressSanitizer and
 UndefinedBehaviorSanitizer (tests/cpp/jsonl_sanitized.cc) and run over JSONL made from the
 shared corpora (escaped and raw, short lines and lines over the reader's long-line threshold,
 split by its threads in pieces), then over blocks cut short and with bytes changed: no read

@@ -1,0 +1,98 @@
+"""The JSONL reader's 64-byte steps (ffi/core/json_simd.h: copy_plain_512, valid_utf8_512, with
+AVX-512 where the CPU has it; elsewhere these run the SSE2 and byte-wise code): escapes,
+quotes, control and non-ASCII bytes, and malformed UTF-8 at every offset around the steps, and
+long generated fields and lines, against json.loads and Python's decoder (test_jsonl.py's
+`check_same`)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from helpers import is_utf8
+from test_jsonl import FIELD, check_same, python_reader, settings_, spell_string
+
+
+ESCAPES = [b'\\"', b"\\\\", b"\\/", b"\\b", b"\\f", b"\\n", b"\\r", b"\\t", b"\\u00e9", b"\\ud83d\\ude00"]
+# (the last: a backslash before a byte >= 0x80 whose low seven bits are an escape letter, '"')
+BREAKS = ESCAPES + [b"\\", b"\\x", b"\\u12", b'"', "é".encode(), "🎉".encode(), b"\x01", b"\xe4", b"\\\xa2"]
+
+
+@pytest.mark.parametrize("second", [b"", b"\\n", b"\\\\", b'\\"', b'"', "é".encode()])
+def test_escapes_either_side_of_the_64_byte_steps(second):
+    """An escape, a bad escape, a quote, a control byte or a non-ASCII character at each offset
+    around the 64-byte steps (copy_plain_512 decodes the two-byte escapes there and leaves the
+    rest to the byte-wise code), alone and followed a few bytes later by a second one: the
+    native reader takes what json.loads takes and gives up only where it refuses."""
+    for s in BREAKS:
+        for at in range(0, 140, 1 if s in (b"\\", b'\\"', b"\\\\") else 3):
+            for gap in (0, 1, 5):
+                body = b"a" * at + s + b"c" * gap + second + b"b" * 70
+                line = b'{"text": "' + body + b'", "k": "' + b"k" * (at + 64) + b'"}\n'
+                check_same(line, FIELD, must_accept=python_reader(line, FIELD) is not None)
+
+
+@settings_
+@given(
+    st.lists(
+        st.text(st.sampled_from('ab "\\/\n\t\b\r\x0cé€😀\x01\x1f'), min_size=40, max_size=300),
+        min_size=1,
+        max_size=4,
+    ),
+    st.data(),
+)
+def test_long_escaped_strings_equal_json_loads(texts, data):
+    """Fields of hundreds of bytes dense with escapes (each character spelled raw or escaped at
+    random, as `spell_string` does), one to four lines: the documents json.loads gives."""
+    lines = [b'{"text": ' + spell_string(data.draw, t).encode() + b', "n": 1}' for t in texts]
+    block = b"\n".join(lines) + b"\n"
+    check_same(block, FIELD, must_accept=True)
+
+
+UTF8_ATOMS = [b"a", b" ", "é".encode(), "—".encode(), "🎉".encode(), "\uffff".encode(), "\U0010ffff".encode()]
+UTF8_BREAKS = [
+    b"\xc0\x80",
+    b"\xe0\x80\x80",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\xf5",
+    b"\x80",
+    b"\xc3",
+    b"\xe2\x80",
+]
+UTF8_BREAKS += [b"\xf0\x9f\x8e", b"\xff", b"\xf8\x88\x80\x80\x80"]
+
+
+@settings_
+@given(
+    st.lists(
+        st.lists(st.sampled_from(UTF8_ATOMS), min_size=0, max_size=200).map(b"".join),
+        min_size=1,
+        max_size=6,
+    ),
+    st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(UTF8_BREAKS)), max_size=2),
+)
+def test_long_plain_lines_utf8_checked_as_python(lines, breaks):
+    """Plain lines of up to ~800 bytes of one- to four-byte characters (valid_utf8's 64-byte steps
+    with AVX-512), some with a malformed sequence put in anywhere (overlong, surrogate, past
+    U+10FFFF, a lone continuation, cut short, across the steps' edges): the native reader takes
+    exactly the lines Python's decoder takes."""
+    block = b"\n".join(lines) + b"\n"
+    for at, bad in breaks:
+        at %= len(block)
+        block = block[:at] + bad + block[at:]
+    got = check_same(block, None, must_accept=all(is_utf8(x) for x in block.split(b"\n")))
+    if got is not None:
+        assert all(is_utf8(d) for d in got[0])
+
+
+@pytest.mark.parametrize("middle", [b"", "é".encode(), b"x" * 64])
+def test_utf8_sequences_either_side_of_the_64_byte_steps(middle):
+    """Each malformed sequence and each valid one at every offset around valid_utf8's 64-byte
+    steps, ASCII after it (a step of ASCII only checks that the one before ended no sequence
+    early): plain lines taken exactly where Python's decoder takes them."""
+    for s in UTF8_BREAKS + UTF8_ATOMS:
+        for at in range(0, 135):
+            line = b"a" * at + s + middle + b"b" * 100
+            check_same(line + b"\n", None, must_accept=is_utf8(line))
