@@ -38,7 +38,11 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path: str | os.PathLike, **kwargs) -> "Tokenizer":
         path = os.fspath(path)
-        head = _file_head(path)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(64)
+        except OSError:
+            head = b""  # (the loader that reads it says why)
         if gguf.is_gguf(head):
             return cls.from_gguf(path)
         if sentencepiece.is_sentencepiece_model(head):
@@ -52,8 +56,7 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> "Tokenizer":
-        """From the tokenizer in a GGUF file's header (llama.cpp models: Llama 2, Gemma 3,
-        Gemma 4; blockbpe_jax/gguf.py). A file cut after its header loads too."""
+        """From a GGUF file's tokenizer (llama.cpp's Llama 2, Gemma 3/4), its header enough: gguf.py."""
         return cls(gguf.load_gguf(path))
 
     @classmethod
@@ -104,9 +107,9 @@ class Tokenizer:
         if allowed_special == "all":
             return tuple(sorted(self.vocab.special_tokens))
         if isinstance(allowed_special, str):
+            what = f"the string {allowed_special!r}"
             raise ValueError(
-                f"allowed_special must be 'all', 'none' or a collection of special "
-                f"tokens, got the string {allowed_special!r}"
+                f"allowed_special must be 'all', 'none' or a collection of special tokens, got {what}"
             )
         names = tuple(sorted(set(allowed_special)))
         unknown = [s for s in names if s not in self.vocab.special_tokens]
@@ -324,17 +327,22 @@ class Tokenizer:
         return hf_call(self, texts, **kwargs)
 
     def encode_files(self, paths, out_prefix, **kwargs) -> dict:
-        """The corpus job (`blockbpe-jax encode`) from Python: text/JSONL(.gz/.zst) files into flat
-        token shards; see `blockbpe_jax.corpus.encode_files` for the options."""
-        from .corpus import encode_files
+        """The corpus job (`blockbpe-jax encode`): files into flat shards (`corpus.encode_files`)."""
+        from . import corpus
 
-        return encode_files(self, paths, out_prefix, **kwargs)
+        return corpus.encode_files(self, paths, out_prefix, **kwargs)
 
     def encode_files_to_arrays(self, paths, **kwargs) -> tuple[np.ndarray, np.ndarray]:
         """`encode_files` with the ids left in memory (`corpus.encode_files_to_arrays`)."""
-        from .corpus import encode_files_to_arrays
+        from . import corpus
 
-        return encode_files_to_arrays(self, paths, **kwargs)
+        return corpus.encode_files_to_arrays(self, paths, **kwargs)
+
+    def encode_arrow(self, column, **kwargs) -> tuple[np.ndarray, np.ndarray]:
+        """An Arrow string column in memory, `ds.data.column("text")` (`corpus.encode_arrow`)."""
+        from . import corpus
+
+        return corpus.encode_arrow(self, column, **kwargs)
 
     def normalize(self, texts: Sequence[str | bytes]) -> list:
         """The texts as the tokenizer's normalizer leaves them (NFC and/or Lowercase in its order,
@@ -389,14 +397,6 @@ class Tokenizer:
     def decode(self, ids, counts, errors: str = "replace") -> list[str]:
         """Token ids back to strings (`errors` as in bytes.decode, like tiktoken's)."""
         return [b.decode("utf-8", errors=errors) for b in self.decode_bytes(ids, counts)]
-
-
-def _file_head(path: str, size: int = 64) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(size)
-    except OSError:
-        return b""  # the loader that reads it says why
 
 
 def pack_strings(

@@ -2,7 +2,7 @@
 about a window, decoded on several threads in input order, a large row group read in batches by
 a thread of its own. The documents, rows and inputs must be those pyarrow reads, whatever the
 layout; a file's error comes at its turn, after every earlier document. An Arrow column in
-memory (`corpus.encode_arrow`): the ids of the same texts read from JSONL."""
+memory (`corpus.encode_arrow`, `Tokenizer.encode_arrow`): the ids of the same texts read from JSONL."""
 
 from __future__ import annotations
 
@@ -154,6 +154,9 @@ def test_encode_arrow_an_in_memory_column(tmp_path, r50k):
         ids, offsets = corpus.encode_arrow(r50k, column, window_bytes=4096)
         np.testing.assert_array_equal(offsets, want_offsets, err_msg=name)
         np.testing.assert_array_equal(ids, want_ids, err_msg=name)
+    ids, offsets = r50k.encode_arrow(columns["chunked"], window_bytes=4096)  # (the Tokenizer method)
+    np.testing.assert_array_equal(offsets, want_offsets)
+    np.testing.assert_array_equal(ids, want_ids)
 
 
 def test_encode_arrow_empty_and_stopped(r50k):
