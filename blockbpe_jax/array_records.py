@@ -32,6 +32,7 @@ class ArrayRecordWriter(_ShardWriter):
                 "--format arrayrecord needs the array_record package (pip install array_record)"
             ) from None
         self._native = Native
+        self._out = None  # the open shard file
         super().__init__(prefix, n_vocab, shard_tokens, shard_docs)
 
     def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
@@ -55,6 +56,16 @@ class ArrayRecordWriter(_ShardWriter):
         self._out.close()
         self._out = None
         self.shards.append(dict(file=self.written[-1].name, documents=self._docs, tokens=int(self._tokens)))
+
+    def finish(self, meta: dict) -> dict:
+        if self._out is not None:
+            self._close()
+        return super().finish(meta)
+
+    def abort(self) -> None:
+        if self._out is not None:
+            self._out.close()
+        super().abort()
 
     def _layout(self) -> dict:
         return dict(

@@ -4,7 +4,6 @@ missing field, invalid UTF-8)."""
 
 from __future__ import annotations
 
-import codecs
 import os
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
@@ -258,22 +257,13 @@ def _small_inputs(paths, group, read, field, window_bytes, threads, join, buffer
 
 
 def _small_files(paths, group, read) -> Window:
-    """Small inputs read together (`read`: read_files' block of the files as they are, and where
-    each starts) as one window of one document per file (`--split file`); where read_files gave
-    up, each read alone. A file that is not UTF-8 is the error naming it: the block is checked
-    whole, and no file may start inside another's character (a file cut mid-character and the
-    next would be valid together)."""
+    """Small inputs read together (`read`: read_files' block of the files as they are, each
+    checked to be UTF-8, and where each starts) as one window of one document per file (`--split
+    file`); where read_files gave up, each read alone (a file that is not UTF-8 is then the error
+    naming it)."""
     if read is not None:
         block, starts = read
-        firsts = block[starts[:-1][np.diff(starts) > 0]]
-        try:
-            codecs.utf_8_decode(block, "strict", True)
-            ok = not ((firsts >= 0x80) & (firsts < 0xC0)).any()
-        except UnicodeDecodeError:
-            ok = False
-        if ok:
-            files = np.asarray(group, np.int64)
-            return Window(block, starts, np.zeros(len(group), np.int64), files, len(block))
+        return Window(block, starts, np.zeros(len(group), np.int64), np.asarray(group, np.int64), len(block))
     blobs = [_whole(paths[fi]) for fi in group]
     return Window.of(blobs, np.zeros(len(group), np.int64), np.asarray(group, np.int64), sum(map(len, blobs)))
 

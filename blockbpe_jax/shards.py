@@ -88,15 +88,12 @@ class _ShardWriter:
         self.shard_tokens, self.shard_docs = shard_tokens, shard_docs or 2**62
         self.shards: list[dict] = []
         self.written: list[Path] = []
-        self._out = None  # the open shard file
 
     def _layout(self) -> dict:
         """The sidecar's format fields (before the job's meta)."""
         raise NotImplementedError
 
     def finish(self, meta: dict) -> dict:
-        if self._out is not None:
-            self._close()
         sidecar = dict(**self._layout(), **meta, shards=self.shards)
         sidecar["documents"] = sum(s["documents"] for s in self.shards)
         sidecar["tokens"] = sum(s["tokens"] for s in self.shards)
@@ -104,8 +101,6 @@ class _ShardWriter:
         return sidecar
 
     def abort(self) -> None:
-        if self._out is not None:
-            self._out.close()
         for p in self.written:
             p.unlink(missing_ok=True)
 
@@ -287,8 +282,7 @@ class FlatWriter(_ShardWriter):
     def abort(self) -> None:
         self._failed.append(CorpusError("aborted"))  # (the writes still queued are dropped)
         self._wait()
-        for p in self.written:
-            p.unlink(missing_ok=True)
+        super().abort()
 
     def _layout(self) -> dict:
         return dict(format=FLAT_FORMAT, dtype=self.dtype.name, byteorder="little", idx_dtype="int64")

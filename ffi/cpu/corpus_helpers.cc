@@ -98,7 +98,8 @@ static int64_t read_at(int fd, int64_t offset, HostArray<uint8_t, 1> buf) {
 // has grown past its size in `sizes` (each file's own reader then names the problem or reads it
 // whole). With `lines`, a block of lines: a newline added after a file that does not end with
 // one, marks = the block's newlines before each file's first byte (and in all); without, the
-// files as they are (`--split file`), marks = where each file starts (and the block's end).
+// files as they are (`--split file`), each checked to be UTF-8 (None where one is not), marks =
+// where each file starts (and the block's end).
 static nb::object read_files(nb::list paths, HostArray<const int64_t, 1> sizes, int threads, bool lines) {
   const int64_t n = (int64_t)paths.size();
   if ((int64_t)sizes.shape(0) != n) throw nb::value_error("read_files: one size per path");
@@ -132,6 +133,7 @@ static nb::object read_files(nb::list paths, HostArray<const int64_t, 1> sizes, 
         }
         close(fd);
         if (at > sizes.data()[k]) failed = true;
+        if (!lines && !bbpe::jsonl::valid_utf8(data + slot[k], data + slot[k] + at)) failed = true;
         got[k] = at;
         marks[k + 1] = lines ? std::count(data + slot[k], data + slot[k] + at, uint8_t('\n')) : 0;
       }
