@@ -25,6 +25,9 @@ Timed on each corpus, all with cl100k:
   gigatoken_files  gigatoken's `encode_files(JsonlFileSource([CORPUS], field="text"))`:
                reads and parses the file itself (timed, like our cli; the median of --reps);
                its result stays in memory (an awkward array), nothing is written
+  gigatoken_command  gigatoken as a command of its own, our cli's counterpart: a fresh
+               interpreter that imports it, loads the vocabulary, runs encode_files and writes
+               the ids and document offsets flat (.bin/.idx); wall time of everything
 Every peer's ids are compared with the cli's shards, flat arrays and per-document counts, on
 all documents. A peer that does not import is "unavailable"; one whose time exceeds
 --peer-budget-s or that is skipped by a size rule (tiktoken above --tiktoken-max-mb) is
@@ -208,6 +211,8 @@ def run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args) -> dict:
     fastest = max((p["MBps"] for p in r["peers"].values() if "MBps" in p), default=None)
     if fastest:
         r["cli_over_fastest_peer"] = cli["MBps"] / fastest
+    if "MBps" in r["peers"].get("gigatoken_command", {}):  # command for command
+        r["cli_over_peer_command"] = cli["MBps"] / r["peers"]["gigatoken_command"]["MBps"]
     shutil.rmtree(work / f"{label}_cli", ignore_errors=True)
     return r
 
@@ -282,6 +287,8 @@ def table(results: list[dict]) -> str:
                 lines.append(f"{head} | {name} | | | | {p.get('status')} {p.get('detail', '')}")
         if "cli_over_fastest_peer" in r:
             lines.append(f"{head} | cli / fastest peer | | {r['cli_over_fastest_peer']:.2f}x | | |")
+        if "cli_over_peer_command" in r:
+            lines.append(f"{head} | cli / gigatoken_command | | {r['cli_over_peer_command']:.2f}x | | |")
     return "\n".join(lines) + "\n"
 
 
@@ -353,6 +360,8 @@ def main() -> None:
             f"{args.piece_mb:g} MB (reading and JSON parsing not timed)",
             gigatoken_files="gigatoken reads and parses the JSONL file itself (timed); its "
             "result stays in memory (an awkward array), nothing is written",
+            gigatoken_command="a fresh process: import, vocabulary, encode_files, ids and offsets "
+            "written flat (.bin/.idx); wall time of everything, like our cli's",
         ),
         results=results,
     )

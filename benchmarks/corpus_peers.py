@@ -1,11 +1,17 @@
 """The corpus job's CPU tokenizers: tokie, gigatoken (encode_batch and encode_files), tiktoken,
 each fed the decoded documents in pieces with only its encode calls timed (gigatoken_files
-reads the JSONL itself), and every peer's ids compared with ours on all documents."""
+reads the JSONL itself), gigatoken's own command (`peer_command`: a fresh process that writes the
+flat layout, our command's counterpart), and every peer's ids compared with ours on all
+documents."""
 
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -70,6 +76,46 @@ def time_peer(encode, flatten, texts, ids, counts, piece_bytes, budget) -> dict:
                 status=f"not run (over the {budget:.0f} s budget after {hi} of {len(texts)} documents)"
             )
     return dict(status="ok", seconds=secs, ids_equal=True)
+
+
+# The fastest CPU peer as a corpus job of its own, what `blockbpe-jax encode` is measured against
+# command for command: a fresh interpreter imports gigatoken, loads the vocabulary, encodes the
+# JSONL file with encode_files (its reader, its threads) and writes every id back to back (uint32)
+# and the document offsets (int64), the flat layout of our shards.
+PEER_COMMAND = """
+import sys
+import awkward as ak, gigatoken, numpy as np
+corpus, vocab, out = sys.argv[1:4]
+tok = gigatoken.Tokenizer.from_tiktoken(vocab)
+got = tok.encode_files(gigatoken.JsonlFileSource([corpus], field="text"))
+np.asarray(ak.flatten(got), np.uint32).tofile(out + ".bin")
+np.concatenate([[0], np.cumsum(np.asarray(ak.num(got), np.int64))]).tofile(out + ".idx")
+"""
+
+
+def peer_command(corpus_path, vocab, ids, counts, timeout: float) -> dict:
+    """PEER_COMMAND's wall time (everything from the interpreter's start to the files written)
+    and its ids against ours."""
+    with tempfile.TemporaryDirectory(prefix="peer_command_") as work:
+        out = str(Path(work) / "gigatoken")
+        cmd = [sys.executable, "-c", PEER_COMMAND, str(corpus_path), str(vocab), out]
+        t = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return dict(status=f"not run to the end (over {timeout:.0f} s)")
+        wall = time.perf_counter() - t
+        if p.returncode != 0:
+            return dict(status=f"failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
+        got = np.fromfile(out + ".bin", np.uint32), np.diff(np.fromfile(out + ".idx", np.int64))
+    diff = compare("gigatoken_command", got, ids, counts)
+    return dict(
+        api="a fresh process: from_tiktoken + encode_files(JsonlFileSource) + .bin/.idx written",
+        seconds=wall,
+        status="ids differ" if diff else "ok",
+        ids_equal=not diff,
+        **({"detail": diff} if diff else {}),
+    )
 
 
 def run_peers(ps, texts, corpus_path, ids, counts, nbytes, args) -> dict:
@@ -137,6 +183,10 @@ def run_peers(ps, texts, corpus_path, ids, counts, nbytes, args) -> dict:
                 status="ids differ" if diff else "ok",
                 ids_equal=not diff,
                 **({"detail": diff} if diff else {}),
+            )
+            vocab = args.data / "vocab" / peer_lib.FILES["cl100k"][0]
+            res["gigatoken_command"] = dict(
+                version=version, **peer_command(corpus_path, vocab, ids, counts, args.cli_timeout_s)
             )
     tk = ps.peers["tiktoken"]
     if nbytes > args.tiktoken_max_mb * MB:
