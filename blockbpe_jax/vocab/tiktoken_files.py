@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import re
 from pathlib import Path
 from typing import Mapping
 
@@ -97,88 +96,6 @@ def load_tiktoken_file(
             f"(merges over characters, byte fallback) is not supported yet"
         )
 
-    ranks = _ranks_in_bulk(contents)
-    if ranks is None:  # (something unusual: each line read and checked, the bad one named)
-        ranks = _ranks_by_line(contents, path)
-    if not ranks:
-        raise VocabError(f"{path}: file is empty (no tokens)")
-
-    return _vocab_from_ranks(
-        ranks=ranks,
-        where=str(path),
-        name=name if name is not None else default_name,
-        special_tokens=special_tokens if special_tokens is not None else default_specials,
-        pattern=pattern if pattern is not None else default_pattern,
-        source=str(path),
-    )
-
-
-def from_tiktoken_encoding(enc) -> Vocab:
-    """Build a Vocab from a ``tiktoken.Encoding`` (its mergeable ranks, specials and pattern)."""
-    where = f"tiktoken.Encoding({enc.name!r})"
-    ranks: dict[bytes, int] = dict(enc._mergeable_ranks)
-    seen: dict[int, bytes] = {}
-    for token, rank in ranks.items():
-        _check_id(f"{where}: token {token!r}", rank)
-        if rank in seen:
-            raise VocabError(f"{where}: tokens {seen[rank]!r} and {token!r} share rank {rank}")
-        seen[rank] = token
-    return _vocab_from_ranks(
-        ranks=ranks,
-        where=where,
-        name=enc.name,
-        special_tokens=dict(enc._special_tokens),
-        pattern=enc._pat_str,
-        source=where,
-    )
-
-
-_BASE64_DIGITS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
-_NOT_SEPARATORS = bytes(c for c in range(256) if c not in b" \n")
-_BAD_PADDING = re.compile(rb"=[^= ]|===")  # (padding inside a token, or more than two)
-
-
-def _ranks_in_bulk(contents: bytes) -> dict[bytes, int] | None:
-    """The common rank file (lines of "<base64> <rank>" ending in LF, nothing else) parsed
-    with whole-file operations instead of a loop over its 100-200 thousand lines (a load's
-    largest cost): the same tokens and ranks `_ranks_by_line` gives, or None where anything is
-    unusual (blank lines, CR, tabs, a rule broken) for it to read again line by line."""
-    body = contents[:-1] if contents.endswith(b"\n") else contents
-    lines = body.count(b"\n") + 1
-    if not body or any(c in body for c in (b"\r", b"\t", b"\x0b", b"\x0c", b"\n\n")):
-        return None
-    if body.translate(None, _NOT_SEPARATORS) != b" \n" * (lines - 1) + b" ":  # (one space a line)
-        return None
-    fields = body.replace(b"\n", b" ").split(b" ")  # (bytes objects: nothing for the GC to track)
-    tokens_b64, rank_texts = fields[0::2], fields[1::2]
-    if b"" in fields or not all(map(bytes.isdigit, rank_texts)):
-        return None
-    # only what b64decode(validate=True) takes, where it decodes as a2b_base64 does: base64's
-    # digits (the ranks' are base64's too), padding only at a token's end and at most two, and
-    # whole groups of four (strict base64, what validate=True means from Python 3.11)
-    if body.translate(None, _BASE64_DIGITS + b" \n") or _BAD_PADDING.search(body):
-        return None
-    if any(map((4).__rmod__, map(len, tokens_b64))):
-        return None
-    try:
-        tokens = list(map(binascii.a2b_base64, tokens_b64))
-    except (binascii.Error, ValueError):
-        return None
-    rank_values = list(map(int, rank_texts))
-    ranks = dict(zip(tokens, rank_values))
-    if (
-        len(ranks) != lines
-        or len(set(rank_values)) != lines
-        or b"" in ranks
-        or max(rank_values) > MAX_TOKEN_ID
-    ):
-        return None
-    return ranks
-
-
-def _ranks_by_line(contents: bytes, path: Path) -> dict[bytes, int]:
-    """The rank file's tokens and ranks, line by line: every rule checked where it applies,
-    and a VocabError naming the first line that breaks one."""
     ranks: dict[bytes, int] = {}
     line_of_token: dict[bytes, int] = {}  # only consulted to word a duplicate error
     line_of_rank: dict[int, int] = {}
@@ -210,4 +127,34 @@ def _ranks_by_line(contents: bytes, path: Path) -> dict[bytes, int]:
         ranks[token] = rank
         line_of_token[token] = line_no
         line_of_rank[rank] = line_no
-    return ranks
+    if not ranks:
+        raise VocabError(f"{path}: file is empty (no tokens)")
+
+    return _vocab_from_ranks(
+        ranks=ranks,
+        where=str(path),
+        name=name if name is not None else default_name,
+        special_tokens=special_tokens if special_tokens is not None else default_specials,
+        pattern=pattern if pattern is not None else default_pattern,
+        source=str(path),
+    )
+
+
+def from_tiktoken_encoding(enc) -> Vocab:
+    """Build a Vocab from a ``tiktoken.Encoding`` (its mergeable ranks, specials and pattern)."""
+    where = f"tiktoken.Encoding({enc.name!r})"
+    ranks: dict[bytes, int] = dict(enc._mergeable_ranks)
+    seen: dict[int, bytes] = {}
+    for token, rank in ranks.items():
+        _check_id(f"{where}: token {token!r}", rank)
+        if rank in seen:
+            raise VocabError(f"{where}: tokens {seen[rank]!r} and {token!r} share rank {rank}")
+        seen[rank] = token
+    return _vocab_from_ranks(
+        ranks=ranks,
+        where=where,
+        name=enc.name,
+        special_tokens=dict(enc._special_tokens),
+        pattern=enc._pat_str,
+        source=where,
+    )
