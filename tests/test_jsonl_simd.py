@@ -1,6 +1,7 @@
 """The JSONL reader's 64-byte steps (ffi/core/json_simd.h: copy_plain_512, valid_utf8_512, with
 AVX-512 where the CPU has it; elsewhere these run the SSE2 and byte-wise code): escapes,
-quotes, control and non-ASCII bytes, and malformed UTF-8 at every offset around the steps, and
+quotes, control and non-ASCII bytes, and malformed UTF-8 at every offset around the steps and
+from a line's end, and
 long generated fields and lines, against json.loads and Python's decoder (test_jsonl.py's
 `check_same`)."""
 
@@ -31,6 +32,24 @@ def test_escapes_either_side_of_the_64_byte_steps(second):
                 body = b"a" * at + s + b"c" * gap + second + b"b" * 70
                 line = b'{"text": "' + body + b'", "k": "' + b"k" * (at + 64) + b'"}\n'
                 check_same(line, FIELD, must_accept=python_reader(line, FIELD) is not None)
+
+
+@pytest.mark.parametrize("tail", [b'"}', b'"   }', b'"}  ', b'"', b""])
+def test_a_break_at_every_distance_from_the_line_end(tail):
+    """The field last in its line, so that its last bytes fall in copy_plain_512's last step,
+    which reads only the bytes left (the lanes past them as zeros): each break at every
+    distance from the end of the line, and strings of every length up to past one step, whole
+    or cut short (no closing quote, a backslash as the line's last byte)."""
+    for s in BREAKS:
+        for before in (0, 1, 63, 64, 65, 130):
+            for after in range(0, 70, 1 if s in (b"\\", b'\\"', b"\\\\") else 3):
+                body = b"a" * before + s + b"b" * after
+                line = b'{"k": 1, "text": "' + body + tail + b"\n"
+                check_same(line, FIELD, must_accept=python_reader(line, FIELD) is not None)
+    for n in range(0, 140):
+        for end in (b'"}\n', b"\\", b"\\n"):
+            line = b'{"text": "' + b"x" * n + end
+            check_same(line, FIELD, must_accept=python_reader(line, FIELD) is not None)
 
 
 @settings_

@@ -52,17 +52,14 @@ inline const uint8_t* plain_ascii_run(const uint8_t* p, const uint8_t* end) {
 }
 
 
-// Those bytes copied to w as they are found (and, with AVX-512, the simple escapes decoded:
-// copy_plain_512): sixteen at a time where SSE2 is (a signed compare with 0x20 finds both
-// control bytes and bytes >= 0x80; each sixteen are stored before they are checked, so w must
-// have room for all the bytes left at p), the rest by plain_ascii_run. Where the run ends (at
-// a byte for the caller); w moved past its copy.
+// Those bytes copied to w as they are found: with AVX-512 by copy_plain_512 (which decodes the
+// simple escapes too), elsewhere sixteen at a time where SSE2 is (a signed compare with 0x20
+// finds both control bytes and bytes >= 0x80; each sixteen are stored before they are checked,
+// so w must have room for all the bytes left at p) and the rest by plain_ascii_run. Where the
+// run ends (at a byte for the caller); w moved past its copy.
 inline const uint8_t* copy_plain(const uint8_t* p, const uint8_t* end, char*& w) {
 #if BBPE_JSON_AVX512
-  if (end - p >= 64 && use_avx512_vbmi2()) {
-    p = copy_plain_512(p, end, w);
-    if (end - p >= 64) return p;
-  }
+  if (use_avx512_vbmi2()) return copy_plain_512(p, end, w);
 #endif
 #if defined(__SSE2__)
   const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
