@@ -16,8 +16,10 @@ from test_jsonl import FIELD, check_same, python_reader, settings_, spell_string
 
 
 ESCAPES = [b'\\"', b"\\\\", b"\\/", b"\\b", b"\\f", b"\\n", b"\\r", b"\\t", b"\\u00e9", b"\\ud83d\\ude00"]
-# (the last: a backslash before a byte >= 0x80 whose low seven bits are an escape letter, '"')
-BREAKS = ESCAPES + [b"\\", b"\\x", b"\\u12", b'"', "é".encode(), "🎉".encode(), b"\x01", b"\xe4", b"\\\xa2"]
+# (the last three: a backslash before a byte >= 0x80 whose low seven bits are an escape letter:
+# '"' in a lone continuation byte, 'b' and 'f' in the lead bytes of '—' and '\u6e00', whole)
+BREAKS = ESCAPES + [b"\\", b"\\x", b"\\u12", b'"', "é".encode(), "🎉".encode(), b"\x01", b"\xe4"]
+BREAKS += [b"\\\xa2", b"\\" + "—".encode(), b"\\" + "\u6e00".encode()]
 
 
 @pytest.mark.parametrize("second", [b"", b"\\n", b"\\\\", b'\\"', b'"', "é".encode()])
@@ -115,3 +117,39 @@ def test_utf8_sequences_either_side_of_the_64_byte_steps(middle):
         for at in range(0, 135):
             line = b"a" * at + s + middle + b"b" * 100
             check_same(line + b"\n", None, must_accept=is_utf8(line))
+
+
+JSON_ATOMS = UTF8_ATOMS + [b"\\n", b'\\"', b"\\u00e9", b"\\\\", b'"', b"\x01", b"\\" + "—".encode()]
+
+
+@settings_
+@given(
+    st.lists(
+        st.lists(st.sampled_from(UTF8_ATOMS), min_size=0, max_size=300).map(b"".join),
+        min_size=1,
+        max_size=4,
+    ),
+    st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(UTF8_BREAKS + JSON_ATOMS)), max_size=3),
+)
+def test_raw_non_ascii_fields_checked_as_json_loads(texts, breaks):
+    """JSON fields of raw one- to four-byte characters (the 64-byte steps take non-ASCII bytes as
+    they are and the run is checked as UTF-8 after), with malformed sequences, escapes, quotes
+    and control bytes put in anywhere, cutting sequences too: the native reader takes exactly
+    the lines json.loads takes, with its documents."""
+    lines = [b'{"n": 1, "text": "' + t + b'"}' for t in texts]
+    block = b"\n".join(lines) + b"\n"
+    for at, bad in breaks:
+        at %= len(block)
+        block = block[:at] + bad + block[at:]
+    check_same(block, FIELD, must_accept=python_reader(block, FIELD) is not None)
+
+
+@pytest.mark.parametrize("atom", ["é".encode(), "—".encode(), "🎉".encode()])
+def test_a_malformed_sequence_at_every_offset_in_a_non_ascii_field(atom):
+    """A run of one non-ASCII character (the steps take it whole) with each malformed sequence
+    at every offset around the 64-byte steps: refused exactly where json.loads refuses."""
+    for bad in UTF8_BREAKS:
+        for at in range(0, 140, 1):
+            body = atom * (at // len(atom)) + b"a" * (at % len(atom)) + bad + atom * 30
+            line = b'{"text": "' + body + b'"}\n'
+            check_same(line, FIELD, must_accept=python_reader(line, FIELD) is not None)

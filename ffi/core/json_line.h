@@ -52,15 +52,17 @@ inline const uint8_t* plain_ascii_run(const uint8_t* p, const uint8_t* end) {
 }
 
 
-// Those bytes copied to w as they are found: with AVX-512 by copy_plain_512 (which decodes the
-// simple escapes too), elsewhere sixteen at a time where SSE2 is (a signed compare with 0x20
-// finds both control bytes and bytes >= 0x80; each sixteen are stored before they are checked,
-// so w must have room for all the bytes left at p) and the rest by plain_ascii_run. Where the
-// run ends (at a byte for the caller); w moved past its copy.
-inline const uint8_t* copy_plain(const uint8_t* p, const uint8_t* end, char*& w) {
+// Those bytes copied to w as they are found: with AVX-512 by copy_plain_512 (which also takes
+// non-ASCII bytes, setting `took_non_ascii`, and decodes the simple escapes), elsewhere sixteen
+// at a time where SSE2 is (a signed compare with 0x20 finds both control bytes and bytes >=
+// 0x80; each sixteen are stored before they are checked, so w must have room for all the bytes
+// left at p) and the rest by plain_ascii_run. Where the run ends (at a byte for the caller); w
+// moved past its copy.
+inline const uint8_t* copy_plain(const uint8_t* p, const uint8_t* end, char*& w, bool& took_non_ascii) {
 #if BBPE_JSON_AVX512
-  if (use_avx512_vbmi2()) return copy_plain_512(p, end, w);
+  if (use_avx512_vbmi2()) return copy_plain_512(p, end, w, took_non_ascii);
 #endif
+  (void)took_non_ascii;
 #if defined(__SSE2__)
   const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
   for (; end - p >= 16; p += 16, w += 16) {
@@ -177,7 +179,12 @@ struct LineParser {
       return ok;
     };
     while (true) {
-      p = copy_plain(p, end, w);
+      const uint8_t* run = p;
+      bool non_ascii = false;
+      p = copy_plain(p, end, w, non_ascii);
+      // (its non-ASCII bytes taken as they are: UTF-8 where they stand, or the line is not;
+      // [run, p) starts and ends at ASCII, so no sequence is cut)
+      if (non_ascii && !valid_utf8(run, p)) return finish(false);
       if (p >= end) return finish(piece);
       if (*p >= 0x80) {
         const int n = utf8_sequence(p, end);

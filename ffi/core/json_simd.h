@@ -29,16 +29,19 @@ constexpr EscapeLetters escape_letters() {
 inline constexpr EscapeLetters kEscapes = escape_letters();
 
 // copy_plain's 64-byte steps (AVX-512 with VBMI2's byte compress; the caller checks the CPU):
-// plain bytes, and the two-byte escapes \" \/ \b \f \n \r \t decoded in place, up to a byte it
-// leaves to the caller: an unescaped quote, a control byte, a byte >= 0x80, or a backslash
-// whose escape is not one of those (\\, \u, a bad one) or that is the input's last byte. So every
-// backslash a step takes starts an escape whose letter it takes too. (Leaving each escape to the
-// byte-wise code, one per ~64 bytes of prose with newlines, cost more than the scan itself.)
+// plain bytes, non-ASCII bytes as they are (`took_non_ascii` set when it took any: the caller
+// checks that they are UTF-8, in bulk), and the two-byte escapes \" \/ \b \f \n \r \t decoded
+// in place, up to a byte it leaves to the caller: an unescaped quote, a control byte, or a
+// backslash whose escape is not one of those (\\, \u, a bad one) or that is the input's last
+// byte. So every backslash a step takes starts an escape whose letter it takes too. (Leaving
+// each escape to the byte-wise code, one per ~64 bytes of prose with newlines, cost more than
+// the scan itself; so did leaving each non-ASCII character: 64-byte steps restarted for every
+// two or three bytes of Cyrillic or CJK.)
 // The last step (fewer than 64 bytes left) reads only the bytes left, the lanes past them as
 // zeros (control bytes: they stop it), and stores only the bytes it takes: a field's last bytes,
 // one run per document, need no 16-byte or byte-wise steps.
 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vbmi2,popcnt,bmi"))) inline const uint8_t*
-copy_plain_512(const uint8_t* p, const uint8_t* end, char*& w) {
+copy_plain_512(const uint8_t* p, const uint8_t* end, char*& w, bool& took_non_ascii) {
   const __m512i low = _mm512_load_si512(kEscapes.of), high = _mm512_load_si512(kEscapes.of + 64);
   const __m512i quote = _mm512_set1_epi8('"'), backslash = _mm512_set1_epi8('\\'), space = _mm512_set1_epi8(0x20);
   char* out_at = w;
@@ -48,19 +51,22 @@ copy_plain_512(const uint8_t* p, const uint8_t* end, char*& w) {
     const uint64_t here = last_step ? (uint64_t(1) << left) - 1 : ~uint64_t(0);
     const __m512i v = _mm512_maskz_loadu_epi8(here, (const void*)p);
     const uint64_t bs = _mm512_cmpeq_epi8_mask(v, backslash);
-    const uint64_t odd = _mm512_cmplt_epi8_mask(v, space);  // (signed: control bytes and >= 0x80)
+    const uint64_t control = _mm512_cmplt_epu8_mask(v, space);
+    const uint64_t non_ascii = _mm512_movepi8_mask(v);
     const uint64_t quotes = _mm512_cmpeq_epi8_mask(v, quote);
     // (no shortcut for a plain step: with an escape per 64 bytes the branch is a coin toss)
     const uint64_t letter = bs << 1;  // (each backslash's next byte)
     const __m512i decoded = _mm512_permutex2var_epi8(low, v, high);  // (by each byte's low 7 bits)
     const uint64_t simple = _mm512_test_epi8_mask(decoded, decoded);
-    // (a letter >= 0x80 may share its low bits with a real one: `odd` stops there; a backslash in
-    // a full step's last byte has its letter in the next step)
-    const uint64_t stop = ((quotes | odd) & ~letter) | ((letter & (~simple | odd)) >> 1) | (bs >> 63 << 63);
+    // (a letter >= 0x80 may share its low bits with a real one: it stops there; a backslash in a
+    // full step's last byte has its letter in the next step)
+    const uint64_t stop = ((quotes | control) & ~letter) | ((letter & (~simple | control | non_ascii)) >> 1) |
+                          (bs >> 63 << 63);
     const int n = stop ? __builtin_ctzll(stop) : 64;
     const uint64_t taken = n == 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1;
     const __m512i out = _mm512_maskz_compress_epi8(taken & ~bs, _mm512_mask_mov_epi8(v, letter, decoded));
     const int kept = __builtin_popcountll(taken & ~bs);
+    took_non_ascii |= (non_ascii & taken) != 0;
     // (w has room for every byte left at p, string()'s reserve: 64 or more in a full step)
     if (last_step)
       _mm512_mask_storeu_epi8((void*)out_at, (uint64_t(1) << kept) - 1, out);
