@@ -31,7 +31,9 @@ def build(out_dir: Path) -> Path:
     return out
 
 
-def test_reader_under_address_and_undefined_behaviour_sanitizers(tmp_path, data_dir):
+@pytest.mark.parametrize("avx512", ["1", "0"], ids=["avx512", "sse2"])
+def test_reader_under_address_and_undefined_behaviour_sanitizers(tmp_path, data_dir, avx512):
+    # (avx512 "0": the SSE2 and byte-wise code, what CPUs without AVX-512 VBMI2 run)
     texts = [testing.read_corpus(p).decode("utf-8", "replace") for p in testing.corpus_paths(data_dir)]
     if not texts:
         pytest.skip("no shared corpus (set BLOCKBPE_DATA)")
@@ -51,7 +53,12 @@ def test_reader_under_address_and_undefined_behaviour_sanitizers(tmp_path, data_
     rng.shuffle(lines)
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
+    env = dict(
+        os.environ,
+        ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+        UBSAN_OPTIONS="print_stacktrace=1",
+        BLOCKBPE_JSON_AVX512=avx512,
+    )
     run = subprocess.run(
         [str(build(tmp_path)), str(corpus), str(1 << 18)], capture_output=True, text=True, env=env
     )

@@ -1,11 +1,15 @@
 """The JSONL reader's 64-byte steps (ffi/core/json_simd.h: copy_plain_512, valid_utf8_512, with
-AVX-512 where the CPU has it; elsewhere these run the SSE2 and byte-wise code): escapes,
-quotes, control and non-ASCII bytes, and malformed UTF-8 at every offset around the steps and
-from a line's end, and
-long generated fields and lines, against json.loads and Python's decoder (test_jsonl.py's
-`check_same`)."""
+AVX-512 where the CPU has it; elsewhere, and in a second run here, the SSE2 and byte-wise
+code): escapes, quotes, control and non-ASCII bytes, and malformed UTF-8 at every offset around
+the steps and from a line's end, and long generated fields and lines, against json.loads and
+Python's decoder (test_jsonl.py's `check_same`)."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -153,3 +157,22 @@ def test_a_malformed_sequence_at_every_offset_in_a_non_ascii_field(atom):
             body = atom * (at // len(atom)) + b"a" * (at % len(atom)) + bad + atom * 30
             line = b'{"text": "' + body + b'"}\n'
             check_same(line, FIELD, must_accept=python_reader(line, FIELD) is not None)
+
+
+@pytest.mark.skipif(os.environ.get("BLOCKBPE_JSON_AVX512") == "0", reason="this is the run without AVX-512")
+def test_the_same_without_avx512():
+    """The SSE2 and byte-wise code, what CPUs without AVX-512 VBMI2 run, through this file's and
+    test_jsonl.py's tests: a second pytest with BLOCKBPE_JSON_AVX512=0 (the reader reads the
+    switch once per process)."""
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, BLOCKBPE_JSON_AVX512="0")
+    tests = [str(here / "test_jsonl_simd.py"), str(here / "test_jsonl.py")]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        env=env,
+        cwd=here.parent,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]

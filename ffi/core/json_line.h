@@ -30,7 +30,8 @@ inline int utf8_sequence(const uint8_t* p, const uint8_t* end) {
   return utf8_decode(p, (int)std::min<std::ptrdiff_t>(end - p, 4), nullptr, 0, &cp);
 }
 
-// Eight bytes at a time (SWAR): whether any of them is >= 0x80, < 0x20, '"' or '\\'.
+// Eight bytes at a time (SWAR): whether any of them is a control byte (< 0x20), '"' or '\\'
+// (bytes >= 0x80 do not count: `& ~v` drops their high bit).
 constexpr uint64_t kOnes = 0x0101010101010101ull, kHighs = 0x8080808080808080ull;
 inline uint64_t load8(const uint8_t* p) {
   uint64_t v;
@@ -38,45 +39,56 @@ inline uint64_t load8(const uint8_t* p) {
   return v;
 }
 inline bool has_zero_byte(uint64_t v) { return ((v - kOnes) & ~v & kHighs) != 0; }
-inline bool any_special(uint64_t v) {
-  return (((v - kOnes * 0x20) & ~v) | v) & kHighs || has_zero_byte(v ^ (kOnes * '"')) ||
+inline bool any_stop(uint64_t v) {
+  return ((v - kOnes * 0x20) & ~v & kHighs) || has_zero_byte(v ^ (kOnes * '"')) ||
          has_zero_byte(v ^ (kOnes * '\\'));
 }
 
-// Past the bytes at p that a JSON string holds as they are and that need no check: printable
-// ASCII other than '"' and '\\', eight bytes at a time.
-inline const uint8_t* plain_ascii_run(const uint8_t* p, const uint8_t* end) {
-  while (end - p >= 8 && !any_special(load8(p))) p += 8;
-  while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') ++p;
+// Past the bytes at p that a JSON string holds as they are: all but control bytes, '"' and
+// '\\', eight bytes at a time; `took_non_ascii` set where any is >= 0x80 (for the caller to
+// check as UTF-8).
+inline const uint8_t* plain_run(const uint8_t* p, const uint8_t* end, bool& took_non_ascii) {
+  uint64_t high = 0;
+  for (; end - p >= 8; p += 8) {
+    const uint64_t v = load8(p);
+    if (any_stop(v)) break;
+    high |= v;
+  }
+  for (; p < end && *p >= 0x20 && *p != '"' && *p != '\\'; ++p) high |= *p;
+  took_non_ascii |= (high & kHighs) != 0;
   return p;
 }
 
 
-// Those bytes copied to w as they are found: with AVX-512 by copy_plain_512 (which also takes
-// non-ASCII bytes, setting `took_non_ascii`, and decodes the simple escapes), elsewhere sixteen
-// at a time where SSE2 is (a signed compare with 0x20 finds both control bytes and bytes >=
-// 0x80; each sixteen are stored before they are checked, so w must have room for all the bytes
-// left at p) and the rest by plain_ascii_run. Where the run ends (at a byte for the caller); w
-// moved past its copy.
+// Those bytes copied to w as they are found, non-ASCII ones too (`took_non_ascii` set: the
+// caller checks them as UTF-8, in bulk): with AVX-512 by copy_plain_512 (which also decodes the
+// simple escapes), elsewhere sixteen at a time where SSE2 is (a signed compare with 0x20 finds
+// control bytes and bytes >= 0x80, the latter taken back out by their high bits; each sixteen
+// are stored before they are checked, so w must have room for all the bytes left at p), and the
+// rest by plain_run. Where the run ends (at an ASCII byte for the caller, or at `end`); w moved
+// past its copy.
 inline const uint8_t* copy_plain(const uint8_t* p, const uint8_t* end, char*& w, bool& took_non_ascii) {
 #if BBPE_JSON_AVX512
   if (use_avx512_vbmi2()) return copy_plain_512(p, end, w, took_non_ascii);
 #endif
-  (void)took_non_ascii;
 #if defined(__SSE2__)
   const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
   for (; end - p >= 16; p += 16, w += 16) {
     const __m128i v = _mm_loadu_si128((const __m128i*)p);
     _mm_storeu_si128((__m128i*)w, v);
-    const int stop = _mm_movemask_epi8(_mm_or_si128(
-        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), _mm_cmplt_epi8(v, space)));
+    const int high = _mm_movemask_epi8(v);
+    const int stop = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash))) |
+                     (_mm_movemask_epi8(_mm_cmplt_epi8(v, space)) & ~high);
     if (stop) {
-      w += __builtin_ctz((unsigned)stop);
-      return p + __builtin_ctz((unsigned)stop);
+      const int n = __builtin_ctz((unsigned)stop);
+      took_non_ascii |= (high & ((1 << n) - 1)) != 0;
+      w += n;
+      return p + n;
     }
+    took_non_ascii |= high != 0;
   }
 #endif
-  const uint8_t* run_end = plain_ascii_run(p, end);
+  const uint8_t* run_end = plain_run(p, end, took_non_ascii);
   if (run_end > p) std::memcpy(w, p, run_end - p);  // (w may be null where nothing is left)
   w += run_end - p;
   return run_end;
@@ -183,15 +195,9 @@ struct LineParser {
       bool non_ascii = false;
       p = copy_plain(p, end, w, non_ascii);
       // (its non-ASCII bytes taken as they are: UTF-8 where they stand, or the line is not;
-      // [run, p) starts and ends at ASCII, so no sequence is cut)
+      // [run, p) starts and ends at ASCII or the input's end, so no sequence is cut)
       if (non_ascii && !valid_utf8(run, p)) return finish(false);
       if (p >= end) return finish(piece);
-      if (*p >= 0x80) {
-        const int n = utf8_sequence(p, end);
-        if (!n) return finish(false);
-        for (int k = 0; k < n; ++k) *w++ = (char)*p++;
-        continue;
-      }
       if (*p < 0x20 || (*p == '"' && piece)) return finish(false);
       if (*p == '"') { ++p; return finish(true); }
       if (++p >= end) return finish(false);  // a backslash
