@@ -89,24 +89,32 @@ UTF8_BREAKS = [
 UTF8_BREAKS += [b"\xf0\x9f\x8e", b"\xff", b"\xf8\x88\x80\x80\x80"]
 
 
+def runs_of(atoms: list[bytes], most_atoms: int, most_runs: int):
+    """One to `most_runs` byte strings, each of up to `most_atoms` atoms."""
+    run = st.lists(st.sampled_from(atoms), min_size=0, max_size=most_atoms).map(b"".join)
+    return st.lists(run, min_size=1, max_size=most_runs)
+
+
+def breaks_of(atoms: list[bytes], most: int):
+    return st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(atoms)), max_size=most)
+
+
+def put_in(block: bytes, breaks) -> bytes:
+    """`block` with each (at, bytes) of `breaks` inserted, `at` taken modulo its length."""
+    for at, bad in breaks:
+        at %= len(block)
+        block = block[:at] + bad + block[at:]
+    return block
+
+
 @settings_
-@given(
-    st.lists(
-        st.lists(st.sampled_from(UTF8_ATOMS), min_size=0, max_size=200).map(b"".join),
-        min_size=1,
-        max_size=6,
-    ),
-    st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(UTF8_BREAKS)), max_size=2),
-)
+@given(runs_of(UTF8_ATOMS, 200, 6), breaks_of(UTF8_BREAKS, 2))
 def test_long_plain_lines_utf8_checked_as_python(lines, breaks):
     """Plain lines of up to ~800 bytes of one- to four-byte characters (valid_utf8's 64-byte steps
     with AVX-512), some with a malformed sequence put in anywhere (overlong, surrogate, past
     U+10FFFF, a lone continuation, cut short, across the steps' edges): the native reader takes
     exactly the lines Python's decoder takes."""
-    block = b"\n".join(lines) + b"\n"
-    for at, bad in breaks:
-        at %= len(block)
-        block = block[:at] + bad + block[at:]
+    block = put_in(b"\n".join(lines) + b"\n", breaks)
     got = check_same(block, None, must_accept=all(is_utf8(x) for x in block.split(b"\n")))
     if got is not None:
         assert all(is_utf8(d) for d in got[0])
@@ -127,24 +135,14 @@ JSON_ATOMS = UTF8_ATOMS + [b"\\n", b'\\"', b"\\u00e9", b"\\\\", b'"', b"\x01", b
 
 
 @settings_
-@given(
-    st.lists(
-        st.lists(st.sampled_from(UTF8_ATOMS), min_size=0, max_size=300).map(b"".join),
-        min_size=1,
-        max_size=4,
-    ),
-    st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(UTF8_BREAKS + JSON_ATOMS)), max_size=3),
-)
+@given(runs_of(UTF8_ATOMS, 300, 4), breaks_of(UTF8_BREAKS + JSON_ATOMS, 3))
 def test_raw_non_ascii_fields_checked_as_json_loads(texts, breaks):
     """JSON fields of raw one- to four-byte characters (the 64-byte steps take non-ASCII bytes as
     they are and the run is checked as UTF-8 after), with malformed sequences, escapes, quotes
     and control bytes put in anywhere, cutting sequences too: the native reader takes exactly
     the lines json.loads takes, with its documents."""
     lines = [b'{"n": 1, "text": "' + t + b'"}' for t in texts]
-    block = b"\n".join(lines) + b"\n"
-    for at, bad in breaks:
-        at %= len(block)
-        block = block[:at] + bad + block[at:]
+    block = put_in(b"\n".join(lines) + b"\n", breaks)
     check_same(block, FIELD, must_accept=python_reader(block, FIELD) is not None)
 
 
