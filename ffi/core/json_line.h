@@ -131,10 +131,9 @@ class ByteBuffer {
   size_t size_ = 0, capacity_ = 0;
 };
 
-
 inline bool valid_utf8(const uint8_t* p, const uint8_t* end) {
 #if BBPE_JSON_AVX512
-  if (end - p >= 64 && use_avx512_vbmi2()) return valid_utf8_512(p, end);
+  if (use_avx512_vbmi2()) return valid_utf8_512(p, end);  // (under 64 bytes: one masked step)
 #endif
   while (p < end) {
 #if defined(__SSE2__)
