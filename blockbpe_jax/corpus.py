@@ -106,20 +106,24 @@ from .window_plan import DEFAULT_BATCH_BYTES, DEFAULT_PACK_WIDTH, first_pass_tok
 
 
 def enable_compilation_cache() -> str | None:
-    """Turns on JAX's persistent compilation cache at ~/.cache/blockbpe_jax/xla (next to the
-    table cache, under $BLOCKBPE_CACHE_DIR when set), so that a second run of the corpus job
-    loads its executables instead of compiling them again; returns the directory in use. The
-    CLI calls it; `encode_files` does not (it would change JAX's settings for the whole of the
-    caller's process).
+    """Turns on the job's executables kept on disk (executable_cache: a second run of the
+    corpus job loads them without tracing or lowering) at ~/.cache/blockbpe_jax/executables,
+    and JAX's persistent compilation cache at .../xla for everything else (next to the table
+    cache, under $BLOCKBPE_CACHE_DIR when set); returns JAX's cache directory. The CLI calls
+    it; `encode_files` does not (it would change JAX's settings for the whole of the caller's
+    process).
     A directory the user already chose (jax_compilation_cache_dir) is kept; BLOCKBPE_XLA_CACHE=0
-    (or BLOCKBPE_CACHE_DIR="") leaves the cache off. Executables are stored however quickly
-    they compiled: the job's are many small ones."""
+    (or BLOCKBPE_CACHE_DIR="") leaves both off. Executables are stored however quickly they
+    compiled: the job's are many small ones."""
     import jax
 
+    from . import executable_cache
     from .disk_cache import cache_dir
 
     if os.environ.get("BLOCKBPE_XLA_CACHE", "1") == "0":
+        executable_cache.enable(None)
         return None
+    executable_cache.enable(cache_dir("executables"))
     current = jax.config.jax_compilation_cache_dir
     if current:
         return current

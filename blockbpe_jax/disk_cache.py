@@ -2,8 +2,8 @@
 
 One root for every cache: $BLOCKBPE_CACHE_DIR, default $XDG_CACHE_HOME/blockbpe_jax (else
 ~/.cache/blockbpe_jax); "" turns caching off. Below it one folder per kind: pretok/ (compiled
-pre-tokenizer automata), tables/ (built vocabulary tables), xla/ (JAX's compilation cache,
-for the CLI).
+pre-tokenizer automata), tables/ (built vocabulary tables), and for the CLI executables/ (the
+corpus job's, executable_cache.py) and xla/ (JAX's compilation cache).
 """
 
 from __future__ import annotations

@@ -289,6 +289,14 @@ def compiled(key, build):
     return run
 
 
+def kept_on_disk(key, build, device) -> tuple:
+    """compile_ahead's (key, build) of an executable that a later process may load instead of
+    building (executable_cache, when the CLI turned it on)."""
+    from . import executable_cache
+
+    return key, functools.partial(executable_cache.load_or_build, key, build, device)
+
+
 _ahead: dict = {}  # key -> executable (compile_ahead)
 _ahead_lock = threading.Lock()
 
@@ -344,7 +352,7 @@ class CompiledWindows:
     def ahead(self, flat_bytes: int, entries: int, slots: int, workspace: int) -> tuple:
         """compile_ahead's (key, build) of one shape."""
         shape = (flat_bytes, entries, slots, workspace)
-        return (self.options, shape), functools.partial(self._compile, shape)
+        return kept_on_disk((self.options, shape), functools.partial(self._compile, shape), self.device)
 
     def __call__(self, flat, table, raw, calls: np.ndarray, workspace: int):
         """raw with the calls (int64[C, 6], ffi/binding/window_ffi.h: rows, width, T, at,
@@ -372,14 +380,15 @@ class CompiledReads:
                 .compile()
             )
 
-        return ("gather", self.device, raw_slots, n), build
+        return kept_on_disk(("gather", self.device, raw_slots, n), build, self.device)
 
     def finalize_ahead(self, raw_slots: int, entries: int, size: int):
         def build():
             args = _specs(self.device, ((raw_slots,), np.int32), ((2, entries), np.int32))
             return device_functions().finalize.lower(*args, size=size, dtype=self.dtype).compile()
 
-        return ("finalize", self.device, raw_slots, entries, size, np.dtype(self.dtype)), build
+        key = ("finalize", self.device, raw_slots, entries, size, np.dtype(self.dtype))
+        return kept_on_disk(key, build, self.device)
 
     def zeros_ahead(self, size: int):
         def build():
@@ -389,7 +398,7 @@ class CompiledReads:
             on = jax.sharding.SingleDeviceSharding(self.device)
             return jax.jit(lambda: jnp.zeros(size, jnp.int32), out_shardings=on).lower().compile()
 
-        return ("zeros", self.device, size), build
+        return kept_on_disk(("zeros", self.device, size), build, self.device)
 
     def gather(self, raw, positions):
         return compiled(*self.gather_ahead(raw.size, positions.size))(raw, positions)

@@ -1,7 +1,8 @@
 """The corpus job's engine (blockbpe_jax/window_encode.py, window_device.py, documents.py): calls
 sorted by width and put back in input order, dense rows encoded again at full width into a
-grown buffer, window shapes bucketed and compiled once, the persistent compilation cache (and
-a second process that compiles nothing), call planning, and the GPU job against the CPU job."""
+grown buffer, window shapes bucketed and compiled once, the persistent compilation cache's
+switch, call planning, and the GPU job against the CPU job (a second process's executables:
+test_executable_cache.py)."""
 
 from __future__ import annotations
 
@@ -185,45 +186,6 @@ def test_compilation_cache_switch(tmp_path, monkeypatch):
     finally:
         jax.config.update("jax_compilation_cache_dir", before[0])
         jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
-
-
-SECOND_RUN = """
-import sys, jax, blockbpe_jax as bb
-from blockbpe_jax import corpus
-corpus.enable_compilation_cache()  # as the CLI does
-events = []
-jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
-tok = bb.Tokenizer.from_file(sys.argv[1])
-events.clear()
-corpus.encode_files(tok, [sys.argv[2]], sys.argv[3], overwrite=True)
-print(events.count("/jax/compilation_cache/cache_hits"), events.count("/jax/compilation_cache/cache_misses"))
-"""
-
-
-def test_second_process_loads_the_jobs_executables(tmp_path, root):
-    """With the persistent compilation cache (the CLI turns it on), a second process running the same
-    job compiles none of the job's executables: every one is a cache hit."""
-    import os
-    import subprocess
-    import sys
-
-    src = tmp_path / "in.txt"
-    src.write_text("first line\nsecond, longer line of text " * 40 + "\n" + "x\n" * 30, encoding="utf-8")
-    env = {**os.environ, "BLOCKBPE_CACHE_DIR": str(tmp_path / "cache")}
-    env.pop("BLOCKBPE_XLA_CACHE", None)
-    argv = [
-        sys.executable,
-        "-c",
-        SECOND_RUN,
-        str(root / "vocab/tiktoken/r50k_base.tiktoken"),
-        str(src),
-        str(tmp_path / "o" / "s"),
-    ]
-    runs = [subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300) for _ in range(2)]
-    assert all(r.returncode == 0 for r in runs), runs[-1].stderr[-2000:]
-    (hits1, misses1), (hits2, misses2) = [tuple(map(int, r.stdout.split())) for r in runs]
-    assert misses1 > 0 and hits2 == misses1 + hits1 and misses2 == 0, (runs[0].stdout, runs[1].stdout)
-    assert any((tmp_path / "cache" / "xla").iterdir())
 
 
 def test_plan_batches_sorts_by_width():
