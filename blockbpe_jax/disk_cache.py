@@ -1,9 +1,10 @@
 """Where blockbpe_jax keeps what it caches on disk, and how an entry is written.
 
 One root for every cache: $BLOCKBPE_CACHE_DIR, default $XDG_CACHE_HOME/blockbpe_jax (else
-~/.cache/blockbpe_jax); "" turns caching off. Below it one folder per kind: pretok/ (compiled
-pre-tokenizer automata), tables/ (built vocabulary tables), and for the CLI executables/ (the
-corpus job's, executable_cache.py) and xla/ (JAX's compilation cache).
+~/.cache/blockbpe_jax); "" turns caching off. Below it one folder per kind: ranks/ (parsed
+rank files, vocab/tiktoken_files.py), pretok/ (compiled pre-tokenizer automata), tables/ (built
+vocabulary tables), and for the CLI executables/ (the corpus job's, executable_cache.py) and
+xla/ (JAX's compilation cache).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ malformed files (VocabError naming the file and line)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from blockbpe_jax.tables import build_vocab_tables, lookup_piece
@@ -82,3 +84,73 @@ def test_tiktoken_special_colliding_with_token(tmp_path):
     # Two special strings may share an id (as in tiktoken): the first one listed decodes.
     v = load_tiktoken_file(path, special_tokens={"<|x|>": 300, "<|y|>": 300})
     assert v.special_tokens == {"<|x|>": 300, "<|y|>": 300} and v.token_bytes[300] == b"<|x|>"
+
+
+# --------------------------------------------------------------------------------------------
+# The parsed rank file kept on disk (tiktoken_files._ranks)
+# --------------------------------------------------------------------------------------------
+
+
+def _same_vocab(a, b) -> bool:
+    return (a.token_bytes, a.byte_ids, a.special_tokens, dict(a.merges)) == (
+        b.token_bytes,
+        b.byte_ids,
+        b.special_tokens,
+        dict(b.merges),
+    )
+
+
+@pytest.fixture
+def rank_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("BLOCKBPE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "ranks"
+
+
+def test_rank_file_parsed_once(tmp_path, rank_cache, monkeypatch):
+    """A second load of the same bytes (under any name) comes from the kept parse, equal to
+    the parse; other bytes are another entry; with caching off nothing is written."""
+    from blockbpe_jax.vocab import tiktoken_files
+
+    lines = tiktoken_lines()[:-1] + [f"{b64(b'bc')} 300", ""]  # (a hole, CRLF line ends)
+    path = write(tmp_path / "mine.tiktoken", "\r\n".join(lines))
+    parsed = load_tiktoken_file(path, special_tokens={"<|x|>": 400})
+    (entry,) = rank_cache.iterdir()
+    real_parse = tiktoken_files._ranks_by_line
+    monkeypatch.setattr(tiktoken_files, "_ranks_by_line", lambda *a: pytest.fail("parsed again"))
+    again = load_tiktoken_file(
+        write(tmp_path / "other.tiktoken", "\r\n".join(lines)), special_tokens={"<|x|>": 400}
+    )
+    assert _same_vocab(parsed, again) and again.merges[(97, 300)] == (257, 257)
+    monkeypatch.setattr(tiktoken_files, "_ranks_by_line", real_parse)
+    changed = load_tiktoken_file(
+        write(tmp_path / "changed.tiktoken", "\r\n".join(lines).replace(" 300", " 301"))
+    )
+    assert changed.token_bytes[301] == b"bc" and len(list(rank_cache.iterdir())) == 2
+    monkeypatch.setenv("BLOCKBPE_CACHE_DIR", "")
+    load_tiktoken_file(write(tmp_path / "third.tiktoken", "\n".join(tiktoken_lines())))
+    assert len(list(rank_cache.iterdir())) == 2
+
+
+def test_damaged_rank_entry_parsed_again(tmp_path, rank_cache):
+    """An entry damaged anywhere (a flipped byte at 24 places, cut short, garbage) gives the
+    parse's vocabulary, never other tokens (np.load checks each member's CRC)."""
+    path = write(tmp_path / "mine.tiktoken", "\n".join(tiktoken_lines() + [f"{b64(b'xyz')} 260"]) + "\n")
+    want = load_tiktoken_file(path)
+    (entry,) = rank_cache.iterdir()
+    good = entry.read_bytes()
+    damaged = [good[: len(good) // 2], b"garbage"]
+    for k in range(24):
+        at = k * (len(good) - 1) // 23
+        damaged.append(good[:at] + bytes([good[at] ^ 0x5A]) + good[at + 1 :])
+    for bad in damaged:
+        entry.write_bytes(bad)
+        assert _same_vocab(load_tiktoken_file(path), want)
+
+
+def test_malformed_rank_file_never_kept(tmp_path, rank_cache):
+    bad_line, message = _BAD_TIKTOKEN_LINES["duplicate_rank"]
+    path = write(tmp_path / "bad.tiktoken", "\n".join(tiktoken_lines() + [bad_line]) + "\n")
+    for _ in range(2):
+        with pytest.raises(VocabError, match=re.escape(message)):
+            load_tiktoken_file(path)
+    assert not rank_cache.exists() or not any(rank_cache.iterdir())
