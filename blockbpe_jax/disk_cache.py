@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -30,14 +31,20 @@ def cache_dir(kind: str) -> Path | None:
 
 
 def save_npz(path: Path, arrays: dict, *, compressed: bool = False) -> None:
-    """Writes an .npz entry atomically (a reader never sees half of one); does nothing where the
-    disk is read-only: a cache is an optimisation."""
+    """Writes an .npz entry (`save_bytes`)."""
+    buf = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buf, **arrays)
+    save_bytes(path, buf.getvalue())
+
+
+def save_bytes(path: Path, data: bytes) -> None:
+    """Writes an entry atomically (a reader never sees half of one, and writers on threads or
+    in other processes each write their own file first); does nothing where the disk is
+    read-only: a cache is an optimisation."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        buf = io.BytesIO()
-        (np.savez_compressed if compressed else np.savez)(buf, **arrays)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(buf.getvalue())
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(data)
         tmp.replace(path)
     except OSError:
         pass

@@ -22,6 +22,8 @@ import pickle
 import sys
 from pathlib import Path
 
+from .disk_cache import save_bytes
+
 ENTRY_FORMAT = 1
 _directory: Path | None = None
 
@@ -75,18 +77,14 @@ def _load(path: Path, device):
 
 
 def _save(path: Path, run) -> None:
-    """Writes the entry atomically; an executable that cannot be serialized, or a read-only
-    disk, leaves none (the cache is an optimisation)."""
+    """Writes the entry; an executable that cannot be serialized leaves none."""
     from jax.experimental.serialize_executable import serialize
 
     try:
         data = pickle.dumps((ENTRY_FORMAT, serialize(run)))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.{id(run)}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    except (OSError, ValueError, NotImplementedError, TypeError, AttributeError, pickle.PicklingError):
-        pass
+    except (ValueError, NotImplementedError, TypeError, AttributeError, pickle.PicklingError):
+        return
+    save_bytes(path, data)
 
 
 def _entry(key, device) -> Path | None:

@@ -137,9 +137,9 @@ def from_tiktoken_encoding(enc) -> Vocab:
 
 def _ranks(contents: bytes, path: Path) -> dict[bytes, int]:
     """The rank file's tokens and ranks: from the disk cache (ranks/, keyed by the file's
-    bytes and this parser's source) when it holds them, else parsed line by line and kept. The
-    line loop over cl100k's 100k lines is most of a start-up's vocabulary load (~0.13 s); an
-    entry loads in ~0.03 (a zip whose members' CRCs np.load checks)."""
+    bytes and this parser's source) when it holds them, else parsed line by line and kept
+    (the line loop over 100-200k lines is most of a start-up's vocabulary load). An entry is a
+    zip whose members' CRCs np.load checks: a damaged one fails to load and is parsed again."""
     directory = cache_dir("ranks")
     entry = None
     if directory is not None:
