@@ -368,7 +368,7 @@ def vocab_from_hf_json(doc: dict, path) -> Vocab:
         )
     token_text: list[str | None] = [None] * (max(vocab_json.values(), default=-1) + 1)
     for key, token_id in vocab_json.items():
-        token_text[_check_id(f"{where}: model.vocab[{key!r}]", token_id)] = key
+        token_text[_check_id(lambda key=key: f"{where}: model.vocab[{key!r}]", token_id)] = key
     byte_ids = [vocab_json.get(f"<0x{b:02X}>", -1) for b in range(256)]
     if -1 in byte_ids:
         raise VocabError(f"{where}: model.vocab: byte_fallback needs the 256 tokens <0x00>..<0xFF>")

@@ -126,6 +126,22 @@ def _bad_json_docs():
             dict(good, model=dict(model, merges=model["merges"] + ["zz c"])),
             "model.merges[3]: merge 'zz c' refers to unknown token 'zz'",
         ),
+        "unknown_right_merge_token": (
+            dict(good, model=dict(model, merges=model["merges"] + ["a zz"])),
+            "model.merges[3]: merge 'a zz' refers to unknown token 'zz'",
+        ),
+        "merge_not_a_string": (
+            dict(good, model=dict(model, merges=model["merges"] + [7])),
+            'model.merges[3]: expected "a b" or [a, b], got 7',
+        ),
+        "bool_id": (
+            dict(good, model=dict(model, vocab=dict(model["vocab"], xyz=True))),
+            "model.vocab['xyz']: id True is not an integer",
+        ),
+        "huge_id": (
+            dict(good, model=dict(model, vocab=dict(model["vocab"], xyz=2**24))),
+            "model.vocab['xyz']: id 16777216 is outside",
+        ),
         "merge_result_missing": (
             dict(good, model=dict(model, merges=model["merges"] + ["c a"])),
             "model.merges[3]: merge result 'ca' is not in model.vocab",

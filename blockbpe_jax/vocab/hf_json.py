@@ -104,23 +104,28 @@ def parse_hf_merges(
     a pair listed twice takes its last rank, as in HF."""
     merges: dict[tuple[int, int], tuple[int, int]] = {}
     for rank, merge in enumerate(merges_json):
-        at = f"{path}: model.merges[{rank}]"
+        # (the message's place is spelled only for a bad merge: 100-200k of them a file)
         if isinstance(merge, str):
             parts = merge.split(" ")
         elif isinstance(merge, list) and all(isinstance(p, str) for p in merge):
             parts = merge
         else:
-            raise VocabError(f'{at}: expected "a b" or [a, b], got {merge!r}')
+            raise VocabError(f'{path}: model.merges[{rank}]: expected "a b" or [a, b], got {merge!r}')
         if len(parts) != 2:
-            raise VocabError(f"{at}: expected two tokens, got {merge!r}")
+            raise VocabError(f"{path}: model.merges[{rank}]: expected two tokens, got {merge!r}")
         left, right = parts
-        for part in parts:
-            if part not in vocab_json:
-                raise VocabError(f"{at}: merge {merge!r} refers to unknown token {part!r}")
+        left_id, right_id = vocab_json.get(left), vocab_json.get(right)
+        if left_id is None or right_id is None:
+            unknown = left if left_id is None else right
+            raise VocabError(
+                f"{path}: model.merges[{rank}]: merge {merge!r} refers to unknown token {unknown!r}"
+            )
         merged = vocab_json.get(left + right[prefix_len:])
         if merged is None:
-            raise VocabError(f"{at}: merge result {left + right[prefix_len:]!r} is not in model.vocab")
-        merges[(vocab_json[left], vocab_json[right])] = (rank, merged)
+            raise VocabError(
+                f"{path}: model.merges[{rank}]: merge result {left + right[prefix_len:]!r} is not in model.vocab"
+            )
+        merges[(left_id, right_id)] = (rank, merged)
     return merges
 
 
@@ -157,19 +162,18 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
     added_text_of_id = {i: text for text, i in added.items()}
 
     for key, token_id in vocab_json.items():
-        _check_id(f"{path}: model.vocab[{key!r}]", token_id)
+        _check_id(lambda key=key: f"{path}: model.vocab[{key!r}]", token_id)
     token_bytes: list[bytes | None] = [None] * (max(vocab_json.values(), default=-1) + 1)
     for key, token_id in vocab_json.items():
-        at = f"{path}: model.vocab[{key!r}]"
         data = _decode_byte_level(key)
         if data is None or not data:
             if added_text_of_id.get(token_id) == key:
                 data = key.encode("utf-8")
             else:
-                raise VocabError(f"{at}: key is not a byte-level encoded token")
+                raise VocabError(f"{path}: model.vocab[{key!r}]: key is not a byte-level encoded token")
         if token_bytes[token_id] is not None:
             other = next(k for k, v in vocab_json.items() if v == token_id and k != key)
-            raise VocabError(f"{at}: duplicate id {token_id} (also {other!r})")
+            raise VocabError(f"{path}: model.vocab[{key!r}]: duplicate id {token_id} (also {other!r})")
         token_bytes[token_id] = data
 
     missing = [b for b, ch in bytes_to_unicode().items() if ch not in vocab_json]

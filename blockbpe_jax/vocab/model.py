@@ -7,7 +7,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from .. import pretok
@@ -84,11 +84,15 @@ def vocab_name(path: str | os.PathLike) -> str:
     return path.parent.name if path.name == "tokenizer.json" and path.parent.name else path.stem
 
 
-def _check_id(where: str, token_id: object) -> int:
+def _check_id(where: str | Callable[[], str], token_id: object) -> int:
+    """token_id, an id in range; else VocabError at `where` (or what where() spells: a loader
+    checking 100-200k ids makes the message only for a bad one)."""
     if isinstance(token_id, bool) or not isinstance(token_id, int):
-        raise VocabError(f"{where}: id {token_id!r} is not an integer")
+        raise VocabError(f"{where() if callable(where) else where}: id {token_id!r} is not an integer")
     if not 0 <= token_id <= MAX_TOKEN_ID:
-        raise VocabError(f"{where}: id {token_id} is outside 0..{MAX_TOKEN_ID}")
+        raise VocabError(
+            f"{where() if callable(where) else where}: id {token_id} is outside 0..{MAX_TOKEN_ID}"
+        )
     return token_id
 
 

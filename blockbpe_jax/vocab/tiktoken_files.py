@@ -121,7 +121,7 @@ def from_tiktoken_encoding(enc) -> Vocab:
     ranks: dict[bytes, int] = dict(enc._mergeable_ranks)
     seen: dict[int, bytes] = {}
     for token, rank in ranks.items():
-        _check_id(f"{where}: token {token!r}", rank)
+        _check_id(lambda token=token: f"{where}: token {token!r}", rank)
         if rank in seen:
             raise VocabError(f"{where}: tokens {seen[rank]!r} and {token!r} share rank {rank}")
         seen[rank] = token
