@@ -106,34 +106,19 @@ from .window_plan import DEFAULT_BATCH_BYTES, DEFAULT_PACK_WIDTH, first_pass_tok
 
 
 def enable_compilation_cache() -> str | None:
-    """Turns on the job's executables kept on disk (executable_cache: a second run of the
-    corpus job loads them without tracing or lowering) at ~/.cache/blockbpe_jax/executables,
-    and JAX's persistent compilation cache at .../xla for everything else (next to the table
-    cache, under $BLOCKBPE_CACHE_DIR when set); returns JAX's cache directory. The CLI calls
-    it; `encode_files` does not (it would change JAX's settings for the whole of the caller's
-    process).
-    A directory the user already chose (jax_compilation_cache_dir) is kept; BLOCKBPE_XLA_CACHE=0
-    (or BLOCKBPE_CACHE_DIR="") leaves both off. Executables are stored however quickly they
-    compiled: the job's are many small ones."""
-    import jax
-
+    """Turns on the corpus job's executables kept on disk (executable_cache: a second run of
+    the job loads them instead of compiling them again) at ~/.cache/blockbpe_jax/executables
+    (next to the table cache, under $BLOCKBPE_CACHE_DIR when set); returns that directory, or
+    None where BLOCKBPE_XLA_CACHE=0 or BLOCKBPE_CACHE_DIR="" turns it off. The CLI calls it;
+    `encode_files` does not (a user's process decides what it writes to disk). JAX's own
+    persistent cache is left as the user set it: while JAX uses it, nothing is kept here
+    (executable_cache says why)."""
     from . import executable_cache
     from .disk_cache import cache_dir
 
-    if os.environ.get("BLOCKBPE_XLA_CACHE", "1") == "0":
-        executable_cache.enable(None)
-        return None
-    executable_cache.enable(cache_dir("executables"))
-    current = jax.config.jax_compilation_cache_dir
-    if current:
-        return current
-    xla_dir = cache_dir("xla")
-    if xla_dir is None:
-        return None
-    path = str(xla_dir)
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    return path
+    directory = None if os.environ.get("BLOCKBPE_XLA_CACHE", "1") == "0" else cache_dir("executables")
+    executable_cache.enable(directory)
+    return None if directory is None else str(directory)
 
 
 class ReadAhead:

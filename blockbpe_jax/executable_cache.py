@@ -9,8 +9,11 @@ shapes, static options), this package's sources and extension modules, JAX's ver
 the device; the entry is JAX's serialized executable (`jax.experimental.serialize_executable`),
 pickled: the folder is trusted as the rest of the cache is.
 
-Off until `enable` (the CLI's `corpus.enable_compilation_cache` turns it on, in executables/
-beside xla/); `encode_files` in a user's process leaves it off, as JAX's cache.
+Entries are written only by a process that JAX's persistent cache has not served: an
+executable JAX loaded from its cache (or that its in-memory cache hands back after such a load)
+serializes without its host code on the CPU backend, and the entry fails when run. The CLI
+therefore keeps its executables here instead of in JAX's cache. Off until `enable` (the CLI's
+`corpus.enable_compilation_cache`); `encode_files` in a user's process leaves it off.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from .disk_cache import save_bytes
 
-ENTRY_FORMAT = 1
+ENTRY_FORMAT = 2  # (1: entries JAX-loaded executables could write)
 _directory: Path | None = None
 
 
@@ -45,25 +48,25 @@ def load_or_build(key, build, device):
             return _load(path, device)
         except Exception:  # noqa: BLE001 (a damaged or foreign entry is built again and replaced)
             pass
-    jax_cache_off = _jax_cache_switch()
-    if jax_cache_off is None:
-        return build()
-    # (compiled here, not loaded from JAX's own cache: an executable JAX loaded serializes
-    # without its host code on the CPU backend, and its entry fails when run)
-    with jax_cache_off(False):
-        run = build()
-    _save(path, run)
+    run = build()
+    if _compiled_here():
+        _save(path, run)
     return run
 
 
-def _jax_cache_switch():
-    """JAX's thread-local switch of its persistent cache (a private name: where it is gone,
-    nothing is kept here)."""
+def _compiled_here() -> bool:
+    """Whether this process's executables are all compiled here: JAX's persistent cache off,
+    and never opened in this process (JAX keeps the open cache in a private name: where it is
+    gone, nothing is kept)."""
+    import jax
+
+    if jax.config.jax_compilation_cache_dir and jax.config.jax_enable_compilation_cache:
+        return False
     try:
-        from jax._src.config import enable_compilation_cache
+        from jax._src import compilation_cache
     except ImportError:
-        return None
-    return enable_compilation_cache if callable(enable_compilation_cache) else None
+        return False
+    return hasattr(compilation_cache, "_cache") and compilation_cache._cache is None
 
 
 def _load(path: Path, device):

@@ -166,36 +166,26 @@ def shards_writer(prefix: Path, tok):
 
 
 def test_compilation_cache_switch(tmp_path, monkeypatch):
-    """enable_compilation_cache: ~/.cache/blockbpe_jax/xla and .../executables (under
-    $BLOCKBPE_CACHE_DIR), a directory the user chose for JAX's is kept, BLOCKBPE_XLA_CACHE=0 or
-    BLOCKBPE_CACHE_DIR="" is both off."""
+    """enable_compilation_cache: the job's executables kept in ~/.cache/blockbpe_jax/executables
+    (under $BLOCKBPE_CACHE_DIR); BLOCKBPE_XLA_CACHE=0 or BLOCKBPE_CACHE_DIR="" is off; JAX's own
+    cache settings are left alone."""
     from blockbpe_jax import executable_cache
 
-    before = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
-    kept_before = executable_cache._directory
+    before = jax.config.jax_compilation_cache_dir, executable_cache._directory
     try:
-        jax.config.update("jax_compilation_cache_dir", None)
         monkeypatch.setenv("BLOCKBPE_CACHE_DIR", str(tmp_path / "c"))
         executable_cache.enable(tmp_path / "stale")
         monkeypatch.setenv("BLOCKBPE_XLA_CACHE", "0")
-        assert corpus.enable_compilation_cache() is None and not jax.config.jax_compilation_cache_dir
-        assert executable_cache._directory is None
+        assert corpus.enable_compilation_cache() is None and executable_cache._directory is None
         monkeypatch.delenv("BLOCKBPE_XLA_CACHE")
         monkeypatch.setenv("BLOCKBPE_CACHE_DIR", "")
-        assert corpus.enable_compilation_cache() is None and not jax.config.jax_compilation_cache_dir
-        assert executable_cache._directory is None
+        assert corpus.enable_compilation_cache() is None and executable_cache._directory is None
         monkeypatch.setenv("BLOCKBPE_CACHE_DIR", str(tmp_path / "c"))
-        assert corpus.enable_compilation_cache() == str(tmp_path / "c" / "xla")
-        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "c" / "xla")
+        assert corpus.enable_compilation_cache() == str(tmp_path / "c" / "executables")
         assert executable_cache._directory == tmp_path / "c" / "executables"
-        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "mine"))
-        assert corpus.enable_compilation_cache() == str(tmp_path / "mine")
-        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "mine")
-        assert executable_cache._directory == tmp_path / "c" / "executables"
+        assert jax.config.jax_compilation_cache_dir == before[0]
     finally:
-        jax.config.update("jax_compilation_cache_dir", before[0])
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
-        executable_cache.enable(kept_before)
+        executable_cache.enable(before[1])
 
 
 def test_plan_batches_sorts_by_width():
