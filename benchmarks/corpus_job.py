@@ -14,8 +14,8 @@ Timed on each corpus, all with cl100k:
   cli          `blockbpe-jax encode CORPUS --jsonl-field text -o DIR` as a subprocess: wall
                time of EVERYTHING (interpreter and JAX start-up, vocabulary load, reading and
                JSON parsing, encode, writing the flat shards); run twice, the second process
-               with the first one's executables in JAX's persistent compilation cache
-               (~/.cache/blockbpe_jax/xla; BLOCKBPE_XLA_CACHE=0 turns it off)
+               loading the first one's executables (~/.cache/blockbpe_jax/executables;
+               BLOCKBPE_XLA_CACHE=0 turns it off)
   encode_files `Tokenizer.encode_files` in-process (reading, parsing, encode, writing); "cold"
                is the first call (compiles its shapes), "warm" the median of --reps more
   encode_files_to_arrays  the same job with its ids left in memory (warm), as gigatoken_files's
@@ -132,8 +132,8 @@ def run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args) -> dict:
         print(f"  cli: {cli['status']}", flush=True)
         return r
     ids, counts = read_flat(work / f"{label}_cli" / "shard")
-    # again: with the persistent compilation cache (on unless BLOCKBPE_XLA_CACHE=0), the
-    # second process loads the first one's executables instead of compiling them
+    # again: with the job's executables kept on disk (on unless BLOCKBPE_XLA_CACHE=0), the
+    # second process loads the first one's instead of compiling them
     again = run_cli(path, vocab, work / f"{label}_cli2", args.cli_timeout_s)
     if again["status"] == "ok":
         diff = compare("cli second run", read_flat(work / f"{label}_cli2" / "shard"), ids, counts)
