@@ -105,7 +105,7 @@ from .window_encode import JoinInto, encode_documents  # noqa: E402,F401
 from .window_plan import DEFAULT_BATCH_BYTES, DEFAULT_PACK_WIDTH, first_pass_tokens, plan_batches  # noqa: E402,F401
 
 
-def enable_compilation_cache() -> str | None:
+def enable_executable_cache() -> str | None:
     """Turns on the corpus job's executables kept on disk (executable_cache: a second run of
     the job loads them instead of compiling them again) at ~/.cache/blockbpe_jax/executables
     (next to the table cache, under $BLOCKBPE_CACHE_DIR when set); returns that directory, or

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from . import tables
-from .disk_cache import cache_dir, save_npz
+from .disk_cache import kept_npz
 from .vocab.model import TiktokenMerges
 
 TABLE_FORMAT = 1  # the entries' own layout (fields as saved below)
@@ -48,31 +48,25 @@ def vocab_key(vocab) -> str | None:
 
 def vocab_tables(vocab) -> tables.VocabTables:
     """`tables.build_vocab_tables(vocab)`, from the disk cache when it holds them."""
-    key = vocab_key(vocab)
-    d = cache_dir("tables") if key else None
-    path = d / f"{key}.npz" if d else None
-    if path is not None and path.exists():
-        try:
-            return _load(path)
-        except (OSError, KeyError, ValueError, TypeError):
-            pass  # a damaged entry is rebuilt
-    built = tables.build_vocab_tables(vocab)
-    if path is not None:
-        save_npz(
-            path, {f.name: np.asarray(getattr(built, f.name)) for f in dataclasses.fields(tables.VocabTables)}
-        )
-    return built
+    return kept_npz(
+        "tables",
+        vocab_key(vocab),
+        lambda: tables.build_vocab_tables(vocab),
+        to_arrays=lambda built: {
+            f.name: np.asarray(getattr(built, f.name)) for f in dataclasses.fields(tables.VocabTables)
+        },
+        from_arrays=_from_arrays,
+    )
 
 
-def _load(path: Path) -> tables.VocabTables:
-    with np.load(path) as z:
-        values = {}
-        for f in dataclasses.fields(tables.VocabTables):
-            a = z[f.name]
-            if f.name == "char_runs":
-                values[f.name] = tuple(int(x) for x in a)
-            elif a.ndim == 0:
-                values[f.name] = a.dtype.type(a).item()
-            else:
-                values[f.name] = a
+def _from_arrays(z) -> tables.VocabTables:
+    values = {}
+    for f in dataclasses.fields(tables.VocabTables):
+        a = z[f.name]
+        if f.name == "char_runs":
+            values[f.name] = tuple(int(x) for x in a)
+        elif a.ndim == 0:
+            values[f.name] = a.dtype.type(a).item()
+        else:
+            values[f.name] = a
     return tables.VocabTables(**values)

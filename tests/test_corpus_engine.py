@@ -166,7 +166,7 @@ def shards_writer(prefix: Path, tok):
 
 
 def test_compilation_cache_switch(tmp_path, monkeypatch):
-    """enable_compilation_cache: the job's executables kept in ~/.cache/blockbpe_jax/executables
+    """enable_executable_cache: the job's executables kept in ~/.cache/blockbpe_jax/executables
     (under $BLOCKBPE_CACHE_DIR); BLOCKBPE_XLA_CACHE=0 or BLOCKBPE_CACHE_DIR="" is off; JAX's own
     cache settings are left alone."""
     from blockbpe_jax import executable_cache
@@ -176,12 +176,12 @@ def test_compilation_cache_switch(tmp_path, monkeypatch):
         monkeypatch.setenv("BLOCKBPE_CACHE_DIR", str(tmp_path / "c"))
         executable_cache.enable(tmp_path / "stale")
         monkeypatch.setenv("BLOCKBPE_XLA_CACHE", "0")
-        assert corpus.enable_compilation_cache() is None and executable_cache._directory is None
+        assert corpus.enable_executable_cache() is None and executable_cache._directory is None
         monkeypatch.delenv("BLOCKBPE_XLA_CACHE")
         monkeypatch.setenv("BLOCKBPE_CACHE_DIR", "")
-        assert corpus.enable_compilation_cache() is None and executable_cache._directory is None
+        assert corpus.enable_executable_cache() is None and executable_cache._directory is None
         monkeypatch.setenv("BLOCKBPE_CACHE_DIR", str(tmp_path / "c"))
-        assert corpus.enable_compilation_cache() == str(tmp_path / "c" / "executables")
+        assert corpus.enable_executable_cache() == str(tmp_path / "c" / "executables")
         assert executable_cache._directory == tmp_path / "c" / "executables"
         assert jax.config.jax_compilation_cache_dir == before[0]
     finally:

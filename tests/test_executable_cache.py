@@ -17,7 +17,7 @@ root = corpus_shared.root  # (a module-scoped fixture, requested by name below)
 JOB = """
 import sys, jax, blockbpe_jax as bb
 from blockbpe_jax import corpus, executable_cache
-corpus.enable_compilation_cache()  # as the CLI does
+corpus.enable_executable_cache()  # as the CLI does
 counts = {"loaded": 0, "built": 0}
 real_load, real_build = executable_cache._load, executable_cache.load_or_build
 def load(*a):

@@ -50,7 +50,7 @@ def cmd_encode(args) -> int:
     stream = corpus.first_stream(paths) if args.verify is not None else None
     if stream is not None:
         raise CLIError(f"--verify reads the inputs again: {stream} is a stream (standard input, a pipe)")
-    corpus.enable_compilation_cache()  # a second run of the job loads its executables
+    corpus.enable_executable_cache()  # a second run of the job loads its executables
     # (the input is read while the vocabulary and the accelerator load)
     read = corpus.read_ahead(
         paths, split=args.split, jsonl_field=args.jsonl_field, window_bytes=args.window_bytes

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from ..disk_cache import cache_dir, save_npz
+from ..disk_cache import kept_npz
 from . import compiler, tables
 from . import normalizer as normalizer_mod
 from .normalizer import Normalizer
@@ -88,30 +88,27 @@ def _compile_cached(stage: Stage) -> compiler.Automata:
             (_COMPILER_VERSION, stage.pattern, stage.flavour, stage.behaviour, stage.invert, stage.total)
         ).encode()
     ).hexdigest()[:32]
-    d = cache_dir("pretok")
-    path = d / f"{key}.npz" if d else None
-    if path is not None and path.exists():
-        try:
-            with np.load(path) as z:  # arrays as saved, 0-d ones back to ints
-                return compiler.Automata(
-                    **{
-                        f.name: z[f.name] if z[f.name].ndim else int(z[f.name])
-                        for f in dataclasses.fields(compiler.Automata)
-                    }
-                )
-        except (OSError, KeyError, ValueError):
-            pass  # a damaged entry is rebuilt
-    a = compiler.compile_pattern(
-        stage.pattern,
-        flavour=stage.flavour,
-        behaviour=stage.behaviour,
-        invert=stage.invert,
-        total=stage.total,
-        where=stage.where,
+    return kept_npz(
+        "pretok",
+        key,
+        lambda: compiler.compile_pattern(
+            stage.pattern,
+            flavour=stage.flavour,
+            behaviour=stage.behaviour,
+            invert=stage.invert,
+            total=stage.total,
+            where=stage.where,
+        ),
+        to_arrays=dataclasses.asdict,
+        # (arrays as saved, 0-d ones back to ints)
+        from_arrays=lambda z: compiler.Automata(
+            **{
+                f.name: z[f.name] if z[f.name].ndim else int(z[f.name])
+                for f in dataclasses.fields(compiler.Automata)
+            }
+        ),
+        compressed=True,
     )
-    if path is not None:
-        save_npz(path, dataclasses.asdict(a), compressed=True)
-    return a
 
 
 def from_tiktoken_pattern(pattern: str) -> Pretokenizer:

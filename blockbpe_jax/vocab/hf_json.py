@@ -102,29 +102,27 @@ def parse_hf_merges(
 ) -> dict[tuple[int, int], tuple[int, int]]:
     """model.merges of a tokenizer.json: (left id, right id) -> (rank = list index, merged id);
     a pair listed twice takes its last rank, as in HF."""
+
+    def bad(rank: int, problem: str) -> VocabError:  # (spelled only for a bad merge: 100-200k a file)
+        return VocabError(f"{path}: model.merges[{rank}]: {problem}")
+
     merges: dict[tuple[int, int], tuple[int, int]] = {}
     for rank, merge in enumerate(merges_json):
-        # (the message's place is spelled only for a bad merge: 100-200k of them a file)
         if isinstance(merge, str):
             parts = merge.split(" ")
         elif isinstance(merge, list) and all(isinstance(p, str) for p in merge):
             parts = merge
         else:
-            raise VocabError(f'{path}: model.merges[{rank}]: expected "a b" or [a, b], got {merge!r}')
+            raise bad(rank, f'expected "a b" or [a, b], got {merge!r}')
         if len(parts) != 2:
-            raise VocabError(f"{path}: model.merges[{rank}]: expected two tokens, got {merge!r}")
+            raise bad(rank, f"expected two tokens, got {merge!r}")
         left, right = parts
         left_id, right_id = vocab_json.get(left), vocab_json.get(right)
         if left_id is None or right_id is None:
-            unknown = left if left_id is None else right
-            raise VocabError(
-                f"{path}: model.merges[{rank}]: merge {merge!r} refers to unknown token {unknown!r}"
-            )
+            raise bad(rank, f"merge {merge!r} refers to unknown token {left if left_id is None else right!r}")
         merged = vocab_json.get(left + right[prefix_len:])
         if merged is None:
-            raise VocabError(
-                f"{path}: model.merges[{rank}]: merge result {left + right[prefix_len:]!r} is not in model.vocab"
-            )
+            raise bad(rank, f"merge result {left + right[prefix_len:]!r} is not in model.vocab")
         merges[(left_id, right_id)] = (rank, merged)
     return merges
 
@@ -161,8 +159,11 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
             reasons.append(f"added token {text!r} uses {'/'.join(flags)}, which is not supported")
     added_text_of_id = {i: text for text, i in added.items()}
 
+    def entry(key: str) -> str:  # (spelled only for a bad entry: 100-200k a file)
+        return f"{path}: model.vocab[{key!r}]"
+
     for key, token_id in vocab_json.items():
-        _check_id(lambda key=key: f"{path}: model.vocab[{key!r}]", token_id)
+        _check_id(functools.partial(entry, key), token_id)
     token_bytes: list[bytes | None] = [None] * (max(vocab_json.values(), default=-1) + 1)
     for key, token_id in vocab_json.items():
         data = _decode_byte_level(key)
@@ -170,10 +171,10 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
             if added_text_of_id.get(token_id) == key:
                 data = key.encode("utf-8")
             else:
-                raise VocabError(f"{path}: model.vocab[{key!r}]: key is not a byte-level encoded token")
+                raise VocabError(f"{entry(key)}: key is not a byte-level encoded token")
         if token_bytes[token_id] is not None:
             other = next(k for k, v in vocab_json.items() if v == token_id and k != key)
-            raise VocabError(f"{path}: model.vocab[{key!r}]: duplicate id {token_id} (also {other!r})")
+            raise VocabError(f"{entry(key)}: duplicate id {token_id} (also {other!r})")
         token_bytes[token_id] = data
 
     missing = [b for b, ch in bytes_to_unicode().items() if ch not in vocab_json]

@@ -88,12 +88,12 @@ def _check_id(where: str | Callable[[], str], token_id: object) -> int:
     """token_id, an id in range; else VocabError at `where` (or what where() spells: a loader
     checking 100-200k ids makes the message only for a bad one)."""
     if isinstance(token_id, bool) or not isinstance(token_id, int):
-        raise VocabError(f"{where() if callable(where) else where}: id {token_id!r} is not an integer")
-    if not 0 <= token_id <= MAX_TOKEN_ID:
-        raise VocabError(
-            f"{where() if callable(where) else where}: id {token_id} is outside 0..{MAX_TOKEN_ID}"
-        )
-    return token_id
+        problem = f"id {token_id!r} is not an integer"
+    elif not 0 <= token_id <= MAX_TOKEN_ID:
+        problem = f"id {token_id} is outside 0..{MAX_TOKEN_ID}"
+    else:
+        return token_id
+    raise VocabError(f"{where() if callable(where) else where}: {problem}")
 
 
 def _place_specials(

@@ -13,7 +13,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..disk_cache import cache_dir, save_npz
+from ..disk_cache import kept_npz
 from .model import MAX_TOKEN_ID, Vocab, VocabError, _check_id, _vocab_from_ranks
 from .patterns import KNOWN_PATTERNS
 
@@ -138,33 +138,26 @@ def from_tiktoken_encoding(enc) -> Vocab:
 def _ranks(contents: bytes, path: Path) -> dict[bytes, int]:
     """The rank file's tokens and ranks: from the disk cache (ranks/, keyed by the file's
     bytes and this parser's source) when it holds them, else parsed line by line and kept
-    (the line loop over 100-200k lines is most of a start-up's vocabulary load). An entry is a
-    zip whose members' CRCs np.load checks: a damaged one fails to load and is parsed again."""
-    directory = cache_dir("ranks")
-    entry = None
-    if directory is not None:
-        h = hashlib.sha256(_parser_digest())
-        h.update(contents)
-        entry = directory / f"{h.hexdigest()[:32]}.npz"
-        try:
-            with np.load(entry) as z:
-                blob, ends, ranks = z["tokens"].tobytes(), z["ends"].tolist(), z["ranks"].tolist()
-            starts = [0, *ends[:-1]]
-            return dict(zip([blob[a:b] for a, b in zip(starts, ends)], ranks))
-        except Exception:  # noqa: BLE001 (none yet, or a damaged one: parsed again and written over)
-            pass
-    ranks = _ranks_by_line(contents, path)
-    if entry is not None and ranks:
-        tokens = list(ranks)
-        save_npz(
-            entry,
-            dict(
-                tokens=np.frombuffer(b"".join(tokens), np.uint8),
-                ends=np.cumsum([len(t) for t in tokens], dtype=np.int64),
-                ranks=np.fromiter(ranks.values(), np.int64, len(ranks)),
-            ),
-        )
-    return ranks
+    (the line loop over 100-200k lines is most of a start-up's vocabulary load)."""
+    h = hashlib.sha256(_parser_digest())
+    h.update(contents)
+    return kept_npz(
+        "ranks",
+        h.hexdigest()[:32],
+        lambda: _ranks_by_line(contents, path),
+        to_arrays=lambda ranks: dict(
+            tokens=np.frombuffer(b"".join(ranks), np.uint8),
+            ends=np.cumsum([len(t) for t in ranks], dtype=np.int64),
+            ranks=np.fromiter(ranks.values(), np.int64, len(ranks)),
+        ),
+        from_arrays=_ranks_of_arrays,
+    )
+
+
+def _ranks_of_arrays(z) -> dict[bytes, int]:
+    blob, ends = z["tokens"].tobytes(), z["ends"].tolist()
+    starts = [0, *ends[:-1]]
+    return dict(zip([blob[a:b] for a, b in zip(starts, ends)], z["ranks"].tolist()))
 
 
 @functools.lru_cache(maxsize=1)
