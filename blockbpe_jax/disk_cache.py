@@ -1,18 +1,28 @@
-"""Where blockbpe_jax keeps what it caches on disk, and how an entry is written.
+"""Where blockbpe_jax keeps what it caches on disk, how an entry is written, and how much the
+cache may hold.
 
 One root for every cache: $BLOCKBPE_CACHE_DIR, default $XDG_CACHE_HOME/blockbpe_jax (else
 ~/.cache/blockbpe_jax); "" turns caching off. Below it one folder per kind: ranks/ (parsed
 rank files, vocab/tiktoken_files.py), pretok/ (compiled pre-tokenizer automata), tables/ (built
-vocabulary tables), and for the CLI executables/ (the corpus job's, executable_cache.py)."""
+vocabulary tables), and for the CLI executables/ (the corpus job's, executable_cache.py).
+
+Entries are keyed by what they are built from, so a new version, vocabulary or option adds
+entries and old ones are never read again: each write trims the cache to $BLOCKBPE_CACHE_MAX_MB
+(default 2048), least recently used first (a load marks its entry used: `used`)."""
 
 from __future__ import annotations
 
 import io
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
+
+KINDS = ("ranks", "pretok", "tables", "executables")
+DEFAULT_MAX_MB = 2048
+STALE_TMP_SECONDS = 3600  # a temporary file this old is a crashed writer's
 
 
 def cache_dir(kind: str) -> Path | None:
@@ -38,7 +48,9 @@ def kept_npz(kind: str, key: str | None, build, *, to_arrays, from_arrays, compr
     if path is not None and path.exists():
         try:
             with np.load(path) as z:
-                return from_arrays(z)
+                loaded = from_arrays(z)
+            used(path)
+            return loaded
         except Exception:  # noqa: BLE001 (damaged in any way: built again below)
             pass
     built = build()
@@ -58,10 +70,66 @@ def save_bytes(path: Path, data: bytes) -> None:
     """Writes an entry atomically (a reader never sees half of one, and writers on threads or
     in other processes each write their own file first); does nothing where the disk is
     read-only: a cache is an optimisation."""
+    limit = max_bytes()  # (a malformed limit raises before anything is written)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_bytes(data)
         tmp.replace(path)
+    except OSError:
+        return
+    trim(path.parent.parent, limit, keep=path)
+
+
+def used(path: Path) -> None:
+    """Marks an entry as just used (its modification time: access times are often not kept)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def max_bytes() -> int:
+    """The most bytes the cache may hold: $BLOCKBPE_CACHE_MAX_MB, default DEFAULT_MAX_MB."""
+    text = os.environ.get("BLOCKBPE_CACHE_MAX_MB", "").strip()
+    try:
+        mb = float(text) if text else DEFAULT_MAX_MB
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0:  # (also NaN)
+        raise ValueError(f"BLOCKBPE_CACHE_MAX_MB must be a number of megabytes, 0 or more, got {text!r}")
+    return int(mb * 1e6)
+
+
+def trim(root: Path, limit: int, keep: Path | None = None) -> None:
+    """Removes the least recently used entries of every kind below `root` until they hold at
+    most `limit` bytes (never `keep`, the entry just written), and temporary files that
+    crashed writers left. Files that vanish meanwhile (another process trimming) are skipped."""
+    entries, total, now = [], 0, time.time()
+    for kind in KINDS:
+        try:
+            with os.scandir(root / kind) as it:
+                found = [(e.path, e.stat()) for e in it if e.is_file()]
+        except OSError:
+            continue
+        for name, st in found:
+            if name.endswith(".tmp"):
+                if now - st.st_mtime > STALE_TMP_SECONDS:
+                    _remove(name)
+                continue
+            entries.append((st.st_mtime, name, st.st_size))
+            total += st.st_size
+    for _, name, size in sorted(entries):
+        if total <= limit:
+            break
+        if keep is not None and name == str(keep):
+            continue
+        _remove(name)
+        total -= size
+
+
+def _remove(name: str) -> None:
+    try:
+        os.unlink(name)
     except OSError:
         pass

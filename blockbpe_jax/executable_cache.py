@@ -25,7 +25,7 @@ import pickle
 import sys
 from pathlib import Path
 
-from .disk_cache import save_bytes
+from .disk_cache import save_bytes, used
 
 ENTRY_FORMAT = 2  # (1: entries JAX-loaded executables could write)
 _directory: Path | None = None
@@ -76,7 +76,9 @@ def _load(path: Path, device):
         fmt, payload = pickle.load(f)
     if fmt != ENTRY_FORMAT:
         raise ValueError(f"{path}: entry format {fmt}")
-    return deserialize_and_load(*payload, backend=device.client, execution_devices=[device])
+    run = deserialize_and_load(*payload, backend=device.client, execution_devices=[device])
+    used(path)
+    return run
 
 
 def _save(path: Path, run) -> None:

@@ -64,8 +64,12 @@ def test_second_process_loads_the_jobs_executables(tmp_path, root):
     (loaded, built), first = job("first")
     entries = sorted(kept.iterdir())
     assert loaded == 0 and built == len(entries) >= 3
+    for path in entries:  # (last used an hour ago: a load marks its entry used, disk_cache.used)
+        os.utime(path, (path.stat().st_mtime - 3600,) * 2)
+    before = {path: path.stat().st_mtime for path in entries}
     (loaded, built), again = job("again")
     assert (loaded, built) == (len(entries), 0) and sorted(kept.iterdir()) == entries
+    assert all(path.stat().st_mtime > before[path] for path in entries)
     _, uncached = job("uncached", BLOCKBPE_XLA_CACHE="0")
     assert jax_filled == jax_served == first == again == uncached and len(first) > 0
 
