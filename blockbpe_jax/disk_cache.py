@@ -81,6 +81,18 @@ def save_bytes(path: Path, data: bytes) -> None:
     trim(path.parent.parent, limit, keep=path)
 
 
+def usage() -> dict | None:
+    """The cache's folder, limit and bytes held per kind (None when caching is off)."""
+    root = cache_dir("")
+    if root is None:
+        return None
+    held = dict.fromkeys(KINDS, 0)
+    for kind, name, st in _files(root):
+        if not name.endswith(".tmp"):
+            held[kind] += st.st_size
+    return dict(folder=str(root), limit_bytes=max_bytes(), bytes=held)
+
+
 def used(path: Path) -> None:
     """Marks an entry as just used (its modification time: access times are often not kept)."""
     try:
@@ -106,19 +118,13 @@ def trim(root: Path, limit: int, keep: Path | None = None) -> None:
     most `limit` bytes (never `keep`, the entry just written), and temporary files that
     crashed writers left. Files that vanish meanwhile (another process trimming) are skipped."""
     entries, total, now = [], 0, time.time()
-    for kind in KINDS:
-        try:
-            with os.scandir(root / kind) as it:
-                found = [(e.path, e.stat()) for e in it if e.is_file()]
-        except OSError:
+    for _, name, st in _files(root):
+        if name.endswith(".tmp"):
+            if now - st.st_mtime > STALE_TMP_SECONDS:
+                _remove(name)
             continue
-        for name, st in found:
-            if name.endswith(".tmp"):
-                if now - st.st_mtime > STALE_TMP_SECONDS:
-                    _remove(name)
-                continue
-            entries.append((st.st_mtime, name, st.st_size))
-            total += st.st_size
+        entries.append((st.st_mtime, name, st.st_size))
+        total += st.st_size
     for _, name, size in sorted(entries):
         if total <= limit:
             break
@@ -126,6 +132,22 @@ def trim(root: Path, limit: int, keep: Path | None = None) -> None:
             continue
         _remove(name)
         total -= size
+
+
+def _files(root: Path):
+    """(kind, path, stat) of each file of each kind below `root` (one that vanishes while it is
+    listed, removed by another process, is left out)."""
+    for kind in KINDS:
+        try:
+            with os.scandir(root / kind) as it:
+                listed = [e for e in it if e.is_file()]
+        except OSError:
+            continue
+        for e in listed:
+            try:
+                yield kind, e.path, e.stat()
+            except OSError:
+                continue
 
 
 def _remove(name: str) -> None:

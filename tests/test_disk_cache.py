@@ -102,3 +102,28 @@ def test_a_malformed_limit_is_named(root, monkeypatch, value):
     with pytest.raises(ValueError, match="BLOCKBPE_CACHE_MAX_MB must be a number of megabytes"):
         disk_cache.save_bytes(root / "tables" / "x.npz", b"x")
     assert not (root / "tables" / "x.npz").exists()
+
+
+def test_an_entry_removed_while_listed_is_skipped(root, monkeypatch):
+    """Another process may trim the cache between this one's listing and its stat of a file."""
+    kept = entry(root, "tables", "kept.npz", 1000, 100)
+    gone = entry(root, "tables", "gone.npz", 1000, 200)
+    real_scandir = os.scandir
+
+    class Listing:
+        def __init__(self, path):
+            self.it = real_scandir(path)
+
+        def __enter__(self):
+            entries = list(self.it)
+            gone.unlink(missing_ok=True)  # (after the listing, before the stats)
+            return iter(entries)
+
+        def __exit__(self, *exc):
+            self.it.close()
+
+    monkeypatch.setattr(disk_cache.os, "scandir", Listing)
+    assert disk_cache.usage()["bytes"]["tables"] == 1000
+    monkeypatch.setenv("BLOCKBPE_CACHE_MAX_MB", "0")
+    disk_cache.save_bytes(root / "ranks" / "new.npz", b"n")
+    assert names(root) == ["new.npz"] and not kept.exists()

@@ -21,7 +21,7 @@ def exact_mode_status(tok) -> tuple[bool, str]:
 def cmd_info(args) -> int:
     import jax
 
-    from .. import ops
+    from .. import disk_cache, ops
     from ..ops import TABLE_OPERANDS
 
     tok = load_tokenizer(args.vocab, args.tiktoken)
@@ -49,6 +49,7 @@ def cmd_info(args) -> int:
         },
         cuda_module=ops.HAS_CUDA_MODULE,
         devices=[str(d) for d in jax.devices()],
+        cache=disk_cache.usage(),
     )
     if args.json:
         print(json.dumps(info, indent=2))
@@ -80,11 +81,20 @@ def cmd_info(args) -> int:
             "backends",
             f"cpu{', cuda' if ops.HAS_CUDA_MODULE else ''} built; JAX devices: " + ", ".join(info["devices"]),
         ),
+        ("disk cache", _cache_text(info["cache"])),
     ]
     width = max(len(k) for k, _ in rows)
     for k, val in rows:
         print(f"{k:<{width}}  {val}")
     return 0
+
+
+def _cache_text(cache: dict | None) -> str:
+    if cache is None:
+        return "off (BLOCKBPE_CACHE_DIR is empty)"
+    kinds = ", ".join(f"{kind} {n / 1e6:.1f}" for kind, n in cache["bytes"].items())
+    held = sum(cache["bytes"].values())
+    return f"{cache['folder']}: {held / 1e6:.1f} MB of {cache['limit_bytes'] / 1e6:.0f} ({kinds})"
 
 
 def add_parsers(sub) -> None:
