@@ -1,17 +1,19 @@
 """The corpus job's compressed inputs: .gz, read through ISA-L when `isal` is installed (~2.5x
-the standard module), and .zst, through `zstandard` (zstd_frames.py). From PROCESS_BYTES either is
-decompressed by a process of its own, out of the GIL's way: in the job's process both release
-the GIL for each small piece of output and wait to take it back after each, behind the job's
-other threads (a GIL convoy). Several are read ahead of their turn: one decompression is a
+the standard module), and .zst, through `zstandard` (zstd_frames.py; from PROCESS_BYTES the zstd
+command line where one works). From PROCESS_BYTES either is decompressed by a process of its
+own, out of the GIL's way: in the job's process both release the GIL for each small piece of
+output and wait to take it back after each, behind the job's other threads (a GIL convoy). Several are read ahead of their turn: one decompression is a
 fraction of what the job encodes, and a compressed stream cannot be split, so several files are
 decompressed at once (in input order, within a memory budget)."""
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import gzip
 import io
 import os
+import shutil
 import subprocess
 import sys
 import zlib
@@ -56,11 +58,9 @@ def open_input(path: Path, fast: bool = False):
             raise CorpusError(
                 f"{path}: .zst inputs need the zstandard package (pip install zstandard)"
             ) from None
-        # (zstd_frames.py run by its path: the child does not import the package, nor jax; -P
-        # keeps its folder, whose modules could shadow others, off the child's sys.path. Python
-        # 3.10 has no -P: there, in this process.)
-        if fast and _by_process(path) and sys.version_info >= (3, 11):
-            return DecompressingProcess(path, [sys.executable, "-P", zstd_frames.__file__, str(path)])
+        argv = _zstd_argv(path) if fast and _by_process(path) else None
+        if argv is not None:
+            return DecompressingProcess(path, argv)
         return io.BufferedReader(zstd_frames.ZstdFrames(path), buffer_size=1 << 20)
     if not is_compressed(path):
         f = open(path, "rb")
@@ -119,9 +119,43 @@ def _by_process(path: Path) -> bool:
     return bool(sys.executable) and path.stat().st_size >= PROCESS_BYTES
 
 
+def _zstd_argv(path: Path) -> list | None:
+    """The decompressing process of a .zst: the zstd command line where it works (twice
+    zstd_frames.py's speed; it refuses an empty file, which zstd_frames.py reads as no bytes),
+    else zstd_frames.py run by its path (the child does not import the package, nor jax; -P
+    keeps its folder, whose modules could shadow others, off the child's sys.path), else None
+    (Python 3.10 has no -P: there, in this process)."""
+    command = zstd_command()
+    if command is not None and path.stat().st_size:
+        return [command, "-dcq", "--format=zstd", "--", str(path)]
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", zstd_frames.__file__, str(path)]
+    return None
+
+
+# Two frames (the second after a skippable one) and what they hold: the zstd command line must
+# give exactly these bytes (and know --format) before it is used.
+ZSTD_PROBE = bytes.fromhex("28b52ffd2003190000616263502a4d180300000078787828b52ffd2003190000646566")
+
+
+@functools.lru_cache(maxsize=1)
+def zstd_command() -> str | None:
+    """The path of a working `zstd` command (None: none found, or it decoded the probe wrongly)."""
+    command = shutil.which("zstd")
+    if command is None:
+        return None
+    try:
+        run = subprocess.run(
+            [command, "-dcq", "--format=zstd"], input=ZSTD_PROBE, capture_output=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return command if run.returncode == 0 and run.stdout == b"abcdef" else None
+
+
 class DecompressingProcess:
     """A compressed input decompressed by a process of its own, `argv` (.gz: ISA-L's
-    `python -m isal.igzip -dc`; .zst: zstd_frames.py), which writes the decompressed bytes to
+    `python -m isal.igzip -dc`; .zst: `zstd -dc` or zstd_frames.py), which writes the decompressed bytes to
     its stdout, read from its pipe a whole block per call (read_stream_into). (In this process the
     decompression releases the GIL in small pieces and waits to take it back after each: beside
     one busy Python thread ISA-L's ran 4-7x slower, BUILD_NOTES session 36.) An error of the

@@ -150,10 +150,12 @@ def _processes(monkeypatch, process: bool, suffix=".gz") -> list:
         pytest.skip(".zst inputs are decompressed by processes from Python 3.11 (python -P)")
     monkeypatch.setattr(compressed_input, "PROCESS_BYTES", 0 if process else 1 << 62)
     started, init = [], compressed_input.DecompressingProcess.__init__
-    command = {".gz": "isal.igzip", ".zst": zstd_frames.__file__}[suffix]
+    commands = {".gz": ["isal.igzip"], ".zst": [zstd_frames.__file__, compressed_input.zstd_command()]}[
+        suffix
+    ]
 
     def record(self, path, argv):
-        assert command in argv and path.suffix == suffix
+        assert any(c is not None and c in argv for c in commands) and path.suffix == suffix
         init(self, path, argv)
         started.append(self._process)
 
@@ -303,10 +305,16 @@ def test_zst_inputs(tmp_path, monkeypatch, process):
     assert _readers_alive() == 0 and len(started) == (5 if process else 0)
 
 
-def test_a_zst_decompressing_process_reads_as_zstd_frames(tmp_path, monkeypatch):
-    """A .zst's decompressing process (zstd_frames.py run as a script) gives the bytes that
-    ZstdFrames gives in this process, and fails where it fails: exit status 1, ZstdFrames's
-    error its last line on stderr, never a short output."""
+@pytest.mark.parametrize("command", ["zstd_frames.py", "zstd command line"])
+def test_a_zst_decompressing_process_reads_as_zstd_frames(tmp_path, monkeypatch, command):
+    """A .zst's decompressing process (zstd_frames.py run as a script, or the zstd command line
+    where it works) gives the bytes that ZstdFrames gives in this process, and fails where it
+    fails: exit status 1 (zstd_frames.py: ZstdFrames's error its last line on stderr), never a
+    short output."""
+    if command == "zstd_frames.py":
+        monkeypatch.setattr(compressed_input, "zstd_command", lambda: None)
+    elif compressed_input.zstd_command() is None:
+        pytest.skip("no working zstd command line here")
     _processes(monkeypatch, True, ".zst")
     data = b"".join(b"line %d " % i + b"\xc3\xa9" * (i % 70) + b"\n" for i in range(40000))
     blob = _zst(data)
@@ -335,5 +343,59 @@ def test_a_zst_decompressing_process_reads_as_zstd_frames(tmp_path, monkeypatch)
             except (OSError, EOFError) as e:
                 results.append(str(e))
         assert results[0] == want if want is not None else isinstance(results[0], str), name
-        wanted = results[0] if want is not None else f"the decompressing process exited with 1: {results[0]}"
-        assert results[1] == wanted, name
+        if want is not None:
+            assert results[1] == results[0], name
+        elif command == "zstd_frames.py":
+            assert results[1] == f"the decompressing process exited with 1: {results[0]}", name
+        else:  # (the command line's own words)
+            assert results[1].startswith("the decompressing process exited with 1: "), name
+
+
+@pytest.mark.parametrize("read_bytes", [1, 7, 300, 64 << 10])
+def test_zstd_frames_across_any_read_size(tmp_path, monkeypatch, read_bytes):
+    """Frames and skippable frames cut anywhere by the reads (headers split, a frame ending
+    exactly at a read's end) give every byte, and a truncated last frame is still an error."""
+    zstandard = pytest.importorskip("zstandard", reason="the test extra installs zstandard")
+    rng = random.Random(read_bytes)
+    parts = [bytes(rng.choice(b"ab \n\xc3\xa9") for _ in range(rng.randint(0, 3000))) for _ in range(40)]
+    blob = b""
+    for k, part in enumerate(parts):
+        blob += zstandard.ZstdCompressor(write_checksum=k % 2 == 0).compress(part)
+        if k % 3 == 0:
+            blob += (
+                (0x184D2A50 + k % 16).to_bytes(4, "little") + (k % 5).to_bytes(4, "little") + b"s" * (k % 5)
+            )
+    monkeypatch.setattr(zstd_frames, "READ_BYTES", read_bytes)
+    path = tmp_path / "frames.zst"
+    path.write_bytes(blob)
+    with zstd_frames.ZstdFrames(path) as f:
+        assert f.read() == b"".join(parts)
+    path.write_bytes(blob[:-2])  # (the last frame cut short)
+    with pytest.raises((OSError, EOFError)), zstd_frames.ZstdFrames(path) as f:
+        f.read()
+
+
+def test_a_zstd_command_line_is_used_only_if_it_decodes_the_probe(tmp_path, monkeypatch):
+    """A `zstd` on the PATH that fails the probe (an old one without --format, or not zstd at
+    all) is not used: zstd_frames.py decompresses instead."""
+    if sys.version_info < (3, 11):
+        pytest.skip(".zst inputs are decompressed by processes from Python 3.11 (python -P)")
+    path = tmp_path / "in.jsonl.zst"
+    path.write_bytes(_zst(b"x\n" * 1000))
+    monkeypatch.setattr(compressed_input, "PROCESS_BYTES", 0)
+    for script, used in (
+        ("echo 'zstd: unknown option --format=zstd' >&2; exit 1", False),
+        ("printf abcxyz", False),
+        ("cat > /dev/null; printf abcdef", True),
+    ):
+        fake = tmp_path / "bin" / "zstd"
+        fake.parent.mkdir(exist_ok=True)
+        fake.write_text(f"#!/bin/sh\n{script}\n")
+        fake.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+        compressed_input.zstd_command.cache_clear()
+        try:
+            assert compressed_input.zstd_command() == (str(fake) if used else None), script
+            assert (compressed_input._zstd_argv(path)[0] == str(fake)) == used, script
+        finally:
+            compressed_input.zstd_command.cache_clear()
