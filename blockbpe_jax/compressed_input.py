@@ -2,9 +2,10 @@
 the standard module), and .zst, through `zstandard` (zstd_frames.py; from PROCESS_BYTES the zstd
 command line where one works). From PROCESS_BYTES either is decompressed by a process of its
 own, out of the GIL's way: in the job's process both release the GIL for each small piece of
-output and wait to take it back after each, behind the job's other threads (a GIL convoy). Several are read ahead of their turn: one decompression is a
-fraction of what the job encodes, and a compressed stream cannot be split, so several files are
-decompressed at once (in input order, within a memory budget)."""
+output and wait to take it back after each, behind the job's other threads (a GIL convoy).
+Several are read ahead of their turn: one decompression is a fraction of what the job encodes,
+and a compressed stream cannot be split, so several files are decompressed at once (in input
+order, within a memory budget)."""
 
 from __future__ import annotations
 
@@ -120,8 +121,8 @@ def _by_process(path: Path) -> bool:
 
 
 def _zstd_argv(path: Path) -> list | None:
-    """The decompressing process of a .zst: the zstd command line where it works (twice
-    zstd_frames.py's speed; it refuses an empty file, which zstd_frames.py reads as no bytes),
+    """The decompressing process of a .zst: the zstd command line where it works (faster than
+    zstd_frames.py; it refuses an empty file, which zstd_frames.py reads as no bytes),
     else zstd_frames.py run by its path (the child does not import the package, nor jax; -P
     keeps its folder, whose modules could shadow others, off the child's sys.path), else None
     (Python 3.10 has no -P: there, in this process)."""
@@ -155,12 +156,13 @@ def zstd_command() -> str | None:
 
 class DecompressingProcess:
     """A compressed input decompressed by a process of its own, `argv` (.gz: ISA-L's
-    `python -m isal.igzip -dc`; .zst: `zstd -dc` or zstd_frames.py), which writes the decompressed bytes to
-    its stdout, read from its pipe a whole block per call (read_stream_into). (In this process the
-    decompression releases the GIL in small pieces and waits to take it back after each: beside
-    one busy Python thread ISA-L's ran 4-7x slower, BUILD_NOTES session 36.) An error of the
-    process is an OSError at the end of its output, naming its exit status and its last line on
-    stderr (the reader then re-reads the file in this process to name the line)."""
+    `python -m isal.igzip -dc`; .zst: `zstd -dc` or zstd_frames.py), which writes the
+    decompressed bytes to its stdout, read from its pipe a whole block per call
+    (read_stream_into). (In this process the decompression releases the GIL in small pieces and
+    waits to take it back after each: beside one busy Python thread ISA-L's ran 4-7x slower,
+    BUILD_NOTES session 36.) An error of the process is an OSError at the end of its output,
+    naming its exit status and its last line on stderr (the reader then re-reads the file in
+    this process to name the line)."""
 
     def __init__(self, path: Path, argv: list):
         self.path = path
