@@ -222,6 +222,12 @@ def test_info_shows_the_disk_cache(capsys, vocab_path, tmp_path, monkeypatch):
     rc, out, err = run_cli(capsys, "info", "--vocab", vocab_path)
     row = next(line for line in out.splitlines() if line.startswith("disk cache "))
     assert f" {tmp_path}: " in row and "MB of 512 (" in row and "executables 2.5" in row
+    monkeypatch.setenv("BLOCKBPE_CACHE_MAX_MB", "lots")
+    rc, out, err = run_cli(capsys, "info", "--vocab", vocab_path)
+    assert rc == 2 and err.strip() == (
+        "blockbpe-jax: error: BLOCKBPE_CACHE_MAX_MB must be a number of megabytes, 0 or more, got 'lots'"
+    )
+    monkeypatch.setenv("BLOCKBPE_CACHE_MAX_MB", "512")
     monkeypatch.setenv("BLOCKBPE_CACHE_DIR", "")
     rc, out, err = run_cli(capsys, "info", "--vocab", vocab_path, "--json")
     assert rc == 0 and json.loads(out)["cache"] is None

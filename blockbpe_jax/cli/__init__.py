@@ -27,7 +27,16 @@ from ..documents import chunk_cuts  # noqa: F401 (chunk_cuts: API)
 from ..shards import CorpusError, VerifyError
 from . import bench, encode, info
 from .bench import make_excerpts  # noqa: F401 (API)
-from .common import PROG, CLIError, _Parser, load_tokenizer, one_line, parse_allowed_special, version  # noqa: F401
+from .common import (  # noqa: F401
+    PROG,
+    CLIError,
+    _Parser,
+    check_environment,
+    load_tokenizer,
+    one_line,
+    parse_allowed_special,
+    version,
+)
 from .info import exact_mode_status  # noqa: F401 (API)
 
 
@@ -48,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        check_environment()
         return args.func(args)
     except CLIError as e:
         print(f"{e.prog}: error: {e}", file=sys.stderr)

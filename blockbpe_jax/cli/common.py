@@ -20,6 +20,17 @@ class CLIError(Exception):
         self.prog = prog
 
 
+def check_environment() -> None:
+    """Settings the package reads from the environment, checked before any work (a bad one is a
+    usage error, not a traceback halfway through a job)."""
+    from ..disk_cache import max_bytes
+
+    try:
+        max_bytes()
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+
+
 class _Parser(argparse.ArgumentParser):
     # argparse prints the usage block and exits; we want one line and our own exit path.
     def error(self, message):
