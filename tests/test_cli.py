@@ -207,32 +207,6 @@ def test_info(capsys, vocab_path):
     assert isinstance(info["exact_mode"], bool)
 
 
-def test_info_shows_the_disk_cache(capsys, vocab_path, tmp_path, monkeypatch):
-    monkeypatch.setenv("BLOCKBPE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("BLOCKBPE_CACHE_MAX_MB", "512")
-    (tmp_path / "executables").mkdir()
-    (tmp_path / "executables" / "e.pkl").write_bytes(b"x" * 2_500_000)
-    rc, out, err = run_cli(capsys, "info", "--vocab", vocab_path, "--json")
-    assert rc == 0, err
-    cache = json.loads(out)["cache"]
-    assert cache["folder"] == str(tmp_path) and cache["limit_bytes"] == 512_000_000
-    # the vocabulary's load wrote its entries (rank file, tables) beside the one made here
-    assert cache["bytes"]["executables"] == 2_500_000 and cache["bytes"]["tables"] > 0
-    assert cache["bytes"]["ranks"] > 0
-    rc, out, err = run_cli(capsys, "info", "--vocab", vocab_path)
-    row = next(line for line in out.splitlines() if line.startswith("disk cache "))
-    assert f" {tmp_path}: " in row and "MB of 512 (" in row and "executables 2.5" in row
-    monkeypatch.setenv("BLOCKBPE_CACHE_MAX_MB", "lots")
-    rc, out, err = run_cli(capsys, "info", "--vocab", vocab_path)
-    assert rc == 2 and err.strip() == (
-        "blockbpe-jax: error: BLOCKBPE_CACHE_MAX_MB must be a number of megabytes, 0 or more, got 'lots'"
-    )
-    monkeypatch.setenv("BLOCKBPE_CACHE_MAX_MB", "512")
-    monkeypatch.setenv("BLOCKBPE_CACHE_DIR", "")
-    rc, out, err = run_cli(capsys, "info", "--vocab", vocab_path, "--json")
-    assert rc == 0 and json.loads(out)["cache"] is None
-
-
 def test_info_tiktoken_name_offline(capsys, tmp_path, monkeypatch, vocab_path):
     pytest.importorskip("tiktoken")
     cache = tmp_path / "tiktoken_cache"

@@ -1,16 +1,19 @@
 """The disk cache's size bound (blockbpe_jax/disk_cache.py): each write trims every kind of
 entry, least recently used first, to $BLOCKBPE_CACHE_MAX_MB; a load marks its entry used; the
-entry just written, files of other folders and fresh temporaries of other writers stay."""
+entry just written, files of other folders and fresh temporaries of other writers stay; `info`
+shows the cache."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
 import numpy as np
 import pytest
+from helpers import vocab_path
 
-from blockbpe_jax import disk_cache
+from blockbpe_jax import cli, disk_cache
 
 
 def entry(root, kind, name, size, age_s):
@@ -129,3 +132,38 @@ def test_an_entry_removed_while_listed_is_skipped(root, monkeypatch):
         disk_cache.save_bytes(root / "ranks" / "new.npz", b"n")
     assert held == 1000
     assert names(root) == ["new.npz"] and not kept.exists()
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    rc = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_info_shows_the_disk_cache(capsys, tmp_path, monkeypatch):
+    """`blockbpe-jax info` reports the cache (folder, limit, bytes per kind); a malformed limit is
+    a one-line usage error before any work."""
+    vocab = vocab_path("r50k")
+    monkeypatch.setenv("BLOCKBPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BLOCKBPE_CACHE_MAX_MB", "512")
+    (tmp_path / "executables").mkdir()
+    (tmp_path / "executables" / "e.pkl").write_bytes(b"x" * 2_500_000)
+    rc, out, err = run(capsys, "info", "--vocab", vocab, "--json")
+    assert rc == 0, err
+    cache = json.loads(out)["cache"]
+    assert cache["folder"] == str(tmp_path) and cache["limit_bytes"] == 512_000_000
+    # the vocabulary's load wrote its entries (rank file, tables) beside the one made here
+    assert cache["bytes"]["executables"] == 2_500_000 and cache["bytes"]["tables"] > 0
+    assert cache["bytes"]["ranks"] > 0
+    rc, out, err = run(capsys, "info", "--vocab", vocab)
+    row = next(line for line in out.splitlines() if line.startswith("disk cache "))
+    assert f" {tmp_path}: " in row and "MB of 512 (" in row and "executables 2.5" in row
+    monkeypatch.setenv("BLOCKBPE_CACHE_MAX_MB", "lots")
+    rc, out, err = run(capsys, "info", "--vocab", vocab)
+    assert rc == 2 and err.strip() == (
+        "blockbpe-jax: error: BLOCKBPE_CACHE_MAX_MB must be a number of megabytes, 0 or more, got 'lots'"
+    )
+    monkeypatch.setenv("BLOCKBPE_CACHE_MAX_MB", "512")
+    monkeypatch.setenv("BLOCKBPE_CACHE_DIR", "")
+    rc, out, err = run(capsys, "info", "--vocab", vocab, "--json")
+    assert rc == 0 and json.loads(out)["cache"] is None
