@@ -78,7 +78,7 @@ def save_bytes(path: Path, data: bytes) -> None:
         tmp.replace(path)
     except OSError:
         return
-    trim(path.parent.parent, limit, keep=path)
+    trim(path.parent.parent, limit, keep=path)  # (an entry is <root>/<kind>/<name>)
 
 
 def usage() -> dict | None:

@@ -150,9 +150,7 @@ def _processes(monkeypatch, process: bool, suffix=".gz") -> list:
         pytest.skip(".zst inputs are decompressed by processes from Python 3.11 (python -P)")
     monkeypatch.setattr(compressed_input, "PROCESS_BYTES", 0 if process else 1 << 62)
     started, init = [], compressed_input.DecompressingProcess.__init__
-    commands = {".gz": ["isal.igzip"], ".zst": [zstd_frames.__file__, compressed_input.zstd_command()]}[
-        suffix
-    ]
+    commands = ["isal.igzip"] if suffix == ".gz" else [zstd_frames.__file__, compressed_input.zstd_command()]
 
     def record(self, path, argv):
         assert any(c is not None and c in argv for c in commands) and path.suffix == suffix

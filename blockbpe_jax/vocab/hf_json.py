@@ -163,7 +163,7 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
         return f"{path}: model.vocab[{key!r}]"
 
     for key, token_id in vocab_json.items():
-        _check_id(functools.partial(entry, key), token_id)
+        _check_id(lambda key=key: entry(key), token_id)
     token_bytes: list[bytes | None] = [None] * (max(vocab_json.values(), default=-1) + 1)
     for key, token_id in vocab_json.items():
         data = _decode_byte_level(key)
