@@ -11,8 +11,18 @@ from typing import Iterable, Iterator, Sequence
 import jax
 import numpy as np
 
-from . import _blockbpe_cpu, gguf, ops, pretok, sentencepiece, staging, table_cache, tekken
-from .pretok import normalizer
+from . import (
+    _blockbpe_cpu,
+    gguf,
+    ops,
+    pretok,
+    sentencepiece,
+    special_sets,
+    staging,
+    table_cache,
+    table_sets,
+    tekken,
+)
 from .tables import build_special_tables
 from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file, read_json, vocab_from_tokenizer_json
 
@@ -96,6 +106,17 @@ class Tokenizer:
             f"pattern={self.vocab.pattern_name}, specials={len(self.vocab.special_tokens)})"
         )
 
+    @functools.cached_property
+    def n_vocab(self) -> int:
+        """The largest token id + 1, as tiktoken's `Encoding.n_vocab` (`max_token_value + 1`)."""
+        return special_sets.n_vocab(self.vocab)
+
+    @property
+    def eot_token(self) -> int:
+        """The end-of-text special's id, as tiktoken's `Encoding.eot_token`, by family
+        (`special_sets.EOT_NAMES`); KeyError when the vocabulary has none."""
+        return special_sets.eot_token(self.vocab)
+
     # -- tables ---------------------------------------------------------------------------
     @property
     def max_piece_len(self) -> int:
@@ -159,24 +180,7 @@ class Tokenizer:
         unavailable). Compiled once, at the first use."""
         with self._lock:
             if self._pretok_cache is None:
-                vocab = self.vocab
-                placeholder = pretok.BYTES_MODE.operand()
-                if vocab.unsupported:
-                    res = (placeholder, -1, vocab.unsupported)
-                elif vocab.char_level is not None:  # SentencePiece BPE: no pre-tokenizer
-                    res = (placeholder, 0, None)
-                elif vocab.pretokenizer is None:
-                    res = (
-                        placeholder,
-                        -1,
-                        "it has no pre-tokenizer pattern (pass pattern= when loading a .tiktoken file)",
-                    )
-                else:
-                    try:
-                        res = (vocab.pretokenizer.operand(), len(vocab.pretokenizer.stages), None)
-                    except pretok.PretokenizerUnsupported as e:
-                        res = (placeholder, -1, str(e))
-                self._pretok_cache = res
+                self._pretok_cache = table_sets.pretok_operand(self.vocab)
             return self._pretok_cache
 
     def tables(self, allowed_special="none", device=None, *, host: bool = False) -> ops.EncodeTables:
@@ -354,22 +358,7 @@ class Tokenizer:
         if not self.normalizes:
             return list(texts)
         norm = self.vocab.pretokenizer.normalizer
-        if not self.lowercase:
-            norm = pretok.Normalizer(("nfc",))
-        out = []
-        for t in texts:
-            if isinstance(t, bytes):
-                try:
-                    t = normalizer.apply(norm, t.decode("utf-8")).encode("utf-8")
-                except UnicodeDecodeError:
-                    if self.lowercase:
-                        t = normalizer.apply(norm, t.decode("utf-8", "surrogateescape")).encode(
-                            "utf-8", "surrogateescape"
-                        )
-            elif isinstance(t, str):
-                t = normalizer.apply(norm, t)
-            out.append(t)
-        return out
+        return table_sets.normalize_texts(norm if self.lowercase else pretok.Normalizer(("nfc",)), texts)
 
     def decode_bytes(self, ids, counts) -> list[bytes]:
         """Token ids (padded rows plus counts) back to byte strings."""
