@@ -197,3 +197,18 @@ def test_a_missing_optional_package_skips(tmp_path):
     )
     outcomes = run_blocks(blocks_of(doc, root=tmp_path), tmp_path)
     assert [o.status for o in outcomes.values()] == ["skipped", "passed", "failed"]
+
+
+def test_readme_layout_names_every_module():
+    """The README's "Layout" names every folder of ffi/ and every module and subpackage of
+    blockbpe_jax/ as they are in the tree (and the top-level folders)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"[\w.]+/?", layout))
+    package = ROOT / "blockbpe_jax"
+    wanted = {p.name for p in package.glob("*.py") if p.name != "__main__.py"}
+    wanted |= {p.name + "/" for p in package.iterdir() if (p / "__init__.py").exists()}
+    wanted |= {p.name + "/" for p in (ROOT / "ffi").iterdir() if p.is_dir()}
+    wanted |= {d + "/" for d in ("ffi", "blockbpe_jax", "tests", "benchmarks", "examples", "scripts", "docs")}
+    missing = sorted(wanted - named)
+    assert not missing, f"README.md's Layout does not name {missing}: describe them there"
