@@ -1,11 +1,191 @@
-"""A `Tokenizer`'s tables as its encode calls need them, built at their first use."""
+"""A `Tokenizer`'s tables as its encode calls need them: built at their first use (so that a
+tokenizer unpickled in a worker process costs nothing until it encodes), shared by every set
+of allowed specials, and cached within bounds.
+
+The vocabulary's tables (tens of MB) exist once on the host and once per device that encodes.
+What depends on the allowed specials is small (their bytes and ids: `SpecialTables`) and is
+kept per set in least-recently-used caches bounded by entries and bytes, as are the host
+encoders (`ops.host_encoder` copies the tables it binds: one per set would be MBs each).
+"""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from typing import Callable
+
+import jax
 import numpy as np
 
-from . import pretok
+from . import ops, pretok, table_cache
 from .pretok import normalizer
+from .tables import SpecialTables, build_special_tables
+
+
+class BoundedCache:
+    """A thread-safe least-recently-used cache bounded by its entries and their bytes (as the
+    caller counts them). The newest entry is kept even when it alone is over the bytes."""
+
+    def __init__(self, max_entries: int, max_bytes: int):
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._items: OrderedDict = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            entry = self._items.get(key)
+            if entry is None:
+                return None
+            self._items.move_to_end(key)
+            return entry[0]
+
+    def put(self, key, value, nbytes: int):
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._items[key] = (value, nbytes)
+            self._bytes += nbytes
+            while len(self._items) > 1 and (
+                len(self._items) > self.max_entries or self._bytes > self.max_bytes
+            ):
+                _, (_, size) = self._items.popitem(last=False)
+                self._bytes -= size
+        return value
+
+    def get_or_build(self, key, build: Callable, size: Callable[[object], int]):
+        value = self.get(key)
+        if value is None:  # (built outside the lock: two threads may both build; one is kept)
+            value = build()
+            self.put(key, value, size(value))
+        return value
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+
+def _special_bytes(sp: SpecialTables) -> int:
+    return sp.special_offsets.nbytes + sp.special_data.nbytes + sp.special_ids.nbytes
+
+
+class TableSets:
+    """The built state of one vocabulary: its host tables, pre-tokenizer operand, device copies
+    and host encoders, each built at its first use."""
+
+    MAX_SETS = 64  # special sets kept per cache
+    MAX_SET_BYTES = 16 << 20  # their special tables' bytes, per cache
+    MAX_HOST_ENCODERS = 4  # host encoders kept (each holds a copy of the tables)
+
+    def __init__(self, vocab):
+        self.vocab = vocab
+        self._lock = threading.Lock()
+        self._vocab_tables = None
+        self._pretok: tuple | None = None
+        self._nfc_pairs = None
+        self._specials = BoundedCache(self.MAX_SETS, self.MAX_SET_BYTES)
+        self._bases: dict = {}  # device -> the vocabulary's arrays there (shared by every set)
+        self._tables = BoundedCache(self.MAX_SETS, self.MAX_SET_BYTES)  # (device, key) -> EncodeTables
+        self._encoders = BoundedCache(self.MAX_HOST_ENCODERS, 1 << 62)
+        self._matcher = None
+
+    @property
+    def matcher(self):
+        """`special_sets.SpecialMatcher` over the vocabulary's special tokens."""
+        if self._matcher is None:
+            from .special_sets import SpecialMatcher
+
+            self._matcher = SpecialMatcher(self.vocab.special_tokens)
+        return self._matcher
+
+    @property
+    def vocab_tables(self):
+        if self._vocab_tables is None:
+            with self._lock:
+                if self._vocab_tables is None:
+                    self._vocab_tables = table_cache.vocab_tables(self.vocab)
+        return self._vocab_tables
+
+    def pretok(self) -> tuple[np.ndarray, int, str | None]:
+        if self._pretok is None:
+            with self._lock:
+                if self._pretok is None:
+                    self._pretok = pretok_operand(self.vocab)
+        return self._pretok
+
+    def _normalizer(self) -> tuple[bool, bool]:
+        p = self.vocab.pretokenizer
+        return bool(p and p.nfc), bool(p and p.lowercase)
+
+    def special_tables(self, key: tuple) -> SpecialTables:
+        return self._specials.get_or_build(key, lambda: build_special_tables(self.vocab, key), _special_bytes)
+
+    def host_arrays(self, key: tuple) -> tuple[np.ndarray, ...]:
+        """The FFI operands after (data, lengths) for the allowed specials `key`."""
+        t, sp = self.vocab_tables, self.special_tables(key)
+        if self._nfc_pairs is None:
+            self._nfc_pairs = pretok.nfc_pairs(*self._normalizer())
+        return (
+            *(t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data),
+            *(sp.special_offsets, sp.special_data, sp.special_ids),
+            *(self.pretok()[0], self._nfc_pairs, t.char_table),
+        )
+
+    def encode_tables(self, key: tuple, device) -> ops.EncodeTables:
+        """EncodeTables for `key` on `device` ("host": over the NumPy arrays)."""
+        return self._tables.get_or_build(
+            (device, key), lambda: self._build_tables(key, device), lambda t: _table_set_bytes(t)
+        )
+
+    def _build_tables(self, key: tuple, device) -> ops.EncodeTables:
+        arrays = list(self.host_arrays(key))
+        if device != "host":
+            # Concrete arrays even when first asked for inside a trace (no tracer is cached).
+            with jax.ensure_compile_time_eval():
+                base = self._bases.get(device)
+                if base is None:
+                    base = [jax.device_put(a, device) for a in (*arrays[:5], *arrays[8:])]
+                    with self._lock:
+                        base = self._bases.setdefault(device, base)
+                arrays = [*base[:5], *(jax.device_put(a, device) for a in arrays[5:8]), *base[5:]]
+        vocab, t = self.vocab, self.vocab_tables
+        _, exact, error = self.pretok()
+        nfc, lowercase = self._normalizer()
+        return ops.EncodeTables(
+            *arrays,
+            name=vocab.name,
+            exact_stages=exact,
+            exact_error=error,
+            symbols=t.symbols,
+            char_runs=t.char_runs,
+            nfc=nfc,
+            lowercase=lowercase,
+            # (SentencePiece BPE looks characters up in the piece table)
+            max_piece_len=(t.max_piece_len if vocab.whole_piece_shortcut or vocab.char_level else 0),
+            rank_is_id=t.rank_is_id,
+            specials=key,
+        )
+
+    def host_encoder(self, key: tuple, mode: str, assume_normalized: bool):
+        """`ops.host_encoder` of the tables for `key`, the few last used kept."""
+        return self._encoders.get_or_build(
+            (key, mode, assume_normalized),
+            lambda: ops.host_encoder(
+                self.encode_tables(key, "host"), mode=mode, assume_normalized=assume_normalized
+            ),
+            lambda _: 1,
+        )
+
+
+def _table_set_bytes(t: ops.EncodeTables) -> int:
+    """What one cached EncodeTables holds of its own: its special tables (the rest is shared)."""
+    return sum(
+        int(np.prod(a.shape)) * a.dtype.itemsize for a in (t.special_offsets, t.special_data, t.special_ids)
+    )
 
 
 def pretok_operand(vocab) -> tuple[np.ndarray, int, str | None]:
@@ -32,14 +212,13 @@ def normalize_texts(norm, texts) -> list:
     """`Tokenizer.normalize`'s loop: each str through `norm`; bytes decoded first, and where
     they are not valid UTF-8, left as they are (NFC alone) or normalized in their valid parts
     (with Lowercase, as the device does)."""
-    lowercase = norm.lowercase
     out = []
     for t in texts:
         if isinstance(t, bytes):
             try:
                 t = normalizer.apply(norm, t.decode("utf-8")).encode("utf-8")
             except UnicodeDecodeError:
-                if lowercase:
+                if norm.lowercase:
                     t = normalizer.apply(norm, t.decode("utf-8", "surrogateescape")).encode(
                         "utf-8", "surrogateescape"
                     )

@@ -1,48 +1,44 @@
-"""Familiar host APIs over a `Tokenizer`: tiktoken's `Encoding`, and an HF-style batch call.
+"""tiktoken's `Encoding` API over a `Tokenizer` (`tok.as_tiktoken()`).
 
     enc = tok.as_tiktoken()                  # blockbpe_jax.tiktoken_api.Encoding
     enc.encode("hello <|endoftext|>")        # ValueError, as tiktoken (a disallowed special)
     enc.encode("hello <|endoftext|>", allowed_special="all")   # [..., enc.eot_token]
-    batch = tok(["a", "b c"], padding="longest", truncation=True, max_length=512)
-    batch["input_ids"], batch["attention_mask"]                # int32[B, T] jax arrays
 
-`Encoding` follows tiktoken's semantics (tiktoken/core.py): the same defaults
+`Encoding` follows tiktoken's contract (tiktoken/core.py): the same defaults
 (`allowed_special=set()`, `disallowed_special="all"`), the same ValueError text for a disallowed
-special token found in the text, KeyError for unknown ids / non-tokens, lone surrogates replaced
-by U+FFFD. The ids come from the library's encode (default: the CPU, where the native encode
-runs on the strings without an XLA call: `ops.host_encoder`), so they equal tiktoken's
-for `.tiktoken` vocabularies. Differences: `num_threads` is accepted and
-ignored (on the CPU a batch is split over the host's cores; on a device it is one or a few
-calls, bucketed by length); `encode_with_unstable` and
-pickling are not offered; `eot_token` raises KeyError when the vocabulary has no
-`<|endoftext|>`, as tiktoken does.
+special token found in the text, its exception types (TypeError for an `allowed_special` that is
+not "all" or a set, for text that is not a str, for ids that are not integers; OverflowError for
+ids outside 0..2**32-1; KeyError for ids and tokens not in the vocabulary; AssertionError from
+`is_special_token` given a non-int), lone surrogates replaced by U+FFFD (but
+`encode_to_numpy`, which raises UnicodeEncodeError on any surrogate, as tiktoken's does). It
+pickles as tiktoken's does, by content. The ids come from the library's encode (default: the
+CPU, where the native encode runs on the strings without an XLA call: `ops.host_encoder`), so
+they equal tiktoken's for `.tiktoken` vocabularies. The allowed specials split a text into
+segments, as tiktoken does, so one host encoder serves every set (no state per set).
+Differences: `num_threads` is accepted and ignored (on the CPU a batch is split over the host's
+cores; on a device it is one or a few calls, bucketed by length); `encode_with_unstable` and
+the private methods (`_encode_bytes`, `_encode_single_piece`, ...) are not offered; `eot_token`
+raises KeyError when the vocabulary has no `<|endoftext|>`, as tiktoken does. The HF-style batch
+call (`tok(texts, ...)`) is `hf_batch.hf_call`.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
+import re
 from typing import AbstractSet, Collection, Literal, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from . import ops
-from .postprocess import finalize
-from .staging import read_back
+from .hf_batch import hf_call
+from .special_sets import literal_search
 
 __all__ = ["Encoding", "hf_call"]
 
 _ROWS_BYTES = 1 << 24  # padded bytes per device call in a batch
-
-
-@functools.lru_cache(maxsize=128)
-def _special_token_regex(tokens: frozenset):
-    try:
-        import regex as re
-    except ImportError:  # (not a dependency; the standard module does for literal alternatives)
-        import re
-    return re.compile("(" + "|".join(re.escape(t) for t in tokens) + ")")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def raise_disallowed_special_token(token: str):
@@ -64,21 +60,24 @@ def _utf8(text: str) -> bytes:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
 
 
-class _HostEncoders(dict):
-    """`ops.host_encoder` per allowed specials, built on first use (it binds the tables)."""
+def _not_an_instance(value, of: str) -> TypeError:
+    """TypeError in the words of tiktoken's native argument checks."""
+    what = "'None'" if value is None else f"'{type(value).__name__}' object"
+    return TypeError(f"{what} is not an instance of '{of}'")
 
-    def __init__(self, tokenizer, mode: str):
-        super().__init__()
-        self.tokenizer, self.mode = tokenizer, mode
 
-    def __missing__(self, allowed):
-        tok = self.tokenizer
-        enc = self[allowed] = ops.host_encoder(
-            tok.tables(allowed, host=True),
-            mode=self.mode,
-            assume_normalized=tok._normalized([], self.mode)[1],
-        )
-        return enc
+def _token_id(token) -> int:
+    """A token id as tiktoken's native decode takes it (an unsigned 32-bit integer)."""
+    token = operator.index(token)  # TypeError for str, float, ... (numpy ints and bools pass)
+    if not 0 <= token < 1 << 32:
+        raise OverflowError("out of range integral type conversion attempted")
+    return token
+
+
+def _encoding_from_state(tokenizer, device, mode):
+    if isinstance(device, tuple):  # (platform, id) of a JAX device
+        device = jax.devices(device[0])[device[1]]
+    return Encoding(tokenizer, device=device, mode=mode)
 
 
 class Encoding:
@@ -89,77 +88,147 @@ class Encoding:
     of fewer than `LONG_TEXT_BYTES` UTF-8 bytes and JAX's default device, when it is an
     accelerator, for the others (one text's GPU encode, ids back in a list, beats the host's
     at 32 KiB on every case of benchmarks/single_string.py and loses at 8 KiB on most). A
-    new padded width compiles on its first call there (a second or so).
+    new padded width compiles on its first call there (a second or so). On the CPU no JAX
+    backend is started (a worker process needs no GPU); devices are resolved at their first use.
     """
 
     LONG_TEXT_BYTES = 1 << 14
 
     def __init__(self, tokenizer, *, device=None, mode: str = "exact"):
+        if isinstance(device, str) and device != "auto":
+            raise ValueError(f"device must be a JAX device, None or 'auto', got {device!r}")
         self.tokenizer = tokenizer
-        self._long_texts_on = None  # (device="auto": where texts of LONG_TEXT_BYTES go)
-        if isinstance(device, str):
-            if device != "auto":
-                raise ValueError(f"device must be a JAX device, None or 'auto', got {device!r}")
-            default = jax.devices()[0]
-            self._long_texts_on = default if default.platform != "cpu" else None
-            device = None
-        self.device = device if device is not None else jax.devices("cpu")[0]
+        self._device_arg = device
         self.mode = mode
-        self._host_encoders = _HostEncoders(tokenizer, mode)
-        self._on_host = self.device.platform == "cpu"
+        self._on_host = device is None or device == "auto" or device.platform == "cpu"
         self._normalizes = tokenizer.normalizes
         vocab = tokenizer.vocab
         self.name = vocab.name
         self._special_tokens = dict(vocab.special_tokens)
         self._special_token_values = set(self._special_tokens.values())
-        tb = vocab.token_bytes
-        self.max_token_value = max(i for i in range(len(tb)) if tb[i] is not None)
+        self.max_token_value = tokenizer.n_vocab - 1
+        self._sets = tokenizer._sets  # (host encoders and the specials' matcher, shared)
+        # Texts split at their allowed specials (tiktoken's way) where the segments encode
+        # alone as they do in the text: not SentencePiece's dummy prefix, nor specials matched
+        # whatever is allowed, nor a normalizer applied to the whole text first.
+        self._split = vocab.char_level is None and not vocab.always_special and not self._normalizes
+
+    def __reduce__(self):
+        """By content, as tiktoken's Encoding (the Tokenizer pickles its vocabulary)."""
+        device = self._device_arg
+        if device is not None and not isinstance(device, str):
+            device = (device.platform, device.id)
+        return (_encoding_from_state, (self.tokenizer, device, self.mode))
 
     def __repr__(self) -> str:
         return f"<Encoding {self.name!r} (blockbpe_jax)>"
 
+    @functools.cached_property
+    def device(self):
+        device = self._device_arg
+        return jax.devices("cpu")[0] if device is None or device == "auto" else device
+
+    @functools.cached_property
+    def _long_texts_on(self):
+        """device="auto": where texts of LONG_TEXT_BYTES go (None: the host)."""
+        if self._device_arg != "auto":
+            return None
+        default = jax.devices()[0]
+        return default if default.platform != "cpu" else None
+
     # -- encoding ---------------------------------------------------------------------------
-    def _allowed(self, allowed_special, disallowed_special, texts: Sequence[str]):
-        """tiktoken's check; returns the allowed specials for the primitive."""
-        if isinstance(allowed_special, str) and allowed_special != "all":
-            raise TypeError(f"allowed_special must be 'all' or a set, got {allowed_special!r}")
+    def _allowed(self, allowed_special, disallowed_special, texts: Sequence[str]) -> frozenset:
+        """tiktoken's checks; returns the allowed specials of the vocabulary."""
         if allowed_special == "all":
             allowed_special = self.special_tokens_set
+        elif texts or disallowed_special == "all":  # (tiktoken: "all" or a set of str)
+            if not isinstance(allowed_special, (set, frozenset)):
+                raise _not_an_instance(allowed_special, "set")
+            if any(not isinstance(s, str) for s in allowed_special):
+                raise TypeError("allowed_special: every element must be a str")
         if disallowed_special == "all":
-            disallowed_special = self.special_tokens_set - set(allowed_special)
+            disallowed_special = self.special_tokens_set - allowed_special
+        elif disallowed_special and not isinstance(disallowed_special, frozenset):
+            disallowed_special = frozenset(disallowed_special)
         if disallowed_special:
-            pattern = _special_token_regex(frozenset(disallowed_special))
+            specials = self.special_tokens_set
+            others = frozenset(disallowed_special - specials)
+            other_search = literal_search(others) if others else None
             for text in texts:
-                if match := pattern.search(text):
-                    raise_disallowed_special_token(match.group())
+                hit = self._sets.matcher.find(text, disallowed_special)
+                if other_search is not None and (m := other_search(text)) is not None:
+                    if hit is None or (m.start(), -len(m.group())) < (hit[0], -len(hit[1])):
+                        hit = (m.start(), m.group())
+                if hit is not None:
+                    raise_disallowed_special_token(hit[1])
+        for text in texts:
+            if not isinstance(text, str):
+                raise _not_an_instance(text, "str")
         # (tiktoken ignores allowed names that are not special tokens)
-        return tuple(sorted(set(allowed_special) & self.special_tokens_set)) or "none"
+        return frozenset(allowed_special) & self._sets.matcher.names
 
-    def _encode_many(self, texts: Sequence[str], allowed) -> list[list[int]]:
+    def _encode_texts(self, texts: list[str], allowed: frozenset) -> list[list[int]]:
+        """The ids of `texts` with the specials `allowed` matched."""
+        if not allowed:
+            return self._encode_plain(texts, ())
+        find = self._sets.matcher.find
+        if not self._split:  # one encoder for the specials found in the texts (a few kept)
+            found = set()
+            for t in texts:
+                pos = 0
+                while (hit := find(t, allowed, pos)) is not None:
+                    found.add(hit[1])
+                    pos = hit[0] + 1
+            return self._encode_plain(texts, tuple(sorted(found)))
+        segments: list[str] = []
+        plans = []  # per text: segment indices, and ~id for a special
+        found = False
+        for t in texts:
+            plan, pos = [], 0
+            while (hit := find(t, allowed, pos)) is not None:
+                start, name = hit
+                if start > pos:
+                    plan.append(len(segments))
+                    segments.append(t[pos:start])
+                plan.append(~self._special_tokens[name])
+                pos, found = start + len(name), True
+            if pos < len(t) or not plan:
+                plan.append(len(segments))
+                segments.append(t[pos:] if pos else t)
+            plans.append(plan)
+        ids = self._encode_plain(segments, ())
+        if not found:  # no special in any text: a segment per text
+            return ids
+        out = []
+        for plan in plans:
+            row: list[int] = []
+            for k in plan:
+                if k >= 0:
+                    row += ids[k]
+                else:
+                    row.append(~k)
+            out.append(row)
+        return out
+
+    def _encode_plain(self, texts: Sequence[str], key: tuple) -> list[list[int]]:
+        """The ids with the specials of `key` matched: on the host, the device, or by length."""
         if not self._on_host:
-            return self._encode_on(self.device, texts, allowed)
-        if self._long_texts_on is not None:
+            return self._encode_on(self.device, texts, key)
+        if self._device_arg == "auto" and any(self._may_be_long(t) for t in texts):
             long = [k for k, t in enumerate(texts) if self._is_long(t)]
-            if long:
+            if long and self._long_texts_on is not None:
                 out = [None] * len(texts)
-                ids = self._encode_on(self._long_texts_on, [texts[k] for k in long], allowed)
+                ids = self._encode_on(self._long_texts_on, [texts[k] for k in long], key)
                 for k, row in zip(long, ids):
                     out[k] = row
                 short = [k for k, row in enumerate(out) if row is None]
-                for k, row in zip(short, self._encode_host([texts[k] for k in short], allowed)):
+                for k, row in zip(short, self._encode_host([texts[k] for k in short], key)):
                     out[k] = row
                 return out
-        return self._encode_host(texts, allowed)
+        return self._encode_host(texts, key)
 
-    def _encode_one(self, text: str, allowed) -> list[int]:
-        # (_encode_many's routing for one text, without its lists, and _is_long called only
-        # where the characters alone leave it open: each costs about as much as encoding a
-        # short string)
-        if not self._on_host:
-            return self._encode_on(self.device, [text], allowed)[0]
-        if self._long_texts_on is not None and 4 * len(text) >= self.LONG_TEXT_BYTES and self._is_long(text):
-            return self._encode_on(self._long_texts_on, [text], allowed)[0]
-        return self._encode_host((text,), allowed)[0]
+    def _may_be_long(self, text) -> bool:
+        return 4 * len(text) >= self.LONG_TEXT_BYTES
 
     def _is_long(self, text) -> bool:
         """At least LONG_TEXT_BYTES bytes of UTF-8 (counted only where the length in characters
@@ -169,18 +238,19 @@ class Encoding:
             return n >= limit
         return len(text.encode("utf-8", "surrogatepass")) >= limit
 
-    def _encode_host(self, texts: Sequence[str], allowed) -> list[list[int]]:
+    def _encode_host(self, texts: Sequence[str], key: tuple) -> list[list[int]]:
         """The native encode on the strings themselves (no XLA call, no padded copy)."""
-        encoder = self._host_encoders[allowed]
+        tok = self.tokenizer
+        encoder = self._sets.host_encoder(key, self.mode, tok._normalized([], self.mode)[1])
         if not self._normalizes:
             try:
                 return encoder.encode(texts)  # (str read as its UTF-8 form, no copy)
             except UnicodeEncodeError:  # lone surrogates: replaced below, as tiktoken
                 pass
         raw = [_utf8(t) for t in texts]
-        return encoder.encode(self.tokenizer._normalized(raw, self.mode)[0])
+        return encoder.encode(tok._normalized(raw, self.mode)[0])
 
-    def _encode_on(self, device, texts: Sequence[str], allowed) -> list[list[int]]:
+    def _encode_on(self, device, texts: Sequence[str], key: tuple) -> list[list[int]]:
         """`Tokenizer.encode_batch` on `device`, the texts bucketed by padded width."""
         raw = [_utf8(t) for t in texts]
         out: list = [None] * len(raw)
@@ -192,8 +262,8 @@ class Encoding:
             for s in range(0, len(rows), step):
                 chunk = rows[s : s + step]
                 ids, counts = self.tokenizer.encode_batch(
-                    [raw[k] for k in chunk], max_len=width, allowed_special=allowed, mode=self.mode,
-                    device=device,
+                    [raw[k] for k in chunk], max_len=width, allowed_special=key or "none",
+                    mode=self.mode, device=device,
                 ).numpy()  # fmt: skip
                 counts = counts.tolist()  # (Python ints: NumPy's reductions cost more on a few rows)
                 if min(counts) < 0 or max(counts) > ids.shape[1]:
@@ -204,7 +274,11 @@ class Encoding:
 
     def encode_ordinary(self, text: str) -> list[int]:
         """`encode(text, disallowed_special=())`: special tokens' text is ordinary text."""
-        return self._encode_one(text, "none")
+        if not isinstance(text, str):
+            raise _not_an_instance(text, "str")
+        if not self._on_host or (self._device_arg == "auto" and self._may_be_long(text)):
+            return self._encode_plain([text], ())[0]
+        return self._encode_host((text,), ())[0]
 
     def encode(
         self,
@@ -214,13 +288,29 @@ class Encoding:
         disallowed_special: Literal["all"] | Collection[str] = "all",
     ) -> list[int]:
         """tiktoken's `encode`: a disallowed special token in `text` raises ValueError."""
-        return self._encode_one(text, self._allowed(allowed_special, disallowed_special, (text,)))
+        allowed = self._allowed(allowed_special, disallowed_special, (text,))
+        return self._encode_texts([text], allowed)[0]
 
-    def encode_to_numpy(self, text: str, **kwargs) -> np.ndarray:
-        return np.asarray(self.encode(text, **kwargs), dtype=np.uint32)
+    def encode_to_numpy(
+        self,
+        text: str,
+        *,
+        allowed_special: Literal["all"] | AbstractSet[str] = set(),  # noqa: B006
+        disallowed_special: Literal["all"] | Collection[str] = "all",
+    ) -> np.ndarray:
+        """uint32 ids; as tiktoken's, a text holding a surrogate (lone or paired) raises
+        UnicodeEncodeError (`encode` replaces them)."""
+        allowed = self._allowed(allowed_special, disallowed_special, (text,))
+        if not text.isascii() and _SURROGATE.search(text):
+            text.encode("utf-8")  # (raises tiktoken's UnicodeEncodeError)
+        return np.asarray(self._encode_texts([text], allowed)[0], dtype=np.uint32)
 
     def encode_ordinary_batch(self, text: Sequence[str], *, num_threads: int = 8) -> list[list[int]]:
-        return self._encode_many(list(text), "none")
+        texts = list(text)
+        for t in texts:
+            if not isinstance(t, str):
+                raise _not_an_instance(t, "str")
+        return self._encode_plain(texts, ())
 
     def encode_batch(
         self,
@@ -231,8 +321,8 @@ class Encoding:
         disallowed_special: Literal["all"] | Collection[str] = "all",
     ) -> list[list[int]]:
         """Lists of ids (not `Tokenizer.encode_batch`'s padded arrays); `num_threads` is ignored."""
-        text = list(text)
-        return self._encode_many(text, self._allowed(allowed_special, disallowed_special, text))
+        texts = list(text)
+        return self._encode_texts(texts, self._allowed(allowed_special, disallowed_special, texts))
 
     @functools.cached_property
     def _encoder(self) -> dict:
@@ -243,6 +333,8 @@ class Encoding:
         """The id of a whole token (special tokens included); KeyError otherwise."""
         if isinstance(text_or_bytes, str):
             text_or_bytes = text_or_bytes.encode("utf-8")
+        if not isinstance(text_or_bytes, bytes):
+            raise _not_an_instance(text_or_bytes, "bytes")
         if (token := self._encoder.get(text_or_bytes)) is not None:
             return token
         try:
@@ -252,15 +344,20 @@ class Encoding:
 
     # -- decoding ---------------------------------------------------------------------------
     def decode_single_token_bytes(self, token: int) -> bytes:
+        """KeyError for an id not in the vocabulary; OverflowError / TypeError as tiktoken for
+        one outside 0..2**32-1 / not an integer."""
+        token = _token_id(token)
         tb = self.tokenizer.vocab.token_bytes
-        if not isinstance(token, (int, np.integer)) or not 0 <= token < len(tb) or tb[token] is None:
-            raise KeyError(str(token))
+        if token >= len(tb) or tb[token] is None:
+            raise KeyError(f"Invalid token for decoding: {token}")
         return tb[token]
 
     def decode_tokens_bytes(self, tokens: Sequence[int]) -> list[bytes]:
         return [self.decode_single_token_bytes(t) for t in tokens]
 
     def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__iter__"):
+            raise _not_an_instance(tokens, "Sequence")
         text = b"".join(self.decode_tokens_bytes(tokens))
         # (SentencePiece: its decoder drops the dummy prefix)
         return text[1:] if self.tokenizer._prefix_tokens and text[:1] == b" " else text
@@ -301,108 +398,9 @@ class Encoding:
         return set(self._special_tokens)
 
     def is_special_token(self, token: int) -> bool:
+        assert isinstance(token, int)  # (tiktoken's check, to the letter)
         return token in self._special_token_values
 
     @property
     def n_vocab(self) -> int:
         return self.max_token_value + 1
-
-
-_PADDING = {
-    True: "longest",
-    "longest": "longest",
-    "max_length": "max_length",
-    False: None,
-    None: None,
-    "do_not_pad": None,
-}
-_TRUNCATION = {
-    True: True,
-    "longest_first": True,
-    "only_first": True,
-    False: False,
-    None: False,
-    "do_not_truncate": False,
-}
-
-
-def hf_call(
-    tok,
-    texts: str | Sequence[str],
-    *,
-    padding=False,
-    truncation=False,
-    max_length: int | None = None,
-    pad_to_multiple_of: int | None = None,
-    padding_side: str = "right",
-    truncation_side: str = "right",
-    return_attention_mask: bool = True,
-    bos_id=None,
-    eos_id=None,
-    pad_id: int = 0,
-    allowed_special="all",
-    mode: str = "exact",
-    device=None,
-) -> dict:
-    """HF-style `tok(texts, padding=..., truncation=..., max_length=...)` -> jax arrays.
-
-    As transformers with `return_tensors`: padding True/"longest" (the longest row after
-    truncation), "max_length", or False/"do_not_pad"; truncation True/"longest_first" cuts
-    rows to `max_length` (BOS/EOS ids kept, as tokenizers' post-processor counts them);
-    `pad_to_multiple_of` rounds the padded width up. Rows of unequal length without padding
-    raise ValueError (no tensor can hold them), as transformers does. A single string is a
-    batch of one. `allowed_special="all"` by default: HF matches special tokens in text.
-    Returns {"input_ids": int32[B, T], "attention_mask": int32[B, T] (1 = real id)} on the
-    device (default: JAX's default device).
-    """
-    if padding not in _PADDING or truncation not in _TRUNCATION:
-        raise ValueError(f"padding={padding!r} / truncation={truncation!r} not supported")
-    padding, truncation = _PADDING[padding], _TRUNCATION[truncation]
-    if (truncation or padding == "max_length") and max_length is None:
-        raise ValueError(
-            "max_length is required with truncation or padding='max_length' "
-            "(there is no model_max_length here)"
-        )
-    texts = [texts] if isinstance(texts, (str, bytes)) else list(texts)
-    n_special = len(np.atleast_1d(bos_id if bos_id is not None else [])) + len(
-        np.atleast_1d(eos_id if eos_id is not None else [])
-    )
-    enc = tok.encode_batch(texts, allowed_special=allowed_special, mode=mode, device=device)
-    counts = read_back([enc.counts])[0]
-    if (counts < 0).any():
-        raise RuntimeError(f"encode failed: counts {counts.tolist()}")
-    lengths = counts + n_special
-    if truncation:
-        lengths = np.minimum(lengths, max_length)
-    content = int(lengths.max(initial=0))
-    target = {"longest": content, "max_length": max_length, None: 0}[padding]
-    if padding and pad_to_multiple_of and target % pad_to_multiple_of:
-        target += pad_to_multiple_of - target % pad_to_multiple_of
-    final = np.maximum(lengths, target)
-    if len(set(final.tolist())) > 1:
-        raise ValueError(
-            "Unable to create tensor: rows have different lengths; activate "
-            "padding=True and/or truncation=True"
-        )
-    width = int(final.max(initial=target))
-    out = finalize(
-        enc,
-        max_length=max(content, n_special, 1),
-        bos_id=bos_id,
-        eos_id=eos_id,
-        pad_id=pad_id,
-        padding_side=padding_side,
-        truncation_side=truncation_side,
-    )
-    ids = out.ids[:, :content] if content < out.ids.shape[1] else out.ids  # (content 0: no columns)
-    extra = width - ids.shape[1]
-    if extra:  # content is left- or right-aligned already; pad the rest on the same side
-        pad = ((0, 0), (extra, 0)) if padding_side == "left" else ((0, 0), (0, extra))
-        ids = jnp.pad(ids, pad, constant_values=pad_id)
-    result = {"input_ids": ids}
-    if return_attention_mask:
-        real = jnp.asarray(lengths, jnp.int32)[:, None]
-        col = jnp.arange(width, dtype=jnp.int32)[None, :]
-        mask = col >= width - real if padding_side == "left" else col < real
-        result["attention_mask"] = mask.astype(jnp.int32)
-    return result

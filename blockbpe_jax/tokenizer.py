@@ -5,25 +5,12 @@ from __future__ import annotations
 import functools
 import json
 import os
-import threading
 from typing import Iterable, Iterator, Sequence
 
 import jax
 import numpy as np
 
-from . import (
-    _blockbpe_cpu,
-    gguf,
-    ops,
-    pretok,
-    sentencepiece,
-    special_sets,
-    staging,
-    table_cache,
-    table_sets,
-    tekken,
-)
-from .tables import build_special_tables
+from . import _blockbpe_cpu, gguf, ops, pretok, sentencepiece, special_sets, staging, table_sets, tekken
 from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file, read_json, vocab_from_tokenizer_json
 
 
@@ -33,16 +20,24 @@ class Tokenizer:
     Build one with `Tokenizer.from_file(path)` (a `.tiktoken` rank file, a Llama-3
     `tokenizer.model`, or an HF `tokenizer.json`), `from_tiktoken(encoding)`,
     `from_tiktoken_name("cl100k_base")` or `from_hf(tokenizers.Tokenizer)`.
-    Host tables are built once; device copies are cached per (device, allowed specials).
+    Tables are built at their first use: the vocabulary's once on the host and once per
+    device, what depends on the allowed specials for the last few sets (table_sets.py). A
+    Tokenizer pickles by its content (no file needed to unpickle it), as tiktoken's Encoding.
     """
 
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
-        self._tables = table_cache.vocab_tables(vocab)
-        self._special_cache: dict = {}
-        self._device_cache: dict = {}
-        self._pretok_cache: tuple | None = None
-        self._lock = threading.Lock()
+        # Tables, device copies and host encoders, built at their first use (table_sets.py).
+        self._sets = table_sets.TableSets(vocab)
+
+    def __reduce__(self):
+        """Pickled by content (the vocabulary, `Vocab.__reduce__`), as tiktoken's `Encoding`: the
+        copy needs no file, and builds its tables and caches at its first use."""
+        return (type(self), (self.vocab,))
+
+    @property
+    def _tables(self):
+        return self._sets.vocab_tables
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -140,25 +135,7 @@ class Tokenizer:
 
     def host_tables(self, allowed_special="none") -> tuple[np.ndarray, ...]:
         """The FFI operands after (data, lengths), as NumPy arrays."""
-        key = self._special_key(allowed_special)
-        with self._lock:
-            sp = self._special_cache.get(key)
-            if sp is None:
-                sp = self._special_cache[key] = build_special_tables(self.vocab, key)
-        t = self._tables
-        return (
-            t.pair_table,
-            t.byte_ids,
-            t.piece_table,
-            t.token_offsets,
-            t.token_data,
-            sp.special_offsets,
-            sp.special_data,
-            sp.special_ids,
-            self._pretok()[0],
-            pretok.nfc_pairs(self.nfc, self.lowercase),
-            t.char_table,
-        )
+        return self._sets.host_arrays(self._special_key(allowed_special))
 
     @property
     def nfc(self) -> bool:
@@ -178,43 +155,15 @@ class Tokenizer:
     def _pretok(self) -> tuple[np.ndarray, int, str | None]:
         """(operand, stages, None) of the pre-tokenizer, or (placeholder, -1, why exact mode is
         unavailable). Compiled once, at the first use."""
-        with self._lock:
-            if self._pretok_cache is None:
-                self._pretok_cache = table_sets.pretok_operand(self.vocab)
-            return self._pretok_cache
+        return self._sets.pretok()
 
     def tables(self, allowed_special="none", device=None, *, host: bool = False) -> ops.EncodeTables:
         """The encode operands on `device` (default: JAX's default device), cached: a pytree
         to pass to jitted functions as an argument. host=True: the same over the NumPy arrays
-        (for `ops.host_encoder`)."""
+        (for `ops.host_encoder`). The vocabulary's arrays are copied to a device once; what
+        depends on the allowed specials is kept for the last `TableSets.MAX_SETS` sets."""
         device = "host" if host else device or jax.devices()[0]
-        key = (device, self._special_key(allowed_special))
-        with self._lock:
-            cached = self._device_cache.get(key)
-        if cached is None:
-            arrays = self.host_tables(allowed_special)
-            # Concrete arrays even when first asked for inside a trace (no tracer is cached).
-            with jax.ensure_compile_time_eval():
-                arrays = arrays if host else [jax.device_put(a, device) for a in arrays]
-            vocab = self.vocab
-            _, exact, error = self._pretok()
-            cached = ops.EncodeTables(
-                *arrays,
-                name=vocab.name,
-                exact_stages=exact,
-                exact_error=error,
-                symbols=self._tables.symbols,
-                char_runs=self._tables.char_runs,
-                nfc=self.nfc,
-                lowercase=self.lowercase,
-                # (SentencePiece BPE looks characters up in the piece table)
-                max_piece_len=(self.max_piece_len if vocab.whole_piece_shortcut or vocab.char_level else 0),
-                rank_is_id=self._tables.rank_is_id,
-                specials=key[1],
-            )
-            with self._lock:
-                self._device_cache[key] = cached
-        return cached
+        return self._sets.encode_tables(self._special_key(allowed_special), device)
 
     def table_nbytes(self, allowed_special="none") -> int:
         return sum(a.nbytes for a in self.host_tables(allowed_special))
@@ -325,8 +274,8 @@ class Tokenizer:
         return Encoding(self, device=device)
 
     def __call__(self, texts, **kwargs) -> dict:
-        """HF-style batch call -> jax arrays (`blockbpe_jax.tiktoken_api.hf_call`)."""
-        from .tiktoken_api import hf_call
+        """HF-style batch call -> jax arrays (`blockbpe_jax.hf_batch.hf_call`)."""
+        from .hf_batch import hf_call
 
         return hf_call(self, texts, **kwargs)
 

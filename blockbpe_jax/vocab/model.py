@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from .. import pretok
 from ..pretok import Pretokenizer
@@ -70,12 +73,28 @@ class Vocab:
         specials = self.special_ids
         return tuple(i for i, b in enumerate(self.token_bytes) if b is not None and i not in specials)
 
+    def __reduce__(self):
+        """Pickled by content: its fields, less what is derived from them (cached properties; a
+        tiktoken vocabulary's merges, as the ids of its ranks: `_vocab_from_state`)."""
+        state = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if isinstance(self.merges, TiktokenMerges):
+            state["merges"] = ("tiktoken ranks", self.merges.rank_ids)
+        return (_vocab_from_state, (state,))
+
     def __repr__(self) -> str:
         return (
             f"Vocab(name={self.name!r}, n_vocab={self.n_vocab}, merges={len(self.merges)}, "
             f"specials={len(self.special_tokens)}, pattern_name={self.pattern_name!r}, "
             f"whole_piece_shortcut={self.whole_piece_shortcut}, source={self.source!r})"
         )
+
+
+def _vocab_from_state(state: dict) -> "Vocab":
+    merges = state["merges"]
+    if isinstance(merges, tuple) and len(merges) == 2 and merges[0] == "tiktoken ranks":
+        tb = state["token_bytes"]
+        state = {**state, "merges": TiktokenMerges({tb[i]: i for i in merges[1].tolist()})}
+    return Vocab(**state)
 
 
 def vocab_name(path: str | os.PathLike) -> str:
@@ -158,6 +177,14 @@ class TiktokenMerges(Mapping):
         self._ranks: Mapping[bytes, int] | None = ranks
         self._merges: dict | None = None
         self._lock = threading.Lock()
+        # The ids that are ranks: with the vocabulary's token bytes, all a pickle needs.
+        self.rank_ids = np.fromiter(ranks.values(), np.int32, len(ranks))
+
+    def __reduce__(self):
+        """Alone (a Vocab pickles its rank ids instead): its ranks, or its merges once derived."""
+        if self._ranks is not None:
+            return (TiktokenMerges, (dict(self._ranks),))
+        return (dict, (self.derived,))
 
     @property
     def derived(self) -> dict[tuple[int, int], tuple[int, int]]:

@@ -1,0 +1,138 @@
+"""Memory stays bounded whatever sets of allowed specials a caller passes (issue P13, item 3).
+
+The tiktoken view splits a text at its allowed specials (tiktoken's way) and encodes the
+segments with the one host encoder of no specials, so a new set costs no encoder and no
+tables; `Tokenizer.tables` keeps what depends on the set (its special tables, small) for the
+last `TableSets.MAX_SETS` sets, and the vocabulary's arrays once per device. Measured on Llama
+3 (256 specials): 10,000 distinct sets, ids equal to tiktoken's, the process's RSS flat.
+"""
+
+from __future__ import annotations
+
+import random
+
+import jax
+import blockbpe_jax as bb
+import psutil
+import pytest
+
+from blockbpe_jax.table_sets import TableSets
+
+from helpers import load_tokenizer, tiktoken_enc
+
+pytestmark = pytest.mark.usefixtures("data_dir")
+
+RSS_GROWTH_MIB = 24  # allowed growth over 10,000 sets (before the fix: ~1.5 MiB per set)
+
+
+def _rss_mib() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def _cases(names, count, seed=0):
+    """(text, allowed set) pairs: texts holding a few specials, allowed or not."""
+    rng = random.Random(seed)
+    words = ["hello", " world", " 123", "\n\n", " 日本語", "x", "  "]
+    for _ in range(count):
+        allowed = set(rng.sample(names, rng.randint(1, 40)))
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            parts.append(rng.choice(words))
+            parts.append(rng.choice(sorted(allowed)) if rng.random() < 0.5 else rng.choice(names))
+        yield "".join(parts), allowed
+
+
+def test_ten_thousand_special_sets_keep_rss_flat():
+    pytest.importorskip("tiktoken")
+    tok = load_tokenizer("llama3", "tiktoken")
+    enc = tok.as_tiktoken()
+    names = sorted(tok.vocab.special_tokens)
+    assert len(names) == 256
+    for text, allowed in _cases(names, 200, seed=1):  # warm: the encoder, the matcher, allocators
+        enc.encode(text, allowed_special=allowed, disallowed_special=())
+    cases = list(_cases(names, 10_000))
+    before = _rss_mib()
+    got = []
+    for k, (text, allowed) in enumerate(cases):
+        # (every fifth through a fresh view, `tok.as_tiktoken().encode(...)`: no dearer)
+        e = tok.as_tiktoken() if k % 5 == 0 else enc
+        got.append(e.encode(text, allowed_special=allowed, disallowed_special=()))
+    growth = _rss_mib() - before
+    assert growth < RSS_GROWTH_MIB, f"RSS grew {growth:.0f} MiB over 10,000 special sets"
+    assert len(tok._sets._encoders) <= TableSets.MAX_HOST_ENCODERS
+    ref = tiktoken_enc("llama3", "exact")
+    bad = [
+        t for (t, s), ids in zip(cases, got) if ids != ref.encode(t, allowed_special=s, disallowed_special=())
+    ]
+    assert not bad, f"{len(bad)} texts differ from tiktoken, e.g. {bad[0]!r}"
+
+
+def test_disallowed_checks_keep_rss_flat():
+    """The default disallowed_special="all" is a different set for every allowed set (tiktoken's
+    own check compiles and caches a regex per set, 40 ms each here): the check here needs none.
+    The outcome (ids, or the ValueError) against tiktoken's for the first 200 cases, against
+    the ids tiktoken gives with the check off and a plain search for the others."""
+    pytest.importorskip("tiktoken")
+    tok = load_tokenizer("llama3", "tiktoken")
+    ref = tiktoken_enc("llama3", "exact")
+    enc = tok.as_tiktoken()
+    names = sorted(tok.vocab.special_tokens)
+
+    def outcome(e, text, allowed):
+        try:
+            return e.encode(text, allowed_special=allowed)
+        except ValueError as err:
+            return str(err).splitlines()[0]
+
+    cases = list(_cases(names, 3_000, seed=2))
+    for text, allowed in cases[:200]:
+        assert outcome(enc, text, allowed) == outcome(ref, text, allowed), text
+    before = _rss_mib()
+    got = [outcome(enc, text, allowed) for text, allowed in cases]
+    assert _rss_mib() - before < RSS_GROWTH_MIB
+    for (text, allowed), ours in zip(cases, got):
+        if any(n in text for n in names if n not in allowed):
+            assert isinstance(ours, str) and ours.startswith("Encountered text corresponding"), text
+        else:
+            assert ours == ref.encode(text, allowed_special=allowed, disallowed_special=()), text
+
+
+def test_tables_cache_is_bounded_and_shares_the_vocabulary():
+    tok = load_tokenizer("llama3", "tiktoken")
+    names = sorted(tok.vocab.special_tokens)
+    rng = random.Random(3)
+    cpu = jax.devices("cpu")[0]
+    first = tok.tables(names[:3], cpu)
+    for _ in range(2_000):
+        sample = rng.sample(names, rng.randint(1, 64))
+        host = tok.tables(sample, host=True)
+        dev = tok.tables(sample, cpu)
+        assert host.pair_table is tok.host_tables()[0]  # the host arrays, never copied
+        assert dev.pair_table is first.pair_table  # the vocabulary on the device once
+        assert sorted(host.specials) == sorted(sample)
+    sets = tok._sets
+    assert len(sets._tables) <= TableSets.MAX_SETS and sets._tables.nbytes <= TableSets.MAX_SET_BYTES
+    assert len(sets._specials) <= TableSets.MAX_SETS
+
+
+def test_sentencepiece_view_keeps_a_few_encoders():
+    """Where a text does not split at its specials (SentencePiece's dummy prefix, specials
+    always matched, a normalizer), the view keeps a host encoder per set of the specials found
+    in the texts, the last few only: ids equal to `Tokenizer.encode_batch`'s."""
+    import families
+
+    tok = bb.Tokenizer.from_file(families.require("mistral-v3-spm"))
+    enc = tok.as_tiktoken()
+    assert not enc._split
+    names = sorted(n for n in tok.vocab.special_tokens if n.startswith("[") or n in ("</s>", "<s>"))
+    rng = random.Random(4)
+    texts, sets = [], []
+    for _ in range(40):
+        allowed = set(rng.sample(names, 3))
+        texts.append(f"Hello {sorted(allowed)[0]} world {rng.choice(names)} end")
+        sets.append(allowed)
+    for text, allowed in zip(texts, sets):
+        got = enc.encode(text, allowed_special=allowed, disallowed_special=())
+        ids, counts = tok.encode_batch([text], allowed_special=allowed, device=jax.devices("cpu")[0])
+        assert got == list(map(int, ids[0, : int(counts[0])])), text
+    assert len(tok._sets._encoders) <= TableSets.MAX_HOST_ENCODERS
