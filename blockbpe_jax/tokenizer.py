@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from typing import Iterable, Iterator, Sequence
 
 import jax
@@ -12,6 +13,9 @@ import numpy as np
 
 from . import _blockbpe_cpu, gguf, ops, pretok, sentencepiece, special_sets, staging, table_sets, tekken
 from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file, read_json, vocab_from_tokenizer_json
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Tokenizer:
@@ -190,7 +194,8 @@ class Tokenizer:
         GPU the strings are packed into pinned memory and copied by one DMA
         (`blockbpe_jax/staging.py`); elsewhere the NumPy arrays travel with the call. A
         tokenizer with a normalizer (NFC, Lowercase) gets its strings normalized here first
-        (`normalize`).
+        (`normalize`). A str's surrogates are as tiktoken has them: a pair joined into its code
+        point, a lone one U+FFFD.
         """
         return self._staged_batch(
             texts,
@@ -232,7 +237,8 @@ class Tokenizer:
     ) -> staging.StagedBatch:
         """encode_batch's first half: the texts checked, normalized and packed (on a CUDA GPU:
         into pinned memory, their copy to the device started)."""
-        texts, normalized = self._normalized(_text_list(texts, max_len), mode)
+        raw = _text_list(texts, max_len)
+        texts, normalized = self._normalized(raw, mode)
         target = device or jax.devices()[0]
 
         # Packing guarantees 0 <= lengths <= L: no need for the handler's read-back.
@@ -251,10 +257,16 @@ class Tokenizer:
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
             # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how).
-            return staging.StagedBatch(
-                run, staged=staging.stage_strings(texts, max_len=max_len, device=target)
-            )
-        data, lengths = pack_strings(texts, max_len=max_len)
+            try:
+                staged = staging.stage_strings(texts, max_len=max_len, device=target)
+            except UnicodeEncodeError:  # surrogates: as tiktoken (the slot was given back)
+                texts = self._normalized(_without_surrogates(raw), mode)[0]
+                staged = staging.stage_strings(texts, max_len=max_len, device=target)
+            return staging.StagedBatch(run, staged=staged)
+        try:
+            data, lengths = pack_strings(texts, max_len=max_len)
+        except UnicodeEncodeError:
+            data, lengths = pack_strings(self._normalized(_without_surrogates(raw), mode)[0], max_len=max_len)
         if device is not None and device != jax.devices()[0]:
             data, lengths = jax.device_put((data, lengths), device)
         # (else the NumPy arrays ride along with the jitted call to the default device)
@@ -343,8 +355,24 @@ def pack_strings(
     """list of str/bytes -> (uint8[B, L] zero-padded, int32[B] byte lengths), natively.
 
     L is `max_len`, or the longest string rounded up to a power of two (at least 16) so that
-    repeated calls reuse compiled shapes. Raises ValueError if a string exceeds `max_len`."""
-    return _blockbpe_cpu.pack_strings(_text_list(texts, max_len), -1 if max_len is None else int(max_len))
+    repeated calls reuse compiled shapes. Raises ValueError if a string exceeds `max_len`. A
+    str's surrogates are as tiktoken has them: a pair joined, a lone one U+FFFD."""
+    texts, limit = _text_list(texts, max_len), -1 if max_len is None else int(max_len)
+    try:
+        return _blockbpe_cpu.pack_strings(texts, limit)
+    except UnicodeEncodeError:
+        return _blockbpe_cpu.pack_strings(_without_surrogates(texts), limit)
+
+
+def _without_surrogates(texts: list) -> list:
+    """The texts with their str's surrogates as tiktoken treats them: a pair joined into its
+    code point, a lone one replaced by U+FFFD (UTF-8 has no surrogates)."""
+    return [
+        t.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        if isinstance(t, str) and _SURROGATE.search(t)
+        else t
+        for t in texts
+    ]
 
 
 def _text_list(texts, max_len) -> list:
