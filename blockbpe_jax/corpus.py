@@ -44,12 +44,16 @@ from .shards import (
     load_sidecar,
     open_shard,
     read_shards,  # noqa: F401
+    sidecar_inputs,
 )
 
 
 class Progress:
-    """tqdm over input bytes (MB/s) with tokens/s, when importable; else a counter on stderr.
-    (Updated by the shard writer's threads: one at a time.)"""
+    """tqdm over the input bytes encoded (MB/s; a window's bytes once its ids are written) with
+    tokens/s, when importable; else a counter on stderr. Its clock starts with the job, although
+    the bar is drawn at the first update (early errors print one line): a job of one window
+    showed that window's bytes over no time (8 GB/s for a job of 8 MB/s). (Updated by the
+    shard writer's threads: one at a time.)"""
 
     def __init__(self, total: int | None, enabled: bool):
         self.bar, self.total, self.enabled = None, total, enabled
@@ -75,6 +79,9 @@ class Progress:
                     file=sys.stderr,
                     dynamic_ncols=True,
                 )
+                ago = time.monotonic() - self.t0  # (its elapsed time and first rate: the job's)
+                self.bar.start_t -= ago
+                self.bar.last_print_t -= ago
             except ImportError:
                 self.enabled = "counter"
         self.done, self.docs, self.tokens = self.done + nbytes, self.docs + ndocs, self.tokens + ntokens
@@ -184,18 +191,59 @@ def encode_files(
     directory = Path(directory or ".")
     if fmt in ("flat", "arrayrecord") and not name:
         raise CorpusError(f"{out_prefix}: a {fmt} output needs a file name prefix (DIR/NAME)")
-    if directory.exists() and not directory.is_dir():
-        raise CorpusError(f"{directory}: exists and is not a directory")
-    directory.mkdir(parents=True, exist_ok=True)
-    check_output(directory, name, overwrite, fmt)
-    if fmt == "flat":
-        writer = FlatWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
-    elif fmt == "arrayrecord":
-        writer = ArrayRecordWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
-    else:
-        writer = PaddedWriter(directory, name, fmt, max_tokens, pad_id, shard_docs or 65536)
-    info = encode_documents_of(tok, paths, writer, **options)
-    return writer.finish({**info, **(meta or {})})
+    created = make_output_directory(directory)
+    try:
+        check_output(directory, name, overwrite, fmt)
+        if fmt == "flat":
+            writer = FlatWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
+        elif fmt == "arrayrecord":
+            writer = ArrayRecordWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
+        else:
+            writer = PaddedWriter(directory, name, fmt, max_tokens, pad_id, shard_docs or 65536)
+        info = encode_documents_of(tok, paths, writer, **options)
+        try:
+            return writer.finish({**info, **(meta or {})})
+        except BaseException:
+            writer.abort()
+            raise
+    except BaseException:
+        remove_directories(created)  # (the writer removed its files: `encode_documents_of`)
+        raise
+
+
+def make_output_directory(directory: Path) -> list[Path]:
+    """Makes the output directory (and its missing parents), checked writable; returns those it
+    made, deepest first (`remove_directories` takes them away again when the job fails).
+    One-line CorpusError when it cannot be made or written."""
+    made, at = [], directory
+    while not at.exists() and at.parent != at:
+        made.append(at)
+        at = at.parent
+    if at.exists() and not at.is_dir():
+        what = "exists and is not a directory" if at == directory else f"{at} is not a directory"
+        raise CorpusError(f"{directory}: cannot create the output directory: {what}")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        remove_directories(made)
+        raise CorpusError(f"{directory}: cannot create the output directory: {_reason(e)}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise CorpusError(f"{directory}: cannot write to the output directory: permission denied")
+    return made
+
+
+def remove_directories(made: list[Path]) -> None:
+    """Removes the directories `make_output_directory` made, deepest first, while they are
+    empty (a file in one, put there by another process, keeps it and those above it)."""
+    for d in made:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+
+
+def _reason(e: OSError) -> str:
+    return (e.strerror or type(e).__name__).lower()
 
 
 def encode_files_to_arrays(
@@ -291,7 +339,7 @@ def encode_documents_of(
         allowed_special=sorted(allowed_special)
         if isinstance(allowed_special, (set, frozenset, list))
         else allowed_special,
-        inputs=[str(p) for p in paths],
+        inputs=[os.path.abspath(p) for p in paths],  # (verify reads them from any directory)
         seconds=round(time.perf_counter() - t0, 3),
         vocab_arg=dict(vocab=str(Path(v.source).resolve())) if Path(v.source).is_file() else {},
     )
@@ -365,7 +413,7 @@ def verify(prefix: str | os.PathLike, tok, *, sample: int = 1000, seed: int = 0)
         raise VerifyError(f"{directory}: shards hold {n} documents, the sidecar says {meta['documents']}")
     picks = sorted(random.Random(seed).sample(range(n), min(max(sample, 0), n)))
     split, chunk = parse_split(meta["split"])
-    paths = check_inputs(meta["inputs"])
+    paths = check_inputs(sidecar_inputs(meta, directory))
     stream = first_stream(paths)
     if stream is not None:
         raise VerifyError(f"{stream}: a stream (standard input, a pipe) cannot be read again to verify")

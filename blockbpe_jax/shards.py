@@ -37,6 +37,11 @@ class VerifyError(CorpusError):
     reference)."""
 
 
+def naming(path: Path, e: OSError) -> OSError:
+    """`e`, naming the file it is about (os.pwrite's and ftruncate's errors name none)."""
+    return e if e.filename or e.errno is None else OSError(e.errno, e.strerror, os.fspath(path))
+
+
 def token_dtype(n_vocab: int) -> np.dtype:
     return np.dtype("<u2") if n_vocab <= 65536 else np.dtype("<u4")
 
@@ -97,7 +102,12 @@ class _ShardWriter:
         sidecar = dict(**self._layout(), **meta, shards=self.shards)
         sidecar["documents"] = sum(s["documents"] for s in self.shards)
         sidecar["tokens"] = sum(s["tokens"] for s in self.shards)
-        sidecar_path(self.prefix).write_text(json.dumps(sidecar, indent=2) + "\n")
+        path = sidecar_path(self.prefix)
+        try:
+            path.write_text(json.dumps(sidecar, indent=2) + "\n")
+        except BaseException:  # (no partial sidecar: its presence marks a complete output)
+            path.unlink(missing_ok=True)
+            raise
         return sidecar
 
     def abort(self) -> None:
@@ -214,6 +224,8 @@ class FlatWriter(_ShardWriter):
             while view:
                 n = os.pwrite(shard.fd, view, at)
                 view, at = view[n:], at + n
+        except OSError as e:  # (a full disk)
+            self._failed.append(naming(shard.bin_path, e))
         except BaseException as e:
             self._failed.append(e)
 
@@ -251,6 +263,8 @@ class FlatWriter(_ShardWriter):
             os.close(shard.fd)
             if not self._failed:
                 offsets.tofile(idx_path)
+        except OSError as e:
+            self._failed.append(naming(idx_path, e))
         except BaseException as e:
             self._failed.append(e)
 
@@ -346,6 +360,18 @@ def load_sidecar(prefix: str | os.PathLike) -> tuple[dict, Path]:
     if not isinstance(meta, dict) or meta.get("format") != FLAT_FORMAT:
         raise CorpusError(f"{path}: not a flat-shard sidecar (format is not {FLAT_FORMAT!r})")
     return meta, path.parent
+
+
+def sidecar_inputs(meta: dict, directory: Path) -> list[str]:
+    """The sidecar's inputs, to read from any directory: stored absolute (`encode_files`). An
+    older sidecar's are relative to the directory encode ran in: read from the current
+    directory where they are there, else relative to the sidecar's directory."""
+    out = []
+    for p in meta["inputs"]:
+        if not os.path.isabs(p) and not os.path.exists(p) and os.path.exists(directory / p):
+            p = os.fspath(directory / p)
+        out.append(p)
+    return out
 
 
 def open_shard(

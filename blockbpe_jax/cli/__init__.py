@@ -6,10 +6,13 @@ benchmark, inspect a vocabulary.
     blockbpe-jax encode data.jsonl --jsonl-field text -o out/ --tiktoken o200k_base --format npz --max-tokens 2048
     blockbpe-jax bench --vocab cl100k_base.tiktoken            # War and Peace from the shared data
     blockbpe-jax info --vocab tokenizer.json
+    blockbpe-jax info --vocab my_ranks.tiktoken --pattern cl100k   # a rank file tiktoken does not publish
 
 Exit status: 0 on success, 2 for a usage or input problem (missing file, bad vocabulary, bad
-option, bad input line; one line on stderr naming the culprit), 1 when tokenization itself
-fails or verify finds shards that differ.
+option, bad input line, an output directory that cannot be made; one line on stderr naming the
+culprit), 1 when tokenization itself fails, an output cannot be written (a full disk) or verify
+finds shards that differ (one line too). A job that fails removes what it wrote, and the output
+directory when it made it.
 Also runnable as `python -m blockbpe_jax` and `python -m blockbpe_jax.cli`.
 
 One module per job: common (errors, vocabulary and device loading, shared options), encode
@@ -44,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Byte-level BPE tokenization on the GPU (JAX FFI).",
-        epilog="Exit status: 0 ok, 2 usage/input error, 1 tokenization failure.",
+        epilog="Exit status: 0 ok, 2 usage/input error, 1 tokenization or write failure.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -73,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # (an output the job could not write: a full or read-only disk)
+        print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
+        return 1
     except Exception as e:
         import jax
 

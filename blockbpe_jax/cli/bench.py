@@ -74,7 +74,7 @@ def cmd_bench(args) -> int:
         if vocab is None:
             raise CLIError("no vocabulary: give --vocab PATH or --tiktoken NAME")
     check_positive(("--batch", args.batch), ("--bytes", args.bytes), ("--repeats", args.repeats))
-    tok = load_tokenizer(vocab, args.tiktoken)
+    tok = load_tokenizer(vocab, args.tiktoken, args.pattern)
     device = device_named(args.device)
     check_mode(tok, args.mode, device)
     raw = (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")).read()

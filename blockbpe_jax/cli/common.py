@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 
 from ..line_reader import one_line
@@ -58,14 +59,20 @@ def check_positive(*named: tuple[str, int | None]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def load_tokenizer(vocab: str | os.PathLike | None = None, tiktoken_name: str | None = None):
+def load_tokenizer(
+    vocab: str | os.PathLike | None = None, tiktoken_name: str | None = None, pattern: str | None = None
+):
     """A Tokenizer from a vocabulary path (file, or a directory holding tokenizer.json or
     tokenizer.model) or a tiktoken encoding name (tiktoken's cache; TIKTOKEN_CACHE_DIR works
-    offline). Raises CLIError with a one-line message."""
+    offline). pattern: --pattern's value (`resolve_pattern`), for a tiktoken-format rank file.
+    Raises CLIError with a one-line message."""
     import blockbpe_jax as bb
 
     if vocab is not None and tiktoken_name is not None:
         raise CLIError("give either --vocab or --tiktoken, not both")
+    regex = resolve_pattern(pattern)
+    if regex is not None and tiktoken_name is not None:
+        raise CLIError("--pattern applies to --vocab FILE (a tiktoken encoding brings its own pattern)")
     if tiktoken_name is not None:
         try:
             import tiktoken
@@ -102,11 +109,57 @@ def load_tokenizer(vocab: str | os.PathLike | None = None, tiktoken_name: str | 
         else:
             raise CLIError(f"{path}: a directory without tokenizer.json or tokenizer.model")
     try:
+        if regex is not None:
+            return bb.Tokenizer(bb.load_tiktoken_file(_rank_file(path), pattern=regex))
         return bb.Tokenizer.from_file(path)
     except bb.VocabError as e:
         raise CLIError(one_line(e)) from None
     except (OSError, UnicodeError) as e:
         raise CLIError(f"{path}: cannot read vocabulary: {one_line(e)}") from None
+
+
+def resolve_pattern(text: str | None) -> str | None:
+    """--pattern NAME|REGEX -> the regex: a known pattern's name (cl100k, o200k, r50k, llama3,
+    or a tiktoken encoding's, e.g. cl100k_base) gives its pattern; other text is a regex,
+    compiled here (a name we do not know, or a regex the pre-tokenizer compiler refuses: one-line
+    CLIError). The compiled pattern is kept: the tokenizer that uses it compiles it no more."""
+    if text is None:
+        return None
+    from ..vocab import KNOWN_PATTERNS, patterns
+
+    name = patterns.pattern_name_known(text)
+    if name is not None:
+        return KNOWN_PATTERNS[name]
+    if re.fullmatch(r"[A-Za-z][\w.-]*", text):  # (a word: meant as a name, never a useful regex)
+        raise CLIError(
+            f"--pattern: {text!r} is not a known pattern name (known: {', '.join(sorted(KNOWN_PATTERNS))}, "
+            f"or a tiktoken encoding's such as cl100k_base); or give a regex"
+        )
+    from .. import pretok
+
+    try:
+        pretok.from_tiktoken_pattern(text).operand()
+    except (ValueError, RecursionError) as e:  # (PretokenizerUnsupported is a ValueError)
+        raise CLIError(f"--pattern: {one_line(e)}") from None
+    return text
+
+
+def _rank_file(path: Path) -> Path:
+    """`path`, when --pattern can apply to it: a tiktoken-format rank file (not a tokenizer.json,
+    GGUF or SentencePiece model, which bring their own pre-tokenizer or none)."""
+    from .. import gguf, sentencepiece
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return path  # (the loader says why)
+    if path.suffix == ".json" or gguf.is_gguf(head) or sentencepiece.is_sentencepiece_model(head):
+        raise CLIError(
+            f"--pattern applies to tiktoken-format rank files (.tiktoken, Llama 3's tokenizer.model); "
+            f"{path} brings its own pre-tokenizer"
+        )
+    return path
 
 
 def parse_allowed_special(text: str, tok):
@@ -138,6 +191,13 @@ def add_vocab_options(p, required_hint: str) -> None:
         metavar="NAME",
         help="tiktoken encoding name (e.g. cl100k_base), loaded through tiktoken's cache "
         "(TIKTOKEN_CACHE_DIR works offline)",
+    )
+    g.add_argument(
+        "--pattern",
+        metavar="NAME|REGEX",
+        help="the pre-tokenizer pattern of a --vocab rank file (.tiktoken) that is not one of "
+        "tiktoken's or Llama 3's own (those are known by their contents): a known pattern "
+        "(cl100k, o200k, r50k, llama3, or an encoding name such as cl100k_base) or a regex",
     )
 
 
@@ -193,7 +253,7 @@ def tokenizer_and_device(args):
     thread = threading.Thread(target=start, daemon=True)
     thread.start()
     try:
-        tok = load_tokenizer(args.vocab, args.tiktoken)
+        tok = load_tokenizer(args.vocab, args.tiktoken, args.pattern)
     finally:  # (a process ending while the thread is inside the client's start-up aborts)
         thread.join()
     if "error" in found:

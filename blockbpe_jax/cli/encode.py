@@ -16,6 +16,7 @@ from .common import (
     add_vocab_options,
     check_mode,
     check_positive,
+    device_named,
     load_tokenizer,
     parse_allowed_special,
     tokenizer_and_device,
@@ -69,6 +70,8 @@ def cmd_encode(args) -> int:
             if args.tiktoken
             else dict(vocab=str(Path(args.vocab).expanduser().resolve()))
         )
+        if args.pattern is not None:  # (verify loads the vocabulary as encode did)
+            vocab_arg["pattern"] = args.pattern
         meta = corpus.encode_files(
             tok,
             paths,
@@ -135,9 +138,11 @@ def cmd_verify(args) -> int:
         arg = meta.get("vocab_arg") or {}
         if not arg:
             raise CLIError(f"{args.prefix}: the sidecar names no vocabulary: give --vocab or --tiktoken")
-        tok = load_tokenizer(arg.get("vocab"), arg.get("tiktoken"))
+        pattern = args.pattern if args.pattern is not None else arg.get("pattern")
+        tok = load_tokenizer(arg.get("vocab"), arg.get("tiktoken"), pattern)
     else:
-        tok = load_tokenizer(args.vocab, args.tiktoken)
+        tok = load_tokenizer(args.vocab, args.tiktoken, args.pattern)
+    check_mode(tok, meta["mode"], device_named("cpu"))  # (its reference: tiktoken or the CPU path)
     if tok.vocab.n_vocab != meta["n_vocab"]:
         raise CLIError(
             f"{tok.vocab.source}: n_vocab {tok.vocab.n_vocab}, the shards were written "

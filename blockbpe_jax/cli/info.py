@@ -24,7 +24,7 @@ def cmd_info(args) -> int:
     from .. import disk_cache, ops
     from ..ops import TABLE_OPERANDS
 
-    tok = load_tokenizer(args.vocab, args.tiktoken)
+    tok = load_tokenizer(args.vocab, args.tiktoken, args.pattern)
     v = tok.vocab
     tables = dict(zip(TABLE_OPERANDS, tok.host_tables("all" if v.special_tokens else "none")))
     exact_ok, exact_text = exact_mode_status(tok)

@@ -17,16 +17,19 @@ where there is one, the 1-based line (``path:12: ...``) or the JSON path
 (``path: model.merges[7]: ...``).
 
 Modules: model.py (Vocab, VocabError, shared checks), patterns.py (known pre-tokenizer
-patterns), tiktoken_files.py (tiktoken files and Encodings), hf_json.py (tokenizer.json).
+patterns), tiktoken_files.py (tiktoken files, known by their contents, and Encodings),
+hf_json.py (tokenizer.json).
 """
 
 from ..pretok import HF_BYTELEVEL_PATTERN
 from .hf_json import bytes_to_unicode, load_tokenizer_json
 from .model import Vocab, VocabError
-from .patterns import KNOWN_PATTERNS, recognise_pattern
+from .patterns import KNOWN_PATTERNS, pattern_of, recognise_pattern
 from .tiktoken_files import (
+    KNOWN_TIKTOKEN_FILES,
     LLAMA3_SPECIAL_TOKENS,
     from_tiktoken_encoding,
+    known_tiktoken_contents,
     known_tiktoken_file_defaults,
     load_tiktoken_file,
 )
@@ -38,6 +41,9 @@ __all__ = [
     "HF_BYTELEVEL_PATTERN",
     "LLAMA3_SPECIAL_TOKENS",
     "recognise_pattern",
+    "pattern_of",
+    "KNOWN_TIKTOKEN_FILES",
+    "known_tiktoken_contents",
     "bytes_to_unicode",
     "load_tiktoken_file",
     "load_tokenizer_json",

@@ -28,6 +28,29 @@ KNOWN_PATTERNS: dict[str, str] = {
 }
 
 
+# tiktoken's encoding names for the patterns they use (p50k_base and p50k_edit: r50k's).
+ENCODING_PATTERNS: dict[str, str] = {
+    "gpt2": "r50k",
+    "r50k_base": "r50k",
+    "p50k_base": "r50k",
+    "p50k_edit": "r50k",
+    "cl100k_base": "cl100k",
+    "o200k_base": "o200k",
+}
+
+
+def pattern_name_known(text: str) -> str | None:
+    """The KNOWN_PATTERNS name `text` names (a pattern's name, or a tiktoken encoding's), or None."""
+    return text if text in KNOWN_PATTERNS else ENCODING_PATTERNS.get(text)
+
+
+def pattern_of(name_or_regex: str) -> str:
+    """The regex of a known pattern's name ("cl100k", "o200k", "r50k", "llama3", or a tiktoken
+    encoding's name such as "cl100k_base"); any other text is taken as the regex itself."""
+    name = pattern_name_known(name_or_regex)
+    return KNOWN_PATTERNS[name] if name is not None else name_or_regex
+
+
 # Which spelling in the shared tokenizer.json files maps to which name:
 #   gpt2/tokenizer.json       ByteLevel(use_regex=true) = HF_BYTELEVEL_PATTERN      -> "r50k"
 #   llama3/tokenizer.json     Split regex, verbatim KNOWN_PATTERNS["llama3"]        -> "llama3"

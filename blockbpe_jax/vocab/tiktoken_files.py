@@ -9,13 +9,14 @@ import functools
 import hashlib
 import os
 from pathlib import Path
-from typing import Mapping
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
 from ..disk_cache import kept_npz
 from .model import MAX_TOKEN_ID, Vocab, VocabError, _check_id, _vocab_from_ranks
-from .patterns import KNOWN_PATTERNS
+from .patterns import KNOWN_PATTERNS, pattern_of
 
 
 # Meta Llama 3 (8B / 70B, Instruct): 256 specials from id 128000, in this order. Llama 3.1+
@@ -46,31 +47,65 @@ _CL100K_SPECIALS = {
 }
 
 
-def known_tiktoken_file_defaults(filename: str | os.PathLike) -> tuple[str, str | None, dict[str, int]]:
-    """(name, pattern, special_tokens) for a known tiktoken-format file, judged by its base name.
+class KnownFile(NamedTuple):
+    """What a known tiktoken-format file's bytes stand for."""
 
-    Known: r50k_base / p50k_base / cl100k_base / o200k_base ``.tiktoken`` (as tiktoken_ext.
-    openai_public defines them) and Llama 3's ``tokenizer.model``. Otherwise (stem, None, {}).
-    """
-    base = Path(filename).name
-    known = {
-        "r50k_base.tiktoken": ("r50k_base", KNOWN_PATTERNS["r50k"], {_ENDOFTEXT: 50256}),
-        "p50k_base.tiktoken": ("p50k_base", KNOWN_PATTERNS["r50k"], {_ENDOFTEXT: 50256}),
-        "cl100k_base.tiktoken": ("cl100k_base", KNOWN_PATTERNS["cl100k"], dict(_CL100K_SPECIALS)),
-        "o200k_base.tiktoken": (
-            "o200k_base",
-            KNOWN_PATTERNS["o200k"],
-            {_ENDOFTEXT: 199999, "<|endofprompt|>": 200018},
+    file_name: str  # the name its publisher gives it
+    name: str  # the encoding's name (Vocab.name)
+    pattern: str
+    special_tokens: Mapping[str, int]  # (read-only: a copy for each Vocab)
+
+
+def _known(file_name: str, name: str, pattern: str, specials: Mapping[str, int]) -> KnownFile:
+    return KnownFile(file_name, name, KNOWN_PATTERNS[pattern], MappingProxyType(dict(specials)))
+
+
+# Known tiktoken-format files by the sha256 of their bytes: the four .tiktoken files with the
+# expected_hash tiktoken_ext/openai_public.py checks each download against (p50k_edit shares
+# p50k_base's file; gpt2 is not a .tiktoken file), and Meta's Llama 3 tokenizer.model (the
+# sha256 Meta publishes for Llama 3's original/tokenizer.model; llama-models ships the same).
+# tests/test_vocab_by_content.py checks the tiktoken ones against tiktoken_ext.
+KNOWN_TIKTOKEN_FILES: Mapping[str, KnownFile] = MappingProxyType(
+    {
+        "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930": _known(
+            "r50k_base.tiktoken", "r50k_base", "r50k", {_ENDOFTEXT: 50256}
         ),
-        "tokenizer.model": (
+        "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069": _known(
+            "p50k_base.tiktoken", "p50k_base", "r50k", {_ENDOFTEXT: 50256}
+        ),
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7": _known(
+            "cl100k_base.tiktoken", "cl100k_base", "cl100k", _CL100K_SPECIALS
+        ),
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d": _known(
+            "o200k_base.tiktoken", "o200k_base", "o200k", {_ENDOFTEXT: 199999, "<|endofprompt|>": 200018}
+        ),
+        "82e9d31979e92ab929cd544440f129d9ecd797b69e327f80f17e1c50d5551b55": _known(
+            "tokenizer.model",
             "llama3",
-            KNOWN_PATTERNS["llama3"],
+            "llama3",
             {text: 128000 + i for i, text in enumerate(LLAMA3_SPECIAL_TOKENS)},
         ),
     }
-    if base in known:
-        name, pattern, specials = known[base]
-        return name, pattern, dict(specials)
+)
+
+
+def known_tiktoken_contents(digest: str | bytes) -> tuple[str, str, dict[str, int]] | None:
+    """(name, pattern, special_tokens) of the known file whose bytes have this sha256 (hex
+    string or raw digest), or None."""
+    known = KNOWN_TIKTOKEN_FILES.get(digest.hex() if isinstance(digest, bytes) else digest)
+    return None if known is None else (known.name, known.pattern, dict(known.special_tokens))
+
+
+def known_tiktoken_file_defaults(filename: str | os.PathLike) -> tuple[str, str | None, dict[str, int]]:
+    """(name, pattern, special_tokens) of the known file that its publisher names as
+    `filename`'s base name (r50k_base / p50k_base / cl100k_base / o200k_base ``.tiktoken``,
+    Llama 3's ``tokenizer.model``); otherwise (stem, None, {}). A lookup by name only:
+    `load_tiktoken_file` goes by the file's contents (`known_tiktoken_contents`), not its name.
+    """
+    base = Path(filename).name
+    for known in KNOWN_TIKTOKEN_FILES.values():
+        if known.file_name == base:
+            return known.name, known.pattern, dict(known.special_tokens)
     return Path(filename).stem, None, {}
 
 
@@ -84,11 +119,14 @@ def load_tiktoken_file(
     """Load a tiktoken-format file: one ``<base64 token> <rank>`` per line.
 
     Ranks need not be dense (unused ids become holes). Blank lines are ignored, as tiktoken
-    does. Arguments left as None take known_tiktoken_file_defaults(path) (the file's base name
-    decides); pass ``special_tokens={}`` for no specials.
+    does. A file is known by its contents (the sha256 of its bytes, `KNOWN_TIKTOKEN_FILES`:
+    tiktoken's files and Llama 3's rank file under any name, tiktoken's cache files among them),
+    which gives the arguments left as None (name, special_tokens, pattern); an unknown file
+    gets its stem, no specials and no pattern (exact mode then needs `pattern`). Pass
+    ``special_tokens={}`` for no specials. `pattern`: a regex, or a known pattern's name
+    (`KNOWN_PATTERNS`: "cl100k", "o200k", "r50k", "llama3"; or an encoding's, "cl100k_base").
     """
     path = Path(path)
-    default_name, default_pattern, default_specials = known_tiktoken_file_defaults(path)
     try:
         contents = path.read_bytes()
     except OSError as e:
@@ -100,8 +138,10 @@ def load_tiktoken_file(
             f"{path}: a SentencePiece model (protobuf); SentencePiece BPE "
             f"(merges over characters, byte fallback) is not supported yet"
         )
+    digest = hashlib.sha256(contents).digest()  # (the file's one pass of hashing: both uses)
+    default_name, default_pattern, default_specials = known_tiktoken_contents(digest) or (path.stem, None, {})
 
-    ranks = _ranks(contents, path)
+    ranks = _ranks(contents, digest, path)
     if not ranks:
         raise VocabError(f"{path}: file is empty (no tokens)")
 
@@ -110,7 +150,7 @@ def load_tiktoken_file(
         where=str(path),
         name=name if name is not None else default_name,
         special_tokens=special_tokens if special_tokens is not None else default_specials,
-        pattern=pattern if pattern is not None else default_pattern,
+        pattern=pattern_of(pattern) if pattern is not None else default_pattern,
         source=str(path),
     )
 
@@ -135,15 +175,14 @@ def from_tiktoken_encoding(enc) -> Vocab:
     )
 
 
-def _ranks(contents: bytes, path: Path) -> dict[bytes, int]:
+def _ranks(contents: bytes, digest: bytes, path: Path) -> dict[bytes, int]:
     """The rank file's tokens and ranks: from the disk cache (ranks/, keyed by the file's
-    bytes and this parser's source) when it holds them, else parsed line by line and kept
-    (the line loop over 100-200k lines is most of a start-up's vocabulary load)."""
-    h = hashlib.sha256(_parser_digest())
-    h.update(contents)
+    bytes, `digest` their sha256, and this parser's source) when it holds them, else parsed
+    line by line and kept (the line loop over 100-200k lines is most of a start-up's
+    vocabulary load)."""
     return kept_npz(
         "ranks",
-        h.hexdigest()[:32],
+        hashlib.sha256(_parser_digest() + digest).hexdigest()[:32],
         lambda: _ranks_by_line(contents, path),
         to_arrays=lambda ranks: dict(
             tokens=np.frombuffer(b"".join(ranks), np.uint8),
