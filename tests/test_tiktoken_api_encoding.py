@@ -5,9 +5,11 @@ test_offsets.py, test_pickle.py; the assertions ported, not the code) run agains
 view and tiktoken over the same ranks and specials (`testing.tiktoken_oracle`), for r50k,
 cl100k and o200k: every literal assertion must hold for both, ids must be equal, and where
 tiktoken raises we must raise the same exception type (ValueError messages verbatim).
-gpt2 = r50k's ranks, so tiktoken's gpt2 cases run on r50k. Not ported: p50k (no p50k entry in
-the shared-vocabulary table), `_encode_bytes` (private; its round trip is checked through
-`Tokenizer.encode_batch` on raw bytes), encoding_for_model and pickling (registry features).
+gpt2 = r50k's ranks, so tiktoken's gpt2 cases run on r50k. tiktoken's suite as tiktoken runs it
+(its registry encodings by name, p50k and o200k_harmony among them, pickling,
+encoding_for_model): test_tiktoken_suite.py, whose docstring maps every tiktoken test to its
+port. Not ported: `_encode_bytes` (private; its round trip is checked through
+`Tokenizer.encode_batch` on raw bytes).
 Special tokens, batches and offsets: test_tiktoken_api_specials.py; the HF-style call
 (`tok(texts, ...)`): test_tiktoken_api_hf_call.py.
 """
