@@ -197,10 +197,15 @@ def pretok_operand(vocab) -> tuple[np.ndarray, int, str | None]:
     if vocab.char_level is not None:  # SentencePiece BPE: no pre-tokenizer
         return placeholder, 0, None
     if vocab.pretokenizer is None:
+        from .vocab.patterns import KNOWN_PATTERNS
+
+        names = ", ".join(KNOWN_PATTERNS)
         return (
             placeholder,
             -1,
-            "it has no pre-tokenizer pattern (pass pattern= when loading a .tiktoken file)",
+            "it has no pre-tokenizer pattern: give it one when loading the file, in Python "
+            f"`Tokenizer.from_file(path, pattern=...)` (a known pattern's name: {names}; or a "
+            f"regex), on the command line `--pattern NAME|REGEX`",
         )
     try:
         return vocab.pretokenizer.operand(), len(vocab.pretokenizer.stages), None
