@@ -30,6 +30,7 @@ from .documents import (
     parse_split,
 )
 from .array_records import ArrayRecordWriter, read_array_records  # noqa: F401
+from .megatron_shards import MegatronWriter
 from .file_blocks import check_inputs, first_stream, input_sizes
 from .padded_shards import PaddedWriter
 from .shards import (
@@ -122,14 +123,15 @@ def encode_files(
     """Tokenizes text/JSONL(.gz/.zst) files (and parquet files, column `jsonl_field`, when pyarrow is
     installed) into shards at `out_prefix` (DIR/NAME; the directory is created) and returns the
     sidecar (`<prefix>.json`; `<prefix>manifest.json` for fmt "npz" or "npy"). fmt "flat":
-    .bin/.idx shards; "arrayrecord": one record per document (`read_array_records`). Flat and
-    ArrayRecord shards hold every document's full ids, equal to `tok.encode_batch`'s. Raises
+    .bin/.idx shards; "arrayrecord": one record per document (`read_array_records`); "megatron":
+    Megatron-LM's .bin/.idx pairs (`megatron_shards`). Flat, ArrayRecord and Megatron shards
+    hold every document's full ids, equal to `tok.encode_batch`'s. Raises
     CorpusError (one line, file:line) on a bad input or an existing output without overwrite.
     options: how the inputs are read and encoded (`encode_documents_of`)."""
     paths = check_inputs(paths)
     directory, name = os.path.split(os.path.expanduser(os.fspath(out_prefix)))
     directory = Path(directory or ".")
-    if fmt in ("flat", "arrayrecord") and not name:
+    if fmt in ("flat", "arrayrecord", "megatron") and not name:
         raise CorpusError(f"{out_prefix}: a {fmt} output needs a file name prefix (DIR/NAME)")
     created = make_output_directory(directory)
     try:
@@ -138,6 +140,8 @@ def encode_files(
             writer = FlatWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
         elif fmt == "arrayrecord":
             writer = ArrayRecordWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
+        elif fmt == "megatron":
+            writer = MegatronWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
         else:
             writer = PaddedWriter(directory, name, fmt, max_tokens, pad_id, shard_docs or 65536)
         info = encode_documents_of(tok, paths, writer, **options)

@@ -66,7 +66,7 @@ def sidecar_path(prefix: str | os.PathLike) -> Path:
 
 def check_output(directory: Path, name: str, overwrite: bool, fmt: str) -> None:
     """Refuses (or, with overwrite, clears) an existing output of this prefix."""
-    if fmt in ("flat", "arrayrecord"):
+    if fmt in ("flat", "arrayrecord", "megatron"):
         old = (
             [directory / f"{name}.json"]
             + sorted(directory.glob(f"{name}_[0-9]*.bin"))

@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from blockbpe_jax import corpus, megatron_shards
+from blockbpe_jax import cli, corpus, megatron_shards
 from blockbpe_jax.megatron_shards import merge, read_megatron
 from blockbpe_jax.shards import CorpusError, VerifyError
 
 import corpus_shared
 from corpus_shared import utf8_cut
+from helpers import encode_argv
 
 root, cl100k, r50k, war_and_peace = (
     corpus_shared.root,
@@ -84,11 +85,8 @@ class MegatronReference:
 
 
 def megatron_job(tok, paths, prefix, **options) -> dict:
-    """The corpus job's engine writing Megatron pairs at prefix (DIR/NAME); returns the sidecar."""
-    shard_tokens = options.pop("shard_tokens", corpus.DEFAULT_SHARD_TOKENS)
-    writer = megatron_shards.MegatronWriter(Path(prefix), tok.vocab.n_vocab, shard_tokens, None)
-    Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-    return writer.finish(corpus.encode_documents_of(tok, corpus.check_inputs(paths), writer, **options))
+    """The corpus job writing Megatron pairs at prefix (DIR/NAME); returns the sidecar."""
+    return corpus.encode_files(tok, paths, prefix, fmt="megatron", **options)
 
 
 def reference_documents(meta: dict, directory: Path) -> list[list[int]]:
@@ -254,3 +252,20 @@ def test_megatron_core_indexed_dataset_reads_it(tmp_path, cl100k, edge_docs, edg
     merge([tmp_path / "p"], tmp_path / "ours")
     assert (tmp_path / "ours.idx").read_bytes() == (tmp_path / "theirs.idx").read_bytes()
     assert (tmp_path / "ours.bin").read_bytes() == (tmp_path / "theirs.bin").read_bytes()
+
+
+def test_cli_format_megatron(tmp_path, root, cl100k, edge_docs, edge_jsonl, capsys):
+    vocab = root / "vocab/tiktoken/cl100k_base.tiktoken"
+    argv = encode_argv(edge_jsonl, tmp_path / "out", vocab, "--field", "text", "--format", "megatron")
+    assert cli.main(argv + ["--shard-tokens", "9000"]) == 0
+    meta = json.loads((tmp_path / "out" / "shard.json").read_text())
+    assert meta["format"] == "blockbpe-megatron-v1" and len(meta["shards"]) > 1
+    assert reference_documents(meta, tmp_path / "out") == tiktoken_ids(cl100k, "cl100k", edge_docs)
+    assert cli.main(argv) == 2 and "output exists" in capsys.readouterr().err
+    assert cli.main(argv + ["--overwrite"]) == 0  # (one pair now: the earlier ones removed)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "shard.json",
+        "shard_00000.bin",
+        "shard_00000.idx",
+    ]
+    assert cli.main(argv + ["--max-tokens", "5"]) == 2

@@ -42,7 +42,9 @@ def cmd_encode(args) -> int:
         raise CLIError(f"--pack-width must be 0 or more, got {args.pack_width}")
     if chunk and args.max_len and chunk > args.max_len:
         raise CLIError(f"--split chunk:{chunk} makes documents longer than --max-len {args.max_len}")
-    if args.format in ("flat", "arrayrecord") and (args.max_tokens is not None or args.pad_id is not None):
+    if args.format in ("flat", "arrayrecord", "megatron") and (
+        args.max_tokens is not None or args.pad_id is not None
+    ):
         raise CLIError(
             f"--max-tokens and --pad-id apply to --format npz/npy ({args.format} shards keep every token)"
         )
@@ -193,11 +195,12 @@ def add_parsers(sub) -> None:
     )
     e.add_argument(
         "--format",
-        choices=("flat", "arrayrecord", "npz", "npy"),
+        choices=("flat", "arrayrecord", "megatron", "npz", "npy"),
         default="flat",
         help="flat: .bin/.idx token shards (default); arrayrecord: NAME_<k>.array_record, "
         "one record per document (its ids as little-endian uint16/uint32 bytes; needs "
-        "array_record); npz: padded, one file per shard; npy: padded, one file per "
+        "array_record); megatron: Megatron-LM's indexed dataset, NAME_<k>.bin/.idx pairs; "
+        "npz: padded, one file per shard; npy: padded, one file per "
         "array per shard",
     )
     e.add_argument(
@@ -235,7 +238,7 @@ def add_parsers(sub) -> None:
         type=int,
         default=DEFAULT_SHARD_TOKENS,
         metavar="N",
-        help=f"flat/arrayrecord: start a new shard after N tokens (default {DEFAULT_SHARD_TOKENS})",
+        help=f"flat/arrayrecord/megatron: start a new shard after N tokens (default {DEFAULT_SHARD_TOKENS})",
     )
     e.add_argument(
         "--shard-size",
