@@ -355,13 +355,18 @@ def pack_strings(
     """list of str/bytes -> (uint8[B, L] zero-padded, int32[B] byte lengths), natively.
 
     L is `max_len`, or the longest string rounded up to a power of two (at least 16) so that
-    repeated calls reuse compiled shapes. Raises ValueError if a string exceeds `max_len`. A
-    str's surrogates are as tiktoken has them: a pair joined, a lone one U+FFFD."""
+    repeated calls reuse compiled shapes. Raises ValueError if a string exceeds `max_len`, and
+    UnicodeEncodeError (a ValueError) naming the item whose str holds a surrogate."""
     texts, limit = _text_list(texts, max_len), -1 if max_len is None else int(max_len)
     try:
         return _blockbpe_cpu.pack_strings(texts, limit)
-    except UnicodeEncodeError:
-        return _blockbpe_cpu.pack_strings(_without_surrogates(texts), limit)
+    except UnicodeEncodeError as e:
+        k = next(k for k, t in enumerate(texts) if isinstance(t, str) and _SURROGATE.search(t))
+        raise UnicodeEncodeError(
+            e.encoding, e.object, e.start, e.end,
+            f"{e.reason}: texts[{k}] holds a surrogate (Tokenizer.encode_batch and the tiktoken "
+            f"view take it as tiktoken does: a pair joined, a lone one U+FFFD)",
+        ) from None  # fmt: skip
 
 
 def _without_surrogates(texts: list) -> list:
