@@ -15,10 +15,14 @@ import jax
 import blockbpe_jax as bb
 import psutil
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from blockbpe_jax import testing
 from blockbpe_jax.table_sets import TableSets
 
 from helpers import load_tokenizer, tiktoken_enc
+from strategies import fuzz
 
 pytestmark = pytest.mark.usefixtures("data_dir")
 
@@ -136,3 +140,44 @@ def test_sentencepiece_view_keeps_a_few_encoders():
         ids, counts = tok.encode_batch([text], allowed_special=allowed, device=jax.devices("cpu")[0])
         assert got == list(map(int, ids[0, : int(counts[0])])), text
     assert len(tok._sets._encoders) <= TableSets.MAX_HOST_ENCODERS
+
+
+def _primitive_ids(tok, texts, allowed):
+    ids, counts = tok.encode_batch(texts, allowed_special=allowed or "none", device=jax.devices("cpu")[0])
+    return [list(map(int, ids[k, : int(counts[k])])) for k in range(len(texts))]
+
+
+@pytest.mark.parametrize("name,fmt", [("llama3", "json"), ("cl100k", "tiktoken")])
+@fuzz(30)
+@given(data=st.data())
+def test_split_at_specials_equals_the_primitive(name, fmt, data):
+    """The view's split at the allowed specials gives the ids of the primitive matching them."""
+    tok = load_tokenizer(name, fmt)
+    names = sorted(tok.vocab.special_tokens)
+    allowed = set(data.draw(st.lists(st.sampled_from(names), max_size=6)))
+    texts = data.draw(st.lists(testing.mixed_text(names[:12] + sorted(allowed)), min_size=1, max_size=4))
+    got = tok.as_tiktoken().encode_batch(texts, allowed_special=allowed, disallowed_special=())
+    assert got == _primitive_ids(tok, texts, sorted(allowed))
+
+
+def test_specials_that_are_prefixes_of_others():
+    """At one position the longest allowed special wins, shorter ones being its prefixes (the
+    primitive's special tables are sorted longest first)."""
+    tiktoken = pytest.importorskip("tiktoken")
+    from helpers import pair
+
+    _, r50k = pair("r50k")
+    specials = {"<|a|>": 50257, "<|a|>x": 50258, "<|a|>xy": 50259, "|>x<": 50260}
+    tok = bb.Tokenizer.from_tiktoken(
+        tiktoken.Encoding(
+            name="prefixes",
+            pat_str=r50k._pat_str,
+            mergeable_ranks=r50k._mergeable_ranks,
+            special_tokens=specials,
+        )
+    )
+    texts = ["<|a|>xyz", "q<|a|>x<|a|>", "<|a|><|a|>xy", "<|a|>x<y", "|>x<|a|>"]
+    for k in range(1 << len(specials)):
+        allowed = {s for j, s in enumerate(sorted(specials)) if k >> j & 1}
+        got = tok.as_tiktoken().encode_batch(texts, allowed_special=allowed, disallowed_special=())
+        assert got == _primitive_ids(tok, texts, sorted(allowed)), allowed
