@@ -118,7 +118,9 @@ class Encoded(NamedTuple):
         return ids, counts
 
 
-@functools.lru_cache(maxsize=None)
+# Bounded: max_tokens and pad_id are the caller's (a function per value, each holding its
+# executables); the last 256 kept, far more than a program's few shapes.
+@functools.lru_cache(maxsize=256)
 def _encode_call(
     pretok_stages: int,
     symbols: int,

@@ -181,3 +181,17 @@ def test_specials_that_are_prefixes_of_others():
         allowed = {s for j, s in enumerate(sorted(specials)) if k >> j & 1}
         got = tok.as_tiktoken().encode_batch(texts, allowed_special=allowed, disallowed_special=())
         assert got == _primitive_ids(tok, texts, sorted(allowed)), allowed
+
+
+def test_package_caches_keyed_by_user_input_are_bounded():
+    """The encode call per (max_tokens, pad_id, ...) and the disallowed-strings regexes keep
+    the last few only (the table caches: above)."""
+    from blockbpe_jax import ops, special_sets
+
+    assert ops._encode_call.cache_info().maxsize is not None
+    assert special_sets._LITERALS.max_entries < 1000 and special_sets._LITERALS.max_bytes <= 1 << 24
+    enc = load_tokenizer("cl100k", "tiktoken").as_tiktoken()
+    for k in range(300):  # strings that are not specials, a new set each time
+        with pytest.raises(ValueError, match="disallowed special token 'w"):
+            enc.encode(f"hello w{k}", disallowed_special={f"w{k}", f"zz{k}"})
+    assert len(special_sets._LITERALS) <= special_sets._LITERALS.max_entries
