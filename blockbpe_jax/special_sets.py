@@ -43,7 +43,7 @@ class SpecialMatcher:
     def __init__(self, names):
         names = sorted(set(names), key=lambda n: (-len(n), n))
         self.names = frozenset(names)
-        self._search = re.compile("|".join(map(re.escape, names))).search if names else None
+        self._search = re.compile(_trie_pattern(names)).search if names else None
         self._prefixes = {}
         for n in names:
             shorter = [n[:k] for k in range(len(n) - 1, 0, -1) if n[:k] in self.names]
@@ -66,6 +66,38 @@ class SpecialMatcher:
                     return m.start(), shorter
             pos = m.start() + 1
         return None
+
+
+class NotIn:
+    """The names not in `allowed`, as a container for `SpecialMatcher.find` (tiktoken's
+    default disallowed_special, every special not allowed, without building that set)."""
+
+    def __init__(self, allowed):
+        self.allowed = allowed
+
+    def __contains__(self, name) -> bool:
+        return name not in self.allowed
+
+
+def _trie_pattern(names) -> str:
+    """A regex matching any of `names`, as a trie (alternatives factored by their common
+    prefixes: one pass over the text, not one try per name at each position), the longest name
+    at a position first (a name that ends where a longer one goes on is the fallback, `?`)."""
+    trie: dict = {}
+    for name in names:
+        node = trie
+        for ch in name:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict) -> str:
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return build(trie)
 
 
 _LITERALS = BoundedCache(32, 1 << 20)

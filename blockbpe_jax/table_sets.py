@@ -10,6 +10,7 @@ encoders (`ops.host_encoder` copies the tables it binds: one per set would be MB
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from typing import Callable
@@ -92,6 +93,12 @@ class TableSets:
         self._tables = BoundedCache(self.MAX_SETS, self.MAX_SET_BYTES)  # (device, key) -> EncodeTables
         self._encoders = BoundedCache(self.MAX_HOST_ENCODERS, 1 << 62)
         self._matcher = None
+
+    @functools.cached_property
+    def ordinary_ids(self) -> dict:
+        """{bytes: id} of the ordinary (non-special) tokens (the tiktoken view's lookups)."""
+        tb, specials = self.vocab.token_bytes, self.vocab.special_ids
+        return {b: i for i, b in enumerate(tb) if b is not None and i not in specials}
 
     @property
     def matcher(self):

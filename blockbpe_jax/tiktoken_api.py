@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from .hf_batch import hf_call
-from .special_sets import literal_search
+from .special_sets import NotIn, literal_search
 
 __all__ = ["Encoding", "hf_call"]
 
@@ -104,8 +104,8 @@ class Encoding:
         self._normalizes = tokenizer.normalizes
         vocab = tokenizer.vocab
         self.name = vocab.name
-        self._special_tokens = dict(vocab.special_tokens)
-        self._special_token_values = set(self._special_tokens.values())
+        self._special_tokens = vocab.special_tokens  # (read only, shared: a view costs little)
+        self._special_token_values = vocab.special_ids
         self.max_token_value = tokenizer.n_vocab - 1
         self._sets = tokenizer._sets  # (host encoders and the specials' matcher, shared)
         # Texts split at their allowed specials (tiktoken's way) where the segments encode
@@ -139,21 +139,24 @@ class Encoding:
     # -- encoding ---------------------------------------------------------------------------
     def _allowed(self, allowed_special, disallowed_special, texts: Sequence[str]) -> frozenset:
         """tiktoken's checks; returns the allowed specials of the vocabulary."""
+        specials = self._sets.matcher.names  # (a frozenset of every special, shared)
         if allowed_special == "all":
-            allowed_special = self.special_tokens_set
+            allowed_special = specials
         elif texts or disallowed_special == "all":  # (tiktoken: "all" or a set of str)
             if not isinstance(allowed_special, (set, frozenset)):
                 raise _not_an_instance(allowed_special, "set")
-            if any(not isinstance(s, str) for s in allowed_special):
+            if not allowed_special <= specials and any(
+                not isinstance(s, str) for s in allowed_special - specials
+            ):
                 raise TypeError("allowed_special: every element must be a str")
-        if disallowed_special == "all":
-            disallowed_special = self.special_tokens_set - allowed_special
-        elif disallowed_special and not isinstance(disallowed_special, frozenset):
+        other_search = None
+        if disallowed_special == "all":  # every special not allowed (no set built per call)
+            disallowed_special = NotIn(allowed_special) if allowed_special is not specials else ()
+        elif disallowed_special:
             disallowed_special = frozenset(disallowed_special)
-        if disallowed_special:
-            specials = self.special_tokens_set
-            others = frozenset(disallowed_special - specials)
+            others = disallowed_special - specials
             other_search = literal_search(others) if others else None
+        if disallowed_special:
             for text in texts:
                 hit = self._sets.matcher.find(text, disallowed_special)
                 if other_search is not None and (m := other_search(text)) is not None:
@@ -165,7 +168,7 @@ class Encoding:
             if not isinstance(text, str):
                 raise _not_an_instance(text, "str")
         # (tiktoken ignores allowed names that are not special tokens)
-        return frozenset(allowed_special) & self._sets.matcher.names
+        return specials.intersection(allowed_special)
 
     def _encode_texts(self, texts: list[str], allowed: frozenset) -> list[list[int]]:
         """The ids of `texts` with the specials `allowed` matched."""
@@ -324,10 +327,9 @@ class Encoding:
         texts = list(text)
         return self._encode_texts(texts, self._allowed(allowed_special, disallowed_special, texts))
 
-    @functools.cached_property
+    @property
     def _encoder(self) -> dict:
-        tb, sv = self.tokenizer.vocab.token_bytes, self._special_token_values
-        return {b: i for i, b in enumerate(tb) if b is not None and i not in sv}
+        return self._sets.ordinary_ids
 
     def encode_single_token(self, text_or_bytes: str | bytes) -> int:
         """The id of a whole token (special tokens included); KeyError otherwise."""
