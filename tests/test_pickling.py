@@ -112,6 +112,7 @@ DATASETS_SCRIPT = textwrap.dedent(
     def fn(batch):
         return {"ids": enc.encode_ordinary_batch(batch["text"])}
 
+    enc.encode_ordinary_batch(texts)  # used before the fork: on the CPU it starts no JAX backend
     ds = datasets.Dataset.from_dict({"text": texts * 8})
     out = ds.map(fn, batched=True, batch_size=4, num_proc=2)
     got = out["ids"]
@@ -140,3 +141,4 @@ def test_datasets_map_num_proc():
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
     assert line == "RESULT True True []", (line, proc.stderr[-3000:])
     assert "hashed properly" not in proc.stderr
+    assert "os.fork()" not in proc.stderr  # JAX's warning of a fork after its backends started
