@@ -129,11 +129,11 @@ def plan_units(paths: Sequence[str | os.PathLike], column: str, unit_bytes: int 
         start, held, rows = 0, 0, 0
         for g in range(meta.num_row_groups):
             size = meta.row_group(g).column(ci).total_uncompressed_size
-            if g > start and held + size > unit_bytes:
+            if rows and held + size > unit_bytes:
                 units.append(dict(unit=len(units), path=os.fspath(p), groups=[start, g], rows=rows))
                 start, held, rows = g, 0, 0
             held, rows = held + size, rows + meta.row_group(g).num_rows
-        if meta.num_row_groups:
+        if rows:  # (a file without rows has no unit, and no shard)
             units.append(
                 dict(unit=len(units), path=os.fspath(p), groups=[start, meta.num_row_groups], rows=rows)
             )

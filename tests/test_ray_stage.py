@@ -71,6 +71,24 @@ def test_stage_adds_the_token_column(root, texts, want):
     assert r50k.num_rows == 0 and r50k.schema.field("ids").type == pa.list_(pa.uint16())
 
 
+def test_units_cover_every_row_group_once(tmp_path, parquet_files, texts):
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), empty)
+    units = ray_stage.plan_units([parquet_files[0], empty, parquet_files[1]], "text", 24_000)
+    assert [u["unit"] for u in units] == list(range(len(units))) and sum(u["rows"] for u in units) == len(
+        texts
+    )
+    for path in parquet_files:
+        groups = [u["groups"] for u in units if u["path"] == path]
+        assert groups[0][0] == 0 and groups[-1][1] == pq.ParquetFile(path).num_row_groups
+        assert all(a[1] == b[0] for a, b in zip(groups, groups[1:])) and len(groups) > 2
+    with pytest.raises(corpus.CorpusError, match="no column 'body'"):
+        ray_stage.plan_units(parquet_files, "body")
+    (tmp_path / "a.txt").write_text("x\n")
+    with pytest.raises(corpus.CorpusError, match="a.txt: the Ray job reads parquet files"):
+        ray_stage.plan_units([tmp_path / "a.txt"], "text")
+
+
 @pytest.mark.parametrize("fmt", ["megatron", "flat"])
 def test_sink_shards_do_not_depend_on_the_blocks(tmp_path, root, texts, want, fmt):
     """The rows of two units, in blocks cut anywhere and written twice (a retried task), in any
@@ -200,6 +218,7 @@ def test_a_killed_job_run_again_gives_the_same_bytes(tmp_path, cluster, clean_ru
     proc.wait()
     time.sleep(1)  # (the killed driver's workers, ended by the cluster)
     killed = not (tmp_path / "k" / "s.json").exists()
+    assert not killed or len(list((tmp_path / "k").glob("s_*.idx"))) < len(clean_run[1]["shards"]) - 2
     if killed:
         (tmp_path / "k" / "s.parts").mkdir(exist_ok=True)
         (tmp_path / "k" / "s.parts" / "u000003_r0000000000.bin.tmp-left").write_bytes(b"cut short")
