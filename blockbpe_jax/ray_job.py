@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         print("error: the Ray job needs ray (pip install 'blockbpe_jax[ray]')", file=sys.stderr)
         return 2
-    ray.init(address=args.address)
+    ray.init(address=args.address, ignore_reinit_error=True)  # (a caller's ray.init stands)
     try:
         meta = encode_parquet(
             args.inputs,

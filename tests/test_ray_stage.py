@@ -144,22 +144,26 @@ def clean_run(tmp_path_factory, cluster, root, parquet_files) -> tuple[Path, dic
     return out, job(parquet_files, out / "s", root)
 
 
-def test_ray_job_equals_the_corpus_job(tmp_path, clean_run, root, parquet_files, want):
+def test_ray_job_equals_the_corpus_job(tmp_path, clean_run, root, parquet_files, want, capsys):
     out, meta = clean_run
     assert meta["documents"] == len(want) and len(meta["shards"]) > 6 and meta["dtype"] == "int32"
     assert [a.tolist() for a in megatron_shards.read_megatron(out / "s")] == want
     megatron_shards.merge([out / "s"], tmp_path / "merged")
     data, index = expected_pair(root, parquet_files)
     assert (tmp_path / "merged.bin").read_bytes() == data and (tmp_path / "merged.idx").read_bytes() == index
-    flat = job(parquet_files, tmp_path / "f" / "s", root, fmt="flat")
+    from blockbpe_jax import ray_job
+
+    argv = [*parquet_files, "-o", os.fspath(tmp_path / "f" / "s"), "--vocab", os.fspath(root / CL100K)]
+    argv += ["--format", "flat", "--unit-bytes", "24000"]
+    assert ray_job.main(argv) == 0  # the command line
+    flat = json.loads((tmp_path / "f" / "s.json").read_text())
     assert [a.tolist() for a in corpus.read_shards(tmp_path / "f" / "s")] == want
     assert flat["dtype"] == token_dtype(100277).name and not (tmp_path / "f" / "s.parts").exists()
     import blockbpe_jax as bb
 
     checked = corpus.verify(tmp_path / "f" / "s", bb.Tokenizer.from_file(root / CL100K), sample=200)
     assert checked["documents"] == len(want) and checked["checked"] == 200  # (the inputs read again)
-    with pytest.raises(corpus.CorpusError, match="output exists"):
-        job(parquet_files, tmp_path / "f" / "s", root, fmt="flat")
+    assert ray_job.main(argv) == 2 and "s.json: output exists" in capsys.readouterr().err
 
 
 class DiesOnce(EncodeBatch):
