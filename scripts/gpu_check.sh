@@ -3,11 +3,12 @@
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [corpus_stages] [single] [hostbatch]
-#                        [variants] [clocks] [kernels]
+#                        [variants] [clocks] [kernels] [piece] [piece_profile] [piece_test]
 # (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
-#  CORPUS_ARGS, CORPUS_PROFILE_MB, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages).
+#  CORPUS_ARGS, CORPUS_PROFILE_MB, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages;
+#  PIECE_ARGS, PIECE_TIMEOUT, PIECE_TEST_TIMEOUT, PIECE_SHAPES, NCU_TIMEOUT: the piece kernel's stages).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
 # Needs the shared data carried in .carry/data (see docs/build.md) and, for the peers,
 # wheels in .whl/.
@@ -156,6 +157,45 @@ PY
     single)    # one string per call, 128 B .. 64 MiB, vs tiktoken (benchmarks/single_string.py)
       python3 benchmarks/single_string.py --out "$OUT" ${SINGLE_ARGS:-} 2>&1 \
         | tee "$OUT/single_string.log" | tail -100 ;;
+    piece)     # the piece kernel (BLOCKBPE_KERNEL=piece, ffi/cuda/piece_kernel.cuh) against encode_kernel
+               # in one process: cross-check on many inputs and families, then device time (benchmarks/piece_time.py)
+      timeout "${PIECE_TIMEOUT:-300}" python3 benchmarks/piece_time.py --out "$OUT" ${PIECE_ARGS:-} > "$OUT/piece_time.log" 2>&1
+      echo "piece_time: exit $?"; grep -E "DIFF|^cross:|Traceback|Error" "$OUT/piece_time.log" | head -20 | cut -c1-300
+      python3 - "$OUT/piece_time.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for row in r.get("time", []) + r.get("families", []):
+    if "new_median_us" in row:
+        print(f"{row['family']} {row['batch']}x{row['bytes']}: old {row['old_median_us']:.1f} us ({row['old_GBps']:.1f} GB/s), "
+              f"new {row['new_median_us']:.1f} us ({row['new_GBps']:.1f} GB/s), x{row['speedup']:.2f}; pending rows "
+              f"{row['pending_rows']}; by chunk {row.get('new_us_by_chunk')}")
+    else:
+        print("not timed:", row)
+PY
+      ;;
+    piece_profile)  # ncu on encode_kernel and on the piece kernel (with its pending-rows launch of
+                    # encode_kernel), per shape of PIECE_SHAPES: the roofline's counters, one file
+      M=gpu__time_duration.sum,sm__cycles_elapsed.avg,smsp__inst_executed.sum,smsp__thread_inst_executed.sum
+      M=$M,smsp__thread_inst_executed_per_inst_executed.ratio,smsp__issue_active.avg.pct_of_peak_sustained_active
+      M=$M,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
+      for shape in ${PIECE_SHAPES:-1024:4096 64:512}; do
+        for k in old piece; do
+          if [ $k = old ]; then re=encode_kernel; skip=2; count=1; sel=""; else re="piece_kernel|encode_kernel"; skip=4; count=2; sel=piece; fi
+          echo "=== $k ${shape%:*}x${shape#*:}" >> "$OUT/ncu_piece.txt"
+          # (JAX must not preallocate: ncu's replays save and restore the memory the process holds,
+          # and a killed run's process keeps it)
+          XLA_PYTHON_CLIENT_PREALLOCATE=false BLOCKBPE_KERNEL=$sel timeout "${NCU_TIMEOUT:-120}" ncu --clock-control none \
+            --kernel-name regex:"$re" --launch-skip $skip --launch-count $count --metrics "$M" --section LaunchStats \
+            python3 benchmarks/profile_kernel.py --batch "${shape%:*}" --bytes "${shape#*:}" >> "$OUT/ncu_piece.txt" 2>&1
+          echo "ncu $k $shape: exit $?"
+        done
+      done
+      grep -E "^===|  void|gpu__time_duration|smsp__inst_executed.sum|smsp__thread_inst_executed.sum|issue_active|warps_active|dram__bytes" \
+        "$OUT/ncu_piece.txt" | cut -c1-150 ;;
+    piece_test)  # the GPU tests with the piece kernel selected (PYTEST_K, PYTEST_PATHS as for `test`)
+      BLOCKBPE_KERNEL=piece timeout "${PIECE_TEST_TIMEOUT:-540}" python3 -m pytest -v -rs --durations=5 -p no:cacheprovider \
+        -k "${PYTEST_K:-gpu}" ${PYTEST_PATHS:-tests} > "$OUT/pytest_piece.log" 2>&1
+      echo "pytest (piece): exit $?"; tail -15 "$OUT/pytest_piece.log" ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

@@ -159,6 +159,12 @@ struct EncodeParams {
   int32_t* counts;          // [batch] true token count (> max_tokens means truncated)
   uint8_t* workspace;       // CUDA: [workspace_bytes(batch, max_len, pretok_stages, symbols)]; CPU: unused
   int64_t workspace_size;
+  int32_t pending_only = 0; // CUDA, set by the handler alone: encode_kernel does only the rows whose
+                            // count is kCountPending (the piece kernel's leftovers, cuda/piece_kernel.cuh)
 };
+
+// The count the piece kernel (cuda/piece_kernel.cuh) leaves on a row for encode_kernel to
+// encode; never returned (encode_kernel overwrites it in the same call).
+constexpr int32_t kCountPending = -3;
 
 }  // namespace bbpe

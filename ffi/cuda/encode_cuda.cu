@@ -32,6 +32,7 @@
 //   cuda/tile_pipeline.cuh  long rows: pre-tokenizer passes, encode, output, launch_tiles
 //   cuda/huge_pieces.cuh    long rows: pieces longer than a tile, by stitched windows
 //   cuda/sub_windows.cuh    a text merged in warp sub-windows (windows, the few rows' long pieces)
+//   cuda/piece_kernel.cuh   exact mode piece-parallel (BLOCKBPE_KERNEL=piece; issue P11's first piece)
 // This file: the launcher (one block per string, or the tile pipeline) and the FFI handlers.
 #include <cuda_runtime.h>
 
@@ -50,6 +51,7 @@
 #define BBPE_ENCODE_CUDA_TU
 #include "cuda/chars_kernel.cuh"
 #include "cuda/encode_kernel.cuh"
+#include "cuda/piece_kernel.cuh"
 #include "cuda/stage_clock.cuh"
 #include "cuda/tile_pipeline.cuh"
 
@@ -108,14 +110,23 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
     ffi::Error err = check_lengths(host.data(), p.batch, p.max_len);
     if (err.failure()) return err;
   }
-  cudaError_t e;
+  if (block_size != 256 && block_size != 512 && block_size != 1024)
+    return ffi::Error::InvalidArgument("bbpe_encode: block_size must be 256, 512 or 1024, got " +
+                                       std::to_string(block_size));
+  cudaError_t e = cudaSuccess;
+  // BLOCKBPE_KERNEL=piece: the piece-parallel kernel where the call allows it (cuda/piece_kernel.cuh),
+  // then encode_kernel for the rows it left pending only. Test hook BLOCKBPE_PIECE_FILL=0: no
+  // second launch (pending rows keep count kCountPending: how many there were).
+  if (piece_selected() && piece_eligible(p)) {
+    e = launch_pieces(p, stream);
+    if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_encode: ") + cudaGetErrorString(e));
+    if (off("BLOCKBPE_PIECE_FILL")) return ffi::Error::Success();
+    p.pending_only = 1;
+  }
   switch (block_size) {
     case 256: e = launch<256>(p, stream); break;
     case 512: e = launch<512>(p, stream); break;
-    case 1024: e = launch<1024>(p, stream); break;
-    default:
-      return ffi::Error::InvalidArgument("bbpe_encode: block_size must be 256, 512 or 1024, got " +
-                                         std::to_string(block_size));
+    default: e = launch<1024>(p, stream); break;
   }
   if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_encode: ") + cudaGetErrorString(e));
   return ffi::Error::Success();

@@ -1,0 +1,341 @@
+// The piece-parallel exact kernel (issue P11, first piece): `piece_kernel`, selected with
+// BLOCKBPE_KERNEL=piece (read per call by the CUDA handler, encode_cuda.cu); the default is
+// still the block-per-string kernel (encode_kernel.cuh).
+//
+// What it does differently. The block-per-string kernel runs a string's whole pipeline in one
+// block, with block-wide barriers between its stages and, for long pieces, per merge pass.
+// Here a block holds kPieceThreads chunks of kChunk bytes of one or several whole rows (rows of
+// the call's [B, L] data at stride L: a block takes floor(256 / ceil(L / kChunk)) rows, so a
+// batch of short rows fills the grid as well as one of long rows), and each thread owns its
+// chunk from the bytes to the ids:
+//   1. the chunk's bytes to shared memory; classes, the chunk's backward map (pretok/automata.h);
+//   2. T after the chunk from the next chunks' maps of the same row (edge_state, unbounded:
+//      exact, and at most 255 maps of one block), the backward replay, the forward map;
+//   3. S before the chunk from the previous chunks' maps; the forward replay: the chunk's
+//      piece starts as a bit mask;
+//   4. every piece that starts in the chunk (its end from the masks of the next chunks): one
+//      byte -> its id; else the whole piece looked up (lookup_piece, one probe for most); a
+//      miss goes on the block's merge lists (up to kLanePieceLen bytes: merge_in_lanes, several
+//      pieces to a warp; up to kShortPieceLen: merge_in_warp, a warp each: cuda/lane_merges.cuh,
+//      merge_segment's rule); tokens parked at the piece's bytes in shared memory;
+//   5. one block scan of the threads' token counts places every piece's tokens in its row.
+// Six block barriers in all, none per merge rank. The rules are the shared ones
+// (core/bpe_core.h, pretok/automata.h, pretok/tables.h): nothing here defines a rule.
+// (The first version merged each miss in its own thread with merge_segment: exact, but a
+// thread's serial passes over a piece, table probe after table probe, kept its block waiting:
+// 1024 x 4096 cl100k 367 us against encode_kernel's 222, H200 2026-12-01.)
+//
+// What it leaves to the block-per-string kernel, decided on the host by shape and tables
+// (piece_eligible): bytes mode, SentencePiece BPE, multi-stage pre-tokenizers (DeepSeek), NFC
+// or Lowercase normalizers that run on the device, calls with allowed special tokens, rows
+// wider than kPieceMaxLen bytes or tiled (tiled_rows). Decided on the device per row: a row
+// holding a piece longer than kShortPieceLen bytes that is not a token, or whose block's merge
+// lists are full (kPieceLaneList, kPieceWideList), is marked
+// kCountPending, and the block-per-string kernel, launched right after with pending_only, does
+// those rows (and returns at once for the others).
+// Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include <cub/block/block_scan.cuh>
+
+#include "binding/encode_params.h"
+#include "core/bpe_core.h"
+#include "cuda/block_common.cuh"
+#include "cuda/lane_merges.cuh"
+#include "pretok/automata.h"
+#include "pretok/tables.h"
+
+namespace bbpe {
+namespace {
+
+constexpr int kPieceThreads = 256;
+constexpr int kPieceWarps = kPieceThreads / 32;
+constexpr int kPieceMaxLen = 4096;   // widest rows: 256 chunks of 16 bytes
+constexpr int kPieceLaneList = 512;  // misses of 2..kLanePieceLen bytes a block merges
+constexpr int kPieceWideList = 64;   // misses of kLanePieceLen + 1..kShortPieceLen bytes
+
+// The block's shared memory (dynamic: over 48 KB at 16-byte chunks).
+template <int kChunk>
+struct PieceSmem {
+  PretokTables tab;                           // the stage's step tables
+  union {
+    uint64_t maps[kPieceThreads];             // steps 1-3: every chunk's map
+    int2 slots[kPieceThreads];                // step 4: each warp's 32 merge slots
+    struct {
+      int32_t row_base[kPieceThreads];        // step 5, per row of the block: its first thread's prefix
+      int32_t row_total[kPieceThreads];       //   and its token count
+    };
+  };
+  uint32_t masks[kPieceThreads];              // every chunk's piece starts
+  int32_t tok[kPieceThreads * kChunk];        // tokens, parked at their piece's bytes
+  int32_t count[kPieceThreads * kChunk];      // tokens of the piece that starts at the byte
+  __align__(16) uint8_t text[kPieceThreads * kChunk];
+  uint8_t hard[kPieceThreads];                // a piece of the row is left to encode_kernel
+  int32_t lane_s0[kPieceLaneList], lane_len[kPieceLaneList];  // the merge lists (block positions)
+  int32_t wide_s0[kPieceWideList], wide_len[kPieceWideList];
+  int n_lane, n_wide, next_bin;
+  typename cub::BlockScan<int, kPieceThreads>::TempStorage scan;
+};
+
+// A chunk's bytes from global to shared memory: one vector load when the chunk lies inside
+// the row's L bytes and both ends are aligned (the bytes past the string's length are read but
+// never classified: byte_class reads only below n).
+template <int kChunk>
+__device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int valid, bool whole) {
+  if (whole && (reinterpret_cast<uintptr_t>(src) % kChunk) == 0) {
+    if constexpr (kChunk == 16) {
+      *reinterpret_cast<uint4*>(dst) = __ldg(reinterpret_cast<const uint4*>(src));
+      return;
+    } else if constexpr (kChunk == 8) {
+      *reinterpret_cast<uint2*>(dst) = __ldg(reinterpret_cast<const uint2*>(src));
+      return;
+    } else if constexpr (kChunk == 4) {
+      *reinterpret_cast<uint32_t*>(dst) = __ldg(reinterpret_cast<const uint32_t*>(src));
+      return;
+    } else if constexpr (kChunk == 2) {
+      *reinterpret_cast<uint16_t*>(dst) = __ldg(reinterpret_cast<const uint16_t*>(src));
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i)
+    if (i < valid) dst[i] = src[i];
+}
+
+// The pieces of one chunk (mask fm, bits relative to the chunk's first byte `base`; the row at
+// block position row_at): a one-byte piece or a token -> tok[s0], count[s0] = 1; a miss -> its
+// byte tokens at tok[s0 ...] and onto the block's merge lists (count[s0] is written by the
+// merge); sets hard when a piece is left to encode_kernel.
+template <int kChunk>
+__device__ __forceinline__ void encode_chunk_pieces(const VocabView& v, PieceSmem<kChunk>& s, int row_at, int n,
+                                                    const uint32_t* next_masks, int next_chunks, uint32_t fm,
+                                                    int base, bool& hard) {
+  const uint8_t* text = s.text + row_at;
+  int32_t* tok = s.tok + row_at;
+  for (uint32_t rest = fm; rest;) {
+    const int s0 = base + __ffs(rest) - 1;
+    rest &= rest - 1;
+    int end = n;
+    if (rest) {
+      end = base + __ffs(rest) - 1;
+    } else {
+      for (int q = 0; q < next_chunks; ++q) {
+        const uint32_t mq = next_masks[q];
+        if (mq) { end = base + (q + 1) * kChunk + __ffs(mq) - 1; break; }
+      }
+    }
+    const int m = end - s0;
+    const int32_t whole = m == 1 ? __ldg(v.byte_ids + text[s0]) : lookup_piece(v, text + s0, m);
+    s.count[row_at + s0] = 1;
+    if (whole >= 0) {
+      tok[s0] = whole;
+      continue;
+    }
+    if (m > kShortPieceLen) {
+      hard = true;
+      continue;
+    }
+    for (int j = 0; j < m; ++j) tok[s0 + j] = __ldg(v.byte_ids + text[s0 + j]) | (j == 0 ? kSegStart : 0);
+    const bool lanes = m <= kLanePieceLen;
+    const int slot = atomicAdd(lanes ? &s.n_lane : &s.n_wide, 1);
+    if (slot >= (lanes ? kPieceLaneList : kPieceWideList)) {
+      hard = true;
+    } else if (lanes) {
+      s.lane_s0[slot] = row_at + s0, s.lane_len[slot] = m;
+    } else {
+      s.wide_s0[slot] = row_at + s0, s.wide_len[slot] = m;
+    }
+  }
+}
+
+template <int kChunk>
+__global__ void __launch_bounds__(kPieceThreads) piece_kernel(const __grid_constant__ EncodeParams p, int cpr,
+                                                              int rows_per_block) {
+  static_assert(kChunk <= 32, "a chunk's piece starts are one 32-bit mask");
+  extern __shared__ __align__(16) uint8_t piece_kernel_smem[];
+  PieceSmem<kChunk>& s = *reinterpret_cast<PieceSmem<kChunk>*>(piece_kernel_smem);
+  const int t = threadIdx.x;
+  {  // the stage's step tables
+    static_assert(sizeof(PretokTables) % 8 == 0, "copied as 8-byte words");
+    const uint64_t* src = reinterpret_cast<const uint64_t*>(p.pretok.tables);
+    uint64_t* dst = reinterpret_cast<uint64_t*>(&s.tab);
+    for (int k = t; k < (int)(sizeof(PretokTables) / 8); k += kPieceThreads) dst[k] = __ldg(src + k);
+  }
+  const int r = t / cpr, k = t - r * cpr;  // the thread's row in the block, its chunk in the row
+  const int64_t b = (int64_t)blockIdx.x * rows_per_block + r;
+  const bool in_row = r < rows_per_block && b < p.batch;
+  int n = in_row ? __ldg(p.lengths + b) : 0;
+  const bool bad = in_row && (n < 0 || n > p.max_len);  // (only an unchecked call passes one)
+  if (bad) n = 0;
+  const int base = k * kChunk;
+  const int valid = max(0, min(kChunk, n - base));  // the chunk's bytes of the string
+  const int nv = (n + kChunk - 1) / kChunk;         // the row's chunks that hold bytes
+  const int row_at = r * cpr * kChunk;              // the row's first position in shared memory
+  uint8_t* text = s.text + row_at;
+  if (t < rows_per_block) s.hard[t] = 0;
+  if (t == 0) s.n_lane = s.n_wide = s.next_bin = 0;
+  if (valid > 0)
+    load_chunk<kChunk>(p.data + b * (int64_t)p.max_len + base, text + base, valid, base + kChunk <= p.max_len);
+  __syncthreads();
+
+  // 1-2. Classes, the backward automaton.
+  const PretokTables& tab = s.tab;
+  const ClassTable ct = p.pretok.classes(0);
+  uint16_t key[kChunk];
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i)
+    key[i] = i < valid ? byte_class(tab, text, n, nullptr, base + i, ct) : kClassNone;
+  s.maps[t] = chunk_bwd_map<false>(tab, key, kChunk);
+  __syncthreads();
+  uint8_t t_end = tab.bwd_init & 15;
+  if (k < nv) edge_state(s.maps, t + 1, 1, nv - 1 - k, tab.bwd_live, tab.bwd_init & 15, nv, &t_end);
+  chunk_bwd_replay<false>(tab, key, kChunk, t_end, key);
+  const uint64_t fwd = chunk_fwd_map<false>(tab, key, kChunk);
+  __syncthreads();  // (every thread is done with the backward maps)
+
+  // 3. The forward automaton: the piece starts.
+  s.maps[t] = fwd;
+  __syncthreads();
+  uint8_t s_before = tab.fwd_init & 15;
+  if (k < nv) edge_state(s.maps, t - 1, -1, k, tab.fwd_live, tab.fwd_init & 15, nv, &s_before);
+  uint8_t flags[kChunk];
+  chunk_fwd_replay<false>(tab, key, kChunk, s_before, flags, valid);
+  uint32_t fm = 0;
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i)
+    if (i < valid && flags[i]) fm |= 1u << i;
+  if (k == 0 && n > 0) fm |= 1u;  // (the text's start starts a segment)
+  s.masks[t] = fm;
+  __syncthreads();
+
+  // 4. The chunk's pieces; then the misses, by all the block's warps.
+  bool hard = false;
+  encode_chunk_pieces<kChunk>(p.vocab, s, row_at, n, s.masks + t + 1, k < nv ? nv - 1 - k : 0, fm, base, hard);
+  if (hard) s.hard[r] = 1;
+  __syncthreads();  // (the lists are complete; the maps are no longer read: their room is the slots')
+  {
+    const int warp = t / 32;
+    int2* slots = s.slots + warp * 32;
+    const int n_wide = min(s.n_wide, kPieceWideList);
+    for (int g = warp; g < n_wide; g += kPieceWarps) {
+      const int at = s.wide_s0[g];
+      const int c = merge_in_warp<false>(p.vocab, s.tok + at, s.wide_len[g], slots);
+      if ((t & 31) == 0) s.count[at] = c;
+    }
+    merge_in_lanes<false>(p.vocab, s.tok, s.count, s.lane_s0, s.lane_len, min(s.n_lane, kPieceLaneList), slots,
+                          &s.next_bin);
+  }
+  __syncthreads();
+  int my_tokens = 0;
+  for (uint32_t rest = fm; rest; rest &= rest - 1) my_tokens += s.count[row_at + base + __ffs(rest) - 1];
+
+  // 5. Placement: one scan over the block, made per row by its first thread's prefix.
+  int before;
+  cub::BlockScan<int, kPieceThreads>(s.scan).ExclusiveSum(my_tokens, before);
+  if (in_row && k == 0) s.row_base[r] = before;
+  __syncthreads();
+  int at = 0;
+  if (in_row) {
+    at = before - s.row_base[r];
+    if (k == cpr - 1) s.row_total[r] = at + my_tokens;
+  }
+  __syncthreads();
+  if (!in_row) return;
+  const int total = s.row_total[r];
+  int32_t* out = p.ids + b * (int64_t)p.max_tokens;
+  const int T = p.max_tokens;
+  if (s.hard[r]) {  // encode_kernel (pending_only) writes the row
+    if (k == 0) p.counts[b] = kCountPending;
+    return;
+  }
+  if (!bad) {
+    const int32_t* tok = s.tok + row_at;
+    const int32_t* count = s.count + row_at;
+    for (uint32_t rest = fm; rest; rest &= rest - 1) {
+      const int s0 = base + __ffs(rest) - 1;
+      const int c = count[s0];
+      for (int j = 0; j < c; ++j)
+        if (at + j < T) out[at + j] = token_id(tok[s0 + j]);
+      at += c;
+    }
+  }
+  for (int j = (bad ? 0 : total) + k; j < T; j += cpr) out[j] = p.pad_id;
+  if (k == 0) p.counts[b] = bad ? -1 : total;
+}
+
+// ------------------------------------------------------------------------------------------
+// Host side.
+
+// Whether a call can run the piece kernel (see the top of this file).
+inline bool piece_eligible(const EncodeParams& p) {
+  return p.pretok_stages == 1 && p.symbols == kSymbolsBytes && p.special.count == 0 && !p.pretok.nfc &&
+         !p.pretok.lower && p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
+         !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
+}
+
+// Whether BLOCKBPE_KERNEL=piece (read per call, as the handler's test hooks are).
+inline bool piece_selected() {
+  const char* k = std::getenv("BLOCKBPE_KERNEL");
+  return k && std::strcmp(k, "piece") == 0;
+}
+
+inline int device_sms() {
+  static std::atomic<int> sms_of[64];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 132;
+  int sms = sms_of[device & 63].load(std::memory_order_relaxed);
+  if (sms == 0) {
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) sms = 132;
+    sms_of[device & 63].store(sms, std::memory_order_relaxed);
+  }
+  return sms;
+}
+
+// Bytes per chunk: the largest of 16, 8, 4, 2 that still gives two blocks per SM (fewer bytes a
+// thread is more parallelism for small calls), but at least what a row of L bytes needs
+// (L <= 256 chunks). BLOCKBPE_PIECE_CHUNK overrides it (benchmarks), within what L allows.
+inline int piece_chunk(int64_t batch, int64_t max_len) {
+  int least = 2;
+  while ((int64_t)least * kPieceThreads < max_len) least *= 2;
+  const auto blocks = [&](int c) {
+    const int64_t cpr = (max_len + c - 1) / c, rows = kPieceThreads / cpr;
+    return (batch + rows - 1) / rows;
+  };
+  int c = 16;
+  while (c > least && blocks(c) < 2 * device_sms()) c /= 2;
+  if (const char* f = std::getenv("BLOCKBPE_PIECE_CHUNK")) {
+    const int want = std::atoi(f);
+    if (want == 2 || want == 4 || want == 8 || want == 16) c = want < least ? least : want;
+  }
+  return c;
+}
+
+template <int kChunk>
+cudaError_t launch_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
+  const int cpr = (int)((p.max_len + kChunk - 1) / kChunk);
+  const int rows = kPieceThreads / cpr;
+  const int64_t grid = (p.batch + rows - 1) / rows;
+  if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  const cudaError_t err = allow_all_smem<piece_kernel<kChunk>>();
+  if (err != cudaSuccess) return err;
+  piece_kernel<kChunk><<<(unsigned)grid, kPieceThreads, sizeof(PieceSmem<kChunk>), stream>>>(p, cpr, rows);
+  return cudaGetLastError();
+}
+
+// The piece kernel over the call (piece_eligible(p) must hold); the rows it leaves pending
+// are then encode_kernel's (the caller's launch with pending_only).
+inline cudaError_t launch_pieces(const EncodeParams& p, cudaStream_t stream) {
+  switch (piece_chunk(p.batch, p.max_len)) {
+    case 2: return launch_piece_kernel<2>(p, stream);
+    case 4: return launch_piece_kernel<4>(p, stream);
+    case 8: return launch_piece_kernel<8>(p, stream);
+    default: return launch_piece_kernel<16>(p, stream);
+  }
+}
+
+}  // namespace
+}  // namespace bbpe
