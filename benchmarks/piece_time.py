@@ -91,12 +91,20 @@ def cross_inputs(root, rng: random.Random):
                 sets.append((f"{name}_{L}", L, slices(raw, B, L)))
         for kind, gen in sorted(testing.ADVERSARIAL.items()):
             sets.append((f"{kind}_{L}", L, [gen(rng, rng.randint(0, L))[:L] for _ in range(32)]))
-        sets.append((f"random_bytes_{L}", L, [bytes(rng.getrandbits(8) for _ in range(rng.randint(0, L))) for _ in range(32)]))
+        sets.append(
+            (
+                f"random_bytes_{L}",
+                L,
+                [bytes(rng.getrandbits(8) for _ in range(rng.randint(0, L))) for _ in range(32)],
+            )
+        )
         mixed = []
         for _ in range(64):
             parts, n = [], rng.randint(0, L)
             while sum(map(len, parts)) < n:
-                src = rng.choice([wp, code, wiki, "日本語のテキスト и кириллица ١٢٣ 👍🏽 e\u0301".encode() * 4])
+                src = rng.choice(
+                    [wp, code, wiki, "日本語のテキスト и кириллица ١٢٣ 👍🏽 e\u0301".encode() * 4]
+                )
                 k = rng.randint(1, 64)
                 s = rng.randint(0, max(0, len(src) - k))
                 parts.append(src[s : s + k])
@@ -124,8 +132,13 @@ def part_cross(root, dev, families, report, rng):
             ids0, c0 = run_encode(f, data, lengths)
             kernel("piece", fill=False)
             _, cp = run_encode(f, data, lengths)
-            row = {"family": label, "input": name, "rows": len(texts), "L": L,
-                   "pending_rows": int((cp == -3).sum())}
+            row = {
+                "family": label,
+                "input": name,
+                "rows": len(texts),
+                "L": L,
+                "pending_rows": int((cp == -3).sum()),
+            }
             for chunk in (2, 4, 8, 16):
                 if chunk * 256 < L:
                     continue
@@ -136,15 +149,20 @@ def part_cross(root, dev, families, report, rng):
                 if not same:
                     bad = np.nonzero((c0 != c1) | (ids0 != ids1).any(axis=1))[0]
                     i = int(bad[0])
-                    row.setdefault("first_diff", f"chunk {chunk} row {i} ({len(texts[i])} B): counts {int(c0[i])} vs "
-                                   f"{int(c1[i])}; text {texts[i][:80]!r}")
+                    row.setdefault(
+                        "first_diff",
+                        f"chunk {chunk} row {i} ({len(texts[i])} B): counts {int(c0[i])} vs "
+                        f"{int(c1[i])}; text {texts[i][:80]!r}",
+                    )
                     row.setdefault("diff_rows", int(len(bad)))
             kernel(None)
             rows.append(row)
             ok = all(v for k2, v in row.items() if k2.startswith("equal_"))
             print("cross", "ok " if ok else "DIFF", json.dumps(row), flush=True)
     report["cross"] = rows
-    report["cross_mismatches"] = sum(1 for r in rows for k, v in r.items() if k.startswith("equal_") and not v)
+    report["cross_mismatches"] = sum(
+        1 for r in rows for k, v in r.items() if k.startswith("equal_") and not v
+    )
 
 
 def time_shape(ours, f, g, data, lengths, total, rounds, target_s):
@@ -218,7 +236,11 @@ def main(argv=None) -> int:
     parts = set(args.parts.split(","))
     root = testing.data_dir()
     dev = jax.devices()[0]
-    report = {"device": dev.device_kind, "jax": jax.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    report = {
+        "device": dev.device_kind,
+        "jax": jax.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     t0 = time.perf_counter()
     want = set(args.families.split(","))
     families = []
@@ -238,12 +260,17 @@ def main(argv=None) -> int:
     try:
         if "cross" in parts:
             part_cross(root, dev, families, report, random.Random(11))
-            print(f"cross: {report['cross_mismatches']} mismatching (input, chunk) cells; "
-                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+            print(
+                f"cross: {report['cross_mismatches']} mismatching (input, chunk) cells; "
+                f"{time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
             save()
         if "time" in parts:
             cl = dict(families).get("cl100k")
-            report["time"] = part_time(root, dev, report, args.rounds, [(1024, 4096), (1024, 512), (64, 512)], tok=cl)
+            report["time"] = part_time(
+                root, dev, report, args.rounds, [(1024, 4096), (1024, 512), (64, 512)], tok=cl
+            )
             save()
         if "families" in parts:
             rows = []
