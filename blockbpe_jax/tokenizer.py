@@ -309,6 +309,13 @@ class Tokenizer:
 
         return corpus.encode_arrow(self, column, **kwargs)
 
+    def encode_dataset(self, ds, column: str = "text", **kwargs):
+        """An HF datasets.Dataset with `column`'s ids added as `input_ids` (list<int32>), through
+        `encode_arrow`: no Python string per row (`hf_datasets.encode_dataset`)."""
+        from .hf_datasets import encode_dataset
+
+        return encode_dataset(self, ds, column, **kwargs)
+
     def normalize(self, texts: Sequence[str | bytes]) -> list:
         """The texts as the tokenizer's normalizer leaves them (NFC and/or Lowercase in its order,
         or unchanged). `encode` on raw bytes checks NFC and lowercases most code points itself,
