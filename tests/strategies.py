@@ -213,3 +213,114 @@ spaces_text = st.lists(
     st.sampled_from([" ", "  ", " " * 15, " " * 16, "\u2581", "\n", "a", "ab", "\U0001f600", "é", "日本"]),
     max_size=30,
 ).map("".join)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-tokenizer regexes from the supported grammar (tests/test_regex_dialects.py), as templates:
+# "(?D:" stands for the dialect's dot-all group ((?s: in fancy-regex, (?m: in Oniguruma).
+
+REGEX_LITERALS = [
+    "a", "b", "s", "t", "S", "T", "k", "K", "x", "1", "2", " ", "'", "é", "É", "ſ",
+    "\\x{212a}", "\\u00e9", "中", "\\n", "\\r", "\\t", "\\.", "\\-", "\\'", "\\x41", "!", ",",
+]  # fmt: skip
+REGEX_SET_ESCAPES = [
+    "\\s", "\\S", "\\d", "\\D", "\\h", "\\H", "\\p{L}", "\\p{Lu}", "\\p{Ll}", "\\p{Lt}",
+    "\\p{N}", "\\p{Nd}", "\\P{L}", "\\P{N}", "\\p{P}", "\\p{S}", "\\p{M}", "\\p{Han}",
+    "\\p{Latin}", "\\p{Greek}", "\\p{^L}", "\\p{Uppercase_Letter}", "\\p{Z}",
+]  # fmt: skip
+REGEX_CLASS_CHARS = [
+    "a",
+    "b",
+    "s",
+    "t",
+    "S",
+    "K",
+    "1",
+    " ",
+    "'",
+    "é",
+    "\\]",
+    "\\-",
+    "\\n",
+    "\\r",
+    "\\^",
+    ".",
+    "_",
+]
+REGEX_RANGES = ["a-c", "A-C", "0-9", "r-t", "R-T", "à-ÿ", "\\x{2000}-\\x{200a}"]
+REGEX_QUANTIFIERS = ["", "", "", "?", "*", "+", "{2}", "{1,3}", "{0,2}", "{2,}", "{,2}", "{1,2}"]
+REGEX_SUFFIXES = ["", "", "", "?", "+"]
+
+
+@st.composite
+def _regex_class(draw, depth: int = 0) -> str:
+    items = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.integers(0, 3 if depth < 1 else 2))
+        pool = (REGEX_CLASS_CHARS, REGEX_RANGES, REGEX_SET_ESCAPES)
+        items.append(draw(_regex_class(depth + 1)) if kind == 3 else draw(st.sampled_from(pool[kind])))
+    inter = draw(_regex_class(depth + 1)) if depth < 1 and draw(st.integers(0, 3)) == 0 else ""
+    return "[" + ("^" if draw(st.booleans()) else "") + "".join(items) + (f"&&{inter}" if inter else "") + "]"
+
+
+@st.composite
+def _regex_alternation(draw, depth: int, in_look: bool) -> str:
+    def atom() -> str:
+        kind = draw(st.integers(0, 6 if depth < 1 or (depth < 2 and not in_look) else 5))
+        if kind <= 1:
+            return draw(st.sampled_from(REGEX_LITERALS))
+        if kind <= 3:
+            return draw(st.sampled_from(REGEX_SET_ESCAPES))
+        if kind == 4:
+            return "."
+        if kind == 5:
+            return draw(_regex_class())
+        opener = draw(st.sampled_from(["(?:", "(?:", "(?i:", "(?D:", "("]))
+        return opener + draw(_regex_alternation(depth + 1, in_look)) + ")"
+
+    def element() -> str:
+        kind = draw(st.integers(0, 5 if not in_look else 3))
+        if kind == 4:
+            opener = draw(st.sampled_from(["(?=", "(?!"]))
+            return opener + draw(_regex_alternation(depth + 1, True)) + ")"
+        if kind == 5:
+            return draw(st.sampled_from(["$", "\\z", "\\Z"]))
+        q = draw(st.sampled_from(REGEX_QUANTIFIERS))
+        return atom() + q + (draw(st.sampled_from(REGEX_SUFFIXES)) if q else "")
+
+    n_seq = draw(st.integers(1, 2 if depth else 3))
+    longest = 2 if in_look else 3 if depth else 4
+    return "|".join("".join(element() for _ in range(draw(st.integers(1, longest)))) for _ in range(n_seq))
+
+
+@st.composite
+def _regex_pattern(draw) -> str:
+    if draw(st.booleans()):
+        return draw(_regex_alternation(0, False))
+    return ("(?i)" if draw(st.booleans()) else "") + draw(_regex_alternation(1, False))
+
+
+def regex_patterns():
+    """Pattern templates from the supported grammar: literals, set escapes, classes (nested,
+    negated, &&), groups ((?:, (?i:, dot-all, capturing), quantifiers with lazy and possessive
+    suffixes (and Oniguruma's {m,n}+), lookaheads, $ \\z \\Z; materialise with
+    `regex_for_dialect`. At most 60 characters (longer ones take the compiler seconds)."""
+    return _regex_pattern().filter(lambda p: len(p) <= 60)
+
+
+def regex_for_dialect(template: str, flavour: str) -> str:
+    return template.replace("(?D:", "(?s:" if flavour == "tiktoken" else "(?m:")
+
+
+# Text for them: the characters the atoms above tell apart, case variants and multi-character
+# folds (ß ss ﬆ st), digits of several kinds, whitespace and newlines.
+REGEX_TEXT_UNITS = [
+    "a", "b", "s", "t", "S", "T", "k", "K", "\u212a", "x", "X", "1", "2", "3", "\u0663", "\u00bd",
+    " ", "  ", "\n", "\r\n", "\r", "\t", "\n\n", "'", "-", ".", "!", ",", "_", "^", "]",
+    "é", "É", "e\u0301", "ß", "\u1e9e", "ss", "SS", "\u017f", "st", "\ufb06", "中", "文",
+    "\u0301", "\x85", "\u2028", "\u00a0", "\u2003", "A", "B", "\U0001f642", "\u0130", "i",
+    "\u0131", "\u01c5", "\u03a3", "\u03c3", "\u03c2", "\u00e0", "\u00ff", "Ω", "\u2126",
+]  # fmt: skip
+regex_text = st.lists(
+    st.sampled_from(REGEX_TEXT_UNITS) | st.text(ANY_CHAR, min_size=1, max_size=2), max_size=24
+).map("".join)

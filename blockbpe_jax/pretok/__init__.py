@@ -7,7 +7,8 @@ automata.py      Automata, their minimisation and sequential run (the tests' ref
 tables.py        automata -> the kernels' operand (ffi/pretok/tables.h)
 normalizer.py    a tokenizer.json normalizer (NFC, Lowercase) for the kernels and the host
 pipeline.py      a tokenizer's stages (tiktoken pattern, HF pre_tokenizer) + compile cache
-unicode.py       Unicode 16.0.0 properties (unicode16.npz)
+unicode.py       the Unicode tables, each at its reference's version (unicode_*.npz)
+versions.py      the installed references' Unicode versions against the tables' (warnings)
 """
 
 from .compiler import PretokenizerUnsupported, compile_pattern
@@ -23,6 +24,7 @@ from .pipeline import (
     normalizer_from_hf,
 )
 from .normalizer import Normalizer
+from .versions import UnicodeVersionWarning
 
 __all__ = [
     "PretokenizerUnsupported",
@@ -34,6 +36,7 @@ __all__ = [
     "nfc_pairs",
     "normalizer_from_hf",
     "Normalizer",
+    "UnicodeVersionWarning",
     "from_tiktoken_pattern",
     "BYTES_MODE",
     "HF_BYTELEVEL_PATTERN",

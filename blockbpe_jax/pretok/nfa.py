@@ -66,6 +66,9 @@ def build(nfa: Nfa, node, nxt: int, depth: int) -> int:
 def build_repeat(nfa: Nfa, node: rs.Repeat, nxt: int, depth: int) -> int:
     body = node.item
     possessive = node.possessive
+    if possessive and depth > 0:
+        # (its exits assert a lookahead: one inside a lookahead, which the compiler does not do)
+        raise PretokenizerUnsupported("a possessive quantifier inside a lookahead is not supported")
     if possessive:
         # X{m,n}+ with X one code point: taking X is forced while the next code point is in X,
         # so the possessive form is the greedy one where every exit not at the maximum count

@@ -3,7 +3,8 @@ and Lowercase (rewritten in place, ffi/pretok/lowercase.h), alone or in a Sequen
 order; the host's version of the same rules (`apply`); and the tables both need.
 
 Lowercase is HF tokenizers' normalizer: Rust's `char::to_lowercase` per code point (no
-final-sigma context, U+0130 -> "i" U+0307), from unicode16.npz (probed through tokenizers).
+final-sigma context, U+0130 -> "i" U+0307), from unicode_lower17.npz (probed through tokenizers).
+NFC is at the Unicode version of HF tokenizers' NFC (unicode_nfc9.npz: 9.0.0), see nfc().
 The kernels rewrite a code point whose lowercase is one code point of the same UTF-8 length;
 a row with any other changed code point (27 of them: U+0130, U+023A, U+2126, U+212A, ...) is
 reported (count -2) and the host path normalizes it first.
@@ -95,20 +96,57 @@ def lowercase(text: str) -> str:
 
 
 def apply(norm: Normalizer, text: str) -> str:
-    """The steps on the host, in their order (NFC with unicodedata2, Unicode 16.0)."""
+    """The steps on the host, in their order (NFC at the NFC table's Unicode version: nfc())."""
     for s in norm.steps:
-        text = _unicodedata().normalize("NFC", text) if s == "nfc" else lowercase(text)
+        text = nfc(text) if s == "nfc" else lowercase(text)
     return text
+
+
+def nfc(text: str) -> str:
+    """NFC as the reference (HF tokenizers) computes it, at the NFC table's Unicode version
+    (unicode.unicode_version("nfc")): a code point assigned since is a starter that neither
+    decomposes nor composes there, so the text is normalized piece by piece between such code
+    points, which stay as they are. Within a piece every code point is assigned at the table's
+    version, where any later Unicode normalizes the same (Unicode's normalization stability), so
+    the installed unicodedata (unicodedata2 or the standard library's, if not older) does it."""
+    ucd = _unicodedata()
+    if text.isascii():
+        return text
+    newer = _newer_code_points()
+    if newer.search(text) is None:
+        return ucd.normalize("NFC", text)
+    parts = newer.split(text)  # (capturing: the separators at odd indices)
+    return "".join(p if k % 2 else ucd.normalize("NFC", p) for k, p in enumerate(parts))
+
+
+@functools.lru_cache(maxsize=1)
+def _newer_code_points():
+    """A compiled `re` matching one code point that is not assigned at the NFC table's version."""
+    import re
+
+    mask = ~uni.nfc_assigned() & uni.SCALAR_VALUES
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    ranges = "".join(
+        f"\\U{lo:08x}-\\U{hi - 1:08x}" for lo, hi in zip(edges[::2].tolist(), edges[1::2].tolist())
+    )
+    return re.compile(f"([{ranges}])")
 
 
 @functools.lru_cache(maxsize=1)
 def _unicodedata():
-    # unicodedata2 carries Unicode 16.0 (the kernels' tables); the standard library's module is
-    # older, which only matters for code points assigned since (normalization is stable).
+    # Any unicodedata at least as new as the NFC table's version normalizes like it on the
+    # pieces nfc() gives it; unicodedata2 if installed, else the standard library's.
     try:
         import unicodedata2 as ucd
     except ImportError:  # pragma: no cover - depends on the environment
         import unicodedata as ucd
+    if tuple(map(int, ucd.unidata_version.split("."))) < tuple(
+        map(int, uni.unicode_version("nfc").split("."))
+    ):  # pragma: no cover - Python's own is newer than 9.0 since 3.7
+        raise RuntimeError(
+            f"{ucd.__name__} is Unicode {ucd.unidata_version}, older than the NFC tables' "
+            f"{uni.unicode_version('nfc')}"
+        )
     return ucd
 
 
@@ -124,7 +162,7 @@ def lower_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     Flagged besides the changes of UTF-8 length: any lowercase that is not again its own
     lowercase, or whose combining class or NFC quick check differs from the code point's in
-    a way the widened NFC tables do not cover (a mark or Maybe); none exist in Unicode 16."""
+    a way the widened NFC tables do not cover (a mark or Maybe); none exist in these tables."""
     rows = _lower_rows()
     cp, first, second = rows[:, 0].astype(np.int64), rows[:, 1].astype(np.int64), rows[:, 2]
     lower = np.arange(0x110000, dtype=np.int64)

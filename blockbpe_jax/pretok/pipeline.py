@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from ..disk_cache import kept_npz
-from . import compiler, tables
+from . import compiler, tables, versions
 from . import normalizer as normalizer_mod
 from .normalizer import Normalizer
 from .compiler import PretokenizerUnsupported
@@ -27,7 +27,7 @@ _BEHAVIOURS = {
     "MergedWithNext": "merged_with_next",
     "Contiguous": "contiguous",
 }
-_COMPILER_VERSION = "1"  # bump when compiler.py's output changes (invalidates the disk cache)
+_COMPILER_VERSION = "2"  # bump when compiler.py's output changes (invalidates the disk cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Stage:
     between matches, HF Split(Removed, invert=true) removes it), checked at compile time."""
 
     pattern: str
-    flavour: str = "tiktoken"  # what `$` means: see regex_syntax.FLAVOURS
+    flavour: str = "tiktoken"  # the regex dialect: "tiktoken" fancy-regex, "hf" Oniguruma (regex_syntax)
     behaviour: str = "isolated"
     invert: bool = False
     total: bool = False
@@ -112,7 +112,9 @@ def _compile_cached(stage: Stage) -> compiler.Automata:
 
 
 def from_tiktoken_pattern(pattern: str) -> Pretokenizer:
-    """tiktoken's semantics: one regex, text between matches dropped (so it must not occur)."""
+    """tiktoken's semantics: one regex in fancy-regex's dialect, text between matches dropped (so
+    it must not occur). Warns if the installed tiktoken's Unicode differs from the tables'."""
+    versions.check_references("tiktoken")
     return Pretokenizer((Stage(pattern, "tiktoken", "isolated", False, True, "pattern"),))
 
 
@@ -139,8 +141,11 @@ def _widened_pairs() -> np.ndarray:
 
 
 def normalizer_from_hf(normalizer: object, where: str = "normalizer") -> Normalizer:
-    """A byte-level tokenizer.json `normalizer` (normalizer.from_hf)."""
-    return normalizer_mod.from_hf(normalizer, where)
+    """A byte-level tokenizer.json `normalizer` (normalizer.from_hf). Warns if the installed
+    tokenizers' NFC or Lowercase is of another Unicode version than the tables'."""
+    norm = normalizer_mod.from_hf(normalizer, where)
+    versions.check_references("tokenizers", [{"nfc": "nfc"}.get(s, "lowercase") for s in norm.steps])
+    return norm
 
 
 def nfc_from_hf(normalizer: object, where: str = "normalizer") -> bool:
@@ -155,6 +160,8 @@ def from_hf(pre: object, where: str = "pre_tokenizer") -> Pretokenizer:
     String; Isolated, MergedWithPrevious, MergedWithNext, Contiguous; invert with Isolated; Removed
     with invert=true when the regex matches every character), Digits, Punctuation, and Sequences
     of those."""
+    if where == "pre_tokenizer":  # (the top level; the regexes are read in Oniguruma's dialect)
+        versions.check_references("tokenizers", ["regex"])
     if pre is None:
         raise PretokenizerUnsupported(
             f"{where}: no pre-tokenizer (a byte-level BPE needs one; use mode='bytes' for none)"

@@ -1,11 +1,24 @@
-"""Parse the regexes of BPE pre-tokenizers into a small syntax tree.
+"""Parse the regexes of BPE pre-tokenizers into a small syntax tree, in the dialect of where the
+pattern came from.
+
+Two dialects (`FLAVOURS`):
+  "tiktoken"  fancy-regex (tiktoken, a .tiktoken file's pattern): Rust regex syntax plus
+              possessive quantifiers; `$` is the end of the text.
+  "hf"        Oniguruma with its default syntax (HF tokenizers compiles a tokenizer.json Split
+              regex so): `$` is the end of a line, `{m,n}+` is a greedy repeat of the interval
+              `(?:X{m,n})+` (not possessive), `{n}?` is `(?:X{n})?`, `(?m)` is dot-all.
 
 The supported family is what tiktoken-style and HF tokenizer.json patterns use: alternation,
 groups `(...)`, `(?:...)`, `(?i:...)`, `(?i)`, named groups; character classes with ranges,
-negation, nesting and `&&`; `\\s \\S \\d \\D \\p{..} \\P{..}` (general categories, `L&`-style
-groups and the scripts in unicode.py); quantifiers `? * + {m} {m,} {m,n}`, lazy (`?` suffix) and
-possessive (`+` suffix) forms; anchors `$ \\z \\Z`; lookahead `(?=...)` / `(?!...)`.
-Everything else raises RegexUnsupported naming the construct.
+negation, nesting and `&&`; `\\s \\S \\d \\D \\h \\H \\p{..} \\P{..}` (general categories,
+groups such as L, N, P and the scripts in unicode.py); quantifiers `? * + {m} {m,} {m,n} {,n}`,
+lazy (`?` suffix) and possessive (`+` suffix, for `? * +` in both dialects and for intervals in
+fancy-regex's); anchors `$ \\z \\Z`; lookahead `(?=...)` / `(?!...)`. Where the dialects read a
+construct differently, each is honoured (see docs/families.md, "Regex dialects"); everything else
+raises RegexUnsupported naming the construct, among them those whose meaning differs and that we
+do not model: POSIX brackets, `--` and `~~` in classes, a quantifier directly on a quantifier,
+and, in Oniguruma's case-insensitive mode, anything that could match a multi-character case
+fold (`(?i)ss` matches "ß" there, not in fancy-regex).
 
 Char sets are kept as `CharSet` (a bool mask over code points, built lazily) because the
 compiler derives its character classes from them.
@@ -13,117 +26,42 @@ compiler derives its character classes from them.
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from typing import Union
-
-import numpy as np
 
 from . import unicode as uni
+from .regex_escapes import _SET_ESCAPES, SetParser
+from .regex_nodes import (  # noqa: F401 (the tree's names, used as rs.X)
+    DIALECT_NAMES,
+    FLAVOURS,
+    Alt,
+    Chars,
+    CharSet,
+    EndOfLine,
+    EndOfText,
+    Look,
+    Node,
+    Repeat,
+    RegexUnsupported,
+    Seq,
+    char_range,
+    chars,
+    check_fold_runs,
+    empty_set,
+)
 
 
-class RegexUnsupported(ValueError):
-    """A pattern uses a construct the pre-tokenizer compiler does not implement."""
-
-
-@dataclasses.dataclass(frozen=True)
-class CharSet:
-    """A set of code points, as a bool mask over U+0000..U+10FFFF."""
-
-    mask: np.ndarray
-
-    def __or__(self, other):
-        return CharSet(self.mask | other.mask)
-
-    def __and__(self, other):
-        return CharSet(self.mask & other.mask)
-
-    def __sub__(self, other):
-        return CharSet(self.mask & ~other.mask)
-
-    def invert(self):
-        return CharSet(~self.mask & uni.SCALAR_VALUES)
-
-    def __eq__(self, other):
-        return isinstance(other, CharSet) and np.array_equal(self.mask, other.mask)
-
-    def __hash__(self):
-        return hash(self.mask.tobytes())
-
-
-def empty_set() -> CharSet:
-    return CharSet(np.zeros(uni.N_CODE_POINTS, bool))
-
-
-def chars(*cps: int) -> CharSet:
-    s = empty_set()
-    s.mask[list(cps)] = True
-    return s
-
-
-def char_range(lo: int, hi: int) -> CharSet:
-    s = empty_set()
-    s.mask[lo : hi + 1] = True
-    return CharSet(s.mask & uni.SCALAR_VALUES)
-
-
-# Syntax tree nodes.
-@dataclasses.dataclass(frozen=True)
-class Chars:  # one code point from a set
-    cs: CharSet
-
-
-@dataclasses.dataclass(frozen=True)
-class Seq:
-    items: tuple
-
-
-@dataclasses.dataclass(frozen=True)
-class Alt:
-    items: tuple
-
-
-@dataclasses.dataclass(frozen=True)
-class Repeat:
-    item: object
-    lo: int
-    hi: int | None  # None: unbounded
-    greedy: bool
-    possessive: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class EndOfText:  # \z (and `$` in tiktoken's flavour)
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class EndOfLine:  # `$` in HF's flavour: before a \n or at the end
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class Look:  # (?=...) / (?!...)
-    item: object
-    negate: bool
-
-
-Node = Union[Chars, Seq, Alt, Repeat, EndOfText, EndOfLine, Look]
-
-# What `$` means: tiktoken (Rust regex, no multi-line flag): end of text; HF tokenizers
-# (Oniguruma, Ruby syntax): end of line, i.e. before a \n or at the end.
-FLAVOURS = ("tiktoken", "hf")
-_SET_ESCAPES = "sSdDpP"  # escapes that stand for a set of code points
-
-
-class _Parser:
+class _Parser(SetParser):
     def __init__(self, pattern: str, flavour: str):
         self.p = pattern
         self.i = 0
         self.flavour = flavour
+        self.hf = flavour == "hf"
 
     def fail(self, what: str):
         raise RegexUnsupported(f"{what} (at offset {self.i} of {self.p!r})")
+
+    def fail_dialect(self, what: str):
+        self.fail(f"{what} [{DIALECT_NAMES[self.flavour]} dialect]")
 
     def peek(self, k: int = 0) -> str:
         return self.p[self.i + k] if self.i + k < len(self.p) else ""
@@ -160,57 +98,97 @@ class _Parser:
             items.append(self.quantified(atom))
         return (items[0] if len(items) == 1 else Seq(tuple(items))), fl
 
+    # -- quantifiers -------------------------------------------------------------------------
+    def _quantifier(self):
+        """(lo, hi, interval, fixed) of a quantifier at self.i, consumed; None if there is none.
+        fixed: written {n} (no comma)."""
+        c = self.peek()
+        if c and c in "?*+":
+            self.i += 1
+            return {"?": (0, 1), "*": (0, None), "+": (1, None)}[c] + (False, False)
+        if c == "{" and self._counted_ahead():
+            fixed = "," not in self.p[self.i : self.p.index("}", self.i)]
+            lo, hi = self._counted()
+            return lo, hi, True, fixed
+        return None
+
     def quantified(self, atom: Node) -> Node:
-        while True:
-            c = self.peek()
-            if c == "?":
-                lo, hi = 0, 1
-            elif c == "*":
-                lo, hi = 0, None
-            elif c == "+":
-                lo, hi = 1, None
-            elif c == "{" and self._counted_ahead():
-                lo, hi = self._counted()
+        start = self.i
+        q = self._quantifier()
+        if q is None:
+            return atom
+        lo, hi, interval, fixed = q
+        if _assertion_only(atom):
+            self.i = start
+            self.fail(
+                "a quantifier on an assertion (or a group with an alternative of assertions "
+                "only, which Oniguruma rejects) is not supported"
+            )
+        if _nullable(atom) and (hi is None or hi > 1):
+            self.i = start
+            self.fail(
+                "a repeat of something that can match the empty string is not supported (the "
+                "engines end an empty iteration differently)"
+            )
+        if self.take("?"):
+            if self.hf and interval and fixed:
+                # Oniguruma: X{n}? is (?:X{n})?, not a lazy X{n}
+                node = Repeat(Repeat(atom, lo, hi, True, False), 0, 1, True, False)
             else:
-                return atom
-            if c != "{":
-                self.i += 1
-            greedy, possessive = True, False
-            if self.take("?"):
-                greedy = False
-            elif self.take("+"):
-                possessive = True
-            if isinstance(atom, (EndOfText, EndOfLine, Look)):
-                self.fail("a quantifier on an assertion is not supported")
-            atom = Repeat(atom, lo, hi, greedy, possessive)
+                node = Repeat(atom, lo, hi, False, False)
+        elif self.take("+"):
+            if self.hf and interval:
+                # Oniguruma: X{m,n}+ is (?:X{m,n})+, a greedy repeat of the interval
+                if lo == 0:
+                    self.i = start
+                    self.fail(
+                        "X{0,n}+ is not supported: Oniguruma reads it as (?:X{0,n})+, a repeat "
+                        "of something that can match the empty string"
+                    )
+                node = Repeat(Repeat(atom, lo, hi, True, False), 1, None, True, False)
+            else:
+                node = Repeat(atom, lo, hi, True, True)
+        else:
+            node = Repeat(atom, lo, hi, True, False)
+        if self.peek() in ("?", "*", "+") or (self.peek() == "{" and self._counted_ahead()):
+            self.fail(
+                "a quantifier directly after a quantifier is not supported (fancy-regex rejects "
+                "it, Oniguruma reads it as a nested repeat with its own reductions): put the "
+                "inner one in a group"
+            )
+        return node
 
     def _counted_ahead(self) -> bool:
         j = self.p.find("}", self.i)
         body = self.p[self.i + 1 : j] if j > 0 else ""
-        return bool(body) and all(ch.isdigit() or ch == "," for ch in body) and body[0].isdigit()
+        if not body or not all(ch.isdigit() or ch == "," for ch in body) or body.count(",") > 1:
+            return False
+        return body[0].isdigit() or (body[0] == "," and len(body) > 1)  # {,n}: {0,n} in both
 
     def _counted(self) -> tuple[int, int | None]:
         j = self.p.index("}", self.i)
         body = self.p[self.i + 1 : j]
-        self.i = j + 1
         if "," not in body:
             n = int(body)
-            return n, n
-        lo, hi = body.split(",", 1)
-        lo_v, hi_v = int(lo), (int(hi) if hi else None)
+            lo_v, hi_v = n, n
+        else:
+            lo, hi = body.split(",", 1)
+            lo_v, hi_v = int(lo or "0"), (int(hi) if hi else None)
         if hi_v is not None and hi_v < lo_v:
             self.fail(f"repetition {{{body}}} has max < min")
         if (hi_v or lo_v) > 64:
             self.fail(f"repetition {{{body}}}: counts above 64 are not supported")
+        self.i = j + 1
         return lo_v, hi_v
 
+    # -- atoms -------------------------------------------------------------------------------
     def atom(self, fl: str) -> Node:
         ci = "i" in fl
         c = self.peek()
         if c == "(":
             return self.group(fl)
         if c == "[":
-            return Chars(self.char_class(ci))
+            return Chars(self.char_class(ci, top=True))
         if c == ".":
             self.i += 1
             return Chars(chars(0x0A).invert() if "s" not in fl else chars(0x0A) | chars(0x0A).invert())
@@ -228,12 +206,30 @@ class _Parser:
                 return EndOfText()
             if esc == "Z":
                 self.i += 2
-                return Look(Seq((Repeat(Chars(chars(0x0A)), 0, 1, True, False), EndOfText())), negate=False)
-            if esc in "AbBG":
+                # Oniguruma: the end, or before a final \n; fancy-regex: before trailing \n's
+                newlines = Repeat(Chars(chars(0x0A)), 0, 1 if self.hf else None, True, False)
+                return Look(Seq((newlines, EndOfText())), negate=False)
+            if esc and esc in "AbBG":
                 self.fail(f"anchor \\{esc} is not supported")
-            return Chars(self._fold(self.escape(), ci))
+            if esc and esc in _SET_ESCAPES:
+                base, negate = self.set_escape()
+                # Oniguruma applies (?i) to a class written outside brackets not at all;
+                # fancy-regex folds it, then negates.
+                return Chars(self._negate(self._fold(base, ci and not self.hf), negate))
+            cp = self.char_escape()
+            return self._literal(cp, ci)
         self.i += 1
-        return Chars(self._fold(chars(ord(c)), ci))
+        return self._literal(ord(c), ci)
+
+    def _literal(self, cp: int, ci: bool) -> Chars:
+        if not ci:
+            return Chars(chars(cp))
+        if self.hf and cp in uni.multi_char_folds():
+            self.fail_dialect(
+                f"U+{cp:04X} under (?i) is not supported: Oniguruma matches its multi-character "
+                f"case fold {uni.multi_char_folds()[cp]!r} too"
+            )
+        return Chars(uni.case_fold_closure(chars(cp)), cp if self.hf else None)
 
     def group(self, fl: str) -> Node:
         start = self.i
@@ -251,7 +247,7 @@ class _Parser:
                 look = False
             elif self.take("!"):
                 look = True
-            elif self.peek() == "<" and self.peek(1) in "=!":
+            elif self.peek() == "<" and self.peek(1) and self.peek(1) in "=!":
                 fail_here(
                     "lookbehind (?<=...) is not supported"
                     if self.peek(1) == "="
@@ -259,7 +255,9 @@ class _Parser:
                 )
             elif self.peek() == ">":
                 fail_here("atomic group (?>...) is not supported")
-            elif self.peek() in "<P'":
+            elif self.peek() and self.peek() in "<P'":
+                if self.peek() == "P" and self.hf:
+                    fail_here("(?P<name>...) is not Oniguruma syntax (HF tokenizers rejects it)")
                 end = ">" if self.peek() in "<P" else "'"
                 j = self.p.find(end, self.i + 1)
                 if j < 0:
@@ -286,132 +284,54 @@ class _Parser:
         dotall = "s" if self.flavour == "tiktoken" else "m"
         allowed = {"i": "i", dotall: "s"}
         if not flags or any(f not in allowed for f in flags):
-            fail(f"inline flags (?{flags}) are not supported (only i and {dotall})")
+            fail(
+                f"inline flags (?{flags}) are not supported (only i and {dotall} in the "
+                f"{DIALECT_NAMES[self.flavour]} dialect)"
+            )
         return "".join(sorted(set(fl + "".join(allowed[f] for f in flags))))
 
-    def escape(self) -> CharSet:
-        """A backslash escape at self.i (inside or outside a class) as a CharSet: one code point,
-        or a set for the escapes in _SET_ESCAPES."""
-        esc = self.peek(1)
-        self.i += 2
-        simple = {"n": 0x0A, "r": 0x0D, "t": 0x09, "f": 0x0C, "v": 0x0B, "a": 0x07, "e": 0x1B, "0": 0}
-        if esc in simple:
-            return chars(simple[esc])
-        if esc == "s":
-            return uni.white_space()
-        if esc == "S":
-            return uni.white_space().invert()
-        if esc == "d":
-            return uni.property_set("Nd")
-        if esc == "D":
-            return uni.property_set("Nd").invert()
-        if esc in "pP":
-            if self.take("{"):
-                j = self.p.find("}", self.i)
-                if j < 0:
-                    self.fail("unterminated \\p{")
-                name = self.p[self.i : j]
-                self.i = j + 1
-            else:
-                name = self.peek()
-                self.i += 1
-            negate = esc == "P"
-            if name.startswith("^"):
-                negate, name = not negate, name[1:]
-            try:
-                s = uni.property_set(name)
-            except KeyError:
-                self.fail(f"Unicode property \\{esc}{{{name}}} is not supported")
-            return s.invert() if negate else s
-        if esc == "x":
-            if self.take("{"):
-                j = self.p.index("}", self.i)
-                cp = int(self.p[self.i : j], 16)
-                self.i = j + 1
-            else:
-                cp = int(self.p[self.i : self.i + 2], 16)
-                self.i += 2
-            return chars(cp)
-        if esc == "u":
-            cp = int(self.p[self.i : self.i + 4], 16)
-            self.i += 4
-            return chars(cp)
-        if esc in "wWbBhHRXkg" or esc.isdigit():
-            self.i -= 2
-            self.fail(f"escape \\{esc} is not supported")
-        if esc == "":
-            self.fail("trailing backslash")
-        return chars(ord(esc))
+    # -- escapes -----------------------------------------------------------------------------
 
-    def char_class(self, ci: bool) -> CharSet:
-        """[...] at self.i, with ranges, negation, nested classes and && (Rust syntax)."""
-        self.i += 1
-        negate = self.take("^")
-        acc = empty_set()
-        first = True
-        while True:
-            if self.i >= len(self.p):
-                self.fail("unterminated [")
-            if self.peek() == "]" and not first:
-                self.i += 1
-                break
-            first = False
-            if self.take("&&"):
-                rest = self._class_rest(ci)
-                acc = acc & rest
-                break
-            item = self._class_item(ci)
-            acc = acc | item
-        acc = self._fold(acc, ci)
-        return acc.invert() if negate else acc
 
-    def _class_rest(self, ci: bool) -> CharSet:
-        # The right operand of && up to the closing ] of the enclosing class.
-        acc = empty_set()
-        while True:
-            if self.i >= len(self.p):
-                self.fail("unterminated [")
-            if self.take("]"):
-                return acc
-            if self.take("&&"):
-                return acc & self._class_rest(ci)
-            acc = acc | self._class_item(ci)
+def _nullable(node) -> bool:
+    """Whether a node can match the empty string (assertions taken as true)."""
+    if isinstance(node, Chars):
+        return False
+    if isinstance(node, Seq):
+        return all(_nullable(x) for x in node.items)
+    if isinstance(node, Alt):
+        return any(_nullable(x) for x in node.items)
+    if isinstance(node, Repeat):
+        return node.lo == 0 or _nullable(node.item)
+    return True
 
-    def _class_item(self, ci: bool) -> CharSet:
-        if self.peek() == "[":
-            if self.p.startswith("[:", self.i):
-                self.fail("POSIX classes [:...:] are not supported")
-            return self.char_class(ci)
-        lo = self._class_char()
-        if isinstance(lo, CharSet):
-            return lo
-        if self.peek() == "-" and self.peek(1) not in ("]", ""):
-            self.i += 1
-            hi = self._class_char()
-            if isinstance(hi, CharSet):
-                self.fail("a range cannot end in a class escape")
-            if hi < lo:
-                self.fail("invalid range (end before start)")
-            return char_range(lo, hi)
-        return chars(lo)
 
-    def _class_char(self) -> int | CharSet:
-        """A class member: a code point (which may start a range) or a set escape (\\s, \\p...)."""
-        c = self.peek()
-        if c != "\\":
-            self.i += 1
-            return ord(c)
-        is_set = self.peek(1) in _SET_ESCAPES
-        s = self.escape()
-        return s if is_set else int(np.flatnonzero(s.mask)[0])
-
-    @staticmethod
-    def _fold(cs: CharSet, ci: bool) -> CharSet:
-        return uni.case_fold_closure(cs) if ci else cs
+def _assertion_only(node) -> bool:
+    """An assertion, a sequence of them, or an alternation with such an alternative."""
+    if isinstance(node, (EndOfText, EndOfLine, Look)):
+        return True
+    if isinstance(node, Seq):
+        return all(_assertion_only(x) for x in node.items)
+    if isinstance(node, Alt):
+        return any(_assertion_only(x) for x in node.items)
+    return False
 
 
 def parse(pattern: str, flavour: str = "tiktoken") -> Node:
-    """The syntax tree of `pattern`; RegexUnsupported for constructs outside the family."""
+    """The syntax tree of `pattern` read in `flavour`'s dialect ("tiktoken": fancy-regex, "hf":
+    Oniguruma); RegexUnsupported for constructs outside the family."""
     if flavour not in FLAVOURS:
         raise ValueError(f"flavour must be one of {FLAVOURS}, got {flavour!r}")
-    return _Parser(pattern, flavour).parse()
+    tree = _Parser(pattern, flavour).parse()
+    if flavour == "hf":
+        check_fold_runs(tree, pattern)
+    return tree
+
+
+def same_in_both_dialects(pattern: str) -> bool:
+    """Whether fancy-regex and Oniguruma read `pattern` the same way (as far as this parser
+    tells: equal syntax trees); False when either refuses it."""
+    try:
+        return parse(pattern, "tiktoken") == parse(pattern, "hf")
+    except RegexUnsupported:
+        return False

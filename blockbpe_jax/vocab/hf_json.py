@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .. import pretok
 from .model import Vocab, VocabError, _check_id, _missing_bytes_message, _place_specials, vocab_name
+from ..pretok.regex_syntax import same_in_both_dialects
 from .patterns import recognise_pattern
 
 
@@ -217,7 +218,8 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
         byte_ids=byte_ids,
         special_tokens=added,
         pattern=pattern,
-        pattern_name=recognise_pattern(pattern),
+        # (the known patterns are named in fancy-regex's dialect: a Split regex is Oniguruma's)
+        pattern_name=recognise_pattern(pattern) if pattern and same_in_both_dialects(pattern) else None,
         whole_piece_shortcut=bool(model.get("ignore_merges", False)),
         pretokenizer=pretokenizer,
         unsupported="; ".join(reasons) or None,
