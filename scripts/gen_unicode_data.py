@@ -20,7 +20,7 @@ compiler (blockbpe_jax/pretok) derives character classes from.
                            14.0.0 and applies the final-sigma context.
 
 Why Unicode 16.0.0: the oracles use it. Checked by probing every code point through the engines
-themselves (tests/test_pretokenize_unicode.py::test_unicode_properties_match_tiktoken does it for
+themselves (tests/pretok/test_pretokenize_unicode.py::test_unicode_properties_match_tiktoken does it for
 tiktoken): tiktoken 0.14.0 (Rust regex) and HF tokenizers 0.23.3 (Oniguruma) are Unicode
 16.0.0; Python's `regex` 2026.5.9 is 17.0.0 (e.g. U+0295 Ll -> Lo) and Python 3.11's
 `unicodedata` 14.0.0. General categories come from
@@ -57,7 +57,7 @@ WHITE_SPACE = (
 OUT = pathlib.Path(__file__).resolve().parent.parent / "blockbpe_jax" / "pretok" / "unicode16.npz"
 
 
-EXIT_WRONG_VERSION = 3  # (--check cannot tell here: tests/test_pretokenize_unicode.py skips)
+EXIT_WRONG_VERSION = 3  # (--check cannot tell here: tests/pretok/test_pretokenize_unicode.py skips)
 
 
 def wrong_version(message: str):

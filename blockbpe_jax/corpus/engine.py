@@ -1,0 +1,393 @@
+"""The corpus job's engine: one window of documents (documents.Window: a flat buffer and
+offsets) -> encode calls planned by width (corpus/plan.py) -> ids on the device, compacted
+there into input order in the shard dtype -> one copy back per window, handed to a writer
+(corpus/shards/). Reading, encoding, copying back and writing overlap (a reader thread ahead, a
+finishing thread and a writing thread behind). job.py drives it; see encode_documents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .. import native, staging
+from .background import in_background, map_in_background
+from .types import Window
+from .device import CompiledReads, CompiledWindows, WindowBuffers, compile_ahead, device_functions
+from .types import CorpusError
+from .shards.flat import token_dtype
+from .plan import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_PACK_WIDTH,
+    PlannedCall,
+    call_rows,
+    first_pass_tokens,
+    packed_calls,
+    packing,
+    plan_batches,
+    window_calls,
+)
+
+# On the CPU backend compiles take the cores that encode: finalize's size is not guessed
+# ahead there (tests turn the GPU's guess on).
+LIKELY_SHAPES_ON_CPU = False
+NO_ROWS = np.zeros(0, np.int32)  # (an unpacked window's packed rows)
+
+
+class JoinInto:
+    """Lets the reader join a block's documents straight into the corpus job's page-locked window
+    buffers, a separator after each (`encode_documents` opens it when it packs short documents:
+    planning then copies no bytes). open(sep, take): take(bytes) -> a
+    staging.FlatSlot with room for them; until then and after close(), windows are plain."""
+
+    def __init__(self):
+        self.to = None  # (sep, take) while open: read once per block by the reading thread
+
+    def open(self, sep: bytes, take) -> None:
+        self.to = (sep, take)
+
+    def close(self) -> None:
+        self.to = None
+
+
+@dataclass
+class WindowWork:
+    """A window on its way through encode_documents' pipeline: what `plan_window` prepared,
+    then (`launch`) the buffer its calls write into and its counts on their way back. Arrays
+    "per document" are in plan order (`perm[k]` is the window's document k-th in the plan)."""
+
+    window: Window
+    plan: list[PlannedCall]
+    slot: staging.FlatSlot  # the window's padded bytes, host and device (reused once its calls ran)
+    flat: object  # the same on the device
+    table: object  # the document table on the device: each call's rows (start in flat, length)
+    end: int  # the id buffer's length the calls need
+    perm: np.ndarray  # the window's documents in plan order
+    kept: np.ndarray  # per document: the tokens its call's first pass keeps (its T)
+    src: np.ndarray  # per document: where its ids start in the id buffer
+    count_at: np.ndarray  # per document: where its count is in the id buffer
+    positions: np.ndarray  # count_at by document in input order, padded to a bucketed length
+    doc_start: np.ndarray  # by document in input order: its start in flat
+    packed: np.ndarray  # int64[2, packed documents]: its row's start in the buffer, 1 if it opens its row
+    raw: object = None  # (launch) the id buffer on the device
+    counts: object = None  # (launch) the counts by document, being copied back
+
+
+def encode_documents(
+    tok,
+    windows: Iterator[Window],
+    writer,
+    paths: Sequence[Path],
+    *,
+    mode="exact",
+    allowed_special="none",
+    batch_bytes=DEFAULT_BATCH_BYTES,
+    max_docs=None,
+    max_len=None,
+    block_size=256,
+    device=None,
+    progress=None,
+    pack_width=DEFAULT_PACK_WIDTH,
+    join: JoinInto | None = None,
+) -> None:
+    """Encodes the documents window by window (within a window, sorted by length into calls of
+    one power-of-two width; any length: max_tokens never cuts a document) and hands each
+    window's ids, back to back in input order in the shard dtype, to `writer.add`.
+
+    A window's bytes and a table of its documents in plan order go to the device once; its
+    calls run as one FFI call (two when some rows are packed: `corpus.device.CompiledWindows`),
+    each call's padded rows gathered from them there. On the device, a window's calls write
+    into one buffer and one step puts their ids in input order;
+    the host copies back the window's counts, then its ids (about 2-4 bytes per token), once
+    each. Rows with more tokens than the first pass keeps are encoded again at full width into
+    the same buffer before that step. Reading, encoding and writing overlap: a thread reads and
+    splits the documents of the next window while others plan the windows after it (two at once
+    when the ids stay in memory; `plan_window`: the rest of a window's host work), this thread
+    dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
+    finishes the previous window (its counts back, compaction dispatched) and another waits
+    for the ids of the one before and writes them. `join`: the JoinInto the windows' reader
+    was given (opened here when short documents are packed)."""
+    import jax
+
+    nfc = mode == "exact" and tok.normalizes
+    fns = device_functions()
+    dtype = token_dtype(tok.vocab.n_vocab)
+
+    def where(w: Window, i: int) -> str:
+        return f"{paths[int(w.file_indices[i])]}:{int(w.positions[i])}"
+
+    target = device or jax.devices()[0]
+    # the GPU's plan: finalize's size guessed and compiled ahead
+    speculate = target.platform != "cpu" or LIKELY_SHAPES_ON_CPU
+    tables = tok.tables(allowed_special, device)
+    buffers = WindowBuffers(target)
+    # (any normalizer: assume_nfc)
+    encodes = CompiledWindows(tables, target, mode=mode, block_size=block_size, assume_nfc=nfc)
+    reads = CompiledReads(target, dtype)
+    # (max_len: every call max_len wide, packed rows too)
+    pack = packing(
+        tok, mode, allowed_special, min(pack_width, max_len) if max_len and pack_width else pack_width
+    )
+    packed_encodes = None  # (made when short documents are packed: only packed calls use it)
+    if pack:
+        packed_encodes = CompiledWindows(
+            tok.tables(pack.allowed, device),
+            target,
+            sep_id=pack.sep_id,
+            mode=mode,
+            block_size=block_size,
+            assume_nfc=nfc,
+        )
+
+    def host_table(rows: np.ndarray, entries: np.ndarray, size: int) -> np.ndarray:
+        """A table of `size` entries (at least): rows int32[2, n] (start in flat, length) at
+        `entries`; the other entries are empty rows."""
+        table = buffers.table(size)
+        table[:, entries] = rows
+        return table
+
+    def plan_window(w: Window):
+        """A window's host work, on the planning thread (ahead of `launch`): the calls planned,
+        the bytes padded (and short documents packed), the document table and where each
+        document's ids and count will be."""
+        if not w.ndocs:
+            return None
+        if nfc:  # the width must fit the normalized text
+            w = Window.of(tok.normalize(w.blobs), w.positions, w.file_index, w.consumed)
+        lengths = w.lengths
+        if max_len is not None and lengths.max() > max_len:
+            i = int(np.argmax(lengths))
+            raise CorpusError(
+                f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
+                f"--max-len {max_len} (use --split chunk:N)"
+            )
+        # (packed: a separator after each document; the reader's may hold them already)
+        gap = len(pack.sep) - w.sep_len if pack else 0
+        size = w.data.size + w.ndocs * gap
+        if size >= 1 << 31:  # (the table's starts are int32)
+            raise CorpusError(f"{where(w, 0)}: {size} bytes of documents in one window, 2 GiB or more")
+        plan: list[PlannedCall] = []
+        end = entries = 0
+        alone = np.arange(w.ndocs)
+        laid = []  # per call: first packed row (-1: a row per document), table entries it fills
+        if pack:
+            slot = w.slot or buffers.flat_slot(size)  # (the reader's: `join`, the same size)
+            flat = slot.host
+            into = None if w.slot else flat  # (None: the rows only)
+            row_of_doc, packed_rows = native.cpu.pack_documents(w.data, w.offsets, pack.sep, pack.width, into)
+            doc_start = w.offsets[:-1] - w.offsets[0] + np.arange(w.ndocs) * gap
+            alone = np.flatnonzero(row_of_doc < 0)
+            full = call_rows(pack.width, batch_bytes, max_docs)
+            for docs, first_row, n_rows in packed_calls(row_of_doc, len(packed_rows), full):
+                plan.append(PlannedCall(docs, pack.width, pack.width, n_rows, end, entries, len(docs)))
+                laid.append((first_row, n_rows))
+                end += n_rows * pack.width + len(docs)
+                entries += n_rows
+        else:
+            slot = buffers.flat_of(w.data)
+            flat = slot.host
+            doc_start = w.offsets[:-1]
+            row_of_doc = packed_rows = NO_ROWS
+        n_packed = sum(len(p.docs) for p in plan)
+        for width, idx in plan_batches(lengths[alone], batch_bytes, max_docs, max_len):
+            idx = alone[idx]
+            T = first_pass_tokens(width)
+            rows = len(idx)
+            plan.append(PlannedCall(idx, width, T, rows, end, entries, 0))
+            laid.append((-1, len(idx)))
+            end += rows * (T + 1)
+            entries += rows
+        # per document, in plan order (the packed ones first): its call's T, where its ids and
+        # its count are in raw (a packed one's: where its separator's position will be; its
+        # ids follow the document before it in its row, or start the row), and the table's
+        # entries (core/window_layout.h)
+        perm = np.concatenate([p.docs for p in plan]).astype(np.int64, copy=False)
+        calls = np.array(
+            [(len(p.docs), p.T, p.rows, p.offset, p.entry, *rows) for p, rows in zip(plan, laid)], np.int64
+        )
+        table = buffers.table(entries)
+        positions = np.zeros(buffers.doc_slots(len(perm)), np.int32)
+        kept, src, count_at = per_doc = np.empty((3, len(perm)), np.int64)
+        packed_docs = np.empty((2, n_packed), np.int64)  # (row's start in raw, 1: first in its row)
+        native.cpu.layout_window(
+            perm,
+            calls,
+            np.ascontiguousarray(doc_start),
+            lengths,
+            packed_rows,
+            row_of_doc,
+            pack.width if pack else 0,
+            table,
+            positions,
+            per_doc,
+            packed_docs,
+        )
+        # the window's one transfer of bytes, here, ahead of its calls
+        return WindowWork(
+            window=w,
+            plan=plan,
+            slot=slot,
+            flat=slot.to_device(),
+            table=jax.device_put(table, target),
+            end=end,
+            perm=perm,
+            kept=kept,
+            src=src,
+            count_at=count_at,
+            positions=positions,
+            doc_start=doc_start,
+            packed=packed_docs,
+        )
+
+    def launch(work: WindowWork) -> WindowWork:
+        """Dispatches a planned window's calls (asynchronous) and the copy back of its counts."""
+        plan, flat, table, positions = work.plan, work.flat, work.table, work.positions
+        slots = buffers.raw_slots(work.end)
+        calls = window_calls(plan)
+        packed = calls[:, 5] > 0  # (packed rows have tables of their own: a call of their own)
+        parts = [(step, calls[m]) for step, m in ((packed_encodes, packed), (encodes, ~packed)) if m.any()]
+        parts = [(step, c, buffers.workspace(step.scratch(c))) for step, c in parts]
+        ahead = [step.ahead(flat.size, table.shape[1], slots, space) for step, _, space in parts]
+        ahead += [reads.gather_ahead(slots, positions.size), reads.zeros_ahead(slots)]
+        if speculate:  # (the ids of a window of about 4 bytes a token)
+            ahead.append(reads.finalize_ahead(slots, positions.size, buffers.ids(work.window.data.size // 4)))
+        compile_ahead(ahead)  # (a window's new executables compiled together, on threads)
+        raw = buffers.take(slots, reads.zeros)
+        for step, c, space in parts:
+            raw = step(flat, table, raw, c, space)
+        work.raw, work.counts = raw, reads.gather(raw, positions)
+        work.counts.copy_to_host_async()
+        return work
+
+    def finish(work: WindowWork) -> None:
+        """A launched window's counts back, its long rows encoded again, its ids compacted into
+        input order on the device (`finalize`), and their copy back and writing queued."""
+        w, plan, flat, raw, end = work.window, work.plan, work.flat, work.raw, work.end
+        perm, src, count_at = work.perm, work.src, work.count_at
+        doc_start, packed = work.doc_start, work.packed
+        n = len(perm)
+        sizes = [len(p.docs) for p in plan]
+        got = np.empty(n, np.int64)  # the counts in plan order from here on (core/window_layout.h)
+        native.cpu.counts_in_plan_order(np.asarray(work.counts), perm, src, packed, got)
+        redo = np.flatnonzero(got > work.kept)
+        if redo.size:  # more tokens than the first pass kept: these rows at full width
+            call_of = np.repeat(np.arange(len(plan)), sizes)
+            groups = np.split(redo, np.flatnonzero(np.diff(call_of[redo])) + 1)
+            again = np.zeros((len(groups), 6), np.int64)  # window_calls' rows: width + 1 ids a row
+            for k, g in enumerate(groups):
+                width = plan[call_of[g[0]]].width
+                again[k, :4] = len(g), width, width + 1, end
+                r = np.arange(len(g))
+                src[g], count_at[g] = end + r * (width + 1), end + len(g) * (width + 1) + r
+                end += len(g) * (width + 2)
+            again[:, 4] = np.cumsum(again[:, 0]) - again[:, 0]  # each group's first table entry
+            if end > raw.size:
+                raw = fns.grow(raw, size=buffers.grown(end))
+            docs = perm[redo]
+            rows = np.stack([doc_start[docs], w.lengths[docs]])
+            table = jax.device_put(host_table(rows, np.arange(len(docs)), len(docs)), target)
+            raw = encodes(flat, table, raw, again, buffers.workspace(encodes.scratch(again)))
+            positions = np.zeros(buffers.doc_slots(n), np.int32)
+            positions[: redo.size] = count_at[redo]
+            got[redo] = np.asarray(reads.gather(raw, positions))[: redo.size]
+        counts = np.empty(n, np.int64)
+        layout = np.empty((2, buffers.doc_slots(n)), np.int32)
+        calls = np.array([(len(p.docs), p.width) for p in plan], np.int64)
+        bad, total, held = native.cpu.compaction_layout(got, src, perm, calls, counts, layout)
+        if bad >= 0:
+            buffers.give_back(raw)
+            width = int(calls[np.searchsorted(np.cumsum(sizes), bad, side="right"), 1])
+            raise CorpusError(
+                f"{where(w, int(perm[bad]))}: tokenization failed (count {int(got[bad])}, width {width + 1})"
+            )
+        size = buffers.ids(total)
+        layout[:, held:] = size
+        ids = reads.finalize(raw, layout, size)
+        # The copy back (of the first `total` ids only) is made on the writing thread (at most
+        # two windows queued), so that this one takes the next window's counts meanwhile.
+        while len(stored) > 1:
+            stored.pop(0).result()  # re-raises a write's error here
+        stored.append(store_thread.submit(store, ids, total, counts, w, raw, work.slot))
+
+    def store(ids, total: int, counts: np.ndarray, w: Window, raw, slot: staging.FlatSlot) -> None:
+        # (into a kept page-locked buffer where the writer copies the ids out: one DMA, no
+        # fresh memory's page faults, no second copy)
+        into = buffers.host_ids(ids.size * ids.dtype.itemsize) if reuse_ids else None
+        host_ids = staging.read_back([ids], [total], [into])[0]
+        buffers.give_back(raw)
+        # Every call that reads the window's bytes has run (on the CPU backend `flat` may be
+        # this very memory), so the next windows may reuse it.
+        buffers.give_back_flat(slot)
+        if write_failed:  # (the windows queued behind a failed write are not written)
+            return
+        # (the write on a thread of its own: the next window's ids come back meanwhile)
+        while len(written) > 1:
+            written.pop(0).result()  # re-raises a write's error here
+        written.append(write_thread.submit(write, host_ids, counts, w, total, into))
+
+    def write(host_ids: np.ndarray, counts: np.ndarray, w: Window, total: int, into) -> None:
+        if write_failed:
+            return
+
+        def done() -> None:  # (the ids are out of `into`: on a writing thread of FlatWriter's)
+            if into is not None:
+                buffers.give_back_ids(into)
+            if progress is not None:
+                progress.update(w.consumed, w.ndocs, total)
+
+        try:
+            if getattr(writer, "writes_later", False):
+                writer.add(host_ids, counts, w, done)
+            else:
+                writer.add(host_ids, counts, w)
+                done()
+        except BaseException:
+            write_failed.append(True)
+            raise
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    stored = []  # futures of store(), oldest first (touched by finish's thread, then this one)
+    written = []  # futures of write(), oldest first (touched by store's thread, then this one)
+    reuse_ids = staging.available(buffers.device) and not getattr(writer, "keeps_ids", True)
+    write_failed: list = []
+    # Windows planned at once (plan_window's host work is mostly native, the GIL released): two
+    # when the ids stay in memory (a writer with `writes_files = False`); one beside a writer of
+    # files, whose one thread's copy into the page cache bounds the job and slows with a second
+    # planner's memory traffic.
+    plan_threads = 1 if getattr(writer, "writes_files", True) else 2
+    if join is not None and pack and not nfc:  # (the reader joins each block into a buffer of the pool)
+        join.open(pack.sep, buffers.flat_slot)
+    try:
+        # (the writing thread outlives the storing one, which outlives the finishing one: each
+        # submits to the next)
+        with (
+            ThreadPoolExecutor(1, "blockbpe-write") as write_thread,
+            ThreadPoolExecutor(1, "blockbpe-store") as store_thread,
+            ThreadPoolExecutor(1, "blockbpe-finish") as finish_thread,
+        ):
+            finished = []  # futures of finish(), oldest first
+            # (windows are split on one thread and planned on others: this one only dispatches)
+            split = in_background(windows, depth=1, name="blockbpe-split")
+            # (three windows planned or being planned ahead of this one, four at times with two)
+            ahead = 2 if plan_threads == 1 else 1
+            for planned in map_in_background(plan_window, split, plan_threads, ahead, "blockbpe-plan"):
+                if planned is None:  # (a window without documents)
+                    continue
+                finished.append(finish_thread.submit(finish, launch(planned)))
+                while len(finished) > 1 or (finished and finished[0].done()):
+                    finished.pop(0).result()  # re-raises a finishing or writing error here
+            for future in finished:
+                future.result()
+            for future in stored:
+                future.result()
+            for future in written:
+                future.result()
+            if getattr(writer, "writes_later", False):
+                writer.drain()  # (its queued writes, and their progress, before the job returns)
+    finally:
+        if join is not None:
+            join.close()
