@@ -95,104 +95,159 @@ def encode_documents(
 ) -> None:
     """Encodes the documents window by window (within a window, sorted by length into calls of
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
-    window's ids, back to back in input order in the shard dtype, to `writer.add`.
+    window's ids, back to back in input order in the shard dtype, to `writer.add`
+    (`WindowEncoder` says how). `join`: the JoinInto the windows' reader was given (opened here
+    when short documents are packed)."""
+    engine = WindowEncoder(
+        tok,
+        writer,
+        paths,
+        mode=mode,
+        allowed_special=allowed_special,
+        batch_bytes=batch_bytes,
+        max_docs=max_docs,
+        max_len=max_len,
+        block_size=block_size,
+        device=device,
+        progress=progress,
+        pack_width=pack_width,
+    )
+    engine.run(windows, join)
+
+
+class WindowEncoder:
+    """The corpus job's engine for one tokenizer, device and writer, its stages as methods.
 
     A window's bytes and a table of its documents in plan order go to the device once; its
     calls run as one FFI call (two when some rows are packed: `corpus.device.CompiledWindows`),
     each call's padded rows gathered from them there. On the device, a window's calls write
-    into one buffer and one step puts their ids in input order;
-    the host copies back the window's counts, then its ids (about 2-4 bytes per token), once
-    each. Rows with more tokens than the first pass keeps are encoded again at full width into
-    the same buffer before that step. Reading, encoding and writing overlap: a thread reads and
-    splits the documents of the next window while others plan the windows after it (two at once
-    when the ids stay in memory; `plan_window`: the rest of a window's host work), this thread
-    dispatches a window's calls (asynchronous: the device works meanwhile) while a thread
-    finishes the previous window (its counts back, compaction dispatched) and another waits
-    for the ids of the one before and writes them. `join`: the JoinInto the windows' reader
-    was given (opened here when short documents are packed)."""
-    import jax
+    into one buffer and one step puts their ids in input order; the host copies back the
+    window's counts, then its ids (about 2-4 bytes per token), once each. Rows with more tokens
+    than the first pass keeps are encoded again at full width into the same buffer before that
+    step.
 
-    nfc = mode == "exact" and tok.normalizes
-    fns = device_functions()
-    dtype = token_dtype(tok.vocab.n_vocab)
+    `run` overlaps the stages: a thread reads and splits the documents of the next window while
+    others plan the windows after it (`plan_window`: a window's host work; two at once when
+    the ids stay in memory), this thread dispatches a window's calls (`launch`, asynchronous:
+    the device works meanwhile) while a thread finishes the previous window (`finish`: its
+    counts back, compaction dispatched), another copies back the ids of the one before
+    (`store`) and another writes them (`write`)."""
 
-    def where(w: Window, i: int) -> str:
-        return f"{paths[int(w.file_indices[i])]}:{int(w.positions[i])}"
+    def __init__(
+        self,
+        tok,
+        writer,
+        paths: Sequence[Path],
+        *,
+        mode="exact",
+        allowed_special="none",
+        batch_bytes=DEFAULT_BATCH_BYTES,
+        max_docs=None,
+        max_len=None,
+        block_size=256,
+        device=None,
+        progress=None,
+        pack_width=DEFAULT_PACK_WIDTH,
+    ):
+        import jax
 
-    target = device or jax.devices()[0]
-    # the GPU's plan: finalize's size guessed and compiled ahead
-    speculate = target.platform != "cpu" or LIKELY_SHAPES_ON_CPU
-    tables = tok.tables(allowed_special, device)
-    buffers = WindowBuffers(target)
-    # (any normalizer: assume_nfc)
-    encodes = CompiledWindows(tables, target, mode=mode, block_size=block_size, assume_nfc=nfc)
-    reads = CompiledReads(target, dtype)
-    # (max_len: every call max_len wide, packed rows too)
-    pack = packing(
-        tok, mode, allowed_special, min(pack_width, max_len) if max_len and pack_width else pack_width
-    )
-    packed_encodes = None  # (made when short documents are packed: only packed calls use it)
-    if pack:
-        packed_encodes = CompiledWindows(
-            tok.tables(pack.allowed, device),
-            target,
-            sep_id=pack.sep_id,
+        self.tok, self.writer, self.paths, self.progress = tok, writer, paths, progress
+        self.batch_bytes, self.max_docs, self.max_len = batch_bytes, max_docs, max_len
+        self.nfc = mode == "exact" and tok.normalizes
+        self.fns = device_functions()
+        self.target = device or jax.devices()[0]
+        # the GPU's plan: finalize's size guessed and compiled ahead
+        self.speculate = self.target.platform != "cpu" or LIKELY_SHAPES_ON_CPU
+        self.buffers = WindowBuffers(self.target)
+        # (any normalizer: assume_nfc)
+        self.encodes = CompiledWindows(
+            tok.tables(allowed_special, device),
+            self.target,
             mode=mode,
             block_size=block_size,
-            assume_nfc=nfc,
+            assume_nfc=self.nfc,
         )
+        self.reads = CompiledReads(self.target, token_dtype(tok.vocab.n_vocab))
+        # (max_len: every call max_len wide, packed rows too)
+        self.pack = packing(
+            tok, mode, allowed_special, min(pack_width, max_len) if max_len and pack_width else pack_width
+        )
+        self.packed_encodes = None  # (made when short documents are packed: only packed calls use it)
+        if self.pack:
+            self.packed_encodes = CompiledWindows(
+                tok.tables(self.pack.allowed, device),
+                self.target,
+                sep_id=self.pack.sep_id,
+                mode=mode,
+                block_size=block_size,
+                assume_nfc=self.nfc,
+            )
+        self.stored = []  # futures of store(), oldest first (touched by finish's thread, then run's)
+        self.written = []  # futures of write(), oldest first (touched by store's thread, then run's)
+        self.write_failed: list = []
+        self.reuse_ids = staging.available(self.buffers.device) and not getattr(writer, "keeps_ids", True)
+        self.store_thread = self.write_thread = None  # (run's)
 
-    def host_table(rows: np.ndarray, entries: np.ndarray, size: int) -> np.ndarray:
+    def where(self, w: Window, i: int) -> str:
+        return f"{self.paths[int(w.file_indices[i])]}:{int(w.positions[i])}"
+
+    def host_table(self, rows: np.ndarray, entries: np.ndarray, size: int) -> np.ndarray:
         """A table of `size` entries (at least): rows int32[2, n] (start in flat, length) at
         `entries`; the other entries are empty rows."""
-        table = buffers.table(size)
+        table = self.buffers.table(size)
         table[:, entries] = rows
         return table
 
-    def plan_window(w: Window):
+    def plan_window(self, w: Window):
         """A window's host work, on the planning thread (ahead of `launch`): the calls planned,
         the bytes padded (and short documents packed), the document table and where each
         document's ids and count will be."""
+        import jax
+
         if not w.ndocs:
             return None
-        if nfc:  # the width must fit the normalized text
-            w = Window.of(tok.normalize(w.blobs), w.positions, w.file_index, w.consumed)
+        if self.nfc:  # the width must fit the normalized text
+            w = Window.of(self.tok.normalize(w.blobs), w.positions, w.file_index, w.consumed)
         lengths = w.lengths
-        if max_len is not None and lengths.max() > max_len:
+        if self.max_len is not None and lengths.max() > self.max_len:
             i = int(np.argmax(lengths))
             raise CorpusError(
-                f"{where(w, i)}: document of {int(lengths[i])} bytes, more than "
-                f"--max-len {max_len} (use --split chunk:N)"
+                f"{self.where(w, i)}: document of {int(lengths[i])} bytes, more than "
+                f"--max-len {self.max_len} (use --split chunk:N)"
             )
         # (packed: a separator after each document; the reader's may hold them already)
-        gap = len(pack.sep) - w.sep_len if pack else 0
+        gap = len(self.pack.sep) - w.sep_len if self.pack else 0
         size = w.data.size + w.ndocs * gap
         if size >= 1 << 31:  # (the table's starts are int32)
-            raise CorpusError(f"{where(w, 0)}: {size} bytes of documents in one window, 2 GiB or more")
+            raise CorpusError(f"{self.where(w, 0)}: {size} bytes of documents in one window, 2 GiB or more")
         plan: list[PlannedCall] = []
         end = entries = 0
         alone = np.arange(w.ndocs)
         laid = []  # per call: first packed row (-1: a row per document), table entries it fills
-        if pack:
-            slot = w.slot or buffers.flat_slot(size)  # (the reader's: `join`, the same size)
+        if self.pack:
+            slot = w.slot or self.buffers.flat_slot(size)  # (the reader's: `join`, the same size)
             flat = slot.host
             into = None if w.slot else flat  # (None: the rows only)
-            row_of_doc, packed_rows = native.cpu.pack_documents(w.data, w.offsets, pack.sep, pack.width, into)
+            row_of_doc, packed_rows = native.cpu.pack_documents(
+                w.data, w.offsets, self.pack.sep, self.pack.width, into
+            )
             doc_start = w.offsets[:-1] - w.offsets[0] + np.arange(w.ndocs) * gap
             alone = np.flatnonzero(row_of_doc < 0)
-            full = call_rows(pack.width, batch_bytes, max_docs)
+            full = call_rows(self.pack.width, self.batch_bytes, self.max_docs)
             for docs, first_row, n_rows in packed_calls(row_of_doc, len(packed_rows), full):
-                plan.append(PlannedCall(docs, pack.width, pack.width, n_rows, end, entries, len(docs)))
+                plan.append(
+                    PlannedCall(docs, self.pack.width, self.pack.width, n_rows, end, entries, len(docs))
+                )
                 laid.append((first_row, n_rows))
-                end += n_rows * pack.width + len(docs)
+                end += n_rows * self.pack.width + len(docs)
                 entries += n_rows
         else:
-            slot = buffers.flat_of(w.data)
+            slot = self.buffers.flat_of(w.data)
             flat = slot.host
             doc_start = w.offsets[:-1]
             row_of_doc = packed_rows = NO_ROWS
         n_packed = sum(len(p.docs) for p in plan)
-        for width, idx in plan_batches(lengths[alone], batch_bytes, max_docs, max_len):
+        for width, idx in plan_batches(lengths[alone], self.batch_bytes, self.max_docs, self.max_len):
             idx = alone[idx]
             T = first_pass_tokens(width)
             rows = len(idx)
@@ -208,8 +263,8 @@ def encode_documents(
         calls = np.array(
             [(len(p.docs), p.T, p.rows, p.offset, p.entry, *rows) for p, rows in zip(plan, laid)], np.int64
         )
-        table = buffers.table(entries)
-        positions = np.zeros(buffers.doc_slots(len(perm)), np.int32)
+        table = self.buffers.table(entries)
+        positions = np.zeros(self.buffers.doc_slots(len(perm)), np.int32)
         kept, src, count_at = per_doc = np.empty((3, len(perm)), np.int64)
         packed_docs = np.empty((2, n_packed), np.int64)  # (row's start in raw, 1: first in its row)
         native.cpu.layout_window(
@@ -219,7 +274,7 @@ def encode_documents(
             lengths,
             packed_rows,
             row_of_doc,
-            pack.width if pack else 0,
+            self.pack.width if self.pack else 0,
             table,
             positions,
             per_doc,
@@ -231,7 +286,7 @@ def encode_documents(
             plan=plan,
             slot=slot,
             flat=slot.to_device(),
-            table=jax.device_put(table, target),
+            table=jax.device_put(table, self.target),
             end=end,
             perm=perm,
             kept=kept,
@@ -242,29 +297,37 @@ def encode_documents(
             packed=packed_docs,
         )
 
-    def launch(work: WindowWork) -> WindowWork:
+    def launch(self, work: WindowWork) -> WindowWork:
         """Dispatches a planned window's calls (asynchronous) and the copy back of its counts."""
         plan, flat, table, positions = work.plan, work.flat, work.table, work.positions
-        slots = buffers.raw_slots(work.end)
+        slots = self.buffers.raw_slots(work.end)
         calls = window_calls(plan)
         packed = calls[:, 5] > 0  # (packed rows have tables of their own: a call of their own)
-        parts = [(step, calls[m]) for step, m in ((packed_encodes, packed), (encodes, ~packed)) if m.any()]
-        parts = [(step, c, buffers.workspace(step.scratch(c))) for step, c in parts]
+        parts = [
+            (step, calls[m])
+            for step, m in ((self.packed_encodes, packed), (self.encodes, ~packed))
+            if m.any()
+        ]
+        parts = [(step, c, self.buffers.workspace(step.scratch(c))) for step, c in parts]
         ahead = [step.ahead(flat.size, table.shape[1], slots, space) for step, _, space in parts]
-        ahead += [reads.gather_ahead(slots, positions.size), reads.zeros_ahead(slots)]
-        if speculate:  # (the ids of a window of about 4 bytes a token)
-            ahead.append(reads.finalize_ahead(slots, positions.size, buffers.ids(work.window.data.size // 4)))
+        ahead += [self.reads.gather_ahead(slots, positions.size), self.reads.zeros_ahead(slots)]
+        if self.speculate:  # (the ids of a window of about 4 bytes a token)
+            ahead.append(
+                self.reads.finalize_ahead(slots, positions.size, self.buffers.ids(work.window.data.size // 4))
+            )
         compile_ahead(ahead)  # (a window's new executables compiled together, on threads)
-        raw = buffers.take(slots, reads.zeros)
+        raw = self.buffers.take(slots, self.reads.zeros)
         for step, c, space in parts:
             raw = step(flat, table, raw, c, space)
-        work.raw, work.counts = raw, reads.gather(raw, positions)
+        work.raw, work.counts = raw, self.reads.gather(raw, positions)
         work.counts.copy_to_host_async()
         return work
 
-    def finish(work: WindowWork) -> None:
+    def finish(self, work: WindowWork) -> None:
         """A launched window's counts back, its long rows encoded again, its ids compacted into
         input order on the device (`finalize`), and their copy back and writing queued."""
+        import jax
+
         w, plan, flat, raw, end = work.window, work.plan, work.flat, work.raw, work.end
         perm, src, count_at = work.perm, work.src, work.count_at
         doc_start, packed = work.doc_start, work.packed
@@ -285,109 +348,111 @@ def encode_documents(
                 end += len(g) * (width + 2)
             again[:, 4] = np.cumsum(again[:, 0]) - again[:, 0]  # each group's first table entry
             if end > raw.size:
-                raw = fns.grow(raw, size=buffers.grown(end))
+                raw = self.fns.grow(raw, size=self.buffers.grown(end))
             docs = perm[redo]
             rows = np.stack([doc_start[docs], w.lengths[docs]])
-            table = jax.device_put(host_table(rows, np.arange(len(docs)), len(docs)), target)
-            raw = encodes(flat, table, raw, again, buffers.workspace(encodes.scratch(again)))
-            positions = np.zeros(buffers.doc_slots(n), np.int32)
+            table = jax.device_put(self.host_table(rows, np.arange(len(docs)), len(docs)), self.target)
+            raw = self.encodes(flat, table, raw, again, self.buffers.workspace(self.encodes.scratch(again)))
+            positions = np.zeros(self.buffers.doc_slots(n), np.int32)
             positions[: redo.size] = count_at[redo]
-            got[redo] = np.asarray(reads.gather(raw, positions))[: redo.size]
+            got[redo] = np.asarray(self.reads.gather(raw, positions))[: redo.size]
         counts = np.empty(n, np.int64)
-        layout = np.empty((2, buffers.doc_slots(n)), np.int32)
+        layout = np.empty((2, self.buffers.doc_slots(n)), np.int32)
         calls = np.array([(len(p.docs), p.width) for p in plan], np.int64)
         bad, total, held = native.cpu.compaction_layout(got, src, perm, calls, counts, layout)
         if bad >= 0:
-            buffers.give_back(raw)
+            self.buffers.give_back(raw)
             width = int(calls[np.searchsorted(np.cumsum(sizes), bad, side="right"), 1])
             raise CorpusError(
-                f"{where(w, int(perm[bad]))}: tokenization failed (count {int(got[bad])}, width {width + 1})"
+                f"{self.where(w, int(perm[bad]))}: tokenization failed (count {int(got[bad])}, width {width + 1})"
             )
-        size = buffers.ids(total)
+        size = self.buffers.ids(total)
         layout[:, held:] = size
-        ids = reads.finalize(raw, layout, size)
+        ids = self.reads.finalize(raw, layout, size)
         # The copy back (of the first `total` ids only) is made on the writing thread (at most
         # two windows queued), so that this one takes the next window's counts meanwhile.
-        while len(stored) > 1:
-            stored.pop(0).result()  # re-raises a write's error here
-        stored.append(store_thread.submit(store, ids, total, counts, w, raw, work.slot))
+        while len(self.stored) > 1:
+            self.stored.pop(0).result()  # re-raises a write's error here
+        self.stored.append(self.store_thread.submit(self.store, ids, total, counts, w, raw, work.slot))
 
-    def store(ids, total: int, counts: np.ndarray, w: Window, raw, slot: staging.FlatSlot) -> None:
+    def store(self, ids, total: int, counts: np.ndarray, w: Window, raw, slot: staging.FlatSlot) -> None:
         # (into a kept page-locked buffer where the writer copies the ids out: one DMA, no
         # fresh memory's page faults, no second copy)
-        into = buffers.host_ids(ids.size * ids.dtype.itemsize) if reuse_ids else None
+        into = self.buffers.host_ids(ids.size * ids.dtype.itemsize) if self.reuse_ids else None
         host_ids = staging.read_back([ids], [total], [into])[0]
-        buffers.give_back(raw)
+        self.buffers.give_back(raw)
         # Every call that reads the window's bytes has run (on the CPU backend `flat` may be
         # this very memory), so the next windows may reuse it.
-        buffers.give_back_flat(slot)
-        if write_failed:  # (the windows queued behind a failed write are not written)
+        self.buffers.give_back_flat(slot)
+        if self.write_failed:  # (the windows queued behind a failed write are not written)
             return
         # (the write on a thread of its own: the next window's ids come back meanwhile)
-        while len(written) > 1:
-            written.pop(0).result()  # re-raises a write's error here
-        written.append(write_thread.submit(write, host_ids, counts, w, total, into))
+        while len(self.written) > 1:
+            self.written.pop(0).result()  # re-raises a write's error here
+        self.written.append(self.write_thread.submit(self.write, host_ids, counts, w, total, into))
 
-    def write(host_ids: np.ndarray, counts: np.ndarray, w: Window, total: int, into) -> None:
-        if write_failed:
+    def write(self, host_ids: np.ndarray, counts: np.ndarray, w: Window, total: int, into) -> None:
+        if self.write_failed:
             return
 
         def done() -> None:  # (the ids are out of `into`: on a writing thread of FlatWriter's)
             if into is not None:
-                buffers.give_back_ids(into)
-            if progress is not None:
-                progress.update(w.consumed, w.ndocs, total)
+                self.buffers.give_back_ids(into)
+            if self.progress is not None:
+                self.progress.update(w.consumed, w.ndocs, total)
 
         try:
-            if getattr(writer, "writes_later", False):
-                writer.add(host_ids, counts, w, done)
+            if getattr(self.writer, "writes_later", False):
+                self.writer.add(host_ids, counts, w, done)
             else:
-                writer.add(host_ids, counts, w)
+                self.writer.add(host_ids, counts, w)
                 done()
         except BaseException:
-            write_failed.append(True)
+            self.write_failed.append(True)
             raise
 
-    from concurrent.futures import ThreadPoolExecutor
+    def run(self, windows: Iterator[Window], join: JoinInto | None = None) -> None:
+        """Every window through the stages, overlapped; a stage's error re-raised here."""
+        from concurrent.futures import ThreadPoolExecutor
 
-    stored = []  # futures of store(), oldest first (touched by finish's thread, then this one)
-    written = []  # futures of write(), oldest first (touched by store's thread, then this one)
-    reuse_ids = staging.available(buffers.device) and not getattr(writer, "keeps_ids", True)
-    write_failed: list = []
-    # Windows planned at once (plan_window's host work is mostly native, the GIL released): two
-    # when the ids stay in memory (a writer with `writes_files = False`); one beside a writer of
-    # files, whose one thread's copy into the page cache bounds the job and slows with a second
-    # planner's memory traffic.
-    plan_threads = 1 if getattr(writer, "writes_files", True) else 2
-    if join is not None and pack and not nfc:  # (the reader joins each block into a buffer of the pool)
-        join.open(pack.sep, buffers.flat_slot)
-    try:
-        # (the writing thread outlives the storing one, which outlives the finishing one: each
-        # submits to the next)
-        with (
-            ThreadPoolExecutor(1, "blockbpe-write") as write_thread,
-            ThreadPoolExecutor(1, "blockbpe-store") as store_thread,
-            ThreadPoolExecutor(1, "blockbpe-finish") as finish_thread,
-        ):
-            finished = []  # futures of finish(), oldest first
-            # (windows are split on one thread and planned on others: this one only dispatches)
-            split = in_background(windows, depth=1, name="blockbpe-split")
-            # (three windows planned or being planned ahead of this one, four at times with two)
-            ahead = 2 if plan_threads == 1 else 1
-            for planned in map_in_background(plan_window, split, plan_threads, ahead, "blockbpe-plan"):
-                if planned is None:  # (a window without documents)
-                    continue
-                finished.append(finish_thread.submit(finish, launch(planned)))
-                while len(finished) > 1 or (finished and finished[0].done()):
-                    finished.pop(0).result()  # re-raises a finishing or writing error here
-            for future in finished:
-                future.result()
-            for future in stored:
-                future.result()
-            for future in written:
-                future.result()
-            if getattr(writer, "writes_later", False):
-                writer.drain()  # (its queued writes, and their progress, before the job returns)
-    finally:
-        if join is not None:
-            join.close()
+        # Windows planned at once (plan_window's host work is mostly native, the GIL released):
+        # two when the ids stay in memory (a writer with `writes_files = False`); one beside a
+        # writer of files, whose one thread's copy into the page cache bounds the job and slows
+        # with a second planner's memory traffic.
+        plan_threads = 1 if getattr(self.writer, "writes_files", True) else 2
+        if (
+            join is not None and self.pack and not self.nfc
+        ):  # (the reader joins each block into a buffer of the pool)
+            join.open(self.pack.sep, self.buffers.flat_slot)
+        try:
+            # (the writing thread outlives the storing one, which outlives the finishing one:
+            # each submits to the next)
+            with (
+                ThreadPoolExecutor(1, "blockbpe-write") as self.write_thread,
+                ThreadPoolExecutor(1, "blockbpe-store") as self.store_thread,
+                ThreadPoolExecutor(1, "blockbpe-finish") as finish_thread,
+            ):
+                finished = []  # futures of finish(), oldest first
+                # (windows are split on one thread and planned on others: this one only dispatches)
+                split = in_background(windows, depth=1, name="blockbpe-split")
+                # (three windows planned or being planned ahead of this one, four at times with two)
+                ahead = 2 if plan_threads == 1 else 1
+                for planned in map_in_background(
+                    self.plan_window, split, plan_threads, ahead, "blockbpe-plan"
+                ):
+                    if planned is None:  # (a window without documents)
+                        continue
+                    finished.append(finish_thread.submit(self.finish, self.launch(planned)))
+                    while len(finished) > 1 or (finished and finished[0].done()):
+                        finished.pop(0).result()  # re-raises a finishing or writing error here
+                for future in finished:
+                    future.result()
+                for future in self.stored:
+                    future.result()
+                for future in self.written:
+                    future.result()
+                if getattr(self.writer, "writes_later", False):
+                    self.writer.drain()  # (its queued writes, and their progress, before the job returns)
+        finally:
+            if join is not None:
+                join.close()
