@@ -158,10 +158,11 @@ class WindowEncoder:
         self.target = device or jax.devices()[0]
         # the GPU's plan: finalize's size guessed and compiled ahead
         self.speculate = self.target.platform != "cpu" or LIKELY_SHAPES_ON_CPU
+        tables = tok.tables(allowed_special, device)
         self.buffers = WindowBuffers(self.target)
         # (any normalizer: assume_nfc)
         self.encodes = CompiledWindows(
-            tok.tables(allowed_special, device),
+            tables,
             self.target,
             mode=mode,
             block_size=block_size,

@@ -380,3 +380,28 @@ def test_read_ahead_gives_the_same_shards(tmp_path, r50k):
         corpus.encode_files(r50k, [src], tmp_path / "c" / "s", window_bytes=8192, read=read)
     with pytest.raises(ValueError, match="read_ahead"):  # other inputs
         corpus.encode_files(r50k, [src], tmp_path / "d" / "s", read=corpus.read_ahead([src], split="file"))
+
+
+def test_the_engine_stages_one_at_a_time(tmp_path, r50k):
+    """WindowEncoder's stages called by hand on one window: plan_window puts every document in
+    one call, launch and finish hand the window's ids to store and write (each on its thread),
+    and the writer holds `encode_batch`'s ids in input order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(2)
+    words = ["alpha", "beta", "🎉🎉🎉", "日本語", "1234567"]
+    docs = [" ".join(rng.choice(words, int(n))).encode() for n in rng.integers(1, 200, 50)]
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"\n".join(docs) + b"\n")
+    (window,) = documents.iter_windows([src])
+    arrays = ArraysWriter(r50k.vocab.n_vocab, src.stat().st_size)
+    engine = window_encode.WindowEncoder(r50k, arrays, [src], batch_bytes=4096, pack_width=0)
+    work = engine.plan_window(window)
+    assert sorted(work.perm.tolist()) == list(range(len(docs)))
+    assert sum(len(call.docs) for call in work.plan) == len(docs) and len(work.plan) > 1
+    with ThreadPoolExecutor(1) as engine.write_thread, ThreadPoolExecutor(1) as engine.store_thread:
+        engine.finish(engine.launch(work))
+        engine.stored.pop().result()
+        engine.written.pop().result()
+    ids, offsets = arrays.finish({})
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == encode_batch_ids(r50k, docs)
