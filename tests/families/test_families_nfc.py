@@ -8,14 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import blockbpe_jax as bb
-from blockbpe_jax import testing
-
 from helpers import BACKENDS, CPU, MIXED, assert_same, corpus_texts, encode_raw, unicodedata16
 from strategies import fuzz
-from synthetic import BYTE_LEVEL, split
-
-QWEN2 = testing.QWEN2_PATTERN
+from synthetic import nfc_tokenizer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,20 +35,6 @@ NFC_TEXTS = [
     "<|end_of_text|>\u0301x",
     "x<|end_of_text|>\u0301",
 ]
-
-
-def nfc_tokenizer(data_dir):
-    """(ours, HF's) for llama3's vocabulary with an NFC normalizer and Qwen2's split."""
-    from tokenizers import Tokenizer
-
-    path = data_dir / "vocab" / "llama3" / "tokenizer.json"
-    if not path.exists():
-        pytest.skip(f"{path} not found")
-    doc = json.loads(path.read_bytes())
-    doc["normalizer"] = {"type": "NFC"}
-    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split(QWEN2), BYTE_LEVEL]}
-    hf = Tokenizer.from_str(json.dumps(doc))
-    return bb.Tokenizer.from_hf(hf), hf
 
 
 @pytest.fixture(scope="module")

@@ -82,10 +82,10 @@ def other_family(request, data_dir, tmp_path_factory):
     """A tokenizer with a normalizer (llama3's vocabulary with NFC: the API normalizes, the
     encoder trusts it) and a SentencePiece-style one (merges over characters: encode_chars)."""
     if request.param == "nfc":
-        from test_families_nfc import nfc_tokenizer
+        from synthetic import nfc_tokenizer
 
         return nfc_tokenizer(data_dir)[0]
-    from test_gguf import gguf_bytes, tiny_spm
+    from synthetic import gguf_bytes, tiny_spm
 
     path = tmp_path_factory.mktemp("spm") / "tiny.gguf"
     path.write_bytes(gguf_bytes(tiny_spm()))

@@ -15,7 +15,6 @@ visible. Refusals: each with its message, on small GGUF files written here.
 from __future__ import annotations
 
 import functools
-import struct
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ import blockbpe_jax as bb
 import families
 from helpers import BACKENDS, CPU, EDGES, FULL, MIXED, assert_same, corpus_texts, ours
 from strategies import fuzz, raw_bytes, unicode_text
+from synthetic import gguf_bytes, tiny_spm
 
 spm = pytest.importorskip("sentencepiece", reason="the reference library `sentencepiece` is not installed")
 from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402
@@ -225,54 +225,6 @@ def test_fuzz_bytes(fuzz_model, texts):
 
 # ---------------------------------------------------------------------------------------------
 # Small GGUF files: the flags llama.cpp applies, and the refusals.
-
-
-def _gguf_string(s: str) -> bytes:
-    b = s.encode("utf-8")
-    return struct.pack("<Q", len(b)) + b
-
-
-def _gguf_value(v) -> tuple[int, bytes]:
-    if isinstance(v, bool):
-        return 7, struct.pack("<B", v)
-    if isinstance(v, int):
-        return 4, struct.pack("<I", v)
-    if isinstance(v, str):
-        return 8, _gguf_string(v)
-    if isinstance(v, np.ndarray):
-        kind = {np.dtype("<f4"): 6, np.dtype("<i4"): 5}[v.dtype]
-        return 9, struct.pack("<IQ", kind, v.size) + v.tobytes()
-    return 9, struct.pack("<IQ", 8, len(v)) + b"".join(_gguf_string(s) for s in v)
-
-
-def gguf_bytes(meta: dict, version: int = 3) -> bytes:
-    out = [b"GGUF", struct.pack("<IQQ", version, 0, len(meta))]
-    for key, value in meta.items():
-        kind, raw = _gguf_value(value)
-        out += [_gguf_string(key), struct.pack("<I", kind), raw]
-    return b"".join(out)
-
-
-def tiny_spm(**extra) -> dict:
-    """A SentencePiece BPE vocabulary as llama.cpp stores it ("llama"): a few pieces, scores,
-    types; user-defined `  ` (llama.cpp writes their `▁` as spaces)."""
-    pieces = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3)]
-    pieces += [(f"<0x{b:02X}>", 0.0, 6) for b in range(256)]
-    pieces += [
-        (p, -float(k), 1)
-        for k, p in enumerate(
-            ["\u2581", "a", "b", ">", "<", "/", "\u2581a", "ab", "\u2581ab", ">\u2581", ">\u2581<"]
-        )
-    ]
-    meta = {
-        "tokenizer.ggml.model": "llama",
-        "tokenizer.ggml.tokens": [p for p, _, _ in pieces],
-        "tokenizer.ggml.scores": np.asarray([s for _, s, _ in pieces], "<f4"),
-        "tokenizer.ggml.token_type": np.asarray([t for _, _, t in pieces], "<i4"),
-        "tokenizer.ggml.unknown_token_id": 0,
-    }
-    meta.update(extra)
-    return meta
 
 
 @pytest.mark.parametrize("prefix", [None, True, False])
