@@ -13,8 +13,8 @@ import numpy as np
 
 from . import _blockbpe_cpu, pretok, staging
 from .vocab import gguf, sentencepiece, tekken
-from .ops import primitive
-from .tables import sets, specials
+from .ops.primitive import primitive
+from .tables.build import sets, specials
 from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file
 from .vocab.hf_fields import read_json
 from .vocab.hf_json import vocab_from_tokenizer_json
@@ -300,21 +300,28 @@ class Tokenizer:
 
     def encode_files(self, paths, out_prefix, **kwargs) -> dict:
         """The corpus job (`blockbpe-jax encode`): files into flat shards (`corpus.encode_files`)."""
-        from .corpus import job
+        from .corpus.job import job
 
         return job.encode_files(self, paths, out_prefix, **kwargs)
 
     def encode_files_to_arrays(self, paths, **kwargs) -> tuple[np.ndarray, np.ndarray]:
         """`encode_files` with the ids left in memory (`corpus.encode_files_to_arrays`)."""
-        from .corpus import job
+        from .corpus.job import job
 
         return job.encode_files_to_arrays(self, paths, **kwargs)
 
     def encode_arrow(self, column, **kwargs) -> tuple[np.ndarray, np.ndarray]:
         """An Arrow string column in memory, `ds.data.column("text")` (`corpus.encode_arrow`)."""
-        from .corpus import job
+        from .corpus.job import job
 
         return job.encode_arrow(self, column, **kwargs)
+
+    def encode_dataset(self, ds, column: str = "text", **kwargs):
+        """An HF datasets.Dataset with `column`'s ids added as `input_ids` (list<int32>), through
+        `encode_arrow`: no Python string per row (`compat.hf_datasets.encode_dataset`)."""
+        from .compat.hf_datasets import encode_dataset
+
+        return encode_dataset(self, ds, column, **kwargs)
 
     def normalize(self, texts: Sequence[str | bytes]) -> list:
         """The texts as the tokenizer's normalizer leaves them (NFC and/or Lowercase in its order,

@@ -25,19 +25,10 @@ from blockbpe_jax.corpus.ray_stage import ROW, UNIT, EncodeBatch, ShardSink  # n
 from blockbpe_jax.corpus.shards.flat import token_dtype  # noqa: E402
 
 import corpus_shared  # noqa: E402
-from corpus_shared import utf8_cut  # noqa: E402
+from corpus_shared import CL100K  # noqa: E402
 
 root, war_and_peace = corpus_shared.root, corpus_shared.war_and_peace
-CL100K = "vocab/tiktoken/cl100k_base.tiktoken"
-
-
-@pytest.fixture(scope="module")
-def texts(root, war_and_peace) -> list[str]:
-    questions = [
-        json.loads(x)["question"] for x in (root / "corpus/gsm8k_test.jsonl").read_text().splitlines()
-    ]
-    lines = [x for x in utf8_cut(war_and_peace[100_000:], 60_000).decode().split("\n") if x]
-    return questions[:500] + ["", "ünïcödé — ✓ 日本語 🎉", " "] + lines + questions[500:]
+texts, want = corpus_shared.texts, corpus_shared.want  # the corpora's rows, tiktoken's ids
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +39,6 @@ def parquet_files(tmp_path_factory, texts) -> list[str]:
     pq.write_table(pa.table({"text": texts[:half], "id": range(half)}), d / "a.parquet", row_group_size=97)
     pq.write_table(pa.table({"text": texts[half:]}), d / "b.parquet", row_group_size=211)
     return [os.fspath(d / "a.parquet"), os.fspath(d / "b.parquet")]
-
-
-@pytest.fixture(scope="module")
-def want(root, texts) -> list[list[int]]:
-    pytest.importorskip("tiktoken")
-    import blockbpe_jax as bb
-    from blockbpe_jax.testing import tiktoken_oracle
-
-    tok = bb.Tokenizer.from_file(root / CL100K)
-    return tiktoken_oracle("cl100k", tok, tok.vocab.pattern).encode_ordinary_batch(texts)
 
 
 def test_stage_adds_the_token_column(root, texts, want):
