@@ -13,8 +13,8 @@ import numpy as np
 
 from . import _blockbpe_cpu, pretok, staging
 from .vocab import gguf, sentencepiece, tekken
-from .ops.primitive import primitive
-from .tables.build import sets, specials
+from .ops import primitive
+from .tables import sets, specials
 from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file
 from .vocab.hf_fields import read_json
 from .vocab.hf_json import vocab_from_tokenizer_json
@@ -299,20 +299,20 @@ class Tokenizer:
         return hf_call(self, texts, **kwargs)
 
     def encode_files(self, paths, out_prefix, **kwargs) -> dict:
-        """The corpus job (`blockbpe-jax encode`): files into flat shards (`corpus.encode_files`)."""
-        from .corpus.job import job
+        """The corpus job (`blockbpe-jax encode`): files into flat shards (`corpus.job.encode_files`)."""
+        from .corpus import job
 
         return job.encode_files(self, paths, out_prefix, **kwargs)
 
     def encode_files_to_arrays(self, paths, **kwargs) -> tuple[np.ndarray, np.ndarray]:
-        """`encode_files` with the ids left in memory (`corpus.encode_files_to_arrays`)."""
-        from .corpus.job import job
+        """`encode_files` with the ids left in memory (`corpus.job.encode_files_to_arrays`)."""
+        from .corpus import job
 
         return job.encode_files_to_arrays(self, paths, **kwargs)
 
     def encode_arrow(self, column, **kwargs) -> tuple[np.ndarray, np.ndarray]:
-        """An Arrow string column in memory, `ds.data.column("text")` (`corpus.encode_arrow`)."""
-        from .corpus.job import job
+        """An Arrow string column in memory, `ds.data.column("text")` (`corpus.job.encode_arrow`)."""
+        from .corpus import job
 
         return job.encode_arrow(self, column, **kwargs)
 

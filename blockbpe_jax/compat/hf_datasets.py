@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..corpus.ray_stage import EncodeBatch
+from ..corpus.token_column import TokenColumn
 from ..corpus.types import CorpusError
 
 INPUT_IDS = "input_ids"
@@ -22,10 +22,10 @@ BATCH_ROWS = 4096  # rows per map batch: each engine call costs about a millisec
 ID_TYPES = ("int32", "int64", "uint32", "uint16")
 
 
-class EncodeColumn(EncodeBatch):
+class EncodeColumn(TokenColumn):
     """A batched map function for Arrow batches: `ds.with_format("arrow").map(EncodeColumn(tok),
     batched=True)` adds `input_ids`, every row's ids equal to `encode_batch`'s (the Ray stage's
-    `EncodeBatch` over a Tokenizer already loaded). It pickles (and hashes, for datasets' cache)
+    `EncodeBatch`'s `TokenColumn` over a Tokenizer already loaded). It pickles (and hashes, for datasets' cache)
     by the tokenizer's content.
 
     Args:
@@ -40,7 +40,7 @@ class EncodeColumn(EncodeBatch):
 
     def __init__(
         self, tok, column="text", output=INPUT_IDS, *, keep_text=True, dtype="int32", **engine
-    ):  # (EncodeBatch's loads its vocabulary from a path: an actor's own copy)
+    ):  # (the Ray stage's EncodeBatch loads its vocabulary from a path: an actor's own copy)
         if dtype not in ID_TYPES:
             raise ValueError(f"encode_dataset: dtype must be one of {ID_TYPES}, got {dtype!r}")
         if dtype == "uint16" and tok.vocab.n_vocab > 1 << 16:

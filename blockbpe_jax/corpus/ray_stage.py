@@ -27,6 +27,7 @@ import numpy as np
 
 from .shards.megatron import index_bytes, megatron_dtype
 from .shards.megatron import merge as merge_megatron
+from .token_column import TokenColumn
 from .types import CorpusError
 from .shards.flat import as_tokens, token_dtype
 
@@ -39,25 +40,7 @@ UNIT, ROW = "blockbpe_unit", "blockbpe_row"  # the columns that place a row in t
 UNIT_BYTES = 32 << 20  # a unit's column bytes, at most (one row group may be more)
 
 
-def token_column(ids: np.ndarray, offsets: np.ndarray):
-    """The ids as an Arrow list<uint16|uint32> column, row j = ids[offsets[j]:offsets[j + 1]],
-    over the arrays' own memory.
-
-    Args:
-        ids: the documents' ids back to back (uint16 or uint32).
-        offsets: int64 offsets, one per document plus one.
-
-    Returns:
-        a pyarrow ListArray.
-    """
-    import pyarrow as pa
-
-    if offsets[-1] >= 2**31:
-        raise CorpusError(f"a batch of {int(offsets[-1])} tokens: make the batches smaller")
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(ids))
-
-
-class EncodeBatch:
+class EncodeBatch(TokenColumn):
     """`ds.map_batches(EncodeBatch, fn_constructor_kwargs=dict(vocab=PATH), batch_format=
     "pyarrow", concurrency=N, num_gpus=1)`: each actor loads the vocabulary once; a batch's
     `column` (Arrow strings, no Python string per row) goes to `encode_arrow` and its ids come
@@ -75,26 +58,7 @@ class EncodeBatch:
     def __init__(self, vocab: str, *, column="text", output="input_ids", keep_text=True, **engine):
         from ..tokenizer import Tokenizer
 
-        self.tok = Tokenizer.from_file(vocab)
-        self.column, self.output, self.keep_text, self.engine = column, output, keep_text, engine
-
-    def __call__(self, batch):
-        """Args:
-            batch: a pyarrow Table holding `column`.
-
-        Returns:
-            the table with the token column added.
-        """
-        import pyarrow as pa
-
-        if batch.num_rows:
-            ids, offsets = self.tok.encode_arrow(batch.column(self.column), **self.engine)
-        else:
-            ids, offsets = np.zeros(0, token_dtype(self.tok.vocab.n_vocab)), np.zeros(1, np.int64)
-        tokens = token_column(ids, offsets)
-        if not self.keep_text:
-            batch = batch.drop_columns([self.column])
-        return batch.append_column(pa.field(self.output, tokens.type), tokens)
+        super().__init__(Tokenizer.from_file(vocab), column, output, keep_text, **engine)
 
 
 # --------------------------------------------------------------------------------------------

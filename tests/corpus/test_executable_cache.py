@@ -16,10 +16,10 @@ root = corpus_shared.root  # (a module-scoped fixture, requested by name below)
 
 JOB = """
 import sys, jax, blockbpe_jax as bb
-from blockbpe_jax import corpus, executable_cache
+from blockbpe_jax.corpus import executable_cache, job as corpus
 corpus.enable_executable_cache()  # as the CLI does
 counts = {"loaded": 0, "built": 0}
-real_load, real_build = corpus.executable_cache._load, corpus.executable_cache.load_or_build
+real_load, real_build = executable_cache._load, executable_cache.load_or_build
 def load(*a):
     counts["loaded"] += 1
     return real_load(*a)
@@ -28,7 +28,7 @@ def load_or_build(key, build, device):
         counts["built"] += 1
         return build()
     return real_build(key, counted, device)
-corpus.executable_cache._load, corpus.executable_cache.load_or_build = load, load_or_build
+executable_cache._load, executable_cache.load_or_build = load, load_or_build
 tok = bb.Tokenizer.from_file(sys.argv[1])
 corpus.encode_files(tok, [sys.argv[2]], sys.argv[3], overwrite=True)
 print(counts["loaded"], counts["built"])
@@ -77,41 +77,41 @@ def test_second_process_loads_the_jobs_executables(tmp_path, root):
 DAMAGE = """
 import pickle, sys, jax, numpy as np
 from pathlib import Path
-from blockbpe_jax import executable_cache, window_device
-corpus.executable_cache.enable(Path(sys.argv[1]))
+from blockbpe_jax.corpus import device as window_device, executable_cache
+executable_cache.enable(Path(sys.argv[1]))
 device = jax.devices()[0]
 def gather_build(n):
-    spec = corpus.device._specs(device, ((n,), np.int32), ((4,), np.int32))
-    return lambda: corpus.device.device_functions().gather.lower(*spec).compile()
+    spec = window_device._specs(device, ((n,), np.int32), ((4,), np.int32))
+    return lambda: window_device.device_functions().gather.lower(*spec).compile()
 def gathers(run, n):
     raw = jax.numpy.arange(n, dtype=jax.numpy.int32) * 3
     return np.asarray(run(raw, jax.numpy.array([0, 2, n - 1, n + 5], jax.numpy.int32))).tolist()
 key, other = ("gather", device, 4096, 4), ("gather", device, 8192, 4)
-assert corpus.executable_cache._entry(key, device) != corpus.executable_cache._entry(other, device)
+assert executable_cache._entry(key, device) != executable_cache._entry(other, device)
 built = []
 def counted():
     built.append(1)
     return gather_build(4096)()
 want = [0, 6, 3 * 4095, 3 * 4095]
-assert gathers(corpus.executable_cache.load_or_build(key, counted, device), 4096) == want and built == [1]
+assert gathers(executable_cache.load_or_build(key, counted, device), 4096) == want and built == [1]
 (entry,) = Path(sys.argv[1]).iterdir()
-assert gathers(corpus.executable_cache.load_or_build(key, counted, device), 4096) == want and built == [1]
+assert gathers(executable_cache.load_or_build(key, counted, device), 4096) == want and built == [1]
 good = entry.read_bytes()
 damaged = {
     "garbage": b"not a pickle",
-    "foreign format": pickle.dumps((corpus.executable_cache.ENTRY_FORMAT + 1, pickle.loads(good)[1])),
+    "foreign format": pickle.dumps((executable_cache.ENTRY_FORMAT + 1, pickle.loads(good)[1])),
     "truncated": good[: len(good) // 2],
 }
 for name, bad in damaged.items():
     entry.write_bytes(bad)
     before = len(built)
-    assert gathers(corpus.executable_cache.load_or_build(key, counted, device), 4096) == want, name
+    assert gathers(executable_cache.load_or_build(key, counted, device), 4096) == want, name
     assert len(built) == before + 1 and entry.read_bytes() != bad, name  # (built and written again)
-    assert gathers(corpus.executable_cache.load_or_build(key, counted, device), 4096) == want, name
+    assert gathers(executable_cache.load_or_build(key, counted, device), 4096) == want, name
     assert len(built) == before + 1, name  # (then loaded)
-corpus.executable_cache.enable(None)
-assert corpus.executable_cache._entry(key, device) is None
-assert gathers(corpus.executable_cache.load_or_build(key, gather_build(4096), device), 4096) == want
+executable_cache.enable(None)
+assert executable_cache._entry(key, device) is None
+assert gathers(executable_cache.load_or_build(key, gather_build(4096), device), 4096) == want
 assert len(list(Path(sys.argv[1]).iterdir())) == 1
 print("ok")
 """

@@ -305,13 +305,13 @@ def test_zst_inputs(tmp_path, monkeypatch, process):
     assert _readers_alive() == 0 and len(started) == (5 if process else 0)
 
 
-@pytest.mark.parametrize("command", ["corpus/inputs/zstd_frames.py", "zstd command line"])
+@pytest.mark.parametrize("command", ["zstd_frames.py", "zstd command line"])
 def test_a_zst_decompressing_process_reads_as_zstd_frames(tmp_path, monkeypatch, command):
     """A .zst's decompressing process (corpus/inputs/zstd_frames.py run as a script, or the zstd command line
     where it works) gives the bytes that ZstdFrames gives in this process, and fails where it
     fails: exit status 1 (corpus/inputs/zstd_frames.py: ZstdFrames's error its last line on stderr), never a
     short output."""
-    if command == "corpus/inputs/zstd_frames.py":
+    if command == "zstd_frames.py":
         monkeypatch.setattr(compressed_input, "zstd_command", lambda: None)
     elif compressed_input.zstd_command() is None:
         pytest.skip("no working zstd command line here")
@@ -345,7 +345,7 @@ def test_a_zst_decompressing_process_reads_as_zstd_frames(tmp_path, monkeypatch,
         assert results[0] == want if want is not None else isinstance(results[0], str), name
         if want is not None:
             assert results[1] == results[0], name
-        elif command == "corpus/inputs/zstd_frames.py":
+        elif command == "zstd_frames.py":
             assert results[1] == f"the decompressing process exited with 1: {results[0]}", name
         else:  # (the command line's own words)
             assert results[1].startswith("the decompressing process exited with 1: "), name

@@ -189,7 +189,7 @@ def test_a_killed_job_run_again_gives_the_same_bytes(tmp_path, cluster, clean_ru
     script = (
         "import ray, sys; from pathlib import Path; from blockbpe_jax.corpus import ray_job; "
         f"ray.init(address={cluster.get_runtime_context().gcs_address!r}, log_to_driver=False); "
-        f"corpus.ray_job.encode_parquet({parquet_files!r}, {os.fspath(tmp_path / 'k' / 's')!r}, "
+        f"ray_job.encode_parquet({parquet_files!r}, {os.fspath(tmp_path / 'k' / 's')!r}, "
         f"Path({os.fspath(root / CL100K)!r}), unit_bytes=24_000)"
     )
     proc = subprocess.Popen(
