@@ -77,42 +77,15 @@ class WindowWork:
 
 
 def encode_documents(
-    tok,
-    windows: Iterator[Window],
-    writer,
-    paths: Sequence[Path],
-    *,
-    mode="exact",
-    allowed_special="none",
-    batch_bytes=DEFAULT_BATCH_BYTES,
-    max_docs=None,
-    max_len=None,
-    block_size=256,
-    device=None,
-    progress=None,
-    pack_width=DEFAULT_PACK_WIDTH,
-    join: JoinInto | None = None,
+    tok, windows: Iterator[Window], writer, paths: Sequence[Path], *, join=None, **options
 ) -> None:
     """Encodes the documents window by window (within a window, sorted by length into calls of
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
     window's ids, back to back in input order in the shard dtype, to `writer.add`
-    (`WindowEncoder` says how). `join`: the JoinInto the windows' reader was given (opened here
-    when short documents are packed)."""
-    engine = WindowEncoder(
-        tok,
-        writer,
-        paths,
-        mode=mode,
-        allowed_special=allowed_special,
-        batch_bytes=batch_bytes,
-        max_docs=max_docs,
-        max_len=max_len,
-        block_size=block_size,
-        device=device,
-        progress=progress,
-        pack_width=pack_width,
-    )
-    engine.run(windows, join)
+    (`WindowEncoder` says how; `options` are its own: mode, allowed_special, batch_bytes,
+    max_docs, max_len, block_size, device, progress, pack_width). `join`: the JoinInto the
+    windows' reader was given (opened here when short documents are packed)."""
+    WindowEncoder(tok, writer, paths, **options).run(windows, join)
 
 
 class WindowEncoder:

@@ -291,19 +291,10 @@ def test_packed_job_with_an_nfc_normalizer(tmp_path, data_dir):
     test_families_nfc): the job normalizes each document, then packs; text that is not in NFC,
     combining marks at a document's start (right after the separator), specials in the text:
     the ids equal HF tokenizers' on each document."""
-    from tokenizers import Tokenizer
-
-    from synthetic import BYTE_LEVEL, split
+    from synthetic import nfc_tokenizer
 
     unicodedata16()
-    path = data_dir / "vocab" / "llama3" / "tokenizer.json"
-    if not path.exists():
-        pytest.skip(f"{path} not found")
-    doc = json.loads(path.read_bytes())
-    doc["normalizer"] = {"type": "NFC"}
-    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split(testing.QWEN2_PATTERN), BYTE_LEVEL]}
-    hf = Tokenizer.from_str(json.dumps(doc))
-    tok = bb.Tokenizer.from_hf(hf)
+    tok, hf = nfc_tokenizer(data_dir)
     assert tok.nfc and window_plan.packing(tok, "exact", "all", 256) is not None
     docs = [
         "cafe\u0301 e\u0301",
