@@ -44,6 +44,8 @@ def compaction_layout(got: Annotated[NDArray[numpy.int64], dict(order='C', devic
 
 def registrations() -> dict: ...
 
+table_operands: tuple = ...
+
 smem_max_len: int = 8192
 
 tile_bytes: int = 2048

@@ -72,7 +72,7 @@ for stage in $stages; do
       # limits it to encode_kernel / encode_chars_kernel (kns=encode_: not the tile pipeline's
       # kernels). JAX must not grab most of the memory.
       # (initcheck with --check-api-memory-access no loses track of memcpy-written buffers and
-      # reports every read of them: do not use it. See BUILD_NOTES.md, compute-sanitizer.)
+      # reports every read of them: do not use it. See docs/journal/2026-11.md, "compute-sanitizer".)
       filter=""; [ -n "${SANITIZE_ENCODE_ONLY:-}" ] && filter="--kernel-name kns=encode_"
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
         echo "+ compute-sanitizer --tool $tool $filter --error-exitcode 3 python3 scripts/sanitize_driver.py" \

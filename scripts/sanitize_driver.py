@@ -2,8 +2,8 @@
 block size, special tokens, the shared-memory and the global-workspace paths, a three-stage
 pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, bad rows with
 check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape), pieces
-longer than a tile in long rows (stitched windows, and merged whole through the test hook),
-long pieces of few rows in warp sub-windows. Exits non-zero if any result differs from the CPU
+longer than a tile in long rows (stitched spans, and merged whole through the test hook),
+long pieces of few rows in warp sub-spans. Exits non-zero if any result differs from the CPU
 handler's."""
 
 import jax
@@ -103,7 +103,7 @@ out = bb.encode(
 )
 bad += int(np.asarray(out.counts)[0]) != -1
 print(f"bad length flagged: {'ok' if int(np.asarray(out.counts)[0]) == -1 else 'DIFFERENT'}")
-# Pieces longer than a tile (ffi/cuda/huge_pieces.cuh): stitched windows, then every
+# Pieces longer than a tile (ffi/cuda/huge_pieces.cuh): stitched spans, then every
 # stitch failed through the CUDA handler's test hook (the whole-piece merge).
 import os, random  # noqa: E401,E402
 
@@ -117,7 +117,7 @@ compare("huge pieces, second round", tok, data_r, lengths_r, block_sizes=(256,),
 os.environ["BLOCKBPE_STITCH_MARGIN"] = "-1"
 compare("huge pieces merged whole", tok, data, lengths, max_tokens=12000)
 del os.environ["BLOCKBPE_STITCH_MARGIN"]
-# Few rows no wider than a tile (ffi/cuda/sub_windows.cuh): long pieces in warp sub-windows, one
+# Few rows no wider than a tile (ffi/cuda/sub_spans.cuh): long pieces in warp sub-spans, one
 # that does not stitch (a run inside it) by the block passes, many pieces in several rounds.
 few = [testing.ADVERSARIAL[k](random.Random(k), 2000) for k in ("letters_a_j", "spaces", "cjk", "emoji")]
 many = b" 7".join(testing.ADVERSARIAL["letters_a_j"](random.Random(k), 70) for k in range(25))

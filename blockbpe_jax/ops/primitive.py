@@ -23,38 +23,6 @@ BLOCK_SIZES = (256, 512, 1024)
 BYTES_MODE_STAGES = 0  # pretok_stages of bytes mode: no pre-tokenizer
 
 
-# The encode call's operands after (data, lengths), in order (ffi/binding/encode_ffi.h).
-TABLE_OPERANDS = (
-    "pair_table",
-    "byte_ids",
-    "piece_table",
-    "token_offsets",
-    "token_data",
-    "special_offsets",
-    "special_data",
-    "special_ids",
-    "pretok",
-    "nfc_pairs",
-    "char_table",
-)
-
-
-@functools.partial(
-    jax.tree_util.register_dataclass,
-    data_fields=list(TABLE_OPERANDS),
-    meta_fields=[
-        "name",
-        "exact_stages",
-        "symbols",
-        "char_runs",
-        "nfc",
-        "lowercase",
-        "exact_error",
-        "max_piece_len",
-        "rank_is_id",
-        "specials",
-    ],
-)
 @dataclasses.dataclass(frozen=True)
 class EncodeTables:
     """A tokenizer's device tables for one set of allowed specials: a pytree.
@@ -88,6 +56,31 @@ class EncodeTables:
 
     def operands(self) -> tuple:
         return tuple(getattr(self, name) for name in TABLE_OPERANDS)
+
+
+_META_FIELDS = (
+    "name",
+    "exact_stages",
+    "symbols",
+    "char_runs",
+    "nfc",
+    "lowercase",
+    "exact_error",
+    "max_piece_len",
+    "rank_is_id",
+    "specials",
+)
+# The encode call's operands after the batch's: EncodeTables' arrays, in their order, which is
+# the native list's (ffi/binding/table_operands.h, BBPE_TABLE_OPERANDS).
+TABLE_OPERANDS = tuple(f.name for f in dataclasses.fields(EncodeTables) if f.name not in _META_FIELDS)
+if TABLE_OPERANDS != tuple(native.cpu.table_operands):
+    raise ImportError(
+        f"blockbpe_jax.ops.primitive: EncodeTables' arrays {TABLE_OPERANDS} are not the native module's table "
+        f"operands {tuple(native.cpu.table_operands)}: rebuild it"
+    )
+jax.tree_util.register_dataclass(
+    EncodeTables, data_fields=list(TABLE_OPERANDS), meta_fields=list(_META_FIELDS)
+)
 
 
 class TableSource(Protocol):
@@ -352,8 +345,8 @@ def encode_window(
         jax.ShapeDtypeStruct(raw.shape, jnp.int32),
         jax.ShapeDtypeStruct((workspace_bytes,), jnp.uint8),
     )
-    call = jax.ffi.ffi_call("bbpe_encode_window", out_types, input_output_aliases={2 + len(operands): 0})
-    raw, _ = call(data, table, *operands, raw, **attributes, sep_id=np.int32(sep_id))
+    call = jax.ffi.ffi_call("bbpe_encode_window", out_types, input_output_aliases={2: 0})
+    raw, _ = call(data, table, raw, *operands, **attributes, sep_id=np.int32(sep_id))
     return raw
 
 

@@ -8,37 +8,21 @@
 #include <utility>
 
 #include "binding/encode_params.h"
+#include "binding/table_operands.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace bbpe {
 
-namespace ffi = xla::ffi;
-
-// bind_encode's signature. Operands in order: data, lengths, the vocabulary and special-token tables, the
-// pre-tokenizer tables (pretok/tables.h, PretokView), the NFC composition pairs, the character
-// tables of SentencePiece-style BPE (core/char_symbols.h).
+// bind_encode's signature. Operands in order: data, lengths, then the tables (TableOperands,
+// binding/table_operands.h: the vocabulary and special-token tables, the pre-tokenizer tables
+// (pretok/tables.h, PretokView), the NFC composition pairs, the character tables of
+// SentencePiece-style BPE (core/char_symbols.h)).
 // Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), symbols (core/char_symbols.h:
 // kSymbolsBytes or kSymbolsChars), normalizer (NormalizerAttr, pretok/tables.h:
 // NFC and Lowercase tables in the operand, and whether the text is normalized here), pad_id, max_piece_len (0
 // disables the whole-piece shortcut), rank_is_id (1: every pair's rank is its merged id, as
 // in tiktoken vocabularies), block_size.
 // Results: ids, counts, workspace.
-
-// The tables' operands, after the batch's (bind_encode, bind_encode_window).
-template <typename Binding>
-auto bind_tables(Binding b) {
-  return std::move(b).template Arg<ffi::Buffer<ffi::S32>>()  // pair_table [P, 4]
-      .template Arg<ffi::Buffer<ffi::S32>>()                  // byte_ids [256]
-      .template Arg<ffi::Buffer<ffi::S32>>()                  // piece_table [Q, 4]
-      .template Arg<ffi::Buffer<ffi::S32>>()                  // token_offsets [V + 1]
-      .template Arg<ffi::Buffer<ffi::U8>>()                   // token_data [D]
-      .template Arg<ffi::Buffer<ffi::S32>>()                  // special_offsets [S + 1]
-      .template Arg<ffi::Buffer<ffi::U8>>()                   // special_data
-      .template Arg<ffi::Buffer<ffi::S32>>()                  // special_ids [max(S, 1)]
-      .template Arg<ffi::Buffer<ffi::U8>>()                   // pretok [pretok_operand_bytes(...)]
-      .template Arg<ffi::Buffer<ffi::S32>>()                  // nfc_pairs [K, 2] (K >= 1)
-      .template Arg<ffi::Buffer<ffi::S32>>();                 // char_table [kCharTableHeader + T * W] or [1]
-}
 
 // The encode call's attributes (make_table_params, and block_size).
 template <typename Binding>
@@ -73,86 +57,91 @@ inline int64_t leading_count(ffi::Span<const int64_t> dims, size_t drop_last) {
   return n;
 }
 
+// The encode call's attributes that go with its tables (every one but block_size).
+struct TableAttrs {
+  int32_t pretok_stages, symbols, run_long, run_step, run_width, normalizer, pad_id, max_piece_len, rank_is_id;
+};
+
 // The vocabulary, special-token, pre-tokenizer, NFC and character tables and the attributes
 // they go with, checked into `p` (every field but the batch's: data, lengths, sizes, outputs).
 // `target` names the FFI target in the errors.
-inline ffi::Error make_table_params(
-    const char* target, ffi::Buffer<ffi::S32> pair_table, ffi::Buffer<ffi::S32> byte_ids,
-    ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
-    ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
-    ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs, ffi::Buffer<ffi::S32> char_table,
-    int32_t pretok_stages, int32_t symbols, int32_t run_long, int32_t run_step, int32_t run_width,
-    int32_t normalizer, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id, EncodeParams* p) {
+inline ffi::Error make_table_params(const char* target, const TableOperands& t, const TableAttrs& a,
+                                    EncodeParams* p) {
   auto bad = [target](const std::string& what) {
     return ffi::Error::InvalidArgument(std::string(target) + ": " + what);
   };
-  const int64_t pair_rows = pair_table.element_count() / 4;
-  if (pair_table.element_count() % 4 != 0 || !is_power_of_two(pair_rows))
+  const int64_t pair_rows = t.pair_table.size / 4;
+  if (t.pair_table.size % 4 != 0 || !is_power_of_two(pair_rows))
     return bad("pair_table must be int32[P, 4] with P a power of two");
-  const int64_t piece_rows = piece_table.element_count() / 4;
-  if (piece_table.element_count() % 4 != 0 || !is_power_of_two(piece_rows))
+  const int64_t piece_rows = t.piece_table.size / 4;
+  if (t.piece_table.size % 4 != 0 || !is_power_of_two(piece_rows))
     return bad("piece_table must be int32[Q, 4] with Q a power of two");
-  if (byte_ids.element_count() != 256) return bad("byte_ids must be int32[256]");
-  if (token_offsets.element_count() < 2 || token_data.element_count() < 1)
+  if (t.byte_ids.size != 256) return bad("byte_ids must be int32[256]");
+  if (t.token_offsets.size < 2 || t.token_data.size < 1)
     return bad("the token tables are empty");
-  const int64_t n_special = (int64_t)special_offsets.element_count() - 1;
-  if (n_special < 0 || (int64_t)special_ids.element_count() < (n_special > 0 ? n_special : 1) ||
-      special_data.element_count() < 1)
+  const int64_t n_special = (int64_t)t.special_offsets.size - 1;
+  if (n_special < 0 || (int64_t)t.special_ids.size < (n_special > 0 ? n_special : 1) ||
+      t.special_data.size < 1)
     return bad("special-token tables are inconsistent");
-  if (pretok_stages < 0 || pretok_stages > kMaxPretokStages)
+  if (a.pretok_stages < 0 || a.pretok_stages > kMaxPretokStages)
     return bad("pretok_stages must be in [0, " + std::to_string(kMaxPretokStages) + "], got " +
-               std::to_string(pretok_stages));
-  if (!pretok_view(pretok.typed_data(), (int64_t)pretok.element_count(), pretok_stages, normalizer, &p->pretok))
-    return bad("the pre-tokenizer operand has " + std::to_string(pretok.element_count()) +
-               " bytes, which is not the layout of " + std::to_string(pretok_stages) +
-               " stage(s) with normalizer=" + std::to_string(normalizer));
-  if (nfc_pairs.element_count() < 2 || nfc_pairs.element_count() % 2 != 0)
+               std::to_string(a.pretok_stages));
+  if (!pretok_view(t.pretok.data, (int64_t)t.pretok.size, a.pretok_stages, a.normalizer, &p->pretok))
+    return bad("the pre-tokenizer operand has " + std::to_string(t.pretok.size) +
+               " bytes, which is not the layout of " + std::to_string(a.pretok_stages) +
+               " stage(s) with normalizer=" + std::to_string(a.normalizer));
+  if (t.nfc_pairs.size < 2 || t.nfc_pairs.size % 2 != 0)
     return bad("nfc_pairs must be int32[K, 2] with K >= 1");
-  p->nfc_pairs = NfcPairs{nfc_pairs.typed_data(), (int32_t)(nfc_pairs.element_count() / 2)};
-  if (max_piece_len < 0) return bad("max_piece_len must be >= 0");
-  if (symbols != kSymbolsBytes && symbols != kSymbolsChars)
-    return bad("symbols must be 0 (bytes) or 1 (characters), got " + std::to_string(symbols));
-  p->symbols = symbols;
+  p->nfc_pairs = NfcPairs{t.nfc_pairs.data, (int32_t)(t.nfc_pairs.size / 2)};
+  if (a.max_piece_len < 0) return bad("max_piece_len must be >= 0");
+  if (a.symbols != kSymbolsBytes && a.symbols != kSymbolsChars)
+    return bad("symbols must be 0 (bytes) or 1 (characters), got " + std::to_string(a.symbols));
+  p->symbols = a.symbols;
   p->chars = CharTable{};
-  if (symbols == kSymbolsChars) {
+  if (a.symbols == kSymbolsChars) {
     // Merges over characters have no pre-tokenizer and no normalizer here (a SentencePiece
     // model's normalizer is refused at load unless char_bpe.py can replay it on the host).
-    if (pretok_stages != kModeBytes || normalizer != 0)
+    if (a.pretok_stages != kModeBytes || a.normalizer != 0)
       return bad("symbols=1 (characters) takes pretok_stages=0 and normalizer=0");
-    const int64_t size = (int64_t)char_table.element_count();
-    const bool runs_ok = run_long == 0 || (run_long > 0 && run_long <= 4096 && run_step >= 1 &&
-                                           run_step <= run_long && run_width >= 1 && run_width <= 4096);
-    if (!runs_ok || size != kCharTableHeader + (int64_t)run_long * run_width)
+    const int64_t size = (int64_t)t.char_table.size;
+    const bool runs_ok = a.run_long == 0 || (a.run_long > 0 && a.run_long <= 4096 && a.run_step >= 1 &&
+                                           a.run_step <= a.run_long && a.run_width >= 1 && a.run_width <= 4096);
+    if (!runs_ok || size != kCharTableHeader + (int64_t)a.run_long * a.run_width)
       return bad("char_table must be int32[" + std::to_string(kCharTableHeader) + " + T * W] with "
                  "1 <= run_step <= T (char_symbols.h); got " + std::to_string(size) +
-                 " entries, T=" + std::to_string(run_long) + ", run_step=" + std::to_string(run_step) +
-                 ", W=" + std::to_string(run_width));
+                 " entries, T=" + std::to_string(a.run_long) + ", run_step=" + std::to_string(a.run_step) +
+                 ", W=" + std::to_string(a.run_width));
     // (device memory under CUDA: the kernel reads it, char_view)
-    p->chars = CharTable{char_table.typed_data(), run_long, run_step, run_width};
+    p->chars = CharTable{t.char_table.data, a.run_long, a.run_step, a.run_width};
   }
-  p->pad_id = pad_id;
-  p->pretok_stages = pretok_stages;
-  p->vocab = VocabView{pair_table.typed_data(), (uint32_t)(pair_rows - 1), byte_ids.typed_data(),
-                       piece_table.typed_data(), (uint32_t)(piece_rows - 1),
-                       token_offsets.typed_data(), token_data.typed_data(),
-                       (int32_t)token_offsets.element_count() - 1, max_piece_len,
-                       (int64_t)token_data.element_count(), rank_is_id != 0};
-  p->special = SpecialView{special_offsets.typed_data(), special_data.typed_data(),
-                           special_ids.typed_data(), (int32_t)n_special};
+  p->pad_id = a.pad_id;
+  p->pretok_stages = a.pretok_stages;
+  p->vocab = VocabView{t.pair_table.data, (uint32_t)(pair_rows - 1), t.byte_ids.data,
+                       t.piece_table.data, (uint32_t)(piece_rows - 1),
+                       t.token_offsets.data, t.token_data.data,
+                       (int32_t)t.token_offsets.size - 1, a.max_piece_len,
+                       (int64_t)t.token_data.size, a.rank_is_id != 0};
+  p->special = SpecialView{t.special_offsets.data, t.special_data.data,
+                           t.special_ids.data, (int32_t)n_special};
   p->stitch_margin = kStitchMargin;
   return ffi::Error::Success();
 }
 
-inline ffi::Error make_encode_params(
-    ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths, ffi::Buffer<ffi::S32> pair_table,
-    ffi::Buffer<ffi::S32> byte_ids, ffi::Buffer<ffi::S32> piece_table,
-    ffi::Buffer<ffi::S32> token_offsets, ffi::Buffer<ffi::U8> token_data,
-    ffi::Buffer<ffi::S32> special_offsets, ffi::Buffer<ffi::U8> special_data,
-    ffi::Buffer<ffi::S32> special_ids, ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
-    ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols, int32_t run_long,
-    int32_t run_step, int32_t run_width, int32_t normalizer, int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
-    ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
-    ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
+// The call's table operands decoded (decode_tables) and checked with their attributes into `p`
+// (make_table_params): what both handlers, bbpe_encode's and bbpe_encode_window's, do first.
+inline ffi::Error decode_table_params(const char* target, const ffi::RemainingArgs& table_args,
+                                      const TableAttrs& attrs, EncodeParams* p) {
+  TableOperands tables;
+  const ffi::Error err = decode_tables(target, table_args, &tables);
+  if (err.failure()) return err;
+  return make_table_params(target, tables, attrs, p);
+}
+
+// The batch's operands and results checked into `p` (the rest: decode_table_params).
+inline ffi::Error make_encode_params(ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths,
+                                     ffi::Result<ffi::Buffer<ffi::S32>> ids,
+                                     ffi::Result<ffi::Buffer<ffi::S32>> counts,
+                                     ffi::Result<ffi::Buffer<ffi::U8>> workspace, EncodeParams* p) {
   auto bad = [](const std::string& what) { return ffi::Error::InvalidArgument("bbpe_encode: " + what); };
   const auto ddims = data.dimensions();
   if (ddims.size() < 1) return bad("data must have a trailing byte axis: uint8[batch, max_len]");
@@ -165,11 +154,6 @@ inline ffi::Error make_encode_params(
   const auto idims = ids->dimensions();
   if (idims.size() < 1 || leading_count(idims, 1) != batch || (int64_t)counts->element_count() != batch)
     return bad("ids must be int32[batch, max_tokens] and counts int32[batch]");
-  ffi::Error err = make_table_params("bbpe_encode", pair_table, byte_ids, piece_table, token_offsets, token_data,
-                                     special_offsets, special_data, special_ids, pretok, nfc_pairs, char_table,
-                                     pretok_stages, symbols, run_long, run_step, run_width, normalizer, pad_id,
-                                     max_piece_len, rank_is_id, p);
-  if (err.failure()) return err;
   p->data = data.typed_data();
   p->lengths = lengths.typed_data();
   p->batch = batch;
@@ -194,27 +178,22 @@ inline ffi::Error check_lengths(const int32_t* lengths, int64_t batch, int32_t m
 }
 
 // The handler of the signature above, for CPU and CUDA alike: its operands and attributes
-// checked into EncodeParams (make_encode_params), then `Body(ctx..., params, block_size)`.
-// Ctx: what the binding passes before the operands (the CUDA stream; nothing on CPU).
+// checked into EncodeParams (make_encode_params, decode_table_params), then `Body(ctx..., params,
+// block_size)`. Ctx: what the binding passes before the operands (the CUDA stream; nothing on CPU).
 template <auto Body, typename... Ctx>
 ffi::Error encode_handler(Ctx... ctx, ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths,
-                          ffi::Buffer<ffi::S32> pair_table, ffi::Buffer<ffi::S32> byte_ids,
-                          ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
-                          ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
-                          ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
-                          ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
-                          ffi::Buffer<ffi::S32> char_table, int32_t pretok_stages, int32_t symbols,
-                          int32_t run_long, int32_t run_step, int32_t run_width, int32_t normalizer,
-                          int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id,
-                          int32_t block_size, ffi::Result<ffi::Buffer<ffi::S32>> ids,
-                          ffi::Result<ffi::Buffer<ffi::S32>> counts,
+                          ffi::RemainingArgs table_args, int32_t pretok_stages, int32_t symbols, int32_t run_long,
+                          int32_t run_step, int32_t run_width, int32_t normalizer, int32_t pad_id,
+                          int32_t max_piece_len, int32_t rank_is_id, int32_t block_size,
+                          ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
                           ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
   EncodeParams p;
-  ffi::Error err = make_encode_params(data, lengths, pair_table, byte_ids, piece_table, token_offsets,
-                                      token_data, special_offsets, special_data, special_ids,
-                                      pretok, nfc_pairs, char_table, pretok_stages, symbols,
-                                      run_long, run_step, run_width, normalizer,
-                                      pad_id, max_piece_len, rank_is_id, ids, counts, workspace, &p);
+  ffi::Error err = make_encode_params(data, lengths, ids, counts, workspace, &p);
+  if (err.failure()) return err;
+  err = decode_table_params("bbpe_encode", table_args,
+                            {pretok_stages, symbols, run_long, run_step, run_width, normalizer, pad_id,
+                             max_piece_len, rank_is_id},
+                            &p);
   if (err.failure()) return err;
   return Body(ctx..., p, block_size);
 }

@@ -6,7 +6,7 @@
 
 #include "core/bpe_core.h"
 #include "core/char_symbols.h"
-#include "core/window_stitch.h"
+#include "core/span_stitch.h"
 #include "pretok/nfc.h"
 #include "pretok/tables.h"
 
@@ -46,11 +46,11 @@ BBPE_HD int64_t smem_bytes_per_string(int64_t max_len, int pretok_stages, int sy
 // through the tile pipeline (cuda/tile_pipeline.cuh): one block per kTileBytes bytes of a row, the
 // row's arrays in the workspace as for one block, then one TileInfo per tile. The choice is
 // by shape (the host never reads the lengths); other modes keep one block per string. A piece
-// longer than a tile is encoded by overlapping windows (core/window_stitch.h) in window frames
+// longer than a tile is encoded by overlapping spans (core/span_stitch.h) in span frames
 // after the tiles.
 // A batch of at most kFewRows rows wider than a tile is tiled too: one block per row would leave
 // most SMs idle, and a piece of several KiB would be merged by one block, pass after pass over
-// all of it (CJK 8 KiB: 20 ms in one block, 1.9 ms tiled; BUILD_NOTES.md, "Tile size decided").
+// all of it (CJK 8 KiB: 20 ms in one block, 1.9 ms tiled; docs/journal/2026-11.md, "Tile size decided").
 constexpr int64_t kFewRows = 16;
 BBPE_HD bool tiled_rows(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
   const bool wide = max_len > kSmemMaxLen || (batch <= kFewRows && max_len > kTileBytes);
@@ -68,16 +68,16 @@ struct TileInfo {
   int32_t first;       // the first segment start in the tile (its tokens are at merged[first..])
   int32_t count;       // tokens of the segments that start in the tile, but a huge piece
   int32_t not_nfc;     // a byte of the tile shows that the row is not normalized
-  // Huge pieces (longer than a tile, core/window_stitch.h). Window 0 of a tile is its chunk of
-  // the huge piece that covers the tile's start, window 1 its chunk of the one that starts in it.
+  // Huge pieces (longer than a tile, core/span_stitch.h). Span 0 of a tile is its chunk of
+  // the huge piece that covers the tile's start, span 1 its chunk of the one that starts in it.
   int32_t huge_lo, huge_hi;  // the huge piece that starts in the tile (the last segment), or -1
   int32_t cont_lo, cont_hi;  // the huge piece that started before the tile and covers its start, or -1
   int32_t fallback;          // (tile of huge_lo) a boundary of the piece has no shared token:
   int32_t huge_count;        //   the whole piece merged, huge_count tokens at merged[huge_lo..]
-  int32_t win_count[2];      // tokens of each window (cuda/huge_pieces.cuh)
-  int32_t emit_from[2];      // each window's tokens [emit_from, emit_to) go to the output:
+  int32_t span_count[2];     // tokens of each span (cuda/huge_pieces.cuh)
+  int32_t emit_from[2];      // each span's tokens [emit_from, emit_to) go to the output:
   int32_t emit_to[2];        //   from after the shared token on its left to the one on its right
-  int32_t reach;       // window 0 had no shared token on its left: 1 + the reach frame where the
+  int32_t reach;       // span 0 had no shared token on its left: 1 + the reach frame where the
                        // second round encodes it again, or 0
   int32_t reach_used;  // (tile 0) reach frames of the row taken
   int32_t tokens_before;  // (row_token_offsets) the row's tokens in the tiles before this one
@@ -109,18 +109,18 @@ BBPE_HD BlockPlacement place_block_arrays(uint8_t* smem, uint8_t* ws, int64_t ma
   return BlockPlacement{smem, passes_in_smem(max_len, pretok_stages, symbols) ? smem + core_bytes : ws};
 }
 // The tile pipeline: a row's slice (its arrays as one block would place them, its tiles, then
-// one window frame per tile: the positions [tile start - kWindowLead, tile end +
-// kStitchMargin) of five int32 arrays, room for both windows a tile can have, which never
-// overlap there; windows overlap each other, so they cannot share the row's arrays).
+// one span frame per tile: the positions [tile start - kSpanLead, tile end +
+// kStitchMargin) of five int32 arrays, room for both spans a tile can have, which never
+// overlap there; spans overlap each other, so they cannot share the row's arrays).
 constexpr int kFrameArrays = 5;
-BBPE_HD int64_t frame_positions() { return padded_len(kWindowLead + kTileBytes + kStitchMargin); }
-// Then the reach frames, for the second round (a window 0 encoded again from kReachBack bytes
-// earlier: positions [tile start - kWindowLead - kReachBack, tile end + kStitchMargin)), one per
+BBPE_HD int64_t frame_positions() { return padded_len(kSpanLead + kTileBytes + kStitchMargin); }
+// Then the reach frames, for the second round (a span 0 encoded again from kReachBack bytes
+// earlier: positions [tile start - kSpanLead - kReachBack, tile end + kStitchMargin)), one per
 // kReachShare tiles, taken in turn by the boundaries that need one; a boundary that finds none
-// left sends its piece to the whole-piece merge. (The CPU model of the windows needed the
-// second round at up to a fifth of a piece's boundaries: BUILD_NOTES.md, "Long rows".)
+// left sends its piece to the whole-piece merge. (The CPU model of the spans needed the
+// second round at up to a fifth of a piece's boundaries: docs/journal/2026-11.md, "Long rows".)
 constexpr int kReachShare = 4;
-BBPE_HD int64_t reach_positions() { return padded_len(kWindowLead + kReachBack + kTileBytes + kStitchMargin); }
+BBPE_HD int64_t reach_positions() { return padded_len(kSpanLead + kReachBack + kTileBytes + kStitchMargin); }
 BBPE_HD int64_t reach_frames_per_row(int64_t max_len) { return (tiles_per_row(max_len) + kReachShare - 1) / kReachShare; }
 // Where a tiled row's TileInfo array starts in its workspace (after its per-position arrays).
 BBPE_HD int64_t tile_infos_at(int64_t max_len) { return padded_len(max_len) * kBytesPerPosition; }
@@ -146,7 +146,7 @@ struct EncodeParams {
   int32_t pad_id;
   int32_t pretok_stages;    // stages of the pre-tokenizer; kModeBytes (0): none
   int32_t symbols;          // kSymbolsBytes or kSymbolsChars (core/char_symbols.h)
-  int32_t stitch_margin;    // long rows: bytes a huge piece's window reaches past its chunk
+  int32_t stitch_margin;    // long rows: bytes a huge piece's span reaches past its chunk
                             // (kStitchMargin; lower only through the CUDA handler's test hook,
                             // where -1 fails every stitch; its flags kNoSecondRound and
                             // kNoFallback, cuda/huge_pieces.cuh)

@@ -165,40 +165,35 @@ inline EncodeParams window_call_params(const EncodeParams& base, const WindowCal
   return p;
 }
 
-// Operands: the window's bytes (uint8[N]), its table (int32[2, E]), the encode call's tables
-// (encode_ffi.h, bind_encode: pair_table .. char_table) and the id buffer int32[R], which the
-// result aliases; the encode call's attributes and sep_id (-1: a plan without packed rows).
+// Operands: the window's bytes (uint8[N]), its table (int32[2, E]), the id buffer int32[R],
+// which the result aliases, then the encode call's tables (binding/table_operands.h); the
+// encode call's attributes and sep_id (-1: a plan without packed rows).
 // Results: the id buffer, the workspace.
 template <typename Binding>
 auto bind_encode_window(Binding b) {
   return bind_attributes(bind_tables(std::move(b).template Arg<ffi::Buffer<ffi::U8>>()  // bytes
-                                         .template Arg<ffi::Buffer<ffi::S32>>())       // table [2, E]
-                             .template Arg<ffi::Buffer<ffi::S32>>())  // raw (aliased by the first result)
+                                         .template Arg<ffi::Buffer<ffi::S32>>()        // table [2, E]
+                                         .template Arg<ffi::Buffer<ffi::S32>>()))  // raw (aliased by the first result)
       .template Attr<int32_t>("sep_id")
       .template Ret<ffi::Buffer<ffi::S32>>()  // raw
       .template Ret<ffi::Buffer<ffi::U8>>();  // workspace
 }
 
-// The handler of the signature above: the tables checked (make_table_params), the plan taken
-// and checked, then `Body(ctx..., params, calls, args, block_size)`. check_workspace: the CUDA
-// handler's scratch lives there; the CPU one's does not.
+// The handler of the signature above: the tables checked (decode_table_params), the
+// plan taken and checked, then `Body(ctx..., params, calls, args, block_size)`. check_workspace:
+// the CUDA handler's scratch lives there; the CPU one's does not.
 template <auto Body, bool kCheckWorkspace, typename... Ctx>
 ffi::Error window_handler(Ctx... ctx, ffi::Buffer<ffi::U8> bytes, ffi::Buffer<ffi::S32> table,
-                          ffi::Buffer<ffi::S32> pair_table, ffi::Buffer<ffi::S32> byte_ids,
-                          ffi::Buffer<ffi::S32> piece_table, ffi::Buffer<ffi::S32> token_offsets,
-                          ffi::Buffer<ffi::U8> token_data, ffi::Buffer<ffi::S32> special_offsets,
-                          ffi::Buffer<ffi::U8> special_data, ffi::Buffer<ffi::S32> special_ids,
-                          ffi::Buffer<ffi::U8> pretok, ffi::Buffer<ffi::S32> nfc_pairs,
-                          ffi::Buffer<ffi::S32> char_table, ffi::Buffer<ffi::S32> /*raw_in*/, int32_t pretok_stages,
+                          ffi::Buffer<ffi::S32> /*raw_in*/, ffi::RemainingArgs table_args, int32_t pretok_stages,
                           int32_t symbols, int32_t run_long, int32_t run_step, int32_t run_width, int32_t normalizer,
                           int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id, int32_t block_size,
                           int32_t sep_id, ffi::Result<ffi::Buffer<ffi::S32>> raw,
                           ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
   EncodeParams p{};
-  ffi::Error err = make_table_params("bbpe_encode_window", pair_table, byte_ids, piece_table, token_offsets,
-                                     token_data, special_offsets, special_data, special_ids, pretok, nfc_pairs,
-                                     char_table, pretok_stages, symbols, run_long, run_step, run_width, normalizer,
-                                     pad_id, max_piece_len, rank_is_id, &p);
+  const ffi::Error err = decode_table_params("bbpe_encode_window", table_args,
+                                             {pretok_stages, symbols, run_long, run_step, run_width, normalizer,
+                                              pad_id, max_piece_len, rank_is_id},
+                                             &p);
   if (err.failure()) return err;
   const auto tdims = table.dimensions();
   if (tdims.size() != 2 || tdims[0] != 2)

@@ -164,8 +164,8 @@ static nb::object read_files(nb::list paths, HostArray<const int64_t, 1> sizes, 
 // Allocates the file `fd`'s blocks for [offset, offset + length), extending it (fallocate(2)
 // without zeros written) -> whether the file system did. A flat shard's writer reserves its file
 // ahead of its writes: one thread's copy into the page cache bounds the job that writes shards,
-// and a write into reserved blocks skips their allocation (4.0 -> 4.5 GB/s on ext4, BUILD_NOTES,
-// session 36). (Not posix_fallocate: where the file system cannot, glibc writes a byte per block.)
+// and a write into reserved blocks skips their allocation (4.0 -> 4.5 GB/s on ext4). (Not
+// posix_fallocate: where the file system cannot, glibc writes a byte per block.)
 static bool reserve_file(int fd, int64_t offset, int64_t length) {
 #if defined(__linux__)
   nb::gil_scoped_release unlocked;

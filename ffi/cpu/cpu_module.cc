@@ -107,56 +107,28 @@ static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
 // One tokenizer's host tables bound once, for the tiktoken-style API's calls on host strings
 // without XLA: a jitted call costs tens of microseconds, converting the thirteen operands a few,
 // both more than a short string's encode. The tables pass the FFI handler's checks
-// (make_encode_params) once, here; each call then runs encode_string on the strings' own bytes
-// (no padded copy) and returns lists of ids.
-struct HostBuffer {  // an XLA_FFI_Buffer over a host array
-  std::vector<int64_t> dims;
-  XLA_FFI_Buffer buf;
-  HostBuffer(XLA_FFI_DataType dtype, const void* data, std::vector<int64_t> shape) : dims(std::move(shape)) {
-    buf = XLA_FFI_Buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr, dtype, const_cast<void*>(data),
-                         (int64_t)dims.size(), dims.data()};
-  }
-  template <class A>
-  static HostBuffer of(XLA_FFI_DataType dtype, const A& a) {
-    std::vector<int64_t> shape(a.ndim());
-    for (size_t i = 0; i < a.ndim(); ++i) shape[i] = (int64_t)a.shape(i);
-    return HostBuffer(dtype, a.data(), std::move(shape));
-  }
-};
+// (make_table_params) once, here; each call then runs encode_string on the strings' own bytes
+// (no padded copy) and returns lists of ids. Its arguments: the table operands in their order
+// (binding/table_operands.h), then the attributes of make_table_params but pad_id.
+#define BBPE_HOST_ARRAY(name, dtype, ctype) dtype##Array name,
+#define BBPE_HOST_ARRAY_TYPE(name, dtype, ctype) dtype##Array,
+#define BBPE_HOST_TABLE(name, dtype, ctype) tables.name = {name.data(), (int64_t)name.size()};
+#define BBPE_HOST_KEEP(name, dtype, ctype) dtype##Array name;
+#define BBPE_HOST_ARG(name, dtype, ctype) nb::arg(#name).noconvert(),
+#define BBPE_HOST_NAME(name, dtype, ctype) name,
 
 class HostEncoder {
  public:
-  HostEncoder(S32Array pair_table, S32Array byte_ids, S32Array piece_table, S32Array token_offsets,
-              U8Array token_data, S32Array special_offsets, U8Array special_data, S32Array special_ids,
-              U8Array pretok, S32Array nfc_pairs, S32Array char_table, int32_t pretok_stages, int32_t symbols,
-              int32_t run_long, int32_t run_step, int32_t run_width, int32_t normalizer, int32_t max_piece_len,
-              int32_t rank_is_id)
-      : s32_{pair_table, byte_ids, piece_table, token_offsets, special_offsets, special_ids, nfc_pairs, char_table},
-        u8_{token_data, special_data, pretok} {
-    const auto U8 = XLA_FFI_DataType_U8, S32 = XLA_FFI_DataType_S32;
-    uint8_t byte = 0;  // (one-string stand-ins for data, lengths and the results: per call, below)
-    int32_t word = 0;
-    HostBuffer in[] = {HostBuffer(U8, &byte, {1, 1}), HostBuffer(S32, &word, {1}),
-                       HostBuffer::of(S32, pair_table), HostBuffer::of(S32, byte_ids),
-                       HostBuffer::of(S32, piece_table), HostBuffer::of(S32, token_offsets),
-                       HostBuffer::of(U8, token_data), HostBuffer::of(S32, special_offsets),
-                       HostBuffer::of(U8, special_data), HostBuffer::of(S32, special_ids),
-                       HostBuffer::of(U8, pretok), HostBuffer::of(S32, nfc_pairs),
-                       HostBuffer::of(S32, char_table)};
-    HostBuffer ids(S32, &word, {1, 1}), counts(S32, &word, {1}), workspace(U8, &byte, {1});
-    using ffi::Buffer, ffi::Result;
-    const ffi::Error err = bbpe::make_encode_params(
-        Buffer<ffi::U8>(&in[0].buf), Buffer<ffi::S32>(&in[1].buf), Buffer<ffi::S32>(&in[2].buf),
-        Buffer<ffi::S32>(&in[3].buf), Buffer<ffi::S32>(&in[4].buf), Buffer<ffi::S32>(&in[5].buf),
-        Buffer<ffi::U8>(&in[6].buf), Buffer<ffi::S32>(&in[7].buf), Buffer<ffi::U8>(&in[8].buf),
-        Buffer<ffi::S32>(&in[9].buf), Buffer<ffi::U8>(&in[10].buf), Buffer<ffi::S32>(&in[11].buf),
-        Buffer<ffi::S32>(&in[12].buf), pretok_stages, symbols, run_long, run_step, run_width, normalizer,
-        /*pad_id=*/0, max_piece_len, rank_is_id, Result<Buffer<ffi::S32>>(Buffer<ffi::S32>(&ids.buf)),
-        Result<Buffer<ffi::S32>>(Buffer<ffi::S32>(&counts.buf)),
-        Result<Buffer<ffi::U8>>(Buffer<ffi::U8>(&workspace.buf)), &params_);
+  HostEncoder(BBPE_TABLE_OPERANDS(BBPE_HOST_ARRAY) int32_t pretok_stages, int32_t symbols, int32_t run_long,
+              int32_t run_step, int32_t run_width, int32_t normalizer, int32_t max_piece_len, int32_t rank_is_id)
+      : kept_{BBPE_TABLE_OPERANDS(BBPE_HOST_NAME)} {
+    bbpe::TableOperands tables;
+    BBPE_TABLE_OPERANDS(BBPE_HOST_TABLE)
+    const bbpe::TableAttrs attrs{pretok_stages, symbols, run_long, run_step, run_width, normalizer,
+                                 /*pad_id=*/0, max_piece_len, rank_is_id};
+    params_ = bbpe::EncodeParams{};
+    const ffi::Error err = bbpe::make_table_params("bbpe_encode", tables, attrs, &params_);
     if (err.failure()) throw nb::value_error(err.message().c_str());
-    params_.data = nullptr, params_.lengths = nullptr, params_.ids = nullptr, params_.counts = nullptr;
-    params_.workspace = nullptr;
     filter_ = std::make_unique<bbpe::PairFilter>(params_.vocab);
   }
 
@@ -252,8 +224,9 @@ class HostEncoder {
   }
 
   mutable std::vector<PyObject*> id_objects_;  // (guarded by the GIL)
-  S32Array s32_[8];  // (the tables, kept alive: params_ points into them)
-  U8Array u8_[3];
+  struct Kept {  // (the tables, kept alive: params_ points into them)
+    BBPE_TABLE_OPERANDS(BBPE_HOST_KEEP)
+  } kept_;
   bbpe::EncodeParams params_;
   std::unique_ptr<bbpe::PairFilter> filter_;
 };
@@ -264,13 +237,9 @@ NB_MODULE(_blockbpe_cpu, m) {
                           "One tokenizer's host tables bound once; encode(list[str | bytes]) -> list[list[int]]\n"
                           "on the host without XLA (the operands and attributes of the bbpe_encode FFI call,\n"
                           "ffi/binding/encode_ffi.h, but data, lengths, pad_id and block_size).")
-      .def(nb::init<S32Array, S32Array, S32Array, S32Array, U8Array, S32Array, U8Array, S32Array, U8Array, S32Array,
-                    S32Array, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>(),
-           nb::arg("pair_table").noconvert(), nb::arg("byte_ids").noconvert(), nb::arg("piece_table").noconvert(),
-           nb::arg("token_offsets").noconvert(), nb::arg("token_data").noconvert(),
-           nb::arg("special_offsets").noconvert(), nb::arg("special_data").noconvert(),
-           nb::arg("special_ids").noconvert(), nb::arg("pretok").noconvert(), nb::arg("nfc_pairs").noconvert(),
-           nb::arg("char_table").noconvert(), nb::arg("pretok_stages"), nb::arg("symbols"), nb::arg("run_long"),
+      .def(nb::init<BBPE_TABLE_OPERANDS(BBPE_HOST_ARRAY_TYPE) int32_t, int32_t, int32_t, int32_t, int32_t, int32_t,
+                    int32_t, int32_t>(),
+           BBPE_TABLE_OPERANDS(BBPE_HOST_ARG) nb::arg("pretok_stages"), nb::arg("symbols"), nb::arg("run_long"),
            nb::arg("run_step"), nb::arg("run_width"), nb::arg("normalizer"), nb::arg("max_piece_len"),
            nb::arg("rank_is_id"))
       .def("encode", &HostEncoder::encode, nb::arg("texts"));
@@ -283,6 +252,9 @@ NB_MODULE(_blockbpe_cpu, m) {
     d["bbpe_encode_window"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeWindowCpu));
     return d;
   });
+  nb::list operands;  // (ops.py checks EncodeTables' order against it)
+  for (size_t i = 0; i < bbpe::kTableOperands; ++i) operands.append(bbpe::table_operand_names()[i]);
+  m.attr("table_operands") = nb::tuple(operands);
   m.attr("smem_max_len") = bbpe::kSmemMaxLen;
   m.attr("tile_bytes") = bbpe::kTileBytes;  // the build's long-row tiles (BLOCKBPE_TILE_BYTES)
   bbpe::bind_set_window_plan(m);

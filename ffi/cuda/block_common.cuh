@@ -16,7 +16,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "core/bpe_core.h"
-#include "core/window_stitch.h"
+#include "core/span_stitch.h"
 #include "pretok/block_pretokenizer.cuh"
 
 namespace bbpe {

@@ -65,8 +65,8 @@ static nb::capsule view_owner(const std::shared_ptr<DeviceAllocation>& memory) {
 // Page-locked host memory. From 4 MiB: anonymous memory 2 MiB-aligned (transparent huge pages
 // where the kernel gives them on madvise), faulted in here, then registered with CUDA: for 48
 // MiB ~8 ms (freed in 1) where cudaHostAlloc took 25-40 (freed in 6-8), and several threads'
-// allocations run at once where cudaHostAlloc's ran one after the other (BUILD_NOTES, session
-// 35). cudaHostAlloc below 4 MiB, or when the registration fails.
+// allocations run at once where cudaHostAlloc's ran one after the other. cudaHostAlloc below
+// 4 MiB, or when the registration fails.
 struct PinnedHost {
   void* ptr = nullptr;
   size_t mapped = 0;  // the mapping's bytes (0: cudaHostAlloc's memory)
@@ -214,8 +214,9 @@ class HostStaging {
 
 // Device buffers copied to host arrays through one page-locked buffer on a private stream.
 // JAX's own copy of a fresh array to the host has a fixed cost larger than encoding a short
-// string (BUILD_NOTES.md, "Session 15"); this is one DMA per buffer and one stream sync. The caller (staging.py) passes
-// buffers of finished computations that it keeps alive through the call.
+// string (as its copy to the device has: docs/design.md, "Host to GPU"); this is one DMA per
+// buffer and one stream sync. The caller (staging.py) passes buffers of finished computations
+// that it keeps alive through the call.
 class DeviceReader {
  public:
   static constexpr size_t kPinnedMax = size_t(64) << 20;  // larger reads go straight to dst

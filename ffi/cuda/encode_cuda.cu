@@ -30,8 +30,8 @@
 //   cuda/chars_kernel.cuh   SentencePiece-style BPE: encode_chars_kernel
 //   cuda/tile_rows.cuh      long rows: the tile pipeline's layout and its specials kernels
 //   cuda/tile_pipeline.cuh  long rows: pre-tokenizer passes, encode, output, launch_tiles
-//   cuda/huge_pieces.cuh    long rows: pieces longer than a tile, by stitched windows
-//   cuda/sub_windows.cuh    a text merged in warp sub-windows (windows, the few rows' long pieces)
+//   cuda/huge_pieces.cuh    long rows: pieces longer than a tile, by stitched spans
+//   cuda/sub_spans.cuh      a text merged in warp sub-spans (spans, the few rows' long pieces)
 //   cuda/piece_kernel.cuh   exact mode piece-parallel (BLOCKBPE_KERNEL=piece; issue P11's first piece)
 // This file: the launcher (one block per string, or the tile pipeline) and the FFI handlers.
 #include <cuda_runtime.h>
@@ -61,7 +61,7 @@ namespace {
 template <int kThreads>
 cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
   if (tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols)) return launch_tiles<kThreads>(p, stream);
-  // Few rows (cuda/sub_windows.cuh): at least a warp per sub-window of a row-wide piece, and
+  // Few rows (cuda/sub_spans.cuh): at least a warp per sub-span of a row-wide piece, and
   // their scratch after the row's arrays.
   const bool warp_pieces = warp_piece_launch(p);
   if constexpr (kThreads < kHugeThreads)
@@ -79,7 +79,7 @@ cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
 template <bool kCheck>
 ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t block_size) {
   EncodeParams p = params;
-  // Test hook: a smaller margin for huge pieces' windows, or -1: no stitch, every huge piece
+  // Test hook: a smaller margin for huge pieces' spans, or -1: no stitch, every huge piece
   // merged whole; read per call so that tests can reach the fallback.
   if (const char* margin = std::getenv("BLOCKBPE_STITCH_MARGIN"))
     p.stitch_margin = std::clamp(std::atoi(margin), -1, kStitchMargin);
@@ -92,9 +92,9 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
   };
   if (p.stitch_margin >= 0 && off("BLOCKBPE_STITCH_SECOND")) p.stitch_margin |= kNoSecondRound;
   if (p.stitch_margin >= 0 && off("BLOCKBPE_STITCH_FALLBACK")) p.stitch_margin |= kNoFallback;
-  // BLOCKBPE_WARP_WINDOWS=0: every window merged by its whole block (no sub-windows), and in
-  // calls of few rows every long piece by the block passes (cuda/sub_windows.cuh).
-  if (p.stitch_margin >= 0 && off("BLOCKBPE_WARP_WINDOWS")) p.stitch_margin |= kNoWarpWindows;
+  // BLOCKBPE_WARP_WINDOWS=0: every span merged by its whole block (no sub-spans), and in
+  // calls of few rows every long piece by the block passes (cuda/sub_spans.cuh).
+  if (p.stitch_margin >= 0 && off("BLOCKBPE_WARP_WINDOWS")) p.stitch_margin |= kNoWarpSpans;
   if (p.batch == 0) return ffi::Error::Success();
   if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols))
     return ffi::Error::InvalidArgument("bbpe_encode: workspace has " + std::to_string(p.workspace_size) +
@@ -259,7 +259,7 @@ std::vector<unsigned long long> read_block_marks() {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCuda, (bbpe::encode_handler<bbpe::encode_cuda<true>, cudaStream_t>),
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
 // No host read-back. Not marked command-buffer compatible: XLA's capture of it into a CUDA
-// graph is not shown to work, and measured no faster (BUILD_NOTES, session 17).
+// graph is not shown to work, and measured no faster (docs/design.md, "Lengths").
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked, (bbpe::encode_handler<bbpe::encode_cuda<false>, cudaStream_t>),
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
 // Every call of a corpus-job window (binding/window_ffi.h); no host read-back either.

@@ -13,7 +13,7 @@
 #include "cuda/lane_merges.cuh"
 #include "cuda/merge_passes.cuh"
 #include "cuda/stage_clock.cuh"
-#include "cuda/sub_windows.cuh"
+#include "cuda/sub_spans.cuh"
 #include "pretok/lowercase.h"
 #include "pretok/nfc.h"
 
@@ -26,7 +26,7 @@ namespace {
 // list. has_long: whether the block passes ran. In the tile pipeline the "string" is the
 // stretch of a long row from a segment start to the next segment start after a tile.
 // warp_list (warp_piece_launch, else nullptr): the pieces longer than kShortPieceLen are listed
-// there and merged in sub-windows after it (merge_warp_pieces, cuda/sub_windows.cuh).
+// there and merged in sub-spans after it (merge_warp_pieces, cuda/sub_spans.cuh).
 template <int kThreads>
 __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArrays& a, int n, int cap,
                                                int32_t* out, int out_cap, bool& has_long,
@@ -103,7 +103,7 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
 
   // 2. The listed pieces: up to 32 bytes lane-parallel, a warp's lanes shared by several
   //    pieces (merge_in_lanes); the rare longer ones by one warp each (merge_in_warp); the
-  //    warp list's in warp sub-windows.
+  //    warp list's in warp sub-spans.
   merge_listed_pieces<kThreads>(v, a, merge_list, n_lane, n_wide, cap, seg_list, by_len,
                                 &next_lane_bin, tmp);
   if (warp_list && warp_list->count > 0)

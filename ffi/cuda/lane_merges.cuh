@@ -15,7 +15,7 @@ namespace {
 
 // Lane-parallel merges of short pieces (exact mode; lengths 2..32, listed in list[0..n)).
 // The list is cut into bins of as many whole pieces as fit into 32 lanes, one token per lane
-// (next fit, in list order, within windows of 32 entries); the warps claim bins from a shared
+// (next fit, in list order, within groups of 32 entries); the warps claim bins from a shared
 // counter. For each bin a warp runs
 // merge_segment's rule on all of them at once, pass after pass: each piece's lowest rank
 // (a segmented minimum over the piece's lanes), its leftmost-first occurrences of it from the
@@ -33,7 +33,7 @@ template <bool kFirstOnly>
 __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, const int32_t* list,
                                const int32_t* lens, int n, int2* slots, int* next_bin) {
   const int lane = threadIdx.x & 31;
-  // Every warp walks the same bins (next fit over windows of 32 list entries) and merges the
+  // Every warp walks the same bins (next fit over groups of 32 list entries) and merges the
   // ones it claims from the shared counter next_bin (zero on entry): a warp that is done takes
   // the next bin, so the slowest warp no longer has a fixed share.
   int claim = 0;

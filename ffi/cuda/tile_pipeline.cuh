@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) row_states(const __grid_constant__ E
 // tiles' stretches never overlap; the bytes of a stretch past its tile's end are read here
 // only as piece_start / is_special, which encode_segments rewrites without changing whether
 // a segment starts there. A huge piece (the last segment, longer than a tile) is left out and
-// listed: in the tile (huge_lo) and in every later tile it covers (cont_lo), for huge_windows.
+// listed: in the tile (huge_lo) and in every later tile it covers (cont_lo), for huge_spans.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_encode(
     const __grid_constant__ EncodeParams p) {
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) tile_enco
     return;
   }
   // The end, the first segment start from hi on: mostly a few bytes on, so first the kThreads
-  // bytes there, one a thread; past them (a huge piece) windows of kScanBytes, each thread a run
+  // bytes there, one a thread; past them (a huge piece) spans of kScanBytes, each thread a run
   // of bytes (a huge piece's end is one block's serial scan: steps of 4096 bytes whatever the
   // tile size).
   int my_end = hi + (int)threadIdx.x < r.n && starts_at(hi + (int)threadIdx.x) ? hi + (int)threadIdx.x : INT_MAX;
@@ -326,18 +326,18 @@ cudaError_t launch_tiles(const EncodeParams& p, cudaStream_t stream) {
   row_states<kThreads, true><<<rows, kThreads, 0, stream>>>(p);
   tile_pretokenize<kThreads, kFlags><<<tiles, kThreads, 0, stream>>>(p);
   tile_encode<kThreads><<<tiles, kThreads, 0, stream>>>(p);
-  // (windows in warp sub-windows: kHugeThreads, whatever the call's block size; each kernel a
+  // (spans in warp sub-spans: kHugeThreads, whatever the call's block size; each kernel a
   // wave of blocks over the tiles, few of which hold a huge piece, and none in most calls)
-  unsigned windows = 0, reach = 0, stitch = 0, stitch_again = 0, fallback = 0;
-  for (const cudaError_t err : {allow_all_smem<huge_windows<kHugeThreads>>(), allow_all_smem<huge_reach<kHugeThreads>>(),
+  unsigned spans = 0, reach = 0, stitch = 0, stitch_again = 0, fallback = 0;
+  for (const cudaError_t err : {allow_all_smem<huge_spans<kHugeThreads>>(), allow_all_smem<huge_reach<kHugeThreads>>(),
                                 allow_all_smem<huge_fallback<kThreads>>(),
-                                one_wave<huge_windows<kHugeThreads>>(kHugeThreads, kHugeSmemBytes, tiles, windows),
+                                one_wave<huge_spans<kHugeThreads>>(kHugeThreads, kHugeSmemBytes, tiles, spans),
                                 one_wave<huge_reach<kHugeThreads>>(kHugeThreads, kHugeSmemBytes, tiles, reach),
                                 one_wave<huge_stitch<kThreads, false>>(kThreads, 0, tiles, stitch),
                                 one_wave<huge_stitch<kThreads, true>>(kThreads, 0, tiles, stitch_again),
                                 one_wave<huge_fallback<kThreads>>(kThreads, kSmemPieceBytes, tiles, fallback)})
     if (err != cudaSuccess) return err;
-  huge_windows<kHugeThreads><<<windows, kHugeThreads, kHugeSmemBytes, stream>>>(p);
+  huge_spans<kHugeThreads><<<spans, kHugeThreads, kHugeSmemBytes, stream>>>(p);
   huge_stitch<kThreads, false><<<stitch, kThreads, 0, stream>>>(p);
   huge_reach<kHugeThreads><<<reach, kHugeThreads, kHugeSmemBytes, stream>>>(p);
   huge_stitch<kThreads, true><<<stitch_again, kThreads, 0, stream>>>(p);

@@ -31,21 +31,21 @@ namespace {
 //   tile_encode: the segments that START in the tile, each to its end (past the tile's end if
 //     it is long), encoded with encode_segments into merged[first..) of the row; but a huge
 //     piece (longer than a tile: always the tile's last segment) is listed for
-//   huge_windows -> huge_stitch -> huge_reach -> huge_stitch -> huge_fallback
+//   huge_spans -> huge_stitch -> huge_reach -> huge_stitch -> huge_fallback
 //     (cuda/huge_pieces.cuh; a wave of blocks striding over the tiles, at once done in a call
 //     without a huge piece): the piece's chunks in the tiles it covers encoded as overlapping
-//     windows, stitched at shared tokens; a boundary without one encodes its right window again
+//     spans, stitched at shared tokens; a boundary without one encodes its right span again
 //     from a tile earlier and searches again; where that fails too the piece is merged whole
 //     by the tile it starts in;
 //   row_token_offsets (each tile's tokens before it, the row's count) -> tile_output: every
-//     block copies its tokens (its windows' share of huge pieces included) into the row of ids
+//     block copies its tokens (its spans' share of huge pieces included) into the row of ids
 //     and pads a share of it.
 // Results equal the one-block path: the same rules on the same segments, in the same order.
 struct RowArrays {
   BlockArrays a;   // the row's arrays (as one block over the whole row would carve them)
   TileInfo* info;  // [tiles_per_row]
-  int32_t* frames; // [tiles_per_row][kFrameArrays][frame_positions()]: huge pieces' windows
-  int32_t* reach;  // [reach_frames_per_row][kFrameArrays][reach_positions()]: second-round windows
+  int32_t* frames; // [tiles_per_row][kFrameArrays][frame_positions()]: huge pieces' spans
+  int32_t* reach;  // [reach_frames_per_row][kFrameArrays][reach_positions()]: second-round spans
   const uint8_t* src;
   int n;           // the row's length, or -1 when it is outside [0, max_len]
 };

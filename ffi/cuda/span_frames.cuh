@@ -1,4 +1,4 @@
-// Windows of huge pieces (cuda/huge_pieces.cuh): the test hooks' flags, where a window's arrays
+// Spans of huge pieces (cuda/huge_pieces.cuh): the test hooks' flags, where a span's arrays
 // are (its tile's frame, or a reach frame in the second round), and the block's merge of a
 // piece, in shared memory once it fits.
 // Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
@@ -9,7 +9,7 @@
 
 #include "binding/encode_params.h"
 #include "core/bpe_core.h"
-#include "core/window_stitch.h"
+#include "core/span_stitch.h"
 #include "cuda/block_common.cuh"
 #include "cuda/merge_passes.cuh"
 #include "cuda/tile_rows.cuh"
@@ -20,7 +20,7 @@ namespace {
 // Flags the CUDA handler's test hooks add to EncodeParams::stitch_margin (a margin >= 0):
 // no second round; no whole-piece merge (a piece that needs it puts out no tokens, so that a
 // test can tell that every boundary was stitched).
-constexpr int kNoSecondRound = 1024, kNoFallback = 2048, kNoWarpWindows = 4096;
+constexpr int kNoSecondRound = 1024, kNoFallback = 2048, kNoWarpSpans = 4096;
 static_assert(kStitchMargin < kNoSecondRound, "the flags sit above every margin");
 __device__ __forceinline__ int stitch_margin(const EncodeParams& p) {
   return p.stitch_margin < 0 ? 0 : p.stitch_margin % kNoSecondRound;
@@ -28,55 +28,55 @@ __device__ __forceinline__ int stitch_margin(const EncodeParams& p) {
 __device__ __forceinline__ bool second_round(const EncodeParams& p) {
   return p.stitch_margin >= 0 && !(p.stitch_margin & kNoSecondRound);
 }
-BBPE_HD bool warp_windows(const EncodeParams& p) {
-  return p.stitch_margin < 0 || !(p.stitch_margin & kNoWarpWindows);
+BBPE_HD bool warp_spans(const EncodeParams& p) {
+  return p.stitch_margin < 0 || !(p.stitch_margin & kNoWarpSpans);
 }
 
-// Window `w` of a tile (0: its chunk of the huge piece covering its start, 1: of the huge piece
+// Span `w` of a tile (0: its chunk of the huge piece covering its start, 1: of the huge piece
 // starting in it) and where its arrays are: kFrameArrays arrays of the tile's frame, from the
-// window's first byte on (frame position 0 is the row's byte tile * kTileBytes - kWindowLead).
-// After huge_windows, array 4 holds the window's ids and array 1 their start offsets in the row.
-// `reach`: window 0 as the second round encodes it, in the tile's reach frame (info.reach - 1;
-// position 0 is the row's byte tile * kTileBytes - kWindowLead - kReachBack).
-struct WindowAt {
+// span's first byte on (frame position 0 is the row's byte tile * kTileBytes - kSpanLead).
+// After huge_spans, array 4 holds the span's ids and array 1 their start offsets in the row.
+// `reach`: span 0 as the second round encodes it, in the tile's reach frame (info.reach - 1;
+// position 0 is the row's byte tile * kTileBytes - kSpanLead - kReachBack).
+struct SpanAt {
   bool live;
   int piece_lo;  // the piece's first byte (its tile owns it)
-  StitchWindow bytes;
+  StitchSpan bytes;
   bool reach;
   int32_t* base;
 };
-__device__ __forceinline__ WindowAt window_at(const EncodeParams& p, const RowArrays& r, int tile, int w,
-                                              bool reach) {
+__device__ __forceinline__ SpanAt span_at(const EncodeParams& p, const RowArrays& r, int tile, int w,
+                                          bool reach) {
   const TileInfo& info = r.info[tile];
-  WindowAt at{};
+  SpanAt at{};
   at.piece_lo = w == 0 ? info.cont_lo : info.huge_lo;
   at.live = at.piece_lo >= 0;
   if (!at.live) return at;
   const int hi = w == 0 ? info.cont_hi : info.huge_hi, margin = stitch_margin(p);
-  at.bytes = stitch_window(at.piece_lo, hi, tile, margin);
+  at.bytes = stitch_span(at.piece_lo, hi, tile, margin);
   at.reach = reach && w == 0;
   if (at.reach) {
-    at.bytes.lo = stitch_window(at.piece_lo, hi, tile, margin + kReachBack).lo;
+    at.bytes.lo = stitch_span(at.piece_lo, hi, tile, margin + kReachBack).lo;
     at.base = r.reach + (info.reach - 1) * reach_positions() * kFrameArrays +
-              (at.bytes.lo - tile * kTileBytes + kWindowLead + kReachBack);
+              (at.bytes.lo - tile * kTileBytes + kSpanLead + kReachBack);
   } else {
-    at.base = r.frames + tile * frame_positions() * kFrameArrays + (at.bytes.lo - tile * kTileBytes + kWindowLead);
+    at.base = r.frames + tile * frame_positions() * kFrameArrays + (at.bytes.lo - tile * kTileBytes + kSpanLead);
   }
   return at;
 }
-// The window as the output takes it (after the second round: its flags no longer change).
-__device__ __forceinline__ WindowAt window_at(const EncodeParams& p, const RowArrays& r, int tile, int w) {
-  return window_at(p, r, tile, w, w == 0 && r.info[tile].reach > 0);
+// The span as the output takes it (after the second round: its flags no longer change).
+__device__ __forceinline__ SpanAt span_at(const EncodeParams& p, const RowArrays& r, int tile, int w) {
+  return span_at(p, r, tile, w, w == 0 && r.info[tile].reach > 0);
 }
-__device__ __forceinline__ int32_t* window_array(const WindowAt& at, int k) {
+__device__ __forceinline__ int32_t* span_array(const SpanAt& at, int k) {
   return at.base + k * (at.reach ? reach_positions() : frame_positions());
 }
-constexpr int kWindowIds = 4, kWindowStarts = 1;
+constexpr int kSpanIds = 4, kSpanStarts = 1;
 
-// Shared memory of the kernels that merge huge pieces: the five token arrays of a whole window.
+// Shared memory of the kernels that merge huge pieces: the five token arrays of a whole span.
 // A pass sweeps its arrays three times, between barriers; in global memory every sweep waits on
-// L2, and a window of a huge piece takes about one pass per distinct rank in it (thousands).
-constexpr int kSmemPieceTokens = kWindowLead + kTileBytes + kStitchMargin;
+// L2, and a span of a huge piece takes about one pass per distinct rank in it (thousands).
+constexpr int kSmemPieceTokens = kSpanLead + kTileBytes + kStitchMargin;
 constexpr size_t kSmemPieceBytes = 5 * sizeof(int32_t) * kSmemPieceTokens;
 __device__ __forceinline__ BlockArrays smem_piece_arrays(BlockArrays a, int32_t* smem) {
   a.tok = smem;

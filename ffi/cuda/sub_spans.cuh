@@ -1,5 +1,5 @@
-// A text merged in sub-windows, one warp each, stitched at shared tokens (merge_in_sub_windows):
-// the windows of huge pieces (cuda/warp_windows.cuh) and, in calls of few rows, the long
+// A text merged in sub-spans, one warp each, stitched at shared tokens (merge_in_sub_spans):
+// the spans of huge pieces (cuda/warp_spans.cuh) and, in calls of few rows, the long
 // pre-tokenizer pieces of the one-block path (merge_warp_pieces).
 // Part of the one CUDA translation unit, encode_cuda.cu: its definitions have internal
 // linkage (an unnamed namespace), as the kernels are private to the module.
@@ -9,36 +9,36 @@
 
 #include "binding/encode_params.h"
 #include "core/bpe_core.h"
-#include "core/window_stitch.h"
+#include "core/span_stitch.h"
 #include "cuda/block_common.cuh"
-#include "cuda/window_frames.cuh"
+#include "cuda/span_frames.cuh"
 
 namespace bbpe {
 namespace {
 
 // A text is cut into chunks of kSubChunk bytes, each encoded with about kSubMargin bytes of its
-// neighbours' (chunk_window, the rule that cuts tiles' windows: core/window_stitch.h) and
+// neighbours' (chunk_span, the rule that cuts tiles' spans: core/span_stitch.h) and
 // stitched to the next at a token both have, as huge_stitch joins tiles. Merging a text takes
 // about one pass per distinct rank in it, each a chain of barriers and table lookups; a
-// sub-window has fewer ranks and a warp's pass no block barrier, and the block's warps run side
-// by side. Sub-windows start at the text's start plus a multiple of kSubAlign: a run of spaces,
+// sub-span has fewer ranks and a warp's pass no block barrier, and the block's warps run side
+// by side. Sub-spans start at the text's start plus a multiple of kSubAlign: a run of spaces,
 // whose BPE is 128-space tokens from its start, is cut at one phase everywhere. Where a
-// boundary has no shared token (or the shared tokens of a sub-window's two boundaries cross)
+// boundary has no shared token (or the shared tokens of a sub-span's two boundaries cross)
 // the caller merges the text whole, so ids never depend on this.
 constexpr int kHugeThreads = 1024;
-constexpr int kSubWindows = kHugeThreads / 32;  // at most, at a time: a warp each
+constexpr int kSubSpans = kHugeThreads / 32;  // at most, at a time: a warp each
 constexpr int kSubMargin = 64;
 constexpr int kSubAlign = 128;
 constexpr int kSubChunk = kSubAlign;
-static_assert(kStitchAlign % kSubAlign == 0, "sub-window starts keep the windows' phase");
-static_assert(kSubMargin <= kSubAlign, "a sub-window reaches at most kSubAlign bytes back");
-// Positions of a sub-window: an interior one is its chunk, kSubMargin after it, and before it
+static_assert(kStitchAlign % kSubAlign == 0, "sub-span starts keep the spans' phase");
+static_assert(kSubMargin <= kSubAlign, "a sub-span reaches at most kSubAlign bytes back");
+// Positions of a sub-span: an interior one is its chunk, kSubMargin after it, and before it
 // kSubMargin rounded down to kSubAlign (at most kSubAlign).
 constexpr int kSubCap = kSubChunk + kSubAlign + kSubMargin;
 static_assert(kSubCap <= 32 * 32, "warp_merge_piece: a lane's positions fit a 32-bit mask");
-constexpr int kSubArrays = 5 * kSubCap;  // int32 per sub-window (warp_merge_piece's arrays)
-BBPE_HD int sub_windows_of(int width) { return (width + kSubChunk - 1) / kSubChunk; }
-struct SubText {  // a piece for merge_in_sub_windows
+constexpr int kSubArrays = 5 * kSubCap;  // int32 per sub-span (warp_merge_piece's arrays)
+BBPE_HD int sub_spans_of(int width) { return (width + kSubChunk - 1) / kSubChunk; }
+struct SubText {  // a piece for merge_in_sub_spans
   const uint8_t* text;
   int width;
 };
@@ -179,33 +179,33 @@ __device__ WarpPiece warp_merge_piece(const VocabView& v, int32_t* arr, const ui
   return WarpPiece{total, warp_piece_ids(arr), warp_piece_starts(arr)};
 }
 
-// What merge_in_sub_windows keeps in shared memory besides the arrays, per sub-window of a
+// What merge_in_sub_spans keeps in shared memory besides the arrays, per sub-span of a
 // round: its piece and index there, its token count, the tokens shared across its right
 // boundary (its own and the next one's), and which of its tokens go where in the piece's.
-struct SubWindowBook {
-  int piece[kSubWindows], k[kSubWindows], n[kSubWindows], left_k[kSubWindows], right_k[kSubWindows];
-  int emit_from[kSubWindows], emit_out[kSubWindows], emit_n[kSubWindows];
-  int subs, next, failed, pad;  // the round's sub-windows, the first piece after it, pieces failed
+struct SubSpanBook {
+  int piece[kSubSpans], k[kSubSpans], n[kSubSpans], left_k[kSubSpans], right_k[kSubSpans];
+  int emit_from[kSubSpans], emit_out[kSubSpans], emit_n[kSubSpans];
+  int subs, next, failed, pad;  // the round's sub-spans, the first piece after it, pieces failed
 };
-static_assert(sizeof(SubWindowBook) % 16 == 0, "the arrays after it stay 16-byte aligned");
-// Scratch for `subs` sub-windows at a time: the book, then kSubArrays int32 per sub-window.
-constexpr size_t sub_window_bytes(int subs) {
-  return sizeof(SubWindowBook) + (size_t)subs * kSubArrays * sizeof(int32_t);
+static_assert(sizeof(SubSpanBook) % 16 == 0, "the arrays after it stay 16-byte aligned");
+// Scratch for `subs` sub-spans at a time: the book, then kSubArrays int32 per sub-span.
+constexpr size_t sub_span_bytes(int subs) {
+  return sizeof(SubSpanBook) + (size_t)subs * kSubArrays * sizeof(int32_t);
 }
 
-// BPE of pieces g in [0, pieces), piece(g) = {its text, its width in bytes}, in sub-windows
-// (above), in `scratch` (shared memory, sub_window_bytes(max_subs); max_subs <= kSubWindows).
-// Pieces go in rounds of as many whole pieces as fit in max_subs sub-windows, the block's warps
-// taking a round's sub-windows round robin. For each piece, done(g, count) (thread 0), and where
+// BPE of pieces g in [0, pieces), piece(g) = {its text, its width in bytes}, in sub-spans
+// (above), in `scratch` (shared memory, sub_span_bytes(max_subs); max_subs <= kSubSpans).
+// Pieces go in rounds of as many whole pieces as fit in max_subs sub-spans, the block's warps
+// taking a round's sub-spans round robin. For each piece, done(g, count) (thread 0), and where
 // count >= 0 emit(g, j, id, start) for each token j (start: its first byte in the piece's text).
-// count is -1 where the piece needs more than max_subs sub-windows or a boundary does not
+// count is -1 where the piece needs more than max_subs sub-spans or a boundary does not
 // stitch; its tokens are then not emitted. Returns how many pieces failed (block-uniform).
 template <int kThreads, typename Piece, typename Emit, typename Done>
-__device__ int merge_in_sub_windows(const VocabView& v, int pieces, Piece piece, int32_t* scratch, int max_subs,
-                                    Emit emit, Done done) {
+__device__ int merge_in_sub_spans(const VocabView& v, int pieces, Piece piece, int32_t* scratch, int max_subs,
+                                  Emit emit, Done done) {
   constexpr int kWarps = kThreads / 32;
-  SubWindowBook& book = *reinterpret_cast<SubWindowBook*>(scratch);
-  int32_t* arrays = scratch + sizeof(SubWindowBook) / sizeof(int32_t);
+  SubSpanBook& book = *reinterpret_cast<SubSpanBook*>(scratch);
+  int32_t* arrays = scratch + sizeof(SubSpanBook) / sizeof(int32_t);
   const int c = (int)threadIdx.x / 32, lane = (int)threadIdx.x & 31;
   if (threadIdx.x == 0) book.next = book.failed = 0;
   // (Thread 0 writes the book's round fields only between the last barrier of a round and the
@@ -214,7 +214,7 @@ __device__ int merge_in_sub_windows(const VocabView& v, int pieces, Piece piece,
     if (threadIdx.x == 0) {  // the round: whole pieces in order while they fit
       int g = book.next, subs = 0;
       for (; g < pieces; ++g) {
-        const int need = sub_windows_of(piece(g).width);
+        const int need = sub_spans_of(piece(g).width);
         if (need > max_subs) {
           done(g, -1);
           ++book.failed;
@@ -232,20 +232,20 @@ __device__ int merge_in_sub_windows(const VocabView& v, int pieces, Piece piece,
     const bool last_round = book.next >= pieces;
     for (int s = c; s < subs; s += kWarps) {
       const SubText t = piece(book.piece[s]);
-      const StitchWindow w = chunk_window(0, t.width, book.k[s], kSubChunk, kSubMargin, kSubAlign);
+      const StitchSpan w = chunk_span(0, t.width, book.k[s], kSubChunk, kSubMargin, kSubAlign);
       const WarpPiece got = warp_merge_piece(v, arrays + s * kSubArrays, t.text + w.lo, w.hi - w.lo);
       for (int i = lane; i < got.n; i += 32) got.starts[i] += w.lo;  // (piece offsets)
       if (lane == 0) book.n[s] = got.n;
     }
     __syncthreads();
-    // Boundary s | s + 1 of a piece: the first token of sub-window s from the next one's start
-    // on that the next one has too (core/window_stitch.h, shared_token).
+    // Boundary s | s + 1 of a piece: the first token of sub-span s from the next one's start
+    // on that the next one has too (core/span_stitch.h, shared_token).
     for (int s = c; s + 1 < subs; s += kWarps) {
       if (book.piece[s + 1] != book.piece[s]) continue;
       int32_t *a = arrays + s * kSubArrays, *b = arrays + (s + 1) * kSubArrays;
       const int32_t *a_ids = warp_piece_ids(a), *a_starts = warp_piece_starts(a);
       const int a_n = book.n[s], b_n = book.n[s + 1];
-      const int from = chunk_window(0, piece(book.piece[s]).width, book.k[s + 1], kSubChunk, kSubMargin, kSubAlign).lo;
+      const int from = chunk_span(0, piece(book.piece[s]).width, book.k[s + 1], kSubChunk, kSubMargin, kSubAlign).lo;
       int found = -1, found_b = -1;
       for (int base = 0; base < a_n && found < 0; base += 32) {
         const int i = base + lane;
@@ -262,7 +262,7 @@ __device__ int merge_in_sub_windows(const VocabView& v, int pieces, Piece piece,
       if (lane == 0) book.left_k[s] = found, book.right_k[s] = found_b;
     }
     __syncthreads();
-    // Sub-window s emits its tokens after the one it shares with s - 1, up to the one it shares
+    // Sub-span s emits its tokens after the one it shares with s - 1, up to the one it shares
     // with s + 1; the two must not cross.
     if (threadIdx.x == 0) {
       for (int first = 0, last; first < subs; first = last + 1) {
@@ -302,8 +302,8 @@ __device__ int merge_in_sub_windows(const VocabView& v, int pieces, Piece piece,
 // tile runs one block per row on an otherwise idle GPU: its latency is the row's, and a long
 // pre-tokenizer piece (CJK, random letters, emoji: one piece of the whole row) took one block
 // merge pass per distinct rank over all of it. There every piece longer than kShortPieceLen is
-// merged in sub-windows as windows of huge pieces are, the scratch after the row's arrays in
-// dynamic shared memory, in blocks of at least a warp per sub-window of a row-wide piece (more
+// merged in sub-spans as spans of huge pieces are, the scratch after the row's arrays in
+// dynamic shared memory, in blocks of at least a warp per sub-span of a row-wide piece (more
 // threads would slow the rest of the kernel's block scans); a piece that does not stitch goes
 // to the block passes as before. Larger calls keep their launch: the scratch would cost them
 // blocks per SM.
@@ -316,20 +316,20 @@ struct WarpPieceList {
 constexpr size_t kWarpPieceListBytes = (sizeof(WarpPieceList) + 15) / 16 * 16;
 BBPE_HD bool warp_piece_launch(const EncodeParams& p) {
   return p.batch <= kFewRows && p.max_len > kShortPieceLen && p.max_len <= kTileBytes &&
-         p.pretok_stages != kModeBytes && p.symbols == kSymbolsBytes && warp_windows(p) &&
+         p.pretok_stages != kModeBytes && p.symbols == kSymbolsBytes && warp_spans(p) &&
          !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
 }
-BBPE_HD int warp_piece_subs(int64_t max_len) { return sub_windows_of((int)max_len); }
-static_assert(kTileBytes / kSubChunk <= kSubWindows, "a tile-wide piece fits the sub-windows of one round");
+BBPE_HD int warp_piece_subs(int64_t max_len) { return sub_spans_of((int)max_len); }
+static_assert(kTileBytes / kSubChunk <= kSubSpans, "a tile-wide piece fits the sub-spans of one round");
 // Dynamic shared memory after the row's arrays (smem_bytes_per_string).
 BBPE_HD size_t warp_piece_smem_bytes(int64_t max_len) {
-  return kWarpPieceListBytes + sub_window_bytes(warp_piece_subs(max_len));
+  return kWarpPieceListBytes + sub_span_bytes(warp_piece_subs(max_len));
 }
 __device__ __forceinline__ int32_t* warp_piece_scratch(WarpPieceList* list) {
   return reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(list) + kWarpPieceListBytes);
 }
 
-// The listed pieces merged in sub-windows: on success tok[s0..) rewritten and rank[s0] = the
+// The listed pieces merged in sub-spans: on success tok[s0..) rewritten and rank[s0] = the
 // token count, as merge_segment leaves a piece; else rank[s0] = the length, the initial tokens
 // left for the block passes. Returns whether one was left (block-uniform). (Inlined: as a call
 // it made the encode kernel spill the registers live across it.)
@@ -342,7 +342,7 @@ __device__ __forceinline__ bool merge_warp_pieces(const VocabView& v, const Bloc
     a.tok[list->s0[g] + j] = id | (j == 0 ? kSegStart : 0);
   };
   const auto done = [&](int g, int count) { a.rank[list->s0[g]] = count < 0 ? list->len[g] : count; };
-  return merge_in_sub_windows<kThreads>(v, pieces, piece, warp_piece_scratch(list), max_subs, emit, done) > 0;
+  return merge_in_sub_spans<kThreads>(v, pieces, piece, warp_piece_scratch(list), max_subs, emit, done) > 0;
 }
 
 }  // namespace
