@@ -2,7 +2,7 @@
 
 `encode_dataset(tok, ds, "text")` (`Tokenizer.encode_dataset`) is `ds.map` over Arrow batches
 (`with_format("arrow")`): each batch's column, a pyarrow ChunkedArray over the dataset's own
-buffers, goes to `corpus.encode_arrow` as it is, so no Python string is made per row, and the
+buffers, goes to `corpus.job.encode_arrow` as it is, so no Python string is made per row, and the
 ids come back as one list<int32> Arrow column. It is `map`, so the
 result is a new Dataset with the column added, cached on disk where the dataset is (its
 fingerprint hashes `EncodeColumn`, which pickles by the tokenizer's content: the same

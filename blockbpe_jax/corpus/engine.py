@@ -1,4 +1,4 @@
-"""The corpus job's engine: one window of documents (documents.Window: a flat buffer and
+"""The corpus job's engine: one window of documents (types.Window: a flat buffer and
 offsets) -> encode calls planned by width (corpus/plan.py) -> ids on the device, compacted
 there into input order in the shard dtype -> one copy back per window, handed to a writer
 (corpus/shards/). Reading, encoding, copying back and writing overlap (a reader thread ahead, a

@@ -13,7 +13,7 @@ Entries are written only by a process that JAX's persistent cache has not served
 executable JAX loaded from its cache (or that its in-memory cache hands back after such a load)
 serializes without its host code on the CPU backend, and the entry fails when run. The CLI
 therefore keeps its executables here instead of in JAX's cache. Off until `enable` (the CLI's
-`corpus.enable_executable_cache`); `encode_files` in a user's process leaves it off.
+`corpus.job.enable_executable_cache`); `encode_files` in a user's process leaves it off.
 """
 
 from __future__ import annotations

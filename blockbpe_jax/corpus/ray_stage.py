@@ -11,7 +11,7 @@ by its first (unit, row), written under a temporary name and renamed; a unit's p
 cover its rows, become the shard `<prefix>_<unit>` (renamed, or merged when several). So every
 document is in exactly one shard, a shard's bytes do not depend on how Ray cut the blocks, a
 killed job run again encodes only the units without a shard, and its output is byte for byte
-that of a job never killed. The sidecar `<prefix>.json` (what `corpus.read_shards` or
+that of a job never killed. The sidecar `<prefix>.json` (what `corpus.job.read_shards` or
 `corpus.shards.megatron.read_megatron` read) is written last. One machine without Ray: the CLI.
 """
 

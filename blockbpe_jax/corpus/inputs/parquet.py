@@ -3,7 +3,7 @@ column's own Arrow buffers. Row groups decode independently and without the GIL,
 parquet inputs' row groups are read on several threads ahead of their turn, in input order
 (one thread decodes a column at a few hundred MB/s: a fraction of what the job encodes); a row
 group too large to hold whole is read in batches by a thread of its own. An Arrow column already
-in memory (`corpus.encode_arrow`) is cut into windows the same way (`column_windows`)."""
+in memory (`corpus.job.encode_arrow`) is cut into windows the same way (`column_windows`)."""
 
 from __future__ import annotations
 
@@ -233,7 +233,7 @@ def cut_windows(parts: list, fi: int, window_bytes: int) -> Iterator[Window]:
 
 def column_windows(column, window_bytes: int) -> Iterator[Window]:
     """An Arrow string column in memory (an Array or ChunkedArray of string, large_string or
-    string_view) as windows of views of its buffers (`corpus.encode_arrow`): cut into pieces of
+    string_view) as windows of views of its buffers (`corpus.job.encode_arrow`): cut into pieces of
     about window_bytes, consecutive small chunks (a datasets.Dataset's are of 1000 rows) copied
     together into one, as each window costs the engine milliseconds; the pieces checked and
     joined on THREADS threads, in order. TypeError for anything else, CorpusError naming the row

@@ -26,7 +26,7 @@ class PaddedWriter:
         self.written: list[Path] = []
 
     def add(self, ids: np.ndarray, counts: np.ndarray, window) -> None:
-        """As FlatWriter.add; `window` (documents.Window) gives each document's input and position."""
+        """As FlatWriter.add; `window` (types.Window) gives each document's input and position."""
         file_index = window.file_indices.astype(np.int32)
         offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         start = 0
