@@ -11,7 +11,7 @@
 
 #include "binding/encode_ffi.h"
 #include "binding/window_ffi.h"
-#include "binding/window_plan_binding.h"
+#include "binding/module_binding.h"
 #include "core/host_threads.h"
 #include "core/pack_strings.h"
 #include "cpu/arrays.h"
@@ -244,14 +244,9 @@ NB_MODULE(_blockbpe_cpu, m) {
            nb::arg("rank_is_id"))
       .def("encode", &HostEncoder::encode, nb::arg("texts"));
   bind_corpus_helpers(m);
-  m.def("registrations", []() {
-    nb::dict d;
-    d["bbpe_encode"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCpu));
-    // The CPU handler reads lengths for free, so the "unchecked" target checks them too.
-    d["bbpe_encode_unchecked"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCpu));
-    d["bbpe_encode_window"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeWindowCpu));
-    return d;
-  });
+  // The CPU handler reads lengths for free, so the "unchecked" target checks them too.
+  bbpe::bind_registrations(m, reinterpret_cast<void*>(BbpeEncodeCpu), reinterpret_cast<void*>(BbpeEncodeCpu),
+                           reinterpret_cast<void*>(BbpeEncodeWindowCpu));
   nb::list operands;  // (ops.py checks EncodeTables' order against it)
   for (size_t i = 0; i < bbpe::kTableOperands; ++i) operands.append(bbpe::table_operand_names()[i]);
   m.attr("table_operands") = nb::tuple(operands);

@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "binding/window_ffi.h"
-#include "binding/window_plan_binding.h"
+#include "binding/module_binding.h"
 #include "core/pack_strings.h"
 #include "nanobind/nanobind.h"
 #include "nanobind/ndarray.h"
@@ -344,13 +344,9 @@ static nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> pinned_empty(size_t nbytes) 
 }  // namespace bbpe
 
 NB_MODULE(_blockbpe_cuda, m) {
-  m.def("registrations", []() {
-    nb::dict d;
-    d["bbpe_encode"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCuda));
-    d["bbpe_encode_unchecked"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeCudaUnchecked));
-    d["bbpe_encode_window"] = nb::capsule(reinterpret_cast<void*>(BbpeEncodeWindowCuda));
-    return d;
-  });
+  bbpe::bind_registrations(m, reinterpret_cast<void*>(BbpeEncodeCuda),
+                           reinterpret_cast<void*>(BbpeEncodeCudaUnchecked),
+                           reinterpret_cast<void*>(BbpeEncodeWindowCuda));
   bbpe::bind_set_window_plan(m);
   nb::class_<bbpe::HostStaging>(m, "HostStaging")
       .def(nb::init<int>(), nb::arg("device"))

@@ -1,5 +1,7 @@
-// `set_window_plan` of both modules (binding/window_ffi.h): Python's plan of a window's calls,
-// int64[C, 6], left beside the window's bytes for the next bbpe_encode_window call.
+// What both native modules define alike: `registrations()`, the FFI targets' names and their
+// handlers (native.py registers them with JAX), and `set_window_plan` (binding/window_ffi.h):
+// Python's plan of a corpus window's calls, int64[C, 6], left beside the window's bytes for the
+// next bbpe_encode_window call.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,18 @@
 #include "nanobind/ndarray.h"
 
 namespace bbpe {
+
+// `registrations()`: each FFI target's name and its handler (an XLA_FFI_Handler symbol).
+inline void bind_registrations(nanobind::module_& m, void* encode, void* encode_unchecked, void* encode_window) {
+  namespace nb = nanobind;
+  m.def("registrations", [encode, encode_unchecked, encode_window]() {
+    nb::dict d;
+    d["bbpe_encode"] = nb::capsule(encode);
+    d["bbpe_encode_unchecked"] = nb::capsule(encode_unchecked);
+    d["bbpe_encode_window"] = nb::capsule(encode_window);
+    return d;
+  });
+}
 
 inline void bind_set_window_plan(nanobind::module_& m) {
   namespace nb = nanobind;
