@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE.parent))
 from corpora import build_mixed, source_texts  # noqa: E402
 
 import blockbpe_jax as bb  # noqa: E402
-from blockbpe_jax import corpus  # noqa: E402
+from blockbpe_jax.corpus import job as corpus  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
 
 

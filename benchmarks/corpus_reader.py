@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The corpus job's reader alone (no tokenizer): MB/s of turning JSONL / text lines into
 documents, the native block reader (ffi/core/jsonl.h) on 1..N threads next to the C-level Python
-path it replaced (`line_reader.fast_block`: json scan_once per line, a str and a bytes object
+path it replaced (`corpus.inputs.lines.fast_block`: json scan_once per line, a str and a bytes object
 per document), the documents checked equal.
 
     python3 benchmarks/corpus_reader.py --out DIR [--mb 200] [--threads 1,2,4,8,16]
@@ -31,7 +31,9 @@ sys.path.insert(0, str(HERE.parent))
 
 from corpus_job import source_texts, unique_documents  # noqa: E402
 
-from blockbpe_jax import documents, line_reader, native  # noqa: E402
+from blockbpe_jax.corpus import documents
+from blockbpe_jax.corpus.inputs import lines as line_reader
+from blockbpe_jax import native  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
 
 MB = 1e6

@@ -4,7 +4,7 @@ warm), its reading alone (`documents.iter_windows`: blocks read and split into d
 and the job on windows read beforehand (no reading meanwhile), with the flat writer, the
 in-memory one (`encode_files_to_arrays`'s) and a writer that drops the ids. If the job takes about reading + encoding, the two do not overlap.
 (Windows read beforehand are plain: the packer copies them, where the whole job's reader joins
-each block straight into the engine's buffers, `window_encode.JoinInto`.)
+each block straight into the engine's buffers, `corpus.engine.JoinInto`.)
 Beside each run, how late a thread that sleeps 1 ms wakes up (p50 / p99 / the sum of the
 lateness): beyond the OS's own jitter that is time spent waiting for the GIL, so a stage that
 holds it for long shows there; and the CPU time the process's threads took meanwhile, by
@@ -43,8 +43,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import blockbpe_jax as bb  # noqa: E402
-from blockbpe_jax import corpus, documents  # noqa: E402
-from blockbpe_jax.shards import DEFAULT_SHARD_TOKENS, ArraysWriter, FlatWriter  # noqa: E402
+from blockbpe_jax.corpus import job as corpus, documents  # noqa: E402
+from blockbpe_jax.corpus.shards.flat import DEFAULT_SHARD_TOKENS, ArraysWriter, FlatWriter  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
 from corpora import build_long, build_mixed, source_texts  # noqa: E402
 

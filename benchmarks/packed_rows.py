@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a corpus-job call of packed rows costs on the device (window_plan.packing): 1024 rows
+"""What a corpus-job call of packed rows costs on the device (corpus.plan.packing): 1024 rows
 of 4096 bytes of the mixed corpus's short documents, each followed by the separator, encoded
 with the separator allowed (as the job does) and not allowed (the same bytes, no special
 token), next to War and Peace excerpts of the same shape; per document kind; and the job's
@@ -25,8 +25,10 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import blockbpe_jax as bb  # noqa: E402
-from blockbpe_jax import native, ops, window_device, window_plan  # noqa: E402
-from blockbpe_jax.ragged import gather_rows  # noqa: E402
+from blockbpe_jax import native
+from blockbpe_jax.ops import primitive as ops
+from blockbpe_jax.corpus import device as window_device, plan as window_plan  # noqa: E402
+from blockbpe_jax.ops.ragged import gather_rows  # noqa: E402
 from blockbpe_jax.testing import data_dir, excerpts, read_corpus  # noqa: E402
 from corpora import source_texts, unique_documents  # noqa: E402
 from harness import measure  # noqa: E402

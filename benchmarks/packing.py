@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 import blockbpe_jax as bb
-from blockbpe_jax.packing import pack_reference
+from blockbpe_jax.ops.packing import pack_reference
 
 
 def main(argv=None) -> int:

@@ -13,7 +13,7 @@ def part_memory(ctx, res):
     bb, testing = ctx["bb"], ctx["testing"]
     smem_max = int(bb.native.cpu.smem_max_len)
     modes = {"exact": 2, "bytes": 0}  # the workspace depends only on whether mode is bytes
-    names = bb.ops.TABLE_OPERANDS
+    names = bb.ops.primitive.TABLE_OPERANDS
     vocabs = {}
     for name, (rel, _) in testing.VOCAB_FILES.items():
         if ctx["quick"] and name not in ("r50k", "cl100k"):

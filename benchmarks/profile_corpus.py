@@ -18,7 +18,7 @@ loaded, not compiled).
 PJRT events and each GPU stream's kernels and copies; `--timeline python` also every Python
 call, which slows the job): printed per thread and stream, busy time (the union of its events)
 and the events with the most time, nested ones counted in their parents too. The threads whose
-busy time is near the run's are the ones setting its pace (BUILD_NOTES, session 27).
+busy time is near the run's are the ones setting its pace.
 
 --call-times times each window FFI call's dispatch (which returns before the device has run it)
 by the calls in its plan; with --sync-calls each call also waits for its result, so
@@ -48,7 +48,7 @@ import jax  # noqa: E402
 
 import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax.testing import data_dir  # noqa: E402
-from blockbpe_jax.window_plan import DEFAULT_PACK_WIDTH  # noqa: E402
+from blockbpe_jax.corpus.plan import DEFAULT_PACK_WIDTH  # noqa: E402
 
 
 class CompileClock:
@@ -110,12 +110,12 @@ class Sampler(threading.Thread):
 
 
 class CallClock:
-    """Seconds in each window FFI call of the job (window_device.CompiledWindows.__call__), by
+    """Seconds in each window FFI call of the job (corpus.device.CompiledWindows.__call__), by
     (calls in its plan, "p": packed rows): the dispatch alone, or with sync the call until its
     result is ready."""
 
     def __init__(self, sync: bool):
-        from blockbpe_jax import window_device
+        from blockbpe_jax.corpus import device as window_device
 
         self.sync, self.active = sync, False
         self.times: dict = collections.defaultdict(list)

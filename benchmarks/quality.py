@@ -44,14 +44,14 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-# appended, not prepended: tests/test_quality.py loads this file by path, and benchmarks/ must
+# appended, not prepended: tests/project/test_quality.py loads this file by path, and benchmarks/ must
 # not shadow the tests' own modules (tests/families.py) there
 if str(HERE) not in sys.path:
     sys.path.append(str(HERE))
 
 from quality_distance import levenshtein  # noqa: E402
 
-# re-exported: tests/test_quality.py cross-checks levenshtein against it
+# re-exported: tests/project/test_quality.py cross-checks levenshtein against it
 from quality_distance import levenshtein_rows  # noqa: E402, F401
 from quality_report import DATASET_LABELS, diff_regions, markdown, region_class, show  # noqa: E402
 

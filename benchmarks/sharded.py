@@ -57,7 +57,7 @@ def process_main(args) -> int:
     )
     from jax.experimental import multihost_utils
 
-    from blockbpe_jax.sharding import encode_process_local, exit_distributed
+    from blockbpe_jax.ops.sharding import encode_process_local, exit_distributed
 
     k, n_proc = jax.process_index(), jax.process_count()
     root = testing.data_dir()
@@ -111,7 +111,7 @@ def process_main(args) -> int:
 
 def launch(args) -> int:
     """--processes N: starts the N processes, merges their reports."""
-    from blockbpe_jax.sharding import run_local_processes
+    from blockbpe_jax.ops.sharding import run_local_processes
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="sharded_mp_"))
 
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
         texts = [raw[(i * args.bytes) % (len(raw) - args.bytes) :][: args.bytes] for i in range(batch)]
         data, lengths = bb.pack_strings(texts, max_len=args.bytes)
         mesh = jax.sharding.Mesh(np.array(gpus[:n_dev]), ("data",))
-        tables = bb.sharding.replicate(tok.tables(), mesh)
+        tables = bb.ops.sharding.replicate(tok.tables(), mesh)
         rows_sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
         d, l = jax.device_put(data, rows_sharding), jax.device_put(lengths, rows_sharding)
         f = jax.jit(

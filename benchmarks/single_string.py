@@ -185,7 +185,7 @@ def main() -> None:
     import jax
 
     import blockbpe_jax as bb
-    from blockbpe_jax import ops
+    from blockbpe_jax.ops import primitive as ops
 
     tok, enc, prose, dev, tables = cl100k_setup()
     api = tok.as_tiktoken(device="auto")

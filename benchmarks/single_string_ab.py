@@ -44,7 +44,7 @@ def main() -> None:
     import jax
 
     import blockbpe_jax as bb
-    from blockbpe_jax import ops
+    from blockbpe_jax.ops import primitive as ops
 
     hooks = args.hooks.split(",")
     tok, enc, prose, dev, tables = cl100k_setup()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Long-row tile sizes (CMake BLOCKBPE_TILE_BYTES, ffi/core/window_stitch.h), each built and
 # measured on one machine: one string per call (benchmarks/single_string.py, cl100k, prose and
-# huge-piece cases) and the GPU tests of the tile pipeline (tests/test_huge_pieces.py,
-# tests/test_long_rows.py). Run from the repo root on the GPU machine with the data under
+# huge-piece cases) and the GPU tests of the tile pipeline (tests/kernels/test_huge_pieces.py,
+# tests/kernels/test_long_rows.py). Run from the repo root on the GPU machine with the data under
 # .carry/data (scripts/gpu_check.sh's layout):
 #     OUT=dir bash benchmarks/tile_sizes.sh
 # Settings (environment): TILE_SIZES ("2048 4096 1024"; the first is the pip build, the others
@@ -83,7 +83,7 @@ for N in "${SIZES[@]}"; do
   note "bench $N rc $?"
   if [ "${TILE_TESTS:-1}" = 1 ]; then
     timeout "$(budget 150 $(( left * 100 )))" python3 -m pytest -q -rf -p no:cacheprovider --durations=5 \
-      --maxfail=10 -k gpu tests/test_huge_pieces.py tests/test_long_rows.py > "$W/pytest_$N.log" 2>&1
+      --maxfail=10 -k gpu tests/kernels/test_huge_pieces.py tests/kernels/test_long_rows.py > "$W/pytest_$N.log" 2>&1
     note "tests $N rc $? :: $(tail -1 "$W/pytest_$N.log")"
     grep -E "^(FAILED|ERROR)" "$W/pytest_$N.log" | head -5 | tee -a "$W/steps.txt"
   fi

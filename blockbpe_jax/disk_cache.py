@@ -4,7 +4,7 @@ cache may hold.
 One root for every cache: $BLOCKBPE_CACHE_DIR, default $XDG_CACHE_HOME/blockbpe_jax (else
 ~/.cache/blockbpe_jax); "" turns caching off. Below it one folder per kind: ranks/ (parsed
 rank files, vocab/tiktoken_files.py), pretok/ (compiled pre-tokenizer automata), tables/ (built
-vocabulary tables), and for the CLI executables/ (the corpus job's, executable_cache.py).
+vocabulary tables), and for the CLI executables/ (the corpus job's, corpus/executable_cache.py).
 
 Entries are keyed by what they are built from, so a new version, vocabulary or option adds
 entries and old ones are never read again: each write trims the cache to $BLOCKBPE_CACHE_MAX_MB

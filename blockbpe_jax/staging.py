@@ -314,7 +314,7 @@ class FlatSlot:
     seen by JAX through DLPack, imported once): JAX's own transfer of a NumPy array would first
     copy the window into its staging memory on the host, on the cores that read and plan.
     Elsewhere, `jax.device_put` of plain memory. Refilled only once the calls that read its
-    device bytes have run (`window_device.WindowBuffers.give_back_flat`)."""
+    device bytes have run (`corpus.device.WindowBuffers.give_back_flat`)."""
 
     def __init__(self, size: int, device):
         self.size, self.device = size, device

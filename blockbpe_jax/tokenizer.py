@@ -11,8 +11,13 @@ from typing import Iterable, Iterator, Sequence
 import jax
 import numpy as np
 
-from . import _blockbpe_cpu, gguf, ops, pretok, sentencepiece, special_sets, staging, table_sets, tekken
-from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file, read_json, vocab_from_tokenizer_json
+from . import _blockbpe_cpu, pretok, staging
+from .vocab import gguf, sentencepiece, tekken
+from .ops import primitive
+from .tables import sets, specials
+from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file
+from .vocab.hf_fields import read_json
+from .vocab.hf_json import vocab_from_tokenizer_json
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -25,14 +30,14 @@ class Tokenizer:
     `tokenizer.model`, or an HF `tokenizer.json`), `from_tiktoken(encoding)`,
     `from_tiktoken_name("cl100k_base")` or `from_hf(tokenizers.Tokenizer)`.
     Tables are built at their first use: the vocabulary's once on the host and once per
-    device, what depends on the allowed specials for the last few sets (table_sets.py). A
+    device, what depends on the allowed specials for the last few sets (tables/sets.py). A
     Tokenizer pickles by its content (no file needed to unpickle it), as tiktoken's Encoding.
     """
 
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
-        # Tables, device copies and host encoders, built at their first use (table_sets.py).
-        self._sets = table_sets.TableSets(vocab)
+        # Tables, device copies and host encoders, built at their first use (tables/sets.py).
+        self._sets = sets.TableSets(vocab)
 
     def __reduce__(self):
         """Pickled by content (the vocabulary, `Vocab.__reduce__`), as tiktoken's `Encoding`: the
@@ -65,7 +70,7 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> "Tokenizer":
-        """From a GGUF file's tokenizer (llama.cpp's Llama 2, Gemma 3/4), its header enough: gguf.py."""
+        """From a GGUF file's tokenizer (llama.cpp's Llama 2, Gemma 3/4), its header enough: vocab/gguf.py."""
         return cls(gguf.load_gguf(path))
 
     @classmethod
@@ -108,13 +113,13 @@ class Tokenizer:
     @functools.cached_property
     def n_vocab(self) -> int:
         """The largest token id + 1, as tiktoken's `Encoding.n_vocab` (`max_token_value + 1`)."""
-        return special_sets.n_vocab(self.vocab)
+        return specials.n_vocab(self.vocab)
 
     @property
     def eot_token(self) -> int:
         """The end-of-text special's id, as tiktoken's `Encoding.eot_token`, by family
-        (`special_sets.EOT_NAMES`); KeyError when the vocabulary has none."""
-        return special_sets.eot_token(self.vocab)
+        (`specials.EOT_NAMES`); KeyError when the vocabulary has none."""
+        return specials.eot_token(self.vocab)
 
     # -- tables ---------------------------------------------------------------------------
     @property
@@ -161,10 +166,10 @@ class Tokenizer:
         unavailable). Compiled once, at the first use."""
         return self._sets.pretok()
 
-    def tables(self, allowed_special="none", device=None, *, host: bool = False) -> ops.EncodeTables:
+    def tables(self, allowed_special="none", device=None, *, host: bool = False) -> primitive.EncodeTables:
         """The encode operands on `device` (default: JAX's default device), cached: a pytree
         to pass to jitted functions as an argument. host=True: the same over the NumPy arrays
-        (for `ops.host_encoder`). The vocabulary's arrays are copied to a device once; what
+        (for `primitive.host_encoder`). The vocabulary's arrays are copied to a device once; what
         depends on the allowed specials is kept for the last `TableSets.MAX_SETS` sets."""
         device = "host" if host else device or jax.devices()[0]
         return self._sets.encode_tables(self._special_key(allowed_special), device)
@@ -184,7 +189,7 @@ class Tokenizer:
         pad_id: int = 0,
         block_size: int = 256,
         device=None,
-    ) -> ops.Encoded:
+    ) -> primitive.Encoded:
         """Packs strings into uint8[B, L] and calls `encode` on `device` (default: JAX's
         default device).
 
@@ -208,7 +213,9 @@ class Tokenizer:
             device=device,
         ).encode()
 
-    def encode_stream(self, batches: Iterable[Sequence[str | bytes]], **kwargs) -> Iterator[ops.Encoded]:
+    def encode_stream(
+        self, batches: Iterable[Sequence[str | bytes]], **kwargs
+    ) -> Iterator[primitive.Encoded]:
         """`encode_batch(batch, **kwargs)` of each batch, in order, as a generator. On a CUDA
         GPU each batch is packed into pinned memory and its copy started before the batch
         before it is encoded, so that packing, copying and encoding overlap (elsewhere this is
@@ -218,7 +225,7 @@ class Tokenizer:
 
     @functools.cached_property
     def _prefix_tokens(self) -> int:
-        """Tokens a text may have beyond its bytes: 1 with a dummy prefix (char_bpe.py keeps
+        """Tokens a text may have beyond its bytes: 1 with a dummy prefix (vocab/char_bpe.py keeps
         every count <= bytes + 1), else 0."""
         cl = self.vocab.char_level
         return int(cl is not None and cl.prefix_id >= 0)
@@ -243,7 +250,7 @@ class Tokenizer:
 
         # Packing guarantees 0 <= lengths <= L: no need for the handler's read-back.
         def run(data, lengths):
-            return ops.encode(
+            return primitive.encode(
                 data,
                 lengths,
                 self.tables(allowed_special, device),
@@ -279,40 +286,40 @@ class Tokenizer:
         return (self.normalize(texts) if normalized else texts), normalized
 
     def as_tiktoken(self, device=None):
-        """tiktoken's `Encoding` API over this tokenizer (`blockbpe_jax.tiktoken_api`); device:
+        """tiktoken's `Encoding` API over this tokenizer (`blockbpe_jax.compat.tiktoken_api`); device:
         None (the CPU), a JAX device, or "auto" (long texts on the accelerator)."""
-        from .tiktoken_api import Encoding
+        from .compat.tiktoken_api import Encoding
 
         return Encoding(self, device=device)
 
     def __call__(self, texts, **kwargs) -> dict:
-        """HF-style batch call -> jax arrays (`blockbpe_jax.hf_batch.hf_call`)."""
-        from .hf_batch import hf_call
+        """HF-style batch call -> jax arrays (`blockbpe_jax.compat.hf_batch.hf_call`)."""
+        from .compat.hf_batch import hf_call
 
         return hf_call(self, texts, **kwargs)
 
     def encode_files(self, paths, out_prefix, **kwargs) -> dict:
-        """The corpus job (`blockbpe-jax encode`): files into flat shards (`corpus.encode_files`)."""
-        from . import corpus
+        """The corpus job (`blockbpe-jax encode`): files into flat shards (`corpus.job.encode_files`)."""
+        from .corpus import job
 
-        return corpus.encode_files(self, paths, out_prefix, **kwargs)
+        return job.encode_files(self, paths, out_prefix, **kwargs)
 
     def encode_files_to_arrays(self, paths, **kwargs) -> tuple[np.ndarray, np.ndarray]:
-        """`encode_files` with the ids left in memory (`corpus.encode_files_to_arrays`)."""
-        from . import corpus
+        """`encode_files` with the ids left in memory (`corpus.job.encode_files_to_arrays`)."""
+        from .corpus import job
 
-        return corpus.encode_files_to_arrays(self, paths, **kwargs)
+        return job.encode_files_to_arrays(self, paths, **kwargs)
 
     def encode_arrow(self, column, **kwargs) -> tuple[np.ndarray, np.ndarray]:
-        """An Arrow string column in memory, `ds.data.column("text")` (`corpus.encode_arrow`)."""
-        from . import corpus
+        """An Arrow string column in memory, `ds.data.column("text")` (`corpus.job.encode_arrow`)."""
+        from .corpus import job
 
-        return corpus.encode_arrow(self, column, **kwargs)
+        return job.encode_arrow(self, column, **kwargs)
 
     def encode_dataset(self, ds, column: str = "text", **kwargs):
         """An HF datasets.Dataset with `column`'s ids added as `input_ids` (list<int32>), through
-        `encode_arrow`: no Python string per row (`hf_datasets.encode_dataset`)."""
-        from .hf_datasets import encode_dataset
+        `encode_arrow`: no Python string per row (`compat.hf_datasets.encode_dataset`)."""
+        from .compat.hf_datasets import encode_dataset
 
         return encode_dataset(self, ds, column, **kwargs)
 
@@ -326,7 +333,7 @@ class Tokenizer:
         if not self.normalizes:
             return list(texts)
         norm = self.vocab.pretokenizer.normalizer
-        return table_sets.normalize_texts(norm if self.lowercase else pretok.Normalizer(("nfc",)), texts)
+        return sets.normalize_texts(norm if self.lowercase else pretok.Normalizer(("nfc",)), texts)
 
     def decode_bytes(self, ids, counts) -> list[bytes]:
         """Token ids (padded rows plus counts) back to byte strings."""

@@ -65,7 +65,7 @@ for stage in $stages; do
       ls -la "$OUT"/ncu_* "$OUT"/encode_full* ;;
     fuzz)
       BLOCKBPE_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-200} BLOCKBPE_HYPOTHESIS_RANDOM=1 python3 -m pytest -q \
-        -p no:cacheprovider --hypothesis-show-statistics tests/test_fuzz_gpu.py \
+        -p no:cacheprovider --hypothesis-show-statistics tests/fuzz/test_fuzz_gpu.py \
         > "$OUT/fuzz_gpu.log" 2>&1; echo "fuzz: exit $?"; grep -E "passed|failed|error" "$OUT/fuzz_gpu.log" | tail -3 ;;
     sanitize)
       # Every kernel is instrumented, XLA's too (racecheck ~4 min here); SANITIZE_ENCODE_ONLY=1

@@ -1,8 +1,10 @@
-"""What the corpus job's test files (test_corpus_*.py) share: the fixtures (the shared data
-directory, cl100k and r50k tokenizers, War and Peace) and the reference ids."""
+"""What the corpus job's test files (tests/corpus/, tests/compat/test_hf_datasets.py) share: the
+fixtures (the shared data directory, cl100k and r50k tokenizers, War and Peace, rows of the
+corpora with tiktoken's ids) and the reference ids."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -53,3 +55,24 @@ def encode_batch_ids(tok, docs: list[bytes]) -> list[list[int]]:
             assert (counts <= ids.shape[1]).all()
             out.update({i: ids[r, : counts[r]].tolist() for r, i in enumerate(group)})
     return [out[i] for i in range(len(docs))]
+
+
+CL100K = "vocab/tiktoken/cl100k_base.tiktoken"
+
+
+@pytest.fixture(scope="module")
+def texts(root, war_and_peace) -> list[str]:
+    questions = [
+        json.loads(x)["question"] for x in (root / "corpus/gsm8k_test.jsonl").read_text().splitlines()
+    ]
+    lines = [x for x in utf8_cut(war_and_peace[100_000:], 60_000).decode().split("\n") if x]
+    return questions[:500] + ["", "ünïcödé — ✓ 日本語 🎉", " "] + lines + questions[500:]
+
+
+@pytest.fixture(scope="module")
+def want(root, texts) -> list[list[int]]:
+    pytest.importorskip("tiktoken")
+    from blockbpe_jax.testing import tiktoken_oracle
+
+    tok = bb.Tokenizer.from_file(root / CL100K)
+    return tiktoken_oracle("cl100k", tok, tok.vocab.pattern).encode_ordinary_batch(texts)

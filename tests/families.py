@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from blockbpe_jax import gguf as _gguf
+from blockbpe_jax.vocab import gguf as _gguf
 
 LLAMA_CPP_ENV = "BLOCKBPE_LLAMA_CPP_MODELS"  # .../llama_cpp_python-0.3.36/vendor/llama.cpp/models
 # A folder of copies (same file names) where the package is not installed, e.g. carried to a
@@ -234,7 +234,7 @@ def llama_cpp_cases(gguf_path: Path) -> list[tuple[str, list[int]]]:
     return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, lines)]
 
 
-# --- GGUF: the header reader is the package's (blockbpe_jax.gguf); the references below are
+# --- GGUF: the header reader is the package's (blockbpe_jax.vocab.gguf); the references below are
 # rebuilt from its key/values with the reference libraries' own types.
 gguf_metadata = _gguf.gguf_metadata
 

@@ -1,4 +1,4 @@
-"""Oracles and row checks of the CPU fuzz tests (tests/test_fuzz_*.py).
+"""Oracles and row checks of the CPU fuzz tests (tests/fuzz/test_fuzz_*.py).
 
 Valid text: tiktoken with the real pattern (`.tiktoken` files) or HF `tokenizers` with the file's
 own pipeline (`tokenizer.json`). Invalid UTF-8 (policy: ffi/pretok/tables.h): each byte not covered

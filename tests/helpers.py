@@ -24,7 +24,7 @@ import regex
 import blockbpe_jax as bb
 from blockbpe_jax import testing
 from blockbpe_jax._data import find_data_dir
-from blockbpe_jax.tables import build_vocab_tables
+from blockbpe_jax.tables.build import build_vocab_tables
 from blockbpe_jax.vocab import Vocab, load_tiktoken_file, load_tokenizer_json
 
 FORMATS = ("tiktoken", "json")

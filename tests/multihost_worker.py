@@ -1,4 +1,4 @@
-"""One process of the 2-process multi-host check (tests/test_multihost.py starts two of these).
+"""One process of the 2-process multi-host check (tests/ops/test_multihost.py starts two of these).
 
     JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=2 \\
         python3 tests/multihost_worker.py --port 12345 --process-id K --num-processes 2 --out rK.json
@@ -58,7 +58,7 @@ def main() -> int:
 
     import blockbpe_jax as bb
     from blockbpe_jax import testing
-    from blockbpe_jax.sharding import encode_process_local, exit_distributed, process_shard
+    from blockbpe_jax.ops.sharding import encode_process_local, exit_distributed, process_shard
 
     report = {
         "process_id": jax.process_index(),

@@ -1,4 +1,4 @@
-"""Functions a spawned child process runs for tests/test_pickling.py (importable by name: a
+"""Functions a spawned child process runs for tests/tokenizer/test_pickling.py (importable by name: a
 spawn child imports the module, not the test's)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The C++ pre-tokenizer (ffi/pretok/, built from tests/cpp/pretok_shim.cc) called through
-ctypes, and the piece oracles it is checked against (see tests/test_pretokenize_*.py)."""
+ctypes, and the piece oracles it is checked against (see tests/pretok/test_pretokenize_*.py)."""
 
 from __future__ import annotations
 

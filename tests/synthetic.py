@@ -1,14 +1,18 @@
-"""Small synthetic vocabulary files and HF pre-tokenizer configurations, for the loader's and
-the pre-tokenizer compiler's tests."""
+"""Small synthetic vocabulary files (tiktoken, tokenizer.json, GGUF) and HF pre-tokenizer
+configurations, for the loaders', the pre-tokenizer compiler's and the encoders' tests."""
 
 from __future__ import annotations
 
 import base64
 import json
+import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import blockbpe_jax as bb
+from blockbpe_jax import testing
 from blockbpe_jax.vocab import bytes_to_unicode
 
 
@@ -109,3 +113,68 @@ def gpt2_doc(data_dir: Path) -> dict:
     if not path.exists():
         pytest.skip(f"{path} not found")
     return json.loads(path.read_bytes())
+
+
+def nfc_tokenizer(data_dir):
+    """(ours, HF's) for llama3's vocabulary with an NFC normalizer and Qwen2's split."""
+    from tokenizers import Tokenizer
+
+    path = data_dir / "vocab" / "llama3" / "tokenizer.json"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    doc = json.loads(path.read_bytes())
+    doc["normalizer"] = {"type": "NFC"}
+    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split(testing.QWEN2_PATTERN), BYTE_LEVEL]}
+    hf = Tokenizer.from_str(json.dumps(doc))
+    return bb.Tokenizer.from_hf(hf), hf
+
+
+# GGUF files as llama.cpp writes them (blockbpe_jax/vocab/gguf.py reads them)
+
+
+def _gguf_string(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _gguf_value(v) -> tuple[int, bytes]:
+    if isinstance(v, bool):
+        return 7, struct.pack("<B", v)
+    if isinstance(v, int):
+        return 4, struct.pack("<I", v)
+    if isinstance(v, str):
+        return 8, _gguf_string(v)
+    if isinstance(v, np.ndarray):
+        kind = {np.dtype("<f4"): 6, np.dtype("<i4"): 5}[v.dtype]
+        return 9, struct.pack("<IQ", kind, v.size) + v.tobytes()
+    return 9, struct.pack("<IQ", 8, len(v)) + b"".join(_gguf_string(s) for s in v)
+
+
+def gguf_bytes(meta: dict, version: int = 3) -> bytes:
+    out = [b"GGUF", struct.pack("<IQQ", version, 0, len(meta))]
+    for key, value in meta.items():
+        kind, raw = _gguf_value(value)
+        out += [_gguf_string(key), struct.pack("<I", kind), raw]
+    return b"".join(out)
+
+
+def tiny_spm(**extra) -> dict:
+    """A SentencePiece BPE vocabulary as llama.cpp stores it ("llama"): a few pieces, scores,
+    types; user-defined `  ` (llama.cpp writes their `▁` as spaces)."""
+    pieces = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3)]
+    pieces += [(f"<0x{b:02X}>", 0.0, 6) for b in range(256)]
+    pieces += [
+        (p, -float(k), 1)
+        for k, p in enumerate(
+            ["\u2581", "a", "b", ">", "<", "/", "\u2581a", "ab", "\u2581ab", ">\u2581", ">\u2581<"]
+        )
+    ]
+    meta = {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": [p for p, _, _ in pieces],
+        "tokenizer.ggml.scores": np.asarray([s for _, s, _ in pieces], "<f4"),
+        "tokenizer.ggml.token_type": np.asarray([t for _, _, t in pieces], "<i4"),
+        "tokenizer.ggml.unknown_token_id": 0,
+    }
+    meta.update(extra)
+    return meta

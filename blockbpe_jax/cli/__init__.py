@@ -26,8 +26,8 @@ import os
 import sys
 from typing import Sequence
 
-from ..documents import chunk_cuts  # noqa: F401 (chunk_cuts: API)
-from ..shards import CorpusError, VerifyError
+from ..corpus.documents import chunk_cuts  # noqa: F401 (chunk_cuts: API)
+from ..corpus.types import CorpusError, VerifyError
 from . import bench, encode, info
 from .bench import make_excerpts  # noqa: F401 (API)
 from .common import (  # noqa: F401

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..line_reader import check_utf8
+from ..corpus.inputs.lines import check_utf8
 from .common import CLIError, add_vocab_options, check_mode, check_positive, device_named, load_tokenizer
 
 
@@ -64,7 +64,7 @@ def _input_file(name: str | None) -> Path:
 def cmd_bench(args) -> int:
     import jax
 
-    from .. import ops
+    from ..ops import primitive
     from ..tokenizer import pack_strings
 
     path = _input_file(args.file)
@@ -90,7 +90,7 @@ def cmd_bench(args) -> int:
     tables = tok.tables("none", device)
     # The tables are an argument: closed over, they would be embedded in the program.
     run = jax.jit(
-        lambda d, n, t: ops.encode(
+        lambda d, n, t: primitive.encode(
             d, n, t, max_tokens=T, mode=args.mode, block_size=args.block_size, check_lengths=False
         )
     )

@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from ..line_reader import one_line
+from ..corpus.inputs.lines import one_line
 
 PROG = "blockbpe-jax"
 
@@ -147,7 +147,7 @@ def resolve_pattern(text: str | None) -> str | None:
 def _rank_file(path: Path) -> Path:
     """`path`, when --pattern can apply to it: a tiktoken-format rank file (not a tokenizer.json,
     GGUF or SentencePiece model, which bring their own pre-tokenizer or none)."""
-    from .. import gguf, sentencepiece
+    from ..vocab import gguf, sentencepiece
 
     try:
         with open(path, "rb") as f:
@@ -208,12 +208,13 @@ def add_vocab_options(p, required_hint: str) -> None:
 
 def check_mode(tok, mode: str, device=None) -> None:
     """Fails early (CLIError) when `mode` cannot run with this vocabulary and build: the mode's
-    rules (`ops.resolve_mode`, on the host tables), and on an accelerator a build with the CUDA
+    rules (`primitive.resolve_mode`, on the host tables), and on an accelerator a build with the CUDA
     module. (A tiny encode call checked this before; its executable cost the command ~0.1 s,
     and ~1 s in its first process.)"""
     import jax
 
-    from .. import native, ops
+    from .. import native
+    from ..ops import primitive
 
     device = device or jax.devices()[0]
     if device.platform != "cpu" and not native.HAS_CUDA_MODULE:
@@ -221,7 +222,7 @@ def check_mode(tok, mode: str, device=None) -> None:
             f"--device: this build has no CUDA module for {device} (nvcc was not found when it was built)"
         )
     try:
-        ops.resolve_mode(tok.tables("none", host=True), mode)
+        primitive.resolve_mode(tok.tables("none", host=True), mode)
     except ValueError as e:
         raise CLIError(f"--mode {mode}: {one_line(e)}") from None
 

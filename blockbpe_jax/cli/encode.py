@@ -1,5 +1,5 @@
 """`encode` (files -> token shards) and `verify` (shards against the reference); the work is
-in blockbpe_jax/corpus.py."""
+in blockbpe_jax/corpus/job.py."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from ..documents import SPLITS_HELP, WINDOW_BYTES
-from ..shards import DEFAULT_SHARD_TOKENS
-from ..window_plan import DEFAULT_PACK_WIDTH
+from ..corpus.documents import SPLITS_HELP, WINDOW_BYTES
+from ..corpus.shards.flat import DEFAULT_SHARD_TOKENS
+from ..corpus.plan import DEFAULT_PACK_WIDTH
 from .common import (
     PROG,
     CLIError,
@@ -25,10 +25,10 @@ from .common import (
 
 
 def cmd_encode(args) -> int:
-    from .. import corpus
+    from ..corpus import job
 
-    paths = corpus.check_inputs(args.inputs)
-    split, chunk = corpus.parse_split(args.split)
+    paths = job.check_inputs(args.inputs)
+    split, chunk = job.parse_split(args.split)
     check_positive(
         ("--batch-size", args.batch_size),
         ("--shard-size", args.shard_size),
@@ -50,12 +50,12 @@ def cmd_encode(args) -> int:
         )
     if args.verify is not None and args.format != "flat":
         raise CLIError("--verify checks flat shards (--format flat)")
-    stream = corpus.first_stream(paths) if args.verify is not None else None
+    stream = job.first_stream(paths) if args.verify is not None else None
     if stream is not None:
         raise CLIError(f"--verify reads the inputs again: {stream} is a stream (standard input, a pipe)")
-    corpus.enable_executable_cache()  # a second run of the job loads its executables
+    job.enable_executable_cache()  # a second run of the job loads its executables
     # (the input is read while the vocabulary and the accelerator load)
-    read = corpus.read_ahead(
+    read = job.read_ahead(
         paths, split=args.split, jsonl_field=args.jsonl_field, window_bytes=args.window_bytes
     )
     try:
@@ -74,7 +74,7 @@ def cmd_encode(args) -> int:
         )
         if args.pattern is not None:  # (verify loads the vocabulary as encode did)
             vocab_arg["pattern"] = args.pattern
-        meta = corpus.encode_files(
+        meta = job.encode_files(
             tok,
             paths,
             os.path.join(os.path.expanduser(args.output), name),
@@ -101,7 +101,7 @@ def cmd_encode(args) -> int:
         )
     finally:  # (stops the reading when the job did not start: no thread left in native code)
         read.close()
-    mb = sum(size or 0 for size in corpus.input_sizes(paths)) / 1e6  # (as check_inputs took them)
+    mb = sum(size or 0 for size in job.input_sizes(paths)) / 1e6  # (as check_inputs took them)
     secs = meta["seconds"]
     print(
         f"{meta['documents']} documents, {meta['tokens']} tokens -> {len(meta['shards'])} shard(s) "
@@ -120,9 +120,9 @@ def cmd_encode(args) -> int:
 
 
 def _verify(prefix: str, tok, sample: int, seed: int) -> int:
-    from .. import corpus
+    from ..corpus import job
 
-    r = corpus.verify(prefix, tok, sample=sample, seed=seed)
+    r = job.verify(prefix, tok, sample=sample, seed=seed)
     print(
         f"verify: ok: {r['shards']} shard(s), {r['documents']} documents, {r['tokens']} tokens "
         f"consistent; {r['checked']} sampled documents equal to {r['reference']}"
@@ -131,7 +131,7 @@ def _verify(prefix: str, tok, sample: int, seed: int) -> int:
 
 
 def cmd_verify(args) -> int:
-    from ..shards import load_sidecar
+    from ..corpus.shards.flat import load_sidecar
 
     if args.sample < 0:
         raise CLIError(f"--sample must be >= 0, got {args.sample}")

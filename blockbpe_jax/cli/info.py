@@ -21,8 +21,9 @@ def exact_mode_status(tok) -> tuple[bool, str]:
 def cmd_info(args) -> int:
     import jax
 
-    from .. import disk_cache, ops
-    from ..ops import TABLE_OPERANDS
+    from .. import disk_cache
+    from ..ops import primitive
+    from ..ops.primitive import TABLE_OPERANDS
 
     tok = load_tokenizer(args.vocab, args.tiktoken, args.pattern)
     v = tok.vocab
@@ -47,7 +48,7 @@ def cmd_info(args) -> int:
         tables={
             k: dict(shape=list(a.shape), dtype=str(a.dtype), bytes=int(a.nbytes)) for k, a in tables.items()
         },
-        cuda_module=ops.HAS_CUDA_MODULE,
+        cuda_module=primitive.HAS_CUDA_MODULE,
         devices=[str(d) for d in jax.devices()],
         cache=disk_cache.usage(),
     )
@@ -79,7 +80,8 @@ def cmd_info(args) -> int:
         ),
         (
             "backends",
-            f"cpu{', cuda' if ops.HAS_CUDA_MODULE else ''} built; JAX devices: " + ", ".join(info["devices"]),
+            f"cpu{', cuda' if primitive.HAS_CUDA_MODULE else ''} built; JAX devices: "
+            + ", ".join(info["devices"]),
         ),
         ("disk cache", _cache_text(info["cache"])),
     ]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import unicode as uni
-from .regex_nodes import DIALECT_NAMES, CharSet, char_range, chars, empty_set
+from .regex_nodes import DIALECT_NAMES
+from .unicode import CharSet, char_range, chars, empty_set
 
 _SET_ESCAPES = "sSdDpPhH"  # escapes that stand for a set of code points
 _SIMPLE_ESCAPES = {"n": 0x0A, "r": 0x0D, "t": 0x09, "f": 0x0C, "v": 0x0B, "a": 0x07, "e": 0x1B}

@@ -1,59 +1,18 @@
-"""The syntax tree of a pre-tokenizer regex (regex_syntax.py parses it): code point sets,
-nodes, the dialects, and the check of Oniguruma's multi-character case folds on a tree."""
+"""The syntax tree of a pre-tokenizer regex (regex_syntax.py parses it): nodes (over
+unicode.CharSet), the dialects, and the check of Oniguruma's multi-character case folds on a tree."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Union
 
-import numpy as np
 
 from . import unicode as uni
+from .unicode import CharSet, chars
 
 
 class RegexUnsupported(ValueError):
     """A pattern uses a construct the pre-tokenizer compiler does not implement."""
-
-
-@dataclasses.dataclass(frozen=True)
-class CharSet:
-    """A set of code points, as a bool mask over U+0000..U+10FFFF."""
-
-    mask: np.ndarray
-
-    def __or__(self, other):
-        return CharSet(self.mask | other.mask)
-
-    def __and__(self, other):
-        return CharSet(self.mask & other.mask)
-
-    def __sub__(self, other):
-        return CharSet(self.mask & ~other.mask)
-
-    def invert(self):
-        return CharSet(~self.mask & uni.SCALAR_VALUES)
-
-    def __eq__(self, other):
-        return isinstance(other, CharSet) and np.array_equal(self.mask, other.mask)
-
-    def __hash__(self):
-        return hash(self.mask.tobytes())
-
-
-def empty_set() -> CharSet:
-    return CharSet(np.zeros(uni.N_CODE_POINTS, bool))
-
-
-def chars(*cps: int) -> CharSet:
-    s = empty_set()
-    s.mask[list(cps)] = True
-    return s
-
-
-def char_range(lo: int, hi: int) -> CharSet:
-    s = empty_set()
-    s.mask[lo : hi + 1] = True
-    return CharSet(s.mask & uni.SCALAR_VALUES)
 
 
 # Syntax tree nodes.

@@ -30,12 +30,12 @@ import re
 
 from . import unicode as uni
 from .regex_escapes import _SET_ESCAPES, SetParser
+from .unicode import CharSet, char_range, chars, empty_set  # noqa: F401 (used as rs.X)
 from .regex_nodes import (  # noqa: F401 (the tree's names, used as rs.X)
     DIALECT_NAMES,
     FLAVOURS,
     Alt,
     Chars,
-    CharSet,
     EndOfLine,
     EndOfText,
     Look,
@@ -43,10 +43,7 @@ from .regex_nodes import (  # noqa: F401 (the tree's names, used as rs.X)
     Repeat,
     RegexUnsupported,
     Seq,
-    char_range,
-    chars,
     check_fold_runs,
-    empty_set,
 )
 
 

@@ -6,6 +6,7 @@ references are checked against the tables' versions when a tokenizer is loaded (
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import pathlib
@@ -16,6 +17,48 @@ N_CODE_POINTS = 0x110000
 # Code points that can appear in UTF-8 text (no surrogates).
 SCALAR_VALUES = np.ones(N_CODE_POINTS, bool)
 SCALAR_VALUES[0xD800:0xE000] = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CharSet:
+    """A set of code points, as a bool mask over U+0000..U+10FFFF."""
+
+    mask: np.ndarray
+
+    def __or__(self, other):
+        return CharSet(self.mask | other.mask)
+
+    def __and__(self, other):
+        return CharSet(self.mask & other.mask)
+
+    def __sub__(self, other):
+        return CharSet(self.mask & ~other.mask)
+
+    def invert(self):
+        return CharSet(~self.mask & SCALAR_VALUES)
+
+    def __eq__(self, other):
+        return isinstance(other, CharSet) and np.array_equal(self.mask, other.mask)
+
+    def __hash__(self):
+        return hash(self.mask.tobytes())
+
+
+def empty_set() -> CharSet:
+    return CharSet(np.zeros(N_CODE_POINTS, bool))
+
+
+def chars(*cps: int) -> CharSet:
+    s = empty_set()
+    s.mask[list(cps)] = True
+    return s
+
+
+def char_range(lo: int, hi: int) -> CharSet:
+    s = empty_set()
+    s.mask[lo : hi + 1] = True
+    return CharSet(s.mask & SCALAR_VALUES)
+
 
 _GC_GROUPS = {
     "L": "Lu Ll Lt Lm Lo",
@@ -147,8 +190,6 @@ def property_set(name: str, flavour: str = "tiktoken"):
     """\\p{name}: a general category (short or long name, or a group such as L, N, P) or one of
     the scripts in the regex table; in fancy-regex's dialect ("tiktoken") also with a gc=,
     Script=, sc= or Is prefix. KeyError for anything else."""
-    from .regex_nodes import CharSet
-
     return CharSet(_property_mask(name, flavour).copy())
 
 
@@ -220,8 +261,6 @@ def multi_char_fold_mask() -> np.ndarray:
 
 def case_fold_closure(cs):
     """The set with every member's case variants added (for (?i))."""
-    from .regex_nodes import CharSet
-
     orbits = _fold_orbits()
     mask = cs.mask.copy()
     for cp in np.flatnonzero(cs.mask):

@@ -1,5 +1,5 @@
 """Load a byte-level BPE vocabulary (tiktoken file, tiktoken Encoding, or HF tokenizer.json)
-into one Python model, :class:`Vocab`, from which ``tables.py`` builds the device tables.
+into one Python model, :class:`Vocab`, from which ``tables/build.py`` builds the device tables.
 
 Two BPE semantics meet here, and the model holds both in the same shape:
 
@@ -50,7 +50,3 @@ __all__ = [
     "from_tiktoken_encoding",
     "known_tiktoken_file_defaults",
 ]
-
-# Shared with the other loaders (char_bpe, sentencepiece, gguf, tekken).
-from .hf_json import parse_added_tokens, parse_hf_merges, read_json, vocab_from_tokenizer_json  # noqa: E402,F401
-from .model import MAX_TOKEN_ID, _check_id, _place_specials, _vocab_from_ranks, vocab_name  # noqa: E402,F401

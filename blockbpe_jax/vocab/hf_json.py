@@ -1,17 +1,17 @@
 """HF tokenizers `tokenizer.json` files with a byte-level BPE model (those with `byte_fallback`
-are SentencePiece-style and go to char_bpe.py)."""
+are SentencePiece-style and go to vocab/char_bpe.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 from pathlib import Path
 
 from .. import pretok
-from .model import Vocab, VocabError, _check_id, _missing_bytes_message, _place_specials, vocab_name
 from ..pretok.regex_syntax import same_in_both_dialects
+from .hf_fields import parse_added_tokens, parse_hf_merges, read_json
+from .model import Vocab, VocabError, check_id, missing_bytes_message, place_specials, vocab_name
 from .patterns import recognise_pattern
 
 
@@ -69,65 +69,6 @@ def load_tokenizer_json(path: str | os.PathLike) -> Vocab:
     return vocab_from_tokenizer_json(read_json(path), path)
 
 
-def read_json(path: str | os.PathLike) -> object:
-    """A JSON file's document; VocabError naming the file when it cannot be read or parsed."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            return json.load(f)
-    except OSError as e:
-        raise VocabError(f"{path}: cannot read: {e}") from e
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise VocabError(f"{path}: not valid JSON: {e}") from e
-
-
-def parse_added_tokens(doc: dict, path) -> list[tuple[str, str, int, list[str]]]:
-    """tokenizer.json's added_tokens as (where, content, id, matching flags it sets: lstrip,
-    rstrip, single_word), each an object with a string content and a valid id, no content
-    added twice with different ids."""
-    out: list[tuple[str, str, int, list[str]]] = []
-    seen: dict[str, int] = {}
-    for k, entry in enumerate(doc.get("added_tokens") or []):
-        at = f"{path}: added_tokens[{k}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
-            raise VocabError(f"{at}: expected an object with a string 'content'")
-        text, token_id = entry["content"], _check_id(at, entry.get("id"))
-        if seen.setdefault(text, token_id) != token_id:
-            raise VocabError(f"{at}: {text!r} is also added with id {seen[text]}")
-        out.append((at, text, token_id, [f for f in ("lstrip", "rstrip", "single_word") if entry.get(f)]))
-    return out
-
-
-def parse_hf_merges(
-    path, merges_json: list, vocab_json: dict, prefix_len: int = 0
-) -> dict[tuple[int, int], tuple[int, int]]:
-    """model.merges of a tokenizer.json: (left id, right id) -> (rank = list index, merged id);
-    a pair listed twice takes its last rank, as in HF."""
-
-    def bad(rank: int, problem: str) -> VocabError:  # (spelled only for a bad merge: 100-200k a file)
-        return VocabError(f"{path}: model.merges[{rank}]: {problem}")
-
-    merges: dict[tuple[int, int], tuple[int, int]] = {}
-    for rank, merge in enumerate(merges_json):
-        if isinstance(merge, str):
-            parts = merge.split(" ")
-        elif isinstance(merge, list) and all(isinstance(p, str) for p in merge):
-            parts = merge
-        else:
-            raise bad(rank, f'expected "a b" or [a, b], got {merge!r}')
-        if len(parts) != 2:
-            raise bad(rank, f"expected two tokens, got {merge!r}")
-        left, right = parts
-        left_id, right_id = vocab_json.get(left), vocab_json.get(right)
-        if left_id is None or right_id is None:
-            raise bad(rank, f"merge {merge!r} refers to unknown token {left if left_id is None else right!r}")
-        merged = vocab_json.get(left + right[prefix_len:])
-        if merged is None:
-            raise bad(rank, f"merge result {left + right[prefix_len:]!r} is not in model.vocab")
-        merges[(left_id, right_id)] = (rank, merged)
-    return merges
-
-
 def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
     """The Vocab of a parsed tokenizer.json document; `path` names it in errors."""
     path = Path(path)
@@ -140,7 +81,7 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
     if model_type != "BPE":
         raise VocabError(f"{path}: model.type: model type {model_type!r} is not supported")
     if model.get("byte_fallback"):  # SentencePiece-style: merges over characters
-        from ..char_bpe import vocab_from_hf_json
+        from .char_bpe import vocab_from_hf_json
 
         return vocab_from_hf_json(doc, path)
     vocab_json = model.get("vocab")
@@ -164,7 +105,7 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
         return f"{path}: model.vocab[{key!r}]"
 
     for key, token_id in vocab_json.items():
-        _check_id(lambda key=key: entry(key), token_id)
+        check_id(lambda key=key: entry(key), token_id)
     token_bytes: list[bytes | None] = [None] * (max(vocab_json.values(), default=-1) + 1)
     for key, token_id in vocab_json.items():
         data = _decode_byte_level(key)
@@ -180,13 +121,13 @@ def vocab_from_tokenizer_json(doc: object, path: str | os.PathLike) -> Vocab:
 
     missing = [b for b, ch in bytes_to_unicode().items() if ch not in vocab_json]
     if missing:
-        raise VocabError(f"{path}: model.vocab: {_missing_bytes_message(missing)}")
+        raise VocabError(f"{path}: model.vocab: {missing_bytes_message(missing)}")
     byte_ids = tuple(vocab_json[bytes_to_unicode()[b]] for b in range(256))
 
     # HF drops the continuing-subword prefix from the right half when it names the result.
     merges = parse_hf_merges(path, merges_json, vocab_json, len(model.get("continuing_subword_prefix") or ""))
 
-    token_bytes = _place_specials(str(path), token_bytes, added)
+    token_bytes = place_specials(str(path), token_bytes, added)
 
     try:
         norm = pretok.normalizer_from_hf(doc.get("normalizer"))

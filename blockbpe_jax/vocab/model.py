@@ -18,7 +18,7 @@ from ..pretok import Pretokenizer
 from .patterns import recognise_pattern
 
 if TYPE_CHECKING:
-    from ..char_bpe import CharLevel
+    from .char_bpe import CharLevel
 
 
 # Ids index Python tuples and int32 device tables. A huge rank in a file (a typo, or a hostile
@@ -53,7 +53,7 @@ class Vocab:
     pretokenizer: Pretokenizer | None
     unsupported: str | None
     source: str
-    # SentencePiece-style BPE (merges over characters; blockbpe_jax/char_bpe.py), else None.
+    # SentencePiece-style BPE (merges over characters; blockbpe_jax/vocab/char_bpe.py), else None.
     char_level: "CharLevel | None" = None
     # Special tokens matched in text whatever the allowed specials (SentencePiece user-defined
     # pieces).
@@ -103,7 +103,7 @@ def vocab_name(path: str | os.PathLike) -> str:
     return path.parent.name if path.name == "tokenizer.json" and path.parent.name else path.stem
 
 
-def _check_id(where: str | Callable[[], str], token_id: object) -> int:
+def check_id(where: str | Callable[[], str], token_id: object) -> int:
     """token_id, an id in range; else VocabError at `where` (or what where() spells: a loader
     checking 100-200k ids makes the message only for a bad one)."""
     if isinstance(token_id, bool) or not isinstance(token_id, int):
@@ -115,7 +115,7 @@ def _check_id(where: str | Callable[[], str], token_id: object) -> int:
     raise VocabError(f"{where() if callable(where) else where}: {problem}")
 
 
-def _place_specials(
+def place_specials(
     where: str, token_bytes: list[bytes | None], special_tokens: Mapping[str, int]
 ) -> list[bytes | None]:
     """Put special tokens' UTF-8 bytes at their ids, growing the list; reject collisions with a
@@ -125,7 +125,7 @@ def _place_specials(
     encodes to it, and it decodes to the first one listed."""
     seen_ids: dict[int, str] = {}
     for text, token_id in special_tokens.items():
-        _check_id(f"{where}: special token {text!r}", token_id)
+        check_id(f"{where}: special token {text!r}", token_id)
         if token_id in seen_ids:
             continue
         seen_ids[token_id] = text
@@ -144,7 +144,7 @@ def _place_specials(
     return token_bytes
 
 
-def _missing_bytes_message(missing: list[int]) -> str:
+def missing_bytes_message(missing: list[int]) -> str:
     shown = ", ".join(f"0x{b:02x}" for b in missing[:8])
     more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
     return f"missing single-byte tokens for {len(missing)} byte values ({shown}{more}); all 256 bytes must be tokens"
@@ -171,7 +171,7 @@ def _merges_from_ranks(ranks: Mapping[bytes, int]) -> dict[tuple[int, int], tupl
 class TiktokenMerges(Mapping):
     """A tiktoken vocabulary's merges (`_merges_from_ranks`), derived at their first use: they
     are a function of the token bytes, and a start-up whose tables come from the disk cache
-    (table_cache.py keys them by the token bytes) never needs them."""
+    (tables/cache.py keys them by the token bytes) never needs them."""
 
     def __init__(self, ranks: Mapping[bytes, int]):
         self._ranks: Mapping[bytes, int] | None = ranks
@@ -205,7 +205,7 @@ class TiktokenMerges(Mapping):
         return len(self.derived)
 
 
-def _vocab_from_ranks(
+def vocab_from_ranks(
     *,
     ranks: Mapping[bytes, int],
     where: str,
@@ -219,11 +219,11 @@ def _vocab_from_ranks(
         raise VocabError(f"{where}: no tokens")
     missing = [b for b in range(256) if bytes([b]) not in ranks]
     if missing:
-        raise VocabError(f"{where}: {_missing_bytes_message(missing)}")
+        raise VocabError(f"{where}: {missing_bytes_message(missing)}")
     token_bytes: list[bytes | None] = [None] * (max(ranks.values()) + 1)
     for data, rank in ranks.items():
         token_bytes[rank] = data
-    token_bytes = _place_specials(where, token_bytes, special_tokens)
+    token_bytes = place_specials(where, token_bytes, special_tokens)
     return Vocab(
         name=name,
         token_bytes=tuple(token_bytes),

@@ -8,7 +8,7 @@ import re
 
 
 # Verbatim from tiktoken_ext/openai_public.py (r50k, cl100k, o200k) and Meta's Llama 3
-# tokenizer (llama3). p50k_base uses r50k's pattern. tests/test_vocab_patterns.py checks these against
+# tokenizer (llama3). p50k_base uses r50k's pattern. tests/vocab/test_vocab_patterns.py checks these against
 # tiktoken_ext when it is importable.
 KNOWN_PATTERNS: dict[str, str] = {
     "r50k": r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s""",

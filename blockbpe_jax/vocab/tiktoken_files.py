@@ -15,7 +15,7 @@ from typing import Mapping, NamedTuple
 import numpy as np
 
 from ..disk_cache import kept_npz
-from .model import MAX_TOKEN_ID, Vocab, VocabError, _check_id, _vocab_from_ranks
+from .model import MAX_TOKEN_ID, Vocab, VocabError, check_id, vocab_from_ranks
 from .patterns import KNOWN_PATTERNS, pattern_of
 
 
@@ -64,7 +64,7 @@ def _known(file_name: str, name: str, pattern: str, specials: Mapping[str, int])
 # expected_hash tiktoken_ext/openai_public.py checks each download against (p50k_edit shares
 # p50k_base's file; gpt2 is not a .tiktoken file), and Meta's Llama 3 tokenizer.model (the
 # sha256 Meta publishes for Llama 3's original/tokenizer.model; llama-models ships the same).
-# tests/test_vocab_by_content.py checks the tiktoken ones against tiktoken_ext.
+# tests/vocab/test_vocab_by_content.py checks the tiktoken ones against tiktoken_ext.
 KNOWN_TIKTOKEN_FILES: Mapping[str, KnownFile] = MappingProxyType(
     {
         "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930": _known(
@@ -145,7 +145,7 @@ def load_tiktoken_file(
     if not ranks:
         raise VocabError(f"{path}: file is empty (no tokens)")
 
-    return _vocab_from_ranks(
+    return vocab_from_ranks(
         ranks=ranks,
         where=str(path),
         name=name if name is not None else default_name,
@@ -161,11 +161,11 @@ def from_tiktoken_encoding(enc) -> Vocab:
     ranks: dict[bytes, int] = dict(enc._mergeable_ranks)
     seen: dict[int, bytes] = {}
     for token, rank in ranks.items():
-        _check_id(lambda token=token: f"{where}: token {token!r}", rank)
+        check_id(lambda token=token: f"{where}: token {token!r}", rank)
         if rank in seen:
             raise VocabError(f"{where}: tokens {seen[rank]!r} and {token!r} share rank {rank}")
         seen[rank] = token
-    return _vocab_from_ranks(
+    return vocab_from_ranks(
         ranks=ranks,
         where=where,
         name=enc.name,

@@ -1,0 +1,414 @@
+"""NumPy builders of the device tables that the C++/CUDA kernels read.
+
+The layouts below are a contract with ffi/: the C++ side reads these arrays bit for bit, so
+change them only together with it. All arrays are int32 unless noted.
+
+* pair table, int32[P, 4]: two-choice (cuckoo) hashing. Row = (left, right, rank,
+  merged_id); an empty row is (-1, -1, -1, -1). A pair is in slot pair_hash(l, r) & (P-1) or
+  in slot pair_hash_alt(l, r) & (P-1), so a lookup is two independent row loads (the GPU
+  issues both at once) and a miss is known without a walk. P = the smallest power of two
+  >= max(16, 2 * number of merges) (at most half full) at which the placement succeeds (it
+  doubles P on the rare failure; never for the shared vocabularies).
+* piece table, int32[Q, 4]: whole-piece shortcut (piece bytes -> token id), same probing with
+  home slot piece_hash(bytes) & (Q-1). Row = (int32 view of piece_hash, token_id, byte_len,
+  offset of the token's bytes in token_data);
+  an empty row is all -1 (test token_id == -1: a real hash may be 0xFFFFFFFF). Holds the
+  mergeable (non-special) tokens of at most 255 bytes; a hit must still compare bytes (at the
+  row's offset in token_data). Q = power of two >= max(16, 2 * number of mergeable tokens).
+* token_offsets int32[V+1], token_data uint8[max(1, D)]: bytes of id i are
+  token_data[token_offsets[i]:token_offsets[i+1]] (empty for holes), specials included.
+* special tables: the allowed specials' UTF-8 bytes, longest first (ties by bytes), so the
+  first match at a position is the longest one.
+* SentencePiece BPE (vocab.char_level; ffi/core/char_symbols.h): byte_ids holds the byte-fallback
+  pieces <0xXX>; the piece table holds the one-character pieces of 2-4 UTF-8 bytes (their
+  bytes appended to token_data, as the text spells them: `▁` is the piece of U+2581);
+  char_table is the int32 layout documented in ffi/core/char_symbols.h. Byte-level vocabularies pass
+  a one-entry stand-in char_table.
+
+lookup_pair / lookup_piece are the reference probes, in plain Python, that the tests use to
+prove the layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from ..vocab.char_bpe import MAX_JOINERS
+from ..vocab import Vocab
+
+__all__ = [
+    "pair_hash",
+    "pair_hash_alt",
+    "piece_hash",
+    "VocabTables",
+    "build_vocab_tables",
+    "SpecialTables",
+    "build_special_tables",
+    "lookup_pair",
+    "lookup_piece",
+]
+
+MAX_PIECE_TABLE_LEN = 255  # longer tokens are never looked up whole (the C++ side caps pieces)
+
+_U32 = 0xFFFFFFFF
+_FNV_OFFSET = 0x811C9DC5
+_FNV_PRIME = 0x01000193
+
+
+# --------------------------------------------------------------------------------------------
+# Hashes (uint32 arithmetic with wraparound, identical in C++)
+# --------------------------------------------------------------------------------------------
+
+
+def pair_hash(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """uint32 hash of (left, right) id pairs, elementwise (a multiply-xorshift finaliser)."""
+    h_left = np.asarray(left).astype(np.uint32)
+    h_right = np.asarray(right).astype(np.uint32)
+    with np.errstate(over="ignore"):
+        h = h_left * np.uint32(0x9E3779B1) + h_right
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h *= np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+    return h
+
+
+_PAIR_ALT_SALT = 0x5BD1E995  # ffi/core/bpe_core.h pair_hash_alt
+
+
+def pair_hash_alt(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """The second hash of the two-choice pair table: pair_hash of (right ^ salt, left)."""
+    return pair_hash(np.asarray(right).astype(np.uint32) ^ np.uint32(_PAIR_ALT_SALT), left)
+
+
+def _pair_hash_int(left: int, right: int) -> int:
+    """pair_hash for one pair in Python ints (fast enough to call per lookup)."""
+    h = ((left & _U32) * 0x9E3779B1 + (right & _U32)) & _U32
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _U32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _U32
+    h ^= h >> 16
+    return h
+
+
+def _pair_hash_alt_int(left: int, right: int) -> int:
+    return _pair_hash_int((right & _U32) ^ _PAIR_ALT_SALT, left)
+
+
+def piece_hash(data: bytes) -> int:
+    """32-bit FNV-1a of a byte string."""
+    h = _FNV_OFFSET
+    for b in data:
+        h ^= b
+        h = (h * _FNV_PRIME) & _U32
+    return h
+
+
+def _piece_hashes(token_offsets: np.ndarray, token_data: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """FNV-1a of many tokens at once: one vectorised step per byte position, over the tokens
+    that are still that long (sorted longest first, so they are a prefix of the order)."""
+    starts = token_offsets[ids].astype(np.int64)
+    lengths = token_offsets[ids + 1].astype(np.int64) - starts
+    longest_first = np.argsort(-lengths, kind="stable")
+    sorted_lengths = lengths[longest_first]
+    h = np.full(len(ids), _FNV_OFFSET, dtype=np.uint32)
+    with np.errstate(over="ignore"):
+        for position in range(int(sorted_lengths[0]) if len(ids) else 0):
+            still_long = longest_first[: np.searchsorted(-sorted_lengths, -position, side="left")]
+            h[still_long] ^= token_data[starts[still_long] + position]
+            h[still_long] *= np.uint32(_FNV_PRIME)
+    return h
+
+
+# --------------------------------------------------------------------------------------------
+# Open addressing
+# --------------------------------------------------------------------------------------------
+
+
+def _capacity(n_keys: int) -> int:
+    """Power of two >= max(16, 2 * n_keys): load factor at most 1/2."""
+    need = max(16, 2 * n_keys)
+    return 1 << (need - 1).bit_length()
+
+
+def _place_by_linear_probing(home_slots: np.ndarray, capacity: int) -> np.ndarray:
+    """Slot of every key in a linear-probing table of `capacity` slots (a power of two).
+
+    Vectorised over probe rounds instead of over keys: each round, every unplaced key looks at
+    its current slot; free slots go to the first (lowest-index) key asking, the others step to
+    the next slot. A key only moves past slots it saw occupied, and slots never empty again, so
+    every slot between a key's home and its final slot is occupied: exactly what a linear-probing
+    lookup needs to reach it. Earlier keys win ties, so pass the most frequently looked-up keys
+    first. The result is deterministic for a given key order."""
+    mask = capacity - 1
+    slot_of_key = np.full(len(home_slots), -1, dtype=np.int64)
+    occupied = np.zeros(capacity, dtype=bool)
+    pending = np.arange(len(home_slots))
+    probe = home_slots.astype(np.int64) & mask
+    while pending.size:
+        free = ~occupied[probe]
+        asking = np.flatnonzero(free)
+        # np.unique's return_index is the first occurrence (it sorts stably).
+        won_slots, first = np.unique(probe[asking], return_index=True)
+        winners = asking[first]
+        occupied[won_slots] = True
+        slot_of_key[pending[winners]] = won_slots
+        keep = np.ones(pending.size, dtype=bool)
+        keep[winners] = False
+        pending = pending[keep]
+        probe = (probe[keep] + 1) & mask
+    return slot_of_key
+
+
+def _place_by_two_choices(
+    first: np.ndarray, second: np.ndarray, capacity: int, max_kicks: int = 1000
+) -> np.ndarray | None:
+    """Slot of every key in a two-choice (cuckoo) table: key k at first[k] or second[k].
+
+    Vectorised for the many keys whose first choice (then second choice) is free and wanted by
+    no earlier key; the rest are inserted one by one, each evicting the occupant of its slot
+    to that key's other choice, until a free slot ends the chain. None if a chain runs past
+    max_kicks (the caller then retries with a larger table). Deterministic for a given order."""
+    n = len(first)
+    first = first.astype(np.int64) & (capacity - 1)
+    second = second.astype(np.int64) & (capacity - 1)
+    owner = np.full(capacity, -1, dtype=np.int64)
+    slot_of_key = np.full(n, -1, dtype=np.int64)
+    for choice in (first, second):
+        pending = np.flatnonzero(slot_of_key < 0)
+        pending = pending[owner[choice[pending]] < 0]
+        won, at = np.unique(choice[pending], return_index=True)  # first key asking wins
+        owner[won] = pending[at]
+        slot_of_key[pending[at]] = won
+    for key in np.flatnonzero(slot_of_key < 0).tolist():
+        slot = int(first[key])
+        for _ in range(max_kicks):
+            evicted = int(owner[slot])
+            owner[slot] = key
+            slot_of_key[key] = slot
+            if evicted < 0:
+                break
+            key = evicted
+            slot = int(second[key]) if slot == first[key] else int(first[key])
+        else:
+            return None
+    return slot_of_key
+
+
+# --------------------------------------------------------------------------------------------
+# Vocabulary tables
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VocabTables:
+    pair_table: np.ndarray  # int32[P, 4]: (left, right, rank, merged_id); empty = -1s
+    byte_ids: np.ndarray  # int32[256]
+    piece_table: np.ndarray  # int32[Q, 4]: (int32(piece_hash), token_id, byte_len, offset); empty = -1s
+    token_offsets: np.ndarray  # int32[V+1]
+    token_data: np.ndarray  # uint8[max(1, D)]
+    max_piece_len: int  # longest byte_len in piece_table
+    rank_is_id: bool  # every pair's rank equals its merged id (true of tiktoken vocabularies)
+    nbytes: int  # total bytes of all arrays
+    char_table: np.ndarray  # int32: SentencePiece BPE's character tables, or a [1] stand-in
+    symbols: int  # SYMBOLS_BYTES or SYMBOLS_CHARS (ffi/core/char_symbols.h)
+    char_runs: tuple[int, int, int]  # the run rule's (T, P, W) attributes; (0, 0, 0): none
+
+    def __repr__(self) -> str:
+        return (
+            f"VocabTables(P={self.pair_table.shape[0]}, Q={self.piece_table.shape[0]}, "
+            f"V={self.token_offsets.shape[0] - 1}, data={self.token_data.shape[0]} B, "
+            f"max_piece_len={self.max_piece_len}, nbytes={self.nbytes})"
+        )
+
+
+def _token_bytes_arrays(vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter((len(b) if b else 0 for b in vocab.token_bytes), np.int64, vocab.n_vocab)
+    offsets = np.zeros(vocab.n_vocab + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise ValueError(f"{vocab.name}: token bytes total {offsets[-1]} do not fit int32 offsets")
+    data = np.frombuffer(b"".join(b for b in vocab.token_bytes if b), dtype=np.uint8)
+    if data.size == 0:
+        data = np.zeros(1, dtype=np.uint8)
+    return offsets.astype(np.int32), data.copy()
+
+
+def _build_pair_table(vocab: Vocab) -> np.ndarray:
+    n = len(vocab.merges)
+    rows = np.empty((n, 4), dtype=np.int64)
+    rows[:, :2] = np.fromiter((x for pair in vocab.merges for x in pair), np.int64, 2 * n).reshape(n, 2)
+    rows[:, 2:] = np.fromiter((x for v in vocab.merges.values() for x in v), np.int64, 2 * n).reshape(n, 2)
+    first, second = pair_hash(rows[:, 0], rows[:, 1]), pair_hash_alt(rows[:, 0], rows[:, 1])
+    capacity = _capacity(n)
+    while (slots := _place_by_two_choices(first, second, capacity)) is None:
+        capacity *= 2
+        if capacity > 64 * _capacity(n):  # only identical hash pairs could get here
+            raise ValueError(f"cannot place {n} merges in a two-choice pair table")
+    table = np.full((capacity, 4), -1, dtype=np.int32)
+    table[slots] = rows
+    return table
+
+
+def _build_piece_table(vocab: Vocab, offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, int]:
+    mergeable = np.asarray(vocab.mergeable_ids, dtype=np.int64)
+    capacity = _capacity(len(mergeable))
+    lengths = offsets[mergeable + 1].astype(np.int64) - offsets[mergeable]
+    ids = mergeable[lengths <= MAX_PIECE_TABLE_LEN]
+    lengths = lengths[lengths <= MAX_PIECE_TABLE_LEN]
+    table = _piece_rows(_piece_hashes(offsets, data, ids), ids, lengths, offsets[ids], capacity)
+    return table, int(lengths.max(initial=0))
+
+
+def _piece_rows(hashes: np.ndarray, ids, lengths, starts, capacity: int) -> np.ndarray:
+    """The piece table (layout above) of keys with these hashes, token ids, byte lengths and
+    offsets of their bytes in token_data."""
+    table = np.full((capacity, 4), -1, dtype=np.int32)
+    slots = _place_by_linear_probing(hashes, capacity)
+    table[slots, 0] = hashes.view(np.int32)
+    table[slots, 1] = ids
+    table[slots, 2] = lengths
+    table[slots, 3] = starts
+    return table
+
+
+SYMBOLS_BYTES, SYMBOLS_CHARS = 0, 1  # the `symbols` attribute (ffi/core/char_symbols.h)
+CHAR_TABLE_ESCAPED, CHAR_TABLE_JOINERS = 134, 135  # kCharTableEscaped, kCharTableJoiners
+CHAR_TABLE_HEADER = CHAR_TABLE_JOINERS + MAX_JOINERS  # kCharTableHeader
+
+
+def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple:
+    """(piece_table, token_data extended, char_table, char_runs, max key length) of
+    SentencePiece BPE."""
+    cl = vocab.char_level
+    wide = [(ch.encode("utf-8"), i) for ch, i in cl.char_ids.items() if len(ch.encode("utf-8")) > 1]
+    keys = b"".join(k for k, _ in wide)
+    offsets = np.cumsum([0] + [len(k) for k, _ in wide], dtype=np.int64)[:-1] + data.size
+    if data.size + len(keys) > np.iinfo(np.int32).max:
+        raise ValueError(f"{vocab.name}: token bytes do not fit int32 offsets")
+    hashes = np.asarray([piece_hash(k) for k, _ in wide], dtype=np.uint32)
+    table = _piece_rows(
+        hashes, [i for _, i in wide], [len(k) for k, _ in wide], offsets, _capacity(len(wide))
+    )
+    extended = np.concatenate([data, np.frombuffer(keys, dtype=np.uint8)])
+    runs = cl.runs
+    width = (max((len(row) for row in runs.table), default=0) or 1) if runs else 0
+    char_table = np.full(CHAR_TABLE_HEADER + (runs.long * width if runs else 0), -1, dtype=np.int32)
+    for ch, i in cl.char_ids.items():
+        if len(ch) == 1 and ord(ch) < 128:
+            char_table[ord(ch)] = i
+    char_table[128:132] = (cl.replacement_id, cl.prefix_id, cl.prefix_rule, cl.word_start_id)
+    char_table[CHAR_TABLE_ESCAPED] = int(cl.escaped_specials)
+    char_table[CHAR_TABLE_JOINERS : CHAR_TABLE_JOINERS + len(cl.joiners)] = cl.joiners
+    if runs:
+        char_table[132:134] = (runs.run_id, runs.long_id)
+        for m, row in enumerate(runs.table):
+            at = CHAR_TABLE_HEADER + m * width
+            char_table[at : at + len(row)] = row
+    char_runs = (runs.long, runs.step, width) if runs else (0, 0, 0)
+    return table, extended, char_table, char_runs, max((len(k) for k, _ in wide), default=1)
+
+
+def build_vocab_tables(vocab: Vocab) -> VocabTables:
+    """All per-vocabulary device tables (see the module docstring for the layouts)."""
+    offsets, data = _token_bytes_arrays(vocab)
+    pair_table = _build_pair_table(vocab)
+    if vocab.char_level is None:
+        piece_table, max_piece_len = _build_piece_table(vocab, offsets, data)
+        char_table, symbols, char_runs = np.full(1, -1, dtype=np.int32), SYMBOLS_BYTES, (0, 0, 0)
+    else:
+        piece_table, data, char_table, char_runs, max_piece_len = _build_char_tables(vocab, data)
+        symbols = SYMBOLS_CHARS
+    byte_ids = np.asarray(vocab.byte_ids, dtype=np.int32)
+    arrays = (pair_table, byte_ids, piece_table, offsets, data, char_table)
+    return VocabTables(
+        pair_table=pair_table,
+        byte_ids=byte_ids,
+        piece_table=piece_table,
+        token_offsets=offsets,
+        token_data=data,
+        max_piece_len=max_piece_len,
+        rank_is_id=bool(np.array_equal(pair_table[:, 2], pair_table[:, 3])),
+        nbytes=sum(a.nbytes for a in arrays),
+        char_table=char_table,
+        symbols=symbols,
+        char_runs=char_runs,
+    )
+
+
+def lookup_pair(tables: VocabTables, left: int, right: int) -> tuple[int, int] | None:
+    """(rank, merged_id) of the pair, probing exactly as the kernels do; None if absent."""
+    table = tables.pair_table
+    mask = table.shape[0] - 1
+    for slot in (_pair_hash_int(left, right) & mask, _pair_hash_alt_int(left, right) & mask):
+        row_left, row_right, rank, merged = table[slot].tolist()
+        if row_left == left and row_right == right and left >= 0:
+            return rank, merged
+    return None
+
+
+def lookup_piece(tables: VocabTables, data: bytes) -> int | None:
+    """Token id whose bytes are exactly `data` (whole-piece shortcut), or None."""
+    table = tables.piece_table
+    mask = table.shape[0] - 1
+    h = piece_hash(data)
+    stored_hash = h - (1 << 32) if h >= 1 << 31 else h  # the int32 view stored in column 0
+    slot = h & mask
+    token_data = tables.token_data
+    for _ in range(table.shape[0]):
+        row_hash, token_id, byte_len, start = table[slot].tolist()
+        if token_id == -1:
+            return None
+        if row_hash == stored_hash and byte_len == len(data):
+            if token_data[start : start + byte_len].tobytes() == data:
+                return token_id
+        slot = (slot + 1) & mask
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Special tokens
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpecialTables:
+    special_offsets: np.ndarray  # int32[S+1]
+    special_data: np.ndarray  # uint8[max(1, D)], longest first, ties by bytes
+    special_ids: np.ndarray  # int32[max(1, S)]; a dummy 0 when S == 0
+    count: int  # S
+
+
+def build_special_tables(vocab: Vocab, allowed: str | Iterable[str] | None) -> SpecialTables:
+    """Tables of the special tokens to match in text: "all", None (none), or a set of names.
+
+    Sorted longest first (ties by bytes) so a linear scan's first match is the longest match,
+    which is what tiktoken and HF do when one special is a prefix of another."""
+    if allowed is None:
+        names: list[str] = list(vocab.always_special)
+    elif allowed == "all":
+        names = list(vocab.special_tokens)
+    elif isinstance(allowed, str):
+        raise ValueError(f"allowed must be 'all', None or a collection of names, not {allowed!r}")
+    else:
+        names = list(dict.fromkeys([*vocab.always_special, *allowed]))
+        unknown = [n for n in names if n not in vocab.special_tokens]
+        if unknown:
+            raise ValueError(f"{vocab.name}: unknown special tokens: {', '.join(map(repr, unknown))}")
+    encoded = sorted(
+        ((n.encode("utf-8"), vocab.special_tokens[n]) for n in names), key=lambda e: (-len(e[0]), e[0])
+    )
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    offsets[1:] = np.cumsum([len(b) for b, _ in encoded], dtype=np.int64)
+    data = np.frombuffer(b"".join(b for b, _ in encoded), dtype=np.uint8).copy()
+    return SpecialTables(
+        special_offsets=offsets,
+        special_data=data if data.size else np.zeros(1, dtype=np.uint8),
+        special_ids=np.asarray([i for _, i in encoded] or [0], dtype=np.int32),
+        count=len(encoded),
+    )

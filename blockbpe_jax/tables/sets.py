@@ -1,0 +1,194 @@
+"""A `Tokenizer`'s tables as its encode calls need them: built at their first use (so that a
+tokenizer unpickled in a worker process costs nothing until it encodes), shared by every set
+of allowed specials, and cached within bounds.
+
+The vocabulary's tables (tens of MB) exist once on the host and once per device that encodes.
+What depends on the allowed specials is small (their bytes and ids: `SpecialTables`) and is
+kept per set in least-recently-used caches bounded by entries and bytes, as are the host
+encoders (`primitive.host_encoder` copies the tables it binds: one per set would be MBs each).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import jax
+import numpy as np
+
+from ..ops import primitive
+from .. import pretok
+from .cache import vocab_tables
+from ..pretok import normalizer
+from .build import SpecialTables, build_special_tables
+from .lru import BoundedCache
+
+
+def _special_bytes(sp: SpecialTables) -> int:
+    return sp.special_offsets.nbytes + sp.special_data.nbytes + sp.special_ids.nbytes
+
+
+class TableSets:
+    """The built state of one vocabulary: its host tables, pre-tokenizer operand, device copies
+    and host encoders, each built at its first use."""
+
+    MAX_SETS = 64  # special sets kept per cache
+    MAX_SET_BYTES = 16 << 20  # their special tables' bytes, per cache
+    MAX_HOST_ENCODERS = 4  # host encoders kept (each holds a copy of the tables)
+
+    def __init__(self, vocab):
+        self.vocab = vocab
+        self._lock = threading.Lock()
+        self._vocab_tables = None
+        self._pretok: tuple | None = None
+        self._nfc_pairs = None
+        self._specials = BoundedCache(self.MAX_SETS, self.MAX_SET_BYTES)
+        self._bases: dict = {}  # device -> the vocabulary's arrays there (shared by every set)
+        self._tables = BoundedCache(self.MAX_SETS, self.MAX_SET_BYTES)  # (device, key) -> EncodeTables
+        self._encoders = BoundedCache(self.MAX_HOST_ENCODERS, 1 << 62)
+        self._matcher = None
+
+    @functools.cached_property
+    def ordinary_ids(self) -> dict:
+        """{bytes: id} of the ordinary (non-special) tokens (the tiktoken view's lookups)."""
+        tb, specials = self.vocab.token_bytes, self.vocab.special_ids
+        return {b: i for i, b in enumerate(tb) if b is not None and i not in specials}
+
+    @property
+    def matcher(self):
+        """`tables.specials.SpecialMatcher` over the vocabulary's special tokens."""
+        if self._matcher is None:
+            from .specials import SpecialMatcher
+
+            self._matcher = SpecialMatcher(self.vocab.special_tokens)
+        return self._matcher
+
+    @property
+    def vocab_tables(self):
+        if self._vocab_tables is None:
+            with self._lock:
+                if self._vocab_tables is None:
+                    self._vocab_tables = vocab_tables(self.vocab)
+        return self._vocab_tables
+
+    def pretok(self) -> tuple[np.ndarray, int, str | None]:
+        if self._pretok is None:
+            with self._lock:
+                if self._pretok is None:
+                    self._pretok = pretok_operand(self.vocab)
+        return self._pretok
+
+    def _normalizer(self) -> tuple[bool, bool]:
+        p = self.vocab.pretokenizer
+        return bool(p and p.nfc), bool(p and p.lowercase)
+
+    def special_tables(self, key: tuple) -> SpecialTables:
+        return self._specials.get_or_build(key, lambda: build_special_tables(self.vocab, key), _special_bytes)
+
+    def host_arrays(self, key: tuple) -> tuple[np.ndarray, ...]:
+        """The FFI operands after (data, lengths) for the allowed specials `key`."""
+        t, sp = self.vocab_tables, self.special_tables(key)
+        if self._nfc_pairs is None:
+            self._nfc_pairs = pretok.nfc_pairs(*self._normalizer())
+        return (
+            *(t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data),
+            *(sp.special_offsets, sp.special_data, sp.special_ids),
+            *(self.pretok()[0], self._nfc_pairs, t.char_table),
+        )
+
+    def encode_tables(self, key: tuple, device) -> primitive.EncodeTables:
+        """EncodeTables for `key` on `device` ("host": over the NumPy arrays)."""
+        return self._tables.get_or_build(
+            (device, key), lambda: self._build_tables(key, device), lambda t: _table_set_bytes(t)
+        )
+
+    def _build_tables(self, key: tuple, device) -> primitive.EncodeTables:
+        arrays = list(self.host_arrays(key))
+        if device != "host":
+            # Concrete arrays even when first asked for inside a trace (no tracer is cached).
+            with jax.ensure_compile_time_eval():
+                base = self._bases.get(device)
+                if base is None:
+                    base = [jax.device_put(a, device) for a in (*arrays[:5], *arrays[8:])]
+                    with self._lock:
+                        base = self._bases.setdefault(device, base)
+                arrays = [*base[:5], *(jax.device_put(a, device) for a in arrays[5:8]), *base[5:]]
+        vocab, t = self.vocab, self.vocab_tables
+        _, exact, error = self.pretok()
+        nfc, lowercase = self._normalizer()
+        return primitive.EncodeTables(
+            *arrays,
+            name=vocab.name,
+            exact_stages=exact,
+            exact_error=error,
+            symbols=t.symbols,
+            char_runs=t.char_runs,
+            nfc=nfc,
+            lowercase=lowercase,
+            # (SentencePiece BPE looks characters up in the piece table)
+            max_piece_len=(t.max_piece_len if vocab.whole_piece_shortcut or vocab.char_level else 0),
+            rank_is_id=t.rank_is_id,
+            specials=key,
+        )
+
+    def host_encoder(self, key: tuple, mode: str, assume_normalized: bool):
+        """`primitive.host_encoder` of the tables for `key`, the few last used kept."""
+        return self._encoders.get_or_build(
+            (key, mode, assume_normalized),
+            lambda: primitive.host_encoder(
+                self.encode_tables(key, "host"), mode=mode, assume_normalized=assume_normalized
+            ),
+            lambda _: 1,
+        )
+
+
+def _table_set_bytes(t: primitive.EncodeTables) -> int:
+    """What one cached EncodeTables holds of its own: its special tables (the rest is shared)."""
+    return sum(
+        int(np.prod(a.shape)) * a.dtype.itemsize for a in (t.special_offsets, t.special_data, t.special_ids)
+    )
+
+
+def pretok_operand(vocab) -> tuple[np.ndarray, int, str | None]:
+    """(operand, stages, None) of `vocab`'s pre-tokenizer, or (placeholder, -1, why exact mode
+    is unavailable)."""
+    placeholder = pretok.BYTES_MODE.operand()
+    if vocab.unsupported:
+        return placeholder, -1, vocab.unsupported
+    if vocab.char_level is not None:  # SentencePiece BPE: no pre-tokenizer
+        return placeholder, 0, None
+    if vocab.pretokenizer is None:
+        from ..vocab.patterns import KNOWN_PATTERNS
+
+        names = ", ".join(KNOWN_PATTERNS)
+        return (
+            placeholder,
+            -1,
+            "it has no pre-tokenizer pattern: give it one when loading the file, in Python "
+            f"`Tokenizer.from_file(path, pattern=...)` (a known pattern's name: {names}; or a "
+            f"regex), on the command line `--pattern NAME|REGEX`",
+        )
+    try:
+        return vocab.pretokenizer.operand(), len(vocab.pretokenizer.stages), None
+    except pretok.PretokenizerUnsupported as e:
+        return placeholder, -1, str(e)
+
+
+def normalize_texts(norm, texts) -> list:
+    """`Tokenizer.normalize`'s loop: each str through `norm`; bytes decoded first, and where
+    they are not valid UTF-8, left as they are (NFC alone) or normalized in their valid parts
+    (with Lowercase, as the device does)."""
+    out = []
+    for t in texts:
+        if isinstance(t, bytes):
+            try:
+                t = normalizer.apply(norm, t.decode("utf-8")).encode("utf-8")
+            except UnicodeDecodeError:
+                if norm.lowercase:
+                    t = normalizer.apply(norm, t.decode("utf-8", "surrogateescape")).encode(
+                        "utf-8", "surrogateescape"
+                    )
+        elif isinstance(t, str):
+            t = normalizer.apply(norm, t)
+        out.append(t)
+    return out

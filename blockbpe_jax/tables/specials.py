@@ -1,0 +1,115 @@
+"""Special tokens as a tokenizer's host side sees them: where they occur in a text (the
+tiktoken view splits a text at its allowed specials, as tiktoken does, so that one host encoder
+serves every set of allowed specials), and the end-of-text id by family."""
+
+from __future__ import annotations
+
+import re
+
+from .lru import BoundedCache
+
+# The end-of-text special by family, the first one found wins: OpenAI's and Qwen's, Llama 3's,
+# DeepSeek's, SentencePiece's and Mistral's, Gemma's.
+EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "</s>", "<eos>")
+
+
+def eot_token(vocab) -> int:
+    """The id of the first of `EOT_NAMES` that `vocab` has as a special token; KeyError (as
+    tiktoken's `Encoding.eot_token`) naming the vocabulary when it has none."""
+    specials = vocab.special_tokens
+    for name in EOT_NAMES:
+        if name in specials:
+            return specials[name]
+    shown = sorted(specials)[:8]
+    raise KeyError(
+        f"{vocab.name} has no end-of-text special token (looked for {', '.join(EOT_NAMES)}); "
+        f"its specials: {shown}{' ...' if len(specials) > len(shown) else ''}: pass the id you mean"
+    )
+
+
+def n_vocab(vocab) -> int:
+    """The largest id + 1 (tiktoken's `max_token_value + 1`)."""
+    tb = vocab.token_bytes
+    return next((i + 1 for i in range(len(tb) - 1, -1, -1) if tb[i] is not None), 0)
+
+
+class SpecialMatcher:
+    """Where a vocabulary's special tokens occur in a text, for any subset of them, with one
+    regex over all of them (compiled once): at the leftmost position where a special of the
+    subset starts, the longest such, which is what the encode primitive matches (its special
+    tables are sorted longest first). The regex finds the longest special at a position; a
+    shorter one there is one of its prefixes, listed per special."""
+
+    def __init__(self, names):
+        names = sorted(set(names), key=lambda n: (-len(n), n))
+        self.names = frozenset(names)
+        self._search = re.compile(_trie_pattern(names)).search if names else None
+        self._prefixes = {}
+        for n in names:
+            shorter = [n[:k] for k in range(len(n) - 1, 0, -1) if n[:k] in self.names]
+            if shorter:
+                self._prefixes[n] = shorter
+
+    def find(self, text: str, subset, pos: int = 0) -> tuple[int, str] | None:
+        """(start, name) of the first special of `subset` in text[pos:], or None."""
+        search = self._search
+        if search is None:
+            if not isinstance(text, str):
+                raise TypeError(f"expected string, got {type(text).__name__}")
+            return None
+        while (m := search(text, pos)) is not None:
+            name = m.group()
+            if name in subset:
+                return m.start(), name
+            for shorter in self._prefixes.get(name, ()):
+                if shorter in subset:
+                    return m.start(), shorter
+            pos = m.start() + 1
+        return None
+
+
+class NotIn:
+    """The names not in `allowed`, as a container for `SpecialMatcher.find` (tiktoken's
+    default disallowed_special, every special not allowed, without building that set)."""
+
+    def __init__(self, allowed):
+        self.allowed = allowed
+
+    def __contains__(self, name) -> bool:
+        return name not in self.allowed
+
+
+def _trie_pattern(names) -> str:
+    """A regex matching any of `names`, as a trie (alternatives factored by their common
+    prefixes: one pass over the text, not one try per name at each position), the longest name
+    at a position first (a name that ends where a longer one goes on is the fallback, `?`)."""
+    trie: dict = {}
+    for name in names:
+        node = trie
+        for ch in name:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict) -> str:
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return build(trie)
+
+
+_LITERALS = BoundedCache(32, 1 << 20)
+
+
+def literal_search(strings: frozenset):
+    """The search function of a regex over arbitrary strings (tiktoken's disallowed_special may
+    name strings that are not special tokens), the last few kept (bounded by their bytes)."""
+    return _LITERALS.get_or_build(
+        strings,
+        lambda: (
+            re.compile("|".join(re.escape(s) for s in sorted(strings, key=lambda s: (-len(s), s)))).search
+        ),
+        lambda _: 64 + 8 * sum(len(s) for s in strings),
+    )

@@ -1,0 +1,408 @@
+"""Tokenizer.encode_batch's GPU input path (blockbpe_jax/staging.py): pinned staging, one DMA,
+DLPack import; and the way back, read_back (Encoded.numpy). Differential: the staged ids
+against the NumPy path's and tiktoken's, read-back copies against np.asarray."""
+
+from __future__ import annotations
+
+import types
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import blockbpe_jax as bb
+from blockbpe_jax import native, staging, testing
+from blockbpe_jax.ops import primitive as ops
+from blockbpe_jax.vocab import KNOWN_PATTERNS
+
+from helpers import gpu_devices, load_tokenizer, oracle
+
+needs_gpu = pytest.mark.skipif(
+    not gpu_devices() or not ops.HAS_CUDA_MODULE,
+    reason="no GPU visible to JAX, or no CUDA module in this build",
+)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("cl100k", "tiktoken")
+
+
+@pytest.fixture(scope="module")
+def corpus_texts():
+    raw = b"".join(testing.read_corpus(p) for p in testing.corpus_paths())
+    return [t.decode("utf-8", "replace") for t in testing.excerpts(raw, 0, 4000, seed=3)[:600]]
+
+
+def _reference(tok, texts, max_len):
+    # The NumPy path (what encode_batch does off the GPU), on the GPU.
+    data, lengths = bb.pack_strings(texts, max_len=max_len)
+    dev = gpu_devices()[0]
+    out = bb.encode(jax.device_put(data, dev), jax.device_put(lengths, dev), tok, max_tokens=data.shape[1])
+    return np.asarray(out.ids), np.asarray(out.counts)
+
+
+def test_cpu_devices_do_not_stage():
+    assert not staging.available(jax.devices("cpu")[0])
+
+
+def _arrays_to_read(device):
+    rng = np.random.default_rng(5)
+    host = [
+        rng.integers(-(2**31), 2**31 - 1, (7, 33), dtype=np.int32),
+        rng.integers(0, 255, 1001, dtype=np.uint8),
+        np.zeros((0, 4), np.int32),
+        rng.random((3, 5)) > 0.5,
+        rng.random(17).astype(np.float32),
+    ]
+    return host, [jax.device_put(h, device) for h in host]
+
+
+def test_read_back_off_the_gpu_is_np_asarray(tok):
+    host, arrays = _arrays_to_read(jax.devices("cpu")[0])
+    got = staging.read_back(arrays + [host[0]])
+    for g, h in zip(got, host + [host[0]]):
+        assert g.dtype == h.dtype and g.shape == h.shape
+        np.testing.assert_array_equal(g, h)
+    out = tok.encode_batch(["hello world", ""], device=jax.devices("cpu")[0])
+    ids, counts = out.numpy()
+    np.testing.assert_array_equal(ids, np.asarray(out.ids))
+    np.testing.assert_array_equal(counts, np.asarray(out.counts))
+
+
+def _check_prefixes(device):
+    """read_back's prefixes: only the first n elements of a 1-D array; bad ones refused."""
+    whole = np.arange(3 << 20, dtype=np.uint32) * 7  # (past the pinned buffer in full, not as 5 MiB)
+    arrays = [jax.device_put(a, device) for a in (whole, whole[:100].astype(np.uint16), np.ones((2, 3)))]
+    for n in (0, 1, 77, 5 << 18, whole.size):
+        got = staging.read_back(arrays, [n, min(n, 100), None])
+        np.testing.assert_array_equal(got[0], whole[:n])
+        np.testing.assert_array_equal(got[1], whole[: min(n, 100)].astype(np.uint16))
+        np.testing.assert_array_equal(got[2], np.ones((2, 3)))
+        assert got[0].dtype == np.uint32 and got[1].dtype == np.uint16
+    for bad in ([whole.size + 1, None, None], [-1, None, None], [None, None, 1]):
+        with pytest.raises(ValueError, match="read_back: prefix"):
+            staging.read_back(arrays, bad)
+    # into: the corpus job's kept buffers, page-locked (its DMA alone) or not (through the
+    # reader's pinned buffer); results are views of them where the DeviceReader copies
+    pinned, plain = staging.pinned_empty(whole.nbytes + 64, device), np.empty(256, np.uint8)
+    for n in (0, 5, whole.size):
+        got = staging.read_back(arrays[:2], [n, 100], [pinned, plain])
+        np.testing.assert_array_equal(got[0], whole[:n])
+        np.testing.assert_array_equal(got[1], whole[:100].astype(np.uint16))
+        if staging.available(device):
+            assert n == 0 or np.shares_memory(got[0], pinned)
+            assert np.shares_memory(got[1], plain)
+            with pytest.raises(ValueError, match="`into` needs a uint8 buffer of 200 bytes"):
+                staging.read_back(arrays[1:2], [100], [np.empty(199, np.uint8)])
+
+
+def test_read_back_prefixes():
+    _check_prefixes(jax.devices("cpu")[0])
+
+
+@needs_gpu
+def test_read_back_prefixes_gpu():
+    _check_prefixes(gpu_devices()[0])
+
+
+@needs_gpu
+def test_pinned_buffer_after_a_fork_gpu():
+    """A large page-locked buffer (pinned_empty: registered huge-page memory) is still where the
+    parent's DMA lands after a fork, the parent having written to it since: had the fork made
+    its pages copy-on-write, that write would have moved the parent's page away from the one
+    CUDA pinned, and the read back would not show. The child does not touch it."""
+    import os
+    import warnings
+
+    device = gpu_devices()[0]
+    ids = np.arange(3 << 20, dtype=np.uint32) * 3
+    on_device = jax.device_put(ids, device)
+    buf = staging.pinned_empty(ids.nbytes, device)
+    buf[:] = 1
+    with warnings.catch_warnings():  # (JAX warns that a fork of a threaded process may deadlock)
+        warnings.simplefilter("ignore")
+        pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    buf[:] = 2  # (the parent's write after the fork)
+    got = staging.read_back([on_device], [None], [buf])[0]
+    assert np.shares_memory(got, buf)
+    np.testing.assert_array_equal(got, ids)
+    np.testing.assert_array_equal(buf.view(np.uint32), ids)
+
+
+@needs_gpu
+def test_read_back_equals_jax_copy_gpu(tok, corpus_texts):
+    host, arrays = _arrays_to_read(gpu_devices()[0])
+    big = jax.device_put(np.arange(17 << 20, dtype=np.int32), gpu_devices()[0])  # past the pinned buffer
+    cpu = jax.device_put(host[0], jax.devices("cpu")[0])
+    got = staging.read_back(arrays + [big, cpu] + arrays[:1])
+    for k, (g, h) in enumerate(zip(got, host + [np.asarray(big), host[0], host[0]])):
+        assert g.dtype == h.dtype and g.shape == h.shape
+        assert g.flags.writeable or k == len(host) + 1  # (the CPU array's: np.asarray)
+        np.testing.assert_array_equal(g, h)
+    enc = oracle("cl100k", "tiktoken", KNOWN_PATTERNS["cl100k"])
+    for texts in (corpus_texts[:1], corpus_texts[:300]):
+        out = tok.encode_batch(texts)
+        ids, counts = out.numpy()
+        np.testing.assert_array_equal(ids, np.asarray(out.ids))
+        np.testing.assert_array_equal(counts, np.asarray(out.counts))
+        for k, t in enumerate(texts):
+            assert ids[k, : counts[k]].tolist() == enc.encode_ordinary(t), k
+
+
+@needs_gpu
+@pytest.mark.parametrize("max_len", [None, 4096])
+def test_staged_equals_numpy_path_and_tiktoken_gpu(tok, corpus_texts, max_len):
+    enc = oracle("cl100k", "tiktoken", KNOWN_PATTERNS["cl100k"])
+    texts = corpus_texts[:256] + ["", "ünïcödé ✓ 日本語 🎉", b"raw bytes \xff\xfe"]
+    out = tok.encode_batch(texts, max_len=max_len)
+    ids, counts = np.asarray(out.ids), np.asarray(out.counts)
+    ref_ids, ref_counts = _reference(tok, texts, max_len)
+    np.testing.assert_array_equal(ids, ref_ids)
+    np.testing.assert_array_equal(counts, ref_counts)
+    for k, t in enumerate(texts[:-1]):  # tiktoken takes str only
+        assert ids[k, : counts[k]].tolist() == enc.encode_ordinary(t), k
+    assert out.ids.devices() == {gpu_devices()[0]}
+
+
+@needs_gpu
+def test_stream_of_batches_reuses_slots_safely_gpu(tok, corpus_texts):
+    # More batches in flight than slots, growing and shrinking shapes, no wait in between: a
+    # slot refilled before its encode had read it would change that batch's ids.
+    shapes = [(512, 4096), (64, 512), (512, 4096), (256, 1024), (600, 4096), (8, 64)] * 3
+    outs, refs = [], []
+    for k, (batch, max_len) in enumerate(shapes):
+        texts = [
+            t.encode()[:max_len].decode("utf-8", "ignore")
+            for t in np.roll(np.array(corpus_texts, dtype=object), 37 * k)[:batch]
+        ]
+        outs.append(tok.encode_batch(texts, max_len=max_len))
+        refs.append(texts)
+    for texts, out, (batch, max_len) in zip(refs, outs, shapes):
+        ref_ids, ref_counts = _reference(tok, texts, max_len)
+        np.testing.assert_array_equal(np.asarray(out.ids), ref_ids)
+        np.testing.assert_array_equal(np.asarray(out.counts), ref_counts)
+    pool = staging._pools[gpu_devices()[0]]
+    assert pool.count <= staging.MAX_SLOTS
+
+
+@needs_gpu
+def test_bad_input_and_deleted_outputs_leave_the_pool_usable_gpu(tok, corpus_texts):
+    with pytest.raises(TypeError, match="item 1 is neither str nor bytes"):
+        tok.encode_batch(["ok", 3])
+    with pytest.raises(ValueError, match="more than max_len=16"):
+        tok.encode_batch(["x" * 17], max_len=16)
+    with pytest.raises(ValueError, match="block_size"):
+        tok.encode_batch(["ok"], block_size=100)
+    texts = corpus_texts[:64]
+    for _ in range(staging.MAX_SLOTS + 2):
+        tok.encode_batch(texts, max_len=4096).counts.delete()  # the consumer is gone
+    out = tok.encode_batch(texts, max_len=4096)
+    ref_ids, _ = _reference(tok, texts, 4096)
+    np.testing.assert_array_equal(np.asarray(out.ids), ref_ids)
+    assert staging._pools[gpu_devices()[0]].count <= staging.MAX_SLOTS
+
+
+@needs_gpu
+def test_refilled_views_see_each_new_batch_gpu(tok, corpus_texts):
+    # A slot keeps its DLPack views per shape and is refilled in place: batches of one shape,
+    # each with other text, more of them than slots, each checked after all were dispatched.
+    outs, batches = [], []
+    for k in range(3 * staging.MAX_SLOTS):
+        texts = corpus_texts[40 * k : 40 * k + 40]
+        batches.append(texts)
+        outs.append(tok.encode_batch(texts, max_len=4096))
+    for texts, out in zip(batches, outs):
+        ref_ids, ref_counts = _reference(tok, texts, 4096)
+        np.testing.assert_array_equal(np.asarray(out.ids), ref_ids)
+        np.testing.assert_array_equal(np.asarray(out.counts), ref_counts)
+
+
+def _stream_cases(corpus_texts):
+    """Batches of several shapes for encode_stream, each a rotation of the corpus."""
+    shapes = [(256, 4096), (64, 512), (256, 4096), (8, 64), (300, 1024)]
+    return [
+        (
+            [
+                t.encode()[:L].decode("utf-8", "ignore")
+                for t in corpus_texts[31 * k :] + corpus_texts[: 31 * k]
+            ][:B],
+            L,
+        )
+        for k, (B, L) in enumerate(shapes)
+    ]
+
+
+def _check_stream(tok, corpus_texts, device):
+    cases = _stream_cases(corpus_texts)
+    outs = list(tok.encode_stream((texts for texts, _ in cases), max_len=4096, device=device))
+    assert len(outs) == len(cases)
+    for (texts, _), out in zip(cases, outs):
+        want = tok.encode_batch(texts, max_len=4096, device=device)
+        np.testing.assert_array_equal(np.asarray(out.ids), np.asarray(want.ids))
+        np.testing.assert_array_equal(np.asarray(out.counts), np.asarray(want.counts))
+    # A bad batch raises after the result of the batch before it; stopping early, or a
+    # failing iterable, leaves no batch staged.
+    stream = tok.encode_stream([cases[0][0], ["ok", 3], cases[1][0]], max_len=4096, device=device)
+    first = next(stream)
+    np.testing.assert_array_equal(np.asarray(first.counts), np.asarray(outs[0].counts))
+    with pytest.raises(TypeError, match="item 1 is neither str nor bytes"):
+        next(stream)
+    stream = tok.encode_stream((texts for texts, _ in cases), max_len=4096, device=device)
+    next(stream)
+    stream.close()
+
+    def failing():
+        yield cases[0][0]
+        raise RuntimeError("the input pipeline failed")
+
+    with pytest.raises(RuntimeError, match="input pipeline failed"):
+        list(tok.encode_stream(failing(), max_len=4096, device=device))
+    assert list(tok.encode_stream([], device=device)) == []
+
+
+def test_encode_stream_equals_encode_batch(tok, corpus_texts):
+    """encode_stream: one result per batch, in order, each encode_batch's; errors in order."""
+    _check_stream(tok, corpus_texts, jax.devices("cpu")[0])
+
+
+@needs_gpu
+def test_encode_stream_equals_encode_batch_gpu(tok, corpus_texts):
+    """The same on the GPU, where each batch is staged before the one before it is encoded;
+    the pool is left within its slots."""
+    _check_stream(tok, corpus_texts, gpu_devices()[0])
+    assert staging._pools[gpu_devices()[0]].count <= staging.MAX_SLOTS
+
+
+# ---------------------------------------------------------------------------------------------
+# staging.py's own logic on the CPU: a stand-in for the native HostStaging with its contract
+# (pack by the packer's rule, a copy into a "device" buffer that grows, DLPack views of it that
+# see every later fill), so that slots, views per shape, Staged and encode_stream are checked
+# here, not only on a GPU.
+
+
+class FakeHostStaging:
+    imports = 0  # device_arrays() calls, all slots
+
+    def __init__(self, device: int):
+        self._raw = None
+        self.generation = 0
+        self._shape = None
+
+    def upload(self, texts, max_len):
+        return self._put(*native.cpu.pack_strings(texts, max_len))
+
+    def _put(self, data, lengths):
+        batch, width = data.shape
+        at = -(-batch * width // 256) * 256
+        need = at + 4 * batch
+        if self._raw is None or need + 64 > self._raw.size:  # grows: a new buffer, as the native one
+            self._raw = np.zeros(max(need, 2 * (0 if self._raw is None else self._raw.size)) + 64, np.uint8)
+            self.generation += 1
+        buf = self._buf()
+        buf[: batch * width] = data.reshape(-1)
+        buf[at:need] = lengths.astype(np.int32).view(np.uint8)
+        self._shape = (batch, width, at)
+        return batch, width
+
+    def _buf(self):  # 64-byte aligned, as JAX imports without a copy
+        off = (-self._raw.ctypes.data) % 64
+        return self._raw[off:]
+
+    def wait(self):
+        pass
+
+    def device_arrays(self):
+        FakeHostStaging.imports += 1
+        batch, width, at = self._shape
+        buf = self._buf()
+        return buf[: batch * width].reshape(batch, width), buf[at : at + 4 * batch].view(np.int32)
+
+
+@pytest.fixture
+def cpu_staging(monkeypatch):
+    """staging.py's path on the CPU device, through FakeHostStaging."""
+    monkeypatch.setattr(native, "cuda", types.SimpleNamespace(HostStaging=FakeHostStaging), raising=False)
+    monkeypatch.setattr(staging, "available", lambda device: True)
+    monkeypatch.setattr(staging, "_pools", {})
+    FakeHostStaging.imports = 0
+    return jax.devices("cpu")[0]
+
+
+def test_staged_path_logic_on_cpu(tok, corpus_texts, cpu_staging):
+    """Through the stand-in: encode_batch's staged ids equal the NumPy path's for shapes that
+    come back (views kept per shape: imported once per slot and shape, then refilled in place),
+    a buffer that grows (new views), more batches in flight than slots, and encode_stream."""
+    shapes = [(64, 512), (256, 4096), (64, 512), (8, 64), (256, 4096), (300, 4096)] * 2
+    outs, refs = [], []
+    for k, (batch, max_len) in enumerate(shapes):
+        texts = [t.encode()[:max_len].decode("utf-8", "ignore") for t in corpus_texts[7 * k :][:batch]]
+        outs.append(tok.encode_batch(texts, max_len=max_len, device=cpu_staging))
+        refs.append((texts, max_len))
+    for (texts, max_len), out in zip(refs, outs):
+        data, lengths = bb.pack_strings(texts, max_len=max_len)
+        want = bb.encode(data, lengths, tok, max_tokens=max_len)
+        np.testing.assert_array_equal(np.asarray(out.ids), np.asarray(want.ids))
+        np.testing.assert_array_equal(np.asarray(out.counts), np.asarray(want.counts))
+    pool = staging._pools[cpu_staging]
+    assert pool.count <= staging.MAX_SLOTS
+    assert FakeHostStaging.imports < len(shapes)  # a shape seen again reuses its views
+    _check_stream(tok, corpus_texts, cpu_staging)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(0, 8),
+    bad=st.one_of(st.none(), st.integers(0, 7)),
+    stop_after=st.one_of(st.none(), st.integers(1, 8)),
+)
+def test_pipelined_order_errors_and_cleanup(n, bad, stop_after):
+    """staging.pipelined: results in order, a batch that fails to stage raises right after
+    the result of the batch before it, and every staged batch is either encoded or cancelled
+    (whether the consumer reads everything, stops early or meets the error)."""
+    events = []
+
+    class Prepared:
+        def __init__(self, k):
+            self.k = k
+
+        def encode(self):
+            events.append(("encode", self.k))
+            return self.k
+
+        def cancel(self):
+            events.append(("cancel", self.k))
+
+    def prepare(k):
+        if k == bad:
+            raise ValueError(f"batch {k}")
+        events.append(("stage", k))
+        return Prepared(k)
+
+    got, error = [], None
+    stream = staging.pipelined(prepare, range(n))
+    try:
+        for k in stream:
+            got.append(k)
+            if stop_after is not None and len(got) >= stop_after:
+                break
+    except ValueError as e:
+        error = str(e)
+    stream.close()
+    last = n if bad is None or bad >= n else bad
+    want = list(range(last))[: stop_after if stop_after is not None else None]
+    assert got == want
+    reaches_error = bad is not None and bad < n and (stop_after is None or stop_after > last)
+    assert error == (f"batch {bad}" if reaches_error else None)
+    staged = [k for e, k in events if e == "stage"]
+    finished = sorted(k for e, k in events if e in ("encode", "cancel"))
+    assert finished == staged  # nothing staged is left behind
+    assert all(
+        events.index(("stage", k + 1)) < events.index(("encode", k))
+        for k in got
+        if ("stage", k + 1) in events
+    )
