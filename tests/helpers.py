@@ -398,3 +398,21 @@ def is_utf8(data: bytes) -> bool:
         return True
     except UnicodeDecodeError:
         return False
+
+
+def documented_over_report(text: str) -> bool:
+    """The one kind of NFC string the device check reports (ffi/pretok/nfc.h, kCccTrail): a
+    mark that may compose (quick check Maybe) whose last unblocked starter decomposes to marks."""
+    from blockbpe_jax.pretok import unicode as uni
+
+    qc, ccc, trail = uni.nfc_quick_check(), uni.ccc(), uni.nfc_trail()
+    cps = [ord(ch) for ch in text]
+    for i, c in enumerate(cps):
+        if qc[c] != 1:
+            continue
+        j = i - 1
+        while j >= 0 and ccc[cps[j]] != 0 and 0 < ccc[cps[j]] < ccc[c]:
+            j -= 1
+        if j >= 0 and ccc[cps[j]] == 0 and trail[cps[j]] and (ccc[c] != 0 or j == i - 1):
+            return True
+    return False

@@ -8,7 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import BACKENDS, CPU, MIXED, assert_same, corpus_texts, encode_raw, unicodedata16
+from helpers import (
+    BACKENDS,
+    CPU,
+    MIXED,
+    assert_same,
+    corpus_texts,
+    documented_over_report,
+    encode_raw,
+    unicodedata16,
+)
 from strategies import fuzz
 from synthetic import nfc_tokenizer
 
@@ -58,24 +67,6 @@ def check_nfc_primitive(tok, hf, texts, backend=("cpu", 256)):
             assert any(map(documented_over_report, parts)), f"NFC but reported: {t!r}"
         else:
             assert ids[i, : counts[i]].tolist() == hf.encode(t, add_special_tokens=False).ids, t
-
-
-def documented_over_report(text: str) -> bool:
-    """The one kind of NFC string the device check reports (ffi/pretok/nfc.h, kCccTrail): a
-    mark that may compose (quick check Maybe) whose last unblocked starter decomposes to marks."""
-    from blockbpe_jax.pretok import unicode as uni
-
-    qc, ccc, trail = uni.nfc_quick_check(), uni.ccc(), uni.nfc_trail()
-    cps = [ord(ch) for ch in text]
-    for i, c in enumerate(cps):
-        if qc[c] != 1:
-            continue
-        j = i - 1
-        while j >= 0 and ccc[cps[j]] != 0 and 0 < ccc[cps[j]] < ccc[c]:
-            j -= 1
-        if j >= 0 and ccc[cps[j]] == 0 and trail[cps[j]] and (ccc[c] != 0 or j == i - 1):
-            return True
-    return False
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -19,7 +19,7 @@ from blockbpe_jax.pretok import normalizer as norm
 from blockbpe_jax.pretok import unicode as uni
 from blockbpe_jax.pretok import versions
 
-from helpers import device_for, encode_raw, gpu_devices
+from helpers import device_for, documented_over_report, encode_raw, gpu_devices
 from synthetic import BYTE_LEVEL, gpt2_doc, pre_tokenizer, split
 
 tiktoken = pytest.importorskip("tiktoken")
@@ -108,8 +108,6 @@ def encode_both(tok, hf, texts, kind="cpu"):
 def check_rows(tok, hf, texts, kind="cpu", transform=None):
     """encode_batch equals HF on every row; the raw primitive equals HF or reports the row, and
     reports only rows the host path changes (or the documented NFC over-report)."""
-    from test_families_nfc import documented_over_report
-
     host, raw, want = encode_both(tok, hf, texts, kind)
     bad = [t for t, h, w in zip(texts, host, want) if h != w]
     assert not bad, f"{len(bad)} rows differ from HF, first {bad[0][:60]!r}"
