@@ -32,33 +32,16 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def tokenizer_json_doc(**overrides) -> dict:
-    """A valid small byte-level BPE tokenizer.json (GPT-2 style), as a dict to tweak."""
-    u = bytes_to_unicode()
-    vocab = {u[b]: b for b in range(256)}
-    vocab.update({"ab": 256, "abc": 257, "bc": 258})
-    doc = {
+def bpe_json_doc(vocab: dict, merges: list, pre_tokenizer: dict, added_tokens=(), **model) -> dict:
+    """A byte-level BPE tokenizer.json as a dict: the given vocabulary, merges and pre-tokenizer,
+    no normalizer; `model` adds BPE options (e.g. ignore_merges=True)."""
+    return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": [
-            {
-                "id": 259,
-                "content": "<|end|>",
-                "single_word": False,
-                "lstrip": False,
-                "rstrip": False,
-                "normalized": False,
-                "special": True,
-            }
-        ],
+        "added_tokens": list(added_tokens),
         "normalizer": None,
-        "pre_tokenizer": {
-            "type": "ByteLevel",
-            "add_prefix_space": False,
-            "trim_offsets": True,
-            "use_regex": True,
-        },
+        "pre_tokenizer": pre_tokenizer,
         "post_processor": None,
         "decoder": None,
         "model": {
@@ -69,10 +52,25 @@ def tokenizer_json_doc(**overrides) -> dict:
             "end_of_word_suffix": None,
             "fuse_unk": False,
             "byte_fallback": False,
+            **model,
             "vocab": vocab,
-            "merges": ["a b", "ab c", "b c"],
+            "merges": merges,
         },
     }
+
+
+def tokenizer_json_doc(**overrides) -> dict:
+    """A valid small byte-level BPE tokenizer.json (GPT-2 style), as a dict to tweak."""
+    u = bytes_to_unicode()
+    vocab = {u[b]: b for b in range(256)}
+    vocab.update({"ab": 256, "abc": 257, "bc": 258})
+    end = {"id": 259, "content": "<|end|>", "single_word": False, "lstrip": False, "rstrip": False}
+    doc = bpe_json_doc(
+        vocab,
+        ["a b", "ab c", "b c"],
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        added_tokens=[dict(end, normalized=False, special=True)],
+    )
     doc.update(overrides)
     return doc
 

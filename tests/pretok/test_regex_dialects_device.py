@@ -16,7 +16,7 @@ from blockbpe_jax.vocab import bytes_to_unicode
 
 from helpers import device_for, gpu_devices
 from strategies import n_examples, regex_for_dialect, regex_patterns, regex_text
-from synthetic import BYTE_LEVEL, pre_tokenizer, split, write_json
+from synthetic import BYTE_LEVEL, bpe_json_doc, pre_tokenizer, split, write_json
 from test_regex_dialects import ANY, DIGITS_SPLIT, FLAVOURS, compiled, substring_ranks
 
 tiktoken = pytest.importorskip("tiktoken")
@@ -39,28 +39,7 @@ def substring_tokenizer_files(tmp_path, pattern: str, flavour: str, texts: list[
     vocab = {"".join(u[b] for b in t): r for t, r in ranks.items()}
     by_rank = sorted(ranks, key=ranks.get)
     merges = ["".join(u[b] for b in t[:-1]) + " " + u[t[-1]] for t in by_rank if len(t) > 1]
-    doc = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": [],
-        "normalizer": None,
-        "pre_tokenizer": pre_tokenizer([split(pattern), BYTE_LEVEL]),
-        "post_processor": None,
-        "decoder": None,
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": True,
-            "vocab": vocab,
-            "merges": merges,
-        },
-    }
+    doc = bpe_json_doc(vocab, merges, pre_tokenizer([split(pattern), BYTE_LEVEL]), ignore_merges=True)
     path = write_json(tmp_path / "substrings.json", doc)
     hf = tokenizers.Tokenizer.from_file(str(path))
     return bb.Tokenizer.from_file(path), lambda t: hf.encode(t, add_special_tokens=False).ids
