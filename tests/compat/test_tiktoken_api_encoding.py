@@ -1,16 +1,13 @@
 """The tiktoken-style view (`tok.as_tiktoken()`): attributes, encode / decode, round trips.
 
-openai/tiktoken's own test cases (tests/test_encoding.py, test_simple_public.py,
-test_offsets.py, test_pickle.py; the assertions ported, not the code) run against BOTH our
-view and tiktoken over the same ranks and specials (`testing.tiktoken_oracle`), for r50k,
-cl100k and o200k: every literal assertion must hold for both, ids must be equal, and where
-tiktoken raises we must raise the same exception type (ValueError messages verbatim).
-gpt2 = r50k's ranks, so tiktoken's gpt2 cases run on r50k. tiktoken's suite as tiktoken runs it
-(its registry encodings by name, p50k and o200k_harmony among them, pickling,
-encoding_for_model): test_tiktoken_suite.py, whose docstring maps every tiktoken test to its
-port. Not ported: `_encode_bytes` (private; its round trip is checked through
-`Tokenizer.encode_batch` on raw bytes).
-Special tokens, batches and offsets: test_tiktoken_api_specials.py; the HF-style call
+Differential: our view and tiktoken over the same ranks and specials (`testing.tiktoken_oracle`),
+for r50k, cl100k and o200k: ids equal, and where tiktoken raises we raise the same exception
+type (ValueError messages verbatim). tiktoken's own tests with their literal ids (its registry
+encodings by name, p50k and o200k_harmony among them, pickling, encoding_for_model) are in
+test_tiktoken_suite.py, whose docstring maps every tiktoken test to its port; the tests here
+named like one of tiktoken's extend it with the comparison against tiktoken. Not ported:
+`_encode_bytes` (private; its round trip is checked through `Tokenizer.encode_batch` on raw
+bytes). Special tokens, batches and offsets: test_tiktoken_api_specials.py; the HF-style call
 (`tok(texts, ...)`): test_tiktoken_api_hf_call.py.
 """
 
@@ -62,17 +59,6 @@ def test_tokenizer_encode_batch_keeps_its_meaning():
 # ----------------------------------------------------------------------------------------------
 
 
-def test_simple():
-    for enc in both("r50k"):  # tiktoken's "gpt2"
-        assert enc.encode("hello world") == [31373, 995]
-        assert enc.decode([31373, 995]) == "hello world"
-        assert enc.encode("hello <|endoftext|>", allowed_special="all") == [31373, 220, 50256]
-    for enc in both("cl100k"):
-        assert enc.encode("hello world") == [15339, 1917]
-        assert enc.decode([15339, 1917]) == "hello world"
-        assert enc.encode("hello <|endoftext|>", allowed_special="all") == [15339, 220, 100257]
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_simple_single_token_round_trip(name):
     for enc in both(name):
@@ -110,23 +96,6 @@ def test_large_repeated():
     ours, ref = pair("o200k")
     tokens = ours.encode("x" * 1_000_000)
     assert tokens and tokens == ref.encode("x" * 1_000_000)
-
-
-def test_simple_regex():
-    for enc in both("cl100k"):
-        assert enc.encode("rer") == [38149]
-        assert enc.encode("'rer") == [2351, 81]
-        assert enc.encode("today\n ") == [31213, 198, 220]
-        assert enc.encode("today\n \n") == [31213, 27907]
-        assert enc.encode("today\n  \n") == [31213, 14211]
-
-
-def test_basic_encode():
-    for enc in both("r50k"):
-        assert enc.encode("hello world") == [31373, 995]
-    for enc in both("cl100k"):
-        assert enc.encode("hello world") == [15339, 1917]
-        assert enc.encode(" \x850") == [220, 126, 227, 15]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -177,25 +146,6 @@ def test_catastrophically_repetitive(name):
     for value, row in zip(values, ids):
         assert ours.decode(row) == value == ref.decode(row)
         assert ours.encode(value) == row
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_basic_roundtrip(name):
-    for value in (
-        "hello",
-        "hello ",
-        "hello  ",
-        " hello",
-        " hello ",
-        " hello  ",
-        "hello world",
-        "请考试我的软件！12345",
-    ):
-        ids = same(name, lambda e: e.encode(value))
-        assert same(name, lambda e: e.encode_ordinary(value)) == ids
-        for enc in both(name):
-            assert enc.decode(enc.encode(value)) == value
-            assert enc.decode(enc.encode_ordinary(value)) == value
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -25,38 +25,6 @@ pytestmark = pytest.mark.usefixtures("data_dir")
 # ----------------------------------------------------------------------------------------------
 
 
-def test_special_token():
-    for enc in both("cl100k"):
-        eot = enc.encode_single_token("<|endoftext|>")
-        assert eot == enc.eot_token
-        fip = enc.encode_single_token("<|fim_prefix|>")
-        fim = enc.encode_single_token("<|fim_middle|>")
-
-        text = "<|endoftext|> hello <|fim_prefix|>"
-        assert eot not in enc.encode(text, disallowed_special=())
-        for kwargs in (
-            {},
-            {"disallowed_special": "all"},
-            {"disallowed_special": {"<|endoftext|>"}},
-            {"disallowed_special": {"<|fim_prefix|>"}},
-        ):
-            with pytest.raises(ValueError):
-                enc.encode(text, **kwargs)
-
-        text = "<|endoftext|> hello <|fim_prefix|> there <|fim_middle|>"
-        tokens = enc.encode(text, disallowed_special=())
-        assert eot not in tokens and fip not in tokens and fim not in tokens
-        for kwargs in (
-            {"allowed_special": "all", "disallowed_special": ()},
-            {"allowed_special": "all", "disallowed_special": "all"},
-        ):
-            tokens = enc.encode(text, **kwargs)
-            assert eot in tokens and fip in tokens and fim in tokens
-        for allowed, expect in (("<|fim_prefix|>", fip), ("<|endoftext|>", eot), ("<|fim_middle|>", fim)):
-            tokens = enc.encode(text, allowed_special={allowed}, disallowed_special=())
-            assert [t for t in (eot, fip, fim) if t in tokens] == [expect]
-
-
 SPECIAL_CASES = [
     {},
     {"allowed_special": "all"},

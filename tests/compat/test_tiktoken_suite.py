@@ -7,13 +7,12 @@ gpt2/vocab.bpe + encoder.json, the others from tiktoken/*.tiktoken); one whose f
 skips, naming it.
 
 Where each tiktoken test is ported (this module: *):
-  test_encoding.py  test_simple (its loop over every encoding name*), test_simple_repeated,
-    test_large_repeated, test_simple_regex, test_basic_encode (p50k_base*), test_encode_empty,
-    test_encode_surrogate_pairs, test_catastrophically_repetitive, test_basic_roundtrip,
-    test_hyp_roundtrip, test_single_token_roundtrip: test_tiktoken_api_encoding.py (r50k,
-    cl100k, o200k, against tiktoken) and here on the registry encodings*; test_special_token,
-    test_hyp_special_ordinary, test_batch_encode, test_hyp_batch_roundtrip:
-    test_tiktoken_api_specials.py, and here*
+  test_encoding.py  every test here*, on the registry encodings; test_simple_repeated,
+    test_large_repeated, test_encode_empty, test_encode_surrogate_pairs,
+    test_catastrophically_repetitive, test_hyp_roundtrip, test_single_token_roundtrip also in
+    test_tiktoken_api_encoding.py (r50k, cl100k, o200k, compared with tiktoken);
+    test_hyp_special_ordinary, test_batch_encode, test_hyp_batch_roundtrip also in
+    test_tiktoken_api_specials.py (compared with tiktoken)
   test_offsets.py  test_basic_offsets, test_hyp_offsets: test_tiktoken_api_specials.py
   test_pickle.py  test_pickle*
   test_misc.py, test_simple_public.py  test_simple*, test_encoding_for_model* (our view of the
