@@ -32,15 +32,17 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def bpe_json_doc(vocab: dict, merges: list, pre_tokenizer: dict, added_tokens=(), **model) -> dict:
-    """A byte-level BPE tokenizer.json as a dict: the given vocabulary, merges and pre-tokenizer,
-    no normalizer; `model` adds BPE options (e.g. ignore_merges=True)."""
+def bpe_json_doc(
+    vocab: dict, merges: list, pre_tokenizer: dict, added_tokens=(), normalizer=None, **model
+) -> dict:
+    """A BPE tokenizer.json as a dict: the given vocabulary, merges, pre-tokenizer and normalizer
+    (none by default); `model` sets BPE options (e.g. ignore_merges=True, byte_fallback=True)."""
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": list(added_tokens),
-        "normalizer": None,
+        "normalizer": normalizer,
         "pre_tokenizer": pre_tokenizer,
         "post_processor": None,
         "decoder": None,

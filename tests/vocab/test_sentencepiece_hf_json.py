@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import blockbpe_jax as bb
 
 import families
+import synthetic
 from helpers import BACKENDS, MIXED, assert_same, corpus_texts, ours
 from strategies import fuzz, runs_text, unicode_text
 
@@ -75,27 +76,16 @@ def hf_json_from_model(path, style: str) -> dict:
         for i, p in enumerate(m.pieces)
         if p.type in (2, 3)
     ]
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": normalizer,
-        "pre_tokenizer": pre_tokenizer,
-        "post_processor": None,
-        "decoder": None,
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": "<unk>",
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": True,
-            "byte_fallback": True,
-            "vocab": vocab,
-            "merges": [[a, b] for *_, a, b in merges],
-        },
-    }
+    return synthetic.bpe_json_doc(
+        vocab,
+        [[a, b] for *_, a, b in merges],
+        pre_tokenizer,
+        added_tokens=added,
+        normalizer=normalizer,
+        unk_token="<unk>",
+        fuse_unk=True,
+        byte_fallback=True,
+    )
 
 
 @pytest.fixture(scope="module", params=list(HF_STYLES))
