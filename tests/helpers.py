@@ -317,6 +317,19 @@ def pair(name: str):
     return _pair(name)
 
 
+def custom_pickle_encoding():
+    """tiktoken's test_pickle Encoding: r50k's ranks and pattern + `<|pickle|>` at 100000, so
+    no `<|endoftext|>` and a hole of ids between the ranks and the special."""
+    tiktoken = pytest.importorskip("tiktoken")
+    _, r50k = pair("r50k")
+    return tiktoken.Encoding(
+        name="custom_enc",
+        pat_str=r50k._pat_str,
+        mergeable_ranks=r50k._mergeable_ranks,
+        special_tokens={"<|pickle|>": 100_000},
+    )
+
+
 def outcome(fn, enc):
     try:
         return ("ok", fn(enc))

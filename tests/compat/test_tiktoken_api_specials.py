@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import blockbpe_jax as bb
 from blockbpe_jax import testing
 
-from helpers import both, pair, same
+from helpers import both, custom_pickle_encoding, pair, same
 from strategies import fuzz, unicode_text
 
 NAMES = ["r50k", "cl100k", "o200k"]
@@ -156,14 +156,7 @@ def test_hyp_offsets(data):
 def test_custom_special_and_no_eot():
     """test_pickle's custom Encoding (r50k ranks + `<|pickle|>` at 100000), through
     Tokenizer.from_tiktoken; it has no `<|endoftext|>`: eot_token raises KeyError as tiktoken."""
-    tiktoken = pytest.importorskip("tiktoken")
-    _, r50k = pair("r50k")
-    ref = tiktoken.Encoding(
-        name="custom_enc",
-        pat_str=r50k._pat_str,
-        mergeable_ranks=r50k._mergeable_ranks,
-        special_tokens={"<|pickle|>": 100_000},
-    )
+    ref = custom_pickle_encoding()
     ours = bb.Tokenizer.from_tiktoken(ref).as_tiktoken()
     for enc in (ours, ref):
         assert enc.encode("hello world") == [31373, 995]

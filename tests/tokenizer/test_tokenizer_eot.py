@@ -13,7 +13,7 @@ import pytest
 import blockbpe_jax as bb
 
 import families
-from helpers import load_tokenizer, pair
+from helpers import custom_pickle_encoding, load_tokenizer, pair
 
 pytestmark = pytest.mark.usefixtures("data_dir")
 
@@ -37,14 +37,7 @@ def test_eot_token_and_n_vocab(name, fmt, eot, n_vocab):
 
 
 def test_no_end_of_text_special_raises_key_error():
-    tiktoken = pytest.importorskip("tiktoken")
-    _, r50k = pair("r50k")
-    ref = tiktoken.Encoding(
-        name="custom_enc",
-        pat_str=r50k._pat_str,
-        mergeable_ranks=r50k._mergeable_ranks,
-        special_tokens={"<|pickle|>": 100_000},
-    )
+    ref = custom_pickle_encoding()
     tok = bb.Tokenizer.from_tiktoken(ref)
     assert tok.n_vocab == ref.n_vocab == 100_001
     with pytest.raises(KeyError, match="custom_enc"):
