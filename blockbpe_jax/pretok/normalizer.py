@@ -47,18 +47,28 @@ class Normalizer:
         return "lowercase" in self.steps
 
 
+def hf_component(config: object, where: str, steps_key: str) -> tuple[object, list | None]:
+    """A tokenizer.json normalizer or pre-tokenizer object as (its type, the list of its steps
+    under `steps_key` when it is a Sequence, else None); PretokenizerUnsupported naming `where`
+    when it is not an object or a Sequence has no list. (Both loaders, here and pipeline.py.)"""
+    if not isinstance(config, dict):
+        raise PretokenizerUnsupported(f"{where}: expected an object, got {type(config).__name__}")
+    kind = config.get("type")
+    if kind != "Sequence":
+        return kind, None
+    steps = config.get(steps_key)
+    if not isinstance(steps, list):
+        raise PretokenizerUnsupported(f"{where}.{steps_key}: missing or not a list")
+    return kind, steps
+
+
 def from_hf(normalizer: object, where: str = "normalizer") -> Normalizer:
     """A tokenizer.json `normalizer` of a byte-level BPE: null, NFC, Lowercase, or a Sequence
     of them with each at most once. Anything else raises PretokenizerUnsupported naming it."""
     if normalizer is None:
         return Normalizer()
-    if not isinstance(normalizer, dict):
-        raise PretokenizerUnsupported(f"{where}: expected an object, got {type(normalizer).__name__}")
-    kind = normalizer.get("type")
-    if kind == "Sequence":
-        steps = normalizer.get("normalizers")
-        if not isinstance(steps, list):
-            raise PretokenizerUnsupported(f"{where}.normalizers: missing or not a list")
+    kind, steps = hf_component(normalizer, where, "normalizers")
+    if steps is not None:
         out: list[str] = []
         for k, step in enumerate(steps):
             at = f"{where}.normalizers[{k}]"

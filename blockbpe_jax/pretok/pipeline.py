@@ -166,13 +166,8 @@ def from_hf(pre: object, where: str = "pre_tokenizer") -> Pretokenizer:
         raise PretokenizerUnsupported(
             f"{where}: no pre-tokenizer (a byte-level BPE needs one; use mode='bytes' for none)"
         )
-    if not isinstance(pre, dict):
-        raise PretokenizerUnsupported(f"{where}: expected an object, got {type(pre).__name__}")
-    kind = pre.get("type")
-    if kind == "Sequence":
-        steps = pre.get("pretokenizers")
-        if not isinstance(steps, list):
-            raise PretokenizerUnsupported(f"{where}.pretokenizers: missing or not a list")
+    kind, steps = normalizer_mod.hf_component(pre, where, "pretokenizers")
+    if steps is not None:
         stages: list[Stage] = []
         for k, step in enumerate(steps):
             stages.extend(from_hf(step, f"{where}.pretokenizers[{k}]").stages)
