@@ -121,6 +121,14 @@ REFUSALS = {
         "pre_tokenizer: ByteLevel with add_prefix_space=true is not supported",
     ),
     "five_stages": ([split("a")] * 5, "pre_tokenizer: 5 regex stages; at most 4 are supported"),
+    "step_not_an_object": (
+        ["ByteLevel", BYTE_LEVEL_REGEX],
+        "pre_tokenizer.pretokenizers[0]: expected an object, got str",
+    ),
+    "sequence_without_list": (
+        [{"type": "Sequence"}, BYTE_LEVEL_REGEX],
+        "pre_tokenizer.pretokenizers[0].pretokenizers: missing or not a list",
+    ),
 }
 
 
@@ -147,6 +155,11 @@ def test_refusals(name, data_dir, tmp_path):
         (
             {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "NFD"}]},
             "normalizer.normalizers[1]: normalizer NFD is not supported (only NFC and Lowercase",
+        ),
+        ("NFC", "normalizer: expected an object, got str"),
+        (
+            {"type": "Sequence", "normalizers": {"type": "NFC"}},
+            "normalizer.normalizers: missing or not a list",
         ),
         (
             {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
