@@ -9,14 +9,14 @@ repeated, random letters a-j, spaces, digits, whitespace with newlines (" ", "\\
 CJK, emoji, base64, apostrophes and letters ("'sS tl"), mixed scripts (one letter piece of
 Latin, Cyrillic, Greek and CJK), a run of one letter after three others (run_in_piece), random
 letters a-j with a run of 600 "z" across every 4096th byte (letters_runs: runs that start
-inside the piece defeat the first round of the windows of huge pieces, ffi/core/window_stitch.h;
-the second round, a window from a tile earlier, stitches them). Every case but prose, digits, base64 and apostrophes is one
+inside the piece defeat the first round of the spans of huge pieces, ffi/core/span_stitch.h;
+the second round, a span from a tile earlier, stitches them). Every case but prose, digits, base64 and apostrophes is one
 pre-tokenizer piece of the whole string. Sizes 128 B, x4 up to 512 KiB, then 1 MiB, x4 to
 --max-mib, or the --sizes given (strings are cut on a character boundary at or below the
 size). BLOCKBPE_STITCH_MARGIN=-1 in the environment merges such pieces whole (the CUDA
 handler's test hook; recorded in the JSON as stitch_margin), BLOCKBPE_STITCH_SECOND=0 turns off
 the second round for boundaries without a shared token (recorded as stitch_second),
-BLOCKBPE_WARP_WINDOWS=0 merges every window by its whole block (recorded as warp_windows). Per case
+BLOCKBPE_WARP_SPANS=0 merges every span by its whole block (recorded as warp_spans). Per case
 and size:
   ours_device  the jitted `encode` of one row already on the device (ids left there): median
                of repeated calls after a warm-up call (the compile)
@@ -281,7 +281,7 @@ def write(out_dir: Path, args, dev, rows: list) -> str:
         api_long_text_bytes=args.long_text_bytes,
         stitch_margin=os.environ.get("BLOCKBPE_STITCH_MARGIN", "default"),
         stitch_second=os.environ.get("BLOCKBPE_STITCH_SECOND", "default"),
-        warp_windows=os.environ.get("BLOCKBPE_WARP_WINDOWS", "default"),
+        warp_spans=os.environ.get("BLOCKBPE_WARP_SPANS", "default"),
         tile_bytes=native.cpu.tile_bytes,  # the build's long-row tiles (BLOCKBPE_TILE_BYTES)
         rows=rows,
         slower_than_tiktoken={

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""One string per call on the device, A/B of the CUDA handler's hook BLOCKBPE_WARP_WINDOWS in one
+"""One string per call on the device, A/B of the CUDA handler's hook BLOCKBPE_WARP_SPANS in one
 process, calls interleaved (so that the machine's drift hits both sides alike).
 
     python3 benchmarks/single_string_ab.py --out FILE [--hooks 1,0] [--sizes 256,1K,2K]
         [--cases cjk,prose] [--reps 15]
 
-Hook 1 is the build's default; hook 0 merges no piece in warp sub-windows (ffi/cuda/sub_windows.cuh):
-windows of huge pieces by their whole block, and the long pieces of a call of few rows by the
+Hook 1 is the build's default; hook 0 merges no piece in warp sub-spans (ffi/cuda/sub_spans.cuh):
+spans of huge pieces by their whole block, and the long pieces of a call of few rows by the
 block passes at the call's block size. cl100k, exact mode, the cases of single_string.py. Per
 case and size: the median of --reps calls of each hook (the jitted `encode` of one row already on
 the device, as single_string.py's ours_device), tiktoken's `encode_ordinary`, and whether every
@@ -76,7 +76,7 @@ def main() -> None:
             equal = True
             for rep in range(args.reps + 1):  # the first round compiles and checks
                 for k, h in enumerate(hooks):
-                    os.environ["BLOCKBPE_WARP_WINDOWS"] = h
+                    os.environ["BLOCKBPE_WARP_SPANS"] = h
                     f = fn(data.shape[1], k)
                     t0 = time.perf_counter()
                     ids, counts = jax.block_until_ready(f(d, ln, tables))
@@ -102,7 +102,7 @@ def main() -> None:
                 + f" | {equal}"
             )
             print(lines[-1], flush=True)
-    os.environ.pop("BLOCKBPE_WARP_WINDOWS", None)
+    os.environ.pop("BLOCKBPE_WARP_SPANS", None)
     Path(args.out).write_text("\n".join(lines) + "\n")
 
 

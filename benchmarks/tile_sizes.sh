@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long-row tile sizes (CMake BLOCKBPE_TILE_BYTES, ffi/core/window_stitch.h), each built and
+# Long-row tile sizes (CMake BLOCKBPE_TILE_BYTES, ffi/core/span_stitch.h), each built and
 # measured on one machine: one string per call (benchmarks/single_string.py, cl100k, prose and
 # huge-piece cases) and the GPU tests of the tile pipeline (tests/kernels/test_huge_pieces.py,
 # tests/kernels/test_long_rows.py). Run from the repo root on the GPU machine with the data under

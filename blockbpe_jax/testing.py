@@ -181,9 +181,9 @@ def _base64_text(rng, n):
 
 def letters_runs(rng, n: int, tile: int = 4096) -> bytes:
     """One letter piece: random letters a-j with a run of 600 "z" across every tile boundary
-    of the piece (benchmarks/window_stitch.py): the run's phase differs between windows that
+    of the piece (benchmarks/span_stitch.py): the run's phase differs between spans that
     start before it and in it, so a boundary often has no shared token in the first round of
-    the stitched windows (ffi/cuda/huge_pieces.cuh)."""
+    the stitched spans (ffi/cuda/huge_pieces.cuh)."""
     text = bytes(rng.choice(b"abcdefghij") for _ in range(tile - 300))
     while len(text) < n:
         text += b"z" * 600 + bytes(rng.choice(b"abcdefghij") for _ in range(tile - 600))

@@ -68,12 +68,12 @@ FULL = os.environ.get("BLOCKBPE_FULL", "") not in ("", "0")
 
 
 @functools.cache
-def window_stitch_model():
-    """benchmarks/window_stitch.py, the CPU model of huge pieces' windows (ffi/core/window_stitch.h)."""
+def span_stitch_model():
+    """benchmarks/span_stitch.py, the CPU model of huge pieces' spans (ffi/core/span_stitch.h)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "window_stitch.py"
-    spec = importlib.util.spec_from_file_location("blockbpe_window_stitch", path)
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "span_stitch.py"
+    spec = importlib.util.spec_from_file_location("blockbpe_span_stitch", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,5 +1,5 @@
 // The XLA FFI target `bbpe_encode_window`: every encode call of one corpus-job window
-// (blockbpe_jax/window_encode.py) in one FFI call, shared by the CPU and CUDA handlers.
+// (blockbpe_jax/corpus/engine.py) in one FFI call, shared by the CPU and CUDA handlers.
 //
 // A window's calls differ in rows, width and ids kept: as separate jitted steps each shape
 // would be an executable of its own (compiled per job) and each call a dispatch of its own
@@ -25,7 +25,7 @@
 
 namespace bbpe {
 
-// One call of a window's plan (window_plan.PlannedCall; Python passes int64[C, 6]).
+// One call of a window's plan (corpus/plan.py PlannedCall; Python passes int64[C, 6]).
 struct WindowCall {
   int64_t rows;   // its rows: table entries [entry, entry + rows) (start in the bytes, length)
   int64_t width;  // bytes per row
@@ -88,7 +88,7 @@ BBPE_HD bool entry_inside(int64_t start, int64_t n, int64_t width, int64_t size)
 // A packed row's separators: the ids equal to sep_id among its first separator_columns (its
 // kept ids; a row flagged with count < 0 has none). The k-th separator of a call, in row
 // order, goes to its slot k < docs as its position in the id buffer (at + row * T + col);
-// slots without one stay -1, which the host reports (window_encode.py).
+// slots without one stay -1, which the host reports (corpus/engine.py).
 BBPE_HD int64_t separator_columns(int32_t count, int64_t T) { return count < 0 ? 0 : (count < T ? count : T); }
 BBPE_HD bool separator_at(const int32_t* row_ids, int64_t col, int32_t sep_id) { return row_ids[col] == sep_id; }
 

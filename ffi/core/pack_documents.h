@@ -1,4 +1,4 @@
-// The corpus job's packing of short documents into shared rows (window_encode.py): a window's
+// The corpus job's packing of short documents into shared rows (blockbpe_jax/corpus/engine.py): a window's
 // documents joined with a separator after each one (the bytes of a special token), and runs
 // of consecutive documents cut into rows of at most `width` bytes. A row is one contiguous range
 // of the joined bytes, so an encode call gathers it like a single document; the separator,

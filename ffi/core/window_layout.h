@@ -1,9 +1,9 @@
-// The corpus job's per-document arithmetic of a window (window_encode.py): planned, where each
+// The corpus job's per-document arithmetic of a window (blockbpe_jax/corpus/engine.py): planned, where each
 // document's row is in the document table, where its ids and its count land in the window's id
 // buffer and, for packed rows, where its row starts (`layout_window`); finished, its count read
 // back (`counts_in_plan_order`) and its ids' place in input order (`compaction_layout`). The
 // plan itself (which documents go into which call, its width and rows) is Python's
-// (window_plan.py); this is what NumPy would do in ~40 calls over a window's ~24k documents,
+// (blockbpe_jax/corpus/plan.py); this is what NumPy would do in ~40 calls over a window's ~24k documents,
 // each holding the GIL that the job's dispatching thread needs.
 #pragma once
 

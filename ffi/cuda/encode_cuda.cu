@@ -92,9 +92,9 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
   };
   if (p.stitch_margin >= 0 && off("BLOCKBPE_STITCH_SECOND")) p.stitch_margin |= kNoSecondRound;
   if (p.stitch_margin >= 0 && off("BLOCKBPE_STITCH_FALLBACK")) p.stitch_margin |= kNoFallback;
-  // BLOCKBPE_WARP_WINDOWS=0: every span merged by its whole block (no sub-spans), and in
+  // BLOCKBPE_WARP_SPANS=0: every span merged by its whole block (no sub-spans), and in
   // calls of few rows every long piece by the block passes (cuda/sub_spans.cuh).
-  if (p.stitch_margin >= 0 && off("BLOCKBPE_WARP_WINDOWS")) p.stitch_margin |= kNoWarpSpans;
+  if (p.stitch_margin >= 0 && off("BLOCKBPE_WARP_SPANS")) p.stitch_margin |= kNoWarpSpans;
   if (p.batch == 0) return ffi::Error::Success();
   if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols))
     return ffi::Error::InvalidArgument("bbpe_encode: workspace has " + std::to_string(p.workspace_size) +

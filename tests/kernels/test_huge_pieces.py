@@ -1,20 +1,20 @@
 """Huge pieces on the GPU: one pre-tokenizer piece longer than a tile (2048 bytes unless the
-build says otherwise) in a long row (ffi/cuda/huge_pieces.cuh, ffi/core/window_stitch.h).
+build says otherwise) in a long row (ffi/cuda/huge_pieces.cuh, ffi/core/span_stitch.h).
 
-Such a piece (a run of letters, CJK, emoji, whitespace, ...) is encoded as overlapping windows,
-one per tile it covers, stitched at a token that neighbouring windows share; a boundary
+Such a piece (a run of letters, CJK, emoji, whitespace, ...) is encoded as overlapping spans,
+one per tile it covers, stitched at a token that neighbouring spans share; a boundary
 without one sends the piece to the whole-piece merge. Every test encodes on the GPU and
 compares, row by row and padding included, with the CPU executor (a heap merge of the whole
-piece, no windows) and with tiktoken: every adversarial kind at lengths around the tile and
-window boundaries and up to 3 MiB, on cl100k, o200k and r50k; pieces starting and ending at
+piece, no spans) and with tiktoken: every adversarial kind at lengths around the tile and
+span boundaries and up to 3 MiB, on cl100k, o200k and r50k; pieces starting and ending at
 every offset near tile boundaries; several huge pieces in one row; truncated rows; and the
 fallback, forced through the CUDA handler's test hook (BLOCKBPE_STITCH_MARGIN: -1 fails every
 stitch; small margins stitch some boundaries and not others). Runs across tile boundaries
-(letters_runs) need the second round (a window encoded again from a tile earlier): with the
+(letters_runs) need the second round (a span encoded again from a tile earlier): with the
 whole-piece merge turned off (BLOCKBPE_STITCH_FALLBACK=0 leaves such a piece out) they still
 equal tiktoken, and without the second round too (BLOCKBPE_STITCH_SECOND=0) exactly those
-whose first round fails by the CPU model of the windows do not. Windows are encoded in warp
-sub-windows where they stitch, else by the block (BLOCKBPE_WARP_WINDOWS=0: always by the block).
+whose first round fails by the CPU model of the spans do not. Spans are encoded in warp
+sub-spans where they stitch, else by the block (BLOCKBPE_WARP_SPANS=0: always by the block).
 Positions near tiles follow the build's tile size; the inputs do not. Skips where JAX sees no
 GPU.
 """
@@ -27,7 +27,7 @@ import pytest
 
 from blockbpe_jax import testing
 
-from helpers import gpu_devices, load_tokenizer, window_stitch_model
+from helpers import gpu_devices, load_tokenizer, span_stitch_model
 from long_rows_shared import (
     TILE,
     assert_equals_tiktoken,
@@ -40,7 +40,7 @@ from long_rows_shared import (
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]
 
-MARGIN = 256  # kStitchMargin (ffi/core/window_stitch.h)
+MARGIN = 256  # kStitchMargin (ffi/core/span_stitch.h)
 
 
 def mixed_letters(rng: random.Random, n: int) -> bytes:
@@ -85,14 +85,14 @@ def test_single_pieces_of_many_lengths(name, kind):
 
 
 @pytest.mark.parametrize("name", ["cl100k", "o200k"])
-def test_windows_merged_by_their_whole_block(monkeypatch, name):
-    """Windows are encoded in sub-windows, one warp each, where they can; with the CUDA handler's
-    test hook BLOCKBPE_WARP_WINDOWS=0 every window is merged by its whole block instead. Both
+def test_spans_merged_by_their_whole_block(monkeypatch, name):
+    """Spans are encoded in sub-spans, one warp each, where they can; with the CUDA handler's
+    test hook BLOCKBPE_WARP_SPANS=0 every span is merged by its whole block instead. Both
     give the CPU's and tiktoken's ids."""
     tok = load_tokenizer(name, "tiktoken")
     rows = [piece(kind, n) for kind in sorted(KINDS) for n in (3 * TILE + 77, 20000)]
     for hook in ("1", "0"):
-        monkeypatch.setenv("BLOCKBPE_WARP_WINDOWS", hook)
+        monkeypatch.setenv("BLOCKBPE_WARP_SPANS", hook)
         want = assert_gpu_equals_cpu(tok, rows, max_len=20480, block_sizes=(256, 1024))
         assert_equals_tiktoken(name, rows, want)
 
@@ -164,7 +164,7 @@ def test_mebibyte_pieces(kind):
 
 @pytest.mark.parametrize("margin", [-1, 0, 16])
 def test_fallback_when_a_boundary_has_no_shared_token(monkeypatch, margin):
-    """-1: no stitch, every huge piece is merged whole. Margins 0 and 16 (a window's start is
+    """-1: no stitch, every huge piece is merged whole. Margins 0 and 16 (a span's start is
     still rounded down to the piece's start plus a multiple of 256, so they overlap by less
     than 256 + margin bytes): some boundaries stitch and others do not (runs of spaces need
     more), so one call holds both stitched and merged pieces."""
@@ -207,7 +207,7 @@ def test_runs_across_tile_boundaries(name, n):
 def test_second_round_stitches_what_the_first_cannot(monkeypatch, name):
     """Without the whole-piece merge a piece with an unstitched boundary puts out no tokens:
     with the second round every row still equals tiktoken; without it exactly the rows whose
-    first round fails by the CPU model of the windows (benchmarks/window_stitch.py, the build's
+    first round fails by the CPU model of the spans (benchmarks/span_stitch.py, the build's
     tile) lose their piece, and the others still equal tiktoken."""
     tok = load_tokenizer(name, "tiktoken")
     rows = runs_rows(1 << 16) + runs_rows(1 << 20)
@@ -215,7 +215,7 @@ def test_second_round_stitches_what_the_first_cannot(monkeypatch, name):
     monkeypatch.setenv("BLOCKBPE_STITCH_FALLBACK", "0")
     for bs in (256, 1024):
         assert_equals_tiktoken(name, rows, run(tok, rows, block_size=bs, **kw))
-    model = window_stitch_model()
+    model = span_stitch_model()
     enc = model.piece_encoder(name)
 
     def first_round_fails(row: bytes) -> bool:

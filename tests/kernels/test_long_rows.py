@@ -80,7 +80,7 @@ def test_few_rows_of_a_few_kib_take_the_tiles(max_len, prose):
     """Up to kFewRows (16) rows wider than a tile go through the tile pipeline below 8 KiB too
     (one block per row would leave the GPU idle and merge a piece of several KiB in one block);
     17 rows keep one block per row (the workspace says which). Both equal the CPU and tiktoken,
-    huge pieces (windows) included."""
+    huge pieces (spans) included."""
     tiled = native.workspace_bytes(16, max_len, 1, 0) // 16
     assert tiled > native.workspace_bytes(17, max_len, 1, 0) // 17
     rng = random.Random(max_len)

@@ -1,12 +1,12 @@
-"""Long pieces of the one-block path in warp sub-windows (ffi/cuda/sub_windows.cuh).
+"""Long pieces of the one-block path in warp sub-spans (ffi/cuda/sub_spans.cuh).
 
 A call of at most 16 rows no wider than a tile runs one block per row; there every
-pre-tokenizer piece longer than 64 bytes (kShortPieceLen) is merged in sub-windows of 128-byte
+pre-tokenizer piece longer than 64 bytes (kShortPieceLen) is merged in sub-spans of 128-byte
 chunks, one warp each, stitched at shared tokens (the row's pieces in rounds of up to 32
-sub-windows), and a piece whose sub-windows do not stitch (a run that starts inside it, across
+sub-spans), and a piece whose sub-spans do not stitch (a run that starts inside it, across
 a chunk boundary) goes to the block passes. Every test compares the
 GPU, row by row and padding included, with the CPU executor and with tiktoken, also with the
-CUDA handler's test hook BLOCKBPE_WARP_WINDOWS=0 (every piece by the block passes). Skips where
+CUDA handler's test hook BLOCKBPE_WARP_SPANS=0 (every piece by the block passes). Skips where
 JAX sees no GPU.
 """
 
@@ -41,7 +41,7 @@ def mixed_letters(rng: random.Random, n: int) -> bytes:
 
 
 def run_in_piece(rng: random.Random, n: int) -> bytes:
-    """One piece: a run of one letter that starts inside it (its sub-windows do not stitch)."""
+    """One piece: a run of one letter that starts inside it (its sub-spans do not stitch)."""
     return b"xyz" + b"a" * (n - 3)
 
 
@@ -64,7 +64,7 @@ def several_pieces(seed: int) -> bytes:
 
 def many_pieces(seed: int, lo: int, hi: int) -> bytes:
     """Pieces of lo..hi bytes of letters or CJK after one digit each (pieces of their own), up
-    to a tile: more sub-windows than one round holds."""
+    to a tile: more sub-spans than one round holds."""
     rng, parts, size = random.Random(seed), [], 0
     while True:
         part = b"7" + piece(rng.choice(["letters_a_j", "cjk", "one_letter"]), rng.randint(lo, hi), size)
@@ -78,7 +78,7 @@ def check(name, rows, monkeypatch, max_len=TILE):
     assert len(rows) <= FEW_ROWS
     tok = load_tokenizer(name, "tiktoken")
     for hook in ("1", "0"):
-        monkeypatch.setenv("BLOCKBPE_WARP_WINDOWS", hook)
+        monkeypatch.setenv("BLOCKBPE_WARP_SPANS", hook)
         want = assert_gpu_equals_cpu(tok, rows, max_len=max_len, block_sizes=(256, 512, 1024))
         assert_equals_tiktoken(name, rows, want)
 
@@ -105,7 +105,7 @@ def test_many_long_pieces_in_one_row(monkeypatch, name):
 
 @pytest.mark.parametrize("max_len", [65, 128, 129, 300, 1024])
 def test_narrow_calls(monkeypatch, max_len):
-    """The sub-windows' scratch is sized by max_len: pieces as long as the row, or one short."""
+    """The sub-spans' scratch is sized by max_len: pieces as long as the row, or one short."""
     rows = [
         piece(kind, n) for kind in ("cjk", "letters_a_j", "spaces", "emoji") for n in (max_len, max_len - 1)
     ]
@@ -116,13 +116,13 @@ def test_truncated_rows(monkeypatch):
     rows = [piece("letters_a_j", 2000), piece("cjk", 1500), several_pieces(7)]
     tok = load_tokenizer("cl100k", "tiktoken")
     for hook in ("1", "0"):
-        monkeypatch.setenv("BLOCKBPE_WARP_WINDOWS", hook)
+        monkeypatch.setenv("BLOCKBPE_WARP_SPANS", hook)
         assert_gpu_equals_cpu(tok, rows, max_len=TILE, max_tokens=100, block_sizes=(256, 512, 1024))
 
 
 def test_gpu_threads_with_calls_of_different_shared_memory():
     """Threads dispatching calls of two shapes at once, one with far more shared memory per
-    block than the other (8 x 2048: few rows, warp sub-windows' scratch; 64 x 256), as the corpus
+    block than the other (8 x 2048: few rows, warp sub-spans' scratch; 64 x 256), as the corpus
     job's two threads do: every result equals the CPU handler's. (The handler once set the
     kernel's shared-memory ceiling per call, and a call launched after another thread had just
     lowered it failed with "invalid argument".)"""

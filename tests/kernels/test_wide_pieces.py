@@ -3,7 +3,7 @@
 A pre-tokenizer piece too long for the lane-parallel merges (32 bytes) and short enough for
 the merge list (64, kShortPieceLen) is merged by one warp, two tokens a lane, in every kernel
 that lists pieces: the one-block path with many rows and with few (beside the warp
-sub-windows of longer pieces), and the tile pipeline of long rows. Every test compares the GPU
+sub-spans of longer pieces), and the tile pipeline of long rows. Every test compares the GPU
 (every block size) with the CPU executor, row by row and padding included, and with tiktoken.
 Skips where JAX sees no GPU.
 """
@@ -66,7 +66,7 @@ def test_one_block_rows(name):
 
 @pytest.mark.parametrize("name", ["cl100k", "o200k"])
 def test_few_rows(name):
-    """At most FEW_ROWS rows, so longer pieces would go to the warp sub-windows; these do not."""
+    """At most FEW_ROWS rows, so longer pieces would go to the warp sub-spans; these do not."""
     ps = pieces(2)
     rows = [b" 7 ".join(ps[k::FEW_ROWS])[:1024] for k in range(FEW_ROWS)]
     check(name, rows, max_len=1024)

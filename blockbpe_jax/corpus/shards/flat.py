@@ -127,7 +127,7 @@ class FlatWriter(_ShardWriter):
     ids queued for writing are at most PENDING bytes (`add` waits beyond)."""
 
     fmt = "flat"
-    writes_later = True  # add(..., done) queues the writes (window_encode gives it `done`)
+    writes_later = True  # add(..., done) queues the writes (the engine gives it `done`)
 
     RESERVE = 256 << 20  # the most bytes reserved ahead of the writes (native.cpu.reserve_file)
     WRITERS = 2
@@ -298,7 +298,7 @@ class ArraysWriter:
     """The flat layout in memory (`encode_files_to_arrays`): the ids back to back in one array
     that grows in place, and the documents' offsets."""
 
-    keeps_ids, writes_files = False, False  # (window_encode plans two windows at once beside it)
+    keeps_ids, writes_files = False, False  # (the engine plans two windows at once beside it)
 
     def __init__(self, n_vocab: int, input_bytes: int):
         self.dtype = token_dtype(n_vocab)

@@ -1,7 +1,7 @@
-"""The windows of huge pieces (ffi/core/window_stitch.h) on the CPU, through the model of
-benchmarks/window_stitch.py: the geometry of stitch_window (row tiles of the built module's
+"""The spans of huge pieces (ffi/core/span_stitch.h) on the CPU, through the model of
+benchmarks/span_stitch.py: the geometry of stitch_span (row tiles of the built module's
 kTileBytes, margin 256, starts aligned to the piece's start plus a multiple of 256) and the
-first-shared-token stitch, with tiktoken encoding the windows. For every adversarial kind of
+first-shared-token stitch, with tiktoken encoding the spans. For every adversarial kind of
 piece, at several offsets of the piece in its row, every boundary must find a shared token (no
 piece of these kinds falls back to the whole-piece merge) and the stitched ids must equal
 tiktoken's BPE of the whole piece; runs that start inside the piece must do so with the second
@@ -17,14 +17,14 @@ import pytest
 
 from blockbpe_jax import native, testing
 
-from helpers import vocab_path, window_stitch_model
+from helpers import vocab_path, span_stitch_model
 
-window_stitch = window_stitch_model()
+span_stitch = span_stitch_model()
 
 MARGIN = ALIGN = 256  # kStitchMargin, kStitchAlign
 TILE = native.cpu.tile_bytes  # kTileBytes as built (CMake BLOCKBPE_TILE_BYTES)
 REACH_BACK = TILE  # kReachBack
-piece_encoder = functools.lru_cache(maxsize=None)(window_stitch.piece_encoder)
+piece_encoder = functools.lru_cache(maxsize=None)(span_stitch.piece_encoder)
 
 
 @pytest.mark.parametrize("vocab", ["cl100k", "o200k", "r50k"])
@@ -35,13 +35,13 @@ def test_adversarial_pieces_stitch_to_their_bpe(vocab, kind):
     piece = testing.ADVERSARIAL[kind](random.Random(kind), 20000)
     ref = enc._encode_bytes(piece)
     for offset in (0, 1, TILE - 1, TILE + 100):
-        ids, failed_at, _, _ = window_stitch.stitch(enc, piece, MARGIN, offset, ALIGN, tile_bytes=TILE)
+        ids, failed_at, _, _ = span_stitch.stitch(enc, piece, MARGIN, offset, ALIGN, tile_bytes=TILE)
         assert failed_at is None, (offset, failed_at)
         assert ids == ref, offset
 
 
 @pytest.mark.parametrize("vocab", ["cl100k", "o200k", "r50k"])
-@pytest.mark.parametrize("kind", sorted(window_stitch.EXTRA_KINDS))
+@pytest.mark.parametrize("kind", sorted(span_stitch.EXTRA_KINDS))
 def test_runs_inside_pieces_stitch_with_the_second_round(vocab, kind):
     """Runs that start inside the piece and cross tile boundaries (the first round's residual
     cases): a stitch gives the piece's BPE; with the second round every boundary of
@@ -49,20 +49,20 @@ def test_runs_inside_pieces_stitch_with_the_second_round(vocab, kind):
     the GPU merges such a piece whole)."""
     vocab_path(vocab)
     enc = piece_encoder(vocab)
-    piece = window_stitch.EXTRA_KINDS[kind](random.Random(kind), 20000)
+    piece = span_stitch.EXTRA_KINDS[kind](random.Random(kind), 20000)
     ref = enc._encode_bytes(piece)
     for offset in (0, 1000, TILE - 3, TILE + 5):
-        ids, failed_at, _, _ = window_stitch.stitch(
+        ids, failed_at, _, _ = span_stitch.stitch(
             enc, piece, MARGIN, offset, ALIGN, REACH_BACK, tile_bytes=TILE
         )
         assert failed_at is None or kind == "run_in_piece", (offset, failed_at)
         assert ids is None or ids == ref, offset
 
 
-def test_windows_cover_their_chunks_within_the_frame():
-    """Each window holds its chunk, stays in the piece, starts at most margin + align - 1
-    bytes before its chunk (kWindowLead) at the piece's start plus a multiple of the
-    alignment, and the two windows of a tile (the end of one piece, the start of the next)
+def test_spans_cover_their_chunks_within_the_frame():
+    """Each span holds its chunk, stays in the piece, starts at most margin + align - 1
+    bytes before its chunk (kSpanLead) at the piece's start plus a multiple of the
+    alignment, and the two spans of a tile (the end of one piece, the start of the next)
     do not overlap."""
     rng = random.Random(0)
     for _ in range(2000):
@@ -71,10 +71,10 @@ def test_windows_cover_their_chunks_within_the_frame():
         nxt = hi + TILE + 1 + rng.randrange(0, TILE)
         margin = rng.choice([0, 1, 16, MARGIN])
         for tile in range(lo // TILE, (hi - 1) // TILE + 1):
-            a, b = window_stitch.window(lo, hi, tile, margin, ALIGN, TILE)
+            a, b = span_stitch.stitch_span(lo, hi, tile, margin, ALIGN, TILE)
             chunk_lo, chunk_hi = max(lo, tile * TILE), min(hi, (tile + 1) * TILE)
             assert lo <= a <= chunk_lo < chunk_hi <= b <= hi
             assert chunk_lo - a < margin + ALIGN and (a - lo) % ALIGN == 0
             assert b - chunk_hi <= margin
             if tile == (hi - 1) // TILE and hi // TILE == tile:  # the next piece starts here
-                assert b <= window_stitch.window(hi, nxt, tile, margin, ALIGN, TILE)[0]
+                assert b <= span_stitch.stitch_span(hi, nxt, tile, margin, ALIGN, TILE)[0]

@@ -1,29 +1,29 @@
-"""Checks the item-2 design on the CPU: BPE of one long piece from overlapping windows.
+"""Checks the item-2 design on the CPU: BPE of one long piece from overlapping spans.
 
-    python3 benchmarks/window_stitch.py [--out DIR] [--vocabs cl100k o200k r50k]
+    python3 benchmarks/span_stitch.py [--out DIR] [--vocabs cl100k o200k r50k]
         [--margins 64 128 256 512] [--offsets 0] [--align 1] [--prefixes ""] [--reach-back 0]
         [--tile 2048]
 
 The piece starts `offset` bytes into its row (after `prefix`, which belongs to the piece).
-The row's tiles (--tile bytes, kTileBytes) cut it into chunks; each chunk gets a window (the chunk and `margin`
+The row's tiles (--tile bytes, kTileBytes) cut it into chunks; each chunk gets a span (the chunk and `margin`
 bytes either side, clipped to the piece; its start rounded down to the piece's start plus a
-multiple of `align`: ffi/core/window_stitch.h, stitch_window) that is BPE-encoded on its own;
-neighbouring windows are stitched at their first shared token (same start, same id). Two
+multiple of `align`: ffi/core/span_stitch.h, stitch_span) that is BPE-encoded on its own;
+neighbouring spans are stitched at their first shared token (same start, same id). Two
 valid encodings that share a token join into a valid encoding of the union (rust-gems `bpe`
 README, Corollary III), and the valid encoding of a text is unique, so a stitch that finds a
 shared token at every tile boundary is exact; one that does not has to fall back to the whole
 piece. Each adversarial kind (blockbpe_jax.testing.ADVERSARIAL) at 64 KiB and 1 MiB, each
 margin, offset and prefix: whether every boundary found a shared token, whether the result
-equals tiktoken's BPE of the piece, and how far into the overlap (from the later window's
+equals tiktoken's BPE of the piece, and how far into the overlap (from the later span's
 start) the furthest shared token was. tiktoken with pattern (?s:.+) (one piece) is the
-reference and encodes the windows. Writes DIR/window_stitch.json.
+reference and encodes the spans. Writes DIR/span_stitch.json.
 
 --reach-back R models a second round (not built on the GPU): at a boundary without a shared
-token, the later window starts R bytes earlier (aligned as before) and the search is repeated;
+token, the later span starts R bytes earlier (aligned as before) and the search is repeated;
 only if that fails too is the piece merged whole. Two kinds beyond testing.ADVERSARIAL test it:
 runs that start inside the piece and cross tile boundaries (letters_runs: random letters with a
 run of 600 "z" across every 4096th byte; run_in_piece: "xyz" then one letter), whose phase the
-first round's windows miss.
+first round's spans miss.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def piece_encoder(vocab: str) -> tiktoken.Encoding:
     )
 
 
-def spans(enc: tiktoken.Encoding, text: bytes, at: int) -> list[tuple[int, int]]:
+def token_starts(enc: tiktoken.Encoding, text: bytes, at: int) -> list[tuple[int, int]]:
     """(start, id) of each token of BPE(text), text starting at byte `at` of the piece."""
     out = []
     for t in enc._encode_bytes(text):  # (one piece: the pattern matches everything)
@@ -71,8 +71,10 @@ def spans(enc: tiktoken.Encoding, text: bytes, at: int) -> list[tuple[int, int]]
     return out
 
 
-def window(lo: int, hi: int, tile: int, margin: int, align: int, tile_bytes: int = TILE) -> tuple[int, int]:
-    """stitch_window of ffi/core/window_stitch.h (row positions, tiles of tile_bytes)."""
+def stitch_span(
+    lo: int, hi: int, tile: int, margin: int, align: int, tile_bytes: int = TILE
+) -> tuple[int, int]:
+    """stitch_span of ffi/core/span_stitch.h (row positions, tiles of tile_bytes)."""
     chunk_lo, chunk_hi = max(lo, tile * tile_bytes), min(hi, (tile + 1) * tile_bytes)
     start = chunk_lo - margin
     start = lo if start <= lo else lo + (start - lo) // align * align
@@ -87,29 +89,29 @@ def stitch(
     lo, hi = offset, offset + len(piece)
 
     def encoded(tile: int, back: int = 0):
-        a, b = window(lo, hi, tile, margin, align, tile_bytes)
-        a = window(lo, hi, tile, margin + back, align, tile_bytes)[0]
-        return a, spans(enc, piece[a - lo : b - lo], a)
+        a, b = stitch_span(lo, hi, tile, margin, align, tile_bytes)
+        a = stitch_span(lo, hi, tile, margin + back, align, tile_bytes)[0]
+        return a, token_starts(enc, piece[a - lo : b - lo], a)
 
     def first_shared(mine, theirs):
         theirs = set(theirs)
         return next((k for k, x in enumerate(mine) if x in theirs), None)
 
-    windows = [encoded(t) for t in range(lo // tile_bytes, (hi - 1) // tile_bytes + 1)]
+    encoded_spans = [encoded(t) for t in range(lo // tile_bytes, (hi - 1) // tile_bytes + 1)]
     ids, after, worst, second = [], lo, 0, 0  # after: tokens of the output end here
-    for t, (_, mine) in enumerate(windows):
+    for t, (_, mine) in enumerate(encoded_spans):
         mine = [x for x in mine if x[0] >= after]
-        if t + 1 == len(windows):
+        if t + 1 == len(encoded_spans):
             ids += [tok for _, tok in mine]
             break
-        shared = first_shared(mine, windows[t + 1][1])
-        if shared is None and reach:  # second round: the later window starts earlier
-            windows[t + 1] = encoded(lo // tile_bytes + t + 1, reach)
+        shared = first_shared(mine, encoded_spans[t + 1][1])
+        if shared is None and reach:  # second round: the later span starts earlier
+            encoded_spans[t + 1] = encoded(lo // tile_bytes + t + 1, reach)
             second += 1
-            shared = first_shared(mine, windows[t + 1][1])
+            shared = first_shared(mine, encoded_spans[t + 1][1])
         if shared is None:
             return None, t, worst, second
-        right_lo = windows[t + 1][0]
+        right_lo = encoded_spans[t + 1][0]
         ids += [tok for _, tok in mine[: shared + 1]]
         start, tok = mine[shared]
         worst = max(worst, start - right_lo)
@@ -123,11 +125,9 @@ def main(argv=None) -> int:
     ap.add_argument("--vocabs", nargs="+", default=["cl100k", "o200k", "r50k"])
     ap.add_argument("--margins", nargs="+", type=int, default=[64, 128, 256, 512])
     ap.add_argument("--offsets", nargs="+", type=int, default=[0], help="the piece's start in its row")
-    ap.add_argument("--align", type=int, default=1, help="window starts: piece start + a multiple")
+    ap.add_argument("--align", type=int, default=1, help="span starts: piece start + a multiple")
     ap.add_argument("--prefixes", nargs="+", default=[""], help="text before the run, in the piece")
-    ap.add_argument(
-        "--reach-back", type=int, default=0, help="second round: the later window R bytes earlier"
-    )
+    ap.add_argument("--reach-back", type=int, default=0, help="second round: the later span R bytes earlier")
     ap.add_argument("--extra-kinds", action="store_true", help="also letters_runs and run_in_piece")
     ap.add_argument("--tile", type=int, default=TILE, help="tile bytes (kTileBytes)")
     args = ap.parse_args(argv)
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
                     print(json.dumps(row), flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "window_stitch.json").write_text(json.dumps(rows, indent=1))
+        (args.out / "span_stitch.json").write_text(json.dumps(rows, indent=1))
     return 1 if bad else 0  # a stitch that differs from BPE would refute the design
 
 
