@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -17,33 +18,19 @@ namespace bbpe {
 // binding/table_operands.h: the vocabulary and special-token tables, the pre-tokenizer tables
 // (pretok/tables.h, PretokView), the NFC composition pairs, the character tables of
 // SentencePiece-style BPE (core/char_symbols.h)).
-// Attributes: pretok_stages (0: bytes mode, no pre-tokenizer), symbols (core/char_symbols.h:
+// Attributes (by name, decode_attrs): pretok_stages (0: bytes mode, no pre-tokenizer), symbols (core/char_symbols.h:
 // kSymbolsBytes or kSymbolsChars), normalizer (NormalizerAttr, pretok/tables.h:
 // NFC and Lowercase tables in the operand, and whether the text is normalized here), pad_id, max_piece_len (0
 // disables the whole-piece shortcut), rank_is_id (1: every pair's rank is its merged id, as
 // in tiktoken vocabularies), block_size.
 // Results: ids, counts, workspace.
 
-// The encode call's attributes (make_table_params, and block_size).
-template <typename Binding>
-auto bind_attributes(Binding b) {
-  return std::move(b).template Attr<int32_t>("pretok_stages")
-      .template Attr<int32_t>("symbols")
-      .template Attr<int32_t>("run_long")
-      .template Attr<int32_t>("run_step")
-      .template Attr<int32_t>("run_width")
-      .template Attr<int32_t>("normalizer")
-      .template Attr<int32_t>("pad_id")
-      .template Attr<int32_t>("max_piece_len")
-      .template Attr<int32_t>("rank_is_id")
-      .template Attr<int32_t>("block_size");
-}
-
 template <typename Binding>
 auto bind_encode(Binding b) {
   // (one expression: a Binding can be returned, not moved into a local)
-  return bind_attributes(bind_tables(std::move(b).template Arg<ffi::Buffer<ffi::U8>>()  // data [..., L]
-                                         .template Arg<ffi::Buffer<ffi::S32>>()))      // lengths [...]
+  return bind_tables(std::move(b).template Arg<ffi::Buffer<ffi::U8>>()  // data [..., L]
+                         .template Arg<ffi::Buffer<ffi::S32>>())      // lengths [...]
+      .template Attrs()                       // by name: decode_attrs
       .template Ret<ffi::Buffer<ffi::S32>>()  // ids [..., T]
       .template Ret<ffi::Buffer<ffi::S32>>()  // counts [...]
       .template Ret<ffi::Buffer<ffi::U8>>();  // workspace
@@ -61,6 +48,44 @@ inline int64_t leading_count(ffi::Span<const int64_t> dims, size_t drop_last) {
 struct TableAttrs {
   int32_t pretok_stages, symbols, run_long, run_step, run_width, normalizer, pad_id, max_piece_len, rank_is_id;
 };
+
+// Every attribute of an encode call (bbpe_encode's; bbpe_encode_window's adds sep_id).
+struct EncodeAttrs {
+  TableAttrs table;
+  int32_t block_size = 0;
+  int32_t sep_id = -1;
+};
+
+// The attributes by name, read from the call's dictionary: the one list of their names (the
+// Python side passes them by name too, ops/primitive.py). Each must be present and an int32;
+// sep_id only where `with_sep_id`.
+inline ffi::Error decode_attrs(const char* target, const ffi::Dictionary& attrs, bool with_sep_id,
+                               EncodeAttrs* out) {
+  struct Named {
+    const char* name;
+    int32_t* field;
+  };
+  TableAttrs& t = out->table;
+  const Named named[] = {{"pretok_stages", &t.pretok_stages}, {"symbols", &t.symbols},
+                         {"run_long", &t.run_long},           {"run_step", &t.run_step},
+                         {"run_width", &t.run_width},         {"normalizer", &t.normalizer},
+                         {"pad_id", &t.pad_id},               {"max_piece_len", &t.max_piece_len},
+                         {"rank_is_id", &t.rank_is_id},       {"block_size", &out->block_size},
+                         {"sep_id", &out->sep_id}};
+  const size_t expected = with_sep_id ? std::size(named) : std::size(named) - 1;
+  if (attrs.size() != expected)
+    return ffi::Error::InvalidArgument(std::string(target) + ": " + std::to_string(attrs.size()) +
+                                       " attributes, expected " + std::to_string(expected));
+  for (const Named& a : named) {
+    if (!with_sep_id && a.field == &out->sep_id) continue;
+    ffi::ErrorOr<int32_t> value = attrs.get<int32_t>(a.name);
+    if (value.has_error())
+      return ffi::Error::InvalidArgument(std::string(target) + ": attribute " + a.name +
+                                         " missing or not an int32");
+    *a.field = *value;
+  }
+  return ffi::Error::Success();
+}
 
 // The vocabulary, special-token, pre-tokenizer, NFC and character tables and the attributes
 // they go with, checked into `p` (every field but the batch's: data, lengths, sizes, outputs).
@@ -182,20 +207,18 @@ inline ffi::Error check_lengths(const int32_t* lengths, int64_t batch, int32_t m
 // block_size)`. Ctx: what the binding passes before the operands (the CUDA stream; nothing on CPU).
 template <auto Body, typename... Ctx>
 ffi::Error encode_handler(Ctx... ctx, ffi::Buffer<ffi::U8> data, ffi::Buffer<ffi::S32> lengths,
-                          ffi::RemainingArgs table_args, int32_t pretok_stages, int32_t symbols, int32_t run_long,
-                          int32_t run_step, int32_t run_width, int32_t normalizer, int32_t pad_id,
-                          int32_t max_piece_len, int32_t rank_is_id, int32_t block_size,
+                          ffi::RemainingArgs table_args, ffi::Dictionary attr_dict,
                           ffi::Result<ffi::Buffer<ffi::S32>> ids, ffi::Result<ffi::Buffer<ffi::S32>> counts,
                           ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
+  EncodeAttrs attrs;
+  ffi::Error err = decode_attrs("bbpe_encode", attr_dict, false, &attrs);
+  if (err.failure()) return err;
   EncodeParams p;
-  ffi::Error err = make_encode_params(data, lengths, ids, counts, workspace, &p);
+  err = make_encode_params(data, lengths, ids, counts, workspace, &p);
   if (err.failure()) return err;
-  err = decode_table_params("bbpe_encode", table_args,
-                            {pretok_stages, symbols, run_long, run_step, run_width, normalizer, pad_id,
-                             max_piece_len, rank_is_id},
-                            &p);
+  err = decode_table_params("bbpe_encode", table_args, attrs.table, &p);
   if (err.failure()) return err;
-  return Body(ctx..., p, block_size);
+  return Body(ctx..., p, attrs.block_size);
 }
 
 }  // namespace bbpe

@@ -171,10 +171,10 @@ inline EncodeParams window_call_params(const EncodeParams& base, const WindowCal
 // Results: the id buffer, the workspace.
 template <typename Binding>
 auto bind_encode_window(Binding b) {
-  return bind_attributes(bind_tables(std::move(b).template Arg<ffi::Buffer<ffi::U8>>()  // bytes
-                                         .template Arg<ffi::Buffer<ffi::S32>>()        // table [2, E]
-                                         .template Arg<ffi::Buffer<ffi::S32>>()))  // raw (aliased by the first result)
-      .template Attr<int32_t>("sep_id")
+  return bind_tables(std::move(b).template Arg<ffi::Buffer<ffi::U8>>()  // bytes
+                         .template Arg<ffi::Buffer<ffi::S32>>()        // table [2, E]
+                         .template Arg<ffi::Buffer<ffi::S32>>())  // raw (aliased by the first result)
+      .template Attrs()  // by name: decode_attrs (with sep_id)
       .template Ret<ffi::Buffer<ffi::S32>>()  // raw
       .template Ret<ffi::Buffer<ffi::U8>>();  // workspace
 }
@@ -184,16 +184,16 @@ auto bind_encode_window(Binding b) {
 // the CUDA handler's scratch lives there; the CPU one's does not.
 template <auto Body, bool kCheckWorkspace, typename... Ctx>
 ffi::Error window_handler(Ctx... ctx, ffi::Buffer<ffi::U8> bytes, ffi::Buffer<ffi::S32> table,
-                          ffi::Buffer<ffi::S32> /*raw_in*/, ffi::RemainingArgs table_args, int32_t pretok_stages,
-                          int32_t symbols, int32_t run_long, int32_t run_step, int32_t run_width, int32_t normalizer,
-                          int32_t pad_id, int32_t max_piece_len, int32_t rank_is_id, int32_t block_size,
-                          int32_t sep_id, ffi::Result<ffi::Buffer<ffi::S32>> raw,
+                          ffi::Buffer<ffi::S32> /*raw_in*/, ffi::RemainingArgs table_args,
+                          ffi::Dictionary attr_dict, ffi::Result<ffi::Buffer<ffi::S32>> raw,
                           ffi::Result<ffi::Buffer<ffi::U8>> workspace) {
+  EncodeAttrs attrs;
+  ffi::Error err = decode_attrs("bbpe_encode_window", attr_dict, true, &attrs);
+  if (err.failure()) return err;
+  const int32_t sep_id = attrs.sep_id, block_size = attrs.block_size;
+  const int32_t pretok_stages = attrs.table.pretok_stages, symbols = attrs.table.symbols;
   EncodeParams p{};
-  const ffi::Error err = decode_table_params("bbpe_encode_window", table_args,
-                                             {pretok_stages, symbols, run_long, run_step, run_width, normalizer,
-                                              pad_id, max_piece_len, rank_is_id},
-                                             &p);
+  err = decode_table_params("bbpe_encode_window", table_args, attrs.table, &p);
   if (err.failure()) return err;
   const auto tdims = table.dimensions();
   if (tdims.size() != 2 || tdims[0] != 2)

@@ -218,6 +218,21 @@ def test_handler_rejects_malformed_tables(tok):
     attrs["symbols"] = np.int32(2)
     with pytest.raises(jax.errors.JaxRuntimeError, match="symbols must be 0"):
         call(tables)
+    # The attributes are read by name: a missing, extra or mistyped one is named.
+    attrs["symbols"] = np.int32(0)
+    call(tables)
+    for change, message in [
+        (lambda a: a.pop("pad_id"), "9 attributes, expected 10"),
+        (lambda a: a.update(sep_id=np.int32(0)), "11 attributes, expected 10"),
+        (lambda a: (a.pop("pad_id"), a.update(pad=np.int32(0))), "attribute pad_id missing"),
+        (lambda a: a.update(block_size=np.float32(256.5)), "attribute block_size missing or not an int32"),
+    ]:
+        broken_attrs = dict(attrs)
+        change(broken_attrs)
+        with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+            jax.ffi.ffi_call("bbpe_encode", out)(data, lengths, *tables, **broken_attrs)[
+                0
+            ].block_until_ready()
 
 
 def test_tables_first_built_inside_jit_are_concrete(data_dir):
