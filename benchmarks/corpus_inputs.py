@@ -20,7 +20,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -28,6 +27,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from corpora import build_mixed, source_texts  # noqa: E402
+from harness import Clock, cpu_per_gb  # noqa: E402
 
 import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax.corpus import job as corpus  # noqa: E402
@@ -102,15 +102,16 @@ def main() -> None:
     for name, paths in shapes.items():
         text = "parquet" in name or "arrow" in name
         nbytes = len(small) if "small" in name else text_bytes if text else len(data)
-        times = []
+        times, cpus = [], []
         for rep in range(args.reps + 1):  # (the first run compiles and allocates: not counted)
-            t = time.perf_counter()
-            if "arrow" in name:
-                ids, offsets = corpus.encode_arrow(tok, paths)
-            else:
-                ids, offsets = tok.encode_files_to_arrays(paths, jsonl_field="text")
+            with Clock() as clock:
+                if "arrow" in name:
+                    ids, offsets = corpus.encode_arrow(tok, paths)
+                else:
+                    ids, offsets = tok.encode_files_to_arrays(paths, jsonl_field="text")
             if rep:
-                times.append(time.perf_counter() - t)
+                times.append(clock.wall)
+                cpus.append(clock.cpu)
         key = "small" if "small" in name else "all"
         if key not in want:
             want[key] = (ids, offsets)
@@ -125,13 +126,15 @@ def main() -> None:
                 bytes=nbytes,
                 median_s=median,
                 mb_s=nbytes / median / 1e6,
+                cpu_s_per_GB=cpu_per_gb(statistics.median(cpus), nbytes),
                 runs_s=times,
+                runs_cpu_s=cpus,
                 ids_equal_one_file=equal,
             )
         )
         print(
             f"{name:36s} {files:6d} files {nbytes / 1e6:8.1f} MB  median {median:7.3f} s "
-            f"{nbytes / median / 1e6:8.0f} MB/s  ids equal: {equal}",
+            f"{nbytes / median / 1e6:8.0f} MB/s  {rows[-1]['cpu_s_per_GB']:6.1f} CPU-s/GB  ids equal: {equal}",
             flush=True,
         )
     args.out.mkdir(parents=True, exist_ok=True)

@@ -60,6 +60,7 @@ from corpora import build_long, build_mixed, source_texts  # noqa: E402
 # re-exported: benchmarks/corpus_reader.py imports it from corpus_job
 from corpora import unique_documents  # noqa: E402, F401
 from corpus_peers import MB, compare, run_peers  # noqa: E402
+from harness import Clock, cpu_per_gb  # noqa: E402
 
 from blockbpe_jax.testing import data_dir  # noqa: E402
 
@@ -99,12 +100,12 @@ def run_cli(corpus: Path, vocab: Path, out: Path, timeout: float) -> dict:
         "-q",
         "--overwrite",
     ]
-    t = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        with Clock() as clock:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return dict(status=f"not run to the end (over {timeout:.0f} s)", command=" ".join(cmd))
-    wall = time.perf_counter() - t
+    wall = clock.wall
     if p.returncode != 0:
         return dict(status=f"failed (exit {p.returncode}): {p.stderr.strip()[-500:]}", command=" ".join(cmd))
     meta = json.loads((out / "shard.json").read_text())
@@ -112,6 +113,7 @@ def run_cli(corpus: Path, vocab: Path, out: Path, timeout: float) -> dict:
         status="ok",
         command=" ".join(cmd),
         wall_s=wall,
+        cpu_s=clock.cpu,
         job_s=meta["seconds"],
         tokens=meta["tokens"],
         documents=meta["documents"],
@@ -147,6 +149,7 @@ def run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args) -> dict:
     r["cli_second_run"] = again
     cli.update(
         MBps=nbytes / cli["wall_s"] / MB,
+        cpu_s_per_GB=cpu_per_gb(cli["cpu_s"], nbytes),
         Mtokens_per_s=len(ids) / cli["wall_s"] / 1e6,
         job_MBps=nbytes / cli["job_s"] / MB,
         output_bytes_per_token=cli["output_bytes"] / max(1, len(ids)),
@@ -222,19 +225,22 @@ def time_api(name, call, runs, ids, counts, nbytes, args, load=None) -> dict:
     `call` is timed; `load` (when given) turns its result into (ids, counts) afterwards."""
     res: dict = {}
     for run in runs:
-        t = time.perf_counter()
-        got = call()
-        secs = time.perf_counter() - t
+        with Clock() as clock:
+            got = call()
+        secs = clock.wall
         if load is not None:
             got = load(got)
         diff = compare(name, got, ids, counts)
         del got
         times = res.get(run, {}).get("runs_s", []) + [secs]
+        cpus = res.get(run, {}).get("runs_cpu_s", []) + [clock.cpu]
         med = sorted(times)[len(times) // 2]
         res[run] = dict(
             seconds=med,
             MBps=nbytes / med / MB,
+            cpu_s_per_GB=cpu_per_gb(sorted(cpus)[len(cpus) // 2], nbytes),
             runs_s=times,
+            runs_cpu_s=cpus,
             ids_equal_cli=not diff and res.get(run, {}).get("ids_equal_cli", True),
             **({"detail": diff} if diff else {}),
         )
@@ -250,45 +256,45 @@ def time_api(name, call, runs, ids, counts, nbytes, args, load=None) -> dict:
 
 def table(results: list[dict]) -> str:
     lines = [
-        "corpus | documents | MB | path | seconds | MB/s | M tokens/s | note",
-        "---|---:|---:|---|---:|---:|---:|---",
+        "corpus | documents | MB | path | seconds | MB/s | host CPU-s/GB | M tokens/s | note",
+        "---|---:|---:|---|---:|---:|---:|---:|---",
     ]
     for r in results:
         head = f"{r['corpus']} | {r['documents']} | {r['bytes'] / MB:.0f}"
         cli = r["cli"]
         if cli.get("status") != "ok":
-            lines.append(f"{head} | ours cli | | | | {cli.get('status')}")
+            lines.append(f"{head} | ours cli | | | | | {cli.get('status')}")
             continue
         lines.append(
             f"{head} | ours cli (all incl. start-up, writing) | {cli['wall_s']:.2f} | "
-            f"{cli['MBps']:.1f} | {cli['Mtokens_per_s']:.2f} | {cli['output_bytes_per_token']:.2f} "
+            f"{cli['MBps']:.1f} | {cli['cpu_s_per_GB']:.1f} | {cli['Mtokens_per_s']:.2f} | {cli['output_bytes_per_token']:.2f} "
             f"output bytes/token; job alone {cli['job_s']:.2f} s"
         )
         again = r.get("cli_second_run", {})
         if again.get("status") == "ok":
             lines.append(
                 f"{head} | ours cli, second process (compilation cache) | {again['wall_s']:.2f} | "
-                f"{again['MBps']:.1f} | {r['tokens'] / again['wall_s'] / 1e6:.2f} | job alone "
+                f"{again['MBps']:.1f} | {cpu_per_gb(again['cpu_s'], r['bytes']):.1f} | {r['tokens'] / again['wall_s'] / 1e6:.2f} | job alone "
                 f"{again['job_s']:.2f} s; ids equal first run: {again['ids_equal_first']}"
             )
         for api, what in (("encode_files", "writing shards"), ("encode_files_to_arrays", "ids in memory")):
             for run, e in r.get(api, {}).items():
                 lines.append(
                     f"{head} | ours {api} ({run}; {what}) | {e['seconds']:.2f} | {e['MBps']:.1f} | "
-                    f"{r['tokens'] / e['seconds'] / 1e6:.2f} | ids equal cli: {e['ids_equal_cli']}"
+                    f"{e['cpu_s_per_GB']:.1f} | {r['tokens'] / e['seconds'] / 1e6:.2f} | ids equal cli: {e['ids_equal_cli']}"
                 )
         for name, p in r.get("peers", {}).items():
             if "MBps" in p:
                 lines.append(
                     f"{head} | {name} | {p['seconds']:.2f} | {p['MBps']:.1f} | "
-                    f"{p['Mtokens_per_s']:.2f} | ids equal ours"
+                    f"{p.get('cpu_s_per_GB', float('nan')):.1f} | {p['Mtokens_per_s']:.2f} | ids equal ours"
                 )
             else:
-                lines.append(f"{head} | {name} | | | | {p.get('status')} {p.get('detail', '')}")
+                lines.append(f"{head} | {name} | | | | | {p.get('status')} {p.get('detail', '')}")
         if "cli_over_fastest_peer" in r:
-            lines.append(f"{head} | cli / fastest peer | | {r['cli_over_fastest_peer']:.2f}x | | |")
+            lines.append(f"{head} | cli / fastest peer | | {r['cli_over_fastest_peer']:.2f}x | | | |")
         if "cli_over_peer_command" in r:
-            lines.append(f"{head} | cli / gigatoken_command | | {r['cli_over_peer_command']:.2f}x | | |")
+            lines.append(f"{head} | cli / gigatoken_command | | {r['cli_over_peer_command']:.2f}x | | | |")
     return "\n".join(lines) + "\n"
 
 

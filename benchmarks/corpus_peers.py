@@ -10,12 +10,12 @@ import itertools
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 import peers as peer_lib
+from harness import Clock, cpu_per_gb
 
 MB = 1e6
 
@@ -63,11 +63,11 @@ def pieces(texts: list[str], piece_bytes: float) -> list[tuple[int, int]]:
 def time_peer(encode, flatten, texts, ids, counts, piece_bytes, budget) -> dict:
     """Encodes the texts in pieces, timing the calls only; compares each piece with ours."""
     ends = np.concatenate([[0], np.cumsum(counts)])
-    secs = 0.0
+    secs = cpu = 0.0
     for lo, hi in pieces(texts, piece_bytes):
-        t = time.perf_counter()
-        got = encode(texts[lo:hi])
-        secs += time.perf_counter() - t
+        with Clock() as clock:
+            got = encode(texts[lo:hi])
+        secs, cpu = secs + clock.wall, cpu + clock.cpu
         diff = compare("", flatten(got), ids[ends[lo] : ends[hi]], counts[lo:hi])
         if diff:
             return dict(status="ids differ", detail=f"documents {lo}..{hi}{diff}", seconds=secs)
@@ -75,7 +75,7 @@ def time_peer(encode, flatten, texts, ids, counts, piece_bytes, budget) -> dict:
             return dict(
                 status=f"not run (over the {budget:.0f} s budget after {hi} of {len(texts)} documents)"
             )
-    return dict(status="ok", seconds=secs, ids_equal=True)
+    return dict(status="ok", seconds=secs, cpu_s=cpu, ids_equal=True)
 
 
 # The fastest CPU peer as a corpus job of its own, what `blockbpe-jax encode` is measured against
@@ -99,19 +99,19 @@ def peer_command(corpus_path, vocab, ids, counts, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="peer_command_") as work:
         out = str(Path(work) / "gigatoken")
         cmd = [sys.executable, "-c", PEER_COMMAND, str(corpus_path), str(vocab), out]
-        t = time.perf_counter()
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            with Clock() as clock:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return dict(status=f"not run to the end (over {timeout:.0f} s)")
-        wall = time.perf_counter() - t
         if p.returncode != 0:
             return dict(status=f"failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
         got = np.fromfile(out + ".bin", np.uint32), np.diff(np.fromfile(out + ".idx", np.int64))
     diff = compare("gigatoken_command", got, ids, counts)
     return dict(
         api="a fresh process: from_tiktoken + encode_files(JsonlFileSource) + .bin/.idx written",
-        seconds=wall,
+        seconds=clock.wall,
+        cpu_s=clock.cpu,
         status="ids differ" if diff else "ok",
         ids_equal=not diff,
         **({"detail": diff} if diff else {}),
@@ -167,11 +167,12 @@ def run_peers(ps, texts, corpus_path, ids, counts, nbytes, args) -> dict:
                 status=f"unavailable: no encode_files/JsonlFileSource in gigatoken {version}"
             )
         else:
-            runs = []  # (the median of args.reps runs, as ours: one run varies by ~20% here)
+            runs, cpus = [], []  # (the median of args.reps runs, as ours: one run varies by ~20% here)
             for _ in range(max(1, args.reps)):
-                t = time.perf_counter()
-                got = gt.encode_files(source([str(corpus_path)], field="text"))
-                runs.append(time.perf_counter() - t)
+                with Clock() as clock:
+                    got = gt.encode_files(source([str(corpus_path)], field="text"))
+                runs.append(clock.wall)
+                cpus.append(clock.cpu)
                 if runs[-1] > args.peer_budget_s:
                     break
             diff = compare("gigatoken_files", flatten_awkward(got), ids, counts)
@@ -179,6 +180,7 @@ def run_peers(ps, texts, corpus_path, ids, counts, nbytes, args) -> dict:
                 version=version,
                 api="encode_files(JsonlFileSource)",
                 seconds=sorted(runs)[len(runs) // 2],
+                cpu_s=sorted(cpus)[len(cpus) // 2],
                 runs_s=runs,
                 status="ids differ" if diff else "ok",
                 ids_equal=not diff,
@@ -201,4 +203,6 @@ def run_peers(ps, texts, corpus_path, ids, counts, nbytes, args) -> dict:
         if "seconds" in r and r.get("status") == "ok":
             r["MBps"] = nbytes / r["seconds"] / MB
             r["Mtokens_per_s"] = float(counts.sum()) / r["seconds"] / 1e6
+            if "cpu_s" in r:
+                r["cpu_s_per_GB"] = cpu_per_gb(r["cpu_s"], nbytes)
     return res
