@@ -2,7 +2,7 @@
 flat or Megatron shards out, with corpus/ray_stage.py's stage and sink; resumable from its plan.
 
     python3 -m blockbpe_jax.corpus.ray_job INPUT... -o DIR/NAME --vocab PATH [--field text]
-        [--format megatron|flat] [--address auto] [--concurrency N] [--num-gpus 1]
+        [--format megatron|flat] [--address auto] [--concurrency N] [--num-gpus 1] [--append-eod]
 
 writes `DIR/NAME.plan.json` first (the units), the shards `DIR/NAME_<unit>.bin/.idx`, and the
 sidecar `DIR/NAME.json` last. Run again after a failure, it encodes only the units without a
@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Sequence
 
+from .eod import eod_id
 from .shards.megatron import DTYPE_CODES, MEGATRON_FORMAT, megatron_dtype
 from .ray_stage import UNIT_BYTES, EncodeBatch, ShardSink, consolidate, plan_units, read_units, shard_names
 from .shards.flat import FLAT_FORMAT, sidecar_path, token_dtype
@@ -75,7 +76,8 @@ def encode_parquet(
         overwrite: replace a complete output, or one started with other inputs or options.
         stage: the map_batches class (EncodeBatch or a subclass).
         map_options: more map_batches arguments for the stage (max_restarts, max_task_retries, ...).
-        engine: encode_arrow's options (mode, allowed_special, batch_bytes, ...).
+        engine: encode_arrow's options (mode, allowed_special, batch_bytes, append_eod, ...;
+            append_eod True is resolved to the vocabulary's end-of-text id here, before any task).
 
     Returns:
         the sidecar.
@@ -92,6 +94,9 @@ def encode_parquet(
     prefix.parent.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer.from_file(vocab)
     n_vocab = tok.vocab.n_vocab
+    eod = eod_id(tok, engine.pop("append_eod", False))
+    if eod is not None:  # (the actors append this id; the plan records it)
+        engine["append_eod"] = eod
     units = plan_units(paths, column, unit_bytes)
     plan = dict(
         format=fmt,
@@ -146,6 +151,7 @@ def encode_parquet(
         allowed_special=engine.get("allowed_special", "none"),
         split="lines",
         jsonl_field=column,
+        append_eod=eod,
         inputs=plan["inputs"],
         vocab_arg=dict(vocab=plan["vocab"]),
         shards=shards,
@@ -198,7 +204,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--num-gpus", type=float, default=0, help="GPUs per actor")
     parser.add_argument("--unit-bytes", type=int, default=UNIT_BYTES, help="column bytes per unit (shard)")
     parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument(
+        "--append-eod",
+        action="store_true",
+        help="the vocabulary's end-of-text id after every document (Megatron's --append-eod)",
+    )
+    parser.add_argument("--eod-id", type=int, metavar="ID", help="append ID after every document")
     args = parser.parse_args(argv)
+    append_eod = args.eod_id if args.eod_id is not None else args.append_eod
     try:
         import ray
     except ImportError:
@@ -216,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             concurrency=args.concurrency,
             num_gpus=args.num_gpus,
             overwrite=args.overwrite,
+            append_eod=append_eod,
         )
     except (CorpusError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

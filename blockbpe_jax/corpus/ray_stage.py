@@ -45,14 +45,15 @@ class EncodeBatch(TokenColumn):
     "pyarrow", concurrency=N, num_gpus=1)`: each actor loads the vocabulary once; a batch's
     `column` (Arrow strings, no Python string per row) goes to `encode_arrow` and its ids come
     back as the column `output`, list<uint16> when the vocabulary has at most 65536 ids, else
-    list<uint32>; every row's ids equal `encode_batch`'s.
+    list<uint32>; every row's ids equal `encode_batch`'s (followed by the end-of-document id
+    with append_eod).
 
     Args:
         vocab: a vocabulary file or folder (`Tokenizer.from_file`).
         column: the text column.
         output: the token column's name.
         keep_text: keep the text column (else it is dropped, to move less data).
-        engine: encode_arrow's options (mode, allowed_special, batch_bytes, ...).
+        engine: encode_arrow's options (mode, allowed_special, batch_bytes, append_eod, ...).
     """
 
     def __init__(self, vocab: str, *, column="text", output="input_ids", keep_text=True, **engine):

@@ -148,6 +148,22 @@ def test_ray_job_equals_the_corpus_job(tmp_path, clean_run, root, parquet_files,
     assert ray_job.main(argv) == 2 and "s.json: output exists" in capsys.readouterr().err
 
 
+def test_ray_job_appends_eod(tmp_path, cluster, root, parquet_files, want):
+    """--append-eod on the cluster: each document's ids then the end-of-text id, in both formats;
+    the id resolved once, before any task, and named in the plan and the sidecar."""
+    from blockbpe_jax.corpus import ray_job
+
+    meta = job(parquet_files, tmp_path / "m" / "s", root, append_eod=True)
+    assert [a.tolist() for a in megatron_shards.read_megatron(tmp_path / "m" / "s")] == [
+        w + [100257] for w in want
+    ]
+    plan = json.loads((tmp_path / "m" / "s.plan.json").read_text())
+    assert meta["append_eod"] == 100257 and plan["engine"]["append_eod"] == 100257
+    argv = [*parquet_files, "-o", os.fspath(tmp_path / "f" / "s"), "--vocab", os.fspath(root / CL100K)]
+    assert ray_job.main([*argv, "--format", "flat", "--unit-bytes", "24000", "--eod-id", "11"]) == 0
+    assert [a.tolist() for a in corpus.read_shards(tmp_path / "f" / "s")] == [w + [11] for w in want]
+
+
 class DiesOnce(EncodeBatch):
     """An actor process that exits on its first batch, once per marker file."""
 
