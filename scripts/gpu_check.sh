@@ -3,12 +3,13 @@
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [corpus_stages] [single] [hostbatch]
-#                        [variants] [clocks] [kernels] [piece] [piece_profile] [piece_test]
+#                        [variants] [clocks] [kernels] [piece] [piece_profile] [piece_test] [ray_engine]
 # (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
 #  CORPUS_ARGS, CORPUS_PROFILE_MB, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages;
-#  PIECE_ARGS, PIECE_TIMEOUT, PIECE_TEST_TIMEOUT, PIECE_SHAPES, NCU_TIMEOUT: the piece kernel's stages).
+#  PIECE_ARGS, PIECE_TIMEOUT, PIECE_TEST_TIMEOUT, PIECE_SHAPES, NCU_TIMEOUT: the piece kernel's stages;
+#  RAY_ENGINE_ARGS, PYARROW_TARBALL: the ray_engine stage).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
 # Needs the shared data carried in .carry/data (see docs/build.md) and, for the peers,
 # wheels in .whl/.
@@ -196,6 +197,15 @@ PY
       BLOCKBPE_KERNEL=piece timeout "${PIECE_TEST_TIMEOUT:-540}" python3 -m pytest -v -rs --durations=5 -p no:cacheprovider \
         -k "${PYTEST_K:-gpu}" ${PYTEST_PATHS:-tests} > "$OUT/pytest_piece.log" 2>&1
       echo "pytest (piece): exit $?"; tail -15 "$OUT/pytest_piece.log" ;;
+    ray_engine)  # the Ray stage's engine path over >= 1 GB of parquet, next to gigatoken (benchmarks/ray_engine.py);
+                 # the host has no pyarrow: a trimmed cp312 tree is carried as a .tar.xz (docs/corpus.md)
+      if ! python3 -c "import pyarrow" 2>/dev/null; then
+        tarball=${PYARROW_TARBALL:-.carry_p15/pyarrow312.tar.xz}
+        mkdir -p /tmp/pyarrow312 && tar -xJf "$tarball" -C /tmp/pyarrow312 \
+          && export PYTHONPATH=/tmp/pyarrow312${PYTHONPATH:+:$PYTHONPATH}
+        python3 -c "import pyarrow.parquet as pq; print('pyarrow', pq.__file__)" || echo "ray_engine: no pyarrow ($tarball)"
+      fi
+      python3 benchmarks/ray_engine.py --out "$OUT" ${RAY_ENGINE_ARGS:-} 2>&1 | tee "$OUT/ray_engine.log" | tail -15 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

@@ -95,6 +95,7 @@ def cmd_encode(args) -> int:
             block_size=args.block_size,
             device=device,
             overwrite=args.overwrite,
+            append_eod=args.eod_id if args.eod_id is not None else args.append_eod,
             progress=not args.quiet,
             meta=dict(tool=f"{PROG} {version()}", vocab_arg=vocab_arg, device=str(device)),
             read=read,
@@ -267,6 +268,15 @@ def add_parsers(sub) -> None:
         help="special tokens recognised in the text: none (default), all, or A,B,...",
     )
     e.add_argument("--pad-id", type=int, help="npz/npy: id after each row's tokens (default 0)")
+    e.add_argument(
+        "--append-eod",
+        action="store_true",
+        help="the end-of-document id after every document's ids, as Megatron's preprocess_data "
+        "--append-eod: the vocabulary's end-of-text special (<|endoftext|>, </s>, ...), or --eod-id",
+    )
+    e.add_argument(
+        "--eod-id", type=int, metavar="ID", help="append ID after every document (implies --append-eod)"
+    )
     e.add_argument(
         "--block-size", type=int, default=256, choices=(256, 512, 1024), help="CUDA threads per string"
     )

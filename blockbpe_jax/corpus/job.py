@@ -21,6 +21,7 @@ import numpy as np
 from .background import in_background, stop_background
 from .inputs.compressed import is_compressed
 from .documents import WINDOW_BYTES, iter_documents, iter_windows, parse_split
+from .eod import AppendEod, eod_id
 from .shards.array_records import ArrayRecordWriter, read_array_records  # noqa: F401
 from .shards.megatron import MegatronWriter
 from .inputs.files import check_inputs, first_stream, input_sizes
@@ -109,6 +110,7 @@ def encode_files(
     pad_id=0,
     overwrite=False,
     meta=None,
+    append_eod=False,
     **options,
 ) -> dict:
     """Tokenizes text/JSONL(.gz/.zst) files (and parquet files, column `jsonl_field`, when pyarrow is
@@ -116,10 +118,13 @@ def encode_files(
     sidecar (`<prefix>.json`; `<prefix>manifest.json` for fmt "npz" or "npy"). fmt "flat":
     .bin/.idx shards; "arrayrecord": one record per document (`read_array_records`); "megatron":
     Megatron-LM's .bin/.idx pairs (`megatron_shards`). Flat, ArrayRecord and Megatron shards
-    hold every document's full ids, equal to `tok.encode_batch`'s. Raises
+    hold every document's full ids, equal to `tok.encode_batch`'s. append_eod: True (the
+    vocabulary's end-of-text id) or an id to append after every document, as Megatron's
+    `preprocess_data --append-eod` (`corpus.eod`; the sidecar's "append_eod" names it). Raises
     CorpusError (one line, file:line) on a bad input or an existing output without overwrite.
     options: how the inputs are read and encoded (`encode_documents_of`)."""
     paths = check_inputs(paths)
+    eod = eod_id(tok, append_eod)
     directory, name = os.path.split(os.path.expanduser(os.fspath(out_prefix)))
     directory = Path(directory or ".")
     if fmt in ("flat", "arrayrecord", "megatron") and not name:
@@ -135,9 +140,11 @@ def encode_files(
             writer = MegatronWriter(directory / name, tok.vocab.n_vocab, shard_tokens, shard_docs)
         else:
             writer = PaddedWriter(directory, name, fmt, max_tokens, pad_id, shard_docs or 65536)
+        if eod is not None:
+            writer = AppendEod(writer, eod)
         info = encode_documents_of(tok, paths, writer, **options)
         try:
-            return writer.finish({**info, **(meta or {})})
+            return writer.finish({**info, "append_eod": eod, **(meta or {})})
         except BaseException:
             writer.abort()
             raise
@@ -182,28 +189,34 @@ def _reason(e: OSError) -> str:
 
 
 def encode_files_to_arrays(
-    tok, paths: Sequence[str | os.PathLike], **options
+    tok, paths: Sequence[str | os.PathLike], *, append_eod=False, **options
 ) -> tuple[np.ndarray, np.ndarray]:
     """The corpus job with its result in memory instead of shards: (ids, offsets), every
     document's ids back to back (uint16 when the vocabulary fits, else uint32) and int64
     offsets, one per document plus one (document j is ids[offsets[j]:offsets[j + 1]]), the
-    flat layout of `encode_files`. options: as encode_files' (`encode_documents_of`)."""
+    flat layout of `encode_files`. append_eod, options: as encode_files'."""
     paths = check_inputs(paths)
+    eod = eod_id(tok, append_eod)
     writer = ArraysWriter(tok.vocab.n_vocab, input_bytes=_input_bytes(paths) or 0)
-    encode_documents_of(tok, paths, writer, **options)
+    encode_documents_of(tok, paths, writer if eod is None else AppendEod(writer, eod), **options)
     return writer.finish({})
 
 
-def encode_arrow(tok, column, *, window_bytes=WINDOW_BYTES, **engine) -> tuple[np.ndarray, np.ndarray]:
+def encode_arrow(
+    tok, column, *, window_bytes=WINDOW_BYTES, append_eod=False, **engine
+) -> tuple[np.ndarray, np.ndarray]:
     """`encode_files_to_arrays` on an Arrow string column in memory (a pyarrow Array or
     ChunkedArray of string, large_string or string_view: a datasets.Dataset's
     `ds.data.column("text")`, a table read by pyarrow): its rows go to the engine as views of the
     column's buffers, no Python object per row; document j is row j (a null: CorpusError naming
-    its row). engine: as encode_files' (mode, allowed_special, max_len, batch_bytes, ...)."""
+    its row). append_eod: as encode_files' (the id after every row's ids). engine: as
+    encode_files' (mode, allowed_special, max_len, batch_bytes, ...)."""
     from .inputs.parquet import column_windows  # (pyarrow only when asked for)
 
+    eod = eod_id(tok, append_eod)
     writer = ArraysWriter(tok.vocab.n_vocab, input_bytes=int(getattr(column, "nbytes", 0)))
-    encode_documents(tok, column_windows(column, window_bytes), writer, [Path("encode_arrow")], **engine)
+    wrapped = writer if eod is None else AppendEod(writer, eod)
+    encode_documents(tok, column_windows(column, window_bytes), wrapped, [Path("encode_arrow")], **engine)
     return writer.finish({})
 
 
@@ -364,9 +377,11 @@ def verify(prefix: str | os.PathLike, tok, *, sample: int = 1000, seed: int = 0)
     if len(docs) < len(want):
         raise VerifyError(f"the inputs hold fewer documents than the shards ({n}): they changed")
     name, ref = reference_encoder(tok, meta["mode"], meta["allowed_special"])
+    eod = meta.get("append_eod")  # (None when the job appended nothing)
     for lo in range(0, len(picks), 256):
         group = picks[lo : lo + 256]
         for i, expect in zip(group, ref([docs[i].data for i in group])):
+            expect = list(expect) if eod is None else [*expect, eod]
             k = int(np.searchsorted(starts, i, "right")) - 1
             tokens, idx = opened[k]
             j = i - int(starts[k])

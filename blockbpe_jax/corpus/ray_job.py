@@ -1,11 +1,12 @@
 """The corpus job over a Ray cluster (optional extra `blockbpe_jax[ray]`): parquet files in,
-flat or Megatron shards out, with corpus/ray_stage.py's stage and sink; resumable from its plan.
+Megatron, flat or ArrayRecord shards out, with corpus/ray_stage.py's stage and sink; resumable
+from its plan.
 
     python3 -m blockbpe_jax.corpus.ray_job INPUT... -o DIR/NAME --vocab PATH [--field text]
-        [--format megatron|flat] [--address auto] [--concurrency N] [--num-gpus 1]
+        [--format megatron|flat|arrayrecord] [--address auto] [--concurrency N] [--num-gpus 1] [--append-eod]
 
-writes `DIR/NAME.plan.json` first (the units), the shards `DIR/NAME_<unit>.bin/.idx`, and the
-sidecar `DIR/NAME.json` last. Run again after a failure, it encodes only the units without a
+writes `DIR/NAME.plan.json` first (the units), the shards `DIR/NAME_<unit>.bin/.idx` (or
+`DIR/NAME_<unit>.array_record`), and the sidecar `DIR/NAME.json` last. Run again after a failure, it encodes only the units without a
 shard. On one machine without Ray: `blockbpe-jax encode`.
 """
 
@@ -18,8 +19,19 @@ import uuid
 from pathlib import Path
 from typing import Sequence
 
+from .eod import eod_id
 from .shards.megatron import DTYPE_CODES, MEGATRON_FORMAT, megatron_dtype
-from .ray_stage import UNIT_BYTES, EncodeBatch, ShardSink, consolidate, plan_units, read_units, shard_names
+from .ray_stage import (
+    FORMATS,
+    UNIT_BYTES,
+    EncodeBatch,
+    ShardSink,
+    consolidate,
+    plan_units,
+    read_units,
+    shard_names,
+)
+from .shards.array_records import ARRAY_RECORD_FORMAT, native_module
 from .shards.flat import FLAT_FORMAT, sidecar_path, token_dtype
 from .types import CorpusError
 
@@ -37,6 +49,7 @@ def _clear(prefix: Path) -> None:
     for p in [
         *prefix.parent.glob(f"{prefix.name}_[0-9]*.bin"),
         *prefix.parent.glob(f"{prefix.name}_[0-9]*.idx"),
+        *prefix.parent.glob(f"{prefix.name}_[0-9]*.array_record"),
     ]:
         p.unlink()
     shutil.rmtree(f"{prefix}.parts", ignore_errors=True)
@@ -68,14 +81,15 @@ def encode_parquet(
         out_prefix: DIR/NAME of the output.
         vocab: the vocabulary (a file or folder; each actor loads it).
         column: the text column.
-        fmt: "megatron" (Megatron-LM's .bin/.idx) or "flat".
+        fmt: "megatron" (Megatron-LM's .bin/.idx), "flat" or "arrayrecord".
         unit_bytes: a unit's column bytes, at most.
         concurrency: the encoding actors.
         num_gpus: GPUs per actor (1 on GPU nodes).
         overwrite: replace a complete output, or one started with other inputs or options.
         stage: the map_batches class (EncodeBatch or a subclass).
         map_options: more map_batches arguments for the stage (max_restarts, max_task_retries, ...).
-        engine: encode_arrow's options (mode, allowed_special, batch_bytes, ...).
+        engine: encode_arrow's options (mode, allowed_special, batch_bytes, append_eod, ...;
+            append_eod True is resolved to the vocabulary's end-of-text id here, before any task).
 
     Returns:
         the sidecar.
@@ -84,14 +98,19 @@ def encode_parquet(
 
     from ..tokenizer import Tokenizer
 
-    if fmt not in ("megatron", "flat"):
-        raise CorpusError(f"format {fmt!r}: the Ray job writes megatron or flat shards")
+    if fmt not in FORMATS:
+        raise CorpusError(f"format {fmt!r}: the Ray job writes {', '.join(FORMATS)} shards")
+    if fmt == "arrayrecord":
+        native_module()  # (its absence named here, before any task)
     prefix = Path(os.path.expanduser(os.fspath(out_prefix)))
     if not prefix.name:
         raise CorpusError(f"{out_prefix}: the output needs a file name prefix (DIR/NAME)")
     prefix.parent.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer.from_file(vocab)
     n_vocab = tok.vocab.n_vocab
+    eod = eod_id(tok, engine.pop("append_eod", False))
+    if eod is not None:  # (the actors append this id; the plan records it)
+        engine["append_eod"] = eod
     units = plan_units(paths, column, unit_bytes)
     plan = dict(
         format=fmt,
@@ -132,12 +151,23 @@ def encode_parquet(
     sidecar = _layout(fmt, n_vocab)
     shards = []
     for u in units:
-        bin_path, idx_path = shard_names(prefix, u["unit"])
-        shard = dict(bin=bin_path.name, idx=idx_path.name, documents=u["rows"])
-        shard["tokens"] = bin_path.stat().st_size // (2 if sidecar["dtype"] == "uint16" else 4)
+        data_path, idx_path = shard_names(prefix, u["unit"], fmt)
+        if fmt == "arrayrecord":  # (its .idx, the offsets, counts the tokens; removed below)
+            with open(idx_path, "rb") as f:
+                f.seek(-8, os.SEEK_END)
+                shard = dict(
+                    file=data_path.name, documents=u["rows"], tokens=int.from_bytes(f.read(8), "little")
+                )
+        else:
+            shard = dict(bin=data_path.name, idx=idx_path.name, documents=u["rows"])
+            shard["tokens"] = data_path.stat().st_size // (2 if sidecar["dtype"] == "uint16" else 4)
         if fmt == "megatron":
-            shard["prefix"] = bin_path.stem
+            shard["prefix"] = data_path.stem
         shards.append(dict(**shard, input=u["path"], row_groups=u["groups"]))
+    if fmt == "arrayrecord":  # (the output is the CLI's: shards and sidecar; a job stopped here
+        # finds no .idx when run again, and writes the same shards again)
+        for u in units:
+            shard_names(prefix, u["unit"], fmt)[1].unlink()
     v = tok.vocab
     sidecar.update(
         vocab=v.name,
@@ -146,6 +176,7 @@ def encode_parquet(
         allowed_special=engine.get("allowed_special", "none"),
         split="lines",
         jsonl_field=column,
+        append_eod=eod,
         inputs=plan["inputs"],
         vocab_arg=dict(vocab=plan["vocab"]),
         shards=shards,
@@ -158,6 +189,14 @@ def encode_parquet(
 
 def _layout(fmt: str, n_vocab: int) -> dict:
     """The sidecar's format fields, as the CLI's writers give them."""
+    if fmt == "arrayrecord":
+        dtype = token_dtype(n_vocab).name
+        return dict(
+            format=ARRAY_RECORD_FORMAT,
+            dtype=dtype,
+            byteorder="little",
+            record="one per document: its ids as raw little-endian " + dtype,
+        )
     if fmt == "flat":
         return dict(
             format=FLAT_FORMAT, dtype=token_dtype(n_vocab).name, byteorder="little", idx_dtype="int64"
@@ -192,13 +231,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-o", "--output", required=True, help="DIR/NAME of the shards")
     parser.add_argument("--vocab", required=True, help="a vocabulary file or folder")
     parser.add_argument("--field", default="text", help="the text column (default: text)")
-    parser.add_argument("--format", choices=("megatron", "flat"), default="megatron")
+    parser.add_argument("--format", choices=FORMATS, default="megatron")
     parser.add_argument("--address", help="the Ray cluster (ray.init(address=...)); default: a local one")
     parser.add_argument("--concurrency", type=int, default=1, help="encoding actors")
     parser.add_argument("--num-gpus", type=float, default=0, help="GPUs per actor")
     parser.add_argument("--unit-bytes", type=int, default=UNIT_BYTES, help="column bytes per unit (shard)")
     parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument(
+        "--append-eod",
+        action="store_true",
+        help="the vocabulary's end-of-text id after every document (Megatron's --append-eod)",
+    )
+    parser.add_argument("--eod-id", type=int, metavar="ID", help="append ID after every document")
     args = parser.parse_args(argv)
+    append_eod = args.eod_id if args.eod_id is not None else args.append_eod
     try:
         import ray
     except ImportError:
@@ -216,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             concurrency=args.concurrency,
             num_gpus=args.num_gpus,
             overwrite=args.overwrite,
+            append_eod=append_eod,
         )
     except (CorpusError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,8 +1,8 @@
 """The corpus job as a Ray Data pipeline (optional extra `blockbpe_jax[ray]`): `EncodeBatch`, a
 stage for `ds.map_batches` that hands a batch's Arrow string column to the engine as it is
 (`encode_arrow`'s path) and adds a token column; `ShardSink`, which writes each block's tokens
-as flat or Megatron shards named by their rows; and `encode_parquet`, the whole job over
-parquet files on a Ray cluster, resumable.
+as flat, Megatron or ArrayRecord shards named by their rows; and `encode_parquet`, the whole
+job over parquet files on a Ray cluster, resumable.
 
 The job cuts its inputs into units (consecutive row groups of one file, about `unit_bytes`),
 numbered in input order; every row carries its unit and its row in the unit. Whatever blocks
@@ -11,7 +11,9 @@ by its first (unit, row), written under a temporary name and renamed; a unit's p
 cover its rows, become the shard `<prefix>_<unit>` (renamed, or merged when several). So every
 document is in exactly one shard, a shard's bytes do not depend on how Ray cut the blocks, a
 killed job run again encodes only the units without a shard, and its output is byte for byte
-that of a job never killed. The sidecar `<prefix>.json` (what `corpus.job.read_shards` or
+that of a job never killed. A part or shard is a data file (.bin, or .array_record) and an .idx
+renamed after it (for ArrayRecord, the documents' flat offsets, which `ray_job` reads for the
+sidecar's counts and then removes): an .idx that exists marks a complete one. The sidecar `<prefix>.json` (what `corpus.job.read_shards` or
 `corpus.shards.megatron.read_megatron` read) is written last. One machine without Ray: the CLI.
 """
 
@@ -20,11 +22,13 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from .shards.array_records import concat_records, write_records
 from .shards.megatron import index_bytes, megatron_dtype
 from .shards.megatron import merge as merge_megatron
 from .token_column import TokenColumn
@@ -38,6 +42,8 @@ except ImportError:  # (the stage and the planning work without Ray; the sink ne
 
 UNIT, ROW = "blockbpe_unit", "blockbpe_row"  # the columns that place a row in the job
 UNIT_BYTES = 32 << 20  # a unit's column bytes, at most (one row group may be more)
+FORMATS = ("megatron", "flat", "arrayrecord")
+DATA_SUFFIX = {"megatron": ".bin", "flat": ".bin", "arrayrecord": ".array_record"}
 
 
 class EncodeBatch(TokenColumn):
@@ -45,14 +51,15 @@ class EncodeBatch(TokenColumn):
     "pyarrow", concurrency=N, num_gpus=1)`: each actor loads the vocabulary once; a batch's
     `column` (Arrow strings, no Python string per row) goes to `encode_arrow` and its ids come
     back as the column `output`, list<uint16> when the vocabulary has at most 65536 ids, else
-    list<uint32>; every row's ids equal `encode_batch`'s.
+    list<uint32>; every row's ids equal `encode_batch`'s (followed by the end-of-document id
+    with append_eod).
 
     Args:
         vocab: a vocabulary file or folder (`Tokenizer.from_file`).
         column: the text column.
         output: the token column's name.
         keep_text: keep the text column (else it is dropped, to move less data).
-        engine: encode_arrow's options (mode, allowed_special, batch_bytes, ...).
+        engine: encode_arrow's options (mode, allowed_special, batch_bytes, append_eod, ...).
     """
 
     def __init__(self, vocab: str, *, column="text", output="input_ids", keep_text=True, **engine):
@@ -134,47 +141,60 @@ def read_units(batch, column: str):
 
 
 def shard_dtype(fmt: str, n_vocab: int) -> np.dtype:
-    """The .bin's dtype: flat shards' (uint16 up to 65536 ids) or Megatron's (int32 written as
-    the same bytes of uint32)."""
-    if fmt == "flat":
+    """The ids' dtype: flat and ArrayRecord shards' (uint16 up to 65536 ids) or Megatron's
+    (int32 written as the same bytes of uint32)."""
+    if fmt != "megatron":
         return token_dtype(n_vocab)
     return np.dtype("<u2") if megatron_dtype(n_vocab).itemsize == 2 else np.dtype("<u4")
 
 
 def index_of(fmt: str, n_vocab: int, offsets: np.ndarray) -> bytes:
-    return offsets.astype("<i8").tobytes() if fmt == "flat" else index_bytes(megatron_dtype(n_vocab), offsets)
+    """The .idx's bytes: Megatron's index, else the int64 offsets (flat; ArrayRecord's parts)."""
+    return (
+        index_bytes(megatron_dtype(n_vocab), offsets)
+        if fmt == "megatron"
+        else offsets.astype("<i8").tobytes()
+    )
 
 
-def _write_pair(bin_path: Path, idx_path: Path, data, index: bytes) -> None:
+def _write_pair(data_path: Path, idx_path: Path, write_data, index: bytes) -> None:
     """Both files under temporary names, then renamed, the .idx last: a .idx that exists is a
-    complete pair, whatever stopped the writer."""
+    complete pair, whatever stopped the writer.
+
+    Args:
+        data_path: the data file (.bin or .array_record).
+        idx_path: the .idx.
+        write_data: writes the data file at the path it is given.
+        index: the .idx's bytes.
+    """
     tag = f".tmp-{uuid.uuid4().hex}"
-    tmp_bin, tmp_idx = bin_path.with_name(bin_path.name + tag), idx_path.with_name(idx_path.name + tag)
+    tmp_data, tmp_idx = data_path.with_name(data_path.name + tag), idx_path.with_name(idx_path.name + tag)
     try:
-        with open(tmp_bin, "wb") as f:
-            f.write(memoryview(data).cast("B") if isinstance(data, np.ndarray) else data)
+        write_data(tmp_data)
         tmp_idx.write_bytes(index)
-        os.replace(tmp_bin, bin_path)
+        os.replace(tmp_data, data_path)
         os.replace(tmp_idx, idx_path)
     finally:
-        tmp_bin.unlink(missing_ok=True)
+        tmp_data.unlink(missing_ok=True)
         tmp_idx.unlink(missing_ok=True)
 
 
 class ShardSink(_Datasink):
     """`ds.write_datasink(ShardSink(...))` for rows holding the token column, UNIT and ROW: each
     run of consecutive rows of one unit in a block is written as the part
-    `<prefix>.parts/u<unit>_r<row>.bin/.idx` (a task run again writes the same parts again).
-    `finish_shards` makes the shards of them.
+    `<prefix>.parts/u<unit>_r<row>.bin/.idx` (.array_record/.idx for ArrayRecord; a task run
+    again writes the same parts again). `consolidate` makes the shards of them.
 
     Args:
         out_prefix: DIR/NAME of the output.
-        fmt: "flat" or "megatron".
+        fmt: "flat", "megatron" or "arrayrecord".
         n_vocab: the vocabulary's size (the shards' dtype).
         tokens: the token column's name.
     """
 
     def __init__(self, out_prefix: str | os.PathLike, fmt: str, n_vocab: int, tokens: str = "input_ids"):
+        if fmt not in FORMATS:
+            raise CorpusError(f"format {fmt!r}: the Ray job writes {', '.join(FORMATS)} shards")
         self.prefix, self.fmt, self.n_vocab, self.tokens = os.fspath(out_prefix), fmt, n_vocab, tokens
 
     def write(self, blocks, ctx=None) -> None:
@@ -198,10 +218,14 @@ class ShardSink(_Datasink):
             offsets = ends[a : b + 1] - ends[a]
             data = as_tokens(values[ends[a] : ends[b]], dtype)
             stem = parts / f"u{int(units[a]):06d}_r{int(rows[a]):010d}"
+            if self.fmt == "arrayrecord":
+                write_data = partial(write_records, data=data, offsets=offsets)
+            else:
+                write_data = partial(_write_bytes, data=data)
             _write_pair(
-                stem.with_suffix(".bin"),
+                stem.with_suffix(DATA_SUFFIX[self.fmt]),
                 stem.with_suffix(".idx"),
-                data,
+                write_data,
                 index_of(self.fmt, self.n_vocab, offsets),
             )
 
@@ -209,16 +233,22 @@ class ShardSink(_Datasink):
         return "BlockBPEShards"
 
 
+def _write_bytes(path: Path, data: np.ndarray) -> None:
+    with open(path, "wb") as f:
+        f.write(memoryview(data).cast("B"))
+
+
 def _pair_documents(fmt: str, idx_path: Path) -> int:
-    if fmt == "flat":
+    if fmt != "megatron":
         return idx_path.stat().st_size // 8 - 1
     with open(idx_path, "rb") as f:
         return int.from_bytes(f.read(26)[18:26], "little")
 
 
-def shard_names(out_prefix: str | os.PathLike, unit: int) -> tuple[Path, Path]:
+def shard_names(out_prefix: str | os.PathLike, unit: int, fmt: str = "flat") -> tuple[Path, Path]:
+    """A unit's shard: (its data file, its .idx)."""
     p = Path(out_prefix)
-    return p.with_name(f"{p.name}_{unit:05d}.bin"), p.with_name(f"{p.name}_{unit:05d}.idx")
+    return p.with_name(f"{p.name}_{unit:05d}{DATA_SUFFIX[fmt]}"), p.with_name(f"{p.name}_{unit:05d}.idx")
 
 
 def consolidate(out_prefix: str | os.PathLike, units: list[dict], fmt: str) -> list[int]:
@@ -228,7 +258,7 @@ def consolidate(out_prefix: str | os.PathLike, units: list[dict], fmt: str) -> l
     Args:
         out_prefix: DIR/NAME of the output.
         units: the plan.
-        fmt: "flat" or "megatron".
+        fmt: "flat", "megatron" or "arrayrecord".
 
     Returns:
         the units still without a shard.
@@ -239,9 +269,9 @@ def consolidate(out_prefix: str | os.PathLike, units: list[dict], fmt: str) -> l
         m = re.fullmatch(r"u(\d+)_r(\d+)\.idx", p.name)
         if m:
             found.setdefault(int(m[1]), {})[int(m[2])] = p.with_suffix("")
-    missing = []
+    missing, suffix = [], DATA_SUFFIX[fmt]
     for u in units:
-        k, bin_path, idx_path = u["unit"], *shard_names(out_prefix, u["unit"])
+        k, data_path, idx_path = u["unit"], *shard_names(out_prefix, u["unit"], fmt)
         if idx_path.exists():
             continue
         chain, at = (
@@ -255,23 +285,24 @@ def consolidate(out_prefix: str | os.PathLike, units: list[dict], fmt: str) -> l
             missing.append(k)
             continue
         if len(chain) == 1:
-            os.replace(chain[0].with_suffix(".bin"), bin_path)
+            os.replace(chain[0].with_suffix(suffix), data_path)
             os.replace(chain[0].with_suffix(".idx"), idx_path)
         elif fmt == "megatron":
-            tmp = bin_path.with_name(f"{bin_path.stem}.tmp-{uuid.uuid4().hex}")
+            tmp = data_path.with_name(f"{data_path.stem}.tmp-{uuid.uuid4().hex}")
             merge_megatron([os.fspath(c) for c in chain], tmp)
-            os.replace(f"{tmp}.bin", bin_path)
+            os.replace(f"{tmp}.bin", data_path)
             os.replace(f"{tmp}.idx", idx_path)
         else:
-            _concat_flat(chain, bin_path, idx_path)
+            _concat_parts(chain, fmt, data_path, idx_path)
         for p in found.pop(k, {}).values():
-            p.with_suffix(".bin").unlink(missing_ok=True)
+            p.with_suffix(suffix).unlink(missing_ok=True)
             p.with_suffix(".idx").unlink(missing_ok=True)
     return missing
 
 
-def _concat_flat(chain: list[Path], bin_path: Path, idx_path: Path) -> None:
-    """Flat parts joined into one shard: the .bin files copied, the offsets shifted."""
+def _concat_parts(chain: list[Path], fmt: str, data_path: Path, idx_path: Path) -> None:
+    """Flat or ArrayRecord parts joined into one shard: the .bin files copied (the records
+    written again), the offsets shifted."""
     from .shards.megatron import _copy_file
 
     offsets, base = [np.zeros(1, np.int64)], 0
@@ -279,12 +310,16 @@ def _concat_flat(chain: list[Path], bin_path: Path, idx_path: Path) -> None:
         idx = np.fromfile(c.with_suffix(".idx"), "<i8")
         offsets.append(idx[1:] + base)
         base += int(idx[-1])
-    tmp = bin_path.with_name(f"{bin_path.name}.tmp-{uuid.uuid4().hex}")
-    with open(tmp, "wb") as out:
-        for c in chain:
-            with open(c.with_suffix(".bin"), "rb") as src:
-                _copy_file(src, out, c.with_suffix(".bin").stat().st_size)
-    os.replace(tmp, bin_path)
+    suffix = DATA_SUFFIX[fmt]
+    tmp = data_path.with_name(f"{data_path.name}.tmp-{uuid.uuid4().hex}")
+    if fmt == "arrayrecord":
+        concat_records([c.with_suffix(suffix) for c in chain], tmp)
+    else:
+        with open(tmp, "wb") as out:
+            for c in chain:
+                with open(c.with_suffix(suffix), "rb") as src:
+                    _copy_file(src, out, c.with_suffix(suffix).stat().st_size)
+    os.replace(tmp, data_path)
     tmp = idx_path.with_name(f"{idx_path.name}.tmp-{uuid.uuid4().hex}")
     tmp.write_bytes(np.concatenate(offsets).astype("<i8").tobytes())
     os.replace(tmp, idx_path)  # (last: a shard's .idx marks it complete)

@@ -71,10 +71,12 @@ def test_units_cover_every_row_group_once(tmp_path, parquet_files, texts):
         ray_stage.plan_units([tmp_path / "a.txt"], "text")
 
 
-@pytest.mark.parametrize("fmt", ["megatron", "flat"])
+@pytest.mark.parametrize("fmt", ["megatron", "flat", "arrayrecord"])
 def test_sink_shards_do_not_depend_on_the_blocks(tmp_path, root, texts, want, fmt):
     """The rows of two units, in blocks cut anywhere and written twice (a retried task), in any
     order: each unit's shard is the same bytes as when written in one block."""
+    if fmt == "arrayrecord":
+        pytest.importorskip("array_record.python.array_record_module")
     stage = EncodeBatch(os.fspath(root / CL100K))
     units = [dict(unit=0, rows=700), dict(unit=1, rows=400)]
     table = stage(pa.table({"text": texts[:1100]}))
@@ -88,9 +90,20 @@ def test_sink_shards_do_not_depend_on_the_blocks(tmp_path, root, texts, want, fm
     sink.write(blocks[::-1] + blocks[2:4])
     assert ray_stage.consolidate(tmp_path / "cut" / "s", units[:1] + [dict(unit=1, rows=401)], fmt) == [1]
     assert ray_stage.consolidate(tmp_path / "cut" / "s", units, fmt) == []
-    for name in ("s_00000.bin", "s_00000.idx", "s_00001.bin", "s_00001.idx"):
+    names = [p.name for u in (0, 1) for p in ray_stage.shard_names(tmp_path / "one" / "s", u, fmt)]
+    for name in names:
         assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
     assert not list((tmp_path / "cut" / "s.parts").iterdir())
+    assert sorted(p.name for p in (tmp_path / "cut").glob("s_*")) == sorted(names)
+    if fmt == "arrayrecord":  # (the records as the CLI's shards hold them)
+        from array_record.python.array_record_module import ArrayRecordReader
+
+        got = []
+        for name in names[::2]:
+            reader = ArrayRecordReader(os.fspath(tmp_path / "cut" / name))
+            got += [np.frombuffer(r, "<u4").tolist() for r in reader.read_all()]
+            reader.close()
+        assert got == want[:1100]
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +159,53 @@ def test_ray_job_equals_the_corpus_job(tmp_path, clean_run, root, parquet_files,
     checked = corpus.verify(tmp_path / "f" / "s", bb.Tokenizer.from_file(root / CL100K), sample=200)
     assert checked["documents"] == len(want) and checked["checked"] == 200  # (the inputs read again)
     assert ray_job.main(argv) == 2 and "s.json: output exists" in capsys.readouterr().err
+
+
+def test_ray_job_appends_eod(tmp_path, cluster, root, parquet_files, want):
+    """--append-eod on the cluster: each document's ids then the end-of-text id, in both formats;
+    the id resolved once, before any task, and named in the plan and the sidecar."""
+    from blockbpe_jax.corpus import ray_job
+
+    meta = job(parquet_files, tmp_path / "m" / "s", root, append_eod=True)
+    assert [a.tolist() for a in megatron_shards.read_megatron(tmp_path / "m" / "s")] == [
+        w + [100257] for w in want
+    ]
+    plan = json.loads((tmp_path / "m" / "s.plan.json").read_text())
+    assert meta["append_eod"] == 100257 and plan["engine"]["append_eod"] == 100257
+    argv = [*parquet_files, "-o", os.fspath(tmp_path / "f" / "s"), "--vocab", os.fspath(root / CL100K)]
+    assert ray_job.main([*argv, "--format", "flat", "--unit-bytes", "24000", "--eod-id", "11"]) == 0
+    assert [a.tolist() for a in corpus.read_shards(tmp_path / "f" / "s")] == [w + [11] for w in want]
+
+
+def test_ray_job_arrayrecord_equals_the_cli(tmp_path, cluster, root, parquet_files, want):
+    """--format arrayrecord on the cluster: the CLI's layout (shards and sidecar, no .idx left),
+    every document's ids equal tiktoken's, the shards' records the CLI's records."""
+    pytest.importorskip("array_record.python.array_record_module")
+    from blockbpe_jax.corpus import ray_job
+
+    argv = [*parquet_files, "-o", os.fspath(tmp_path / "a" / "s"), "--vocab", os.fspath(root / CL100K)]
+    assert ray_job.main([*argv, "--format", "arrayrecord", "--unit-bytes", "24000"]) == 0
+    meta = json.loads((tmp_path / "a" / "s.json").read_text())
+    assert [a.tolist() for a in corpus.read_array_records(tmp_path / "a" / "s")] == want
+    assert (
+        meta["format"] == "blockbpe-arrayrecord-v1" and meta["dtype"] == "uint32" and len(meta["shards"]) > 6
+    )
+    assert meta["tokens"] == sum(map(len, want)) == sum(s["tokens"] for s in meta["shards"])
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(
+        ["s.json", "s.plan.json"] + [s["file"] for s in meta["shards"]]
+    )
+    import blockbpe_jax as bb
+
+    cli_meta = corpus.encode_files(
+        bb.Tokenizer.from_file(root / CL100K),
+        parquet_files,
+        tmp_path / "c" / "s",
+        fmt="arrayrecord",
+        jsonl_field="text",
+    )
+    assert {k: meta[k] for k in ("format", "dtype", "byteorder", "record")} == {
+        k: cli_meta[k] for k in ("format", "dtype", "byteorder", "record")
+    }
 
 
 class DiesOnce(EncodeBatch):

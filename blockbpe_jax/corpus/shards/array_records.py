@@ -1,6 +1,7 @@
 """ArrayRecord shards of the corpus job (`--format arrayrecord`, what grain reads): one record
-per document, its ids as raw little-endian uint16/uint32; the sidecar as flat shards'. Needs the
-optional array_record package."""
+per document, its ids as raw little-endian uint16/uint32; the sidecar as flat shards'. The
+writer, the reader, and the two steps the Ray sink takes (`write_records`, `concat_records`).
+Needs the optional array_record package."""
 
 from __future__ import annotations
 
@@ -15,6 +16,56 @@ from ..types import CorpusError
 from .flat import _ShardWriter, as_tokens, sidecar_path
 
 ARRAY_RECORD_FORMAT = "blockbpe-arrayrecord-v1"
+WRITER_OPTIONS = "group_size:1"  # (a record per chunk: grain reads any document without its neighbours)
+
+
+def native_module():
+    """array_record's module; CorpusError naming the package when it is not installed."""
+    try:
+        from array_record.python import array_record_module
+    except ImportError:
+        raise CorpusError(
+            "--format arrayrecord needs the array_record package (pip install array_record)"
+        ) from None
+    return array_record_module
+
+
+def write_records(path: Path, data: np.ndarray, offsets: np.ndarray) -> None:
+    """An ArrayRecord file of one record per document, document j = data[offsets[j]:offsets[j + 1]].
+
+    Args:
+        path: the file.
+        data: the documents' ids back to back, in the shards' dtype.
+        offsets: int64 offsets, one per document plus one.
+    """
+    writer = native_module().ArrayRecordWriter(str(path), WRITER_OPTIONS)
+    try:
+        for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+            writer.write(data[a:b].tobytes())
+    finally:
+        writer.close()
+
+
+def concat_records(paths: list[Path], out: Path) -> None:
+    """The records of ArrayRecord files, in order, into one file (as `write_records` would
+    have written them at once: the same options, so the same bytes).
+
+    Args:
+        paths: the files.
+        out: the file written.
+    """
+    module = native_module()
+    writer = module.ArrayRecordWriter(str(out), WRITER_OPTIONS)
+    try:
+        for p in paths:
+            reader = module.ArrayRecordReader(str(p))
+            try:
+                for record in reader.read_all():
+                    writer.write(record)
+            finally:
+                reader.close()
+    finally:
+        writer.close()
 
 
 class ArrayRecordWriter(_ShardWriter):
@@ -26,13 +77,7 @@ class ArrayRecordWriter(_ShardWriter):
     fmt = "arrayrecord"
 
     def __init__(self, prefix: Path, n_vocab: int, shard_tokens: int, shard_docs: int | None):
-        try:
-            from array_record.python.array_record_module import ArrayRecordWriter as Native
-        except ImportError:
-            raise CorpusError(
-                "--format arrayrecord needs the array_record package (pip install array_record)"
-            ) from None
-        self._native = Native
+        self._native = native_module().ArrayRecordWriter
         self._out = None  # the open shard file
         super().__init__(prefix, n_vocab, shard_tokens, shard_docs)
 
@@ -44,7 +89,7 @@ class ArrayRecordWriter(_ShardWriter):
             if self._out is None:
                 path = self.prefix.parent / f"{self.prefix.name}_{len(self.shards):05d}.array_record"
                 self.written.append(path)
-                self._out = self._native(str(path), "group_size:1")
+                self._out = self._native(str(path), WRITER_OPTIONS)
                 self._tokens = self._docs = 0
             self._out.write(data[start:end].tobytes())
             self._tokens += end - start
