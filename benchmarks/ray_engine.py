@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import sys
@@ -47,6 +46,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from corpora import source_texts, unique_documents  # noqa: E402
+from harness import Clock, cpu_per_gb  # noqa: E402
 
 from blockbpe_jax._data import find_data_dir  # noqa: E402
 from blockbpe_jax.corpus.ray_stage import EncodeBatch, plan_units, read_units  # noqa: E402
@@ -88,31 +88,23 @@ def build_parquet(work: Path, data: Path, target_bytes: int) -> tuple[list[Path]
     return paths, block * reps, len(order)
 
 
-def clocks():
-    """(wall, process CPU, rusage user + system) now: the CPU clocks count every thread."""
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return time.perf_counter(), time.process_time(), ru.ru_utime + ru.ru_stime
-
-
 def timed(fn, reps: int, text_bytes: int) -> dict:
-    """fn() run reps times: the median wall and CPU seconds, MB/s of text, CPU-seconds per GB;
-    the last run's result under "result"."""
+    """fn() run reps times: the median wall and host CPU seconds (harness.Clock), MB/s of text,
+    CPU-seconds per GB; the last run's result under "result"."""
     runs, result = [], None
     for _ in range(reps):
         result = None  # (the previous result freed before the next run allocates its own)
-        a = clocks()
-        result = fn()
-        b = clocks()
-        runs.append([b[0] - a[0], b[1] - a[1], b[2] - a[2]])
+        with Clock() as clock:
+            result = fn()
+        runs.append((clock.wall, clock.cpu))
     wall = statistics.median(r[0] for r in runs)
     cpu = statistics.median(r[1] for r in runs)
     return dict(
         seconds=wall,
         MBps=text_bytes / MB / wall,
         cpu_seconds=cpu,
-        cpu_s_per_GB=cpu / (text_bytes / 1e9),
-        rusage_cpu_s_per_GB=statistics.median(r[2] for r in runs) / (text_bytes / 1e9),
-        runs=[dict(wall_s=round(w, 4), cpu_s=round(c, 4)) for w, c, _ in runs],
+        cpu_s_per_GB=cpu_per_gb(cpu, text_bytes),
+        runs=[dict(wall_s=round(w, 4), cpu_s=round(c, 4)) for w, c in runs],
         result=result,
     )
 

@@ -35,7 +35,8 @@ class EncodeColumn(TokenColumn):
         keep_text: keep the text column.
         dtype: the ids' type, one of ID_TYPES (int32 by default; uint16 needs a vocabulary of
             at most 65536 ids).
-        engine: encode_arrow's options (mode, allowed_special, max_len, batch_bytes, device).
+        engine: encode_arrow's options (mode, allowed_special, max_len, batch_bytes, device,
+            append_eod: the end-of-text id, or an explicit id, after every row's ids).
     """
 
     def __init__(
@@ -102,7 +103,8 @@ def encode_dataset(
         keep_text: keep the text column.
         map_kwargs: more of `Dataset.map`'s options (desc, cache_file_name, load_from_cache_file,
             keep_in_memory, ...).
-        engine: encode_arrow's options (mode, allowed_special, max_len, batch_bytes, device).
+        engine: encode_arrow's options (mode, allowed_special, max_len, batch_bytes, device,
+            append_eod: the end-of-text id, or an explicit id, after every row's ids).
 
     Returns:
         a new Dataset (or DatasetDict) in `ds`'s format, with the column added.
