@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Ray stage's engine path over parquet, without Ray, next to gigatoken on the same data.
 
-    python3 benchmarks/ray_engine.py --out DIR [--mb 1024] [--reps 5] [--unit-mb 32]
+    python3 benchmarks/ray_engine.py --out DIR [--mb 1024] [--reps 5] [--unit-mb 256]
 
 Ray cannot be installed on the GPU host (no registry there, and its wheel is larger than what a
 device call carries), so this times what each of the Ray job's encoding actors does per batch:
@@ -49,7 +49,7 @@ from corpora import source_texts, unique_documents  # noqa: E402
 from harness import Clock, cpu_per_gb  # noqa: E402
 
 from blockbpe_jax._data import find_data_dir  # noqa: E402
-from blockbpe_jax.corpus.ray_stage import EncodeBatch, plan_units, read_units  # noqa: E402
+from blockbpe_jax.corpus.ray_stage import UNIT_BYTES, EncodeBatch, plan_units, read_units  # noqa: E402
 from blockbpe_jax.testing import VOCAB_FILES  # noqa: E402
 
 MB = 1e6
@@ -230,7 +230,12 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="directory for ray_engine.json / .txt")
     ap.add_argument("--mb", type=float, default=1024, help="text in the parquet files, at least (MB)")
     ap.add_argument("--reps", type=int, default=5, help="timed passes: the median")
-    ap.add_argument("--unit-mb", type=float, default=32, help="a batch's column bytes, at most (plan_units)")
+    ap.add_argument(
+        "--unit-mb",
+        type=float,
+        default=UNIT_BYTES / MB,
+        help="a batch's column bytes, at most (plan_units; default the job's)",
+    )
     ap.add_argument("--workdir", help="where the parquet files go (default: a temporary directory)")
     ap.add_argument("--no-peers", action="store_true", help="time the stage alone")
     args = ap.parse_args()

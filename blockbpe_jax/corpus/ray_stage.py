@@ -41,7 +41,11 @@ except ImportError:  # (the stage and the planning work without Ray; the sink ne
     _Datasink = object
 
 UNIT, ROW = "blockbpe_unit", "blockbpe_row"  # the columns that place a row in the job
-UNIT_BYTES = 32 << 20  # a unit's column bytes, at most (one row group may be more)
+# A unit's column bytes, at most (one row group may be more). The stage pays one synchronous
+# encode, one copy of the ids back and one Arrow column per unit: small units are that cost
+# over again (docs/performance.md, "The Ray stage's engine path"); a unit's ids on the device
+# are about four times its text.
+UNIT_BYTES = 256 << 20
 FORMATS = ("megatron", "flat", "arrayrecord")
 DATA_SUFFIX = {"megatron": ".bin", "flat": ".bin", "arrayrecord": ".array_record"}
 
