@@ -5,7 +5,8 @@ building cl100k's hash tables takes a third of a second of every start-up.
 The key is a digest of what the builder reads (token bytes, merges, byte ids, specials, the
 whole-piece rule) and of the builder's own source (build.py), so a changed vocabulary or
 layout never meets a stale entry. (The piece table of a vocabulary without the whole-piece
-rule holds the tokens its merges make from their own bytes: a function of the same inputs.) SentencePiece-style vocabularies (char_level) are built every time.
+rule holds the tokens its merges make from their own bytes: a function of the same inputs.)
+SentencePiece-style vocabularies (char_level) are built every time.
 """
 
 from __future__ import annotations
