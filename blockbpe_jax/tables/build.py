@@ -9,19 +9,26 @@ change them only together with it. All arrays are int32 unless noted.
   issues both at once) and a miss is known without a walk. P = the smallest power of two
   >= max(16, 2 * number of merges) (at most half full) at which the placement succeeds (it
   doubles P on the rare failure; never for the shared vocabularies).
-* piece table, int32[Q, 4]: whole-piece shortcut (piece bytes -> token id), same probing with
+* piece table, int32[Q, 4]: whole pieces (piece bytes -> token id), linear probing from the
   home slot piece_hash(bytes) & (Q-1). Row = (int32 view of piece_hash, token_id, byte_len,
   offset of the token's bytes in token_data);
-  an empty row is all -1 (test token_id == -1: a real hash may be 0xFFFFFFFF). Holds the
-  mergeable (non-special) tokens of at most 255 bytes; a hit must still compare bytes (at the
-  row's offset in token_data). Q = power of two >= max(16, 2 * number of mergeable tokens).
+  an empty row is all -1 (test token_id == -1: a real hash may be 0xFFFFFFFF). A hit must
+  still compare bytes (at the row's offset in token_data). Q = power of two >= max(16, 2 *
+  number of keys). Which tokens it holds (`whole_piece_ids`, of at most 255 bytes, never
+  specials): with the vocabulary's whole-piece rule (tiktoken; HF's ignore_merges) every
+  mergeable token, since a piece that is a token encodes to it; without it (HF tokenizers'
+  BPE) only the self-encoding tokens, those that the merges make from their own bytes, so a
+  piece found there encodes to what merging it gives: the table changes no output, it only
+  spares the merges. Either way the executors look every piece up first (max_piece_len > 0).
 * token_offsets int32[V+1], token_data uint8[max(1, D)]: bytes of id i are
   token_data[token_offsets[i]:token_offsets[i+1]] (empty for holes), specials included.
 * special tables: the allowed specials' UTF-8 bytes, longest first (ties by bytes), so the
   first match at a position is the longest one.
 * SentencePiece BPE (vocab.char_level; ffi/core/char_symbols.h): byte_ids holds the byte-fallback
   pieces <0xXX>; the piece table holds the one-character pieces of 2-4 UTF-8 bytes (their
-  bytes appended to token_data, as the text spells them: `▁` is the piece of U+2581);
+  bytes appended to token_data, as the text spells them: `▁` is the piece of U+2581), no whole
+  pieces (there is no pre-tokenizer: its segments are words, merged over characters), and
+  max_piece_len is its longest character;
   char_table is the int32 layout documented in ffi/core/char_symbols.h. Byte-level vocabularies pass
   a one-entry stand-in char_table.
 
@@ -49,6 +56,7 @@ __all__ = [
     "build_special_tables",
     "lookup_pair",
     "lookup_piece",
+    "whole_piece_ids",
 ]
 
 MAX_PIECE_TABLE_LEN = 255  # longer tokens are never looked up whole (the C++ side caps pieces)
@@ -212,7 +220,7 @@ class VocabTables:
     piece_table: np.ndarray  # int32[Q, 4]: (int32(piece_hash), token_id, byte_len, offset); empty = -1s
     token_offsets: np.ndarray  # int32[V+1]
     token_data: np.ndarray  # uint8[max(1, D)]
-    max_piece_len: int  # longest byte_len in piece_table
+    max_piece_len: int  # longest byte_len in piece_table (the executors' lookups stop there)
     rank_is_id: bool  # every pair's rank equals its merged id (true of tiktoken vocabularies)
     nbytes: int  # total bytes of all arrays
     char_table: np.ndarray  # int32: SentencePiece BPE's character tables, or a [1] stand-in
@@ -255,13 +263,41 @@ def _build_pair_table(vocab: Vocab) -> np.ndarray:
     return table
 
 
-def _build_piece_table(vocab: Vocab, offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, int]:
+def whole_piece_ids(
+    vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair_table: np.ndarray
+) -> np.ndarray:
+    """The ids the piece table holds (the module docstring says why): the mergeable tokens of at
+    most MAX_PIECE_TABLE_LEN bytes, all of them under the whole-piece rule
+    (`vocab.whole_piece_shortcut`), else those whose bytes the merges (the pair table, by the
+    executors' own merge rule: `native.cpu.self_encoding`) turn into that one token."""
     mergeable = np.asarray(vocab.mergeable_ids, dtype=np.int64)
-    capacity = _capacity(len(mergeable))
     lengths = offsets[mergeable + 1].astype(np.int64) - offsets[mergeable]
     ids = mergeable[lengths <= MAX_PIECE_TABLE_LEN]
-    lengths = lengths[lengths <= MAX_PIECE_TABLE_LEN]
-    table = _piece_rows(_piece_hashes(offsets, data, ids), ids, lengths, offsets[ids], capacity)
+    if vocab.whole_piece_shortcut or ids.size == 0:
+        return ids
+    from .. import native
+
+    encodes_to_itself = native.cpu.self_encoding(
+        pair_table,
+        np.asarray(vocab.byte_ids, dtype=np.int32),
+        offsets,
+        data,
+        ids.astype(np.int32),
+        rank_is_id=_rank_is_id(pair_table),
+    )
+    return ids[encodes_to_itself.astype(bool)]
+
+
+def _rank_is_id(pair_table: np.ndarray) -> bool:
+    """Whether every pair's rank is its merged id (true of tiktoken vocabularies)."""
+    return bool(np.array_equal(pair_table[:, 2], pair_table[:, 3]))
+
+
+def _build_piece_table(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair_table: np.ndarray):
+    """(piece table, longest key) of the byte-level vocabulary (whole_piece_ids' tokens)."""
+    ids = whole_piece_ids(vocab, offsets, data, pair_table)
+    lengths = offsets[ids + 1].astype(np.int64) - offsets[ids]
+    table = _piece_rows(_piece_hashes(offsets, data, ids), ids, lengths, offsets[ids], _capacity(len(ids)))
     return table, int(lengths.max(initial=0))
 
 
@@ -319,7 +355,7 @@ def build_vocab_tables(vocab: Vocab) -> VocabTables:
     offsets, data = _token_bytes_arrays(vocab)
     pair_table = _build_pair_table(vocab)
     if vocab.char_level is None:
-        piece_table, max_piece_len = _build_piece_table(vocab, offsets, data)
+        piece_table, max_piece_len = _build_piece_table(vocab, offsets, data, pair_table)
         char_table, symbols, char_runs = np.full(1, -1, dtype=np.int32), SYMBOLS_BYTES, (0, 0, 0)
     else:
         piece_table, data, char_table, char_runs, max_piece_len = _build_char_tables(vocab, data)
@@ -333,7 +369,7 @@ def build_vocab_tables(vocab: Vocab) -> VocabTables:
         token_offsets=offsets,
         token_data=data,
         max_piece_len=max_piece_len,
-        rank_is_id=bool(np.array_equal(pair_table[:, 2], pair_table[:, 3])),
+        rank_is_id=_rank_is_id(pair_table),
         nbytes=sum(a.nbytes for a in arrays),
         char_table=char_table,
         symbols=symbols,
@@ -353,7 +389,7 @@ def lookup_pair(tables: VocabTables, left: int, right: int) -> tuple[int, int] |
 
 
 def lookup_piece(tables: VocabTables, data: bytes) -> int | None:
-    """Token id whose bytes are exactly `data` (whole-piece shortcut), or None."""
+    """The token id the piece table gives the bytes `data` (a whole piece), or None."""
     table = tables.piece_table
     mask = table.shape[0] - 1
     h = piece_hash(data)

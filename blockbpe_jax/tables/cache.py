@@ -2,9 +2,11 @@
 pre-tokenizer cache ($BLOCKBPE_CACHE_DIR, default ~/.cache/blockbpe_jax; "" turns both off):
 building cl100k's hash tables takes a third of a second of every start-up.
 
-The key is a digest of what the builder reads (token bytes, merges, byte ids, specials) and
-of the builder's own source (build.py), so a changed vocabulary or layout never meets a
-stale entry. SentencePiece-style vocabularies (char_level) are built every time.
+The key is a digest of what the builder reads (token bytes, merges, byte ids, specials, the
+whole-piece rule) and of the builder's own source (build.py), so a changed vocabulary or
+layout never meets a stale entry. (The piece table of a vocabulary without the whole-piece
+rule holds the tokens its merges make from their own bytes: a function of the same inputs.)
+SentencePiece-style vocabularies (char_level) are built every time.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def vocab_key(vocab) -> str | None:
     if vocab.char_level is not None:
         return None
     h = hashlib.sha256(_builder_digest())
-    h.update(repr((TABLE_FORMAT, vocab.n_vocab, vocab.byte_ids, sorted(vocab.special_ids))).encode())
+    rule = vocab.whole_piece_shortcut
+    h.update(repr((TABLE_FORMAT, vocab.n_vocab, vocab.byte_ids, sorted(vocab.special_ids), rule)).encode())
     tb = vocab.token_bytes
     h.update(np.fromiter((-1 if b is None else len(b) for b in tb), np.int64, len(tb)).tobytes())
     h.update(b"".join(b for b in tb if b))

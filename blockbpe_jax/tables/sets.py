@@ -125,8 +125,9 @@ class TableSets:
             char_runs=t.char_runs,
             nfc=nfc,
             lowercase=lowercase,
-            # (SentencePiece BPE looks characters up in the piece table)
-            max_piece_len=(t.max_piece_len if vocab.whole_piece_shortcut or vocab.char_level else 0),
+            # (every vocabulary's piece table is exact: build.whole_piece_ids; SentencePiece BPE's
+            # holds its characters)
+            max_piece_len=t.max_piece_len,
             rank_is_id=t.rank_is_id,
             specials=key,
         )

@@ -10,7 +10,10 @@ Two BPE semantics meet here, and the model holds both in the same shape:
   ``vocab[a + b]``.
 
 ``whole_piece_shortcut`` is tiktoken's rule "a pre-tokenized piece that is itself a token is
-returned as that token without merging" (HF: ``ignore_merges: true``, as in Llama 3).
+returned as that token without merging" (HF: ``ignore_merges: true``, as in Llama 3). Without
+it (HF's BPE) a piece is what its merges make of it, even where its bytes are a token: some
+tokens (e.g. 588 of Llama 3's) are not what the merges make of their own bytes. The device
+tables follow the flag (tables/build.py, ``whole_piece_ids``).
 
 Every validation failure raises :class:`VocabError`, whose message starts with the file and,
 where there is one, the 1-based line (``path:12: ...``) or the JSON path

@@ -47,6 +47,8 @@ class Vocab:
     special_tokens: dict[str, int]
     pattern: str | None
     pattern_name: str | None
+    # A pre-tokenized piece that is a token encodes to it (tiktoken; HF's ignore_merges): the
+    # piece table then holds every token, else only those the merges make (tables/build.py).
     whole_piece_shortcut: bool
     # The pre-tokenizer as data (blockbpe_jax/pretok), None when the file names none; compiled
     # at the first exact-mode use.

@@ -44,7 +44,7 @@ struct VocabView {
   const int32_t* token_offsets;  // [n_vocab + 1]
   const uint8_t* token_data;     // bytes of every token
   int32_t n_vocab;
-  int32_t max_piece_len;         // longest piece in piece_table; 0 disables the shortcut
+  int32_t max_piece_len;         // longest piece in piece_table; 0: no piece is looked up whole
   int64_t token_data_len;        // bytes in token_data
   bool rank_is_id;               // every pair's rank is its merged id (tiktoken vocabularies)
 };
@@ -114,9 +114,12 @@ BBPE_HD uint32_t piece_hash(const uint8_t* p, int n) {
   return h;
 }
 
-// The id of the token whose bytes are exactly p[0..n), or -1 (tiktoken's whole-piece shortcut,
-// HF's ignore_merges). Hash hits are confirmed byte by byte against token_data at the row's
-// offset (all bytes compared, no early exit: the loads are independent, so they overlap).
+// The id the piece table gives the piece p[0..n), or -1 (then the piece is merged). The table
+// holds every token under the whole-piece rule (tiktoken, HF's ignore_merges), else only the
+// tokens that the merges make from their own bytes (blockbpe_jax/tables/build.py), so a hit is
+// the piece's encoding either way. Hash hits are confirmed byte by byte against token_data at
+// the row's offset (all bytes compared, no early exit: the loads are independent, so they
+// overlap).
 BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n) {
   if (n > v.max_piece_len) return -1;
   const uint32_t h = piece_hash(p, n);

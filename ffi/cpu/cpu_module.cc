@@ -231,8 +231,58 @@ class HostEncoder {
   std::unique_ptr<bbpe::PairFilter> filter_;
 };
 
+// Which of the tokens `ids` encode to themselves: the token's bytes, as one segment of byte
+// tokens (byte_ids), merged by the merge rule (merge_segment, core/bpe_core.h) end as that one
+// token. blockbpe_jax/tables/build.py puts exactly these in the piece table of a vocabulary
+// without the whole-piece rule, so that a piece found there encodes to what the merges give.
+// uint8[len(ids)], 1 where the token encodes to itself. Bad tables or ids: ValueError.
+static nb::ndarray<nb::numpy, uint8_t> self_encoding(S32Array pair_table, S32Array byte_ids, S32Array token_offsets,
+                                                     U8Array token_data, S32Array ids, bool rank_is_id) {
+  const int64_t pair_rows = (int64_t)pair_table.size() / 4, n_vocab = (int64_t)token_offsets.size() - 1;
+  if (pair_table.size() % 4 != 0 || pair_rows < 1 || (pair_rows & (pair_rows - 1)) != 0)
+    throw nb::value_error("self_encoding: pair_table must be int32[P, 4] with P a power of two");
+  if (byte_ids.size() != 256) throw nb::value_error("self_encoding: byte_ids must be int32[256]");
+  if (n_vocab < 1) throw nb::value_error("self_encoding: token_offsets must be int32[V + 1], V >= 1");
+  const int32_t* offsets = token_offsets.data();
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const int32_t id = ids.data()[k];
+    if (id < 0 || id >= n_vocab || offsets[id] < 0 || offsets[id] > offsets[id + 1] ||
+        offsets[id + 1] > (int64_t)token_data.size())
+      throw nb::value_error(("self_encoding: id " + std::to_string(id) + " is outside the vocabulary or its bytes "
+                             "outside token_data").c_str());
+  }
+  bbpe::VocabView v{};
+  v.pair_table = pair_table.data();
+  v.pair_mask = (uint32_t)(pair_rows - 1);
+  v.byte_ids = byte_ids.data();
+  v.n_vocab = (int32_t)n_vocab;
+  v.max_piece_len = 0;  // (no piece table: every token is merged from its bytes)
+  v.rank_is_id = rank_is_id;
+  const size_t n = ids.size();
+  uint8_t* out = new uint8_t[n + 1];
+  {
+    nb::gil_scoped_release unlocked;
+    std::vector<int32_t> tok, rank;
+    std::vector<uint8_t> fresh;
+    for (size_t k = 0; k < n; ++k) {
+      const int32_t id = ids.data()[k];
+      const int m = offsets[id + 1] - offsets[id];
+      tok.resize((size_t)m + 1), rank.resize((size_t)m + 1), fresh.resize((size_t)m + 1);
+      const uint8_t* bytes = token_data.data() + offsets[id];
+      for (int i = 0; i < m; ++i) tok[i] = v.byte_ids[bytes[i]] | (i == 0 ? bbpe::kSegStart : 0);
+      const int kept = m < 2 ? m : bbpe::merge_segment(v, tok.data(), rank.data(), fresh.data(), m);
+      out[k] = kept == 1 && bbpe::token_id(tok[0]) == id;
+    }
+  }
+  const size_t shape[1] = {n};
+  return owned_array(out, 1, shape);
+}
+
 NB_MODULE(_blockbpe_cpu, m) {
   m.def("pack_strings", &pack_strings, nb::arg("texts"), nb::arg("max_len"));
+  m.def("self_encoding", &self_encoding, nb::arg("pair_table"), nb::arg("byte_ids"), nb::arg("token_offsets"),
+        nb::arg("token_data"), nb::arg("ids"), nb::arg("rank_is_id"),
+        "uint8[len(ids)]: 1 where the token's bytes, merged by the merge rule, give that one token.");
   nb::class_<HostEncoder>(m, "HostEncoder",
                           "One tokenizer's host tables bound once; encode(list[str | bytes]) -> list[list[int]]\n"
                           "on the host without XLA (the operands and attributes of the bbpe_encode FFI call,\n"

@@ -44,8 +44,8 @@ __device__ __forceinline__ int encode_segments(const EncodeParams& p, BlockArray
 
   // 1. The segment starts are listed (one scan over the threads' stretches of bytes), and
   //    the threads take the segments round robin (an even share each, whatever the piece
-  //    lengths): a special token stays one token; a segment whose bytes are a token becomes it
-  //    (whole-piece shortcut); a short pre-tokenizer piece that is not a token goes on the
+  //    lengths): a special token stays one token; a segment the piece table holds becomes its
+  //    token (lookup_piece); a short pre-tokenizer piece that misses goes on the
   //    merge list for step 2; longer ones (and in bytes mode, the paper's algorithm, all of
   //    them) are left to the block passes, but with warp_list they go there for step 2 and to
   //    the block passes only if they do not stitch. rank[start] holds the segment's token

@@ -30,8 +30,8 @@
 // (piece_eligible): bytes mode, SentencePiece BPE, multi-stage pre-tokenizers (DeepSeek), NFC
 // or Lowercase normalizers that run on the device, calls with allowed special tokens, rows
 // wider than kPieceMaxLen bytes or tiled (tiled_rows). Decided on the device per row: a row
-// holding a piece longer than kShortPieceLen bytes that is not a token, or whose block's merge
-// lists are full (kPieceLaneList, kPieceWideList), is marked
+// holding a piece longer than kShortPieceLen bytes that the piece table lacks, or whose
+// block's merge lists are full (kPieceLaneList, kPieceWideList), is marked
 // kCountPending, and the block-per-string kernel, launched right after with pending_only, does
 // those rows (and returns at once for the others).
 // Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
