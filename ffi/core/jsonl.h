@@ -47,13 +47,6 @@ struct Part {
 // Lines longer than this have their field decoded in pieces of about kPieceBytes by all threads.
 constexpr int64_t kLongLine = 1 << 20, kPieceBytes = 1 << 18;
 
-inline bool blank(const uint8_t* p, const uint8_t* end) {  // bytes.strip() leaves nothing
-  for (; p < end; ++p)
-    if (!(*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == '\v' || *p == '\f'))
-      return false;
-  return true;
-}
-
 inline void split_part(const uint8_t* begin, const uint8_t* end, const std::string* field,
                        bool defer_long, const std::string& sep, Part& part) {
   // Documents never outgrow their lines; separators may where there is no JSON around them to
