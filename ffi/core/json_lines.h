@@ -57,7 +57,7 @@ struct SplitWorkspace {
   int64_t tile_newlines, line_start, raw_begin, length, doc_of, offset_of, chunk_docs, chunk_bytes, counters;
   int64_t words;  // int32 words in all
 };
-constexpr int64_t kScanChunk = 1024;  // lines per block of the lines' scan (one thread each on a GPU)
+constexpr int64_t kScanChunk = 512;  // lines per block of the lines' scan (one thread each on a GPU)
 constexpr int kCounters = 4;          // newlines, bad line, docs, bytes
 inline SplitWorkspace split_workspace(int64_t block_bytes, int64_t max_lines) {
   SplitWorkspace w{};

@@ -1,6 +1,6 @@
 // The CUDA handler of `bbpe_split_lines` (binding/split_lines_ffi.h): a block of whole lines,
 // already on the GPU, split into documents there (the steps and their per-line functions:
-// core/json_lines.h). Six launches on the call's stream, no host round trip:
+// core/json_lines.h). Seven launches on the call's stream, no host round trip:
 //   count_newlines   a warp per tile of kSplitTile bytes counts its newlines;
 //   scan_tiles       one block scans the counts (each tile's first newline's line index);
 //   line_starts      a warp per tile writes where each of its lines starts;
@@ -42,7 +42,7 @@ struct SplitArgs {
 };
 
 enum Counter { kNewlines = 0, kBadLine = 1 };
-constexpr int kScanThreads = 1024;
+constexpr int kScanThreads = 512;  // (1024 threads of int64 BlockScans spill: at most 64 registers each)
 constexpr int kTileWarps = 8;
 constexpr int kLineThreads = 256;
 static_assert(jsonl::kScanChunk == kScanThreads, "a chunk of lines is one block's scan");

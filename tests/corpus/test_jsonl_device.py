@@ -22,6 +22,7 @@ from blockbpe_jax.corpus import documents
 from blockbpe_jax.corpus.inputs import device_lines
 from blockbpe_jax.corpus.inputs import lines as line_reader
 from blockbpe_jax.corpus.types import CorpusError
+from blockbpe_jax.testing import read_corpus
 
 from helpers import gpu_devices
 
@@ -362,6 +363,32 @@ def test_plain_lines_equal_the_host(kind, tmp_path):
         assert ours == today
 
     run()
+
+
+# -- real corpora: many tiles and scan chunks -------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", DEVICES)
+def test_real_corpora(kind, data_dir):
+    """GSM8K's JSONL (1,319 lines over many 4 KiB tiles and several scan chunks) and War and
+    Peace's lines (tens of thousands), then GSM8K with its 1000th line broken: the first line
+    given up on is that one, found across chunks, and the error is today's."""
+    jsonl = read_corpus(data_dir / "corpus" / "gsm8k_test.jsonl")
+    for field in ("question", "answer"):
+        assert check_block(jsonl, field, kind, must_accept=True)[1][-1] == jsonl.count(b"\n") - 1
+    text = read_corpus(data_dir / "corpus" / "war_and_peace_en.txt")
+    check_block(text, None, kind, must_accept=True, sep=b"")
+    lines = jsonl.split(b"\n")
+    lines[999] = lines[999].replace(b'"answer"', b'"answer" 1', 1)
+    broken = b"\n".join(lines)
+    split = device_lines.split_lines_jit("question", b"", len(lines), len(broken))
+    status = np.asarray(
+        split(jax.device_put(np.frombuffer(broken, np.uint8), device_of(kind)), np.int32(len(broken)))[3]
+    )
+    assert status[device_lines.CODE] == device_lines.GIVE_UP and status[device_lines.BAD_LINE] == 999
+    path = Path("gsm8k_test.jsonl")
+    with pytest.raises(CorpusError, match=r"^gsm8k_test\.jsonl:1000: not valid JSON: "):
+        device_lines.block_documents(broken, path, 0, "question", device_of(kind))
 
 
 # -- huge lines, capacities, padding -------------------------------------------------------------
