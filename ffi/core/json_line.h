@@ -23,18 +23,11 @@
 namespace bbpe {
 namespace jsonl {
 
-// Eight bytes at a time (SWAR): whether any of them is a control byte (< 0x20), '"' or '\\'
-// (bytes >= 0x80 do not count: `& ~v` drops their high bit).
-constexpr uint64_t kOnes = 0x0101010101010101ull, kHighs = 0x8080808080808080ull;
+// Eight bytes at p, wherever they are (the SWAR tests on them: core/json_rules.h, any_stop).
 inline uint64_t load8(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
   return v;
-}
-inline bool has_zero_byte(uint64_t v) { return ((v - kOnes) & ~v & kHighs) != 0; }
-inline bool any_stop(uint64_t v) {
-  return ((v - kOnes * 0x20) & ~v & kHighs) || has_zero_byte(v ^ (kOnes * '"')) ||
-         has_zero_byte(v ^ (kOnes * '\\'));
 }
 
 // Past the bytes at p that a JSON string holds as they are: all but control bytes, '"' and

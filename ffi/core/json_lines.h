@@ -145,6 +145,10 @@ BBPE_HD int32_t measure_line(const uint8_t* p, const uint8_t* end, const SplitSp
     const uint8_t* body_end = plain_end(p, end);
     if (body_end == p) return kNotDocument;
     for (const uint8_t* q = p; q < body_end;) {
+      if (plain_ascii8(q, body_end, false)) {
+        q += 8;
+        continue;
+      }
       const int n = *q < 0x80 ? 1 : utf8_sequence(q, body_end);
       if (n == 0) return kGiveUp;
       q += n;
