@@ -168,6 +168,35 @@ BBPE_HD bool decode_string(const uint8_t*& p, const uint8_t* end, Sink& sink, bo
   }
 }
 
+// Just past the string at p (just after its opening quote) without decoding it: its closing
+// quote is the first one no backslash escapes (a backslash takes the byte after it); null
+// where there is none. Its bytes are checked when they are decoded (in pieces: core/json_lines.h).
+BBPE_HD const uint8_t* string_end(const uint8_t* p, const uint8_t* end) {
+  while (p < end) {
+    if ((reinterpret_cast<uintptr_t>(p) & 7) == 0 && end - p >= 8) {
+      const uint64_t v = load8_aligned(p);
+      if (!has_zero_byte(v ^ (kOnes * '"')) && !has_zero_byte(v ^ (kOnes * '\\'))) {
+        p += 8;
+        continue;
+      }
+    }
+    if (*p == '\\') p += 2;
+    else if (*p++ == '"') return p;
+  }
+  return nullptr;
+}
+
+// Where a piece of a long string's (or plain line's) bytes may start, so that its pieces can
+// be checked and decoded apart: not inside a UTF-8 sequence (each piece is then valid exactly
+// where the whole is) and, in a JSON string, no escape or surrogate pair running across (no
+// backslash in the 12 bytes before it).
+BBPE_HD bool piece_start(const uint8_t* begin, const uint8_t* at, bool json) {
+  if ((*at & 0xC0) == 0x80) return false;
+  for (int64_t d = 1; json && d <= 12 && at - begin >= d; ++d)
+    if (at[-d] == '\\') return false;
+  return true;
+}
+
 BBPE_HD bool literal(const uint8_t*& p, const uint8_t* end, const char* word) {
   const uint8_t* q = p;
   for (; *word; ++word, ++q)

@@ -1,16 +1,19 @@
 // The CUDA handler of `bbpe_split_lines` (binding/split_lines_ffi.h): a block of whole lines,
 // already on the GPU, split into documents there (the steps and their per-line functions:
-// core/json_lines.h). Seven launches on the call's stream, no host round trip:
+// core/json_lines.h). Nine launches on the call's stream, no host round trip:
 //   count_newlines   a warp per tile of kSplitTile bytes counts its newlines;
 //   scan_tiles       one block scans the counts (each tile's first newline's line index);
 //   line_starts      a warp per tile writes where each of its lines starts;
-//   measure_lines    a thread per line: measure_line (its document's bytes, or give up);
+//   measure_lines    a thread per line: measure_line (its document's bytes, or give up; a line
+//                    over kWarpLine bytes: its field's span, listed for measure_long);
+//   measure_long     a warp per listed long line, a piece a lane: measure_piece, summed;
 //   scan_lines       a block per kScanChunk lines scans which are documents and their bytes;
 //   scan_chunks      one block scans the chunks' totals and writes the status;
-//   write_lines      a thread per line decodes its document into place (only where the status
-//                    is kSplitOk).
-// A thread per line parses a line alone: lines of megabytes are one thread's work (the host
-// reader splits those across threads; here they are correct, not fast).
+//   write_lines      a thread per line decodes its document into place (a long line: only
+//                    its separator), only where the status is kSplitOk;
+//   write_long       a warp per long line, each lane its piece after the pieces before it.
+// A thread parses a line alone but for a long line's field, whose span it only finds (one
+// line of megabytes would be one thread's serial work).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,7 +44,7 @@ struct SplitArgs {
   SplitSpec spec;
 };
 
-enum Counter { kNewlines = 0, kBadLine = 1 };
+enum Counter { kNewlines = 0, kBadLine = 1, kLongCount = 2 };
 constexpr int kScanThreads = 512;  // (1024 threads of int64 BlockScans spill: at most 64 registers each)
 constexpr int kTileWarps = 8;
 constexpr int kLineThreads = 256;
@@ -100,6 +103,7 @@ __global__ void __launch_bounds__(kScanThreads) scan_tiles(SplitArgs a) {
   if (threadIdx.x == 0) {
     a.ws[a.w.counters + kNewlines] = (int32_t)newlines;
     a.ws[a.w.counters + kBadLine] = 0x7FFFFFFF;
+    a.ws[a.w.counters + kLongCount] = 0;
     a.ws[a.w.line_start] = 0;
   }
 }
@@ -138,14 +142,39 @@ __device__ __forceinline__ bool line_bytes(const SplitArgs& a, int64_t i, const 
 __global__ void __launch_bounds__(kLineThreads) measure_lines(SplitArgs a) {
   const int64_t i = (int64_t)blockIdx.x * kLineThreads + threadIdx.x;
   if (i >= a.w.lines) return;
-  const uint8_t *begin, *end, *raw = nullptr;
+  const uint8_t *begin, *end, *raw = nullptr, *raw_end = nullptr;
   int32_t n = jsonl::kNotDocument;
   if (line_bytes(a, i, &begin, &end)) {
-    n = jsonl::measure_line(begin, end, a.spec, &raw);
+    n = jsonl::measure_line(begin, end, a.spec, &raw, &raw_end);
     if (n == jsonl::kGiveUp) atomicMin(a.ws + a.w.counters + kBadLine, (int32_t)i);
+    if (n == jsonl::kLongPending) {  // (fewer than long_lines: each is over kWarpLine bytes)
+      int32_t* entry = a.ws + a.w.longs + jsonl::kLongWords * (int64_t)atomicAdd(a.ws + a.w.counters + kLongCount, 1);
+      entry[0] = (int32_t)i;
+      entry[1] = (int32_t)(raw - a.block);
+      entry[2] = (int32_t)(raw_end - a.block);
+    }
   }
   a.ws[a.w.length + i] = n;
   a.ws[a.w.raw_begin + i] = raw ? (int32_t)(raw - a.block) : 0;
+}
+
+// A warp per long line measure_lines listed: a piece of its span a lane; its length is the
+// pieces' sum and the separator, or "give up" where any piece does. (Each lane's length is
+// kept for write_long.)
+__global__ void measure_long(SplitArgs a) {
+  const int64_t w = (int64_t)blockIdx.x * kTileWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= a.ws[a.w.counters + kLongCount]) return;
+  int32_t* entry = a.ws + a.w.longs + jsonl::kLongWords * w;
+  const int32_t n = jsonl::measure_piece(a.block + entry[1], a.block + entry[2], lane, a.spec);
+  entry[3 + lane] = n;
+  const bool ok = __all_sync(0xFFFFFFFFu, n >= 0);
+  int32_t total = n;
+  for (int o = 16; o; o >>= 1) total += __shfl_down_sync(0xFFFFFFFFu, total, o);
+  if (lane == 0) {
+    a.ws[a.w.length + entry[0]] = ok ? total + a.spec.sep_len : jsonl::kGiveUp;
+    if (!ok) atomicMin(a.ws + a.w.counters + kBadLine, entry[0]);
+  }
 }
 
 // Per chunk of lines: each line's document index and offset within the chunk, and the chunk's totals.
@@ -179,18 +208,40 @@ __global__ void __launch_bounds__(kScanThreads) scan_chunks(SplitArgs a) {
   }
 }
 
+// Line i's document index and where its bytes go in data (after the scans).
+__device__ __forceinline__ void document_at(const SplitArgs& a, int64_t i, int64_t* doc, int64_t* at) {
+  const int64_t chunk = i / kScanThreads;
+  *doc = a.ws[a.w.chunk_docs + chunk] + (int64_t)a.ws[a.w.doc_of + i];
+  *at = a.ws[a.w.chunk_bytes + chunk] + (int64_t)a.ws[a.w.offset_of + i];
+}
+
 __global__ void __launch_bounds__(kLineThreads) write_lines(SplitArgs a) {
   const int64_t i = (int64_t)blockIdx.x * kLineThreads + threadIdx.x;
   if (i >= a.w.lines || a.status[jsonl::kStatusCode] != jsonl::kSplitOk) return;
   const int32_t n = a.ws[a.w.length + i];
   const uint8_t *begin, *end;
   if (n < 0 || !line_bytes(a, i, &begin, &end)) return;
-  const int64_t chunk = i / kScanThreads;
-  const int64_t doc = a.ws[a.w.chunk_docs + chunk] + (int64_t)a.ws[a.w.doc_of + i];
-  const int64_t at = a.ws[a.w.chunk_bytes + chunk] + (int64_t)a.ws[a.w.offset_of + i];
-  jsonl::write_line(a.block + a.ws[a.w.raw_begin + i], end, a.spec, a.data + at);
+  int64_t doc, at;
+  document_at(a, i, &doc, &at);
+  if (end - begin > jsonl::kWarpLine) {  // (its field: write_long's, by pieces)
+    for (int32_t k = 0; k < a.spec.sep_len; ++k) a.data[at + n - a.spec.sep_len + k] = a.spec.sep[k];
+  } else {
+    jsonl::write_line(a.block + a.ws[a.w.raw_begin + i], end, a.spec, a.data + at);
+  }
   a.offsets[doc + 1] = (int32_t)(at + n);
   a.lines[doc] = (int32_t)i;
+}
+
+// A warp per long line: each lane decodes its piece after the pieces before it.
+__global__ void write_long(SplitArgs a) {
+  const int64_t w = (int64_t)blockIdx.x * kTileWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= a.ws[a.w.counters + kLongCount] || a.status[jsonl::kStatusCode] != jsonl::kSplitOk) return;
+  const int32_t* entry = a.ws + a.w.longs + jsonl::kLongWords * w;
+  int64_t doc, at;
+  document_at(a, entry[0], &doc, &at);
+  for (int k = 0; k < lane; ++k) at += entry[3 + k];
+  jsonl::write_piece(a.block + entry[1], a.block + entry[2], lane, a.spec, a.data + at);
 }
 
 inline unsigned grid(int64_t items, int64_t per_block) { return (unsigned)((items + per_block - 1) / per_block); }
@@ -220,14 +271,17 @@ inline ffi::Error split_lines(cudaStream_t stream, ffi::Buffer<ffi::U8> block, f
   a.status = status->typed_data();
   a.ws = workspace->typed_data();
   a.spec = call.spec;
-  const unsigned tile_blocks = grid(a.w.tiles, kTileWarps), line_blocks = grid(a.w.lines, kLineThreads);
+  const unsigned tile_blocks = grid(a.w.tiles, kTileWarps), line_blocks = grid(a.w.lines, kLineThreads),
+                 long_blocks = grid(a.w.long_lines, kTileWarps);
   if (tile_blocks) count_newlines<<<tile_blocks, kTileWarps * 32, 0, stream>>>(a);
   scan_tiles<<<1, kScanThreads, 0, stream>>>(a);
   if (tile_blocks) line_starts<<<tile_blocks, kTileWarps * 32, 0, stream>>>(a);
   measure_lines<<<line_blocks, kLineThreads, 0, stream>>>(a);
+  measure_long<<<long_blocks, kTileWarps * 32, 0, stream>>>(a);
   scan_lines<<<(unsigned)a.w.chunks, kScanThreads, 0, stream>>>(a);
   scan_chunks<<<1, kScanThreads, 0, stream>>>(a);
   write_lines<<<line_blocks, kLineThreads, 0, stream>>>(a);
+  write_long<<<long_blocks, kTileWarps * 32, 0, stream>>>(a);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_split_lines: ") + cudaGetErrorString(e));
   return ffi::Error::Success();

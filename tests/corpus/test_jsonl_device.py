@@ -409,6 +409,38 @@ def test_huge_lines(kind):
     check_block(plain + b"\r\n" + plain, None, kind, must_accept=True, sep=b"")
 
 
+WARP_LINE = 16 << 10  # lines longer than this are decoded in pieces (ffi/core/json_lines.h, kWarpLine)
+
+
+@st.composite
+def long_lines_block(draw):
+    """Lines over WARP_LINE bytes whose field repeats one spelling (escapes, surrogate pairs,
+    lone surrogates at times) after a prefix of random length, so that the pieces' cuts fall
+    everywhere in it; and a long plain line likewise."""
+    unit = draw(st.one_of(plain_texts, texts_with_lone).filter(bool))
+    spelled = draw(spelled_string(unit))[1:-1]
+    prefix = "p" * draw(st.integers(0, 60))
+    field = prefix + spelled * (WARP_LINE // len(spelled.encode("utf-8", "surrogatepass")) + 2)
+    line = '{"id": 1, "text": "' + field + '", "tail": [1, {"x": null}]}'
+    lines = draw(st.permutations([line, '{"text": "short"}', ""]))
+    jsonl = "\n".join(lines).encode("utf-8", "surrogatepass")
+    plain_unit = draw(plain_texts.filter(bool)).replace("\n", " ").encode()
+    plain = prefix.encode() + plain_unit * (WARP_LINE // len(plain_unit) + 2)
+    return jsonl, plain + b"\r\nshort\n" + plain
+
+
+@pytest.mark.parametrize("kind", DEVICES)
+def test_long_lines_decoded_in_pieces(kind):
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(long_lines_block())
+    def run(blocks):
+        jsonl, plain = blocks
+        check_block(jsonl, FIELD, kind)
+        check_block(plain, None, kind, must_accept=True, sep=b"")
+
+    run()
+
+
 @pytest.mark.parametrize("kind", DEVICES)
 def test_capacities_and_padding(kind):
     device = device_of(kind)
