@@ -49,6 +49,13 @@ def compaction_layout(got: Annotated[NDArray[numpy.int64], dict(order='C', devic
 
 def registrations() -> dict: ...
 
+def split_lines_registrations() -> dict: ...
+
+def split_lines_workspace_words(block_bytes: int, max_lines: int) -> int:
+    """
+    int32 words of bbpe_split_lines' workspace for a block of that capacity and max_lines.
+    """
+
 table_operands: tuple = ...
 
 smem_max_len: int = 8192

@@ -11,6 +11,13 @@ from numpy.typing import NDArray
 
 def registrations() -> dict: ...
 
+def split_lines_registrations() -> dict: ...
+
+def split_lines_workspace_words(block_bytes: int, max_lines: int) -> int:
+    """
+    int32 words of bbpe_split_lines' workspace for a block of that capacity and max_lines.
+    """
+
 def set_window_plan(bytes: int, sep_id: int, calls: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> None:
     """
     The calls (int64[C, 6], binding/window_ffi.h: rows, width, T, at, entry, docs) of the next

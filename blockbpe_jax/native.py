@@ -14,10 +14,10 @@ try:  # the CUDA module exists only where nvcc was found at build time
 except ImportError:  # pragma: no cover - depends on the build
     cuda = None
 
-for _name, _capsule in cpu.registrations().items():
+for _name, _capsule in {**cpu.registrations(), **cpu.split_lines_registrations()}.items():
     jax.ffi.register_ffi_target(_name, _capsule, platform="cpu")
 if cuda is not None:
-    for _name, _capsule in cuda.registrations().items():
+    for _name, _capsule in {**cuda.registrations(), **cuda.split_lines_registrations()}.items():
         jax.ffi.register_ffi_target(_name, _capsule, platform="CUDA")
 
 HAS_CUDA_MODULE = cuda is not None

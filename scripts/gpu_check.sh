@@ -4,12 +4,14 @@
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [corpus_stages] [single] [hostbatch]
 #                        [variants] [clocks] [kernels] [piece] [piece_profile] [piece_test] [ray_engine]
+#                        [jsonl_device]
 # (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
 #  CORPUS_ARGS, CORPUS_PROFILE_MB, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages;
 #  PIECE_ARGS, PIECE_TIMEOUT, PIECE_TEST_TIMEOUT, PIECE_SHAPES, NCU_TIMEOUT: the piece kernel's stages;
-#  RAY_ENGINE_ARGS, PYARROW_TARBALL: the ray_engine stage).
+#  RAY_ENGINE_ARGS, PYARROW_TARBALL: the ray_engine stage; JSONL_DEVICE_ARGS: options of
+#  benchmarks/jsonl_device.py).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
 # Needs the shared data carried in .carry/data (see docs/build.md) and, for the peers,
 # wheels in .whl/.
@@ -206,6 +208,11 @@ PY
         python3 -c "import pyarrow.parquet as pq; print('pyarrow', pq.__file__)" || echo "ray_engine: no pyarrow ($tarball)"
       fi
       python3 benchmarks/ray_engine.py --out "$OUT" ${RAY_ENGINE_ARGS:-} 2>&1 | tee "$OUT/ray_engine.log" | tail -15 ;;
+    jsonl_device)  # JSONL and text split on the GPU: its GPU tests, then GB/s against the host reader
+      timeout 540 python3 -m pytest -v -rs -p no:cacheprovider -k gpu tests/corpus/test_jsonl_device.py \
+        > "$OUT/pytest_jsonl_device.log" 2>&1
+      echo "pytest (jsonl_device): exit $?"; tail -12 "$OUT/pytest_jsonl_device.log"
+      python3 benchmarks/jsonl_device.py --out "$OUT" ${JSONL_DEVICE_ARGS:-} 2>&1 | tee "$OUT/jsonl_device.log" | tail -25 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "binding/window_ffi.h"
+#include "core/json_lines.h"
 #include "nanobind/nanobind.h"
 #include "nanobind/ndarray.h"
 
@@ -22,6 +23,22 @@ inline void bind_registrations(nanobind::module_& m, void* encode, void* encode_
     d["bbpe_encode_window"] = nb::capsule(encode_window);
     return d;
   });
+}
+
+// `split_lines_registrations()`: the block split's FFI target (binding/split_lines_ffi.h), and
+// `split_lines_workspace_words`, the int32 words of its workspace result.
+inline void bind_split_lines_registration(nanobind::module_& m, void* split_lines) {
+  namespace nb = nanobind;
+  m.def("split_lines_registrations", [split_lines]() {
+    nb::dict d;
+    d["bbpe_split_lines"] = nb::capsule(split_lines);
+    return d;
+  });
+  m.def(
+      "split_lines_workspace_words",
+      [](int64_t block_bytes, int64_t max_lines) { return jsonl::split_workspace(block_bytes, max_lines).words; },
+      nb::arg("block_bytes"), nb::arg("max_lines"),
+      "int32 words of bbpe_split_lines' workspace for a block of that capacity and max_lines.");
 }
 
 inline void bind_set_window_plan(nanobind::module_& m) {

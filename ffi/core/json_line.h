@@ -1,8 +1,7 @@
-// One JSONL line parsed as json.loads would take one string field from it (strict: anything
-// it cannot decide exactly as Python would makes it give up; core/jsonl.h's rules), the
-// byte-level helpers of that parse (UTF-8 validation and a string's plain runs, sixteen bytes
-// at a time with SSE2, else eight; 64 with AVX-512: core/json_simd.h) and the buffer it
-// decodes into.
+// One JSONL line parsed on the host as json.loads would take one string field from it (the
+// rules, shared with the device: core/json_rules.h), the host's byte-level helpers of that
+// parse (UTF-8 validation and a string's plain runs, sixteen bytes at a time with SSE2, else
+// eight; 64 with AVX-512: core/json_simd.h) and the buffer it decodes into.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "core/json_rules.h"
 #include "core/json_simd.h"
 #include "core/utf8.h"
 
@@ -23,25 +23,11 @@
 namespace bbpe {
 namespace jsonl {
 
-// Length of the valid UTF-8 sequence at p (strict, as Python's decoder: core/utf8.h), 0 when
-// it is not one.
-inline int utf8_sequence(const uint8_t* p, const uint8_t* end) {
-  uint32_t cp;
-  return utf8_decode(p, (int)std::min<std::ptrdiff_t>(end - p, 4), nullptr, 0, &cp);
-}
-
-// Eight bytes at a time (SWAR): whether any of them is a control byte (< 0x20), '"' or '\\'
-// (bytes >= 0x80 do not count: `& ~v` drops their high bit).
-constexpr uint64_t kOnes = 0x0101010101010101ull, kHighs = 0x8080808080808080ull;
+// Eight bytes at p, wherever they are (the SWAR tests on them: core/json_rules.h, any_stop).
 inline uint64_t load8(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
   return v;
-}
-inline bool has_zero_byte(uint64_t v) { return ((v - kOnes) & ~v & kHighs) != 0; }
-inline bool any_stop(uint64_t v) {
-  return ((v - kOnes * 0x20) & ~v & kHighs) || has_zero_byte(v ^ (kOnes * '"')) ||
-         has_zero_byte(v ^ (kOnes * '\\'));
 }
 
 // Past the bytes at p that a JSON string holds as they are: all but control bytes, '"' and
@@ -148,19 +134,6 @@ inline bool valid_utf8(const uint8_t* p, const uint8_t* end) {
   return true;
 }
 
-inline int hex4(const uint8_t* p, const uint8_t* end) {
-  if (end - p < 4) return -1;
-  int v = 0;
-  for (int i = 0; i < 4; ++i) {
-    const uint8_t c = p[i];
-    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-    if (d < 0) return -1;
-    v = v * 16 + d;
-  }
-  return v;
-}
-
 // A JSON line parsed just far enough to take one field; every method returns false to give up.
 struct LineParser {
   const uint8_t* p;
@@ -169,10 +142,6 @@ struct LineParser {
   ByteBuffer& out;     // the document is appended here
   ByteBuffer scratch;  // keys and skipped strings
   bool lone = false;   // the last decoded string held a lone surrogate
-
-  void ws() {
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) ++p;
-  }
 
   // The string at p (just after its opening quote) appended to `dst`, unescaped as
   // json.loads does (strict: no raw control characters); a lone surrogate sets `lone`.
@@ -199,39 +168,10 @@ struct LineParser {
       if (p >= end) return finish(piece);
       if (*p < 0x20 || (*p == '"' && piece)) return finish(false);
       if (*p == '"') { ++p; return finish(true); }
-      if (++p >= end) return finish(false);  // a backslash
-      const uint8_t e = *p++;
-      switch (e) {
-        case '"': *w++ = '"'; break;
-        case '\\': *w++ = '\\'; break;
-        case '/': *w++ = '/'; break;
-        case 'b': *w++ = '\b'; break;
-        case 'f': *w++ = '\f'; break;
-        case 'n': *w++ = '\n'; break;
-        case 'r': *w++ = '\r'; break;
-        case 't': *w++ = '\t'; break;
-        case 'u': {
-          int cp = hex4(p, end);
-          if (cp < 0) return finish(false);
-          p += 4;
-          if (cp >= 0xD800 && cp <= 0xDBFF && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
-            const int lo = hex4(p + 2, end);
-            if (lo >= 0xDC00 && lo <= 0xDFFF) {
-              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-              p += 6;
-            }
-          }
-          if (cp >= 0xD800 && cp <= 0xDFFF) {
-            lone = true;  // (as a string that matches no field: three placeholder bytes)
-            for (int k = 0; k < 3; ++k) *w++ = '\xff';
-          } else {
-            const int len = utf8_length((uint32_t)cp);
-            for (int k = 0; k < len; ++k) *w++ = (char)utf8_byte((uint32_t)cp, len, k);
-          }
-          break;
-        }
-        default: return finish(false);
-      }
+      ++p;  // past the backslash
+      const int n = decode_escape(p, end, reinterpret_cast<uint8_t*>(w), lone);
+      if (n < 0) return finish(false);
+      w += n;
     }
   }
 
@@ -251,115 +191,59 @@ struct LineParser {
     return false;
   }
 
-  bool literal(const char* word) {
-    const size_t n = std::strlen(word);
-    if ((size_t)(end - p) < n || std::memcmp(p, word, n) != 0) return false;
-    p += n;
-    return true;
+  // parse_document's string readers (core/json_rules.h): each string decoded from `at` by
+  // string() above.
+  bool key(const uint8_t*& at, const uint8_t* /*end*/, bool& ours) {
+    p = at;
+    scratch.clear();
+    const bool ok = string(scratch);
+    at = p;
+    ours = ok && !lone && scratch.equals(field);
+    return ok;
   }
-
-  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)?, or Python's NaN / Infinity / -Infinity.
-  bool number() {
-    const uint8_t* start = p;
-    if (*p == '-') ++p;
-    if (p < end && *p == 'I') return literal("Infinity");
-    auto digits = [&]() {
-      const uint8_t* d = p;
-      while (p < end && *p >= '0' && *p <= '9') ++p;
-      return p > d;
-    };
-    if (p < end && *p == '0') ++p;
-    else if (!(p < end && *p >= '1' && *p <= '9' && digits())) return false;
-    if (p < end && *p == '.') { ++p; if (!digits()) return false; }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-      ++p;
-      if (p < end && (*p == '+' || *p == '-')) ++p;
-      if (!digits()) return false;
+  bool skip(const uint8_t*& at, const uint8_t* /*end*/) {
+    p = at;
+    scratch.clear();
+    const bool ok = string(scratch);
+    at = p;
+    return ok;
+  }
+  bool field_string(const uint8_t*& at) {
+    p = at;
+    out.resize_down(base_);  // (a later occurrence replaces an earlier one)
+    bool ok;
+    if (defer_) {
+      raw_begin = at;
+      ok = skip_string();
+      raw_end = p - 1;
+    } else {
+      ok = string(out) && !lone;
     }
-    return p - start <= 100;  // (Python refuses integers of thousands of digits)
+    at = p;
+    return ok;
   }
 
-  bool value(int depth) {
-    if (p >= end || depth > 64) return false;
-    switch (*p) {
-      case '"': ++p; scratch.clear(); return string(scratch);
-      case '{': case '[': {
-        const uint8_t close = *p == '{' ? '}' : ']';
-        ++p;
-        ws();
-        if (p < end && *p == close) { ++p; return true; }
-        while (true) {
-          if (close == '}') {
-            if (p >= end || *p != '"') return false;
-            ++p;
-            scratch.clear();
-            if (!string(scratch)) return false;
-            ws();
-            if (p >= end || *p != ':') return false;
-            ++p;
-            ws();
-          }
-          if (!value(depth + 1)) return false;
-          ws();
-          if (p < end && *p == ',') { ++p; ws(); continue; }
-          if (p < end && *p == close) { ++p; return true; }
-          return false;
-        }
-      }
-      case 't': return literal("true");
-      case 'f': return literal("false");
-      case 'n': return literal("null");
-      case 'N': return literal("NaN");
-      default: return number();
-    }
-  }
-
-  // The top-level object; the field's last occurrence wins (as in a dict). With `defer`, the
-  // field's string is not decoded: its bytes (between the quotes) are left in raw_begin/raw_end.
+  // The top-level object (core/json_rules.h, parse_document), the field's string appended to
+  // `out`. With `defer`, the field's string is not decoded: its bytes (between the quotes) are
+  // left in raw_begin/raw_end.
   const uint8_t* raw_begin = nullptr;
   const uint8_t* raw_end = nullptr;
   bool document(bool defer = false) {
-    const size_t base = out.size();
-    ws();
-    if (p >= end || *p != '{') return false;
-    ++p;
-    ws();
-    bool found = false;
-    if (p < end && *p == '}') return false;  // no field
-    while (true) {
-      if (p >= end || *p != '"') return false;
-      ++p;
-      scratch.clear();
-      if (!string(scratch)) return false;
-      const bool ours = !lone && scratch.equals(field);
-      ws();
-      if (p >= end || *p != ':') return false;
-      ++p;
-      ws();
-      if (ours) {
-        out.resize_down(base);
-        found = p < end && *p == '"';
-        if (found && defer) {
-          raw_begin = ++p;
-          if (!skip_string()) return false;
-          raw_end = p - 1;
-        } else if (found) {
-          ++p;
-          if (!string(out) || lone) return false;
-        } else if (!value(1)) {
-          return false;
-        }
-      } else if (!value(1)) {
-        return false;
-      }
-      ws();
-      if (p < end && *p == ',') { ++p; ws(); continue; }
-      if (p < end && *p == '}') { ++p; break; }
-      return false;
-    }
-    ws();
-    return found && p == end;
+    base_ = out.size();
+    defer_ = defer;
+    Strings strings{*this};
+    return parse_document(p, end, strings);
   }
+
+  // parse_document's view of the parser (its `field` is the field's string, not its name).
+  struct Strings {
+    LineParser& parser;
+    bool key(const uint8_t*& at, const uint8_t* e, bool& ours) { return parser.key(at, e, ours); }
+    bool skip(const uint8_t*& at, const uint8_t* e) { return parser.skip(at, e); }
+    bool field(const uint8_t*& at, const uint8_t* /*end*/) { return parser.field_string(at); }
+  };
+  size_t base_ = 0;     // where document() began appending to `out`
+  bool defer_ = false;  // document(defer)
 };
 
 }  // namespace jsonl

@@ -47,13 +47,6 @@ struct Part {
 // Lines longer than this have their field decoded in pieces of about kPieceBytes by all threads.
 constexpr int64_t kLongLine = 1 << 20, kPieceBytes = 1 << 18;
 
-inline bool blank(const uint8_t* p, const uint8_t* end) {  // bytes.strip() leaves nothing
-  for (; p < end; ++p)
-    if (!(*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == '\v' || *p == '\f'))
-      return false;
-  return true;
-}
-
 inline void split_part(const uint8_t* begin, const uint8_t* end, const std::string* field,
                        bool defer_long, const std::string& sep, Part& part) {
   // Documents never outgrow their lines; separators may where there is no JSON around them to
@@ -96,15 +89,11 @@ inline void split_part(const uint8_t* begin, const uint8_t* end, const std::stri
   }
 }
 
-// Where to cut a long line's bytes near `at` (searching forward, at most 64 KiB): no UTF-8
-// sequence is cut (so each piece is valid exactly where the line is), and in a JSON field no
-// escape sequence or surrogate pair runs across the cut (no backslash in the 12 bytes before
-// it); `end` where there is none.
+// Where to cut a long line's bytes near `at` (searching forward, at most 64 KiB): the first
+// place a piece may start (core/json_rules.h, piece_start); `end` where there is none.
 inline const uint8_t* piece_cut(const uint8_t* begin, const uint8_t* at, const uint8_t* end, bool json) {
-  for (const uint8_t* stop = std::min(end, at + (1 << 16)); at < stop; ++at) {
-    const uint8_t* from = std::max(begin, at - 12);
-    if ((*at & 0xC0) != 0x80 && (!json || !std::memchr(from, '\\', at - from))) return at;
-  }
+  for (const uint8_t* stop = std::min(end, at + (1 << 16)); at < stop; ++at)
+    if (piece_start(begin, at, json)) return at;
   return end;
 }
 

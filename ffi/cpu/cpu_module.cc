@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "binding/encode_ffi.h"
+#include "binding/split_lines_ffi.h"
 #include "binding/window_ffi.h"
 #include "binding/module_binding.h"
 #include "core/host_threads.h"
@@ -91,6 +92,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeWindowCpu, (bbpe::window_handler<bbpe::e
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCpu, bbpe::encode_handler<bbpe::encode_cpu>,
                               bbpe::bind_encode(ffi::Ffi::Bind()));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeSplitLinesCpu, bbpe::split_lines_cpu, bbpe::bind_split_lines(ffi::Ffi::Bind()));
 
 // list[str | bytes] -> (uint8[B, max_len] zero-padded, int32[B]) without Python-level loops
 // (the rule: core/pack_strings.h).
@@ -297,6 +300,7 @@ NB_MODULE(_blockbpe_cpu, m) {
   // The CPU handler reads lengths for free, so the "unchecked" target checks them too.
   bbpe::bind_registrations(m, reinterpret_cast<void*>(BbpeEncodeCpu), reinterpret_cast<void*>(BbpeEncodeCpu),
                            reinterpret_cast<void*>(BbpeEncodeWindowCpu));
+  bbpe::bind_split_lines_registration(m, reinterpret_cast<void*>(BbpeSplitLinesCpu));
   nb::list operands;  // (ops.py checks EncodeTables' order against it)
   for (size_t i = 0; i < bbpe::kTableOperands; ++i) operands.append(bbpe::table_operand_names()[i]);
   m.attr("table_operands") = nb::tuple(operands);

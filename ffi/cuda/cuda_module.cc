@@ -27,6 +27,7 @@ namespace nb = nanobind;
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BbpeEncodeCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BbpeEncodeWindowCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(BbpeSplitLinesCuda);  // cuda/jsonl_split.cuh
 #ifdef BBPE_STAGE_CLOCKS
 namespace bbpe {
 std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks();  // encode_cuda.cu
@@ -347,6 +348,7 @@ NB_MODULE(_blockbpe_cuda, m) {
   bbpe::bind_registrations(m, reinterpret_cast<void*>(BbpeEncodeCuda),
                            reinterpret_cast<void*>(BbpeEncodeCudaUnchecked),
                            reinterpret_cast<void*>(BbpeEncodeWindowCuda));
+  bbpe::bind_split_lines_registration(m, reinterpret_cast<void*>(BbpeSplitLinesCuda));
   bbpe::bind_set_window_plan(m);
   nb::class_<bbpe::HostStaging>(m, "HostStaging")
       .def(nb::init<int>(), nb::arg("device"))

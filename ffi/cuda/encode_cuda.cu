@@ -51,6 +51,7 @@
 #define BBPE_ENCODE_CUDA_TU
 #include "cuda/chars_kernel.cuh"
 #include "cuda/encode_kernel.cuh"
+#include "cuda/jsonl_split.cuh"  // bbpe_split_lines, its own target
 #include "cuda/piece_kernel.cuh"
 #include "cuda/stage_clock.cuh"
 #include "cuda/tile_pipeline.cuh"

@@ -1,0 +1,294 @@
+// The CUDA handler of `bbpe_split_lines` (binding/split_lines_ffi.h): a block of whole lines,
+// already on the GPU, split into documents there (the steps and their per-line functions:
+// core/json_lines.h). Nine launches on the call's stream, no host round trip:
+//   count_newlines   a warp per tile of kSplitTile bytes counts its newlines;
+//   scan_tiles       one block scans the counts (each tile's first newline's line index);
+//   line_starts      a warp per tile writes where each of its lines starts;
+//   measure_lines    a thread per line: measure_line (its document's bytes, or give up; a line
+//                    over kWarpLine bytes: its field's span, listed for measure_long);
+//   measure_long     a warp per listed long line, a piece a lane: measure_piece, summed;
+//   scan_lines       a block per kScanChunk lines scans which are documents and their bytes;
+//   scan_chunks      one block scans the chunks' totals and writes the status;
+//   write_lines      a thread per line decodes its document into place (a long line: only
+//                    its separator), only where the status is kSplitOk;
+//   write_long       a warp per long line, each lane its piece after the pieces before it.
+// A thread parses a line alone but for a long line's field, whose span it only finds (one
+// line of megabytes would be one thread's serial work).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
+#include <string>
+
+#include "binding/split_lines_ffi.h"
+#include "core/json_lines.h"
+
+namespace bbpe {
+namespace split_lines_cuda {
+
+using jsonl::SplitSpec;
+using jsonl::SplitWorkspace;
+
+struct SplitArgs {
+  const uint8_t* block;
+  const int32_t* size;  // device scalar: bytes of the block used
+  int64_t capacity;     // N
+  int64_t max_lines, max_bytes;
+  uint8_t* data;
+  int32_t* offsets;
+  int32_t* lines;
+  int32_t* status;
+  int32_t* ws;
+  SplitWorkspace w;
+  SplitSpec spec;
+};
+
+enum Counter { kNewlines = 0, kBadLine = 1, kLongCount = 2 };
+constexpr int kScanThreads = 512;  // (1024 threads of int64 BlockScans spill: at most 64 registers each)
+constexpr int kTileWarps = 8;
+constexpr int kLineThreads = 256;
+static_assert(jsonl::kScanChunk == kScanThreads, "a chunk of lines is one block's scan");
+
+__device__ __forceinline__ int64_t used_bytes(const SplitArgs& a) {
+  const int64_t s = *a.size;
+  return s < 0 ? 0 : (s > a.capacity ? a.capacity : s);
+}
+
+// Newlines in each tile: a warp per tile, four bytes a lane (aligned words; the tile's tail
+// byte by byte).
+__global__ void count_newlines(SplitArgs a) {
+  const int64_t tile = (int64_t)blockIdx.x * kTileWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (tile >= a.w.tiles) return;
+  const int64_t n = used_bytes(a), begin = tile * jsonl::kSplitTile;
+  const int64_t end = begin + jsonl::kSplitTile < n ? begin + jsonl::kSplitTile : n;
+  int count = 0;
+  const bool aligned = ((uintptr_t)a.block & 3) == 0;
+  for (int64_t i = begin + 4 * lane; i < end; i += 128) {
+    if (aligned && i + 4 <= end) {
+      const uint32_t v = *reinterpret_cast<const uint32_t*>(a.block + i);
+      count += __popc(__vcmpeq4(v, 0x0A0A0A0Au)) / 8;
+    } else {
+      for (int64_t k = i; k < i + 4 && k < end; ++k) count += a.block[k] == '\n';
+    }
+  }
+  for (int o = 16; o; o >>= 1) count += __shfl_down_sync(0xFFFFFFFFu, count, o);
+  if (lane == 0) a.ws[a.w.tile_newlines + tile] = count;
+}
+
+// x[0, n) replaced by its exclusive sum by one block of kScanThreads; the total returned to every thread.
+__device__ int64_t exclusive_scan_one_block(int32_t* x, int64_t n) {
+  using Scan = cub::BlockScan<int64_t, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ int64_t carry;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (int64_t base = 0; base < n; base += kScanThreads) {
+    const int64_t i = base + threadIdx.x;
+    int64_t before, sum;
+    Scan(temp).ExclusiveSum(i < n ? (int64_t)x[i] : 0, before, sum);
+    if (i < n) x[i] = (int32_t)(carry + before);
+    __syncthreads();
+    if (threadIdx.x == 0) carry += sum;
+    __syncthreads();
+  }
+  const int64_t total = carry;
+  __syncthreads();  // (read by all before a next call's thread 0 resets it)
+  return total;
+}
+
+__global__ void __launch_bounds__(kScanThreads) scan_tiles(SplitArgs a) {
+  const int64_t newlines = exclusive_scan_one_block(a.ws + a.w.tile_newlines, a.w.tiles);
+  if (threadIdx.x == 0) {
+    a.ws[a.w.counters + kNewlines] = (int32_t)newlines;
+    a.ws[a.w.counters + kBadLine] = 0x7FFFFFFF;
+    a.ws[a.w.counters + kLongCount] = 0;
+    a.ws[a.w.line_start] = 0;
+  }
+}
+
+// line_start[k + 1] = the byte after the k-th newline (k < lines): a warp per tile, a byte a
+// lane, the newlines ranked by a ballot.
+__global__ void line_starts(SplitArgs a) {
+  const int64_t tile = (int64_t)blockIdx.x * kTileWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (tile >= a.w.tiles) return;
+  const int64_t n = used_bytes(a), begin = tile * jsonl::kSplitTile;
+  const int64_t end = begin + jsonl::kSplitTile < n ? begin + jsonl::kSplitTile : n;
+  int64_t k = a.ws[a.w.tile_newlines + tile];  // newlines before this tile
+  int32_t* start = a.ws + a.w.line_start;
+  for (int64_t at = begin; at < end; at += 32) {
+    const int64_t i = at + lane;
+    const bool newline = i < end && a.block[i] == '\n';
+    const unsigned mask = __ballot_sync(0xFFFFFFFFu, newline);
+    const int64_t line = k + __popc(mask & ((1u << lane) - 1)) + 1;
+    if (newline && line <= a.w.lines) start[line] = (int32_t)(i + 1);
+    k += __popc(mask);
+  }
+}
+
+// Line i's bytes [*begin, *end), no newline; false past the block's last line.
+__device__ __forceinline__ bool line_bytes(const SplitArgs& a, int64_t i, const uint8_t** begin,
+                                           const uint8_t** end) {
+  const int64_t newlines = a.ws[a.w.counters + kNewlines];
+  if (newlines > a.max_lines || i > newlines) return false;
+  const int32_t* start = a.ws + a.w.line_start;
+  *begin = a.block + start[i];
+  *end = i < newlines ? a.block + start[i + 1] - 1 : a.block + used_bytes(a);
+  return true;
+}
+
+__global__ void __launch_bounds__(kLineThreads) measure_lines(SplitArgs a) {
+  const int64_t i = (int64_t)blockIdx.x * kLineThreads + threadIdx.x;
+  if (i >= a.w.lines) return;
+  const uint8_t *begin, *end, *raw = nullptr, *raw_end = nullptr;
+  int32_t n = jsonl::kNotDocument;
+  if (line_bytes(a, i, &begin, &end)) {
+    n = jsonl::measure_line(begin, end, a.spec, &raw, &raw_end);
+    if (n == jsonl::kGiveUp) atomicMin(a.ws + a.w.counters + kBadLine, (int32_t)i);
+    if (n == jsonl::kLongPending) {  // (fewer than long_lines: each is over kWarpLine bytes)
+      int32_t* entry = a.ws + a.w.longs + jsonl::kLongWords * (int64_t)atomicAdd(a.ws + a.w.counters + kLongCount, 1);
+      entry[0] = (int32_t)i;
+      entry[1] = (int32_t)(raw - a.block);
+      entry[2] = (int32_t)(raw_end - a.block);
+    }
+  }
+  a.ws[a.w.length + i] = n;
+  a.ws[a.w.raw_begin + i] = raw ? (int32_t)(raw - a.block) : 0;
+}
+
+// A warp per long line measure_lines listed: a piece of its span a lane; its length is the
+// pieces' sum and the separator, or "give up" where any piece does. (Each lane's length is
+// kept for write_long.)
+__global__ void measure_long(SplitArgs a) {
+  const int64_t w = (int64_t)blockIdx.x * kTileWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= a.ws[a.w.counters + kLongCount]) return;
+  int32_t* entry = a.ws + a.w.longs + jsonl::kLongWords * w;
+  const int32_t n = jsonl::measure_piece(a.block + entry[1], a.block + entry[2], lane, a.spec);
+  entry[3 + lane] = n;
+  const bool ok = __all_sync(0xFFFFFFFFu, n >= 0);
+  int32_t total = n;
+  for (int o = 16; o; o >>= 1) total += __shfl_down_sync(0xFFFFFFFFu, total, o);
+  if (lane == 0) {
+    a.ws[a.w.length + entry[0]] = ok ? total + a.spec.sep_len : jsonl::kGiveUp;
+    if (!ok) atomicMin(a.ws + a.w.counters + kBadLine, entry[0]);
+  }
+}
+
+// Per chunk of lines: each line's document index and offset within the chunk, and the chunk's totals.
+__global__ void __launch_bounds__(kScanThreads) scan_lines(SplitArgs a) {
+  using Scan = cub::BlockScan<int64_t, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  const int64_t i = (int64_t)blockIdx.x * kScanThreads + threadIdx.x;
+  const int32_t n = i < a.w.lines ? a.ws[a.w.length + i] : jsonl::kNotDocument;
+  int64_t doc, docs, at, bytes;
+  Scan(temp).ExclusiveSum(n >= 0 ? 1 : 0, doc, docs);
+  __syncthreads();
+  Scan(temp).ExclusiveSum(n >= 0 ? (int64_t)n : 0, at, bytes);
+  if (i < a.w.lines) {
+    a.ws[a.w.doc_of + i] = (int32_t)doc;
+    a.ws[a.w.offset_of + i] = (int32_t)(at < 0x7FFFFFFF ? at : 0x7FFFFFFF);
+  }
+  if (threadIdx.x == 0) {
+    a.ws[a.w.chunk_docs + blockIdx.x] = (int32_t)docs;
+    a.ws[a.w.chunk_bytes + blockIdx.x] = (int32_t)(bytes < 0x7FFFFFFF ? bytes : 0x7FFFFFFF);
+  }
+}
+
+__global__ void __launch_bounds__(kScanThreads) scan_chunks(SplitArgs a) {
+  const int64_t docs = exclusive_scan_one_block(a.ws + a.w.chunk_docs, a.w.chunks);
+  const int64_t bytes = exclusive_scan_one_block(a.ws + a.w.chunk_bytes, a.w.chunks);
+  if (threadIdx.x == 0) {
+    const int32_t bad = a.ws[a.w.counters + kBadLine];
+    jsonl::finish_status(a.status, a.ws[a.w.counters + kNewlines], bad == 0x7FFFFFFF ? -1 : bad, docs, bytes,
+                         a.max_lines, a.max_bytes);
+    a.offsets[0] = 0;
+  }
+}
+
+// Line i's document index and where its bytes go in data (after the scans).
+__device__ __forceinline__ void document_at(const SplitArgs& a, int64_t i, int64_t* doc, int64_t* at) {
+  const int64_t chunk = i / kScanThreads;
+  *doc = a.ws[a.w.chunk_docs + chunk] + (int64_t)a.ws[a.w.doc_of + i];
+  *at = a.ws[a.w.chunk_bytes + chunk] + (int64_t)a.ws[a.w.offset_of + i];
+}
+
+__global__ void __launch_bounds__(kLineThreads) write_lines(SplitArgs a) {
+  const int64_t i = (int64_t)blockIdx.x * kLineThreads + threadIdx.x;
+  if (i >= a.w.lines || a.status[jsonl::kStatusCode] != jsonl::kSplitOk) return;
+  const int32_t n = a.ws[a.w.length + i];
+  const uint8_t *begin, *end;
+  if (n < 0 || !line_bytes(a, i, &begin, &end)) return;
+  int64_t doc, at;
+  document_at(a, i, &doc, &at);
+  if (end - begin > jsonl::kWarpLine) {  // (its field: write_long's, by pieces)
+    for (int32_t k = 0; k < a.spec.sep_len; ++k) a.data[at + n - a.spec.sep_len + k] = a.spec.sep[k];
+  } else {
+    jsonl::write_line(a.block + a.ws[a.w.raw_begin + i], end, a.spec, a.data + at);
+  }
+  a.offsets[doc + 1] = (int32_t)(at + n);
+  a.lines[doc] = (int32_t)i;
+}
+
+// A warp per long line: each lane decodes its piece after the pieces before it.
+__global__ void write_long(SplitArgs a) {
+  const int64_t w = (int64_t)blockIdx.x * kTileWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= a.ws[a.w.counters + kLongCount] || a.status[jsonl::kStatusCode] != jsonl::kSplitOk) return;
+  const int32_t* entry = a.ws + a.w.longs + jsonl::kLongWords * w;
+  int64_t doc, at;
+  document_at(a, entry[0], &doc, &at);
+  for (int k = 0; k < lane; ++k) at += entry[3 + k];
+  jsonl::write_piece(a.block + entry[1], a.block + entry[2], lane, a.spec, a.data + at);
+}
+
+inline unsigned grid(int64_t items, int64_t per_block) { return (unsigned)((items + per_block - 1) / per_block); }
+
+inline ffi::Error split_lines(cudaStream_t stream, ffi::Buffer<ffi::U8> block, ffi::Buffer<ffi::S32> size,
+                              int32_t json, std::string_view field, ffi::Span<const uint8_t> sep,
+                              ffi::ResultBuffer<ffi::U8> data, ffi::ResultBuffer<ffi::S32> offsets,
+                              ffi::ResultBuffer<ffi::S32> lines, ffi::ResultBuffer<ffi::S32> status,
+                              ffi::ResultBuffer<ffi::S32> workspace) {
+  SplitCall call;
+  const ffi::Error err = make_split_call(block.dimensions(), size.dimensions(), json, field, sep, data->dimensions(),
+                                         offsets->dimensions(), lines->dimensions(), status->dimensions(), &call);
+  if (err.failure()) return err;
+  SplitArgs a{};
+  a.w = jsonl::split_workspace(call.block_bytes, call.max_lines);
+  if ((int64_t)workspace->element_count() < a.w.words)
+    return ffi::Error::InvalidArgument("bbpe_split_lines: workspace has " + std::to_string(workspace->element_count()) +
+                                       " words, needs " + std::to_string(a.w.words));
+  a.block = block.typed_data();
+  a.size = size.typed_data();
+  a.capacity = call.block_bytes;
+  a.max_lines = call.max_lines;
+  a.max_bytes = call.max_bytes;
+  a.data = data->typed_data();
+  a.offsets = offsets->typed_data();
+  a.lines = lines->typed_data();
+  a.status = status->typed_data();
+  a.ws = workspace->typed_data();
+  a.spec = call.spec;
+  const unsigned tile_blocks = grid(a.w.tiles, kTileWarps), line_blocks = grid(a.w.lines, kLineThreads),
+                 long_blocks = grid(a.w.long_lines, kTileWarps);
+  if (tile_blocks) count_newlines<<<tile_blocks, kTileWarps * 32, 0, stream>>>(a);
+  scan_tiles<<<1, kScanThreads, 0, stream>>>(a);
+  if (tile_blocks) line_starts<<<tile_blocks, kTileWarps * 32, 0, stream>>>(a);
+  measure_lines<<<line_blocks, kLineThreads, 0, stream>>>(a);
+  measure_long<<<long_blocks, kTileWarps * 32, 0, stream>>>(a);
+  scan_lines<<<(unsigned)a.w.chunks, kScanThreads, 0, stream>>>(a);
+  scan_chunks<<<1, kScanThreads, 0, stream>>>(a);
+  write_lines<<<line_blocks, kLineThreads, 0, stream>>>(a);
+  write_long<<<long_blocks, kTileWarps * 32, 0, stream>>>(a);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_split_lines: ") + cudaGetErrorString(e));
+  return ffi::Error::Success();
+}
+
+}  // namespace split_lines_cuda
+}  // namespace bbpe
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeSplitLinesCuda, bbpe::split_lines_cuda::split_lines,
+                              bbpe::bind_split_lines(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
