@@ -5,7 +5,9 @@ with it on the CPU.
 Layout, int32: a header (magic, n_blocks, n_flat, n_pairs), stage1 int32[4352] (code point >> 8
 -> block), the blocks' per-code-point words (Canonical_Combining_Class in bits 0-7, UNSAFE, the
 offset + 1 of the code point's decomposition in `flat` from bit 9), flat (each decomposition's
-length, then its code points), the composition pairs [n_pairs, 2] and their composites.
+length, then its code points), the composition pairs [n_pairs, 2] and their composites, and
+one int of padding where the count would be even (an odd count tells the encode call's
+nfc_pairs operand that it is this one: the executors then normalize instead of checking).
 """
 
 from __future__ import annotations
@@ -55,8 +57,10 @@ def operand() -> np.ndarray:
     block_words = np.frombuffer(b"".join(blocks), np.int32)
     pairs, composites = uni.nfc_pairs(), uni.nfc_composites()
     head = np.array([MAGIC, len(blocks), len(flat), len(pairs)], np.int32)
-    out = np.concatenate([head, stage1, block_words, flat.astype(np.int32), pairs.reshape(-1), composites])
-    out = out.astype(np.int32)
+    parts = [head, stage1, block_words, flat.astype(np.int32), pairs.reshape(-1), composites]
+    if sum(len(p) for p in parts) % 2 == 0:  # an odd count marks it in the encode call
+        parts.append(np.zeros(1, np.int32))
+    out = np.concatenate(parts).astype(np.int32)
     out.setflags(write=False)
     return out
 

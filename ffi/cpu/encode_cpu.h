@@ -81,6 +81,8 @@ struct CpuScratch {
   std::vector<int32_t> tok, rank, chars;
   std::vector<uint8_t> fresh;
   std::vector<uint8_t> lowered;  // the text lowercased (pretok/lowercase.h)
+  std::vector<uint8_t> normalized;  // the text in NFC (pretok/nfc_normalize.h)
+  std::vector<uint32_t> nfc_segment;
   // merge_segment_tree (its own arrays: rank and fresh above are indexed by text position)
   std::vector<int32_t> next, prev, pair_rank, batch, touched;
   std::vector<uint8_t> alive;
@@ -265,6 +267,18 @@ constexpr int kChunkedPretokMinThreads = 8;
 // to that many.
 inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s, int threads = 1) {
   const VocabView& v = p.vocab;
+  if (p.nfc_rewrite.ints) {  // NFC first, as the CUDA pre-pass does (rows of max_len bytes)
+    NfcData d;
+    if (!nfc_data_view(p.nfc_rewrite.data, p.nfc_rewrite.ints, &d)) return kCountNotNormalized;
+    // (HostEncoder, max_len 0: rows of any length and segments of any length, never reported)
+    const int cap = p.max_len > 0 ? std::min(p.max_len, 3 * n) : 3 * n;
+    const int segment = p.max_len > 0 ? kNfcSegmentScratch : 2 * n + kNfcMaxDecomp;
+    s.normalized.resize((size_t)cap + 1);
+    s.nfc_segment.resize((size_t)segment);
+    n = nfc_normalize_row(d, text, n, nullptr, s.normalized.data(), cap, s.nfc_segment.data(), segment);
+    if (n < 0) return kCountNotNormalized;
+    text = s.normalized.data();
+  }
   s.is_special.resize(n + 1);
   s.piece_start.assign(n + 1, 0);
   s.tok.resize(n + 1);

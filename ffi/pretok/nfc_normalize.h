@@ -29,6 +29,9 @@ namespace bbpe {
 //   flat[n_flat]              decompositions, each its length then its code points
 //   pairs[n_pairs * 2]        the composition pairs, sorted (pretok/nfc.h's NfcPairs)
 //   composites[n_pairs]       the composite of each pair
+//   (one int of padding where the count would be even: passed as the encode call's nfc_pairs
+//   operand, an odd count tells it from the pairs of the check, which come in twos; the host
+//   cannot read the magic in device memory)
 constexpr int32_t kNfcDataMagic = 0x4E464331;  // "NFC1"
 constexpr int kNfcDataHeader = 4;
 // Not a normalization boundary: NFC may change the text around this code point (it or its
@@ -52,7 +55,13 @@ struct NfcData {
   const int32_t* composites;
 };
 
-// Bytes of an operand with these counts.
+// The operand in an encode call (ints 0: none; the executors then check NFC, pretok/nfc.h).
+struct NfcOperand {
+  const int32_t* data = nullptr;
+  int64_t ints = 0;
+};
+
+// Ints of an operand with these counts (before the padding).
 BBPE_HD int64_t nfc_data_ints(int64_t n_blocks, int64_t n_flat, int64_t n_pairs) {
   return kNfcDataHeader + kClassStage1Len + n_blocks * 256 + n_flat + 3 * n_pairs;
 }
@@ -63,8 +72,9 @@ BBPE_HD int64_t nfc_data_ints(int64_t n_blocks, int64_t n_flat, int64_t n_pairs)
 BBPE_HD bool nfc_data_view(const int32_t* base, int64_t n_ints, NfcData* d) {
   if (n_ints < kNfcDataHeader || base[0] != kNfcDataMagic) return false;
   const int64_t n_blocks = base[1], n_flat = base[2], n_pairs = base[3];
-  if (n_blocks < 1 || n_flat < 1 || n_pairs < 1 || nfc_data_ints(n_blocks, n_flat, n_pairs) != n_ints)
-    return false;
+  if (n_blocks < 1 || n_flat < 1 || n_pairs < 1) return false;
+  const int64_t ints = nfc_data_ints(n_blocks, n_flat, n_pairs);
+  if (n_ints != ints + (ints % 2 == 0 ? 1 : 0)) return false;
   d->stage1 = base + kNfcDataHeader;
   d->props = d->stage1 + kClassStage1Len;
   d->n_blocks = (uint32_t)n_blocks;
@@ -187,6 +197,11 @@ BBPE_HD_OUTLINE int nfc_flush_segment(const NfcData& d, const uint8_t* text, int
     if (!nfc_put_utf8(out, cap, w, scratch[k])) return kNfcOutputTooSmall;
   return 0;
 }
+
+// The executors' scratch for a segment, in code points: a row with a segment that decomposes
+// to more (a starter with hundreds of combining marks after it) is reported, on the CPU as on
+// the GPU (where the scratch is a thread's local array), so both give the same counts.
+constexpr int kNfcSegmentScratch = 256 + kNfcMaxDecomp;
 
 // NFC of text[0..n) to out (cap bytes); returns the output's length, or one of the negative
 // results above. `scratch` (scratch_cap code points) holds one segment's decomposition: a

@@ -15,6 +15,7 @@ from blockbpe_jax.pretok import nfc_data
 from blockbpe_jax.pretok import normalizer as norm
 from blockbpe_jax.pretok import unicode as uni
 
+from helpers import corpus_texts, gpu_devices
 from strategies import ANY_CHAR, fuzz, raw_bytes
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -195,3 +196,156 @@ def test_bad_operand_is_refused():
     bad[1] += 1  # n_blocks no longer fits the size
     with pytest.raises(ValueError, match="operand"):
         native.cpu.nfc_normalize(np.zeros(1, np.uint8), np.array([0, 1], np.int64), bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# The encode on text not in NFC: the executors normalize each row (CPU executor here, the CUDA
+# pre-pass where a GPU is visible), the ids HF tokenizers' on the same tokenizer.json.
+
+NOT_NFC = [
+    "cafe\u0301 na\u0308ive re\u0301sume\u0301",
+    "a\u0301\u0323 q\u0307\u0323 \u1e0a\u0323",
+    "\u1100\u1161\u11a8 \u1112\u1175 \uac00\u11a8 \u1100\u1161",
+    "\u212b \u2126 \u212a \u0344 \u0958\u0959 \uf900",
+    "\u0627\u064e\u0651 \u09c7\u09be \u0b47\u0b3e \u0e4d\u0e32",
+    "\u03b1\u0313\u0300\u0345 \u1f00\u0300 \u03c9\u0342\u0345",
+    "x<|end_of_text|>e\u0301 <|end_of_text|>",
+    "\U000105d2\u0307 \U0001d15e\U0001d165 \U000110a5\U000110ba",
+    "plain ascii, then e\u0301 at the end e\u0301",
+]
+
+
+@pytest.fixture(scope="module")
+def nfc_tok(data_dir):
+    from synthetic import nfc_tokenizer
+
+    return nfc_tokenizer(data_dir)
+
+
+def hf_ids(hf, texts):
+    return [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+
+
+def raw_ids(tok, texts, device, max_len):
+    """The primitive on the raw UTF-8 (no host normalization), T = max_len + 2."""
+    import jax
+
+    import blockbpe_jax as bb
+
+    data, lengths = bb.pack_strings(texts, max_len=max_len)
+    out = bb.encode(
+        jax.device_put(data, device),
+        jax.device_put(lengths, device),
+        tok,
+        max_tokens=max_len + 2,
+        allowed_special="all",
+    )
+    ids, counts = np.asarray(out.ids), np.asarray(out.counts)
+    return [ids[i, : counts[i]].tolist() if counts[i] >= 0 else int(counts[i]) for i in range(len(texts))]
+
+
+def check_raw(tok, hf, texts, device):
+    """Every row HF's ids; a row is reported (-2) only where its NFC is wider than the rows."""
+    width = max(16, max(len(t.encode()) for t in texts))
+    got, want = raw_ids(tok, texts, device, width), hf_ids(hf, texts)
+    for t, g, w in zip(texts, got, want):
+        if g == -2:
+            assert len(norm.nfc(t).encode()) > width, f"reported, but its NFC fits: {t!r}"
+        else:
+            assert g == w, f"differs from HF on {t!r}"
+
+
+def check_encode_batch(tok, hf, texts, device):
+    ids, counts = tok.encode_batch(texts, device=device, allowed_special="all")
+    ids, counts = np.asarray(ids), np.asarray(counts)
+    got = [ids[i, : counts[i]].tolist() for i in range(len(texts))]
+    assert got == hf_ids(hf, texts)
+
+
+def test_encode_leaves_nfc_to_the_executors(nfc_tok):
+    """encode_batch sends the raw text (the tables carry the normalization operand)."""
+    tok, _ = nfc_tok
+    assert tok._normalized(["e\u0301"], "exact") == (["e\u0301"], False)
+    assert tok.host_tables()[9].size % 2 == 1  # (the operand's odd count)
+
+
+def test_raw_bytes_cpu(nfc_tok, data_dir):
+    import jax
+
+    tok, hf = nfc_tok
+    texts = NOT_NFC + [norm.nfc(t) for t in NOT_NFC] + corpus_texts(data_dir, 2, seed=5)
+    check_raw(tok, hf, texts, jax.devices("cpu")[0])
+
+
+def test_encode_batch_cpu(nfc_tok):
+    import jax
+
+    tok, hf = nfc_tok
+    check_encode_batch(tok, hf, NOT_NFC, jax.devices("cpu")[0])
+
+
+# Rows the executors report (their NFC outgrows the packed width; a segment of hundreds of
+# marks), which encode_batch encodes again after normalizing them on the host.
+REPORTED = ["\u0958" * 5 + "a", "a" + "\u0301" * 300 + " b", "short"]
+
+
+def test_reported_rows_cpu(nfc_tok):
+    import jax
+
+    tok, hf = nfc_tok
+    cpu = jax.devices("cpu")[0]
+    got = raw_ids(tok, [REPORTED[0], REPORTED[2]], cpu, 16)
+    assert got[0] == -2 and got[1] == hf_ids(hf, REPORTED[2:])[0]  # 16 bytes -> 31
+    assert raw_ids(tok, REPORTED[1:2], cpu, 1024) == [-2]  # 301 marks in one segment
+    check_encode_batch(tok, hf, REPORTED, cpu)
+    check_encode_batch(tok, hf, REPORTED[:1], cpu)  # its NFC outgrows the batch's width
+
+
+@fuzz(40)
+@given(texts=st.lists(nfc_text, min_size=1, max_size=8))
+def test_fuzz_encode_cpu(nfc_tok, texts):
+    import jax
+
+    tok, hf = nfc_tok
+    texts = [t for t in texts if t] or ["x"]
+    check_raw(tok, hf, texts, jax.devices("cpu")[0])
+    check_encode_batch(tok, hf, texts, jax.devices("cpu")[0])
+
+
+GPU = pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
+
+
+@GPU
+@pytest.mark.gpu
+def test_raw_bytes_gpu(nfc_tok, data_dir):
+    """The CUDA pre-pass (ffi/cuda/nfc_prepass.cuh): raw bytes not in NFC give HF's ids, short
+    rows and long rows (the tile pipeline) alike, and the same counts as the CPU executor."""
+    import jax
+
+    tok, hf = nfc_tok
+    gpu = gpu_devices()[0]
+    texts = NOT_NFC + [norm.nfc(t) for t in NOT_NFC] + corpus_texts(data_dir, 2, seed=5)
+    check_raw(tok, hf, texts, gpu)
+    long_rows = [" ".join(NOT_NFC) * 40, ("e\u0301 " * 3000) + "end"]  # > 8 KiB: tiles
+    check_raw(tok, hf, long_rows, gpu)
+    for rows, width in (([REPORTED[0], REPORTED[2]], 16), (REPORTED[1:2], 1024), (NOT_NFC, 256)):
+        assert raw_ids(tok, rows, gpu, width) == raw_ids(tok, rows, jax.devices("cpu")[0], width)
+
+
+@GPU
+@pytest.mark.gpu
+def test_encode_batch_gpu(nfc_tok, data_dir):
+    tok, hf = nfc_tok
+    gpu = gpu_devices()[0]
+    check_encode_batch(tok, hf, NOT_NFC + REPORTED + corpus_texts(data_dir, 2, seed=6), gpu)
+
+
+@GPU
+@pytest.mark.gpu
+@fuzz(60)
+@given(texts=st.lists(nfc_text, min_size=1, max_size=8))
+def test_fuzz_encode_gpu(nfc_tok, texts):
+    tok, hf = nfc_tok
+    texts = [t for t in texts if t] or ["x"]
+    check_raw(tok, hf, texts, gpu_devices()[0])
+    check_encode_batch(tok, hf, texts, gpu_devices()[0])
