@@ -172,17 +172,15 @@ BBPE_HD bool nfc_put_utf8(uint8_t* out, int cap, int* w, uint32_t cp) {
 constexpr int kNfcScratchTooSmall = -1;  // a segment decomposes to more than the scratch holds
 constexpr int kNfcOutputTooSmall = -2;   // out has less room than the result (never at 3n)
 
-// Writes the segment text[seg..end) (valid UTF-8, no special byte) at out[*w..): as it is
-// (clean: no code point in it has kNfcPropUnsafe) or normalized through scratch. 0 or one of
-// the negative results above.
-BBPE_HD_OUTLINE int nfc_flush_segment(const NfcData& d, const uint8_t* text, int n, const uint8_t* sp,
-                                      int seg, int end, bool clean, uint8_t* out, int cap, int* w,
-                                      uint32_t* scratch, int scratch_cap) {
-  if (clean) {
-    if (*w + (end - seg) > cap) return kNfcOutputTooSmall;
-    for (int k = seg; k < end; ++k) out[(*w)++] = text[k];
-    return 0;
-  }
+// The executors' scratch for a segment, in code points: a row with a segment that decomposes
+// to more (a starter with hundreds of combining marks after it) is reported, on the CPU as on
+// the GPU (where the scratch is a thread's local array), so both give the same counts.
+constexpr int kNfcSegmentScratch = 256 + kNfcMaxDecomp;
+
+// Writes the segment text[seg..end) (valid UTF-8, no special byte) normalized at out[*w..),
+// through scratch. 0 or one of the negative results above.
+BBPE_HD_OUTLINE int nfc_write_segment(const NfcData& d, const uint8_t* text, int n, const uint8_t* sp, int seg,
+                                      int end, uint8_t* out, int cap, int* w, uint32_t* scratch, int scratch_cap) {
   int m = 0;
   for (int k = seg; k < end;) {
     uint32_t cp;
@@ -198,10 +196,14 @@ BBPE_HD_OUTLINE int nfc_flush_segment(const NfcData& d, const uint8_t* text, int
   return 0;
 }
 
-// The executors' scratch for a segment, in code points: a row with a segment that decomposes
-// to more (a starter with hundreds of combining marks after it) is reported, on the CPU as on
-// the GPU (where the scratch is a thread's local array), so both give the same counts.
-constexpr int kNfcSegmentScratch = 256 + kNfcMaxDecomp;
+// The length of the code point at byte i if it has kNfcPropUnsafe (no boundary before it),
+// else 0 (ASCII, a special or invalid byte, or a code point NFC text splits before).
+BBPE_HD int nfc_unsafe_at(const NfcData& d, const uint8_t* text, int n, const uint8_t* sp, int i) {
+  if (text[i] < 0x80 || (sp && sp[i])) return 0;
+  uint32_t cp;
+  const int len = utf8_decode(text, n, sp, i, &cp);
+  return len && (nfc_prop(d, cp) & kNfcPropUnsafe) ? len : 0;
+}
 
 // NFC of text[0..n) to out (cap bytes); returns the output's length, or one of the negative
 // results above. `scratch` (scratch_cap code points) holds one segment's decomposition: a
@@ -216,43 +218,43 @@ constexpr int kNfcSegmentScratch = 256 + kNfcMaxDecomp;
 // pair and every code point). The bound is checked all the same, so a wrong operand can
 // never write past cap.
 //
-// Fast path: a segment whose code points have no kNfcPropUnsafe (a boundary followed by the
-// next boundary) is copied as it is, so a row that NFC cannot change is copied byte for byte.
+// Fast path: text is copied as it is up to the segment of a code point with kNfcPropUnsafe
+// (from the last boundary before it to the first after it), which alone is normalized; a row
+// without such a code point is one copy.
 BBPE_HD_OUTLINE int nfc_normalize_row(const NfcData& d, const uint8_t* text, int n, const uint8_t* sp,
                                       uint8_t* out, int cap, uint32_t* scratch, int scratch_cap) {
   int w = 0;
-  int seg = 0;        // start of the pending segment (after a boundary, or 0)
-  bool clean = true;  // no code point of the pending segment has kNfcPropUnsafe
+  int copied = 0;  // text[0..copied) is written
+  int seg = 0;     // where a segment starting before byte i would start: the last boundary
   int i = 0;
   while (i < n) {
     const uint8_t b = text[i];
-    int len = 1;  // 0: an invalid or special byte
-    bool unsafe = false;
-    if (sp && sp[i]) {
-      len = 0;
-    } else if (b >= 0x80) {
-      uint32_t cp;
-      len = utf8_decode(text, n, sp, i, &cp);
-      unsafe = len && (nfc_prop(d, cp) & kNfcPropUnsafe) != 0;
-    }
-    if (!unsafe) {  // a boundary: the pending segment normalizes on its own
-      const int r = nfc_flush_segment(d, text, n, sp, seg, i, clean, out, cap, &w, scratch, scratch_cap);
-      if (r < 0) return r;
-      seg = i;
-      clean = true;
-    }
-    if (len == 0) {  // copied; the next code point starts a segment
-      if (w + 1 > cap) return kNfcOutputTooSmall;
-      out[w++] = b;
-      seg = i + 1;
-      i += 1;
+    if (b < 0x80 && !(sp && sp[i])) {  // ASCII: a boundary
+      seg = i++;
       continue;
     }
-    clean &= !unsafe;
-    i += len;
+    uint32_t cp;
+    const int len = (sp && sp[i]) ? 0 : utf8_decode(text, n, sp, i, &cp);
+    if (len == 0) {  // an invalid or special byte: copied; a segment may start after it
+      seg = ++i;
+      continue;
+    }
+    if (!(nfc_prop(d, cp) & kNfcPropUnsafe)) {
+      seg = i;
+      i += len;
+      continue;
+    }
+    int end = i + len;  // the segment runs to the next boundary
+    for (int more; end < n && (more = nfc_unsafe_at(d, text, n, sp, end)) != 0;) end += more;
+    if (w + (seg - copied) > cap) return kNfcOutputTooSmall;
+    for (int k = copied; k < seg; ++k) out[w++] = text[k];
+    const int r = nfc_write_segment(d, text, n, sp, seg, end, out, cap, &w, scratch, scratch_cap);
+    if (r < 0) return r;
+    copied = seg = i = end;
   }
-  const int r = nfc_flush_segment(d, text, n, sp, seg, n, clean, out, cap, &w, scratch, scratch_cap);
-  return r < 0 ? r : w;
+  if (w + (n - copied) > cap) return kNfcOutputTooSmall;
+  for (int k = copied; k < n; ++k) out[w++] = text[k];
+  return w;
 }
 
 }  // namespace bbpe
