@@ -3,8 +3,8 @@ the reference's Unicode version (unicode_nfc9.npz), and the native batch call th
 with it on the CPU.
 
 Layout, int32: a header (magic, n_blocks, n_flat, n_pairs), stage1 int32[4352] (code point >> 8
--> block), the blocks' per-code-point words (Canonical_Combining_Class in bits 0-7, UNSAFE, the
-offset + 1 of the code point's decomposition in `flat` from bit 9), flat (each decomposition's
+-> block), the blocks' per-code-point words (Canonical_Combining_Class in bits 0-7, UNSAFE,
+QC_NO, QC_MAYBE, TRAIL, the offset + 1 of the code point's decomposition in `flat` from bit 12), flat (each decomposition's
 length, then its code points), the composition pairs [n_pairs, 2] and their composites, and
 one int of padding where the count would be even (an odd count tells the encode call's
 nfc_pairs operand that it is this one: the executors then normalize instead of checking).
@@ -20,7 +20,8 @@ from . import unicode as uni
 
 MAGIC = 0x4E464331  # kNfcDataMagic
 UNSAFE = 1 << 8  # kNfcPropUnsafe: not a normalization boundary
-DECOMP_SHIFT = 9  # kNfcPropDecompShift
+QC_NO, QC_MAYBE, TRAIL = 1 << 9, 1 << 10, 1 << 11  # kNfcPropQcNo, kNfcPropQcMaybe, kNfcPropTrail
+DECOMP_SHIFT = 12  # kNfcPropDecompShift
 STAGE1_LEN = 0x110000 >> 8  # kClassStage1Len
 MAX_DECOMP = 4  # kNfcMaxDecomp
 
@@ -47,7 +48,14 @@ def operand() -> np.ndarray:
         raise ValueError(f"a decomposition of {lengths.max()} code points; the kernels hold {MAX_DECOMP}")
     starts = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]])
     flat = np.concatenate([np.concatenate([[n], row[1 : 1 + n]]) for n, row in zip(lengths, decomp)])
-    props = ccc | np.where(unsafe_code_points(), UNSAFE, 0)
+    qc = uni.nfc_quick_check()
+    props = (
+        ccc
+        | np.where(unsafe_code_points(), UNSAFE, 0)
+        | np.where(qc == 2, QC_NO, 0)
+        | np.where(qc == 1, QC_MAYBE, 0)
+        | np.where(uni.nfc_trail(), TRAIL, 0)
+    )
     props[decomp[:, 0]] |= (starts + 1) << DECOMP_SHIFT
     rows = props.astype(np.int32).reshape(STAGE1_LEN, 256)
     keys = [row.tobytes() for row in rows]

@@ -267,9 +267,9 @@ constexpr int kChunkedPretokMinThreads = 8;
 // to that many.
 inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s, int threads = 1) {
   const VocabView& v = p.vocab;
-  if (p.nfc_rewrite.ints) {  // NFC first, as the CUDA pre-pass does (rows of max_len bytes)
-    NfcData d;
-    if (!nfc_data_view(p.nfc_rewrite.data, p.nfc_rewrite.ints, &d)) return kCountNotNormalized;
+  NfcData d;  // NFC first, as the CUDA pre-pass does (rows of max_len bytes)
+  if (p.nfc_rewrite.ints && !nfc_data_view(p.nfc_rewrite.data, p.nfc_rewrite.ints, &d)) return kCountNotNormalized;
+  if (p.nfc_rewrite.ints && nfc_row_may_change(d, text, n, nullptr)) {
     // (HostEncoder, max_len 0: rows of any length and segments of any length, never reported)
     const int cap = p.max_len > 0 ? std::min(p.max_len, 3 * n) : 3 * n;
     const int segment = p.max_len > 0 ? kNfcSegmentScratch : 2 * n + kNfcMaxDecomp;

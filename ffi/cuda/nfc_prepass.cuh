@@ -3,9 +3,9 @@
 // batch's shape, which the encode then reads in place of the raw rows; the CPU executor
 // normalizes each row by the same header (cpu/encode_cpu.h, encode_string).
 //
-// One block per row: its threads copy the row and look for a code point that NFC may change
-// (kNfcPropUnsafe); where there is one, one thread normalizes the row (rows that need it are
-// rare and their work is a sequential scan). A row whose NFC does not fit its max_len bytes,
+// One block per row: its threads copy the row and run the quick check (nfc_may_change_at) on
+// its code points; where one may change, one thread normalizes the row (rows that need it are
+// rare, and their work is a sequential scan). A row whose NFC does not fit its max_len bytes,
 // or has a segment longer than kNfcSegmentScratch code points, is reported afterwards
 // (count kCountNotNormalized), as the check reported text not in NFC.
 #pragma once
@@ -42,9 +42,7 @@ __global__ void __launch_bounds__(kNfcPrepassThreads)
   for (int i = threadIdx.x; i < max_len; i += kNfcPrepassThreads) {
     const uint8_t c = src[i];
     dst[i] = c;
-    uint32_t cp;
-    if (ok && i < n && c >= 0xC0 && utf8_decode(src, n, nullptr, i, &cp) && (nfc_prop(d, cp) & kNfcPropUnsafe))
-      mine = true;
+    if (ok && i < n && c >= 0xC0 && nfc_may_change_at(d, src, n, nullptr, i)) mine = true;
   }
   if (mine) unsafe = 1;
   __syncthreads();

@@ -23,9 +23,9 @@ namespace bbpe {
 // The operand, int32 (blockbpe_jax/pretok/nfc_data.py mirrors this layout):
 //   [0] kNfcDataMagic  [1] n_blocks  [2] n_flat  [3] n_pairs
 //   stage1[kClassStage1Len]   the block of each 256 code points (as pretok/tables.h's tables)
-//   props[n_blocks * 256]     per code point: Canonical_Combining_Class (bits 0-7),
-//                             kNfcPropUnsafe (bit 8), and from bit 9 the offset + 1 in flat of
-//                             its full canonical decomposition (0: none)
+//   props[n_blocks * 256]     per code point: Canonical_Combining_Class (bits 0-7), the bits
+//                             below (8-11), and from bit 12 the offset + 1 in flat of its full
+//                             canonical decomposition (0: none)
 //   flat[n_flat]              decompositions, each its length then its code points
 //   pairs[n_pairs * 2]        the composition pairs, sorted (pretok/nfc.h's NfcPairs)
 //   composites[n_pairs]       the composite of each pair
@@ -38,7 +38,10 @@ constexpr int kNfcDataHeader = 4;
 // decomposition's first code point is a non-starter or may compose with a starter before it,
 // or NFC_Quick_Check is No). Text up to a code point without this bit normalizes on its own.
 constexpr int32_t kNfcPropUnsafe = 1 << 8;
-constexpr int kNfcPropDecompShift = 9;
+constexpr int32_t kNfcPropQcNo = 1 << 9;     // NFC_Quick_Check No: the code point alone changes
+constexpr int32_t kNfcPropQcMaybe = 1 << 10; // NFC_Quick_Check Maybe: may compose with a starter
+constexpr int32_t kNfcPropTrail = 1 << 11;   // a starter whose decomposition ends in a non-starter
+constexpr int kNfcPropDecompShift = 12;
 constexpr int kNfcMaxDecomp = 4;  // the longest full canonical decomposition (Unicode 9.0)
 
 // Hangul syllables decompose and compose by their arithmetic (Unicode ch. 3.12).
@@ -194,6 +197,40 @@ BBPE_HD_OUTLINE int nfc_write_segment(const NfcData& d, const uint8_t* text, int
   for (int k = 0; k < m; ++k)
     if (!nfc_put_utf8(out, cap, w, scratch[k])) return kNfcOutputTooSmall;
   return 0;
+}
+
+// Whether the code point that starts at byte i (if one does) may show that text[0..n) is not in
+// NFC: the quick check of pretok/nfc.h (UAX #15: Quick_Check No; two adjacent non-starters out
+// of canonical order; a Maybe that composes with the last starter before it, unblocked) on this
+// operand's data. It errs only towards yes (a Maybe after a starter whose decomposition ends in
+// a mark), so a row without such a position is in NFC and needs no rewrite.
+BBPE_HD_OUTLINE bool nfc_may_change_at(const NfcData& d, const uint8_t* text, int n, const uint8_t* sp, int i) {
+  uint32_t cp;
+  if (text[i] < 0x80 || (sp && sp[i]) || !utf8_decode(text, n, sp, i, &cp)) return false;
+  const int32_t prop = nfc_prop(d, cp);
+  if (!(prop & kNfcPropUnsafe)) return false;
+  if (prop & kNfcPropQcNo) return true;
+  const uint8_t ccc = nfc_prop_ccc(prop);
+  uint32_t prev;
+  int at = i;
+  if (!nfc_previous(text, n, sp, at, &prev, &at)) return false;  // nothing before it to act on
+  int32_t prev_prop = nfc_prop(d, prev);
+  if (ccc != 0 && nfc_prop_ccc(prev_prop) > ccc) return true;  // out of canonical order
+  if (!(prop & kNfcPropQcMaybe)) return false;
+  while (nfc_prop_ccc(prev_prop) != 0) {  // back to the last starter, unless blocked
+    if (ccc == 0 || nfc_prop_ccc(prev_prop) >= ccc) return false;
+    if (!nfc_previous(text, n, sp, at, &prev, &at)) return false;
+    prev_prop = nfc_prop(d, prev);
+  }
+  return (prev_prop & kNfcPropTrail) || nfc_compose(d, prev, cp) >= 0;
+}
+
+// Whether any code point of text[0..n) may change under NFC (nfc_may_change_at): a row for
+// which this is false is in NFC and is used as it is.
+BBPE_HD bool nfc_row_may_change(const NfcData& d, const uint8_t* text, int n, const uint8_t* sp) {
+  for (int i = 0; i < n; ++i)
+    if (text[i] >= 0xC0 && nfc_may_change_at(d, text, n, sp, i)) return true;
+  return false;
 }
 
 // The length of the code point at byte i if it has kNfcPropUnsafe (no boundary before it),
