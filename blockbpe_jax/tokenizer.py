@@ -320,6 +320,8 @@ class Tokenizer:
         ids, sub_ids = out.ids, fixed.ids
         if widen and sub_ids.shape[1] > ids.shape[1]:
             ids = jnp.pad(ids, ((0, 0), (0, sub_ids.shape[1] - ids.shape[1])), constant_values=pad_id)
+        if sub_ids.shape[1] < ids.shape[1]:  # (the reported rows packed narrower than the batch)
+            sub_ids = jnp.pad(sub_ids, ((0, 0), (0, ids.shape[1] - sub_ids.shape[1])), constant_values=pad_id)
         sub_ids = sub_ids[:, : ids.shape[1]]
         idx = jnp.asarray(bad)
         return primitive.Encoded(ids.at[idx].set(sub_ids), out.counts.at[idx].set(fixed.counts))

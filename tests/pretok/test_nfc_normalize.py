@@ -299,6 +299,7 @@ def test_reported_rows_cpu(nfc_tok):
     assert raw_ids(tok, REPORTED[1:2], cpu, 1024) == [-2]  # 301 marks in one segment
     check_encode_batch(tok, hf, REPORTED, cpu)
     check_encode_batch(tok, hf, REPORTED[:1], cpu)  # its NFC outgrows the batch's width
+    check_encode_batch(tok, hf, ["x" * 3000, REPORTED[1]], cpu)  # reported rows packed narrower
 
 
 @fuzz(40)
@@ -338,6 +339,8 @@ def test_encode_batch_gpu(nfc_tok, data_dir):
     tok, hf = nfc_tok
     gpu = gpu_devices()[0]
     check_encode_batch(tok, hf, NOT_NFC + REPORTED + corpus_texts(data_dir, 2, seed=6), gpu)
+    check_encode_batch(tok, hf, REPORTED[:1], gpu)
+    check_encode_batch(tok, hf, ["x" * 3000, REPORTED[1]], gpu)
 
 
 @GPU
