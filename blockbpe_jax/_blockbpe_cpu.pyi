@@ -47,6 +47,11 @@ def counts_in_plan_order(counts: Annotated[NDArray[numpy.int32], dict(order='C',
 
 def compaction_layout(got: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)], src: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)], perm: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)], calls: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)], counts: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], layout: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu')]) -> tuple: ...
 
+def nfc_normalize(data: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], offsets: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], operand: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> tuple:
+    """
+    NFC of each row data[offsets[i]:offsets[i + 1]] (ffi/pretok/nfc_normalize.h) -> (bytes, offsets).
+    """
+
 def registrations() -> dict: ...
 
 def split_lines_registrations() -> dict: ...

@@ -161,6 +161,12 @@ class Tokenizer:
         """Whether exact mode has a normalizer (NFC, Lowercase): `normalize` applies it."""
         return self.nfc or self.lowercase
 
+    @property
+    def _device_nfc(self) -> bool:
+        """Whether exact mode leaves the normalizer to the executors: NFC alone, which they
+        normalize (ffi/pretok/nfc_normalize.h), so encode_batch sends the text as it is."""
+        return bool(self.vocab.pretokenizer) and self.vocab.pretokenizer.normalizer.steps == ("nfc",)
+
     def _pretok(self) -> tuple[np.ndarray, int, str | None]:
         """(operand, stages, None) of the pre-tokenizer, or (placeholder, -1, why exact mode is
         unavailable). Compiled once, at the first use."""
@@ -199,7 +205,9 @@ class Tokenizer:
         GPU the strings are packed into pinned memory and copied by one DMA
         (`blockbpe_jax/staging.py`); elsewhere the NumPy arrays travel with the call. A
         tokenizer with a normalizer (NFC, Lowercase) gets its strings normalized here first
-        (`normalize`). A str's surrogates are as tiktoken has them: a pair joined into its code
+        (`normalize`), but NFC alone, which the executors normalize (ffi/pretok/nfc_normalize.h);
+        the rare rows they report (their NFC wider than L, or hundreds of combining marks on
+        one letter) are normalized here and encoded again, which waits for the counts. A str's surrogates are as tiktoken has them: a pair joined into its code
         point, a lone one U+FFFD.
         """
         return self._staged_batch(
@@ -248,9 +256,11 @@ class Tokenizer:
         texts, normalized = self._normalized(raw, mode)
         target = device or jax.devices()[0]
 
+        device_nfc = mode == "exact" and self._device_nfc
+
         # Packing guarantees 0 <= lengths <= L: no need for the handler's read-back.
-        def run(data, lengths):
-            return primitive.encode(
+        def run(data, lengths, normalized=normalized):
+            out = primitive.encode(
                 data,
                 lengths,
                 self.tables(allowed_special, device),
@@ -261,6 +271,9 @@ class Tokenizer:
                 check_lengths=False,
                 assume_normalized=normalized,
             )
+            if device_nfc and not normalized:
+                out = self._reported_rows_on_host(out, texts, run, max_tokens is None, pad_id)
+            return out
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
             # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how).
@@ -273,7 +286,8 @@ class Tokenizer:
         try:
             data, lengths = pack_strings(texts, max_len=max_len)
         except UnicodeEncodeError:
-            data, lengths = pack_strings(self._normalized(_without_surrogates(raw), mode)[0], max_len=max_len)
+            texts = self._normalized(_without_surrogates(raw), mode)[0]
+            data, lengths = pack_strings(texts, max_len=max_len)
         if device is not None and device != jax.devices()[0]:
             data, lengths = jax.device_put((data, lengths), device)
         # (else the NumPy arrays ride along with the jitted call to the default device)
@@ -281,9 +295,36 @@ class Tokenizer:
 
     def _normalized(self, texts: list, mode: str) -> tuple[list, bool]:
         """(the texts as encode sees them, whether they were normalized): exact mode on a
-        tokenizer with a normalizer normalizes first (encode then trusts the text)."""
-        normalized = mode == "exact" and self.normalizes
+        tokenizer with a normalizer normalizes first (encode then trusts the text), but NFC
+        alone, which the executors normalize."""
+        normalized = mode == "exact" and self.normalizes and not self._device_nfc
         return (self.normalize(texts) if normalized else texts), normalized
+
+    def _reported_rows_on_host(self, out, texts, run, widen: bool, pad_id: int):
+        """`out` with the rows the executors reported (count -2: the row's NFC does not fit
+        its width, or has a segment of hundreds of combining marks; pretok/nfc_normalize.h)
+        encoded again, normalized here. Reads the counts back (waits for the call); widens
+        the ids where a row's tokens need more columns than `out` has and the caller did not
+        fix max_tokens."""
+        import jax.numpy as jnp
+
+        counts = np.asarray(out.counts)
+        bad = np.flatnonzero(counts == -2)
+        if not bad.size:
+            return out
+        sub = self.normalize([texts[i] for i in bad])
+        data, lengths = pack_strings(sub)
+        device = next(iter(out.ids.devices()))
+        data, lengths = jax.device_put((data, lengths), device)
+        fixed = run(data, lengths, normalized=True)
+        ids, sub_ids = out.ids, fixed.ids
+        if widen and sub_ids.shape[1] > ids.shape[1]:
+            ids = jnp.pad(ids, ((0, 0), (0, sub_ids.shape[1] - ids.shape[1])), constant_values=pad_id)
+        if sub_ids.shape[1] < ids.shape[1]:  # (the reported rows packed narrower than the batch)
+            sub_ids = jnp.pad(sub_ids, ((0, 0), (0, ids.shape[1] - sub_ids.shape[1])), constant_values=pad_id)
+        sub_ids = sub_ids[:, : ids.shape[1]]
+        idx = jnp.asarray(bad)
+        return primitive.Encoded(ids.at[idx].set(sub_ids), out.counts.at[idx].set(fixed.counts))
 
     def as_tiktoken(self, device=None):
         """tiktoken's `Encoding` API over this tokenizer (`blockbpe_jax.compat.tiktoken_api`); device:
@@ -328,8 +369,9 @@ class Tokenizer:
         or unchanged). `encode` on raw bytes checks NFC and lowercases most code points itself,
         and reports (count -2, ffi/pretok/nfc.h and lowercase.h) a string that may not be in NFC
         or has a code point whose lowercase changes length, so normalize first where that may
-        happen. For NFC alone, bytes that are not valid UTF-8 are left as they are; with
-        Lowercase, the valid parts of such bytes are normalized (as the device does)."""
+        happen (NFC alone, the executors normalize: nothing is reported but rows whose NFC
+        outgrows their width). Bytes that are not valid UTF-8 keep those bytes, and their valid
+        parts are normalized (as the executors do)."""
         if not self.normalizes:
             return list(texts)
         norm = self.vocab.pretokenizer.normalizer

@@ -20,7 +20,7 @@ reference it must equal (tiktoken and HF tokenizers do not use one version throu
                         unicode-normalization-alignments crate; it leaves the 21 canonical pairs
                         of Unicode 13.0-16.0 uncomposed and knows no combining class assigned
                         since 9.0), from unicodedata2 9.0.0
-      ccc, nfc_qc, nfc_pairs, nfc_trail (see below), assigned bool[0x110000] (code points
+      ccc, nfc_qc, nfc_pairs, nfc_composites, nfc_decomp, nfc_trail (see below), assigned bool[0x110000] (code points
       assigned in 9.0.0: the host NFC leaves newer ones alone, as the reference does)
   unicode_lower17.npz   HF's Lowercase normalizer (Rust's char::to_lowercase, per code point,
                         no final-sigma rule): Unicode 17.0.0 in tokenizers 0.23.3, probed
@@ -30,6 +30,10 @@ reference it must equal (tiktoken and HF tokenizers do not use one version throu
   nfc_qc    NFC_Quick_Check: 0 Yes, 1 Maybe, 2 No (No = the code point alone is not NFC; Maybe =
             the second code point of a primary composite, and the Hangul V and T jamo)
   nfc_pairs the (first, second) code points of every primary composite, sorted
+  nfc_composites  the composite of each row of nfc_pairs
+  nfc_decomp      int32[K, 5]: (code point, its full canonical decomposition, -1 padded) for
+            every code point with one, Hangul syllables aside (the normalizer decomposes those
+            by their arithmetic): what ffi/pretok/nfc_normalize.h decomposes by
   nfc_trail starters whose canonical decomposition ends in a non-starter
 
 Each file has `meta` (JSON: the Unicode version, the sources, the reference versions it was
@@ -296,6 +300,8 @@ def build(cache: pathlib.Path) -> dict[str, dict[str, np.ndarray]]:
         "nfc_qc": u9["nfc_qc"],
         "nfc_pairs": u9["nfc_pairs"],
         "nfc_trail": u9["nfc_trail"],
+        "nfc_composites": u9["nfc_composites"],
+        "nfc_decomp": u9["nfc_decomp"],
         "assigned": u9["gc"] != 0,
         "meta": np.array(
             json.dumps(

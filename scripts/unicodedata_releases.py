@@ -23,6 +23,7 @@ ccc = np.zeros(0x110000, np.uint8)
 qc = np.zeros(0x110000, np.uint8)
 trail = np.zeros(0x110000, bool)
 pairs = []
+decomp = []  # (code point, its full canonical decomposition, -1 padded): NFD of it alone
 for cp in range(0x110000):
     ch = chr(cp)
     gc[cp] = index[u.category(ch)]
@@ -33,18 +34,22 @@ for cp in range(0x110000):
         qc[cp] = 2
     d = u.decomposition(ch)
     if d and not d.startswith("<"):
+        nfd = u.normalize("NFD", ch)
+        assert len(nfd) <= 4, (cp, nfd)
+        decomp.append([cp] + [ord(x) for x in nfd] + [-1] * (4 - len(nfd)))
         parts = [int(x, 16) for x in d.split()]
         if len(parts) == 2 and u.normalize("NFC", "".join(map(chr, parts))) == ch:
             qc[parts[1]] = max(qc[parts[1]], 1)
-            pairs.append(parts)
+            pairs.append(parts + [cp])
 for cp in range(0x110000):
     if not 0xD800 <= cp < 0xE000 and ccc[cp] == 0:
         nfd = u.normalize("NFD", chr(cp))
         trail[cp] = len(nfd) > 1 and u.combining(nfd[-1]) != 0
 qc[0x1161:0x1176] = 1  # Hangul V jamo compose with a preceding L or LV syllable
 qc[0x11A8:0x11C3] = 1  # Hangul T jamo with a preceding LV syllable
-np.savez(out, gc=gc, ccc=ccc, nfc_qc=qc, nfc_trail=trail,
-         nfc_pairs=np.array(sorted(pairs), np.int32).reshape(-1, 2))
+pairs = np.array(sorted(pairs), np.int32).reshape(-1, 3)
+np.savez(out, gc=gc, ccc=ccc, nfc_qc=qc, nfc_trail=trail, nfc_pairs=pairs[:, :2],
+         nfc_composites=pairs[:, 2], nfc_decomp=np.array(decomp, np.int32).reshape(-1, 5))
 """
 
 
@@ -105,8 +110,12 @@ def _patch_old_sdist(root: pathlib.Path):
 
 
 def unicode_data(version: str, spec: str, cache: pathlib.Path, gc_names) -> dict[str, np.ndarray]:
-    """gc, ccc, nfc_qc, nfc_trail, nfc_pairs at `version` (unicodedata2 in a subprocess)."""
+    """gc, ccc, nfc_qc, nfc_trail, nfc_pairs, nfc_composites, nfc_decomp at `version` (unicodedata2 in a subprocess)."""
     out = cache / f"dump-{version}.npz"
+    if out.exists():
+        with np.load(out) as z:
+            if "nfc_decomp" not in z.files:  # a dump by an older version of this script
+                out.unlink()
     if not out.exists():
         env = dict(os.environ)
         d = _unicodedata2_dir(version, spec, cache)

@@ -6,6 +6,7 @@ compiler.py      NFA -> the backward/forward automata (minimised), code point cl
 automata.py      Automata, their minimisation and sequential run (the tests' reference)
 tables.py        automata -> the kernels' operand (ffi/pretok/tables.h)
 normalizer.py    a tokenizer.json normalizer (NFC, Lowercase) for the kernels and the host
+nfc_data.py      the NFC normalization operand (ffi/pretok/nfc_normalize.h), its CPU batch call
 pipeline.py      a tokenizer's stages (tiktoken pattern, HF pre_tokenizer) + compile cache
 unicode.py       the Unicode tables, each at its reference's version (unicode_*.npz)
 versions.py      the installed references' Unicode versions against the tables' (warnings)
@@ -17,6 +18,7 @@ from .pipeline import (
     HF_BYTELEVEL_PATTERN,
     Pretokenizer,
     Stage,
+    device_normalizes,
     from_hf,
     from_tiktoken_pattern,
     nfc_from_hf,
@@ -34,6 +36,7 @@ __all__ = [
     "from_hf",
     "nfc_from_hf",
     "nfc_pairs",
+    "device_normalizes",
     "normalizer_from_hf",
     "Normalizer",
     "UnicodeVersionWarning",

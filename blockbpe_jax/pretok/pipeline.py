@@ -121,14 +121,29 @@ def from_tiktoken_pattern(pattern: str) -> Pretokenizer:
 BYTES_MODE = Pretokenizer(())
 
 
-def nfc_pairs(nfc: bool, lowercase: bool = False) -> np.ndarray:
+def nfc_pairs(nfc: bool, lowercase: bool = False, rewrite: bool = False) -> np.ndarray:
     """The encode call's composition-pair operand: int32[K, 2], one stand-in row without NFC;
-    with Lowercase too, widened (normalizer.widen_pairs)."""
+    with Lowercase too, widened (normalizer.widen_pairs). rewrite: the NFC normalization
+    operand instead (nfc_data.py; an odd count), with which the executors normalize the rows
+    to NFC rather than check them (device_normalizes says for which normalizers)."""
     from . import unicode as uni
 
     if not nfc:
         return np.zeros((1, 2), np.int32)
+    if rewrite:
+        from . import nfc_data
+
+        return nfc_data.operand()
     return _widened_pairs() if lowercase else uni.nfc_pairs()
+
+
+def device_normalizes(norm: Normalizer) -> bool:
+    """Whether the executors normalize this normalizer's NFC (pretok/nfc_normalize.h): NFC alone,
+    or NFC before Lowercase (the kernels lowercase the normalized rows in place, reporting a row
+    with a code point whose lowercase they do not write in place). With Lowercase before NFC the
+    rows are checked (NFC and Lowercase commute on rows that pass, normalizer.py) and the host
+    normalizes the others."""
+    return norm.steps in (("nfc",), ("nfc", "lowercase"))
 
 
 @functools.lru_cache(maxsize=1)

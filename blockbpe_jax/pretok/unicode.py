@@ -218,6 +218,17 @@ def nfc_pairs() -> np.ndarray:
     return _table("nfc")["nfc_pairs"]
 
 
+def nfc_composites() -> np.ndarray:
+    """int32[K]: the composite of each row of nfc_pairs()."""
+    return _table("nfc")["nfc_composites"]
+
+
+def nfc_decompositions() -> np.ndarray:
+    """int32[K, 5]: (code point, its full canonical decomposition, -1 padded) for every code
+    point that has one, Hangul syllables aside (their arithmetic decomposes them)."""
+    return _table("nfc")["nfc_decomp"]
+
+
 def nfc_assigned() -> np.ndarray:
     """bool[0x110000]: code points assigned at the NFC table's version (the reference's NFC
     leaves the others alone: no decomposition, class 0, no composition)."""

@@ -89,7 +89,9 @@ class TableSets:
         """The FFI operands after (data, lengths) for the allowed specials `key`."""
         t, sp = self.vocab_tables, self.special_tables(key)
         if self._nfc_pairs is None:
-            self._nfc_pairs = pretok.nfc_pairs(*self._normalizer())
+            p = self.vocab.pretokenizer
+            rewrite = bool(p) and pretok.device_normalizes(p.normalizer)
+            self._nfc_pairs = pretok.nfc_pairs(*self._normalizer(), rewrite=rewrite)
         return (
             *(t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data),
             *(sp.special_offsets, sp.special_data, sp.special_ids),
@@ -177,18 +179,17 @@ def pretok_operand(vocab) -> tuple[np.ndarray, int, str | None]:
 
 def normalize_texts(norm, texts) -> list:
     """`Tokenizer.normalize`'s loop: each str through `norm`; bytes decoded first, and where
-    they are not valid UTF-8, left as they are (NFC alone) or normalized in their valid parts
-    (with Lowercase, as the device does)."""
+    they are not valid UTF-8, normalized in their valid parts, each other byte a starter kept
+    as it is (as the executors do: ffi/pretok/nfc_normalize.h, lowercase.h)."""
     out = []
     for t in texts:
         if isinstance(t, bytes):
             try:
                 t = normalizer.apply(norm, t.decode("utf-8")).encode("utf-8")
             except UnicodeDecodeError:
-                if norm.lowercase:
-                    t = normalizer.apply(norm, t.decode("utf-8", "surrogateescape")).encode(
-                        "utf-8", "surrogateescape"
-                    )
+                t = normalizer.apply(norm, t.decode("utf-8", "surrogateescape")).encode(
+                    "utf-8", "surrogateescape"
+                )
         elif isinstance(t, str):
             t = normalizer.apply(norm, t)
         out.append(t)

@@ -16,7 +16,7 @@ namespace bbpe {
 
 // bind_encode's signature. Operands in order: data, lengths, then the tables (TableOperands,
 // binding/table_operands.h: the vocabulary and special-token tables, the pre-tokenizer tables
-// (pretok/tables.h, PretokView), the NFC composition pairs, the character tables of
+// (pretok/tables.h, PretokView), the NFC composition pairs or normalization data, the character tables of
 // SentencePiece-style BPE (core/char_symbols.h)).
 // Attributes (by name, decode_attrs): pretok_stages (0: bytes mode, no pre-tokenizer), symbols (core/char_symbols.h:
 // kSymbolsBytes or kSymbolsChars), normalizer (NormalizerAttr, pretok/tables.h:
@@ -115,9 +115,20 @@ inline ffi::Error make_table_params(const char* target, const TableOperands& t, 
     return bad("the pre-tokenizer operand has " + std::to_string(t.pretok.size) +
                " bytes, which is not the layout of " + std::to_string(a.pretok_stages) +
                " stage(s) with normalizer=" + std::to_string(a.normalizer));
-  if (t.nfc_pairs.size < 2 || t.nfc_pairs.size % 2 != 0)
-    return bad("nfc_pairs must be int32[K, 2] with K >= 1");
-  p->nfc_pairs = NfcPairs{t.nfc_pairs.data, (int32_t)(t.nfc_pairs.size / 2)};
+  p->nfc_rewrite = NfcOperand{};
+  if (t.nfc_pairs.size % 2 == 1) {
+    // The NFC normalization operand (an odd count, pretok/nfc_normalize.h: its header is read
+    // where it lives, by the executor): the rows are normalized instead of checked.
+    if (!(a.normalizer & kNormNfc))
+      return bad("nfc_pairs must be int32[K, 2]; an odd count is the NFC normalization operand, which needs "
+                 "the normalizer's NFC bit");
+    p->nfc_pairs = NfcPairs{t.nfc_pairs.data, 0};
+    if (p->pretok.nfc) p->nfc_rewrite = NfcOperand{t.nfc_pairs.data, (int64_t)t.nfc_pairs.size};
+    p->pretok.nfc = false;
+  } else {
+    if (t.nfc_pairs.size < 2) return bad("nfc_pairs must be int32[K, 2] with K >= 1, or the NFC operand");
+    p->nfc_pairs = NfcPairs{t.nfc_pairs.data, (int32_t)(t.nfc_pairs.size / 2)};
+  }
   if (a.max_piece_len < 0) return bad("max_piece_len must be >= 0");
   if (a.symbols != kSymbolsBytes && a.symbols != kSymbolsChars)
     return bad("symbols must be 0 (bytes) or 1 (characters), got " + std::to_string(a.symbols));

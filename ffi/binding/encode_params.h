@@ -8,6 +8,7 @@
 #include "core/char_symbols.h"
 #include "core/span_stitch.h"
 #include "pretok/nfc.h"
+#include "pretok/nfc_normalize.h"
 #include "pretok/tables.h"
 
 namespace bbpe {
@@ -153,6 +154,7 @@ struct EncodeParams {
   CharTable chars;          // with kSymbolsChars: the character tables
   PretokView pretok;        // their tables (pretok/tables.h)
   NfcPairs nfc_pairs;       // with pretok.nfc: the composition pairs (pretok/nfc.h)
+  NfcOperand nfc_rewrite;   // set: each row is normalized to NFC first, no check (pretok/nfc_normalize.h)
   VocabView vocab;
   SpecialView special;
   int32_t* ids;             // [batch, max_tokens]

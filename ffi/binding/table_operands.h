@@ -27,7 +27,7 @@ namespace ffi = xla::ffi;
   X(special_data, U8, uint8_t)     /* the specials' bytes */                              \
   X(special_ids, S32, int32_t)     /* [max(S, 1)] */                                      \
   X(pretok, U8, uint8_t)           /* pretok_operand_bytes(...) (pretok/tables.h) */      \
-  X(nfc_pairs, S32, int32_t)       /* [K, 2], K >= 1 (pretok/nfc.h) */                    \
+  X(nfc_pairs, S32, int32_t)       /* [K, 2], K >= 1 (nfc.h), or odd: nfc_normalize.h */  \
   X(char_table, S32, int32_t)      /* [kCharTableHeader + T * W] or [1] (char_symbols.h) */
 
 // One table operand: its elements (device memory under CUDA) and how many.

@@ -23,6 +23,8 @@
 
 namespace ffi = xla::ffi;
 
+void bind_nfc_normalize(nb::module_& m);  // nfc_batch.cc
+
 namespace bbpe {
 
 // Strings are independent: split the batch over a few host threads.
@@ -297,6 +299,7 @@ NB_MODULE(_blockbpe_cpu, m) {
            nb::arg("rank_is_id"))
       .def("encode", &HostEncoder::encode, nb::arg("texts"));
   bind_corpus_helpers(m);
+  bind_nfc_normalize(m);
   // The CPU handler reads lengths for free, so the "unchecked" target checks them too.
   bbpe::bind_registrations(m, reinterpret_cast<void*>(BbpeEncodeCpu), reinterpret_cast<void*>(BbpeEncodeCpu),
                            reinterpret_cast<void*>(BbpeEncodeWindowCpu));

@@ -81,6 +81,8 @@ struct CpuScratch {
   std::vector<int32_t> tok, rank, chars;
   std::vector<uint8_t> fresh;
   std::vector<uint8_t> lowered;  // the text lowercased (pretok/lowercase.h)
+  std::vector<uint8_t> normalized;  // the text in NFC (pretok/nfc_normalize.h)
+  std::vector<uint32_t> nfc_segment;
   // merge_segment_tree (its own arrays: rank and fresh above are indexed by text position)
   std::vector<int32_t> next, prev, pair_rank, batch, touched;
   std::vector<uint8_t> alive;
@@ -260,11 +262,26 @@ constexpr int kHostBytesPerThread = 16 << 10;
 constexpr int kChunkedPretokMinThreads = 8;
 
 // Tokenizes text[0..n) into s.tok[0..count); returns count (kCountNotNormalized: the text may
-// not be in the NFC form its tokenizer requires, or has a code point whose lowercase is not
+// not be in the NFC form its tokenizer requires (checked), or its NFC outgrows the row
+// (normalized first, pretok/nfc_normalize.h), or it has a code point whose lowercase is not
 // rewritten in place). threads > 1: a long text is pre-tokenized and its segments merged on up
 // to that many.
 inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s, int threads = 1) {
   const VocabView& v = p.vocab;
+  NfcData d;  // NFC first, as the CUDA pre-pass does (rows of max_len bytes)
+  if (p.nfc_rewrite.ints && !nfc_data_view(p.nfc_rewrite.data, p.nfc_rewrite.ints, &d)) return kCountNotNormalized;
+  if (p.nfc_rewrite.ints && nfc_row_may_change(d, text, n, nullptr)) {
+    // (HostEncoder, max_len 0: rows of any length and segments of any length, never reported)
+    const int64_t room = std::min<int64_t>(3 * (int64_t)n, INT32_MAX);
+    const int cap = (int)(p.max_len > 0 ? std::min<int64_t>(p.max_len, room) : room);
+    const int segment = (int)(p.max_len > 0 ? kNfcSegmentScratch
+                                            : std::min<int64_t>(2 * (int64_t)n + kNfcMaxDecomp, INT32_MAX));
+    s.normalized.resize((size_t)cap + 1);
+    s.nfc_segment.resize((size_t)segment);
+    n = nfc_normalize_row(d, text, n, nullptr, s.normalized.data(), cap, s.nfc_segment.data(), segment);
+    if (n < 0) return kCountNotNormalized;
+    text = s.normalized.data();
+  }
   s.is_special.resize(n + 1);
   s.piece_start.assign(n + 1, 0);
   s.tok.resize(n + 1);

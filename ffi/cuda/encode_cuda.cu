@@ -33,6 +33,7 @@
 //   cuda/huge_pieces.cuh    long rows: pieces longer than a tile, by stitched spans
 //   cuda/sub_spans.cuh      a text merged in warp sub-spans (spans, the few rows' long pieces)
 //   cuda/piece_kernel.cuh   exact mode piece-parallel (BLOCKBPE_KERNEL=piece; issue P11's first piece)
+//   cuda/nfc_prepass.cuh    NFC tokenizers: the rows normalized before the encode
 // This file: the launcher (one block per string, or the tile pipeline) and the FFI handlers.
 #include <cuda_runtime.h>
 
@@ -52,6 +53,7 @@
 #include "cuda/chars_kernel.cuh"
 #include "cuda/encode_kernel.cuh"
 #include "cuda/jsonl_split.cuh"  // bbpe_split_lines, its own target
+#include "cuda/nfc_prepass.cuh"
 #include "cuda/piece_kernel.cuh"
 #include "cuda/stage_clock.cuh"
 #include "cuda/tile_pipeline.cuh"
@@ -115,6 +117,11 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
     return ffi::Error::InvalidArgument("bbpe_encode: block_size must be 256, 512 or 1024, got " +
                                        std::to_string(block_size));
   cudaError_t e = cudaSuccess;
+  NfcPrepass nfc;  // (its buffers given back when this returns, after the launches)
+  if (p.nfc_rewrite.ints) {
+    e = nfc_prepass(p, stream, nfc);
+    if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_encode: ") + cudaGetErrorString(e));
+  }
   // BLOCKBPE_KERNEL=piece: the piece-parallel kernel where the call allows it (cuda/piece_kernel.cuh),
   // then encode_kernel for the rows it left pending only. Test hook BLOCKBPE_PIECE_FILL=0: no
   // second launch (pending rows keep count kCountPending: how many there were).
@@ -129,6 +136,7 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
     case 512: e = launch<512>(p, stream); break;
     default: e = launch<1024>(p, stream); break;
   }
+  if (e == cudaSuccess && p.nfc_rewrite.ints) e = nfc_report(p, stream, nfc);
   if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_encode: ") + cudaGetErrorString(e));
   return ffi::Error::Success();
 }

@@ -37,12 +37,8 @@ struct NfcPairs {
   int32_t n;
 };
 
-// Whether NFC composes `first` and `second` (Hangul syllables by their arithmetic).
-BBPE_HD bool nfc_composes(const NfcPairs& np, uint32_t first, uint32_t second) {
-  if (first >= 0x1100 && first <= 0x1112 && second >= 0x1161 && second <= 0x1175) return true;  // L+V
-  if (first >= 0xAC00 && first <= 0xD7A3 && (first - 0xAC00) % 28 == 0 && second >= 0x11A8 &&
-      second <= 0x11C2)
-    return true;  // LV+T
+// The index of (first, second) in the pairs, or -1.
+BBPE_HD int nfc_pair_index(const NfcPairs& np, uint32_t first, uint32_t second) {
   int lo = 0, hi = np.n;  // binary search
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
@@ -50,7 +46,16 @@ BBPE_HD bool nfc_composes(const NfcPairs& np, uint32_t first, uint32_t second) {
     if (f < first || (f == first && s < second)) lo = mid + 1;
     else hi = mid;
   }
-  return lo < np.n && (uint32_t)np.pairs[2 * lo] == first && (uint32_t)np.pairs[2 * lo + 1] == second;
+  return lo < np.n && (uint32_t)np.pairs[2 * lo] == first && (uint32_t)np.pairs[2 * lo + 1] == second ? lo : -1;
+}
+
+// Whether NFC composes `first` and `second` (Hangul syllables by their arithmetic).
+BBPE_HD bool nfc_composes(const NfcPairs& np, uint32_t first, uint32_t second) {
+  if (first >= 0x1100 && first <= 0x1112 && second >= 0x1161 && second <= 0x1175) return true;  // L+V
+  if (first >= 0xAC00 && first <= 0xD7A3 && (first - 0xAC00) % 28 == 0 && second >= 0x11A8 &&
+      second <= 0x11C2)
+    return true;  // LV+T
+  return nfc_pair_index(np, first, second) >= 0;
 }
 
 // The code point that ends just before byte i (its start in *start), or false where there is

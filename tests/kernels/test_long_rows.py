@@ -5,8 +5,8 @@ one-stage pre-tokenizer are spread over one block per 2048-byte tile (kTileBytes
 option). Every test here encodes on the GPU and compares, row by row and padding included, with
 the CPU executor (no blocks, the reference) and with tiktoken: prose of 8 KiB .. 8 MiB, adversarial pieces, pieces and special tokens
 crossing tile boundaries at every offset near them, empty rows and rows of different lengths
-in one batch, counts over the capacity, bad lengths without the host check, and the NFC
-check. Skips where JAX sees no GPU.
+in one batch, counts over the capacity, bad lengths without the host check, and NFC
+normalization. Skips where JAX sees no GPU.
 """
 
 from __future__ import annotations
@@ -212,13 +212,14 @@ def nfc_tok():
     return tok
 
 
-def test_nfc_check_on_long_rows(nfc_tok, prose):
+def test_nfc_on_long_rows(nfc_tok, prose):
+    """Rows not in NFC are normalized by the executors (ffi/pretok/nfc_normalize.h) before the
+    tiles: the ids of the NFC row beside each."""
     body = cut(prose, 0, 20000)
     rows = [body]
     for at in (0, TILE - 1, TILE, 2 * TILE + 1, len(body) - 2):
         rows.append(body[:at] + "e\u0301".encode() + body[at:])  # not NFC
         rows.append(body[:at] + "\u00e9".encode() + body[at:])  # NFC
     want = assert_gpu_equals_cpu(nfc_tok, rows, max_len=20480, allowed_special="all", block_sizes=(256, 1024))
-    assert want[1][0] > 0
-    assert want[1][1::2].tolist() == [-2] * 5
-    assert (want[1][2::2] > 0).all()
+    assert (want[1] > 0).all()
+    assert np.array_equal(want[0][1::2], want[0][2::2]) and np.array_equal(want[1][1::2], want[1][2::2])

@@ -1,0 +1,64 @@
+// The CPU module's nfc_normalize: NFC of a batch of rows by pretok/nfc_normalize.h, the same
+// rewrite the CUDA pre-pass makes (blockbpe_jax/pretok/nfc_data.py calls it; the tests hold it
+// to HF tokenizers' NFC).
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/host_threads.h"
+#include "cpu/arrays.h"
+#include "pretok/nfc_normalize.h"
+
+namespace {
+
+constexpr int64_t kNfcBytesPerThread = 64 << 10;
+
+// (data, offsets int64[rows + 1], the operand) -> (bytes uint8, offsets int64[rows + 1]).
+nb::tuple nfc_normalize(HostArray<const uint8_t, 1> data, HostArray<const int64_t, 1> offsets,
+                        HostArray<const int32_t, 1> operand) {
+  bbpe::NfcData d;
+  if (!bbpe::nfc_data_view(operand.data(), (int64_t)operand.shape(0), &d))
+    throw nb::value_error("nfc_normalize: the operand does not fit its header (blockbpe_jax/pretok/nfc_data.py)");
+  const int64_t rows = (int64_t)offsets.shape(0) - 1, total = (int64_t)data.shape(0);
+  const int64_t* off = offsets.data();
+  if (rows < 0 || off[0] != 0 || off[rows] != total)
+    throw nb::value_error("nfc_normalize: offsets must run from 0 to len(data)");
+  for (int64_t r = 0; r < rows; ++r)
+    if (off[r + 1] < off[r] || off[r + 1] - off[r] > (int64_t)(INT32_MAX / 3))
+      throw nb::value_error("nfc_normalize: offsets must be non-decreasing, rows under 2**31 / 3 bytes");
+  // Each row is written at 3x its input offset (room for its bound), then moved together.
+  std::vector<uint8_t> wide((size_t)(3 * total + 1));
+  std::vector<int64_t> lengths((size_t)rows);
+  bool failed = false;
+  {
+    nb::gil_scoped_release unlocked;
+    bbpe::over_ranges(rows, total, kNfcBytesPerThread, [&](int64_t lo, int64_t hi) {
+      std::vector<uint32_t> scratch;
+      for (int64_t r = lo; r < hi; ++r) {
+        const int n = (int)(off[r + 1] - off[r]);
+        scratch.resize((size_t)(2 * n + bbpe::kNfcMaxDecomp));
+        const int got = bbpe::nfc_normalize_row(d, data.data() + off[r], n, nullptr, wide.data() + 3 * off[r],
+                                                3 * n, scratch.data(), (int)scratch.size());
+        if (got < 0) failed = true;  // (not reached: the bounds above always hold)
+        lengths[(size_t)r] = std::max(got, 0);
+      }
+    });
+  }
+  if (failed) throw nb::value_error("nfc_normalize: a row did not fit its bound (a wrong operand?)");
+  int64_t* out_offsets = new int64_t[rows + 1];
+  out_offsets[0] = 0;
+  for (int64_t r = 0; r < rows; ++r) out_offsets[r + 1] = out_offsets[r] + lengths[(size_t)r];
+  uint8_t* out = new uint8_t[out_offsets[rows] + 1];
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out + out_offsets[r], wide.data() + 3 * off[r], (size_t)lengths[(size_t)r]);
+  const size_t out_shape[1] = {(size_t)out_offsets[rows]}, offsets_shape[1] = {(size_t)rows + 1};
+  return nb::make_tuple(owned_array(out, 1, out_shape), owned_array(out_offsets, 1, offsets_shape));
+}
+
+}  // namespace
+
+void bind_nfc_normalize(nb::module_& m) {
+  m.def("nfc_normalize", &nfc_normalize, nb::arg("data"), nb::arg("offsets"), nb::arg("operand"),
+        "NFC of each row data[offsets[i]:offsets[i + 1]] (ffi/pretok/nfc_normalize.h) -> (bytes, offsets).");
+}

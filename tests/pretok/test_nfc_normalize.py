@@ -1,0 +1,354 @@
+"""NFC normalization as both executors do it (ffi/pretok/nfc_normalize.h; on the CPU through
+the CPU module's nfc_normalize, blockbpe_jax/pretok/nfc_data.py) against the reference, HF
+tokenizers' NFC (Unicode 9.0.0, the version the tables follow), and the host path
+(normalizer.nfc): every code point alone and in contexts, every composition pair, and
+hypothesis-generated text (combining marks, Hangul jamo, mixed scripts, invalid UTF-8)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from blockbpe_jax.pretok import nfc_data
+from blockbpe_jax.pretok import normalizer as norm
+from blockbpe_jax.pretok import unicode as uni
+
+from helpers import corpus_texts, gpu_devices
+from strategies import ANY_CHAR, fuzz, raw_bytes
+
+tokenizers = pytest.importorskip("tokenizers")
+from tokenizers import normalizers  # noqa: E402
+
+CODE_POINTS = [int(c) for c in np.flatnonzero(uni.SCALAR_VALUES) if c]
+SEP = "\x00"  # a starter that neither decomposes nor composes: rows normalize piece by piece
+
+
+def hf_nfc(texts: list[str]) -> list[str]:
+    """The reference on many short texts at once (SEP-joined: each normalizes on its own)."""
+    return normalizers.NFC().normalize_str(SEP.join(texts)).split(SEP)
+
+
+def ours(texts: list[str]) -> list[str]:
+    return nfc_data.normalize_strings(texts)
+
+
+def check(texts: list[str]):
+    want = hf_nfc(texts)
+    got = ours(texts)
+    bad = [(t, g, w) for t, g, w in zip(texts, got, want) if g != w]
+    assert not bad, f"{len(bad)} differ from tokenizers' NFC, first {[ascii(x) for x in bad[0]]}"
+    host = [norm.nfc(t) for t in texts]
+    assert got == host
+
+
+def test_reference_is_the_tables_version():
+    from blockbpe_jax.pretok import versions
+
+    if versions.probe("tokenizers", "nfc") != uni.unicode_version("nfc"):
+        pytest.skip("the installed tokenizers' NFC is another Unicode version than the tables'")
+
+
+def test_every_code_point_alone():
+    """Each code point its own row (the batch entry) and all in one SEP-joined row."""
+    texts = [chr(c) for c in CODE_POINTS]
+    check(texts)
+    assert ours([SEP.join(texts)]) == [SEP.join(hf_nfc(texts))]
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ("a", ""),  # after a starter
+        ("a", "\u0334"),  # before a mark of class 1
+        ("a\u0334", ""),  # after a mark of class 1
+        ("a\u0301", "\u0323"),  # between marks of classes 230 and 220
+        ("\u0627", "\u0651\u064e"),  # Arabic shadda and fatha after it
+        ("\u1100", "\u1161"),  # after an L jamo, before a V jamo
+        ("\uac00", "\u11a8"),  # after an LV syllable, before a T jamo
+        ("", "\u0301"),  # at the start of a row, before a mark
+        ("\u00e9", "\u0300\u0327"),  # after a precomposed letter, before marks out of order
+    ],
+)
+def test_every_code_point_in_context(before, after):
+    check([before + chr(c) + after for c in CODE_POINTS])
+
+
+def test_every_composition_pair():
+    """Every pair of the tables and of the installed unicodedata (newer pairs the reference
+    leaves alone), adjacent and with a blocking or non-blocking mark between."""
+    try:
+        import unicodedata2 as ucd
+    except ImportError:  # pragma: no cover - depends on the environment
+        import unicodedata as ucd
+    pairs = {tuple(p) for p in uni.nfc_pairs().tolist()}
+    for c in CODE_POINTS:
+        d = ucd.decomposition(chr(c)) if not 0xD800 <= c < 0xE000 else ""
+        if d and not d.startswith("<") and len(d.split()) == 2:
+            pairs.add(tuple(int(x, 16) for x in d.split()))
+    texts = []
+    for a, b in sorted(pairs):
+        texts += [
+            chr(a) + chr(b),
+            chr(a) + "\u0334" + chr(b),
+            chr(a) + "\u0316" + chr(b),
+            chr(b) + chr(a) + chr(b),
+        ]
+    check(texts)
+
+
+def test_output_bound():
+    """The bound nfc_normalize.h relies on: NFC of a code point alone is at most 3 times its
+    UTF-8 length, and no composite is longer in UTF-8 than its pair."""
+    texts = [chr(c) for c in CODE_POINTS]
+    growth = [len(n.encode("utf-8")) / len(t.encode("utf-8")) for t, n in zip(texts, ours(texts))]
+    assert max(growth) == 3  # (U+1D160 and others: the bound is reached)
+    for (a, b), c in zip(uni.nfc_pairs().tolist(), uni.nfc_composites().tolist()):
+        assert len(chr(c).encode("utf-8")) <= len((chr(a) + chr(b)).encode("utf-8")), (a, b)
+
+
+def test_unchanged_rows_are_copied():
+    """A row without a code point that may change comes back byte for byte (the fast path),
+    and the unsafe code points are a superset of those that change alone."""
+    unsafe = nfc_data.unsafe_code_points()
+    texts = [chr(c) for c in CODE_POINTS]
+    changed = [ord(t) for t, n in zip(texts, ours(texts)) if n != t]
+    assert unsafe[changed].all()
+    safe = "".join(chr(c) for c in CODE_POINTS if not unsafe[c])
+    assert ours([safe]) == [safe]
+
+
+def expected_bytes(raw: bytes) -> bytes:
+    """The reference on raw bytes: each byte not in a valid UTF-8 sequence stays as it is and
+    is a starter (a lone surrogate under surrogateescape), the valid text between such bytes
+    normalized by tokenizers' NFC; the host path the same way."""
+    text = raw.decode("utf-8", "surrogateescape")
+    parts, piece = [], []
+    for ch in text:
+        if 0xDC80 <= ord(ch) <= 0xDCFF:
+            parts += [normalizers.NFC().normalize_str("".join(piece)), ch]
+            piece = []
+        else:
+            piece.append(ch)
+    parts.append(normalizers.NFC().normalize_str("".join(piece)))
+    out = "".join(parts).encode("utf-8", "surrogateescape")
+    assert out == norm.nfc(text).encode("utf-8", "surrogateescape")
+    return out
+
+
+def ours_bytes(rows: list[bytes]) -> list[bytes]:
+    return nfc_data.normalize_strings(rows)
+
+
+NFC_CHARS = st.sampled_from(
+    list("aeiouAEOKxyz '\n")
+    + list("\u0300\u0301\u0302\u0303\u0307\u0308\u030a\u030c\u0316\u0323\u0327\u0328\u0334\u0338\u0345")
+    + list("\u0344\u0340\u0341\u0343\u0f73\u0f75\u0f81\u093c\u0915\u0958\u09c7\u09be\u09d7\u0b47\u0b56")
+    + list("\u1100\u1112\u1161\u1175\u11a7\u11a8\u11c2\u11c3\uac00\uac01\ud7a3\u3131")
+    + list("\u0627\u0651\u064e\u0653\u0654\u0655\u05d9\u05b4\u05bc\u05c1\u05e9\u0e4d\u0e32")
+    + list("\u212b\u00c5\u2126\u1e0a\u1e9b\u1f82\u1fb4\u0385\u03b1\u0313\u3099\u304b\u30ab\u309a")
+    + ["\U0001d15e", "\U0001d165", "\U0001d160", "\U000110a5", "\U000110ba", "\U00011131", "\U00011127"]
+    + ["\U00016d67", "\U000105d2\u0307", "\U0001f600", "\u4e2d", "\u0416"]
+)
+nfc_text = st.lists(NFC_CHARS, max_size=40).map("".join) | st.text(ANY_CHAR, max_size=40).map(
+    lambda s: s.replace(SEP, "")
+)
+
+
+@fuzz(300)
+@given(texts=st.lists(nfc_text, min_size=1, max_size=12))
+def test_fuzz_text(texts):
+    check(texts)
+
+
+@fuzz(300)
+@given(
+    rows=st.lists(
+        st.lists(
+            nfc_text.map(lambda s: s.encode("utf-8")) | raw_bytes() | st.binary(min_size=1, max_size=3),
+            max_size=6,
+        ).map(b"".join),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_fuzz_invalid_utf8(rows):
+    assert ours_bytes(rows) == [expected_bytes(r) for r in rows]
+
+
+def test_long_rows_and_empty_rows():
+    rows = ["", "e\u0301" * 5000, "a" + "\u0301\u0323" * 3000, "\u1100\u1161\u11a8" * 2000, ""]
+    check(rows)
+
+
+def test_bad_offsets_are_refused():
+    with pytest.raises(ValueError, match="offsets"):
+        nfc_data.normalize_batch(b"abc", np.array([0, 2], np.int64))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        nfc_data.normalize_batch(b"abc", np.array([0, 2, 1, 3], np.int64))
+
+
+def test_bad_operand_is_refused():
+    from blockbpe_jax import native
+
+    bad = nfc_data.operand().copy()
+    bad[1] += 1  # n_blocks no longer fits the size
+    with pytest.raises(ValueError, match="operand"):
+        native.cpu.nfc_normalize(np.zeros(1, np.uint8), np.array([0, 1], np.int64), bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# The encode on text not in NFC: the executors normalize each row (CPU executor here, the CUDA
+# pre-pass where a GPU is visible), the ids HF tokenizers' on the same tokenizer.json.
+
+NOT_NFC = [
+    "cafe\u0301 na\u0308ive re\u0301sume\u0301",
+    "a\u0301\u0323 q\u0307\u0323 \u1e0a\u0323",
+    "\u1100\u1161\u11a8 \u1112\u1175 \uac00\u11a8 \u1100\u1161",
+    "\u212b \u2126 \u212a \u0344 \u0958\u0959 \uf900",
+    "\u0627\u064e\u0651 \u09c7\u09be \u0b47\u0b3e \u0e4d\u0e32",
+    "\u03b1\u0313\u0300\u0345 \u1f00\u0300 \u03c9\u0342\u0345",
+    "x<|end_of_text|>e\u0301 <|end_of_text|>",
+    "\U000105d2\u0307 \U0001d15e\U0001d165 \U000110a5\U000110ba",
+    "plain ascii, then e\u0301 at the end e\u0301",
+]
+
+
+@pytest.fixture(scope="module")
+def nfc_tok(data_dir):
+    from synthetic import nfc_tokenizer
+
+    return nfc_tokenizer(data_dir)
+
+
+def hf_ids(hf, texts):
+    return [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+
+
+def raw_ids(tok, texts, device, max_len):
+    """The primitive on the raw UTF-8 (no host normalization), T = max_len + 2."""
+    import jax
+
+    import blockbpe_jax as bb
+
+    data, lengths = bb.pack_strings(texts, max_len=max_len)
+    out = bb.encode(
+        jax.device_put(data, device),
+        jax.device_put(lengths, device),
+        tok,
+        max_tokens=max_len + 2,
+        allowed_special="all",
+    )
+    ids, counts = np.asarray(out.ids), np.asarray(out.counts)
+    return [ids[i, : counts[i]].tolist() if counts[i] >= 0 else int(counts[i]) for i in range(len(texts))]
+
+
+def check_raw(tok, hf, texts, device):
+    """Every row HF's ids; a row is reported (-2) only where its NFC is wider than the rows."""
+    width = max(16, max(len(t.encode()) for t in texts))
+    got, want = raw_ids(tok, texts, device, width), hf_ids(hf, texts)
+    for t, g, w in zip(texts, got, want):
+        if g == -2:
+            assert len(norm.nfc(t).encode()) > width, f"reported, but its NFC fits: {t!r}"
+        else:
+            assert g == w, f"differs from HF on {t!r}"
+
+
+def check_encode_batch(tok, hf, texts, device):
+    ids, counts = tok.encode_batch(texts, device=device, allowed_special="all")
+    ids, counts = np.asarray(ids), np.asarray(counts)
+    got = [ids[i, : counts[i]].tolist() for i in range(len(texts))]
+    assert got == hf_ids(hf, texts)
+
+
+def test_encode_leaves_nfc_to_the_executors(nfc_tok):
+    """encode_batch sends the raw text (the tables carry the normalization operand)."""
+    tok, _ = nfc_tok
+    assert tok._normalized(["e\u0301"], "exact") == (["e\u0301"], False)
+    assert tok.host_tables()[9].size % 2 == 1  # (the operand's odd count)
+
+
+def test_raw_bytes_cpu(nfc_tok, data_dir):
+    import jax
+
+    tok, hf = nfc_tok
+    texts = NOT_NFC + [norm.nfc(t) for t in NOT_NFC] + corpus_texts(data_dir, 2, seed=5)
+    check_raw(tok, hf, texts, jax.devices("cpu")[0])
+
+
+def test_encode_batch_cpu(nfc_tok):
+    import jax
+
+    tok, hf = nfc_tok
+    check_encode_batch(tok, hf, NOT_NFC, jax.devices("cpu")[0])
+
+
+# Rows the executors report (their NFC outgrows the packed width; a segment of hundreds of
+# marks), which encode_batch encodes again after normalizing them on the host.
+REPORTED = ["\u0958" * 5 + "a", "a" + "\u0301" * 300 + " b", "short"]
+
+
+def test_reported_rows_cpu(nfc_tok):
+    import jax
+
+    tok, hf = nfc_tok
+    cpu = jax.devices("cpu")[0]
+    got = raw_ids(tok, [REPORTED[0], REPORTED[2]], cpu, 16)
+    assert got[0] == -2 and got[1] == hf_ids(hf, REPORTED[2:])[0]  # 16 bytes -> 31
+    assert raw_ids(tok, REPORTED[1:2], cpu, 1024) == [-2]  # 301 marks in one segment
+    check_encode_batch(tok, hf, REPORTED, cpu)
+    check_encode_batch(tok, hf, REPORTED[:1], cpu)  # its NFC outgrows the batch's width
+    check_encode_batch(tok, hf, ["x" * 3000, REPORTED[1]], cpu)  # reported rows packed narrower
+
+
+@fuzz(40)
+@given(texts=st.lists(nfc_text, min_size=1, max_size=8))
+def test_fuzz_encode_cpu(nfc_tok, texts):
+    import jax
+
+    tok, hf = nfc_tok
+    texts = [t for t in texts if t] or ["x"]
+    check_raw(tok, hf, texts, jax.devices("cpu")[0])
+    check_encode_batch(tok, hf, texts, jax.devices("cpu")[0])
+
+
+GPU = pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
+
+
+@GPU
+@pytest.mark.gpu
+def test_raw_bytes_gpu(nfc_tok, data_dir):
+    """The CUDA pre-pass (ffi/cuda/nfc_prepass.cuh): raw bytes not in NFC give HF's ids, short
+    rows and long rows (the tile pipeline) alike, and the same counts as the CPU executor."""
+    import jax
+
+    tok, hf = nfc_tok
+    gpu = gpu_devices()[0]
+    texts = NOT_NFC + [norm.nfc(t) for t in NOT_NFC] + corpus_texts(data_dir, 2, seed=5)
+    check_raw(tok, hf, texts, gpu)
+    long_rows = [" ".join(NOT_NFC) * 40, ("e\u0301 " * 3000) + "end"]  # > 8 KiB: tiles
+    check_raw(tok, hf, long_rows, gpu)
+    for rows, width in (([REPORTED[0], REPORTED[2]], 16), (REPORTED[1:2], 1024), (NOT_NFC, 256)):
+        assert raw_ids(tok, rows, gpu, width) == raw_ids(tok, rows, jax.devices("cpu")[0], width)
+
+
+@GPU
+@pytest.mark.gpu
+def test_encode_batch_gpu(nfc_tok, data_dir):
+    tok, hf = nfc_tok
+    gpu = gpu_devices()[0]
+    check_encode_batch(tok, hf, NOT_NFC + REPORTED + corpus_texts(data_dir, 2, seed=6), gpu)
+    check_encode_batch(tok, hf, REPORTED[:1], gpu)
+    check_encode_batch(tok, hf, ["x" * 3000, REPORTED[1]], gpu)
+
+
+@GPU
+@pytest.mark.gpu
+@fuzz(60)
+@given(texts=st.lists(nfc_text, min_size=1, max_size=8))
+def test_fuzz_encode_gpu(nfc_tok, texts):
+    tok, hf = nfc_tok
+    texts = [t for t in texts if t] or ["x"]
+    check_raw(tok, hf, texts, gpu_devices()[0])
+    check_encode_batch(tok, hf, texts, gpu_devices()[0])
