@@ -222,6 +222,26 @@ def nfc_tok(data_dir):
     return nfc_tokenizer(data_dir)
 
 
+@fuzz(100)
+@given(
+    texts=st.lists(
+        nfc_text | nfc_text.map(lambda s: s.encode("utf-8")) | raw_bytes() | st.just("a\ud800e\u0301"),
+        max_size=8,
+    )
+)
+def test_tokenizer_normalize(nfc_tok, texts):
+    """Tokenizer.normalize (encode_batch's host step for reported rows, and the corpus job's):
+    str and bytes, valid or not, lone surrogates, equal to the host path; NFC alone runs the
+    native batch unless a str holds a lone surrogate."""
+    want = [
+        norm.nfc(t)
+        if isinstance(t, str)
+        else norm.nfc(t.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+        for t in texts
+    ]
+    assert nfc_tok[0].normalize(texts) == want
+
+
 def hf_ids(hf, texts):
     return [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
 
