@@ -254,6 +254,7 @@ def encode_documents_of(
     environment sets BLOCKBPE_DEVICE_SPLIT=1, else off. Ignored for tokenizers that normalize,
     parquet inputs and `split` file or chunk:N."""
     from .device_split import wanted
+
     split_kind, chunk = parse_split(split)
     bar = Progress(_input_bytes(paths), enabled=progress)
     t0 = time.perf_counter()
