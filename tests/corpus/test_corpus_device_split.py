@@ -368,3 +368,23 @@ def test_max_len_error_names_the_line(cl100k, war_and_peace, tmp_path, splits, w
     error = assert_same(cl100k, [path], jsonl_field=field, window_bytes=64 << 10, max_len=60_000)
     assert isinstance(error, str) and "more than --max-len 60000" in error
     assert used(splits)[0] >= 1
+
+
+@pytest.mark.parametrize("bad", [False, True])
+def test_small_inputs_read_together(root, cl100k, tmp_path, splits, bad):
+    """Small files read several to a block (corpus.documents._small_inputs): the split's lines
+    mapped back to each file's own; a bad line in the seventh file names that file and line."""
+    gsm = (root / "corpus/gsm8k_test.jsonl").read_text().splitlines()
+    paths = []
+    for k in range(12):
+        lines = gsm[k * 20 : k * 20 + 3 + k]
+        if bad and k == 6:
+            lines[2] = '{"question": 1}'
+        paths.append(tmp_path / f"part{k:02d}.jsonl")
+        paths[-1].write_text("\n\n".join(lines) + "\n")
+    got = assert_same(cl100k, paths, jsonl_field="question", window_bytes=64 << 10)
+    if bad:
+        assert got == f"{paths[6]}:5: field 'question' is int, not a string"
+    else:
+        assert len(got[1]) == 1 + sum(3 + k for k in range(12))
+    assert used(splits)[0] >= 1
