@@ -15,7 +15,9 @@ line by line), which takes it or raises today's one-line file:line error.
 
 The engine turns the option off for tokenizers that normalize (NFC runs on the host's bytes,
 corpus.engine.plan_window); parquet inputs and `--split file|chunk:N` are not read as lines,
-so it changes nothing there. On the CPU backend the same split runs through its CPU executor.
+so it changes nothing there. Blocks read before the engine starts (`corpus.job.read_ahead`,
+while the vocabulary and device load) are split on the host, as they are not joined today.
+On the CPU backend the same split runs through its CPU executor.
 """
 
 from __future__ import annotations
