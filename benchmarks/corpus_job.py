@@ -33,6 +33,14 @@ all documents. A peer that does not import is "unavailable"; one whose time exce
 --peer-budget-s or that is skipped by a size rule (tiktoken above --tiktoken-max-mb) is
 "not run" (nothing is extrapolated). Writes DIR/corpus_job.json and DIR/corpus_job.txt.
 The corpora are built by corpora.py, the peers are run by corpus_peers.py.
+
+--device-split on: everything above with the corpus job's blocks split on the device
+(BLOCKBPE_DEVICE_SPLIT=1, corpus/device_split.py; the cli's processes inherit it).
+--device-split both: only the in-process job with the option off and on, alternated on the
+same corpora (encode_files_to_arrays, and encode_files writing flat shards): the first call
+of each compiles ("cold"), the median of --reps warm calls after it; every result's ids and
+offsets compared with the first call's (option off), whose sample is checked against
+tiktoken; no cli and no peers. Writes DIR/corpus_job_device_split.json and .txt.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ from corpora import build_long, build_mixed, source_texts  # noqa: E402
 
 # re-exported: benchmarks/corpus_reader.py imports it from corpus_job
 from corpora import unique_documents  # noqa: E402, F401
+from corpus_device_split import device_split_table, run_device_split_ab  # noqa: E402
 from corpus_peers import MB, compare, run_peers  # noqa: E402
 from harness import Clock, cpu_per_gb  # noqa: E402
 
@@ -316,7 +325,16 @@ def main() -> None:
     )
     ap.add_argument("--corpora", default="mixed,long")
     ap.add_argument("--workdir", help="where the corpora go (default: a temporary directory)")
+    ap.add_argument(
+        "--device-split",
+        choices=("off", "on", "both"),
+        default="off",
+        help="the job's blocks split on the device: off, on (the whole benchmark), both (only "
+        "the in-process job off and on, ids compared)",
+    )
     args = ap.parse_args()
+    if args.device_split == "on":  # (before anything reads it; the cli's processes inherit it)
+        os.environ["BLOCKBPE_DEVICE_SPLIT"] = "1"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     args.data = data_dir()
@@ -345,14 +363,35 @@ def main() -> None:
         build_s = time.perf_counter() - t
         print(f"corpora built in {build_s:.1f} s", flush=True)
         for label, (path, texts, nbytes) in built.items():
-            results.append(run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args))
+            if args.device_split == "both":
+                results.append(
+                    run_device_split_ab(label, path, texts, nbytes, tok, ps, work, args, read_flat)
+                )
+            else:
+                results.append(run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.device_split == "both":
+        doc = dict(
+            benchmark="corpus_job_device_split",
+            vocab="cl100k",
+            device=str(jax.devices()[0]),
+            cpu_count=os.cpu_count(),
+            build_s=build_s,
+            reps=args.reps,
+            results=results,
+        )
+        (out / "corpus_job_device_split.json").write_text(json.dumps(doc, indent=2) + "\n")
+        text = device_split_table(results)
+        (out / "corpus_job_device_split.txt").write_text(text)
+        print(text)
+        return
     doc = dict(
         benchmark="corpus_job",
         vocab="cl100k",
         device=str(jax.devices()[0]),
         xla_compilation_cache=os.environ.get("BLOCKBPE_XLA_CACHE", "1") != "0",
+        device_split=os.environ.get("BLOCKBPE_DEVICE_SPLIT", "0") == "1",
         threads=args.threads,
         cpu_count=os.cpu_count(),
         build_s=build_s,

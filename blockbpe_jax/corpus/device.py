@@ -186,8 +186,10 @@ class WindowBuffers:
         return slot
 
     def give_back_flat(self, slot) -> None:
-        """A window's slot, once its encode calls have run (its device bytes were read)."""
-        self._keep(FLAT, slot)
+        """A window's slot, once its encode calls have run (its device bytes were read). The
+        device split's documents (corpus.device_split.SplitBytes) are no buffer of the pool."""
+        if getattr(slot, "pooled", True):
+            self._keep(FLAT, slot)
 
     def table(self, entries: int) -> np.ndarray:
         """A document table for `entries` rows: int32[2, E] zeros (start, length: zero entries

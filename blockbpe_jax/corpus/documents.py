@@ -234,7 +234,12 @@ def _native_field(field: str | None) -> bool:
 def _split(block, field: str | None, threads: int, join):
     """The native split of a block of lines (ffi/core/jsonl.h), joined into the engine's buffer
     while `join` is open -> (data, offsets, line of each document, newlines, separator bytes,
-    the engine's buffer or None), or None where it gives up."""
+    the engine's buffer or None), or None where it gives up. With the engine's device split on
+    (`join.device_split`), the block is split on the device instead (corpus/device_split.py:
+    the same rules, the same result, the documents left there)."""
+    on_device = join.device_split if join is not None else None
+    if on_device is not None and on_device.takes(field):
+        return on_device.split(block, field)
     sep, take = (join and join.to) or (b"", None)
     taken = []  # the engine's buffer the documents are joined into
 

@@ -41,16 +41,19 @@ class JoinInto:
     """Lets the reader join a block's documents straight into the corpus job's page-locked window
     buffers, a separator after each (`encode_documents` opens it when it packs short documents:
     planning then copies no bytes). open(sep, take): take(bytes) -> a
-    staging.FlatSlot with room for them; until then and after close(), windows are plain."""
+    staging.FlatSlot with room for them; until then and after close(), windows are plain.
+    `device_split`: the job's corpus.device_split.DeviceSplit while the engine runs with the
+    option on (the reader then splits blocks of lines on the device), else None."""
 
     def __init__(self):
         self.to = None  # (sep, take) while open: read once per block by the reading thread
+        self.device_split = None
 
     def open(self, sep: bytes, take) -> None:
         self.to = (sep, take)
 
     def close(self) -> None:
-        self.to = None
+        self.to = self.device_split = None
 
 
 @dataclass
@@ -83,8 +86,9 @@ def encode_documents(
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
     window's ids, back to back in input order in the shard dtype, to `writer.add`
     (`WindowEncoder` says how; `options` are its own: mode, allowed_special, batch_bytes,
-    max_docs, max_len, block_size, device, progress, pack_width). `join`: the JoinInto the
-    windows' reader was given (opened here when short documents are packed)."""
+    max_docs, max_len, block_size, device, progress, pack_width, device_split). `join`: the
+    JoinInto the windows' reader was given (opened here when short documents are packed, and
+    given the device split when that option is on)."""
     WindowEncoder(tok, writer, paths, **options).run(windows, join)
 
 
@@ -121,6 +125,7 @@ class WindowEncoder:
         device=None,
         progress=None,
         pack_width=DEFAULT_PACK_WIDTH,
+        device_split=False,
     ):
         import jax
 
@@ -156,6 +161,13 @@ class WindowEncoder:
                 block_size=block_size,
                 assume_nfc=self.nfc,
             )
+        # Blocks of lines split on the device (corpus/device_split.py); not for a tokenizer
+        # that normalizes: plan_window normalizes the documents' host bytes.
+        self.device_split = None
+        if device_split and not self.nfc:
+            from .device_split import DeviceSplit
+
+            self.device_split = DeviceSplit(self.target, self.buffers, self.pack.sep if self.pack else b"")
         self.stored = []  # futures of store(), oldest first (touched by finish's thread, then run's)
         self.written = []  # futures of write(), oldest first (touched by store's thread, then run's)
         self.write_failed: list = []
@@ -215,8 +227,8 @@ class WindowEncoder:
                 laid.append((first_row, n_rows))
                 end += n_rows * self.pack.width + len(docs)
                 entries += n_rows
-        else:
-            slot = self.buffers.flat_of(w.data)
+        else:  # (a window the device split made holds its documents there: w.slot)
+            slot = w.slot if w.slot is not None else self.buffers.flat_of(w.data)
             flat = slot.host
             doc_start = w.offsets[:-1]
             row_of_doc = packed_rows = NO_ROWS
@@ -394,10 +406,10 @@ class WindowEncoder:
         # writer of files, whose one thread's copy into the page cache bounds the job and slows
         # with a second planner's memory traffic.
         plan_threads = 1 if getattr(self.writer, "writes_files", True) else 2
-        if (
-            join is not None and self.pack and not self.nfc
-        ):  # (the reader joins each block into a buffer of the pool)
-            join.open(self.pack.sep, self.buffers.flat_slot)
+        if join is not None and not self.nfc:
+            if self.pack:  # (the reader joins each block into a buffer of the pool)
+                join.open(self.pack.sep, self.buffers.flat_slot)
+            join.device_split = self.device_split
         try:
             # (the writing thread outlives the storing one, which outlives the finishing one:
             # each submits to the next)

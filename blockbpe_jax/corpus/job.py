@@ -241,6 +241,7 @@ def encode_documents_of(
     max_len=None,
     progress=False,
     read=None,
+    device_split=None,
     **engine,
 ) -> dict:
     """Reads the (checked) inputs' documents and hands their ids to `writer`; returns the
@@ -248,7 +249,12 @@ def encode_documents_of(
     The input is read in windows of about `window_bytes` of input (read: `read_ahead(paths,
     ...)`'s, whose thread is already reading the same inputs); mode, allowed_special, max_len
     and the engine's other options (batch_bytes, max_docs, pack_width, block_size, device):
-    `encode_documents`."""
+    `encode_documents`. device_split: blocks of lines and JSONL split, checked and decoded on
+    the device (corpus/device_split.py; the same documents and errors); None: on where the
+    environment sets BLOCKBPE_DEVICE_SPLIT=1, else off. Ignored for tokenizers that normalize,
+    parquet inputs and `split` file or chunk:N."""
+    from .device_split import wanted
+
     split_kind, chunk = parse_split(split)
     bar = Progress(_input_bytes(paths), enabled=progress)
     t0 = time.perf_counter()
@@ -268,6 +274,7 @@ def encode_documents_of(
             max_len=max_len,
             progress=bar,
             join=join,
+            device_split=wanted(device_split),
             **engine,
         )
     except BaseException:
