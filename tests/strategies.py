@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from hypothesis import HealthCheck, settings
@@ -324,3 +325,57 @@ REGEX_TEXT_UNITS = [
 regex_text = st.lists(
     st.sampled_from(REGEX_TEXT_UNITS) | st.text(ANY_CHAR, min_size=1, max_size=2), max_size=24
 ).map("".join)
+
+
+# -- JSON as json.loads reads it, written with every spelling it accepts ----------------------
+
+JSON_SHORT_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "/": "\\/",
+}
+
+
+@st.composite
+def json_string(draw, text: str) -> str:
+    """`text` as a JSON string literal, each character raw or escaped at random (surrogate
+    pairs for astral characters, lone surrogates as escapes: the only way to spell them)."""
+    out = ['"']
+    for ch in text:
+        cp, choice = ord(ch), draw(st.integers(0, 3))
+        if 0xD800 <= cp <= 0xDFFF:
+            out.append(f"\\u{cp:04x}")
+        elif ch in JSON_SHORT_ESCAPES and (choice < 2 or ch in '"\\' or cp < 0x20):
+            out.append(JSON_SHORT_ESCAPES[ch])
+        elif cp < 0x20 or ch in '"\\' or choice == 3:
+            if cp > 0xFFFF:
+                hi, lo = 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)
+                out.append(f"\\u{hi:04X}\\u{lo:04x}")
+            else:
+                out.append(f"\\u{cp:04x}" if choice % 2 else f"\\u{cp:04X}")
+        else:
+            out.append(ch)
+    return "".join(out) + '"'
+
+
+@st.composite
+def json_value(draw, value, spaces) -> str:
+    """`value` (None, bool, number, str, list, dict) as JSON text: strings by json_string,
+    white space from the `spaces` strategy between tokens."""
+    w = lambda: draw(spaces)  # noqa: E731
+    if isinstance(value, str):
+        return draw(json_string(value))
+    if isinstance(value, list):
+        return "[" + w() + ("," + w()).join(draw(json_value(v, spaces)) + w() for v in value) + "]"
+    if isinstance(value, dict):
+        items = [
+            draw(json_string(k)) + w() + ":" + w() + draw(json_value(v, spaces)) + w()
+            for k, v in value.items()
+        ]
+        return "{" + w() + ("," + w()).join(items) + "}"
+    return json.dumps(value)

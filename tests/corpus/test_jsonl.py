@@ -5,7 +5,6 @@ decides. On well-formed JSONL it must not give up."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from blockbpe_jax.corpus.types import CorpusError
 from blockbpe_jax.tokenizer import pack_strings
 
 from helpers import is_utf8
+from strategies import json_string, json_value
 
 split_documents = native.cpu.split_documents
 FIELD = "text"
@@ -73,37 +73,6 @@ def check_same(block: bytes, field, must_accept: bool, threads: int = 1):
 # -- generated JSON, written with every spelling json.loads accepts ----------------------------
 
 
-def spell_string(draw, text: str) -> str:
-    """`text` as a JSON string literal, each character raw or escaped at random."""
-    out = ['"']
-    for ch in text:
-        cp = ord(ch)
-        short = {
-            '"': '\\"',
-            "\\": "\\\\",
-            "\b": "\\b",
-            "\f": "\\f",
-            "\n": "\\n",
-            "\r": "\\r",
-            "\t": "\\t",
-            "/": "\\/",
-        }
-        choice = draw(st.integers(0, 3))
-        if 0xD800 <= cp <= 0xDFFF:
-            out.append(f"\\u{cp:04x}")  # a lone surrogate: only an escape can spell it
-        elif ch in short and (choice < 2 or ch in '"\\' or cp < 0x20):
-            out.append(short[ch])
-        elif cp < 0x20 or ch in '"\\' or choice == 3:
-            if cp > 0xFFFF:
-                hi, lo = 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)
-                out.append(f"\\u{hi:04X}\\u{lo:04x}")
-            else:
-                out.append(f"\\u{cp:04x}" if choice % 2 else f"\\u{cp:04X}")
-        else:
-            out.append(ch)
-    return "".join(out) + '"'
-
-
 ws = st.sampled_from(["", " ", "  ", "\t", " \r", "\r"])
 plain_texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 texts = st.lists(
@@ -128,21 +97,6 @@ values = st.recursive(
 
 
 @st.composite
-def spelled_value(draw, value):
-    w = lambda: draw(ws)  # noqa: E731
-    if isinstance(value, str):
-        return spell_string(draw, value)
-    if isinstance(value, list):
-        return "[" + w() + ("," + w()).join(draw(spelled_value(v)) + w() for v in value) + "]"
-    if isinstance(value, dict):
-        items = [
-            spell_string(draw, k) + w() + ":" + w() + draw(spelled_value(v)) + w() for k, v in value.items()
-        ]
-        return "{" + w() + ("," + w()).join(items) + "}"
-    return json.dumps(value)
-
-
-@st.composite
 def jsonl_line(draw, lone_in_field=False):
     """One well-formed object line holding FIELD (a string) among other keys and values."""
     text = draw(texts if lone_in_field else plain_texts)
@@ -154,14 +108,14 @@ def jsonl_line(draw, lone_in_field=False):
     w = lambda: draw(ws)  # noqa: E731
     body = ("," + w()).join(
         (
-            spell_string(draw, k)
+            draw(json_string(k))
             if k != FIELD
             else draw(st.sampled_from(['"text"', '"te\\u0078t"', '"\\u0074ext"']))
         )
         + w()
         + ":"
         + w()
-        + draw(spelled_value(v))
+        + draw(json_value(v, ws))
         + w()
         for k, v in items
     )

@@ -25,6 +25,7 @@ from blockbpe_jax.corpus.types import CorpusError
 from blockbpe_jax.testing import read_corpus
 
 from helpers import gpu_devices
+from strategies import json_string, json_value
 
 FIELD = "text"
 DEVICES = [pytest.param("cpu", id="cpu")] + [
@@ -91,39 +92,6 @@ def check_block(block: bytes, field, kind: str, must_accept: bool = False, sep: 
 
 # -- generated JSONL: every spelling json.loads accepts, and lines it does not ------------------
 
-SHORT_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "/": "\\/",
-}
-
-
-@st.composite
-def spelled_string(draw, text: str) -> str:
-    """`text` as a JSON string literal, each character raw or escaped at random (surrogate
-    pairs for astral characters, lone surrogates as escapes, the only way to spell them)."""
-    out = ['"']
-    for ch in text:
-        cp, choice = ord(ch), draw(st.integers(0, 3))
-        if 0xD800 <= cp <= 0xDFFF:
-            out.append(f"\\u{cp:04x}")
-        elif ch in SHORT_ESCAPES and (choice < 2 or ch in '"\\' or cp < 0x20):
-            out.append(SHORT_ESCAPES[ch])
-        elif cp < 0x20 or ch in '"\\' or choice == 3:
-            if cp > 0xFFFF:
-                hi, lo = 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)
-                out.append(f"\\u{hi:04X}\\u{lo:04x}")
-            else:
-                out.append(f"\\u{cp:04x}" if choice % 2 else f"\\u{cp:04X}")
-        else:
-            out.append(ch)
-    return "".join(out) + '"'
-
 
 # every code point class: ASCII, controls, 2-, 3- and 4-byte UTF-8, noncharacters, private use
 code_points = st.one_of(
@@ -152,21 +120,6 @@ spaces = st.sampled_from(["", " ", "\t", " \r", "\r\n ", "  "])
 
 
 @st.composite
-def spelled_value(draw, value):
-    w = lambda: draw(spaces)  # noqa: E731
-    if isinstance(value, str):
-        return draw(spelled_string(value))
-    if isinstance(value, list):
-        return "[" + w() + ("," + w()).join(draw(spelled_value(v)) + w() for v in value) + "]"
-    if isinstance(value, dict):
-        items = [
-            draw(spelled_string(k)) + w() + ":" + w() + draw(spelled_value(v)) + w() for k, v in value.items()
-        ]
-        return "{" + w() + ("," + w()).join(items) + "}"
-    return json.dumps(value)
-
-
-@st.composite
 def object_line(draw, field_value=None, lone=False):
     """One object line holding FIELD (by default a string; `lone`: it may hold lone
     surrogates) among other members, its key spelled with escapes at times."""
@@ -181,9 +134,9 @@ def object_line(draw, field_value=None, lone=False):
     key = lambda k: (  # noqa: E731
         draw(st.sampled_from(['"text"', '"te\\u0078t"', '"\\u0074ext"']))
         if k == FIELD
-        else draw(spelled_string(k))
+        else draw(json_string(k))
     )
-    body = ("," + w()).join(key(k) + w() + ":" + w() + draw(spelled_value(v)) + w() for k, v in items)
+    body = ("," + w()).join(key(k) + w() + ":" + w() + draw(json_value(v, spaces)) + w() for k, v in items)
     return w().replace("\n", "") + "{" + w() + body + "}" + w().replace("\n", "")
 
 
@@ -418,7 +371,7 @@ def long_lines_block(draw):
     lone surrogates at times) after a prefix of random length, so that the pieces' cuts fall
     everywhere in it; and a long plain line likewise."""
     unit = draw(st.one_of(plain_texts, texts_with_lone).filter(bool))
-    spelled = draw(spelled_string(unit))[1:-1]
+    spelled = draw(json_string(unit))[1:-1]
     prefix = "p" * draw(st.integers(0, 60))
     field = prefix + spelled * (WARP_LINE // len(spelled.encode("utf-8", "surrogatepass")) + 2)
     line = '{"id": 1, "text": "' + field + '", "tail": [1, {"x": null}]}'

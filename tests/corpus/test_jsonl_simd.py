@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import is_utf8
-from test_jsonl import FIELD, check_same, python_reader, settings_, spell_string
+from test_jsonl import FIELD, check_same, python_reader, settings_
+from strategies import json_string
 
 
 ESCAPES = [b'\\"', b"\\\\", b"\\/", b"\\b", b"\\f", b"\\n", b"\\r", b"\\t", b"\\u00e9", b"\\ud83d\\ude00"]
@@ -69,8 +70,8 @@ def test_a_break_at_every_distance_from_the_line_end(tail):
 )
 def test_long_escaped_strings_equal_json_loads(texts, data):
     """Fields of hundreds of bytes dense with escapes (each character spelled raw or escaped at
-    random, as `spell_string` does), one to four lines: the documents json.loads gives."""
-    lines = [b'{"text": ' + spell_string(data.draw, t).encode() + b', "n": 1}' for t in texts]
+    random, as `strategies.json_string` does), one to four lines: the documents json.loads gives."""
+    lines = [b'{"text": ' + data.draw(json_string(t)).encode() + b', "n": 1}' for t in texts]
     block = b"\n".join(lines) + b"\n"
     check_same(block, FIELD, must_accept=True)
 
