@@ -117,6 +117,25 @@ def excerpts(raw: bytes, batch: int, length: int, seed: int = 0) -> list[str]:
     return out
 
 
+def spread_excerpts(prose: str, rows: int, size: int) -> list[str]:
+    """`rows` excerpts of at most `size` UTF-8 bytes each, starting at evenly spread places
+    (deterministic; a cut character at either end is dropped)."""
+    raw = prose.encode()
+    step = max(1, (len(raw) - size) // rows)
+    return [raw[(k * step) % (len(raw) - size) :][:size].decode("utf-8", "ignore") for k in range(rows)]
+
+
+def median_s(fn, reps: int) -> tuple[float, object]:
+    """(median seconds of `reps` calls of fn() after one untimed call, the last result)."""
+    out = fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
 def pack_ljust(texts, max_len: int):
     """A padding packer in two C loops (str.encode, bytes.ljust + join): the reference for
     what `bb.pack_strings` could cost. Same output as pack_strings (the array is read-only)."""

@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -30,23 +28,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from single_string import cl100k_setup  # noqa: E402
-
-
-def excerpts(prose: str, rows: int, size: int) -> list[str]:
-    """`rows` excerpts of at most `size` UTF-8 bytes each, starting at spread-out places."""
-    raw = prose.encode()
-    step = max(1, (len(raw) - size) // rows)
-    return [raw[(k * step) % (len(raw) - size) :][:size].decode("utf-8", "ignore") for k in range(rows)]
-
-
-def median_s(fn, reps: int) -> tuple[float, object]:
-    out = fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
+from harness import median_s, spread_excerpts  # noqa: E402
 
 
 def main() -> None:
@@ -66,7 +48,7 @@ def main() -> None:
     rows_out = []
     for shape in args.shapes.split(","):
         rows, size = (int(x) for x in shape.split("x"))
-        texts = excerpts(prose, rows, size)
+        texts = spread_excerpts(prose, rows, size)
         nbytes = sum(len(t.encode()) for t in texts)
         row = dict(rows=rows, bytes_per_row=size, bytes=nbytes)
         ref_s, ref = median_s(lambda: enc.encode_ordinary_batch(texts, num_threads=threads), args.reps)

@@ -11,7 +11,7 @@ all text is) and the same excerpts with every "e" and "a" followed by U+0301 (te
 where every row takes the pre-pass's slow path). Medians of --reps calls after a warm-up:
   e2e        tok.encode_batch(texts) with the ids waited for (packing, copy, encode)
   device     bb.encode on rows already on the device, waited for
-  host_nfc   the NFC tokenizer as before: texts normalized on the host (Tokenizer.normalize),
+  host_nfc   texts normalized on the host first (Tokenizer.normalize: the native batch for NFC alone),
              then encode_batch's packing and the encode with the check off
 Every NFC path's ids are checked equal to HF tokenizers' (when installed) or to host_nfc's.
 Writes DIR/nfc_throughput.json and prints GB/s of input bytes.
@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
 from blockbpe_jax.testing import QWEN2_PATTERN, data_dir, read_corpus  # noqa: E402
+from harness import median_s, spread_excerpts  # noqa: E402
 
 
 def tokenizer_doc(nfc: bool) -> dict:
@@ -39,22 +39,6 @@ def tokenizer_doc(nfc: bool) -> dict:
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
     doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, byte_level]}
     return doc
-
-
-def excerpts(prose: str, rows: int, size: int) -> list[str]:
-    raw = prose.encode()
-    step = max(1, (len(raw) - size) // rows)
-    return [raw[(k * step) % (len(raw) - size) :][:size].decode("utf-8", "ignore") for k in range(rows)]
-
-
-def median_s(fn, reps: int) -> tuple[float, object]:
-    out = fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
 
 
 def main() -> None:
@@ -77,12 +61,12 @@ def main() -> None:
         HfTokenizer = None
     dev = jax.devices()[0]
     prose = read_corpus(data_dir() / "corpus/war_and_peace_en.txt").decode()
-    base = excerpts(prose, args.rows, args.bytes)
+    base = spread_excerpts(prose, args.rows, args.bytes)
     inputs = {
         "nfc_text": base,
         "not_nfc_text": [
             t.replace("e", "e\u0301").replace("a", "a\u0301")
-            for t in excerpts(prose, args.rows, args.bytes * 3 // 4)
+            for t in spread_excerpts(prose, args.rows, args.bytes * 3 // 4)
         ],
     }
     toks, hfs = {}, {}
@@ -153,7 +137,7 @@ def main() -> None:
             f"{text_name:13s} e2e NFC {nfc['e2e_gbps']:.2f} vs plain {plain['e2e_gbps']:.2f} GB/s "
             f"({nfc['e2e_gbps'] / plain['e2e_gbps']:.0%}); device NFC {nfc['device_gbps']:.2f} vs "
             f"plain {plain['device_gbps']:.2f} GB/s ({nfc['device_gbps'] / plain['device_gbps']:.0%}); "
-            f"host NFC as before {nfc['host_nfc_gbps']:.2f} GB/s; ids equal: {nfc['e2e_ids_equal']} "
+            f"normalized on the host first {nfc['host_nfc_gbps']:.2f} GB/s; ids equal: {nfc['e2e_ids_equal']} "
             f"{nfc['device_ids_equal']}"
         )
     (out_dir / "nfc_throughput.json").write_text(json.dumps(results, indent=1))
