@@ -231,6 +231,19 @@ BBPE_HD bool number(const uint8_t*& p, const uint8_t* end) {
   return p - start <= kMaxNumberBytes;
 }
 
+// An object member's key and its colon skipped (p at the key's opening quote, then at the
+// member's value), the key read by strings.skip; false when there is no such key.
+template <typename Strings>
+BBPE_HD bool skip_key(const uint8_t*& p, const uint8_t* end, Strings& strings) {
+  if (p >= end || *p != '"') return false;
+  ++p;
+  if (!strings.skip(p, end)) return false;
+  p = skip_space(p, end);
+  if (p >= end || *p != ':') return false;
+  p = skip_space(p + 1, end);
+  return true;
+}
+
 // The value at p (a member's: nesting depth 1) skipped, its strings read by
 // strings.skip(p, end) (p just past the opening quote), without recursion: the open
 // containers' kinds are bits of one word (1: an object), so a line's nesting costs no stack.
@@ -249,14 +262,7 @@ BBPE_HD bool skip_value(const uint8_t*& p, const uint8_t* end, Strings& strings)
         if (p < end && *p == (object ? '}' : ']')) { ++p; break; }  // (empty: a whole value)
         objects = (objects & ~(uint64_t(1) << open)) | (uint64_t(object) << open);
         ++open;
-        if (object) {  // its first key
-          if (p >= end || *p != '"') return false;
-          ++p;
-          if (!strings.skip(p, end)) return false;
-          p = skip_space(p, end);
-          if (p >= end || *p != ':') return false;
-          p = skip_space(p + 1, end);
-        }
+        if (object && !skip_key(p, end, strings)) return false;  // its first key
         continue;  // its first value
       }
       case 't': if (!literal(p, end, "true")) return false; break;
@@ -272,14 +278,7 @@ BBPE_HD bool skip_value(const uint8_t*& p, const uint8_t* end, Strings& strings)
       p = skip_space(p, end);
       if (p < end && *p == ',') {
         p = skip_space(p + 1, end);
-        if (object) {
-          if (p >= end || *p != '"') return false;
-          ++p;
-          if (!strings.skip(p, end)) return false;
-          p = skip_space(p, end);
-          if (p >= end || *p != ':') return false;
-          p = skip_space(p + 1, end);
-        }
+        if (object && !skip_key(p, end, strings)) return false;
         break;  // the next value
       }
       if (p < end && *p == (object ? '}' : ']')) {
