@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
 
 from .hf_fields import parse_added_tokens, parse_hf_merges
-from .model import Vocab, VocabError, check_id, place_specials, vocab_name
+from .model import CharLevel, RunRule, Vocab, VocabError, check_id, place_specials, vocab_name
 
 SPACE = "\u2581"  # `▁`: sentencepiece's escaped space
 REPLACEMENT = "\ufffd"
@@ -39,32 +38,6 @@ def space_joiners(pieces, char_ids: dict) -> tuple[int, ...] | None:
     if len(found) > MAX_JOINERS:
         return None
     return tuple(sorted(char_ids[ch] for ch in found if ch in char_ids))
-
-
-@dataclass(frozen=True)
-class CharLevel:
-    """What the character-level kernel path needs besides the pair table (ffi/core/char_symbols.h)."""
-
-    char_ids: dict[str, int]  # one-character pieces by the character the text holds
-    replacement_id: int  # piece of U+FFFD (a byte that is not valid UTF-8), or -1
-    prefix_id: int  # piece of the dummy prefix `▁`, or -1
-    prefix_rule: int  # where it goes: PREFIX_* bits
-    word_start_id: int  # piece that starts a word (`▁`), or -1 (no word segments)
-    runs: "RunRule | None"  # how runs of one character split, when passes cannot do it
-    joiners: tuple[int, ...] = ()  # pieces after which a `▁` does not start a word
-    escaped_specials: bool = False  # a `▁` of a special token also matches a space
-
-
-@dataclass(frozen=True)
-class RunRule:
-    """A run of m single run characters: m >= long splits off the piece long_id (step
-    characters) and goes on as a run of m - step; shorter runs are table[m] (piece ids)."""
-
-    run_id: int
-    long: int
-    long_id: int
-    step: int
-    table: tuple[tuple[int, ...], ...]
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""`Vocab`, the one model every vocabulary file becomes, and the checks every loader shares."""
+"""`Vocab`, the one model every vocabulary file becomes (with CharLevel and RunRule, the
+character-level tables it may hold), and the checks every loader shares."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,13 +17,37 @@ from .. import pretok
 from ..pretok import Pretokenizer
 from .patterns import recognise_pattern
 
-if TYPE_CHECKING:
-    from .char_bpe import CharLevel
-
 
 # Ids index Python tuples and int32 device tables. A huge rank in a file (a typo, or a hostile
 # file) would otherwise allocate a tuple of that many holes; real vocabularies stay below 2**18.
 MAX_TOKEN_ID = 2**24 - 1
+
+
+@dataclass(frozen=True)
+class CharLevel:
+    """What the character-level kernel path needs besides the pair table (ffi/core/char_symbols.h);
+    built by vocab/char_bpe.py and vocab/sentencepiece.py."""
+
+    char_ids: dict[str, int]  # one-character pieces by the character the text holds
+    replacement_id: int  # piece of U+FFFD (a byte that is not valid UTF-8), or -1
+    prefix_id: int  # piece of the dummy prefix `▁`, or -1
+    prefix_rule: int  # where it goes: PREFIX_* bits
+    word_start_id: int  # piece that starts a word (`▁`), or -1 (no word segments)
+    runs: "RunRule | None"  # how runs of one character split, when passes cannot do it
+    joiners: tuple[int, ...] = ()  # pieces after which a `▁` does not start a word
+    escaped_specials: bool = False  # a `▁` of a special token also matches a space
+
+
+@dataclass(frozen=True)
+class RunRule:
+    """A run of m single run characters: m >= long splits off the piece long_id (step
+    characters) and goes on as a run of m - step; shorter runs are table[m] (piece ids)."""
+
+    run_id: int
+    long: int
+    long_id: int
+    step: int
+    table: tuple[tuple[int, ...], ...]
 
 
 class VocabError(ValueError):

@@ -26,13 +26,12 @@ from .char_bpe import (
     PREFIX_BEFORE_SPECIAL,
     REPLACEMENT,
     SPACE,
-    CharLevel,
     char_level_vocab,
     piece_bytes,
     space_joiners,
     split_runs,
 )
-from .model import MAX_TOKEN_ID, Vocab, VocabError, place_specials
+from .model import MAX_TOKEN_ID, CharLevel, Vocab, VocabError, place_specials
 
 # SentencePiece.Type and TrainerSpec.ModelType (sentencepiece_model.proto)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
