@@ -219,6 +219,11 @@ def test_arrayrecord_missing_package_is_one_line(tmp_path, capsys, root, monkeyp
     import sys
 
     monkeypatch.setitem(sys.modules, "array_record.python.array_record_module", None)
+    # After an earlier test's import, `from array_record.python import array_record_module`
+    # finds the package's attribute without asking sys.modules.
+    package = sys.modules.get("array_record.python")
+    if package is not None:
+        monkeypatch.delattr(package, "array_record_module", raising=False)
     src = tmp_path / "a.txt"
     src.write_text("hello\n")
     rc = cli.main(
