@@ -379,3 +379,20 @@ def json_value(draw, value, spaces) -> str:
         ]
         return "{" + w() + ("," + w()).join(items) + "}"
     return json.dumps(value)
+
+
+def json_values(texts, *, nan: bool = False, max_leaves: int = 8):
+    """JSON values json.loads returns: None, booleans, big integers, floats (NaN and infinities
+    when `nan`: json.loads reads them), strings from `texts`, lists and objects of them."""
+    scalars = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(10**30), 10**30),
+        st.floats(allow_nan=nan, allow_infinity=nan),
+        texts,
+    )
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(texts, inner, max_size=3)),
+        max_leaves=max_leaves,
+    )

@@ -20,7 +20,7 @@ from blockbpe_jax.corpus.types import CorpusError
 from blockbpe_jax.tokenizer import pack_strings
 
 from helpers import is_utf8
-from strategies import json_string, json_value
+from strategies import json_string, json_value, json_values
 
 split_documents = native.cpu.split_documents
 FIELD = "text"
@@ -82,18 +82,7 @@ texts = st.lists(
     ),
     max_size=40,
 ).map("".join)
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(10**30), 10**30),
-    st.floats(allow_nan=False, allow_infinity=False),
-    plain_texts,
-)
-values = st.recursive(
-    scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(plain_texts, inner, max_size=3)),
-    max_leaves=8,
-)
+values = json_values(plain_texts, nan=False, max_leaves=8)
 
 
 @st.composite

@@ -25,7 +25,7 @@ from blockbpe_jax.corpus.types import CorpusError
 from blockbpe_jax.testing import read_corpus
 
 from helpers import gpu_devices
-from strategies import json_string, json_value
+from strategies import json_string, json_value, json_values
 
 FIELD = "text"
 DEVICES = [pytest.param("cpu", id="cpu")] + [
@@ -104,18 +104,7 @@ plain_texts = st.lists(code_points, max_size=30).map("".join)
 texts_with_lone = st.lists(st.one_of(code_points, st.integers(0xD800, 0xDFFF).map(chr)), max_size=30).map(
     "".join
 )
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(10**30), 10**30),
-    st.floats(allow_nan=True, allow_infinity=True),
-    plain_texts,
-)
-values = st.recursive(
-    scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(plain_texts, inner, max_size=3)),
-    max_leaves=10,
-)
+values = json_values(plain_texts, nan=True, max_leaves=10)
 spaces = st.sampled_from(["", " ", "\t", " \r", "\r\n ", "  "])
 
 
