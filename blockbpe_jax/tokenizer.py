@@ -207,8 +207,8 @@ class Tokenizer:
         tokenizer with a normalizer (NFC, Lowercase) gets its strings normalized here first
         (`normalize`), but NFC alone, which the executors normalize (ffi/pretok/nfc_normalize.h);
         the rare rows they report (their NFC wider than L, or hundreds of combining marks on
-        one letter) are normalized here and encoded again, which waits for the counts. A str's surrogates are as tiktoken has them: a pair joined into its code
-        point, a lone one U+FFFD.
+        one letter) are normalized here and encoded again, which waits for the counts. A str's
+        surrogates are as tiktoken has them: a pair joined into its code point, a lone one U+FFFD.
         """
         return self._staged_batch(
             texts,

@@ -230,6 +230,14 @@ def newest_known(fp_versions, rows, known) -> str:
     return best
 
 
+def meta_array(unicode: str, sources: str, references: dict) -> np.ndarray:
+    """A table's "meta" entry: its Unicode version, where its data came from and the reference
+    versions it was checked against, as JSON (blockbpe_jax/pretok/versions.py reads it)."""
+    return np.array(
+        json.dumps({"unicode": unicode, "sources": sources, "references": references}, sort_keys=True)
+    )
+
+
 def build(cache: pathlib.Path) -> dict[str, dict[str, np.ndarray]]:
     import regex
     import tiktoken
@@ -277,7 +285,7 @@ def build(cache: pathlib.Path) -> dict[str, dict[str, np.ndarray]]:
             "multi_fold": multi,
             "gc_names": np.array(GC_NAMES),
             "script_names": np.array(SCRIPT_NAMES),
-            "meta": np.array(json.dumps(regex_meta, sort_keys=True)),
+            "meta": meta_array(**regex_meta),
             "fp_versions": fp["fp_versions"],
             "fp_assigned": fp["fp_assigned"],
         }
@@ -303,15 +311,10 @@ def build(cache: pathlib.Path) -> dict[str, dict[str, np.ndarray]]:
         "nfc_composites": u9["nfc_composites"],
         "nfc_decomp": u9["nfc_decomp"],
         "assigned": u9["gc"] != 0,
-        "meta": np.array(
-            json.dumps(
-                {
-                    "unicode": NFC_VERSION,
-                    "sources": f"unicodedata2 {VERSIONS[NFC_VERSION]}",
-                    "references": {"tokenizers": tokenizers.__version__},
-                },
-                sort_keys=True,
-            )
+        "meta": meta_array(
+            unicode=NFC_VERSION,
+            sources=f"unicodedata2 {VERSIONS[NFC_VERSION]}",
+            references={"tokenizers": tokenizers.__version__},
         ),
         "fp_versions": fp["fp_versions"],
         "fp_marks": fp["fp_marks"],
@@ -324,15 +327,10 @@ def build(cache: pathlib.Path) -> dict[str, dict[str, np.ndarray]]:
     lower_version = newest_known(fp["fp_versions"], fp["fp_upper"].tolist(), lambda r: r[1] in changed)
     out[f"unicode_lower{lower_version.split('.')[0]}.npz"] = {
         "lowercase": lowercase,
-        "meta": np.array(
-            json.dumps(
-                {
-                    "unicode": lower_version,
-                    "sources": f"tokenizers {tokenizers.__version__} Lowercase, probed per code point",
-                    "references": {"tokenizers": tokenizers.__version__},
-                },
-                sort_keys=True,
-            )
+        "meta": meta_array(
+            unicode=lower_version,
+            sources=f"tokenizers {tokenizers.__version__} Lowercase, probed per code point",
+            references={"tokenizers": tokenizers.__version__},
         ),
         "fp_versions": fp["fp_versions"],
         "fp_upper": fp["fp_upper"],
