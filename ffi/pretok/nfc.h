@@ -49,13 +49,23 @@ BBPE_HD int nfc_pair_index(const NfcPairs& np, uint32_t first, uint32_t second) 
   return lo < np.n && (uint32_t)np.pairs[2 * lo] == first && (uint32_t)np.pairs[2 * lo + 1] == second ? lo : -1;
 }
 
-// Whether NFC composes `first` and `second` (Hangul syllables by their arithmetic).
+// Hangul syllables decompose and compose by their arithmetic (Unicode ch. 3.12).
+constexpr uint32_t kHangulS = 0xAC00, kHangulL = 0x1100, kHangulV = 0x1161, kHangulT = 0x11A7;
+constexpr uint32_t kHangulLCount = 19, kHangulVCount = 21, kHangulTCount = 28, kHangulSCount = 11172;
+
+// The Hangul syllable that (first, second) compose to (L+V, or LV+T), or 0 where they do not.
+BBPE_HD uint32_t hangul_compose(uint32_t first, uint32_t second) {
+  if (first - kHangulL < kHangulLCount && second - kHangulV < kHangulVCount)
+    return kHangulS + ((first - kHangulL) * kHangulVCount + (second - kHangulV)) * kHangulTCount;
+  if (first - kHangulS < kHangulSCount && (first - kHangulS) % kHangulTCount == 0 &&
+      second - kHangulT - 1 < kHangulTCount - 1)
+    return first + (second - kHangulT);
+  return 0;
+}
+
+// Whether NFC composes `first` and `second`.
 BBPE_HD bool nfc_composes(const NfcPairs& np, uint32_t first, uint32_t second) {
-  if (first >= 0x1100 && first <= 0x1112 && second >= 0x1161 && second <= 0x1175) return true;  // L+V
-  if (first >= 0xAC00 && first <= 0xD7A3 && (first - 0xAC00) % 28 == 0 && second >= 0x11A8 &&
-      second <= 0x11C2)
-    return true;  // LV+T
-  return nfc_pair_index(np, first, second) >= 0;
+  return hangul_compose(first, second) != 0 || nfc_pair_index(np, first, second) >= 0;
 }
 
 // The code point that ends just before byte i (its start in *start), or false where there is

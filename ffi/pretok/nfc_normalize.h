@@ -44,10 +44,6 @@ constexpr int32_t kNfcPropTrail = 1 << 11;   // a starter whose decomposition en
 constexpr int kNfcPropDecompShift = 12;
 constexpr int kNfcMaxDecomp = 4;  // the longest full canonical decomposition (Unicode 9.0)
 
-// Hangul syllables decompose and compose by their arithmetic (Unicode ch. 3.12).
-constexpr uint32_t kHangulS = 0xAC00, kHangulL = 0x1100, kHangulV = 0x1161, kHangulT = 0x11A7;
-constexpr uint32_t kHangulVCount = 21, kHangulTCount = 28, kHangulSCount = 11172;
-
 struct NfcData {
   const int32_t* stage1;
   const int32_t* props;
@@ -98,16 +94,14 @@ BBPE_HD uint8_t nfc_prop_ccc(int32_t prop) { return (uint8_t)(prop & 255); }
 
 // The composite of (first, second), or -1 where NFC does not compose them.
 BBPE_HD int64_t nfc_compose(const NfcData& d, uint32_t first, uint32_t second) {
-  if (first - kHangulL < 19u && second - kHangulV < kHangulVCount)
-    return kHangulS + ((first - kHangulL) * kHangulVCount + (second - kHangulV)) * kHangulTCount;
-  if (first - kHangulS < kHangulSCount && (first - kHangulS) % kHangulTCount == 0 &&
-      second - kHangulT - 1 < kHangulTCount - 1)
-    return first + (second - kHangulT);
+  const uint32_t syllable = hangul_compose(first, second);
+  if (syllable) return syllable;
   const int k = nfc_pair_index(d.pairs, first, second);
   return k < 0 ? -1 : d.composites[k];
 }
 
-// Writes the full canonical decomposition of cp to out (room for kNfcMaxDecomp); its length.
+// Writes the full canonical decomposition of cp to out (room for kNfcMaxDecomp); its length
+// (Hangul syllables by their arithmetic, pretok/nfc.h).
 BBPE_HD int nfc_decompose(const NfcData& d, uint32_t cp, uint32_t* out) {
   if (cp - kHangulS < kHangulSCount) {
     const uint32_t s = cp - kHangulS, t = s % kHangulTCount;
