@@ -46,6 +46,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from corpora import source_texts, unique_documents  # noqa: E402
+from corpus_peers import compare, flatten_awkward  # noqa: E402
 from harness import Clock, cpu_per_gb  # noqa: E402
 
 from blockbpe_jax._data import find_data_dir  # noqa: E402
@@ -109,6 +110,14 @@ def timed(fn, reps: int, text_bytes: int) -> dict:
     )
 
 
+def peer_ids(got) -> tuple[np.ndarray, np.ndarray]:
+    """gigatoken's result (an awkward array where awkward is installed, else a list of arrays)."""
+    if type(got).__module__.partition(".")[0] == "awkward":
+        return flatten_awkward(got)
+    counts = np.fromiter(map(len, got), np.int64, count=len(got))  # (arrays: one concatenate)
+    return (np.concatenate(got).astype(np.uint32) if len(got) else np.zeros(0, np.uint32)), counts
+
+
 def stage_ids(outputs) -> tuple[np.ndarray, np.ndarray]:
     """The stage's token columns, all batches: ids back to back and tokens per document."""
     ids, counts = [], []
@@ -118,31 +127,6 @@ def stage_ids(outputs) -> tuple[np.ndarray, np.ndarray]:
         ids.append(col.values.to_numpy()[offsets[0] : offsets[-1]])
         counts.append(np.diff(offsets))
     return np.concatenate(ids).astype(np.uint32), np.concatenate(counts).astype(np.int64)
-
-
-def peer_ids(got) -> tuple[np.ndarray, np.ndarray]:
-    """gigatoken's result (an awkward array where awkward is installed, else a list of arrays)."""
-    if type(got).__module__.partition(".")[0] == "awkward":
-        import awkward as ak
-
-        return np.asarray(ak.flatten(got), np.uint32), np.asarray(ak.num(got), np.int64)
-    counts = np.fromiter(map(len, got), np.int64, count=len(got))
-    return (np.concatenate(got).astype(np.uint32) if len(got) else np.zeros(0, np.uint32)), counts
-
-
-def compare(got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray]) -> str:
-    """'' when equal, else where the first difference is."""
-    (g_ids, g_counts), (ids, counts) = got, want
-    if len(g_counts) != len(counts):
-        return f"{len(g_counts)} documents, the stage's {len(counts)}"
-    bad = np.flatnonzero(g_counts != counts)
-    if bad.size:
-        j = int(bad[0])
-        return f"document {j}: {int(g_counts[j])} tokens, the stage's {int(counts[j])}"
-    if not np.array_equal(g_ids, ids):
-        t = int(np.argmax(g_ids != ids))
-        return f"token {t}: {int(g_ids[t])}, the stage's {int(ids[t])}"
-    return ""
 
 
 def joined_units(tables) -> list[bytes]:
@@ -179,7 +163,7 @@ def run_gigatoken(vocab: Path, tables, paths, reps: int, text_bytes: int, want) 
     buffers = joined_units(tables)
     r = timed(lambda: gt.encode_batch(gigatoken.BytesSource(buffers, separator=SEPARATOR)), reps, text_bytes)
     got = r.pop("result")
-    diff = compare(peer_ids(got), want)
+    diff = compare("gigatoken", peer_ids(got), *want)
     res["gigatoken_bytes"] = dict(
         version=version,
         api="encode_batch(BytesSource([one buffer per batch], separator=b'\\x00'))",
@@ -195,7 +179,7 @@ def run_gigatoken(vocab: Path, tables, paths, reps: int, text_bytes: int, want) 
         text_bytes,
     )
     got = r.pop("result")
-    diff = compare(peer_ids(got), want)
+    diff = compare("gigatoken", peer_ids(got), *want)
     res["gigatoken_parquet"] = dict(
         version=version,
         api="encode_files(ParquetFileSource(files, column='text'))",
