@@ -59,11 +59,16 @@ for stage in $stages; do
     srcprofile)
       # Where the kernel's warps stall, per source line (the build has -lineinfo): the full
       # set with source counters on one encode; the report and its source page come back.
-      ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 --set full \
+      # SRC_KERNEL=piece_kernel profiles the piece kernel instead (BLOCKBPE_KERNEL=piece).
+      src=${SRC_KERNEL:-encode_kernel}; sel=""; [ "$src" = piece_kernel ] && sel=piece
+      XLA_PYTHON_CLIENT_PREALLOCATE=false BLOCKBPE_KERNEL=$sel timeout "${NCU_TIMEOUT:-300}" \
+        ncu --kernel-name regex:"$src" --launch-skip 2 --launch-count 1 --set full \
         --import-source yes -f -o "$OUT/encode_full" python3 benchmarks/profile_kernel.py ${PROFILE_ARGS:-} \
         > "$OUT/ncu_full.log" 2>&1; echo "srcprofile: exit $?"
       ncu --import "$OUT/encode_full.ncu-rep" --page source --csv --print-source cuda,sass \
         > "$OUT/ncu_source.csv" 2> "$OUT/ncu_source.err"
+      ncu --import "$OUT/encode_full.ncu-rep" --page source --csv --print-source cuda \
+        > "$OUT/ncu_source_cuda.csv" 2>> "$OUT/ncu_source.err"
       ncu --import "$OUT/encode_full.ncu-rep" --page details > "$OUT/ncu_details.txt" 2>&1
       ls -la "$OUT"/ncu_* "$OUT"/encode_full* ;;
     fuzz)
