@@ -1,4 +1,5 @@
-"""One warm encode of 1024 x 4096 War and Peace bytes (cl100k), for ncu / compute-sanitizer;
+"""One warm encode of 1024 excerpts of 4096 War and Peace bytes (cl100k; harness.excerpts, so
+every row is full), for ncu / compute-sanitizer;
 --adversarial KIND: rows of one of testing.ADVERSARIAL's strings instead (e.g. --batch 1
 --bytes 65536 --adversarial cjk: one huge piece through the long-row kernels).
 
@@ -6,12 +7,17 @@ ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 python3 b
 """
 
 import argparse
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import jax
 import numpy as np
 
 import blockbpe_jax as bb
 from blockbpe_jax import testing
+from harness import excerpts
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--vocab", default="cl100k")
@@ -26,7 +32,7 @@ args = parser.parse_args()
 root = testing.data_dir()
 tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[args.vocab][0])
 raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()
-texts = [raw[i * args.bytes : (i + 1) * args.bytes] for i in range(args.batch)]
+texts = excerpts(raw, args.batch, args.bytes)
 if args.adversarial:
     import random
 
@@ -42,4 +48,5 @@ f = jax.jit(
 for _ in range(args.calls):
     ids, counts = f(data, lengths, tables)
     counts.block_until_ready()
-print("tokens:", int(np.asarray(counts).sum()), "for", args.batch * args.bytes, "bytes")
+n_bytes = sum(len(t if isinstance(t, bytes) else t.encode()) for t in texts)
+print("tokens:", int(np.asarray(counts).sum()), "for", n_bytes, "bytes")

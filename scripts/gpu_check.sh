@@ -81,7 +81,9 @@ for stage in $stages; do
       # kernels). JAX must not grab most of the memory.
       # (initcheck with --check-api-memory-access no loses track of memcpy-written buffers and
       # reports every read of them: do not use it. See docs/journal/2026-11.md, "compute-sanitizer".)
+      # SANITIZE_KERNELS=piece_kernel: only kernels whose name holds it (the piece kernel).
       filter=""; [ -n "${SANITIZE_ENCODE_ONLY:-}" ] && filter="--kernel-name kns=encode_"
+      [ -n "${SANITIZE_KERNELS:-}" ] && filter="--kernel-name kns=$SANITIZE_KERNELS"
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
         echo "+ compute-sanitizer --tool $tool $filter --error-exitcode 3 python3 scripts/sanitize_driver.py" \
           > "$OUT/sanitizer_$tool.log"

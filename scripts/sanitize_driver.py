@@ -3,7 +3,7 @@ block size, special tokens, the shared-memory and the global-workspace paths, a 
 pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, bad rows with
 check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape), pieces
 longer than a tile in long rows (stitched spans, and merged whole through the test hook),
-long pieces of few rows in warp sub-spans. Exits non-zero if any result differs from the CPU
+long pieces of few rows in warp sub-spans, the piece kernel (rows left pending included). Exits non-zero if any result differs from the CPU
 handler's."""
 
 import jax
@@ -132,4 +132,31 @@ for k, (batch, width) in enumerate([(16, 1024), (16, 1024), (20, 4096), (16, 102
     )
     bad += not same
     print(f"staged {batch}x{width} #{k}: {'ok' if same else 'DIFFERENT'}")
+# The piece kernel (BLOCKBPE_KERNEL=piece; ffi/cuda/piece_kernel.cuh) where a call allows it:
+# exact mode, no specials, rows of at most 4 KiB and more than a few of them; every chunk size
+# the widths give; rows left pending (a long piece that is not a token, a full merge list) for
+# encode_kernel; invalid UTF-8 and mixed scripts.
+mixed = "日本語 😀👍🏽 é café Привет ١٢٣ 12345 \t\n  x".encode() * 40
+piece_rows = [t.encode() for t in texts[:16]] + [
+    b"",
+    b"a",
+    testing.ADVERSARIAL["letters_a_j"](random.Random(7), 300),
+    b"a\xff\xe2\x96 b\xc3" * 60,
+    mixed[:4000],
+    b" ".join(testing.ADVERSARIAL["letters_a_j"](random.Random(k), 9) for k in range(400))[:4096],
+]
+os.environ["BLOCKBPE_KERNEL"] = "piece"
+for width, chunk in ((512, "2"), (512, "16"), (1000, "4"), (4096, "16")):
+    os.environ["BLOCKBPE_PIECE_CHUNK"] = chunk
+    rows = [r[:width] for r in piece_rows] * 3
+    data_p, lengths_p = bb.pack_strings(rows, max_len=width)
+    compare(
+        f"piece kernel {len(rows)}x{width} chunk {chunk}",
+        tok,
+        data_p,
+        lengths_p,
+        block_sizes=(256,),
+        max_tokens=width,
+    )
+del os.environ["BLOCKBPE_KERNEL"], os.environ["BLOCKBPE_PIECE_CHUNK"]
 raise SystemExit(1 if bad else 0)

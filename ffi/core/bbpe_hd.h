@@ -6,12 +6,17 @@
 // calls them instead of inlining them. With everything inlined, the encode kernel was ~500 KB
 // of machine code and ncu found its warps waiting on instruction fetches ("no instruction")
 // for a fifth of their stall samples.
+//
+// BBPE_UNROLL unrolls a loop of a compile-time count in a kernel (so the arrays it indexes stay
+// in registers); nothing on the host.
 #pragma once
 
 #if defined(__CUDACC__)
 #define BBPE_HD __host__ __device__ __forceinline__
 #define BBPE_HD_OUTLINE __host__ __device__ __noinline__ inline
+#define BBPE_UNROLL _Pragma("unroll")
 #else
 #define BBPE_HD inline
 #define BBPE_HD_OUTLINE inline
+#define BBPE_UNROLL
 #endif

@@ -8,7 +8,8 @@
 // the call's [B, L] data at stride L: a block takes floor(256 / ceil(L / kChunk)) rows, so a
 // batch of short rows fills the grid as well as one of long rows), and each thread owns its
 // chunk from the bytes to the ids:
-//   1. the chunk's bytes to shared memory; classes, the chunk's backward map (pretok/automata.h);
+//   1. the chunk's bytes to shared memory; their classes (chunk_classes, pretok/tables.h), the
+//      chunk's backward map (pretok/automata.h);
 //   2. T after the chunk from the next chunks' maps of the same row (edge_state, unbounded:
 //      exact, and at most 255 maps of one block), the backward replay, the forward map;
 //   3. S before the chunk from the previous chunks' maps; the forward replay: the chunk's
@@ -16,10 +17,11 @@
 //   4. every piece that starts in the chunk (its end from the masks of the next chunks): one
 //      byte -> its id; else the whole piece looked up (lookup_piece, one probe for most); a
 //      miss goes on the block's merge lists (up to kLanePieceLen bytes: merge_in_lanes, several
-//      pieces to a warp; up to kShortPieceLen: merge_in_warp, a warp each: cuda/lane_merges.cuh,
-//      merge_segment's rule); tokens parked at the piece's bytes in shared memory;
+//      pieces to a warp, the list sorted longest first; up to kShortPieceLen: merge_in_warp, a
+//      warp each: cuda/lane_merges.cuh, merge_segment's rule); tokens parked at the piece's
+//      bytes in shared memory;
 //   5. one block scan of the threads' token counts places every piece's tokens in its row.
-// Six block barriers in all, none per merge rank. The rules are the shared ones
+// Eight block barriers in all, none per merge rank. The rules are the shared ones
 // (core/bpe_core.h, pretok/automata.h, pretok/tables.h): nothing here defines a rule.
 // (The first version merged each miss in its own thread with merge_segment: exact, but a
 // thread's serial passes over a piece, table probe after table probe, kept its block waiting:
@@ -77,7 +79,9 @@ struct PieceSmem {
   __align__(16) uint8_t text[kPieceThreads * kChunk];
   uint8_t hard[kPieceThreads];                // a piece of the row is left to encode_kernel
   int32_t lane_s0[kPieceLaneList], lane_len[kPieceLaneList];  // the merge lists (block positions)
+  int32_t sorted_s0[kPieceLaneList], sorted_len[kPieceLaneList];  // the lane list, longest first
   int32_t wide_s0[kPieceWideList], wide_len[kPieceWideList];
+  int by_len[kLanePieceLen + 1];  // lane-list pieces per length, then where the next one goes
   int n_lane, n_wide, next_bin;
   typename cub::BlockScan<int, kPieceThreads>::TempStorage scan;
 };
@@ -147,6 +151,7 @@ __device__ __forceinline__ void encode_chunk_pieces(const VocabView& v, PieceSme
       hard = true;
     } else if (lanes) {
       s.lane_s0[slot] = row_at + s0, s.lane_len[slot] = m;
+      atomicAdd(&s.by_len[m], 1);
     } else {
       s.wide_s0[slot] = row_at + s0, s.wide_len[slot] = m;
     }
@@ -179,6 +184,7 @@ __global__ void __launch_bounds__(kPieceThreads) piece_kernel(const __grid_const
   uint8_t* text = s.text + row_at;
   if (t < rows_per_block) s.hard[t] = 0;
   if (t == 0) s.n_lane = s.n_wide = s.next_bin = 0;
+  if (t <= kLanePieceLen) s.by_len[t] = 0;
   if (valid > 0)
     load_chunk<kChunk>(p.data + b * (int64_t)p.max_len + base, text + base, valid, base + kChunk <= p.max_len);
   __syncthreads();
@@ -187,9 +193,7 @@ __global__ void __launch_bounds__(kPieceThreads) piece_kernel(const __grid_const
   const PretokTables& tab = s.tab;
   const ClassTable ct = p.pretok.classes(0);
   uint16_t key[kChunk];
-#pragma unroll
-  for (int i = 0; i < kChunk; ++i)
-    key[i] = i < valid ? byte_class(tab, text, n, nullptr, base + i, ct) : kClassNone;
+  chunk_classes<kChunk>(tab, text, n, nullptr, base, valid, ct, key);
   s.maps[t] = chunk_bwd_map<false>(tab, key, kChunk);
   __syncthreads();
   uint8_t t_end = tab.bwd_init & 15;
@@ -218,6 +222,25 @@ __global__ void __launch_bounds__(kPieceThreads) piece_kernel(const __grid_const
   encode_chunk_pieces<kChunk>(p.vocab, s, row_at, n, s.masks + t + 1, k < nv ? nv - 1 - k : 0, fm, base, hard);
   if (hard) s.hard[r] = 1;
   __syncthreads();  // (the lists are complete; the maps are no longer read: their room is the slots')
+  // The lane list sorted by length, longest first (a counting sort): a bin then holds pieces
+  // of similar pass counts, and the longest bins are claimed first.
+  if (t < 32) {  // lane l: pieces of length kLanePieceLen - l
+    const int m = kLanePieceLen - t;
+    const int c = m >= 2 ? s.by_len[m] : 0;
+    int before = c;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(~0u, before, d);
+      if (t >= d) before += o;
+    }
+    if (m >= 2) s.by_len[m] = before - c;
+  }
+  __syncthreads();
+  const int n_lane = min(s.n_lane, kPieceLaneList);
+  for (int g = t; g < n_lane; g += kPieceThreads) {
+    const int m = s.lane_len[g], at = atomicAdd(&s.by_len[m], 1);
+    s.sorted_s0[at] = s.lane_s0[g], s.sorted_len[at] = m;
+  }
   {
     const int warp = t / 32;
     int2* slots = s.slots + warp * 32;
@@ -227,8 +250,8 @@ __global__ void __launch_bounds__(kPieceThreads) piece_kernel(const __grid_const
       const int c = merge_in_warp<false>(p.vocab, s.tok + at, s.wide_len[g], slots);
       if ((t & 31) == 0) s.count[at] = c;
     }
-    merge_in_lanes<false>(p.vocab, s.tok, s.count, s.lane_s0, s.lane_len, min(s.n_lane, kPieceLaneList), slots,
-                          &s.next_bin);
+    __syncthreads();  // (the sorted list is complete)
+    merge_in_lanes<false>(p.vocab, s.tok, s.count, s.sorted_s0, s.sorted_len, n_lane, slots, &s.next_bin);
   }
   __syncthreads();
   int my_tokens = 0;

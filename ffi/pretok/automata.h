@@ -48,6 +48,12 @@ constexpr uint16_t kKeyBoundary = kMaxClasses * 16;
 constexpr uint64_t kMapIdentity = 0xFEDCBA9876543210ull;
 BBPE_HD uint64_t map_constant(uint8_t x) { return 0x1111111111111111ull * x; }
 BBPE_HD uint64_t live_states(int count) { return count >= 16 ? ~0ull : (1ull << (4 * count)) - 1; }
+// The inverse: how many states a live mask holds (its set nibbles are the low ones).
+BBPE_HD int live_count(uint64_t live) {
+  int count = 0;
+  while (count < 16 && ((live >> (4 * count)) & 15)) ++count;
+  return count;
+}
 // Whether every live state has the same image.
 BBPE_HD bool map_is_constant(uint64_t m, uint64_t live) {
   return ((m ^ map_constant((uint8_t)(m & 15))) & live) == 0;
@@ -55,9 +61,7 @@ BBPE_HD bool map_is_constant(uint64_t m, uint64_t live) {
 BBPE_HD uint8_t map_apply(uint64_t m, uint8_t x) { return (uint8_t)((m >> (4 * x)) & 15); }
 BBPE_HD_OUTLINE uint64_t map_then(uint64_t a, uint64_t b) {
   uint64_t r = 0;
-#if defined(__CUDACC__)
-#pragma unroll
-#endif
+  BBPE_UNROLL
   for (int x = 0; x < 16; ++x) r |= (uint64_t)map_apply(b, map_apply(a, (uint8_t)x)) << (4 * x);
   return r;
 }
@@ -96,21 +100,36 @@ BBPE_HD uint8_t stage_class(const PretokTables& tab, const uint8_t* text, int n,
 // Chunk helpers (a chunk = cnt consecutive bytes, given by their classes). pretokenize_chunked
 // and the CUDA block function use exactly these.
 
+// map_then over the first `states` states only (the images of the others are 0): the
+// automata have 8-14 states of 16, and live states map to live states, so what the rest
+// would hold is never read.
+BBPE_HD uint64_t map_then_live(uint64_t a, uint64_t b, int states) {
+  uint64_t r = 0;
+  BBPE_UNROLL
+  for (int x = 0; x < 16; ++x)
+    if (x < states) r |= (uint64_t)map_apply(b, map_apply(a, (uint8_t)x)) << (4 * x);
+  return r;
+}
+
 // A chunk's map, composed step by step. The automata forget their past within a code point
 // or two: once every live state has the same image, the rest of the chunk steps that one
-// state (a map_apply per byte instead of a map_then). The result differs from the full
-// composition only at dead states, which no caller ever applies it to.
+// state (a map_apply per byte instead of a map_then). The first step is the map itself, and
+// later ones compose over the live states only. The result differs from the full composition
+// only at dead states, which no caller ever applies it to.
 struct ChunkMap {
   uint64_t live;                // the automaton's states (map_is_constant looks at these)
+  int states;                   // how many: the live nibbles are the low ones
   uint64_t m = kMapIdentity;    // the map so far, while it is not constant
+  bool fresh = true;            // no step yet
   bool constant = false;
   uint8_t state = 0;            // the one image, once it is
-  BBPE_HD explicit ChunkMap(uint64_t live_states) : live(live_states) {}
+  BBPE_HD explicit ChunkMap(uint64_t live_states) : live(live_states), states(live_count(live_states)) {}
   BBPE_HD void then(uint64_t step) {
     if (constant) {
       state = map_apply(step, state);
     } else {
-      m = map_then(m, step);
+      m = fresh ? step : map_then_live(m, step, states);
+      fresh = false;
       constant = map_is_constant(m, live);
       state = (uint8_t)(m & 15);
     }
@@ -122,6 +141,7 @@ struct ChunkMap {
 template <bool kBoundaries = true, class C>
 BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
   ChunkMap acc(tab.bwd_live);
+  BBPE_UNROLL
   for (int i = cnt - 1; i >= 0; --i)
     if (cls[i] != kClassNone) acc.then(bwd_step<kBoundaries>(tab, (uint8_t)cls[i]));
   return acc.map();
@@ -134,6 +154,7 @@ template <bool kBoundaries = true, class C, class K>
 BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const C* cls, int cnt, uint8_t t_end,
                                  K* key) {
   uint8_t t = t_end;
+  BBPE_UNROLL
   for (int i = cnt - 1; i >= 0; --i) {
     const uint8_t c = (uint8_t)cls[i];
     key[i] = (K)(c * 16 + t);
@@ -146,6 +167,7 @@ BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const C* cls, int cnt,
 template <bool kBoundaries = true, class K>
 BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const K* key, int cnt) {
   ChunkMap acc(tab.fwd_live);
+  BBPE_UNROLL
   for (int i = 0; i < cnt; ++i)
     if (key[i] >= 16) acc.then(fwd_step<kBoundaries>(tab, (uint16_t)key[i]));  // (keys < 16: continuation bytes)
   return acc.map();
@@ -155,6 +177,7 @@ BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const K* key, int cnt) {
 template <bool kBoundaries = true, class K>
 BBPE_HD uint8_t chunk_fwd_replay(const PretokTables& tab, const K* key, int cnt, uint8_t s,
                                  uint8_t* flags, int valid) {
+  BBPE_UNROLL
   for (int i = 0; i < cnt; ++i) {
     if (i < valid) flags[i] = fwd_flag<kBoundaries>(tab, (uint16_t)key[i], s);
     s = map_apply(fwd_step<kBoundaries>(tab, (uint16_t)key[i]), s);

@@ -135,25 +135,59 @@ BBPE_HD uint8_t byte_class(const PretokTables& tab, const uint8_t* text, int n, 
   return byte_class_slow(tab, text, n, sp, i, ct);
 }
 
-// byte_class of the bytes [from, to) of text[0..n) (default: all), in one forward pass that
-// decodes each code point once (byte_class, asked about one byte, decodes a continuation
-// byte's sequence again from its lead). The same answer: a continuation byte is inside a valid
-// sequence exactly when the pass reaches it as part of one, since a sequence's lead is never a
-// continuation byte; `from` may fall inside a code point (byte_class answers for those bytes).
+// byte_class of kCnt bytes from `base` of text[0..n) (those from base + valid on: kClassNone),
+// decoding each code point once. A continuation byte is inside a valid sequence exactly when the
+// nearest non-continuation byte before it (at most 3 back, no special byte in between: what
+// utf8_lead_of asks) starts a valid sequence that reaches it, so one pass that remembers how
+// far the last sequence reaches answers for every byte, the chunk's leading continuation bytes
+// from the sequence before `base`. kCnt is a compile-time count, so a kernel keeps `out` in
+// registers.
+template <int kCnt, class C>
+BBPE_HD void chunk_classes(const PretokTables& tab, const uint8_t* text, int n, const uint8_t* sp, int base,
+                           int valid, const ClassTable& ct, C* out) {
+  const uint8_t invalid = tab.invalid_class & (kMaxClasses - 1);
+  int reach = 0;  // bytes of the chunk below it are inside the last sequence
+  if (valid > 0 && (text[base] & 0xC0) == 0x80) {
+    for (int j = base - 1; j >= 0 && j >= base - 3 && !(sp && sp[j]); --j) {
+      if ((text[j] & 0xC0) != 0x80) {
+        uint32_t cp;
+        reach = j + utf8_decode(text, n, sp, j, &cp) - base;
+        break;
+      }
+    }
+  }
+  BBPE_UNROLL
+  for (int k = 0; k < kCnt; ++k) {
+    uint8_t c = kClassNone;
+    if (k < valid) {
+      const int i = base + k;
+      const uint8_t b = text[i];
+      if (sp && sp[i]) {
+        c = kClassSpecial, reach = k + 1;
+      } else if (b < 0x80) {
+        c = tab.ascii[b] & (kMaxClasses - 1), reach = k + 1;
+      } else if ((b & 0xC0) != 0x80) {  // a lead byte: its sequence, or one invalid byte
+        uint32_t cp;
+        const int len = utf8_decode(text, n, sp, i, &cp);
+        c = len ? cp_class(cp, ct) : invalid;
+        reach = k + (len ? len : 1);
+      } else if (k >= reach) {
+        c = invalid;
+      }
+    }
+    out[k] = (C)c;
+  }
+}
+
+// byte_class of the bytes [from, to) of text[0..n) (default: all), chunk_classes in chunks of
+// 16 (`from` may fall inside a code point).
 inline void byte_classes(const PretokTables& tab, const uint8_t* text, int n, const uint8_t* sp,
                          const ClassTable& ct, uint8_t* out, int from = 0, int to = -1) {
   if (to < 0) to = n;
-  for (int i = from; i < to;) {
-    uint32_t cp;
-    const int len = (sp && sp[i]) || text[i] < 0x80 ? 0 : utf8_decode(text, n, sp, i, &cp);
-    if (len == 0) {  // a special byte, ASCII, an invalid byte or the tail of a code point
-      out[i] = byte_class(tab, text, n, sp, i, ct);
-      ++i;
-      continue;
-    }
-    out[i] = cp_class(cp, ct);
-    for (int k = 1; k < len && i + k < to; ++k) out[i + k] = kClassNone;
-    i += len;
+  for (int i = from; i < to; i += 16) {
+    uint8_t chunk[16];
+    chunk_classes<16>(tab, text, n, sp, i, to - i, ct, chunk);
+    for (int k = 0; k < 16 && i + k < to; ++k) out[i + k] = chunk[k];
   }
 }
 
