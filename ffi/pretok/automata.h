@@ -48,11 +48,13 @@ constexpr uint16_t kKeyBoundary = kMaxClasses * 16;
 constexpr uint64_t kMapIdentity = 0xFEDCBA9876543210ull;
 BBPE_HD uint64_t map_constant(uint8_t x) { return 0x1111111111111111ull * x; }
 BBPE_HD uint64_t live_states(int count) { return count >= 16 ? ~0ull : (1ull << (4 * count)) - 1; }
-// The inverse: how many states a live mask holds (its set nibbles are the low ones).
+// The inverse: how many states a live mask holds (its nibbles are 0xF or 0).
 BBPE_HD int live_count(uint64_t live) {
-  int count = 0;
-  while (count < 16 && ((live >> (4 * count)) & 15)) ++count;
-  return count;
+#if defined(__CUDA_ARCH__)
+  return __popcll(live) / 4;
+#else
+  return __builtin_popcountll(live) / 4;
+#endif
 }
 // Whether every live state has the same image.
 BBPE_HD bool map_is_constant(uint64_t m, uint64_t live) {
