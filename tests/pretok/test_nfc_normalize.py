@@ -34,6 +34,11 @@ def ours(texts: list[str]) -> list[str]:
     return nfc_data.normalize_strings(texts)
 
 
+# Part sizes for the rows rewritten in parts, as the CUDA pre-pass's threads do
+# (nfc_part_start): a part of one byte starts at nearly every boundary.
+PARTS = (1, 3, 16)
+
+
 def check(texts: list[str]):
     want = hf_nfc(texts)
     got = ours(texts)
@@ -41,6 +46,8 @@ def check(texts: list[str]):
     assert not bad, f"{len(bad)} differ from tokenizers' NFC, first {[ascii(x) for x in bad[0]]}"
     host = [norm.nfc(t) for t in texts]
     assert got == host
+    for part in PARTS:
+        assert nfc_data.normalize_strings(texts, part) == got, f"in parts of {part} bytes"
 
 
 def test_reference_is_the_tables_version():
@@ -174,7 +181,27 @@ def test_fuzz_text(texts):
     )
 )
 def test_fuzz_invalid_utf8(rows):
-    assert ours_bytes(rows) == [expected_bytes(r) for r in rows]
+    want = [expected_bytes(r) for r in rows]
+    assert ours_bytes(rows) == want
+    for part in PARTS:
+        assert nfc_data.normalize_strings(rows, part) == want, f"in parts of {part} bytes"
+
+
+def test_first_unsafe_lead():
+    """The checks skip bytes below kNfcFirstUnsafeLead (nfc_normalize.h): it must be the lead
+    byte of the first code point that is not a normalization boundary."""
+    import re
+    from pathlib import Path
+
+    header = (Path(__file__).resolve().parents[2] / "ffi/pretok/nfc_normalize.h").read_text()
+    lead = int(re.search(r"kNfcFirstUnsafeLead = (0x[0-9A-Fa-f]+);", header).group(1), 16)
+    first = int(np.flatnonzero(nfc_data.unsafe_code_points())[0])
+    assert chr(first).encode("utf-8")[0] == lead, hex(first)
+    operand = nfc_data.operand()
+    stage1 = operand[4 : 4 + nfc_data.STAGE1_LEN]
+    props = operand[4 + nfc_data.STAGE1_LEN :]
+    below = [props[stage1[c >> 8] * 256 + (c & 255)] for c in range(first)]
+    assert not any(p & nfc_data.UNSAFE for p in below)
 
 
 def test_long_rows_and_empty_rows():
