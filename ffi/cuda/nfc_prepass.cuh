@@ -7,7 +7,8 @@
 // Latin, Cyrillic or Greek text, is passed at once) and runs the quick check
 // (nfc_may_change_at) at the other bytes. A row that may change is rewritten by its block, in
 // parts (nfc_part_start): each thread sizes its part, a block scan places the parts, each
-// thread writes its own, into a buffer of the batch's shape. Then, by the kernel the call
+// thread writes its own, into a buffer of the batch's shape (a row with a segment longer than a
+// thread's scratch: by one thread, whole). Then, by the kernel the call
 // runs:
 //   - byte-level rows that one block encodes (encode_kernel, which can do only some rows:
 //     pending_only): two passes. The encode reads the caller's rows, a rewritten row given
@@ -35,6 +36,11 @@ namespace {
 
 constexpr int kNfcPrepassThreads = 256;
 constexpr int kNfcMinPart = 16;  // bytes a thread rewrites at least (nfc_part_start's `part`)
+// A thread's scratch for a segment, in code points: a letter and its marks in real text. Small,
+// because every launch reserves a kernel's stack for all the threads a GPU holds, and one much
+// larger than the encode kernels' would have the driver grow and shrink that memory around
+// each pre-pass; a longer segment is rewritten with the executors' scratch in shared memory.
+constexpr int kNfcThreadScratch = 24 + kNfcMaxDecomp;
 constexpr unsigned kNfcLeadWord = kNfcFirstUnsafeLead * 0x01010101u;
 
 // What the pre-pass did with a row.
@@ -112,18 +118,29 @@ __global__ void __launch_bounds__(kNfcPrepassThreads)
       end = part_start[j];
       break;
     }
-  uint32_t segment[kNfcSegmentScratch];
+  uint32_t segment[kNfcThreadScratch];
   const int part_len = start >= 0 ? end - start : 0;
   const int len = part_len ? nfc_normalize_row(d, src + start, part_len, nullptr, nullptr, 3 * part_len, segment,
-                                               kNfcSegmentScratch)
+                                               kNfcThreadScratch)
                            : 0;
-  int at, total;
-  Scan(scan).ExclusiveSum(len < 0 ? 0 : len, at, total);
-  const bool reported = __syncthreads_or(len < 0) || total > max_len;
-  if (!reported) {
-    if (part_len) nfc_normalize_row(d, src + start, part_len, nullptr, dst + at, len, segment, kNfcSegmentScratch);
-    for (int i = total + t; i < max_len; i += kNfcPrepassThreads) dst[i] = 0;  // (zero-padded, as packed)
+  int total;
+  if (__syncthreads_or(len < 0)) {
+    // A segment longer than a thread's scratch (hundreds of marks on a letter, at most): the
+    // row by one thread, with the executors' scratch in shared memory.
+    __shared__ uint32_t long_segment[kNfcSegmentScratch];
+    __shared__ int whole;
+    if (t == 0) whole = nfc_normalize_row(d, src, n, nullptr, dst, max_len, long_segment, kNfcSegmentScratch);
+    __syncthreads();
+    total = whole < 0 ? max_len + 1 : whole;
+  } else {
+    int at;
+    Scan(scan).ExclusiveSum(len, at, total);
+    if (total <= max_len && part_len)
+      nfc_normalize_row(d, src + start, part_len, nullptr, dst + at, len, segment, kNfcThreadScratch);
   }
+  const bool reported = total > max_len;
+  if (!reported)
+    for (int i = total + t; i < max_len; i += kNfcPrepassThreads) dst[i] = 0;  // (zero-padded, as packed)
   if (t == 0) {
     out.state[b] = reported ? kNfcRowReported : kNfcRowRewritten;
     out.raw_lengths[b] = -1;

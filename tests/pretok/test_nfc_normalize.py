@@ -349,6 +349,34 @@ def test_reported_rows_cpu(nfc_tok):
     check_encode_batch(tok, hf, ["x" * 3000, REPORTED[1]], cpu)  # reported rows packed narrower
 
 
+def check_encode_stream(tok, hf, batches, device):
+    """encode_stream (each batch's reported rows fixed once the next is dispatched) gives
+    HF's ids for every batch, in order."""
+    outs = list(tok.encode_stream(batches, device=device, allowed_special="all"))
+    assert len(outs) == len(batches)
+    for texts, (ids, counts) in zip(batches, outs):
+        ids, counts = np.asarray(ids), np.asarray(counts)
+        assert [ids[i, : counts[i]].tolist() for i in range(len(texts))] == hf_ids(hf, texts)
+
+
+def test_encode_stream_cpu(nfc_tok):
+    import jax
+
+    tok, hf = nfc_tok
+    batches = [NOT_NFC, REPORTED, REPORTED[:1], ["plain"], ["x" * 3000, REPORTED[1]]]
+    check_encode_stream(tok, hf, batches, jax.devices("cpu")[0])
+
+
+# Rows of each kind the CUDA pre-pass tells apart: in NFC (read where they are), rewritten by
+# the block's threads in parts, rewritten whole by one thread (a segment longer than a thread's
+# scratch: 100 marks on a letter), reported (a segment of 300 marks; NFC wider than the row).
+MIXED_ROWS = (
+    ["plain ascii", "caf\u00e9 \u201cquoted\u201d na\u00efve", "\u4e2d\u6587 \u0416 \U0001f600"]
+    + NOT_NFC
+    + ["a" + "\u0301" * 100 + " b e\u0301", "x" * 40 + "e\u0301" * 30, REPORTED[1], "\u0958 " * 100]
+)
+
+
 @fuzz(40)
 @given(texts=st.lists(nfc_text, min_size=1, max_size=8))
 def test_fuzz_encode_cpu(nfc_tok, texts):
@@ -378,6 +406,50 @@ def test_raw_bytes_gpu(nfc_tok, data_dir):
     check_raw(tok, hf, long_rows, gpu)
     for rows, width in (([REPORTED[0], REPORTED[2]], 16), (REPORTED[1:2], 1024), (NOT_NFC, 256)):
         assert raw_ids(tok, rows, gpu, width) == raw_ids(tok, rows, jax.devices("cpu")[0], width)
+
+
+@GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["block", "piece"])
+def test_mixed_rows_gpu(nfc_tok, data_dir, kernel, monkeypatch):
+    """Rows in NFC, rewritten in parts, rewritten whole, reported and of a bad length in one
+    batch: the same ids and counts as the CPU executor at widths that are and are not
+    multiples of 16 (the pre-pass's word and byte paths), through the block kernel and the
+    piece kernel (both read rows in NFC where they are; the rewritten ones go to encode_kernel's
+    second launch), and HF's ids for the rows that fit."""
+    import jax
+
+    import blockbpe_jax as bb
+
+    if kernel == "piece":
+        monkeypatch.setenv("BLOCKBPE_KERNEL", "piece")
+    tok, hf = nfc_tok
+    gpu, cpu = gpu_devices()[0], jax.devices("cpu")[0]
+    excerpts = corpus_texts(data_dir, 2, seed=7)
+    rows = MIXED_ROWS + [t.encode()[:600].decode("utf-8", "ignore") for t in excerpts]
+    for width in (608, 1000, 1024):  # (the longest row has 603 bytes; one's NFC 700)
+        assert raw_ids(tok, rows, gpu, width) == raw_ids(tok, rows, cpu, width), width
+        # no specials (the piece kernel's calls), a bad length in an unchecked call
+        data, lengths = bb.pack_strings(rows, max_len=width)
+        bad = lengths.copy()
+        bad[1] = -1
+        got = bb.encode(*jax.device_put((data, bad), gpu), tok, max_tokens=width + 2, check_lengths=False)
+        want = bb.encode(*jax.device_put((data, lengths), cpu), tok, max_tokens=width + 2)
+        (ids, counts), (want_ids, want_counts) = got.numpy(), want.numpy()
+        assert counts[1] == -1
+        keep = np.arange(len(rows)) != 1
+        np.testing.assert_array_equal(counts[keep], want_counts[keep])
+        np.testing.assert_array_equal(ids[keep], want_ids[keep])
+    check_raw(tok, hf, [r for r in rows + excerpts if r != REPORTED[1]], gpu)  # (it: 300 marks)
+
+
+@GPU
+@pytest.mark.gpu
+def test_encode_stream_gpu(nfc_tok, data_dir):
+    tok, hf = nfc_tok
+    texts = corpus_texts(data_dir, 2, seed=8)
+    batches = [NOT_NFC, texts, REPORTED, REPORTED[:1], MIXED_ROWS, ["x" * 3000, REPORTED[1]], texts]
+    check_encode_stream(tok, hf, batches, gpu_devices()[0])
 
 
 @GPU
