@@ -182,7 +182,8 @@ constexpr int kNfcOutputTooSmall = -2;   // out has less room than the result (n
 
 // The executors' scratch for a segment, in code points: a row with a segment that decomposes
 // to more (a starter with hundreds of combining marks after it) is reported, on the CPU as on
-// the GPU (where the scratch is a thread's local array), so both give the same counts.
+// the GPU (where a row whose segment outgrows a thread's smaller scratch is rewritten with
+// this much in shared memory), so both give the same counts.
 constexpr int kNfcSegmentScratch = 256 + kNfcMaxDecomp;
 
 // Writes the segment text[seg..end) (valid UTF-8, no special byte) normalized at out[*w..)
@@ -254,10 +255,11 @@ BBPE_HD int nfc_unsafe_at(const NfcData& d, const uint8_t* text, int n, const ui
 }
 
 // NFC of text[0..n) to out (cap bytes; null: nothing written, the length counted); returns
-// the output's length, or one of the negative results above. `scratch` (scratch_cap code points) holds one segment's decomposition: a
-// starter and the code points after it up to the next boundary; 2 * n + kNfcMaxDecomp is
-// always enough, since every code point decomposes to at most 1.5 times as many code points
-// as its UTF-8 bytes (two bytes to at most three code points, three to at most four).
+// the output's length, or one of the negative results above. `scratch` (scratch_cap code
+// points) holds one segment's decomposition: a starter and the code points after it up to the
+// next boundary; 2 * n + kNfcMaxDecomp is always enough, since every code point decomposes to
+// at most 1.5 times as many code points as its UTF-8 bytes (two bytes to at most three code
+// points, three to at most four).
 //
 // Output bound: cap = 3 * n always suffices. NFC of a code point alone is at most 3 times its
 // UTF-8 length (UAX #15's table of maximum expansion factors; U+1D160, 4 bytes, becomes 12),
