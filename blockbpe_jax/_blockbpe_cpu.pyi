@@ -47,9 +47,9 @@ def counts_in_plan_order(counts: Annotated[NDArray[numpy.int32], dict(order='C',
 
 def compaction_layout(got: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)], src: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)], perm: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)], calls: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu', writable=False)], counts: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], layout: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu')]) -> tuple: ...
 
-def nfc_normalize(data: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], offsets: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], operand: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> tuple:
+def nfc_normalize(data: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], offsets: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], operand: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], part: int = 0) -> tuple:
     """
-    NFC of each row data[offsets[i]:offsets[i + 1]] (ffi/pretok/nfc_normalize.h) -> (bytes, offsets).
+    NFC of each row data[offsets[i]:offsets[i + 1]] (ffi/pretok/nfc_normalize.h) -> (bytes, offsets); part > 0: each row rewritten in the parts of nfc_part_start, as the CUDA pre-pass does.
     """
 
 def registrations() -> dict: ...
@@ -80,4 +80,9 @@ def window_scratch_bytes(rows: int, width: int, pretok_stages: int, symbols: int
 def workspace_bytes(batch: int, max_len: int, pretok_stages: int, symbols: int) -> int:
     """
     Bytes of the workspace output of one encode call (the CUDA kernel's global arrays).
+    """
+
+def nfc_workspace_bytes(batch: int, max_len: int, pretok_stages: int, symbols: int) -> int:
+    """
+    workspace_bytes of an encode call that normalizes NFC (the CUDA pre-pass's buffers after the encode's).
     """

@@ -23,6 +23,8 @@ if cuda is not None:
 HAS_CUDA_MODULE = cuda is not None
 
 
-def workspace_bytes(batch: int, max_len: int, pretok_stages: int, symbols: int) -> int:
-    """Bytes of the CUDA kernel's arrays that do not live in shared memory (ffi/binding/encode_params.h)."""
-    return int(cpu.workspace_bytes(batch, max_len, pretok_stages, symbols))
+def workspace_bytes(batch: int, max_len: int, pretok_stages: int, symbols: int, nfc: bool = False) -> int:
+    """Bytes of the CUDA kernel's arrays that do not live in shared memory (ffi/binding/encode_params.h);
+    nfc: and of the NFC pre-pass's, for a call that normalizes NFC (ffi/cuda/nfc_prepass.cuh)."""
+    size = cpu.nfc_workspace_bytes if nfc else cpu.workspace_bytes
+    return int(size(batch, max_len, pretok_stages, symbols))

@@ -268,16 +268,30 @@ def _stage(device, fill) -> Staged:
 
 
 class StagedBatch:
-    """A packed batch and the call that encodes it: `encode()` once, or `cancel()`."""
+    """A packed batch and the call that encodes it: `encode()` once (or `dispatch()`, then
+    `finish()` of its result), or `cancel()`. finish: a last step on the dispatched result
+    that waits for it (an NFC tokenizer's reported rows, encoded again), or None."""
 
-    def __init__(self, run, *, staged=None, arrays=None):
-        self._run, self._staged, self._arrays = run, staged, arrays
+    def __init__(self, run, *, staged=None, arrays=None, finish=None):
+        self._run, self._staged, self._arrays, self._finish = run, staged, arrays, finish
+
+    @property
+    def finishes(self) -> bool:
+        """Whether `finish` waits for the result (else it returns it as it is)."""
+        return self._finish is not None
 
     def encode(self):
+        return self.finish(self.dispatch())
+
+    def dispatch(self):
+        """The call launched (its slot given back to the pool), its result not waited for."""
         if self._staged is None:
             return self._run(*self._arrays)
         staged, self._staged = self._staged, None
         return staged.run(self._run)
+
+    def finish(self, out):
+        return out if self._finish is None else self._finish(out)
 
     def cancel(self) -> None:
         if self._staged is not None:
@@ -287,21 +301,45 @@ class StagedBatch:
 
 def pipelined(prepare, batches):
     """`prepare(batch).encode()` of each batch, in order, as a generator, with each batch
-    prepared (packed, its copy started) before the batch before it is encoded. An error
-    preparing a batch is raised after the result of the batch before it."""
-    ahead: list[StagedBatch] = []  # prepared, not yet encoded; oldest first
+    prepared (packed, its copy started) before the batch before it is encoded. A batch whose
+    `finish` waits for its result (StagedBatch.finishes) is finished once the batch after it
+    is dispatched, so that the device has work while the host waits. An error preparing or
+    dispatching a batch is raised after the result of the batch before it."""
+    ahead: list[StagedBatch] = []  # prepared, not yet dispatched; oldest first
+    held: list = []  # (batch, its dispatched result) to finish after the next dispatch
+
+    def finish_held():
+        while held:
+            batch, out = held.pop(0)
+            yield batch.finish(out)
+
+    def dispatch_oldest():
+        batch = ahead.pop(0)
+        try:
+            out = batch.dispatch()
+        except BaseException:
+            yield from finish_held()
+            raise
+        yield from finish_held()
+        if batch.finishes:
+            held.append((batch, out))
+        else:
+            yield out
+
     try:
         for batch in batches:
             try:
                 ahead.append(prepare(batch))
             except BaseException:
                 while ahead:
-                    yield ahead.pop(0).encode()
+                    yield from dispatch_oldest()
+                yield from finish_held()
                 raise
             if len(ahead) == 2:
-                yield ahead.pop(0).encode()
+                yield from dispatch_oldest()
         while ahead:
-            yield ahead.pop(0).encode()
+            yield from dispatch_oldest()
+        yield from finish_held()
     finally:  # the consumer stopped early, or the iterable raised
         for batch in ahead:
             batch.cancel()

@@ -227,8 +227,9 @@ class Tokenizer:
         """`encode_batch(batch, **kwargs)` of each batch, in order, as a generator. On a CUDA
         GPU each batch is packed into pinned memory and its copy started before the batch
         before it is encoded, so that packing, copying and encoding overlap (elsewhere this is
-        encode_batch in a loop). The results are dispatched, not waited for. A bad batch
-        raises after the result of the batch before it."""
+        encode_batch in a loop). The results are dispatched, not waited for, but an NFC
+        tokenizer's, whose counts are read for reported rows once the next batch is
+        dispatched. A bad batch raises after the result of the batch before it."""
         return staging.pipelined(lambda batch: self._staged_batch(batch, **kwargs), batches)
 
     @functools.cached_property
@@ -260,7 +261,7 @@ class Tokenizer:
 
         # Packing guarantees 0 <= lengths <= L: no need for the handler's read-back.
         def run(data, lengths, normalized=normalized):
-            out = primitive.encode(
+            return primitive.encode(
                 data,
                 lengths,
                 self.tables(allowed_special, device),
@@ -271,9 +272,12 @@ class Tokenizer:
                 check_lengths=False,
                 assume_normalized=normalized,
             )
-            if device_nfc and not normalized:
-                out = self._reported_rows_on_host(out, texts, run, max_tokens is None, pad_id)
-            return out
+
+        finish = None
+        if device_nfc and not normalized:
+
+            def finish(out):  # (waits for the counts: encode_stream does it a batch later)
+                return self._reported_rows_on_host(out, texts, run, max_tokens is None, pad_id)
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
             # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how).
@@ -282,7 +286,7 @@ class Tokenizer:
             except UnicodeEncodeError:  # surrogates: as tiktoken (the slot was given back)
                 texts = self._normalized(_without_surrogates(raw), mode)[0]
                 staged = staging.stage_strings(texts, max_len=max_len, device=target)
-            return staging.StagedBatch(run, staged=staged)
+            return staging.StagedBatch(run, staged=staged, finish=finish)
         try:
             data, lengths = pack_strings(texts, max_len=max_len)
         except UnicodeEncodeError:
@@ -291,7 +295,7 @@ class Tokenizer:
         if device is not None and device != jax.devices()[0]:
             data, lengths = jax.device_put((data, lengths), device)
         # (else the NumPy arrays ride along with the jitted call to the default device)
-        return staging.StagedBatch(run, arrays=(data, lengths))
+        return staging.StagedBatch(run, arrays=(data, lengths), finish=finish)
 
     def _normalized(self, texts: list, mode: str) -> tuple[list, bool]:
         """(the texts as encode sees them, whether they were normalized): exact mode on a
@@ -303,12 +307,13 @@ class Tokenizer:
     def _reported_rows_on_host(self, out, texts, run, widen: bool, pad_id: int):
         """`out` with the rows the executors reported (count -2: the row's NFC does not fit
         its width, or has a segment of hundreds of combining marks; pretok/nfc_normalize.h)
-        encoded again, normalized here. Reads the counts back (waits for the call); widens
+        encoded again, normalized here. Reads the counts back (waits for the call; one pinned
+        copy, staging.read_back, not JAX's own copy, which costs a fixed 130-250 us); widens
         the ids where a row's tokens need more columns than `out` has and the caller did not
         fix max_tokens."""
         import jax.numpy as jnp
 
-        counts = np.asarray(out.counts)
+        (counts,) = staging.read_back([out.counts])
         bad = np.flatnonzero(counts == -2)
         if not bad.size:
             return out

@@ -79,6 +79,22 @@ nfc_texts = texts + ["cafe\u0301", "\u0958 \u0915\u093c", "\u1100\u1161 \uac00\u
 data, lengths = bb.pack_strings(nfc_texts, max_len=4096)
 ref = compare("nfc", nfc_tok, data, lengths, max_tokens=1024)
 print(f"nfc: {int((np.asarray(ref.counts) == -2).sum())} reported")
+# NFC normalized on the device (ffi/cuda/nfc_prepass.cuh): rows in NFC read in place and the
+# rest rewritten in parts, one row with a segment too long for a thread's scratch, one with
+# too long a segment for any; at 4096 two encode passes, at 12000 (the tile pipeline) the copy.
+rewrite_tok = bb.Tokenizer(
+    dataclasses.replace(
+        tok.vocab,
+        pretokenizer=dataclasses.replace(
+            tok.vocab.pretokenizer, nfc=True, normalizer=pretok.Normalizer(("nfc",))
+        ),
+    )
+)
+rewrite_texts = nfc_texts + ["a" + "\u0301" * 100 + " b", "a" + "\u0301" * 300, "e\u0301 " * 500]
+for max_len in (4096, 12000):
+    data, lengths = bb.pack_strings(rewrite_texts, max_len=max_len)
+    ref = compare(f"nfc rewrite L={max_len}", rewrite_tok, data, lengths, max_tokens=2048)
+print(f"nfc rewrite: {int((np.asarray(ref.counts) == -2).sum())} reported")
 # SentencePiece BPE (merges over characters): Mistral v7 with its user-defined pieces, runs of
 # spaces, bytes that are not UTF-8, in shared memory and in the workspace.
 import importlib.util, pathlib  # noqa: E401,E402

@@ -146,11 +146,13 @@ def _encode_call(
             return ids, counts
 
         # The CUDA kernel's arrays that do not fit in shared memory come as an extra, discarded
-        # output, so that XLA allocates them (no allocation in the handler). Only the CUDA
-        # kernel uses this workspace: the CPU handler gets a one-byte stand-in.
+        # output, so that XLA allocates them (no allocation in the handler), with room for the
+        # NFC pre-pass's where the call may normalize NFC (its normalizer's NFC bit, untrusted).
+        # Only the CUDA kernel uses this workspace: the CPU handler gets a one-byte stand-in.
+        nfc = (normalizer & 5) == 1  # kNormNfc without kNormTrusted (ffi/pretok/tables.h)
         return jax.lax.platform_dependent(
             cpu=lambda: ffi(1),
-            default=lambda: ffi(native.workspace_bytes(batch, max_len, pretok_stages, symbols)),
+            default=lambda: ffi(native.workspace_bytes(batch, max_len, pretok_stages, symbols, nfc)),
         )
 
     @call.def_vmap

@@ -73,13 +73,15 @@ def operand() -> np.ndarray:
     return out
 
 
-def normalize_batch(data, offsets) -> tuple[np.ndarray, np.ndarray]:
+def normalize_batch(data, offsets, part: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """NFC of each row data[offsets[i]:offsets[i + 1]] on the CPU (the CPU module's
     nfc_normalize, ffi/pretok/nfc_normalize.h: what the CUDA pre-pass writes).
 
     Args:
         data: the rows' bytes, uint8 (or bytes).
         offsets: int64[rows + 1], non-decreasing, from 0 to len(data).
+        part: 0, each row rewritten whole; > 0, in the parts the CUDA pre-pass's threads
+            rewrite (nfc_part_start, `part` bytes each), which must give the same bytes.
 
     Returns:
         (bytes uint8, offsets int64[rows + 1]) of the normalized rows; invalid UTF-8 stays as
@@ -95,15 +97,15 @@ def normalize_batch(data, offsets) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("offsets must be int64[rows + 1] from 0 to len(data)")
     if np.any(np.diff(offsets) < 0):
         raise ValueError("offsets must be non-decreasing")
-    return native.cpu.nfc_normalize(data, offsets, operand())
+    return native.cpu.nfc_normalize(data, offsets, operand(), part)
 
 
-def normalize_strings(texts) -> list:
+def normalize_strings(texts, part: int = 0) -> list:
     """normalize_batch of a list of str or bytes, each returned as it came (str or bytes)."""
     raw = [t.encode("utf-8", "surrogatepass") if isinstance(t, str) else bytes(t) for t in texts]
     offsets = np.zeros(len(raw) + 1, np.int64)
     np.cumsum([len(r) for r in raw], out=offsets[1:])
-    out, out_offsets = normalize_batch(b"".join(raw), offsets)
+    out, out_offsets = normalize_batch(b"".join(raw), offsets, part)
     buf = out.tobytes()
     rows = [buf[out_offsets[i] : out_offsets[i + 1]] for i in range(len(raw))]
     return [r.decode("utf-8", "surrogatepass") if isinstance(t, str) else r for r, t in zip(rows, texts)]

@@ -137,6 +137,19 @@ BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int pretok_stage
                                      : workspace_bytes_per_string(max_len, pretok_stages, symbols));
   return total < 1 ? 1 : total;
 }
+// With the NFC normalization operand, the CUDA pre-pass's buffers follow the encode's in the
+// workspace (cuda/nfc_prepass.cuh: the rewritten rows, of the batch's shape, then two int32
+// and a byte per row), from this 256-aligned offset; the workspace then has
+// nfc_workspace_bytes (where it has less, as a corpus window's, the pre-pass allocates them).
+BBPE_HD int64_t nfc_prepass_at(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
+  return (workspace_bytes(batch, max_len, pretok_stages, symbols) + 255) / 256 * 256;
+}
+BBPE_HD int64_t nfc_prepass_bytes(int64_t batch, int64_t max_len) {
+  return (batch * max_len + 255) / 256 * 256 + batch * 9;
+}
+BBPE_HD int64_t nfc_workspace_bytes(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
+  return nfc_prepass_at(batch, max_len, pretok_stages, symbols) + nfc_prepass_bytes(batch, max_len);
+}
 
 struct EncodeParams {
   const uint8_t* data;      // [batch, max_len]
@@ -159,7 +172,8 @@ struct EncodeParams {
   SpecialView special;
   int32_t* ids;             // [batch, max_tokens]
   int32_t* counts;          // [batch] true token count (> max_tokens means truncated)
-  uint8_t* workspace;       // CUDA: [workspace_bytes(batch, max_len, pretok_stages, symbols)]; CPU: unused
+  uint8_t* workspace;       // CUDA: [workspace_bytes(batch, max_len, pretok_stages, symbols)], with the
+                            // NFC operand [nfc_workspace_bytes(...)]; CPU: unused
   int64_t workspace_size;
   int32_t pending_only = 0; // CUDA, set by the handler alone: encode_kernel does only the rows whose
                             // count is kCountPending (the piece kernel's leftovers, cuda/piece_kernel.cuh)

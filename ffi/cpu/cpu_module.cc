@@ -320,4 +320,7 @@ NB_MODULE(_blockbpe_cpu, m) {
   m.def("workspace_bytes", &bbpe::workspace_bytes, nb::arg("batch"), nb::arg("max_len"),
         nb::arg("pretok_stages"), nb::arg("symbols"),
         "Bytes of the workspace output of one encode call (the CUDA kernel's global arrays).");
+  m.def("nfc_workspace_bytes", &bbpe::nfc_workspace_bytes, nb::arg("batch"), nb::arg("max_len"),
+        nb::arg("pretok_stages"), nb::arg("symbols"),
+        "workspace_bytes of an encode call that normalizes NFC (the CUDA pre-pass's buffers after the encode's).");
 }

@@ -14,9 +14,27 @@ namespace {
 
 constexpr int64_t kNfcBytesPerThread = 64 << 10;
 
-// (data, offsets int64[rows + 1], the operand) -> (bytes uint8, offsets int64[rows + 1]).
+// NFC of text[0..n) to out (room for 3n bytes), whole (part 0) or in the parts of
+// nfc_part_start, as the CUDA pre-pass's threads write them; the length, or < 0.
+int normalize_row(const bbpe::NfcData& d, const uint8_t* text, int n, int part, uint8_t* out,
+                  std::vector<uint32_t>& scratch) {
+  if (part <= 0) return bbpe::nfc_normalize_row(d, text, n, nullptr, out, 3 * n, scratch.data(), (int)scratch.size());
+  int w = 0;
+  for (int64_t k = 0; k == 0 || k * part < n; ++k) {
+    const int start = bbpe::nfc_part_start(d, text, n, part, (int)k);
+    if (start < 0) continue;
+    const int end = bbpe::nfc_part_end(d, text, n, part, (int)k);
+    const int got = bbpe::nfc_normalize_row(d, text + start, end - start, nullptr, out + w, 3 * (end - start),
+                                            scratch.data(), (int)scratch.size());
+    if (got < 0) return got;
+    w += got;
+  }
+  return w;
+}
+
+// (data, offsets int64[rows + 1], the operand, part) -> (bytes uint8, offsets int64[rows + 1]).
 nb::tuple nfc_normalize(HostArray<const uint8_t, 1> data, HostArray<const int64_t, 1> offsets,
-                        HostArray<const int32_t, 1> operand) {
+                        HostArray<const int32_t, 1> operand, int part) {
   bbpe::NfcData d;
   if (!bbpe::nfc_data_view(operand.data(), (int64_t)operand.shape(0), &d))
     throw nb::value_error("nfc_normalize: the operand does not fit its header (blockbpe_jax/pretok/nfc_data.py)");
@@ -38,8 +56,7 @@ nb::tuple nfc_normalize(HostArray<const uint8_t, 1> data, HostArray<const int64_
       for (int64_t r = lo; r < hi; ++r) {
         const int n = (int)(off[r + 1] - off[r]);
         scratch.resize((size_t)(2 * n + bbpe::kNfcMaxDecomp));
-        const int got = bbpe::nfc_normalize_row(d, data.data() + off[r], n, nullptr, wide.data() + 3 * off[r],
-                                                3 * n, scratch.data(), (int)scratch.size());
+        const int got = normalize_row(d, data.data() + off[r], n, part, wide.data() + 3 * off[r], scratch);
         if (got < 0) failed = true;  // (not reached: the bounds above always hold)
         lengths[(size_t)r] = std::max(got, 0);
       }
@@ -60,5 +77,7 @@ nb::tuple nfc_normalize(HostArray<const uint8_t, 1> data, HostArray<const int64_
 
 void bind_nfc_normalize(nb::module_& m) {
   m.def("nfc_normalize", &nfc_normalize, nb::arg("data"), nb::arg("offsets"), nb::arg("operand"),
-        "NFC of each row data[offsets[i]:offsets[i + 1]] (ffi/pretok/nfc_normalize.h) -> (bytes, offsets).");
+        nb::arg("part") = 0,
+        "NFC of each row data[offsets[i]:offsets[i + 1]] (ffi/pretok/nfc_normalize.h) -> (bytes, offsets); "
+        "part > 0: each row rewritten in the parts of nfc_part_start, as the CUDA pre-pass does.");
 }

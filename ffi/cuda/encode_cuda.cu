@@ -33,7 +33,7 @@
 //   cuda/huge_pieces.cuh    long rows: pieces longer than a tile, by stitched spans
 //   cuda/sub_spans.cuh      a text merged in warp sub-spans (spans, the few rows' long pieces)
 //   cuda/piece_kernel.cuh   exact mode piece-parallel (BLOCKBPE_KERNEL=piece; issue P11's first piece)
-//   cuda/nfc_prepass.cuh    NFC tokenizers: the rows normalized before the encode
+//   cuda/nfc_prepass.cuh    NFC tokenizers: the rows checked, and normalized where they change
 // This file: the launcher (one block per string, or the tile pipeline) and the FFI handlers.
 #include <cuda_runtime.h>
 
@@ -117,11 +117,18 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
     return ffi::Error::InvalidArgument("bbpe_encode: block_size must be 256, 512 or 1024, got " +
                                        std::to_string(block_size));
   cudaError_t e = cudaSuccess;
-  NfcPrepass nfc;  // (its buffers given back when this returns, after the launches)
+  NfcPrepass nfc;  // (buffers it allocated given back when this returns, after the launches)
   if (p.nfc_rewrite.ints) {
     e = nfc_prepass(p, stream, nfc);
     if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_encode: ") + cudaGetErrorString(e));
   }
+  const auto encode_rows = [&](const EncodeParams& q) {
+    switch (block_size) {
+      case 256: return launch<256>(q, stream);
+      case 512: return launch<512>(q, stream);
+      default: return launch<1024>(q, stream);
+    }
+  };
   // BLOCKBPE_KERNEL=piece: the piece-parallel kernel where the call allows it (cuda/piece_kernel.cuh),
   // then encode_kernel for the rows it left pending only. Test hook BLOCKBPE_PIECE_FILL=0: no
   // second launch (pending rows keep count kCountPending: how many there were).
@@ -131,12 +138,11 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
     if (off("BLOCKBPE_PIECE_FILL")) return ffi::Error::Success();
     p.pending_only = 1;
   }
-  switch (block_size) {
-    case 256: e = launch<256>(p, stream); break;
-    case 512: e = launch<512>(p, stream); break;
-    default: e = launch<1024>(p, stream); break;
+  e = encode_rows(p);
+  if (e == cudaSuccess && p.nfc_rewrite.ints) {  // reported rows; the rewritten ones, if a second pass
+    e = nfc_after_encode(p, stream, nfc);
+    if (e == cudaSuccess && nfc.two_passes) e = encode_rows(p);
   }
-  if (e == cudaSuccess && p.nfc_rewrite.ints) e = nfc_report(p, stream, nfc);
   if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_encode: ") + cudaGetErrorString(e));
   return ffi::Error::Success();
 }

@@ -1,15 +1,29 @@
-// NFC on the GPU before the encode (tokenizers whose normalizer is NFC, the encode call given
-// the normalization operand, pretok/nfc_normalize.h): each row normalized into a buffer of the
-// batch's shape, which the encode then reads in place of the raw rows; the CPU executor
-// normalizes each row by the same header (cpu/encode_cpu.h, encode_string).
+// NFC on the GPU around the encode (tokenizers whose normalizer is NFC, the encode call given
+// the normalization operand, pretok/nfc_normalize.h); the CPU executor normalizes each row by
+// the same header (cpu/encode_cpu.h, encode_string).
 //
-// One block per row: its threads copy the row and run the quick check (nfc_may_change_at) on
-// its code points; where one may change, one thread normalizes the row (rows that need it are
-// rare, and their work is a sequential scan). A row whose NFC does not fit its max_len bytes,
-// or has a segment longer than kNfcSegmentScratch code points, is reported afterwards
-// (count kCountNotNormalized), as the check reported text not in NFC.
+// Nearly all text is in NFC already, so the pre-pass costs little there: one block per row
+// reads the row (16 bytes a thread; a word with no byte >= kNfcFirstUnsafeLead, most of any
+// Latin, Cyrillic or Greek text, is passed at once) and runs the quick check
+// (nfc_may_change_at) at the other bytes. A row that may change is rewritten by its block, in
+// parts (nfc_part_start): each thread sizes its part, a block scan places the parts, each
+// thread writes its own, into a buffer of the batch's shape (a row with a segment longer than a
+// thread's scratch: by one thread, whole). Then, by the kernel the call
+// runs:
+//   - byte-level rows that one block encodes (encode_kernel, which can do only some rows:
+//     pending_only): two passes. The encode reads the caller's rows, a rewritten row given
+//     length -1 (flagged at once, no work); nfc_mark_rows marks those kCountPending and
+//     encode_kernel runs again on the buffer for them alone. A row in NFC is never copied.
+//   - the tile pipeline's long rows and SentencePiece-style symbols (kernels that encode every
+//     row): every row is copied to the buffer or rewritten there, and the encode reads it.
+// A row whose NFC does not fit its max_len bytes, or has a segment longer than
+// kNfcSegmentScratch code points, is reported (count kCountNotNormalized), as the check
+// reported text not in NFC; so is every row where the operand does not fit its header.
+// The buffers are the workspace's tail (nfc_workspace_bytes, the encode call sizes it so), or
+// else come from the stream's memory pool (a corpus window's calls).
 #pragma once
 
+#include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -21,82 +35,182 @@ namespace bbpe {
 namespace {
 
 constexpr int kNfcPrepassThreads = 256;
+constexpr int kNfcMinPart = 16;  // bytes a thread rewrites at least (nfc_part_start's `part`)
+// A thread's scratch for a segment, in code points: a letter and its marks in real text. Small,
+// because every launch reserves a kernel's stack for all the threads a GPU holds, and one much
+// larger than the encode kernels' would have the driver grow and shrink that memory around
+// each pre-pass; a longer segment is rewritten with the executors' scratch in shared memory.
+constexpr int kNfcThreadScratch = 24 + kNfcMaxDecomp;
+constexpr unsigned kNfcLeadWord = kNfcFirstUnsafeLead * 0x01010101u;
 
+// What the pre-pass did with a row.
+enum NfcRowState : uint8_t { kNfcRowAsIs = 0, kNfcRowRewritten = 1, kNfcRowReported = 2 };
+
+// The pre-pass's buffers (in the workspace's tail: binding/encode_params.h, nfc_prepass_bytes).
+struct NfcPrepassRows {
+  uint8_t* rows;         // [batch, max_len]: rewritten rows (one pass: every row)
+  int32_t* raw_lengths;  // [batch] two passes, the first's lengths: the caller's, -1 where not as is
+  int32_t* lengths;      // [batch] the rows' lengths in `rows`
+  uint8_t* state;        // [batch] NfcRowState
+};
+
+// Whether any byte of the 16 is >= kNfcFirstUnsafeLead.
+__device__ __forceinline__ bool nfc_word_needs_check(const uint4& v) {
+  return (__vcmpgeu4(v.x, kNfcLeadWord) | __vcmpgeu4(v.y, kNfcLeadWord) | __vcmpgeu4(v.z, kNfcLeadWord) |
+          __vcmpgeu4(v.w, kNfcLeadWord)) != 0;
+}
+
+// One block per row. copy_all: every row goes to out.rows (one pass); else only rewritten ones.
 __global__ void __launch_bounds__(kNfcPrepassThreads)
     nfc_prepass_kernel(NfcOperand operand, const uint8_t* data, const int32_t* lengths, int32_t max_len,
-                       uint8_t* out, int32_t* out_lengths, uint8_t* reported) {
+                       bool copy_all, NfcPrepassRows out) {
+  using Scan = cub::BlockScan<int, kNfcPrepassThreads>;
   __shared__ NfcData d;
-  __shared__ int ok, unsafe;
+  __shared__ int ok;
+  __shared__ int part_start[kNfcPrepassThreads];
+  __shared__ typename Scan::TempStorage scan;
   const int64_t b = blockIdx.x;
-  if (threadIdx.x == 0) {
-    ok = nfc_data_view(operand.data, operand.ints, &d);
-    unsafe = 0;
-  }
+  const int t = threadIdx.x;
+  if (t == 0) ok = nfc_data_view(operand.data, operand.ints, &d);
   __syncthreads();
   const int32_t raw = lengths[b];
-  const uint8_t* src = data + b * max_len;
-  uint8_t* dst = out + b * max_len;
   const bool valid = raw >= 0 && raw <= max_len;  // (else passed on: the encode reports it)
   const int n = valid ? raw : 0;
-  bool mine = false;
-  for (int i = threadIdx.x; i < max_len; i += kNfcPrepassThreads) {
-    const uint8_t c = src[i];
-    dst[i] = c;
-    if (ok && i < n && c >= 0xC0 && nfc_may_change_at(d, src, n, nullptr, i)) mine = true;
+  const uint8_t* src = data + b * (int64_t)max_len;
+  uint8_t* dst = out.rows + b * (int64_t)max_len;
+
+  // 1. The quick check, with the copy where every row is copied.
+  bool may_change = false;
+  if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | (uintptr_t)max_len) & 15) == 0) {
+    const int words = copy_all ? max_len / 16 : (n + 15) / 16;  // (n rounded up stays in the row)
+    for (int w = t; w < words; w += kNfcPrepassThreads) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(src) + w);
+      if (copy_all) reinterpret_cast<uint4*>(dst)[w] = v;
+      if (ok && w * 16 < n && nfc_word_needs_check(v))
+        for (int i = w * 16; i < min(w * 16 + 16, n); ++i)
+          may_change |= src[i] >= kNfcFirstUnsafeLead && nfc_may_change_at(d, src, n, nullptr, i);
+    }
+  } else {
+    for (int i = t; i < (copy_all ? max_len : n); i += kNfcPrepassThreads) {
+      const uint8_t c = src[i];
+      if (copy_all) dst[i] = c;
+      may_change |= ok && i < n && c >= kNfcFirstUnsafeLead && nfc_may_change_at(d, src, n, nullptr, i);
+    }
   }
-  if (mine) unsafe = 1;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  reported[b] = !ok;
-  out_lengths[b] = ok || !valid ? raw : 0;
-  if (!ok || !valid || !unsafe) return;
-  uint32_t segment[kNfcSegmentScratch];
-  const int m = nfc_normalize_row(d, src, n, nullptr, dst, max_len, segment, kNfcSegmentScratch);
-  if (m < 0) {
-    reported[b] = 1;
-    out_lengths[b] = 0;
+  const bool rewrite = __syncthreads_or(may_change);
+  if (!ok || !rewrite) {
+    if (t == 0) {
+      out.state[b] = ok ? kNfcRowAsIs : kNfcRowReported;
+      out.raw_lengths[b] = ok ? raw : -1;
+      out.lengths[b] = ok || !valid ? raw : 0;
+    }
     return;
   }
-  for (int i = m; i < n; ++i) dst[i] = 0;  // (rows are zero-padded, as packed)
-  out_lengths[b] = m;
+
+  // 2. The rewrite: each thread's part sized, placed by a scan, then written.
+  const int part = max(kNfcMinPart, (n + kNfcPrepassThreads - 1) / kNfcPrepassThreads);
+  const int start = nfc_part_start(d, src, n, part, t);
+  part_start[t] = start;
+  __syncthreads();
+  int end = n;  // (nfc_part_end, from the parts' starts the block has found)
+  for (int j = t + 1; j < kNfcPrepassThreads; ++j)
+    if (part_start[j] >= 0) {
+      end = part_start[j];
+      break;
+    }
+  uint32_t segment[kNfcThreadScratch];
+  const int part_len = start >= 0 ? end - start : 0;
+  const int len = part_len ? nfc_normalize_row(d, src + start, part_len, nullptr, nullptr, 3 * part_len, segment,
+                                               kNfcThreadScratch)
+                           : 0;
+  int total;
+  if (__syncthreads_or(len < 0)) {
+    // A segment longer than a thread's scratch (hundreds of marks on a letter, at most): the
+    // row by one thread, with the executors' scratch in shared memory.
+    __shared__ uint32_t long_segment[kNfcSegmentScratch];
+    __shared__ int whole;
+    if (t == 0) whole = nfc_normalize_row(d, src, n, nullptr, dst, max_len, long_segment, kNfcSegmentScratch);
+    __syncthreads();
+    total = whole < 0 ? max_len + 1 : whole;
+  } else {
+    int at;
+    Scan(scan).ExclusiveSum(len, at, total);
+    if (total <= max_len && part_len)
+      nfc_normalize_row(d, src + start, part_len, nullptr, dst + at, len, segment, kNfcThreadScratch);
+  }
+  const bool reported = total > max_len;
+  if (!reported)
+    for (int i = total + t; i < max_len; i += kNfcPrepassThreads) dst[i] = 0;  // (zero-padded, as packed)
+  if (t == 0) {
+    out.state[b] = reported ? kNfcRowReported : kNfcRowRewritten;
+    out.raw_lengths[b] = -1;
+    out.lengths[b] = reported ? 0 : total;
+  }
 }
 
-__global__ void nfc_report_rows(const uint8_t* reported, int64_t batch, int32_t* counts) {
+// After the (first) encode: reported rows get kCountNotNormalized; with two passes the
+// rewritten rows get kCountPending, for the second.
+__global__ void nfc_mark_rows(const uint8_t* state, int64_t batch, bool pending, int32_t* counts) {
   const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (b < batch && reported[b]) counts[b] = kCountNotNormalized;
+  if (b >= batch) return;
+  if (state[b] == kNfcRowReported) counts[b] = kCountNotNormalized;
+  else if (pending && state[b] == kNfcRowRewritten) counts[b] = kCountPending;
 }
 
-// The pre-pass's buffers, from the stream's memory pool, given back when the encode is queued.
+// The pre-pass of one encode call.
 struct NfcPrepass {
+  NfcPrepassRows rows{};
+  bool two_passes = false;
   cudaStream_t stream = nullptr;
-  uint8_t* rows = nullptr;
-  int32_t* lengths = nullptr;
-  uint8_t* reported = nullptr;
+  void* allocated = nullptr;  // the buffers, where the workspace has no room for them
   ~NfcPrepass() {
-    if (rows) cudaFreeAsync(rows, stream);
+    if (allocated) cudaFreeAsync(allocated, stream);
   }
 };
 
-// Normalizes p's rows into `buf` and points p at them (p.data, p.lengths).
+// Whether the call's kernel can encode only the rewritten rows in a second launch:
+// encode_kernel (pending_only), not the tile pipeline or the SentencePiece-style kernel.
+inline bool nfc_two_passes(const EncodeParams& p) {
+  return p.symbols == kSymbolsBytes && !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
+}
+
+// Checks and normalizes p's rows, and points p at what the (first) encode reads.
 cudaError_t nfc_prepass(EncodeParams& p, cudaStream_t stream, NfcPrepass& buf) {
-  const size_t bytes = (size_t)p.batch * p.max_len, aligned = (bytes + 15) / 16 * 16;
-  buf.stream = stream;
-  void* mem = nullptr;
-  cudaError_t e = cudaMallocAsync(&mem, aligned + (size_t)p.batch * 5, stream);
-  if (e != cudaSuccess) return e;
-  buf.rows = static_cast<uint8_t*>(mem);
-  buf.lengths = reinterpret_cast<int32_t*>(buf.rows + aligned);
-  buf.reported = reinterpret_cast<uint8_t*>(buf.lengths + p.batch);
+  const int64_t at = nfc_prepass_at(p.batch, p.max_len, p.pretok_stages, p.symbols);
+  const int64_t bytes = nfc_prepass_bytes(p.batch, p.max_len);
+  uint8_t* mem = p.workspace + at;
+  if (p.workspace_size < at + bytes) {
+    buf.stream = stream;
+    const cudaError_t e = cudaMallocAsync(&buf.allocated, (size_t)bytes, stream);
+    if (e != cudaSuccess) return e;
+    mem = static_cast<uint8_t*>(buf.allocated);
+  }
+  buf.rows.rows = mem;
+  buf.rows.raw_lengths = reinterpret_cast<int32_t*>(mem + (p.batch * (int64_t)p.max_len + 255) / 256 * 256);
+  buf.rows.lengths = buf.rows.raw_lengths + p.batch;
+  buf.rows.state = reinterpret_cast<uint8_t*>(buf.rows.lengths + p.batch);
+  buf.two_passes = nfc_two_passes(p);
   nfc_prepass_kernel<<<(unsigned)p.batch, kNfcPrepassThreads, 0, stream>>>(
-      p.nfc_rewrite, p.data, p.lengths, p.max_len, buf.rows, buf.lengths, buf.reported);
-  p.data = buf.rows;
-  p.lengths = buf.lengths;
+      p.nfc_rewrite, p.data, p.lengths, p.max_len, !buf.two_passes, buf.rows);
+  if (buf.two_passes) {
+    p.lengths = buf.rows.raw_lengths;  // (p.data stays the caller's rows)
+  } else {
+    p.data = buf.rows.rows;
+    p.lengths = buf.rows.lengths;
+  }
   return cudaGetLastError();
 }
 
-// After the encode: the rows the pre-pass could not normalize get count kCountNotNormalized.
-cudaError_t nfc_report(const EncodeParams& p, cudaStream_t stream, const NfcPrepass& buf) {
-  nfc_report_rows<<<(unsigned)((p.batch + 255) / 256), 256, 0, stream>>>(buf.reported, p.batch, p.counts);
+// After the (first) encode: the reported rows' counts; with two passes, p pointed at the
+// rewritten rows for the second encode (pending_only), which the caller then launches.
+cudaError_t nfc_after_encode(EncodeParams& p, cudaStream_t stream, const NfcPrepass& buf) {
+  nfc_mark_rows<<<(unsigned)((p.batch + 255) / 256), 256, 0, stream>>>(buf.rows.state, p.batch, buf.two_passes,
+                                                                       p.counts);
+  if (buf.two_passes) {
+    p.data = buf.rows.rows;
+    p.lengths = buf.rows.lengths;
+    p.pending_only = 1;
+  }
   return cudaGetLastError();
 }
 

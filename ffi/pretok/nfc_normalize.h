@@ -157,11 +157,22 @@ BBPE_HD_OUTLINE int nfc_reorder_compose(const NfcData& d, uint32_t* buf, int n) 
 }
 
 // Writes the UTF-8 of cp at out[w..); false (nothing written) where it does not fit in cap.
+// out null: only counts (the CUDA pre-pass sizes each part of a row before writing it).
 BBPE_HD bool nfc_put_utf8(uint8_t* out, int cap, int* w, uint32_t cp) {
   const int len = utf8_length(cp);
   if (*w + len > cap) return false;
-  for (int k = 0; k < len; ++k) out[*w + k] = utf8_byte(cp, len, k);
+  if (out)
+    for (int k = 0; k < len; ++k) out[*w + k] = utf8_byte(cp, len, k);
   *w += len;
+  return true;
+}
+
+// Copies text[from..to) to out[w..) (out null: only counts); false where it does not fit.
+BBPE_HD bool nfc_put_bytes(uint8_t* out, int cap, int* w, const uint8_t* text, int from, int to) {
+  if (*w + (to - from) > cap) return false;
+  if (out)
+    for (int k = from; k < to; ++k) out[*w + k - from] = text[k];
+  *w += to - from;
   return true;
 }
 
@@ -171,11 +182,12 @@ constexpr int kNfcOutputTooSmall = -2;   // out has less room than the result (n
 
 // The executors' scratch for a segment, in code points: a row with a segment that decomposes
 // to more (a starter with hundreds of combining marks after it) is reported, on the CPU as on
-// the GPU (where the scratch is a thread's local array), so both give the same counts.
+// the GPU (where a row whose segment outgrows a thread's smaller scratch is rewritten with
+// this much in shared memory), so both give the same counts.
 constexpr int kNfcSegmentScratch = 256 + kNfcMaxDecomp;
 
-// Writes the segment text[seg..end) (valid UTF-8, no special byte) normalized at out[*w..),
-// through scratch. 0 or one of the negative results above.
+// Writes the segment text[seg..end) (valid UTF-8, no special byte) normalized at out[*w..)
+// (out null: only counts), through scratch. 0 or one of the negative results above.
 BBPE_HD_OUTLINE int nfc_write_segment(const NfcData& d, const uint8_t* text, int n, const uint8_t* sp, int seg,
                                       int end, uint8_t* out, int cap, int* w, uint32_t* scratch, int scratch_cap) {
   int m = 0;
@@ -219,11 +231,17 @@ BBPE_HD_OUTLINE bool nfc_may_change_at(const NfcData& d, const uint8_t* text, in
   return (prev_prop & kNfcPropTrail) || nfc_compose(d, prev, cp) >= 0;
 }
 
+// The lead byte of U+0300, the first code point with kNfcPropUnsafe: a byte below it never
+// starts one (ASCII, continuation bytes, and the leads of U+0080..U+02FF, which are starters
+// that neither decompose to a non-starter nor compose backwards in any Unicode version; a
+// test checks the operand), so the checks skip such bytes, and text made of them, at once.
+constexpr uint8_t kNfcFirstUnsafeLead = 0xCC;
+
 // Whether any code point of text[0..n) may change under NFC (nfc_may_change_at): a row for
 // which this is false is in NFC and is used as it is.
 BBPE_HD bool nfc_row_may_change(const NfcData& d, const uint8_t* text, int n, const uint8_t* sp) {
   for (int i = 0; i < n; ++i)
-    if (text[i] >= 0xC0 && nfc_may_change_at(d, text, n, sp, i)) return true;
+    if (text[i] >= kNfcFirstUnsafeLead && nfc_may_change_at(d, text, n, sp, i)) return true;
   return false;
 }
 
@@ -236,11 +254,12 @@ BBPE_HD int nfc_unsafe_at(const NfcData& d, const uint8_t* text, int n, const ui
   return len && (nfc_prop(d, cp) & kNfcPropUnsafe) ? len : 0;
 }
 
-// NFC of text[0..n) to out (cap bytes); returns the output's length, or one of the negative
-// results above. `scratch` (scratch_cap code points) holds one segment's decomposition: a
-// starter and the code points after it up to the next boundary; 2 * n + kNfcMaxDecomp is
-// always enough, since every code point decomposes to at most 1.5 times as many code points
-// as its UTF-8 bytes (two bytes to at most three code points, three to at most four).
+// NFC of text[0..n) to out (cap bytes; null: nothing written, the length counted); returns
+// the output's length, or one of the negative results above. `scratch` (scratch_cap code
+// points) holds one segment's decomposition: a starter and the code points after it up to the
+// next boundary; 2 * n + kNfcMaxDecomp is always enough, since every code point decomposes to
+// at most 1.5 times as many code points as its UTF-8 bytes (two bytes to at most three code
+// points, three to at most four).
 //
 // Output bound: cap = 3 * n always suffices. NFC of a code point alone is at most 3 times its
 // UTF-8 length (UAX #15's table of maximum expansion factors; U+1D160, 4 bytes, becomes 12),
@@ -277,15 +296,39 @@ BBPE_HD_OUTLINE int nfc_normalize_row(const NfcData& d, const uint8_t* text, int
     }
     int end = i + len;  // the segment runs to the next boundary
     for (int more; end < n && (more = nfc_unsafe_at(d, text, n, sp, end)) != 0;) end += more;
-    if (w + (seg - copied) > cap) return kNfcOutputTooSmall;
-    for (int k = copied; k < seg; ++k) out[w++] = text[k];
+    if (!nfc_put_bytes(out, cap, &w, text, copied, seg)) return kNfcOutputTooSmall;
     const int r = nfc_write_segment(d, text, n, sp, seg, end, out, cap, &w, scratch, scratch_cap);
     if (r < 0) return r;
     copied = seg = i = end;
   }
-  if (w + (n - copied) > cap) return kNfcOutputTooSmall;
-  for (int k = copied; k < n; ++k) out[w++] = text[k];
+  if (!nfc_put_bytes(out, cap, &w, text, copied, n)) return kNfcOutputTooSmall;
   return w;
+}
+
+// A row in parts that normalize on their own, for rewriting it on many threads (the CUDA
+// pre-pass; the CPU module's nfc_normalize with `part` bytes, which the tests hold to the
+// whole row's NFC). Part k starts at the first boundary in [k * part, (k + 1) * part): an
+// ASCII byte, or a lead byte of a code point without kNfcPropUnsafe or of no valid sequence
+// (nfc_normalize_row's boundaries; continuation bytes are skipped, as a valid sequence before
+// them may hold them); part 0 at 0. A part without a boundary in its range is empty (-1), and
+// the part before it runs on to the next start. Since no segment crosses a boundary and no
+// code point straddles one, the parts' normalized bytes, joined, are the row's.
+BBPE_HD int nfc_part_start(const NfcData& d, const uint8_t* text, int n, int part, int k) {
+  if (k == 0) return 0;
+  const int64_t from = (int64_t)k * part;
+  const int to = (int)(from + part < n ? from + part : n);
+  for (int i = (int)from; i < to; ++i)
+    if (text[i] < 0x80 || (text[i] >= 0xC0 && nfc_unsafe_at(d, text, n, nullptr, i) == 0)) return i;
+  return -1;
+}
+
+// Where part k (starting at start >= 0) ends: the next part's start, or n.
+BBPE_HD int nfc_part_end(const NfcData& d, const uint8_t* text, int n, int part, int k) {
+  for (int64_t j = k + 1; j * part < n; ++j) {
+    const int start = nfc_part_start(d, text, n, part, (int)j);
+    if (start >= 0) return start;
+  }
+  return n;
 }
 
 }  // namespace bbpe

@@ -34,6 +34,11 @@ def ours(texts: list[str]) -> list[str]:
     return nfc_data.normalize_strings(texts)
 
 
+# Part sizes for the rows rewritten in parts, as the CUDA pre-pass's threads do
+# (nfc_part_start): a part of one byte starts at nearly every boundary.
+PARTS = (1, 3, 16)
+
+
 def check(texts: list[str]):
     want = hf_nfc(texts)
     got = ours(texts)
@@ -41,6 +46,8 @@ def check(texts: list[str]):
     assert not bad, f"{len(bad)} differ from tokenizers' NFC, first {[ascii(x) for x in bad[0]]}"
     host = [norm.nfc(t) for t in texts]
     assert got == host
+    for part in PARTS:
+        assert nfc_data.normalize_strings(texts, part) == got, f"in parts of {part} bytes"
 
 
 def test_reference_is_the_tables_version():
@@ -174,7 +181,27 @@ def test_fuzz_text(texts):
     )
 )
 def test_fuzz_invalid_utf8(rows):
-    assert ours_bytes(rows) == [expected_bytes(r) for r in rows]
+    want = [expected_bytes(r) for r in rows]
+    assert ours_bytes(rows) == want
+    for part in PARTS:
+        assert nfc_data.normalize_strings(rows, part) == want, f"in parts of {part} bytes"
+
+
+def test_first_unsafe_lead():
+    """The checks skip bytes below kNfcFirstUnsafeLead (nfc_normalize.h): it must be the lead
+    byte of the first code point that is not a normalization boundary."""
+    import re
+    from pathlib import Path
+
+    header = (Path(__file__).resolve().parents[2] / "ffi/pretok/nfc_normalize.h").read_text()
+    lead = int(re.search(r"kNfcFirstUnsafeLead = (0x[0-9A-Fa-f]+);", header).group(1), 16)
+    first = int(np.flatnonzero(nfc_data.unsafe_code_points())[0])
+    assert chr(first).encode("utf-8")[0] == lead, hex(first)
+    operand = nfc_data.operand()
+    stage1 = operand[4 : 4 + nfc_data.STAGE1_LEN]
+    props = operand[4 + nfc_data.STAGE1_LEN :]
+    below = [props[stage1[c >> 8] * 256 + (c & 255)] for c in range(first)]
+    assert not any(p & nfc_data.UNSAFE for p in below)
 
 
 def test_long_rows_and_empty_rows():
@@ -322,6 +349,34 @@ def test_reported_rows_cpu(nfc_tok):
     check_encode_batch(tok, hf, ["x" * 3000, REPORTED[1]], cpu)  # reported rows packed narrower
 
 
+def check_encode_stream(tok, hf, batches, device):
+    """encode_stream (each batch's reported rows fixed once the next is dispatched) gives
+    HF's ids for every batch, in order."""
+    outs = list(tok.encode_stream(batches, device=device, allowed_special="all"))
+    assert len(outs) == len(batches)
+    for texts, (ids, counts) in zip(batches, outs):
+        ids, counts = np.asarray(ids), np.asarray(counts)
+        assert [ids[i, : counts[i]].tolist() for i in range(len(texts))] == hf_ids(hf, texts)
+
+
+def test_encode_stream_cpu(nfc_tok):
+    import jax
+
+    tok, hf = nfc_tok
+    batches = [NOT_NFC, REPORTED, REPORTED[:1], ["plain"], ["x" * 3000, REPORTED[1]]]
+    check_encode_stream(tok, hf, batches, jax.devices("cpu")[0])
+
+
+# Rows of each kind the CUDA pre-pass tells apart: in NFC (read where they are), rewritten by
+# the block's threads in parts, rewritten whole by one thread (a segment longer than a thread's
+# scratch: 100 marks on a letter), reported (a segment of 300 marks; NFC wider than the row).
+MIXED_ROWS = (
+    ["plain ascii", "caf\u00e9 \u201cquoted\u201d na\u00efve", "\u4e2d\u6587 \u0416 \U0001f600"]
+    + NOT_NFC
+    + ["a" + "\u0301" * 100 + " b e\u0301", "x" * 40 + "e\u0301" * 30, REPORTED[1], "\u0958 " * 100]
+)
+
+
 @fuzz(40)
 @given(texts=st.lists(nfc_text, min_size=1, max_size=8))
 def test_fuzz_encode_cpu(nfc_tok, texts):
@@ -351,6 +406,50 @@ def test_raw_bytes_gpu(nfc_tok, data_dir):
     check_raw(tok, hf, long_rows, gpu)
     for rows, width in (([REPORTED[0], REPORTED[2]], 16), (REPORTED[1:2], 1024), (NOT_NFC, 256)):
         assert raw_ids(tok, rows, gpu, width) == raw_ids(tok, rows, jax.devices("cpu")[0], width)
+
+
+@GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["block", "piece"])
+def test_mixed_rows_gpu(nfc_tok, data_dir, kernel, monkeypatch):
+    """Rows in NFC, rewritten in parts, rewritten whole, reported and of a bad length in one
+    batch: the same ids and counts as the CPU executor at widths that are and are not
+    multiples of 16 (the pre-pass's word and byte paths), through the block kernel and the
+    piece kernel (both read rows in NFC where they are; the rewritten ones go to encode_kernel's
+    second launch), and HF's ids for the rows that fit."""
+    import jax
+
+    import blockbpe_jax as bb
+
+    if kernel == "piece":
+        monkeypatch.setenv("BLOCKBPE_KERNEL", "piece")
+    tok, hf = nfc_tok
+    gpu, cpu = gpu_devices()[0], jax.devices("cpu")[0]
+    excerpts = corpus_texts(data_dir, 2, seed=7)
+    rows = MIXED_ROWS + [t.encode()[:600].decode("utf-8", "ignore") for t in excerpts]
+    for width in (608, 1000, 1024):  # (the longest row has 603 bytes; one's NFC 700)
+        assert raw_ids(tok, rows, gpu, width) == raw_ids(tok, rows, cpu, width), width
+        # no specials (the piece kernel's calls), a bad length in an unchecked call
+        data, lengths = bb.pack_strings(rows, max_len=width)
+        bad = lengths.copy()
+        bad[1] = -1
+        got = bb.encode(*jax.device_put((data, bad), gpu), tok, max_tokens=width + 2, check_lengths=False)
+        want = bb.encode(*jax.device_put((data, lengths), cpu), tok, max_tokens=width + 2)
+        (ids, counts), (want_ids, want_counts) = got.numpy(), want.numpy()
+        assert counts[1] == -1
+        keep = np.arange(len(rows)) != 1
+        np.testing.assert_array_equal(counts[keep], want_counts[keep])
+        np.testing.assert_array_equal(ids[keep], want_ids[keep])
+    check_raw(tok, hf, [r for r in rows + excerpts if r != REPORTED[1]], gpu)  # (it: 300 marks)
+
+
+@GPU
+@pytest.mark.gpu
+def test_encode_stream_gpu(nfc_tok, data_dir):
+    tok, hf = nfc_tok
+    texts = corpus_texts(data_dir, 2, seed=8)
+    batches = [NOT_NFC, texts, REPORTED, REPORTED[:1], MIXED_ROWS, ["x" * 3000, REPORTED[1]], texts]
+    check_encode_stream(tok, hf, batches, gpu_devices()[0])
 
 
 @GPU

@@ -354,31 +354,43 @@ def test_staged_path_logic_on_cpu(tok, corpus_texts, cpu_staging):
     _check_stream(tok, corpus_texts, cpu_staging)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     n=st.integers(0, 8),
     bad=st.one_of(st.none(), st.integers(0, 7)),
+    bad_dispatch=st.booleans(),
+    finishing=st.sets(st.integers(0, 7)),
     stop_after=st.one_of(st.none(), st.integers(1, 8)),
 )
-def test_pipelined_order_errors_and_cleanup(n, bad, stop_after):
-    """staging.pipelined: results in order, a batch that fails to stage raises right after
-    the result of the batch before it, and every staged batch is either encoded or cancelled
-    (whether the consumer reads everything, stops early or meets the error)."""
+def test_pipelined_order_errors_and_cleanup(n, bad, bad_dispatch, finishing, stop_after):
+    """staging.pipelined: results in order, a batch that fails to stage (or to dispatch) raises
+    right after the result of the batch before it, every staged batch is either dispatched or
+    cancelled (whether the consumer reads everything, stops early or meets the error), and a
+    batch that finishes (an NFC tokenizer's: it waits for its result) is finished only after
+    the next batch is dispatched, where there is one."""
     events = []
 
     class Prepared:
         def __init__(self, k):
             self.k = k
+            self.finishes = k in finishing
 
-        def encode(self):
-            events.append(("encode", self.k))
+        def dispatch(self):
+            if bad_dispatch and self.k == bad:
+                events.append(("cancel", self.k))  # (its slot goes back when the call fails)
+                raise ValueError(f"batch {self.k}")
+            events.append(("dispatch", self.k))
             return self.k
+
+        def finish(self, out):
+            events.append(("finish", out))
+            return out
 
         def cancel(self):
             events.append(("cancel", self.k))
 
     def prepare(k):
-        if k == bad:
+        if k == bad and not bad_dispatch:
             raise ValueError(f"batch {k}")
         events.append(("stage", k))
         return Prepared(k)
@@ -399,10 +411,14 @@ def test_pipelined_order_errors_and_cleanup(n, bad, stop_after):
     reaches_error = bad is not None and bad < n and (stop_after is None or stop_after > last)
     assert error == (f"batch {bad}" if reaches_error else None)
     staged = [k for e, k in events if e == "stage"]
-    finished = sorted(k for e, k in events if e in ("encode", "cancel"))
-    assert finished == staged  # nothing staged is left behind
+    done = sorted(k for e, k in events if e in ("dispatch", "cancel"))
+    assert done == staged  # nothing staged is left behind
     assert all(
-        events.index(("stage", k + 1)) < events.index(("encode", k))
+        events.index(("stage", k + 1)) < events.index(("dispatch", k))
         for k in got
         if ("stage", k + 1) in events
     )
+    for k in got:
+        assert (("finish", k) in events) == (k in finishing)
+        if k in finishing and ("dispatch", k + 1) in events:
+            assert events.index(("dispatch", k + 1)) < events.index(("finish", k))
