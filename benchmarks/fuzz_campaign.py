@@ -295,7 +295,11 @@ def main(argv=None) -> int:
     ap.add_argument("--families", default=",".join(FAMILY_KEYS), help="comma-separated keys (--list)")
     ap.add_argument("--strings", type=int, default=1_000_000, help="strings per family")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--kernel", default="default", help="default, or a BLOCKBPE_KERNEL value (piece)")
+    ap.add_argument(
+        "--kernel",
+        default=None,
+        help="default, or a BLOCKBPE_KERNEL value (piece); unset: as the environment says",
+    )
     ap.add_argument("--device", choices=["default", "gpu", "cpu"], default="default")
     ap.add_argument("--out", type=pathlib.Path, default=None)
     ap.add_argument("--time-budget", type=float, default=float("inf"), help="seconds for the whole run")
@@ -316,7 +320,19 @@ def main(argv=None) -> int:
     deadline = time.monotonic() + args.time_budget
     device = jax.devices()[0] if args.device == "default" else jax.devices(args.device)[0]
     batch_bytes = args.batch_bytes or (256 << 10 if device.platform == "cpu" else 4 << 20)
-    bench_families().select_kernel(args.kernel)
+    previous_kernel = os.environ.get("BLOCKBPE_KERNEL")
+    if args.kernel is not None:
+        bench_families().select_kernel(args.kernel)
+    try:
+        return _run(args, keys, deadline, device, batch_bytes)
+    finally:  # the environment as it was (the CUDA handler reads it per call)
+        os.environ.pop("BLOCKBPE_KERNEL", None)
+        if previous_kernel is not None:
+            os.environ["BLOCKBPE_KERNEL"] = previous_kernel
+
+
+def _run(args, keys, deadline, device, batch_bytes) -> int:
+    """main's campaign: every family in `keys` in turn; the JSON after each."""
     root = testing.data_dir()
     corpora = [testing.read_corpus(p) for p in testing.corpus_paths(root)]
     report = {
@@ -325,7 +341,7 @@ def main(argv=None) -> int:
         "device": device.device_kind,
         "platform": device.platform,
         "jax": jax.__version__,
-        "kernel": args.kernel,
+        "kernel": os.environ.get("BLOCKBPE_KERNEL") or "default",
         "seed": args.seed,
         "strings_per_family": args.strings,
         "time_budget_s": args.time_budget,
@@ -366,7 +382,6 @@ def main(argv=None) -> int:
         for m in row["first_mismatches"][:3]:
             print("  MISMATCH", json.dumps(m)[:400], flush=True)
         save()
-    bench_families().select_kernel("default")
     save()
     total = sum(f.get("mismatches", 0) for f in report["families"])
     print(

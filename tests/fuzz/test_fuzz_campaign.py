@@ -10,6 +10,7 @@ import base64
 import functools
 import importlib.util
 import json
+import os
 import sys
 
 import numpy as np
@@ -30,19 +31,23 @@ def campaign():
     return module
 
 
-def run(tmp_path, *options) -> dict:
+def run(tmp_path, *options) -> tuple[dict, dict]:
+    """(the report, its one family's summary) of a 100-string cl100k campaign on the CPU."""
     argv = ["--families", "cl100k", "--strings", "100", "--device", "cpu", "--out", str(tmp_path), *options]
     campaign().main(argv)
-    (family,) = json.loads((tmp_path / "fuzz_campaign.json").read_text())["families"]
-    return family
+    report = json.loads((tmp_path / "fuzz_campaign.json").read_text())
+    (family,) = report["families"]
+    return report, family
 
 
 def test_small_campaign_has_no_mismatch_and_a_corrupted_id_is_caught(tmp_path):
-    clean = run(tmp_path / "clean")
+    before = os.environ.get("BLOCKBPE_KERNEL")
+    report, clean = run(tmp_path / "clean", "--kernel", "piece")  # (the CPU executor has one kernel)
+    assert report["kernel"] == "piece" and os.environ.get("BLOCKBPE_KERNEL") == before
     assert clean["strings"] == 100 and clean["complete"] and clean["bytes"] > 0
     assert clean["mismatches"] == 0, clean["first_mismatches"]
     assert sum(v["strings"] for v in clean["variants"].values()) == 100
-    corrupt = run(tmp_path / "corrupt", "--corrupt")
+    _, corrupt = run(tmp_path / "corrupt", "--corrupt")
     assert corrupt["bytes"] == clean["bytes"]  # same seed: the same strings
     assert corrupt["corrupted_rows"] >= 1
     assert corrupt["mismatches"] == corrupt["corrupted_rows"]
