@@ -3,7 +3,7 @@ large batches on the device, every row compared with the family's reference libr
 
     python3 benchmarks/fuzz_campaign.py [--families KEY,...] [--strings 1000000] [--seed 0]
         [--kernel default|piece] [--device gpu|cpu] [--out DIR] [--time-budget S]
-        [--threads N] [--batch-bytes B] [--corrupt] [--list]
+        [--threads N] [--jobs J] [--batch-bytes B] [--corrupt] [--list]
 
 Families (--list prints the keys; benchmarks/fuzz_families.py says what each is checked
 against): the shared vocabularies from their .tiktoken files (r50k, cl100k, o200k, llama3) and
@@ -24,6 +24,9 @@ main thread generates the next strings. A row matches when its count equals the 
 number of tokens and its ids equal the reference's. Normalizing families: rows the device reports by design (count -2: see
 Tokenizer.encode_batch) are encoded again by Tokenizer.encode_batch and counted as host_rows.
 --corrupt adds 1 to one id of every batch before the comparison: a check of the checker.
+--jobs J checks J families at once, each in a process of its own (run_jobs): a family's
+generation, invalid-UTF-8 oracles and comparison hold one Python interpreter, so on a host of
+many cores several families side by side use them.
 
 Writes DIR/fuzz_campaign.json after every family: per family strings, bytes, mismatches (and
 the first KEEP_MISMATCHES inputs, base64, for reproduction), seconds per stage, per variant;
@@ -308,6 +311,7 @@ def main(argv=None) -> int:
         "--batch-bytes", type=int, default=None, help="bytes a batch (default 4 MiB; CPU 256 KiB)"
     )
     ap.add_argument("--corrupt", action="store_true", help="add 1 to one id per batch: the check must fail")
+    ap.add_argument("--jobs", type=int, default=1, help="families checked at once, each in its own process")
     ap.add_argument("--list", action="store_true", help="print the family keys and exit")
     args = ap.parse_args(argv)
     if args.list:
@@ -318,6 +322,8 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown families {unknown}; known: {', '.join(FAMILY_KEYS)}")
     deadline = time.monotonic() + args.time_budget
+    if args.jobs > 1:
+        return run_jobs(args, keys, deadline)
     device = jax.devices()[0] if args.device == "default" else jax.devices(args.device)[0]
     batch_bytes = args.batch_bytes or (256 << 10 if device.platform == "cpu" else 4 << 20)
     previous_kernel = os.environ.get("BLOCKBPE_KERNEL")
@@ -372,23 +378,94 @@ def _run(args, keys, deadline, device, batch_bytes) -> int:
         )
         row["load_s"] = time.perf_counter() - t - row["seconds"]
         report["families"].append(row)
-        print(
-            f"{key}: {row['strings']} strings ({row['bytes'] / 1e6:.1f} MB), {row['mismatches']} mismatches, "
-            f"{row['seconds']:.1f} s (generate {row['generate_s']:.1f}, encode {row['encode_s']:.1f}, "
-            f"reference {row['reference_s']:.1f}, compare {row['compare_s']:.1f}), host rows {row['host_rows']}"
-            + ("" if row["complete"] else " [time budget: stopped early]"),
-            flush=True,
-        )
-        for m in row["first_mismatches"][:3]:
-            print("  MISMATCH", json.dumps(m)[:400], flush=True)
+        print_family(row)
         save()
     save()
-    total = sum(f.get("mismatches", 0) for f in report["families"])
+    return finish(report, args)
+
+
+def print_family(row: dict) -> None:
     print(
-        f"total: {sum(f.get('strings', 0) for f in report['families'])} strings, {total} mismatches",
+        f"{row['family']}: {row['strings']} strings ({row['bytes'] / 1e6:.1f} MB), {row['mismatches']} "
+        f"mismatches, {row['seconds']:.1f} s (generate {row['generate_s']:.1f}, encode {row['encode_s']:.1f}, "
+        f"reference {row['reference_s']:.1f}, compare {row['compare_s']:.1f}), host rows {row['host_rows']}"
+        + ("" if row["complete"] else " [time budget: stopped early]"),
         flush=True,
     )
-    return 1 if total and not args.corrupt else 0
+    for m in row["first_mismatches"][:3]:
+        print("  MISMATCH", json.dumps(m)[:400], flush=True)
+
+
+def finish(report: dict, args) -> int:
+    """Prints the total; the exit status: 1 where a row mismatched (unless --corrupt asked
+    for it) or a family's process failed."""
+    total = sum(f.get("mismatches", 0) for f in report["families"])
+    failed = [f["family"] for f in report["families"] if "error" in f]
+    print(
+        f"total: {sum(f.get('strings', 0) for f in report['families'])} strings, {total} mismatches"
+        + (f"; failed: {failed}" if failed else ""),
+        flush=True,
+    )
+    return 1 if (total and not args.corrupt) or failed else 0
+
+
+def run_jobs(args, keys: list[str], deadline: float) -> int:
+    """--jobs J: each family in a process of its own (this script with --jobs 1), J at a time,
+    with --threads / J reference threads and the time left, so that the Python parts of J
+    families (generation, invalid-UTF-8 oracles, comparison) run side by side. The processes
+    share the GPU: JAX allocates as needed there (XLA_PYTHON_CLIENT_PREALLOCATE=false). Their
+    JSONs (DIR/parts/KEY/) are merged into DIR/fuzz_campaign.json in the order of `keys`."""
+    import subprocess
+    import tempfile
+
+    out = args.out or pathlib.Path(tempfile.mkdtemp(prefix="fuzz_campaign_"))
+    threads = max(1, args.threads // args.jobs)
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", RAYON_NUM_THREADS=str(threads))
+    rows: dict[str, dict] = {}
+    base: dict = {}  # the first family's report: device, kernel, seed, mix
+    waiting, running = list(keys), {}
+    while waiting or running:
+        while waiting and len(running) < args.jobs:
+            key = waiting.pop(0)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                rows[key] = {"family": key, "skipped": "time budget spent"}
+                continue
+            part = out / "parts" / key
+            part.mkdir(parents=True, exist_ok=True)
+            argv = [sys.executable, __file__, "--families", key, "--strings", str(args.strings)]
+            argv += ["--seed", str(args.seed), "--device", args.device, "--out", str(part)]
+            argv += ["--threads", str(threads), "--time-budget", str(left)]
+            argv += ["--kernel", args.kernel] if args.kernel is not None else []
+            argv += ["--batch-bytes", str(args.batch_bytes)] if args.batch_bytes else []
+            argv += ["--corrupt"] if args.corrupt else []
+            log = open(part / "fuzz_campaign.log", "w")  # noqa: SIM115 - closed when the process ends
+            running[key] = (subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env), log, part)
+        time.sleep(0.2)
+        for key, (proc, log, part) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            log.close()
+            del running[key]
+            try:
+                child = json.loads((part / "fuzz_campaign.json").read_text())
+                rows[key] = child["families"][0]
+                base = base or child
+            except (OSError, ValueError, IndexError):
+                rows[key] = {
+                    "family": key,
+                    "error": f"exit {proc.returncode}",
+                    "log": str(part / "fuzz_campaign.log"),
+                }
+            if "strings" in rows[key]:
+                print_family(rows[key])
+            else:
+                print(f"{key}: {rows[key]}", flush=True)
+    report = dict(base, families=[rows[k] for k in keys], jobs=args.jobs)
+    report.update(time_budget_s=args.time_budget, reference_threads=threads, corrupt=args.corrupt)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fuzz_campaign.json").write_text(json.dumps(report, indent=1))
+    return finish(report, args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The GPU fuzz campaign's tool (benchmarks/fuzz_campaign.py) on the CPU executor: a small
 campaign finds no mismatch against tiktoken, the same campaign with one id corrupted per batch
-reports exactly those rows, the row comparison catches every kind of difference, and the
+reports exactly those rows, families run in processes of their own merge into one report, the
+row comparison catches every kind of difference, and the
 generator (benchmarks/fuzz_strings.py) keeps its promises (valid or invalid UTF-8 as asked,
 0 .. 64 KiB, the same strings from the same seed)."""
 
@@ -54,6 +55,16 @@ def test_small_campaign_has_no_mismatch_and_a_corrupted_id_is_caught(tmp_path):
     first = corrupt["first_mismatches"][0]
     assert first["first_difference"] == 0 and first["ours"][0] == first["reference"][0] + 1
     assert len(base64.b64decode(first["input_base64"])) == first["bytes"]
+
+
+def test_families_in_processes_of_their_own(tmp_path):
+    """--jobs: each family in its own process, their summaries merged in the order asked."""
+    argv = ["--families", "r50k,cl100k", "--strings", "40", "--device", "cpu", "--jobs", "2"]
+    assert campaign().main([*argv, "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "fuzz_campaign.json").read_text())
+    assert [f["family"] for f in report["families"]] == ["r50k", "cl100k"] and report["jobs"] == 2
+    assert all(f["strings"] == 40 and f["mismatches"] == 0 for f in report["families"])
+    assert report["platform"] == "cpu" and "mix" in report
 
 
 def test_row_mismatches_sees_each_kind_of_difference():
