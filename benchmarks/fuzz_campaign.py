@@ -21,7 +21,7 @@ family compiles one encode per (mode, width). A worker thread encodes a batch on
 and computes the reference on host threads (tiktoken's *_batch with --threads, HF's
 encode_batch; invalid UTF-8 one string at a time), a second worker the next batch, while the
 main thread generates the next strings. A row matches when its count equals the reference's
-number of tokens and its ids equal the reference's. Normalizing families: rows the device reports by design (count -2: see
+number of tokens, its ids equal the reference's and the rest of the row is padding (0). Normalizing families: rows the device reports by design (count -2: see
 Tokenizer.encode_batch) are encoded again by Tokenizer.encode_batch and counted as host_rows.
 --corrupt adds 1 to one id of every batch before the comparison: a check of the checker.
 --jobs J checks J families at once, each in a process of its own (run_jobs): a family's
@@ -46,6 +46,7 @@ import os
 import pathlib
 import random
 import sys
+import threading
 import time
 import zlib
 
@@ -69,20 +70,21 @@ KEEP_MISMATCHES = 10
 
 
 def row_mismatches(ids: np.ndarray, counts: np.ndarray, refs: list[list[int]]) -> np.ndarray:
-    """Indices of the rows whose count is not len(ref) or whose ids (as many as the output
-    holds) are not ref's."""
+    """Indices of the rows whose count is not len(ref), whose ids (as many as the output
+    holds) are not ref's, or whose padding after them is not 0 (encode's pad_id)."""
     T = ids.shape[1]
+    ids = ids[: len(refs)]
     counts = counts[: len(refs)].astype(np.int64)
     ref_counts = np.fromiter(map(len, refs), np.int64, len(refs))
     same_count = counts == ref_counts
     kept = np.minimum(np.where(same_count, ref_counts, 0), T)
-    ours = ids[: len(refs)][np.arange(T)[None, :] < kept[:, None]]
+    ours = ids[np.arange(T)[None, :] < kept[:, None]]
     theirs = np.fromiter(
         itertools.chain.from_iterable(r if k == len(r) else r[:k] for r, k in zip(refs, kept.tolist())),
         np.int64,
         int(kept.sum()),
     )
-    bad = ~same_count
+    bad = ~same_count | ((ids != 0) & (np.arange(T)[None, :] >= np.clip(counts, 0, T)[:, None])).any(axis=1)
     bad[np.repeat(np.arange(len(refs)), kept)[ours != theirs]] = True
     return np.flatnonzero(bad)
 
@@ -112,6 +114,7 @@ class Checker:
         self.family, self.device, self.corrupt = family, device, corrupt
         self.tables = {v.name: family.tok.tables(v.allowed, device=device) for v in family.variants}
         self._fns: dict = {}
+        self._host_path = threading.Lock()  # one encode_batch at a time (its staging buffers)
 
     def _encode_fn(self, mode: str, T: int):
         key = (mode, T)
@@ -173,16 +176,17 @@ class Checker:
         tok = self.family.tok
         reported = np.flatnonzero(counts == -2) if tok.normalizes and variant.mode == "exact" else []
         if len(reported):
-            again = tok.encode_batch(
-                [strings[i] for i in reported],
-                max_len=width,
-                max_tokens=ids.shape[1],
-                mode=variant.mode,
-                allowed_special=variant.allowed,
-                device=self.device,
-            )
-            ids[reported] = np.asarray(again.ids)
-            counts[reported] = np.asarray(again.counts)
+            with self._host_path:
+                again = tok.encode_batch(
+                    [strings[i] for i in reported],
+                    max_len=width,
+                    max_tokens=ids.shape[1],
+                    mode=variant.mode,
+                    allowed_special=variant.allowed,
+                    device=self.device,
+                )
+                ids[reported] = np.asarray(again.ids)
+                counts[reported] = np.asarray(again.counts)
         return len(reported)
 
 

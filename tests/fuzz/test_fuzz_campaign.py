@@ -77,10 +77,13 @@ def test_row_mismatches_sees_each_kind_of_difference():
         counts[k] = len(r)
     rows = campaign().row_mismatches
     assert rows(ids, counts, refs).tolist() == []  # row 3 is truncated: its prefix and count match
-    for k, change in [(0, "id"), (2, "count"), (1, "count"), (3, "id"), (4, "count")]:
+    changes = [(0, "id"), (2, "count"), (1, "count"), (3, "id"), (4, "count"), (1, "padding"), (4, "padding")]
+    for k, change in changes:
         bad_ids, bad_counts = ids.copy(), counts.copy()
         if change == "id":
             bad_ids[k, min(len(refs[k]), T) - 1] += 1
+        elif change == "padding":
+            bad_ids[k, -1] = 7
         else:
             bad_counts[k] += 1
         assert rows(bad_ids, bad_counts, refs).tolist() == [k], (k, change)
