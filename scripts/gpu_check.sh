@@ -4,14 +4,14 @@
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [corpus_stages] [single] [hostbatch]
 #                        [variants] [clocks] [kernels] [piece] [piece_profile] [piece_test] [ray_engine]
-#                        [jsonl_device]
+#                        [jsonl_device] [fuzz_campaign]
 # (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
 #  CORPUS_ARGS, CORPUS_PROFILE_MB, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages;
 #  PIECE_ARGS, PIECE_TIMEOUT, PIECE_TEST_TIMEOUT, PIECE_SHAPES, NCU_TIMEOUT: the piece kernel's stages;
 #  RAY_ENGINE_ARGS, PYARROW_TARBALL: the ray_engine stage; JSONL_DEVICE_ARGS: options of
-#  benchmarks/jsonl_device.py).
+#  benchmarks/jsonl_device.py; FUZZ_CAMPAIGN_ARGS, FUZZ_CAMPAIGN_TIMEOUT: the fuzz_campaign stage).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
 # Needs the shared data carried in .carry/data (see docs/build.md) and, for the peers,
 # wheels in .whl/.
@@ -220,6 +220,14 @@ PY
         > "$OUT/pytest_jsonl_device.log" 2>&1
       echo "pytest (jsonl_device): exit $?"; tail -12 "$OUT/pytest_jsonl_device.log"
       python3 benchmarks/jsonl_device.py --out "$OUT" ${JSONL_DEVICE_ARGS:-} 2>&1 | tee "$OUT/jsonl_device.log" | tail -25 ;;
+    fuzz_campaign)  # generated strings per family (default 1M) on the GPU against each family's
+                    # reference (benchmarks/fuzz_campaign.py); e.g. FUZZ_CAMPAIGN_ARGS="--families
+                    # cl100k,o200k,gpt2_hf,qwen2_nfc --jobs 4 --time-budget 360 --kernel piece".
+                    # The JSON is written after every family, so a timeout keeps the families done.
+      timeout "${FUZZ_CAMPAIGN_TIMEOUT:-560}" python3 benchmarks/fuzz_campaign.py --out "$OUT" ${FUZZ_CAMPAIGN_ARGS:-} \
+        > "$OUT/fuzz_campaign.log" 2>&1
+      echo "fuzz_campaign: exit $?"; grep -vE "^  [a-z0-9_]+: [0-9]+ strings generated" "$OUT/fuzz_campaign.log" \
+        | tail -30 | cut -c1-400 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

@@ -8,6 +8,8 @@ each such byte is replaced by a private-use character; the pieces are mapped bac
 ranges and each is BPE-encoded by the oracle (tiktoken `_encode_single_piece`, HF
 `model.tokenize`). tiktoken exposes no splitter, so its pieces are read off an Encoding whose
 vocabulary is every substring of the text: each regex piece is then one whole-piece token.
+The private-use view and the HF oracle are blockbpe_jax.testing's (pua_view, hf_raw_ids), which
+benchmarks/fuzz_campaign.py shares.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 
 from blockbpe_jax import testing
-from blockbpe_jax.vocab import bytes_to_unicode
+from blockbpe_jax.testing import pua_view
 
 from helpers import CPU, FORMATS, hf_tokenizer, load_tokenizer, tiktoken_enc
 
@@ -36,28 +38,6 @@ def reference(name: str, fmt: str, text: str, allowed="none") -> list[int]:
     if allowed == "all":
         return enc.encode(text, allowed_special="all")
     return enc.encode(text, allowed_special=set(allowed), disallowed_special=())
-
-
-def pua_view(raw: bytes) -> tuple[str, list[int]]:
-    """(text, offsets): `raw` as text in which every byte not covered by a valid shortest-form
-    UTF-8 sequence is one private-use character (U+E080..U+E0FF, class Co, a symbol);
-    offsets[i] is the raw byte offset of character i (one extra entry: len(raw)).
-
-    Python's decoder with surrogateescape turns exactly those bytes into U+DC80..U+DCFF, one
-    per byte (its error ranges are maximal subparts: a lead byte then continuation bytes,
-    none of which can start a valid sequence)."""
-    chars, offsets, pos = [], [], 0
-    for ch in raw.decode("utf-8", "surrogateescape"):
-        offsets.append(pos)
-        if 0xDC80 <= ord(ch) <= 0xDCFF:
-            chars.append(chr(0xE000 + ord(ch) - 0xDC00))
-            pos += 1
-        else:
-            chars.append(ch)
-            pos += len(ch.encode("utf-8"))
-    offsets.append(pos)
-    assert pos == len(raw)
-    return "".join(chars), offsets
 
 
 def tiktoken_pieces(text: str, pattern: str, specials=()) -> list[tuple[int, int] | str]:
@@ -109,41 +89,10 @@ def tiktoken_raw_reference(enc, raw: bytes, specials=()) -> list[int]:
     return out
 
 
-def _byte_level(data: bytes) -> str:
-    u = bytes_to_unicode()
-    return "".join(u[b] for b in data)
-
-
 def hf_raw_reference(name: str, raw: bytes, mode: str) -> list[int]:
-    """HF's ids for raw bytes under our invalid-UTF-8 policy: HF finds its added tokens and (in
-    exact mode) its pre-tokenizer pieces in the private-use view; its BPE model encodes each
-    piece's raw bytes (bytes mode: each whole span between added tokens)."""
-    hf = hf_tokenizer(name)
+    """HF's ids for raw bytes under our invalid-UTF-8 policy (testing.hf_raw_ids)."""
     special_ids = set(load_tokenizer(name, "json").vocab.special_tokens.values())
-    text, offsets = pua_view(raw)
-    out: list[int] = []
-
-    def ordinary(a: int, b: int):
-        if a >= b:
-            return
-        spans = (
-            [(b0, e0) for _, (b0, e0) in hf.pre_tokenizer.pre_tokenize_str(text[a:b])]
-            if mode == "exact"
-            else [(0, b - a)]
-        )
-        for s, e in spans:
-            piece = raw[offsets[a + s] : offsets[a + e]]
-            out.extend(t.id for t in hf.model.tokenize(_byte_level(piece)))
-
-    pos = 0
-    enc = hf.encode(text, add_special_tokens=False)
-    for token_id, (s, e) in zip(enc.ids, enc.offsets):
-        if token_id in special_ids:
-            ordinary(pos, s)
-            out.append(token_id)
-            pos = e
-    ordinary(pos, len(text))
-    return out
+    return testing.hf_raw_ids(hf_tokenizer(name), special_ids, raw, mode)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,15 +1,21 @@
 """The fuzz tests' oracles themselves (tests/fuzz_oracles.py): the private-use view of invalid
-UTF-8, tiktoken's pieces read off an Encoding, and both raw-bytes oracles reproducing tiktoken
-and HF tokenizers on valid text."""
+UTF-8, tiktoken's pieces read off an Encoding, both raw-bytes oracles reproducing tiktoken
+and HF tokenizers on valid text, and the fuzz campaign's linear tiktoken oracle
+(blockbpe_jax.testing.tiktoken_raw_ids: Python's `regex` splits) equal to the one that reads
+tiktoken's own split, on invalid UTF-8 with specials."""
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import assume, given
 
+from hypothesis import strategies as st
+
+from blockbpe_jax import testing
+
 from fuzz_oracles import NAMES, hf_raw_reference, pua_view, tiktoken_pieces, tiktoken_raw_reference
-from helpers import hf_tokenizer, load_tokenizer, tiktoken_enc
-from strategies import fragment_text, fuzz
+from helpers import hf_tokenizer, load_tokenizer, specials_of, tiktoken_enc
+from strategies import fragment_text, fuzz, raw_bytes
 
 # Every test here needs the shared vocabularies (the fixture skips when absent).
 pytestmark = pytest.mark.usefixtures("data_dir")
@@ -52,4 +58,19 @@ def test_hf_piece_oracle_reproduces_hf_on_valid_text(name, text):
     raw = text.encode("utf-8")
     assert (
         hf_raw_reference(name, raw, "exact") == hf_tokenizer(name).encode(text, add_special_tokens=False).ids
+    )
+
+
+@pytest.mark.parametrize("name", NAMES)
+@fuzz(25)
+@given(data=st.data())
+def test_linear_raw_oracle_equals_tiktokens_own_split(name, data):
+    specials = specials_of(name, "tiktoken")[:6]
+    raw = data.draw(raw_bytes(specials), label="raw")
+    assume(len(pua_view(raw)[0]) <= 120)
+    enc = tiktoken_enc(name, "exact")
+    assert testing.tiktoken_raw_ids(enc, raw, specials) == tiktoken_raw_reference(enc, raw, specials)
+    enc_bytes = tiktoken_enc(name, "bytes")
+    assert testing.tiktoken_raw_ids(enc_bytes, raw, specials) == tiktoken_raw_reference(
+        enc_bytes, raw, specials
     )
