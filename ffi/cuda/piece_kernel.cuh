@@ -14,7 +14,8 @@
 //      exact, and at most 255 maps of one block), the backward replay, the forward map;
 //   3. S before the chunk from the previous chunks' maps; the forward replay: the chunk's
 //      piece starts as a bit mask;
-//   4. every piece that starts in the chunk (its end from the masks of the next chunks): one
+//   4. every piece that starts in the warp's chunks (its end from the masks of the next chunks),
+//      dealt to the warp's lanes in turn (encode_warp_pieces): one
 //      byte -> its id; else the whole piece looked up (lookup_piece, one probe for most); a
 //      miss goes on the block's merge lists (up to kLanePieceLen bytes: merge_in_lanes, several
 //      pieces to a warp, the list sorted longest first; up to kShortPieceLen: merge_in_warp, a
@@ -111,57 +112,94 @@ __device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int
     if (i < valid) dst[i] = src[i];
 }
 
-// The pieces of one chunk (mask fm, bits relative to the chunk's first byte `base`; the row at
-// block position row_at): a one-byte piece or a token -> tok[s0], count[s0] = 1; a miss -> its
-// byte tokens at tok[s0 ...] and onto the block's merge lists (count[s0] is written by the
-// merge); sets hard when a piece is left to encode_kernel.
+// One piece at block position at, m bytes long (the row at block position row_at): a one-byte
+// piece or a token -> tok[at], count[at] = 1; a miss -> its byte tokens at tok[at ...] and onto
+// the block's merge lists (count[at] is written by the merge); marks the row hard when the
+// piece is left to encode_kernel.
 template <int kChunk>
-__device__ __forceinline__ void encode_chunk_pieces(const VocabView& v, PieceSmem<kChunk>& s, int row_at, int n,
-                                                    const uint32_t* next_masks, int next_chunks, uint32_t fm,
-                                                    int base, bool& hard) {
-  const uint8_t* text = s.text + row_at;
-  int32_t* tok = s.tok + row_at;
-  for (uint32_t rest = fm; rest;) {
-    const int s0 = base + __ffs(rest) - 1;
-    rest &= rest - 1;
-    int end = n;
-    if (rest) {
-      end = base + __ffs(rest) - 1;
-    } else {
-      for (int q = 0; q < next_chunks; ++q) {
-        const uint32_t mq = next_masks[q];
-        if (mq) { end = base + (q + 1) * kChunk + __ffs(mq) - 1; break; }
+__device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChunk>& s, int at, int m, int row) {
+  const uint8_t* text = s.text + at;
+  const int32_t whole = m == 1 ? __ldg(v.byte_ids + text[0]) : lookup_piece(v, text, m);
+  s.count[at] = 1;
+  if (whole >= 0) {
+    s.tok[at] = whole;
+    return;
+  }
+  if (m > kShortPieceLen) {
+    s.hard[row] = 1;
+    return;
+  }
+  for (int j = 0; j < m; ++j) s.tok[at + j] = __ldg(v.byte_ids + text[j]) | (j == 0 ? kSegStart : 0);
+  const bool lanes = m <= kLanePieceLen;
+  const int slot = atomicAdd(lanes ? &s.n_lane : &s.n_wide, 1);
+  if (slot >= (lanes ? kPieceLaneList : kPieceWideList)) {
+    s.hard[row] = 1;
+  } else if (lanes) {
+    s.lane_s0[slot] = at, s.lane_len[slot] = m;
+    atomicAdd(&s.by_len[m], 1);
+  } else {
+    s.wide_s0[slot] = at, s.wide_len[slot] = m;
+  }
+}
+
+// The pieces that start in a warp's 32 chunks, dealt to its lanes in turn: a chunk holds 0 to
+// kChunk piece starts, so a thread walking its own pieces kept the warp waiting for its fullest
+// chunk (half the lanes idle). Each thread lists its pieces (mask fm, bits relative to the
+// chunk's first byte `base`; a piece's end from the masks of the row's next chunks) in the
+// warp's queue, kPieceQueue at a time, and the lanes take them from there.
+constexpr int kPieceQueue = 64;  // per warp: the maps' room (step 4 no longer reads them)
+template <int kChunk>
+__device__ __forceinline__ void encode_warp_pieces(const VocabView& v, PieceSmem<kChunk>& s, int row, int row_at,
+                                                   int n, const uint32_t* next_masks, int next_chunks, uint32_t fm,
+                                                   int base) {
+  static_assert(kPieceWarps * kPieceQueue * 4 <= sizeof(uint64_t) * kPieceThreads, "the queues fit the maps' room");
+  const int lane = threadIdx.x & 31;
+  uint32_t* queue = reinterpret_cast<uint32_t*>(s.maps) + (threadIdx.x / 32) * kPieceQueue;
+  const int mine = __popc(fm);
+  int first = mine;  // the warp's pieces before this thread's (an exclusive sum over the lanes)
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int o = __shfl_up_sync(~0u, first, d);
+    if (lane >= d) first += o;
+  }
+  const int total = __shfl_sync(~0u, first, 31);
+  first -= mine;
+  for (int from = 0; from < total; from += kPieceQueue) {
+    if (first < from + kPieceQueue && first + mine > from) {
+      int q = first;
+      for (uint32_t rest = fm; rest; ++q) {
+        const int s0 = base + __ffs(rest) - 1;
+        rest &= rest - 1;
+        if (q < from) continue;
+        if (q >= from + kPieceQueue) break;
+        int end = n;
+        if (rest) {
+          end = base + __ffs(rest) - 1;
+        } else {
+          for (int j = 0; j < next_chunks; ++j) {
+            const uint32_t mj = next_masks[j];
+            if (mj) { end = base + (j + 1) * kChunk + __ffs(mj) - 1; break; }
+          }
+        }
+        // (a block position below 4096, a length of 1..4096, a row below 256: one word)
+        queue[q - from] = (uint32_t)(row_at + s0) | (uint32_t)(end - s0 - 1) << 12 | (uint32_t)row << 24;
       }
     }
-    const int m = end - s0;
-    const int32_t whole = m == 1 ? __ldg(v.byte_ids + text[s0]) : lookup_piece(v, text + s0, m);
-    s.count[row_at + s0] = 1;
-    if (whole >= 0) {
-      tok[s0] = whole;
-      continue;
+    __syncwarp();
+    const int listed = min(kPieceQueue, total - from);
+    for (int q = lane; q < listed; q += 32) {
+      const uint32_t e = queue[q];
+      encode_piece<kChunk>(v, s, (int)(e & 0xFFF), (int)((e >> 12) & 0xFFF) + 1, (int)(e >> 24));
     }
-    if (m > kShortPieceLen) {
-      hard = true;
-      continue;
-    }
-    for (int j = 0; j < m; ++j) tok[s0 + j] = __ldg(v.byte_ids + text[s0 + j]) | (j == 0 ? kSegStart : 0);
-    const bool lanes = m <= kLanePieceLen;
-    const int slot = atomicAdd(lanes ? &s.n_lane : &s.n_wide, 1);
-    if (slot >= (lanes ? kPieceLaneList : kPieceWideList)) {
-      hard = true;
-    } else if (lanes) {
-      s.lane_s0[slot] = row_at + s0, s.lane_len[slot] = m;
-      atomicAdd(&s.by_len[m], 1);
-    } else {
-      s.wide_s0[slot] = row_at + s0, s.wide_len[slot] = m;
-    }
+    __syncwarp();
   }
 }
 
 template <int kChunk>
-__global__ void __launch_bounds__(kPieceThreads) piece_kernel(const __grid_constant__ EncodeParams p, int cpr,
+__global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_constant__ EncodeParams p, int cpr,
                                                               int rows_per_block) {
   static_assert(kChunk <= 32, "a chunk's piece starts are one 32-bit mask");
+  static_assert(kPieceThreads * kChunk <= 4096 && kPieceThreads <= 256, "encode_warp_pieces packs a piece in a word");
   extern __shared__ __align__(16) uint8_t piece_kernel_smem[];
   PieceSmem<kChunk>& s = *reinterpret_cast<PieceSmem<kChunk>*>(piece_kernel_smem);
   const int t = threadIdx.x;
@@ -217,10 +255,8 @@ __global__ void __launch_bounds__(kPieceThreads) piece_kernel(const __grid_const
   s.masks[t] = fm;
   __syncthreads();
 
-  // 4. The chunk's pieces; then the misses, by all the block's warps.
-  bool hard = false;
-  encode_chunk_pieces<kChunk>(p.vocab, s, row_at, n, s.masks + t + 1, k < nv ? nv - 1 - k : 0, fm, base, hard);
-  if (hard) s.hard[r] = 1;
+  // 4. The warp's pieces; then the misses, by all the block's warps.
+  encode_warp_pieces<kChunk>(p.vocab, s, r, row_at, n, s.masks + t + 1, k < nv ? nv - 1 - k : 0, fm, base);
   __syncthreads();  // (the lists are complete; the maps are no longer read: their room is the slots')
   // The lane list sorted by length, longest first (a counting sort): a bin then holds pieces
   // of similar pass counts, and the longest bins are claimed first.
