@@ -14,7 +14,8 @@
 #  benchmarks/jsonl_device.py; FUZZ_CAMPAIGN_ARGS, FUZZ_CAMPAIGN_TIMEOUT: the fuzz_campaign stage).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
 # Needs the shared data carried in .carry/data (see docs/build.md) and, for the peers,
-# wheels in .whl/.
+# wheels in .whl/; with .prebuilt/ carried (scripts/prebuild_modules.sh) it builds nothing when
+# those modules come from this tree's sources.
 set -uo pipefail
 OUT=${OUT:-/tmp/bbpe_out}
 mkdir -p "$OUT"
@@ -30,11 +31,25 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=/tmp/site
 fi
 build() {  # the editable build against the machine's jax; log to $OUT/$1
+  rm -f blockbpe_jax/_blockbpe_*.so; export PYTHONPATH=${PYTHONPATH_BEFORE_PREBUILT-${PYTHONPATH:-}}
   python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/$1" 2>&1
 }
+prebuilt() {  # the modules scripts/prebuild_modules.sh built from this tree's sources, for this Python
+  local tag; tag=$(python3 -c "import sys; print('cpython-%d%d' % sys.version_info[:2])")
+  [ "$(cat .prebuilt/STAMP 2>/dev/null)" = "$(bash scripts/prebuild_modules.sh --stamp)" ] || return 1
+  ls .prebuilt/_blockbpe_cuda."$tag"-*.so .prebuilt/_blockbpe_cpu."$tag"-*.so > /dev/null || return 1
+  cp .prebuilt/_blockbpe_*."$tag"-*.so blockbpe_jax/
+  export PYTHONPATH_BEFORE_PREBUILT=${PYTHONPATH:-} PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+  python3 -c "import blockbpe_jax as b; assert b.HAS_CUDA_MODULE, 'no CUDA module'" && cat .prebuilt/BUILT_WITH
+}
 t0=$(date +%s)
-build build.log || { tail -50 "$OUT/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
+# (USE_PREBUILT=0: build even when .prebuilt/ matches)
+if [ "${USE_PREBUILT:-1}" = 1 ] && prebuilt > "$OUT/build.log" 2>&1; then
+  echo "build: the prebuilt modules ($(( $(date +%s) - t0 )) s)"
+else
+  build build.log || { tail -50 "$OUT/build.log"; exit 1; }
+  echo "build: $(( $(date +%s) - t0 )) s"
+fi
 python3 -c "import blockbpe_jax as b, jax; print('cuda module:', b.HAS_CUDA_MODULE, jax.devices())"
 rebuilt=""  # set when `variants` left a patched build behind
 for stage in $stages; do
