@@ -308,7 +308,7 @@ class Tokenizer:
         """`out` with the rows the executors reported (count -2: the row's NFC does not fit
         its width, or has a segment of hundreds of combining marks; pretok/nfc_normalize.h)
         encoded again, normalized here. Reads the counts back (waits for the call; one pinned
-        copy, staging.read_back, not JAX's own copy, which costs a fixed 130-250 us); widens
+        copy, staging.read_back: JAX's own copy has a large fixed cost); widens
         the ids where a row's tokens need more columns than `out` has and the caller did not
         fix max_tokens."""
         import jax.numpy as jnp

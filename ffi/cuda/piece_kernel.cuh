@@ -24,10 +24,9 @@
 //   5. one block scan of the threads' token counts places every piece's tokens in its row.
 // Eight block barriers in all, none per merge rank. The rules are the shared ones
 // (core/bpe_core.h, pretok/automata.h, pretok/tables.h): nothing here defines a rule.
-// (The first version merged each miss in its own thread with merge_segment: exact, but a
-// thread's serial passes over a piece, table probe after table probe, kept its block waiting:
-// 1024 x 4096 cl100k 367 us against encode_kernel's 222 on the H200: docs/performance.md,
-// "The piece-parallel kernel".)
+// (The misses are merged warp-cooperatively, not each in its own thread with merge_segment: a
+// thread's serial passes over a piece, table probe after table probe, keep its block waiting;
+// docs/performance.md, "The piece-parallel kernel".)
 //
 // What it leaves to the block-per-string kernel, decided on the host by shape and tables
 // (piece_eligible): bytes mode, SentencePiece BPE, multi-stage pre-tokenizers (DeepSeek), NFC
