@@ -38,6 +38,8 @@ prebuilt() {  # the modules scripts/prebuild_modules.sh built from this tree's s
   local tag; tag=$(python3 -c "import sys; print('cpython-%d%d' % sys.version_info[:2])")
   [ "$(cat .prebuilt/STAMP 2>/dev/null)" = "$(bash scripts/prebuild_modules.sh --stamp)" ] || return 1
   ls .prebuilt/_blockbpe_cuda."$tag"-*.so .prebuilt/_blockbpe_cpu."$tag"-*.so > /dev/null || return 1
+  # (an earlier call's editable install would take the import: its finder comes before PYTHONPATH)
+  python3 -m pip uninstall -y -q blockbpe_jax > /dev/null 2>&1
   cp .prebuilt/_blockbpe_*."$tag"-*.so blockbpe_jax/
   export PYTHONPATH_BEFORE_PREBUILT=${PYTHONPATH:-} PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
   python3 -c "import blockbpe_jax as b; assert b.HAS_CUDA_MODULE, 'no CUDA module'" && cat .prebuilt/BUILT_WITH
