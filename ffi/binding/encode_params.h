@@ -144,8 +144,11 @@ BBPE_HD int64_t workspace_bytes(int64_t batch, int64_t max_len, int pretok_stage
 BBPE_HD int64_t nfc_prepass_at(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
   return (workspace_bytes(batch, max_len, pretok_stages, symbols) + 255) / 256 * 256;
 }
+BBPE_HD int64_t nfc_prepass_rows_bytes(int64_t batch, int64_t max_len) {  // the rows, then the rest
+  return (batch * max_len + 255) / 256 * 256;
+}
 BBPE_HD int64_t nfc_prepass_bytes(int64_t batch, int64_t max_len) {
-  return (batch * max_len + 255) / 256 * 256 + batch * 9;
+  return nfc_prepass_rows_bytes(batch, max_len) + batch * 9;
 }
 BBPE_HD int64_t nfc_workspace_bytes(int64_t batch, int64_t max_len, int pretok_stages, int symbols) {
   return nfc_prepass_at(batch, max_len, pretok_stages, symbols) + nfc_prepass_bytes(batch, max_len);

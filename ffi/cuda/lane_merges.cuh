@@ -190,6 +190,23 @@ __device__ int merge_in_warp(const VocabView& v, int32_t* tok, int m, int2* slot
   return used;
 }
 
+// A counting sort's offsets, longest first: by_len[m] (m = 2..kLanePieceLen), the listed
+// pieces of m tokens, becomes the place of the first of them in the sorted list. Called by the
+// block's first warp (lane l: length kLanePieceLen - l).
+__device__ __forceinline__ void longest_first_offsets(int* by_len) {
+  static_assert(kLanePieceLen <= 33, "a lane for each length");
+  const int lane = threadIdx.x & 31;
+  const int m = kLanePieceLen - lane;
+  const int count = m >= 2 ? by_len[m] : 0;
+  int before = count;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int o = __shfl_up_sync(~0u, before, d);
+    if (lane >= d) before += o;
+  }
+  if (m >= 2) by_len[m] = before - count;
+}
+
 // Step 2 of both kernels: the pieces listed in merge_list (n_lane of 2..kLanePieceLen tokens
 // from the front, by_len[m] of them of length m; n_wide longer ones from the back,
 // merge_list[cap - 1 - g]), each with rank[s0] = minus its length, are merged in place; then
@@ -204,17 +221,7 @@ __device__ __forceinline__ void merge_listed_pieces(const VocabView& v, BlockArr
                                                     int n_wide, int cap, int32_t* sorted_list,
                                                     int* by_len, int* next_lane_bin,
                                                     typename Scans<kThreads>::Storage& tmp) {
-  if (threadIdx.x < 32) {  // lane l: pieces of length kLanePieceLen - l
-    const int m = kLanePieceLen - (int)threadIdx.x;
-    const int count = m >= 2 ? by_len[m] : 0;
-    int before = count;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int o = __shfl_up_sync(~0u, before, d);
-      if ((int)threadIdx.x >= d) before += o;
-    }
-    if (m >= 2) by_len[m] = before - count;
-  }
+  if (threadIdx.x < 32) longest_first_offsets(by_len);
   __syncthreads();
   int32_t* lane_list = sorted_list;
   int32_t* lane_lens = a.merged;  // (free until the passes)

@@ -186,7 +186,7 @@ cudaError_t nfc_prepass(EncodeParams& p, cudaStream_t stream, NfcPrepass& buf) {
     mem = static_cast<uint8_t*>(buf.allocated);
   }
   buf.rows.rows = mem;
-  buf.rows.raw_lengths = reinterpret_cast<int32_t*>(mem + (p.batch * (int64_t)p.max_len + 255) / 256 * 256);
+  buf.rows.raw_lengths = reinterpret_cast<int32_t*>(mem + nfc_prepass_rows_bytes(p.batch, p.max_len));
   buf.rows.lengths = buf.rows.raw_lengths + p.batch;
   buf.rows.state = reinterpret_cast<uint8_t*>(buf.rows.lengths + p.batch);
   buf.two_passes = nfc_two_passes(p);

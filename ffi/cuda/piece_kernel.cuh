@@ -259,17 +259,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   __syncthreads();  // (the lists are complete; the maps are no longer read: their room is the slots')
   // The lane list sorted by length, longest first (a counting sort): a bin then holds pieces
   // of similar pass counts, and the longest bins are claimed first.
-  if (t < 32) {  // lane l: pieces of length kLanePieceLen - l
-    const int m = kLanePieceLen - t;
-    const int c = m >= 2 ? s.by_len[m] : 0;
-    int before = c;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int o = __shfl_up_sync(~0u, before, d);
-      if (t >= d) before += o;
-    }
-    if (m >= 2) s.by_len[m] = before - c;
-  }
+  if (t < 32) longest_first_offsets(s.by_len);
   __syncthreads();
   const int n_lane = min(s.n_lane, kPieceLaneList);
   for (int g = t; g < n_lane; g += kPieceThreads) {

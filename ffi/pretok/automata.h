@@ -61,6 +61,17 @@ BBPE_HD bool map_is_constant(uint64_t m, uint64_t live) {
   return ((m ^ map_constant((uint8_t)(m & 15))) & live) == 0;
 }
 BBPE_HD uint8_t map_apply(uint64_t m, uint8_t x) { return (uint8_t)((m >> (4 * x)) & 15); }
+// "a, then b" over the first `states` states only (the images of the others are 0): the
+// automata have 8-14 states of 16, and live states map to live states, so a chunk's map
+// (ChunkMap) need not compose the rest.
+BBPE_HD uint64_t map_then_live(uint64_t a, uint64_t b, int states) {
+  uint64_t r = 0;
+  BBPE_UNROLL
+  for (int x = 0; x < 16; ++x)
+    if (x < states) r |= (uint64_t)map_apply(b, map_apply(a, (uint8_t)x)) << (4 * x);
+  return r;
+}
+// All 16 states (map_then_live(a, b, 16) as ptxas sees it would spill in the block kernels).
 BBPE_HD_OUTLINE uint64_t map_then(uint64_t a, uint64_t b) {
   uint64_t r = 0;
   BBPE_UNROLL
@@ -102,16 +113,6 @@ BBPE_HD uint8_t stage_class(const PretokTables& tab, const uint8_t* text, int n,
 // Chunk helpers (a chunk = cnt consecutive bytes, given by their classes). pretokenize_chunked
 // and the CUDA block function use exactly these.
 
-// map_then over the first `states` states only (the images of the others are 0): the
-// automata have 8-14 states of 16, and live states map to live states, so what the rest
-// would hold is never read.
-BBPE_HD uint64_t map_then_live(uint64_t a, uint64_t b, int states) {
-  uint64_t r = 0;
-  BBPE_UNROLL
-  for (int x = 0; x < 16; ++x)
-    if (x < states) r |= (uint64_t)map_apply(b, map_apply(a, (uint8_t)x)) << (4 * x);
-  return r;
-}
 
 // A chunk's map, composed step by step. The automata forget their past within a code point
 // or two: once every live state has the same image, the rest of the chunk steps that one

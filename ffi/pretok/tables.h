@@ -147,14 +147,10 @@ BBPE_HD void chunk_classes(const PretokTables& tab, const uint8_t* text, int n, 
                            int valid, const ClassTable& ct, C* out) {
   const uint8_t invalid = tab.invalid_class & (kMaxClasses - 1);
   int reach = 0;  // bytes of the chunk below it are inside the last sequence
-  if (valid > 0 && (text[base] & 0xC0) == 0x80) {
-    for (int j = base - 1; j >= 0 && j >= base - 3 && !(sp && sp[j]); --j) {
-      if ((text[j] & 0xC0) != 0x80) {
-        uint32_t cp;
-        reach = j + utf8_decode(text, n, sp, j, &cp) - base;
-        break;
-      }
-    }
+  if (valid > 0) {  // (a leading continuation byte: the sequence before `base` that holds it)
+    const int lead = utf8_lead_of(text, n, sp, base);
+    uint32_t cp;
+    if (lead >= 0) reach = lead + utf8_decode(text, n, sp, lead, &cp) - base;
   }
   BBPE_UNROLL
   for (int k = 0; k < kCnt; ++k) {
