@@ -38,6 +38,15 @@ def tables(data_dir):
 
 
 @pytest.fixture(scope="session")
+def nfc_tok(data_dir):
+    """(ours, HF's) for Llama 3's vocabulary with an NFC normalizer and Qwen2's split
+    (synthetic.nfc_tokenizer), built once."""
+    from synthetic import nfc_tokenizer
+
+    return nfc_tokenizer(data_dir)
+
+
+@pytest.fixture(scope="session")
 def shim(tmp_path_factory) -> pretok_shim.Shim:
     """The C++ pre-tokenizer, compiled once per session."""
     return pretok_shim.build_shim(tmp_path_factory.mktemp("pretok"))

@@ -18,7 +18,6 @@ from helpers import (
 )
 from blockbpe_jax.pretok import normalizer as norm
 from strategies import fuzz
-from synthetic import nfc_tokenizer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -42,11 +41,6 @@ NFC_TEXTS = [
     "<|end_of_text|>\u0301x",
     "x<|end_of_text|>\u0301",
 ]
-
-
-@pytest.fixture(scope="module")
-def nfc_tok(data_dir):
-    return nfc_tokenizer(data_dir)
 
 
 def nfc_reference(hf):

@@ -242,13 +242,6 @@ NOT_NFC = [
 ]
 
 
-@pytest.fixture(scope="module")
-def nfc_tok(data_dir):
-    from synthetic import nfc_tokenizer
-
-    return nfc_tokenizer(data_dir)
-
-
 @fuzz(100)
 @given(
     texts=st.lists(
