@@ -175,20 +175,13 @@ struct LineParser {
     }
   }
 
-  // Past the string at p (just after its opening quote) without decoding it: its end is the
-  // first quote after an even run of backslashes. Its bytes are checked when its pieces are
-  // decoded.
+  // Past the string at p (just after its opening quote) without decoding it (core/json_rules.h,
+  // string_end: its first quote no backslash escapes). Its bytes are checked when its pieces
+  // are decoded.
   bool skip_string() {
-    for (const uint8_t* from = p; (p = (const uint8_t*)std::memchr(p, '"', end - p)) != nullptr; ++p) {
-      const uint8_t* q = p;
-      while (q > from && q[-1] == '\\') --q;
-      if ((p - q) % 2 == 0) {
-        ++p;
-        return true;
-      }
-    }
-    p = end;
-    return false;
+    const uint8_t* after = string_end(p, end);
+    p = after ? after : end;
+    return after != nullptr;
   }
 
   // parse_document's string readers (core/json_rules.h): each string decoded from `at` by

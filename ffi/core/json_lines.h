@@ -9,9 +9,11 @@
 //      start written (line i starts after the i-th newline);
 //   2. per line, measure_line: not a document (blank), a document of n bytes (its decoded
 //      field, or a plain line's bytes, and the separator) with where its field's string
-//      starts, or "give up" (core/json_rules.h); a line over kWarpLine bytes has its field
-//      only found (its raw bytes' span), then measured in kLanes pieces (measure_piece: a
-//      GPU warp's lanes; one line of megabytes would be one thread's serial work);
+//      starts, or "give up" (core/json_rules.h); a line over kWarpLine bytes is walked only to
+//      its field's string, whose end a GPU warp finds (long_field_span: the string's slices
+//      scanned at once, the rest of the line walked after it), and whose bytes are measured
+//      in kLanes pieces (measure_piece: the warp's lanes; one line of megabytes would be one
+//      thread's serial work);
 //   3. an exclusive scan of the documents (each line's document index) and of their bytes
 //      (each document's offset);
 //   4. per line, write_line: the document decoded into place, its offset and line recorded
@@ -49,10 +51,12 @@ struct SplitSpec {
 enum StatusSlot { kStatusCode = 0, kStatusDocs, kStatusBytes, kStatusNewlines, kStatusBadLine, kStatusLines, kStatusSlots };
 enum SplitCode { kSplitOk = 0, kSplitGiveUp = 1, kSplitTooManyLines = 2, kSplitTooManyBytes = 3 };
 
-// measure_line's lengths that are not a document's (kWarpLine: its field's raw span found,
-// to be measured by pieces).
+// measure_line's lengths that are not a document's (kLongPending: a line over kWarpLine bytes,
+// left to long_field_span and measure_piece).
 constexpr int32_t kNotDocument = -1, kGiveUp = -2, kLongPending = -3;
-constexpr int64_t kWarpLine = 16 << 10;  // longer lines are split into pieces (a GPU warp's)
+// Longer lines are a GPU warp's (their field's end found and its bytes measured and decoded by
+// 32 lanes): a line a thread reads alone costs its warp and its kernel that line's serial steps.
+constexpr int64_t kWarpLine = 4 << 10;
 constexpr int kLanes = 32;               // pieces per long line (a warp's lanes)
 constexpr int kLongWords = 3 + kLanes;   // per long line in the workspace: line, raw span, piece lengths
 
@@ -118,10 +122,11 @@ struct MatchSink {  // whether the bytes put are `want`
 // they are decoded, other strings checked, the field's string measured and its start kept.
 struct MeasureStrings {
   const SplitSpec& spec;
-  bool defer;  // the field's string only found (a long line's: measured in pieces)
+  bool stop_at_field;  // a long line's: the walk stops at the field's string (`stopped` set)
   const uint8_t* field_begin = nullptr;
-  const uint8_t* field_end = nullptr;  // (deferred: before its closing quote)
+  const uint8_t* field_end = nullptr;  // (its closing quote)
   int32_t field_len = 0;
+  bool stopped = false;
   BBPE_HD bool key(const uint8_t*& p, const uint8_t* end, bool& ours) {
     MatchSink match{spec.field, spec.field_len};
     bool lone;
@@ -136,11 +141,9 @@ struct MeasureStrings {
   }
   BBPE_HD bool field(const uint8_t*& p, const uint8_t* end) {
     field_begin = p;
-    if (defer) {
-      p = string_end(p, end);
-      if (!p) return false;
-      field_end = p - 1;
-      return true;
+    if (stop_at_field) {
+      stopped = true;
+      return false;
     }
     CountSink count;
     bool lone;
@@ -173,7 +176,9 @@ BBPE_HD bool valid_utf8_span(const uint8_t* p, const uint8_t* end) {
 // Line [p, end) (no newline): its document's bytes, separator included, with the span of its
 // field's string (between the quotes; a plain line: its bytes but a trailing '\r') in
 // *raw_begin, *raw_end; kNotDocument (blank, or empty), kGiveUp, or for a line over kWarpLine
-// bytes kLongPending (the span found, its bytes not yet checked: measure_piece).
+// bytes kLongPending: a plain line's span, or a JSONL line walked up to its field's string
+// (*raw_begin: just past its opening quote, *raw_end: the line's end; long_field_span goes on
+// from there), its bytes not yet checked (measure_piece).
 BBPE_HD int32_t measure_line(const uint8_t* p, const uint8_t* end, const SplitSpec& spec, const uint8_t** raw_begin,
                              const uint8_t** raw_end) {
   const bool long_line = end - p > kWarpLine;
@@ -186,10 +191,61 @@ BBPE_HD int32_t measure_line(const uint8_t* p, const uint8_t* end, const SplitSp
   }
   if (blank(p, end)) return kNotDocument;
   MeasureStrings strings{spec, long_line};
-  if (!parse_document(p, end, strings)) return kGiveUp;
+  if (!parse_document(p, end, strings)) {
+    if (!strings.stopped) return kGiveUp;
+    *raw_begin = strings.field_begin;
+    *raw_end = end;
+    return kLongPending;
+  }
   *raw_begin = strings.field_begin;
   *raw_end = strings.field_end;
-  return long_line ? kLongPending : strings.field_len + spec.sep_len;
+  return strings.field_len + spec.sep_len;
+}
+
+// string_end's result found the way a GPU warp finds it (cuda/jsonl_split.cuh,
+// warp_string_end), one lane after the other: rounds of kLanes slices, whether each slice's
+// first byte is escaped given by the maps of the round's slices before it composed
+// (escape_map_then; the warp composes them by a scan) and by the state the round began in; the
+// first slice of a round with an unescaped quote ends the string. (The CPU executor finds long
+// lines' strings so, so that CI checks the warp's arithmetic and layout.)
+BBPE_HD const uint8_t* string_end_by_rounds(const uint8_t* begin, const uint8_t* end) {
+  bool escaped = false;  // whether the round's first byte is escaped
+  for (const uint8_t* round = first_slice(begin); round < end; round += kLanes * kSliceBytes) {
+    uint32_t through = 0;  // the maps of the round's slices before this one, composed
+    for (int lane = 0; lane < kLanes; ++lane) {
+      const uint8_t* at = round + lane * kSliceBytes;
+      uint64_t quotes = 0, backslashes = 0;
+      if (at < end) slice_bits(at, begin, end, quotes, backslashes);
+      const SliceEnd s = slice_end(quotes, backslashes);
+      const bool here = lane == 0 ? escaped : ((through >> (escaped ? 1 : 0)) & 1) != 0;
+      if (s.quote(here) >= 0) return at + s.quote(here) + 1;
+      through = lane == 0 ? s.map : escape_map_then(through, s.map);
+    }
+    escaped = ((through >> (escaped ? 1 : 0)) & 1) != 0;
+  }
+  return nullptr;
+}
+
+// A long JSONL line's field string, from where measure_line stopped (`begin`: just past its
+// opening quote; `end`: the line's end): each occurrence's end found by `find_end(begin, end)`
+// (string_end's result: one thread's string_end, or a GPU warp's scan of the same slices), and
+// the rest of the line walked after it as parse_document would, up to a later occurrence (which
+// replaces it: its end found likewise). Sets [begin, span_end) to the last occurrence's bytes;
+// false to give up. (On a GPU every lane of the warp runs this alike: find_end is the warp's.)
+template <typename FindEnd>
+BBPE_HD bool long_field_span(const uint8_t*& begin, const uint8_t* end, const SplitSpec& spec,
+                             const uint8_t*& span_end, FindEnd find_end) {
+  while (true) {
+    const uint8_t* after = find_end(begin, end);
+    if (!after) return false;
+    MeasureStrings strings{spec, true};
+    if (parse_members(after, end, strings, true, true)) {
+      span_end = after - 1;
+      return true;
+    }
+    if (!strings.stopped) return false;
+    begin = strings.field_begin;
+  }
 }
 
 // The start of piece k of kLanes of [begin, end): the first piece start at or after its
@@ -272,8 +328,9 @@ inline void split_lines_host(const uint8_t* block, int64_t size, const SplitSpec
       const uint8_t *raw, *raw_end;
       int32_t n = measure_line(line, stop, spec, &raw, &raw_end);
       const bool long_line = n == kLongPending;
+      if (long_line && spec.json && !long_field_span(raw, stop, spec, raw_end, string_end_by_rounds)) n = kGiveUp;
       int32_t piece[kLanes];
-      if (long_line) {
+      if (n == kLongPending) {
         n = spec.sep_len;
         for (int k = 0; k < kLanes && n >= 0; ++k) {
           piece[k] = measure_piece(raw, raw_end, k, spec);

@@ -65,6 +65,27 @@ BBPE_HD uint64_t load8_aligned(const uint8_t* p) {
 #endif
 }
 
+// The sixteen bytes at p where p is 16-byte aligned, as two words (memory order).
+BBPE_HD void load16_aligned(const uint8_t* p, uint64_t& lo, uint64_t& hi) {
+#if defined(__CUDA_ARCH__)
+  const ulonglong2 v = *reinterpret_cast<const ulonglong2*>(p);
+  lo = v.x;
+  hi = v.y;
+#else
+  std::memcpy(&lo, p, 8);
+  std::memcpy(&hi, p + 8, 8);
+#endif
+}
+
+// The index of x's lowest set bit (x != 0).
+BBPE_HD int ctz64(uint64_t x) {
+#if defined(__CUDA_ARCH__)
+  return __ffsll((long long)x) - 1;
+#else
+  return __builtin_ctzll(x);
+#endif
+}
+
 // Whether the eight bytes at p are plain ASCII a string holds as they are (a step of eight
 // in decode_string and in a plain line's UTF-8 check, where p is aligned and eight are left).
 BBPE_HD bool plain_ascii8(const uint8_t* p, const uint8_t* end, bool json) {
@@ -168,20 +189,109 @@ BBPE_HD bool decode_string(const uint8_t*& p, const uint8_t* end, Sink& sink, bo
   }
 }
 
-// Just past the string at p (just after its opening quote) without decoding it: its closing
-// quote is the first one no backslash escapes (a backslash takes the byte after it); null
-// where there is none. Its bytes are checked when they are decoded (in pieces: core/json_lines.h).
-BBPE_HD const uint8_t* string_end(const uint8_t* p, const uint8_t* end) {
-  while (p < end) {
-    if ((reinterpret_cast<uintptr_t>(p) & 7) == 0 && end - p >= 8) {
-      const uint64_t v = load8_aligned(p);
-      if (!has_zero_byte(v ^ (kOnes * '"')) && !has_zero_byte(v ^ (kOnes * '\\'))) {
-        p += 8;
-        continue;
+// -- A string's end, found by slices scanned apart ----------------------------------------------
+//
+// A string ends at its first quote that no backslash escapes. A backslash escapes the byte after
+// it unless it is escaped itself, so whether a byte is escaped depends on the run of
+// backslashes before it, which may begin in an earlier slice of the string. Each slice of
+// kSliceBytes is therefore summarized for both ways it may begin (its first byte escaped by the
+// slice before, or not): where its first unescaped quote is, and whether the byte after it is
+// escaped (simdjson's escape scan of a 64-byte word). The states are then carried from slice
+// to slice: one after the other here (string_end), across a GPU warp's lanes by a scan of the
+// slices' maps in cuda/jsonl_split.cuh.
+constexpr int kSliceBytes = 64;  // (one bit a byte in a 64-bit mask)
+constexpr int kSliceAlign = 16;  // the first slice starts at a 16-byte boundary (whole 16-byte loads)
+
+// Bit k set where byte k of the eight bytes v (in memory order) is c.
+BBPE_HD uint32_t byte_bits(uint64_t v, uint8_t c) {
+  const uint64_t t = v ^ (kOnes * c);
+  const uint64_t zero = ~(((t & ~kHighs) + ~kHighs) | t) & kHighs;  // (a zero byte's high bit, exactly)
+  return (uint32_t)(((zero >> 7) * 0x0102040810204080ull) >> 56);    // (the eight high bits gathered)
+}
+
+// The bytes a backslash escapes among 64 whose backslashes are the bits of `backslashes`:
+// `escaped` says on entry whether byte 0 is escaped (by a backslash before them), on return
+// whether the byte after them is. (simdjson: a run of backslashes starting at an even bit is
+// told from one starting at an odd bit by a subtraction's carries.)
+BBPE_HD uint64_t escaped_bits(uint64_t backslashes, bool& escaped) {
+  constexpr uint64_t kOddBits = 0xAAAAAAAAAAAAAAAAull;
+  const uint64_t first = escaped ? 1 : 0;
+  const uint64_t starts = backslashes & ~first;  // (an escaped backslash escapes nothing)
+  const uint64_t codes = (((starts << 1) | kOddBits) - starts) ^ kOddBits;
+  escaped = ((codes & backslashes) >> 63) != 0;
+  return codes ^ (backslashes | first);
+}
+
+// A slice's summary, by whether its first byte is escaped (0: not, 1: it is).
+struct SliceEnd {
+  int32_t quote0, quote1;  // where its first unescaped quote is, or -1
+  uint32_t map;            // bit s: whether the byte after the slice is escaped when its first byte's state is s
+  BBPE_HD int32_t quote(bool escaped) const { return escaped ? quote1 : quote0; }
+  BBPE_HD bool escaped_after(bool escaped) const { return (map >> (escaped ? 1 : 0)) & 1; }
+};
+
+// The summary of a slice whose quotes and backslashes are the bits of `quotes`, `backslashes`.
+BBPE_HD SliceEnd slice_end(uint64_t quotes, uint64_t backslashes) {
+  SliceEnd s;
+  bool escaped = false;
+  uint64_t q = quotes & ~escaped_bits(backslashes, escaped);
+  s.quote0 = q ? ctz64(q) : -1;
+  s.map = escaped ? 1u : 0u;
+  escaped = true;
+  q = quotes & ~escaped_bits(backslashes, escaped);
+  s.quote1 = q ? ctz64(q) : -1;
+  s.map |= escaped ? 2u : 0u;
+  return s;
+}
+
+// Two slices' maps one after the other (`first`'s, then `second`'s): the map of both.
+BBPE_HD uint32_t escape_map_then(uint32_t first, uint32_t second) {
+  return ((second >> (first & 1)) & 1) | (((second >> ((first >> 1) & 1)) & 1) << 1);
+}
+
+// Where the slices of a string whose bytes start at `begin` start: slice k at
+// first_slice(begin) + k * kSliceBytes (bytes of a slice before `begin` count as plain ones).
+BBPE_HD const uint8_t* first_slice(const uint8_t* begin) {
+  return begin - (reinterpret_cast<uintptr_t>(begin) & (kSliceAlign - 1));
+}
+
+// The quotes and backslashes among the kSliceBytes at `at` (a slice: 16-byte aligned) that lie
+// in [begin, end), as bits; no byte outside [begin, end) is read.
+BBPE_HD void slice_bits(const uint8_t* at, const uint8_t* begin, const uint8_t* end, uint64_t& quotes,
+                        uint64_t& backslashes) {
+  quotes = backslashes = 0;
+  BBPE_UNROLL
+  for (int k = 0; k < kSliceBytes; k += 16) {
+    const uint8_t* p = at + k;
+    uint64_t lo = 0, hi = 0;
+    if (p >= begin && end - p >= 16) {
+      load16_aligned(p, lo, hi);
+    } else {
+      BBPE_UNROLL
+      for (int i = 0; i < 16; ++i) {
+        const uint64_t c = p + i >= begin && p + i < end ? p[i] : 0;
+        if (i < 8) lo |= c << (8 * i);
+        else hi |= c << (8 * (i - 8));
       }
     }
-    if (*p == '\\') p += 2;
-    else if (*p++ == '"') return p;
+    quotes |= (uint64_t)(byte_bits(lo, '"') | byte_bits(hi, '"') << 8) << k;
+    backslashes |= (uint64_t)(byte_bits(lo, '\\') | byte_bits(hi, '\\') << 8) << k;
+  }
+}
+
+// Just past the string whose bytes start at `begin` (just after its opening quote), its
+// closing quote being the first one no backslash escapes; null where there is none before
+// `end`. Its bytes are checked where they are decoded (a long line's: in pieces,
+// core/json_lines.h). The same slices, one after the other, as a GPU warp's lanes scan at once.
+BBPE_HD const uint8_t* string_end(const uint8_t* begin, const uint8_t* end) {
+  bool escaped = false;  // whether the slice's first byte is escaped
+  for (const uint8_t* at = first_slice(begin); at < end; at += kSliceBytes) {
+    uint64_t quotes, backslashes;
+    slice_bits(at, begin, end, quotes, backslashes);
+    if ((quotes | backslashes) == 0 && !escaped) continue;
+    const SliceEnd s = slice_end(quotes, backslashes);
+    if (s.quote(escaped) >= 0) return at + s.quote(escaped) + 1;
+    escaped = s.escaped_after(escaped);
   }
   return nullptr;
 }
@@ -291,46 +401,58 @@ BBPE_HD bool skip_value(const uint8_t*& p, const uint8_t* end, Strings& strings)
   }
 }
 
-// A line's top-level object walked to find `field`'s string, the last occurrence winning (as
-// in a dict). `strings` reads the strings as it goes, p just past the opening quote each time:
-//   key(p, end, ours): a key, `ours` set where it is the field's name (and holds no lone
-//     surrogate);
-//   field(p, end): the field's string (a later occurrence replaces an earlier one's);
-//   skip(p, end): any other string, checked as json.loads would.
-// Each returns false to give up. True where the line is one object holding the field as a
-// string, with only whitespace around it.
+// The rest of a line's top-level object from p, at a member's key, or (`after_value`) just past
+// a member's value; `found`: whether a member so far was the field's string. parse_document's
+// walk, from its first member or from where a caller stopped it (a long line's field, whose
+// end is found apart: core/json_lines.h).
 template <typename Strings>
-BBPE_HD bool parse_document(const uint8_t* p, const uint8_t* end, Strings& strings) {
-  p = skip_space(p, end);
-  if (p >= end || *p != '{') return false;
-  p = skip_space(p + 1, end);
-  if (p < end && *p == '}') return false;  // no field
-  bool found = false;
+BBPE_HD bool parse_members(const uint8_t* p, const uint8_t* end, Strings& strings, bool found, bool after_value) {
   while (true) {
-    if (p >= end || *p != '"') return false;
-    ++p;
-    bool ours = false;
-    if (!strings.key(p, end, ours)) return false;
-    p = skip_space(p, end);
-    if (p >= end || *p != ':') return false;
-    p = skip_space(p + 1, end);
-    if (ours) {
-      found = p < end && *p == '"';
-      if (found) {
-        ++p;
-        if (!strings.field(p, end)) return false;
+    if (!after_value) {
+      if (p >= end || *p != '"') return false;
+      ++p;
+      bool ours = false;
+      if (!strings.key(p, end, ours)) return false;
+      p = skip_space(p, end);
+      if (p >= end || *p != ':') return false;
+      p = skip_space(p + 1, end);
+      if (ours) {
+        found = p < end && *p == '"';
+        if (found) {
+          ++p;
+          if (!strings.field(p, end)) return false;
+        } else if (!skip_value(p, end, strings)) {
+          return false;
+        }
       } else if (!skip_value(p, end, strings)) {
         return false;
       }
-    } else if (!skip_value(p, end, strings)) {
-      return false;
     }
+    after_value = false;
     p = skip_space(p, end);
     if (p < end && *p == ',') { p = skip_space(p + 1, end); continue; }
     if (p < end && *p == '}') { ++p; break; }
     return false;
   }
   return found && skip_space(p, end) == end;
+}
+
+// A line's top-level object walked to find `field`'s string, the last occurrence winning (as
+// in a dict). `strings` reads the strings as it goes, p just past the opening quote each time:
+//   key(p, end, ours): a key, `ours` set where it is the field's name (and holds no lone
+//     surrogate);
+//   field(p, end): the field's string (a later occurrence replaces an earlier one's);
+//   skip(p, end): any other string, checked as json.loads would.
+// Each returns false to give up (or, field, to stop the walk at the field's string: the caller
+// tells the two apart and may go on with parse_members past the string). True where the line is
+// one object holding the field as a string, with only whitespace around it.
+template <typename Strings>
+BBPE_HD bool parse_document(const uint8_t* p, const uint8_t* end, Strings& strings) {
+  p = skip_space(p, end);
+  if (p >= end || *p != '{') return false;
+  p = skip_space(p + 1, end);
+  if (p < end && *p == '}') return false;  // no field
+  return parse_members(p, end, strings, false, false);
 }
 
 }  // namespace jsonl

@@ -5,15 +5,19 @@
 //   scan_tiles       one block scans the counts (each tile's first newline's line index);
 //   line_starts      a warp per tile writes where each of its lines starts;
 //   measure_lines    a thread per line: measure_line (its document's bytes, or give up; a line
-//                    over kWarpLine bytes: its field's span, listed for measure_long);
-//   measure_long     a warp per listed long line, a piece a lane: measure_piece, summed;
+//                    over kWarpLine bytes: walked up to its field's string, listed for
+//                    measure_long);
+//   measure_long     a warp per listed long line: the field string's end found by the lanes
+//                    at once (warp_string_end) and the rest of the line walked
+//                    (long_field_span), then a piece a lane: measure_piece, summed;
 //   scan_lines       a block per kScanChunk lines scans which are documents and their bytes;
 //   scan_chunks      one block scans the chunks' totals and writes the status;
 //   write_lines      a thread per line decodes its document into place (a long line: only
 //                    its separator), only where the status is kSplitOk;
 //   write_long       a warp per long line, each lane its piece after the pieces before it.
-// A thread parses a line alone but for a long line's field, whose span it only finds (one
-// line of megabytes would be one thread's serial work).
+// A thread parses a line alone but for a long line's field string, which a warp's lanes scan,
+// check and decode by slices and pieces (one line of megabytes would be one thread's serial
+// work, and every line's kernel would wait for it).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -158,15 +162,66 @@ __global__ void __launch_bounds__(kLineThreads) measure_lines(SplitArgs a) {
   a.ws[a.w.raw_begin + i] = raw ? (int32_t)(raw - a.block) : 0;
 }
 
-// A warp per long line measure_lines listed: a piece of its span a lane; its length is the
-// pieces' sum and the separator, or "give up" where any piece does. (Each lane's length is
+// Just past the string whose bytes start at `begin` (string_end's result), found by a warp
+// (every lane calls it alike): rounds of kLanes slices of kSliceBytes, a slice a lane
+// (core/json_rules.h, slice_end: its first unescaped quote and the escape state after it, for
+// either state before it). Whether a slice's first byte is escaped is carried across the
+// lanes by an inclusive scan of the slices' maps (log2(32) shuffles) and across rounds by the
+// last lane's; the first round with an unescaped quote in it ends the string at the first
+// such lane's. So a string of L bytes takes ~L / 2 KiB rounds of about a load's latency each,
+// where one thread took ~L / 8 dependent steps (L, with backslashes or quotes in most words).
+__device__ const uint8_t* warp_string_end(const uint8_t* begin, const uint8_t* end, int lane) {
+  constexpr unsigned kAll = 0xFFFFFFFFu;
+  constexpr int64_t kRound = (int64_t)jsonl::kLanes * jsonl::kSliceBytes;
+  bool escaped = false;  // whether the round's first byte is escaped
+  for (const uint8_t* round = jsonl::first_slice(begin); round < end; round += kRound) {
+    const uint8_t* at = round + lane * jsonl::kSliceBytes;
+    uint64_t quotes = 0, backslashes = 0;
+    if (at < end) jsonl::slice_bits(at, begin, end, quotes, backslashes);
+    const jsonl::SliceEnd s = jsonl::slice_end(quotes, backslashes);
+    uint32_t through = s.map;  // the maps of this round's slices up to this lane's, composed
+    for (int d = 1; d < 32; d <<= 1) {
+      const uint32_t before = __shfl_up_sync(kAll, through, d);
+      if (lane >= d) through = jsonl::escape_map_then(before, through);
+    }
+    const uint32_t before = __shfl_up_sync(kAll, through, 1);
+    const bool here = lane == 0 ? escaped : ((before >> (escaped ? 1 : 0)) & 1) != 0;
+    const int32_t quote = s.quote(here);
+    const unsigned found = __ballot_sync(kAll, quote >= 0);
+    if (found) {
+      const int first = __ffs(found) - 1;
+      return round + first * jsonl::kSliceBytes + __shfl_sync(kAll, quote, first) + 1;
+    }
+    escaped = ((__shfl_sync(kAll, through, 31) >> (escaped ? 1 : 0)) & 1) != 0;
+  }
+  return nullptr;
+}
+
+// A warp per long line measure_lines listed: a JSONL line's field string found (its end and
+// the rest of the line: long_field_span, the warp's scan for each string's end; the span kept
+// in the entry for write_long), then a piece of the span a lane; its length is the pieces' sum
+// and the separator, or "give up" where the span or any piece does. (Each lane's length is
 // kept for write_long.)
 __global__ void measure_long(SplitArgs a) {
   const int64_t w = (int64_t)blockIdx.x * kTileWarps + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (w >= a.ws[a.w.counters + kLongCount]) return;
   int32_t* entry = a.ws + a.w.longs + jsonl::kLongWords * w;
-  const int32_t n = jsonl::measure_piece(a.block + entry[1], a.block + entry[2], lane, a.spec);
+  const uint8_t* begin = a.block + entry[1];
+  const uint8_t* end = a.block + entry[2];  // (JSONL: the line's end, then the field string's)
+  bool span = true;
+  if (a.spec.json) {
+    const uint8_t* line_end = end;
+    span = jsonl::long_field_span(begin, line_end, a.spec, end, [lane](const uint8_t* b, const uint8_t* e) {
+      return warp_string_end(b, e, lane);
+    });
+    __syncwarp();  // (every lane has read the entry)
+    if (lane == 0 && span) {
+      entry[1] = (int32_t)(begin - a.block);
+      entry[2] = (int32_t)(end - a.block);
+    }
+  }
+  const int32_t n = span ? jsonl::measure_piece(begin, end, lane, a.spec) : -1;
   entry[3 + lane] = n;
   const bool ok = __all_sync(0xFFFFFFFFu, n >= 0);
   int32_t total = n;

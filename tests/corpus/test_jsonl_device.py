@@ -351,7 +351,7 @@ def test_huge_lines(kind):
     check_block(plain + b"\r\n" + plain, None, kind, must_accept=True, sep=b"")
 
 
-WARP_LINE = 16 << 10  # lines longer than this are decoded in pieces (ffi/core/json_lines.h, kWarpLine)
+WARP_LINE = 4 << 10  # lines longer than this are decoded in pieces (ffi/core/json_lines.h, kWarpLine)
 
 
 @st.composite
