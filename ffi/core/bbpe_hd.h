@@ -9,7 +9,11 @@
 //
 // BBPE_UNROLL unrolls a loop of a compile-time count in a kernel (so the arrays it indexes stay
 // in registers); nothing on the host.
+//
+// ctz32 / ctz64: the index of the lowest set bit, on either side.
 #pragma once
+
+#include <cstdint>
 
 #if defined(__CUDACC__)
 #define BBPE_HD __host__ __device__ __forceinline__
@@ -20,3 +24,23 @@
 #define BBPE_HD_OUTLINE inline
 #define BBPE_UNROLL
 #endif
+
+namespace bbpe {
+
+// The index of x's lowest set bit (x != 0).
+BBPE_HD int ctz32(uint32_t x) {
+#if defined(__CUDA_ARCH__)
+  return __ffs((int)x) - 1;
+#else
+  return __builtin_ctz(x);
+#endif
+}
+BBPE_HD int ctz64(uint64_t x) {
+#if defined(__CUDA_ARCH__)
+  return __ffsll((long long)x) - 1;
+#else
+  return __builtin_ctzll(x);
+#endif
+}
+
+}  // namespace bbpe

@@ -77,15 +77,6 @@ BBPE_HD void load16_aligned(const uint8_t* p, uint64_t& lo, uint64_t& hi) {
 #endif
 }
 
-// The index of x's lowest set bit (x != 0).
-BBPE_HD int ctz64(uint64_t x) {
-#if defined(__CUDA_ARCH__)
-  return __ffsll((long long)x) - 1;
-#else
-  return __builtin_ctzll(x);
-#endif
-}
-
 // Whether the eight bytes at p are plain ASCII a string holds as they are (a step of eight
 // in decode_string and in a plain line's UTF-8 check, where p is aligned and eight are left).
 BBPE_HD bool plain_ascii8(const uint8_t* p, const uint8_t* end, bool json) {

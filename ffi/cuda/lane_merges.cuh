@@ -29,8 +29,9 @@ __device__ __forceinline__ uint32_t lanes_upto(int lane) {  // bits 0..lane
 }
 
 // kFirstOnly: the ranks carry the first-only flag (core/bpe_core.h, first_only_candidates).
-template <bool kFirstOnly>
-__device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, const int32_t* list,
+// Count: the type of rank[] (the piece kernel keeps its counts in bytes: <= kShortPieceLen).
+template <bool kFirstOnly, class Count>
+__device__ void merge_in_lanes(const VocabView& v, int32_t* tok, Count* rank, const int32_t* list,
                                const int32_t* lens, int n, int2* slots, int* next_bin) {
   const int lane = threadIdx.x & 31;
   // Every warp walks the same bins (next fit over groups of 32 list entries) and merges the
@@ -106,7 +107,7 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, int32_t* rank, 
           const int ps0 = __shfl_sync(~0u, s0, piece_lane(starts));
           if (lane < used) {
             tok[ps0 + lane - head] = t;
-            if (lane == head) rank[ps0] = tail - head;
+            if (lane == head) rank[ps0] = (Count)(tail - head);
           }
           break;
         }

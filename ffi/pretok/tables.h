@@ -138,40 +138,57 @@ BBPE_HD uint8_t byte_class(const PretokTables& tab, const uint8_t* text, int n, 
 // byte_class of kCnt bytes from `base` of text[0..n) (those from base + valid on: kClassNone),
 // decoding each code point once. A continuation byte is inside a valid sequence exactly when the
 // nearest non-continuation byte before it (at most 3 back, no special byte in between: what
-// utf8_lead_of asks) starts a valid sequence that reaches it, so one pass that remembers how
-// far the last sequence reaches answers for every byte, the chunk's leading continuation bytes
-// from the sequence before `base`. kCnt is a compile-time count, so a kernel keeps `out` in
-// registers.
+// utf8_lead_of asks) starts a valid sequence that reaches it, so the bytes a sequence covers
+// are known from its lead alone; the chunk's leading continuation bytes from the sequence
+// before `base`. Two passes: every position (ASCII and special bytes classified, the others
+// marked in bit masks), then only the lead bytes, one set bit at a time. (A pass of positions
+// that decoded where it met a lead kept a warp in the decode at every position where any of its
+// lanes had one: with a few percent of non-ASCII bytes, most positions.) The lead classes
+// wait in two packed words until the last pass writes `out` by static indices (kCnt is a
+// compile-time count, so a kernel keeps `out` and the packs in registers).
 template <int kCnt, class C>
 BBPE_HD void chunk_classes(const PretokTables& tab, const uint8_t* text, int n, const uint8_t* sp, int base,
                            int valid, const ClassTable& ct, C* out) {
+  static_assert(kCnt >= 1 && kCnt <= 16, "a byte of two 64-bit packs per lead byte");
   const uint8_t invalid = tab.invalid_class & (kMaxClasses - 1);
-  int reach = 0;  // bytes of the chunk below it are inside the last sequence
-  if (valid > 0) {  // (a leading continuation byte: the sequence before `base` that holds it)
-    const int lead = utf8_lead_of(text, n, sp, base);
-    uint32_t cp;
-    if (lead >= 0) reach = lead + utf8_decode(text, n, sp, lead, &cp) - base;
-  }
+  uint32_t leads = 0, conts = 0;  // bit k: byte base + k is a non-ASCII lead / continuation byte
   BBPE_UNROLL
   for (int k = 0; k < kCnt; ++k) {
     uint8_t c = kClassNone;
     if (k < valid) {
       const int i = base + k;
       const uint8_t b = text[i];
-      if (sp && sp[i]) {
-        c = kClassSpecial, reach = k + 1;
-      } else if (b < 0x80) {
-        c = tab.ascii[b] & (kMaxClasses - 1), reach = k + 1;
-      } else if ((b & 0xC0) != 0x80) {  // a lead byte: its sequence, or one invalid byte
-        uint32_t cp;
-        const int len = utf8_decode(text, n, sp, i, &cp);
-        c = len ? cp_class(cp, ct) : invalid;
-        reach = k + (len ? len : 1);
-      } else if (k >= reach) {
-        c = invalid;
-      }
+      if (sp && sp[i]) c = kClassSpecial;
+      else if (b < 0x80) c = tab.ascii[b] & (kMaxClasses - 1);
+      else if ((b & 0xC0) != 0x80) leads |= 1u << k;
+      else conts |= 1u << k;
     }
     out[k] = (C)c;
+  }
+  if ((leads | conts) == 0) return;
+  uint32_t covered = 0;  // continuation bytes inside a valid sequence
+  if (conts & 1u) {  // (a leading continuation byte: the sequence before `base` that holds it)
+    const int lead = utf8_lead_of(text, n, sp, base);
+    uint32_t cp;
+    if (lead >= 0) {
+      const int reach = lead + utf8_decode(text, n, sp, lead, &cp) - base;  // 1..3
+      covered = (1u << reach) - 1;
+    }
+  }
+  uint64_t pack_lo = 0, pack_hi = 0;  // byte k of pack_lo, k - 8 of pack_hi: the class of lead byte k
+  for (uint32_t rest = leads; rest; rest &= rest - 1) {
+    const int k = ctz32(rest);
+    uint32_t cp;
+    const int len = utf8_decode(text, n, sp, base + k, &cp);
+    const uint64_t c = len ? cp_class(cp, ct) : invalid;
+    if (len > 1) covered |= (uint32_t)(((1ull << (len - 1)) - 1) << (k + 1));  // (bits past the chunk: unread)
+    if (k < 8) pack_lo |= c << (8 * k);
+    else pack_hi |= c << (8 * (k - 8));
+  }
+  BBPE_UNROLL
+  for (int k = 0; k < kCnt; ++k) {
+    if ((leads >> k) & 1) out[k] = (C)(((k < 8 ? pack_lo : pack_hi) >> (8 * (k % 8))) & 0xFF);
+    else if (((conts & ~covered) >> k) & 1) out[k] = (C)invalid;
   }
 }
 
