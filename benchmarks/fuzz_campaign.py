@@ -93,7 +93,8 @@ def campaign(
 ) -> list[dict]:
     """Checks `plan` ([(family key, strings)], in order) with a pool of `workers` processes;
     stops handing out chunks at `deadline` (time.monotonic()). Returns a row per family (its
-    summary, or why it was skipped); `on_family(row)` as each is done."""
+    summary, why it was skipped, or the error that stopped it: one family's error does not stop
+    the others); `on_family(row)` as each is done."""
     root = testing.data_dir()
     context = multiprocessing.get_context("spawn")  # (this process holds the device and threads)
     with _environment(fuzz_chunks.WORKER_ENV):
@@ -125,11 +126,13 @@ def campaign(
 
     pending = tasks()
     in_flight: collections.deque = collections.deque()
-    stopped = False
+    stopped, failed = False, set()
     try:
         while True:
             while not stopped and len(in_flight) < CHUNKS_AHEAD * workers:
                 task = next(pending, None) if time.monotonic() < deadline else None
+                if task is not None and task[0][0] in failed:
+                    continue
                 if task is None:
                     stopped = time.monotonic() >= deadline
                     break
@@ -137,18 +140,28 @@ def campaign(
             if not in_flight:
                 break
             ((key, _, c, _), last), result = in_flight.popleft()
-            chunk = result.get()
-            if key not in checks:
-                family, n = families[key]
-                checks[key] = fuzz_check.FamilyCheck(family, n, device, batch_bytes, corrupt)
-            checks[key].add_chunk(chunk)
-            if c and c % 50 == 0:
+            if key in failed:
+                continue
+            try:
+                chunk = result.get()
+                if key not in checks:
+                    family, n = families[key]
+                    checks[key] = fuzz_check.FamilyCheck(family, n, device, batch_bytes, corrupt)
+                checks[key].add_chunk(chunk)
+                if last:
+                    done(key, complete=True)
+            except Exception as e:  # this family's error, recorded; the other families go on
+                failed.add(key)
+                checks.pop(key, None)
+                rows[key] = {"family": key, "error": f"{type(e).__name__}: {e}"}
+                print(f"{key}: FAILED: {rows[key]['error']}", flush=True)
+                on_family(rows[key])
+                continue
+            if c % 50 == 0 and key in checks:
                 print(
                     f"  {key}: {c * fuzz_chunks.CHUNK} strings, {checks[key].tally['strings']} checked",
                     flush=True,
                 )
-            if last:
-                done(key, complete=True)
         for key in list(checks):  # a time budget spent in the middle of these
             done(key, complete=False)
     finally:
@@ -288,14 +301,15 @@ def print_family(row: dict) -> None:
 
 def finish(report: dict, args) -> int:
     """Prints the total; the exit status: 1 where a row mismatched (unless --corrupt asked
-    for it)."""
+    for it) or a family failed."""
     total = sum(f.get("mismatches", 0) for f in report["families"])
+    failed = [f["family"] for f in report["families"] if "error" in f]
     print(
         f"total: {sum(f.get('strings', 0) for f in report['families'])} strings, {total} mismatches, "
-        f"{report['seconds']:.0f} s",
+        f"{report['seconds']:.0f} s" + (f"; failed: {failed}" if failed else ""),
         flush=True,
     )
-    return 1 if total and not args.corrupt else 0
+    return 1 if (total and not args.corrupt) or failed else 0
 
 
 if __name__ == "__main__":

@@ -212,3 +212,19 @@ def test_a_chunk_depends_on_its_seed_alone():
     assert in_order[0] != in_order[1]
     assert chunks.chunk_strings(family, other, 6, 0, 50) != in_order[0]  # another seed
     assert {p for c in in_order for p, _ in c} == set(range(len(family.variants)))
+
+
+def test_a_family_that_fails_is_recorded_and_the_others_go_on(monkeypatch):
+    fc = campaign()
+    add_chunk = fc.fuzz_check.FamilyCheck.add_chunk
+
+    def failing(self, chunk):
+        if chunk.key == "r50k":
+            raise RuntimeError("a planted failure")
+        add_chunk(self, chunk)
+
+    monkeypatch.setattr(fc.fuzz_check.FamilyCheck, "add_chunk", failing)
+    plan = [("r50k", 3000), ("cl100k", 60)]
+    rows = fc.campaign(plan, 0, fc.jax.devices("cpu")[0], 2, float("inf"), 1 << 16)
+    assert rows[0] == {"family": "r50k", "error": "RuntimeError: a planted failure"}
+    assert rows[1]["strings"] == 60 and rows[1]["mismatches"] == 0 and rows[1]["complete"]
