@@ -32,9 +32,11 @@ on the device before the comparison: a check of the checker.
 Writes DIR/fuzz_campaign.json after every family (one JSON for the run): the run (device,
 kernel, seed, chunk size, workers, mix, seconds) and per family strings, bytes, mismatches
 (and the first KEEP_MISMATCHES with their input in base64 and the string's number, which
-fuzz_chunks.regenerate makes again), seconds, per variant. --time-budget stops handing out
-chunks when the run has used that many seconds, checks the chunks already handed out, and
-records each family's strings done (complete: false) or skipped.
+fuzz_chunks.regenerate makes again), seconds, per variant; a family whose files are not there
+is recorded as skipped, one that raised with its error (the others go on). --time-budget stops
+handing out chunks when the run has used that many seconds, checks the chunks already handed
+out (CHUNKS_AHEAD a process at most), and records each family's strings done (complete:
+false) or skipped.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ def campaign(
                 print(f"{key}: FAILED: {rows[key]['error']}", flush=True)
                 on_family(rows[key])
                 continue
-            if c % 50 == 0 and key in checks:
+            if c and c % 50 == 0 and key in checks:
                 print(
                     f"  {key}: {c * fuzz_chunks.CHUNK} strings, {checks[key].tally['strings']} checked",
                     flush=True,
