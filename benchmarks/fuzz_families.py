@@ -159,9 +159,10 @@ def tiktoken_family(root: pathlib.Path, name: str, threads: int) -> Family:
     )
 
 
-def hf_family(root: pathlib.Path, key: str) -> Family:
+def hf_family(root: pathlib.Path, key: str, threads: int | None = None) -> Family:
     """A shared tokenizer.json against HF tokenizers (which always recognises its added tokens,
-    so every special is allowed); bytes mode against tiktoken `(?s:.+)` on the same ranks."""
+    so every special is allowed; its own threads: RAYON_NUM_THREADS); bytes mode against
+    tiktoken `(?s:.+)` on the same ranks with `threads` (None: tiktoken's default)."""
     from tokenizers import Tokenizer
 
     name = HF_FAMILIES[key]
@@ -192,7 +193,7 @@ def hf_family(root: pathlib.Path, key: str) -> Family:
                 True,
                 lambda b: [testing.hf_raw_ids(hf, special_ids, s, "exact") for s in b],
             ),
-            *bytes_mode_variants(enc_bytes, specials),
+            *bytes_mode_variants(enc_bytes, specials, threads),
         ],
     )
 
@@ -215,8 +216,10 @@ def other_family(root: pathlib.Path, key: str) -> Family | None:
 
 
 def load_family(root: pathlib.Path, key: str, threads: int) -> Family | None:
+    """Family `key` (None where its files or packages are not there); `threads`: tiktoken's
+    threads per reference call."""
     if key in TIKTOKEN_FAMILIES:
         return tiktoken_family(root, key, threads)
     if key in HF_FAMILIES:
-        return hf_family(root, key)
+        return hf_family(root, key, threads)
     return other_family(root, key)

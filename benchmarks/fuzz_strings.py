@@ -3,8 +3,8 @@ byte strings of 0 .. 64 KiB, mostly short, that mix every kind of text the pre-t
 merges treat differently.
 
 Lengths (LENGTH_CLASSES): a class is drawn by its share, then a length log-uniform inside it;
-3% of the strings are empty and 3% have 4-64 KiB (the mean is about 1 KiB, which keeps the
-reference libraries, the campaign's bottleneck, near a minute per million strings).
+3% of the strings are empty and 3% have 4-64 KiB (the mean is about 1.05 KiB: a million strings
+are about 1 GB for the reference libraries, the campaign's bottleneck).
 
 Text (SEGMENTS): a string is segments joined until its length is reached, then cut there on a
 character boundary. A segment is a slice (at a random place, of a log-uniform length up to its
@@ -206,6 +206,12 @@ class StringSource:
         self._weights = [w for w, _, _ in segments]
         self._classes = [(lo, hi) for _, lo, hi in LENGTH_CLASSES]
         self._class_weights = [share for share, _, _ in LENGTH_CLASSES]
+
+    def restart(self, seed: int) -> None:
+        """Draws from here on come from `seed` (the pools stay): the campaign restarts the
+        source at every chunk, so that a chunk's strings depend on its seed alone and chunks
+        can be generated in any order, in any process."""
+        self.rng = random.Random(seed)
 
     def length(self) -> int:
         """A length drawn from LENGTH_CLASSES."""

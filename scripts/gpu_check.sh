@@ -238,12 +238,15 @@ PY
       echo "pytest (jsonl_device): exit $?"; tail -12 "$OUT/pytest_jsonl_device.log"
       python3 benchmarks/jsonl_device.py --out "$OUT" ${JSONL_DEVICE_ARGS:-} 2>&1 | tee "$OUT/jsonl_device.log" | tail -25 ;;
     fuzz_campaign)  # generated strings per family (default 1M) on the GPU against each family's
-                    # reference (benchmarks/fuzz_campaign.py); e.g. FUZZ_CAMPAIGN_ARGS="--families
-                    # cl100k,o200k,gpt2_hf,qwen2_nfc --jobs 4 --time-budget 360 --kernel piece".
-                    # The JSON is written after every family, so a timeout keeps the families done.
-      timeout "${FUZZ_CAMPAIGN_TIMEOUT:-560}" python3 benchmarks/fuzz_campaign.py --out "$OUT" ${FUZZ_CAMPAIGN_ARGS:-} \
+                    # reference (benchmarks/fuzz_campaign.py; the references on every core but one);
+                    # e.g. FUZZ_CAMPAIGN_ARGS="--families cl100k,o200k=500000 --time-budget 380
+                    # --kernel piece". BLOCKBPE_FAMILY_FILES (default .carry/family_files) for the
+                    # GGUF families. The JSON is written after every family, so a timeout keeps
+                    # the families done; --time-budget stops cleanly before it.
+      BLOCKBPE_FAMILY_FILES=${BLOCKBPE_FAMILY_FILES:-$PWD/.carry/family_files} \
+        timeout "${FUZZ_CAMPAIGN_TIMEOUT:-560}" python3 benchmarks/fuzz_campaign.py --out "$OUT" ${FUZZ_CAMPAIGN_ARGS:-} \
         > "$OUT/fuzz_campaign.log" 2>&1
-      echo "fuzz_campaign: exit $?"; grep -vE "^  [a-z0-9_]+: [0-9]+ strings generated" "$OUT/fuzz_campaign.log" \
+      echo "fuzz_campaign: exit $?"; grep -vE "^  [a-z0-9_]+: [0-9]+ strings, " "$OUT/fuzz_campaign.log" \
         | tail -30 | cut -c1-400 ;;
     *) echo "unknown stage $stage" ;;
   esac
