@@ -28,11 +28,25 @@ __device__ __forceinline__ uint32_t lanes_upto(int lane) {  // bits 0..lane
   return lane >= 31 ? ~0u : (2u << lane) - 1;
 }
 
+// Where a merge reads a piece's tokens before its first pass: tok[] itself (TokensIn), or the
+// byte tokens of the piece's bytes (BytesAsTokens: the piece kernel, which so fills no token
+// array for its misses, a lane a byte instead of a thread a piece).
+struct TokensIn {
+  const int32_t* tok;
+  __device__ __forceinline__ int32_t operator()(int i) const { return tok[i]; }
+};
+struct BytesAsTokens {
+  const uint8_t* text;
+  const int32_t* byte_ids;
+  __device__ __forceinline__ int32_t operator()(int i) const { return __ldg(byte_ids + text[i]); }
+};
+
 // kFirstOnly: the ranks carry the first-only flag (core/bpe_core.h, first_only_candidates).
 // Count: the type of rank[] (the piece kernel keeps its counts in bytes: <= kShortPieceLen).
-template <bool kFirstOnly, class Count>
+// first_token(i): the token at position i before the first pass (TokensIn{tok} or BytesAsTokens).
+template <bool kFirstOnly, class Count, class First>
 __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, Count* rank, const int32_t* list,
-                               const int32_t* lens, int n, int2* slots, int* next_bin) {
+                               const int32_t* lens, int n, int2* slots, int* next_bin, First first_token) {
   const int lane = threadIdx.x & 31;
   // Every warp walks the same bins (next fit over groups of 32 list entries) and merges the
   // ones it claims from the shared counter next_bin (zero on entry): a warp that is done takes
@@ -75,7 +89,7 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, Count* rank, co
       };
       const int piece_s0 = __shfl_sync(~0u, s0, piece_lane(starts));
       const int piece_at = __shfl_sync(~0u, at, piece_lane(starts));
-      int32_t t = lane < used ? tok[piece_s0 + lane - piece_at] : 0;
+      int32_t t = lane < used ? first_token(piece_s0 + lane - piece_at) : 0;
       int32_t r = kNoRank;
       for (uint32_t fresh = ~0u;;) {
         // Pairs to look up (bit i of fresh: token i or i + 1 is new; all in the first round):
@@ -137,14 +151,15 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, Count* rank, co
 // at once, and the compaction goes through the warp's 32 slots in two rounds (kept tokens
 // 0..31, then 32..63). Returns the token count; tok[0..count) is rewritten. (A warp, not one
 // thread: a thread's passes over such a piece in global memory kept its whole block waiting.)
-template <bool kFirstOnly>
-__device__ int merge_in_warp(const VocabView& v, int32_t* tok, int m, int2* slots) {
+// first_token(k): the piece's token k before the first pass (TokensIn{tok} or BytesAsTokens).
+template <bool kFirstOnly, class First>
+__device__ int merge_in_warp(const VocabView& v, int32_t* tok, int m, int2* slots, First first_token) {
   static_assert(kShortPieceLen <= 64, "two tokens a lane");
   constexpr int32_t kStale = -1;  // the rank of a pair whose left token a merge made
   const int lane = threadIdx.x & 31;
   int32_t t[2], r[2] = {kStale, kStale};
 #pragma unroll
-  for (int h = 0; h < 2; ++h) t[h] = lane + 32 * h < m ? tok[lane + 32 * h] : 0;
+  for (int h = 0; h < 2; ++h) t[h] = lane + 32 * h < m ? first_token(lane + 32 * h) : 0;
   int used = m;
   for (uint64_t fresh = ~0ull;;) {  // bit k: pair k needs its rank (token k or k + 1 is new)
     // (every lane takes part in each shuffle: none sits in a conditional)
@@ -236,11 +251,12 @@ __device__ __forceinline__ void merge_listed_pieces(const VocabView& v, BlockArr
   // The longer pieces first, a warp each: the lane bins go to whichever warps are free.
   for (int g = (int)threadIdx.x / 32; g < n_wide; g += kThreads / 32) {
     const int s0 = merge_list[cap - 1 - g];
-    const int count = merge_in_warp<kFirstOnly>(v, a.tok + s0, -a.rank[s0], tmp.lanes + (threadIdx.x & ~31));
+    const int count =
+        merge_in_warp<kFirstOnly>(v, a.tok + s0, -a.rank[s0], tmp.lanes + (threadIdx.x & ~31), TokensIn{a.tok + s0});
     if (threadIdx.x % 32 == 0) a.rank[s0] = count;  // (every lane read it before the first shuffle)
   }
   merge_in_lanes<kFirstOnly>(v, a.tok, a.rank, lane_list, lane_lens, n_lane,
-                 tmp.lanes + (threadIdx.x & ~31), next_lane_bin);
+                 tmp.lanes + (threadIdx.x & ~31), next_lane_bin, TokensIn{a.tok});
   __syncthreads();
 }
 

@@ -114,9 +114,9 @@ __device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int
 }
 
 // One piece at block position at, m bytes long (the row at block position row_at): a one-byte
-// piece or a token -> tok[at], count[at] = 1; a miss -> its byte tokens at tok[at ...] and onto
-// the block's merge lists (count[at] is written by the merge); marks the row hard when the
-// piece is left to encode_kernel.
+// piece or a token -> tok[at], count[at] = 1; a miss -> onto the block's merge lists (the merge
+// reads its bytes as byte tokens, BytesAsTokens, and writes tok[at ...] and count[at]); marks
+// the row hard when the piece is left to encode_kernel.
 template <int kChunk>
 __device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChunk>& s, int at, int m, int row) {
   const uint8_t* text = s.text + at;
@@ -130,7 +130,6 @@ __device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChun
     s.hard[row] = 1;
     return;
   }
-  for (int j = 0; j < m; ++j) s.tok[at + j] = __ldg(v.byte_ids + text[j]) | (j == 0 ? kSegStart : 0);
   const bool lanes = m <= kLanePieceLen;
   const int slot = atomicAdd(lanes ? &s.n_lane : &s.n_wide, 1);
   if (slot >= (lanes ? kPieceLaneList : kPieceWideList)) {
@@ -279,11 +278,13 @@ __global__ void __launch_bounds__(kPieceThreads, kMinBlocks)
     const int n_wide = min(s.n_wide, kPieceWideList);
     for (int g = warp; g < n_wide; g += kPieceWarps) {
       const int at = s.wide_s0[g];
-      const int c = merge_in_warp<false>(p.vocab, s.tok + at, s.wide_len[g], slots);
+      const int c = merge_in_warp<false>(p.vocab, s.tok + at, s.wide_len[g], slots,
+                                         BytesAsTokens{s.text + at, p.vocab.byte_ids});
       if ((t & 31) == 0) s.count[at] = (uint8_t)c;
     }
     __syncthreads();  // (the sorted list is complete)
-    merge_in_lanes<false>(p.vocab, s.tok, s.count, s.sorted_s0, s.sorted_len, n_lane, slots, &s.next_bin);
+    merge_in_lanes<false>(p.vocab, s.tok, s.count, s.sorted_s0, s.sorted_len, n_lane, slots, &s.next_bin,
+                          BytesAsTokens{s.text, p.vocab.byte_ids});
   }
   __syncthreads();
   int my_tokens = 0;
