@@ -11,8 +11,7 @@ time:     cl100k 1024 x 4096, 1024 x 512, 64 x 512 (War and Peace excerpts, as k
           both kernels checked against tiktoken, then device time (a chain of calls in one
           executable, as run_all.py's "device" column), old and new alternated --rounds times in
           the same executable (the handler reads BLOCKBPE_KERNEL per call); then the piece
-          kernel at each chunk size (BLOCKBPE_PIECE_CHUNK) and with its registers capped for
-          four or five blocks an SM (BLOCKBPE_PIECE_BLOCKS; the cross-check runs both too).
+          kernel at each chunk size (BLOCKBPE_PIECE_CHUNK).
 families: 1024 x 4096 old vs new for the other families (ids checked equal between kernels).
 Writes DIR/piece_time.json.
 """
@@ -51,16 +50,14 @@ FAMILIES = [  # (label, vocab file under data/vocab)
 ]
 
 
-def kernel(name: str | None, chunk: int | None = None, fill: bool = True, blocks: int | None = None):
+def kernel(name: str | None, chunk: int | None = None, fill: bool = True):
     """Select the kernel for the calls that follow (read per call by the CUDA handler)."""
-    for k in ("BLOCKBPE_KERNEL", "BLOCKBPE_PIECE_CHUNK", "BLOCKBPE_PIECE_FILL", "BLOCKBPE_PIECE_BLOCKS"):
+    for k in ("BLOCKBPE_KERNEL", "BLOCKBPE_PIECE_CHUNK", "BLOCKBPE_PIECE_FILL"):
         os.environ.pop(k, None)
     if name:
         os.environ["BLOCKBPE_KERNEL"] = name
     if chunk:
         os.environ["BLOCKBPE_PIECE_CHUNK"] = str(chunk)
-    if blocks:
-        os.environ["BLOCKBPE_PIECE_BLOCKS"] = str(blocks)
     if not fill:
         os.environ["BLOCKBPE_PIECE_FILL"] = "0"
 
@@ -146,21 +143,19 @@ def part_cross(root, dev, families, report, rng):
             for chunk in (2, 4, 8, 16):
                 if chunk * 256 < L:
                     continue
-                for blocks in (4, 5):
-                    kernel("piece", chunk=chunk, blocks=blocks)
-                    ids1, c1 = run_encode(f, data, lengths)
-                    same = bool(np.array_equal(ids0, ids1) and np.array_equal(c0, c1))
-                    cell = f"chunk{chunk}" + ("" if blocks == 4 else f"_blocks{blocks}")
-                    row[f"equal_{cell}"] = same
-                    if not same:
-                        bad = np.nonzero((c0 != c1) | (ids0 != ids1).any(axis=1))[0]
-                        i = int(bad[0])
-                        row.setdefault(
-                            "first_diff",
-                            f"{cell} row {i} ({len(texts[i])} B): counts {int(c0[i])} vs "
-                            f"{int(c1[i])}; text {texts[i][:80]!r}",
-                        )
-                        row.setdefault("diff_rows", int(len(bad)))
+                kernel("piece", chunk=chunk)
+                ids1, c1 = run_encode(f, data, lengths)
+                same = bool(np.array_equal(ids0, ids1) and np.array_equal(c0, c1))
+                row[f"equal_chunk{chunk}"] = same
+                if not same:
+                    bad = np.nonzero((c0 != c1) | (ids0 != ids1).any(axis=1))[0]
+                    i = int(bad[0])
+                    row.setdefault(
+                        "first_diff",
+                        f"chunk {chunk} row {i} ({len(texts[i])} B): counts {int(c0[i])} vs "
+                        f"{int(c1[i])}; text {texts[i][:80]!r}",
+                    )
+                    row.setdefault("diff_rows", int(len(bad)))
             kernel(None)
             rows.append(row)
             ok = all(v for k2, v in row.items() if k2.startswith("equal_"))
@@ -225,14 +220,8 @@ def part_time(root, dev, report, rounds, shapes, label="cl100k", tok=None):
                 kernel("piece", chunk=chunk)
                 m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=0.4)
                 sweep[str(chunk)] = m["s"] / Ours.CHAIN * 1e6
-            row["new_us_by_chunk"] = sweep
-            by_blocks = {}
-            for blocks in (4, 5):
-                kernel("piece", blocks=blocks)
-                m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=0.4)
-                by_blocks[str(blocks)] = m["s"] / Ours.CHAIN * 1e6
             kernel(None)
-            row["new_us_by_blocks"] = by_blocks
+            row["new_us_by_chunk"] = sweep
         rows.append(row)
         print("time", json.dumps(row), flush=True)
     return rows

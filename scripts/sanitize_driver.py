@@ -162,25 +162,17 @@ piece_rows = [t.encode() for t in texts[:16]] + [
     b" ".join(testing.ADVERSARIAL["letters_a_j"](random.Random(k), 9) for k in range(400))[:4096],
 ]
 os.environ["BLOCKBPE_KERNEL"] = "piece"
-# (BLOCKBPE_PIECE_BLOCKS=5: its registers capped for five blocks an SM.)
-for width, chunk, blocks in (
-    (512, "2", "4"),
-    (512, "16", "4"),
-    (1000, "4", "4"),
-    (4096, "16", "4"),
-    (512, "2", "5"),
-    (4096, "16", "5"),
-):
-    os.environ["BLOCKBPE_PIECE_CHUNK"], os.environ["BLOCKBPE_PIECE_BLOCKS"] = chunk, blocks
+for width, chunk in ((512, "2"), (512, "16"), (1000, "4"), (4096, "16")):
+    os.environ["BLOCKBPE_PIECE_CHUNK"] = chunk
     rows = [r[:width] for r in piece_rows] * 3
     data_p, lengths_p = bb.pack_strings(rows, max_len=width)
     compare(
-        f"piece kernel {len(rows)}x{width} chunk {chunk} blocks {blocks}",
+        f"piece kernel {len(rows)}x{width} chunk {chunk}",
         tok,
         data_p,
         lengths_p,
         block_sizes=(256,),
         max_tokens=width,
     )
-del os.environ["BLOCKBPE_KERNEL"], os.environ["BLOCKBPE_PIECE_CHUNK"], os.environ["BLOCKBPE_PIECE_BLOCKS"]
+del os.environ["BLOCKBPE_KERNEL"], os.environ["BLOCKBPE_PIECE_CHUNK"]
 raise SystemExit(1 if bad else 0)

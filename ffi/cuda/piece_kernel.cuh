@@ -77,7 +77,7 @@ struct PieceSmem {
   int32_t tok[kPieceThreads * kChunk];        // tokens, parked at their piece's bytes
   __align__(16) uint8_t text[kPieceThreads * kChunk];
   // Tokens of the piece that starts at the byte: 1 for a token, at most kShortPieceLen for a
-  // merged miss. Bytes, not ints: the 12 KB saved let five blocks share an SM (kMinBlocks).
+  // merged miss (bytes, not ints: 12 KB of the block's shared memory).
   uint8_t count[kPieceThreads * kChunk];
   uint8_t hard[kPieceThreads];                // a piece of the row is left to encode_kernel
   int32_t lane_s0[kPieceLaneList], lane_len[kPieceLaneList];  // the merge lists (block positions)
@@ -195,15 +195,11 @@ __device__ __forceinline__ void encode_warp_pieces(const VocabView& v, PieceSmem
   }
 }
 
-// kMinBlocks: the blocks an SM must hold at once (registers are capped to allow it; shared
-// memory allows five at 16-byte chunks).
-template <int kChunk, int kMinBlocks>
-__global__ void __launch_bounds__(kPieceThreads, kMinBlocks)
-    piece_kernel(const __grid_constant__ EncodeParams p, int cpr, int rows_per_block) {
+template <int kChunk>
+__global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_constant__ EncodeParams p, int cpr,
+                                                              int rows_per_block) {
   static_assert(kChunk <= 32, "a chunk's piece starts are one 32-bit mask");
   static_assert(kShortPieceLen <= 255, "a piece's token count is one byte");
-  static_assert(kMinBlocks * (sizeof(PieceSmem<kChunk>) + 1024) <= 228 * 1024,
-                "kMinBlocks blocks fit an SM's shared memory (228 KB on sm_90, 1 KB of it reserved per block)");
   static_assert(kPieceThreads * kChunk <= 4096 && kPieceThreads <= 256, "encode_warp_pieces packs a piece in a word");
   extern __shared__ __align__(16) uint8_t piece_kernel_smem[];
   PieceSmem<kChunk>& s = *reinterpret_cast<PieceSmem<kChunk>*>(piece_kernel_smem);
@@ -371,37 +367,27 @@ inline int piece_chunk(int64_t batch, int64_t max_len) {
   return c;
 }
 
-template <int kChunk, int kMinBlocks>
+template <int kChunk>
 cudaError_t launch_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
   const int cpr = (int)((p.max_len + kChunk - 1) / kChunk);
   const int rows = kPieceThreads / cpr;
   const int64_t grid = (p.batch + rows - 1) / rows;
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  const cudaError_t err = allow_all_smem<piece_kernel<kChunk, kMinBlocks>>();
+  const cudaError_t err = allow_all_smem<piece_kernel<kChunk>>();
   if (err != cudaSuccess) return err;
-  piece_kernel<kChunk, kMinBlocks><<<(unsigned)grid, kPieceThreads, sizeof(PieceSmem<kChunk>), stream>>>(p, cpr, rows);
+  piece_kernel<kChunk><<<(unsigned)grid, kPieceThreads, sizeof(PieceSmem<kChunk>), stream>>>(p, cpr, rows);
   return cudaGetLastError();
 }
 
 // The piece kernel over the call (piece_eligible(p) must hold); the rows it leaves pending
 // are then encode_kernel's (the caller's launch with pending_only).
-// Blocks per SM the registers are capped for: 4, or BLOCKBPE_PIECE_BLOCKS=5 (benchmarks).
-inline int piece_min_blocks() {
-  const char* f = std::getenv("BLOCKBPE_PIECE_BLOCKS");
-  return f && std::atoi(f) == 5 ? 5 : 4;
-}
-
-template <int kMinBlocks>
-cudaError_t launch_pieces_capped(const EncodeParams& p, cudaStream_t stream) {
-  switch (piece_chunk(p.batch, p.max_len)) {
-    case 2: return launch_piece_kernel<2, kMinBlocks>(p, stream);
-    case 4: return launch_piece_kernel<4, kMinBlocks>(p, stream);
-    case 8: return launch_piece_kernel<8, kMinBlocks>(p, stream);
-    default: return launch_piece_kernel<16, kMinBlocks>(p, stream);
-  }
-}
 inline cudaError_t launch_pieces(const EncodeParams& p, cudaStream_t stream) {
-  return piece_min_blocks() == 5 ? launch_pieces_capped<5>(p, stream) : launch_pieces_capped<4>(p, stream);
+  switch (piece_chunk(p.batch, p.max_len)) {
+    case 2: return launch_piece_kernel<2>(p, stream);
+    case 4: return launch_piece_kernel<4>(p, stream);
+    case 8: return launch_piece_kernel<8>(p, stream);
+    default: return launch_piece_kernel<16>(p, stream);
+  }
 }
 
 }  // namespace
