@@ -27,7 +27,7 @@ change them only together with it. All arrays are int32 unless noted.
 * SentencePiece BPE (vocab.char_level; ffi/core/char_symbols.h): byte_ids holds the byte-fallback
   pieces <0xXX>; the piece table holds the one-character pieces of 2-4 UTF-8 bytes (their
   bytes appended to token_data, as the text spells them: `▁` is the piece of U+2581), then,
-  where the whole-word rule holds (`whole_word_ids`), the self-encoding pieces of 2+ characters
+  where the whole-word rule holds (tables/whole_words.py), the self-encoding pieces of 2+ characters
   under their token bytes (`▁` a space: what lookup_word hashes), and max_piece_len is its
   longest key; char_table is the int32 layout documented in ffi/core/char_symbols.h (its
   whole-word entry says whether the words are there). Byte-level vocabularies pass a one-entry
@@ -44,8 +44,9 @@ from typing import Iterable
 
 import numpy as np
 
-from ..vocab.char_bpe import MAX_JOINERS, REPLACEMENT
+from ..vocab.char_bpe import MAX_JOINERS
 from ..vocab import Vocab
+from .whole_words import whole_word_ids
 
 __all__ = [
     "pair_hash",
@@ -58,7 +59,6 @@ __all__ = [
     "lookup_pair",
     "lookup_piece",
     "whole_piece_ids",
-    "whole_word_ids",
 ]
 
 MAX_PIECE_TABLE_LEN = 255  # longer tokens are never looked up whole (the C++ side caps pieces)
@@ -321,75 +321,6 @@ CHAR_TABLE_WHOLE_WORDS = CHAR_TABLE_JOINERS + MAX_JOINERS  # kCharTableWholeWord
 CHAR_TABLE_HEADER = CHAR_TABLE_WHOLE_WORDS + 1  # kCharTableHeader
 
 
-def bytes_spell_symbols(vocab: Vocab) -> bool:
-    """Whether a segment's token bytes determine its initial symbols (ffi/core/char_symbols.h,
-    whole words), which is what makes a whole-word hit exact: every byte-fallback piece's bytes
-    are its byte, and every other symbol the executors make from text (each character's piece,
-    the U+FFFD piece of an invalid byte, the dummy prefix) spells one character whose piece is
-    that symbol (`▁` spells a space, and a space's piece is `▁`'s). Then a segment's bytes are
-    valid UTF-8 only where no invalid byte became a raw byte-fallback piece, each character of
-    them came from the one symbol that spells it, and a character that is no piece from the
-    byte-fallback pieces of its bytes, as in the text the bytes make."""
-    cl, tb = vocab.char_level, vocab.token_bytes
-    if any(i < 0 or tb[i] != bytes([b]) for b, i in enumerate(vocab.byte_ids)):
-        return False
-    symbols = set(cl.char_ids.values()) | ({cl.replacement_id, cl.prefix_id} - {-1})
-    for i in symbols:
-        try:
-            spelled = tb[i].decode("utf-8") if tb[i] is not None else ""
-        except UnicodeDecodeError:
-            return False
-        if len(spelled) != 1 or cl.char_ids.get(spelled) != i:
-            return False
-    return cl.replacement_id < 0 or cl.char_ids.get(REPLACEMENT) == cl.replacement_id
-
-
-def whole_word_ids(
-    vocab: Vocab,
-    offsets: np.ndarray,
-    data: np.ndarray,
-    pair_table: np.ndarray,
-    piece_table: np.ndarray,
-    char_table: np.ndarray,
-    char_runs: tuple,
-) -> np.ndarray:
-    """The pieces of 2+ characters (at most MAX_PIECE_TABLE_LEN bytes) that a segment of their
-    characters encodes to, by the executors' own rule (`native.cpu.char_self_encoding`: merges
-    over characters, then the runs); none where `bytes_spell_symbols` does not hold. `piece_table`
-    and `char_table` are the one-character tables (without words)."""
-    if not bytes_spell_symbols(vocab):
-        return np.zeros(0, dtype=np.int64)
-    byte_pieces = set(vocab.byte_ids)
-    candidates = []
-    for i in vocab.mergeable_ids:
-        b = vocab.token_bytes[i]
-        if i in byte_pieces or len(b) > MAX_PIECE_TABLE_LEN:
-            continue
-        try:
-            if len(b.decode("utf-8")) >= 2:
-                candidates.append(i)
-        except UnicodeDecodeError:
-            continue
-    ids = np.asarray(candidates, dtype=np.int64)
-    if ids.size == 0:
-        return ids
-    from .. import native
-
-    longest_char = int(piece_table[:, 2].max(initial=1))
-    encodes_to_itself = native.cpu.char_self_encoding(
-        pair_table,
-        np.asarray(vocab.byte_ids, dtype=np.int32),
-        piece_table,
-        offsets,
-        data,
-        char_table,
-        *char_runs,
-        max_piece_len=longest_char,
-        ids=ids.astype(np.int32),
-    )
-    return ids[encodes_to_itself.astype(bool)]
-
-
 def _build_char_tables(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair_table: np.ndarray) -> tuple:
     """(piece_table, token_data extended, char_table, char_runs, max key length) of
     SentencePiece BPE."""
@@ -421,7 +352,9 @@ def _build_char_tables(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair
     char_runs = (runs.long, runs.step, width) if runs else (0, 0, 0)
     longest = int(key_lengths.max(initial=1))
     char_table[CHAR_TABLE_WHOLE_WORDS] = 0
-    words = whole_word_ids(vocab, offsets, extended, pair_table, table, char_table, char_runs)
+    words = whole_word_ids(
+        vocab, offsets, extended, pair_table, table, char_table, char_runs, MAX_PIECE_TABLE_LEN
+    )
     if words.size:  # the characters' keys first (placed first, they stay nearest their home)
         lengths = offsets[words + 1].astype(np.int64) - offsets[words]
         table = _piece_rows(

@@ -23,7 +23,7 @@
 //   Whole words: a segment (a word, or the text between specials) merges on its own, so one
 //   whose symbols are those of a piece that merges back into itself encodes to that piece.
 //   The piece table holds such pieces (the "self-encoding" ones, found at load by running this
-//   executor on each piece's text: blockbpe_jax/tables/build.py) keyed by their token bytes;
+//   executor on each piece's text: blockbpe_jax/tables/whole_words.py) keyed by their token bytes;
 //   lookup_word hashes a segment's symbols' token bytes and, on a hit, the segment is that
 //   one token, unmerged. A hit is exact because the loader turns the rule on only where a
 //   segment's token bytes determine its symbols (every character's piece spells that

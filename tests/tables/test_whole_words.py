@@ -1,10 +1,10 @@
-"""SentencePiece BPE's whole words (ffi/core/char_symbols.h; blockbpe_jax/tables/build.py,
-`whole_word_ids`): a segment whose symbols spell a self-encoding piece is that one piece, looked
-up in the piece table instead of merged.
+"""SentencePiece BPE's whole words (ffi/core/char_symbols.h; blockbpe_jax/tables/whole_words.py):
+a segment whose symbols spell a self-encoding piece is that one piece, looked up in the piece
+table instead of merged.
 
 Checked against the `sentencepiece` library: the table's words are exactly the pieces that
 sentencepiece encodes to themselves as a whole text without the dummy prefix (every piece of
-two or more characters of Mistral's v1 and v7 models); ids with the words == sentencepiece on
+two or more characters of Mistral v1 and v7, Llama 2 and Gemma 3); ids with the words == sentencepiece on
 the shared corpora, on texts made of vocabulary pieces and on raw bytes (hypothesis), and == the
 ids with the words merged instead (the char table's whole-word entry off). Constructed models:
 a piece that its characters do not merge back into (never in the table), a piece holding `▁`
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import blockbpe_jax as bb
 from blockbpe_jax.ops import primitive
-from blockbpe_jax.tables import build
+from blockbpe_jax.tables import build, whole_words
 
 import families
 from helpers import BACKENDS, EDGES, MIXED, SPACES, assert_same, corpus_texts, ours
@@ -35,22 +35,69 @@ spm = pytest.importorskip("sentencepiece", reason="the reference library `senten
 from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402
 
 SPACE = "\u2581"
-MODELS = ["mistral-v1-spm", "mistral-v7-spm"]
-NORMAL, BYTE = 1, 6  # SentencePiece piece types
+# Mistral's `.model` files and llama.cpp's GGUFs against sentencepiece on the same pieces
+# (families.spm_from_gguf, with llama.cpp's dummy-prefix flag; Gemma 3: `>` joins `▁`); Gemma 4
+# (`▁` and `>` join) against HF tokenizers (families.hf_bpe_from_gguf), its added tokens matched.
+MODELS = ["mistral-v1-spm", "mistral-v7-spm", "llama2-gguf", "gemma3-gguf", "gemma4-gguf"]
+NORMAL, CONTROL, USER_DEFINED = 1, 3, 4  # SentencePiece and GGUF piece types
+
+
+@dataclasses.dataclass
+class Family:
+    tok: bb.Tokenizer
+    encode: object  # text -> the reference's ids
+    raw: object  # bytes -> the reference's ids, each byte outside valid UTF-8 one U+FFFD
+    plain: object  # list of texts -> the reference's ids, each text one segment (no dummy prefix)
+    pieces: list  # (id, text) of every normal piece of 2+ characters holding no special's text
+    allowed: str  # the specials the reference matches in text
+
+
+def normal_pieces(texts, types) -> list[tuple[int, str]]:
+    specials = [t for t, k in zip(texts, types) if k in (CONTROL, USER_DEFINED)]
+    return [
+        (i, t)
+        for i, (t, k) in enumerate(zip(texts, types))
+        if k == NORMAL and len(t) >= 2 and not any(u in t for u in specials)
+    ]
+
+
+def spm_family(tok, proto: bytes) -> Family:
+    m = model_pb2.ModelProto()
+    m.ParseFromString(proto)
+    pieces = normal_pieces([p.piece for p in m.pieces], [p.type for p in m.pieces])
+    m.normalizer_spec.add_dummy_prefix = False
+    sp = spm.SentencePieceProcessor(model_proto=proto)
+    plain = spm.SentencePieceProcessor(model_proto=m.SerializeToString())
+    return Family(tok, sp.encode, sp.encode, plain.encode, pieces, "none")
+
+
+def per_byte_text(raw: bytes) -> str:
+    """The text of `raw` with each byte outside valid UTF-8 one U+FFFD (as sentencepiece reads it)."""
+    escaped = raw.decode("utf-8", "surrogateescape")
+    return "".join("\ufffd" if "\udc80" <= ch <= "\udcff" else ch for ch in escaped)
 
 
 @pytest.fixture(scope="module", params=MODELS)
-def model(request):
+def model(request) -> Family:
     path = families.require(request.param)
-    return bb.Tokenizer.from_file(path), spm.SentencePieceProcessor(model_file=str(path)), path
-
-
-def without_dummy_prefix(path) -> spm.SentencePieceProcessor:
-    """The model with add_dummy_prefix off: a piece's text encodes as one segment of its own."""
-    m = model_pb2.ModelProto()
-    m.ParseFromString(path.read_bytes())
-    m.normalizer_spec.add_dummy_prefix = False
-    return spm.SentencePieceProcessor(model_proto=m.SerializeToString())
+    tok = bb.Tokenizer.from_file(path)
+    if not request.param.endswith("-gguf"):
+        return spm_family(tok, path.read_bytes())
+    meta = families.gguf_metadata(path)
+    if request.param != "gemma4-gguf":
+        return spm_family(tok, families.spm_from_gguf(meta, add_dummy_prefix=request.param == "llama2-gguf"))
+    pytest.importorskip("tokenizers", reason="the reference library `tokenizers` is not installed")
+    hf = families.hf_bpe_from_gguf(meta)
+    pieces = normal_pieces(meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"])
+    encode = lambda text: hf.encode(text, add_special_tokens=False).ids  # noqa: E731
+    return Family(
+        tok,
+        encode,
+        lambda raw: encode(per_byte_text(raw)),
+        lambda texts: [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)],
+        pieces,
+        "all",
+    )
 
 
 def word_ids(tables) -> set[int]:
@@ -61,88 +108,71 @@ def word_ids(tables) -> set[int]:
 
 
 def test_words_are_the_self_encoding_pieces(model):
-    """Every piece of 2+ characters is in the table exactly when sentencepiece encodes its text,
-    as a whole text without the dummy prefix, to that one piece."""
-    tok, _, path = model
-    tables = build.build_vocab_tables(tok.vocab)
+    """Every piece of 2+ characters is in the table exactly when the reference encodes its text,
+    as one segment (no dummy prefix), to that one piece."""
+    tables = build.build_vocab_tables(model.tok.vocab)
     assert tables.char_table[build.CHAR_TABLE_WHOLE_WORDS] == 1
-    m = model_pb2.ModelProto()
-    m.ParseFromString(path.read_bytes())
-    user_defined = [p.piece for p in m.pieces if p.type == p.USER_DEFINED]
-    candidates = [
-        (i, p.piece)
-        for i, p in enumerate(m.pieces)
-        if p.type == NORMAL and len(p.piece) >= 2 and not any(u in p.piece for u in user_defined)
-    ]
-    plain = without_dummy_prefix(path)
-    encoded = plain.encode([text for _, text in candidates])
-    expected = {i for (i, _), ids in zip(candidates, encoded) if ids == [i]}
+    encoded = model.plain([text for _, text in model.pieces])
+    expected = {i for (i, _), ids in zip(model.pieces, encoded) if ids == [i]}
+    candidates = {i for i, _ in model.pieces}
     got = word_ids(tables)
-    assert got & {i for i, _ in candidates} == expected
-    assert got <= {i for i, _ in candidates}
+    assert got & candidates == expected
     assert expected
 
 
-def piece_texts(sp) -> list[str]:
+def piece_texts(model: Family) -> list[str]:
     """Every normal piece's text, `▁` as a space (and, for some, as itself)."""
-    texts = []
-    for i in range(sp.get_piece_size()):
-        if sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i):
-            continue
-        piece = sp.id_to_piece(i)
-        texts.append(piece.replace(SPACE, " ") if i % 7 else piece)
-    return texts
+    return [t.replace(SPACE, " ") if i % 7 else t for i, t in model.pieces]
+
+
+def check(model: Family, texts, backend=BACKENDS[0].values[0]):
+    assert_same(model.tok, texts, model.encode, backend, allowed_special=model.allowed)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_corpora(model, data_dir, backend):
-    tok, sp, _ = model
-    texts = corpus_texts(data_dir, 6, seed=57) + MIXED + SPACES + EDGES
-    assert_same(tok, texts, sp.encode, backend)
+    check(model, corpus_texts(data_dir, 6, seed=57) + MIXED + SPACES + EDGES, backend)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_piece_texts(model, backend):
     """Texts made of the vocabulary's own pieces, each alone and run together (most words hit)."""
-    tok, sp, _ = model
-    texts = piece_texts(sp)
+    texts = piece_texts(model)
     rng = np.random.default_rng(3)
     runs = ["".join(rng.choice(texts, size=12)) for _ in range(200)]
-    assert_same(tok, texts[::5] + runs, sp.encode, backend)
+    check(model, list(rng.choice(texts, size=3000)) + runs, backend)
 
 
 def test_same_ids_as_merged(model, data_dir):
     """The host encoder with the words looked up == with every word merged (the entry off)."""
-    tok, sp, _ = model
-    tables = tok.tables(host=True)
+    tables = model.tok.tables(model.allowed, host=True)
     off = np.array(tables.char_table)
     off[build.CHAR_TABLE_WHOLE_WORDS] = 0
-    texts = corpus_texts(data_dir, 6, seed=58) + piece_texts(sp)[::3] + MIXED + SPACES + EDGES
+    pieces = piece_texts(model)
+    texts = (
+        corpus_texts(data_dir, 6, seed=58) + pieces[:: max(1, len(pieces) // 5000)] + MIXED + SPACES + EDGES
+    )
     merged = primitive.host_encoder(dataclasses.replace(tables, char_table=off)).encode(texts)
     assert primitive.host_encoder(tables).encode(texts) == merged
 
 
 @fuzz(40)
-@given(texts=st.lists(st.lists(st.integers(0, 31999), min_size=1, max_size=10), min_size=1, max_size=4))
+@given(texts=st.lists(st.lists(st.integers(0, 1 << 20), min_size=1, max_size=10), min_size=1, max_size=4))
 def test_fuzz_pieces(model, texts):
-    tok, sp, _ = model
-    pieces = piece_texts(sp)
-    strings = ["".join(pieces[k % len(pieces)] for k in row) for row in texts]
-    assert_same(tok, strings, sp.encode)
+    pieces = piece_texts(model)
+    check(model, ["".join(pieces[k % len(pieces)] for k in row) for row in texts])
 
 
 @fuzz(40)
 @given(texts=st.lists(unicode_text | spaces_text, min_size=1, max_size=6))
 def test_fuzz_text(model, texts):
-    tok, sp, _ = model
-    assert_same(tok, texts, sp.encode)
+    check(model, texts)
 
 
 @fuzz(30)
 @given(texts=st.lists(raw_bytes(), min_size=1, max_size=6))
 def test_fuzz_bytes(model, texts):
-    tok, sp, _ = model
-    assert ours(tok, texts) == [sp.encode(t) for t in texts]
+    assert ours(model.tok, texts, allowed_special=model.allowed) == [model.raw(t) for t in texts]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,9 +261,9 @@ def test_rule_off_where_bytes_do_not_spell_symbols(monkeypatch):
     token_bytes = list(vocab.token_bytes)
     token_bytes[vocab.byte_ids[ord("c")]] = b"b"
     edited = dataclasses.replace(vocab, token_bytes=tuple(token_bytes))
-    assert not build.bytes_spell_symbols(edited)
+    assert not whole_words.bytes_spell_symbols(edited)
     tables = build.build_vocab_tables(edited)
     assert tables.char_table[build.CHAR_TABLE_WHOLE_WORDS] == 0 and not word_ids(tables)
     assert ours(bb.Tokenizer(edited), ["ac"]) == [sp.encode("ac")]
-    monkeypatch.setattr(build, "bytes_spell_symbols", lambda vocab: True)
+    monkeypatch.setattr(whole_words, "bytes_spell_symbols", lambda vocab: True)
     assert ours(bb.Tokenizer(edited), ["ac"]) == [[sp.piece_to_id(SPACE + "ab")]] != [sp.encode("ac")]
