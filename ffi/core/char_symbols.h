@@ -72,6 +72,7 @@ constexpr int kSymbolsChars = 1;  // SentencePiece-style BPE (this file)
 //   [144 + m*W + k] for m in [0, T): the ids of a run of m characters, -1 after the last
 // T, P (the length of piece [133]) and W are attributes, not table entries: the host checks
 // them against the operand's size without reading device memory. T = 0: no run rule.
+constexpr int kCharTablePrefix = 129;
 constexpr int kCharTableEscaped = 134;
 constexpr int kCharTableJoiners = 135;
 constexpr int kMaxJoiners = 8;
@@ -101,7 +102,7 @@ struct CharView {  // the same, read (char_view): what the rules below use
 };
 BBPE_HD CharView char_view(const CharTable& t) {
   const int32_t* c = t.data;
-  return CharView{c, c[128], c[129], c[130], c[131], c[132], c[133], t.run_long, t.run_step,
+  return CharView{c, c[128], c[kCharTablePrefix], c[130], c[131], c[132], c[133], t.run_long, t.run_step,
                   t.run_width, c + kCharTableHeader, c + kCharTableJoiners, c[kCharTableWholeWords] == 1};
 }
 

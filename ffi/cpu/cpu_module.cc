@@ -311,8 +311,8 @@ static nb::ndarray<nb::numpy, uint8_t> char_self_encoding(S32Array pair_table, S
       throw nb::value_error(("char_self_encoding: id " + std::to_string(ids.data()[k]) + " is outside the vocabulary")
                                 .c_str());
   std::vector<int32_t> chars(char_table.data(), char_table.data() + char_table.size());
-  chars[129] = -1;                           // no dummy prefix: the token is a segment's text
-  chars[bbpe::kCharTableWholeWords] = 0;     // merged, never looked up
+  chars[bbpe::kCharTablePrefix] = -1;    // no dummy prefix: the token is a segment's text
+  chars[bbpe::kCharTableWholeWords] = 0;  // merged, never looked up
   bbpe::EncodeParams p{};
   p.symbols = bbpe::kSymbolsChars;
   p.chars = bbpe::CharTable{chars.data(), run_long, run_step, run_width};
