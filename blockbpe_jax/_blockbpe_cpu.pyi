@@ -16,6 +16,12 @@ def self_encoding(pair_table: Annotated[NDArray[numpy.int32], dict(order='C', de
     uint8[len(ids)]: 1 where the token's bytes, merged by the merge rule, give that one token.
     """
 
+def char_self_encoding(pair_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], byte_ids: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], piece_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], token_offsets: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], token_data: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], char_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], run_long: int, run_step: int, run_width: int, max_piece_len: int, ids: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)]) -> NDArray[numpy.uint8]:
+    """
+    uint8[len(ids)]: 1 where the token's bytes, encoded as one segment by SentencePiece BPE's rule
+    (merges over characters, then the runs), give that one token.
+    """
+
 class HostEncoder:
     """
     One tokenizer's host tables bound once; encode(list[str | bytes]) -> list[list[int]]

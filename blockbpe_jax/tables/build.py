@@ -26,11 +26,12 @@ change them only together with it. All arrays are int32 unless noted.
   first match at a position is the longest one.
 * SentencePiece BPE (vocab.char_level; ffi/core/char_symbols.h): byte_ids holds the byte-fallback
   pieces <0xXX>; the piece table holds the one-character pieces of 2-4 UTF-8 bytes (their
-  bytes appended to token_data, as the text spells them: `▁` is the piece of U+2581), no whole
-  pieces (there is no pre-tokenizer: its segments are words, merged over characters), and
-  max_piece_len is its longest character;
-  char_table is the int32 layout documented in ffi/core/char_symbols.h. Byte-level vocabularies pass
-  a one-entry stand-in char_table.
+  bytes appended to token_data, as the text spells them: `▁` is the piece of U+2581), then,
+  where the whole-word rule holds (tables/whole_words.py), the self-encoding pieces of 2+ characters
+  under their token bytes (`▁` a space: what lookup_word hashes), and max_piece_len is its
+  longest key; char_table is the int32 layout documented in ffi/core/char_symbols.h (its
+  whole-word entry says whether the words are there). Byte-level vocabularies pass a one-entry
+  stand-in char_table.
 
 lookup_pair / lookup_piece are the reference probes, in plain Python, that the tests use to
 prove the layout.
@@ -45,6 +46,7 @@ import numpy as np
 
 from ..vocab.char_bpe import MAX_JOINERS
 from ..vocab import Vocab
+from .whole_words import whole_word_ids
 
 __all__ = [
     "pair_hash",
@@ -315,22 +317,23 @@ def _piece_rows(hashes: np.ndarray, ids, lengths, starts, capacity: int) -> np.n
 
 SYMBOLS_BYTES, SYMBOLS_CHARS = 0, 1  # the `symbols` attribute (ffi/core/char_symbols.h)
 CHAR_TABLE_ESCAPED, CHAR_TABLE_JOINERS = 134, 135  # kCharTableEscaped, kCharTableJoiners
-CHAR_TABLE_HEADER = CHAR_TABLE_JOINERS + MAX_JOINERS  # kCharTableHeader
+CHAR_TABLE_WHOLE_WORDS = CHAR_TABLE_JOINERS + MAX_JOINERS  # kCharTableWholeWords
+CHAR_TABLE_HEADER = CHAR_TABLE_WHOLE_WORDS + 1  # kCharTableHeader
 
 
-def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple:
+def _build_char_tables(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair_table: np.ndarray) -> tuple:
     """(piece_table, token_data extended, char_table, char_runs, max key length) of
     SentencePiece BPE."""
     cl = vocab.char_level
     wide = [(ch.encode("utf-8"), i) for ch, i in cl.char_ids.items() if len(ch.encode("utf-8")) > 1]
     keys = b"".join(k for k, _ in wide)
-    offsets = np.cumsum([0] + [len(k) for k, _ in wide], dtype=np.int64)[:-1] + data.size
+    key_offsets = np.cumsum([0] + [len(k) for k, _ in wide], dtype=np.int64)[:-1] + data.size
     if data.size + len(keys) > np.iinfo(np.int32).max:
         raise ValueError(f"{vocab.name}: token bytes do not fit int32 offsets")
     hashes = np.asarray([piece_hash(k) for k, _ in wide], dtype=np.uint32)
-    table = _piece_rows(
-        hashes, [i for _, i in wide], [len(k) for k, _ in wide], offsets, _capacity(len(wide))
-    )
+    char_ids = np.asarray([i for _, i in wide], dtype=np.int64)
+    key_lengths = np.asarray([len(k) for k, _ in wide], dtype=np.int64)
+    table = _piece_rows(hashes, char_ids, key_lengths, key_offsets, _capacity(len(wide)))
     extended = np.concatenate([data, np.frombuffer(keys, dtype=np.uint8)])
     runs = cl.runs
     width = (max((len(row) for row in runs.table), default=0) or 1) if runs else 0
@@ -347,7 +350,23 @@ def _build_char_tables(vocab: Vocab, data: np.ndarray) -> tuple:
             at = CHAR_TABLE_HEADER + m * width
             char_table[at : at + len(row)] = row
     char_runs = (runs.long, runs.step, width) if runs else (0, 0, 0)
-    return table, extended, char_table, char_runs, max((len(k) for k, _ in wide), default=1)
+    longest = int(key_lengths.max(initial=1))
+    char_table[CHAR_TABLE_WHOLE_WORDS] = 0
+    words = whole_word_ids(
+        vocab, offsets, extended, pair_table, table, char_table, char_runs, MAX_PIECE_TABLE_LEN
+    )
+    if words.size:  # the characters' keys first (placed first, they stay nearest their home)
+        lengths = offsets[words + 1].astype(np.int64) - offsets[words]
+        table = _piece_rows(
+            np.concatenate([hashes, _piece_hashes(offsets, extended, words)]),
+            np.concatenate([char_ids, words]),
+            np.concatenate([key_lengths, lengths]),
+            np.concatenate([key_offsets, offsets[words].astype(np.int64)]),
+            _capacity(len(wide) + words.size),
+        )
+        char_table[CHAR_TABLE_WHOLE_WORDS] = 1
+        longest = max(longest, int(lengths.max()))
+    return table, extended, char_table, char_runs, longest
 
 
 def build_vocab_tables(vocab: Vocab) -> VocabTables:
@@ -358,7 +377,9 @@ def build_vocab_tables(vocab: Vocab) -> VocabTables:
         piece_table, max_piece_len = _build_piece_table(vocab, offsets, data, pair_table)
         char_table, symbols, char_runs = np.full(1, -1, dtype=np.int32), SYMBOLS_BYTES, (0, 0, 0)
     else:
-        piece_table, data, char_table, char_runs, max_piece_len = _build_char_tables(vocab, data)
+        piece_table, data, char_table, char_runs, max_piece_len = _build_char_tables(
+            vocab, offsets, data, pair_table
+        )
         symbols = SYMBOLS_CHARS
     byte_ids = np.asarray(vocab.byte_ids, dtype=np.int32)
     arrays = (pair_table, byte_ids, piece_table, offsets, data, char_table)

@@ -107,11 +107,31 @@ BBPE_HD int32_t merged_id(const VocabView& v, int32_t rank, int32_t left_tok, in
   return mid;
 }
 
-// FNV-1a over bytes; tables.py mirrors it.
+// FNV-1a over bytes; tables.py mirrors it. (A key spelled by several tokens, as
+// char_symbols.h's lookup_word hashes a word, is fed byte by byte: seed, then step.)
+constexpr uint32_t kPieceHashSeed = 0x811C9DC5u;
+BBPE_HD uint32_t piece_hash_step(uint32_t h, uint8_t byte) { return (h ^ byte) * 0x01000193u; }
 BBPE_HD uint32_t piece_hash(const uint8_t* p, int n) {
-  uint32_t h = 0x811C9DC5u;
-  for (int i = 0; i < n; ++i) h = (h ^ p[i]) * 0x01000193u;
+  uint32_t h = kPieceHashSeed;
+  for (int i = 0; i < n; ++i) h = piece_hash_step(h, p[i]);
   return h;
+}
+
+// The piece table's probe for a key of n bytes whose hash is h: the id of the row whose hash,
+// length and bytes match (same(q): whether the n bytes at q, in token_data, are the key), or -1.
+template <class SameBytes>
+BBPE_HD int32_t probe_piece_table(const VocabView& v, uint32_t h, int n, SameBytes same) {
+  uint32_t slot = h & v.piece_mask;
+  for (uint32_t probe = 0; probe <= v.piece_mask; ++probe) {
+    const TableRow r = load_row(v.piece_table, slot);  // (hash, id, byte length, offset)
+    const int32_t rh = r.a, id = r.b, len = r.c, off = r.d;
+    if (id < 0) return -1;
+    if ((uint32_t)rh == h && len == n && id < v.n_vocab && off >= 0 && off + (int64_t)n <= v.token_data_len &&
+        same(v.token_data + off))
+      return id;
+    slot = (slot + 1) & v.piece_mask;
+  }
+  return -1;
 }
 
 // The id the piece table gives the piece p[0..n), or -1 (then the piece is merged). The table
@@ -122,21 +142,11 @@ BBPE_HD uint32_t piece_hash(const uint8_t* p, int n) {
 // overlap).
 BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n) {
   if (n > v.max_piece_len) return -1;
-  const uint32_t h = piece_hash(p, n);
-  uint32_t slot = h & v.piece_mask;
-  for (uint32_t probe = 0; probe <= v.piece_mask; ++probe) {
-    const TableRow r = load_row(v.piece_table, slot);  // (hash, id, byte length, offset)
-    const int32_t rh = r.a, id = r.b, len = r.c, off = r.d;
-    if (id < 0) return -1;
-    if ((uint32_t)rh == h && len == n && id < v.n_vocab && off >= 0 && off + (int64_t)n <= v.token_data_len) {
-      const uint8_t* q = v.token_data + off;
-      int diff = 0;
-      for (int i = 0; i < n; ++i) diff |= p[i] ^ q[i];
-      if (diff == 0) return id;
-    }
-    slot = (slot + 1) & v.piece_mask;
-  }
-  return -1;
+  return probe_piece_table(v, piece_hash(p, n), n, [&](const uint8_t* q) {
+    int diff = 0;
+    for (int i = 0; i < n; ++i) diff |= p[i] ^ q[i];
+    return diff == 0;
+  });
 }
 
 // A (non-special) byte starts a segment at the start of the text, right after a special token,

@@ -20,6 +20,16 @@
 //   `▁` and `>` in Gemma's, from `>▁</`; listed at load), so every `▁` after any other symbol
 //   starts a segment and the passes merge the words side by side instead of the whole text as
 //   one segment. A vocabulary with more joiners than the table holds merges the text whole.
+//   Whole words: a segment (a word, or the text between specials) merges on its own, so one
+//   whose symbols are those of a piece that merges back into itself encodes to that piece.
+//   The piece table holds such pieces (the "self-encoding" ones, found at load by running this
+//   executor on each piece's text: blockbpe_jax/tables/whole_words.py) keyed by their token bytes;
+//   lookup_word hashes a segment's symbols' token bytes and, on a hit, the segment is that
+//   one token, unmerged. A hit is exact because the loader turns the rule on only where a
+//   segment's token bytes determine its symbols (every character's piece spells that
+//   character, `▁` a space that the text's ' ', U+2581 and the dummy prefix all map to, U+FFFD
+//   the replacement piece, each byte-fallback piece its byte): then two segments with the
+//   same bytes have the same symbols, hence the same merges.
 //   Specials: sentencepiece matches user-defined pieces in the normalized text, where spaces
 //   are already `▁`; with escaped_specials a `▁` of a special matches a space too (bpe_core.h,
 //   special_text_len), so Gemma's whitespace-run pieces match runs of spaces.
@@ -58,13 +68,16 @@ constexpr int kSymbolsChars = 1;  // SentencePiece-style BPE (this file)
 //   [134]           1: a `▁` (E2 96 81) in a special token also matches a space
 //   [135, 143)      the joiners: piece ids after which a `▁` does not start a word, -1 after
 //                   the last
-//   [143 + m*W + k] for m in [0, T): the ids of a run of m characters, -1 after the last
+//   [143]           1: the piece table holds whole words (lookup_word), else 0
+//   [144 + m*W + k] for m in [0, T): the ids of a run of m characters, -1 after the last
 // T, P (the length of piece [133]) and W are attributes, not table entries: the host checks
 // them against the operand's size without reading device memory. T = 0: no run rule.
+constexpr int kCharTablePrefix = 129;
 constexpr int kCharTableEscaped = 134;
 constexpr int kCharTableJoiners = 135;
 constexpr int kMaxJoiners = 8;
-constexpr int kCharTableHeader = kCharTableJoiners + kMaxJoiners;
+constexpr int kCharTableWholeWords = kCharTableJoiners + kMaxJoiners;
+constexpr int kCharTableHeader = kCharTableWholeWords + 1;
 constexpr int32_t kPrefixEverySegment = 1;   // also after each special token (else: text start)
 constexpr int32_t kPrefixUnlessSpace = 2;    // not where the segment starts with ' ' or `▁`
 constexpr int32_t kPrefixBeforeSpecial = 4;  // at the text start even before a special token
@@ -85,11 +98,12 @@ struct CharView {  // the same, read (char_view): what the rules below use
   int32_t run_width;     // W
   const int32_t* run_table;  // [T][W]
   const int32_t* joiners;    // [kMaxJoiners]
+  bool whole_words;          // segments are looked up whole first (lookup_word)
 };
 BBPE_HD CharView char_view(const CharTable& t) {
   const int32_t* c = t.data;
-  return CharView{c, c[128], c[129], c[130], c[131], c[132], c[133], t.run_long, t.run_step,
-                  t.run_width, c + kCharTableHeader, c + kCharTableJoiners};
+  return CharView{c, c[128], c[kCharTablePrefix], c[130], c[131], c[132], c[133], t.run_long, t.run_step,
+                  t.run_width, c + kCharTableHeader, c + kCharTableJoiners, c[kCharTableWholeWords] == 1};
 }
 
 // Whether a `▁` of a special token also matches a space (special_match_at's `escaped`).
@@ -152,6 +166,29 @@ BBPE_HD bool starts_word(const CharView& c, const int32_t* tok, int i) {
   for (int k = 0; k < kMaxJoiners && c.joiners[k] >= 0; ++k)
     if (c.joiners[k] == before) return false;
   return true;
+}
+
+// The piece whose token bytes the symbols tok[0..m) spell, when the piece table holds it (a
+// self-encoding piece: the segment's encoding), else -1. The bytes are hashed as they are read
+// from token_data and compared again on a hash hit; a key longer than max_piece_len misses.
+BBPE_HD int32_t lookup_word(const VocabView& v, const int32_t* tok, int m) {
+  uint32_t h = kPieceHashSeed;
+  int n = 0;
+  for (int k = 0; k < m; ++k) {
+    const int32_t id = token_id(tok[k]);
+    const int32_t from = v.token_offsets[id], to = v.token_offsets[id + 1];
+    n += to - from;
+    if (n > v.max_piece_len) return -1;
+    for (int32_t b = from; b < to; ++b) h = piece_hash_step(h, v.token_data[b]);
+  }
+  return probe_piece_table(v, h, n, [&](const uint8_t* q) {
+    int diff = 0;
+    for (int k = 0; k < m; ++k) {
+      const int32_t id = token_id(tok[k]);
+      for (int32_t b = v.token_offsets[id]; b < v.token_offsets[id + 1]; ++b) diff |= v.token_data[b] ^ *q++;
+    }
+    return diff == 0;
+  });
 }
 
 // A run starts at token i: a single run character that does not continue a run.

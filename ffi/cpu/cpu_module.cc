@@ -283,11 +283,68 @@ static nb::ndarray<nb::numpy, uint8_t> self_encoding(S32Array pair_table, S32Arr
   return owned_array(out, 1, shape);
 }
 
+// SentencePiece BPE's whole-word rule (core/char_symbols.h): 1 where the token's bytes, as the
+// text of one segment (no dummy prefix, no specials, no whole-word lookups: this executor's
+// encode_chars), give that one token. char_table is the vocabulary's (its prefix and whole-word
+// entries are overridden here); piece_table holds its one-character pieces.
+static nb::ndarray<nb::numpy, uint8_t> char_self_encoding(S32Array pair_table, S32Array byte_ids, S32Array piece_table,
+                                                          S32Array token_offsets, U8Array token_data,
+                                                          S32Array char_table, int32_t run_long, int32_t run_step,
+                                                          int32_t run_width, int32_t max_piece_len, S32Array ids) {
+  const int64_t pair_rows = (int64_t)pair_table.size() / 4, piece_rows = (int64_t)piece_table.size() / 4;
+  const int64_t n_vocab = (int64_t)token_offsets.size() - 1;
+  const auto power_of_two = [](int64_t rows) { return rows >= 1 && (rows & (rows - 1)) == 0; };
+  if (pair_table.size() % 4 != 0 || !power_of_two(pair_rows) || piece_table.size() % 4 != 0 ||
+      !power_of_two(piece_rows))
+    throw nb::value_error("char_self_encoding: pair_table and piece_table must be int32[P, 4], P a power of two");
+  if (byte_ids.size() != 256) throw nb::value_error("char_self_encoding: byte_ids must be int32[256]");
+  if (n_vocab < 1) throw nb::value_error("char_self_encoding: token_offsets must be int32[V + 1], V >= 1");
+  const bool runs_ok = run_long == 0 || (run_long > 0 && run_step >= 1 && run_step <= run_long && run_width >= 1);
+  if (!runs_ok || (int64_t)char_table.size() != bbpe::kCharTableHeader + (int64_t)run_long * run_width)
+    throw nb::value_error("char_self_encoding: char_table must be int32[kCharTableHeader + T * W], 1 <= P <= T");
+  const int32_t* offsets = token_offsets.data();
+  for (int64_t i = 0; i < n_vocab; ++i)
+    if (offsets[i] < 0 || offsets[i] > offsets[i + 1] || offsets[i + 1] > (int64_t)token_data.size())
+      throw nb::value_error("char_self_encoding: token_offsets must rise within token_data");
+  for (size_t k = 0; k < ids.size(); ++k)
+    if (ids.data()[k] < 0 || ids.data()[k] >= n_vocab)
+      throw nb::value_error(("char_self_encoding: id " + std::to_string(ids.data()[k]) + " is outside the vocabulary")
+                                .c_str());
+  std::vector<int32_t> chars(char_table.data(), char_table.data() + char_table.size());
+  chars[bbpe::kCharTablePrefix] = -1;    // no dummy prefix: the token is a segment's text
+  chars[bbpe::kCharTableWholeWords] = 0;  // merged, never looked up
+  bbpe::EncodeParams p{};
+  p.symbols = bbpe::kSymbolsChars;
+  p.chars = bbpe::CharTable{chars.data(), run_long, run_step, run_width};
+  p.vocab = bbpe::VocabView{pair_table.data(), (uint32_t)(pair_rows - 1), byte_ids.data(), piece_table.data(),
+                            (uint32_t)(piece_rows - 1), offsets, token_data.data(), (int32_t)n_vocab,
+                            max_piece_len, (int64_t)token_data.size(), false};
+  const size_t n = ids.size();
+  uint8_t* out = new uint8_t[n + 1];
+  {
+    nb::gil_scoped_release unlocked;
+    bbpe::CpuScratch scratch;
+    for (size_t k = 0; k < n; ++k) {
+      const int32_t id = ids.data()[k];
+      const int len = offsets[id + 1] - offsets[id];
+      const int count = bbpe::encode_string(p, token_data.data() + offsets[id], len, scratch);
+      out[k] = count == 1 && bbpe::token_id(scratch.tok[0]) == id;
+    }
+  }
+  const size_t shape[1] = {n};
+  return owned_array(out, 1, shape);
+}
+
 NB_MODULE(_blockbpe_cpu, m) {
   m.def("pack_strings", &pack_strings, nb::arg("texts"), nb::arg("max_len"));
   m.def("self_encoding", &self_encoding, nb::arg("pair_table"), nb::arg("byte_ids"), nb::arg("token_offsets"),
         nb::arg("token_data"), nb::arg("ids"), nb::arg("rank_is_id"),
         "uint8[len(ids)]: 1 where the token's bytes, merged by the merge rule, give that one token.");
+  m.def("char_self_encoding", &char_self_encoding, nb::arg("pair_table"), nb::arg("byte_ids"), nb::arg("piece_table"),
+        nb::arg("token_offsets"), nb::arg("token_data"), nb::arg("char_table"), nb::arg("run_long"),
+        nb::arg("run_step"), nb::arg("run_width"), nb::arg("max_piece_len"), nb::arg("ids"),
+        "uint8[len(ids)]: 1 where the token's bytes, encoded as one segment by SentencePiece BPE's rule\n"
+        "(merges over characters, then the runs), give that one token.");
   nb::class_<HostEncoder>(m, "HostEncoder",
                           "One tokenizer's host tables bound once; encode(list[str | bytes]) -> list[list[int]]\n"
                           "on the host without XLA (the operands and attributes of the bbpe_encode FFI call,\n"

@@ -199,7 +199,8 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
   for (int i = 0; i < n; ++i) s.rank[i] = char_at(v, c, text, n, sp, i);
   for (int i = 0; i < n; ++i)
     s.tok[i] = initial_char_token(v, c, p.special, text, n, sp, s.tok[i], s.rank.data(), i);
-  // The symbols, dense, with the dummy prefixes; then each segment's merges, packed as we go.
+  // The symbols, dense, with the dummy prefixes; then each segment, looked up whole or else
+  // merged (char_symbols.h: whole words), packed as we go.
   std::vector<int32_t>& t = s.chars;
   t.clear();
   for (int i = 0; i < n; ++i) {
@@ -212,7 +213,9 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
   for (int start = 0, m = (int)t.size(); start < m;) {
     int end = start + 1;
     while (end < m && !starts_segment(t[end])) ++end;
-    const int kept = merge_one_segment<true>(v, &t[start], end - start, s);
+    const int32_t whole = c.whole_words && end - start > 1 ? lookup_word(v, &t[start], end - start) : -1;
+    if (whole >= 0) t[start] = whole | kSegStart;
+    const int kept = whole >= 0 ? 1 : merge_one_segment<true>(v, &t[start], end - start, s);
     std::copy(t.begin() + start, t.begin() + start + kept, t.begin() + count);
     count += kept;
     start = end;

@@ -20,8 +20,8 @@ namespace {
 
 // SentencePiece-style BPE (core/char_symbols.h) of the block's string, specials marked (a.tok[i]:
 // the special matched at i): character symbols, dense, with the dummy prefixes; word starts
-// flagged; short words merged lane-parallel or a warp each, long ones by the block passes; then the
-// runs. Leaves the tokens in a.tok; returns their count.
+// flagged; words looked up whole, the others merged (short ones lane-parallel or a warp each,
+// long ones by the block passes); then the runs. Leaves the tokens in a.tok; returns their count.
 template <int kThreads>
 __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, int n,
                                          typename Scans<kThreads>::Storage& tmp, StageClock& clock) {
@@ -43,9 +43,10 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
   for (int i = threadIdx.x; i < n; i += kThreads) a.tok[i] |= a.rank[i] ? kSegStart : 0;
   __syncthreads();
   clock.mark(kClockInitial);
-  // Words: listed, then those of up to kShortPieceLen symbols merged as the exact path merges
-  // short pieces (merge_listed_pieces: lane-parallel up to kLanePieceLen, else one warp
-  // each); longer ones stay whole for the block passes. The results are packed into next_tok.
+  // Words: listed, each looked up whole first (lookup_word: one token on a hit), then the
+  // others of up to kShortPieceLen symbols merged as the exact path merges short pieces
+  // (merge_listed_pieces: lane-parallel up to kLanePieceLen, else one warp each); longer ones
+  // stay whole for the block passes. The results are packed into next_tok.
   const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
@@ -65,8 +66,12 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
   bool has_long = false;
   for (int g = threadIdx.x; g < n_words; g += kThreads) {
     const int s0 = seg_list[g], m = (g + 1 < n_words ? seg_list[g + 1] : n) - s0;
+    const int32_t whole = c.whole_words && m > 1 ? lookup_word(v, a.tok + s0, m) : -1;
     int count = m;
-    if (m > 1 && m <= kShortPieceLen) {
+    if (whole >= 0) {  // (its own symbols only: other threads read theirs)
+      a.tok[s0] = whole | kSegStart;
+      count = 1;
+    } else if (m > 1 && m <= kShortPieceLen) {
       count = -m;
       if (m <= kLanePieceLen) {
         merge_list[atomicAdd(&n_lane_merges, 1)] = s0;
@@ -75,7 +80,7 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
         merge_list[cap - 1 - atomicAdd(&n_wide_merges, 1)] = s0;
       }
     }
-    has_long |= m > kShortPieceLen;
+    has_long |= whole < 0 && m > kShortPieceLen;
     a.rank[s0] = count;
   }
   has_long = __syncthreads_or(has_long);

@@ -148,7 +148,7 @@ def test_model_properties(model):
     else:
         assert cl.joiners == (space,) and not cl.escaped_specials and cl.prefix_id == space
     table = bb.tables.build.build_vocab_tables(tok.vocab).char_table
-    joiners = table[bb.tables.build.CHAR_TABLE_JOINERS : bb.tables.build.CHAR_TABLE_HEADER].tolist()
+    joiners = table[bb.tables.build.CHAR_TABLE_JOINERS : bb.tables.build.CHAR_TABLE_WHOLE_WORDS].tolist()
     assert joiners == list(cl.joiners) + [-1] * (8 - len(cl.joiners))
     assert table[bb.tables.build.CHAR_TABLE_ESCAPED] == int(cl.escaped_specials)
 
