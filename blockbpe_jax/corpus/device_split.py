@@ -93,9 +93,21 @@ def _split_jit(field: str | None, sep: bytes, max_lines: int, max_bytes: int, co
     return jax.jit(run)
 
 
+# Blocks a job's reader has dispatched to the device split and not yet read back: the reader
+# dispatches the next blocks' splits before it waits for the oldest's results, so the device
+# queue holds them ahead of the encode calls of the windows planned meanwhile (each in-flight
+# block holds a page-locked slot and its split's output on the device).
+IN_FLIGHT = 3
+
+
 class DeviceSplit:
     """A job's splitting of blocks on its device (made by the engine, handed to the reader
     through corpus.engine.JoinInto).
+
+    The reader calls `dispatch` for a block (its bytes copied into a page-locked slot, one
+    DMA, the split dispatched, its results' copies back started: nothing waits) and reads a
+    block's results (`PendingSplit.result`) only once `in_flight` blocks are dispatched ahead
+    of it, oldest first (corpus.documents: `_line_windows`).
 
     Args:
         device: the job's jax.Device.
@@ -103,76 +115,69 @@ class DeviceSplit:
             copied into).
         sep: the separator after each document (the packing separator; b"" when the job
             does not pack).
+        in_flight: blocks dispatched and not yet read back, at most (>= 1; None: IN_FLIGHT).
     """
 
-    def __init__(self, device, buffers, sep: bytes):
+    def __init__(self, device, buffers, sep: bytes, in_flight: int | None = None):
+        in_flight = IN_FLIGHT if in_flight is None else in_flight
+        if in_flight < 1:
+            raise ValueError(f"DeviceSplit: in_flight must be >= 1, got {in_flight}")
         self.device, self.buffers, self.sep = device, buffers, bytes(sep)
+        self.in_flight = in_flight
         self.host_documents = device.platform == "cpu" and DOCUMENTS_ON_HOST_ON_CPU
         self.max_lines = 0  # the job's line capacity (grows for blocks of very short lines)
         self.blocks = self.given_up = 0  # blocks split on the device; of those, given up on
+        self.pending = 0  # blocks dispatched, not yet read back
+        self.most_pending = 0  # the most at once over the job (the tests hold it to in_flight)
 
     def takes(self, field: str | None) -> bool:
         """Whether the device split can take the field's name (else the host reader reads)."""
         return device_field(field)
 
     def split(self, block, field: str | None):
-        """A block of whole lines split on the device.
+        """`dispatch(block, field).result()`: a block split and read back at once."""
+        return self.dispatch(block, field).result()
+
+    def dispatch(self, block, field: str | None) -> "PendingSplit":
+        """A block of whole lines sent to the device and its split dispatched; nothing waits
+        for the device.
 
         Args:
-            block: the block's bytes (a buffer of the reader's, reused after this returns).
+            block: the block's bytes (a buffer of the reader's, reused after this returns:
+                they are copied into a page-locked slot, which the split holds until its
+                results are read).
             field: the JSONL field, or None for plain lines.
 
         Returns:
-            (host bytes uint8[bytes], offsets int64[docs + 1], each document's line from the
-            block's first int64[docs], the block's newlines, separator bytes, SplitBytes), as
-            corpus.documents' native split returns them, or None where the split gives up. The
-            host bytes are what the engine's planning reads (`_host_bytes`).
+            the PendingSplit whose `result()` gives the block's documents.
         """
         host_block = np.frombuffer(block, np.uint8)
-        size = host_block.size
-        slot = self.buffers.flat_slot(size)
+        slot = self.buffers.flat_slot(host_block.size)
         try:
-            slot.host[:size] = host_block
-            on_device = slot.to_device()  # (one DMA on a CUDA GPU)
-            data, offsets, lines, status, found = self._run(on_device, host_block, field, slot.size)
-        finally:
-            # The split has run (its status is back): the slot's bytes are read, the pool may
-            # hand it out again.
+            slot.host[: host_block.size] = host_block
+            pending = PendingSplit(self, slot, host_block.size, field)
+        except BaseException:
             self.buffers.give_back_flat(slot)
-        self.blocks += 1
-        if status[CODE] == GIVE_UP:
-            self.given_up += 1
-            return None
-        if status[CODE] != OK:  # (max_bytes holds every block's documents: see _run)
-            raise RuntimeError(f"device split: status {status.tolist()} on a block sized for it")
-        docs, nbytes = int(status[DOCS]), int(status[BYTES])
-        offsets = np.asarray(offsets)[: docs + 1].astype(np.int64)
-        kept = np.asarray(lines)[:docs].astype(np.int64)
-        host = self._host_bytes(data, offsets, nbytes, int(found))
-        return host, offsets, kept, int(status[NEWLINES]), len(self.sep), SplitBytes(data)
+            raise
+        self.pending += 1
+        self.most_pending = max(self.most_pending, self.pending)
+        return pending
 
-    def _run(self, on_device, host_block: np.ndarray, field, slot_bytes: int):
-        """The split of on_device[:len(host_block)] -> (data, offsets, lines, status on the
-        host, separators found), its line capacity grown once where the block has more lines."""
+    def _dispatch_step(self, on_device, size: int, field, slot_bytes: int) -> tuple:
+        """The jitted split of on_device[:size] with the job's capacities, dispatched, and
+        the copies back of what the host reads started -> (data, offsets, lines, status, found)
+        as JAX arrays."""
         import jax
 
         self.max_lines = max(self.max_lines, pow2(slot_bytes // LINE_BYTES, 64))
-        size = np.int32(host_block.size)
-        while True:
-            # (a document is at most its line's bytes without the newline: a separator per
-            # line more than the block's bytes holds them all)
-            max_bytes = slot_bytes + self.max_lines * len(self.sep)
-            step = _split_jit(
-                field, self.sep, self.max_lines, max_bytes, bool(self.sep) and not self.host_documents
-            )
-            data, offsets, lines, status, found = step(on_device, jax.device_put(size, self.device))
-            for out in (offsets, lines, found):
-                out.copy_to_host_async()
-            status = np.asarray(status)
-            if status[CODE] != TOO_MANY_LINES:
-                return data, offsets, lines, status, np.asarray(found)
-            newlines = int(np.count_nonzero(host_block == ord("\n")))
-            self.max_lines = max(2 * self.max_lines, pow2(newlines + 1, 64))
+        # (a document is at most its line's bytes without the newline: a separator per line
+        # more than the block's bytes holds them all)
+        max_bytes = slot_bytes + self.max_lines * len(self.sep)
+        step = _split_jit(field, self.sep, self.max_lines, max_bytes, bool(self.sep) and not self.host_documents)
+        out = step(on_device, jax.device_put(np.int32(size), self.device))
+        for read in out[1:]:  # (offsets, lines, status, found: not the documents)
+            read.copy_to_host_async()
+        return out
 
     def _host_bytes(self, data, offsets: np.ndarray, nbytes: int, found: int) -> np.ndarray:
         """What the window's host bytes must be for the engine's planning, which reads them
@@ -194,3 +199,68 @@ class DeviceSplit:
             np.frombuffer(self.sep, np.uint8), len(ends)
         )
         return stand_in
+
+
+class PendingSplit:
+    """One block's split, dispatched (`DeviceSplit.dispatch`), its results not yet read.
+    Holds the block's page-locked slot (its device bytes are the split's input) until
+    `result()` or `discard()`; one of them must be called, once, by the thread that reads."""
+
+    def __init__(self, owner: DeviceSplit, slot, size: int, field):
+        self.owner, self.slot, self.size, self.field = owner, slot, size, field
+        self.on_device = slot.to_device()  # (one DMA on a CUDA GPU)
+        self.block = None  # (result(), where the split gives up: the block's bytes)
+        self.out = owner._dispatch_step(self.on_device, size, field, slot.size)
+
+    def result(self):
+        """The block's documents (waits for this block's split only).
+
+        Returns:
+            (host bytes uint8[bytes], offsets int64[docs + 1], each document's line from the
+            block's first int64[docs], the block's newlines, separator bytes, SplitBytes), as
+            corpus.documents' native split returns them, or None where the split gives up
+            (then `block` holds the block's bytes, for the host reader). The host bytes are
+            what the engine's planning reads (`DeviceSplit._host_bytes`).
+        """
+        owner = self.owner
+        try:
+            data, offsets, lines, status, found = self.out
+            status = np.asarray(status)
+            while status[CODE] == TOO_MANY_LINES:  # (more lines than the job's capacity: grown)
+                newlines = int(np.count_nonzero(self.slot.host[: self.size] == ord("\n")))
+                owner.max_lines = max(2 * owner.max_lines, pow2(newlines + 1, 64))
+                data, offsets, lines, status, found = owner._dispatch_step(
+                    self.on_device, self.size, self.field, self.slot.size
+                )
+                status = np.asarray(status)
+            if status[CODE] == GIVE_UP:
+                self.block = bytes(self.slot.host[: self.size])
+        finally:
+            self._release()
+        owner.blocks += 1
+        if status[CODE] == GIVE_UP:
+            owner.given_up += 1
+            return None
+        if status[CODE] != OK:  # (max_bytes holds every block's documents: _dispatch_step)
+            raise RuntimeError(f"device split: status {status.tolist()} on a block sized for it")
+        docs, nbytes = int(status[DOCS]), int(status[BYTES])
+        offsets = np.asarray(offsets)[: docs + 1].astype(np.int64)
+        kept = np.asarray(lines)[:docs].astype(np.int64)
+        host = owner._host_bytes(data, offsets, nbytes, int(np.asarray(found)))
+        return host, offsets, kept, int(status[NEWLINES]), len(owner.sep), SplitBytes(data)
+
+    def discard(self) -> None:
+        """Waits for the split (it reads the slot) and gives the slot back, its results unread
+        (the reader stopped early)."""
+        try:
+            np.asarray(self.out[3])
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """The slot back to the pool, once: the split that reads it has run (its status is
+        back), so the pool may hand it out again."""
+        if self.slot is not None:
+            self.owner.buffers.give_back_flat(self.slot)
+            self.slot = None
+            self.owner.pending -= 1
