@@ -173,7 +173,9 @@ class DeviceSplit:
         # (a document is at most its line's bytes without the newline: a separator per line
         # more than the block's bytes holds them all)
         max_bytes = slot_bytes + self.max_lines * len(self.sep)
-        step = _split_jit(field, self.sep, self.max_lines, max_bytes, bool(self.sep) and not self.host_documents)
+        step = _split_jit(
+            field, self.sep, self.max_lines, max_bytes, bool(self.sep) and not self.host_documents
+        )
         out = step(on_device, jax.device_put(np.int32(size), self.device))
         for read in out[1:]:  # (offsets, lines, status, found: not the documents)
             read.copy_to_host_async()

@@ -288,7 +288,9 @@ def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int, thr
             def split_window(split, consumed: int) -> Window:
                 nonlocal line_base
                 data, offsets, kept, newlines, sep_len, slot = split
-                window = Window(data[: offsets[-1]], offsets, kept + (line_base + 1), fi, consumed, sep_len, slot)
+                window = Window(
+                    data[: offsets[-1]], offsets, kept + (line_base + 1), fi, consumed, sep_len, slot
+                )
                 line_base += newlines
                 return window
 
