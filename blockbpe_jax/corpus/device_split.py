@@ -5,9 +5,17 @@ With it on, the reader (corpus.documents) does no byte work on a block of lines 
 copies the block as read into one of the engine's page-locked slots (`WindowBuffers.flat_slot`),
 one DMA takes it to the device, and `bbpe_split_lines` (corpus.inputs.device_lines;
 ffi/core/json_lines.h) splits, checks and decodes it there into the documents, each followed by
-the packing separator: what the host reader joins into the slot today. Only the status,
-offsets and lines come back. The window then carries the device's documents (`SplitBytes`)
-in place of a slot of host bytes, and the engine's planning uses them as they are.
+the packing separator: what the host reader joins into the slot today. The status, offsets
+and lines come back, and where the job packs short documents (which reads their bytes: native
+pack_documents) the documents too, by DMA into a kept page-locked buffer. The window then
+carries the device's documents (`SplitBytes`) in place of a slot of host bytes, and the
+engine's planning uses them as they are.
+
+Nothing waits for a block's split before the next is dispatched: the reader dispatches up to
+IN_FLIGHT blocks (`DeviceSplit.dispatch`: the copy into the slot, the DMA, the split and the
+copies back started) and reads the oldest's results only then (`PendingSplit.result`), in
+order. The device's queue so holds the next blocks' splits ahead of the encode calls of the
+windows planned from the ones read back, and the planner waits for a block's own split only.
 
 A block the split gives up on (a line the shared rules cannot decide as json.loads would) is
 read by the host as where its native reader gives up (corpus.documents: `fast_block`, then
@@ -58,39 +66,28 @@ class SplitBytes:
     """A window's documents where the device split wrote them, standing in for the
     staging.FlatSlot the engine's planning would fill: `to_device()` returns them (no copy),
     there are no host bytes to fill, and no buffer of the engine's pool is held (the JAX
-    array is freed with the window)."""
+    array is freed with the window). `host_copy`: the kept host buffer the documents were read
+    back into (for packing), which corpus.device.WindowBuffers.give_back_flat keeps for the
+    next windows once the window's calls have run, or None."""
 
     host = None
-    pooled = False  # (corpus.device.WindowBuffers.give_back_flat keeps nothing)
+    pooled = False  # (corpus.device.WindowBuffers.give_back_flat keeps no slot for it)
 
-    def __init__(self, data):
-        self.data = data
+    def __init__(self, data, host_copy=None):
+        self.data, self.host_copy = data, host_copy
 
     def to_device(self):
         return self.data
 
 
 @functools.lru_cache(maxsize=32)
-def _split_jit(field: str | None, sep: bytes, max_lines: int, max_bytes: int, count_separators: bool):
-    """split_lines jitted for one job's static arguments, with the number of times the
-    separator occurs in its documents' bytes (their own separators included) when asked."""
+def _split_jit(field: str | None, sep: bytes, max_lines: int, max_bytes: int):
+    """split_lines jitted for one job's static arguments."""
     import jax
-    import jax.numpy as jnp
 
-    def run(block, size):
-        data, offsets, lines, status = split_lines(
-            block, size, field=field, sep=sep, max_lines=max_lines, max_bytes=max_bytes
-        )
-        found = jnp.int32(0)
-        if count_separators:
-            starts = data.shape[0] - len(sep) + 1
-            hit = jnp.arange(starts, dtype=jnp.int32) + len(sep) <= status[BYTES]
-            for k, b in enumerate(sep):
-                hit &= data[k : k + starts] == b
-            found = jnp.sum(hit, dtype=jnp.int32)
-        return data, offsets, lines, status, found
-
-    return jax.jit(run)
+    return jax.jit(
+        functools.partial(split_lines, field=field, sep=sep, max_lines=max_lines, max_bytes=max_bytes)
+    )
 
 
 # Blocks a job's reader has dispatched to the device split and not yet read back: the reader
@@ -98,6 +95,34 @@ def _split_jit(field: str | None, sep: bytes, max_lines: int, max_bytes: int, co
 # queue holds them ahead of the encode calls of the windows planned meanwhile (each in-flight
 # block holds a page-locked slot and its split's output on the device).
 IN_FLIGHT = 3
+
+
+# A block's copy into its page-locked slot, in parts of at least COPY_PART bytes on up to
+# COPY_THREADS threads (NumPy copies without the GIL): one core's copy of a 32 MiB block takes
+# about as long as the device's split of it.
+COPY_PART = 4 << 20
+COPY_THREADS = min(8, os.cpu_count() or 1)
+
+
+def copy_in_parts(into: np.ndarray, source: np.ndarray) -> None:
+    """into[:] = source (uint8 arrays of one size), in parts on threads where it is large."""
+    parts = min(COPY_THREADS, source.size // COPY_PART)
+    if parts < 2:
+        into[:] = source
+        return
+    step = -(-source.size // parts)
+    list(
+        _copy_pool().map(
+            lambda a: into.__setitem__(slice(a, a + step), source[a : a + step]), range(0, source.size, step)
+        )
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _copy_pool():
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(COPY_THREADS, "blockbpe-copy")
 
 
 class DeviceSplit:
@@ -154,7 +179,7 @@ class DeviceSplit:
         host_block = np.frombuffer(block, np.uint8)
         slot = self.buffers.flat_slot(host_block.size)
         try:
-            slot.host[: host_block.size] = host_block
+            copy_in_parts(slot.host[: host_block.size], host_block)
             pending = PendingSplit(self, slot, host_block.size, field)
         except BaseException:
             self.buffers.give_back_flat(slot)
@@ -165,42 +190,41 @@ class DeviceSplit:
 
     def _dispatch_step(self, on_device, size: int, field, slot_bytes: int) -> tuple:
         """The jitted split of on_device[:size] with the job's capacities, dispatched, and
-        the copies back of what the host reads started -> (data, offsets, lines, status, found)
-        as JAX arrays."""
+        the copies back of what the host reads started -> (data, offsets, lines, status) as JAX
+        arrays."""
         import jax
 
         self.max_lines = max(self.max_lines, pow2(slot_bytes // LINE_BYTES, 64))
         # (a document is at most its line's bytes without the newline: a separator per line
         # more than the block's bytes holds them all)
         max_bytes = slot_bytes + self.max_lines * len(self.sep)
-        step = _split_jit(
-            field, self.sep, self.max_lines, max_bytes, bool(self.sep) and not self.host_documents
-        )
+        step = _split_jit(field, self.sep, self.max_lines, max_bytes)
         out = step(on_device, jax.device_put(np.int32(size), self.device))
-        for read in out[1:]:  # (offsets, lines, status, found: not the documents)
+        for read in out[1:]:  # (offsets, lines, status: not the documents)
             read.copy_to_host_async()
         return out
 
-    def _host_bytes(self, data, offsets: np.ndarray, nbytes: int, found: int) -> np.ndarray:
+    def _host_bytes(self, data, nbytes: int) -> tuple:
         """What the window's host bytes must be for the engine's planning, which reads them
         only to pack short documents (native pack_documents: each document's separator in
-        place, and no separator inside a document, else it is encoded alone). Without a
-        separator: nothing (a view of one zero byte, the documents' size). On the CPU
-        backend: the documents themselves. On a GPU where the separator occurs only as the
-        documents' own (`found`, counted on the device, equals their number): a stand-in with
-        the separators in place and zeros for the documents' bytes, which pack_documents
-        decides alike. Else (a document holds the separator's bytes): the documents copied
-        back."""
+        place, and no separator inside a short document, else it is encoded alone) ->
+        (host bytes, the kept buffer they are in or None). Without a separator: nothing (a
+        view of one zero byte, the documents' size). On the CPU backend: the documents
+        themselves. Else the documents read back into a kept host buffer (page-locked on a
+        CUDA GPU: one DMA, no host core copies or scans them here)."""
         if not self.sep:
-            return np.broadcast_to(np.zeros(1, np.uint8), (nbytes,))
-        if self.host_documents or found != len(offsets) - 1:
-            return np.asarray(data)[:nbytes]
-        stand_in = np.zeros(nbytes, np.uint8)
-        ends = offsets[1:] - len(self.sep)
-        stand_in[(ends[:, None] + np.arange(len(self.sep))).ravel()] = np.tile(
-            np.frombuffer(self.sep, np.uint8), len(ends)
-        )
-        return stand_in
+            return np.broadcast_to(np.zeros(1, np.uint8), (nbytes,)), None
+        if self.host_documents:
+            return np.asarray(data)[:nbytes], None
+        from .. import staging
+
+        into = self.buffers.host_documents(data.shape[0])
+        if staging.available(self.device):
+            host = staging.read_back([data], [nbytes], [into])[0]
+        else:  # (the CPU backend run the GPU's way, DOCUMENTS_ON_HOST_ON_CPU off)
+            host = into[:nbytes]
+            host[:] = np.asarray(data)[:nbytes]
+        return host, into
 
 
 class PendingSplit:
@@ -226,12 +250,12 @@ class PendingSplit:
         """
         owner = self.owner
         try:
-            data, offsets, lines, status, found = self.out
+            data, offsets, lines, status = self.out
             status = np.asarray(status)
             while status[CODE] == TOO_MANY_LINES:  # (more lines than the job's capacity: grown)
                 newlines = int(np.count_nonzero(self.slot.host[: self.size] == ord("\n")))
                 owner.max_lines = max(2 * owner.max_lines, pow2(newlines + 1, 64))
-                data, offsets, lines, status, found = owner._dispatch_step(
+                data, offsets, lines, status = owner._dispatch_step(
                     self.on_device, self.size, self.field, self.slot.size
                 )
                 status = np.asarray(status)
@@ -248,8 +272,8 @@ class PendingSplit:
         docs, nbytes = int(status[DOCS]), int(status[BYTES])
         offsets = np.asarray(offsets)[: docs + 1].astype(np.int64)
         kept = np.asarray(lines)[:docs].astype(np.int64)
-        host = owner._host_bytes(data, offsets, nbytes, int(np.asarray(found)))
-        return host, offsets, kept, int(status[NEWLINES]), len(owner.sep), SplitBytes(data)
+        host, host_copy = owner._host_bytes(data, nbytes)
+        return host, offsets, kept, int(status[NEWLINES]), len(owner.sep), SplitBytes(data, host_copy)
 
     def discard(self) -> None:
         """Waits for the split (it reads the slot) and gives the slot back, its results unread

@@ -187,8 +187,10 @@ def test_written_shards_byte_for_byte(root, cl100k, tmp_path, splits):
 @pytest.mark.parametrize("pack_width", [0, 16384])
 def test_the_gpus_host_bytes_on_the_cpu(root, cl100k, tmp_path, splits, monkeypatch, pack_width):
     """The window's host bytes as a GPU makes them (device_split._host_bytes): no separator
-    (pack_width 0), the stand-in with the separators in place, or, where a document holds the
-    separator's bytes, the documents copied back."""
+    (pack_width 0: a zero-stride view), else the documents read back into a kept buffer of
+    the engine's pool (reused by later windows only once their calls have run: a window whose
+    buffer were reused too early would pack from another window's bytes), with documents that
+    hold the separator's bytes (encoded alone)."""
     monkeypatch.setattr(device_split_module, "DOCUMENTS_ON_HOST_ON_CPU", False)
     lines = (root / "corpus/gsm8k_test.jsonl").read_text().splitlines()[:400]
     lines[150] = json.dumps({"question": "a <|endoftext|> b<|endoftext|>", "answer": "x"})
