@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .. import native, staging
-from .background import in_background, map_in_background
+from .background import in_background, map_in_background, stop_background
 from .types import Window
 from .device import CompiledReads, CompiledWindows, WindowBuffers, compile_ahead, device_functions
 from .types import CorpusError
@@ -406,6 +406,7 @@ class WindowEncoder:
         # writer of files, whose one thread's copy into the page cache bounds the job and slows
         # with a second planner's memory traffic.
         plan_threads = 1 if getattr(self.writer, "writes_files", True) else 2
+        stop_reading = None
         if join is not None and not self.nfc:
             if self.pack:  # (the reader joins each block into a buffer of the pool)
                 join.open(self.pack.sep, self.buffers.flat_slot)
@@ -421,6 +422,7 @@ class WindowEncoder:
                 finished = []  # futures of finish(), oldest first
                 # (windows are split on one thread and planned on others: this one only dispatches)
                 split = in_background(windows, depth=1, name="blockbpe-split")
+                stop_reading = split
                 # (three windows planned or being planned ahead of this one, four at times with two)
                 ahead = 2 if plan_threads == 1 else 1
                 for planned in map_in_background(
@@ -440,5 +442,9 @@ class WindowEncoder:
                 if getattr(self.writer, "writes_later", False):
                     self.writer.drain()  # (its queued writes, and their progress, before the job returns)
         finally:
+            # (a job that stopped early returns once its reader has stopped: the device split's
+            # blocks in flight are waited for and their buffers given back)
+            if stop_reading is not None:
+                stop_background(stop_reading)
             if join is not None:
                 join.close()
