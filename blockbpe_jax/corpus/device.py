@@ -162,6 +162,7 @@ class WindowBuffers:
         again), a finished window's when one is kept. Else new ones: as many more as this job
         made so far (up to KEEP), at once on threads, the others kept for its next windows (a
         job that needs eight waits for four rounds of allocations, not eight)."""
+        need = max(need, 1)  # (a window of empty documents: an empty buffer has no address to key its plan)
         with self._lock:
             if need > self.flat_bytes:
                 self.flat_bytes, self.flat_made = size_bucket(need + need // 2), 0

@@ -390,3 +390,13 @@ def test_small_inputs_read_together(root, cl100k, tmp_path, splits, bad):
     else:
         assert len(got[1]) == 1 + sum(3 + k for k in range(12))
     assert used(splits)[0] >= 1
+
+
+@pytest.mark.parametrize("pack_width", [0, 1024])
+def test_only_empty_documents(cl100k, tmp_path, splits, pack_width):
+    """Windows whose documents are all empty (a window buffer of no bytes has no address to
+    key its calls' plan by: the job keeps at least one byte): no ids, with the option on and off."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text(json.dumps({FIELD: ""}) + "\n" + json.dumps({FIELD: ""}) + "\n")
+    ids, offsets = assert_same(cl100k, [path], jsonl_field=FIELD, pack_width=pack_width)
+    assert len(ids) == 0 and offsets.tolist() == [0, 0, 0]
