@@ -18,6 +18,7 @@ from .background import in_background, map_in_background, stop_background
 from .types import Window
 from .device import CompiledReads, CompiledWindows, WindowBuffers, compile_ahead, device_functions
 from .types import CorpusError
+from .nfc import device_nfc_available, document_bytes, encode_normalized_again
 from .shards.flat import token_dtype
 from .plan import (
     DEFAULT_BATCH_BYTES,
@@ -35,41 +36,6 @@ from .plan import (
 # ahead there (tests turn the GPU's guess on).
 LIKELY_SHAPES_ON_CPU = False
 NO_ROWS = np.zeros(0, np.int32)  # (an unpacked window's packed rows)
-
-
-NOT_NORMALIZED = -2  # a row's count where the executors could not normalize it (kCountNotNormalized)
-
-
-def device_nfc_available(tok, sep: bytes) -> bool:
-    """Whether the corpus job leaves the tokenizer's normalizer to the encode calls (docs/corpus.md,
-    "NFC"): a normalizer of NFC alone (both executors normalize it: ffi/pretok/nfc_normalize.h),
-    and a packing separator (b"": none) that NFC leaves in place in any row: every code point
-    of it a normalization boundary and none of them in the decomposition of a code point NFC
-    rewrites (NFC could spell the separator out of a document's text otherwise)."""
-    if not tok._device_nfc:
-        return False
-    if not sep:
-        return True
-    from ..pretok import nfc_data, unicode
-
-    try:
-        points = np.array([ord(c) for c in sep.decode("utf-8")], np.int64)
-    except UnicodeDecodeError:
-        return False
-    decomp = unicode.nfc_decompositions()
-    rewritten = decomp[unicode.nfc_quick_check()[decomp[:, 0]] == 2, 1:]
-    return not nfc_data.unsafe_code_points()[points].any() and not np.isin(points, rewritten).any()
-
-
-def document_bytes(w: Window, docs=None) -> list[bytes]:
-    """The window's documents (those of the indices `docs`, default all) as bytes, read back
-    from the device where only it holds them (the device split without packing)."""
-    data = w.data
-    if data.size and data.strides[0] == 0:  # (corpus.device_split: a stand-in view)
-        data = np.asarray(w.slot.to_device())
-    docs = np.arange(w.ndocs) if docs is None else np.asarray(docs)
-    raw, starts, ends = data.tobytes(), w.offsets[docs], w.offsets[docs + 1] - w.sep_len
-    return [raw[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 class JoinInto:
@@ -369,7 +335,7 @@ class WindowEncoder:
         native.cpu.counts_in_plan_order(np.asarray(work.counts), perm, src, packed, got)
         widths = np.array([p.width for p in plan], np.int64)
         if self.device_nfc:
-            raw, end = self.normalized_again(work, got, raw, end, widths)
+            raw, end = encode_normalized_again(self, work, got, raw, end, widths)
         redo = np.flatnonzero(got > work.kept)
         if redo.size:  # more tokens than the first pass kept: these rows at full width
             call_of = np.repeat(np.arange(len(plan)), sizes)
@@ -409,65 +375,6 @@ class WindowEncoder:
         while len(self.stored) > 1:
             self.stored.pop(0).result()  # re-raises a write's error here
         self.stored.append(self.store_thread.submit(self.store, ids, total, counts, w, raw, work.slot))
-
-    def normalized_again(self, work: WindowWork, got: np.ndarray, raw, end: int, widths: np.ndarray):
-        """With NFC on the device: the documents the encode calls reported (count -2, a row
-        whose NFC outgrows its width or holds a segment of hundreds of combining marks;
-        ffi/pretok/nfc_normalize.h), and every document of a packed call where one is (a row
-        reported, or whose separator NFC joined to the next document's first code point,
-        writes no separators: the call's later slots moved), normalized on the host and
-        encoded again, trusted, at widths that fit them, into `raw` from `end`. Updates got,
-        the window's src, count_at and kept, and widths (the calls' widths compaction
-        allows) in place -> (raw, end)."""
-        import jax
-
-        plan, perm = work.plan, work.perm
-        sizes = [len(p.docs) for p in plan]
-        call_of = np.repeat(np.arange(len(plan)), sizes)
-        packed_call = np.array([p.slots > 0 for p in plan], bool)
-        again = (got == NOT_NORMALIZED) | ((got < 0) & packed_call[call_of])
-        if not again.any():
-            return raw, end
-        for c in np.unique(call_of[again]):
-            if packed_call[c]:
-                again[call_of == c] = True
-        redo = np.flatnonzero(again)
-        w = work.window
-        texts = self.tok.normalize(document_bytes(w, perm[redo]))
-        lengths = np.fromiter(map(len, texts), np.int64, len(texts))
-        if self.max_len is not None and lengths.max() > self.max_len:
-            i = int(np.argmax(lengths))
-            raise CorpusError(
-                f"{self.where(w, int(perm[redo[i]]))}: document of {int(lengths[i])} bytes, more than "
-                f"--max-len {self.max_len} (use --split chunk:N)"
-            )
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        slot = self.buffers.flat_of(np.frombuffer(b"".join(texts) or b"\0", np.uint8))
-        rows, calls, positions = [], [], []
-        for width, idx in plan_batches(lengths, self.batch_bytes, self.max_docs, self.max_len):
-            g, r = redo[idx], np.arange(len(idx))
-            calls.append((len(idx), width, width + 1, end, sum(len(x) for x in rows), 0))
-            rows.append(idx)
-            work.src[g], work.count_at[g] = end + r * (width + 1), end + len(idx) * (width + 1) + r
-            work.kept[g] = width + 1  # (every token kept: never encoded again at full width)
-            np.maximum.at(widths, call_of[g], width)
-            end += len(idx) * (width + 2)
-        if end > raw.size:
-            raw = self.fns.grow(raw, size=self.buffers.grown(end))
-        order = np.concatenate(rows)
-        table = self.host_table(np.stack([starts[order], lengths[order]]), np.arange(len(order)), len(order))
-        if self.trusted_encodes is None:
-            tables = self.tok.tables(self.allowed_special, self.target)
-            self.trusted_encodes = CompiledWindows(tables, self.target, **self.static, assume_nfc=True)
-        calls = np.array(calls, np.int64)
-        space = self.buffers.workspace(self.trusted_encodes.scratch(calls))
-        raw = self.trusted_encodes(slot.to_device(), jax.device_put(table, self.target), raw, calls, space)
-        positions = np.zeros(self.buffers.doc_slots(len(redo)), np.int32)
-        positions[: len(redo)] = work.count_at[redo]
-        got[redo] = np.asarray(self.reads.gather(raw, positions))[: len(redo)]
-        self.buffers.give_back_flat(slot)  # (the gather waited for the call that read it)
-        self.normalized_on_host += len(redo)
-        return raw, end
 
     def store(self, ids, total: int, counts: np.ndarray, w: Window, raw, slot: staging.FlatSlot) -> None:
         # (into a kept page-locked buffer where the writer copies the ids out: one DMA, no

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from blockbpe_jax.corpus import engine as engine_module
 from blockbpe_jax.corpus import job as corpus
+from blockbpe_jax.corpus import nfc as nfc_module
 from blockbpe_jax.corpus.types import CorpusError
 
 import corpus_shared
@@ -229,12 +230,12 @@ def test_which_path_runs(nfc_tok, cl100k):
     """NFC alone: on the device unless device_nfc=False; a separator NFC could rewrite or
     spell keeps the host path; no normalizer: neither."""
     tok, _ = nfc_tok
-    assert engine_module.device_nfc_available(tok, b"<|end_of_text|>")
-    assert engine_module.device_nfc_available(tok, b"")
-    assert not engine_module.device_nfc_available(tok, "\u212b".encode())  # (NFC rewrites it)
-    assert not engine_module.device_nfc_available(tok, b"<K>")  # (NFC spells K from U+212A)
-    assert not engine_module.device_nfc_available(tok, "\u0301x".encode())  # (not a boundary)
-    assert not engine_module.device_nfc_available(cl100k, b"")
+    assert nfc_module.device_nfc_available(tok, b"<|end_of_text|>")
+    assert nfc_module.device_nfc_available(tok, b"")
+    assert not nfc_module.device_nfc_available(tok, "\u212b".encode())  # (NFC rewrites it)
+    assert not nfc_module.device_nfc_available(tok, b"<K>")  # (NFC spells K from U+212A)
+    assert not nfc_module.device_nfc_available(tok, "\u0301x".encode())  # (not a boundary)
+    assert not nfc_module.device_nfc_available(cl100k, b"")
 
 
 @st.composite
