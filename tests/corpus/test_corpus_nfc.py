@@ -113,6 +113,8 @@ def nfc_documents(war_and_peace: bytes, n: int = 600) -> list[str]:
             docs.append(CHANGED[i % len(CHANGED)])
         if i % 17 == 3:
             docs.append("")
+        if i % 89 == 7:  # (its NFC doubles its bytes, each a token: more tokens than its row's width)
+            docs.append("\U0001d15e" * 120)
         if i % 97 == 50:
             docs.append(" ".join(lines[i : i + 40]) + "\u0958" * 200)  # (a long row that outgrows its width)
     return docs
