@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -17,12 +18,14 @@ from blockbpe_jax.corpus.types import CorpusError
 
 import corpus_shared
 from corpus_shared import utf8_cut
+from helpers import gpu_devices
 import test_corpus_device_split
 from test_corpus_device_split import FIELD, assert_same
 
 # the fixtures of corpus_shared and test_corpus_device_split, requested by name below
 root, cl100k, war_and_peace = corpus_shared.root, corpus_shared.cl100k, corpus_shared.war_and_peace
 splits = test_corpus_device_split.splits
+GPU = pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
 
 
 @pytest.fixture
@@ -64,20 +67,25 @@ def jsonl_of_war_and_peace(war_and_peace: bytes, tmp_path, n: int = 300_000):
     return path
 
 
-@pytest.mark.parametrize("in_flight", [1, 2, 3, 5])
-@pytest.mark.parametrize("pack_width", [0, 16384])
+@pytest.mark.parametrize(
+    "kind,in_flight,pack_width",
+    [("cpu", n, w) for n in (1, 2, 3, 5) for w in (0, 16384)]
+    + [pytest.param("gpu", n, w, marks=GPU) for n in (1, 3) for w in (0, 16384)],
+)
 def test_in_flight_bound_and_order(
-    cl100k, war_and_peace, tmp_path, splits, events, monkeypatch, in_flight, pack_width
+    cl100k, war_and_peace, tmp_path, splits, events, monkeypatch, kind, in_flight, pack_width
 ):
     """Every block's split is dispatched `in_flight - 1` blocks ahead of the block read back
     (so, with in_flight >= 2, block k + 1's before block k's results are read), never more
     than in_flight pending; the results read in dispatch order; every slot given back; the
     same ids and offsets as the host reader. With packing the documents are read back into
-    kept buffers as on a GPU (DOCUMENTS_ON_HOST_ON_CPU off), which later windows reuse."""
+    kept buffers as on a GPU (DOCUMENTS_ON_HOST_ON_CPU off; on a GPU by DMA into page-locked
+    ones), which later windows reuse."""
     monkeypatch.setattr(device_split_module, "IN_FLIGHT", in_flight)
     monkeypatch.setattr(device_split_module, "DOCUMENTS_ON_HOST_ON_CPU", False)
     path = jsonl_of_war_and_peace(war_and_peace, tmp_path)
-    assert_same(cl100k, [path], jsonl_field=FIELD, window_bytes=8 << 10, pack_width=pack_width)
+    device = jax.devices("cpu")[0] if kind == "cpu" else gpu_devices()[0]
+    assert_same(cl100k, [path], jsonl_field=FIELD, window_bytes=8 << 10, pack_width=pack_width, device=device)
     (split,) = splits
     blocks = split.blocks
     assert blocks > 20 and split.given_up == 0 and split.in_flight == in_flight
