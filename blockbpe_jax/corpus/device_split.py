@@ -53,7 +53,8 @@ ENV = "BLOCKBPE_DEVICE_SPLIT"
 # split again with room for all of them, and the job keeps that room).
 LINE_BYTES = 64
 # On the CPU backend the split's documents are host memory already: the window's host bytes
-# are they (tests turn this off to run the GPU's way: a host stand-in, `_host_bytes`).
+# are they (tests turn this off to run the GPU's way: the documents read back into a kept
+# buffer, `_host_bytes`).
 DOCUMENTS_ON_HOST_ON_CPU = True
 
 

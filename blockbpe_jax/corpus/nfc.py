@@ -40,7 +40,7 @@ def document_bytes(w: Window, docs=None) -> list[bytes]:
     """The window's documents (those of the indices `docs`, default all) as bytes, read back
     from the device where only it holds them (the device split without packing)."""
     data = w.data
-    if data.size and data.strides[0] == 0:  # (corpus.device_split: a stand-in view)
+    if data.size and data.strides[0] == 0:  # (corpus.device_split without packing: a view of one byte)
         data = np.asarray(w.slot.to_device())
     docs = np.arange(w.ndocs) if docs is None else np.asarray(docs)
     raw, starts, ends = data.tobytes(), w.offsets[docs], w.offsets[docs + 1] - w.sep_len
