@@ -87,7 +87,7 @@ def encode_documents(
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
     window's ids, back to back in input order in the shard dtype, to `writer.add`
     (`WindowEncoder` says how; `options` are its own: mode, allowed_special, batch_bytes,
-    max_docs, max_len, block_size, device, progress, pack_width, device_split). `join`: the
+    max_docs, max_len, block_size, device, progress, pack_width, device_split, device_nfc). `join`: the
     JoinInto the windows' reader was given (opened here when short documents are packed, and
     given the device split when that option is on)."""
     WindowEncoder(tok, writer, paths, **options).run(windows, join)
