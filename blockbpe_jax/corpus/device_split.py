@@ -12,10 +12,10 @@ carries the device's documents (`SplitBytes`) in place of a slot of host bytes, 
 engine's planning uses them as they are.
 
 Nothing waits for a block's split before the next is dispatched: the reader dispatches up to
-IN_FLIGHT blocks (`DeviceSplit.dispatch`: the copy into the slot, the DMA, the split and the
-copies back started) and reads the oldest's results only then (`PendingSplit.result`), in
-order. The device's queue so holds the next blocks' splits ahead of the encode calls of the
-windows planned from the ones read back, and the planner waits for a block's own split only.
+IN_FLIGHT blocks (`DeviceSplit.dispatch`: the copy into the slot, the DMA and the split) and
+reads the oldest's results only then (`PendingSplit.result`), in order. The device's queue so
+holds the next blocks' splits ahead of the encode calls of the windows planned from the ones
+read back, and the planner waits for a block's own split only.
 
 A block the split gives up on (a line the shared rules cannot decide as json.loads would) is
 read by the host as where its native reader gives up (corpus.documents: `fast_block`, then
@@ -35,6 +35,7 @@ import os
 
 import numpy as np
 
+from .. import staging
 from .device import pow2
 from .inputs.device_lines import (
     BYTES,
@@ -131,7 +132,7 @@ class DeviceSplit:
     through corpus.engine.JoinInto).
 
     The reader calls `dispatch` for a block (its bytes copied into a page-locked slot, one
-    DMA, the split dispatched, its results' copies back started: nothing waits) and reads a
+    DMA, the split dispatched: nothing waits) and reads a
     block's results (`PendingSplit.result`) only once `in_flight` blocks are dispatched ahead
     of it, oldest first (corpus.documents: `_line_windows`).
 
@@ -190,9 +191,10 @@ class DeviceSplit:
         return pending
 
     def _dispatch_step(self, on_device, size: int, field, slot_bytes: int) -> tuple:
-        """The jitted split of on_device[:size] with the job's capacities, dispatched, and
-        the copies back of what the host reads started -> (data, offsets, lines, status) as JAX
-        arrays."""
+        """The jitted split of on_device[:size] with the job's capacities, dispatched ->
+        (data, offsets, lines, status) as JAX arrays. (Their copies back are not started here:
+        offsets and lines have room for max_lines, and `PendingSplit.result` reads only the
+        documents' part of them once the status says how many.)"""
         import jax
 
         self.max_lines = max(self.max_lines, pow2(slot_bytes // LINE_BYTES, 64))
@@ -200,10 +202,7 @@ class DeviceSplit:
         # more than the block's bytes holds them all)
         max_bytes = slot_bytes + self.max_lines * len(self.sep)
         step = _split_jit(field, self.sep, self.max_lines, max_bytes)
-        out = step(on_device, jax.device_put(np.int32(size), self.device))
-        for read in out[1:]:  # (offsets, lines, status: not the documents)
-            read.copy_to_host_async()
-        return out
+        return step(on_device, jax.device_put(np.int32(size), self.device))
 
     def _host_bytes(self, data, nbytes: int) -> tuple:
         """What the window's host bytes must be for the engine's planning, which reads them
@@ -217,8 +216,6 @@ class DeviceSplit:
             return np.broadcast_to(np.zeros(1, np.uint8), (nbytes,)), None
         if self.host_documents:
             return np.asarray(data)[:nbytes], None
-        from .. import staging
-
         into = self.buffers.host_documents(data.shape[0])
         if staging.available(self.device):
             host = staging.read_back([data], [nbytes], [into])[0]
@@ -252,14 +249,14 @@ class PendingSplit:
         owner = self.owner
         try:
             data, offsets, lines, status = self.out
-            status = np.asarray(status)
+            (status,) = staging.read_back([status])
             while status[CODE] == TOO_MANY_LINES:  # (more lines than the job's capacity: grown)
                 newlines = int(np.count_nonzero(self.slot.host[: self.size] == ord("\n")))
                 owner.max_lines = max(2 * owner.max_lines, pow2(newlines + 1, 64))
                 data, offsets, lines, status = owner._dispatch_step(
                     self.on_device, self.size, self.field, self.slot.size
                 )
-                status = np.asarray(status)
+                (status,) = staging.read_back([status])
             if status[CODE] == GIVE_UP:
                 self.block = bytes(self.slot.host[: self.size])
         finally:
@@ -271,8 +268,9 @@ class PendingSplit:
         if status[CODE] != OK:  # (max_bytes holds every block's documents: _dispatch_step)
             raise RuntimeError(f"device split: status {status.tolist()} on a block sized for it")
         docs, nbytes = int(status[DOCS]), int(status[BYTES])
-        offsets = np.asarray(offsets)[: docs + 1].astype(np.int64)
-        kept = np.asarray(lines)[:docs].astype(np.int64)
+        # (one DMA each on a CUDA GPU, of the documents' part only: staging.read_back)
+        offsets, kept = staging.read_back([offsets, lines], [docs + 1, docs])
+        offsets, kept = offsets.astype(np.int64), kept.astype(np.int64)
         host, host_copy = owner._host_bytes(data, nbytes)
         return host, offsets, kept, int(status[NEWLINES]), len(owner.sep), SplitBytes(data, host_copy)
 
