@@ -298,3 +298,24 @@ def test_generated_text(tok, nfc_tok, tmp_path_factory, data):
         assert ids[offsets[k] : offsets[k + 1]].tolist() == (
             hf.encode(d, add_special_tokens=False).ids if d else []
         )
+
+
+@pytest.mark.parametrize("kind", DEVICES)
+@pytest.mark.parametrize("pack_width", [0, 1024])
+def test_the_device_normalizes_rows_that_fit(tok, tmp_path, engines, kind, pack_width):
+    """Documents not in NFC whose NFC fits their row (a decomposed accent, the Angstrom sign,
+    marks out of order, jamo): the encode calls normalize them, none goes back to the host,
+    and the ids are the host path's."""
+    docs = [CHANGED[(0, 1, 3, 4)[k % 4]] + f" {k}" for k in range(400)]
+    path = write_jsonl(tmp_path / "fit.jsonl", docs)
+    assert any(unicodedata16().normalize("NFC", d) != d for d in docs)
+    assert_paths_agree(
+        tok,
+        [path],
+        engines,
+        jsonl_field=FIELD,
+        window_bytes=4 << 10,
+        pack_width=pack_width,
+        device=device_of(kind),
+    )
+    assert engines[-1].normalized_on_host == 0 and engines[-2].normalized_on_host == 0
