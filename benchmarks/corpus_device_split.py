@@ -1,6 +1,8 @@
 """The corpus job with its blocks split on the device (the option device_split,
-corpus/device_split.py) and without, alternated on the same corpus, ids compared:
-`benchmarks/corpus_job.py --device-split both` runs it on that benchmark's corpora."""
+corpus/device_split.py) and without, alternated on the same corpus, ids compared; and an NFC
+tokenizer's job with NFC on the host, on the device, and on the device with the device split,
+next to the same vocabulary without a normalizer (`run_nfc_ab`):
+`benchmarks/corpus_job.py --device-split both` runs them on that benchmark's corpora."""
 
 from __future__ import annotations
 
@@ -60,16 +62,7 @@ def run_device_split_ab(label, path, texts, nbytes, tok, ps, work, args, read_fl
                     + (f" DIFFERS: {diff}" if diff else ""),
                     flush=True,
                 )
-    for e in r.values():
-        if isinstance(e, dict) and "runs_s" in e:
-            warm, cpus = sorted(e["runs_s"][1:]), sorted(e["runs_cpu_s"][1:])
-            if warm:
-                e.update(
-                    cold_s=e["runs_s"][0],
-                    warm_s=warm[len(warm) // 2],
-                    MBps=nbytes / warm[len(warm) // 2] / MB,
-                    cpu_s_per_GB=cpu_per_gb(cpus[len(cpus) // 2], nbytes),
-                )
+    _summarize(r, nbytes)
     # the reference run anchored to tiktoken on a sample
     rng = random.Random(3)
     sample = sorted(rng.sample(range(len(texts)), min(len(texts), args.reference_sample)))
@@ -82,6 +75,82 @@ def run_device_split_ab(label, path, texts, nbytes, tok, ps, work, args, read_fl
     bad = [i for i, w in zip(sample, want) if ids[ends[i] : ends[i + 1]].tolist() != w]
     r["reference_sample"] = dict(documents=len(sample), equal_to_tiktoken=not bad)
     return r
+
+
+def nfc_tokenizers():
+    """(NFC tokenizer, the same vocabulary without a normalizer): llama3's tokenizer.json with
+    Qwen2's split (benchmarks/nfc_throughput.py's), with and without the NFC normalizer."""
+    import blockbpe_jax as bb
+    from blockbpe_jax.vocab.hf_json import vocab_from_tokenizer_json
+    from nfc_throughput import tokenizer_doc
+
+    return tuple(
+        bb.Tokenizer(vocab_from_tokenizer_json(tokenizer_doc(nfc), f"llama3-{'nfc' if nfc else 'plain'}"))
+        for nfc in (True, False)
+    )
+
+
+# An NFC tokenizer's job (encode_files_to_arrays): where NFC runs, and the split
+NFC_VARIANTS = (
+    ("nfc host, split off", "nfc", dict(device_nfc=False, device_split=False)),
+    ("nfc device, split off", "nfc", dict(device_split=False)),
+    ("nfc device, split on", "nfc", dict(device_split=True)),
+    ("no normalizer, split off", "plain", dict(device_split=False)),
+    ("no normalizer, split on", "plain", dict(device_split=True)),
+)
+
+
+def run_nfc_ab(label, path, texts, nbytes, args) -> dict:
+    """The NFC tokenizer's job in process on `path` (field "text"): NFC_VARIANTS alternated,
+    the first round cold, the median of --reps warm; the NFC runs' ids compared with the host
+    NFC run's, the plain ones' with each other; the NFC ratio of must-show 2 (device NFC over
+    the same vocabulary without a normalizer, split on and off). The corpus is in NFC but for
+    the odd document (War and Peace's mojibake, WikiText): the device checks every row."""
+    nfc_tok, plain_tok = nfc_tokenizers()
+    toks = dict(nfc=nfc_tok, plain=plain_tok)
+    print(f"[{label}] NFC tokenizer: {len(texts)} documents, {nbytes / MB:.1f} MB", flush=True)
+    r: dict = dict(corpus=f"{label} (llama3 + NFC)", documents=len(texts), bytes=nbytes)
+    refs: dict = {}
+    for rep in range(1 + args.reps):
+        for name, which, options in NFC_VARIANTS:
+            with Clock() as clock:
+                ids, offsets = toks[which].encode_files_to_arrays([path], jsonl_field="text", **options)
+            got = (ids, np.diff(offsets))
+            ref = refs.setdefault(which, got)
+            diff = compare(name, got, *ref) if got is not ref else ""
+            del got, ids, offsets
+            e = r.setdefault(name, dict(runs_s=[], runs_cpu_s=[]))
+            e["runs_s"].append(clock.wall)
+            e["runs_cpu_s"].append(clock.cpu)
+            e["ids_equal_off"] = e.get("ids_equal_off", True) and not diff
+            if diff:
+                e["detail"] = diff
+            print(
+                f"  {name} {'cold' if rep == 0 else 'warm'}: {clock.wall:.2f} s "
+                f"({nbytes / clock.wall / MB:.1f} MB/s, {cpu_per_gb(clock.cpu, nbytes):.1f} CPU-s/GB)"
+                + (f" DIFFERS: {diff}" if diff else ""),
+                flush=True,
+            )
+    _summarize(r, nbytes)
+    for split in ("off", "on"):
+        nfc, plain = r.get(f"nfc device, split {split}"), r.get(f"no normalizer, split {split}")
+        if nfc and plain and "warm_s" in nfc and "warm_s" in plain:
+            r[f"nfc_over_plain_split_{split}"] = plain["warm_s"] / nfc["warm_s"]
+    return r
+
+
+def _summarize(r: dict, nbytes: int) -> None:
+    """Each path's cold run, warm median, MB/s and host CPU-s/GB, from its runs."""
+    for e in r.values():
+        if isinstance(e, dict) and "runs_s" in e:
+            warm, cpus = sorted(e["runs_s"][1:]), sorted(e["runs_cpu_s"][1:])
+            if warm:
+                e.update(
+                    cold_s=e["runs_s"][0],
+                    warm_s=warm[len(warm) // 2],
+                    MBps=nbytes / warm[len(warm) // 2] / MB,
+                    cpu_s_per_GB=cpu_per_gb(cpus[len(cpus) // 2], nbytes),
+                )
 
 
 def device_split_table(results: list[dict]) -> str:
@@ -101,6 +170,12 @@ def device_split_table(results: list[dict]) -> str:
             lines.append(
                 f"{head} | first call's sample equal to tiktoken | | | | | {r['reference_sample']['equal_to_tiktoken']}"
             )
+        for split in ("off", "on"):
+            if f"nfc_over_plain_split_{split}" in r:
+                lines.append(
+                    f"{head} | NFC device / no normalizer, split {split} (warm) | | | "
+                    f"{r[f'nfc_over_plain_split_{split}']:.0%} | | |"
+                )
         if "error" in r:
             lines.append(f"{head} | ERROR: {r['error']} | | | | | |")
     return "\n".join(lines) + "\n"

@@ -40,7 +40,11 @@ The corpora are built by corpora.py, the peers are run by corpus_peers.py.
 same corpora (encode_files_to_arrays, and encode_files writing flat shards): the first call
 of each compiles ("cold"), the median of --reps warm calls after it; every result's ids and
 offsets compared with the first call's (option off), whose sample is checked against
-tiktoken; no cli and no peers. Writes DIR/corpus_job_device_split.json and .txt.
+tiktoken; no cli and no peers. Then, on --nfc-corpora (default mixed), an NFC tokenizer's job
+(llama3's vocabulary, Qwen2's split, NFC) with NFC on the host, on the device, and on the
+device with the split, and the same vocabulary without a normalizer, split off and on
+(benchmarks/corpus_device_split.py: run_nfc_ab; NFC runs' ids compared with the host NFC
+run's). Writes DIR/corpus_job_device_split.json and .txt.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ from corpora import build_long, build_mixed, source_texts  # noqa: E402
 
 # re-exported: benchmarks/corpus_reader.py imports it from corpus_job
 from corpora import unique_documents  # noqa: E402, F401
-from corpus_device_split import device_split_table, run_device_split_ab  # noqa: E402
+from corpus_device_split import device_split_table, run_device_split_ab, run_nfc_ab  # noqa: E402
 from corpus_peers import MB, compare, run_peers  # noqa: E402
 from harness import Clock, cpu_per_gb  # noqa: E402
 
@@ -332,6 +336,12 @@ def main() -> None:
         help="the job's blocks split on the device: off, on (the whole benchmark), both (only "
         "the in-process job off and on, ids compared)",
     )
+    ap.add_argument(
+        "--nfc-corpora",
+        default="mixed",
+        help="with --device-split both: the corpora the NFC tokenizer's job also runs on (its "
+        "NFC on the host, on the device, with the split; the vocabulary without a normalizer)",
+    )
     args = ap.parse_args()
     if args.device_split == "on":  # (before anything reads it; the cli's processes inherit it)
         os.environ["BLOCKBPE_DEVICE_SPLIT"] = "1"
@@ -367,6 +377,8 @@ def main() -> None:
                 results.append(
                     run_device_split_ab(label, path, texts, nbytes, tok, ps, work, args, read_flat)
                 )
+                if label in args.nfc_corpora.split(","):
+                    results.append(run_nfc_ab(label, path, texts, nbytes, args))
             else:
                 results.append(run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args))
     finally:

@@ -109,8 +109,9 @@ def device_functions():
 
 
 # The kinds of kept buffers: a window's `raw` (on its device), its bytes (staging.FlatSlot, for its
-# device) and its ids read back (host memory)
-RAW, FLAT, IDS = "raw", "flat", "host ids"
+# device), its ids read back (host memory) and the device split's documents read back (host
+# memory, corpus.device_split)
+RAW, FLAT, IDS, DOCS = "raw", "flat", "host ids", "host documents"
 
 
 class WindowBuffers:
@@ -128,7 +129,9 @@ class WindowBuffers:
     # three to five planned or being planned, dispatched, finishing, up to two being read
     # back: 7-9 at once on the CPU backend), its `raw` from its dispatch until then, its host
     # ids until they are written.
-    KEEP = {FLAT: 12, RAW: 6, IDS: 6}
+    # The device split's blocks in flight hold a slot each too (corpus.device_split.IN_FLIGHT),
+    # and its windows their documents read back from the split until the ids are read back.
+    KEEP = {FLAT: 16, RAW: 6, IDS: 6, DOCS: 12}
     _spare: list = []  # ((kind, device), buffer), most recent last
     _lock = threading.Lock()
 
@@ -159,6 +162,7 @@ class WindowBuffers:
         again), a finished window's when one is kept. Else new ones: as many more as this job
         made so far (up to KEEP), at once on threads, the others kept for its next windows (a
         job that needs eight waits for four rounds of allocations, not eight)."""
+        need = max(need, 1)  # (a window of empty documents: an empty buffer has no address to key its plan)
         with self._lock:
             if need > self.flat_bytes:
                 self.flat_bytes, self.flat_made = size_bucket(need + need // 2), 0
@@ -187,9 +191,23 @@ class WindowBuffers:
 
     def give_back_flat(self, slot) -> None:
         """A window's slot, once its encode calls have run (its device bytes were read). The
-        device split's documents (corpus.device_split.SplitBytes) are no buffer of the pool."""
+        device split's documents (corpus.device_split.SplitBytes) are no buffer of the pool;
+        their host copy (`host_documents`) is."""
         if getattr(slot, "pooled", True):
             self._keep(FLAT, slot)
+        elif getattr(slot, "host_copy", None) is not None:
+            self._keep(DOCS, slot.host_copy)
+            slot.host_copy = None
+
+    def host_documents(self, nbytes: int) -> np.ndarray:
+        """A host buffer of `nbytes` for the device split's documents read back
+        (`staging.read_back(into=...)`): page-locked on a CUDA GPU, a kept one when there is one
+        of this size (the split's capacity: one size a job, mostly)."""
+        from .. import staging
+
+        with self._lock:
+            kept = self._reuse(DOCS, nbytes)
+        return kept if kept is not None else staging.pinned_empty(nbytes, self.device)
 
     def table(self, entries: int) -> np.ndarray:
         """A document table for `entries` rows: int32[2, E] zeros (start, length: zero entries

@@ -5,16 +5,24 @@ With it on, the reader (corpus.documents) does no byte work on a block of lines 
 copies the block as read into one of the engine's page-locked slots (`WindowBuffers.flat_slot`),
 one DMA takes it to the device, and `bbpe_split_lines` (corpus.inputs.device_lines;
 ffi/core/json_lines.h) splits, checks and decodes it there into the documents, each followed by
-the packing separator: what the host reader joins into the slot today. Only the status,
-offsets and lines come back. The window then carries the device's documents (`SplitBytes`)
-in place of a slot of host bytes, and the engine's planning uses them as they are.
+the packing separator: what the host reader joins into the slot today. The status, offsets
+and lines come back, and where the job packs short documents (which reads their bytes: native
+pack_documents) the documents too, by DMA into a kept page-locked buffer. The window then
+carries the device's documents (`SplitBytes`) in place of a slot of host bytes, and the
+engine's planning uses them as they are.
+
+Nothing waits for a block's split before the next is dispatched: the reader dispatches up to
+IN_FLIGHT blocks (`DeviceSplit.dispatch`: the copy into the slot, the DMA and the split) and
+reads the oldest's results only then (`PendingSplit.result`), in order. The device's queue so
+holds the next blocks' splits ahead of the encode calls of the windows planned from the ones
+read back, and the planner waits for a block's own split only.
 
 A block the split gives up on (a line the shared rules cannot decide as json.loads would) is
 read by the host as where its native reader gives up (corpus.documents: `fast_block`, then
 line by line), which takes it or raises today's one-line file:line error.
 
-The engine turns the option off for tokenizers that normalize (NFC runs on the host's bytes,
-corpus.engine.plan_window); parquet inputs and `--split file|chunk:N` are not read as lines,
+The engine turns the option off where the host normalizes the documents (any normalizer but
+NFC alone, which the encode calls normalize: corpus/nfc.py); parquet inputs and `--split file|chunk:N` are not read as lines,
 so it changes nothing there. Blocks read before the engine starts (`corpus.job.read_ahead`,
 while the vocabulary and device load) are split on the host, as they are not joined today.
 On the CPU backend the same split runs through its CPU executor.
@@ -27,6 +35,7 @@ import os
 
 import numpy as np
 
+from .. import staging
 from .device import pow2
 from .inputs.device_lines import (
     BYTES,
@@ -45,7 +54,8 @@ ENV = "BLOCKBPE_DEVICE_SPLIT"
 # split again with room for all of them, and the job keeps that room).
 LINE_BYTES = 64
 # On the CPU backend the split's documents are host memory already: the window's host bytes
-# are they (tests turn this off to run the GPU's way: a host stand-in, `_host_bytes`).
+# are they (tests turn this off to run the GPU's way: the documents read back into a kept
+# buffer, `_host_bytes`).
 DOCUMENTS_ON_HOST_ON_CPU = True
 
 
@@ -58,44 +68,73 @@ class SplitBytes:
     """A window's documents where the device split wrote them, standing in for the
     staging.FlatSlot the engine's planning would fill: `to_device()` returns them (no copy),
     there are no host bytes to fill, and no buffer of the engine's pool is held (the JAX
-    array is freed with the window)."""
+    array is freed with the window). `host_copy`: the kept host buffer the documents were read
+    back into (for packing), which corpus.device.WindowBuffers.give_back_flat keeps for the
+    next windows once the window's calls have run, or None."""
 
     host = None
-    pooled = False  # (corpus.device.WindowBuffers.give_back_flat keeps nothing)
+    pooled = False  # (corpus.device.WindowBuffers.give_back_flat keeps no slot for it)
 
-    def __init__(self, data):
-        self.data = data
+    def __init__(self, data, host_copy=None):
+        self.data, self.host_copy = data, host_copy
 
     def to_device(self):
         return self.data
 
 
 @functools.lru_cache(maxsize=32)
-def _split_jit(field: str | None, sep: bytes, max_lines: int, max_bytes: int, count_separators: bool):
-    """split_lines jitted for one job's static arguments, with the number of times the
-    separator occurs in its documents' bytes (their own separators included) when asked."""
+def _split_jit(field: str | None, sep: bytes, max_lines: int, max_bytes: int):
+    """split_lines jitted for one job's static arguments."""
     import jax
-    import jax.numpy as jnp
 
-    def run(block, size):
-        data, offsets, lines, status = split_lines(
-            block, size, field=field, sep=sep, max_lines=max_lines, max_bytes=max_bytes
+    return jax.jit(
+        functools.partial(split_lines, field=field, sep=sep, max_lines=max_lines, max_bytes=max_bytes)
+    )
+
+
+# Blocks a job's reader has dispatched to the device split and not yet read back: the reader
+# dispatches the next blocks' splits before it waits for the oldest's results, so the device
+# queue holds them ahead of the encode calls of the windows planned meanwhile (each in-flight
+# block holds a page-locked slot and its split's output on the device).
+IN_FLIGHT = 3
+
+
+# A block's copy into its page-locked slot, in parts of at least COPY_PART bytes on up to
+# COPY_THREADS threads (NumPy copies without the GIL): one core's copy of a 32 MiB block takes
+# about as long as the device's split of it.
+COPY_PART = 4 << 20
+COPY_THREADS = min(8, os.cpu_count() or 1)
+
+
+def copy_in_parts(into: np.ndarray, source: np.ndarray) -> None:
+    """into[:] = source (uint8 arrays of one size), in parts on threads where it is large."""
+    parts = min(COPY_THREADS, source.size // COPY_PART)
+    if parts < 2:
+        into[:] = source
+        return
+    step = -(-source.size // parts)
+    list(
+        _copy_pool().map(
+            lambda a: into.__setitem__(slice(a, a + step), source[a : a + step]), range(0, source.size, step)
         )
-        found = jnp.int32(0)
-        if count_separators:
-            starts = data.shape[0] - len(sep) + 1
-            hit = jnp.arange(starts, dtype=jnp.int32) + len(sep) <= status[BYTES]
-            for k, b in enumerate(sep):
-                hit &= data[k : k + starts] == b
-            found = jnp.sum(hit, dtype=jnp.int32)
-        return data, offsets, lines, status, found
+    )
 
-    return jax.jit(run)
+
+@functools.lru_cache(maxsize=1)
+def _copy_pool():
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(COPY_THREADS, "blockbpe-copy")
 
 
 class DeviceSplit:
     """A job's splitting of blocks on its device (made by the engine, handed to the reader
     through corpus.engine.JoinInto).
+
+    The reader calls `dispatch` for a block (its bytes copied into a page-locked slot, one
+    DMA, the split dispatched: nothing waits) and reads a
+    block's results (`PendingSplit.result`) only once `in_flight` blocks are dispatched ahead
+    of it, oldest first (corpus.documents: `_line_windows`).
 
     Args:
         device: the job's jax.Device.
@@ -103,94 +142,150 @@ class DeviceSplit:
             copied into).
         sep: the separator after each document (the packing separator; b"" when the job
             does not pack).
+        in_flight: blocks dispatched and not yet read back, at most (>= 1; None: IN_FLIGHT).
     """
 
-    def __init__(self, device, buffers, sep: bytes):
+    def __init__(self, device, buffers, sep: bytes, in_flight: int | None = None):
+        in_flight = IN_FLIGHT if in_flight is None else in_flight
+        if in_flight < 1:
+            raise ValueError(f"DeviceSplit: in_flight must be >= 1, got {in_flight}")
         self.device, self.buffers, self.sep = device, buffers, bytes(sep)
+        self.in_flight = in_flight
         self.host_documents = device.platform == "cpu" and DOCUMENTS_ON_HOST_ON_CPU
         self.max_lines = 0  # the job's line capacity (grows for blocks of very short lines)
         self.blocks = self.given_up = 0  # blocks split on the device; of those, given up on
+        self.pending = 0  # blocks dispatched, not yet read back
+        self.most_pending = 0  # the most at once over the job (the tests hold it to in_flight)
 
     def takes(self, field: str | None) -> bool:
         """Whether the device split can take the field's name (else the host reader reads)."""
         return device_field(field)
 
     def split(self, block, field: str | None):
-        """A block of whole lines split on the device.
+        """`dispatch(block, field).result()`: a block split and read back at once."""
+        return self.dispatch(block, field).result()
+
+    def dispatch(self, block, field: str | None) -> "PendingSplit":
+        """A block of whole lines sent to the device and its split dispatched; nothing waits
+        for the device.
 
         Args:
-            block: the block's bytes (a buffer of the reader's, reused after this returns).
+            block: the block's bytes (a buffer of the reader's, reused after this returns:
+                they are copied into a page-locked slot, which the split holds until its
+                results are read).
             field: the JSONL field, or None for plain lines.
+
+        Returns:
+            the PendingSplit whose `result()` gives the block's documents.
+        """
+        host_block = np.frombuffer(block, np.uint8)
+        slot = self.buffers.flat_slot(host_block.size)
+        try:
+            copy_in_parts(slot.host[: host_block.size], host_block)
+            pending = PendingSplit(self, slot, host_block.size, field)
+        except BaseException:
+            self.buffers.give_back_flat(slot)
+            raise
+        self.pending += 1
+        self.most_pending = max(self.most_pending, self.pending)
+        return pending
+
+    def _dispatch_step(self, on_device, size: int, field, slot_bytes: int) -> tuple:
+        """The jitted split of on_device[:size] with the job's capacities, dispatched ->
+        (data, offsets, lines, status) as JAX arrays. (Their copies back are not started here:
+        offsets and lines have room for max_lines, and `PendingSplit.result` reads only the
+        documents' part of them once the status says how many.)"""
+        import jax
+
+        self.max_lines = max(self.max_lines, pow2(slot_bytes // LINE_BYTES, 64))
+        # (a document is at most its line's bytes without the newline: a separator per line
+        # more than the block's bytes holds them all)
+        max_bytes = slot_bytes + self.max_lines * len(self.sep)
+        step = _split_jit(field, self.sep, self.max_lines, max_bytes)
+        return step(on_device, jax.device_put(np.int32(size), self.device))
+
+    def _host_bytes(self, data, nbytes: int) -> tuple:
+        """What the window's host bytes must be for the engine's planning, which reads them
+        only to pack short documents (native pack_documents: each document's separator in
+        place, and no separator inside a short document, else it is encoded alone) ->
+        (host bytes, the kept buffer they are in or None). Without a separator: nothing (a
+        view of one zero byte, the documents' size). On the CPU backend: the documents
+        themselves. Else the documents read back into a kept host buffer (page-locked on a
+        CUDA GPU: one DMA, no host core copies or scans them here)."""
+        if not self.sep:
+            return np.broadcast_to(np.zeros(1, np.uint8), (nbytes,)), None
+        if self.host_documents:
+            return np.asarray(data)[:nbytes], None
+        into = self.buffers.host_documents(data.shape[0])
+        if staging.available(self.device):
+            host = staging.read_back([data], [nbytes], [into])[0]
+        else:  # (the CPU backend run the GPU's way, DOCUMENTS_ON_HOST_ON_CPU off)
+            host = into[:nbytes]
+            host[:] = np.asarray(data)[:nbytes]
+        return host, into
+
+
+class PendingSplit:
+    """One block's split, dispatched (`DeviceSplit.dispatch`), its results not yet read.
+    Holds the block's page-locked slot (its device bytes are the split's input) until
+    `result()` or `discard()`; one of them must be called, once, by the thread that reads."""
+
+    def __init__(self, owner: DeviceSplit, slot, size: int, field):
+        self.owner, self.slot, self.size, self.field = owner, slot, size, field
+        self.on_device = slot.to_device()  # (one DMA on a CUDA GPU)
+        self.block = None  # (result(), where the split gives up: the block's bytes)
+        self.out = owner._dispatch_step(self.on_device, size, field, slot.size)
+
+    def result(self):
+        """The block's documents (waits for this block's split only).
 
         Returns:
             (host bytes uint8[bytes], offsets int64[docs + 1], each document's line from the
             block's first int64[docs], the block's newlines, separator bytes, SplitBytes), as
-            corpus.documents' native split returns them, or None where the split gives up. The
-            host bytes are what the engine's planning reads (`_host_bytes`).
+            corpus.documents' native split returns them, or None where the split gives up
+            (then `block` holds the block's bytes, for the host reader). The host bytes are
+            what the engine's planning reads (`DeviceSplit._host_bytes`).
         """
-        host_block = np.frombuffer(block, np.uint8)
-        size = host_block.size
-        slot = self.buffers.flat_slot(size)
+        owner = self.owner
         try:
-            slot.host[:size] = host_block
-            on_device = slot.to_device()  # (one DMA on a CUDA GPU)
-            data, offsets, lines, status, found = self._run(on_device, host_block, field, slot.size)
+            data, offsets, lines, status = self.out
+            (status,) = staging.read_back([status])
+            while status[CODE] == TOO_MANY_LINES:  # (more lines than the job's capacity: grown)
+                newlines = int(np.count_nonzero(self.slot.host[: self.size] == ord("\n")))
+                owner.max_lines = max(2 * owner.max_lines, pow2(newlines + 1, 64))
+                data, offsets, lines, status = owner._dispatch_step(
+                    self.on_device, self.size, self.field, self.slot.size
+                )
+                (status,) = staging.read_back([status])
+            if status[CODE] == GIVE_UP:
+                self.block = bytes(self.slot.host[: self.size])
         finally:
-            # The split has run (its status is back): the slot's bytes are read, the pool may
-            # hand it out again.
-            self.buffers.give_back_flat(slot)
-        self.blocks += 1
+            self._release()
+        owner.blocks += 1
         if status[CODE] == GIVE_UP:
-            self.given_up += 1
+            owner.given_up += 1
             return None
-        if status[CODE] != OK:  # (max_bytes holds every block's documents: see _run)
+        if status[CODE] != OK:  # (max_bytes holds every block's documents: _dispatch_step)
             raise RuntimeError(f"device split: status {status.tolist()} on a block sized for it")
         docs, nbytes = int(status[DOCS]), int(status[BYTES])
-        offsets = np.asarray(offsets)[: docs + 1].astype(np.int64)
-        kept = np.asarray(lines)[:docs].astype(np.int64)
-        host = self._host_bytes(data, offsets, nbytes, int(found))
-        return host, offsets, kept, int(status[NEWLINES]), len(self.sep), SplitBytes(data)
+        # (one DMA each on a CUDA GPU, of the documents' part only: staging.read_back)
+        offsets, kept = staging.read_back([offsets, lines], [docs + 1, docs])
+        offsets, kept = offsets.astype(np.int64), kept.astype(np.int64)
+        host, host_copy = owner._host_bytes(data, nbytes)
+        return host, offsets, kept, int(status[NEWLINES]), len(owner.sep), SplitBytes(data, host_copy)
 
-    def _run(self, on_device, host_block: np.ndarray, field, slot_bytes: int):
-        """The split of on_device[:len(host_block)] -> (data, offsets, lines, status on the
-        host, separators found), its line capacity grown once where the block has more lines."""
-        import jax
+    def discard(self) -> None:
+        """Waits for the split (it reads the slot) and gives the slot back, its results unread
+        (the reader stopped early)."""
+        try:
+            np.asarray(self.out[3])
+        finally:
+            self._release()
 
-        self.max_lines = max(self.max_lines, pow2(slot_bytes // LINE_BYTES, 64))
-        size = np.int32(host_block.size)
-        while True:
-            # (a document is at most its line's bytes without the newline: a separator per
-            # line more than the block's bytes holds them all)
-            max_bytes = slot_bytes + self.max_lines * len(self.sep)
-            step = _split_jit(
-                field, self.sep, self.max_lines, max_bytes, bool(self.sep) and not self.host_documents
-            )
-            data, offsets, lines, status, found = step(on_device, jax.device_put(size, self.device))
-            for out in (offsets, lines, found):
-                out.copy_to_host_async()
-            status = np.asarray(status)
-            if status[CODE] != TOO_MANY_LINES:
-                return data, offsets, lines, status, np.asarray(found)
-            newlines = int(np.count_nonzero(host_block == ord("\n")))
-            self.max_lines = max(2 * self.max_lines, pow2(newlines + 1, 64))
-
-    def _host_bytes(self, data, offsets: np.ndarray, nbytes: int, found: int) -> np.ndarray:
-        """What the window's host bytes must be for the engine's planning, which reads them
-        only to pack short documents (native pack_documents: each document's separator in
-        place, and no separator inside a document, else it is encoded alone). Without a
-        separator: nothing (a view of one zero byte, the documents' size). On the CPU
-        backend: the documents themselves. On a GPU where the separator occurs only as the
-        documents' own (`found`, counted on the device, equals their number): a stand-in with
-        the separators in place and zeros for the documents' bytes, which pack_documents
-        decides alike. Else (a document holds the separator's bytes): the documents copied
-        back."""
-        if not self.sep:
-            return np.broadcast_to(np.zeros(1, np.uint8), (nbytes,))
-        if self.host_documents or found != len(offsets) - 1:
-            return np.asarray(data)[:nbytes]
-        stand_in = np.zeros(nbytes, np.uint8)
-        ends = offsets[1:] - len(self.sep)
-        stand_in[(ends[:, None] + np.arange(len(self.sep))).ravel()] = np.tile(
-            np.frombuffer(self.sep, np.uint8), len(ends)
-        )
-        return stand_in
+    def _release(self) -> None:
+        """The slot back to the pool, once: the split that reads it has run (its status is
+        back), so the pool may hand it out again."""
+        if self.slot is not None:
+            self.owner.buffers.give_back_flat(self.slot)
+            self.slot = None
+            self.owner.pending -= 1

@@ -4,6 +4,7 @@ missing field, invalid UTF-8)."""
 
 from __future__ import annotations
 
+import collections
 import os
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -236,9 +237,9 @@ def _split(block, field: str | None, threads: int, join):
     while `join` is open -> (data, offsets, line of each document, newlines, separator bytes,
     the engine's buffer or None), or None where it gives up. With the engine's device split on
     (`join.device_split`), the block is split on the device instead (corpus/device_split.py:
-    the same rules, the same result, the documents left there)."""
-    on_device = join.device_split if join is not None else None
-    if on_device is not None and on_device.takes(field):
+    the same rules, the same result, the documents left there), read back at once."""
+    on_device = _device_split(join, field)
+    if on_device is not None:
         return on_device.split(block, field)
     sep, take = (join and join.to) or (b"", None)
     taken = []  # the engine's buffer the documents are joined into
@@ -249,6 +250,12 @@ def _split(block, field: str | None, threads: int, join):
 
     split = native.cpu.split_documents(block, field, threads, sep, into if take else None)
     return None if split is None else (*split, len(sep), taken[0] if taken else None)
+
+
+def _device_split(join, field: str | None):
+    """The engine's corpus.device_split.DeviceSplit where it is on and takes the field, else None."""
+    on_device = join.device_split if join is not None else None
+    return on_device if on_device is not None and on_device.takes(field) else None
 
 
 def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int, threads: int, join, source):
@@ -263,27 +270,61 @@ def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int, thr
                 blocks = source[1]
             else:  # (read ahead)
                 blocks = in_background(blocks_of_lines(f, window_bytes, source), 1, "blockbpe-read")
+            # Blocks split on the device are dispatched `in_flight` ahead of the one read back
+            # (corpus/device_split.py); every other block is split here, in order, once those
+            # before it are read back.
+            pending: collections.deque = collections.deque()
+
+            def settle(keep: int):
+                """The windows of the oldest dispatched blocks, until `keep` are left."""
+                while len(pending) > keep:
+                    dispatched = pending.popleft()
+                    split = dispatched.result()
+                    if split is None:  # (the device gave up on it: the host reads it)
+                        yield host_window(dispatched.block)
+                    else:
+                        yield split_window(split, dispatched.size)
+
+            def split_window(split, consumed: int) -> Window:
+                nonlocal line_base
+                data, offsets, kept, newlines, sep_len, slot = split
+                window = Window(
+                    data[: offsets[-1]], offsets, kept + (line_base + 1), fi, consumed, sep_len, slot
+                )
+                line_base += newlines
+                return window
+
+            def host_window(block: bytes) -> Window:
+                nonlocal line_base
+                fast = fast_block(block, field)
+                if fast is None:
+                    docs = list(line_documents(block.split(b"\n"), path, line_base, field))
+                    blobs = [d for d, _ in docs]
+                    positions = np.array([p for _, p in docs], np.int64)
+                else:
+                    blobs, kept = fast
+                    positions = kept + (line_base + 1)
+                line_base += block.count(b"\n")
+                return Window.of(blobs, positions, fi, len(block))
+
             try:
                 for block in blocks:
+                    on_device = _device_split(join, field) if native_field else None
+                    if on_device is not None:
+                        pending.append(on_device.dispatch(block, field))
+                        yield from settle(on_device.in_flight - 1)
+                        continue
+                    yield from settle(0)
                     split = _split(block, field, threads, join) if native_field else None
                     if split is not None:
-                        data, offsets, kept, newlines, sep_len, slot = split
-                        positions = kept + (line_base + 1)
-                        yield Window(data[: offsets[-1]], offsets, positions, fi, len(block), sep_len, slot)
-                        line_base += newlines
+                        yield split_window(split, len(block))
                         continue
-                    block = bytes(block)  # (the reader's buffer is reused: the Python paths keep bytes)
-                    fast = fast_block(block, field)
-                    if fast is None:
-                        docs = list(line_documents(block.split(b"\n"), path, line_base, field))
-                        blobs = [d for d, _ in docs]
-                        positions = np.array([p for _, p in docs], np.int64)
-                    else:
-                        blobs, kept = fast
-                        positions = kept + (line_base + 1)
-                    yield Window.of(blobs, positions, fi, len(block))
-                    line_base += block.count(b"\n")
+                    # (the reader's buffer is reused: the Python paths keep bytes)
+                    yield host_window(bytes(block))
+                yield from settle(0)
             finally:
+                for dispatched in pending:  # (stopped early: the splits still read their slots)
+                    dispatched.discard()
                 blocks.close()  # the reading thread ends before the file closes
             return
     except READ_ERRORS as e:

@@ -14,10 +14,11 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .. import native, staging
-from .background import in_background, map_in_background
+from .background import in_background, map_in_background, stop_background
 from .types import Window
 from .device import CompiledReads, CompiledWindows, WindowBuffers, compile_ahead, device_functions
 from .types import CorpusError
+from .nfc import device_nfc_available, document_bytes, encode_normalized_again
 from .shards.flat import token_dtype
 from .plan import (
     DEFAULT_BATCH_BYTES,
@@ -86,7 +87,7 @@ def encode_documents(
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
     window's ids, back to back in input order in the shard dtype, to `writer.add`
     (`WindowEncoder` says how; `options` are its own: mode, allowed_special, batch_bytes,
-    max_docs, max_len, block_size, device, progress, pack_width, device_split). `join`: the
+    max_docs, max_len, block_size, device, progress, pack_width, device_split, device_nfc). `join`: the
     JoinInto the windows' reader was given (opened here when short documents are packed, and
     given the device split when that option is on)."""
     WindowEncoder(tok, writer, paths, **options).run(windows, join)
@@ -126,45 +127,52 @@ class WindowEncoder:
         progress=None,
         pack_width=DEFAULT_PACK_WIDTH,
         device_split=False,
+        device_nfc=None,
     ):
         import jax
 
         self.tok, self.writer, self.paths, self.progress = tok, writer, paths, progress
         self.batch_bytes, self.max_docs, self.max_len = batch_bytes, max_docs, max_len
-        self.nfc = mode == "exact" and tok.normalizes
+        self.allowed_special = allowed_special
+        self.normalized_on_host = 0  # documents the device could not normalize (normalized_again)
         self.fns = device_functions()
         self.target = device or jax.devices()[0]
         # the GPU's plan: finalize's size guessed and compiled ahead
         self.speculate = self.target.platform != "cpu" or LIKELY_SHAPES_ON_CPU
         tables = tok.tables(allowed_special, device)
         self.buffers = WindowBuffers(self.target)
-        # (any normalizer: assume_nfc)
-        self.encodes = CompiledWindows(
-            tables,
-            self.target,
-            mode=mode,
-            block_size=block_size,
-            assume_nfc=self.nfc,
-        )
         self.reads = CompiledReads(self.target, token_dtype(tok.vocab.n_vocab))
         # (max_len: every call max_len wide, packed rows too)
         self.pack = packing(
             tok, mode, allowed_special, min(pack_width, max_len) if max_len and pack_width else pack_width
         )
+        # Where the normalizer runs (docs/corpus.md, "NFC"): NFC alone on the device, in the
+        # encode calls' front end (`device_nfc`; the documents' bytes go as read), else (any
+        # other normalizer, or device_nfc=False) on the host in plan_window, the calls then
+        # trusting the text.
+        normalizes = mode == "exact" and tok.normalizes
+        self.device_nfc = (
+            normalizes
+            and device_nfc is not False
+            and device_nfc_available(tok, self.pack.sep if self.pack else b"")
+        )
+        self.host_normalizes = normalizes and not self.device_nfc
+        self.static = dict(mode=mode, block_size=block_size)
+        self.encodes = CompiledWindows(tables, self.target, **self.static, assume_nfc=self.host_normalizes)
+        self.trusted_encodes = None  # (device_nfc: made for the first rows normalized on the host)
         self.packed_encodes = None  # (made when short documents are packed: only packed calls use it)
         if self.pack:
             self.packed_encodes = CompiledWindows(
                 tok.tables(self.pack.allowed, device),
                 self.target,
                 sep_id=self.pack.sep_id,
-                mode=mode,
-                block_size=block_size,
-                assume_nfc=self.nfc,
+                **self.static,
+                assume_nfc=self.host_normalizes,
             )
-        # Blocks of lines split on the device (corpus/device_split.py); not for a tokenizer
-        # that normalizes: plan_window normalizes the documents' host bytes.
+        # Blocks of lines split on the device (corpus/device_split.py); not where the host
+        # normalizes: plan_window normalizes the documents' host bytes.
         self.device_split = None
-        if device_split and not self.nfc:
+        if device_split and not self.host_normalizes:
             from .device_split import DeviceSplit
 
             self.device_split = DeviceSplit(self.target, self.buffers, self.pack.sep if self.pack else b"")
@@ -192,9 +200,13 @@ class WindowEncoder:
 
         if not w.ndocs:
             return None
-        if self.nfc:  # the width must fit the normalized text
-            w = Window.of(self.tok.normalize(w.blobs), w.positions, w.file_index, w.consumed)
         lengths = w.lengths
+        # (device NFC: a document over max_len may be within it once normalized, as the host
+        # path measures it: that window is normalized here)
+        too_long = self.max_len is not None and lengths.max() > self.max_len
+        if self.host_normalizes or (self.device_nfc and too_long):  # the width must fit the normalized text
+            w = Window.of(self.tok.normalize(document_bytes(w)), w.positions, w.file_index, w.consumed)
+            lengths = w.lengths
         if self.max_len is not None and lengths.max() > self.max_len:
             i = int(np.argmax(lengths))
             raise CorpusError(
@@ -321,6 +333,9 @@ class WindowEncoder:
         sizes = [len(p.docs) for p in plan]
         got = np.empty(n, np.int64)  # the counts in plan order from here on (core/window_layout.h)
         native.cpu.counts_in_plan_order(np.asarray(work.counts), perm, src, packed, got)
+        widths = np.array([p.width for p in plan], np.int64)
+        if self.device_nfc:
+            raw, end = encode_normalized_again(self, work, got, raw, end, widths)
         redo = np.flatnonzero(got > work.kept)
         if redo.size:  # more tokens than the first pass kept: these rows at full width
             call_of = np.repeat(np.arange(len(plan)), sizes)
@@ -344,7 +359,7 @@ class WindowEncoder:
             got[redo] = np.asarray(self.reads.gather(raw, positions))[: redo.size]
         counts = np.empty(n, np.int64)
         layout = np.empty((2, self.buffers.doc_slots(n)), np.int32)
-        calls = np.array([(len(p.docs), p.width) for p in plan], np.int64)
+        calls = np.stack([sizes, widths], axis=1).astype(np.int64)
         bad, total, held = native.cpu.compaction_layout(got, src, perm, calls, counts, layout)
         if bad >= 0:
             self.buffers.give_back(raw)
@@ -406,7 +421,8 @@ class WindowEncoder:
         # writer of files, whose one thread's copy into the page cache bounds the job and slows
         # with a second planner's memory traffic.
         plan_threads = 1 if getattr(self.writer, "writes_files", True) else 2
-        if join is not None and not self.nfc:
+        stop_reading = None
+        if join is not None and not self.host_normalizes:
             if self.pack:  # (the reader joins each block into a buffer of the pool)
                 join.open(self.pack.sep, self.buffers.flat_slot)
             join.device_split = self.device_split
@@ -421,6 +437,7 @@ class WindowEncoder:
                 finished = []  # futures of finish(), oldest first
                 # (windows are split on one thread and planned on others: this one only dispatches)
                 split = in_background(windows, depth=1, name="blockbpe-split")
+                stop_reading = split
                 # (three windows planned or being planned ahead of this one, four at times with two)
                 ahead = 2 if plan_threads == 1 else 1
                 for planned in map_in_background(
@@ -440,5 +457,9 @@ class WindowEncoder:
                 if getattr(self.writer, "writes_later", False):
                     self.writer.drain()  # (its queued writes, and their progress, before the job returns)
         finally:
+            # (a job that stopped early returns once its reader has stopped: the device split's
+            # blocks in flight are waited for and their buffers given back)
+            if stop_reading is not None:
+                stop_background(stop_reading)
             if join is not None:
                 join.close()

@@ -187,8 +187,10 @@ def test_written_shards_byte_for_byte(root, cl100k, tmp_path, splits):
 @pytest.mark.parametrize("pack_width", [0, 16384])
 def test_the_gpus_host_bytes_on_the_cpu(root, cl100k, tmp_path, splits, monkeypatch, pack_width):
     """The window's host bytes as a GPU makes them (device_split._host_bytes): no separator
-    (pack_width 0), the stand-in with the separators in place, or, where a document holds the
-    separator's bytes, the documents copied back."""
+    (pack_width 0: a zero-stride view), else the documents read back into a kept buffer of
+    the engine's pool (reused by later windows only once their calls have run: a window whose
+    buffer were reused too early would pack from another window's bytes), with documents that
+    hold the separator's bytes (encoded alone)."""
     monkeypatch.setattr(device_split_module, "DOCUMENTS_ON_HOST_ON_CPU", False)
     lines = (root / "corpus/gsm8k_test.jsonl").read_text().splitlines()[:400]
     lines[150] = json.dumps({"question": "a <|endoftext|> b<|endoftext|>", "answer": "x"})
@@ -310,9 +312,10 @@ def test_blocks_only_json_loads_takes(root, cl100k, tmp_path, splits, kind):
 # --------------------------------------------------------------------------------------------
 
 
-def test_nfc_tokenizer_keeps_the_host_path(data_dir, tmp_path, splits):
-    """A tokenizer that normalizes: the engine does not split on the device (NFC runs on the
-    host's bytes), and the job gives what it gives off."""
+def test_nfc_tokenizer(data_dir, tmp_path, splits):
+    """An NFC tokenizer: with NFC on the device (the default where available) the blocks are
+    split on the device too; where the host normalizes (device_nfc=False, as for any other
+    normalizer) they are not (plan_window normalizes the host's bytes). The same ids either way."""
     from helpers import unicodedata16
     from synthetic import nfc_tokenizer
 
@@ -321,8 +324,11 @@ def test_nfc_tokenizer_keeps_the_host_path(data_dir, tmp_path, splits):
     assert tok.nfc
     path = tmp_path / "nfc.jsonl"
     path.write_text("".join(json.dumps({FIELD: t}) + "\n" for t in ["cafe\u0301", "\u212b x", "plain"] * 50))
-    assert_same(tok, [path], jsonl_field=FIELD, window_bytes=1024)
+    host = assert_same(tok, [path], jsonl_field=FIELD, window_bytes=1024, device_nfc=False)
     assert splits == []
+    on = assert_same(tok, [path], jsonl_field=FIELD, window_bytes=1024)
+    assert used(splits)[0] > 3
+    assert np.array_equal(on[0], host[0]) and np.array_equal(on[1], host[1])
 
 
 def test_parquet_and_split_file_keep_the_host_path(root, cl100k, tmp_path, splits):
@@ -388,3 +394,13 @@ def test_small_inputs_read_together(root, cl100k, tmp_path, splits, bad):
     else:
         assert len(got[1]) == 1 + sum(3 + k for k in range(12))
     assert used(splits)[0] >= 1
+
+
+@pytest.mark.parametrize("pack_width", [0, 1024])
+def test_only_empty_documents(cl100k, tmp_path, splits, pack_width):
+    """Windows whose documents are all empty (a window buffer of no bytes has no address to
+    key its calls' plan by: the job keeps at least one byte): no ids, with the option on and off."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text(json.dumps({FIELD: ""}) + "\n" + json.dumps({FIELD: ""}) + "\n")
+    ids, offsets = assert_same(cl100k, [path], jsonl_field=FIELD, pack_width=pack_width)
+    assert len(ids) == 0 and offsets.tolist() == [0, 0, 0]
