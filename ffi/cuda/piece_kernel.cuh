@@ -58,7 +58,9 @@ namespace {
 constexpr int kPieceThreads = 256;
 constexpr int kPieceWarps = kPieceThreads / 32;
 constexpr int kPieceMaxLen = 4096;   // widest rows: 256 chunks of 16 bytes
-constexpr int kPieceLaneList = 512;  // misses of 2..kLanePieceLen bytes a block merges
+// Misses of 2..kLanePieceLen bytes a block merges: a 4 KiB row of a book's table of contents
+// ("CHAPTER XVII", indented) has 549 in GPT-2's vocabulary.
+constexpr int kPieceLaneList = 1024;
 constexpr int kPieceWideList = 64;   // misses of kLanePieceLen + 1..kShortPieceLen bytes
 
 // The block's shared memory (dynamic: over 48 KB at 16-byte chunks).
@@ -200,6 +202,8 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
                                                               int rows_per_block) {
   static_assert(kChunk <= 32, "a chunk's piece starts are one 32-bit mask");
   static_assert(kShortPieceLen <= 255, "a piece's token count is one byte");
+  static_assert(4 * (sizeof(PieceSmem<kChunk>) + 1024) <= 228 * 1024,
+                "four blocks fit an SM's shared memory (228 KB on sm_90, 1 KB of it reserved per block)");
   static_assert(kPieceThreads * kChunk <= 4096 && kPieceThreads <= 256, "encode_warp_pieces packs a piece in a word");
   extern __shared__ __align__(16) uint8_t piece_kernel_smem[];
   PieceSmem<kChunk>& s = *reinterpret_cast<PieceSmem<kChunk>*>(piece_kernel_smem);
