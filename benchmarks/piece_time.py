@@ -47,7 +47,40 @@ FAMILIES = [  # (label, vocab file under data/vocab)
     ("gpt2_hf", "gpt2/tokenizer.json"),
     ("cl100k_hf", "cl100k_hf/tokenizer.json"),
     ("o200k_hf", "o200k_hf/tokenizer.json"),
+    ("deepseek_splits", "cl100k_hf/tokenizer.json"),  # the cl100k port with DeepSeek-V3's three splits
 ]
+
+# DeepSeek-V3's pre-tokenizer as its tokenizer.json has it (three Splits, then ByteLevel without
+# its regex): a pipeline of stages, put on a vocabulary that is here (DeepSeek's own file is not
+# in the shared data).
+DEEPSEEK_V3_PRE_TOKENIZER = {
+    "type": "Sequence",
+    "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"\p{N}{1,3}"}, "behavior": "Isolated", "invert": False},
+        {"type": "Split", "pattern": {"Regex": "[一-龥぀-ゟ゠-ヿ]+"}, "behavior": "Isolated", "invert": False},
+        {
+            "type": "Split",
+            "pattern": {
+                "Regex": "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?"
+                "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
+            },
+            "behavior": "Isolated",
+            "invert": False,
+        },
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+    ],
+}
+
+
+def load_family(label: str, path: pathlib.Path):
+    """The family's tokenizer (deepseek_splits: the file with DeepSeek-V3's pre-tokenizer)."""
+    if label != "deepseek_splits":
+        return bb.Tokenizer.from_file(path)
+    from tokenizers import Tokenizer
+
+    doc = json.loads(path.read_bytes())
+    doc["pre_tokenizer"] = DEEPSEEK_V3_PRE_TOKENIZER
+    return bb.Tokenizer.from_hf(Tokenizer.from_str(json.dumps(doc)))
 
 
 def kernel(name: str | None, chunk: int | None = None, fill: bool = True):
@@ -249,7 +282,7 @@ def main(argv=None) -> int:
         path = root / "vocab" / rel
         if label in want and path.exists():
             try:
-                families.append((label, bb.Tokenizer.from_file(path)))
+                families.append((label, load_family(label, path)))
             except Exception as e:  # noqa: BLE001
                 print("family", label, "not loaded:", e, flush=True)
 

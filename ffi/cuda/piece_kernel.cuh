@@ -13,7 +13,8 @@
 //   2. T after the chunk from the next chunks' maps of the same row (edge_state, unbounded:
 //      exact, and at most 255 maps of one block), the backward replay, the forward map;
 //   3. S before the chunk from the previous chunks' maps; the forward replay: the chunk's
-//      piece starts as a bit mask;
+//      piece starts as a bit mask (steps 1-3 once for each stage of the pre-tokenizer, the
+//      earlier stages' starts as boundaries: stage_starts);
 //   4. every piece that starts in the warp's chunks (its end from the masks of the next chunks),
 //      dealt to the warp's lanes in turn (encode_warp_pieces): one
 //      byte -> its id; else the whole piece looked up (lookup_piece, one probe for most); a
@@ -29,8 +30,8 @@
 // docs/performance.md, "The piece-parallel kernel".)
 //
 // What it leaves to the block-per-string kernel, decided on the host by shape and tables
-// (piece_eligible): bytes mode, SentencePiece BPE, multi-stage pre-tokenizers (DeepSeek), NFC
-// or Lowercase normalizers that run on the device, calls with allowed special tokens, rows
+// (piece_eligible): bytes mode, SentencePiece BPE, NFC or Lowercase normalizers that run on
+// the device, calls with allowed special tokens, rows
 // wider than kPieceMaxLen bytes or tiled (tiled_rows). Decided on the device per row: a row
 // holding a piece longer than kShortPieceLen bytes that the piece table lacks, or whose
 // block's merge lists are full (kPieceLaneList, kPieceWideList), is marked
@@ -197,7 +198,56 @@ __device__ __forceinline__ void encode_warp_pieces(const VocabView& v, PieceSmem
   }
 }
 
+// A stage's step tables to shared memory (every thread calls it; the caller synchronizes).
 template <int kChunk>
+__device__ __forceinline__ void load_stage_tables(PieceSmem<kChunk>& s, const PretokTables* tables) {
+  static_assert(sizeof(PretokTables) % 8 == 0, "copied as 8-byte words");
+  const uint64_t* src = reinterpret_cast<const uint64_t*>(tables);
+  uint64_t* dst = reinterpret_cast<uint64_t*>(&s.tab);
+  for (int k = threadIdx.x; k < (int)(sizeof(PretokTables) / 8); k += kPieceThreads) dst[k] = __ldg(src + k);
+}
+
+// One stage of the pre-tokenizer over the thread's chunk (steps 1-3; its tables in s.tab):
+// the classes, the backward automaton (T after the chunk from the next chunks' maps), the
+// forward one (S before it from the previous chunks' maps). Returns the chunk's piece starts as
+// a bit mask. kBoundaries: `earlier` holds the piece starts of the stages before (both automata
+// restart there, and they stay starts: pretok/automata.h, "Stages"). Every thread of the block
+// calls it (it synchronizes); k: the chunk's index in its row, nv: the row's chunks with bytes.
+template <int kChunk, bool kBoundaries>
+__device__ __forceinline__ uint32_t stage_starts(PieceSmem<kChunk>& s, const ClassTable& ct, const uint8_t* text,
+                                                 int n, int k, int nv, int base, int valid, uint32_t earlier) {
+  const PretokTables& tab = s.tab;
+  const int t = threadIdx.x;
+  uint16_t key[kChunk];
+  chunk_classes<kChunk>(tab, text, n, nullptr, base, valid, ct, key);
+  if (kBoundaries) {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) key[i] = with_boundary((uint8_t)key[i], (earlier >> i) & 1);
+  }
+  s.maps[t] = chunk_bwd_map<kBoundaries>(tab, key, kChunk);
+  __syncthreads();
+  uint8_t t_end = tab.bwd_init & 15;
+  if (k < nv) edge_state(s.maps, t + 1, 1, nv - 1 - k, tab.bwd_live, tab.bwd_init & 15, nv, &t_end);
+  chunk_bwd_replay<kBoundaries>(tab, key, kChunk, t_end, key);
+  const uint64_t fwd = chunk_fwd_map<kBoundaries>(tab, key, kChunk);
+  __syncthreads();  // (every thread is done with the backward maps)
+  s.maps[t] = fwd;
+  __syncthreads();
+  uint8_t s_before = tab.fwd_init & 15;
+  if (k < nv) edge_state(s.maps, t - 1, -1, k, tab.fwd_live, tab.fwd_init & 15, nv, &s_before);
+  uint8_t flags[kChunk];
+  chunk_fwd_replay<kBoundaries>(tab, key, kChunk, s_before, flags, valid);
+  uint32_t fm = 0;
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i)
+    if (i < valid && flags[i]) fm |= 1u << i;
+  if (k == 0 && n > 0) fm |= 1u;  // (the text's start starts a segment)
+  return fm;
+}
+
+// kStaged: the pre-tokenizer has more than one stage (a kernel of its own: the stage loop
+// spills registers at 16-byte chunks).
+template <int kChunk, bool kStaged>
 __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_constant__ EncodeParams p, int cpr,
                                                               int rows_per_block) {
   static_assert(kChunk <= 32, "a chunk's piece starts are one 32-bit mask");
@@ -208,12 +258,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   extern __shared__ __align__(16) uint8_t piece_kernel_smem[];
   PieceSmem<kChunk>& s = *reinterpret_cast<PieceSmem<kChunk>*>(piece_kernel_smem);
   const int t = threadIdx.x;
-  {  // the stage's step tables
-    static_assert(sizeof(PretokTables) % 8 == 0, "copied as 8-byte words");
-    const uint64_t* src = reinterpret_cast<const uint64_t*>(p.pretok.tables);
-    uint64_t* dst = reinterpret_cast<uint64_t*>(&s.tab);
-    for (int k = t; k < (int)(sizeof(PretokTables) / 8); k += kPieceThreads) dst[k] = __ldg(src + k);
-  }
+  load_stage_tables(s, p.pretok.tables);
   const int r = t / cpr, k = t - r * cpr;  // the thread's row in the block, its chunk in the row
   const int64_t b = (int64_t)blockIdx.x * rows_per_block + r;
   const bool in_row = r < rows_per_block && b < p.batch;
@@ -232,31 +277,14 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
     load_chunk<kChunk>(p.data + b * (int64_t)p.max_len + base, text + base, valid, base + kChunk <= p.max_len);
   __syncthreads();
 
-  // 1-2. Classes, the backward automaton.
-  const PretokTables& tab = s.tab;
-  const ClassTable ct = p.pretok.classes(0);
-  uint16_t key[kChunk];
-  chunk_classes<kChunk>(tab, text, n, nullptr, base, valid, ct, key);
-  s.maps[t] = chunk_bwd_map<false>(tab, key, kChunk);
-  __syncthreads();
-  uint8_t t_end = tab.bwd_init & 15;
-  if (k < nv) edge_state(s.maps, t + 1, 1, nv - 1 - k, tab.bwd_live, tab.bwd_init & 15, nv, &t_end);
-  chunk_bwd_replay<false>(tab, key, kChunk, t_end, key);
-  const uint64_t fwd = chunk_fwd_map<false>(tab, key, kChunk);
-  __syncthreads();  // (every thread is done with the backward maps)
-
-  // 3. The forward automaton: the piece starts.
-  s.maps[t] = fwd;
-  __syncthreads();
-  uint8_t s_before = tab.fwd_init & 15;
-  if (k < nv) edge_state(s.maps, t - 1, -1, k, tab.fwd_live, tab.fwd_init & 15, nv, &s_before);
-  uint8_t flags[kChunk];
-  chunk_fwd_replay<false>(tab, key, kChunk, s_before, flags, valid);
-  uint32_t fm = 0;
-#pragma unroll
-  for (int i = 0; i < kChunk; ++i)
-    if (i < valid && flags[i]) fm |= 1u << i;
-  if (k == 0 && n > 0) fm |= 1u;  // (the text's start starts a segment)
+  // 1-3. The pre-tokenizer's stages: the chunk's piece starts.
+  uint32_t fm = stage_starts<kChunk, false>(s, p.pretok.classes(0), text, n, k, nv, base, valid, 0);
+  for (int st = 1; kStaged && st < p.pretok_stages; ++st) {
+    __syncthreads();  // (every thread is done with the tables and the maps)
+    load_stage_tables(s, p.pretok.tables + st);
+    __syncthreads();
+    fm = stage_starts<kChunk, true>(s, p.pretok.classes(st), text, n, k, nv, base, valid, fm);
+  }
   s.masks[t] = fm;
   __syncthreads();
 
@@ -329,7 +357,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
 
 // Whether a call can run the piece kernel (see the top of this file).
 inline bool piece_eligible(const EncodeParams& p) {
-  return p.pretok_stages == 1 && p.symbols == kSymbolsBytes && p.special.count == 0 && !p.pretok.nfc &&
+  return p.pretok_stages >= 1 && p.symbols == kSymbolsBytes && p.special.count == 0 && !p.pretok.nfc &&
          !p.pretok.lower && p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
          !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
 }
@@ -371,27 +399,31 @@ inline int piece_chunk(int64_t batch, int64_t max_len) {
   return c;
 }
 
-template <int kChunk>
+template <int kChunk, bool kStaged>
 cudaError_t launch_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
   const int cpr = (int)((p.max_len + kChunk - 1) / kChunk);
   const int rows = kPieceThreads / cpr;
   const int64_t grid = (p.batch + rows - 1) / rows;
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  const cudaError_t err = allow_all_smem<piece_kernel<kChunk>>();
+  const cudaError_t err = allow_all_smem<piece_kernel<kChunk, kStaged>>();
   if (err != cudaSuccess) return err;
-  piece_kernel<kChunk><<<(unsigned)grid, kPieceThreads, sizeof(PieceSmem<kChunk>), stream>>>(p, cpr, rows);
+  piece_kernel<kChunk, kStaged><<<(unsigned)grid, kPieceThreads, sizeof(PieceSmem<kChunk>), stream>>>(p, cpr, rows);
   return cudaGetLastError();
 }
 
 // The piece kernel over the call (piece_eligible(p) must hold); the rows it leaves pending
 // are then encode_kernel's (the caller's launch with pending_only).
-inline cudaError_t launch_pieces(const EncodeParams& p, cudaStream_t stream) {
+template <bool kStaged>
+cudaError_t launch_pieces_staged(const EncodeParams& p, cudaStream_t stream) {
   switch (piece_chunk(p.batch, p.max_len)) {
-    case 2: return launch_piece_kernel<2>(p, stream);
-    case 4: return launch_piece_kernel<4>(p, stream);
-    case 8: return launch_piece_kernel<8>(p, stream);
-    default: return launch_piece_kernel<16>(p, stream);
+    case 2: return launch_piece_kernel<2, kStaged>(p, stream);
+    case 4: return launch_piece_kernel<4, kStaged>(p, stream);
+    case 8: return launch_piece_kernel<8, kStaged>(p, stream);
+    default: return launch_piece_kernel<16, kStaged>(p, stream);
   }
+}
+inline cudaError_t launch_pieces(const EncodeParams& p, cudaStream_t stream) {
+  return p.pretok_stages > 1 ? launch_pieces_staged<true>(p, stream) : launch_pieces_staged<false>(p, stream);
 }
 
 }  // namespace
