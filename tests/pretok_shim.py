@@ -4,6 +4,7 @@ ctypes, and the piece oracles it is checked against (see tests/pretok/test_preto
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import random
 from pathlib import Path
@@ -30,6 +31,20 @@ HF_FILES = {"r50k": 1, "cl100k": 4, "o200k": 3, "llama3": 4}
 SPECIAL = "<|endoftext|>"
 
 
+@dataclasses.dataclass
+class SpecialMatches:
+    """Per position of a text: the special special_match_at finds (-1: none) and the bytes of
+    text it covers (0: none); the same by special_match_with; whether SpecialStarts lets the
+    position through, and whether special_match_with counted a run there (run_match_at)."""
+
+    match: np.ndarray
+    length: np.ndarray
+    match_with: np.ndarray
+    length_with: np.ndarray
+    may: np.ndarray
+    by_run: np.ndarray
+
+
 class Shim:
     """The C++ pre-tokenizer (ffi/pretok/) run on the operand that blockbpe_jax/pretok
     compiles from each pattern; chunk -1 runs the compiler's Python reference instead."""
@@ -44,7 +59,8 @@ class Shim:
         self.lib.bbpe_leftmost_first_merges.restype = ctypes.c_uint32
         self.lib.bbpe_leftmost_first_merges64.argtypes = [ctypes.c_uint64]
         self.lib.bbpe_leftmost_first_merges64.restype = ctypes.c_uint64
-        self.lib.bbpe_special_starts.argtypes = [vp, vp, i, i, vp, i, vp, vp, vp]
+        self.lib.bbpe_special_starts.argtypes = [vp, vp, i, i, vp, i, vp, vp, vp, vp, vp, vp]
+        self.lib.bbpe_special_accept.argtypes = [vp, i, i, vp]
         self.lib.bbpe_pretokenize_tiles_once.argtypes = [vp, ctypes.c_int64, vp, i, vp, i, i, i, vp, vp]
         self.lib.bbpe_pretokenize_tiles_once.restype = i
 
@@ -71,16 +87,17 @@ class Shim:
         assert rc == 0
         return out[: len(data)], settled[: -(-len(data) // tile)]
 
-    def special_starts(self, specials: list[bytes], text: bytes, escaped: bool):
-        """(special_match_at at each position of text, -1: none; special_match_with, the same
-        with SpecialStarts' help; SpecialStarts' verdict) for the specials, given longest first
-        as the tables order them."""
+    def special_starts(self, specials: list[bytes], text: bytes, escaped: bool) -> SpecialMatches:
+        """special_match_at and special_match_with (SpecialStarts' help) at each position of text,
+        with SpecialStarts' verdict, for the specials, given longest first as the tables order
+        them."""
         offsets = np.cumsum([0] + [len(s) for s in specials]).astype(np.int32)
         data = np.frombuffer(b"".join(specials) + b"\0", np.uint8)
         src = np.frombuffer(text + b"\0", np.uint8)
-        match = np.zeros(len(text), np.int32)
-        match_with = np.zeros(len(text), np.int32)
-        may = np.zeros(len(text), np.uint8)
+        out = SpecialMatches(
+            *(np.zeros(len(text), np.int32) for _ in range(4)),
+            *(np.zeros(len(text), np.uint8) for _ in range(2)),
+        )
         self.lib.bbpe_special_starts(
             self._ptr(offsets),
             self._ptr(data),
@@ -88,11 +105,22 @@ class Shim:
             int(escaped),
             self._ptr(src),
             len(text),
-            self._ptr(match),
-            self._ptr(match_with),
-            self._ptr(may),
+            *(
+                self._ptr(a)
+                for a in (out.match, out.length, out.match_with, out.length_with, out.may, out.by_run)
+            ),
         )
-        return match, match_with, may.astype(bool)
+        out.may, out.by_run = out.may.astype(bool), out.by_run.astype(bool)
+        return out
+
+    def special_accept(self, lens, reverse: bool = False) -> np.ndarray:
+        """is_special (2: a match's first byte, 1: its others) of the leftmost-first resolution
+        of matches of lengths `lens` (0: none): accept_special_matches, or (reverse) its clusters
+        walked from the last one back."""
+        lens = np.ascontiguousarray(lens, np.int32)
+        out = np.zeros(max(len(lens), 1), np.uint8)
+        self.lib.bbpe_special_accept(self._ptr(lens), len(lens), int(reverse), self._ptr(out))
+        return out[: len(lens)]
 
     @staticmethod
     def _ptr(a):

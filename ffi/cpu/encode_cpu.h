@@ -294,9 +294,13 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
     // (a vocabulary may always match hundreds of specials: Gemma's user-defined pieces)
     SpecialStarts starts;
     build_special_starts(p.special, escaped, starts);
-    for (int i = 0; i < n; ++i)
-      s.tok[i] = special_match_with(starts, p.special, text, n, i, escaped);
-    accept_special_matches(p.special, s.tok.data(), n, s.is_special.data(), text, escaped);
+    s.rank.resize(n + 1);  // each match's length, until the merges use rank
+    for (int i = 0; i < n; ++i) {
+      int len = 0;
+      s.tok[i] = special_match_with(starts, p.special, text, n, i, escaped, len);
+      s.rank[i] = s.tok[i] >= 0 ? len : 0;
+    }
+    accept_special_matches(s.rank.data(), n, s.is_special.data());
   }
   if (p.symbols == kSymbolsChars) return encode_chars(p, text, n, s);
   if (p.pretok.nfc || p.pretok.lower)  // checked on the raw text (pretok/lowercase.h)

@@ -40,28 +40,48 @@ __device__ __noinline__ void pretokenize_block(
   block_pretokenize<kThreads, kPretokItems<kThreads>>(v, text, n, is_special, piece_start, tmp);
 }
 
-// accept_special_matches (core/special_tokens.h) by one warp: its walk visits only the matches, 32
-// positions a ballot, where one thread would read every position (slow where matches abound:
-// Gemma 3's newlines are user-defined pieces, and a run of them holds nested matches). Called
-// by the 32 lanes of warp 0.
-__device__ void accept_matches_in_warp(const SpecialView& s, const int32_t* match, int n, uint8_t* is_special,
-                                       const uint8_t* text, bool escaped) {
-  const int lane = threadIdx.x & 31;
-  int next = 0;  // the first position after the last accepted match
-  for (int base = 0; base < n; base += 32) {
-    unsigned found = __ballot_sync(0xFFFFFFFFu, base + lane < n && match[base + lane] >= 0);
-    for (; found; found &= found - 1) {
-      const int i = base + __ffs(found) - 1;
-      if (i < next) continue;
-      const int len = matched_len(s, match[i], text, n, i, escaped);
-      for (int j = lane; j < len; j += 32) is_special[i + j] = j == 0 ? 2 : 1;
-      next = i + len;
-    }
+// The special tokens of the block's string: every position looks for a match in parallel (tok[i]:
+// the special, lens[i]: the bytes it covers, 0 where none); then the matches are resolved
+// leftmost-first (core/special_tokens.h), a thread walking each cluster from its first match,
+// into is_special. kChars: the table of the positions that can start a special and of the runs
+// (SpecialStarts; as cpu/encode_cpu.h), built by the block in shared memory, and the specials'
+// `▁` matching a space where specials_escaped. Not inlined: the kernels' other stages keep their
+// registers as they were.
+template <int kThreads, bool kChars>
+__device__ __noinline__ void mark_special_tokens(const EncodeParams& p, const uint8_t* text, int n, int32_t* tok,
+                                                 int32_t* lens, uint8_t* is_special) {
+  __shared__ int longest_special;  // the longest match (0: none)
+  if (threadIdx.x == 0) longest_special = 0;
+  const bool escaped = kChars && specials_escaped(p.chars);
+  const SpecialStarts* starts = nullptr;
+  if constexpr (kChars) {  // (the build's barriers put the 0 above before the atomicMax below)
+    __shared__ SpecialStarts table;
+    build_special_starts(
+        p.special, escaped, table, threadIdx.x, kThreads, [] { __syncthreads(); },
+        [](uint32_t& word, uint32_t bits) { return atomicOr(&word, bits); });
+    starts = &table;
+  } else {
+    __syncthreads();
   }
+  int longest = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    int len = 0;
+    const int k = starts ? special_match_with(*starts, p.special, text, n, i, escaped, len)
+                         : special_match_at(p.special, text, n, i, escaped, nullptr, &len);
+    tok[i] = k;
+    lens[i] = k >= 0 ? len : 0;
+    longest = max(longest, lens[i]);
+  }
+  if (longest > 0) atomicMax(&longest_special, longest);
+  __syncthreads();
+  if (longest_special == 0) return;
+  for (int i = threadIdx.x; i < n; i += kThreads)
+    if (lens[i] > 0 && !special_covered(lens, i, longest_special)) accept_special_cluster(lens, n, i, is_special);
+  __syncthreads();
 }
 
 // The start of every block: its arrays, its string loaded, the special tokens marked (a.tok[i]:
-// the special matched at i, is_special). False (the row written and flagged) for a length
+// the special matched at i, is_special; a.rank is left holding the matches' lengths). False (the row written and flagged) for a length
 // outside [0, max_len], which only an unchecked call can pass. kChars: SentencePiece-style
 // symbols, whose specials may match a space for `▁` (specials_escaped).
 template <int kThreads, bool kChars = false>
@@ -99,43 +119,7 @@ __device__ __forceinline__ bool begin_block(const EncodeParams& p, uint8_t* smem
   __syncthreads();
   clock.mark(kClockLoad);
 
-  // Special tokens: every position looks for a match in parallel (into tok); the matches are
-  // then resolved leftmost-first (accept_special_matches; by one warp where a match holds another).
-  if (p.special.count > 0) {
-    const bool escaped = kChars && specials_escaped(p.chars);
-    // kChars: the positions that can start a special (core/special_tokens.h, SpecialStarts; as
-    // cpu/encode_cpu.h), built by the block in shared memory.
-    const SpecialStarts* starts = nullptr;
-    if constexpr (kChars) {
-      __shared__ SpecialStarts table;
-      build_special_starts(
-          p.special, escaped, table, threadIdx.x, kThreads, [] { __syncthreads(); },
-          [](uint32_t& word, uint32_t bits) { atomicOr(&word, bits); });
-      starts = &table;
-    }
-    bool found = false;
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      const int k = starts ? special_match_with(*starts, p.special, a.text, n, i, escaped)
-                           : special_match_at(p.special, a.text, n, i, escaped);
-      a.tok[i] = k;
-      found |= k >= 0;
-    }
-    if (__syncthreads_or(found)) {
-      // Leftmost-first only matters where a match starts inside another one's bytes: then warp
-      // 0 walks the matches; otherwise every match counts, marked in parallel (a packed row of
-      // short documents has one separator per document).
-      bool nested = false;
-      for (int i = threadIdx.x; i < n; i += kThreads)
-        nested |= a.tok[i] >= 0 && match_holds_another(p.special, a.tok, n, i, a.text, escaped);
-      if (__syncthreads_or(nested)) {
-        if (threadIdx.x < 32) accept_matches_in_warp(p.special, a.tok, n, a.is_special, a.text, escaped);
-      } else {
-        for (int i = threadIdx.x; i < n; i += kThreads)
-          if (a.tok[i] >= 0) accept_match_at(p.special, a.tok, n, i, a.is_special, a.text, escaped);
-      }
-    }
-    __syncthreads();
-  }
+  if (p.special.count > 0) mark_special_tokens<kThreads, kChars>(p, a.text, n, a.tok, a.rank, a.is_special);
   clock.mark(kClockSpecials);
   return true;
 }

@@ -92,18 +92,37 @@ uint64_t bbpe_leftmost_first_merges64(uint64_t candidates) {
 }
 
 // Special-token matching at every position of text, for `count` specials of `data` at
-// `offsets` (longest first): special_match_at alone (match[i], -1 for none), with SpecialStarts'
-// help (match_with[i]), and whether SpecialStarts lets the position through (may_start[i]).
+// `offsets` (longest first): special_match_at alone (match[i], -1 for none; its bytes of text in
+// len[i]), with SpecialStarts' help (match_with[i], len_with[i]), whether SpecialStarts lets the
+// position through (may_start[i]) and whether it matched there by counting a run (by_run[i]).
 void bbpe_special_starts(const int32_t* offsets, const uint8_t* data, int count, int escaped,
-                         const uint8_t* text, int n, int32_t* match, int32_t* match_with, uint8_t* may_start) {
+                         const uint8_t* text, int n, int32_t* match, int32_t* len, int32_t* match_with,
+                         int32_t* len_with, uint8_t* may_start, uint8_t* by_run) {
   const bbpe::SpecialView specials{offsets, data, nullptr, count};
   bbpe::SpecialStarts starts;
   bbpe::build_special_starts(specials, escaped != 0, starts);
   for (int i = 0; i < n; ++i) {
-    match[i] = bbpe::special_match_at(specials, text, n, i, escaped != 0);
-    match_with[i] = bbpe::special_match_with(starts, specials, text, n, i, escaped != 0);
+    len[i] = len_with[i] = 0;
+    match[i] = bbpe::special_match_at(specials, text, n, i, escaped != 0, nullptr, &len[i]);
+    match_with[i] = bbpe::special_match_with(starts, specials, text, n, i, escaped != 0, len_with[i]);
     may_start[i] = bbpe::special_may_start(starts, text, n, i);
+    by_run[i] = may_start[i] && bbpe::run_slot_kind(starts, text[i]) != bbpe::kNotRun;
   }
+}
+
+// The leftmost-first resolution of matches of lengths lens[0..n) (0: none) into is_special
+// (zeroed first): accept_special_matches (order 0), or its clusters walked from the last one
+// back (order 1), as any order of the GPU's threads may walk them.
+void bbpe_special_accept(const int32_t* lens, int n, int order, uint8_t* is_special) {
+  for (int i = 0; i < n; ++i) is_special[i] = 0;
+  if (order == 0) {
+    bbpe::accept_special_matches(lens, n, is_special);
+    return;
+  }
+  int longest = 0;
+  for (int i = 0; i < n; ++i) longest = lens[i] > longest ? lens[i] : longest;
+  for (int i = n - 1; i >= 0; --i)
+    if (lens[i] > 0 && !bbpe::special_covered(lens, i, longest)) bbpe::accept_special_cluster(lens, n, i, is_special);
 }
 
 }  // extern "C"

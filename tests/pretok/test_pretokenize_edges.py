@@ -187,9 +187,10 @@ def test_special_starts_rejects_only_positions_that_match_no_special(shim, speci
     and the filter in front) finds what special_match_at finds. Specials and text from spaces, `\u2581`, and
     one-, two- and three-byte characters; more than 15 distinct first bytes also covered."""
     blobs = sorted({s.encode() for s in specials}, key=len, reverse=True)
-    match, match_with, may = shim.special_starts(blobs, text.encode(), escaped)
-    assert not np.any((match >= 0) & ~may), (blobs, text, escaped)
-    assert match_with.tolist() == match.tolist(), (blobs, text, escaped)
+    m = shim.special_starts(blobs, text.encode(), escaped)
+    assert not np.any((m.match >= 0) & ~m.may), (blobs, text, escaped)
+    assert m.match_with.tolist() == m.match.tolist(), (blobs, text, escaped)
+    assert m.length_with.tolist() == m.length.tolist(), (blobs, text, escaped)
 
 
 def test_special_starts_rejects_what_no_special_begins(shim):
@@ -198,9 +199,11 @@ def test_special_starts_rejects_what_no_special_begins(shim):
     a space start `<b>`; a space before a space, and `<b`, do. Past 15 first bytes (slots go
     in byte order), every position whose byte starts a special passes."""
     runs = ["\u2581" * k for k in (3, 2)] + ["<b>"]
-    match, _, may = shim.special_starts([s.encode() for s in runs], b"a b  c< <b>", escaped=True)
+    m = shim.special_starts([s.encode() for s in runs], b"a b  c< <b>", escaped=True)
+    match, may = m.match, m.may
     assert may.tolist() == [False, False, False, True, False, False, False, False, True, False, False]
     assert match[3] == 1 and match[8] == 2 and (match >= 0).sum() == 2
     many = [bytes([c, c]) for c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"]  # 26 first bytes > 15 slots
-    match, _, may = shim.special_starts(many, b"AAZBZ", escaped=False)
+    m = shim.special_starts(many, b"AAZBZ", escaped=False)
+    match, may = m.match, m.may
     assert may.tolist() == [True, False, True, False, True] and match.tolist() == [0, -1, -1, -1, -1]
