@@ -42,11 +42,12 @@ struct BytesAsTokens {
 };
 
 // kFirstOnly: the ranks carry the first-only flag (core/bpe_core.h, first_only_candidates).
-// Count: the type of rank[] (the piece kernel keeps its counts in bytes: <= kShortPieceLen).
+// Count: the type of rank[] (the piece kernel keeps its counts in bytes: <= kShortPieceLen);
+// Entry: the type of list[] and lens[] (the piece kernel's: 16-bit block positions).
 // first_token(i): the token at position i before the first pass (TokensIn{tok} or BytesAsTokens).
-template <bool kFirstOnly, class Count, class First>
-__device__ void merge_in_lanes(const VocabView& v, int32_t* tok, Count* rank, const int32_t* list,
-                               const int32_t* lens, int n, int2* slots, int* next_bin, First first_token) {
+template <bool kFirstOnly, class Count, class Entry, class First>
+__device__ void merge_in_lanes(const VocabView& v, int32_t* tok, Count* rank, const Entry* list,
+                               const Entry* lens, int n, int2* slots, int* next_bin, First first_token) {
   const int lane = threadIdx.x & 31;
   // Every warp walks the same bins (next fit over groups of 32 list entries) and merges the
   // ones it claims from the shared counter next_bin (zero on entry): a warp that is done takes

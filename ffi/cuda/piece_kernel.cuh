@@ -83,8 +83,10 @@ struct PieceSmem {
   // merged miss (bytes, not ints: 12 KB of the block's shared memory).
   uint8_t count[kPieceThreads * kChunk];
   uint8_t hard[kPieceThreads];                // a piece of the row is left to encode_kernel
-  int32_t lane_s0[kPieceLaneList], lane_len[kPieceLaneList];  // the merge lists (block positions)
-  int32_t sorted_s0[kPieceLaneList], sorted_len[kPieceLaneList];  // the lane list, longest first
+  // The merge lists (block positions and lengths: < 4096, so 16 bits), the lane list also
+  // sorted longest first.
+  int16_t lane_s0[kPieceLaneList], lane_len[kPieceLaneList];
+  int16_t sorted_s0[kPieceLaneList], sorted_len[kPieceLaneList];
   int32_t wide_s0[kPieceWideList], wide_len[kPieceWideList];
   int by_len[kLanePieceLen + 1];  // lane-list pieces per length, then where the next one goes
   int n_lane, n_wide, next_bin;
@@ -138,7 +140,7 @@ __device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChun
   if (slot >= (lanes ? kPieceLaneList : kPieceWideList)) {
     s.hard[row] = 1;
   } else if (lanes) {
-    s.lane_s0[slot] = at, s.lane_len[slot] = m;
+    s.lane_s0[slot] = (int16_t)at, s.lane_len[slot] = (int16_t)m;
     atomicAdd(&s.by_len[m], 1);
   } else {
     s.wide_s0[slot] = at, s.wide_len[slot] = m;
@@ -298,7 +300,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   const int n_lane = min(s.n_lane, kPieceLaneList);
   for (int g = t; g < n_lane; g += kPieceThreads) {
     const int m = s.lane_len[g], at = atomicAdd(&s.by_len[m], 1);
-    s.sorted_s0[at] = s.lane_s0[g], s.sorted_len[at] = m;
+    s.sorted_s0[at] = s.lane_s0[g], s.sorted_len[at] = (int16_t)m;
   }
   {
     const int warp = t / 32;
