@@ -48,20 +48,7 @@ def run_device_split_ab(label, path, texts, nbytes, tok, ps, work, args, read_fl
                     r["tokens"] = int(len(ref[0]))
                 diff = "" if got is None else compare(f"{api} device_split={on}", got, *ref)
                 del got
-                e = r.setdefault(
-                    f"{api} device_split={'on' if on else 'off'}", dict(runs_s=[], runs_cpu_s=[])
-                )
-                e["runs_s"].append(clock.wall)
-                e["runs_cpu_s"].append(clock.cpu)
-                e["ids_equal_off"] = e.get("ids_equal_off", True) and not diff
-                if diff:
-                    e["detail"] = diff
-                print(
-                    f"  {api} device_split={on} {'cold' if rep == 0 else 'warm'}: {clock.wall:.2f} s "
-                    f"({nbytes / clock.wall / MB:.1f} MB/s, {cpu_per_gb(clock.cpu, nbytes):.1f} CPU-s/GB)"
-                    + (f" DIFFERS: {diff}" if diff else ""),
-                    flush=True,
-                )
+                _record(r, f"{api} device_split={'on' if on else 'off'}", clock, diff, rep, nbytes)
     _summarize(r, nbytes)
     # the reference run anchored to tiktoken on a sample
     rng = random.Random(3)
@@ -119,24 +106,30 @@ def run_nfc_ab(label, path, texts, nbytes, args) -> dict:
             ref = refs.setdefault(which, got)
             diff = compare(name, got, *ref) if got is not ref else ""
             del got, ids, offsets
-            e = r.setdefault(name, dict(runs_s=[], runs_cpu_s=[]))
-            e["runs_s"].append(clock.wall)
-            e["runs_cpu_s"].append(clock.cpu)
-            e["ids_equal_off"] = e.get("ids_equal_off", True) and not diff
-            if diff:
-                e["detail"] = diff
-            print(
-                f"  {name} {'cold' if rep == 0 else 'warm'}: {clock.wall:.2f} s "
-                f"({nbytes / clock.wall / MB:.1f} MB/s, {cpu_per_gb(clock.cpu, nbytes):.1f} CPU-s/GB)"
-                + (f" DIFFERS: {diff}" if diff else ""),
-                flush=True,
-            )
+            _record(r, name, clock, diff, rep, nbytes)
     _summarize(r, nbytes)
     for split in ("off", "on"):
         nfc, plain = r.get(f"nfc device, split {split}"), r.get(f"no normalizer, split {split}")
         if nfc and plain and "warm_s" in nfc and "warm_s" in plain:
             r[f"nfc_over_plain_split_{split}"] = plain["warm_s"] / nfc["warm_s"]
     return r
+
+
+def _record(r: dict, name: str, clock, diff: str, rep: int, nbytes: int) -> None:
+    """One timed run of `name` into r[name] (its wall and CPU seconds, whether its ids equal the
+    reference's), printed."""
+    e = r.setdefault(name, dict(runs_s=[], runs_cpu_s=[]))
+    e["runs_s"].append(clock.wall)
+    e["runs_cpu_s"].append(clock.cpu)
+    e["ids_equal_off"] = e.get("ids_equal_off", True) and not diff
+    if diff:
+        e["detail"] = diff
+    print(
+        f"  {name} {'cold' if rep == 0 else 'warm'}: {clock.wall:.2f} s "
+        f"({nbytes / clock.wall / MB:.1f} MB/s, {cpu_per_gb(clock.cpu, nbytes):.1f} CPU-s/GB)"
+        + (f" DIFFERS: {diff}" if diff else ""),
+        flush=True,
+    )
 
 
 def _summarize(r: dict, nbytes: int) -> None:
