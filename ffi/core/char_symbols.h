@@ -30,6 +30,11 @@
 //   character, `▁` a space that the text's ' ', U+2581 and the dummy prefix all map to, U+FFFD
 //   the replacement piece, each byte-fallback piece its byte): then two segments with the
 //   same bytes have the same symbols, hence the same merges.
+//   Words from the text: the token bytes of `▁` are a space's, so an ASCII word (a space, then
+//   ASCII bytes up to the next word start, special or end) has its text as its key; text_word_at
+//   finds such words and looks them up before any symbol is made, and only the bytes of the
+//   other words go through the per-character steps below (the same segment, the same key, the
+//   same piece as lookup_word's).
 //   Specials: sentencepiece matches user-defined pieces in the normalized text, where spaces
 //   are already `▁`; with escaped_specials a `▁` of a special matches a space too (bpe_core.h,
 //   special_text_len), so Gemma's whitespace-run pieces match runs of spaces.
@@ -126,10 +131,12 @@ BBPE_HD bool prefix_before(const CharView& c, const uint8_t* text, int n, const 
 // the character that starts there (-1: not a piece), or kNotLead.
 constexpr int32_t kNotLead = -2;
 
+// word: text_word_at's marks (2 at a word's first byte, 1 at its other bytes), whose bytes make
+// no symbols of their own.
 BBPE_HD int32_t char_at(const VocabView& v, const CharView& c, const uint8_t* text, int n,
-                        const uint8_t* sp, int i) {
+                        const uint8_t* sp, const uint8_t* word, int i) {
   uint32_t cp;
-  if (sp[i]) return kNotLead;
+  if (sp[i] || word[i]) return kNotLead;
   const int k = utf8_decode(text, n, sp, i, &cp);
   if (k == 0) return kNotLead;
   if (k == 1) return c.ascii_ids[text[i]];
@@ -137,13 +144,16 @@ BBPE_HD int32_t char_at(const VocabView& v, const CharView& c, const uint8_t* te
 }
 
 // The working token at byte i (chars[j] = char_at(j) for every j): a character's piece at its
-// lead byte (kDeleted at its other bytes), byte-fallback pieces, specials as in initial_token.
+// lead byte (kDeleted at its other bytes), byte-fallback pieces, specials as in initial_token,
+// a text word's piece at its first byte (word: text_word_at's marks; kDeleted at its other
+// bytes). match: the special matched at i, or at a text word's first byte its piece.
 // Segments start at the text's start and after specials, except where a prefix token goes
 // before the byte: that token starts the segment instead.
 BBPE_HD int32_t initial_char_token(const VocabView& v, const CharView& c, const SpecialView& s,
-                                   const uint8_t* text, int n, const uint8_t* sp, int32_t match,
-                                   const int32_t* chars, int i) {
+                                   const uint8_t* text, int n, const uint8_t* sp, const uint8_t* word,
+                                   int32_t match, const int32_t* chars, int i) {
   if (sp[i] == 2) return s.ids[match] | kSegStart;
+  if (word[i]) return word[i] == 2 ? match | kSegStart : kDeleted;
   if (sp[i]) return kDeleted;
   const bool seg = (i == 0 || sp[i - 1]) && !prefix_before(c, text, n, sp, i);
   const int32_t fallback = v.byte_ids[text[i]];
@@ -160,12 +170,45 @@ BBPE_HD int32_t initial_char_token(const VocabView& v, const CharView& c, const 
 
 // Token i (of the dense symbols) starts a word: a `▁` after a symbol that no piece joins to a
 // following `▁` (the joiners).
+// Whether a `▁` after the symbol `before` joins it (a joiner).
+BBPE_HD bool is_joiner(const CharView& c, int32_t before) {
+  for (int k = 0; k < kMaxJoiners && c.joiners[k] >= 0; ++k)
+    if (c.joiners[k] == before) return true;
+  return false;
+}
 BBPE_HD bool starts_word(const CharView& c, const int32_t* tok, int i) {
   if (i == 0 || c.word_start_id < 0 || token_id(tok[i]) != c.word_start_id) return false;
-  const int32_t before = token_id(tok[i - 1]);
-  for (int k = 0; k < kMaxJoiners && c.joiners[k] >= 0; ++k)
-    if (c.joiners[k] == before) return false;
-  return true;
+  return !is_joiner(c, token_id(tok[i - 1]));
+}
+
+// The symbol of an ASCII byte that is not part of a special: its character's piece, or else its
+// byte-fallback piece (initial_char_token's).
+BBPE_HD int32_t ascii_symbol(const VocabView& v, const CharView& c, uint8_t b) {
+  const int32_t id = c.ascii_ids[b];
+  return id >= 0 ? id : v.byte_ids[b];
+}
+
+// A word found from the text (whole words on): the piece of the segment that starts at byte i,
+// setting *end to where it ends, when that segment is an ASCII word the piece table holds; else
+// -1. Such a word is a space at i > 0 after an ASCII byte whose symbol is no joiner (so its `▁`
+// starts a word: starts_word), then at least one ASCII byte other than a space, up to the end,
+// a special, or a space after a byte whose symbol is no joiner (the next word start); no
+// specials in it. Its symbols are `▁` and each byte's ascii_symbol, which spell the text's own
+// bytes (tables/whole_words.py, bytes_spell_symbols: a space's piece spells a space), so the
+// key lookup_word would hash is text[i..end): the same piece.
+BBPE_HD int32_t text_word_at(const VocabView& v, const CharView& c, const uint8_t* text, int n,
+                             const uint8_t* sp, int i, int* end) {
+  if (!c.whole_words || c.word_start_id < 0 || c.ascii_ids[' '] != c.word_start_id) return -1;
+  if (i == 0 || text[i] != ' ' || sp[i] || sp[i - 1] || text[i - 1] >= 0x80 ||
+      is_joiner(c, ascii_symbol(v, c, text[i - 1])))
+    return -1;
+  int j = i + 1;
+  for (; j < n && !sp[j] && text[j] != ' '; ++j)
+    if (text[j] >= 0x80 || j + 1 - i > v.max_piece_len) return -1;
+  if (j == i + 1 || (j < n && !sp[j] && is_joiner(c, ascii_symbol(v, c, text[j - 1])))) return -1;
+  const int32_t id = lookup_piece(v, text + i, j - i);
+  if (id >= 0) *end = j;
+  return id;
 }
 
 // The piece whose token bytes the symbols tok[0..m) spell, when the piece table holds it (a

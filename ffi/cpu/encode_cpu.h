@@ -196,9 +196,20 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
   const uint8_t* sp = s.is_special.data();
   s.rank.resize(2 * n + 2);  // (scratch of merge_segment: room for any segment)
   s.fresh.resize(2 * n + 2);
-  for (int i = 0; i < n; ++i) s.rank[i] = char_at(v, c, text, n, sp, i);
+  // Words from the text first (char_symbols.h, text_word_at): their pieces in s.tok at their
+  // first bytes, their bytes marked in piece_start (all zero: no pre-tokenizer runs here).
+  uint8_t* word = s.piece_start.data();
+  for (int i = 0; i < n; ++i) {
+    int end;
+    const int32_t id = text_word_at(v, c, text, n, sp, i, &end);
+    if (id < 0) continue;
+    s.tok[i] = id;
+    word[i] = 2;
+    for (int j = i + 1; j < end; ++j) word[j] = 1;
+  }
+  for (int i = 0; i < n; ++i) s.rank[i] = char_at(v, c, text, n, sp, word, i);
   for (int i = 0; i < n; ++i)
-    s.tok[i] = initial_char_token(v, c, p.special, text, n, sp, s.tok[i], s.rank.data(), i);
+    s.tok[i] = initial_char_token(v, c, p.special, text, n, sp, word, s.tok[i], s.rank.data(), i);
   // The symbols, dense, with the dummy prefixes; then each segment, looked up whole or else
   // merged (char_symbols.h: whole words), packed as we go.
   std::vector<int32_t>& t = s.chars;
