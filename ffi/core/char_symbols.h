@@ -131,12 +131,17 @@ BBPE_HD bool prefix_before(const CharView& c, const uint8_t* text, int n, const 
 // the character that starts there (-1: not a piece), or kNotLead.
 constexpr int32_t kNotLead = -2;
 
-// word: text_word_at's marks (2 at a word's first byte, 1 at its other bytes), whose bytes make
-// no symbols of their own.
+// The marks of the words found from the text (text_word_at), a byte each, 0 elsewhere: a hit's
+// first byte and its other bytes, which make no symbols of their own, and (where an executor
+// keeps it) the first byte of a word the table does not hold.
+constexpr uint8_t kWordRest = 1, kWordFirst = 2, kWordMissed = 3;
+BBPE_HD bool in_text_word(uint8_t mark) { return mark == kWordRest || mark == kWordFirst; }
+
+// word: the text words' marks.
 BBPE_HD int32_t char_at(const VocabView& v, const CharView& c, const uint8_t* text, int n,
                         const uint8_t* sp, const uint8_t* word, int i) {
   uint32_t cp;
-  if (sp[i] || word[i]) return kNotLead;
+  if (sp[i] || in_text_word(word[i])) return kNotLead;
   const int k = utf8_decode(text, n, sp, i, &cp);
   if (k == 0) return kNotLead;
   if (k == 1) return c.ascii_ids[text[i]];
@@ -145,7 +150,7 @@ BBPE_HD int32_t char_at(const VocabView& v, const CharView& c, const uint8_t* te
 
 // The working token at byte i (chars[j] = char_at(j) for every j): a character's piece at its
 // lead byte (kDeleted at its other bytes), byte-fallback pieces, specials as in initial_token,
-// a text word's piece at its first byte (word: text_word_at's marks; kDeleted at its other
+// a text word's piece at its first byte (word: the text words' marks; kDeleted at its other
 // bytes). match: the special matched at i, or at a text word's first byte its piece.
 // Segments start at the text's start and after specials, except where a prefix token goes
 // before the byte: that token starts the segment instead.
@@ -153,7 +158,7 @@ BBPE_HD int32_t initial_char_token(const VocabView& v, const CharView& c, const 
                                    const uint8_t* text, int n, const uint8_t* sp, const uint8_t* word,
                                    int32_t match, const int32_t* chars, int i) {
   if (sp[i] == 2) return s.ids[match] | kSegStart;
-  if (word[i]) return word[i] == 2 ? match | kSegStart : kDeleted;
+  if (in_text_word(word[i])) return word[i] == kWordFirst ? match | kSegStart : kDeleted;
   if (sp[i]) return kDeleted;
   const bool seg = (i == 0 || sp[i - 1]) && !prefix_before(c, text, n, sp, i);
   const int32_t fallback = v.byte_ids[text[i]];
@@ -188,18 +193,22 @@ BBPE_HD int32_t ascii_symbol(const VocabView& v, const CharView& c, uint8_t b) {
   return id >= 0 ? id : v.byte_ids[b];
 }
 
+// What text_word_at returns for an ASCII word that the piece table does not hold: its segment
+// is no whole word either (lookup_word would hash the same key), so it is merged.
+constexpr int32_t kTextWordMissed = -2;
+
 // A word found from the text (whole words on): the piece of the segment that starts at byte i,
-// setting *end to where it ends, when that segment is an ASCII word the piece table holds; else
-// -1. Such a word is a space at i > 0 after an ASCII byte whose symbol is no joiner (so its `▁`
-// starts a word: starts_word), then at least one ASCII byte other than a space, up to the end,
-// a special, or a space after a byte whose symbol is no joiner (the next word start); no
-// specials in it. Its symbols are `▁` and each byte's ascii_symbol, which spell the text's own
+// setting *end to where it ends, when that segment is an ASCII word the piece table holds;
+// kTextWordMissed when it is one the table does not hold; else -1. Such a word is a space at
+// i > 0 after an ASCII byte whose symbol is no joiner (so its `▁` starts a word: starts_word),
+// then at least one ASCII byte other than a space, up to the end, a special, or a space after a
+// byte whose symbol is no joiner (the next word start); no specials in it. Its symbols are `▁` and each byte's ascii_symbol, which spell the text's own
 // bytes (tables/whole_words.py, bytes_spell_symbols: a space's piece spells a space), so the
 // key lookup_word would hash is text[i..end): the same piece.
 BBPE_HD int32_t text_word_at(const VocabView& v, const CharView& c, const uint8_t* text, int n,
                              const uint8_t* sp, int i, int* end) {
-  if (!c.whole_words || c.word_start_id < 0 || c.ascii_ids[' '] != c.word_start_id) return -1;
-  if (i == 0 || text[i] != ' ' || sp[i] || sp[i - 1] || text[i - 1] >= 0x80 ||
+  if (text[i] != ' ' || i == 0 || sp[i] || sp[i - 1] || text[i - 1] >= 0x80) return -1;
+  if (!c.whole_words || c.word_start_id < 0 || c.ascii_ids[' '] != c.word_start_id ||
       is_joiner(c, ascii_symbol(v, c, text[i - 1])))
     return -1;
   int j = i + 1;
@@ -207,8 +216,8 @@ BBPE_HD int32_t text_word_at(const VocabView& v, const CharView& c, const uint8_
     if (text[j] >= 0x80 || j + 1 - i > v.max_piece_len) return -1;
   if (j == i + 1 || (j < n && !sp[j] && is_joiner(c, ascii_symbol(v, c, text[j - 1])))) return -1;
   const int32_t id = lookup_piece(v, text + i, j - i);
-  if (id >= 0) *end = j;
-  return id;
+  *end = j;
+  return id >= 0 ? id : kTextWordMissed;
 }
 
 // The piece whose token bytes the symbols tok[0..m) spell, when the piece table holds it (a

@@ -37,8 +37,8 @@ __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, 
     const int32_t id = text_word_at(v, c, a.text, n, a.is_special, i, &end);
     if (id < 0) continue;
     a.tok[i] = id;
-    word[i] = 2;
-    for (int j = i + 1; j < end; ++j) word[j] = 1;
+    word[i] = kWordFirst;
+    for (int j = i + 1; j < end; ++j) word[j] = kWordRest;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = char_at(v, c, a.text, n, a.is_special, word, i);
