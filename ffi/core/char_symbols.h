@@ -197,27 +197,40 @@ BBPE_HD int32_t ascii_symbol(const VocabView& v, const CharView& c, uint8_t b) {
 // is no whole word either (lookup_word would hash the same key), so it is merged.
 constexpr int32_t kTextWordMissed = -2;
 
+// text_word_at (below) past its first test: byte i is a space.
+BBPE_HD int32_t text_word_at_space(const VocabView& v, const CharView& c, const uint8_t* text, int n,
+                                   const uint8_t* sp, int i, int* end) {
+  if (i == 0 || sp[i] || sp[i - 1] || text[i - 1] >= 0x80) return -1;
+  if (!c.whole_words || c.word_start_id < 0 || c.ascii_ids[' '] != c.word_start_id ||
+      is_joiner(c, ascii_symbol(v, c, text[i - 1])))
+    return -1;
+  uint32_t h = piece_hash_step(kPieceHashSeed, ' ');  // (lookup_piece's key, hashed as it is read)
+  int j = i + 1;
+  for (; j < n && !sp[j] && text[j] != ' '; ++j) {
+    if (text[j] >= 0x80 || j + 1 - i > v.max_piece_len) return -1;
+    h = piece_hash_step(h, text[j]);
+  }
+  if (j == i + 1 || (j < n && !sp[j] && is_joiner(c, ascii_symbol(v, c, text[j - 1])))) return -1;
+  const int32_t id = probe_piece_table(v, h, j - i, [&](const uint8_t* q) {
+    int diff = 0;
+    for (int k = i; k < j; ++k) diff |= text[k] ^ *q++;
+    return diff == 0;
+  });
+  *end = j;
+  return id >= 0 ? id : kTextWordMissed;
+}
 // A word found from the text (whole words on): the piece of the segment that starts at byte i,
 // setting *end to where it ends, when that segment is an ASCII word the piece table holds;
 // kTextWordMissed when it is one the table does not hold; else -1. Such a word is a space at
 // i > 0 after an ASCII byte whose symbol is no joiner (so its `▁` starts a word: starts_word),
 // then at least one ASCII byte other than a space, up to the end, a special, or a space after a
-// byte whose symbol is no joiner (the next word start); no specials in it. Its symbols are `▁` and each byte's ascii_symbol, which spell the text's own
-// bytes (tables/whole_words.py, bytes_spell_symbols: a space's piece spells a space), so the
-// key lookup_word would hash is text[i..end): the same piece.
+// byte whose symbol is no joiner (the next word start); no specials in it. Its symbols are `▁`
+// and each byte's ascii_symbol, which spell the text's own bytes (tables/whole_words.py,
+// bytes_spell_symbols: a space's piece spells a space), so the key lookup_word would hash is
+// text[i..end): the same piece. (The space test alone is inlined: it runs at every byte.)
 BBPE_HD int32_t text_word_at(const VocabView& v, const CharView& c, const uint8_t* text, int n,
                              const uint8_t* sp, int i, int* end) {
-  if (text[i] != ' ' || i == 0 || sp[i] || sp[i - 1] || text[i - 1] >= 0x80) return -1;
-  if (!c.whole_words || c.word_start_id < 0 || c.ascii_ids[' '] != c.word_start_id ||
-      is_joiner(c, ascii_symbol(v, c, text[i - 1])))
-    return -1;
-  int j = i + 1;
-  for (; j < n && !sp[j] && text[j] != ' '; ++j)
-    if (text[j] >= 0x80 || j + 1 - i > v.max_piece_len) return -1;
-  if (j == i + 1 || (j < n && !sp[j] && is_joiner(c, ascii_symbol(v, c, text[j - 1])))) return -1;
-  const int32_t id = lookup_piece(v, text + i, j - i);
-  *end = j;
-  return id >= 0 ? id : kTextWordMissed;
+  return text[i] == ' ' ? text_word_at_space(v, c, text, n, sp, i, end) : -1;
 }
 
 // The piece whose token bytes the symbols tok[0..m) spell, when the piece table holds it (a
