@@ -30,11 +30,6 @@
 //   character, `▁` a space that the text's ' ', U+2581 and the dummy prefix all map to, U+FFFD
 //   the replacement piece, each byte-fallback piece its byte): then two segments with the
 //   same bytes have the same symbols, hence the same merges.
-//   Words from the text: the token bytes of `▁` are a space's, so an ASCII word (a space, then
-//   ASCII bytes up to the next word start, special or end) has its text as its key; text_word_at
-//   finds such words and looks them up before any symbol is made, and only the bytes of the
-//   other words go through the per-character steps below (the same segment, the same key, the
-//   same piece as lookup_word's).
 //   Specials: sentencepiece matches user-defined pieces in the normalized text, where spaces
 //   are already `▁`; with escaped_specials a `▁` of a special matches a space too (bpe_core.h,
 //   special_text_len), so Gemma's whitespace-run pieces match runs of spaces.
@@ -131,17 +126,10 @@ BBPE_HD bool prefix_before(const CharView& c, const uint8_t* text, int n, const 
 // the character that starts there (-1: not a piece), or kNotLead.
 constexpr int32_t kNotLead = -2;
 
-// The marks of the words found from the text (text_word_at), a byte each, 0 elsewhere: a hit's
-// first byte and its other bytes, which make no symbols of their own, and (where an executor
-// keeps it) the first byte of a word the table does not hold.
-constexpr uint8_t kWordRest = 1, kWordFirst = 2, kWordMissed = 3;
-BBPE_HD bool in_text_word(uint8_t mark) { return mark == kWordRest || mark == kWordFirst; }
-
-// word: the text words' marks.
 BBPE_HD int32_t char_at(const VocabView& v, const CharView& c, const uint8_t* text, int n,
-                        const uint8_t* sp, const uint8_t* word, int i) {
+                        const uint8_t* sp, int i) {
   uint32_t cp;
-  if (sp[i] || in_text_word(word[i])) return kNotLead;
+  if (sp[i]) return kNotLead;
   const int k = utf8_decode(text, n, sp, i, &cp);
   if (k == 0) return kNotLead;
   if (k == 1) return c.ascii_ids[text[i]];
@@ -149,16 +137,13 @@ BBPE_HD int32_t char_at(const VocabView& v, const CharView& c, const uint8_t* te
 }
 
 // The working token at byte i (chars[j] = char_at(j) for every j): a character's piece at its
-// lead byte (kDeleted at its other bytes), byte-fallback pieces, specials as in initial_token,
-// a text word's piece at its first byte (word: the text words' marks; kDeleted at its other
-// bytes). match: the special matched at i, or at a text word's first byte its piece.
+// lead byte (kDeleted at its other bytes), byte-fallback pieces, specials as in initial_token.
 // Segments start at the text's start and after specials, except where a prefix token goes
 // before the byte: that token starts the segment instead.
 BBPE_HD int32_t initial_char_token(const VocabView& v, const CharView& c, const SpecialView& s,
-                                   const uint8_t* text, int n, const uint8_t* sp, const uint8_t* word,
-                                   int32_t match, const int32_t* chars, int i) {
+                                   const uint8_t* text, int n, const uint8_t* sp, int32_t match,
+                                   const int32_t* chars, int i) {
   if (sp[i] == 2) return s.ids[match] | kSegStart;
-  if (in_text_word(word[i])) return word[i] == kWordFirst ? match | kSegStart : kDeleted;
   if (sp[i]) return kDeleted;
   const bool seg = (i == 0 || sp[i - 1]) && !prefix_before(c, text, n, sp, i);
   const int32_t fallback = v.byte_ids[text[i]];
@@ -175,62 +160,12 @@ BBPE_HD int32_t initial_char_token(const VocabView& v, const CharView& c, const 
 
 // Token i (of the dense symbols) starts a word: a `▁` after a symbol that no piece joins to a
 // following `▁` (the joiners).
-// Whether a `▁` after the symbol `before` joins it (a joiner).
-BBPE_HD bool is_joiner(const CharView& c, int32_t before) {
-  for (int k = 0; k < kMaxJoiners && c.joiners[k] >= 0; ++k)
-    if (c.joiners[k] == before) return true;
-  return false;
-}
 BBPE_HD bool starts_word(const CharView& c, const int32_t* tok, int i) {
   if (i == 0 || c.word_start_id < 0 || token_id(tok[i]) != c.word_start_id) return false;
-  return !is_joiner(c, token_id(tok[i - 1]));
-}
-
-// The symbol of an ASCII byte that is not part of a special: its character's piece, or else its
-// byte-fallback piece (initial_char_token's).
-BBPE_HD int32_t ascii_symbol(const VocabView& v, const CharView& c, uint8_t b) {
-  const int32_t id = c.ascii_ids[b];
-  return id >= 0 ? id : v.byte_ids[b];
-}
-
-// What text_word_at returns for an ASCII word that the piece table does not hold: its segment
-// is no whole word either (lookup_word would hash the same key), so it is merged.
-constexpr int32_t kTextWordMissed = -2;
-
-// text_word_at (below) past its first test: byte i is a space.
-BBPE_HD int32_t text_word_at_space(const VocabView& v, const CharView& c, const uint8_t* text, int n,
-                                   const uint8_t* sp, int i, int* end) {
-  if (i == 0 || sp[i] || sp[i - 1] || text[i - 1] >= 0x80) return -1;
-  if (!c.whole_words || c.word_start_id < 0 || c.ascii_ids[' '] != c.word_start_id ||
-      is_joiner(c, ascii_symbol(v, c, text[i - 1])))
-    return -1;
-  uint32_t h = piece_hash_step(kPieceHashSeed, ' ');  // (lookup_piece's key, hashed as it is read)
-  int j = i + 1;
-  for (; j < n && !sp[j] && text[j] != ' '; ++j) {
-    if (text[j] >= 0x80 || j + 1 - i > v.max_piece_len) return -1;
-    h = piece_hash_step(h, text[j]);
-  }
-  if (j == i + 1 || (j < n && !sp[j] && is_joiner(c, ascii_symbol(v, c, text[j - 1])))) return -1;
-  const int32_t id = probe_piece_table(v, h, j - i, [&](const uint8_t* q) {
-    int diff = 0;
-    for (int k = i; k < j; ++k) diff |= text[k] ^ *q++;
-    return diff == 0;
-  });
-  *end = j;
-  return id >= 0 ? id : kTextWordMissed;
-}
-// A word found from the text (whole words on): the piece of the segment that starts at byte i,
-// setting *end to where it ends, when that segment is an ASCII word the piece table holds;
-// kTextWordMissed when it is one the table does not hold; else -1. Such a word is a space at
-// i > 0 after an ASCII byte whose symbol is no joiner (so its `▁` starts a word: starts_word),
-// then at least one ASCII byte other than a space, up to the end, a special, or a space after a
-// byte whose symbol is no joiner (the next word start); no specials in it. Its symbols are `▁`
-// and each byte's ascii_symbol, which spell the text's own bytes (tables/whole_words.py,
-// bytes_spell_symbols: a space's piece spells a space), so the key lookup_word would hash is
-// text[i..end): the same piece. (The space test alone is inlined: it runs at every byte.)
-BBPE_HD int32_t text_word_at(const VocabView& v, const CharView& c, const uint8_t* text, int n,
-                             const uint8_t* sp, int i, int* end) {
-  return text[i] == ' ' ? text_word_at_space(v, c, text, n, sp, i, end) : -1;
+  const int32_t before = token_id(tok[i - 1]);
+  for (int k = 0; k < kMaxJoiners && c.joiners[k] >= 0; ++k)
+    if (c.joiners[k] == before) return false;
+  return true;
 }
 
 // The piece whose token bytes the symbols tok[0..m) spell, when the piece table holds it (a

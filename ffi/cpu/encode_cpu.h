@@ -79,7 +79,6 @@ struct PairFilter {
 struct CpuScratch {
   std::vector<uint8_t> is_special, piece_start;
   std::vector<int32_t> tok, rank, chars;
-  std::vector<uint8_t> missed_words;  // (encode_chars: which of chars start text words not held)
   std::vector<uint8_t> fresh;
   std::vector<uint8_t> lowered;  // the text lowercased (pretok/lowercase.h)
   std::vector<uint8_t> normalized;  // the text in NFC (pretok/nfc_normalize.h)
@@ -197,37 +196,16 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
   const uint8_t* sp = s.is_special.data();
   s.rank.resize(2 * n + 2);  // (scratch of merge_segment: room for any segment)
   s.fresh.resize(2 * n + 2);
-  // Words from the text first (char_symbols.h, text_word_at): their pieces in s.tok at their
-  // first bytes, their bytes marked in piece_start (all zero: no pre-tokenizer runs here); the
-  // words the table does not hold marked too, so that lookup_word skips their segments.
-  uint8_t* word = s.piece_start.data();
-  for (int i = 0; i < n; ++i) {
-    int end;
-    const int32_t id = text_word_at(v, c, text, n, sp, i, &end);
-    if (id == kTextWordMissed) word[i] = kWordMissed;
-    if (id < 0) continue;
-    s.tok[i] = id;
-    word[i] = kWordFirst;
-    for (int j = i + 1; j < end; ++j) word[j] = kWordRest;
-  }
-  for (int i = 0; i < n; ++i) s.rank[i] = char_at(v, c, text, n, sp, word, i);
+  for (int i = 0; i < n; ++i) s.rank[i] = char_at(v, c, text, n, sp, i);
   for (int i = 0; i < n; ++i)
-    s.tok[i] = initial_char_token(v, c, p.special, text, n, sp, word, s.tok[i], s.rank.data(), i);
+    s.tok[i] = initial_char_token(v, c, p.special, text, n, sp, s.tok[i], s.rank.data(), i);
   // The symbols, dense, with the dummy prefixes; then each segment, looked up whole or else
   // merged (char_symbols.h: whole words), packed as we go.
   std::vector<int32_t>& t = s.chars;
-  std::vector<uint8_t>& missed = s.missed_words;  // (t[j] starts a text word the table lacks)
   t.clear();
-  missed.clear();
   for (int i = 0; i < n; ++i) {
-    if (prefix_before(c, text, n, sp, i)) {
-      t.push_back(c.prefix_id | kSegStart);
-      missed.push_back(0);
-    }
-    if (s.tok[i] != kDeleted) {
-      t.push_back(s.tok[i]);
-      missed.push_back(word[i] == kWordMissed);
-    }
+    if (prefix_before(c, text, n, sp, i)) t.push_back(c.prefix_id | kSegStart);
+    if (s.tok[i] != kDeleted) t.push_back(s.tok[i]);
   }
   for (int j = (int)t.size() - 1; j > 0; --j)
     if (starts_word(c, t.data(), j)) t[j] |= kSegStart;
@@ -235,8 +213,7 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
   for (int start = 0, m = (int)t.size(); start < m;) {
     int end = start + 1;
     while (end < m && !starts_segment(t[end])) ++end;
-    const int32_t whole =
-        c.whole_words && end - start > 1 && !missed[start] ? lookup_word(v, &t[start], end - start) : -1;
+    const int32_t whole = c.whole_words && end - start > 1 ? lookup_word(v, &t[start], end - start) : -1;
     if (whole >= 0) t[start] = whole | kSegStart;
     const int kept = whole >= 0 ? 1 : merge_one_segment<true>(v, &t[start], end - start, s);
     std::copy(t.begin() + start, t.begin() + start + kept, t.begin() + count);

@@ -20,31 +20,17 @@ namespace {
 
 // SentencePiece-style BPE (core/char_symbols.h) of the block's string, specials marked (a.tok[i]:
 // the special matched at i): character symbols, dense, with the dummy prefixes; word starts
-// flagged; words looked up whole (from the text where they are ASCII, before their symbols are
-// made; else from their symbols), the others merged (short ones lane-parallel or a warp each,
+// flagged; words looked up whole, the others merged (short ones lane-parallel or a warp each,
 // long ones by the block passes); then the runs. Leaves the tokens in a.tok; returns their count.
 template <int kThreads>
 __device__ __noinline__ int encode_chars(const EncodeParams& p, BlockArrays& a, int n,
                                          typename Scans<kThreads>::Storage& tmp, StageClock& clock) {
   const VocabView& v = p.vocab;
   const CharView c = char_view(p.chars);
-  // Words from the text first (text_word_at): a hit's piece into its first byte's token (where
-  // a special's match would be: none there), its bytes marked in piece_start (zero until now,
-  // as no pre-tokenizer runs here), so that only the other bytes make symbols.
-  uint8_t* word = a.piece_start;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    int end;
-    const int32_t id = text_word_at(v, c, a.text, n, a.is_special, i, &end);
-    if (id < 0) continue;
-    a.tok[i] = id;
-    word[i] = kWordFirst;
-    for (int j = i + 1; j < end; ++j) word[j] = kWordRest;
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = char_at(v, c, a.text, n, a.is_special, word, i);
+  for (int i = threadIdx.x; i < n; i += kThreads) a.rank[i] = char_at(v, c, a.text, n, a.is_special, i);
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += kThreads)
-    a.tok[i] = initial_char_token(v, c, p.special, a.text, n, a.is_special, word, a.tok[i], a.rank, i);
+    a.tok[i] = initial_char_token(v, c, p.special, a.text, n, a.is_special, a.tok[i], a.rank, i);
   __syncthreads();
   const auto prefix = [&](int i) {
     return prefix_before(c, a.text, n, a.is_special, i) ? c.prefix_id | kSegStart : kDeleted;

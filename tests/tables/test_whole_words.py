@@ -232,38 +232,6 @@ def test_space_inside_pieces(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_text_words_bounded_by_the_joiners(backend):
-    """Words found from the text (char_symbols.h, text_word_at) start and end where the symbols'
-    words do. `a` joins a following `▁` (`a▁b`) and `▁ca` is a whole word: in "x ca b" the
-    segment is `▁ca▁b` (`▁c` `a▁b`, not `▁ca` `▁` `b`), and in "a ca" the `▁` after `a` starts
-    no word (`▁` `a▁` `ca`, not `▁` `a` `▁ca`); words next to non-ASCII characters, `▁`, tabs
-    and the text's ends too."""
-    sp = spm_model(
-        [
-            SPACE,
-            "a",
-            "b",
-            "c",
-            "x",
-            "\u00e9",
-            "a" + SPACE,
-            "a" + SPACE + "b",
-            SPACE + "c",
-            SPACE + "ca",
-            "ca",
-            SPACE + "x",
-            "xc",
-        ]
-    )
-    tok = bb.Tokenizer.from_sentencepiece(sp)
-    assert sp.piece_to_id(SPACE + "ca") in word_ids(build.build_vocab_tables(tok.vocab))
-    assert sp.encode("x ca b") != [sp.piece_to_id(p) for p in (SPACE + "x", SPACE + "ca", SPACE, "b")]
-    texts = ["x ca b", "a ca", "x ca", "x ca ", "x ca\u00e9 ca", "\u00e9 ca x", "x ca\u2581ca", "x\tca ca"]
-    texts += texts_over("abcx \u00e9\u2581\t", np.random.default_rng(4), count=600)
-    assert_same(tok, texts, sp.encode, backend)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_more_joiners_than_the_table_holds(backend):
     """Nine characters precede `▁` in pieces: no word split, so the segment is the whole text
     (between specials), still looked up whole first."""
