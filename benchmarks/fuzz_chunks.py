@@ -8,8 +8,8 @@ process makes it and whatever ran before, so a mismatch is reproduced by `chunk_
 string's variant (fuzz_families.Variant: mode, allowed specials, invalid UTF-8) is drawn by
 share from the same generator.
 
-The references are the campaign's bottleneck (HF tokenizers ~1.5 MB/s a core, tiktoken
-~5-8 MB/s, the invalid-UTF-8 oracles in Python), and a reference library's own threads scale
+The references are the campaign's bottleneck (HF tokenizers, tiktoken and the invalid-UTF-8
+oracles in Python cost far more a string than making it), and a reference library's own threads scale
 poorly on short strings, so each pool process runs them on one thread (RAYON_NUM_THREADS=1,
 tiktoken with num_threads=1) and the pool spreads chunks over the cores. A chunk comes back as
 groups, one per (variant, width): the strings, the references' token counts and their ids
