@@ -23,7 +23,7 @@
 //      warp each: cuda/lane_merges.cuh, merge_segment's rule); tokens parked at the piece's
 //      bytes in shared memory;
 //   5. one block scan of the threads' token counts places every piece's tokens in its row.
-// Eight block barriers in all, none per merge rank. The rules are the shared ones
+// Eight block barriers in all (five more for each further stage), none per merge rank. The rules are the shared ones
 // (core/bpe_core.h, pretok/automata.h, pretok/tables.h): nothing here defines a rule.
 // (The misses are merged warp-cooperatively, not each in its own thread with merge_segment: a
 // thread's serial passes over a piece, table probe after table probe, keep its block waiting;
@@ -31,8 +31,8 @@
 //
 // What it leaves to the block-per-string kernel, decided on the host by shape and tables
 // (piece_eligible): bytes mode, SentencePiece BPE, NFC or Lowercase normalizers that run on
-// the device, calls with allowed special tokens, rows
-// wider than kPieceMaxLen bytes or tiled (tiled_rows). Decided on the device per row: a row
+// the device, calls with allowed special tokens, rows wider than kPieceMaxLen bytes or tiled
+// (tiled_rows). Decided on the device per row: a row
 // holding a piece longer than kShortPieceLen bytes that the piece table lacks, or whose
 // block's merge lists are full (kPieceLaneList, kPieceWideList), is marked
 // kCountPending, and the block-per-string kernel, launched right after with pending_only, does
