@@ -5,7 +5,7 @@ With it on, the reader (corpus.documents) does no byte work on a block of lines 
 copies the block as read into one of the engine's page-locked slots (`WindowBuffers.flat_slot`),
 one DMA takes it to the device, and `bbpe_split_lines` (corpus.inputs.device_lines;
 ffi/core/json_lines.h) splits, checks and decodes it there into the documents, each followed by
-the packing separator: what the host reader joins into the slot today. The status, offsets
+the packing separator: what the host reader joins into the slot. The status, offsets
 and lines come back, and where the job packs short documents (which reads their bytes: native
 pack_documents) the documents too, by DMA into a kept page-locked buffer. The window then
 carries the device's documents (`SplitBytes`) in place of a slot of host bytes, and the
@@ -19,12 +19,13 @@ read back, and the planner waits for a block's own split only.
 
 A block the split gives up on (a line the shared rules cannot decide as json.loads would) is
 read by the host as where its native reader gives up (corpus.documents: `fast_block`, then
-line by line), which takes it or raises today's one-line file:line error.
+line by line), which takes it or raises the host reader's one-line file:line error.
 
 The engine turns the option off where the host normalizes the documents (any normalizer but
-NFC alone, which the encode calls normalize: corpus/nfc.py); parquet inputs and `--split file|chunk:N` are not read as lines,
-so it changes nothing there. Blocks read before the engine starts (`corpus.job.read_ahead`,
-while the vocabulary and device load) are split on the host, as they are not joined today.
+NFC alone, which the encode calls normalize: corpus/nfc.py); parquet inputs and
+`--split file|chunk:N` are not read as lines, so it changes nothing there. Blocks read before
+the engine starts (`corpus.job.read_ahead`, while the vocabulary and device load) are split on
+the host.
 On the CPU backend the same split runs through its CPU executor.
 """
 
