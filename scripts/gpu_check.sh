@@ -20,6 +20,12 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/bbpe_out}
 mkdir -p "$OUT"
+# (the carry is 64 MiB: the shared data may travel as .carry/data.tar.xz, family files gzipped)
+if [ ! -d .carry/data ] && [ -f .carry/data.tar.xz ]; then tar -xJf .carry/data.tar.xz -C .carry; fi
+if [ -d .carry/family_files ]; then
+  ls .carry/family_files/*.gz > /dev/null 2>&1 && gunzip -kf .carry/family_files/*.gz
+  export BLOCKBPE_FAMILY_FILES=${BLOCKBPE_FAMILY_FILES:-$PWD/.carry/family_files}
+fi
 export PYTHONUNBUFFERED=1 BLOCKBPE_DATA=${BLOCKBPE_DATA:-$PWD/.carry/data}
 stages=${*:-test}
 {
