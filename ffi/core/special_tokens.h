@@ -321,4 +321,18 @@ BBPE_HD void accept_special_matches(const int32_t* lens, int n, uint8_t* is_spec
     if (lens[i] > 0 && !special_covered(lens, i, longest)) accept_special_cluster(lens, n, i, is_special);
 }
 
+// The specials of a whole text on the host (the CPU executor, cpu/encode_cpu.h, and the host's
+// normalizer, which leaves them as they are: cpu/nfc_batch.cc): match[i] the special matched at
+// i (-1: none), lens[i] the bytes of text it covers (0: none), and the accepted ones marked in
+// is_special (zeroed by the caller).
+inline void match_specials_in(const SpecialStarts& t, const SpecialView& s, const uint8_t* text, int n,
+                              bool escaped, int32_t* match, int32_t* lens, uint8_t* is_special) {
+  for (int i = 0; i < n; ++i) {
+    int len = 0;
+    match[i] = special_match_with(t, s, text, n, i, escaped, len);
+    lens[i] = match[i] >= 0 ? len : 0;
+  }
+  accept_special_matches(lens, n, is_special);
+}
+
 }  // namespace bbpe

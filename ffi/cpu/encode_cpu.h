@@ -264,44 +264,81 @@ constexpr int kHostBytesPerThread = 16 << 10;
 // so it runs only where enough threads share it.
 constexpr int kChunkedPretokMinThreads = 8;
 
+// The allowed specials' matches in text[0..n), accepted leftmost-first (core/special_tokens.h):
+// s.is_special 2 at the first byte of each accepted special, 1 at its other bytes; s.tok[i] the
+// special matched at i (-1: none), which initial_token reads where is_special is 2.
+inline void match_specials(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s) {
+  s.is_special.assign(n + 1, 0);
+  s.tok.resize(n + 1);
+  if (p.special.count <= 0) return;  // s.tok holds each position's match until initial_token
+  const bool escaped = p.symbols == kSymbolsChars && specials_escaped(p.chars);
+  // (a vocabulary may always match hundreds of specials: Gemma's user-defined pieces)
+  SpecialStarts starts;
+  build_special_starts(p.special, escaped, starts);
+  s.rank.resize(n + 1);  // each match's length, until the merges use rank
+  match_specials_in(starts, p.special, text, n, escaped, s.tok.data(), s.rank.data(), s.is_special.data());
+}
+
+// NFC of text[0..n) into s.normalized (cap bytes at most) with the accepted specials as they are:
+// HF extracts its added tokens from the raw text and normalizes only the text between them, so
+// each gap between specials is normalized on its own (a special is a boundary, as the sp mask of
+// pretok/nfc_normalize.h makes it) and each special's bytes are copied, its marks and match
+// carried to where it lands (s.is_special, s.tok). The specials are not matched again in the
+// normalized text: NFC can spell one there (U+212A KELVIN SIGN is 'K', U+037E is ';') where
+// the reference has none. Returns the new length, or < 0 (pretok/nfc_normalize.h's results).
+inline int nfc_normalize_between_specials(const NfcData& d, const uint8_t* text, int n, int cap, int segment,
+                                          CpuScratch& s) {
+  s.normalized.resize((size_t)cap + 1);
+  s.nfc_segment.resize((size_t)segment);
+  std::vector<uint8_t> moved_special((size_t)cap + 1, 0);
+  std::vector<int32_t> moved_tok((size_t)cap + 1, -1);
+  int w = 0;
+  for (int gap = 0; gap < n;) {
+    int end = gap;  // the gap runs to the next accepted special's first byte
+    while (end < n && s.is_special[end] != 2) ++end;
+    const int got = nfc_normalize_row(d, text + gap, end - gap, nullptr, s.normalized.data() + w, cap - w,
+                                      s.nfc_segment.data(), segment);
+    if (got < 0) return got;
+    w += got;
+    if (end == n) break;
+    int past = end + 1;  // the special's other bytes
+    while (past < n && s.is_special[past] == 1) ++past;
+    if (w + (past - end) > cap) return kNfcOutputTooSmall;
+    moved_tok[w] = s.tok[end];
+    for (int k = end; k < past; ++k, ++w) {
+      s.normalized[w] = text[k];
+      moved_special[w] = s.is_special[k];
+    }
+    gap = past;
+  }
+  moved_special.resize((size_t)w + 1);
+  moved_tok.resize((size_t)w + 1);
+  s.is_special.swap(moved_special);
+  s.tok.swap(moved_tok);
+  return w;
+}
+
 // Tokenizes text[0..n) into s.tok[0..count); returns count (kCountNotNormalized: the text may
 // not be in the NFC form its tokenizer requires (checked), or its NFC outgrows the row
-// (normalized first, pretok/nfc_normalize.h), or it has a code point whose lowercase is not
+// (normalized, pretok/nfc_normalize.h), or it has a code point whose lowercase is not
 // rewritten in place). threads > 1: a long text is pre-tokenized and its segments merged on up
-// to that many.
+// to that many. The specials are matched in the raw text, before any normalizer (HF's order).
 inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuScratch& s, int threads = 1) {
   const VocabView& v = p.vocab;
-  NfcData d;  // NFC first, as the CUDA pre-pass does (rows of max_len bytes)
+  match_specials(p, text, n, s);
+  NfcData d;
   if (p.nfc_rewrite.ints && !nfc_data_view(p.nfc_rewrite.data, p.nfc_rewrite.ints, &d)) return kCountNotNormalized;
-  if (p.nfc_rewrite.ints && nfc_row_may_change(d, text, n, nullptr)) {
+  if (p.nfc_rewrite.ints && nfc_row_may_change(d, text, n, s.is_special.data())) {
     // (HostEncoder, max_len 0: rows of any length and segments of any length, never reported)
     const int64_t room = std::min<int64_t>(3 * (int64_t)n, INT32_MAX);
     const int cap = (int)(p.max_len > 0 ? std::min<int64_t>(p.max_len, room) : room);
     const int segment = (int)(p.max_len > 0 ? kNfcSegmentScratch
                                             : std::min<int64_t>(2 * (int64_t)n + kNfcMaxDecomp, INT32_MAX));
-    s.normalized.resize((size_t)cap + 1);
-    s.nfc_segment.resize((size_t)segment);
-    n = nfc_normalize_row(d, text, n, nullptr, s.normalized.data(), cap, s.nfc_segment.data(), segment);
+    n = nfc_normalize_between_specials(d, text, n, cap, segment, s);
     if (n < 0) return kCountNotNormalized;
     text = s.normalized.data();
   }
-  s.is_special.resize(n + 1);
   s.piece_start.assign(n + 1, 0);
-  s.tok.resize(n + 1);
-  std::fill(s.is_special.begin(), s.is_special.end(), 0);
-  if (p.special.count > 0) {  // s.tok holds each position's match until initial_token
-    const bool escaped = p.symbols == kSymbolsChars && specials_escaped(p.chars);
-    // (a vocabulary may always match hundreds of specials: Gemma's user-defined pieces)
-    SpecialStarts starts;
-    build_special_starts(p.special, escaped, starts);
-    s.rank.resize(n + 1);  // each match's length, until the merges use rank
-    for (int i = 0; i < n; ++i) {
-      int len = 0;
-      s.tok[i] = special_match_with(starts, p.special, text, n, i, escaped, len);
-      s.rank[i] = s.tok[i] >= 0 ? len : 0;
-    }
-    accept_special_matches(s.rank.data(), n, s.is_special.data());
-  }
   if (p.symbols == kSymbolsChars) return encode_chars(p, text, n, s);
   if (p.pretok.nfc || p.pretok.lower)  // checked on the raw text (pretok/lowercase.h)
     for (int i = 0; i < n; ++i)

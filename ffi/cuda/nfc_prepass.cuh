@@ -19,6 +19,11 @@
 // A row whose NFC does not fit its max_len bytes, or has a segment longer than
 // kNfcSegmentScratch code points, is reported (count kCountNotNormalized), as the check
 // reported text not in NFC; so is every row where the operand does not fit its header.
+// With special tokens in the call, a row that may change is reported rather than rewritten:
+// specials are matched in the raw text and only the text between them is normalized (HF's
+// order, cpu/encode_cpu.h: nfc_normalize_between_specials), which a rewrite before the encode
+// kernel's matching cannot give (">" + U+0338 composes to U+226F, taking a special's last
+// byte). The check itself sees no specials, so it errs only towards reporting.
 // The buffers are the workspace's tail (nfc_workspace_bytes, the encode call sizes it so), or
 // else come from the stream's memory pool (a corpus window's calls).
 #pragma once
@@ -61,9 +66,10 @@ __device__ __forceinline__ bool nfc_word_needs_check(const uint4& v) {
 }
 
 // One block per row. copy_all: every row goes to out.rows (one pass); else only rewritten ones.
+// report_changing: a row that may change is reported, not rewritten (the call has specials).
 __global__ void __launch_bounds__(kNfcPrepassThreads)
     nfc_prepass_kernel(NfcOperand operand, const uint8_t* data, const int32_t* lengths, int32_t max_len,
-                       bool copy_all, NfcPrepassRows out) {
+                       bool copy_all, bool report_changing, NfcPrepassRows out) {
   using Scan = cub::BlockScan<int, kNfcPrepassThreads>;
   __shared__ NfcData d;
   __shared__ int ok;
@@ -98,11 +104,12 @@ __global__ void __launch_bounds__(kNfcPrepassThreads)
     }
   }
   const bool rewrite = __syncthreads_or(may_change);
-  if (!ok || !rewrite) {
+  const bool report = !ok || (rewrite && report_changing);
+  if (report || !rewrite) {
     if (t == 0) {
-      out.state[b] = ok ? kNfcRowAsIs : kNfcRowReported;
-      out.raw_lengths[b] = ok ? raw : -1;
-      out.lengths[b] = ok || !valid ? raw : 0;
+      out.state[b] = report ? kNfcRowReported : kNfcRowAsIs;
+      out.raw_lengths[b] = report ? -1 : raw;
+      out.lengths[b] = report && valid ? 0 : raw;
     }
     return;
   }
@@ -191,7 +198,7 @@ cudaError_t nfc_prepass(EncodeParams& p, cudaStream_t stream, NfcPrepass& buf) {
   buf.rows.state = reinterpret_cast<uint8_t*>(buf.rows.lengths + p.batch);
   buf.two_passes = nfc_two_passes(p);
   nfc_prepass_kernel<<<(unsigned)p.batch, kNfcPrepassThreads, 0, stream>>>(
-      p.nfc_rewrite, p.data, p.lengths, p.max_len, !buf.two_passes, buf.rows);
+      p.nfc_rewrite, p.data, p.lengths, p.max_len, !buf.two_passes, p.special.count > 0, buf.rows);
   if (buf.two_passes) {
     p.lengths = buf.rows.raw_lengths;  // (p.data stays the caller's rows)
   } else {
