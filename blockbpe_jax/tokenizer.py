@@ -254,18 +254,18 @@ class Tokenizer:
         """encode_batch's first half: the texts checked, normalized and packed (on a CUDA GPU:
         into pinned memory, their copy to the device started)."""
         raw = _text_list(texts, max_len)
-        texts, normalized = self._normalized(raw, mode)
+        texts, normalized, split = self._normalized(raw, mode, allowed_special)
         target = device or jax.devices()[0]
 
         device_nfc = mode == "exact" and self._device_nfc
 
         # Packing guarantees 0 <= lengths <= L: no need for the handler's read-back.
-        def run(data, lengths, normalized=normalized):
+        def run(data, lengths, normalized=normalized, allowed=allowed_special, width=max_tokens):
             return primitive.encode(
                 data,
                 lengths,
-                self.tables(allowed_special, device),
-                max_tokens=max_tokens or data.shape[1] + self._prefix_tokens,
+                self.tables(allowed, device),
+                max_tokens=width or data.shape[1] + self._prefix_tokens,
                 pad_id=pad_id,
                 mode=mode,
                 block_size=block_size,
@@ -274,54 +274,140 @@ class Tokenizer:
             )
 
         finish = None
-        if device_nfc and not normalized:
+        if (device_nfc and not normalized) or split:
 
             def finish(out):  # (waits for the counts: encode_stream does it a batch later)
-                return self._reported_rows_on_host(out, texts, run, max_tokens is None, pad_id)
+                # (from the raw texts, as packed: surrogates as tiktoken has them)
+                texts = _without_surrogates(raw)
+                return self._rows_on_host(out, texts, split, allowed_special, run, max_tokens is None, pad_id)
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
             # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how).
             try:
                 staged = staging.stage_strings(texts, max_len=max_len, device=target)
             except UnicodeEncodeError:  # surrogates: as tiktoken (the slot was given back)
-                texts = self._normalized(_without_surrogates(raw), mode)[0]
+                texts, split = self._normalized(_without_surrogates(raw), mode, allowed_special)[::2]
                 staged = staging.stage_strings(texts, max_len=max_len, device=target)
             return staging.StagedBatch(run, staged=staged, finish=finish)
         try:
             data, lengths = pack_strings(texts, max_len=max_len)
         except UnicodeEncodeError:
-            texts = self._normalized(_without_surrogates(raw), mode)[0]
+            texts, split = self._normalized(_without_surrogates(raw), mode, allowed_special)[::2]
             data, lengths = pack_strings(texts, max_len=max_len)
         if device is not None and device != jax.devices()[0]:
             data, lengths = jax.device_put((data, lengths), device)
         # (else the NumPy arrays ride along with the jitted call to the default device)
         return staging.StagedBatch(run, arrays=(data, lengths), finish=finish)
 
-    def _normalized(self, texts: list, mode: str) -> tuple[list, bool]:
-        """(the texts as encode sees them, whether they were normalized): exact mode on a
-        tokenizer with a normalizer normalizes first (encode then trusts the text), but NFC
-        alone, which the executors normalize."""
-        normalized = mode == "exact" and self.normalizes and not self._device_nfc
-        return (self.normalize(texts) if normalized else texts), normalized
+    def _normalized(self, texts: list, mode: str, allowed_special="none") -> tuple[list, bool, dict]:
+        """(the texts as encode sees them, whether they were normalized, the rows to encode in
+        parts): exact mode on a tokenizer with a normalizer normalizes first (encode then
+        trusts the text), but NFC alone, which the executors normalize. A row whose normalized
+        text the encode would match other specials in (`_normalize_around_specials`) is left
+        empty here, and its parts (normalized gaps, special ids) returned for `_join_parts`."""
+        if not (mode == "exact" and self.normalizes and not self._device_nfc):
+            return texts, False, {}
+        out, parts = self._normalize_around_specials(texts, allowed_special)
+        return [t[:0] if k in parts else t for k, t in enumerate(out)], True, parts
 
-    def _reported_rows_on_host(self, out, texts, run, widen: bool, pad_id: int):
-        """`out` with the rows the executors reported (count -2: the row's NFC does not fit
-        its width, or has a segment of hundreds of combining marks; pretok/nfc_normalize.h)
-        encoded again, normalized here. Reads the counts back (waits for the call; one pinned
-        copy, staging.read_back: JAX's own copy has a large fixed cost); widens
-        the ids where a row's tokens need more columns than `out` has and the caller did not
-        fix max_tokens."""
+    def _normalize_texts(self, texts: list) -> list:
+        """The normalizer on whole texts (`normalize` without specials)."""
+        norm = self.vocab.pretokenizer.normalizer
+        return sets.normalize_texts(norm if self.lowercase else pretok.Normalizer(("nfc",)), texts)
+
+    def _normalize_around_specials(self, texts: list, allowed_special) -> tuple[list, dict]:
+        """(the texts normalized, the rows to encode in parts). HF extracts its added tokens
+        from the raw text and normalizes only the text between them; so does this, with the
+        specials that the executors accept in the raw text (`specials.accepted_spans`: the rule
+        of ffi/core/special_tokens.h), whose bytes stay as they are. The encode matches specials
+        again in the text it is given, and a normalizer can spell one where the raw text has
+        none (U+212A KELVIN SIGN is 'K' in NFC; "<|ENDOFTEXT|>" lowercases to "<|endoftext|>"):
+        a row whose normalized text it would match otherwise is returned in the dict, as (its
+        gaps normalized, the ids of the specials between them), for `_join_parts`."""
+        tables = self.tables(allowed_special, host=True)
+        if len(tables.special_ids) == 0 or int(tables.special_offsets[-1]) == 0:
+            return self._normalize_texts(texts), {}
+        escaped = bool(self.vocab.char_level is not None and self.vocab.char_level.escaped_specials)
+        raw = [_utf8(t) for t in texts]
+        spans = specials.accepted_spans(tables, escaped, raw)
+        pieces, where = [], []  # the gaps to normalize, each as its text's type; (first piece, count)
+        for k, (t, b) in enumerate(zip(texts, raw)):
+            first, at = len(pieces), 0
+            for start, end, _ in spans[k]:
+                pieces.append(_like(t, b[at:start]))
+                at = end
+            pieces.append(t if not spans[k] else _like(t, b[at:]))
+            where.append((first, len(spans[k]) + 1))
+        done = self._normalize_texts(pieces)
+        out, moved = [], []  # moved: each row's specials where its normalized text has them
+        for k, (t, b) in enumerate(zip(texts, raw)):
+            first, count = where[k]
+            if count == 1:
+                out.append(done[first])
+                moved.append([])
+                continue
+            parts, at, row_spans = [], 0, []
+            for g, (start, end, index) in enumerate(spans[k]):
+                gap = _utf8(done[first + g])
+                parts += [gap, b[start:end]]
+                row_spans.append((at + len(gap), at + len(gap) + end - start, index))
+                at += len(gap) + end - start
+            parts.append(_utf8(done[first + count - 1]))
+            joined = b"".join(parts)
+            out.append(_like(t, joined))
+            moved.append(row_spans)
+        again = specials.accepted_spans(tables, escaped, [_utf8(t) for t in out])
+        split = {}
+        for k in range(len(texts)):
+            if again[k] != moved[k]:
+                first, count = where[k]
+                ids = [int(tables.special_ids[index]) for _, _, index in spans[k]]
+                split[k] = (done[first : first + count], ids)
+        return out, split
+
+    def _rows_on_host(self, out, texts, split, allowed_special, run, widen: bool, pad_id: int):
+        """`out` with some rows encoded again: those the executors reported (count -2: the
+        row's NFC does not fit its width, or has a segment of hundreds of combining marks, or
+        may change in a call with specials on the GPU; pretok/nfc_normalize.h, cuda/nfc_prepass.cuh)
+        and those in `split` (packed empty: `_normalized`), from their raw `texts`, normalized
+        here around their specials. Reads the counts back (waits for the call; one pinned
+        copy, staging.read_back: JAX's own copy has a large fixed cost); widens the ids where a
+        row's tokens need more columns than `out` has and the caller did not fix max_tokens."""
         import jax.numpy as jnp
 
         (counts,) = staging.read_back([out.counts])
-        bad = np.flatnonzero(counts == -2)
+        bad = np.union1d(np.flatnonzero(counts == -2), np.asarray(sorted(split), dtype=np.int64))
         if not bad.size:
             return out
-        sub = self.normalize([texts[i] for i in bad])
-        data, lengths = pack_strings(sub)
+        sub, parts = self._normalize_around_specials([texts[i] for i in bad], allowed_special)
         device = next(iter(out.ids.devices()))
-        data, lengths = jax.device_put((data, lengths), device)
-        fixed = run(data, lengths, normalized=True)
+        whole = [j for j in range(len(sub)) if j not in parts]
+        if parts:
+
+            def encode_gaps(gaps):
+                enc = run(
+                    *jax.device_put(pack_strings(gaps), device), normalized=True, allowed="none", width=None
+                )
+                ids, counts = staging.read_back([enc.ids, enc.counts])
+                return [ids[k, : counts[k]].tolist() for k in range(len(gaps))]
+
+            joined = self._join_parts([parts.get(j) for j in range(len(sub))], encode_gaps)
+            sub_counts = np.asarray([len(toks) for toks in joined], dtype=np.int32)
+            sub_ids = np.full((len(sub), max(1, int(sub_counts.max()))), pad_id, dtype=np.int32)
+            for j, toks in enumerate(joined):
+                sub_ids[j, : len(toks)] = toks
+            if whole:  # (the rows in parts joined by the others, encoded whole)
+                data, lengths = pack_strings([sub[j] for j in whole])
+                fixed = run(*jax.device_put((data, lengths), device), normalized=True)
+                ids_w, counts_w = staging.read_back([fixed.ids, fixed.counts])
+                sub_ids = _padded(sub_ids, ids_w.shape[1], pad_id)
+                sub_ids[whole, : ids_w.shape[1]] = ids_w
+                sub_counts[whole] = counts_w
+            fixed = primitive.Encoded(*jax.device_put((sub_ids, sub_counts), device))
+        else:
+            data, lengths = pack_strings(sub)
+            data, lengths = jax.device_put((data, lengths), device)
+            fixed = run(data, lengths, normalized=True)
         ids, sub_ids = out.ids, fixed.ids
         if widen and sub_ids.shape[1] > ids.shape[1]:
             ids = jnp.pad(ids, ((0, 0), (0, sub_ids.shape[1] - ids.shape[1])), constant_values=pad_id)
@@ -330,6 +416,34 @@ class Tokenizer:
         sub_ids = sub_ids[:, : ids.shape[1]]
         idx = jnp.asarray(bad)
         return primitive.Encoded(ids.at[idx].set(sub_ids), out.counts.at[idx].set(fixed.counts))
+
+    def _join_parts(self, rows: list, encode_gaps) -> list[list[int]]:
+        """The ids of rows given as (normalized gaps, the ids of the specials between them), or
+        None (no ids): each gap encoded as a text of its own without specials
+        (`encode_gaps(list) -> list[list[int]]`), which is how HF encodes the text between its
+        added tokens, and the specials' ids put between. A SentencePiece-style vocabulary's
+        gaps would need its dummy-prefix rule and its always-matched pieces: not done, so such
+        a row raises."""
+        if any(row is not None for row in rows) and (
+            self.vocab.char_level is not None or self.vocab.always_special
+        ):
+            raise NotImplementedError(
+                f"{self.vocab.name}: a text whose normalized form spells a special token that its raw text"
+                " does not have, with SentencePiece-style symbols (not supported): encode it without"
+                " allowed specials"
+            )
+        gaps = [g for row in rows if row is not None for g in row[0] if len(g)]
+        got = iter(encode_gaps(gaps) if gaps else ())
+        joined = []
+        for row in rows:
+            toks = []
+            for g, gap in enumerate(row[0] if row is not None else ()):
+                if len(gap):
+                    toks += next(got)
+                if g < len(row[1]):
+                    toks.append(row[1][g])
+            joined.append(toks)
+        return joined
 
     def as_tiktoken(self, device=None):
         """tiktoken's `Encoding` API over this tokenizer (`blockbpe_jax.compat.tiktoken_api`); device:
@@ -369,18 +483,19 @@ class Tokenizer:
 
         return encode_dataset(self, ds, column, **kwargs)
 
-    def normalize(self, texts: Sequence[str | bytes]) -> list:
+    def normalize(self, texts: Sequence[str | bytes], allowed_special="none") -> list:
         """The texts as the tokenizer's normalizer leaves them (NFC and/or Lowercase in its order,
         or unchanged). `encode` on raw bytes checks NFC and lowercases most code points itself,
         and reports (count -2, ffi/pretok/nfc.h and lowercase.h) a string that may not be in NFC
         or has a code point whose lowercase changes length, so normalize first where that may
         happen (NFC alone, the executors normalize: nothing is reported but rows whose NFC
         outgrows their width). Bytes that are not valid UTF-8 keep those bytes, and their valid
-        parts are normalized (as the executors do)."""
+        parts are normalized (as the executors do). With allowed_special, the specials that encode
+        accepts in a text (matched in the raw text) stay as they are and only the text between
+        them is normalized, as HF does with its added tokens."""
         if not self.normalizes:
             return list(texts)
-        norm = self.vocab.pretokenizer.normalizer
-        return sets.normalize_texts(norm if self.lowercase else pretok.Normalizer(("nfc",)), texts)
+        return self._normalize_around_specials(list(texts), allowed_special)[0]
 
     def decode_bytes(self, ids, counts) -> list[bytes]:
         """Token ids (padded rows plus counts) back to byte strings."""
@@ -428,6 +543,23 @@ def pack_strings(
             f"{e.reason}: texts[{k}] holds a surrogate (Tokenizer.encode_batch and the tiktoken "
             f"view take it as tiktoken does: a pair joined, a lone one U+FFFD)",
         ) from None  # fmt: skip
+
+
+def _utf8(text) -> bytes:
+    """A text's bytes (a str's lone surrogates as Python writes them with surrogatepass)."""
+    return text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+
+
+def _like(text, b: bytes):
+    """b as the type of `text`: bytes, or a str (read back as `_utf8` wrote it)."""
+    return b.decode("utf-8", "surrogatepass") if isinstance(text, str) else b
+
+
+def _padded(ids: np.ndarray, width: int, pad_id: int) -> np.ndarray:
+    """ids with at least `width` columns (pad_id after), writable."""
+    if ids.shape[1] >= width:
+        return np.array(ids)
+    return np.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=pad_id)
 
 
 def _without_surrogates(texts: list) -> list:

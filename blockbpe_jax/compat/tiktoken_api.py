@@ -251,7 +251,14 @@ class Encoding:
             except UnicodeEncodeError:  # lone surrogates: replaced below, as tiktoken
                 pass
         raw = [_utf8(t) for t in texts]
-        return encoder.encode(tok._normalized(raw, self.mode)[0])
+        normalized, assumed, parts = tok._normalized(raw, self.mode, key)
+        out = encoder.encode(normalized)
+        if parts:  # (rows whose normalized text spells other specials: Tokenizer._normalize_around_specials)
+            gaps = self._sets.host_encoder((), self.mode, assumed)
+            joined = tok._join_parts([parts.get(k) for k in range(len(out))], gaps.encode)
+            for k in parts:
+                out[k] = joined[k]
+        return out
 
     def _encode_on(self, device, texts: Sequence[str], key: tuple) -> list[list[int]]:
         """`Tokenizer.encode_batch` on `device`, the texts bucketed by padded width."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from .lru import BoundedCache
 
 # The end-of-text special by family, the first one found wins: OpenAI's and Qwen's, Llama 3's,
@@ -113,3 +115,26 @@ def literal_search(strings: frozenset):
         ),
         lambda _: 64 + 8 * sum(len(s) for s in strings),
     )
+
+
+def accepted_spans(tables, escaped: bool, texts: list[bytes]) -> list[list[tuple[int, int, int]]]:
+    """The specials of `tables` (a tokenizer's host `EncodeTables`) that the executors accept in
+    each text: (start byte, end byte, index in the special tables) in order, by the CPU module's
+    special_spans (ffi/core/special_tokens.h: matched where they start, accepted leftmost-first).
+    escaped: a `▁` of a special also matches a space (SentencePiece's escaped specials)."""
+    from .. import native
+
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum([len(t) for t in texts], out=offsets[1:])
+    data = np.frombuffer(b"".join(texts), dtype=np.uint8)
+    spans = native.cpu.special_spans(
+        np.asarray(tables.special_offsets, dtype=np.int32),
+        np.asarray(tables.special_data, dtype=np.uint8),
+        escaped,
+        data,
+        offsets,
+    )
+    out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
+    for row, start, end, index in spans.tolist():
+        out[row].append((start, end, index))
+    return out

@@ -305,7 +305,7 @@ def check_encode_batch(tok, hf, texts, device):
 def test_encode_leaves_nfc_to_the_executors(nfc_tok):
     """encode_batch sends the raw text (the tables carry the normalization operand)."""
     tok, _ = nfc_tok
-    assert tok._normalized(["e\u0301"], "exact") == (["e\u0301"], False)
+    assert tok._normalized(["e\u0301"], "exact")[:2] == (["e\u0301"], False)
     assert tok.host_tables()[9].size % 2 == 1  # (the operand's odd count)
 
 
