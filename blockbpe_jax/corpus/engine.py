@@ -185,6 +185,22 @@ class WindowEncoder:
     def where(self, w: Window, i: int) -> str:
         return f"{self.paths[int(w.file_indices[i])]}:{int(w.positions[i])}"
 
+    def normalized_documents(self, w: Window, docs=None) -> list[bytes]:
+        """The window's documents (the indices `docs`, default all) normalized around the
+        specials the calls accept (`Tokenizer.normalize` with allowed_special: matched in the
+        raw text, their bytes kept, as HF does). A document whose normalized text spells a
+        special that its raw text does not have (the calls would match it there) is refused:
+        Tokenizer.encode_batch encodes such a text in parts, the job does not."""
+        texts, parts = self.tok._normalize_around_specials(document_bytes(w, docs), self.allowed_special)
+        if parts:
+            k = min(parts)
+            raise CorpusError(
+                f"{self.where(w, int(k if docs is None else docs[k]))}: its normalized text spells a special"
+                " token that the raw text does not have, which the corpus job cannot encode as HF does"
+                " (Tokenizer.encode_batch can; or encode without allowed specials)"
+            )
+        return texts
+
     def host_table(self, rows: np.ndarray, entries: np.ndarray, size: int) -> np.ndarray:
         """A table of `size` entries (at least): rows int32[2, n] (start in flat, length) at
         `entries`; the other entries are empty rows."""
@@ -205,7 +221,7 @@ class WindowEncoder:
         # path measures it: that window is normalized here)
         too_long = self.max_len is not None and lengths.max() > self.max_len
         if self.host_normalizes or (self.device_nfc and too_long):  # the width must fit the normalized text
-            w = Window.of(self.tok.normalize(document_bytes(w)), w.positions, w.file_index, w.consumed)
+            w = Window.of(self.normalized_documents(w), w.positions, w.file_index, w.consumed)
             lengths = w.lengths
         if self.max_len is not None and lengths.max() > self.max_len:
             i = int(np.argmax(lengths))

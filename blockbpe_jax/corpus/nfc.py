@@ -52,8 +52,8 @@ def encode_normalized_again(engine, work, got: np.ndarray, raw, end: int, widths
     whose NFC outgrows its width or holds a segment of hundreds of combining marks;
     ffi/pretok/nfc_normalize.h), and every document of a packed call where one is (a row
     reported, or whose separator NFC joined to the next document's first code point,
-    writes no separators: the call's later slots moved), normalized on the host and
-    encoded again, trusted, at widths that fit them, into `raw` from `end`. Updates got,
+    writes no separators: the call's later slots moved), normalized on the host around
+    their specials (engine.normalized_documents) and encoded again, trusted, at widths that fit them, into `raw` from `end`. Updates got,
     the window's src, count_at and kept, and widths (the calls' widths compaction
     allows) in place -> (raw, end). engine: the job's corpus.engine.WindowEncoder; work: the
     window's corpus.engine.WindowWork, its counts back (`got`, in plan order)."""
@@ -71,7 +71,7 @@ def encode_normalized_again(engine, work, got: np.ndarray, raw, end: int, widths
             again[call_of == c] = True
     redo = np.flatnonzero(again)
     w = work.window
-    texts = engine.tok.normalize(document_bytes(w, perm[redo]))
+    texts = engine.normalized_documents(w, perm[redo])
     lengths = np.fromiter(map(len, texts), np.int64, len(texts))
     if engine.max_len is not None and lengths.max() > engine.max_len:
         i = int(np.argmax(lengths))

@@ -154,16 +154,17 @@ def test_nfc_on_the_device_equals_the_host(
 
 def test_reported_rows_are_normalized_on_the_host_only(tok, war_and_peace, tmp_path, engines, monkeypatch):
     """With NFC on the device the host normalizes no window: only documents the device
-    reported (tok.normalize is called with those alone)."""
+    reported (the host normalizer, Tokenizer._normalize_around_specials, is called with those
+    alone)."""
     calls = []
-    normalize = type(tok).normalize
+    normalize = type(tok)._normalize_around_specials
 
-    def counting(self, texts):
+    def counting(self, texts, allowed_special):
         calls.append(len(texts))
-        return normalize(self, texts)
+        return normalize(self, texts, allowed_special)
 
     path = write_jsonl(tmp_path / "nfc.jsonl", nfc_documents(war_and_peace))
-    monkeypatch.setattr(type(tok), "normalize", counting)
+    monkeypatch.setattr(type(tok), "_normalize_around_specials", counting)
     corpus.encode_files_to_arrays(tok, [path], jsonl_field=FIELD, window_bytes=16 << 10, pack_width=0)
     assert sum(calls) == engines[-1].normalized_on_host > 0
     calls.clear()

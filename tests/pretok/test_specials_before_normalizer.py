@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import blockbpe_jax as bb
 from blockbpe_jax import testing
+from blockbpe_jax.corpus.types import CorpusError
 
 from helpers import gpu_devices
 from strategies import fuzz
@@ -179,6 +180,48 @@ def test_raw_nfc_rewrite_cpu(data_dir):
     out = bb.encode(data, lengths, tok.tables("all", CPU), max_tokens=data.shape[1] + 1)
     ids, counts = np.asarray(out.ids), np.asarray(out.counts)
     assert [ids[i, : counts[i]].tolist() for i in range(len(texts))] == _reference(pair, texts, "all")
+
+
+def _corpus_ids(tok, docs, tmp_path, **options):
+    from blockbpe_jax.corpus import job
+
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    ids, offsets = job.encode_files_to_arrays(
+        tok, [path], jsonl_field="text", allowed_special="all", **options
+    )
+    return [ids[offsets[k] : offsets[k + 1]].tolist() for k in range(len(offsets) - 1)]
+
+
+CORPUS_DEVICES = [pytest.param("cpu", id="cpu")] + [
+    pytest.param("gpu", id="gpu", marks=pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX"))
+]
+
+
+@pytest.mark.parametrize("kind", CORPUS_DEVICES)
+@pytest.mark.parametrize("device_nfc", [None, False])
+def test_corpus_job(llama3_norm, cl100k_lower, tmp_path, kind, device_nfc):
+    """The corpus job normalizes documents around their specials (NFC on the device, or the
+    host's normalizer), and refuses a document whose normalized text spells a special its raw
+    text does not have where the host normalizes it (it cannot encode it in parts)."""
+    device = CPU if kind == "cpu" else gpu_devices()[0]
+    for pair, texts in ((llama3_norm, NFC_TEXTS), (cl100k_lower, LOWER_TEXTS)):
+        # (the texts whose normalized form spells a special that the raw text does not have)
+        # (none with NFC then Lowercase: "<|K;|>" lowercases to no special)
+        spelled = [t for t in texts if t and pair[0]._normalize_around_specials([t], "all")[1]]
+        docs = [t for t in texts if t and t not in spelled]
+        got = _corpus_ids(pair[0], docs, tmp_path, device=device, device_nfc=device_nfc, pack_width=0)
+        assert got == _reference(pair, docs, "all")
+        for text in spelled:  # (the CPU executor, normalizing, encodes it as HF does)
+            host = device_nfc is False or not pair[0]._device_nfc or kind == "gpu"
+            try:
+                got = _corpus_ids(
+                    pair[0], [text], tmp_path, device=device, device_nfc=device_nfc, pack_width=0
+                )
+            except CorpusError as e:
+                assert host and "spells a special" in str(e), e
+            else:
+                assert not host and got == _reference(pair, [text], "all")
 
 
 ATOMS = [
