@@ -156,6 +156,28 @@ def test_each_row_alone_cpu(llama3_norm, cl100k_lower, allowed):
             assert _encode_batch(pair[0], [text], allowed, CPU) == _reference(pair, [text], allowed), text
 
 
+# U+1D15E is U+1D157 U+1D165 in NFC (a composition exclusion): 4 bytes to 8.
+GROWS = "\U0001d15e" * 5
+REPORTED = [
+    "<|eot_id|>\u0338" + GROWS,  # (32 bytes, its NFC 52: over max_len 40)
+    SPELLED_RAW + GROWS,  # (and NFC spells a special)
+    "<|eot_id|>" + SPELLED_RAW + GROWS,
+    "a>\u0338 short",  # (fits)
+]
+
+
+@pytest.mark.parametrize("allowed", ["all", "none"])
+def test_reported_rows_cpu(llama3_norm, allowed):
+    """Rows whose NFC outgrows max_len, which the executors report (count -2) and encode_batch
+    encodes again normalized on the host around their specials: the rows encoded whole and
+    those encoded in parts in one batch, the ids widened past max_len."""
+    pair = llama3_norm
+    if not pair[0]._device_nfc:
+        pytest.skip("the host normalizes first (its text must fit max_len)")
+    assert max(len(t.encode()) for t in REPORTED) <= 40
+    assert _encode_batch(pair[0], REPORTED, allowed, CPU, max_len=40) == _reference(pair, REPORTED, allowed)
+
+
 def test_normalize_keeps_specials(llama3_norm, cl100k_lower):
     """Tokenizer.normalize with allowed specials: their bytes as they are, the rest normalized."""
     tok = llama3_norm[0]
@@ -276,6 +298,9 @@ def test_specials_gpu(llama3_norm, cl100k_lower, allowed, kernel, monkeypatch):
     check(cl100k_lower, LOWER_TEXTS, gpu, allowed)
     long_rows = [t * 40 for t in NFC_TEXTS if t]  # (the tile pipeline's rows)
     check(llama3_norm, long_rows, gpu, allowed)
+    if llama3_norm[0]._device_nfc:
+        want = _reference(llama3_norm, REPORTED, allowed)
+        assert _encode_batch(llama3_norm[0], REPORTED, allowed, gpu, max_len=40) == want
 
 
 @GPU
