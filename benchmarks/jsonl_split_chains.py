@@ -108,14 +108,16 @@ def group_chain(buf: bytes, steps: np.ndarray, a: int, b: int, size: int) -> dic
     worst = max(per) + 8  # (up to seven byte steps before an aligned word, one search)
     maps = piece // SLICE
     rounds = -(-span // (size * SLICE))
-    return dict(rounds=rounds, maps=maps, piece_steps=worst, measure=rounds + maps + worst, write=maps + 2 * worst)
+    return dict(
+        rounds=rounds, maps=maps, piece_steps=worst, measure=rounds + maps + worst, write=maps + 2 * worst
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--escaped", action="store_true")
     ap.add_argument("--thread-line", type=int, default=1024)
-    ap.add_argument("--block-line", type=int, default=16384)
+    ap.add_argument("--block-line", type=int, default=4096)
     args = ap.parse_args()
     docs = unique_documents(source_texts(data_dir()))
     if args.escaped:
@@ -162,8 +164,10 @@ def main() -> None:
             g = group_chain(blob, steps, a, b, size)
             keep(new, key, g["measure"], g["write"])
         at += n + 1
-    print(f"{len(lines)} unique lines, {len(blob) / 1e6:.1f} MB; longest {worst_line[0]} bytes, "
-          f"{worst_line[1]} decode steps by one thread")
+    print(
+        f"{len(lines)} unique lines, {len(blob) / 1e6:.1f} MB; longest {worst_line[0]} bytes, "
+        f"{worst_line[1]} decode steps by one thread"
+    )
     for name, table in (("warp32 (main)", old), ("groups", new)):
         print(f"\n{name}: class | lines | longest chain, measure kernel | write kernel")
         for key, (count, m, w) in table.items():

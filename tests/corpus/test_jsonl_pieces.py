@@ -39,8 +39,8 @@ SPELLINGS = {
     "u_escape": "\\u00e9",
     "pairs_and_escapes": "\\ud83d\\ude00\\u00e9\\n\\ud800\\udc00x",
     "backslashes": "\\\\",
-    "backslashes_quote": "\\\\\\\\\\\\\\\"",
-    "odd_mix": "\\\\\\u005c\\\"\\/\\b",
+    "backslashes_quote": '\\\\\\\\\\\\\\"',
+    "odd_mix": '\\\\\\u005c\\"\\/\\b',
     "utf8": "\u00e9\u4e2d\U0001f600",
     "utf8_and_escapes": "\U0001f600\\u4e2d\u00e9\\\\\\ud83d\\ude00\\t",
 }
@@ -114,7 +114,9 @@ def test_defects_around_piece_offsets_give_up_as_the_host(kind, cls, defect, tmp
             today = _outcome(
                 lambda: [(d.data, d.position) for d in documents.iter_documents([path], jsonl_field=FIELD)]
             )
-            ours = _outcome(lambda: _pairs(device_lines.block_documents(block, path, 0, FIELD, device_of(kind))))
+            ours = _outcome(
+                lambda: _pairs(device_lines.block_documents(block, path, 0, FIELD, device_of(kind)))
+            )
             assert ours == today
             assert (got is None) == _refused(line), line
 
@@ -150,7 +152,18 @@ def escape_runs_block(draw):
     """Lines of either class whose field is random escapes, surrogate pairs, runs of
     backslashes and UTF-8, dense, with a defect at times."""
     parts = st.sampled_from(
-        ["\\\\", "\\\"", "\\n", "\\u00e9", "\\ud83d\\ude00", "\\udbff\\udfff", "\u00e9", "\U0001f600", "x", "\\/"]
+        [
+            "\\\\",
+            '\\"',
+            "\\n",
+            "\\u00e9",
+            "\\ud83d\\ude00",
+            "\\udbff\\udfff",
+            "\u00e9",
+            "\U0001f600",
+            "x",
+            "\\/",
+        ]
     )
     unit = "".join(draw(st.lists(parts, min_size=1, max_size=40)))
     length = draw(st.sampled_from([1100, 2500, 4100, 9000, 70000]))
