@@ -43,6 +43,7 @@
 #include "binding/encode_params.h"
 #include "core/bpe_core.h"
 #include "core/char_symbols.h"
+#include "core/special_tokens.h"
 #include "cuda/block_common.cuh"
 #include "cuda/lane_merges.cuh"
 #include "cuda/piece_kernel.cuh"
@@ -78,6 +79,8 @@ struct CharPieceSmem {
   int16_t wide_s0[kPieceWideList], wide_len[kPieceWideList];
   int by_len[kLanePieceLen + 1];  // lane-list words per length, then where the next one goes
   int n_lane, n_wide, next_bin;
+  int longest_special;  // kSpecials: the block's longest match (0: none)
+  SpecialStarts specials;  // kSpecials: which bytes can start a special, and the runs
   typename cub::BlockScan<int, kPieceThreads>::TempStorage scan;
 };
 
@@ -140,7 +143,13 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
   s.count[first] = 1;
 }
 
-template <int kChunk>
+// kSpecials: the call has special tokens (Gemma's and Mistral v7's user-defined pieces, which
+// sentencepiece always matches; those allowed in the call): matched at every byte of the chunk
+// (special_match_with, the table built by the block as cuda/block_begin.cuh builds it), the
+// matches resolved leftmost-first a cluster per thread (accept_special_cluster), then each
+// accepted special is a word of its own and a word starts after it (initial_char_token's
+// segments). A kernel of its own: the text without specials pays none of it.
+template <int kChunk, bool kSpecials>
 __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __grid_constant__ EncodeParams p, int cpr,
                                                                    int rows_per_block) {
   static_assert(kChunk <= 16, "a chunk's word starts are one 32-bit mask");
@@ -167,34 +176,78 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   const int row_at = r * row_stride;  // the row's first block position
   const uint8_t* text = s.text + row_at;
   int32_t* sym = s.tok + row_at + r + 1;  // the row's symbols by byte; sym[-1]: its dummy prefix
+  // kSpecials: the specials' marks by byte (initial_char_token's is_special: 2 at an accepted
+  // special's first byte, 1 at its others), in the counts' room until step 3 writes the counts;
+  // the matches' lengths in the symbols' room until step 1 writes the symbols.
+  uint8_t* sp = kSpecials ? s.count + row_at + r + 1 : nullptr;
+  int32_t* match_len = sym;
   if (t < rows_per_block) s.hard[t] = 0;
-  if (t == 0) s.n_lane = s.n_wide = s.next_bin = 0;
+  if (t == 0) s.n_lane = s.n_wide = s.next_bin = s.longest_special = 0;
   if (t <= kLanePieceLen) s.by_len[t] = 0;
   if (valid > 0)
     load_chunk<kChunk>(p.data + b * (int64_t)p.max_len + base, s.text + row_at + base, valid,
                        base + kChunk <= p.max_len);
+  const bool escaped = kSpecials && specials_escaped(p.chars);
+  if constexpr (kSpecials) {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) sp[base + j] = 0;
+    build_special_starts(
+        p.special, escaped, s.specials, t, kPieceThreads, [] { __syncthreads(); },
+        [](uint32_t& word, uint32_t bits) { return atomicOr(&word, bits); });
+    int longest = 0;
+    for (int i = base; i < base + valid; ++i) {
+      int len = 0;
+      match_len[i] = special_match_with(s.specials, p.special, text, n, i, escaped, len) >= 0 ? len : 0;
+      longest = max(longest, match_len[i]);
+    }
+    if (longest > 0) atomicMax(&s.longest_special, longest);
+    __syncthreads();
+    const int block_longest = s.longest_special;  // (a bound for the lookback: any row's)
+    if (block_longest > 0)
+      for (int i = base; i < base + valid; ++i)
+        if (match_len[i] > 0 && !special_covered(match_len, i, block_longest))
+          accept_special_cluster(match_len, n, i, sp);
+  }
   __syncthreads();
 
   // 1. The symbols of the characters that start in the chunk (one that starts in an earlier
   // chunk is that chunk's), and the row's dummy prefix.
   uint32_t dirty = 0, spaces = 0;  // chunk bits: U+2581 or U+FFFD for an invalid byte; a `▁` symbol
+  uint32_t fm = 0;                 // the word starts known here: the row's, the specials' and after them
   bool hard = false;
   if (in_row && k == 0) {
-    const bool prefix = n > 0 && prefix_before(c, text, n, nullptr, 0);
+    const bool prefix = n > 0 && prefix_before(c, text, n, sp, 0);
     sym[-1] = prefix ? c.prefix_id : kDeleted;
     s.prefixed[r] = prefix;
+    hard = prefix && kSpecials && sp[0] == 2;  // the prefix alone is a segment
   }
+  if (k == 0 && n > 0) fm = 1u;
   if (valid > 0) {
     const int32_t space_piece = __ldg(c.ascii_ids + ' ');
     int i = base;
     if ((text[i] & 0xC0) == 0x80) {
-      const int lead = utf8_lead_of(text, n, nullptr, i);
+      const int lead = utf8_lead_of(text, n, sp, i);
       uint32_t cp;
-      if (lead >= 0) i = lead + utf8_decode(text, n, nullptr, lead, &cp);
+      if (lead >= 0) i = lead + utf8_decode(text, n, sp, lead, &cp);
     }
     while (i < base + valid) {
+      if (kSpecials && sp[i]) {  // an accepted special: its id at its first byte, a word
+        sym[i] = kDeleted;
+        if (sp[i] == 2) {
+          int len = 0;
+          sym[i] = __ldg(p.special.ids + special_match_with(s.specials, p.special, text, n, i, escaped, len));
+          dirty |= 1u << (i - base);
+          fm |= 1u << (i - base);
+        }
+        ++i;
+        continue;
+      }
+      if (kSpecials && i > 0 && sp[i - 1]) {  // the text after a special starts a segment
+        fm |= 1u << (i - base);
+        hard |= prefix_before(c, text, n, sp, i);  // (HF's prefix before every segment: left to encode_chars)
+      }
       int count;
-      const int step = char_symbols_at(v, c, text, n, nullptr, i, sym + i, &count);
+      const int step = char_symbols_at(v, c, text, n, sp, i, sym + i, &count);
       const int32_t first_symbol = sym[i];
       if (count == 1) {
         for (int j = 1; j < step; ++j) sym[i + j] = kDeleted;
@@ -213,13 +266,11 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   s.dirty[t] = dirty;
   __syncthreads();
 
-  // 2. The words that start in the chunk: the row's first symbol, and every `▁` that the
-  // symbol before it does not join.
-  uint32_t fm = k == 0 && n > 0 ? 1u : 0u;
-  for (uint32_t rest = spaces; rest; rest &= rest - 1) {
+  // 2. The words that start at a `▁` that the symbol before it does not join.
+  for (uint32_t rest = spaces & ~fm; rest; rest &= rest - 1) {
     const int i = base + __ffs(rest) - 1;
     int j = i - 1;
-    while (j >= 0 && sym[j] == kDeleted) --j;  // (at most 3 back: the lead of a pieced character)
+    while (j >= 0 && sym[j] == kDeleted) --j;  // (the lead of a pieced character, or a special's first byte)
     const int32_t pair[2] = {j >= 0 ? sym[j] : sym[-1], sym[i]};
     if (pair[0] == kDeleted || !starts_word(c, pair, 1)) continue;  // (i == 0 without a prefix: the row's start)
     if (i == 0) hard = true;  // the prefix alone is a segment
@@ -306,31 +357,35 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
 
 // Whether a call can run char_piece_kernel (see the top of this file).
 inline bool char_piece_eligible(const EncodeParams& p) {
-  return p.symbols == kSymbolsChars && p.special.count == 0 && p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
+  return p.symbols == kSymbolsChars && p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
          !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
 }
 
-template <int kChunk>
+template <int kChunk, bool kSpecials>
 cudaError_t launch_char_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
   const int cpr = (int)((p.max_len + kChunk - 1) / kChunk);
   const int rows = kPieceThreads / cpr;
   const int64_t grid = (p.batch + rows - 1) / rows;
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  const cudaError_t err = allow_all_smem<char_piece_kernel<kChunk>>();
+  const cudaError_t err = allow_all_smem<char_piece_kernel<kChunk, kSpecials>>();
   if (err != cudaSuccess) return err;
-  char_piece_kernel<kChunk><<<(unsigned)grid, kPieceThreads, sizeof(CharPieceSmem<kChunk>), stream>>>(p, cpr, rows);
+  char_piece_kernel<kChunk, kSpecials><<<(unsigned)grid, kPieceThreads, sizeof(CharPieceSmem<kChunk>), stream>>>(p, cpr, rows);
   return cudaGetLastError();
 }
 
 // char_piece_kernel over the call (char_piece_eligible(p) must hold); the rows it leaves
 // pending are then encode_chars_kernel's (the caller's launch with pending_only).
-inline cudaError_t launch_char_pieces(const EncodeParams& p, cudaStream_t stream) {
+template <bool kSpecials>
+cudaError_t launch_char_pieces_with(const EncodeParams& p, cudaStream_t stream) {
   switch (piece_chunk(p.batch, p.max_len)) {
-    case 2: return launch_char_piece_kernel<2>(p, stream);
-    case 4: return launch_char_piece_kernel<4>(p, stream);
-    case 8: return launch_char_piece_kernel<8>(p, stream);
-    default: return launch_char_piece_kernel<16>(p, stream);
+    case 2: return launch_char_piece_kernel<2, kSpecials>(p, stream);
+    case 4: return launch_char_piece_kernel<4, kSpecials>(p, stream);
+    case 8: return launch_char_piece_kernel<8, kSpecials>(p, stream);
+    default: return launch_char_piece_kernel<16, kSpecials>(p, stream);
   }
+}
+inline cudaError_t launch_char_pieces(const EncodeParams& p, cudaStream_t stream) {
+  return p.special.count > 0 ? launch_char_pieces_with<true>(p, stream) : launch_char_pieces_with<false>(p, stream);
 }
 
 }  // namespace
