@@ -23,16 +23,21 @@
 //      (merge_in_lanes up to kLanePieceLen symbols, merge_in_warp beyond, both with the
 //      first-only ranks: cuda/lane_merges.cuh), then its runs (merge_segment_runs);
 //   4. one block scan of the threads' token counts places every word's tokens in its row.
-// A word is a segment of encode_chars (the text has no specials), so these are its rules;
-// nothing here defines one.
+// A word is a segment of encode_chars, so these are its rules; nothing here defines one.
 //
-// Left to encode_chars_kernel, decided on the host (char_piece_eligible): calls with special
-// tokens (Gemma's user-defined pieces are always matched, so Gemma 3 and 4 stay there), rows
-// wider than kPieceMaxLen bytes or tiled. Decided on the device per row (kCountPending, then
+// Special tokens (Mistral v7's and Gemma's user-defined pieces, which sentencepiece always
+// matches, and those a call allows): the kSpecials instantiation matches them at every byte of
+// the chunk before step 1 and resolves the matches leftmost-first, a cluster per thread (the
+// rules of core/special_tokens.h, as cuda/block_begin.cuh runs them); an accepted special is a
+// word of its own, and the text after it starts one.
+//
+// Left to encode_chars_kernel, decided on the host (char_piece_eligible): rows wider than
+// kPieceMaxLen bytes or tiled. Decided on the device per row (kCountPending, then
 // encode_chars_kernel with pending_only): a word of more than kShortPieceLen symbols that is no
-// piece (a row without word starts is one word), full merge lists, and a dummy prefix that is a
-// segment of its own (a `▁` starting the text where `▁` joins no `▁`; no family of the tests has
-// one).
+// piece (a row without word starts is one word), full merge lists, a dummy prefix that is a
+// segment of its own (before a special that starts the text, or before a `▁` that starts it
+// where `▁` joins no `▁`), and a dummy prefix after a special (HF's Prepend normalizer: a
+// segment's prefix has no slot of its own here).
 // Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
 #pragma once
 
@@ -79,6 +84,7 @@ struct CharPieceSmem {
   int16_t wide_s0[kPieceWideList], wide_len[kPieceWideList];
   int by_len[kLanePieceLen + 1];  // lane-list words per length, then where the next one goes
   int n_lane, n_wide, next_bin;
+  int32_t ascii_ids[128];  // the char table's ASCII entries (CharView::ascii_ids), read at every byte
   int longest_special;  // kSpecials: the block's longest match (0: none)
   SpecialStarts specials;  // kSpecials: which bytes can start a special, and the runs
   typename cub::BlockScan<int, kPieceThreads>::TempStorage scan;
@@ -112,8 +118,9 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
   int32_t whole = c.whole_words && clean ? lookup_piece(v, s.text + at, len) : -1;
   if (whole < 0) {
     // The symbols packed from the first slot (a pieced character's other bytes hold kDeleted);
-    // forward, so in place. (A clean word of one symbol misses above: the piece table's keys
-    // of one character are its 2-4-byte pieces, which are that symbol: char_at.)
+    // forward, so in place. (A clean word of one symbol is its symbol either way: the table's
+    // keys of one character are its 2-4-byte pieces, what char_at looks up, and no key is one
+    // byte.)
     int m = with_prefix;
     for (int j = slot; j < slot + len && m <= kShortPieceLen; ++j) {
       const int32_t x = s.tok[j];
@@ -161,8 +168,10 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   extern __shared__ __align__(16) uint8_t char_piece_smem[];
   CharPieceSmem<kChunk>& s = *reinterpret_cast<CharPieceSmem<kChunk>*>(char_piece_smem);
   const VocabView& v = p.vocab;
-  const CharView c = char_view(p.chars);
+  CharView c = char_view(p.chars);
   const int t = threadIdx.x;
+  if (t < 128) s.ascii_ids[t] = __ldg(c.ascii_ids + t);
+  c.ascii_ids = s.ascii_ids;  // (after the first barrier below)
   const int r = t / cpr, k = t - r * cpr;  // the thread's row in the block, its chunk in the row
   const int64_t b = (int64_t)blockIdx.x * rows_per_block + r;
   const bool in_row = r < rows_per_block && b < p.batch;
@@ -223,7 +232,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   }
   if (k == 0 && n > 0) fm = 1u;
   if (valid > 0) {
-    const int32_t space_piece = __ldg(c.ascii_ids + ' ');
+    const int32_t space_piece = c.ascii_ids[' '];
     int i = base;
     if ((text[i] & 0xC0) == 0x80) {
       const int lead = utf8_lead_of(text, n, sp, i);
