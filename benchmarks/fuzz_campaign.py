@@ -213,7 +213,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--kernel",
         default=None,
-        help="default, or a BLOCKBPE_KERNEL value (piece); unset: as the environment says",
+        help="default, or a BLOCKBPE_KERNEL value (block, piece); unset: as the environment says",
     )
     ap.add_argument("--device", choices=["default", "gpu", "cpu"], default="default")
     ap.add_argument("--out", type=pathlib.Path, default=None)

@@ -1,5 +1,5 @@
-"""The piece-parallel kernel (BLOCKBPE_KERNEL=piece, ffi/cuda/piece_kernel.cuh) against the
-block-per-string kernel, in one process: exactness first, then device time.
+"""The piece-parallel kernel (the default; ffi/cuda/piece_kernel.cuh) against the block-per-string
+kernel (BLOCKBPE_KERNEL=block), in one process: exactness first, then device time.
 
     python3 benchmarks/piece_time.py [--out DIR] [--parts cross,time,families] [--budget S]
 
@@ -84,7 +84,8 @@ def load_family(label: str, path: pathlib.Path):
 
 
 def kernel(name: str | None, chunk: int | None = None, fill: bool = True):
-    """Select the kernel for the calls that follow (read per call by the CUDA handler)."""
+    """Select the kernel for the calls that follow (read per call by the CUDA handler): "block"
+    (encode_kernel), "piece", or None (the handler's default, as on entry)."""
     for k in ("BLOCKBPE_KERNEL", "BLOCKBPE_PIECE_CHUNK", "BLOCKBPE_PIECE_FILL"):
         os.environ.pop(k, None)
     if name:
@@ -162,7 +163,7 @@ def part_cross(root, dev, families, report, rng):
         for name, L, texts in inputs:
             data, lengths = ours.put(*bb.pack_strings(texts, max_len=L))
             f = ours.fn("exact", 256, L)
-            kernel(None)
+            kernel("block")
             ids0, c0 = run_encode(f, data, lengths)
             kernel("piece", fill=False)
             _, cp = run_encode(f, data, lengths)
@@ -189,7 +190,7 @@ def part_cross(root, dev, families, report, rng):
                         f"{int(c1[i])}; text {texts[i][:80]!r}",
                     )
                     row.setdefault("diff_rows", int(len(bad)))
-            kernel(None)
+            kernel("block")
             rows.append(row)
             ok = all(v for k2, v in row.items() if k2.startswith("equal_"))
             print("cross", "ok " if ok else "DIFF", json.dumps(row), flush=True)
@@ -202,11 +203,11 @@ def part_cross(root, dev, families, report, rng):
 def time_shape(ours, f, g, data, lengths, total, rounds, target_s):
     out = {"old_us": [], "new_us": []}
     for _ in range(rounds):
-        for name, key in ((None, "old_us"), ("piece", "new_us")):
+        for name, key in (("block", "old_us"), ("piece", "new_us")):
             kernel(name)
             m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=target_s)
             out[key].append(m["s"] / Ours.CHAIN * 1e6)
-    kernel(None)
+    kernel("block")
     for key in ("old_us", "new_us"):
         med = statistics.median(out[key])
         out[key.replace("_us", "_median_us")] = med
@@ -227,14 +228,14 @@ def part_time(root, dev, report, rounds, shapes, label="cl100k", tok=None):
         data, lengths = ours.put(*bb.pack_strings(texts, max_len=L))
         f = ours.fn("exact", 256, L)
         row = {"family": label, "batch": B, "bytes": L, "input_bytes": total}
-        kernel(None)
+        kernel("block")
         ids0, c0 = run_encode(f, data, lengths)
         kernel("piece", fill=False)
         _, cp = run_encode(f, data, lengths)
         row["pending_rows"] = int((cp == -3).sum())
         kernel("piece")
         ids1, c1 = run_encode(f, data, lengths)
-        kernel(None)
+        kernel("block")
         if enc is not None:
             ref = enc.encode_ordinary_batch(texts)
             row["old_vs_tiktoken"] = compare_rows(ids0, c0, ref, L)[1]
@@ -253,7 +254,7 @@ def part_time(root, dev, report, rounds, shapes, label="cl100k", tok=None):
                 kernel("piece", chunk=chunk)
                 m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=0.4)
                 sweep[str(chunk)] = m["s"] / Ours.CHAIN * 1e6
-            kernel(None)
+            kernel("block")
             row["new_us_by_chunk"] = sweep
         rows.append(row)
         print("time", json.dumps(row), flush=True)

@@ -3,9 +3,10 @@
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [corpus_stages] [single] [hostbatch]
-#                        [variants] [clocks] [kernels] [piece] [piece_profile] [piece_test] [ray_engine]
+#                        [variants] [clocks] [kernels] [piece] [piece_profile] [piece_test] [block_test] [ray_engine]
 #                        [jsonl_device] [fuzz_campaign]
-# (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
+# (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); PYTEST_WORKERS: pytest-xdist
+#  processes; TEST_TIMEOUT: seconds for `test`; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
 #  CORPUS_ARGS, CORPUS_PROFILE_MB, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages;
@@ -19,6 +20,12 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/bbpe_out}
 mkdir -p "$OUT"
+# (the carry is 64 MiB: the shared data may travel as .carry/data.tar.xz, family files gzipped)
+if [ ! -d .carry/data ] && [ -f .carry/data.tar.xz ]; then tar -xJf .carry/data.tar.xz -C .carry; fi
+if [ -d .carry/family_files ]; then
+  ls .carry/family_files/*.gz > /dev/null 2>&1 && gunzip -kf .carry/family_files/*.gz
+  export BLOCKBPE_FAMILY_FILES=${BLOCKBPE_FAMILY_FILES:-$PWD/.carry/family_files}
+fi
 export PYTHONUNBUFFERED=1 BLOCKBPE_DATA=${BLOCKBPE_DATA:-$PWD/.carry/data}
 stages=${*:-test}
 {
@@ -54,13 +61,19 @@ else
 fi
 python3 -c "import blockbpe_jax as b, jax; print('cuda module:', b.HAS_CUDA_MODULE, jax.devices())"
 rebuilt=""  # set when `variants` left a patched build behind
+# PYTEST_WORKERS=N: the test stages in N processes (pytest-xdist, carried in .whl/), each
+# allocating GPU memory as it needs it.
+xdist=""
+if [ -n "${PYTEST_WORKERS:-}" ] && python3 -c "import xdist" 2>/dev/null; then
+  xdist="-n $PYTEST_WORKERS"; export XLA_PYTHON_CLIENT_PREALLOCATE=false
+fi
 for stage in $stages; do
   if [ -n "$rebuilt" ] && [ "$stage" != clocks ]; then
     build build_restore.log; rebuilt=""
   fi
   case $stage in
     test)
-      python3 -m pytest -v -rs --durations=10 -p no:cacheprovider -k "${PYTEST_K:-gpu}" ${PYTEST_PATHS:-tests} \
+      timeout "${TEST_TIMEOUT:-3000}" python3 -m pytest -v -rs --durations=10 -p no:cacheprovider $xdist -k "${PYTEST_K:-gpu}" ${PYTEST_PATHS:-tests} \
         > "$OUT/pytest_gpu.log" 2>&1; tail -25 "$OUT/pytest_gpu.log" ;;
     bench)
       python3 benchmarks/run_all.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60 ;;
@@ -69,15 +82,15 @@ for stage in $stages; do
     ktime)     # GPU time of fixed shapes (benchmarks/kernel_time.py)
       python3 benchmarks/kernel_time.py --label head --out "$OUT" 2>&1 | tee "$OUT/ktime.log" | tail -8 ;;
     profile)
-      ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 \
+      BLOCKBPE_KERNEL=block ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section SchedulerStats python3 benchmarks/profile_kernel.py ${PROFILE_ARGS:-} \
         > "$OUT/ncu.txt" 2>&1; grep -E "Duration|Throughput|Occupancy|Registers|Shared Memory|Stall|Warp Cycles|Eligible|Block Limit" "$OUT/ncu.txt" | head -40 ;;
     srcprofile)
       # Where the kernel's warps stall, per source line (the build has -lineinfo): the full
       # set with source counters on one encode; the report and its source page come back.
-      # SRC_KERNEL=piece_kernel profiles the piece kernel instead (BLOCKBPE_KERNEL=piece).
-      src=${SRC_KERNEL:-encode_kernel}; sel=""; [ "$src" = piece_kernel ] && sel=piece
+      # SRC_KERNEL=piece_kernel profiles the piece kernel instead of encode_kernel (BLOCKBPE_KERNEL=block).
+      src=${SRC_KERNEL:-encode_kernel}; sel=block; [ "$src" = piece_kernel ] && sel=piece
       XLA_PYTHON_CLIENT_PREALLOCATE=false BLOCKBPE_KERNEL=$sel timeout "${NCU_TIMEOUT:-300}" \
         ncu --kernel-name regex:"$src" --launch-skip 2 --launch-count 1 --set full \
         --import-source yes -f -o "$OUT/encode_full" python3 benchmarks/profile_kernel.py ${PROFILE_ARGS:-} \
@@ -153,7 +166,7 @@ PY
       done ;;
     clocks)
       BLOCKBPE_STAGE_CLOCKS=ON build build_clocks.log || { tail -30 "$OUT/build_clocks.log"; exit 1; }
-      python3 benchmarks/stage_clocks.py --out "$OUT" ${CLOCKS_ARGS:-} 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
+      BLOCKBPE_KERNEL=block python3 benchmarks/stage_clocks.py --out "$OUT" ${CLOCKS_ARGS:-} 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
     corpus)    # the corpus job vs the CPU tokenizers, >= 1 GB (benchmarks/corpus_job.py)
       python3 benchmarks/corpus_job.py --out "$OUT" --threads "$(nproc)" ${CORPUS_ARGS:-} 2>&1 \
         | tee "$OUT/corpus_job.log" | tail -30 ;;
@@ -184,7 +197,7 @@ PY
     single)    # one string per call, 128 B .. 64 MiB, vs tiktoken (benchmarks/single_string.py)
       python3 benchmarks/single_string.py --out "$OUT" ${SINGLE_ARGS:-} 2>&1 \
         | tee "$OUT/single_string.log" | tail -100 ;;
-    piece)     # the piece kernel (BLOCKBPE_KERNEL=piece, ffi/cuda/piece_kernel.cuh) against encode_kernel
+    piece)     # the piece kernel (ffi/cuda/piece_kernel.cuh) against encode_kernel (BLOCKBPE_KERNEL=block)
                # in one process: cross-check on many inputs and families, then device time (benchmarks/piece_time.py)
       timeout "${PIECE_TIMEOUT:-300}" python3 benchmarks/piece_time.py --out "$OUT" ${PIECE_ARGS:-} > "$OUT/piece_time.log" 2>&1
       echo "piece_time: exit $?"; grep -E "DIFF|^cross:|Traceback|Error" "$OUT/piece_time.log" | head -20 | cut -c1-300
@@ -207,7 +220,7 @@ PY
       M=$M,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
       for shape in ${PIECE_SHAPES:-1024:4096 64:512}; do
         for k in old piece; do
-          if [ $k = old ]; then re=encode_kernel; skip=2; count=1; sel=""; else re="piece_kernel|encode_kernel"; skip=4; count=2; sel=piece; fi
+          if [ $k = old ]; then re=encode_kernel; skip=2; count=1; sel=block; else re="piece_kernel|encode_kernel"; skip=4; count=2; sel=piece; fi
           echo "=== $k ${shape%:*}x${shape#*:}" >> "$OUT/ncu_piece.txt"
           # (JAX must not preallocate: ncu's replays save and restore the memory the process holds,
           # and a killed run's process keeps it)
@@ -219,10 +232,12 @@ PY
       done
       grep -E "^===|  void|gpu__time_duration|smsp__inst_executed.sum|smsp__thread_inst_executed.sum|issue_active|warps_active|dram__bytes" \
         "$OUT/ncu_piece.txt" | cut -c1-150 ;;
-    piece_test)  # the GPU tests with the piece kernel selected (PYTEST_K, PYTEST_PATHS as for `test`)
-      BLOCKBPE_KERNEL=piece timeout "${PIECE_TEST_TIMEOUT:-540}" python3 -m pytest -v -rs --durations=5 -p no:cacheprovider \
-        -k "${PYTEST_K:-gpu}" ${PYTEST_PATHS:-tests} > "$OUT/pytest_piece.log" 2>&1
-      echo "pytest (piece): exit $?"; tail -15 "$OUT/pytest_piece.log" ;;
+    piece_test|block_test)  # the GPU tests with one kernel selected for every call that allows it
+                            # (BLOCKBPE_KERNEL=piece or block; PYTEST_K, PYTEST_PATHS as for `test`)
+      sel=${stage%_test}
+      BLOCKBPE_KERNEL=$sel timeout "${PIECE_TEST_TIMEOUT:-540}" python3 -m pytest -v -rs --durations=5 -p no:cacheprovider $xdist \
+        -k "${PYTEST_K:-gpu}" ${PYTEST_PATHS:-tests} > "$OUT/pytest_$sel.log" 2>&1
+      echo "pytest ($sel): exit $?"; tail -15 "$OUT/pytest_$sel.log" ;;
     ray_engine)  # the Ray stage's engine path over >= 1 GB of parquet, next to gigatoken (benchmarks/ray_engine.py);
                  # the host has no pyarrow: a trimmed cp312 tree is carried as a .tar.xz (docs/corpus.md)
       if ! python3 -c "import pyarrow" 2>/dev/null; then

@@ -6,6 +6,8 @@ longer than a tile in long rows (stitched spans, and merged whole through the te
 long pieces of few rows in warp sub-spans, the piece kernel (rows left pending included). Exits non-zero if any result differs from the CPU
 handler's."""
 
+import os
+
 import jax
 import numpy as np
 
@@ -22,6 +24,9 @@ texts = [raw[i * 900 : (i + 1) * 900] for i in range(16)] + [
     "9" * 1000,
 ]
 gpu, cpu = jax.devices("gpu")[0], jax.devices("cpu")[0]
+# The block-per-string kernel's paths first (BLOCKBPE_KERNEL=block: every call); the piece
+# kernel, the default where a call allows it, has its own section at the end.
+os.environ["BLOCKBPE_KERNEL"] = "block"
 bad = 0
 
 
@@ -121,7 +126,7 @@ bad += int(np.asarray(out.counts)[0]) != -1
 print(f"bad length flagged: {'ok' if int(np.asarray(out.counts)[0]) == -1 else 'DIFFERENT'}")
 # Pieces longer than a tile (ffi/cuda/huge_pieces.cuh): stitched spans, then every
 # stitch failed through the CUDA handler's test hook (the whole-piece merge).
-import os, random  # noqa: E401,E402
+import random  # noqa: E402
 
 huge = [testing.ADVERSARIAL[k](random.Random(k), 11000) for k in ("letters_a_j", "spaces", "cjk", "emoji")]
 data, lengths = bb.pack_strings(huge + [b"x " * 100 + b"ab" * 5000, b"", b"tail"], max_len=12000)
@@ -148,7 +153,7 @@ for k, (batch, width) in enumerate([(16, 1024), (16, 1024), (20, 4096), (16, 102
     )
     bad += not same
     print(f"staged {batch}x{width} #{k}: {'ok' if same else 'DIFFERENT'}")
-# The piece kernel (BLOCKBPE_KERNEL=piece; ffi/cuda/piece_kernel.cuh) where a call allows it:
+# The piece kernel (ffi/cuda/piece_kernel.cuh) where a call allows it:
 # exact mode, no specials, rows of at most 4 KiB and more than a few of them; every chunk size
 # the widths give; rows left pending (a long piece that is not a token, a full merge list) for
 # encode_kernel; invalid UTF-8 and mixed scripts.

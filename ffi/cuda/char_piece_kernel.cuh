@@ -1,8 +1,9 @@
 // The piece-parallel kernel of SentencePiece-style BPE (symbols = kSymbolsChars,
-// core/char_symbols.h): `char_piece_kernel`, selected with BLOCKBPE_KERNEL=piece as the
-// byte-level piece kernel is (cuda/piece_kernel.cuh, whose layout of rows, chunks and the
-// warps' queues it shares); the block-per-string `encode_chars_kernel` (cuda/chars_kernel.cuh)
-// stays the default and does what this kernel leaves.
+// core/char_symbols.h): `char_piece_kernel`, chosen as the byte-level piece kernel is
+// (cuda/piece_kernel.cuh, whose layout of rows, chunks and the warps' queues it shares: the
+// default wherever char_piece_eligible holds; BLOCKBPE_KERNEL=block selects the
+// block-per-string `encode_chars_kernel`, cuda/chars_kernel.cuh, which also does what this
+// kernel leaves).
 //
 // A block holds kPieceThreads chunks of kChunk bytes of one or several whole rows; each thread
 // owns its chunk:

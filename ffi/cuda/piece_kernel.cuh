@@ -1,6 +1,6 @@
-// The piece-parallel exact kernel (issue P11, first piece): `piece_kernel`, selected with
-// BLOCKBPE_KERNEL=piece (read per call by the CUDA handler, encode_cuda.cu); the default is
-// still the block-per-string kernel (encode_kernel.cuh).
+// The piece-parallel exact kernel: `piece_kernel`, the exact-mode default wherever a call allows
+// it (piece_eligible); BLOCKBPE_KERNEL=block selects the block-per-string kernel
+// (encode_kernel.cuh) for every call instead (kernel_choice, read per call by encode_cuda.cu).
 //
 // What it does differently. The block-per-string kernel runs a string's whole pipeline in one
 // block, with block-wide barriers between its stages and, for long pieces, per merge pass.
@@ -374,10 +374,14 @@ inline bool piece_eligible(const EncodeParams& p) {
          !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
 }
 
-// Whether BLOCKBPE_KERNEL=piece (read per call, as the handler's test hooks are).
-inline bool piece_selected() {
+// The kernel BLOCKBPE_KERNEL asks for (read per call, as the handler's test hooks are): unset or
+// "piece", the piece kernel wherever piece_eligible holds; "block", encode_kernel for every call
+// (benchmarks, the block kernel's tests and profiles). Any other value is the caller's mistake.
+enum class KernelChoice { kPiece, kBlock, kUnknown };
+inline KernelChoice kernel_choice() {
   const char* k = std::getenv("BLOCKBPE_KERNEL");
-  return k && std::strcmp(k, "piece") == 0;
+  if (!k || !*k || std::strcmp(k, "piece") == 0) return KernelChoice::kPiece;
+  return std::strcmp(k, "block") == 0 ? KernelChoice::kBlock : KernelChoice::kUnknown;
 }
 
 inline int device_sms() {

@@ -414,8 +414,7 @@ def test_mixed_rows_gpu(nfc_tok, data_dir, kernel, monkeypatch):
 
     import blockbpe_jax as bb
 
-    if kernel == "piece":
-        monkeypatch.setenv("BLOCKBPE_KERNEL", "piece")
+    monkeypatch.setenv("BLOCKBPE_KERNEL", kernel)
     tok, hf = nfc_tok
     gpu, cpu = gpu_devices()[0], jax.devices("cpu")[0]
     excerpts = corpus_texts(data_dir, 2, seed=7)

@@ -1,5 +1,5 @@
-"""SentencePiece BPE in the piece-parallel kernel (ffi/cuda/char_piece_kernel.cuh, selected with
-BLOCKBPE_KERNEL=piece): ids == sentencepiece for Mistral v1 and v7, Llama 2 and Gemma 3 (the
+"""SentencePiece BPE in the piece-parallel kernel (ffi/cuda/char_piece_kernel.cuh, the default
+where a call allows it; BLOCKBPE_KERNEL=block selects encode_chars_kernel instead): ids == sentencepiece for Mistral v1 and v7, Llama 2 and Gemma 3 (the
 family files: tests/families.py; references as in tests/tables/test_whole_words.py), on the
 shared corpora and on text made to reach every case of the kernel: runs of spaces, tabs and
 newlines; `▁` (U+2581) in the text; characters without a piece (byte fallback) and invalid
@@ -35,8 +35,6 @@ from helpers import EDGES, MIXED, SPACES, corpus_texts, gpu_devices
 
 spm = pytest.importorskip("sentencepiece", reason="the reference library `sentencepiece` is not installed")
 
-gpu = pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
-
 MODELS = ["mistral-v1-spm", "mistral-v7-spm", "llama2-gguf", "gemma3-gguf"]
 PENDING = -3  # kCountPending (ffi/binding/encode_params.h)
 LONG_WORDS = ["x" * 300, "ab" * 40, "\u65e5" * 70, "q" * 65, " " + "zq" * 33]  # > 64 symbols, no piece
@@ -63,6 +61,8 @@ def model(request):
 
 @pytest.fixture
 def piece_kernel(monkeypatch):
+    """The piece kernels (the default; named, so that a run with BLOCKBPE_KERNEL=block still
+    tests them)."""
     monkeypatch.setenv("BLOCKBPE_KERNEL", "piece")
     return monkeypatch
 
@@ -158,9 +158,10 @@ def check_rows(tok, encode, items, width=None, pending_ok=False):
     return pending
 
 
-@gpu
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
 @pytest.mark.parametrize("chunk", ["2", "4", "8", "16"])
-def test_adversarial(model, piece_kernel, chunk):
+def test_gpu_adversarial(model, piece_kernel, chunk):
     tok, encode = model
     piece_kernel.setenv("BLOCKBPE_PIECE_CHUNK", chunk)
     items = adversarial() + RAW + LONG_WORDS
@@ -169,8 +170,9 @@ def test_adversarial(model, piece_kernel, chunk):
     check_rows(tok, encode, short, width=128)  # two rows a block at 16-byte chunks
 
 
-@gpu
-def test_corpora(model, piece_kernel, data_dir):
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
+def test_gpu_corpora(model, piece_kernel, data_dir):
     tok, encode = model
     texts = corpus_texts(data_dir, 8, seed=91)
     cut = [t.encode()[:4096].decode("utf-8", "ignore") for t in texts]
@@ -179,8 +181,9 @@ def test_corpora(model, piece_kernel, data_dir):
     check_rows(tok, encode, [t.encode()[:60].decode("utf-8", "ignore") for t in texts] * 40, width=64)
 
 
-@gpu
-def test_pending_rows(model, piece_kernel):
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
+def test_gpu_pending_rows(model, piece_kernel):
     """Without the second launch: the new kernel's own rows == the reference, and the rows with
     a word it cannot merge (over 64 symbols, no piece) are the pending ones."""
     tok, encode = model
