@@ -276,8 +276,9 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   s.dirty[t] = dirty;
   __syncthreads();
 
-  // 2. The words that start at a `▁` that the symbol before it does not join.
-  for (uint32_t rest = spaces & ~fm; rest; rest &= rest - 1) {
+  // 2. The words that start at a `▁` that the symbol before it does not join (the row's first
+  // byte too: after a dummy prefix it may start a word, leaving the prefix alone).
+  for (uint32_t rest = spaces & ~(k == 0 ? fm & ~1u : fm); rest; rest &= rest - 1) {
     const int i = base + __ffs(rest) - 1;
     int j = i - 1;
     while (j >= 0 && sym[j] == kDeleted) --j;  // (the lead of a pieced character, or a special's first byte)
