@@ -165,7 +165,7 @@ def test_gpu_adversarial(model, piece_kernel, chunk):
     tok, encode = model
     piece_kernel.setenv("BLOCKBPE_PIECE_CHUNK", chunk)
     items = adversarial() + RAW + LONG_WORDS
-    check_rows(tok, encode, items)  # (one row a block: pack_strings' width is 512)
+    check_rows(tok, encode, items)  # (at the width pack_strings gives: 512)
     short = [t for t in items if len(t if isinstance(t, bytes) else t.encode()) <= 120]
     check_rows(tok, encode, short, width=128)  # two rows a block at 16-byte chunks
 
