@@ -186,10 +186,9 @@ class FamilyCheck:
             reported = bad_rows[counts[bad_rows] == -2]
             host_rows = int(reported.size)
             if host_rows:  # the host path for the rows the device reports (normalizing families)
+                # (its own widths: a normalizer may lengthen a string, Lowercase's `İ` -> `i̇`)
                 again = tok.encode_batch(
                     [batch.strings[i] for i in reported],
-                    max_len=width,
-                    max_tokens=T,
                     mode=variant.mode,
                     allowed_special=variant.allowed,
                     device=self.device,
