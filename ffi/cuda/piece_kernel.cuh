@@ -151,15 +151,15 @@ __device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChun
 // kChunk piece starts, so a thread walking its own pieces kept the warp waiting for its fullest
 // chunk (half the lanes idle). Each thread lists its pieces (mask fm, bits relative to the
 // chunk's first byte `base`; a piece's end from the masks of the row's next chunks) in the
-// warp's queue, kPieceQueue at a time, and the lanes take them from there.
-constexpr int kPieceQueue = 64;  // per warp: the maps' room (step 4 no longer reads them)
-template <int kChunk>
-__device__ __forceinline__ void encode_warp_pieces(const VocabView& v, PieceSmem<kChunk>& s, int row, int row_at,
-                                                   int n, const uint32_t* next_masks, int next_chunks, uint32_t fm,
-                                                   int base) {
-  static_assert(kPieceWarps * kPieceQueue * 4 <= sizeof(uint64_t) * kPieceThreads, "the queues fit the maps' room");
+// warp's queue (kPieceQueue words), kPieceQueue at a time, and the lanes take them from there:
+// encode(at, m, row) for the piece at block position at, m bytes long. (The character-symbol
+// kernel deals its words the same way: cuda/char_piece_kernel.cuh.)
+constexpr int kPieceQueue = 64;  // per warp
+template <int kChunk, class Encode>
+__device__ __forceinline__ void deal_warp_pieces(uint32_t* queue, int row, int row_at, int n,
+                                                 const uint32_t* next_masks, int next_chunks, uint32_t fm, int base,
+                                                 Encode encode) {
   const int lane = threadIdx.x & 31;
-  uint32_t* queue = reinterpret_cast<uint32_t*>(s.maps) + (threadIdx.x / 32) * kPieceQueue;
   const int mine = __popc(fm);
   int first = mine;  // the warp's pieces before this thread's (an exclusive sum over the lanes)
 #pragma unroll
@@ -194,10 +194,20 @@ __device__ __forceinline__ void encode_warp_pieces(const VocabView& v, PieceSmem
     const int listed = min(kPieceQueue, total - from);
     for (int q = lane; q < listed; q += 32) {
       const uint32_t e = queue[q];
-      encode_piece<kChunk>(v, s, (int)(e & 0xFFF), (int)((e >> 12) & 0xFFF) + 1, (int)(e >> 24));
+      encode((int)(e & 0xFFF), (int)((e >> 12) & 0xFFF) + 1, (int)(e >> 24));
     }
     __syncwarp();
   }
+}
+
+template <int kChunk>
+__device__ __forceinline__ void encode_warp_pieces(const VocabView& v, PieceSmem<kChunk>& s, int row, int row_at,
+                                                   int n, const uint32_t* next_masks, int next_chunks, uint32_t fm,
+                                                   int base) {
+  static_assert(kPieceWarps * kPieceQueue * 4 <= sizeof(uint64_t) * kPieceThreads, "the queues fit the maps' room");
+  uint32_t* queue = reinterpret_cast<uint32_t*>(s.maps) + (threadIdx.x / 32) * kPieceQueue;
+  deal_warp_pieces<kChunk>(queue, row, row_at, n, next_masks, next_chunks, fm, base,
+                           [&](int at, int m, int r) { encode_piece<kChunk>(v, s, at, m, r); });
 }
 
 // A stage's step tables to shared memory (every thread calls it; the caller synchronizes).
