@@ -30,7 +30,8 @@
 // docs/performance.md, "The piece-parallel kernel".)
 //
 // What it leaves to the block-per-string kernel, decided on the host by shape and tables
-// (piece_eligible): bytes mode, SentencePiece BPE, NFC or Lowercase normalizers that run on
+// (piece_eligible): bytes mode, SentencePiece-style symbols (cuda/char_piece_kernel.cuh's),
+// NFC or Lowercase normalizers that run on
 // the device, calls with allowed special tokens, rows wider than kPieceMaxLen bytes or tiled
 // (tiled_rows). Decided on the device per row: a row
 // holding a piece longer than kShortPieceLen bytes that the piece table lacks, or whose
