@@ -374,14 +374,7 @@ inline bool char_piece_eligible(const EncodeParams& p) {
 
 template <int kChunk, bool kSpecials>
 cudaError_t launch_char_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
-  const int cpr = (int)((p.max_len + kChunk - 1) / kChunk);
-  const int rows = kPieceThreads / cpr;
-  const int64_t grid = (p.batch + rows - 1) / rows;
-  if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  const cudaError_t err = allow_all_smem<char_piece_kernel<kChunk, kSpecials>>();
-  if (err != cudaSuccess) return err;
-  char_piece_kernel<kChunk, kSpecials><<<(unsigned)grid, kPieceThreads, sizeof(CharPieceSmem<kChunk>), stream>>>(p, cpr, rows);
-  return cudaGetLastError();
+  return launch_chunk_rows<char_piece_kernel<kChunk, kSpecials>, kChunk>(p, sizeof(CharPieceSmem<kChunk>), stream);
 }
 
 // char_piece_kernel over the call (char_piece_eligible(p) must hold); the rows it leaves

@@ -416,16 +416,23 @@ inline int piece_chunk(int64_t batch, int64_t max_len) {
   return c;
 }
 
-template <int kChunk, bool kStaged>
-cudaError_t launch_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
+// A kernel of kChunk-byte chunks over the call's rows (piece_kernel, char_piece_kernel): a
+// block of kPieceThreads holds floor(kPieceThreads / chunks a row) whole rows.
+template <auto kKernel, int kChunk>
+cudaError_t launch_chunk_rows(const EncodeParams& p, size_t smem, cudaStream_t stream) {
   const int cpr = (int)((p.max_len + kChunk - 1) / kChunk);
   const int rows = kPieceThreads / cpr;
   const int64_t grid = (p.batch + rows - 1) / rows;
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  const cudaError_t err = allow_all_smem<piece_kernel<kChunk, kStaged>>();
+  const cudaError_t err = allow_all_smem<kKernel>();
   if (err != cudaSuccess) return err;
-  piece_kernel<kChunk, kStaged><<<(unsigned)grid, kPieceThreads, sizeof(PieceSmem<kChunk>), stream>>>(p, cpr, rows);
+  kKernel<<<(unsigned)grid, kPieceThreads, smem, stream>>>(p, cpr, rows);
   return cudaGetLastError();
+}
+
+template <int kChunk, bool kStaged>
+cudaError_t launch_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
+  return launch_chunk_rows<piece_kernel<kChunk, kStaged>, kChunk>(p, sizeof(PieceSmem<kChunk>), stream);
 }
 
 // The piece kernel over the call (piece_eligible(p) must hold); the rows it leaves pending
