@@ -326,41 +326,9 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   }
   const int prefix_slot = row_at + r;  // (the first word's first slot where the row is prefixed)
   const auto first_slot = [&](int i) { return i == 0 && s.prefixed[r] ? prefix_slot : prefix_slot + 1 + i; };
-  int my_tokens = 0;
-  if (in_row)
-    for (uint32_t rest = fm; rest; rest &= rest - 1) my_tokens += s.count[first_slot(base + __ffs(rest) - 1)];
-
-  // 4. Placement: one scan over the block, made per row by its first thread's prefix.
-  int before;
-  cub::BlockScan<int, kPieceThreads>(s.scan).ExclusiveSum(my_tokens, before);
-  __syncthreads();  // (the queues' room, read by step 3, becomes the rows' sums)
-  if (in_row && k == 0) s.row_base[r] = before;
-  __syncthreads();
-  int at = 0;
-  if (in_row) {
-    at = before - s.row_base[r];
-    if (k == cpr - 1) s.row_total[r] = at + my_tokens;
-  }
-  __syncthreads();
-  if (!in_row) return;
-  const int total = s.row_total[r];
-  int32_t* out = p.ids + b * (int64_t)p.max_tokens;
-  const int T = p.max_tokens;
-  if (s.hard[r]) {  // encode_chars_kernel (pending_only) writes the row
-    if (k == 0) p.counts[b] = kCountPending;
-    return;
-  }
-  if (!bad) {
-    for (uint32_t rest = fm; rest; rest &= rest - 1) {
-      const int f = first_slot(base + __ffs(rest) - 1);
-      const int count = s.count[f];
-      for (int j = 0; j < count; ++j)
-        if (at + j < T) out[at + j] = token_id(s.tok[f + j]);
-      at += count;
-    }
-  }
-  for (int j = (bad ? 0 : total) + k; j < T; j += cpr) out[j] = p.pad_id;
-  if (k == 0) p.counts[b] = bad ? -1 : total;
+  // 4. Placement (the queues' room, read by step 3, becomes the rows' sums: a barrier after the
+  // scan); a pending row is encode_chars_kernel's.
+  place_row_tokens<true>(p, s, r, k, cpr, b, in_row, bad, fm, [&](int i) { return first_slot(base + i); });
 }
 
 // ------------------------------------------------------------------------------------------

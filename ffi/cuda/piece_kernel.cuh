@@ -258,6 +258,50 @@ __device__ __forceinline__ uint32_t stage_starts(PieceSmem<kChunk>& s, const Cla
   return fm;
 }
 
+// The last step of piece_kernel and char_piece_kernel: each row's tokens into its output row.
+// One scan over the block's threads' token counts, made per row by its first thread's prefix;
+// a thread then writes its pieces' tokens (the piece starting at bit i of fm has s.count[slot(i)]
+// tokens from s.tok[slot(i)]), the row's first thread the count: kCountPending where the row is
+// left to the block kernel (s.hard), -1 for a bad length. kSyncAfterScan: the rows' sums share
+// room with something threads read until the scan.
+template <bool kSyncAfterScan, class Smem, class Slot>
+__device__ __forceinline__ void place_row_tokens(const EncodeParams& p, Smem& s, int r, int k, int cpr, int64_t b,
+                                                 bool in_row, bool bad, uint32_t fm, Slot slot) {
+  int my_tokens = 0;
+  if (in_row)
+    for (uint32_t rest = fm; rest; rest &= rest - 1) my_tokens += s.count[slot(__ffs(rest) - 1)];
+  int before;
+  cub::BlockScan<int, kPieceThreads>(s.scan).ExclusiveSum(my_tokens, before);
+  if (kSyncAfterScan) __syncthreads();
+  if (in_row && k == 0) s.row_base[r] = before;
+  __syncthreads();
+  int at = 0;
+  if (in_row) {
+    at = before - s.row_base[r];
+    if (k == cpr - 1) s.row_total[r] = at + my_tokens;
+  }
+  __syncthreads();
+  if (!in_row) return;
+  const int total = s.row_total[r];
+  int32_t* out = p.ids + b * (int64_t)p.max_tokens;
+  const int T = p.max_tokens;
+  if (s.hard[r]) {  // the block kernel (pending_only) writes the row
+    if (k == 0) p.counts[b] = kCountPending;
+    return;
+  }
+  if (!bad) {
+    for (uint32_t rest = fm; rest; rest &= rest - 1) {
+      const int f = slot(__ffs(rest) - 1);
+      const int c = s.count[f];
+      for (int j = 0; j < c; ++j)
+        if (at + j < T) out[at + j] = token_id(s.tok[f + j]);
+      at += c;
+    }
+  }
+  for (int j = (bad ? 0 : total) + k; j < T; j += cpr) out[j] = p.pad_id;
+  if (k == 0) p.counts[b] = bad ? -1 : total;
+}
+
 // kStaged: the pre-tokenizer has more than one stage (a kernel of its own: the stage loop
 // spills registers at 16-byte chunks).
 template <int kChunk, bool kStaged>
@@ -328,41 +372,8 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
                           BytesAsTokens{s.text, p.vocab.byte_ids});
   }
   __syncthreads();
-  int my_tokens = 0;
-  for (uint32_t rest = fm; rest; rest &= rest - 1) my_tokens += s.count[row_at + base + __ffs(rest) - 1];
-
-  // 5. Placement: one scan over the block, made per row by its first thread's prefix.
-  int before;
-  cub::BlockScan<int, kPieceThreads>(s.scan).ExclusiveSum(my_tokens, before);
-  if (in_row && k == 0) s.row_base[r] = before;
-  __syncthreads();
-  int at = 0;
-  if (in_row) {
-    at = before - s.row_base[r];
-    if (k == cpr - 1) s.row_total[r] = at + my_tokens;
-  }
-  __syncthreads();
-  if (!in_row) return;
-  const int total = s.row_total[r];
-  int32_t* out = p.ids + b * (int64_t)p.max_tokens;
-  const int T = p.max_tokens;
-  if (s.hard[r]) {  // encode_kernel (pending_only) writes the row
-    if (k == 0) p.counts[b] = kCountPending;
-    return;
-  }
-  if (!bad) {
-    const int32_t* tok = s.tok + row_at;
-    const uint8_t* count = s.count + row_at;
-    for (uint32_t rest = fm; rest; rest &= rest - 1) {
-      const int s0 = base + __ffs(rest) - 1;
-      const int c = count[s0];
-      for (int j = 0; j < c; ++j)
-        if (at + j < T) out[at + j] = token_id(tok[s0 + j]);
-      at += c;
-    }
-  }
-  for (int j = (bad ? 0 : total) + k; j < T; j += cpr) out[j] = p.pad_id;
-  if (k == 0) p.counts[b] = bad ? -1 : total;
+  // 5. Placement.
+  place_row_tokens<false>(p, s, r, k, cpr, b, in_row, bad, fm, [&](int i) { return row_at + base + i; });
 }
 
 // ------------------------------------------------------------------------------------------
