@@ -249,7 +249,7 @@ PY
       python3 benchmarks/ray_engine.py --out "$OUT" ${RAY_ENGINE_ARGS:-} 2>&1 | tee "$OUT/ray_engine.log" | tail -15 ;;
     jsonl_device)  # JSONL and text split on the GPU: its GPU tests, then GB/s against the host reader
       timeout 540 python3 -m pytest -v -rs -p no:cacheprovider -k gpu tests/corpus/test_jsonl_device.py \
-        tests/corpus/test_jsonl_string_end.py > "$OUT/pytest_jsonl_device.log" 2>&1
+        tests/corpus/test_jsonl_string_end.py tests/corpus/test_jsonl_pieces.py > "$OUT/pytest_jsonl_device.log" 2>&1
       echo "pytest (jsonl_device): exit $?"; tail -12 "$OUT/pytest_jsonl_device.log"
       python3 benchmarks/jsonl_device.py --out "$OUT" ${JSONL_DEVICE_ARGS:-} 2>&1 | tee "$OUT/jsonl_device.log" | tail -25 ;;
     fuzz_campaign)  # generated strings per family (default 1M) on the GPU against each family's

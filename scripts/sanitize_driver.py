@@ -3,8 +3,8 @@ block size, special tokens, the shared-memory and the global-workspace paths, a 
 pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, bad rows with
 check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape), pieces
 longer than a tile in long rows (stitched spans, and merged whole through the test hook),
-long pieces of few rows in warp sub-spans, the piece kernel (rows left pending included). Exits non-zero if any result differs from the CPU
-handler's."""
+long pieces of few rows in warp sub-spans, the piece kernel (rows left pending included), its
+SentencePiece BPE form. Exits non-zero if any result differs from the CPU handler's."""
 
 import os
 
@@ -180,4 +180,35 @@ for width, chunk in ((512, "2"), (512, "16"), (1000, "4"), (4096, "16")):
         max_tokens=width,
     )
 del os.environ["BLOCKBPE_KERNEL"], os.environ["BLOCKBPE_PIECE_CHUNK"]
+# SentencePiece BPE in the piece kernel (ffi/cuda/char_piece_kernel.cuh): Mistral v7 (its
+# user-defined pieces: the instantiation with specials) and v1 (none); rows left pending (a
+# word of over 64 symbols) for encode_chars_kernel; invalid UTF-8, `▁` in the text, space runs;
+# every chunk size the widths give.
+if spec is not None:
+    v1_tok = bb.Tokenizer.from_file(pathlib.Path(spec.origin).parent / "data" / "tokenizer.model.v1")
+    sp_rows = [t.encode() for t in texts[:16]] + [
+        b"",
+        b" ",
+        b"[REF]x [/REF] y" * 30,
+        b"x" * 300,
+        b"a\xff\xe2\x96 b\xc3" * 60,
+        mixed[:4000],
+        " \u2581\u2581 a  b\t".encode() * 60,
+    ]
+    os.environ["BLOCKBPE_KERNEL"] = "piece"
+    for width, chunk in ((512, "2"), (512, "16"), (1000, "4"), (4096, "16")):
+        os.environ["BLOCKBPE_PIECE_CHUNK"] = chunk
+        rows = [r[:width] for r in sp_rows] * 3
+        data_s, lengths_s = bb.pack_strings(rows, max_len=width)
+        for label, sp_model in (("v7", sp_tok), ("v1", v1_tok)):
+            compare(
+                f"char piece kernel {label} {len(rows)}x{width} chunk {chunk}",
+                sp_model,
+                data_s,
+                lengths_s,
+                block_sizes=(256,),
+                max_tokens=width + 2,
+                allowed_special="none",
+            )
+    del os.environ["BLOCKBPE_KERNEL"], os.environ["BLOCKBPE_PIECE_CHUNK"]
 raise SystemExit(1 if bad else 0)

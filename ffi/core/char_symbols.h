@@ -109,16 +109,17 @@ BBPE_HD CharView char_view(const CharTable& t) {
 // Whether a `▁` of a special token also matches a space (special_match_at's `escaped`).
 BBPE_HD bool specials_escaped(const CharTable& t) { return t.data[kCharTableEscaped] == 1; }
 
-// Whether a dummy-prefix `▁` goes right before byte i of text[0..n) (specials marked in sp).
+// Whether a dummy-prefix `▁` goes right before byte i of text[0..n) (specials marked in sp;
+// nullptr: a text without specials, as utf8.h reads it too).
 BBPE_HD bool prefix_before(const CharView& c, const uint8_t* text, int n, const uint8_t* sp, int i) {
-  if (c.prefix_id < 0 || sp[i] == 1) return false;
+  if (c.prefix_id < 0 || (sp && sp[i] == 1)) return false;
   if (i == 0) {
-    if (sp[0] && !(c.prefix_rule & kPrefixBeforeSpecial)) return false;
-  } else if (!(c.prefix_rule & kPrefixEverySegment) || !sp[i - 1] || sp[i]) {
+    if (sp && sp[0] && !(c.prefix_rule & kPrefixBeforeSpecial)) return false;
+  } else if (!(c.prefix_rule & kPrefixEverySegment) || !sp || !sp[i - 1] || sp[i]) {
     return false;
   }
   const bool space = text[i] == ' ' || (i + 2 < n && text[i] == 0xE2 && text[i + 1] == 0x96 &&
-                                        text[i + 2] == 0x81 && !sp[i + 1] && !sp[i + 2]);
+                                        text[i + 2] == 0x81 && !(sp && (sp[i + 1] || sp[i + 2])));
   return !(space && (c.prefix_rule & kPrefixUnlessSpace));
 }
 
@@ -129,7 +130,7 @@ constexpr int32_t kNotLead = -2;
 BBPE_HD int32_t char_at(const VocabView& v, const CharView& c, const uint8_t* text, int n,
                         const uint8_t* sp, int i) {
   uint32_t cp;
-  if (sp[i]) return kNotLead;
+  if (sp && sp[i]) return kNotLead;
   const int k = utf8_decode(text, n, sp, i, &cp);
   if (k == 0) return kNotLead;
   if (k == 1) return c.ascii_ids[text[i]];
@@ -156,6 +157,33 @@ BBPE_HD int32_t initial_char_token(const VocabView& v, const CharView& c, const 
     id = lead >= 0 || c.replacement_id < 0 ? fallback : c.replacement_id;
   }
   return id | (seg ? kSegStart : 0);
+}
+
+// The initial symbols of the character at byte i of text[0..n) (no special byte at i; sp as
+// for prefix_before), for a walk over the text from character to character: the character's
+// piece, or the byte-fallback pieces of its bytes when it has none, or, for a byte that starts
+// no valid sequence, the piece of U+FFFD (else its byte-fallback piece). Writes them to
+// sym[0..*count) and returns the bytes the character covers (1..4). The walk makes the symbols
+// that char_at and initial_char_token make byte by byte: a character's continuation bytes are
+// those a walk steps over, and a byte the walk lands on that starts no valid sequence is one
+// that no earlier lead reaches (utf8_lead_of's -1).
+BBPE_HD int char_symbols_at(const VocabView& v, const CharView& c, const uint8_t* text, int n, const uint8_t* sp,
+                            int i, int32_t* sym, int* count) {
+  const int32_t piece = char_at(v, c, text, n, sp, i);
+  *count = 1;
+  if (piece == kNotLead) {
+    sym[0] = c.replacement_id >= 0 ? c.replacement_id : v.byte_ids[text[i]];
+    return 1;
+  }
+  const uint8_t b0 = text[i];
+  const int len = b0 < 0x80 ? 1 : (b0 < 0xE0 ? 2 : (b0 < 0xF0 ? 3 : 4));  // (a valid sequence's)
+  if (piece >= 0) {
+    sym[0] = piece;
+    return len;
+  }
+  for (int k = 0; k < len; ++k) sym[k] = v.byte_ids[text[i + k]];
+  *count = len;
+  return len;
 }
 
 // Token i (of the dense symbols) starts a word: a `▁` after a symbol that no piece joins to a
@@ -212,6 +240,21 @@ BBPE_HD_OUTLINE int merge_run(const CharView& c, int32_t* tok, int m) {
   const int32_t* row = c.run_table + (size_t)m * c.run_width;
   for (int k = 0; k < c.run_width && row[k] >= 0 && out < room; ++k) tok[out++] = row[k];
   tok[0] |= flag;
+  return out;
+}
+
+// The runs of one segment's tokens tok[0..m), after its merges, rewritten as the reference
+// splits them (merge_run); returns the segment's new count. A run never crosses a segment start
+// (starts_run, run_length), so the segments' runs are the text's.
+BBPE_HD int merge_segment_runs(const CharView& c, int32_t* tok, int m) {
+  if (c.run_long == 0) return m;
+  int out = 0;
+  for (int i = 0; i < m;) {
+    const int len = starts_run(c, tok, i) ? run_length(c, tok, i, m) : 1;
+    for (int k = 0; k < len; ++k) tok[out + k] = tok[i + k];
+    out += len > 1 ? merge_run(c, tok + out, len) : 1;
+    i += len;
+  }
   return out;
 }
 

@@ -196,16 +196,24 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
   const uint8_t* sp = s.is_special.data();
   s.rank.resize(2 * n + 2);  // (scratch of merge_segment: room for any segment)
   s.fresh.resize(2 * n + 2);
-  for (int i = 0; i < n; ++i) s.rank[i] = char_at(v, c, text, n, sp, i);
-  for (int i = 0; i < n; ++i)
-    s.tok[i] = initial_char_token(v, c, p.special, text, n, sp, s.tok[i], s.rank.data(), i);
-  // The symbols, dense, with the dummy prefixes; then each segment, looked up whole or else
-  // merged (char_symbols.h: whole words), packed as we go.
+  // The symbols, dense, with the dummy prefixes (a walk over the characters, char_symbols_at);
+  // then each segment, looked up whole or else merged (char_symbols.h: whole words), and its
+  // runs (merge_segment_runs), packed as we go.
   std::vector<int32_t>& t = s.chars;
   t.clear();
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < n;) {
     if (prefix_before(c, text, n, sp, i)) t.push_back(c.prefix_id | kSegStart);
-    if (s.tok[i] != kDeleted) t.push_back(s.tok[i]);
+    if (sp[i]) {  // (a special's first byte holds its match: initial_char_token)
+      if (sp[i] == 2) t.push_back(p.special.ids[s.tok[i]] | kSegStart);
+      ++i;
+      continue;
+    }
+    const bool seg = (i == 0 || sp[i - 1]) && !prefix_before(c, text, n, sp, i);
+    int32_t sym[4];
+    int count = 0;
+    const int len = char_symbols_at(v, c, text, n, sp, i, sym, &count);
+    for (int k = 0; k < count; ++k) t.push_back(sym[k] | (k == 0 && seg ? kSegStart : 0));
+    i += len;
   }
   for (int j = (int)t.size() - 1; j > 0; --j)
     if (starts_word(c, t.data(), j)) t[j] |= kSegStart;
@@ -215,20 +223,15 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
     while (end < m && !starts_segment(t[end])) ++end;
     const int32_t whole = c.whole_words && end - start > 1 ? lookup_word(v, &t[start], end - start) : -1;
     if (whole >= 0) t[start] = whole | kSegStart;
-    const int kept = whole >= 0 ? 1 : merge_one_segment<true>(v, &t[start], end - start, s);
+    int kept = whole >= 0 ? 1 : merge_one_segment<true>(v, &t[start], end - start, s);
+    kept = merge_segment_runs(c, &t[start], kept);
     std::copy(t.begin() + start, t.begin() + start + kept, t.begin() + count);
     count += kept;
     start = end;
   }
-  // The runs, last (into s.tok: the loaders keep count <= n + 1, char_bpe.py).
-  int out = 0;
-  for (int i = 0; i < count;) {
-    const int len = starts_run(c, t.data(), i) ? run_length(c, t.data(), i, count) : 1;
-    std::copy(t.begin() + i, t.begin() + i + len, s.tok.begin() + out);
-    out += len > 1 ? merge_run(c, &s.tok[out], len) : 1;
-    i += len;
-  }
-  return out;
+  // (into s.tok: the loaders keep count <= n + 1, char_bpe.py)
+  std::copy(t.begin(), t.begin() + count, s.tok.begin());
+  return count;
 }
 
 // The segments that start in [from, to) (from: a segment start; to: one, or n), each by the

@@ -33,6 +33,7 @@
 //   cuda/huge_pieces.cuh    long rows: pieces longer than a tile, by stitched spans
 //   cuda/sub_spans.cuh      a text merged in warp sub-spans (spans, the few rows' long pieces)
 //   cuda/piece_kernel.cuh   exact mode piece-parallel, the default where a call allows it
+//   cuda/char_piece_kernel.cuh  the same for SentencePiece-style BPE
 //   cuda/nfc_prepass.cuh    NFC tokenizers: the rows checked, and normalized where they change
 // This file: the launcher (one block per string, or the tile pipeline) and the FFI handlers.
 #include <cuda_runtime.h>
@@ -50,6 +51,7 @@
 // The cuda/*.cuh headers' unnamed namespace is this translation unit's: included from any
 // other, they refuse (cuda/block_common.cuh, which every kernel header includes).
 #define BBPE_ENCODE_CUDA_TU
+#include "cuda/char_piece_kernel.cuh"
 #include "cuda/chars_kernel.cuh"
 #include "cuda/encode_kernel.cuh"
 #include "cuda/jsonl_split.cuh"  // bbpe_split_lines, its own target
@@ -129,16 +131,17 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
       default: return launch<1024>(q, stream);
     }
   };
-  // The piece-parallel kernel where the call allows it (cuda/piece_kernel.cuh), then encode_kernel
-  // for the rows it left pending only; BLOCKBPE_KERNEL=block: encode_kernel for every row. Test
+  // The piece-parallel kernel where the call allows it (cuda/piece_kernel.cuh; SentencePiece-style
+  // BPE: cuda/char_piece_kernel.cuh), then encode_kernel (encode_chars_kernel) for the rows it
+  // left pending only; BLOCKBPE_KERNEL=block: encode_kernel for every row. Test
   // hook BLOCKBPE_PIECE_FILL=0: no second launch (pending rows keep count kCountPending: how
   // many there were).
   const KernelChoice kernel = kernel_choice();
   if (kernel == KernelChoice::kUnknown)
     return ffi::Error::InvalidArgument(std::string("bbpe_encode: BLOCKBPE_KERNEL must be 'piece' or 'block', got '") +
                                        std::getenv("BLOCKBPE_KERNEL") + "'");
-  if (kernel == KernelChoice::kPiece && piece_eligible(p)) {
-    e = launch_pieces(p, stream);
+  if (kernel == KernelChoice::kPiece && (piece_eligible(p) || char_piece_eligible(p))) {
+    e = p.symbols == kSymbolsChars ? launch_char_pieces(p, stream) : launch_pieces(p, stream);
     if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_encode: ") + cudaGetErrorString(e));
     if (off("BLOCKBPE_PIECE_FILL")) return ffi::Error::Success();
     p.pending_only = 1;

@@ -1,23 +1,26 @@
 // The CUDA handler of `bbpe_split_lines` (binding/split_lines_ffi.h): a block of whole lines,
 // already on the GPU, split into documents there (the steps and their per-line functions:
-// core/json_lines.h). Nine launches on the call's stream, no host round trip:
+// core/json_lines.h). Eleven launches on the call's stream, no host round trip:
 //   count_newlines   a warp per tile of kSplitTile bytes counts its newlines;
 //   scan_tiles       one block scans the counts (each tile's first newline's line index);
 //   line_starts      a warp per tile writes where each of its lines starts;
 //   measure_lines    a thread per line: measure_line (its document's bytes, or give up; a line
-//                    over kWarpLine bytes: walked up to its field's string, listed for
-//                    measure_long);
-//   measure_long     a warp per listed long line: the field string's end found by the lanes
-//                    at once (warp_string_end) and the rest of the line walked
-//                    (long_field_span), then a piece a lane: measure_piece, summed;
+//                    over kThreadLine bytes: walked up to its field's string, listed for a
+//                    warp, or over kWarpLine for a block);
+//   measure_long     per listed line, a group (a warp, or a block of kBlockPieces threads):
+//                    the field string's end found by the threads at once (group_string_end)
+//                    and the rest of the line walked (long_field_span), then a piece a thread
+//                    (PieceCut, its escape state from a scan of the pieces' maps):
+//                    measure_span, summed;
 //   scan_lines       a block per kScanChunk lines scans which are documents and their bytes;
 //   scan_chunks      one block scans the chunks' totals and writes the status;
 //   write_lines      a thread per line decodes its document into place (a long line: only
 //                    its separator), only where the status is kSplitOk;
-//   write_long       a warp per long line, each lane its piece after the pieces before it.
-// A thread parses a line alone but for a long line's field string, which a warp's lanes scan,
-// check and decode by slices and pieces (one line of megabytes would be one thread's serial
-// work, and every line's kernel would wait for it).
+//   write_long       per long line, its group: each thread measures its piece again, a scan
+//                    of the lengths places it after the pieces before it, and it is decoded.
+// A thread parses a line of up to kThreadLine bytes alone; a longer line's field string is
+// scanned, checked and decoded by slices and pieces, so that no thread's serial steps (which
+// every line's kernel waits for) grow with a line's length past about a kilobyte.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,7 +51,7 @@ struct SplitArgs {
   SplitSpec spec;
 };
 
-enum Counter { kNewlines = 0, kBadLine = 1, kLongCount = 2 };
+enum Counter { kNewlines = 0, kBadLine = 1, kWarpCount = 2, kBlockCount = 3 };
 constexpr int kScanThreads = 512;  // (1024 threads of int64 BlockScans spill: at most 64 registers each)
 constexpr int kTileWarps = 8;
 constexpr int kLineThreads = 256;
@@ -107,7 +110,8 @@ __global__ void __launch_bounds__(kScanThreads) scan_tiles(SplitArgs a) {
   if (threadIdx.x == 0) {
     a.ws[a.w.counters + kNewlines] = (int32_t)newlines;
     a.ws[a.w.counters + kBadLine] = 0x7FFFFFFF;
-    a.ws[a.w.counters + kLongCount] = 0;
+    a.ws[a.w.counters + kWarpCount] = 0;
+    a.ws[a.w.counters + kBlockCount] = 0;
     a.ws[a.w.line_start] = 0;
   }
 }
@@ -151,8 +155,10 @@ __global__ void __launch_bounds__(kLineThreads) measure_lines(SplitArgs a) {
   if (line_bytes(a, i, &begin, &end)) {
     n = jsonl::measure_line(begin, end, a.spec, &raw, &raw_end);
     if (n == jsonl::kGiveUp) atomicMin(a.ws + a.w.counters + kBadLine, (int32_t)i);
-    if (n == jsonl::kLongPending) {  // (fewer than long_lines: each is over kWarpLine bytes)
-      int32_t* entry = a.ws + a.w.longs + jsonl::kLongWords * (int64_t)atomicAdd(a.ws + a.w.counters + kLongCount, 1);
+    if (n == jsonl::kLongPending) {  // (fewer than warp_lines, block_lines: each over kThreadLine, kWarpLine bytes)
+      const bool block_line = end - begin > jsonl::kWarpLine;
+      const int64_t slot = atomicAdd(a.ws + a.w.counters + (block_line ? kBlockCount : kWarpCount), 1);
+      int32_t* entry = a.ws + (block_line ? a.w.block_longs : a.w.warp_longs) + jsonl::kLongWords * slot;
       entry[0] = (int32_t)i;
       entry[1] = (int32_t)(raw - a.block);
       entry[2] = (int32_t)(raw_end - a.block);
@@ -162,74 +168,178 @@ __global__ void __launch_bounds__(kLineThreads) measure_lines(SplitArgs a) {
   a.ws[a.w.raw_begin + i] = raw ? (int32_t)(raw - a.block) : 0;
 }
 
-// Just past the string whose bytes start at `begin` (string_end's result), found by a warp
-// (every lane calls it alike): rounds of kLanes slices of kSliceBytes, a slice a lane
+// The threads that take one long line together: a warp (its lanes, by shuffles) or a block of
+// kBlockPieces threads (by shared memory). Every thread of a group calls each function alike
+// (the same line, so the same walk): they hold the group's barriers.
+struct WarpGroup {
+  static constexpr int kSize = jsonl::kWarpPieces;
+  static constexpr unsigned kAll = 0xFFFFFFFFu;
+  int rank;
+  __device__ void sync() const { __syncwarp(); }
+  // The maps of the ranks before this one composed (kSameEscape for rank 0); *all: every rank's.
+  __device__ uint32_t maps_before(uint32_t map, uint32_t* all) const {
+    uint32_t through = map;
+    for (int d = 1; d < kSize; d <<= 1) {
+      const uint32_t before = __shfl_up_sync(kAll, through, d);
+      if (rank >= d) through = jsonl::escape_map_then(before, through);
+    }
+    *all = __shfl_sync(kAll, through, kSize - 1);
+    const uint32_t before = __shfl_up_sync(kAll, through, 1);
+    return rank == 0 ? jsonl::kSameEscape : before;
+  }
+  // The sum of n over the ranks before this one; *all: over every rank.
+  __device__ int32_t sum_before(int32_t n, int32_t* all) const {
+    int32_t through = n;
+    for (int d = 1; d < kSize; d <<= 1) {
+      const int32_t before = __shfl_up_sync(kAll, through, d);
+      if (rank >= d) through += before;
+    }
+    *all = __shfl_sync(kAll, through, kSize - 1);
+    return through - n;
+  }
+  __device__ bool all(bool v) const { return __all_sync(kAll, v); }
+  // The lowest rank where v holds, or -1; `value` as that rank has it.
+  __device__ int first(bool v, int32_t* value) const {
+    const unsigned found = __ballot_sync(kAll, v);
+    const int f = found ? __ffs(found) - 1 : -1;
+    *value = __shfl_sync(kAll, *value, f < 0 ? 0 : f);
+    return f;
+  }
+};
+
+struct BlockGroup {
+  static constexpr int kSize = jsonl::kBlockPieces;
+  struct MapThen {
+    __device__ uint32_t operator()(uint32_t first, uint32_t second) const {
+      return jsonl::escape_map_then(first, second);
+    }
+  };
+  using MapScan = cub::BlockScan<uint32_t, kSize>;
+  using SumScan = cub::BlockScan<int32_t, kSize>;
+  struct Shared {
+    union {
+      typename MapScan::TempStorage maps;
+      typename SumScan::TempStorage sums;
+    } scan;
+    int32_t first, value;
+  };
+  Shared& s;
+  int rank;
+  __device__ void sync() const { __syncthreads(); }
+  __device__ uint32_t maps_before(uint32_t map, uint32_t* all) const {
+    uint32_t before;
+    MapScan(s.scan.maps).ExclusiveScan(map, before, jsonl::kSameEscape, MapThen{}, *all);
+    __syncthreads();  // (the storage is used again)
+    return before;
+  }
+  __device__ int32_t sum_before(int32_t n, int32_t* all) const {
+    int32_t before;
+    SumScan(s.scan.sums).ExclusiveSum(n, before, *all);
+    __syncthreads();
+    return before;
+  }
+  __device__ bool all(bool v) const { return __syncthreads_and(v) != 0; }
+  __device__ int first(bool v, int32_t* value) const {
+    if (rank == 0) s.first = kSize;
+    __syncthreads();
+    if (v) atomicMin(&s.first, rank);
+    __syncthreads();
+    const int f = s.first;
+    if (rank == f) s.value = *value;
+    __syncthreads();
+    if (f < kSize) *value = s.value;
+    __syncthreads();  // (read by all before the next call's rank 0 resets it)
+    return f < kSize ? f : -1;
+  }
+};
+
+// Just past the string whose bytes start at `begin` (string_end's result), found by a group
+// (every thread calls it alike): rounds of G::kSize slices of kSliceBytes, a slice a thread
 // (core/json_rules.h, slice_end: its first unescaped quote and the escape state after it, for
 // either state before it). Whether a slice's first byte is escaped is carried across the
-// lanes by an inclusive scan of the slices' maps (log2(32) shuffles) and across rounds by the
-// last lane's; the first round with an unescaped quote in it ends the string at the first
-// such lane's. So a string of L bytes takes ~L / 2 KiB rounds of about a load's latency each,
-// where one thread took ~L / 8 dependent steps (L, with backslashes or quotes in most words).
-__device__ const uint8_t* warp_string_end(const uint8_t* begin, const uint8_t* end, int lane) {
-  constexpr unsigned kAll = 0xFFFFFFFFu;
-  constexpr int64_t kRound = (int64_t)jsonl::kLanes * jsonl::kSliceBytes;
+// threads by an exclusive scan of the slices' maps and across rounds by all of the round's
+// maps composed; the first round with an unescaped quote in it ends the string at the first
+// such thread's. So a string of L bytes takes ~L / (G::kSize * 64) rounds of about a load's
+// latency and a scan each. (core/json_lines.h, string_end_by_rounds: the same, one thread
+// after the other.)
+template <typename Group>
+__device__ const uint8_t* group_string_end(const Group& g, const uint8_t* begin, const uint8_t* end) {
+  constexpr int64_t kRound = (int64_t)Group::kSize * jsonl::kSliceBytes;
   bool escaped = false;  // whether the round's first byte is escaped
   for (const uint8_t* round = jsonl::first_slice(begin); round < end; round += kRound) {
-    const uint8_t* at = round + lane * jsonl::kSliceBytes;
+    const uint8_t* at = round + g.rank * jsonl::kSliceBytes;
     uint64_t quotes = 0, backslashes = 0;
     if (at < end) jsonl::slice_bits(at, begin, end, quotes, backslashes);
     const jsonl::SliceEnd s = jsonl::slice_end(quotes, backslashes);
-    uint32_t through = s.map;  // the maps of this round's slices up to this lane's, composed
-    for (int d = 1; d < 32; d <<= 1) {
-      const uint32_t before = __shfl_up_sync(kAll, through, d);
-      if (lane >= d) through = jsonl::escape_map_then(before, through);
-    }
-    const uint32_t before = __shfl_up_sync(kAll, through, 1);
-    const bool here = lane == 0 ? escaped : ((before >> (escaped ? 1 : 0)) & 1) != 0;
-    const int32_t quote = s.quote(here);
-    const unsigned found = __ballot_sync(kAll, quote >= 0);
-    if (found) {
-      const int first = __ffs(found) - 1;
-      return round + first * jsonl::kSliceBytes + __shfl_sync(kAll, quote, first) + 1;
-    }
-    escaped = ((__shfl_sync(kAll, through, 31) >> (escaped ? 1 : 0)) & 1) != 0;
+    uint32_t all;
+    const uint32_t before = g.maps_before(s.map, &all);
+    int32_t quote = s.quote(jsonl::escaped_after(before, escaped));
+    const int first = g.first(quote >= 0, &quote);
+    if (first >= 0) return round + first * jsonl::kSliceBytes + quote + 1;
+    escaped = jsonl::escaped_after(all, escaped);
   }
   return nullptr;
 }
 
-// A warp per long line measure_lines listed: a JSONL line's field string found (its end and
-// the rest of the line: long_field_span, the warp's scan for each string's end; the span kept
-// in the entry for write_long), then a piece of the span a lane; its length is the pieces' sum
-// and the separator, or "give up" where the span or any piece does. (Each lane's length is
-// kept for write_long.)
-__global__ void measure_long(SplitArgs a) {
-  const int64_t w = (int64_t)blockIdx.x * kTileWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (w >= a.ws[a.w.counters + kLongCount]) return;
-  int32_t* entry = a.ws + a.w.longs + jsonl::kLongWords * w;
+// This thread's piece of a long line's span [begin, end) (PieceCut: each piece's escape state
+// from the scan of the pieces' maps); false where the span cannot be cut (the line gives up).
+template <typename Group>
+__device__ __forceinline__ bool group_piece(const Group& g, const uint8_t* begin, const uint8_t* end, bool json, const uint8_t** p,
+                            const uint8_t** stop) {
+  const jsonl::PieceCut cut(begin, end, Group::kSize, json);
+  const uint32_t own = cut.map(g.rank);
+  uint32_t all;
+  const uint32_t before = g.maps_before(own, &all);
+  return cut.piece(g.rank, Group::kSize, before, own, p, stop);
+}
+
+// A long line measure_lines listed, by its group: a JSONL line's field string found (its end
+// and the rest of the line: long_field_span, the group's scan for each string's end; the span
+// kept in the entry for write_long), then a piece a thread (measure_span); its length is the
+// pieces' sum and the separator, or "give up" where the span or any piece does.
+template <typename Group>
+__device__ __forceinline__ void measure_long(const SplitArgs& a, const Group& g, int32_t* entry) {
   const uint8_t* begin = a.block + entry[1];
   const uint8_t* end = a.block + entry[2];  // (JSONL: the line's end, then the field string's)
+  const int32_t line = entry[0];
   bool span = true;
   if (a.spec.json) {
     const uint8_t* line_end = end;
-    span = jsonl::long_field_span(begin, line_end, a.spec, end, [lane](const uint8_t* b, const uint8_t* e) {
-      return warp_string_end(b, e, lane);
+    span = jsonl::long_field_span(begin, line_end, a.spec, end, [&g](const uint8_t* b, const uint8_t* e) {
+      return group_string_end(g, b, e);
     });
-    __syncwarp();  // (every lane has read the entry)
-    if (lane == 0 && span) {
+    g.sync();  // (every thread has read the entry)
+    if (g.rank == 0 && span) {
       entry[1] = (int32_t)(begin - a.block);
       entry[2] = (int32_t)(end - a.block);
     }
   }
-  const int32_t n = span ? jsonl::measure_piece(begin, end, lane, a.spec) : -1;
-  entry[3 + lane] = n;
-  const bool ok = __all_sync(0xFFFFFFFFu, n >= 0);
-  int32_t total = n;
-  for (int o = 16; o; o >>= 1) total += __shfl_down_sync(0xFFFFFFFFu, total, o);
-  if (lane == 0) {
-    a.ws[a.w.length + entry[0]] = ok ? total + a.spec.sep_len : jsonl::kGiveUp;
-    if (!ok) atomicMin(a.ws + a.w.counters + kBadLine, entry[0]);
+  int32_t n = -1;
+  if (span) {
+    const uint8_t *p, *stop;
+    if (group_piece(g, begin, end, a.spec.json, &p, &stop)) n = jsonl::measure_span(p, stop, a.spec.json);
   }
+  const bool ok = g.all(n >= 0);
+  int32_t total;
+  g.sum_before(ok ? n : 0, &total);
+  if (g.rank == 0) {
+    a.ws[a.w.length + line] = ok ? total + a.spec.sep_len : jsonl::kGiveUp;
+    if (!ok) atomicMin(a.ws + a.w.counters + kBadLine, line);
+  }
+}
+
+// A warp per line of kThreadLine to kWarpLine bytes that measure_lines listed.
+__global__ void measure_warp_lines(SplitArgs a) {
+  const int64_t w = (int64_t)blockIdx.x * kTileWarps + threadIdx.x / 32;
+  if (w >= a.ws[a.w.counters + kWarpCount]) return;
+  measure_long(a, WarpGroup{(int)(threadIdx.x & 31)}, a.ws + a.w.warp_longs + jsonl::kLongWords * w);
+}
+
+// A block per line over kWarpLine bytes that measure_lines listed.
+__global__ void __launch_bounds__(jsonl::kBlockPieces) measure_block_lines(SplitArgs a) {
+  __shared__ BlockGroup::Shared shared;
+  if (blockIdx.x >= a.ws[a.w.counters + kBlockCount]) return;
+  measure_long(a, BlockGroup{shared, (int)threadIdx.x}, a.ws + a.w.block_longs + jsonl::kLongWords * blockIdx.x);
 }
 
 // Per chunk of lines: each line's document index and offset within the chunk, and the chunk's totals.
@@ -278,7 +388,7 @@ __global__ void __launch_bounds__(kLineThreads) write_lines(SplitArgs a) {
   if (n < 0 || !line_bytes(a, i, &begin, &end)) return;
   int64_t doc, at;
   document_at(a, i, &doc, &at);
-  if (end - begin > jsonl::kWarpLine) {  // (its field: write_long's, by pieces)
+  if (end - begin > jsonl::kThreadLine) {  // (its field: write_long's, by pieces)
     for (int32_t k = 0; k < a.spec.sep_len; ++k) a.data[at + n - a.spec.sep_len + k] = a.spec.sep[k];
   } else {
     jsonl::write_line(a.block + a.ws[a.w.raw_begin + i], end, a.spec, a.data + at);
@@ -287,16 +397,31 @@ __global__ void __launch_bounds__(kLineThreads) write_lines(SplitArgs a) {
   a.lines[doc] = (int32_t)i;
 }
 
-// A warp per long line: each lane decodes its piece after the pieces before it.
-__global__ void write_long(SplitArgs a) {
-  const int64_t w = (int64_t)blockIdx.x * kTileWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (w >= a.ws[a.w.counters + kLongCount] || a.status[jsonl::kStatusCode] != jsonl::kSplitOk) return;
-  const int32_t* entry = a.ws + a.w.longs + jsonl::kLongWords * w;
+// A long line's field decoded into place by its group: each thread its piece (cut as
+// measure_long cut it), measured again and placed after the pieces before it by a scan.
+template <typename Group>
+__device__ __forceinline__ void write_long(const SplitArgs& a, const Group& g, const int32_t* entry) {
   int64_t doc, at;
   document_at(a, entry[0], &doc, &at);
-  for (int k = 0; k < lane; ++k) at += entry[3 + k];
-  jsonl::write_piece(a.block + entry[1], a.block + entry[2], lane, a.spec, a.data + at);
+  const uint8_t *p, *stop;
+  group_piece(g, a.block + entry[1], a.block + entry[2], a.spec.json, &p, &stop);
+  const int32_t n = jsonl::measure_span(p, stop, a.spec.json);  // (>= 0: the status is kSplitOk)
+  int32_t all;
+  const int32_t before = g.sum_before(n, &all);
+  jsonl::write_span(p, stop, a.spec.json, a.data + at + before);
+}
+
+__global__ void write_warp_lines(SplitArgs a) {
+  const int64_t w = (int64_t)blockIdx.x * kTileWarps + threadIdx.x / 32;
+  if (w >= a.ws[a.w.counters + kWarpCount] || a.status[jsonl::kStatusCode] != jsonl::kSplitOk) return;
+  write_long(a, WarpGroup{(int)(threadIdx.x & 31)}, a.ws + a.w.warp_longs + jsonl::kLongWords * w);
+}
+
+// (At least one block an SM: without it ptxas kept this kernel to 32 registers and spilled.)
+__global__ void __launch_bounds__(jsonl::kBlockPieces, 1) write_block_lines(SplitArgs a) {
+  __shared__ BlockGroup::Shared shared;
+  if (blockIdx.x >= a.ws[a.w.counters + kBlockCount] || a.status[jsonl::kStatusCode] != jsonl::kSplitOk) return;
+  write_long(a, BlockGroup{shared, (int)threadIdx.x}, a.ws + a.w.block_longs + jsonl::kLongWords * blockIdx.x);
 }
 
 inline unsigned grid(int64_t items, int64_t per_block) { return (unsigned)((items + per_block - 1) / per_block); }
@@ -327,16 +452,18 @@ inline ffi::Error split_lines(cudaStream_t stream, ffi::Buffer<ffi::U8> block, f
   a.ws = workspace->typed_data();
   a.spec = call.spec;
   const unsigned tile_blocks = grid(a.w.tiles, kTileWarps), line_blocks = grid(a.w.lines, kLineThreads),
-                 long_blocks = grid(a.w.long_lines, kTileWarps);
+                 warp_line_blocks = grid(a.w.warp_lines, kTileWarps), block_line_blocks = (unsigned)a.w.block_lines;
   if (tile_blocks) count_newlines<<<tile_blocks, kTileWarps * 32, 0, stream>>>(a);
   scan_tiles<<<1, kScanThreads, 0, stream>>>(a);
   if (tile_blocks) line_starts<<<tile_blocks, kTileWarps * 32, 0, stream>>>(a);
   measure_lines<<<line_blocks, kLineThreads, 0, stream>>>(a);
-  measure_long<<<long_blocks, kTileWarps * 32, 0, stream>>>(a);
+  measure_warp_lines<<<warp_line_blocks, kTileWarps * 32, 0, stream>>>(a);
+  measure_block_lines<<<block_line_blocks, jsonl::kBlockPieces, 0, stream>>>(a);
   scan_lines<<<(unsigned)a.w.chunks, kScanThreads, 0, stream>>>(a);
   scan_chunks<<<1, kScanThreads, 0, stream>>>(a);
   write_lines<<<line_blocks, kLineThreads, 0, stream>>>(a);
-  write_long<<<long_blocks, kTileWarps * 32, 0, stream>>>(a);
+  write_warp_lines<<<warp_line_blocks, kTileWarps * 32, 0, stream>>>(a);
+  write_block_lines<<<block_line_blocks, jsonl::kBlockPieces, 0, stream>>>(a);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return ffi::Error::Internal(std::string("bbpe_split_lines: ") + cudaGetErrorString(e));
   return ffi::Error::Success();

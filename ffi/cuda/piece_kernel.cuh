@@ -30,7 +30,8 @@
 // docs/performance.md, "The piece-parallel kernel".)
 //
 // What it leaves to the block-per-string kernel, decided on the host by shape and tables
-// (piece_eligible): bytes mode, SentencePiece BPE, NFC or Lowercase normalizers that run on
+// (piece_eligible): bytes mode, SentencePiece-style symbols (cuda/char_piece_kernel.cuh's),
+// NFC or Lowercase normalizers that run on
 // the device, calls with allowed special tokens, rows wider than kPieceMaxLen bytes or tiled
 // (tiled_rows). Decided on the device per row: a row
 // holding a piece longer than kShortPieceLen bytes that the piece table lacks, or whose
@@ -151,15 +152,15 @@ __device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChun
 // kChunk piece starts, so a thread walking its own pieces kept the warp waiting for its fullest
 // chunk (half the lanes idle). Each thread lists its pieces (mask fm, bits relative to the
 // chunk's first byte `base`; a piece's end from the masks of the row's next chunks) in the
-// warp's queue, kPieceQueue at a time, and the lanes take them from there.
-constexpr int kPieceQueue = 64;  // per warp: the maps' room (step 4 no longer reads them)
-template <int kChunk>
-__device__ __forceinline__ void encode_warp_pieces(const VocabView& v, PieceSmem<kChunk>& s, int row, int row_at,
-                                                   int n, const uint32_t* next_masks, int next_chunks, uint32_t fm,
-                                                   int base) {
-  static_assert(kPieceWarps * kPieceQueue * 4 <= sizeof(uint64_t) * kPieceThreads, "the queues fit the maps' room");
+// warp's queue (kPieceQueue words), kPieceQueue at a time, and the lanes take them from there:
+// encode(at, m, row) for the piece at block position at, m bytes long. (The character-symbol
+// kernel deals its words the same way: cuda/char_piece_kernel.cuh.)
+constexpr int kPieceQueue = 64;  // per warp
+template <int kChunk, class Encode>
+__device__ __forceinline__ void deal_warp_pieces(uint32_t* queue, int row, int row_at, int n,
+                                                 const uint32_t* next_masks, int next_chunks, uint32_t fm, int base,
+                                                 Encode encode) {
   const int lane = threadIdx.x & 31;
-  uint32_t* queue = reinterpret_cast<uint32_t*>(s.maps) + (threadIdx.x / 32) * kPieceQueue;
   const int mine = __popc(fm);
   int first = mine;  // the warp's pieces before this thread's (an exclusive sum over the lanes)
 #pragma unroll
@@ -194,10 +195,20 @@ __device__ __forceinline__ void encode_warp_pieces(const VocabView& v, PieceSmem
     const int listed = min(kPieceQueue, total - from);
     for (int q = lane; q < listed; q += 32) {
       const uint32_t e = queue[q];
-      encode_piece<kChunk>(v, s, (int)(e & 0xFFF), (int)((e >> 12) & 0xFFF) + 1, (int)(e >> 24));
+      encode((int)(e & 0xFFF), (int)((e >> 12) & 0xFFF) + 1, (int)(e >> 24));
     }
     __syncwarp();
   }
+}
+
+template <int kChunk>
+__device__ __forceinline__ void encode_warp_pieces(const VocabView& v, PieceSmem<kChunk>& s, int row, int row_at,
+                                                   int n, const uint32_t* next_masks, int next_chunks, uint32_t fm,
+                                                   int base) {
+  static_assert(kPieceWarps * kPieceQueue * 4 <= sizeof(uint64_t) * kPieceThreads, "the queues fit the maps' room");
+  uint32_t* queue = reinterpret_cast<uint32_t*>(s.maps) + (threadIdx.x / 32) * kPieceQueue;
+  deal_warp_pieces<kChunk>(queue, row, row_at, n, next_masks, next_chunks, fm, base,
+                           [&](int at, int m, int r) { encode_piece<kChunk>(v, s, at, m, r); });
 }
 
 // A stage's step tables to shared memory (every thread calls it; the caller synchronizes).
@@ -245,6 +256,50 @@ __device__ __forceinline__ uint32_t stage_starts(PieceSmem<kChunk>& s, const Cla
     if (i < valid && flags[i]) fm |= 1u << i;
   if (k == 0 && n > 0) fm |= 1u;  // (the text's start starts a segment)
   return fm;
+}
+
+// The last step of piece_kernel and char_piece_kernel: each row's tokens into its output row.
+// One scan over the block's threads' token counts, made per row by its first thread's prefix;
+// a thread then writes its pieces' tokens (the piece starting at bit i of fm has s.count[slot(i)]
+// tokens from s.tok[slot(i)]), the row's first thread the count: kCountPending where the row is
+// left to the block kernel (s.hard), -1 for a bad length. kSyncAfterScan: the rows' sums share
+// room with something threads read until the scan.
+template <bool kSyncAfterScan, class Smem, class Slot>
+__device__ __forceinline__ void place_row_tokens(const EncodeParams& p, Smem& s, int r, int k, int cpr, int64_t b,
+                                                 bool in_row, bool bad, uint32_t fm, Slot slot) {
+  int my_tokens = 0;
+  if (in_row)
+    for (uint32_t rest = fm; rest; rest &= rest - 1) my_tokens += s.count[slot(__ffs(rest) - 1)];
+  int before;
+  cub::BlockScan<int, kPieceThreads>(s.scan).ExclusiveSum(my_tokens, before);
+  if (kSyncAfterScan) __syncthreads();
+  if (in_row && k == 0) s.row_base[r] = before;
+  __syncthreads();
+  int at = 0;
+  if (in_row) {
+    at = before - s.row_base[r];
+    if (k == cpr - 1) s.row_total[r] = at + my_tokens;
+  }
+  __syncthreads();
+  if (!in_row) return;
+  const int total = s.row_total[r];
+  int32_t* out = p.ids + b * (int64_t)p.max_tokens;
+  const int T = p.max_tokens;
+  if (s.hard[r]) {  // the block kernel (pending_only) writes the row
+    if (k == 0) p.counts[b] = kCountPending;
+    return;
+  }
+  if (!bad) {
+    for (uint32_t rest = fm; rest; rest &= rest - 1) {
+      const int f = slot(__ffs(rest) - 1);
+      const int c = s.count[f];
+      for (int j = 0; j < c; ++j)
+        if (at + j < T) out[at + j] = token_id(s.tok[f + j]);
+      at += c;
+    }
+  }
+  for (int j = (bad ? 0 : total) + k; j < T; j += cpr) out[j] = p.pad_id;
+  if (k == 0) p.counts[b] = bad ? -1 : total;
 }
 
 // kStaged: the pre-tokenizer has more than one stage (a kernel of its own: the stage loop
@@ -317,41 +372,8 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
                           BytesAsTokens{s.text, p.vocab.byte_ids});
   }
   __syncthreads();
-  int my_tokens = 0;
-  for (uint32_t rest = fm; rest; rest &= rest - 1) my_tokens += s.count[row_at + base + __ffs(rest) - 1];
-
-  // 5. Placement: one scan over the block, made per row by its first thread's prefix.
-  int before;
-  cub::BlockScan<int, kPieceThreads>(s.scan).ExclusiveSum(my_tokens, before);
-  if (in_row && k == 0) s.row_base[r] = before;
-  __syncthreads();
-  int at = 0;
-  if (in_row) {
-    at = before - s.row_base[r];
-    if (k == cpr - 1) s.row_total[r] = at + my_tokens;
-  }
-  __syncthreads();
-  if (!in_row) return;
-  const int total = s.row_total[r];
-  int32_t* out = p.ids + b * (int64_t)p.max_tokens;
-  const int T = p.max_tokens;
-  if (s.hard[r]) {  // encode_kernel (pending_only) writes the row
-    if (k == 0) p.counts[b] = kCountPending;
-    return;
-  }
-  if (!bad) {
-    const int32_t* tok = s.tok + row_at;
-    const uint8_t* count = s.count + row_at;
-    for (uint32_t rest = fm; rest; rest &= rest - 1) {
-      const int s0 = base + __ffs(rest) - 1;
-      const int c = count[s0];
-      for (int j = 0; j < c; ++j)
-        if (at + j < T) out[at + j] = token_id(tok[s0 + j]);
-      at += c;
-    }
-  }
-  for (int j = (bad ? 0 : total) + k; j < T; j += cpr) out[j] = p.pad_id;
-  if (k == 0) p.counts[b] = bad ? -1 : total;
+  // 5. Placement.
+  place_row_tokens<false>(p, s, r, k, cpr, b, in_row, bad, fm, [&](int i) { return row_at + base + i; });
 }
 
 // ------------------------------------------------------------------------------------------
@@ -405,16 +427,23 @@ inline int piece_chunk(int64_t batch, int64_t max_len) {
   return c;
 }
 
-template <int kChunk, bool kStaged>
-cudaError_t launch_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
+// A kernel of kChunk-byte chunks over the call's rows (piece_kernel, char_piece_kernel): a
+// block of kPieceThreads holds floor(kPieceThreads / chunks a row) whole rows.
+template <auto kKernel, int kChunk>
+cudaError_t launch_chunk_rows(const EncodeParams& p, size_t smem, cudaStream_t stream) {
   const int cpr = (int)((p.max_len + kChunk - 1) / kChunk);
   const int rows = kPieceThreads / cpr;
   const int64_t grid = (p.batch + rows - 1) / rows;
   if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  const cudaError_t err = allow_all_smem<piece_kernel<kChunk, kStaged>>();
+  const cudaError_t err = allow_all_smem<kKernel>();
   if (err != cudaSuccess) return err;
-  piece_kernel<kChunk, kStaged><<<(unsigned)grid, kPieceThreads, sizeof(PieceSmem<kChunk>), stream>>>(p, cpr, rows);
+  kKernel<<<(unsigned)grid, kPieceThreads, smem, stream>>>(p, cpr, rows);
   return cudaGetLastError();
+}
+
+template <int kChunk, bool kStaged>
+cudaError_t launch_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
+  return launch_chunk_rows<piece_kernel<kChunk, kStaged>, kChunk>(p, sizeof(PieceSmem<kChunk>), stream);
 }
 
 // The piece kernel over the call (piece_eligible(p) must hold); the rows it leaves pending

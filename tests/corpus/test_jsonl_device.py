@@ -351,23 +351,26 @@ def test_huge_lines(kind):
     check_block(plain + b"\r\n" + plain, None, kind, must_accept=True, sep=b"")
 
 
-WARP_LINE = 4 << 10  # lines longer than this are decoded in pieces (ffi/core/json_lines.h, kWarpLine)
+# Lines longer than these are decoded in pieces by a warp, by a block (ffi/core/json_lines.h,
+# kThreadLine, kWarpLine).
+THREAD_LINE, WARP_LINE = 1 << 10, 4 << 10
 
 
 @st.composite
 def long_lines_block(draw):
-    """Lines over WARP_LINE bytes whose field repeats one spelling (escapes, surrogate pairs,
-    lone surrogates at times) after a prefix of random length, so that the pieces' cuts fall
-    everywhere in it; and a long plain line likewise."""
+    """Lines over THREAD_LINE or WARP_LINE bytes whose field repeats one spelling (escapes,
+    surrogate pairs, lone surrogates at times) after a prefix of random length, so that the
+    pieces' cuts fall everywhere in it; and a long plain line likewise."""
     unit = draw(st.one_of(plain_texts, texts_with_lone).filter(bool))
     spelled = draw(json_string(unit))[1:-1]
     prefix = "p" * draw(st.integers(0, 60))
-    field = prefix + spelled * (WARP_LINE // len(spelled.encode("utf-8", "surrogatepass")) + 2)
+    long = draw(st.sampled_from([THREAD_LINE, WARP_LINE]))
+    field = prefix + spelled * (long // len(spelled.encode("utf-8", "surrogatepass")) + 2)
     line = '{"id": 1, "text": "' + field + '", "tail": [1, {"x": null}]}'
     lines = draw(st.permutations([line, '{"text": "short"}', ""]))
     jsonl = "\n".join(lines).encode("utf-8", "surrogatepass")
     plain_unit = draw(plain_texts.filter(bool)).replace("\n", " ").encode()
-    plain = prefix.encode() + plain_unit * (WARP_LINE // len(plain_unit) + 2)
+    plain = prefix.encode() + plain_unit * (long // len(plain_unit) + 2)
     return jsonl, plain + b"\r\nshort\n" + plain
 
 

@@ -1,0 +1,364 @@
+// The piece-parallel kernel of SentencePiece-style BPE (symbols = kSymbolsChars,
+// core/char_symbols.h): `char_piece_kernel`, chosen as the byte-level piece kernel is
+// (cuda/piece_kernel.cuh, whose layout of rows, chunks and the warps' queues it shares: the
+// default wherever char_piece_eligible holds; BLOCKBPE_KERNEL=block selects the
+// block-per-string `encode_chars_kernel`, cuda/chars_kernel.cuh, which also does what this
+// kernel leaves).
+//
+// A block holds kPieceThreads chunks of kChunk bytes of one or several whole rows; each thread
+// owns its chunk:
+//   1. the chunk's bytes to shared memory; the initial symbols of the characters that start in
+//      the chunk (char_symbols_at: a character's piece, else the byte-fallback pieces of its
+//      bytes, U+FFFD's piece for an invalid byte), each at its first byte's slot (a row's
+//      slots are its bytes' positions shifted by one, the slot before its first byte holding
+//      its dummy prefix); kDeleted at a pieced character's other bytes;
+//   2. the words: a `▁` after a symbol that is no joiner starts one (starts_word, with the
+//      symbol before read across chunks), and the row's first symbol does; a mask of word
+//      starts per chunk;
+//   3. the words that start in a warp's chunks dealt to its lanes (deal_warp_pieces): a word
+//      whose token bytes are its own text (no U+2581, no U+FFFD for an invalid byte, no dummy
+//      prefix: `▁` spells a space, every other symbol its character, bytes_spell_symbols) is
+//      looked up by its text (lookup_piece, the key lookup_word would hash); the others have
+//      their symbols packed at their first slot and looked up by lookup_word; one symbol is
+//      its own token; a miss of up to kShortPieceLen symbols goes on the block's merge lists
+//      (merge_in_lanes up to kLanePieceLen symbols, merge_in_warp beyond, both with the
+//      first-only ranks: cuda/lane_merges.cuh), then its runs (merge_segment_runs);
+//   4. one block scan of the threads' token counts places every word's tokens in its row.
+// A word is a segment of encode_chars, so these are its rules; nothing here defines one.
+//
+// Special tokens (Mistral v7's and Gemma's user-defined pieces, which sentencepiece always
+// matches, and those a call allows): the kSpecials instantiation matches them at every byte of
+// the chunk before step 1 and resolves the matches leftmost-first, a cluster per thread (the
+// rules of core/special_tokens.h, as cuda/block_begin.cuh runs them); an accepted special is a
+// word of its own, and the text after it starts one.
+//
+// Left to encode_chars_kernel, decided on the host (char_piece_eligible): rows wider than
+// kPieceMaxLen bytes or tiled. Decided on the device per row (kCountPending, then
+// encode_chars_kernel with pending_only): a word of more than kShortPieceLen symbols that is no
+// piece (a row without word starts is one word), full merge lists, a dummy prefix that is a
+// segment of its own (before a special that starts the text, or before a `▁` that starts it
+// where `▁` joins no `▁`), and a dummy prefix after a special (HF's Prepend normalizer: a
+// segment's prefix has no slot of its own here).
+// Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
+#pragma once
+
+#include <cstdint>
+
+#include <cub/block/block_scan.cuh>
+
+#include "binding/encode_params.h"
+#include "core/bpe_core.h"
+#include "core/char_symbols.h"
+#include "core/special_tokens.h"
+#include "cuda/block_common.cuh"
+#include "cuda/lane_merges.cuh"
+#include "cuda/piece_kernel.cuh"
+
+namespace bbpe {
+namespace {
+
+// The block's shared memory (dynamic). Slots: row r's byte i (block position row_at + i) is
+// slot row_at + i + r + 1; slot row_at + r holds its dummy prefix (or kDeleted).
+template <int kChunk>
+struct CharPieceSmem {
+  static constexpr int kSlots = kPieceThreads * kChunk + kPieceThreads;
+  int32_t tok[kSlots];  // the symbols; then each word's tokens from its first slot
+  // Tokens of the word whose first symbol is at the slot (at most kShortPieceLen).
+  uint8_t count[kSlots];
+  __align__(16) uint8_t text[kPieceThreads * kChunk];
+  uint32_t masks[kPieceThreads];  // every chunk's word starts
+  uint32_t dirty[kPieceThreads];  // a character whose symbol's token bytes are not its text starts here
+  uint8_t hard[kPieceThreads];    // a word of the row is left to encode_chars_kernel
+  uint8_t prefixed[kPieceThreads];  // the row's first word starts with the dummy prefix
+  union {
+    uint32_t queue[kPieceWarps * kPieceQueue];  // step 3: each warp's words
+    int2 slots[kPieceThreads];                  // the merges: each warp's 32 merge slots
+    struct {
+      int32_t row_base[kPieceThreads];  // step 4, per row of the block: its first thread's prefix
+      int32_t row_total[kPieceThreads];  //   and its token count
+    };
+  };
+  // The merge lists (first slots < kSlots and symbol counts: 16 bits), the lane list also
+  // sorted longest first.
+  int16_t lane_s0[kPieceLaneList], lane_len[kPieceLaneList];
+  int16_t sorted_s0[kPieceLaneList], sorted_len[kPieceLaneList];
+  int16_t wide_s0[kPieceWideList], wide_len[kPieceWideList];
+  int by_len[kLanePieceLen + 1];  // lane-list words per length, then where the next one goes
+  int n_lane, n_wide, next_bin;
+  int32_t ascii_ids[128];  // the char table's ASCII entries (CharView::ascii_ids), read at every byte
+  int longest_special;  // kSpecials: the block's longest match (0: none)
+  SpecialStarts specials;  // kSpecials: which bytes can start a special, and the runs
+  typename cub::BlockScan<int, kPieceThreads>::TempStorage scan;
+};
+
+// Whether a character whose symbols' token bytes differ from its text starts in block
+// positions [from, to) (the dirty masks: bit i of chunk c is block position c * kChunk + i).
+template <int kChunk>
+__device__ __forceinline__ bool any_dirty(const uint32_t* dirty, int from, int to) {
+  for (int c = from / kChunk; c * kChunk < to; ++c) {
+    uint32_t m = dirty[c];
+    const int lo = from - c * kChunk, hi = to - c * kChunk;  // bits [lo, hi) of this chunk
+    if (lo > 0) m &= ~0u << lo;
+    if (hi < kChunk) m &= (1u << hi) - 1;
+    if (m) return true;
+  }
+  return false;
+}
+
+// One word: at its first byte's block position at, len bytes, of the block's row `row` (whose
+// first byte is at block position row * row_stride). Its tokens go to tok[first ...] and
+// count[first], first being its first symbol's slot; a miss goes on the merge lists (symbols
+// packed from its first slot), and a word left to encode_chars_kernel marks the row hard.
+template <int kChunk>
+__device__ __forceinline__ void encode_word(const VocabView& v, const CharView& c, CharPieceSmem<kChunk>& s, int at,
+                                            int len, int row, int row_stride) {
+  const int slot = at + row + 1;
+  const int with_prefix = at == row * row_stride && s.prefixed[row];
+  const int first = slot - with_prefix;
+  const bool clean = !with_prefix && len <= v.max_piece_len && !any_dirty<kChunk>(s.dirty, at, at + len);
+  int32_t whole = c.whole_words && clean ? lookup_piece(v, s.text + at, len) : -1;
+  if (whole < 0) {
+    // The symbols packed from the first slot (a pieced character's other bytes hold kDeleted);
+    // forward, so in place. (A clean word of one symbol is its symbol either way: the table's
+    // keys of one character are its 2-4-byte pieces, what char_at looks up, and no key is one
+    // byte.)
+    int m = with_prefix;
+    for (int j = slot; j < slot + len && m <= kShortPieceLen; ++j) {
+      const int32_t x = s.tok[j];
+      if (x != kDeleted) s.tok[first + m++] = x;
+    }
+    if (m > kShortPieceLen) {
+      s.hard[row] = 1;
+      return;
+    }
+    if (m > 1 && c.whole_words && !clean) whole = lookup_word(v, s.tok + first, m);
+    if (whole < 0 && m > 1) {
+      s.count[first] = (uint8_t)m;  // (until the merges write the count)
+      const bool lanes = m <= kLanePieceLen;
+      const int g = atomicAdd(lanes ? &s.n_lane : &s.n_wide, 1);
+      if (g >= (lanes ? kPieceLaneList : kPieceWideList)) {
+        s.hard[row] = 1;
+      } else if (lanes) {
+        s.lane_s0[g] = (int16_t)first, s.lane_len[g] = (int16_t)m;
+        atomicAdd(&s.by_len[m], 1);
+      } else {
+        s.wide_s0[g] = (int16_t)first, s.wide_len[g] = (int16_t)m;
+      }
+      return;
+    }
+  }
+  if (whole >= 0) s.tok[first] = whole;
+  s.count[first] = 1;
+}
+
+// kSpecials: the call has special tokens (Gemma's and Mistral v7's user-defined pieces, which
+// sentencepiece always matches; those allowed in the call): matched at every byte of the chunk
+// (special_match_with, the table built by the block as cuda/block_begin.cuh builds it), the
+// matches resolved leftmost-first a cluster per thread (accept_special_cluster), then each
+// accepted special is a word of its own and a word starts after it (initial_char_token's
+// segments). A kernel of its own: the text without specials pays none of it.
+template <int kChunk, bool kSpecials>
+__global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __grid_constant__ EncodeParams p, int cpr,
+                                                                   int rows_per_block) {
+  static_assert(kChunk <= 16, "a chunk's word starts are one 32-bit mask");
+  static_assert(kShortPieceLen <= 255, "a word's token count is one byte");
+  static_assert(CharPieceSmem<kChunk>::kSlots <= 32767, "slots are 16-bit list entries");
+  static_assert(4 * (sizeof(CharPieceSmem<kChunk>) + 1024) <= 228 * 1024,
+                "four blocks fit an SM's shared memory (228 KB on sm_90, 1 KB of it reserved per block)");
+  static_assert(kPieceWarps * kPieceQueue * 4 <= sizeof(int2) * kPieceThreads, "the queues fit the slots' room");
+  extern __shared__ __align__(16) uint8_t char_piece_smem[];
+  CharPieceSmem<kChunk>& s = *reinterpret_cast<CharPieceSmem<kChunk>*>(char_piece_smem);
+  const VocabView& v = p.vocab;
+  CharView c = char_view(p.chars);
+  const int t = threadIdx.x;
+  if (t < 128) s.ascii_ids[t] = __ldg(c.ascii_ids + t);
+  c.ascii_ids = s.ascii_ids;  // (after the first barrier below)
+  const int r = t / cpr, k = t - r * cpr;  // the thread's row in the block, its chunk in the row
+  const int64_t b = (int64_t)blockIdx.x * rows_per_block + r;
+  const bool in_row = r < rows_per_block && b < p.batch;
+  int n = in_row ? __ldg(p.lengths + b) : 0;
+  const bool bad = in_row && (n < 0 || n > p.max_len);  // (only an unchecked call passes one)
+  if (bad) n = 0;
+  const int base = k * kChunk;
+  const int valid = max(0, min(kChunk, n - base));  // the chunk's bytes of the string
+  const int nv = (n + kChunk - 1) / kChunk;         // the row's chunks that hold bytes
+  const int row_stride = cpr * kChunk;
+  const int row_at = r * row_stride;  // the row's first block position
+  const uint8_t* text = s.text + row_at;
+  int32_t* sym = s.tok + row_at + r + 1;  // the row's symbols by byte; sym[-1]: its dummy prefix
+  // kSpecials: the specials' marks by byte (initial_char_token's is_special: 2 at an accepted
+  // special's first byte, 1 at its others), in the counts' room until step 3 writes the counts;
+  // the matches' lengths in the symbols' room until step 1 writes the symbols.
+  uint8_t* sp = kSpecials ? s.count + row_at + r + 1 : nullptr;
+  int32_t* match_len = sym;
+  if (t < rows_per_block) s.hard[t] = 0;
+  if (t == 0) s.n_lane = s.n_wide = s.next_bin = s.longest_special = 0;
+  if (t <= kLanePieceLen) s.by_len[t] = 0;
+  if (valid > 0)
+    load_chunk<kChunk>(p.data + b * (int64_t)p.max_len + base, s.text + row_at + base, valid,
+                       base + kChunk <= p.max_len);
+  const bool escaped = kSpecials && specials_escaped(p.chars);
+  if constexpr (kSpecials) {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) sp[base + j] = 0;
+    build_special_starts(
+        p.special, escaped, s.specials, t, kPieceThreads, [] { __syncthreads(); },
+        [](uint32_t& word, uint32_t bits) { return atomicOr(&word, bits); });
+    int longest = 0;
+    for (int i = base; i < base + valid; ++i) {
+      int len = 0;
+      match_len[i] = special_match_with(s.specials, p.special, text, n, i, escaped, len) >= 0 ? len : 0;
+      longest = max(longest, match_len[i]);
+    }
+    if (longest > 0) atomicMax(&s.longest_special, longest);
+    __syncthreads();
+    const int block_longest = s.longest_special;  // (a bound for the lookback: any row's)
+    if (block_longest > 0)
+      for (int i = base; i < base + valid; ++i)
+        if (match_len[i] > 0 && !special_covered(match_len, i, block_longest))
+          accept_special_cluster(match_len, n, i, sp);
+  }
+  __syncthreads();
+
+  // 1. The symbols of the characters that start in the chunk (one that starts in an earlier
+  // chunk is that chunk's), and the row's dummy prefix.
+  uint32_t dirty = 0, spaces = 0;  // chunk bits: U+2581 or U+FFFD for an invalid byte; a `▁` symbol
+  uint32_t fm = 0;                 // the word starts known here: the row's, the specials' and after them
+  bool hard = false;
+  if (in_row && k == 0) {
+    const bool prefix = n > 0 && prefix_before(c, text, n, sp, 0);
+    sym[-1] = prefix ? c.prefix_id : kDeleted;
+    s.prefixed[r] = prefix;
+    hard = prefix && kSpecials && sp[0] == 2;  // the prefix alone is a segment
+  }
+  if (k == 0 && n > 0) fm = 1u;
+  if (valid > 0) {
+    const int32_t space_piece = c.ascii_ids[' '];
+    int i = base;
+    if ((text[i] & 0xC0) == 0x80) {
+      const int lead = utf8_lead_of(text, n, sp, i);
+      uint32_t cp;
+      if (lead >= 0) i = lead + utf8_decode(text, n, sp, lead, &cp);
+    }
+    while (i < base + valid) {
+      if (kSpecials && sp[i]) {  // an accepted special: its id at its first byte, a word
+        sym[i] = kDeleted;
+        if (sp[i] == 2) {
+          int len = 0;
+          sym[i] = __ldg(p.special.ids + special_match_with(s.specials, p.special, text, n, i, escaped, len));
+          dirty |= 1u << (i - base);
+          fm |= 1u << (i - base);
+        }
+        ++i;
+        continue;
+      }
+      if (kSpecials && i > 0 && sp[i - 1]) {  // the text after a special starts a segment
+        fm |= 1u << (i - base);
+        hard |= prefix_before(c, text, n, sp, i);  // (HF's prefix before every segment: left to encode_chars)
+      }
+      int count;
+      const int step = char_symbols_at(v, c, text, n, sp, i, sym + i, &count);
+      const int32_t first_symbol = sym[i];
+      if (count == 1) {
+        for (int j = 1; j < step; ++j) sym[i + j] = kDeleted;
+        // (under the whole-word gate every piece spells its character and `▁` a space, the
+        // loaders' one character that shares its piece: only U+2581 and U+FFFD for an invalid
+        // byte differ from their text)
+        if (step > 1 ? first_symbol == space_piece : (text[i] >= 0x80 && first_symbol == c.replacement_id))
+          dirty |= 1u << (i - base);
+        if (first_symbol == c.word_start_id) spaces |= 1u << (i - base);
+      } else {
+        for (int j = 0; j < count; ++j) hard |= sym[i + j] == c.word_start_id;  // (a byte piece never is `▁`)
+      }
+      i += step;
+    }
+  }
+  s.dirty[t] = dirty;
+  __syncthreads();
+
+  // 2. The words that start at a `▁` that the symbol before it does not join (the row's first
+  // byte too: after a dummy prefix it may start a word, leaving the prefix alone).
+  for (uint32_t rest = spaces & ~(k == 0 ? fm & ~1u : fm); rest; rest &= rest - 1) {
+    const int i = base + __ffs(rest) - 1;
+    int j = i - 1;
+    while (j >= 0 && sym[j] == kDeleted) --j;  // (the lead of a pieced character, or a special's first byte)
+    const int32_t pair[2] = {j >= 0 ? sym[j] : sym[-1], sym[i]};
+    if (pair[0] == kDeleted || !starts_word(c, pair, 1)) continue;  // (i == 0 without a prefix: the row's start)
+    if (i == 0) hard = true;  // the prefix alone is a segment
+    fm |= 1u << (i - base);
+  }
+  if (hard) s.hard[r] = 1;
+  s.masks[t] = fm;
+  __syncthreads();
+
+  // 3. The warp's words; then the misses, by all the block's warps.
+  deal_warp_pieces<kChunk>(s.queue + (t / 32) * kPieceQueue, r, row_at, n, s.masks + t + 1, k < nv ? nv - 1 - k : 0,
+                           fm, base, [&](int at, int len, int row) {
+                             encode_word<kChunk>(v, c, s, at, len, row, row_stride);
+                           });
+  __syncthreads();  // (the lists are complete; the queues are no longer read: their room is the slots')
+  if (t < 32) longest_first_offsets(s.by_len);
+  __syncthreads();
+  const int n_lane = min(s.n_lane, kPieceLaneList), n_wide = min(s.n_wide, kPieceWideList);
+  for (int g = t; g < n_lane; g += kPieceThreads) {
+    const int m = s.lane_len[g], at = atomicAdd(&s.by_len[m], 1);
+    s.sorted_s0[at] = s.lane_s0[g], s.sorted_len[at] = (int16_t)m;
+  }
+  {
+    const int warp = t / 32;
+    int2* slots = s.slots + warp * 32;
+    for (int g = warp; g < n_wide; g += kPieceWarps) {
+      const int at = s.wide_s0[g];
+      const int count = merge_in_warp<true>(v, s.tok + at, s.wide_len[g], slots, TokensIn{s.tok + at});
+      if ((t & 31) == 0) s.count[at] = (uint8_t)count;
+    }
+    __syncthreads();  // (the sorted list is complete)
+    merge_in_lanes<true>(v, s.tok, s.count, s.sorted_s0, s.sorted_len, n_lane, slots, &s.next_bin,
+                         TokensIn{s.tok});
+  }
+  __syncthreads();
+  if (c.run_long > 0) {  // the runs of the merged words (a word of one token has none to merge)
+    for (int g = t; g < n_lane + n_wide; g += kPieceThreads) {
+      const int at = g < n_lane ? s.lane_s0[g] : s.wide_s0[g - n_lane];
+      s.count[at] = (uint8_t)merge_segment_runs(c, s.tok + at, s.count[at]);
+    }
+    __syncthreads();
+  }
+  const int prefix_slot = row_at + r;  // (the first word's first slot where the row is prefixed)
+  const auto first_slot = [&](int i) { return i == 0 && s.prefixed[r] ? prefix_slot : prefix_slot + 1 + i; };
+  // 4. Placement (the queues' room, read by step 3, becomes the rows' sums: a barrier after the
+  // scan); a pending row is encode_chars_kernel's.
+  place_row_tokens<true>(p, s, r, k, cpr, b, in_row, bad, fm, [&](int i) { return first_slot(base + i); });
+}
+
+// ------------------------------------------------------------------------------------------
+// Host side.
+
+// Whether a call can run char_piece_kernel (see the top of this file).
+inline bool char_piece_eligible(const EncodeParams& p) {
+  return p.symbols == kSymbolsChars && p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
+         !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
+}
+
+template <int kChunk, bool kSpecials>
+cudaError_t launch_char_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
+  return launch_chunk_rows<char_piece_kernel<kChunk, kSpecials>, kChunk>(p, sizeof(CharPieceSmem<kChunk>), stream);
+}
+
+// char_piece_kernel over the call (char_piece_eligible(p) must hold); the rows it leaves
+// pending are then encode_chars_kernel's (the caller's launch with pending_only).
+template <bool kSpecials>
+cudaError_t launch_char_pieces_with(const EncodeParams& p, cudaStream_t stream) {
+  switch (piece_chunk(p.batch, p.max_len)) {
+    case 2: return launch_char_piece_kernel<2, kSpecials>(p, stream);
+    case 4: return launch_char_piece_kernel<4, kSpecials>(p, stream);
+    case 8: return launch_char_piece_kernel<8, kSpecials>(p, stream);
+    default: return launch_char_piece_kernel<16, kSpecials>(p, stream);
+  }
+}
+inline cudaError_t launch_char_pieces(const EncodeParams& p, cudaStream_t stream) {
+  return p.special.count > 0 ? launch_char_pieces_with<true>(p, stream) : launch_char_pieces_with<false>(p, stream);
+}
+
+}  // namespace
+}  // namespace bbpe
