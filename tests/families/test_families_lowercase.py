@@ -64,13 +64,17 @@ def reference(hf):
     return lambda t: hf.encode(t, add_special_tokens=False).ids
 
 
-def in_place(tok, text: str) -> bool:
+def in_place(tok, text: str, gpu: bool = False) -> bool:
     """Whether the device may tokenize text itself: no code point the kernels do not lowercase
     in place, and (Lowercase then NFC) the text and its lowercase both in NFC. With NFC first
-    the executors normalize the text (ffi/pretok/nfc_normalize.h), then lowercase it."""
+    the executors normalize the text (ffi/pretok/nfc_normalize.h), then lowercase it; but on a
+    GPU (gpu) in a call with specials (encode_raw's "all") the CUDA pre-pass reports a text that
+    NFC changes rather than rewrite it before the specials are matched (cuda/nfc_prepass.cuh)."""
     index = norm.lower_tables()[0]
     nfc_first = tok.vocab.pretokenizer.normalizer.steps[0] == "nfc"
     if nfc_first:
+        if gpu and norm.nfc(text) != text:
+            return False
         text = norm.nfc(text)
     if any(index[ord(c)] == norm.LOWER_FLAG for c in text):
         return False
@@ -83,14 +87,15 @@ def check_primitive(tok, hf, texts, backend=("cpu", 256)):
     """The raw primitive: HF's ids, or count -2 (and -2 exactly where the text is not one the
     device lowercases in place; with NFC also where the widened check is conservative)."""
     ids, counts = encode_raw(tok, texts, backend)
+    gpu = backend[0] == "gpu"
     reported = 0
     for i, t in enumerate(texts):
         parts = t.split(EOT)  # HF normalizes each piece between added tokens
         if counts[i] == -2:
             reported += 1
-            assert not all(in_place(tok, p) for p in parts) or (tok.nfc and _has_mark(t)), t
+            assert not all(in_place(tok, p, gpu) for p in parts) or (tok.nfc and _has_mark(t)), t
         else:
-            assert all(in_place(tok, p) for p in parts), f"tokenized though not in place: {t!r}"
+            assert all(in_place(tok, p, gpu) for p in parts), f"tokenized though not in place: {t!r}"
             assert ids[i, : counts[i]].tolist() == hf.encode(t, add_special_tokens=False).ids, t
     return reported
 
@@ -138,7 +143,8 @@ def test_every_changed_code_point(lower_tok, backend):
     marked = [f"{chr(cp)}\u0301 {chr(cp)}\u0308x" for cp in cps]
     assert_same(tok, plain + marked, reference(hf), backend, "all")
     # Without marks exactly the rows the kernels cannot lowercase in place are reported.
-    assert check_primitive(tok, hf, plain, backend) == sum(not in_place(tok, t) for t in plain)
+    gpu = backend[0] == "gpu"
+    assert check_primitive(tok, hf, plain, backend) == sum(not in_place(tok, t, gpu) for t in plain)
     check_primitive(tok, hf, marked, backend)
 
 
@@ -226,7 +232,11 @@ def test_long_rows(data_dir, backend):
         for insert in ("ΑΣ", "𐐀Ꭰ", "\u0130"):  # two, four and two bytes; the last is reported
             rows.append(body[:at] + insert + body[at:])
     assert_same(tok, rows, reference(hf), backend, "all")
-    assert check_primitive(tok, hf, rows, backend) == sum(not in_place(tok, r) for r in rows) == 4
+    assert (
+        check_primitive(tok, hf, rows, backend)
+        == sum(not in_place(tok, r, backend[0] == "gpu") for r in rows)
+        == 4
+    )
 
 
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if b.id in ("cpu", "gpu256", "gpu1024")])

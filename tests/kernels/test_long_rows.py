@@ -220,6 +220,9 @@ def test_nfc_on_long_rows(nfc_tok, prose):
     for at in (0, TILE - 1, TILE, 2 * TILE + 1, len(body) - 2):
         rows.append(body[:at] + "e\u0301".encode() + body[at:])  # not NFC
         rows.append(body[:at] + "\u00e9".encode() + body[at:])  # NFC
-    want = assert_gpu_equals_cpu(nfc_tok, rows, max_len=20480, allowed_special="all", block_sizes=(256, 1024))
+    # (no specials: with them the CUDA pre-pass reports the rows it would rewrite)
+    want = assert_gpu_equals_cpu(
+        nfc_tok, rows, max_len=20480, allowed_special="none", block_sizes=(256, 1024)
+    )
     assert (want[1] > 0).all()
     assert np.array_equal(want[0][1::2], want[0][2::2]) and np.array_equal(want[1][1::2], want[1][2::2])
