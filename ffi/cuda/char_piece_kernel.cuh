@@ -340,21 +340,14 @@ inline bool char_piece_eligible(const EncodeParams& p) {
          !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
 }
 
-template <int kChunk, bool kSpecials>
-cudaError_t launch_char_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
-  return launch_chunk_rows<char_piece_kernel<kChunk, kSpecials>, kChunk>(p, sizeof(CharPieceSmem<kChunk>), stream);
-}
-
 // char_piece_kernel over the call (char_piece_eligible(p) must hold); the rows it leaves
 // pending are then encode_chars_kernel's (the caller's launch with pending_only).
 template <bool kSpecials>
 cudaError_t launch_char_pieces_with(const EncodeParams& p, cudaStream_t stream) {
-  switch (piece_chunk(p.batch, p.max_len)) {
-    case 2: return launch_char_piece_kernel<2, kSpecials>(p, stream);
-    case 4: return launch_char_piece_kernel<4, kSpecials>(p, stream);
-    case 8: return launch_char_piece_kernel<8, kSpecials>(p, stream);
-    default: return launch_char_piece_kernel<16, kSpecials>(p, stream);
-  }
+  return at_piece_chunk(p, [&](auto chunk) {
+    constexpr int kChunk = decltype(chunk)::value;
+    return launch_chunk_rows<char_piece_kernel<kChunk, kSpecials>, kChunk>(p, sizeof(CharPieceSmem<kChunk>), stream);
+  });
 }
 inline cudaError_t launch_char_pieces(const EncodeParams& p, cudaStream_t stream) {
   return p.special.count > 0 ? launch_char_pieces_with<true>(p, stream) : launch_char_pieces_with<false>(p, stream);

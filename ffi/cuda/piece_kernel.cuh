@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include <cub/block/block_scan.cuh>
 
@@ -441,21 +442,25 @@ cudaError_t launch_chunk_rows(const EncodeParams& p, size_t smem, cudaStream_t s
   return cudaGetLastError();
 }
 
-template <int kChunk, bool kStaged>
-cudaError_t launch_piece_kernel(const EncodeParams& p, cudaStream_t stream) {
-  return launch_chunk_rows<piece_kernel<kChunk, kStaged>, kChunk>(p, sizeof(PieceSmem<kChunk>), stream);
+// launch(std::integral_constant<int, kChunk>) at the chunk size piece_chunk picks for the call.
+template <class Launch>
+cudaError_t at_piece_chunk(const EncodeParams& p, Launch launch) {
+  switch (piece_chunk(p.batch, p.max_len)) {
+    case 2: return launch(std::integral_constant<int, 2>{});
+    case 4: return launch(std::integral_constant<int, 4>{});
+    case 8: return launch(std::integral_constant<int, 8>{});
+    default: return launch(std::integral_constant<int, 16>{});
+  }
 }
 
 // The piece kernel over the call (piece_eligible(p) must hold); the rows it leaves pending
 // are then encode_kernel's (the caller's launch with pending_only).
 template <bool kStaged>
 cudaError_t launch_pieces_staged(const EncodeParams& p, cudaStream_t stream) {
-  switch (piece_chunk(p.batch, p.max_len)) {
-    case 2: return launch_piece_kernel<2, kStaged>(p, stream);
-    case 4: return launch_piece_kernel<4, kStaged>(p, stream);
-    case 8: return launch_piece_kernel<8, kStaged>(p, stream);
-    default: return launch_piece_kernel<16, kStaged>(p, stream);
-  }
+  return at_piece_chunk(p, [&](auto chunk) {
+    constexpr int kChunk = decltype(chunk)::value;
+    return launch_chunk_rows<piece_kernel<kChunk, kStaged>, kChunk>(p, sizeof(PieceSmem<kChunk>), stream);
+  });
 }
 inline cudaError_t launch_pieces(const EncodeParams& p, cudaStream_t stream) {
   return p.pretok_stages > 1 ? launch_pieces_staged<true>(p, stream) : launch_pieces_staged<false>(p, stream);
