@@ -29,7 +29,8 @@ from .ops.postprocess import attention_mask, decode, finalize
 from .ops.primitive import HAS_CUDA_MODULE, Encoded, EncodeTables, encode
 from .ops.ragged import encode_ragged, pack_ragged
 from .ops.sharding import encode_sharded
-from .tokenizer import Tokenizer, pack_strings
+from .text_rows import pack_strings
+from .tokenizer import Tokenizer
 from .vocab import Vocab, VocabError, from_tiktoken_encoding, load_tiktoken_file, load_tokenizer_json
 
 __all__ = [

@@ -5,22 +5,19 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 from typing import Iterable, Iterator, Sequence
 
 import jax
 import numpy as np
 
-from . import _blockbpe_cpu, pretok, staging
+from . import pretok, staging
+from .text_rows import pack_strings, text_list, without_surrogates
 from .vocab import gguf, sentencepiece, tekken
 from .ops import primitive
 from .tables import sets, specials
 from .vocab import Vocab, from_tiktoken_encoding, load_tiktoken_file
 from .vocab.hf_fields import read_json
 from .vocab.hf_json import vocab_from_tokenizer_json
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Tokenizer:
@@ -253,7 +250,7 @@ class Tokenizer:
     ) -> staging.StagedBatch:
         """encode_batch's first half: the texts checked, normalized and packed (on a CUDA GPU:
         into pinned memory, their copy to the device started)."""
-        raw = _text_list(texts, max_len)
+        raw = text_list(texts, max_len)
         texts, normalized, split = self._normalized(raw, mode, allowed_special)
         target = device or jax.devices()[0]
 
@@ -278,7 +275,7 @@ class Tokenizer:
 
             def finish(out):  # (waits for the counts: encode_stream does it a batch later)
                 # (from the raw texts, as packed: surrogates as tiktoken has them)
-                texts = _without_surrogates(raw)
+                texts = without_surrogates(raw)
                 return self._rows_on_host(out, texts, split, allowed_special, run, max_tokens is None, pad_id)
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
@@ -286,13 +283,13 @@ class Tokenizer:
             try:
                 staged = staging.stage_strings(texts, max_len=max_len, device=target)
             except UnicodeEncodeError:  # surrogates: as tiktoken (the slot was given back)
-                texts, split = self._normalized(_without_surrogates(raw), mode, allowed_special)[::2]
+                texts, split = self._normalized(without_surrogates(raw), mode, allowed_special)[::2]
                 staged = staging.stage_strings(texts, max_len=max_len, device=target)
             return staging.StagedBatch(run, staged=staged, finish=finish)
         try:
             data, lengths = pack_strings(texts, max_len=max_len)
         except UnicodeEncodeError:
-            texts, split = self._normalized(_without_surrogates(raw), mode, allowed_special)[::2]
+            texts, split = self._normalized(without_surrogates(raw), mode, allowed_special)[::2]
             data, lengths = pack_strings(texts, max_len=max_len)
         if device is not None and device != jax.devices()[0]:
             data, lengths = jax.device_put((data, lengths), device)
@@ -316,54 +313,11 @@ class Tokenizer:
         return sets.normalize_texts(norm if self.lowercase else pretok.Normalizer(("nfc",)), texts)
 
     def _normalize_around_specials(self, texts: list, allowed_special) -> tuple[list, dict]:
-        """(the texts normalized, the rows to encode in parts). HF extracts its added tokens
-        from the raw text and normalizes only the text between them; so does this, with the
-        specials that the executors accept in the raw text (`specials.accepted_spans`: the rule
-        of ffi/core/special_tokens.h), whose bytes stay as they are. The encode matches specials
-        again in the text it is given, and a normalizer can spell one where the raw text has
-        none (U+212A KELVIN SIGN is 'K' in NFC; "<|ENDOFTEXT|>" lowercases to "<|endoftext|>"):
-        a row whose normalized text it would match otherwise is returned in the dict, as (its
-        gaps normalized, the ids of the specials between them), for `_join_parts`."""
+        """(the texts normalized around the specials encode accepts in them, the rows to
+        encode in parts): `specials.normalize_around` with this tokenizer's tables."""
         tables = self.tables(allowed_special, host=True)
-        if len(tables.special_ids) == 0 or int(tables.special_offsets[-1]) == 0:
-            return self._normalize_texts(texts), {}
         escaped = bool(self.vocab.char_level is not None and self.vocab.char_level.escaped_specials)
-        raw = [_utf8(t) for t in texts]
-        spans = specials.accepted_spans(tables, escaped, raw)
-        pieces, where = [], []  # the gaps to normalize, each as its text's type; (first piece, count)
-        for k, (t, b) in enumerate(zip(texts, raw)):
-            first, at = len(pieces), 0
-            for start, end, _ in spans[k]:
-                pieces.append(_like(t, b[at:start]))
-                at = end
-            pieces.append(t if not spans[k] else _like(t, b[at:]))
-            where.append((first, len(spans[k]) + 1))
-        done = self._normalize_texts(pieces)
-        out, moved = [], []  # moved: each row's specials where its normalized text has them
-        for k, (t, b) in enumerate(zip(texts, raw)):
-            first, count = where[k]
-            if count == 1:
-                out.append(done[first])
-                moved.append([])
-                continue
-            parts, at, row_spans = [], 0, []
-            for g, (start, end, index) in enumerate(spans[k]):
-                gap = _utf8(done[first + g])
-                parts += [gap, b[start:end]]
-                row_spans.append((at + len(gap), at + len(gap) + end - start, index))
-                at += len(gap) + end - start
-            parts.append(_utf8(done[first + count - 1]))
-            joined = b"".join(parts)
-            out.append(_like(t, joined))
-            moved.append(row_spans)
-        again = specials.accepted_spans(tables, escaped, [_utf8(t) for t in out])
-        split = {}
-        for k in range(len(texts)):
-            if again[k] != moved[k]:
-                first, count = where[k]
-                ids = [int(tables.special_ids[index]) for _, _, index in spans[k]]
-                split[k] = (done[first : first + count], ids)
-        return out, split
+        return specials.normalize_around(tables, escaped, self._normalize_texts, texts)
 
     def _rows_on_host(self, out, texts, split, allowed_special, run, widen: bool, pad_id: int):
         """`out` with some rows encoded again: those the executors reported (count -2: the
@@ -418,12 +372,8 @@ class Tokenizer:
         return primitive.Encoded(ids.at[idx].set(sub_ids), out.counts.at[idx].set(fixed.counts))
 
     def _join_parts(self, rows: list, encode_gaps) -> list[list[int]]:
-        """The ids of rows given as (normalized gaps, the ids of the specials between them), or
-        None (no ids): each gap encoded as a text of its own without specials
-        (`encode_gaps(list) -> list[list[int]]`), which is how HF encodes the text between its
-        added tokens, and the specials' ids put between. A SentencePiece-style vocabulary's
-        gaps would need its dummy-prefix rule and its always-matched pieces: not done, so such
-        a row raises."""
+        """`specials.join_parts`; a SentencePiece-style vocabulary's gaps would need its
+        dummy-prefix rule and its always-matched pieces: not done, so such a row raises."""
         if any(row is not None for row in rows) and (
             self.vocab.char_level is not None or self.vocab.always_special
         ):
@@ -432,18 +382,7 @@ class Tokenizer:
                 " does not have, with SentencePiece-style symbols (not supported): encode it without"
                 " allowed specials"
             )
-        gaps = [g for row in rows if row is not None for g in row[0] if len(g)]
-        got = iter(encode_gaps(gaps) if gaps else ())
-        joined = []
-        for row in rows:
-            toks = []
-            for g, gap in enumerate(row[0] if row is not None else ()):
-                if len(gap):
-                    toks += next(got)
-                if g < len(row[1]):
-                    toks.append(row[1][g])
-            joined.append(toks)
-        return joined
+        return specials.join_parts(rows, encode_gaps)
 
     def as_tiktoken(self, device=None):
         """tiktoken's `Encoding` API over this tokenizer (`blockbpe_jax.compat.tiktoken_api`); device:
@@ -525,60 +464,8 @@ class Tokenizer:
         return [b.decode("utf-8", errors=errors) for b in self.decode_bytes(ids, counts)]
 
 
-def pack_strings(
-    texts: Sequence[str | bytes], *, max_len: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """list of str/bytes -> (uint8[B, L] zero-padded, int32[B] byte lengths), natively.
-
-    L is `max_len`, or the longest string rounded up to a power of two (at least 16) so that
-    repeated calls reuse compiled shapes. Raises ValueError if a string exceeds `max_len`, and
-    UnicodeEncodeError (a ValueError) naming the item whose str holds a surrogate."""
-    texts, limit = _text_list(texts, max_len), -1 if max_len is None else int(max_len)
-    try:
-        return _blockbpe_cpu.pack_strings(texts, limit)
-    except UnicodeEncodeError as e:
-        k = next(k for k, t in enumerate(texts) if isinstance(t, str) and _SURROGATE.search(t))
-        raise UnicodeEncodeError(
-            e.encoding, e.object, e.start, e.end,
-            f"{e.reason}: texts[{k}] holds a surrogate (Tokenizer.encode_batch and the tiktoken "
-            f"view take it as tiktoken does: a pair joined, a lone one U+FFFD)",
-        ) from None  # fmt: skip
-
-
-def _utf8(text) -> bytes:
-    """A text's bytes (a str's lone surrogates as Python writes them with surrogatepass)."""
-    return text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
-
-
-def _like(text, b: bytes):
-    """b as the type of `text`: bytes, or a str (read back as `_utf8` wrote it)."""
-    return b.decode("utf-8", "surrogatepass") if isinstance(text, str) else b
-
-
 def _padded(ids: np.ndarray, width: int, pad_id: int) -> np.ndarray:
     """ids with at least `width` columns (pad_id after), writable."""
     if ids.shape[1] >= width:
         return np.array(ids)
     return np.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=pad_id)
-
-
-def _without_surrogates(texts: list) -> list:
-    """The texts with their str's surrogates as tiktoken treats them: a pair joined into its
-    code point, a lone one replaced by U+FFFD (UTF-8 has no surrogates)."""
-    return [
-        t.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        if isinstance(t, str) and _SURROGATE.search(t)
-        else t
-        for t in texts
-    ]
-
-
-def _text_list(texts, max_len) -> list:
-    """The checks every packing path makes before the native packer sees `texts`."""
-    if isinstance(texts, (str, bytes)):
-        raise TypeError(
-            f"pack_strings: texts must be a sequence of str/bytes, not a single {type(texts).__name__}"
-        )
-    if max_len is not None and (not isinstance(max_len, (int, np.integer)) or max_len < 0):
-        raise ValueError(f"pack_strings: max_len must be a non-negative int or None, got {max_len!r}")
-    return texts if isinstance(texts, list) else list(texts)

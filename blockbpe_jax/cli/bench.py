@@ -65,7 +65,7 @@ def cmd_bench(args) -> int:
     import jax
 
     from ..ops import primitive
-    from ..tokenizer import pack_strings
+    from ..text_rows import pack_strings
 
     path = _input_file(args.file)
     vocab = args.vocab

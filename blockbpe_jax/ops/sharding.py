@@ -41,7 +41,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .primitive import EncodeTables, Encoded, encode
-from ..tokenizer import pack_strings
+from ..text_rows import pack_strings
 
 __all__ = ["encode_sharded", "replicate", "encode_process_local", "process_shard", "run_local_processes"]
 

@@ -138,3 +138,80 @@ def accepted_spans(tables, escaped: bool, texts: list[bytes]) -> list[list[tuple
     for row, start, end, index in spans.tolist():
         out[row].append((start, end, index))
     return out
+
+
+def normalize_around(tables, escaped: bool, normalize, texts: list) -> tuple[list, dict]:
+    """(the texts normalized, the rows to encode in parts). HF extracts its added tokens from
+    the raw text and normalizes only the text between them; so does this, with the specials
+    that the executors accept in the raw text (`accepted_spans`), whose bytes stay as they are;
+    `normalize(list) -> list` is the normalizer on whole texts. The encode matches specials
+    again in the text it is given, and a normalizer can spell one where the raw text has none
+    (U+212A KELVIN SIGN is 'K' in NFC; "<|ENDOFTEXT|>" lowercases to "<|endoftext|>"): a row
+    whose normalized text it would match otherwise is returned in the dict, as (its gaps
+    normalized, the ids of the specials between them), for `join_parts`."""
+    if len(tables.special_ids) == 0 or int(tables.special_offsets[-1]) == 0:
+        return normalize(texts), {}
+    raw = [_utf8(t) for t in texts]
+    spans = accepted_spans(tables, escaped, raw)
+    pieces, where = [], []  # the gaps to normalize, each as its text's type; (first piece, count)
+    for k, (t, b) in enumerate(zip(texts, raw)):
+        first, at = len(pieces), 0
+        for start, end, _ in spans[k]:
+            pieces.append(_like(t, b[at:start]))
+            at = end
+        pieces.append(t if not spans[k] else _like(t, b[at:]))
+        where.append((first, len(spans[k]) + 1))
+    done = normalize(pieces)
+    out, moved = [], []  # moved: each row's specials where its normalized text has them
+    for k, (t, b) in enumerate(zip(texts, raw)):
+        first, count = where[k]
+        if count == 1:
+            out.append(done[first])
+            moved.append([])
+            continue
+        parts, at, row_spans = [], 0, []
+        for g, (start, end, index) in enumerate(spans[k]):
+            gap = _utf8(done[first + g])
+            parts += [gap, b[start:end]]
+            row_spans.append((at + len(gap), at + len(gap) + end - start, index))
+            at += len(gap) + end - start
+        parts.append(_utf8(done[first + count - 1]))
+        out.append(_like(t, b"".join(parts)))
+        moved.append(row_spans)
+    again = accepted_spans(tables, escaped, [_utf8(t) for t in out])
+    split = {}
+    for k in range(len(texts)):
+        if again[k] != moved[k]:
+            first, count = where[k]
+            ids = [int(tables.special_ids[index]) for _, _, index in spans[k]]
+            split[k] = (done[first : first + count], ids)
+    return out, split
+
+
+def join_parts(rows: list, encode_gaps) -> list[list[int]]:
+    """The ids of rows given as (normalized gaps, the ids of the specials between them), or
+    None (no ids): each gap encoded as a text of its own without specials
+    (`encode_gaps(list) -> list[list[int]]`), which is how HF encodes the text between its
+    added tokens, and the specials' ids put between."""
+    gaps = [g for row in rows if row is not None for g in row[0] if len(g)]
+    got = iter(encode_gaps(gaps) if gaps else ())
+    joined = []
+    for row in rows:
+        toks = []
+        for g, gap in enumerate(row[0] if row is not None else ()):
+            if len(gap):
+                toks += next(got)
+            if g < len(row[1]):
+                toks.append(row[1][g])
+        joined.append(toks)
+    return joined
+
+
+def _utf8(text) -> bytes:
+    """A text's bytes (a str's lone surrogates as Python writes them with surrogatepass)."""
+    return text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+
+
+def _like(text, b: bytes):
+    """b as the type of `text`: bytes, or a str (read back as `_utf8` wrote it)."""
+    return b.decode("utf-8", "surrogatepass") if isinstance(text, str) else b

@@ -236,6 +236,31 @@ class HostEncoder {
   std::unique_ptr<bbpe::PairFilter> filter_;
 };
 
+// The tables self_encoding and char_self_encoding read, checked (`what` names the caller): a
+// pair table (and a piece table, where given) of P rows of four ints, P a power of two; 256
+// byte ids; V >= 1 tokens whose bytes lie within token_data; ids below V. ValueError otherwise.
+static void check_self_encoding_tables(const char* what, const S32Array& pair_table, const S32Array* piece_table,
+                                       const S32Array& byte_ids, const S32Array& token_offsets,
+                                       const U8Array& token_data, const S32Array& ids) {
+  const auto fail = [&](const std::string& why) { throw nb::value_error((std::string(what) + ": " + why).c_str()); };
+  const auto rows_ok = [](const S32Array& t) {
+    const int64_t rows = (int64_t)t.size() / 4;
+    return t.size() % 4 == 0 && rows >= 1 && (rows & (rows - 1)) == 0;
+  };
+  if (!rows_ok(pair_table)) fail("pair_table must be int32[P, 4] with P a power of two");
+  if (piece_table && !rows_ok(*piece_table)) fail("piece_table must be int32[P, 4] with P a power of two");
+  if (byte_ids.size() != 256) fail("byte_ids must be int32[256]");
+  const int64_t n_vocab = (int64_t)token_offsets.size() - 1;
+  if (n_vocab < 1) fail("token_offsets must be int32[V + 1], V >= 1");
+  const int32_t* offsets = token_offsets.data();
+  for (int64_t i = 0; i < n_vocab; ++i)
+    if (offsets[i] < 0 || offsets[i] > offsets[i + 1] || offsets[i + 1] > (int64_t)token_data.size())
+      fail("token_offsets must rise within token_data");
+  for (size_t k = 0; k < ids.size(); ++k)
+    if (ids.data()[k] < 0 || ids.data()[k] >= n_vocab)
+      fail("id " + std::to_string(ids.data()[k]) + " is outside the vocabulary");
+}
+
 // Which of the tokens `ids` encode to themselves: the token's bytes, as one segment of byte
 // tokens (byte_ids), merged by the merge rule (merge_segment, core/bpe_core.h) end as that one
 // token. blockbpe_jax/tables/build.py puts exactly these in the piece table of a vocabulary
@@ -243,19 +268,9 @@ class HostEncoder {
 // uint8[len(ids)], 1 where the token encodes to itself. Bad tables or ids: ValueError.
 static nb::ndarray<nb::numpy, uint8_t> self_encoding(S32Array pair_table, S32Array byte_ids, S32Array token_offsets,
                                                      U8Array token_data, S32Array ids, bool rank_is_id) {
+  check_self_encoding_tables("self_encoding", pair_table, nullptr, byte_ids, token_offsets, token_data, ids);
   const int64_t pair_rows = (int64_t)pair_table.size() / 4, n_vocab = (int64_t)token_offsets.size() - 1;
-  if (pair_table.size() % 4 != 0 || pair_rows < 1 || (pair_rows & (pair_rows - 1)) != 0)
-    throw nb::value_error("self_encoding: pair_table must be int32[P, 4] with P a power of two");
-  if (byte_ids.size() != 256) throw nb::value_error("self_encoding: byte_ids must be int32[256]");
-  if (n_vocab < 1) throw nb::value_error("self_encoding: token_offsets must be int32[V + 1], V >= 1");
   const int32_t* offsets = token_offsets.data();
-  for (size_t k = 0; k < ids.size(); ++k) {
-    const int32_t id = ids.data()[k];
-    if (id < 0 || id >= n_vocab || offsets[id] < 0 || offsets[id] > offsets[id + 1] ||
-        offsets[id + 1] > (int64_t)token_data.size())
-      throw nb::value_error(("self_encoding: id " + std::to_string(id) + " is outside the vocabulary or its bytes "
-                             "outside token_data").c_str());
-  }
   bbpe::VocabView v{};
   v.pair_table = pair_table.data();
   v.pair_mask = (uint32_t)(pair_rows - 1);
@@ -291,25 +306,13 @@ static nb::ndarray<nb::numpy, uint8_t> char_self_encoding(S32Array pair_table, S
                                                           S32Array token_offsets, U8Array token_data,
                                                           S32Array char_table, int32_t run_long, int32_t run_step,
                                                           int32_t run_width, int32_t max_piece_len, S32Array ids) {
+  check_self_encoding_tables("char_self_encoding", pair_table, &piece_table, byte_ids, token_offsets, token_data, ids);
   const int64_t pair_rows = (int64_t)pair_table.size() / 4, piece_rows = (int64_t)piece_table.size() / 4;
   const int64_t n_vocab = (int64_t)token_offsets.size() - 1;
-  const auto power_of_two = [](int64_t rows) { return rows >= 1 && (rows & (rows - 1)) == 0; };
-  if (pair_table.size() % 4 != 0 || !power_of_two(pair_rows) || piece_table.size() % 4 != 0 ||
-      !power_of_two(piece_rows))
-    throw nb::value_error("char_self_encoding: pair_table and piece_table must be int32[P, 4], P a power of two");
-  if (byte_ids.size() != 256) throw nb::value_error("char_self_encoding: byte_ids must be int32[256]");
-  if (n_vocab < 1) throw nb::value_error("char_self_encoding: token_offsets must be int32[V + 1], V >= 1");
   const bool runs_ok = run_long == 0 || (run_long > 0 && run_step >= 1 && run_step <= run_long && run_width >= 1);
   if (!runs_ok || (int64_t)char_table.size() != bbpe::kCharTableHeader + (int64_t)run_long * run_width)
     throw nb::value_error("char_self_encoding: char_table must be int32[kCharTableHeader + T * W], 1 <= P <= T");
   const int32_t* offsets = token_offsets.data();
-  for (int64_t i = 0; i < n_vocab; ++i)
-    if (offsets[i] < 0 || offsets[i] > offsets[i + 1] || offsets[i + 1] > (int64_t)token_data.size())
-      throw nb::value_error("char_self_encoding: token_offsets must rise within token_data");
-  for (size_t k = 0; k < ids.size(); ++k)
-    if (ids.data()[k] < 0 || ids.data()[k] >= n_vocab)
-      throw nb::value_error(("char_self_encoding: id " + std::to_string(ids.data()[k]) + " is outside the vocabulary")
-                                .c_str());
   std::vector<int32_t> chars(char_table.data(), char_table.data() + char_table.size());
   chars[bbpe::kCharTablePrefix] = -1;    // no dummy prefix: the token is a segment's text
   chars[bbpe::kCharTableWholeWords] = 0;  // merged, never looked up

@@ -17,7 +17,7 @@ from blockbpe_jax.corpus import documents
 from blockbpe_jax.corpus.inputs import lines as line_reader
 from blockbpe_jax import native
 from blockbpe_jax.corpus.types import CorpusError
-from blockbpe_jax.tokenizer import pack_strings
+from blockbpe_jax.text_rows import pack_strings
 
 from helpers import is_utf8
 from strategies import json_string, json_value, json_values
