@@ -20,7 +20,7 @@ datasets = pytest.importorskip("datasets")
 pa = pytest.importorskip("pyarrow")
 
 import blockbpe_jax as bb  # noqa: E402
-from blockbpe_jax import tokenizer  # noqa: E402
+from blockbpe_jax import text_rows, tokenizer  # noqa: E402
 from blockbpe_jax.compat import hf_datasets, tiktoken_api  # noqa: E402
 from blockbpe_jax.compat.hf_datasets import EncodeColumn  # noqa: E402
 from blockbpe_jax.corpus import job as corpus  # noqa: E402
@@ -55,7 +55,8 @@ def arrow_calls(monkeypatch) -> list:
     for owner, name in [
         (bb.Tokenizer, "encode_batch"),
         (tokenizer, "pack_strings"),
-        (tokenizer._blockbpe_cpu, "pack_strings"),
+        (text_rows, "pack_strings"),
+        (text_rows._blockbpe_cpu, "pack_strings"),
         (tiktoken_api.Encoding, "encode_ordinary_batch"),
         (tiktoken_api.Encoding, "encode_batch"),
     ]:
