@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/host_threads.h"
@@ -34,6 +35,18 @@ int normalize_row(const bbpe::NfcData& d, const uint8_t* text, int n, int part, 
   return w;
 }
 
+// Rows of a flat buffer, row r = data[off[r], off[r + 1]): the offsets run from 0 to the
+// buffer's `total` bytes without falling, each row at most max_row bytes (`limit` in words).
+void check_row_offsets(const char* what, const int64_t* off, int64_t rows, int64_t total, int64_t max_row,
+                       const char* limit) {
+  if (rows < 0 || off[0] != 0 || off[rows] != total)
+    throw nb::value_error((std::string(what) + ": offsets must run from 0 to len(data)").c_str());
+  for (int64_t r = 0; r < rows; ++r)
+    if (off[r + 1] < off[r] || off[r + 1] - off[r] > max_row)
+      throw nb::value_error(
+          (std::string(what) + ": offsets must be non-decreasing, rows under " + limit + " bytes").c_str());
+}
+
 // (data, offsets int64[rows + 1], the operand, part) -> (bytes uint8, offsets int64[rows + 1]).
 nb::tuple nfc_normalize(HostArray<const uint8_t, 1> data, HostArray<const int64_t, 1> offsets,
                         HostArray<const int32_t, 1> operand, int part) {
@@ -42,11 +55,7 @@ nb::tuple nfc_normalize(HostArray<const uint8_t, 1> data, HostArray<const int64_
     throw nb::value_error("nfc_normalize: the operand does not fit its header (blockbpe_jax/pretok/nfc_data.py)");
   const int64_t rows = (int64_t)offsets.shape(0) - 1, total = (int64_t)data.shape(0);
   const int64_t* off = offsets.data();
-  if (rows < 0 || off[0] != 0 || off[rows] != total)
-    throw nb::value_error("nfc_normalize: offsets must run from 0 to len(data)");
-  for (int64_t r = 0; r < rows; ++r)
-    if (off[r + 1] < off[r] || off[r + 1] - off[r] > (int64_t)(INT32_MAX / 3))
-      throw nb::value_error("nfc_normalize: offsets must be non-decreasing, rows under 2**31 / 3 bytes");
+  check_row_offsets("nfc_normalize", off, rows, total, INT32_MAX / 3, "2**31 / 3");
   // Each row is written at 3x its input offset (room for its bound), then moved together.
   std::vector<uint8_t> wide((size_t)(3 * total + 1));
   std::vector<int64_t> lengths((size_t)rows);
@@ -89,11 +98,7 @@ nb::ndarray<nb::numpy, int64_t> special_spans(HostArray<const int32_t, 1> specia
       throw nb::value_error("special_spans: special_offsets must be non-decreasing, within special_data");
   const int64_t rows = (int64_t)offsets.shape(0) - 1, total = (int64_t)data.shape(0);
   const int64_t* off = offsets.data();
-  if (rows < 0 || off[0] != 0 || off[rows] != total)
-    throw nb::value_error("special_spans: offsets must run from 0 to len(data)");
-  for (int64_t r = 0; r < rows; ++r)
-    if (off[r + 1] < off[r] || off[r + 1] - off[r] > (int64_t)INT32_MAX)
-      throw nb::value_error("special_spans: offsets must be non-decreasing, rows under 2**31 bytes");
+  check_row_offsets("special_spans", off, rows, total, INT32_MAX, "2**31");
   std::vector<int64_t> spans;
   if (count > 0) {
     const bbpe::SpecialView s{so, special_data.data(), nullptr, (int32_t)count};
