@@ -137,6 +137,18 @@ BBPE_HD int32_t char_at(const VocabView& v, const CharView& c, const uint8_t* te
   return lookup_piece(v, text + i, k);  // the piece table holds the one-character pieces
 }
 
+// Whether the symbols at byte i (not a special's) start a segment: at the text's start and after
+// a special, except where a dummy prefix goes before the byte (that token starts it instead).
+BBPE_HD bool starts_char_segment(const CharView& c, const uint8_t* text, int n, const uint8_t* sp, int i) {
+  return (i == 0 || sp[i - 1]) && !prefix_before(c, text, n, sp, i);
+}
+
+// The symbol of a byte that starts no valid UTF-8 sequence: U+FFFD's piece (as the reference
+// reads the text), else the byte's fallback piece.
+BBPE_HD int32_t invalid_byte_symbol(const VocabView& v, const CharView& c, uint8_t byte) {
+  return c.replacement_id >= 0 ? c.replacement_id : v.byte_ids[byte];
+}
+
 // The working token at byte i (chars[j] = char_at(j) for every j): a character's piece at its
 // lead byte (kDeleted at its other bytes), byte-fallback pieces, specials as in initial_token.
 // Segments start at the text's start and after specials, except where a prefix token goes
@@ -146,7 +158,7 @@ BBPE_HD int32_t initial_char_token(const VocabView& v, const CharView& c, const 
                                    const int32_t* chars, int i) {
   if (sp[i] == 2) return s.ids[match] | kSegStart;
   if (sp[i]) return kDeleted;
-  const bool seg = (i == 0 || sp[i - 1]) && !prefix_before(c, text, n, sp, i);
+  const bool seg = starts_char_segment(c, text, n, sp, i);
   const int32_t fallback = v.byte_ids[text[i]];
   int32_t id;
   if (chars[i] != kNotLead) {
@@ -154,7 +166,7 @@ BBPE_HD int32_t initial_char_token(const VocabView& v, const CharView& c, const 
   } else {
     const int lead = utf8_lead_of(text, n, sp, i);
     if (lead >= 0 && chars[lead] >= 0) return kDeleted;
-    id = lead >= 0 || c.replacement_id < 0 ? fallback : c.replacement_id;
+    id = lead >= 0 ? fallback : invalid_byte_symbol(v, c, text[i]);
   }
   return id | (seg ? kSegStart : 0);
 }
@@ -172,7 +184,7 @@ BBPE_HD int char_symbols_at(const VocabView& v, const CharView& c, const uint8_t
   const int32_t piece = char_at(v, c, text, n, sp, i);
   *count = 1;
   if (piece == kNotLead) {
-    sym[0] = c.replacement_id >= 0 ? c.replacement_id : v.byte_ids[text[i]];
+    sym[0] = invalid_byte_symbol(v, c, text[i]);
     return 1;
   }
   const uint8_t b0 = text[i];

@@ -208,7 +208,7 @@ inline int encode_chars(const EncodeParams& p, const uint8_t* text, int n, CpuSc
       ++i;
       continue;
     }
-    const bool seg = (i == 0 || sp[i - 1]) && !prefix_before(c, text, n, sp, i);
+    const bool seg = starts_char_segment(c, text, n, sp, i);
     int32_t sym[4];
     int count = 0;
     const int len = char_symbols_at(v, c, text, n, sp, i, sym, &count);
