@@ -10,10 +10,11 @@ change them only together with it. All arrays are int32 unless noted.
   >= max(16, 2 * number of merges) (at most half full) at which the placement succeeds (it
   doubles P on the rare failure; never for the shared vocabularies).
 * piece table, int32[Q, 4]: whole pieces (piece bytes -> token id), linear probing from the
-  home slot piece_hash(bytes) & (Q-1). Row = (int32 view of piece_hash, token_id, byte_len,
-  offset of the token's bytes in token_data);
-  an empty row is all -1 (test token_id == -1: a real hash may be 0xFFFFFFFF). A hit must
-  still compare bytes (at the row's offset in token_data). Q = power of two >= max(16, 2 *
+  home slot piece_hash(bytes) & (Q-1). A key of at most SHORT_KEY_LEN (8) bytes is its own row:
+  (low half of its bytes read as a little-endian uint64, token_id, byte_len, high half), its
+  hash a multiply of that word; a longer key's row is (int32 view of its FNV-1a hash, token_id,
+  byte_len, offset of the token's bytes in token_data), and a hit must still compare bytes.
+  An empty row is all -1 (test token_id == -1: a real hash or key half may be 0xFFFFFFFF). Q = power of two >= max(16, 2 *
   number of keys). Which tokens it holds (`whole_piece_ids`, of at most 255 bytes, never
   specials): with the vocabulary's whole-piece rule (tiktoken; HF's ignore_merges) every
   mergeable token, since a piece that is a token encodes to it; without it (HF tokenizers'
@@ -64,6 +65,10 @@ __all__ = [
 MAX_PIECE_TABLE_LEN = 255  # longer tokens are never looked up whole (the C++ side caps pieces)
 
 _U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+SHORT_KEY_LEN = 8  # kShortKeyLen (ffi/core/bpe_core.h)
+_SHORT_KEY_MUL = 0x9E3779B97F4A7C15
+_SHORT_KEY_LEN_MUL = 0x85EBCA6B
 _FNV_OFFSET = 0x811C9DC5
 _FNV_PRIME = 0x01000193
 
@@ -111,7 +116,11 @@ def _pair_hash_alt_int(left: int, right: int) -> int:
 
 
 def piece_hash(data: bytes) -> int:
-    """32-bit FNV-1a of a byte string."""
+    """The piece table's hash of a key: a multiply of a short key's little-endian word (at most
+    SHORT_KEY_LEN bytes), else 32-bit FNV-1a."""
+    if len(data) <= SHORT_KEY_LEN:
+        key = int.from_bytes(data, "little")
+        return (((key * _SHORT_KEY_MUL) & _U64) >> 32) ^ ((len(data) * _SHORT_KEY_LEN_MUL) & _U32)
     h = _FNV_OFFSET
     for b in data:
         h ^= b
@@ -119,20 +128,32 @@ def piece_hash(data: bytes) -> int:
     return h
 
 
-def _piece_hashes(token_offsets: np.ndarray, token_data: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """FNV-1a of many tokens at once: one vectorised step per byte position, over the tokens
-    that are still that long (sorted longest first, so they are a prefix of the order)."""
-    starts = token_offsets[ids].astype(np.int64)
-    lengths = token_offsets[ids + 1].astype(np.int64) - starts
+def _piece_keys(token_data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple:
+    """(hash, first column, last column) of many keys at once (the rows' layout above): one
+    vectorised step per byte position, over the keys that are still that long (sorted longest
+    first, so they are a prefix of the order)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
     longest_first = np.argsort(-lengths, kind="stable")
     sorted_lengths = lengths[longest_first]
-    h = np.full(len(ids), _FNV_OFFSET, dtype=np.uint32)
+    h = np.full(len(lengths), _FNV_OFFSET, dtype=np.uint32)
+    key = np.zeros(len(lengths), dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for position in range(int(sorted_lengths[0]) if len(ids) else 0):
+        for position in range(int(sorted_lengths[0]) if len(lengths) else 0):
             still_long = longest_first[: np.searchsorted(-sorted_lengths, -position, side="left")]
-            h[still_long] ^= token_data[starts[still_long] + position]
+            byte = token_data[starts[still_long] + position]
+            h[still_long] ^= byte
             h[still_long] *= np.uint32(_FNV_PRIME)
-    return h
+            if position < SHORT_KEY_LEN:
+                key[still_long] |= byte.astype(np.uint64) << np.uint64(8 * position)
+        short = lengths <= SHORT_KEY_LEN
+        short_hash = ((key * np.uint64(_SHORT_KEY_MUL)) >> np.uint64(32)).astype(np.uint32) ^ (
+            lengths.astype(np.uint32) * np.uint32(_SHORT_KEY_LEN_MUL)
+        )
+    h = np.where(short, short_hash, h)
+    first = np.where(short, (key & np.uint64(_U32)).astype(np.uint32), h).view(np.int32)
+    last = np.where(short, key >> np.uint64(32), starts.astype(np.uint64)).astype(np.uint32).view(np.int32)
+    return h, first, last
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,7 +240,7 @@ def _place_by_two_choices(
 class VocabTables:
     pair_table: np.ndarray  # int32[P, 4]: (left, right, rank, merged_id); empty = -1s
     byte_ids: np.ndarray  # int32[256]
-    piece_table: np.ndarray  # int32[Q, 4]: (int32(piece_hash), token_id, byte_len, offset); empty = -1s
+    piece_table: np.ndarray  # int32[Q, 4]: (key word or hash, token_id, byte_len, key word or offset); empty = -1s
     token_offsets: np.ndarray  # int32[V+1]
     token_data: np.ndarray  # uint8[max(1, D)]
     max_piece_len: int  # longest byte_len in piece_table (the executors' lookups stop there)
@@ -299,19 +320,20 @@ def _build_piece_table(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair
     """(piece table, longest key) of the byte-level vocabulary (whole_piece_ids' tokens)."""
     ids = whole_piece_ids(vocab, offsets, data, pair_table)
     lengths = offsets[ids + 1].astype(np.int64) - offsets[ids]
-    table = _piece_rows(_piece_hashes(offsets, data, ids), ids, lengths, offsets[ids], _capacity(len(ids)))
+    table = _piece_rows(data, ids, lengths, offsets[ids], _capacity(len(ids)))
     return table, int(lengths.max(initial=0))
 
 
-def _piece_rows(hashes: np.ndarray, ids, lengths, starts, capacity: int) -> np.ndarray:
-    """The piece table (layout above) of keys with these hashes, token ids, byte lengths and
-    offsets of their bytes in token_data."""
+def _piece_rows(token_data: np.ndarray, ids, lengths, starts, capacity: int) -> np.ndarray:
+    """The piece table (layout above) of keys with these token ids, byte lengths and offsets of
+    their bytes in token_data."""
+    hashes, first, last = _piece_keys(token_data, starts, lengths)
     table = np.full((capacity, 4), -1, dtype=np.int32)
     slots = _place_by_linear_probing(hashes, capacity)
-    table[slots, 0] = hashes.view(np.int32)
+    table[slots, 0] = first
     table[slots, 1] = ids
     table[slots, 2] = lengths
-    table[slots, 3] = starts
+    table[slots, 3] = last
     return table
 
 
@@ -330,11 +352,10 @@ def _build_char_tables(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair
     key_offsets = np.cumsum([0] + [len(k) for k, _ in wide], dtype=np.int64)[:-1] + data.size
     if data.size + len(keys) > np.iinfo(np.int32).max:
         raise ValueError(f"{vocab.name}: token bytes do not fit int32 offsets")
-    hashes = np.asarray([piece_hash(k) for k, _ in wide], dtype=np.uint32)
     char_ids = np.asarray([i for _, i in wide], dtype=np.int64)
     key_lengths = np.asarray([len(k) for k, _ in wide], dtype=np.int64)
-    table = _piece_rows(hashes, char_ids, key_lengths, key_offsets, _capacity(len(wide)))
     extended = np.concatenate([data, np.frombuffer(keys, dtype=np.uint8)])
+    table = _piece_rows(extended, char_ids, key_lengths, key_offsets, _capacity(len(wide)))
     runs = cl.runs
     width = (max((len(row) for row in runs.table), default=0) or 1) if runs else 0
     char_table = np.full(CHAR_TABLE_HEADER + (runs.long * width if runs else 0), -1, dtype=np.int32)
@@ -358,7 +379,7 @@ def _build_char_tables(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair
     if words.size:  # the characters' keys first (placed first, they stay nearest their home)
         lengths = offsets[words + 1].astype(np.int64) - offsets[words]
         table = _piece_rows(
-            np.concatenate([hashes, _piece_hashes(offsets, extended, words)]),
+            extended,
             np.concatenate([char_ids, words]),
             np.concatenate([key_lengths, lengths]),
             np.concatenate([key_offsets, offsets[words].astype(np.int64)]),
@@ -414,15 +435,19 @@ def lookup_piece(tables: VocabTables, data: bytes) -> int | None:
     table = tables.piece_table
     mask = table.shape[0] - 1
     h = piece_hash(data)
-    stored_hash = h - (1 << 32) if h >= 1 << 31 else h  # the int32 view stored in column 0
+    short = len(data) <= SHORT_KEY_LEN
+    key = int.from_bytes(data, "little") if short else 0
+    int32 = lambda x: x - (1 << 32) if x >= 1 << 31 else x  # noqa: E731 (the int32 view of a column)
     slot = h & mask
     token_data = tables.token_data
     for _ in range(table.shape[0]):
-        row_hash, token_id, byte_len, start = table[slot].tolist()
+        first, token_id, byte_len, last = table[slot].tolist()
         if token_id == -1:
             return None
-        if row_hash == stored_hash and byte_len == len(data):
-            if token_data[start : start + byte_len].tobytes() == data:
+        if byte_len == len(data):
+            if short and first == int32(key & _U32) and last == int32(key >> 32):
+                return token_id
+            if not short and first == int32(h) and token_data[last : last + byte_len].tobytes() == data:
                 return token_id
         slot = (slot + 1) & mask
     return None

@@ -107,42 +107,72 @@ BBPE_HD int32_t merged_id(const VocabView& v, int32_t rank, int32_t left_tok, in
   return mid;
 }
 
-// FNV-1a over bytes; tables.py mirrors it. (A key spelled by several tokens, as
-// char_symbols.h's lookup_word hashes a word, is fed byte by byte: seed, then step.)
+// The piece table (blockbpe_jax/tables/build.py) keeps two kinds of rows. A key of at most
+// kShortKeyLen bytes is its row: (its bytes as a little-endian word's low half, id, length,
+// the high half), found from short_key_hash and confirmed by comparing the row with the key,
+// with no read of token_data. A longer key's row is (FNV-1a hash, id, length, offset of its
+// bytes in token_data), confirmed byte by byte. (Most pieces are short: a short key costs one
+// multiply to hash and one row load to confirm, where FNV-1a and the byte compare cost
+// instructions per byte, in lanes that diverge by piece length.) tables.py mirrors both hashes.
+constexpr int kShortKeyLen = 8;
 constexpr uint32_t kPieceHashSeed = 0x811C9DC5u;
 BBPE_HD uint32_t piece_hash_step(uint32_t h, uint8_t byte) { return (h ^ byte) * 0x01000193u; }
+BBPE_HD uint32_t short_key_hash(uint64_t key, int n) {
+  return (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32) ^ ((uint32_t)n * 0x85EBCA6Bu);
+}
+// The first n (<= kShortKeyLen) bytes at p as a little-endian word.
+BBPE_HD uint64_t short_key(const uint8_t* p, int n) {
+  uint64_t key = 0;
+  for (int i = 0; i < n; ++i) key |= (uint64_t)p[i] << (8 * i);
+  return key;
+}
 BBPE_HD uint32_t piece_hash(const uint8_t* p, int n) {
+  if (n <= kShortKeyLen) return short_key_hash(short_key(p, n), n);
   uint32_t h = kPieceHashSeed;
   for (int i = 0; i < n; ++i) h = piece_hash_step(h, p[i]);
   return h;
 }
 
-// The piece table's probe for a key of n bytes whose hash is h: the id of the row whose hash,
-// length and bytes match (same(q): whether the n bytes at q, in token_data, are the key), or -1.
-template <class SameBytes>
-BBPE_HD int32_t probe_piece_table(const VocabView& v, uint32_t h, int n, SameBytes same) {
+// Linear probing from the home slot of hash h: the id of the first row that match(row) accepts,
+// or -1 at an empty row.
+template <class Match>
+BBPE_HD int32_t probe_piece_rows(const VocabView& v, uint32_t h, Match match) {
   uint32_t slot = h & v.piece_mask;
   for (uint32_t probe = 0; probe <= v.piece_mask; ++probe) {
-    const TableRow r = load_row(v.piece_table, slot);  // (hash, id, byte length, offset)
-    const int32_t rh = r.a, id = r.b, len = r.c, off = r.d;
-    if (id < 0) return -1;
-    if ((uint32_t)rh == h && len == n && id < v.n_vocab && off >= 0 && off + (int64_t)n <= v.token_data_len &&
-        same(v.token_data + off))
-      return id;
+    const TableRow r = load_row(v.piece_table, slot);
+    if (r.b < 0) return -1;
+    if (r.b < v.n_vocab && match(r)) return r.b;
     slot = (slot + 1) & v.piece_mask;
   }
   return -1;
 }
 
+// The id of the short key `key` (n bytes, n <= kShortKeyLen), or -1.
+BBPE_HD int32_t lookup_short_key(const VocabView& v, uint64_t key, int n) {
+  return probe_piece_rows(v, short_key_hash(key, n), [&](const TableRow& r) {
+    return r.c == n && (uint32_t)r.a == (uint32_t)key && (uint32_t)r.d == (uint32_t)(key >> 32);
+  });
+}
+
+// The id of the long key (n > kShortKeyLen bytes) whose FNV-1a hash is h: the row whose hash and
+// length match and whose bytes in token_data pass same(q), or -1.
+template <class SameBytes>
+BBPE_HD int32_t lookup_long_key(const VocabView& v, uint32_t h, int n, SameBytes same) {
+  return probe_piece_rows(v, h, [&](const TableRow& r) {
+    return (uint32_t)r.a == h && r.c == n && r.d >= 0 && r.d + (int64_t)n <= v.token_data_len &&
+           same(v.token_data + r.d);
+  });
+}
+
 // The id the piece table gives the piece p[0..n), or -1 (then the piece is merged). The table
 // holds every token under the whole-piece rule (tiktoken, HF's ignore_merges), else only the
 // tokens that the merges make from their own bytes (blockbpe_jax/tables/build.py), so a hit is
-// the piece's encoding either way. Hash hits are confirmed byte by byte against token_data at
-// the row's offset (all bytes compared, no early exit: the loads are independent, so they
-// overlap).
+// the piece's encoding either way. A long key's hash hit is confirmed byte by byte against
+// token_data (all bytes compared, no early exit: the loads are independent, so they overlap).
 BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n) {
   if (n > v.max_piece_len) return -1;
-  return probe_piece_table(v, piece_hash(p, n), n, [&](const uint8_t* q) {
+  if (n <= kShortKeyLen) return lookup_short_key(v, short_key(p, n), n);
+  return lookup_long_key(v, piece_hash(p, n), n, [&](const uint8_t* q) {
     int diff = 0;
     for (int i = 0; i < n; ++i) diff |= p[i] ^ q[i];
     return diff == 0;

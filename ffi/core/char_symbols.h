@@ -209,19 +209,25 @@ BBPE_HD bool starts_word(const CharView& c, const int32_t* tok, int i) {
 }
 
 // The piece whose token bytes the symbols tok[0..m) spell, when the piece table holds it (a
-// self-encoding piece: the segment's encoding), else -1. The bytes are hashed as they are read
-// from token_data and compared again on a hash hit; a key longer than max_piece_len misses.
+// self-encoding piece: the segment's encoding), else -1. The bytes are read from token_data
+// into a short key or, past kShortKeyLen bytes, hashed and compared again on a hash hit
+// (core/bpe_core.h, lookup_piece's two kinds of keys); a key longer than max_piece_len misses.
 BBPE_HD int32_t lookup_word(const VocabView& v, const int32_t* tok, int m) {
   uint32_t h = kPieceHashSeed;
+  uint64_t key = 0;
   int n = 0;
   for (int k = 0; k < m; ++k) {
     const int32_t id = token_id(tok[k]);
     const int32_t from = v.token_offsets[id], to = v.token_offsets[id + 1];
-    n += to - from;
-    if (n > v.max_piece_len) return -1;
-    for (int32_t b = from; b < to; ++b) h = piece_hash_step(h, v.token_data[b]);
+    if (n + (to - from) > v.max_piece_len) return -1;
+    for (int32_t b = from; b < to; ++b, ++n) {
+      const uint8_t byte = v.token_data[b];
+      h = piece_hash_step(h, byte);
+      if (n < kShortKeyLen) key |= (uint64_t)byte << (8 * n);
+    }
   }
-  return probe_piece_table(v, h, n, [&](const uint8_t* q) {
+  if (n <= kShortKeyLen) return lookup_short_key(v, key, n);
+  return lookup_long_key(v, h, n, [&](const uint8_t* q) {
     int diff = 0;
     for (int k = 0; k < m; ++k) {
       const int32_t id = token_id(tok[k]);

@@ -81,6 +81,7 @@ struct PieceSmem {
   uint32_t masks[kPieceThreads];              // every chunk's piece starts
   int32_t tok[kPieceThreads * kChunk];        // tokens, parked at their piece's bytes
   __align__(16) uint8_t text[kPieceThreads * kChunk];
+  uint8_t text_tail[16];                      // read, never used, by short_key_at near text's end
   // Tokens of the piece that starts at the byte: 1 for a token, at most kShortPieceLen for a
   // merged miss (bytes, not ints: 12 KB of the block's shared memory).
   uint8_t count[kPieceThreads * kChunk];
@@ -120,6 +121,18 @@ __device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int
     if (i < valid) dst[i] = src[i];
 }
 
+// The n (<= kShortKeyLen) bytes at p as a short key (core/bpe_core.h), from three aligned
+// words of shared memory and two funnel shifts instead of a load per byte (the bytes up to 11
+// past p are read and masked off: PieceSmem's text_tail).
+__device__ __forceinline__ uint64_t short_key_at(const uint8_t* p, int n) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+  const uint32_t shift = (uint32_t)(a & 3) * 8;
+  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
+  const uint64_t key = (uint64_t)__funnelshift_r(w1, w2, shift) << 32 | __funnelshift_r(w0, w1, shift);
+  return n >= 8 ? key : key & ((1ull << (8 * n)) - 1);
+}
+
 // One piece at block position at, m bytes long (the row at block position row_at): a one-byte
 // piece or a token -> tok[at], count[at] = 1; a miss -> onto the block's merge lists (the merge
 // reads its bytes as byte tokens, BytesAsTokens, and writes tok[at ...] and count[at]); marks
@@ -127,7 +140,9 @@ __device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int
 template <int kChunk>
 __device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChunk>& s, int at, int m, int row) {
   const uint8_t* text = s.text + at;
-  const int32_t whole = m == 1 ? __ldg(v.byte_ids + text[0]) : lookup_piece(v, text, m);
+  const int32_t whole = m == 1                                      ? __ldg(v.byte_ids + text[0])
+                       : m <= kShortKeyLen && m <= v.max_piece_len ? lookup_short_key(v, short_key_at(text, m), m)
+                                                                   : lookup_piece(v, text, m);
   s.count[at] = 1;
   if (whole >= 0) {
     s.tok[at] = whole;

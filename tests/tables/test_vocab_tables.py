@@ -87,11 +87,21 @@ def test_two_choice_placement_reports_failure():
     assert _place_by_two_choices(first[1:], second[1:], 16) is not None
 
 
-def test_piece_hash_is_fnv1a():
-    # Published FNV-1a 32-bit test vectors.
-    assert piece_hash(b"") == 0x811C9DC5
-    assert piece_hash(b"a") == 0xE40C292C
-    assert piece_hash(b"foobar") == 0xBF9CF968
+def test_piece_hash_of_short_and_long_keys():
+    # Keys over 8 bytes: 32-bit FNV-1a (the FNV authors' algorithm, restated here).
+    def fnv1a(data):
+        h = 0x811C9DC5
+        for b in data:
+            h = ((h ^ b) * 0x01000193) % 2**32
+        return h
+
+    for key in (b"foobarbaz", b"\x00" * 9, bytes(range(255))):
+        assert piece_hash(key) == fnv1a(key)
+    # Keys of up to 8 bytes: a multiply of their little-endian word, the length mixed in.
+    for key in (b"", b"a", b"a\x00", b"foobar", b"\xff" * 8):
+        word = int.from_bytes(key, "little")
+        assert piece_hash(key) == ((word * 0x9E3779B97F4A7C15) % 2**64 >> 32) ^ (len(key) * 0x85EBCA6B % 2**32)
+    assert piece_hash(b"a") != piece_hash(b"a\x00")  # (same word, different lengths)
 
 
 @pytest.mark.parametrize("name", list(VOCAB_CASES))
@@ -107,7 +117,11 @@ def test_table_layout(vocab, tables, name):
     piece_empty = t.piece_table[:, 1] == -1
     assert (t.piece_table[piece_empty] == -1).all()
     full = t.piece_table[~piece_empty]
-    assert (full[:, 3] == t.token_offsets[full[:, 1]]).all()  # offset of the token's bytes
+    long_rows, short_rows = full[full[:, 2] > 8], full[full[:, 2] <= 8]
+    assert (long_rows[:, 3] == t.token_offsets[long_rows[:, 1]]).all()  # offset of the token's bytes
+    words = [int.from_bytes(v.token_bytes[i], "little") for i in short_rows[:, 1]]  # a short key's row is its bytes
+    assert short_rows[:, 0].view(np.uint32).tolist() == [w & 0xFFFFFFFF for w in words]
+    assert short_rows[:, 3].view(np.uint32).tolist() == [w >> 32 for w in words]
     # rank_is_id: true exactly when every pair's rank is its merged id (tiktoken files)
     assert t.rank_is_id == bool((t.pair_table[:, 2] == t.pair_table[:, 3]).all())
     if VOCAB_CASES[name][0].endswith(".tiktoken"):
