@@ -19,11 +19,10 @@
 // A row whose NFC does not fit its max_len bytes, or has a segment longer than
 // kNfcSegmentScratch code points, is reported (count kCountNotNormalized), as the check
 // reported text not in NFC; so is every row where the operand does not fit its header.
-// With special tokens in the call, a row that may change is reported rather than rewritten:
-// specials are matched in the raw text and only the text between them is normalized (HF's
-// order, cpu/encode_cpu.h: nfc_normalize_between_specials), which a rewrite before the encode
-// kernel's matching cannot give (">" + U+0338 composes to U+226F, taking a special's last
-// byte). The check itself sees no specials, so it errs only towards reporting.
+// With special tokens in the call, specials are matched in the raw text and only the text
+// between them is normalized (HF's order, cpu/encode_cpu.h: nfc_normalize_between_specials),
+// while the encode kernel matches them in the rewritten row. The two agree unless the rewrite
+// crosses a special (nfc_rewrite_may_cross_special); a row where it may is reported instead.
 // The buffers are the workspace's tail (nfc_workspace_bytes, the encode call sizes it so), or
 // else come from the stream's memory pool (a corpus window's calls).
 #pragma once
@@ -65,11 +64,42 @@ __device__ __forceinline__ bool nfc_word_needs_check(const uint4& v) {
           __vcmpgeu4(v.w, kNfcLeadWord)) != 0;
 }
 
+// Whether rewriting the row src[0..n) (it may change) before the specials s are matched may
+// give other matches than normalizing only the text between the raw text's matches. NFC leaves
+// ASCII as it is and makes ASCII only of U+037E, U+1FEF and U+212A (';', '`', 'K'), so for
+// specials of other ASCII bytes a rewrite keeps every match and makes none, except where a
+// special's last byte, a starter, composes with the marks after it (">" + U+0338 is U+226F): a
+// row with such a byte before a non-ASCII one may cross, as does every row with another special.
+// Called by the whole block (the specials' last bytes gathered in shared memory).
+__device__ bool nfc_rewrite_may_cross_special(const SpecialView& s, const uint8_t* src, int n) {
+  __shared__ uint32_t last_bytes[4];  // bit c: an ASCII special ends in byte c
+  __shared__ int other_special;
+  const int t = threadIdx.x;
+  if (t < 4) last_bytes[t] = 0;
+  if (t == 0) other_special = 0;
+  __syncthreads();
+  for (int k = t; k < s.count; k += kNfcPrepassThreads) {
+    const int32_t from = s.offsets[k], to = s.offsets[k + 1];
+    for (int32_t i = from; i < to; ++i) {
+      const uint8_t c = s.data[i];
+      if (c >= 0x80 || c == ';' || c == '`' || c == 'K') atomicOr(&other_special, 1);
+    }
+    if (to > from && s.data[to - 1] < 0x80) atomicOr(&last_bytes[s.data[to - 1] >> 5], 1u << (s.data[to - 1] & 31));
+  }
+  __syncthreads();
+  bool cross = other_special != 0;
+  for (int i = t; !cross && i + 1 < n; i += kNfcPrepassThreads) {
+    const uint8_t c = src[i];
+    cross = c < 0x80 && (last_bytes[c >> 5] >> (c & 31) & 1u) && src[i + 1] >= 0x80;
+  }
+  return __syncthreads_or(cross);
+}
+
 // One block per row. copy_all: every row goes to out.rows (one pass); else only rewritten ones.
-// report_changing: a row that may change is reported, not rewritten (the call has specials).
+// specials: the call's (a row whose rewrite may cross one is reported, not rewritten).
 __global__ void __launch_bounds__(kNfcPrepassThreads)
     nfc_prepass_kernel(NfcOperand operand, const uint8_t* data, const int32_t* lengths, int32_t max_len,
-                       bool copy_all, bool report_changing, NfcPrepassRows out) {
+                       bool copy_all, SpecialView specials, NfcPrepassRows out) {
   using Scan = cub::BlockScan<int, kNfcPrepassThreads>;
   __shared__ NfcData d;
   __shared__ int ok;
@@ -104,7 +134,8 @@ __global__ void __launch_bounds__(kNfcPrepassThreads)
     }
   }
   const bool rewrite = __syncthreads_or(may_change);
-  const bool report = !ok || (rewrite && report_changing);
+  const bool report =
+      !ok || (rewrite && specials.count > 0 && nfc_rewrite_may_cross_special(specials, src, n));
   if (report || !rewrite) {
     if (t == 0) {
       out.state[b] = report ? kNfcRowReported : kNfcRowAsIs;
@@ -198,7 +229,7 @@ cudaError_t nfc_prepass(EncodeParams& p, cudaStream_t stream, NfcPrepass& buf) {
   buf.rows.state = reinterpret_cast<uint8_t*>(buf.rows.lengths + p.batch);
   buf.two_passes = nfc_two_passes(p);
   nfc_prepass_kernel<<<(unsigned)p.batch, kNfcPrepassThreads, 0, stream>>>(
-      p.nfc_rewrite, p.data, p.lengths, p.max_len, !buf.two_passes, p.special.count > 0, buf.rows);
+      p.nfc_rewrite, p.data, p.lengths, p.max_len, !buf.two_passes, p.special, buf.rows);
   if (buf.two_passes) {
     p.lengths = buf.rows.raw_lengths;  // (p.data stays the caller's rows)
   } else {
