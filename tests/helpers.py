@@ -413,6 +413,25 @@ def is_utf8(data: bytes) -> bool:
         return False
 
 
+def may_cross_special(tok, text: str, allowed="all") -> bool:
+    """Whether the CUDA pre-pass finds that rewriting the row to NFC may cross a special of the
+    call, and so reports it (ffi/cuda/nfc_prepass.cuh, nfc_rewrite_may_cross_special): a
+    special with a byte that is not ASCII or is one NFC writes for another code point (';',
+    '`', 'K'), or a special's last byte before a code point whose decomposition starts with a
+    mark or with one that composes with that byte."""
+    ud = unicodedata16()
+    specials = [s.encode() for s in tok._special_key(allowed)]
+    if any(max(s) >= 0x80 or set(s) & set(b";`K") for s in specials):
+        return True
+    ends = {chr(s[-1]) for s in specials}
+    for a, b in zip(text, text[1:]):
+        if a in ends and ord(b) >= 0x80:
+            first = ud.normalize("NFD", b)[0]
+            if ud.combining(first) or ud.normalize("NFC", a + first) != a + first:
+                return True
+    return False
+
+
 def documented_over_report(text: str) -> bool:
     """The one kind of NFC string the device check reports (ffi/pretok/nfc.h, kCccTrail): a
     mark that may compose (quick check Maybe) whose last unblocked starter decomposes to marks."""

@@ -68,10 +68,11 @@ __device__ __forceinline__ bool nfc_word_needs_check(const uint4& v) {
 // give other matches than normalizing only the text between the raw text's matches. NFC leaves
 // ASCII as it is and makes ASCII only of U+037E, U+1FEF and U+212A (';', '`', 'K'), so for
 // specials of other ASCII bytes a rewrite keeps every match and makes none, except where a
-// special's last byte, a starter, composes with the marks after it (">" + U+0338 is U+226F): a
-// row with such a byte before a non-ASCII one may cross, as does every row with another special.
+// special's last byte, a starter, takes part in the segment after it (">" + U+0338 is U+226F):
+// a row with such a byte before a code point whose decomposition starts with a mark or with a
+// code point that composes with the byte may cross, as does every row with another special.
 // Called by the whole block (the specials' last bytes gathered in shared memory).
-__device__ bool nfc_rewrite_may_cross_special(const SpecialView& s, const uint8_t* src, int n) {
+__device__ bool nfc_rewrite_may_cross_special(const NfcData& d, const SpecialView& s, const uint8_t* src, int n) {
   __shared__ uint32_t last_bytes[4];  // bit c: an ASCII special ends in byte c
   __shared__ int other_special;
   const int t = threadIdx.x;
@@ -90,7 +91,12 @@ __device__ bool nfc_rewrite_may_cross_special(const SpecialView& s, const uint8_
   bool cross = other_special != 0;
   for (int i = t; !cross && i + 1 < n; i += kNfcPrepassThreads) {
     const uint8_t c = src[i];
-    cross = c < 0x80 && (last_bytes[c >> 5] >> (c & 31) & 1u) && src[i + 1] >= 0x80;
+    uint32_t cp, decomposed[kNfcMaxDecomp];
+    if (c >= 0x80 || !(last_bytes[c >> 5] >> (c & 31) & 1u) || src[i + 1] < kNfcFirstUnsafeLead ||
+        !nfc_unsafe_at(d, src, n, nullptr, i + 1) || !utf8_decode(src, n, nullptr, i + 1, &cp))
+      continue;
+    nfc_decompose(d, cp, decomposed);
+    cross = nfc_prop_ccc(nfc_prop(d, decomposed[0])) != 0 || nfc_compose(d, c, decomposed[0]) >= 0;
   }
   return __syncthreads_or(cross);
 }
@@ -135,7 +141,7 @@ __global__ void __launch_bounds__(kNfcPrepassThreads)
   }
   const bool rewrite = __syncthreads_or(may_change);
   const bool report =
-      !ok || (rewrite && specials.count > 0 && nfc_rewrite_may_cross_special(specials, src, n));
+      !ok || (rewrite && specials.count > 0 && nfc_rewrite_may_cross_special(d, specials, src, n));
   if (report || !rewrite) {
     if (t == 0) {
       out.state[b] = report ? kNfcRowReported : kNfcRowAsIs;

@@ -15,7 +15,7 @@ from blockbpe_jax.pretok import nfc_data
 from blockbpe_jax.pretok import normalizer as norm
 from blockbpe_jax.pretok import unicode as uni
 
-from helpers import corpus_texts, documented_over_report, gpu_devices
+from helpers import corpus_texts, documented_over_report, gpu_devices, may_cross_special
 from strategies import ANY_CHAR, fuzz, raw_bytes
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -288,17 +288,6 @@ def raw_ids(tok, texts, device, max_len, allowed="all"):
     )
     ids, counts = np.asarray(out.ids), np.asarray(out.counts)
     return [ids[i, : counts[i]].tolist() if counts[i] >= 0 else int(counts[i]) for i in range(len(texts))]
-
-
-def may_cross_special(tok, text: str, allowed) -> bool:
-    """Whether the CUDA pre-pass may find that rewriting the row crosses a special
-    (cuda/nfc_prepass.cuh, nfc_rewrite_may_cross_special): a special with a byte that is not
-    ASCII or is one NFC makes (';', '`', 'K'), or a special's last byte before a non-ASCII byte."""
-    specials = [s.encode() for s in tok._special_key(allowed)]
-    if any(max(s) >= 0x80 or set(s) & set(b";`K") for s in specials):
-        return True
-    data, ends = text.encode(), {s[-1] for s in specials}
-    return any(data[i] in ends and data[i + 1] >= 0x80 for i in range(len(data) - 1))
 
 
 def check_raw(tok, hf, texts, device, allowed="all"):
