@@ -59,6 +59,7 @@ __all__ = [
     "build_special_tables",
     "lookup_pair",
     "lookup_piece",
+    "piece_keys",
     "whole_piece_ids",
 ]
 
@@ -428,6 +429,18 @@ def lookup_pair(tables: VocabTables, left: int, right: int) -> tuple[int, int] |
         if row_left == left and row_right == right and left >= 0:
             return rank, merged
     return None
+
+
+def piece_keys(tables: VocabTables) -> dict[int, bytes]:
+    """Each full piece-table row's token id -> its key's bytes (the layout above: a short key
+    in its row, a long one in token_data at the row's offset)."""
+    keys = {}
+    for first, token_id, n, last in tables.piece_table[tables.piece_table[:, 1] >= 0].tolist():
+        if n <= SHORT_KEY_LEN:
+            keys[token_id] = (((last & _U32) << 32) | (first & _U32)).to_bytes(8, "little")[:n]
+        else:
+            keys[token_id] = tables.token_data[last : last + n].tobytes()
+    return keys
 
 
 def lookup_piece(tables: VocabTables, data: bytes) -> int | None:

@@ -21,6 +21,7 @@ from blockbpe_jax.tables.build import (
     pair_hash,
     pair_hash_alt,
     piece_hash,
+    piece_keys,
 )
 from blockbpe_jax.vocab import Vocab, bytes_to_unicode, load_tiktoken_file, load_tokenizer_json
 
@@ -122,6 +123,7 @@ def test_table_layout(vocab, tables, name):
     words = [int.from_bytes(v.token_bytes[i], "little") for i in short_rows[:, 1]]  # a short key's row is its bytes
     assert short_rows[:, 0].view(np.uint32).tolist() == [w & 0xFFFFFFFF for w in words]
     assert short_rows[:, 3].view(np.uint32).tolist() == [w >> 32 for w in words]
+    assert all(key == v.token_bytes[i] for i, key in piece_keys(t).items())
     # rank_is_id: true exactly when every pair's rank is its merged id (tiktoken files)
     assert t.rank_is_id == bool((t.pair_table[:, 2] == t.pair_table[:, 3]).all())
     if VOCAB_CASES[name][0].endswith(".tiktoken"):

@@ -102,9 +102,7 @@ def model(request) -> Family:
 
 def word_ids(tables) -> set[int]:
     """The ids of the piece table's whole words (its keys of two or more characters)."""
-    rows = tables.piece_table[tables.piece_table[:, 1] >= 0]
-    keys = (bytes(tables.token_data[o : o + n]) for o, n in zip(rows[:, 3], rows[:, 2]))
-    return {int(i) for i, k in zip(rows[:, 1], keys) if len(k.decode("utf-8")) >= 2}
+    return {i for i, k in build.piece_keys(tables).items() if len(k.decode("utf-8")) >= 2}
 
 
 def test_words_are_the_self_encoding_pieces(model):
