@@ -18,7 +18,16 @@ import blockbpe_jax as bb
 from blockbpe_jax.pretok import normalizer as norm
 from blockbpe_jax.pretok import unicode as uni
 
-from helpers import BACKENDS, CPU, MIXED, assert_same, corpus_texts, encode_raw, may_cross_special, unicodedata16
+from helpers import (
+    BACKENDS,
+    CPU,
+    MIXED,
+    assert_same,
+    corpus_texts,
+    encode_raw,
+    may_cross_special,
+    unicodedata16,
+)
 from strategies import fuzz
 
 NFC, LOWER = {"type": "NFC"}, {"type": "Lowercase"}

@@ -101,7 +101,9 @@ def test_piece_hash_of_short_and_long_keys():
     # Keys of up to 8 bytes: a multiply of their little-endian word, the length mixed in.
     for key in (b"", b"a", b"a\x00", b"foobar", b"\xff" * 8):
         word = int.from_bytes(key, "little")
-        assert piece_hash(key) == ((word * 0x9E3779B97F4A7C15) % 2**64 >> 32) ^ (len(key) * 0x85EBCA6B % 2**32)
+        assert piece_hash(key) == ((word * 0x9E3779B97F4A7C15) % 2**64 >> 32) ^ (
+            len(key) * 0x85EBCA6B % 2**32
+        )
     assert piece_hash(b"a") != piece_hash(b"a\x00")  # (same word, different lengths)
 
 
@@ -120,7 +122,9 @@ def test_table_layout(vocab, tables, name):
     full = t.piece_table[~piece_empty]
     long_rows, short_rows = full[full[:, 2] > 8], full[full[:, 2] <= 8]
     assert (long_rows[:, 3] == t.token_offsets[long_rows[:, 1]]).all()  # offset of the token's bytes
-    words = [int.from_bytes(v.token_bytes[i], "little") for i in short_rows[:, 1]]  # a short key's row is its bytes
+    words = [
+        int.from_bytes(v.token_bytes[i], "little") for i in short_rows[:, 1]
+    ]  # a short key's row is its bytes
     assert short_rows[:, 0].view(np.uint32).tolist() == [w & 0xFFFFFFFF for w in words]
     assert short_rows[:, 3].view(np.uint32).tolist() == [w >> 32 for w in words]
     assert all(key == v.token_bytes[i] for i, key in piece_keys(t).items())
