@@ -20,7 +20,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from blockbpe_jax import native
-from blockbpe_jax.tables.build import build_vocab_tables, lookup_piece, whole_piece_ids
+from blockbpe_jax.tables.build import build_vocab_tables, whole_piece_ids
+from blockbpe_jax.tables.probe import lookup_piece
 from blockbpe_jax.tables.cache import vocab_key
 from blockbpe_jax.vocab import bytes_to_unicode, load_tiktoken_file
 from blockbpe_jax.vocab.hf_json import vocab_from_tokenizer_json

@@ -16,13 +16,11 @@ from blockbpe_jax.tables.build import (
     _place_by_two_choices,
     build_special_tables,
     build_vocab_tables,
-    lookup_pair,
-    lookup_piece,
     pair_hash,
     pair_hash_alt,
     piece_hash,
-    piece_keys,
 )
+from blockbpe_jax.tables.probe import lookup_pair, lookup_piece, piece_keys
 from blockbpe_jax.vocab import Vocab, bytes_to_unicode, load_tiktoken_file, load_tokenizer_json
 
 from helpers import VOCAB_CASES, pieces, sample_text

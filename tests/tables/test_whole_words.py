@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import blockbpe_jax as bb
 from blockbpe_jax.ops import primitive
-from blockbpe_jax.tables import build, whole_words
+from blockbpe_jax.tables import build, probe, whole_words
 
 import families
 from helpers import BACKENDS, EDGES, MIXED, SPACES, assert_same, corpus_texts, ours
@@ -102,7 +102,7 @@ def model(request) -> Family:
 
 def word_ids(tables) -> set[int]:
     """The ids of the piece table's whole words (its keys of two or more characters)."""
-    return {i for i, k in build.piece_keys(tables).items() if len(k.decode("utf-8")) >= 2}
+    return {i for i, k in probe.piece_keys(tables).items() if len(k.decode("utf-8")) >= 2}
 
 
 def test_words_are_the_self_encoding_pieces(model):

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from blockbpe_jax.tables.build import build_vocab_tables, lookup_piece
+from blockbpe_jax.tables.build import build_vocab_tables
+from blockbpe_jax.tables.probe import lookup_piece
 from blockbpe_jax.vocab import VocabError, load_tiktoken_file
 
 from synthetic import b64, tiktoken_lines, write
