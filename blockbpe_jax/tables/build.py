@@ -63,7 +63,6 @@ __all__ = [
 MAX_PIECE_TABLE_LEN = 255  # longer tokens are never looked up whole (the C++ side caps pieces)
 
 _U32 = 0xFFFFFFFF
-_U64 = 0xFFFFFFFFFFFFFFFF
 SHORT_KEY_LEN = 8  # kShortKeyLen (ffi/core/bpe_core.h)
 _SHORT_KEY_MUL = 0x9E3779B97F4A7C15
 _SHORT_KEY_LEN_MUL = 0x85EBCA6B
@@ -115,15 +114,9 @@ def _pair_hash_alt_int(left: int, right: int) -> int:
 
 def piece_hash(data: bytes) -> int:
     """The piece table's hash of a key: a multiply of a short key's little-endian word (at most
-    SHORT_KEY_LEN bytes), else 32-bit FNV-1a."""
-    if len(data) <= SHORT_KEY_LEN:
-        key = int.from_bytes(data, "little")
-        return (((key * _SHORT_KEY_MUL) & _U64) >> 32) ^ ((len(data) * _SHORT_KEY_LEN_MUL) & _U32)
-    h = _FNV_OFFSET
-    for b in data:
-        h ^= b
-        h = (h * _FNV_PRIME) & _U32
-    return h
+    SHORT_KEY_LEN bytes), else 32-bit FNV-1a (_piece_keys of the one key)."""
+    hashes, _, _ = _piece_keys(np.frombuffer(data, dtype=np.uint8), np.zeros(1), np.array([len(data)]))
+    return int(hashes[0])
 
 
 def _piece_keys(token_data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple:

@@ -169,14 +169,20 @@ BBPE_HD int32_t lookup_long_key(const VocabView& v, uint32_t h, int n, SameBytes
 // tokens that the merges make from their own bytes (blockbpe_jax/tables/build.py), so a hit is
 // the piece's encoding either way. A long key's hash hit is confirmed byte by byte against
 // token_data (all bytes compared, no early exit: the loads are independent, so they overlap).
-BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n) {
+// read_short_key(p, n): the short key of p[0..n) (short_key; the piece kernel reads its shared
+// memory by words instead).
+template <class ReadShortKey>
+BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n, ReadShortKey read_short_key) {
   if (n > v.max_piece_len) return -1;
-  if (n <= kShortKeyLen) return lookup_short_key(v, short_key(p, n), n);
+  if (n <= kShortKeyLen) return lookup_short_key(v, read_short_key(p, n), n);
   return lookup_long_key(v, piece_hash(p, n), n, [&](const uint8_t* q) {
     int diff = 0;
     for (int i = 0; i < n; ++i) diff |= p[i] ^ q[i];
     return diff == 0;
   });
+}
+BBPE_HD int32_t lookup_piece(const VocabView& v, const uint8_t* p, int n) {
+  return lookup_piece(v, p, n, [](const uint8_t* q, int m) { return short_key(q, m); });
 }
 
 // A (non-special) byte starts a segment at the start of the text, right after a special token,

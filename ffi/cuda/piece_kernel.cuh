@@ -140,9 +140,8 @@ __device__ __forceinline__ uint64_t short_key_at(const uint8_t* p, int n) {
 template <int kChunk>
 __device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChunk>& s, int at, int m, int row) {
   const uint8_t* text = s.text + at;
-  const int32_t whole = m == 1                                      ? __ldg(v.byte_ids + text[0])
-                       : m <= kShortKeyLen && m <= v.max_piece_len ? lookup_short_key(v, short_key_at(text, m), m)
-                                                                   : lookup_piece(v, text, m);
+  const int32_t whole = m == 1 ? __ldg(v.byte_ids + text[0])
+                              : lookup_piece(v, text, m, [](const uint8_t* p, int n) { return short_key_at(p, n); });
   s.count[at] = 1;
   if (whole >= 0) {
     s.tok[at] = whole;
