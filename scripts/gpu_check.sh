@@ -4,7 +4,7 @@
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [p9] [corpus] [corpus_profile] [corpus_stages] [single] [hostbatch]
 #                        [variants] [clocks] [kernels] [piece] [piece_profile] [piece_test] [block_test] [ray_engine]
-#                        [jsonl_device] [fuzz_campaign]
+#                        [jsonl_device] [fuzz_campaign] [so_variants]
 # (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); PYTEST_WORKERS: pytest-xdist
 #  processes; TEST_TIMEOUT: seconds for `test`; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
@@ -50,6 +50,19 @@ prebuilt() {  # the modules scripts/prebuild_modules.sh built from this tree's s
   cp .prebuilt/_blockbpe_*."$tag"-*.so blockbpe_jax/
   export PYTHONPATH_BEFORE_PREBUILT=${PYTHONPATH:-} PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
   python3 -c "import blockbpe_jax as b; assert b.HAS_CUDA_MODULE, 'no CUDA module'" && cat .prebuilt/BUILT_WITH
+}
+piece_summary() {  # the device times of a piece_time.json, one line per shape
+  python3 - "$1" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for row in r.get("time", []) + r.get("families", []):
+    if "new_median_us" in row:
+        print(f"{row['family']} {row['batch']}x{row['bytes']}: old {row['old_median_us']:.1f} us ({row['old_GBps']:.1f} GB/s), "
+              f"new {row['new_median_us']:.1f} us ({row['new_GBps']:.1f} GB/s), x{row['speedup']:.2f}; pending rows "
+              f"{row['pending_rows']}; by chunk {row.get('new_us_by_chunk')}")
+    else:
+        print("not timed:", row)
+PY
 }
 t0=$(date +%s)
 # (USE_PREBUILT=0: build even when .prebuilt/ matches)
@@ -164,6 +177,21 @@ PY
         fi
         patch -R -p1 < "$v" > /dev/null; rebuilt=1
       done ;;
+    so_variants)
+      # A/B of whole builds of the package made elsewhere (scripts/build_variant.sh): each
+      # .variants/NAME/blockbpe_jax (Python and both modules) first on PYTHONPATH for
+      # benchmarks/piece_time.py (PIECE_ARGS), then this tree ("base"); ROUNDS times in turn.
+      for round in $(seq "${ROUNDS:-1}"); do
+        for d in .variants/*/ base; do
+          name=$(basename "$d"); path=$PYTHONPATH; [ "$name" = base ] || path=$PWD/$d:$PYTHONPATH
+          mkdir -p "$OUT/variant_$name/$round"
+          PYTHONPATH=$path timeout "${PIECE_TIMEOUT:-300}" python3 benchmarks/piece_time.py \
+            --out "$OUT/variant_$name/$round" ${PIECE_ARGS:-} > "$OUT/variant_$name/$round/piece_time.log" 2>&1
+          echo "variant $name, round $round: exit $?"
+          grep -E "DIFF|^cross:|Traceback|Error" "$OUT/variant_$name/$round/piece_time.log" | head -12 | cut -c1-200
+          piece_summary "$OUT/variant_$name/$round/piece_time.json"
+        done
+      done ;;
     clocks)
       BLOCKBPE_STAGE_CLOCKS=ON build build_clocks.log || { tail -30 "$OUT/build_clocks.log"; exit 1; }
       BLOCKBPE_KERNEL=block python3 benchmarks/stage_clocks.py --out "$OUT" ${CLOCKS_ARGS:-} 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
@@ -201,17 +229,7 @@ PY
                # in one process: cross-check on many inputs and families, then device time (benchmarks/piece_time.py)
       timeout "${PIECE_TIMEOUT:-300}" python3 benchmarks/piece_time.py --out "$OUT" ${PIECE_ARGS:-} > "$OUT/piece_time.log" 2>&1
       echo "piece_time: exit $?"; grep -E "DIFF|^cross:|Traceback|Error" "$OUT/piece_time.log" | head -20 | cut -c1-300
-      python3 - "$OUT/piece_time.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-for row in r.get("time", []) + r.get("families", []):
-    if "new_median_us" in row:
-        print(f"{row['family']} {row['batch']}x{row['bytes']}: old {row['old_median_us']:.1f} us ({row['old_GBps']:.1f} GB/s), "
-              f"new {row['new_median_us']:.1f} us ({row['new_GBps']:.1f} GB/s), x{row['speedup']:.2f}; pending rows "
-              f"{row['pending_rows']}; by chunk {row.get('new_us_by_chunk')}")
-    else:
-        print("not timed:", row)
-PY
+      piece_summary "$OUT/piece_time.json"
       ;;
     piece_profile)  # ncu on encode_kernel and on the piece kernel (with its pending-rows launch of
                     # encode_kernel), per shape of PIECE_SHAPES: the roofline's counters, one file

@@ -80,7 +80,7 @@ struct Scans {
     typename CarryScan::TempStorage carry;
     typename IntScan::TempStorage count;
     typename BlockPretokenizer<kThreads, kPretokItems<kThreads>>::TempStorage pretok;
-    int2 lanes[kThreads];  // merge_in_lanes: (token, rank) of each lane, for the compaction
+    int2 lanes[kThreads];  // merge_in_warp: (token, rank) of each lane, for the compaction
   };
 };
 

@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
       if ((t & 31) == 0) s.count[at] = (uint8_t)count;
     }
     __syncthreads();  // (the sorted list is complete)
-    merge_in_lanes<true>(v, s.tok, s.count, s.sorted_s0, s.sorted_len, n_lane, slots, &s.next_bin,
+    merge_in_lanes<true>(v, s.tok, s.count, s.sorted_s0, s.sorted_len, n_lane, &s.next_bin,
                          TokensIn{s.tok});
   }
   __syncthreads();

@@ -20,8 +20,8 @@ namespace {
 // merge_segment's rule on all of them at once, pass after pass: each piece's lowest rank
 // (a segmented minimum over the piece's lanes), its leftmost-first occurrences of it from the
 // candidate bits (leftmost_first_merges, core/bpe_core.h), the merged tokens (merged_id), the
-// compaction (through shared memory: slots), and a pair lookup in every lane whose pair a
-// merge changed. A pass thus waits for one round of table probes, not for a thread's walk
+// right halves retired from their lanes, and a pair lookup in every lane whose pair a merge
+// changed. A pass thus waits for one round of table probes, not for a thread's walk
 // over its piece. The result is what merge_segment gives: tok[s0..) of each piece rewritten
 // and rank[s0] = its token count (lens[] holds the lengths).
 __device__ __forceinline__ uint32_t lanes_upto(int lane) {  // bits 0..lane
@@ -47,7 +47,7 @@ struct BytesAsTokens {
 // first_token(i): the token at position i before the first pass (TokensIn{tok} or BytesAsTokens).
 template <bool kFirstOnly, class Count, class Entry, class First>
 __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, Count* rank, const Entry* list,
-                               const Entry* lens, int n, int2* slots, int* next_bin, First first_token) {
+                               const Entry* lens, int n, int* next_bin, First first_token) {
   const int lane = threadIdx.x & 31;
   // Every warp walks the same bins (next fit over groups of 32 list entries) and merges the
   // ones it claims from the shared counter next_bin (zero on entry): a warp that is done takes
@@ -81,29 +81,33 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, Count* rank, co
       if (lane == 0) claim = atomicAdd(next_bin, 1);
       claim = __shfl_sync(~0u, claim, 0);
       const int at = end - len - base;  // lane of this piece's first token, if in this round
-      uint32_t starts = __reduce_or_sync(~0u, lane >= done && lane < k ? 1u << at : 0u);
-      int used = __shfl_sync(~0u, end, k - 1) - base;
-      // Lane -> the list lane of its piece (pieces keep their order in the lanes; compaction
-      // moves tokens across lanes, so the write-back asks again with the final starts).
-      const auto piece_lane = [&](uint32_t piece_starts) {
-        return lane < used ? done + __popc(piece_starts & lanes_upto(lane)) - 1 : lane;
-      };
-      const int piece_s0 = __shfl_sync(~0u, s0, piece_lane(starts));
-      const int piece_at = __shfl_sync(~0u, at, piece_lane(starts));
+      const uint32_t starts = __reduce_or_sync(~0u, lane >= done && lane < k ? 1u << at : 0u);
+      const int used = __shfl_sync(~0u, end, k - 1) - base;
+      // Tokens stay in their lanes: a merge keeps the left token's lane and retires the right
+      // one's (alive: the lanes that still hold a token), so a piece's lanes [head, tail) and
+      // its list lane are fixed for the bin. (Moving the kept tokens down after every pass cost
+      // a quarter of a pass: shared memory, two warp barriers, the starts and the fresh bits
+      // rebuilt.)
+      const int piece_lane = lane < used ? done + __popc(starts & lanes_upto(lane)) - 1 : lane;
+      const int piece_s0 = __shfl_sync(~0u, s0, piece_lane);
+      const int piece_at = __shfl_sync(~0u, at, piece_lane);
+      const int head = 31 - __clz(starts & lanes_upto(lane));
+      const uint32_t later = starts & ~lanes_upto(lane);
+      const int tail = later ? __ffs(later) - 1 : used;
+      const uint32_t below = lanes_upto(lane) >> 1;  // lanes 0..lane - 1
       int32_t t = lane < used ? first_token(piece_s0 + lane - piece_at) : 0;
       int32_t r = kNoRank;
-      for (uint32_t fresh = ~0u;;) {
-        // Pairs to look up (bit i of fresh: token i or i + 1 is new; all in the first round):
-        // this lane's token and the next one's, if that is in the same piece.
-        const uint32_t used_mask = used >= 32 ? ~0u : (1u << used) - 1;
-        const int32_t right = __shfl_down_sync(~0u, t, 1);
-        const bool has_right = lane + 1 < used && !((starts >> (lane + 1)) & 1);
+      uint32_t alive = used >= 32 ? ~0u : (1u << used) - 1;
+      for (uint32_t merged = ~0u;;) {  // the lanes the last pass merged into (all: the first pass)
+        // This lane's pair: its token and the next living one, if that is in the same piece;
+        // looked up again where either token is new.
+        const bool living = (alive >> lane) & 1;
+        const uint32_t after = alive & ~lanes_upto(lane);
+        const int next = after ? __ffs(after) - 1 : lane;
+        const int32_t right = __shfl_sync(~0u, t, next);
+        const bool has_right = living && after && next < tail;
         if (!has_right) r = kNoRank;
-        else if ((fresh >> lane) & 1) r = lookup_pair(v, token_id(t), token_id(right), nullptr);
-        // This piece's lanes [head, tail): from its start to the next start (or `used`).
-        const int head = 31 - __clz(starts & lanes_upto(lane));
-        const uint32_t later = starts & ~lanes_upto(lane);
-        const int tail = later ? __ffs(later) - 1 : used;
+        else if (((merged >> lane) | (merged >> next)) & 1) r = lookup_pair(v, token_id(t), token_id(right), nullptr);
         // The piece's lowest rank: a suffix minimum within the piece (shuffles down that stop
         // at its tail), read at its head. (A reduction with each piece's lane mask costs a
         // round per distinct mask: with one mask per idle lane it took a fifth of the kernel.)
@@ -115,30 +119,26 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, Count* rank, co
         }
         const int32_t lowest = __shfl_sync(~0u, low, head);
         const bool cand = r != kNoRank && r == lowest;
-        uint32_t cands = __ballot_sync(~0u, cand);
-        if (kFirstOnly) cands = first_only_candidates(cands, __ballot_sync(~0u, cand && first_only_rank(r)));
-        const uint32_t merges = leftmost_first_merges(cands);
-        if (merges == 0) {  // (uniform) write back
-          const int ps0 = __shfl_sync(~0u, s0, piece_lane(starts));
-          if (lane < used) {
-            tok[ps0 + lane - head] = t;
-            if (lane == head) rank[ps0] = (Count)(tail - head);
+        // The candidates in token order (bit i: the pair of the i-th living token), where the
+        // leftmost-first rule reads neighbours.
+        const int order = __popc(alive & below);
+        uint32_t cands = __reduce_or_sync(~0u, cand ? 1u << order : 0u);
+        if (kFirstOnly)
+          cands = first_only_candidates(cands, __reduce_or_sync(~0u, cand && first_only_rank(r) ? 1u << order : 0u));
+        const bool merges = cand && ((leftmost_first_merges(cands) >> order) & 1);
+        merged = __ballot_sync(~0u, merges);
+        if (merged == 0) {  // (uniform) write back
+          if (living) {
+            tok[piece_s0 + __popc(alive & below & ~(lanes_upto(head) >> 1))] = t;
+            if (lane == head) rank[piece_s0] = (Count)__popc(alive & lanes_upto(tail - 1) & ~(lanes_upto(head) >> 1));
           }
           break;
         }
-        if ((merges >> lane) & 1) t = merged_id(v, r, t, right) | (t & kSegStart);
-        // Compaction: the right halves go; kept tokens move down to lane `to`.
-        const uint32_t keep = used_mask & ~(merges << 1);
-        const bool kept = (keep >> lane) & 1;
-        const int to = __popc(keep & ((1u << lane) - 1));
-        if (kept) slots[to] = make_int2(t, r);
-        starts = __reduce_or_sync(~0u, kept && ((starts >> lane) & 1) ? 1u << to : 0u);
-        fresh = __reduce_or_sync(~0u, kept && ((merges >> lane) & 1) ? 1u << to : 0u);
-        fresh |= fresh >> 1;  // lane i looks up when token i or token i + 1 is new
-        used = __popc(keep);
-        __syncwarp();
-        if (lane < used) { const int2 x = slots[lane]; t = x.x; r = x.y; }
-        __syncwarp();
+        if (merges) t = merged_id(v, r, t, right) | (t & kSegStart);
+        // The right halves retire: a living lane whose previous living lane merged.
+        const uint32_t before = alive & below;
+        const bool retires = living && before && ((merged >> (31 - __clz(before))) & 1);
+        alive &= ~__ballot_sync(~0u, retires);
       }
       base = __shfl_sync(~0u, end, k - 1);
       done = k;
@@ -256,8 +256,7 @@ __device__ __forceinline__ void merge_listed_pieces(const VocabView& v, BlockArr
         merge_in_warp<kFirstOnly>(v, a.tok + s0, -a.rank[s0], tmp.lanes + (threadIdx.x & ~31), TokensIn{a.tok + s0});
     if (threadIdx.x % 32 == 0) a.rank[s0] = count;  // (every lane read it before the first shuffle)
   }
-  merge_in_lanes<kFirstOnly>(v, a.tok, a.rank, lane_list, lane_lens, n_lane,
-                 tmp.lanes + (threadIdx.x & ~31), next_lane_bin, TokensIn{a.tok});
+  merge_in_lanes<kFirstOnly>(v, a.tok, a.rank, lane_list, lane_lens, n_lane, next_lane_bin, TokensIn{a.tok});
   __syncthreads();
 }
 

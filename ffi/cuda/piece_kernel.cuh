@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
       if ((t & 31) == 0) s.count[at] = (uint8_t)c;
     }
     __syncthreads();  // (the sorted list is complete)
-    merge_in_lanes<false>(p.vocab, s.tok, s.count, s.sorted_s0, s.sorted_len, n_lane, slots, &s.next_bin,
+    merge_in_lanes<false>(p.vocab, s.tok, s.count, s.sorted_s0, s.sorted_len, n_lane, &s.next_bin,
                           BytesAsTokens{s.text, p.vocab.byte_ids});
   }
   __syncthreads();

@@ -63,8 +63,10 @@ BBPE_HD bool map_is_constant(uint64_t m, uint64_t live) {
 BBPE_HD uint8_t map_apply(uint64_t m, uint8_t x) { return (uint8_t)((m >> (4 * x)) & 15); }
 // "a, then b" over the first `states` states only (the images of the others are 0): the
 // automata have 8-14 states of 16, and live states map to live states, so a chunk's map
-// (ChunkMap) need not compose the rest.
-BBPE_HD uint64_t map_then_live(uint64_t a, uint64_t b, int states) {
+// (ChunkMap) need not compose the rest. Called, not inlined: a chunk's unrolled steps each
+// have a ChunkMap::then, and sixteen inlined copies per automaton were two fifths of the
+// piece kernel's machine code (docs/design.md, "Code size").
+BBPE_HD_OUTLINE uint64_t map_then_live(uint64_t a, uint64_t b, int states) {
   uint64_t r = 0;
   BBPE_UNROLL
   for (int x = 0; x < 16; ++x)
