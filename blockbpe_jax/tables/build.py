@@ -231,9 +231,8 @@ def _place_by_two_choices(
 class VocabTables:
     pair_table: np.ndarray  # int32[P, 4]: (left, right, rank, merged_id); empty = -1s
     byte_ids: np.ndarray  # int32[256]
-    piece_table: (
-        np.ndarray
-    )  # int32[Q, 4]: (key word or hash, token_id, byte_len, key word or offset); empty = -1s
+    # int32[Q, 4]: (key word or hash, token_id, byte_len, key word or offset); empty = -1s
+    piece_table: np.ndarray
     token_offsets: np.ndarray  # int32[V+1]
     token_data: np.ndarray  # uint8[max(1, D)]
     max_piece_len: int  # longest byte_len in piece_table (the executors' lookups stop there)

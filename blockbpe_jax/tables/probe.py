@@ -26,36 +26,34 @@ def lookup_pair(tables: VocabTables, left: int, right: int) -> tuple[int, int] |
     return None
 
 
+def _row_key(tables: VocabTables, first: int, n: int, last: int) -> bytes:
+    """The key of a full piece-table row (build.py's layout: a short key in its row, a long one
+    in token_data at the row's offset)."""
+    if n <= SHORT_KEY_LEN:
+        return (((last & _U32) << 32) | (first & _U32)).to_bytes(8, "little")[:n]
+    return tables.token_data[last : last + n].tobytes()
+
+
 def piece_keys(tables: VocabTables) -> dict[int, bytes]:
-    """Each full piece-table row's token id -> its key's bytes (build.py's layout: a short key
-    in its row, a long one in token_data at the row's offset)."""
-    keys = {}
-    for first, token_id, n, last in tables.piece_table[tables.piece_table[:, 1] >= 0].tolist():
-        if n <= SHORT_KEY_LEN:
-            keys[token_id] = (((last & _U32) << 32) | (first & _U32)).to_bytes(8, "little")[:n]
-        else:
-            keys[token_id] = tables.token_data[last : last + n].tobytes()
-    return keys
+    """Each full piece-table row's token id -> its key's bytes."""
+    rows = tables.piece_table[tables.piece_table[:, 1] >= 0].tolist()
+    return {token_id: _row_key(tables, first, n, last) for first, token_id, n, last in rows}
 
 
 def lookup_piece(tables: VocabTables, data: bytes) -> int | None:
-    """The token id the piece table gives the bytes `data` (a whole piece), or None."""
+    """The token id the piece table gives the bytes `data` (a whole piece), or None: linear
+    probing from the hash's home slot; a long key's row must also hold its hash."""
     table = tables.piece_table
     mask = table.shape[0] - 1
     h = piece_hash(data)
-    short = len(data) <= SHORT_KEY_LEN
-    key = int.from_bytes(data, "little") if short else 0
-    int32 = lambda x: x - (1 << 32) if x >= 1 << 31 else x  # noqa: E731 (the int32 view of a column)
+    h32 = h - (1 << 32) if h >= 1 << 31 else h  # (the int32 view of the row's first column)
     slot = h & mask
-    token_data = tables.token_data
     for _ in range(table.shape[0]):
         first, token_id, byte_len, last = table[slot].tolist()
         if token_id == -1:
             return None
-        if byte_len == len(data):
-            if short and first == int32(key & _U32) and last == int32(key >> 32):
-                return token_id
-            if not short and first == int32(h) and token_data[last : last + byte_len].tobytes() == data:
+        if byte_len == len(data) and (byte_len <= SHORT_KEY_LEN or first == h32):
+            if _row_key(tables, first, byte_len, last) == data:
                 return token_id
         slot = (slot + 1) & mask
     return None

@@ -120,9 +120,8 @@ def test_table_layout(vocab, tables, name):
     full = t.piece_table[~piece_empty]
     long_rows, short_rows = full[full[:, 2] > 8], full[full[:, 2] <= 8]
     assert (long_rows[:, 3] == t.token_offsets[long_rows[:, 1]]).all()  # offset of the token's bytes
-    words = [
-        int.from_bytes(v.token_bytes[i], "little") for i in short_rows[:, 1]
-    ]  # a short key's row is its bytes
+    # a short key's row is its bytes
+    words = [int.from_bytes(v.token_bytes[i], "little") for i in short_rows[:, 1]]
     assert short_rows[:, 0].view(np.uint32).tolist() == [w & 0xFFFFFFFF for w in words]
     assert short_rows[:, 3].view(np.uint32).tolist() == [w >> 32 for w in words]
     assert all(key == v.token_bytes[i] for i, key in piece_keys(t).items())
