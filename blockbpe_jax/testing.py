@@ -155,9 +155,27 @@ def tiktoken_raw_ids(enc, raw: bytes, specials=()) -> list[int]:
             out.append(enc._special_tokens[span])
             continue
         text, offsets = pua_view(span)
+        text = _as_tiktoken_classes(text)
         for m in pattern.finditer(text):
             out.extend(enc._encode_single_piece(span[offsets[m.start()] : offsets[m.end()]]))
     return out
+
+
+_TIKTOKEN_ASSIGNED: dict[str, bool] = {}
+
+
+def _as_tiktoken_classes(text: str) -> str:
+    """`text` with each code point that tiktoken's regex engine calls unassigned replaced by
+    U+E000 (private use: for every pattern here the same classes as unassigned): Python's
+    `regex`, which splits for the oracle, may know a newer Unicode version than tiktoken."""
+    from .pretok import versions
+
+    new = [ch for ch in set(text) if ch >= "\x80" and ch not in _TIKTOKEN_ASSIGNED]
+    if new:
+        assigned = versions.assigned_in("tiktoken", "".join(new))
+        _TIKTOKEN_ASSIGNED.update((ch, ord(ch) in assigned) for ch in new)
+    gone = [ch for ch in set(text) if ch >= "\x80" and not _TIKTOKEN_ASSIGNED[ch]]
+    return text.translate({ord(ch): "\ue000" for ch in gone}) if gone else text
 
 
 def hf_raw_ids(hf, special_ids, raw: bytes, mode: str) -> list[int]:

@@ -56,7 +56,7 @@ def probe(package: str, group: str) -> str | None:
     if group == "regex":
         rows = d["fp_assigned"].tolist()
         text = "\x00".join(chr(c) for _, c in rows)
-        got = _assigned_in(package, text)
+        got = assigned_in(package, text)
         return _newest_known(versions, rows, lambda r: r[1] in got)
     if package != "tokenizers":
         raise ValueError(f"{package} has no {group} normalizer")
@@ -76,18 +76,24 @@ def probe(package: str, group: str) -> str | None:
     return _newest_known(versions, rows, lambda r: r[1] in changed)
 
 
-def _assigned_in(package: str, text: str) -> set[int]:
-    """The code points of `text` that `package`'s regex engine calls assigned (\\P{Cn})."""
-    if package == "tiktoken":
-        import tiktoken
+@functools.lru_cache(maxsize=None)
+def _tiktoken_assigned_probe():
+    """A tiktoken Encoding whose pieces are the code points its regex engine calls assigned."""
+    import tiktoken
 
-        enc = tiktoken.Encoding(
-            "unicode_probe",
-            pat_str=r"\P{Cn}",
-            mergeable_ranks={bytes([i]): i for i in range(256)},
-            special_tokens={},
-        )
-        return set(map(ord, bytes(enc.encode_ordinary(text)).decode("utf-8")))
+    return tiktoken.Encoding(
+        "unicode_probe",
+        pat_str=r"\P{Cn}",
+        mergeable_ranks={bytes([i]): i for i in range(256)},
+        special_tokens={},
+    )
+
+
+def assigned_in(package: str, text: str) -> set[int]:
+    """The code points of `text` that `package`'s regex engine ("tiktoken" or "tokenizers")
+    calls assigned (\\P{Cn})."""
+    if package == "tiktoken":
+        return set(map(ord, bytes(_tiktoken_assigned_probe().encode_ordinary(text)).decode("utf-8")))
     from tokenizers import Regex, pre_tokenizers
 
     removed = pre_tokenizers.Split(Regex(r"\P{Cn}"), "removed").pre_tokenize_str(text)

@@ -74,3 +74,15 @@ def test_linear_raw_oracle_equals_tiktokens_own_split(name, data):
     assert testing.tiktoken_raw_ids(enc_bytes, raw, specials) == tiktoken_raw_reference(
         enc_bytes, raw, specials
     )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_linear_raw_oracle_uses_tiktokens_unicode_version(name):
+    """Python's `regex` may know a newer Unicode version than tiktoken (U+1E6FE, a Tai Yo letter
+    of Unicode 17, is unassigned for tiktoken 0.14): the linear oracle must still split as
+    tiktoken does. A lone continuation byte before it makes the row invalid UTF-8."""
+    enc = tiktoken_enc(name, "exact")
+    for text in ["!\U0001e6fe\u094b\u0915", "x\U0001e6fe\u034b\u0484\u094b\u0915 \U0001e6c0ab"]:
+        assert testing.tiktoken_raw_ids(enc, text.encode("utf-8")) == enc.encode_ordinary(text)
+        raw = b"\x8d" + text.encode("utf-8")
+        assert testing.tiktoken_raw_ids(enc, raw) == tiktoken_raw_reference(enc, raw, [])
