@@ -13,7 +13,10 @@ Safety, since JAX arrays are meant to be immutable and these are refilled undern
 - a slot (`_blockbpe_cuda.HostStaging`: pinned buffer, device buffer, stream, event) is
   refilled only once the encode that read it has finished (its `counts` output is ready);
   a slot whose consumer can no longer be queried (a deleted array) is dropped, not reused;
-- the host waits for the copy to end before the encode is dispatched.
+- the encode that reads a batch waits for its copy on the GPU: its handler makes XLA's stream
+  wait for the copy's event (ffi/cuda/staged_uploads.h), so the host dispatches the encode
+  while the copy runs; any other reader of the views (`Staged.data`) waits on the host. A
+  slot whose copy no encode waited for is an error at its next fill, not silently reused.
 At most `MAX_SLOTS` slots per device, each as large as the largest batch it carried (pinned
 and device bytes: B * L + 4 B, rounded up).
 """
@@ -29,6 +32,9 @@ import jax
 from . import native
 
 MAX_SLOTS = 3  # per device: one being filled, one being encoded, one spare
+# BLOCKBPE_STAGING_HOST_WAIT=1: the host waits for each copy before dispatching the encode (the
+# path before the handler waited on the GPU; for A/B runs).
+_HOST_WAITS = os.environ.get("BLOCKBPE_STAGING_HOST_WAIT", "0") == "1"
 
 
 def available(device) -> bool:
@@ -50,16 +56,27 @@ class _Slot:
         self.native = native.cuda.HostStaging(device.local_hardware_id)
         self.shape_views: dict[tuple[int, int], tuple] = {}
         self.generation = -1  # the device buffer the views see
+        self.encode_waits = False  # the last fill went to an encode that waits for its copy
 
     def fill(self, texts, max_len: int) -> tuple[int, int]:
         """Packs `texts` and starts their copy; returns the shape (B, L) for `views`."""
+        if self.encode_waits and self.native.copy_pending:
+            raise RuntimeError(
+                "blockbpe_jax staging: a staged batch was handed to a computation that did not "
+                "wait for its copy (its results may be wrong); please report this"
+            )
+        self.encode_waits = False
         return self.native.upload(texts, max_len)
 
-    def views(self, batch: int, width: int) -> tuple:
-        """(data uint8[B, L], lengths int32[B]) of the last fill, once its copy has ended. The
-        views of a shape are imported once per device buffer: a view sees every later fill
-        of its shape."""
-        self.native.wait()
+    def views(self, batch: int, width: int, *, wait: bool = True) -> tuple:
+        """(data uint8[B, L], lengths int32[B]) of the last fill: once its copy has ended, or
+        with wait=False at once, for an encode (whose handler waits for the copy). The views
+        of a shape are imported once per device buffer: a view sees every later fill of its
+        shape."""
+        if wait:
+            self.native.wait()
+        else:
+            self.encode_waits = True
         if self.native.generation != self.generation:  # the buffer grew: new views
             self.shape_views.clear()
             self.generation = self.native.generation
@@ -97,10 +114,12 @@ class Staged:
         return self._arrays
 
     def run(self, call, consumer=lambda out: out.counts):
-        """`call(data, lengths)`; the slot then goes back with `consumer(out)`, an output of the
-        computation that reads it (discarded instead if the call fails)."""
+        """`call(data, lengths)`, where `call` hands them straight to `encode` (whose handler
+        waits for the copy on the GPU); the slot then goes back with `consumer(out)`, an output
+        of the computation that reads it (discarded instead if the call fails)."""
         try:
-            out = call(self.data, self.lengths)
+            data, lengths = self._arrays or self._slot.views(*self._shape, wait=_HOST_WAITS)
+            out = call(data, lengths)
         except BaseException:
             self.discard()
             raise

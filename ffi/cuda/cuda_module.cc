@@ -15,6 +15,7 @@
 #include "binding/window_ffi.h"
 #include "binding/module_binding.h"
 #include "core/pack_strings.h"
+#include "cuda/staged_uploads.h"
 #include "nanobind/nanobind.h"
 #include "nanobind/ndarray.h"
 #include "nanobind/stl/pair.h"
@@ -129,6 +130,7 @@ class HostStaging {
     check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~HostStaging() {
+    if (device_buffer_) StagedUploads::get().withdraw(device_buffer_->ptr);
     cudaSetDevice(device_);
     cudaEventSynchronize(copied_);
     cudaEventDestroy(copied_);
@@ -151,6 +153,7 @@ class HostStaging {
       nb::gil_scoped_release unlocked;  // the previous copy out of the pinned rows
       check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
     }
+    if (device_buffer_) StagedUploads::get().withdraw(device_buffer_->ptr);
     if (bytes > capacity_) {
       const size_t grown = std::max(bytes, capacity_ * 2);
       host_.reset();
@@ -166,6 +169,7 @@ class HostStaging {
     check_cuda(cudaMemcpyAsync(device_buffer_->ptr, host, bytes, cudaMemcpyHostToDevice, stream_),
                "cudaMemcpyAsync");
     check_cuda(cudaEventRecord(copied_, stream_), "cudaEventRecord");
+    StagedUploads::get().expect(device_buffer_->ptr, copied_);  // the encode reading it waits
     batch_ = batch, max_len_ = max_len, lengths_at_ = lengths_at;  // what device_arrays shows
     return {batch_, max_len_};
   }
@@ -196,6 +200,9 @@ class HostStaging {
         Lengths(base + lengths_at_, 1, lengths_shape, view_owner(device_buffer_), nullptr, nb::dtype<int32_t>(),
                 nb::device::cuda::value, device_));
   }
+
+  // Whether the last upload's copy is still registered: no encode has waited for it yet.
+  bool copy_pending() const { return device_buffer_ && StagedUploads::get().pending(device_buffer_->ptr); }
 
   size_t capacity() const { return capacity_; }
   int64_t generation() const { return generation_; }
@@ -354,6 +361,7 @@ NB_MODULE(_blockbpe_cuda, m) {
       .def(nb::init<int>(), nb::arg("device"))
       .def("upload", &bbpe::HostStaging::upload, nb::arg("texts"), nb::arg("max_len"))
       .def("wait", &bbpe::HostStaging::wait)
+      .def_prop_ro("copy_pending", &bbpe::HostStaging::copy_pending)
       .def("device_arrays", &bbpe::HostStaging::device_arrays)
       .def_prop_ro("capacity", &bbpe::HostStaging::capacity)
       .def_prop_ro("generation", &bbpe::HostStaging::generation);

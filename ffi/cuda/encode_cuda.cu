@@ -58,6 +58,7 @@
 #include "cuda/nfc_prepass.cuh"
 #include "cuda/piece_kernel.cuh"
 #include "cuda/stage_clock.cuh"
+#include "cuda/staged_uploads.h"
 #include "cuda/tile_pipeline.cuh"
 
 namespace bbpe {
@@ -100,6 +101,10 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
   // BLOCKBPE_WARP_SPANS=0: every span merged by its whole block (no sub-spans), and in
   // calls of few rows every long piece by the block passes (cuda/sub_spans.cuh).
   if (p.stitch_margin >= 0 && off("BLOCKBPE_WARP_SPANS")) p.stitch_margin |= kNoWarpSpans;
+  // A batch that HostStaging is still copying in (cuda/staged_uploads.h): this stream waits
+  // for the copy, not the host.
+  if (cudaError_t e = StagedUploads::get().wait_on(stream, p.data); e != cudaSuccess)
+    return ffi::Error::Internal(std::string("bbpe_encode: waiting for the staged copy: ") + cudaGetErrorString(e));
   if (p.batch == 0) return ffi::Error::Success();
   if (p.workspace_size < workspace_bytes(p.batch, p.max_len, p.pretok_stages, p.symbols))
     return ffi::Error::InvalidArgument("bbpe_encode: workspace has " + std::to_string(p.workspace_size) +

@@ -316,6 +316,8 @@ class FakeHostStaging:
     def wait(self):
         pass
 
+    copy_pending = False  # (the stand-in's copy is done when upload returns)
+
     def device_arrays(self):
         FakeHostStaging.imports += 1
         batch, width, at = self._shape
@@ -352,6 +354,36 @@ def test_staged_path_logic_on_cpu(tok, corpus_texts, cpu_staging):
     assert pool.count <= staging.MAX_SLOTS
     assert FakeHostStaging.imports < len(shapes)  # a shape seen again reuses its views
     _check_stream(tok, corpus_texts, cpu_staging)
+
+
+def test_a_copy_no_encode_waited_for_is_an_error(tok, cpu_staging):
+    """A slot whose batch went to a computation that never waited for the copy (on the GPU:
+    the copy still registered once the computation finished) refuses its next fill."""
+    staged = staging.stage_strings(["abc", "de"], max_len=8, device=cpu_staging)
+    slot = staged._slot
+    staged.run(lambda data, lengths: bb.encode(data, lengths, tok, max_tokens=8))
+    assert slot.encode_waits
+    slot.native.copy_pending = True
+    with pytest.raises(RuntimeError, match="did not wait for its copy"):
+        slot.fill(["x"], 8)
+
+
+@needs_gpu
+def test_the_encode_waits_for_the_staged_copy_gpu(tok, corpus_texts):
+    """On the GPU the host dispatches without waiting for the copy; the encode's handler
+    waited for it (the copy is no longer registered), and the ids are the NumPy path's."""
+    device = gpu_devices()[0]
+    texts = corpus_texts[:512]
+    for _ in range(3):  # (fills of a slot after the first: views reused, copies overlapped)
+        out = tok.encode_batch(texts, max_len=4096, device=device)
+        jax.block_until_ready(out)
+    slots = [slot for slot, _ in staging._pools[device].idle]
+    assert any(slot.encode_waits for slot in slots)
+    assert not any(slot.native.copy_pending for slot in slots)
+    data, lengths = bb.pack_strings(texts, max_len=4096)
+    want = bb.encode(data, lengths, tok, max_tokens=4096)
+    np.testing.assert_array_equal(np.asarray(out.ids), np.asarray(want.ids))
+    np.testing.assert_array_equal(np.asarray(out.counts), np.asarray(want.counts))
 
 
 @settings(max_examples=300, deadline=None)
