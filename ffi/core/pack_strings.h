@@ -72,23 +72,28 @@ inline StringViews string_views(nanobind::handle texts, int64_t& max_len) {
   return out;
 }
 
-// Row b of data[rows, max_len] gets string b and zeros after it; lengths[b] its byte count
-// (rows = views.size()). Rows are independent, so a batch of several MiB is written by several threads: one core's memcpy
-// and memset speed is what encode_batch's host side waits for at 1024 x 4096. Called with the
-// GIL held, which it releases: the views' owners are the caller's (StringViews::items).
-inline void write_rows(const std::vector<StringView>& views, int64_t max_len, uint8_t* data,
-                       int32_t* lengths) {
+// Rows [first, last) of data[rows, max_len]: row b gets string b and zeros after it, lengths[b]
+// its byte count. Rows are independent, so a batch of several MiB is written by several
+// threads: one core's memcpy and memset speed is what encode_batch's host side waits for at
+// 1024 x 4096. Called with the GIL held, which it releases: the views' owners are the
+// caller's (StringViews::items).
+inline void write_rows(const std::vector<StringView>& views, int64_t max_len, uint8_t* data, int32_t* lengths,
+                       int64_t first, int64_t last) {
   nanobind::gil_scoped_release unlocked;
-  const int64_t rows = (int64_t)views.size();
-  auto write = [&](int64_t lo, int64_t hi) {  // rows [lo, hi)
-    for (int64_t b = lo; b < hi; ++b) {
+  auto write = [&](int64_t lo, int64_t hi) {  // rows [first + lo, first + hi)
+    for (int64_t b = first + lo; b < first + hi; ++b) {
       uint8_t* row = data + b * max_len;
       if (views[b].second) std::memcpy(row, views[b].first, views[b].second);
       std::memset(row + views[b].second, 0, max_len - views[b].second);
       lengths[b] = (int32_t)views[b].second;
     }
   };
-  over_ranges(rows, rows * max_len, (int64_t)1 << 19, write);
+  over_ranges(last - first, (last - first) * max_len, (int64_t)1 << 19, write);
+}
+
+// Every row (rows = views.size()).
+inline void write_rows(const std::vector<StringView>& views, int64_t max_len, uint8_t* data, int32_t* lengths) {
+  write_rows(views, max_len, data, lengths, 0, (int64_t)views.size());
 }
 
 }  // namespace bbpe

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -118,13 +119,19 @@ struct PinnedHost {
 // One staging slot: pinned host rows + lengths, their device copy, a private stream and an
 // event marking the end of the last copy. JAX's own transfer of a NumPy argument costs
 // 150-250 us of fixed overhead per array on the H200 (benchmarks/host_path.py), more than the
-// kernel takes for 1024 x 512 bytes; this path is one memcpy into pinned memory and one DMA.
-// The caller (staging.py) hands a slot out again only after the computation that read its
-// device buffer has finished, and dispatches the next one only after wait(); the event also
-// guards the pinned buffer.
+// kernel takes for 1024 x 512 bytes; this path is one memcpy into pinned memory and a DMA per
+// part of it. The caller (staging.py) hands a slot out again only after the computation that
+// read its device buffer has finished; the encode waits for the copy on the GPU
+// (cuda/staged_uploads.h), any other reader after wait(). The event also guards the pinned
+// buffer.
 class HostStaging {
+  static constexpr int64_t kPartBytes = int64_t(1) << 20;  // (a DMA of 1 MiB runs at full speed)
+  static constexpr int64_t kMaxParts = 4;
+
  public:
   explicit HostStaging(int device) : device_(device) {
+    // BLOCKBPE_STAGING_PARTS=1: one copy after the whole batch is packed (for A/B runs).
+    if (const char* parts = std::getenv("BLOCKBPE_STAGING_PARTS")) max_parts_ = std::clamp<int64_t>(std::atoll(parts), 1, 64);
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate");
@@ -165,9 +172,16 @@ class HostStaging {
       ++generation_;
     }
     uint8_t* host = static_cast<uint8_t*>(host_->ptr);
-    write_rows(strings.views, max_len, host, reinterpret_cast<int32_t*>(host + lengths_at));
-    check_cuda(cudaMemcpyAsync(device_buffer_->ptr, host, bytes, cudaMemcpyHostToDevice, stream_),
-               "cudaMemcpyAsync");
+    uint8_t* device = static_cast<uint8_t*>(device_buffer_->ptr);
+    int32_t* lengths = reinterpret_cast<int32_t*>(host + lengths_at);
+    // In parts of at least kPartBytes: part k's copy runs while part k + 1 is packed.
+    const int64_t parts = std::clamp<int64_t>(batch * max_len / kPartBytes, 1, std::min<int64_t>(max_parts_, batch));
+    for (int64_t k = 0; k < parts; ++k) {
+      const int64_t first = batch * k / parts, last = batch * (k + 1) / parts;
+      write_rows(strings.views, max_len, host, lengths, first, last);
+      const size_t at = (size_t)(first * max_len), end = k + 1 < parts ? (size_t)(last * max_len) : bytes;
+      check_cuda(cudaMemcpyAsync(device + at, host + at, end - at, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+    }
     check_cuda(cudaEventRecord(copied_, stream_), "cudaEventRecord");
     StagedUploads::get().expect(device_buffer_->ptr, copied_);  // the encode reading it waits
     batch_ = batch, max_len_ = max_len, lengths_at_ = lengths_at;  // what device_arrays shows
@@ -210,6 +224,7 @@ class HostStaging {
  private:
 
   int device_;
+  int64_t max_parts_ = kMaxParts;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t copied_ = nullptr;
   std::unique_ptr<PinnedHost> host_;
