@@ -287,7 +287,8 @@ std::vector<unsigned long long> read_block_marks() {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCuda, (bbpe::encode_handler<bbpe::encode_cuda<true>, cudaStream_t>),
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
 // No host read-back. Not marked command-buffer compatible: XLA's capture of it into a CUDA
-// graph is not shown to work, and measured no faster (docs/design.md, "Lengths").
+// graph is not shown to work, and measured no faster (docs/design.md, "Lengths"); and the
+// handler must run at every call, to wait for a staged copy (cuda/staged_uploads.h).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BbpeEncodeCudaUnchecked, (bbpe::encode_handler<bbpe::encode_cuda<false>, cudaStream_t>),
                               bbpe::bind_encode(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()));
 // Every call of a corpus-job window (binding/window_ffi.h); no host read-back either.
