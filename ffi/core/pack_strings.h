@@ -78,7 +78,7 @@ inline StringViews string_views(nanobind::handle texts, int64_t& max_len) {
 // 1024 x 4096. Called with the GIL held, which it releases: the views' owners are the
 // caller's (StringViews::items).
 inline void write_rows(const std::vector<StringView>& views, int64_t max_len, uint8_t* data, int32_t* lengths,
-                       int64_t first, int64_t last) {
+                       int64_t first, int64_t last, int64_t bytes_per_thread = int64_t(1) << 19) {
   nanobind::gil_scoped_release unlocked;
   auto write = [&](int64_t lo, int64_t hi) {  // rows [first + lo, first + hi)
     for (int64_t b = first + lo; b < first + hi; ++b) {
@@ -88,7 +88,7 @@ inline void write_rows(const std::vector<StringView>& views, int64_t max_len, ui
       lengths[b] = (int32_t)views[b].second;
     }
   };
-  over_ranges(last - first, (last - first) * max_len, (int64_t)1 << 19, write);
+  over_ranges(last - first, (last - first) * max_len, bytes_per_thread, write);
 }
 
 // Every row (rows = views.size()).

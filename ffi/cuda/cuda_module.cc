@@ -178,7 +178,7 @@ class HostStaging {
     const int64_t parts = std::clamp<int64_t>(batch * max_len / kPartBytes, 1, std::min<int64_t>(max_parts_, batch));
     for (int64_t k = 0; k < parts; ++k) {
       const int64_t first = batch * k / parts, last = batch * (k + 1) / parts;
-      write_rows(strings.views, max_len, host, lengths, first, last);
+      write_rows(strings.views, max_len, host, lengths, first, last, std::max<int64_t>(kPartBytes / 8, 1 << 16));
       const size_t at = (size_t)(first * max_len), end = k + 1 < parts ? (size_t)(last * max_len) : bytes;
       check_cuda(cudaMemcpyAsync(device + at, host + at, end - at, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
     }
