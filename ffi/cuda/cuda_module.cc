@@ -125,8 +125,8 @@ struct PinnedHost {
 // (cuda/staged_uploads.h), any other reader after wait(). The event also guards the pinned
 // buffer.
 class HostStaging {
-  // (one DMA of 1 MiB ran at ~35 GB/s on the H200 host, of 4 MiB at ~49: smaller parts cost more
-  // in copy speed than they gain in overlap)
+  // (a smaller DMA runs well below the link's speed: more, smaller parts would lose in copy
+  // speed what they gain in overlap; docs/performance.md has the measurement)
   static constexpr int64_t kPartBytes = int64_t(1) << 20;
   static constexpr int64_t kMaxParts = 4;
 
