@@ -32,6 +32,9 @@ class HostStaging:
 
     def wait(self) -> None: ...
 
+    @property
+    def copy_pending(self) -> bool: ...
+
     def device_arrays(self) -> tuple: ...
 
     @property
