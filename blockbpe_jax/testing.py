@@ -170,11 +170,12 @@ def _as_tiktoken_classes(text: str) -> str:
     `regex`, which splits for the oracle, may know a newer Unicode version than tiktoken."""
     from .pretok import versions
 
-    new = [ch for ch in set(text) if ch >= "\x80" and ch not in _TIKTOKEN_ASSIGNED]
+    wide = {ch for ch in text if ch >= "\x80"}
+    new = [ch for ch in wide if ch not in _TIKTOKEN_ASSIGNED]
     if new:
         assigned = versions.assigned_in("tiktoken", "".join(new))
         _TIKTOKEN_ASSIGNED.update((ch, ord(ch) in assigned) for ch in new)
-    gone = [ch for ch in set(text) if ch >= "\x80" and not _TIKTOKEN_ASSIGNED[ch]]
+    gone = [ch for ch in wide if not _TIKTOKEN_ASSIGNED[ch]]
     return text.translate({ord(ch): "\ue000" for ch in gone}) if gone else text
 
 
