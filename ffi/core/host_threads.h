@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -30,6 +31,11 @@ inline int64_t host_cores() {
 // at a time; `run` returns false (the caller then starts threads of its own) when the pool is
 // busy with another caller's job, when called from one of its workers (a nested split), in a
 // forked child (the workers are the parent's), or with BLOCKBPE_WORKER_POOL=0 (for A/B runs).
+// After a job its workers, and the caller waiting for them, spin for a short while before
+// they sleep: waking a sleeping thread costs tens of microseconds on a virtual machine's
+// cores, and jobs come in runs (the parts of one staged upload, a batch's stages), so the
+// next job of a run finds its workers awake. BLOCKBPE_WORKER_SPIN_US sets the while (0: sleep
+// at once); it bounds the CPU time a job can cost beyond its work.
 class WorkerPool {
  public:
   static WorkerPool& get() {
@@ -49,8 +55,8 @@ class WorkerPool {
       body_ = &body;
       count_ = threads;
       wanted_ = std::min<int64_t>(threads - 1, workers_);
-      finished_ = 0;
-      ++generation_;
+      finished_.store(0);
+      generation_.fetch_add(1);
     }
     for (int64_t w = 1; w <= wanted_; ++w) wake_[w].notify_one();  // (only the workers needed)
     try {
@@ -67,6 +73,24 @@ class WorkerPool {
   WorkerPool() : pid_(getpid()) {
     const char* env = std::getenv("BLOCKBPE_WORKER_POOL");
     enabled_ = !(env && std::atoi(env) == 0) && host_cores() > 1;
+    if (const char* spin = std::getenv("BLOCKBPE_WORKER_SPIN_US")) spin_ = std::chrono::microseconds(std::max(0, std::atoi(spin)));
+  }
+
+  // Spins until done() or the spin time has passed; whether done() came true.
+  template <class Done>
+  bool spin_until(Done done) const {
+    if (done()) return true;
+    if (spin_.count() == 0) return false;
+    const auto until = std::chrono::steady_clock::now() + spin_;
+    do {
+      for (int k = 0; k < 64; ++k) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if (done()) return true;
+      }
+    } while (std::chrono::steady_clock::now() < until);
+    return done();
   }
 
   static bool& in_worker() {
@@ -81,8 +105,9 @@ class WorkerPool {
   }
 
   void wait_for_workers() {
+    spin_until([&] { return finished_.load() == wanted_; });  // (wanted_ is this job's, set by us)
     std::unique_lock<std::mutex> lock(m_);
-    done_.wait(lock, [&] { return finished_ == wanted_; });
+    done_.wait(lock, [&] { return finished_.load() == wanted_; });
     body_ = nullptr;
     lock.unlock();
     busy_.store(false);
@@ -91,16 +116,17 @@ class WorkerPool {
   void loop(int64_t w) {
     in_worker() = true;
     uint64_t seen = 0;
-    std::unique_lock<std::mutex> lock(m_);
     for (;;) {
-      wake_[w].wait(lock, [&] { return generation_ != seen && w <= wanted_; });
-      seen = generation_;
+      spin_until([&] { return generation_.load() != seen; });  // (then checked under the lock)
+      std::unique_lock<std::mutex> lock(m_);
+      wake_[w].wait(lock, [&] { return generation_.load() != seen && w <= wanted_; });
+      seen = generation_.load();
       const auto* body = body_;
       const int64_t count = count_, stride = workers_ + 1;
       lock.unlock();
       for (int64_t t = w; t < count; t += stride) (*body)(t);
       lock.lock();
-      if (++finished_ == wanted_) done_.notify_one();
+      if (finished_.fetch_add(1) + 1 == wanted_) done_.notify_one();
     }
   }
 
@@ -112,8 +138,10 @@ class WorkerPool {
   std::unique_ptr<std::condition_variable[]> wake_;  // one per worker: only the needed ones wake
   std::condition_variable done_;
   const std::function<void(int64_t)>* body_ = nullptr;
-  int64_t count_ = 0, wanted_ = 0, finished_ = 0;
-  uint64_t generation_ = 0;
+  int64_t count_ = 0, wanted_ = 0;
+  std::atomic<int64_t> finished_{0};  // (atomic: read while spinning, without the lock)
+  std::atomic<uint64_t> generation_{0};
+  std::chrono::microseconds spin_{50};
 };
 
 // body(t) for t in [0, threads): on the worker pool, else on threads started here.
