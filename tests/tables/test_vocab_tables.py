@@ -20,11 +20,10 @@ from blockbpe_jax.tables.build import (
     pair_hash_alt,
     piece_hash,
 )
-from blockbpe_jax.tables import probe
 from blockbpe_jax.tables.probe import lookup_pair, lookup_piece, piece_keys
 from blockbpe_jax.vocab import Vocab, bytes_to_unicode, load_tiktoken_file, load_tokenizer_json
 
-from helpers import VOCAB_CASES, pieces, sample_text
+from helpers import VOCAB_CASES, piece_hash_reference, pieces, probing_with_reference_hash, sample_text
 from synthetic import tiktoken_lines, tokenizer_json_doc, write, write_json
 
 
@@ -87,33 +86,18 @@ def test_two_choice_placement_reports_failure():
     assert _place_by_two_choices(first[1:], second[1:], 16) is not None
 
 
-def _piece_hash_reference(key: bytes) -> int:
-    """piece_hash restated in plain Python ints. Keys of up to 8 bytes: a multiply of their
-    little-endian word, the length mixed in; longer keys: 32-bit FNV-1a (the FNV authors'
-    algorithm). Also the cheap stand-in for piece_hash in the exhaustive lookups below: the real
-    one hashes a single key through the vectorised builder: ~0.1 ms a call, ~25 s over o200k."""
-    if len(key) <= 8:
-        word = int.from_bytes(key, "little")
-        return ((word * 0x9E3779B97F4A7C15) % 2**64 >> 32) ^ (len(key) * 0x85EBCA6B % 2**32)
-    h = 0x811C9DC5
-    for b in key:
-        h = ((h ^ b) * 0x01000193) % 2**32
-    return h
-
-
 def test_piece_hash_of_short_and_long_keys():
     for key in (b"foobarbaz", b"\x00" * 9, bytes(range(255))):
-        assert len(key) > 8 and piece_hash(key) == _piece_hash_reference(key)
+        assert len(key) > 8 and piece_hash(key) == piece_hash_reference(key)
     for key in (b"", b"a", b"a\x00", b"foobar", b"\xff" * 8):
-        assert piece_hash(key) == _piece_hash_reference(key)
+        assert piece_hash(key) == piece_hash_reference(key)
     assert piece_hash(b"a") != piece_hash(b"a\x00")  # (same word, different lengths)
 
 
 @pytest.fixture
-def reference_piece_hash(monkeypatch):
-    """lookup_piece probing with _piece_hash_reference: the same probe, an independent hash (a
-    table the builder's vectorised hash placed is found by it only where the two agree)."""
-    monkeypatch.setattr(probe, "piece_hash", _piece_hash_reference)
+def reference_piece_hash():
+    with probing_with_reference_hash():
+        yield
 
 
 @pytest.mark.parametrize("name", list(VOCAB_CASES))
@@ -164,7 +148,7 @@ def test_every_merge_and_piece_is_found(vocab, tables, name, reference_piece_has
     longest = sorted(v.mergeable_ids, key=lambda i: -len(v.token_bytes[i]))[:50]
     for token_id in [*v.mergeable_ids[::97], *longest]:
         key = v.token_bytes[token_id]
-        assert piece_hash(key) == _piece_hash_reference(key), key
+        assert piece_hash(key) == piece_hash_reference(key), key
     for (left, right), expected in v.merges.items():
         assert lookup_pair(t, left, right) == expected
     for token_id in v.mergeable_ids:
