@@ -23,7 +23,7 @@ from blockbpe_jax.tables.build import (
 from blockbpe_jax.tables.probe import lookup_pair, lookup_piece, piece_keys
 from blockbpe_jax.vocab import Vocab, bytes_to_unicode, load_tiktoken_file, load_tokenizer_json
 
-from helpers import VOCAB_CASES, pieces, sample_text
+from helpers import VOCAB_CASES, piece_hash_reference, pieces, probing_with_reference_hash, sample_text
 from synthetic import tiktoken_lines, tokenizer_json_doc, write, write_json
 
 
@@ -87,22 +87,17 @@ def test_two_choice_placement_reports_failure():
 
 
 def test_piece_hash_of_short_and_long_keys():
-    # Keys over 8 bytes: 32-bit FNV-1a (the FNV authors' algorithm, restated here).
-    def fnv1a(data):
-        h = 0x811C9DC5
-        for b in data:
-            h = ((h ^ b) * 0x01000193) % 2**32
-        return h
-
     for key in (b"foobarbaz", b"\x00" * 9, bytes(range(255))):
-        assert piece_hash(key) == fnv1a(key)
-    # Keys of up to 8 bytes: a multiply of their little-endian word, the length mixed in.
+        assert len(key) > 8 and piece_hash(key) == piece_hash_reference(key)
     for key in (b"", b"a", b"a\x00", b"foobar", b"\xff" * 8):
-        word = int.from_bytes(key, "little")
-        assert piece_hash(key) == ((word * 0x9E3779B97F4A7C15) % 2**64 >> 32) ^ (
-            len(key) * 0x85EBCA6B % 2**32
-        )
+        assert piece_hash(key) == piece_hash_reference(key)
     assert piece_hash(b"a") != piece_hash(b"a\x00")  # (same word, different lengths)
+
+
+@pytest.fixture
+def reference_piece_hash():
+    with probing_with_reference_hash():
+        yield
 
 
 @pytest.mark.parametrize("name", list(VOCAB_CASES))
@@ -147,8 +142,13 @@ def test_table_layout(vocab, tables, name):
 
 
 @pytest.mark.parametrize("name", list(VOCAB_CASES))
-def test_every_merge_and_piece_is_found(vocab, tables, name):
+def test_every_merge_and_piece_is_found(vocab, tables, name, reference_piece_hash):
     v, t = vocab(name), tables(name)
+    # piece_hash itself on real keys (a sample of every length: the lookups below use the reference)
+    longest = sorted(v.mergeable_ids, key=lambda i: -len(v.token_bytes[i]))[:50]
+    for token_id in [*v.mergeable_ids[::97], *longest]:
+        key = v.token_bytes[token_id]
+        assert piece_hash(key) == piece_hash_reference(key), key
     for (left, right), expected in v.merges.items():
         assert lookup_pair(t, left, right) == expected
     for token_id in v.mergeable_ids:
@@ -158,7 +158,7 @@ def test_every_merge_and_piece_is_found(vocab, tables, name):
 
 
 @pytest.mark.parametrize("name", ["r50k", "cl100k_hf", "llama3_hf"])
-def test_non_pairs_and_non_pieces_are_absent(vocab, tables, name):
+def test_non_pairs_and_non_pieces_are_absent(vocab, tables, name, reference_piece_hash):
     v, t = vocab(name), tables(name)
     rng = random.Random(name)
     ids = list(v.mergeable_ids)
