@@ -21,8 +21,14 @@ namespace bbpe {
 
 // The host's cores, read once: glibc answers hardware_concurrency() by reading
 // /sys/devices/system/cpu/online, two system calls that cost more than encoding a short string.
+// BLOCKBPE_HOST_THREADS=N: N instead (a training host's other work keeps the rest; tests run
+// the pool with more workers than the machine has cores).
 inline int64_t host_cores() {
-  static const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  static const int64_t cores = [] {
+    const char* env = std::getenv("BLOCKBPE_HOST_THREADS");
+    const int64_t asked = env ? std::atoll(env) : 0;
+    return asked >= 1 ? std::min<int64_t>(asked, 1024) : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  }();
   return cores;
 }
 

@@ -18,7 +18,7 @@ import pytest
 import blockbpe_jax as bb
 from blockbpe_jax.ops import primitive as ops
 
-from helpers import load_tokenizer
+from helpers import compile_cpp, load_tokenizer
 
 pytestmark = pytest.mark.usefixtures("data_dir")
 
@@ -93,3 +93,20 @@ def test_pool_turned_off(tok, tmp_path):
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout) == want
+
+
+@pytest.mark.parametrize("spin_us", ["50", "0"], ids=["spinning", "sleeping"])
+def test_pool_under_thread_sanitizer(tmp_path, spin_us):
+    """The pool's hand-offs (a job published, workers spinning or asleep, the join) are
+    data-race free by ThreadSanitizer, whether the workers spin after a job or sleep at once."""
+    out = tmp_path / "host_threads_sanitized"
+    built = compile_cpp("host_threads_sanitized.cc", out, "-O1", "-g", "-pthread", "-fsanitize=thread")
+    if built.returncode != 0 and "sanitize" in built.stderr and "cannot find" in built.stderr:
+        pytest.skip(f"this compiler has no ThreadSanitizer runtime: {built.stderr.strip()[:200]}")
+    assert built.returncode == 0, built.stderr
+    # (eight threads whatever the machine has: a pool of seven workers even on two cores)
+    env = dict(
+        os.environ, BLOCKBPE_WORKER_SPIN_US=spin_us, BLOCKBPE_HOST_THREADS="8", TSAN_OPTIONS="halt_on_error=1"
+    )
+    run = subprocess.run([str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr[-3000:]
