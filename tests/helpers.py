@@ -51,6 +51,17 @@ def compile_cpp(source: str, out: Path, *flags: str) -> subprocess.CompletedProc
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+def compile_sanitized(source: str, out: Path, sanitizers: str) -> Path:
+    """compile_cpp with -fsanitize=`sanitizers` (and -O1 -g -pthread, no recovery); skips the
+    calling test where the compiler has no runtime for them, fails it on any other error."""
+    flags = ("-O1", "-g", "-pthread", f"-fsanitize={sanitizers}", "-fno-sanitize-recover=all")
+    built = compile_cpp(source, out, *flags)
+    if built.returncode != 0 and "sanitize" in built.stderr and "cannot find" in built.stderr:
+        pytest.skip(f"this compiler has no {sanitizers} sanitizer runtime: {built.stderr.strip()[:200]}")
+    assert built.returncode == 0, built.stderr
+    return out
+
+
 def unicodedata16():
     """The unicodedata2 module at Unicode 16.0 (the tables' version: the NFC oracle of the
     normalizer tests), or the test is skipped saying what to install."""
