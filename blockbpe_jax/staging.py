@@ -59,7 +59,8 @@ class _Slot:
         self.encode_waits = False  # the last fill went to an encode that waits for its copy
 
     def fill(self, texts, max_len: int) -> tuple[int, int]:
-        """Packs `texts` and starts their copy; returns the shape (B, L) for `views`."""
+        """Checks `texts` and starts packing and copying them (on the slot's own thread, while
+        the caller goes on to dispatch the encode); returns the shape (B, L) for `views`."""
         if self.encode_waits and self.native.copy_pending:
             raise RuntimeError(
                 "blockbpe_jax staging: a staged batch was handed to a computation that did not "
@@ -265,7 +266,8 @@ def pinned_empty(nbytes: int, device):
 
 def stage_strings(texts, *, max_len: int | None, device) -> Staged:
     """Packs `texts` (like `pack_strings`) straight into pinned memory and uploads them to
-    `device` (a CUDA GPU). Raises what `pack_strings` raises for bad items or lengths."""
+    `device` (a CUDA GPU), both in the background. Raises at once what `pack_strings` raises
+    for bad items or lengths."""
     return _stage(device, lambda slot: slot.fill(texts, -1 if max_len is None else int(max_len)))
 
 

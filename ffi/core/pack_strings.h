@@ -75,11 +75,11 @@ inline StringViews string_views(nanobind::handle texts, int64_t& max_len) {
 // Rows [first, last) of data[rows, max_len]: row b gets string b and zeros after it, lengths[b]
 // its byte count. Rows are independent, so a batch of several MiB is written by several
 // threads: one core's memcpy and memset speed is what encode_batch's host side waits for at
-// 1024 x 4096. Called with the GIL held, which it releases: the views' owners are the
-// caller's (StringViews::items).
-inline void write_rows(const std::vector<StringView>& views, int64_t max_len, uint8_t* data, int32_t* lengths,
-                       int64_t first, int64_t last, int64_t bytes_per_thread = int64_t(1) << 19) {
-  nanobind::gil_scoped_release unlocked;
+// 1024 x 4096. Needs no GIL (a thread without it may call this): the views' owners are the
+// caller's (StringViews::items), kept alive until it returns.
+inline void write_rows_unlocked(const std::vector<StringView>& views, int64_t max_len, uint8_t* data,
+                                int32_t* lengths, int64_t first, int64_t last,
+                                int64_t bytes_per_thread = int64_t(1) << 19) {
   auto write = [&](int64_t lo, int64_t hi) {  // rows [first + lo, first + hi)
     for (int64_t b = first + lo; b < first + hi; ++b) {
       uint8_t* row = data + b * max_len;
@@ -91,9 +91,10 @@ inline void write_rows(const std::vector<StringView>& views, int64_t max_len, ui
   over_ranges(last - first, (last - first) * max_len, bytes_per_thread, write);
 }
 
-// Every row (rows = views.size()).
+// Every row (rows = views.size()), called with the GIL held, which it releases meanwhile.
 inline void write_rows(const std::vector<StringView>& views, int64_t max_len, uint8_t* data, int32_t* lengths) {
-  write_rows(views, max_len, data, lengths, 0, (int64_t)views.size());
+  nanobind::gil_scoped_release unlocked;
+  write_rows_unlocked(views, max_len, data, lengths, 0, (int64_t)views.size());
 }
 
 }  // namespace bbpe

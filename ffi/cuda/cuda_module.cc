@@ -6,11 +6,14 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "binding/window_ffi.h"
@@ -120,10 +123,11 @@ struct PinnedHost {
 // event marking the end of the last copy. JAX's own transfer of a NumPy argument costs
 // 150-250 us of fixed overhead per array on the H200 (benchmarks/host_path.py), more than the
 // kernel takes for 1024 x 512 bytes; this path is one memcpy into pinned memory and a DMA per
-// part of it. The caller (staging.py) hands a slot out again only after the computation that
-// read its device buffer has finished; the encode waits for the copy on the GPU
-// (cuda/staged_uploads.h), any other reader after wait(). The event also guards the pinned
-// buffer.
+// part of it. `upload` checks the batch and returns; the rows are packed and copied by the
+// slot's own thread (the packer) while the caller dispatches the encode, which waits for the
+// copy on the GPU (cuda/staged_uploads.h); any other reader calls wait() first. The caller
+// (staging.py) hands a slot out again only after the computation that read its device buffer
+// has finished. The event also guards the pinned buffer.
 class HostStaging {
   // (a smaller DMA runs well below the link's speed: more, smaller parts would lose in copy
   // speed what they gain in overlap; docs/performance.md has the measurement)
@@ -134,11 +138,23 @@ class HostStaging {
   explicit HostStaging(int device) : device_(device) {
     // BLOCKBPE_STAGING_PARTS=1: one copy after the whole batch is packed (for A/B runs).
     if (const char* parts = std::getenv("BLOCKBPE_STAGING_PARTS")) max_parts_ = std::clamp<int64_t>(std::atoll(parts), 1, 64);
+    // BLOCKBPE_STAGING_BACKGROUND=0: packed on the caller's thread before upload returns (A/B).
+    if (const char* bg = std::getenv("BLOCKBPE_STAGING_BACKGROUND")) background_ = std::atoi(bg) != 0;
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~HostStaging() {
+    if (packer_.joinable()) {
+      {
+        nb::gil_scoped_release unlocked;
+        std::unique_lock<std::mutex> lock(m_);
+        packed_cv_.wait(lock, [&] { return !job_; });
+        stop_ = true;
+      }
+      job_cv_.notify_one();
+      packer_.join();
+    }
     if (device_buffer_) StagedUploads::get().withdraw(device_buffer_->ptr);
     cudaSetDevice(device_);
     cudaEventSynchronize(copied_);
@@ -148,10 +164,10 @@ class HostStaging {
   HostStaging(const HostStaging&) = delete;
   HostStaging& operator=(const HostStaging&) = delete;
 
-  // Packs `texts` (the rule of core/pack_strings.h) into the pinned buffer and starts its copy to
-  // the device. Returns (batch, max_len) of the packed rows.
+  // Checks `texts` (the rule of core/pack_strings.h) and starts packing them into the pinned
+  // buffer and copying them to the device. Returns (batch, max_len) of the packed rows.
   std::pair<int64_t, int64_t> upload(nb::handle texts, int64_t max_len) {
-    const StringViews strings = string_views(texts, max_len);
+    StringViews strings = string_views(texts, max_len);
     const int64_t batch = (int64_t)strings.views.size();
     if (batch == 0 || max_len == 0) throw nb::value_error("HostStaging: empty batch or rows");
     // Lengths after the rows, at a 256-byte boundary (JAX imports aligned buffers only).
@@ -159,9 +175,11 @@ class HostStaging {
     const size_t bytes = lengths_at + (size_t)batch * sizeof(int32_t);
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     {
-      nb::gil_scoped_release unlocked;  // the previous copy out of the pinned rows
+      nb::gil_scoped_release unlocked;  // the previous batch packed, its copy out of the pinned rows
+      wait_packed();
       check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
     }
+    strings_.reset();  // (the last batch's strings: given back with the GIL held)
     if (device_buffer_) StagedUploads::get().withdraw(device_buffer_->ptr);
     if (bytes > capacity_) {
       const size_t grown = std::max(bytes, capacity_ * 2);
@@ -173,27 +191,30 @@ class HostStaging {
       capacity_ = grown;
       ++generation_;
     }
-    uint8_t* host = static_cast<uint8_t*>(host_->ptr);
-    uint8_t* device = static_cast<uint8_t*>(device_buffer_->ptr);
-    int32_t* lengths = reinterpret_cast<int32_t*>(host + lengths_at);
-    // In parts of at least kPartBytes: part k's copy runs while part k + 1 is packed.
-    const int64_t parts = std::clamp<int64_t>(batch * max_len / kPartBytes, 1, std::min<int64_t>(max_parts_, batch));
-    for (int64_t k = 0; k < parts; ++k) {
-      const int64_t first = batch * k / parts, last = batch * (k + 1) / parts;
-      write_rows(strings.views, max_len, host, lengths, first, last, std::max<int64_t>(kPartBytes / 8, 1 << 16));
-      const size_t at = (size_t)(first * max_len), end = k + 1 < parts ? (size_t)(last * max_len) : bytes;
-      check_cuda(cudaMemcpyAsync(device + at, host + at, end - at, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
-    }
-    check_cuda(cudaEventRecord(copied_, stream_), "cudaEventRecord");
-    StagedUploads::get().expect(device_buffer_->ptr, copied_);  // the encode reading it waits
     batch_ = batch, max_len_ = max_len, lengths_at_ = lengths_at;  // what device_arrays shows
+    StagedUploads::get().expect(device_buffer_->ptr, copied_);  // the encode reading it waits
+    strings_ = std::make_unique<StringViews>(std::move(strings));
+    if (!background_) {
+      nb::gil_scoped_release unlocked;
+      pack_error_ = pack_and_copy();
+      StagedUploads::get().recorded(device_buffer_->ptr, pack_error_);
+      check_cuda(pack_error_, "packing the staged batch");
+      return {batch_, max_len_};
+    }
+    if (!packer_.joinable()) packer_ = std::thread([this] { packer_loop(); });
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      job_ = true;
+    }
+    job_cv_.notify_one();
     return {batch_, max_len_};
   }
 
-  // Blocks until the last copy has ended (the GIL released meanwhile).
+  // Blocks until the last batch is packed and its copy has ended (the GIL released meanwhile).
   void wait() {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     nb::gil_scoped_release unlocked;
+    check_cuda(wait_packed(), "packing the staged batch");
     check_cuda(cudaEventSynchronize(copied_), "cudaEventSynchronize");
   }
 
@@ -224,9 +245,56 @@ class HostStaging {
   int64_t generation() const { return generation_; }
 
  private:
+  // The batch in strings_ into the pinned rows and onto the copy stream, in parts of at least
+  // kPartBytes (part k's copy runs while part k + 1 is packed); then the event recorded.
+  cudaError_t pack_and_copy() {
+    cudaError_t err = cudaSetDevice(device_);
+    uint8_t* host = static_cast<uint8_t*>(host_->ptr);
+    uint8_t* device = static_cast<uint8_t*>(device_buffer_->ptr);
+    int32_t* lengths = reinterpret_cast<int32_t*>(host + lengths_at_);
+    const int64_t batch = batch_, max_len = max_len_;
+    const int64_t parts = std::clamp<int64_t>(batch * max_len / kPartBytes, 1, std::min<int64_t>(max_parts_, batch));
+    for (int64_t k = 0; k < parts && err == cudaSuccess; ++k) {
+      const int64_t first = batch * k / parts, last = batch * (k + 1) / parts;
+      write_rows_unlocked(strings_->views, max_len, host, lengths, first, last,
+                          std::max<int64_t>(kPartBytes / 8, 1 << 16));
+      const size_t at = (size_t)(first * max_len), end = k + 1 < parts ? (size_t)(last * max_len) : lengths_at_ + batch * 4;
+      err = cudaMemcpyAsync(device + at, host + at, end - at, cudaMemcpyHostToDevice, stream_);
+    }
+    if (err == cudaSuccess) err = cudaEventRecord(copied_, stream_);
+    return err;
+  }
+
+  void packer_loop() {
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      job_cv_.wait(lock, [&] { return job_ || stop_; });
+      if (stop_) return;
+      lock.unlock();
+      cudaError_t err;
+      try {
+        err = pack_and_copy();
+      } catch (...) {  // (no thread for the split: reported like a failed copy, not a crash)
+        err = cudaErrorUnknown;
+      }
+      StagedUploads::get().recorded(device_buffer_->ptr, err);
+      lock.lock();
+      pack_error_ = err;
+      job_ = false;
+      packed_cv_.notify_all();
+    }
+  }
+
+  // Waits until no batch is being packed; the last one's error.
+  cudaError_t wait_packed() {
+    std::unique_lock<std::mutex> lock(m_);
+    packed_cv_.wait(lock, [&] { return !job_; });
+    return pack_error_;
+  }
 
   int device_;
   int64_t max_parts_ = kMaxParts;
+  bool background_ = true;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t copied_ = nullptr;
   std::unique_ptr<PinnedHost> host_;
@@ -235,6 +303,13 @@ class HostStaging {
   int64_t batch_ = 0, max_len_ = 0;
   size_t lengths_at_ = 0;
   int64_t generation_ = 0;  // device buffers allocated so far
+  // The packer: one batch at a time (job_ from upload until it is packed and its copy queued).
+  std::unique_ptr<StringViews> strings_;  // the batch's strings, alive until the next upload
+  std::thread packer_;
+  std::mutex m_;
+  std::condition_variable job_cv_, packed_cv_;
+  bool job_ = false, stop_ = false;
+  cudaError_t pack_error_ = cudaSuccess;
 };
 
 // Device buffers copied to host arrays through one page-locked buffer on a private stream.

@@ -386,6 +386,33 @@ def test_the_encode_waits_for_the_staged_copy_gpu(tok, corpus_texts):
     np.testing.assert_array_equal(np.asarray(out.counts), np.asarray(want.counts))
 
 
+@needs_gpu
+def test_the_batch_is_packed_after_upload_returns_gpu(tok, corpus_texts):
+    """The rows are packed on the slot's own thread after `upload` returns: the caller's list
+    may be emptied and its strings freed at once (the slot holds its own references), and a
+    reader that is not the encode (`wait`, then the views) sees every byte."""
+    device = gpu_devices()[0]
+    want_texts = corpus_texts[:1024]
+    want = np.asarray(bb.pack_strings(want_texts, max_len=4096)[0])
+    staging_slot = native.cuda.HostStaging(device.local_hardware_id)
+    for _ in range(3):
+        texts = [t.encode().decode() for t in want_texts]  # (fresh objects, freed below)
+        staging_slot.upload(texts, 4096)
+        texts.clear()
+        del texts
+        staging_slot.wait()
+        data, lengths = (jax.dlpack.from_dlpack(a) for a in staging_slot.device_arrays())
+        np.testing.assert_array_equal(np.asarray(data), want)
+        np.testing.assert_array_equal(np.asarray(lengths), [len(t.encode()) for t in want_texts])
+    # the encode's own path, the strings freed before the result is read
+    texts = [t.encode().decode() for t in want_texts]
+    out = tok.encode_batch(texts, max_len=4096, device=device)
+    texts.clear()
+    del texts
+    ref = bb.encode(*bb.pack_strings(want_texts, max_len=4096), tok, max_tokens=4096)
+    np.testing.assert_array_equal(np.asarray(out.ids), np.asarray(ref.ids))
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     n=st.integers(0, 8),
