@@ -392,7 +392,7 @@ def test_the_batch_is_packed_after_upload_returns_gpu(tok, corpus_texts):
     may be emptied and its strings freed at once (the slot holds its own references), and a
     reader that is not the encode (`wait`, then the views) sees every byte."""
     device = gpu_devices()[0]
-    want_texts = corpus_texts[:1024]
+    want_texts = (corpus_texts * 2)[:1200]  # (over 2 MiB: packed and copied in parts)
     want = np.asarray(bb.pack_strings(want_texts, max_len=4096)[0])
     staging_slot = native.cuda.HostStaging(device.local_hardware_id)
     for _ in range(3):
