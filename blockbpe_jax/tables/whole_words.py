@@ -81,6 +81,7 @@ def whole_word_ids(
     if ids.size == 0:
         return ids
     from .. import native
+    from .build import PIECE_LEN
 
     encodes_to_itself = native.cpu.char_self_encoding(
         pair_table,
@@ -90,7 +91,7 @@ def whole_word_ids(
         data,
         char_table,
         *char_runs,
-        max_piece_len=int(piece_table[:, 2].max(initial=1)),
+        max_piece_len=int(piece_table[:, PIECE_LEN].max(initial=1)),
         ids=ids.astype(np.int32),
     )
     return ids[encodes_to_itself.astype(bool)]
