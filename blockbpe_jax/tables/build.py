@@ -391,7 +391,7 @@ def _build_char_tables(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair
     longest = int(key_lengths.max(initial=1))
     char_table[CHAR_TABLE_WHOLE_WORDS] = 0
     words = whole_word_ids(
-        vocab, offsets, extended, pair_table, table, char_table, char_runs, MAX_PIECE_TABLE_LEN
+        vocab, offsets, extended, pair_table, table, longest, char_table, char_runs, MAX_PIECE_TABLE_LEN
     )
     if words.size:  # the characters' keys first (placed first, they stay nearest their home)
         lengths = offsets[words + 1].astype(np.int64) - offsets[words]
