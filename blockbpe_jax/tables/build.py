@@ -9,14 +9,18 @@ change them only together with it. All arrays are int32 unless noted.
   issues both at once) and a miss is known without a walk. P = the smallest power of two
   >= max(16, 2 * number of merges) (at most half full) at which the placement succeeds (it
   doubles P on the rare failure; never for the shared vocabularies).
-* piece table, int32[Q, 4]: whole pieces (piece bytes -> token id), linear probing from the
-  home slot piece_hash(bytes) & (Q-1). A key of at most SHORT_KEY_LEN (8) bytes is its own row:
-  (low half of its bytes read as a little-endian uint64, token_id, byte_len, high half), its
-  hash a multiply of that word; a longer key's row is (int32 view of its FNV-1a hash, token_id,
-  byte_len, offset of the token's bytes in token_data), and a hit must still compare bytes.
-  An empty row is all -1 (test token_id == -1: a real hash or key half may be 0xFFFFFFFF). Q = power of two >= max(16, 2 *
-  number of keys). Which tokens it holds (`whole_piece_ids`, of at most 255 bytes, never
-  specials): with the vocabulary's whole-piece rule (tiktoken; HF's ignore_merges) every
+* piece table, int32[Q, 8] (32-byte rows; core/bpe_core.h's lookup_piece reads them, the GPU
+  as two 16-byte loads): whole pieces (piece bytes -> token id), linear probing from the home
+  slot piece_hash(bytes) & (Q-1). Columns 0-3 are the key, 4 the token_id, 5 the byte_len, 6-7
+  zero. A key of at most SHORT_KEY_LEN (16) bytes is its own row: its bytes 0-3, 4-7, 8-11,
+  12-15 as four little-endian words (zero past byte_len), found by a hash of the words' two
+  little-endian uint64 halves and the length (piece_hash) and confirmed by comparing the words
+  and the length, with no read of token_data. A longer key's row is (int32 view of its FNV-1a
+  hash, offset of the token's bytes in token_data, 0, 0, token_id, byte_len, 0, 0), and a hit
+  must still compare bytes (byte_len tells the two kinds of rows apart). An empty row is all
+  -1 (test token_id == -1: a real hash or key word may be 0xFFFFFFFF). Q = power of two >=
+  max(16, 2 * number of keys). Which tokens it holds (`whole_piece_ids`, of at most 255 bytes,
+  never specials): with the vocabulary's whole-piece rule (tiktoken; HF's ignore_merges) every
   mergeable token, since a piece that is a token encodes to it; without it (HF tokenizers'
   BPE) only the self-encoding tokens, those that the merges make from their own bytes, so a
   piece found there encodes to what merging it gives: the table changes no output, it only
@@ -63,8 +67,12 @@ __all__ = [
 MAX_PIECE_TABLE_LEN = 255  # longer tokens are never looked up whole (the C++ side caps pieces)
 
 _U32 = 0xFFFFFFFF
-SHORT_KEY_LEN = 8  # kShortKeyLen (ffi/core/bpe_core.h)
-_SHORT_KEY_MUL = 0x9E3779B97F4A7C15
+SHORT_KEY_LEN = 16  # kShortKeyLen (ffi/core/bpe_core.h)
+PIECE_ROW_INTS = 8  # kPieceRowInts: the piece table's columns
+PIECE_ID, PIECE_LEN = 4, 5  # the piece table's token_id and byte_len columns
+_SHORT_KEY_MUL_LO = 0x9E3779B97F4A7C15
+_SHORT_KEY_MUL_HI = 0xC2B2AE3D27D4EB4F
+_SHORT_KEY_MUL_MIX = 0x165667B19E3779F9
 _SHORT_KEY_LEN_MUL = 0x85EBCA6B
 _FNV_OFFSET = 0x811C9DC5
 _FNV_PRIME = 0x01000193
@@ -113,14 +121,25 @@ def _pair_hash_alt_int(left: int, right: int) -> int:
 
 
 def piece_hash(data: bytes) -> int:
-    """The piece table's hash of a key: a multiply of a short key's little-endian word (at most
+    """The piece table's hash of a key: a mix of a short key's two little-endian halves (at most
     SHORT_KEY_LEN bytes), else 32-bit FNV-1a (_piece_keys of the one key)."""
-    hashes, _, _ = _piece_keys(np.frombuffer(data, dtype=np.uint8), np.zeros(1), np.array([len(data)]))
+    hashes, _ = _piece_keys(np.frombuffer(data, dtype=np.uint8), np.zeros(1), np.array([len(data)]))
     return int(hashes[0])
 
 
+def _short_key_hash(lo: np.ndarray, hi: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """short_key_hash (ffi/core/bpe_core.h) of uint64 halves: both multiplied, folded, multiplied
+    again (so the slot bits see every byte), the length mixed in."""
+    with np.errstate(over="ignore"):
+        x = (lo * np.uint64(_SHORT_KEY_MUL_LO)) ^ (hi * np.uint64(_SHORT_KEY_MUL_HI))
+        x ^= x >> np.uint64(32)
+        return ((x * np.uint64(_SHORT_KEY_MUL_MIX)) >> np.uint64(32)).astype(np.uint32) ^ (
+            lengths.astype(np.uint32) * np.uint32(_SHORT_KEY_LEN_MUL)
+        )
+
+
 def _piece_keys(token_data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple:
-    """(hash, first column, last column) of many keys at once (the rows' layout above): one
+    """(hash, int32[N, 4] key columns) of many keys at once (the rows' layout above): one
     vectorised step per byte position, over the keys that are still that long (sorted longest
     first, so they are a prefix of the order)."""
     starts = np.asarray(starts, dtype=np.int64)
@@ -128,7 +147,7 @@ def _piece_keys(token_data: np.ndarray, starts: np.ndarray, lengths: np.ndarray)
     longest_first = np.argsort(-lengths, kind="stable")
     sorted_lengths = lengths[longest_first]
     h = np.full(len(lengths), _FNV_OFFSET, dtype=np.uint32)
-    key = np.zeros(len(lengths), dtype=np.uint64)
+    halves = np.zeros((2, len(lengths)), dtype=np.uint64)  # a short key's bytes 0-7 and 8-15
     with np.errstate(over="ignore"):
         for position in range(int(sorted_lengths[0]) if len(lengths) else 0):
             still_long = longest_first[: np.searchsorted(-sorted_lengths, -position, side="left")]
@@ -136,15 +155,21 @@ def _piece_keys(token_data: np.ndarray, starts: np.ndarray, lengths: np.ndarray)
             h[still_long] ^= byte
             h[still_long] *= np.uint32(_FNV_PRIME)
             if position < SHORT_KEY_LEN:
-                key[still_long] |= byte.astype(np.uint64) << np.uint64(8 * position)
-        short = lengths <= SHORT_KEY_LEN
-        short_hash = ((key * np.uint64(_SHORT_KEY_MUL)) >> np.uint64(32)).astype(np.uint32) ^ (
-            lengths.astype(np.uint32) * np.uint32(_SHORT_KEY_LEN_MUL)
-        )
-    h = np.where(short, short_hash, h)
-    first = np.where(short, (key & np.uint64(_U32)).astype(np.uint32), h).view(np.int32)
-    last = np.where(short, key >> np.uint64(32), starts.astype(np.uint64)).astype(np.uint32).view(np.int32)
-    return h, first, last
+                halves[position // 8, still_long] |= byte.astype(np.uint64) << np.uint64(8 * (position % 8))
+    short = lengths <= SHORT_KEY_LEN
+    h = np.where(short, _short_key_hash(halves[0], halves[1], lengths), h)
+    words = np.stack(
+        [
+            halves[0] & np.uint64(_U32),
+            halves[0] >> np.uint64(32),
+            halves[1] & np.uint64(_U32),
+            halves[1] >> np.uint64(32),
+        ],
+        axis=1,
+    ).astype(np.uint32)
+    long_words = np.zeros_like(words)
+    long_words[:, 0], long_words[:, 1] = h, starts.astype(np.uint32)
+    return h, np.where(short[:, None], words, long_words).view(np.int32)
 
 
 # --------------------------------------------------------------------------------------------
@@ -231,7 +256,7 @@ def _place_by_two_choices(
 class VocabTables:
     pair_table: np.ndarray  # int32[P, 4]: (left, right, rank, merged_id); empty = -1s
     byte_ids: np.ndarray  # int32[256]
-    # int32[Q, 4]: (key word or hash, token_id, byte_len, key word or offset); empty = -1s
+    # int32[Q, 8]: (4 key words, or hash, offset, 0, 0; token_id, byte_len, 0, 0); empty = -1s
     piece_table: np.ndarray
     token_offsets: np.ndarray  # int32[V+1]
     token_data: np.ndarray  # uint8[max(1, D)]
@@ -319,13 +344,13 @@ def _build_piece_table(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair
 def _piece_rows(token_data: np.ndarray, ids, lengths, starts, capacity: int) -> np.ndarray:
     """The piece table (layout above) of keys with these token ids, byte lengths and offsets of
     their bytes in token_data."""
-    hashes, first, last = _piece_keys(token_data, starts, lengths)
-    table = np.full((capacity, 4), -1, dtype=np.int32)
+    hashes, keys = _piece_keys(token_data, starts, lengths)
+    table = np.full((capacity, PIECE_ROW_INTS), -1, dtype=np.int32)
     slots = _place_by_linear_probing(hashes, capacity)
-    table[slots, 0] = first
-    table[slots, 1] = ids
-    table[slots, 2] = lengths
-    table[slots, 3] = last
+    table[slots, :4] = keys
+    table[slots, PIECE_ID] = ids
+    table[slots, PIECE_LEN] = lengths
+    table[slots, PIECE_LEN + 1 :] = 0
     return table
 
 
@@ -366,7 +391,7 @@ def _build_char_tables(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair
     longest = int(key_lengths.max(initial=1))
     char_table[CHAR_TABLE_WHOLE_WORDS] = 0
     words = whole_word_ids(
-        vocab, offsets, extended, pair_table, table, char_table, char_runs, MAX_PIECE_TABLE_LEN
+        vocab, offsets, extended, pair_table, table, longest, char_table, char_runs, MAX_PIECE_TABLE_LEN
     )
     if words.size:  # the characters' keys first (placed first, they stay nearest their home)
         lengths = offsets[words + 1].astype(np.int64) - offsets[words]

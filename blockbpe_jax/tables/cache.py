@@ -22,7 +22,7 @@ from . import build
 from ..disk_cache import kept_npz
 from ..vocab.model import TiktokenMerges
 
-TABLE_FORMAT = 1  # the entries' own layout (fields as saved below)
+TABLE_FORMAT = 2  # the entries' own layout (fields as saved below)
 
 
 @functools.lru_cache(maxsize=1)

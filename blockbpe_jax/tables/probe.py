@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from blockbpe_jax.tables.build import (
     _U32,
+    PIECE_ID,
+    PIECE_LEN,
     SHORT_KEY_LEN,
     VocabTables,
     _pair_hash_alt_int,
@@ -26,34 +28,36 @@ def lookup_pair(tables: VocabTables, left: int, right: int) -> tuple[int, int] |
     return None
 
 
-def _row_key(tables: VocabTables, first: int, n: int, last: int) -> bytes:
-    """The key of a full piece-table row (build.py's layout: a short key in its row, a long one
-    in token_data at the row's offset)."""
+def _row_key(tables: VocabTables, row: list[int]) -> bytes:
+    """The key of a full piece-table row (build.py's layout: a short key's bytes are its four
+    key words, a long key's are in token_data at the row's offset)."""
+    n = row[PIECE_LEN]
     if n <= SHORT_KEY_LEN:
-        return (((last & _U32) << 32) | (first & _U32)).to_bytes(8, "little")[:n]
-    return tables.token_data[last : last + n].tobytes()
+        return b"".join((word & _U32).to_bytes(4, "little") for word in row[:4])[:n]
+    return tables.token_data[row[1] : row[1] + n].tobytes()
 
 
 def piece_keys(tables: VocabTables) -> dict[int, bytes]:
     """Each full piece-table row's token id -> its key's bytes."""
-    rows = tables.piece_table[tables.piece_table[:, 1] >= 0].tolist()
-    return {token_id: _row_key(tables, first, n, last) for first, token_id, n, last in rows}
+    rows = tables.piece_table[tables.piece_table[:, PIECE_ID] >= 0].tolist()
+    return {row[PIECE_ID]: _row_key(tables, row) for row in rows}
 
 
 def lookup_piece(tables: VocabTables, data: bytes) -> int | None:
     """The token id the piece table gives the bytes `data` (a whole piece), or None: linear
-    probing from the hash's home slot; a long key's row must also hold its hash."""
+    probing from the hash's home slot; a short key's row must hold its bytes, a long key's its
+    hash (then its bytes in token_data)."""
     table = tables.piece_table
     mask = table.shape[0] - 1
     h = piece_hash(data)
     h32 = h - (1 << 32) if h >= 1 << 31 else h  # (the int32 view of the row's first column)
     slot = h & mask
     for _ in range(table.shape[0]):
-        first, token_id, byte_len, last = table[slot].tolist()
-        if token_id == -1:
+        row = table[slot].tolist()
+        if row[PIECE_ID] == -1:
             return None
-        if byte_len == len(data) and (byte_len <= SHORT_KEY_LEN or first == h32):
-            if _row_key(tables, first, byte_len, last) == data:
-                return token_id
+        if row[PIECE_LEN] == len(data) and (len(data) <= SHORT_KEY_LEN or row[0] == h32):
+            if _row_key(tables, row) == data:
+                return row[PIECE_ID]
         slot = (slot + 1) & mask
     return None

@@ -47,6 +47,7 @@ def whole_word_ids(
     data: np.ndarray,
     pair_table: np.ndarray,
     piece_table: np.ndarray,
+    char_key_len: int,
     char_table: np.ndarray,
     char_runs: tuple,
     longest: int,
@@ -60,6 +61,7 @@ def whole_word_ids(
         offsets, data: token_offsets and token_data (tables/build.py's layout).
         pair_table: the vocabulary's pair table.
         piece_table, char_table, char_runs: the character tables, without words.
+        char_key_len: the piece table's longest key (its max_piece_len), in bytes.
         longest: the longest word key, in bytes.
 
     Returns:
@@ -90,7 +92,7 @@ def whole_word_ids(
         data,
         char_table,
         *char_runs,
-        max_piece_len=int(piece_table[:, 2].max(initial=1)),
+        max_piece_len=char_key_len,
         ids=ids.astype(np.int32),
     )
     return ids[encodes_to_itself.astype(bool)]

@@ -98,9 +98,10 @@ inline ffi::Error make_table_params(const char* target, const TableOperands& t, 
   const int64_t pair_rows = t.pair_table.size / 4;
   if (t.pair_table.size % 4 != 0 || !is_power_of_two(pair_rows))
     return bad("pair_table must be int32[P, 4] with P a power of two");
-  const int64_t piece_rows = t.piece_table.size / 4;
-  if (t.piece_table.size % 4 != 0 || !is_power_of_two(piece_rows))
-    return bad("piece_table must be int32[Q, 4] with Q a power of two");
+  const int64_t piece_rows = t.piece_table.size / kPieceRowInts;
+  if (t.piece_table.width != kPieceRowInts || t.piece_table.size % kPieceRowInts != 0 ||
+      !is_power_of_two(piece_rows))
+    return bad("piece_table must be int32[Q, 8] with Q a power of two");
   if (t.byte_ids.size != 256) return bad("byte_ids must be int32[256]");
   if (t.token_offsets.size < 2 || t.token_data.size < 1)
     return bad("the token tables are empty");

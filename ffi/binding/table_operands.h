@@ -20,7 +20,7 @@ namespace ffi = xla::ffi;
 #define BBPE_TABLE_OPERANDS(X)                                                            \
   X(pair_table, S32, int32_t)      /* [P, 4], P a power of two */                         \
   X(byte_ids, S32, int32_t)        /* [256] */                                            \
-  X(piece_table, S32, int32_t)     /* [Q, 4], Q a power of two */                         \
+  X(piece_table, S32, int32_t)     /* [Q, 8], Q a power of two */                         \
   X(token_offsets, S32, int32_t)   /* [V + 1] */                                          \
   X(token_data, U8, uint8_t)       /* [D] */                                              \
   X(special_offsets, S32, int32_t) /* [S + 1] */                                          \
@@ -30,11 +30,14 @@ namespace ffi = xla::ffi;
   X(nfc_pairs, S32, int32_t)       /* [K, 2], K >= 1 (nfc.h), or odd: nfc_normalize.h */  \
   X(char_table, S32, int32_t)      /* [kCharTableHeader + T * W] or [1] (char_symbols.h) */
 
-// One table operand: its elements (device memory under CUDA) and how many.
+// One table operand: its elements (device memory under CUDA), how many, and its last
+// dimension (0 for a scalar: a row table's width, so that a table of another layout is refused
+// rather than read as this one).
 template <typename T>
 struct TableOperand {
   const T* data = nullptr;
   int64_t size = 0;
+  int64_t width = 0;
 };
 
 struct TableOperands {
@@ -64,11 +67,13 @@ inline ffi::Error decode_tables(const char* target, const ffi::RemainingArgs& ar
   size_t i = 0;
 #define BBPE_TABLE_DECODE(name, dtype, ctype)                                                            \
   {                                                                                                      \
-    auto buffer = args.get<ffi::Buffer<ffi::dtype>>(i++);                                               \
+    auto buffer = args.get<ffi::Buffer<ffi::dtype>>(i++);                                                \
     if (buffer.has_error())                                                                              \
-      return ffi::Error::InvalidArgument(std::string(target) + ": " #name " must be " #dtype " (" +    \
-                                         buffer.error().message() + ")");                               \
-    t->name = TableOperand<ctype>{buffer->typed_data(), (int64_t)buffer->element_count()};              \
+      return ffi::Error::InvalidArgument(std::string(target) + ": " #name " must be " #dtype " (" +      \
+                                         buffer.error().message() + ")");                                \
+    const auto dims = buffer->dimensions();                                                              \
+    t->name = TableOperand<ctype>{buffer->typed_data(), (int64_t)buffer->element_count(),                \
+                                  dims.size() == 0 ? 0 : (int64_t)dims.back()};                          \
   }
   BBPE_TABLE_OPERANDS(BBPE_TABLE_DECODE)
 #undef BBPE_TABLE_DECODE

@@ -34,12 +34,12 @@ BBPE_HD bool starts_segment(int32_t tok) { return tok >= 0 && (tok & kSegStart) 
 constexpr int kModeBytes = 0;
 
 // ---------------------------------------------------------------------------------------------
-// Vocabulary tables, built by blockbpe_jax/tables.py (the layouts are documented there too).
+// Vocabulary tables, built by blockbpe_jax/tables/build.py (its docstring is the layouts' contract).
 struct VocabView {
   const int32_t* pair_table;     // [pair_slots][4] rows (left, right, rank, merged id)
   uint32_t pair_mask;            // pair_slots - 1 (a power of two)
   const int32_t* byte_ids;       // [256] id of each single-byte token
-  const int32_t* piece_table;    // [piece_slots][4] rows (fnv1a hash, id, byte length, offset)
+  const int32_t* piece_table;    // [piece_slots][kPieceRowInts] rows (below)
   uint32_t piece_mask;           // piece_slots - 1
   const int32_t* token_offsets;  // [n_vocab + 1]
   const uint8_t* token_data;     // bytes of every token
@@ -60,7 +60,7 @@ BBPE_HD uint32_t pair_hash(uint32_t left, uint32_t right) {
   return h;
 }
 
-// One 16-byte row of a hash table (pair or piece table): one load on the GPU.
+// One 16-byte row of the pair table: one load on the GPU.
 struct TableRow {
   int32_t a, b, c, d;
 };
@@ -107,23 +107,55 @@ BBPE_HD int32_t merged_id(const VocabView& v, int32_t rank, int32_t left_tok, in
   return mid;
 }
 
-// The piece table (blockbpe_jax/tables/build.py) keeps two kinds of rows. A key of at most
-// kShortKeyLen bytes is its row: (its bytes as a little-endian word's low half, id, length,
-// the high half), found from short_key_hash and confirmed by comparing the row with the key,
-// with no read of token_data. A longer key's row is (FNV-1a hash, id, length, offset of its
-// bytes in token_data), confirmed byte by byte. (Most pieces are short: a short key costs one
-// multiply to hash and one row load to confirm, where FNV-1a and the byte compare cost
-// instructions per byte, in lanes that diverge by piece length.) tables.py mirrors both hashes.
-constexpr int kShortKeyLen = 8;
+// The piece table: 32-byte rows of kPieceRowInts int32, laid out in blockbpe_jax/tables/build.py
+// (its module docstring is the contract). A key of at most kShortKeyLen bytes is its row: its
+// bytes as four little-endian words (zero past its length), then id and length; found from
+// short_key_hash and confirmed by comparing the row with the key, with no read of token_data.
+// A longer key's row is (FNV-1a hash, offset of its bytes in token_data, 0, 0, id, length),
+// confirmed byte by byte. (Most pieces are short: a short key costs a few multiplies to hash and
+// one row load to confirm, where FNV-1a and the byte compare cost instructions per byte, in
+// lanes that diverge by piece length.) The key sits in the row's first 16 bytes and id and
+// length in the second, so the GPU loads a row as two aligned int4. build.py mirrors both hashes.
+constexpr int kPieceRowInts = 8;
+constexpr int kShortKeyLen = 16;
 constexpr uint32_t kPieceHashSeed = 0x811C9DC5u;
-BBPE_HD uint32_t piece_hash_step(uint32_t h, uint8_t byte) { return (h ^ byte) * 0x01000193u; }
-BBPE_HD uint32_t short_key_hash(uint64_t key, int n) {
-  return (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32) ^ ((uint32_t)n * 0x85EBCA6Bu);
+
+// A short key: its bytes 0..7 and 8..15 as little-endian words, zero past its length.
+struct ShortKey {
+  uint64_t lo, hi;
+};
+
+struct PieceRow {
+  int32_t key[4];  // a short key's bytes; a long key's (hash, offset, 0, 0)
+  int32_t id, len;
+};
+BBPE_HD PieceRow load_piece_row(const int32_t* table, uint32_t slot) {
+  const int32_t* row = table + kPieceRowInts * (size_t)slot;
+#if defined(__CUDA_ARCH__)
+  const int4 k = __ldg(reinterpret_cast<const int4*>(row));
+  const int4 t = __ldg(reinterpret_cast<const int4*>(row) + 1);
+  return PieceRow{{k.x, k.y, k.z, k.w}, t.x, t.y};
+#else
+  return PieceRow{{row[0], row[1], row[2], row[3]}, row[4], row[5]};
+#endif
 }
-// The first n (<= kShortKeyLen) bytes at p as a little-endian word.
-BBPE_HD uint64_t short_key(const uint8_t* p, int n) {
-  uint64_t key = 0;
-  for (int i = 0; i < n; ++i) key |= (uint64_t)p[i] << (8 * i);
+
+BBPE_HD uint32_t piece_hash_step(uint32_t h, uint8_t byte) { return (h ^ byte) * 0x01000193u; }
+// The halves multiplied by two odd constants, folded and multiplied again: every key bit then
+// reaches the product's high word, whose low bits pick the slot (in one multiply's high word the
+// slot bits see only the lower bytes); the length mixed in ("a" and "a\0" share their words).
+BBPE_HD uint32_t short_key_hash(ShortKey key, int n) {
+  uint64_t x = key.lo * 0x9E3779B97F4A7C15ull ^ key.hi * 0xC2B2AE3D27D4EB4Full;
+  x ^= x >> 32;
+  return (uint32_t)((x * 0x165667B19E3779F9ull) >> 32) ^ ((uint32_t)n * 0x85EBCA6Bu);
+}
+// The first n (<= kShortKeyLen) bytes at p as a short key.
+BBPE_HD ShortKey short_key(const uint8_t* p, int n) {
+  ShortKey key{0, 0};
+  for (int i = 0; i < n; ++i) {
+    if (i < 8) key.lo |= (uint64_t)p[i] << (8 * i);
+    else key.hi |= (uint64_t)p[i] << (8 * (i - 8));
+  }
   return key;
 }
 BBPE_HD uint32_t piece_hash(const uint8_t* p, int n) {
@@ -139,18 +171,21 @@ template <class Match>
 BBPE_HD int32_t probe_piece_rows(const VocabView& v, uint32_t h, Match match) {
   uint32_t slot = h & v.piece_mask;
   for (uint32_t probe = 0; probe <= v.piece_mask; ++probe) {
-    const TableRow r = load_row(v.piece_table, slot);
-    if (r.b < 0) return -1;
-    if (r.b < v.n_vocab && match(r)) return r.b;
+    const PieceRow r = load_piece_row(v.piece_table, slot);
+    if (r.id < 0) return -1;
+    if (r.id < v.n_vocab && match(r)) return r.id;
     slot = (slot + 1) & v.piece_mask;
   }
   return -1;
 }
 
-// The id of the short key `key` (n bytes, n <= kShortKeyLen), or -1.
-BBPE_HD int32_t lookup_short_key(const VocabView& v, uint64_t key, int n) {
-  return probe_piece_rows(v, short_key_hash(key, n), [&](const TableRow& r) {
-    return r.c == n && (uint32_t)r.a == (uint32_t)key && (uint32_t)r.d == (uint32_t)(key >> 32);
+// The id of the short key `key` (n bytes, n <= kShortKeyLen), or -1: the row holds the key's
+// four words and its length (a long key's row has a length over kShortKeyLen).
+BBPE_HD int32_t lookup_short_key(const VocabView& v, ShortKey key, int n) {
+  return probe_piece_rows(v, short_key_hash(key, n), [&](const PieceRow& r) {
+    const uint32_t diff = ((uint32_t)r.key[0] ^ (uint32_t)key.lo) | ((uint32_t)r.key[1] ^ (uint32_t)(key.lo >> 32)) |
+                          ((uint32_t)r.key[2] ^ (uint32_t)key.hi) | ((uint32_t)r.key[3] ^ (uint32_t)(key.hi >> 32));
+    return r.len == n && diff == 0;
   });
 }
 
@@ -158,9 +193,10 @@ BBPE_HD int32_t lookup_short_key(const VocabView& v, uint64_t key, int n) {
 // length match and whose bytes in token_data pass same(q), or -1.
 template <class SameBytes>
 BBPE_HD int32_t lookup_long_key(const VocabView& v, uint32_t h, int n, SameBytes same) {
-  return probe_piece_rows(v, h, [&](const TableRow& r) {
-    return (uint32_t)r.a == h && r.c == n && r.d >= 0 && r.d + (int64_t)n <= v.token_data_len &&
-           same(v.token_data + r.d);
+  return probe_piece_rows(v, h, [&](const PieceRow& r) {
+    const int32_t offset = r.key[1];
+    return (uint32_t)r.key[0] == h && r.len == n && offset >= 0 && offset + (int64_t)n <= v.token_data_len &&
+           same(v.token_data + offset);
   });
 }
 

@@ -214,7 +214,7 @@ BBPE_HD bool starts_word(const CharView& c, const int32_t* tok, int i) {
 // (core/bpe_core.h, lookup_piece's two kinds of keys); a key longer than max_piece_len misses.
 BBPE_HD int32_t lookup_word(const VocabView& v, const int32_t* tok, int m) {
   uint32_t h = kPieceHashSeed;
-  uint64_t key = 0;
+  ShortKey key{0, 0};
   int n = 0;
   for (int k = 0; k < m; ++k) {
     const int32_t id = token_id(tok[k]);
@@ -223,7 +223,8 @@ BBPE_HD int32_t lookup_word(const VocabView& v, const int32_t* tok, int m) {
     for (int32_t b = from; b < to; ++b, ++n) {
       const uint8_t byte = v.token_data[b];
       h = piece_hash_step(h, byte);
-      if (n < kShortKeyLen) key |= (uint64_t)byte << (8 * n);
+      if (n < 8) key.lo |= (uint64_t)byte << (8 * n);
+      else if (n < kShortKeyLen) key.hi |= (uint64_t)byte << (8 * (n - 8));
     }
   }
   if (n <= kShortKeyLen) return lookup_short_key(v, key, n);

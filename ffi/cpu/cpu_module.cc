@@ -117,7 +117,8 @@ static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
 // (binding/table_operands.h), then the attributes of make_table_params but pad_id.
 #define BBPE_HOST_ARRAY(name, dtype, ctype) dtype##Array name,
 #define BBPE_HOST_ARRAY_TYPE(name, dtype, ctype) dtype##Array,
-#define BBPE_HOST_TABLE(name, dtype, ctype) tables.name = {name.data(), (int64_t)name.size()};
+#define BBPE_HOST_TABLE(name, dtype, ctype) \
+  tables.name = {name.data(), (int64_t)name.size(), name.ndim() ? (int64_t)name.shape(name.ndim() - 1) : 0};
 #define BBPE_HOST_KEEP(name, dtype, ctype) dtype##Array name;
 #define BBPE_HOST_ARG(name, dtype, ctype) nb::arg(#name).noconvert(),
 #define BBPE_HOST_NAME(name, dtype, ctype) name,
@@ -237,18 +238,21 @@ class HostEncoder {
 };
 
 // The tables self_encoding and char_self_encoding read, checked (`what` names the caller): a
-// pair table (and a piece table, where given) of P rows of four ints, P a power of two; 256
-// byte ids; V >= 1 tokens whose bytes lie within token_data; ids below V. ValueError otherwise.
+// pair table of P rows of four ints (and a piece table, where given, of Q rows of eight), P and
+// Q powers of two; 256 byte ids; V >= 1 tokens whose bytes lie within token_data; ids below V.
+// ValueError otherwise.
 static void check_self_encoding_tables(const char* what, const S32Array& pair_table, const S32Array* piece_table,
                                        const S32Array& byte_ids, const S32Array& token_offsets,
                                        const U8Array& token_data, const S32Array& ids) {
   const auto fail = [&](const std::string& why) { throw nb::value_error((std::string(what) + ": " + why).c_str()); };
-  const auto rows_ok = [](const S32Array& t) {
-    const int64_t rows = (int64_t)t.size() / 4;
-    return t.size() % 4 == 0 && rows >= 1 && (rows & (rows - 1)) == 0;
+  const auto rows_ok = [](const S32Array& t, size_t width) {
+    const int64_t rows = (int64_t)(t.size() / width);
+    return t.size() % width == 0 && rows >= 1 && (rows & (rows - 1)) == 0;
   };
-  if (!rows_ok(pair_table)) fail("pair_table must be int32[P, 4] with P a power of two");
-  if (piece_table && !rows_ok(*piece_table)) fail("piece_table must be int32[P, 4] with P a power of two");
+  const auto last_dim = [](const S32Array& t) { return t.ndim() ? (int64_t)t.shape(t.ndim() - 1) : 0; };
+  if (!rows_ok(pair_table, 4)) fail("pair_table must be int32[P, 4] with P a power of two");
+  if (piece_table && (last_dim(*piece_table) != bbpe::kPieceRowInts || !rows_ok(*piece_table, bbpe::kPieceRowInts)))
+    fail("piece_table must be int32[Q, 8] with Q a power of two");
   if (byte_ids.size() != 256) fail("byte_ids must be int32[256]");
   const int64_t n_vocab = (int64_t)token_offsets.size() - 1;
   if (n_vocab < 1) fail("token_offsets must be int32[V + 1], V >= 1");
@@ -307,7 +311,7 @@ static nb::ndarray<nb::numpy, uint8_t> char_self_encoding(S32Array pair_table, S
                                                           S32Array char_table, int32_t run_long, int32_t run_step,
                                                           int32_t run_width, int32_t max_piece_len, S32Array ids) {
   check_self_encoding_tables("char_self_encoding", pair_table, &piece_table, byte_ids, token_offsets, token_data, ids);
-  const int64_t pair_rows = (int64_t)pair_table.size() / 4, piece_rows = (int64_t)piece_table.size() / 4;
+  const int64_t pair_rows = (int64_t)pair_table.size() / 4, piece_rows = (int64_t)piece_table.size() / bbpe::kPieceRowInts;
   const int64_t n_vocab = (int64_t)token_offsets.size() - 1;
   const bool runs_ok = run_long == 0 || (run_long > 0 && run_step >= 1 && run_step <= run_long && run_width >= 1);
   if (!runs_ok || (int64_t)char_table.size() != bbpe::kCharTableHeader + (int64_t)run_long * run_width)

@@ -121,16 +121,22 @@ __device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int
     if (i < valid) dst[i] = src[i];
 }
 
-// The n (<= kShortKeyLen) bytes at p as a short key (core/bpe_core.h), from three aligned
-// words of shared memory and two funnel shifts instead of a load per byte (the bytes up to 11
-// past p are read and masked off: PieceSmem's text_tail).
-__device__ __forceinline__ uint64_t short_key_at(const uint8_t* p, int n) {
+// The n (<= kShortKeyLen) bytes at p as a short key (core/bpe_core.h), from five aligned
+// words of shared memory and four funnel shifts instead of a load per byte; the bytes past n
+// masked off a word at a time (__funnelshift_lc clamps the shift at 32: a whole word kept).
+// The bytes up to 19 past p are read: past text's end, at most the 16 bytes of
+// PieceSmem's text_tail (p is inside text, whose size is a multiple of 16).
+__device__ __forceinline__ ShortKey short_key_at(const uint8_t* p, int n) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
   const uint32_t shift = (uint32_t)(a & 3) * 8;
-  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
-  const uint64_t key = (uint64_t)__funnelshift_r(w1, w2, shift) << 32 | __funnelshift_r(w0, w1, shift);
-  return n >= 8 ? key : key & ((1ull << (8 * n)) - 1);
+  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
+  const int bits = 8 * n;
+  const uint32_t k0 = __funnelshift_r(w0, w1, shift) & __funnelshift_lc(~0u, 0u, bits);
+  const uint32_t k1 = __funnelshift_r(w1, w2, shift) & __funnelshift_lc(~0u, 0u, max(bits - 32, 0));
+  const uint32_t k2 = __funnelshift_r(w2, w3, shift) & __funnelshift_lc(~0u, 0u, max(bits - 64, 0));
+  const uint32_t k3 = __funnelshift_r(w3, w4, shift) & __funnelshift_lc(~0u, 0u, max(bits - 96, 0));
+  return ShortKey{(uint64_t)k1 << 32 | k0, (uint64_t)k3 << 32 | k2};
 }
 
 // One piece at block position at, m bytes long (the row at block position row_at): a one-byte

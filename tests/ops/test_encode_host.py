@@ -125,10 +125,43 @@ def test_one_long_text_over_threads(tok, data_dir):
     assert tok.as_tiktoken().encode_ordinary(text) == ref.encode_ordinary(text)
 
 
+def test_short_keys_are_confirmed_by_their_row_long_keys_by_token_data(tok):
+    """The executor's whole-piece lookup (core/bpe_core.h's lookup_piece, the kernels' too):
+    each of a piece of 9, 16 and 17 bytes, one token, gets another id in its piece-table row.
+    The encoder then gives that id for each; with token_data blanked as well, still for the 9-
+    and 16-byte pieces (their rows hold their bytes) but not for the 17-byte one (its hash hit
+    is confirmed against token_data: a miss, so it is merged, to its own id)."""
+    tables = tok.tables("none", host=True)
+    v = tok.vocab
+    pieces = {}
+    for i in v.mergeable_ids:
+        b = v.token_bytes[i]
+        word = len(b) in (9, 16, 17) and b[:1] == b" " and b[1:].isalpha() and b.isascii()
+        if word and len(b) not in pieces:
+            pieces[len(b)] = (b.decode(), i)
+    assert sorted(pieces) == [9, 16, 17]
+    encoder = ops.host_encoder(tables)
+    assert encoder.encode([text for text, _ in pieces.values()]) == [[i] for _, i in pieces.values()]
+    other = int(v.byte_ids[ord("!")])
+    piece_table = tables.piece_table.copy()
+    for _, i in pieces.values():
+        (row,) = np.flatnonzero(piece_table[:, 4] == i)
+        piece_table[row, 4] = other
+    edited = dataclasses.replace(tables, piece_table=piece_table)
+    blanked = dataclasses.replace(edited, token_data=np.zeros_like(tables.token_data))
+    for n, (text, i) in pieces.items():
+        assert ops.host_encoder(edited).encode([text]) == [[other]]
+        assert ops.host_encoder(blanked).encode([text]) == [[other] if n <= 16 else [i]], n
+
+
 def test_checks(tok):
     tables = tok.tables("none", host=True)
     with pytest.raises(ValueError, match="pair_table must be int32"):
         ops.host_encoder(dataclasses.replace(tables, pair_table=np.zeros((3, 4), np.int32)))
+    # (the [2Q, 4] view has the same bytes: refused by its shape, not read as another layout)
+    for piece_table in (tables.piece_table.reshape(-1, 4), tables.piece_table[:3]):
+        with pytest.raises(ValueError, match=r"piece_table must be int32\[Q, 8\] with Q a power of two"):
+            ops.host_encoder(dataclasses.replace(tables, piece_table=piece_table))
     with pytest.raises(TypeError):  # no silent conversion of a wrong dtype
         ops.host_encoder(dataclasses.replace(tables, pair_table=tables.pair_table.astype(np.int64)))
     with pytest.raises(ValueError, match="pretok_stages must be in"):

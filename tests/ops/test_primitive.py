@@ -181,6 +181,7 @@ def test_handler_rejects_malformed_tables(tok):
         (0, np.zeros((0, 4), np.int32), "pair_table"),
         (0, np.zeros((3, 4), np.int32), "power of two"),
         (1, np.zeros(10, np.int32), "byte_ids"),
+        (2, tables[2].reshape(-1, 4), r"piece_table must be int32\[Q, 8\]"),
         (3, np.zeros(1, np.int32), "empty"),
     ]:
         broken = list(tables)

@@ -57,7 +57,7 @@ def _small_doc(merges: list[tuple[bytes, bytes]], extra_tokens: list[bytes], ign
 
 
 def _piece_table_ids(tables) -> set[int]:
-    return set(tables.piece_table[tables.piece_table[:, 1] >= 0, 1].tolist())
+    return set(tables.piece_table[tables.piece_table[:, 4] >= 0, 4].tolist())  # (the token_id column)
 
 
 @st.composite

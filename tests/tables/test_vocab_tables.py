@@ -4,6 +4,7 @@ reproducing tiktoken's and HF's BPE; special tables."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -87,11 +88,19 @@ def test_two_choice_placement_reports_failure():
 
 
 def test_piece_hash_of_short_and_long_keys():
-    for key in (b"foobarbaz", b"\x00" * 9, bytes(range(255))):
-        assert len(key) > 8 and piece_hash(key) == piece_hash_reference(key)
-    for key in (b"", b"a", b"a\x00", b"foobar", b"\xff" * 8):
+    for key in (b"foobarbazquuxcorge", b"\x00" * 17, bytes(range(255))):
+        assert len(key) > 16 and piece_hash(key) == piece_hash_reference(key)
+    for key in (b"", b"a", b"a\x00", b"foobar", b"\xff" * 8, b"foobarbaz", b"\xff" * 16, bytes(range(1, 17))):
         assert piece_hash(key) == piece_hash_reference(key)
-    assert piece_hash(b"a") != piece_hash(b"a\x00")  # (same word, different lengths)
+    assert piece_hash(b"a") != piece_hash(b"a\x00")  # (same words, different lengths)
+    # every byte of a short key reaches the slot bits (the top byte of each half too)
+    rng = random.Random(3)
+    for n in (8, 16):
+        base = bytearray(rng.randbytes(n))
+        for i in range(n):
+            other = bytearray(base)
+            other[i] ^= 0x80
+            assert (piece_hash(bytes(base)) ^ piece_hash(bytes(other))) & 0xFFFF, (n, i)
 
 
 @pytest.fixture
@@ -106,30 +115,35 @@ def test_table_layout(vocab, tables, name):
     P, Q = t.pair_table.shape[0], t.piece_table.shape[0]
     assert t.pair_table.dtype == np.int32 and t.pair_table.shape == (P, 4)
     assert P & (P - 1) == 0 and P >= max(16, 2 * len(v.merges))  # (doubled only if placement failed)
-    n_keys = int((t.piece_table[:, 1] != -1).sum())
+    n_keys = int((t.piece_table[:, 4] != -1).sum())
     assert Q & (Q - 1) == 0 and Q >= max(16, 2 * n_keys) and Q < 2 * max(16, 2 * n_keys)
     pair_empty = t.pair_table[:, 0] == -1
     assert (t.pair_table[pair_empty] == -1).all() and (~pair_empty).sum() == len(v.merges)
-    piece_empty = t.piece_table[:, 1] == -1
+    assert t.piece_table.dtype == np.int32 and t.piece_table.shape == (Q, 8)
+    piece_empty = t.piece_table[:, 4] == -1
     assert (t.piece_table[piece_empty] == -1).all()
     full = t.piece_table[~piece_empty]
-    long_rows, short_rows = full[full[:, 2] > 8], full[full[:, 2] <= 8]
-    assert (long_rows[:, 3] == t.token_offsets[long_rows[:, 1]]).all()  # offset of the token's bytes
-    # a short key's row is its bytes
-    words = [int.from_bytes(v.token_bytes[i], "little") for i in short_rows[:, 1]]
-    assert short_rows[:, 0].view(np.uint32).tolist() == [w & 0xFFFFFFFF for w in words]
-    assert short_rows[:, 3].view(np.uint32).tolist() == [w >> 32 for w in words]
+    assert (full[:, 6:] == 0).all()
+    long_rows, short_rows = full[full[:, 5] > 16], full[full[:, 5] <= 16]
+    # a long key's row: (FNV-1a hash, offset of the token's bytes, 0, 0, id, length, 0, 0)
+    assert (long_rows[:, 1] == t.token_offsets[long_rows[:, 4]]).all() and (long_rows[:, 2:4] == 0).all()
+    long_keys = [v.token_bytes[i] for i in long_rows[:, 4]]
+    assert long_rows[:, 0].view(np.uint32).tolist() == [piece_hash_reference(k) for k in long_keys]
+    # a short key's row is its bytes, zero-padded to 16, as four little-endian words
+    padded = b"".join(v.token_bytes[i].ljust(16, b"\x00") for i in short_rows[:, 4])
+    assert np.frombuffer(padded, "<i4").reshape(-1, 4).tolist() == short_rows[:, :4].tolist()
+    assert (short_rows[:, 5] == [len(v.token_bytes[i]) for i in short_rows[:, 4]]).all()
     assert all(key == v.token_bytes[i] for i, key in piece_keys(t).items())
     # rank_is_id: true exactly when every pair's rank is its merged id (tiktoken files)
     assert t.rank_is_id == bool((t.pair_table[:, 2] == t.pair_table[:, 3]).all())
     if VOCAB_CASES[name][0].endswith(".tiktoken"):
         assert t.rank_is_id  # a tiktoken pair's rank is the merged token's rank = id
-    in_piece_table = set(t.piece_table[~piece_empty, 1].tolist())
+    in_piece_table = set(t.piece_table[~piece_empty, 4].tolist())
     up_to_255 = {i for i in v.mergeable_ids if len(v.token_bytes[i]) <= 255}
     # (every token under the whole-piece rule, else the self-encoding ones: test_self_encoding.py;
     # every token of these vocabularies is self-encoding)
     assert in_piece_table == up_to_255
-    assert t.max_piece_len == int(t.piece_table[~piece_empty, 2].max())
+    assert t.max_piece_len == int(t.piece_table[~piece_empty, 5].max())
     assert t.byte_ids.dtype == np.int32 and t.byte_ids.tolist() == list(v.byte_ids)
     assert t.token_offsets.dtype == np.int32 and t.token_offsets.shape == (v.n_vocab + 1,)
     assert t.token_data.dtype == np.uint8
@@ -157,6 +171,22 @@ def test_every_merge_and_piece_is_found(vocab, tables, name, reference_piece_has
         assert lookup_piece(t, v.token_bytes[token_id]) is None
 
 
+@pytest.mark.parametrize("name", ["cl100k", "o200k_hf"])
+def test_keys_of_up_to_16_bytes_are_found_without_token_data(vocab, tables, name, reference_piece_hash):
+    """A key of 9 to 16 bytes is its own row (found with token_data blanked, as a 2-byte key
+    is); a key of 17 bytes or more is confirmed against token_data (blanked: not found)."""
+    v, t = vocab(name), tables(name)
+    blank = dataclasses.replace(t, token_data=np.zeros_like(t.token_data))
+    by_length: dict[int, list[int]] = {}
+    for i in v.mergeable_ids:
+        by_length.setdefault(len(v.token_bytes[i]), []).append(i)
+    for n in (2, 8, 9, 15, 16, 17, 24):
+        for token_id in by_length[n][:50]:
+            key = v.token_bytes[token_id]
+            assert lookup_piece(t, key) == token_id
+            assert lookup_piece(blank, key) == (token_id if n <= 16 else None), (n, key)
+
+
 @pytest.mark.parametrize("name", ["r50k", "cl100k_hf", "llama3_hf"])
 def test_non_pairs_and_non_pieces_are_absent(vocab, tables, name, reference_piece_hash):
     v, t = vocab(name), tables(name)
@@ -180,7 +210,7 @@ def test_non_pairs_and_non_pieces_are_absent(vocab, tables, name, reference_piec
 def test_tables_of_tiny_vocab_are_minimal(tmp_path):
     v = load_tokenizer_json(write_json(tmp_path / "tokenizer.json", tokenizer_json_doc()))
     t = build_vocab_tables(v)
-    assert t.pair_table.shape == (16, 4) and t.piece_table.shape == (1024, 4)  # 2 * 259 -> 1024
+    assert t.pair_table.shape == (16, 4) and t.piece_table.shape == (1024, 8)  # 2 * 259 -> 1024
     assert lookup_pair(t, v.byte_ids[97], v.byte_ids[98]) == (0, 256)
     assert lookup_piece(t, b"abc") == 257 and lookup_piece(t, b"<|end|>") is None
 
