@@ -149,13 +149,15 @@ BBPE_HD uint32_t short_key_hash(ShortKey key, int n) {
   x ^= x >> 32;
   return (uint32_t)((x * 0x165667B19E3779F9ull) >> 32) ^ ((uint32_t)n * 0x85EBCA6Bu);
 }
+// Byte i (< kShortKeyLen) of a short key put in its place.
+BBPE_HD void short_key_put(ShortKey& key, int i, uint8_t byte) {
+  if (i < 8) key.lo |= (uint64_t)byte << (8 * i);
+  else key.hi |= (uint64_t)byte << (8 * (i - 8));
+}
 // The first n (<= kShortKeyLen) bytes at p as a short key.
 BBPE_HD ShortKey short_key(const uint8_t* p, int n) {
   ShortKey key{0, 0};
-  for (int i = 0; i < n; ++i) {
-    if (i < 8) key.lo |= (uint64_t)p[i] << (8 * i);
-    else key.hi |= (uint64_t)p[i] << (8 * (i - 8));
-  }
+  for (int i = 0; i < n; ++i) short_key_put(key, i, p[i]);
   return key;
 }
 BBPE_HD uint32_t piece_hash(const uint8_t* p, int n) {

@@ -223,8 +223,7 @@ BBPE_HD int32_t lookup_word(const VocabView& v, const int32_t* tok, int m) {
     for (int32_t b = from; b < to; ++b, ++n) {
       const uint8_t byte = v.token_data[b];
       h = piece_hash_step(h, byte);
-      if (n < 8) key.lo |= (uint64_t)byte << (8 * n);
-      else if (n < kShortKeyLen) key.hi |= (uint64_t)byte << (8 * (n - 8));
+      if (n < kShortKeyLen) short_key_put(key, n, byte);
     }
   }
   if (n <= kShortKeyLen) return lookup_short_key(v, key, n);

@@ -115,10 +115,15 @@ static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
 // (make_table_params) once, here; each call then runs encode_string on the strings' own bytes
 // (no padded copy) and returns lists of ids. Its arguments: the table operands in their order
 // (binding/table_operands.h), then the attributes of make_table_params but pad_id.
+// An array's last dimension (0 for a scalar): TableOperand's width.
+template <class Array>
+static int64_t last_dim(const Array& a) {
+  return a.ndim() ? (int64_t)a.shape(a.ndim() - 1) : 0;
+}
+
 #define BBPE_HOST_ARRAY(name, dtype, ctype) dtype##Array name,
 #define BBPE_HOST_ARRAY_TYPE(name, dtype, ctype) dtype##Array,
-#define BBPE_HOST_TABLE(name, dtype, ctype) \
-  tables.name = {name.data(), (int64_t)name.size(), name.ndim() ? (int64_t)name.shape(name.ndim() - 1) : 0};
+#define BBPE_HOST_TABLE(name, dtype, ctype) tables.name = {name.data(), (int64_t)name.size(), last_dim(name)};
 #define BBPE_HOST_KEEP(name, dtype, ctype) dtype##Array name;
 #define BBPE_HOST_ARG(name, dtype, ctype) nb::arg(#name).noconvert(),
 #define BBPE_HOST_NAME(name, dtype, ctype) name,
@@ -249,7 +254,6 @@ static void check_self_encoding_tables(const char* what, const S32Array& pair_ta
     const int64_t rows = (int64_t)(t.size() / width);
     return t.size() % width == 0 && rows >= 1 && (rows & (rows - 1)) == 0;
   };
-  const auto last_dim = [](const S32Array& t) { return t.ndim() ? (int64_t)t.shape(t.ndim() - 1) : 0; };
   if (!rows_ok(pair_table, 4)) fail("pair_table must be int32[P, 4] with P a power of two");
   if (piece_table && (last_dim(*piece_table) != bbpe::kPieceRowInts || !rows_ok(*piece_table, bbpe::kPieceRowInts)))
     fail("piece_table must be int32[Q, 8] with Q a power of two");
