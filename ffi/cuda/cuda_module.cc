@@ -196,8 +196,7 @@ class HostStaging {
     strings_ = std::make_unique<StringViews>(std::move(strings));
     if (!background_) {
       nb::gil_scoped_release unlocked;
-      pack_error_ = pack_and_copy();
-      StagedUploads::get().recorded(device_buffer_->ptr, pack_error_);
+      pack_error_ = pack_and_record();
       check_cuda(pack_error_, "packing the staged batch");
       return {batch_, max_len_};
     }
@@ -265,19 +264,26 @@ class HostStaging {
     return err;
   }
 
+  // pack_and_copy with its outcome recorded for the encode that waits for it, on either thread
+  // (a throw, e.g. no thread for the split, is reported like a failed copy: never left unrecorded).
+  cudaError_t pack_and_record() {
+    cudaError_t err;
+    try {
+      err = pack_and_copy();
+    } catch (...) {
+      err = cudaErrorUnknown;
+    }
+    StagedUploads::get().recorded(device_buffer_->ptr, err);
+    return err;
+  }
+
   void packer_loop() {
     std::unique_lock<std::mutex> lock(m_);
     for (;;) {
       job_cv_.wait(lock, [&] { return job_ || stop_; });
       if (stop_) return;
       lock.unlock();
-      cudaError_t err;
-      try {
-        err = pack_and_copy();
-      } catch (...) {  // (no thread for the split: reported like a failed copy, not a crash)
-        err = cudaErrorUnknown;
-      }
-      StagedUploads::get().recorded(device_buffer_->ptr, err);
+      const cudaError_t err = pack_and_record();
       lock.lock();
       pack_error_ = err;
       job_ = false;
