@@ -43,6 +43,7 @@ class EncodeTables:
     pretok: jax.Array  # the pre-tokenizer's tables (uint8, ffi/pretok/tables.h)
     nfc_pairs: jax.Array  # NFC composition pairs int32[K, 2] (a stand-in row without NFC)
     char_table: jax.Array  # SentencePiece BPE's character tables (ffi/core/char_symbols.h)
+    miss_cache: jax.Array  # the GPU kernels' cache of merged pieces (ffi/cuda/miss_cache.cuh)
     name: str
     exact_stages: int  # pre-tokenizer stages in `pretok` for mode="exact", or -1
     symbols: int  # 0: byte-level BPE; 1: SentencePiece BPE (merges over characters)

@@ -11,6 +11,7 @@ encoders (`primitive.host_encoder` copies the tables it binds: one per set would
 from __future__ import annotations
 
 import functools
+import os
 import threading
 
 import jax
@@ -22,6 +23,28 @@ from .cache import vocab_tables
 from ..pretok import normalizer
 from .build import SpecialTables, build_special_tables
 from .lru import BoundedCache
+
+
+# The misses' cache on each device (ffi/cuda/miss_cache.cuh): rows of 16 int32, 2**18 of them
+# (16 MB) unless BLOCKBPE_MISS_CACHE_ROWS says otherwise (a power of two; 1 or 0: none). The host's
+# tables get none (the CPU encoder does not use it).
+MISS_CACHE_ROW_INTS = 16
+MISS_CACHE_ROWS = 1 << 18
+_NO_MISS_CACHE = np.zeros((1, MISS_CACHE_ROW_INTS), dtype=np.int32)
+
+
+def miss_cache_rows() -> int:
+    """The rows of a new device's misses' cache (BLOCKBPE_MISS_CACHE_ROWS, else MISS_CACHE_ROWS)."""
+    raw = os.environ.get("BLOCKBPE_MISS_CACHE_ROWS")
+    if raw is None:
+        return MISS_CACHE_ROWS
+    try:
+        rows = int(raw)
+    except ValueError:
+        rows = -1
+    if rows < 0 or (rows > 1 and rows & (rows - 1)):
+        raise ValueError(f"BLOCKBPE_MISS_CACHE_ROWS must be 0, 1 or a power of two, got {raw!r}")
+    return max(rows, 1)
 
 
 def _special_bytes(sp: SpecialTables) -> int:
@@ -95,7 +118,7 @@ class TableSets:
         return (
             *(t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data),
             *(sp.special_offsets, sp.special_data, sp.special_ids),
-            *(self.pretok()[0], self._nfc_pairs, t.char_table),
+            *(self.pretok()[0], self._nfc_pairs, t.char_table, _NO_MISS_CACHE),
         )
 
     def encode_tables(self, key: tuple, device) -> primitive.EncodeTables:
@@ -111,7 +134,10 @@ class TableSets:
             with jax.ensure_compile_time_eval():
                 base = self._bases.get(device)
                 if base is None:
-                    base = [jax.device_put(a, device) for a in (*arrays[:5], *arrays[8:])]
+                    base = [jax.device_put(a, device) for a in (*arrays[:5], *arrays[8:-1])]
+                    # (zeros made there: a fresh cache per device, never copied from another)
+                    rows = miss_cache_rows() if getattr(device, "platform", "") == "gpu" else 1
+                    base.append(jax.numpy.zeros((rows, MISS_CACHE_ROW_INTS), np.int32, device=device))
                     with self._lock:
                         base = self._bases.setdefault(device, base)
                 arrays = [*base[:5], *(jax.device_put(a, device) for a in arrays[5:8]), *base[5:]]

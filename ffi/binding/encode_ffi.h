@@ -160,6 +160,13 @@ inline ffi::Error make_table_params(const char* target, const TableOperands& t, 
                        (int64_t)t.token_data.size, a.rank_is_id != 0};
   p->special = SpecialView{t.special_offsets.data, t.special_data.data,
                            t.special_ids.data, (int32_t)n_special};
+  // The misses' cache: rows of kMissCacheInts, a power of two of them; one row is none. (The
+  // kernels write it: the one operand they do, cuda/miss_cache.cuh.)
+  const int64_t cache_rows = t.miss_cache.size / kMissCacheInts;
+  if (t.miss_cache.width != kMissCacheInts || t.miss_cache.size % kMissCacheInts != 0 || !is_power_of_two(cache_rows))
+    return bad("miss_cache must be int32[C, " + std::to_string(kMissCacheInts) + "] with C a power of two");
+  p->vocab.miss_cache = cache_rows > 1 ? const_cast<int32_t*>(t.miss_cache.data) : nullptr;
+  p->vocab.miss_mask = (uint32_t)(cache_rows - 1);
   p->stitch_margin = kStitchMargin;
   return ffi::Error::Success();
 }

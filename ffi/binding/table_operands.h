@@ -28,7 +28,8 @@ namespace ffi = xla::ffi;
   X(special_ids, S32, int32_t)     /* [max(S, 1)] */                                      \
   X(pretok, U8, uint8_t)           /* pretok_operand_bytes(...) (pretok/tables.h) */      \
   X(nfc_pairs, S32, int32_t)       /* [K, 2], K >= 1 (nfc.h), or odd: nfc_normalize.h */  \
-  X(char_table, S32, int32_t)      /* [kCharTableHeader + T * W] or [1] (char_symbols.h) */
+  X(char_table, S32, int32_t)      /* [kCharTableHeader + T * W] or [1] (char_symbols.h) */ \
+  X(miss_cache, S32, int32_t)      /* [C, 16], C a power of two; [1, 16]: none (miss_cache.cuh) */
 
 // One table operand: its elements (device memory under CUDA), how many, and its last
 // dimension (0 for a scalar: a row table's width, so that a table of another layout is refused

@@ -101,6 +101,8 @@ ffi::Error encode_cuda(cudaStream_t stream, const EncodeParams& params, int32_t 
   // BLOCKBPE_WARP_SPANS=0: every span merged by its whole block (no sub-spans), and in
   // calls of few rows every long piece by the block passes (cuda/sub_spans.cuh).
   if (p.stitch_margin >= 0 && off("BLOCKBPE_WARP_SPANS")) p.stitch_margin |= kNoWarpSpans;
+  // BLOCKBPE_MISS_CACHE=0: the misses' cache neither read nor written (cuda/miss_cache.cuh).
+  if (off("BLOCKBPE_MISS_CACHE")) p.vocab.miss_cache = nullptr;
   // A batch that HostStaging is still copying in (cuda/staged_uploads.h): this stream waits
   // for the copy, not the host.
   if (cudaError_t e = StagedUploads::get().wait_on(stream, p.data); e != cudaSuccess)

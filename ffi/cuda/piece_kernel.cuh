@@ -20,7 +20,8 @@
 //      byte -> its id; else the whole piece looked up (lookup_piece, one probe for most); a
 //      miss goes on the block's merge lists (up to kLanePieceLen bytes: merge_in_lanes, several
 //      pieces to a warp, the list sorted longest first; up to kShortPieceLen: merge_in_warp, a
-//      warp each: cuda/lane_merges.cuh, merge_segment's rule); tokens parked at the piece's
+//      warp each: cuda/lane_merges.cuh, merge_segment's rule), unless the misses' cache has it
+//      (cuda/miss_cache.cuh), which then keeps the merged ones; tokens parked at the piece's
 //      bytes in shared memory;
 //   5. one block scan of the threads' token counts places every piece's tokens in its row.
 // Eight block barriers in all (five more for each further stage), none per merge rank. The rules are the shared ones
@@ -52,6 +53,7 @@
 #include "core/bpe_core.h"
 #include "cuda/block_common.cuh"
 #include "cuda/lane_merges.cuh"
+#include "cuda/miss_cache.cuh"
 #include "pretok/automata.h"
 #include "pretok/tables.h"
 
@@ -140,17 +142,21 @@ __device__ __forceinline__ ShortKey short_key_at(const uint8_t* p, int n) {
 }
 
 // One piece at block position at, m bytes long (the row at block position row_at): a one-byte
-// piece or a token -> tok[at], count[at] = 1; a miss -> onto the block's merge lists (the merge
-// reads its bytes as byte tokens, BytesAsTokens, and writes tok[at ...] and count[at]); marks
-// the row hard when the piece is left to encode_kernel.
+// piece or a token -> tok[at], count[at] = 1; a miss -> its tokens from the misses' cache, else
+// onto the block's merge lists (the merge reads its bytes as byte tokens, BytesAsTokens, and
+// writes tok[at ...] and count[at]); marks the row hard when the piece is left to encode_kernel.
 template <int kChunk>
 __device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChunk>& s, int at, int m, int row) {
   const uint8_t* text = s.text + at;
-  const int32_t whole = m == 1 ? __ldg(v.byte_ids + text[0])
-                              : lookup_piece(v, text, m, [](const uint8_t* p, int n) { return short_key_at(p, n); });
+  const auto read_key = [](const uint8_t* p, int n) { return short_key_at(p, n); };
+  const int32_t whole = m == 1 ? __ldg(v.byte_ids + text[0]) : lookup_piece(v, text, m, read_key);
   s.count[at] = 1;
   if (whole >= 0) {
     s.tok[at] = whole;
+    return;
+  }
+  if (const int c = find_merged_miss(v, text, m, s.tok + at, read_key)) {  // merged before
+    s.count[at] = (uint8_t)c;
     return;
   }
   if (m > kShortPieceLen) {
@@ -393,6 +399,8 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
                           BytesAsTokens{s.text, p.vocab.byte_ids});
   }
   __syncthreads();
+  keep_merged_misses<kPieceThreads>(p.vocab, s.text, s.tok, s.count, s.lane_s0, s.lane_len, n_lane,
+                                    [](const uint8_t* q, int m) { return short_key_at(q, m); });
   // 5. Placement.
   place_row_tokens<false>(p, s, r, k, cpr, b, in_row, bad, fm, [&](int i) { return row_at + base + i; });
 }

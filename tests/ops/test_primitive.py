@@ -177,12 +177,15 @@ def test_handler_rejects_malformed_tables(tok):
         0
     ].block_until_ready()
     call(tables)  # well-formed: fine
+    call([*tables[:11], np.zeros((8, 16), np.int32)])  # a misses' cache (which the CPU ignores)
     for index, bad, message in [
         (0, np.zeros((0, 4), np.int32), "pair_table"),
         (0, np.zeros((3, 4), np.int32), "power of two"),
         (1, np.zeros(10, np.int32), "byte_ids"),
         (2, tables[2].reshape(-1, 4), r"piece_table must be int32\[Q, 8\]"),
         (3, np.zeros(1, np.int32), "empty"),
+        (11, np.zeros((4, 8), np.int32), r"miss_cache must be int32\[C, 16\]"),
+        (11, np.zeros((3, 16), np.int32), r"miss_cache must be int32\[C, 16\] with C a power of two"),
     ]:
         broken = list(tables)
         broken[index] = bad
@@ -204,18 +207,18 @@ def test_handler_rejects_malformed_tables(tok):
     H = CHAR_TABLE_HEADER
     for char_table in (exact[10], np.zeros(H - 1, np.int32), np.full(H + 1, -1, np.int32)):
         with pytest.raises(jax.errors.JaxRuntimeError, match=rf"char_table must be int32\[{H} \+ T \* W\]"):
-            call(exact[:10] + [char_table])
-    call(exact[:10] + [np.full(H, -1, np.int32)])  # a well-formed table without runs
+            call(exact[:10] + [char_table] + exact[11:])
+    call(exact[:10] + [np.full(H, -1, np.int32)] + exact[11:])  # a well-formed table without runs
     for long, step, width in ((3, 4, 2), (3, 0, 2), (3, 2, 0), (-1, 1, 1)):  # P > T, P = 0, W = 0
         attrs.update(run_long=np.int32(long), run_step=np.int32(step), run_width=np.int32(width))
         with pytest.raises(jax.errors.JaxRuntimeError, match="char_table must be"):
-            call(exact[:10] + [np.full(H + max(long * width, 0), -1, np.int32)])
+            call(exact[:10] + [np.full(H + max(long * width, 0), -1, np.int32)] + exact[11:])
     attrs.update(run_long=np.int32(3), run_step=np.int32(2), run_width=np.int32(2))
-    call(exact[:10] + [np.full(H + 6, -1, np.int32)])  # a well-formed run layout
+    call(exact[:10] + [np.full(H + 6, -1, np.int32)] + exact[11:])  # a well-formed run layout
     attrs.update(run_long=np.int32(0), run_step=np.int32(0), run_width=np.int32(0))
     attrs["pretok_stages"] = np.int32(1)
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"symbols=1 \(characters\) takes pretok_stages=0"):
-        call(exact[:10] + [np.full(134, -1, np.int32)])
+        call(exact[:10] + [np.full(134, -1, np.int32)] + exact[11:])
     attrs["symbols"] = np.int32(2)
     with pytest.raises(jax.errors.JaxRuntimeError, match="symbols must be 0"):
         call(tables)

@@ -1,0 +1,133 @@
+// The misses' cache: pieces of up to kShortKeyLen bytes that the piece table lacks (misses),
+// with the tokens their merges gave, so that the next occurrence of the piece, in this call or
+// a later one, costs a probe instead of its merge passes. The merges of the misses are over a
+// third of the piece kernel's time (docs/performance.md), and text repeats its rare words.
+//
+// It is the vocabulary's operand `miss_cache` (int32[C, kMissCacheInts], created zeroed with its
+// tables on each device: blockbpe_jax/tables/sets.py), so it never serves another vocabulary,
+// and the one operand a kernel writes. What it holds is what the merges give, so no call's ids
+// depend on what is in it: a full cache, a row being written, or BLOCKBPE_MISS_CACHE=0 (read
+// per call, for A/B runs) only mean more merging.
+//
+// A row: the piece's short key (4 words), its state, a check word, up to kMissTokens tokens.
+// State: 0 empty; kMissBusy while its writer fills it; else ready: the piece's length and token
+// count. A writer claims an empty row with a compare-and-swap, fills it, then publishes the
+// state with a release store; a reader loads the state with acquire before it reads the rest,
+// so a ready row is whole. The check word (a hash of the rest) also refuses a row that was
+// copied while written (an operand copied by something other than these kernels).
+// Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
+#pragma once
+
+#include <cuda/atomic>
+
+#include <cstdint>
+
+#include "core/bpe_core.h"
+#include "cuda/block_common.cuh"
+
+namespace bbpe {
+namespace {
+
+constexpr int kMissState = 4, kMissCheck = 5, kMissFirstToken = 6;
+constexpr int kMissTokens = kMissCacheInts - kMissFirstToken;  // 10: longer results are not kept
+constexpr int kMissProbes = 4;                                   // rows tried from the home row
+constexpr int32_t kMissBusy = 1;
+
+using MissState = cuda::atomic_ref<int32_t, cuda::thread_scope_device>;
+
+// A ready row's state: its piece's length and token count (never 0 or kMissBusy).
+__device__ __forceinline__ int32_t miss_ready(int len, int count) { return len << 16 | count << 8 | 2; }
+
+__device__ __forceinline__ uint32_t miss_check(ShortKey key, int32_t state, const int32_t (&tok)[kMissTokens]) {
+  uint64_t h = (key.lo * 0x9E3779B97F4A7C15ull) ^ (key.hi * 0xC2B2AE3D27D4EB4Full) ^ (uint32_t)state;
+#pragma unroll
+  for (int i = 0; i < kMissTokens; ++i) h = (h ^ (uint32_t)tok[i]) * 0x100000001B3ull;
+  return (uint32_t)(h ^ (h >> 32));
+}
+
+__device__ __forceinline__ bool miss_key_is(const int32_t* row, ShortKey key) {
+  const int4 k = __ldcg(reinterpret_cast<const int4*>(row));
+  return (uint32_t)k.x == (uint32_t)key.lo && (uint32_t)k.y == (uint32_t)(key.lo >> 32) &&
+         (uint32_t)k.z == (uint32_t)key.hi && (uint32_t)k.w == (uint32_t)(key.hi >> 32);
+}
+
+__device__ __forceinline__ int32_t* miss_row(const VocabView& v, uint32_t h, int probe) {
+  return v.miss_cache + (size_t)((h + (uint32_t)probe) & v.miss_mask) * kMissCacheInts;
+}
+
+// The tokens of the piece with short key `key` (n bytes, hash h = short_key_hash(key, n)) into
+// tok[0..count) if the cache holds it; returns count (1..n), or 0.
+__device__ __forceinline__ int miss_cache_find(const VocabView& v, ShortKey key, int n, uint32_t h, int32_t* tok) {
+  for (int probe = 0; probe < kMissProbes; ++probe) {
+    int32_t* row = miss_row(v, h, probe);
+    const int32_t state = MissState(row[kMissState]).load(cuda::memory_order_acquire);
+    if (state == 0) return 0;
+    if ((state & 0xFF) != 2 || (state >> 16) != n) continue;  // being written, or another length
+    if (!miss_key_is(row, key)) continue;
+    const int4 a = __ldcg(reinterpret_cast<const int4*>(row) + 1), b = __ldcg(reinterpret_cast<const int4*>(row) + 2),
+               c = __ldcg(reinterpret_cast<const int4*>(row) + 3);
+    const int32_t held[kMissTokens] = {a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
+    const int count = (state >> 8) & 0xFF;
+    if (count < 1 || count > n || count > kMissTokens || miss_check(key, state, held) != (uint32_t)a.y) return 0;
+#pragma unroll
+    for (int i = 0; i < kMissTokens; ++i)
+      if (i < count) tok[i] = held[i];
+    return count;
+  }
+  return 0;
+}
+
+// Keeps the piece (short key `key`, n bytes, hash h) with its merged tokens tok[0..count) (their
+// ids: token_id), unless the result is longer than a row holds, the piece is there already, or
+// its rows are taken.
+__device__ __forceinline__ void miss_cache_put(const VocabView& v, ShortKey key, int n, uint32_t h, const int32_t* tok,
+                                               int count) {
+  if (count < 1 || count > kMissTokens) return;
+  int32_t held[kMissTokens];
+#pragma unroll
+  for (int i = 0; i < kMissTokens; ++i) held[i] = i < count ? token_id(tok[i]) : 0;
+  const int32_t ready = miss_ready(n, count);
+  for (int probe = 0; probe < kMissProbes; ++probe) {
+    int32_t* row = miss_row(v, h, probe);
+    MissState state(row[kMissState]);
+    int32_t seen = state.load(cuda::memory_order_relaxed);
+    if (seen == 0 && state.compare_exchange_strong(seen, kMissBusy, cuda::memory_order_relaxed)) {
+      reinterpret_cast<int4*>(row)[0] = make_int4((int32_t)key.lo, (int32_t)(key.lo >> 32), (int32_t)key.hi,
+                                                  (int32_t)(key.hi >> 32));
+      row[kMissCheck] = (int32_t)miss_check(key, ready, held);
+#pragma unroll
+      for (int i = 0; i < kMissTokens; ++i) row[kMissFirstToken + i] = held[i];
+      state.store(ready, cuda::memory_order_release);
+      return;
+    }
+    if (seen == ready && miss_key_is(row, key)) return;  // (a stale read: at worst a second row)
+  }
+}
+
+// The piece text[0..m) from the cache, if there: its tokens into tok[0..count); returns count,
+// or 0. read_short_key(p, n): the piece's short key (short_key, or a kernel's read by words).
+template <class ReadShortKey>
+__device__ __forceinline__ int find_merged_miss(const VocabView& v, const uint8_t* text, int m, int32_t* tok,
+                                                ReadShortKey read_short_key) {
+  if (!v.miss_cache || m > kShortKeyLen) return 0;
+  const ShortKey key = read_short_key(text, m);
+  return miss_cache_find(v, key, m, short_key_hash(key, m), tok);
+}
+
+// After a block's merges: the listed misses (the piece at text + list[g], lens[g] bytes, has
+// count[list[g]] tokens at tok + list[g]) into the cache, a thread each of kThreads.
+template <int kThreads, class Entry, class Count, class ReadShortKey>
+__device__ __forceinline__ void keep_merged_misses(const VocabView& v, const uint8_t* text, const int32_t* tok,
+                                                   const Count* count, const Entry* list, const Entry* lens, int n,
+                                                   ReadShortKey read_short_key) {
+  if (!v.miss_cache) return;
+  for (int g = (int)threadIdx.x; g < n; g += kThreads) {
+    const int at = list[g], m = lens[g];
+    if (m > kShortKeyLen) continue;
+    const ShortKey key = read_short_key(text + at, m);
+    miss_cache_put(v, key, m, short_key_hash(key, m), tok + at, count[at]);
+  }
+}
+
+}  // namespace
+}  // namespace bbpe
