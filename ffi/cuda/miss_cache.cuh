@@ -9,12 +9,14 @@
 // depend on what is in it: a full cache, a row being written, or BLOCKBPE_MISS_CACHE=0 (read
 // per call, for A/B runs) only mean more merging.
 //
-// A row: the piece's short key (4 words), its state, a check word, up to kMissTokens tokens.
-// State: 0 empty; kMissBusy while its writer fills it; else ready: the piece's length and token
-// count. A writer claims an empty row with a compare-and-swap, fills it, then publishes the
-// state with a release store; a reader loads the state with acquire before it reads the rest,
-// so a ready row is whole. The check word (a hash of the rest) also refuses a row that was
-// copied while written (an operand copied by something other than these kernels).
+// A row: the piece's short key (4 words), its state, a 64-bit check word, up to kMissTokens
+// tokens. State: 0 empty; kMissBusy while its writer fills it; else ready: the piece's length and
+// token count. Rows are written once: a writer claims an empty row with a compare-and-swap,
+// fills it, then publishes the state with a release store. A reader does not acquire (a
+// load-acquire at GPU scope invalidates the SM's L1, where the piece and pair tables' rows
+// stay between probes), so it may see a ready state with parts of the row not yet written
+// (zeros); the check word, a 64-bit hash of the whole row, refuses such a row, as it does one
+// copied while written (by something other than these kernels).
 // Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
 #pragma once
 
@@ -28,8 +30,8 @@
 namespace bbpe {
 namespace {
 
-constexpr int kMissState = 4, kMissCheck = 5, kMissFirstToken = 6;
-constexpr int kMissTokens = kMissCacheInts - kMissFirstToken;  // 10: longer results are not kept
+constexpr int kMissState = 4, kMissCheck = 5, kMissFirstToken = 7;  // (the check: words 5 and 6)
+constexpr int kMissTokens = kMissCacheInts - kMissFirstToken;        // 9: longer results are not kept
 constexpr int kMissProbes = 4;                                   // rows tried from the home row
 constexpr int32_t kMissBusy = 1;
 
@@ -38,11 +40,16 @@ using MissState = cuda::atomic_ref<int32_t, cuda::thread_scope_device>;
 // A ready row's state: its piece's length and token count (never 0 or kMissBusy).
 __device__ __forceinline__ int32_t miss_ready(int len, int count) { return len << 16 | count << 8 | 2; }
 
-__device__ __forceinline__ uint32_t miss_check(ShortKey key, int32_t state, const int32_t (&tok)[kMissTokens]) {
-  uint64_t h = (key.lo * 0x9E3779B97F4A7C15ull) ^ (key.hi * 0xC2B2AE3D27D4EB4Full) ^ (uint32_t)state;
+// The check word: the row's words folded by multiply-xorshift steps (a zero word where another
+// is written changes it).
+__device__ __forceinline__ uint64_t miss_check(ShortKey key, int32_t state, const int32_t (&tok)[kMissTokens]) {
+  uint64_t h = key.lo * 0x9E3779B97F4A7C15ull ^ key.hi * 0xC2B2AE3D27D4EB4Full ^ (uint32_t)state;
 #pragma unroll
-  for (int i = 0; i < kMissTokens; ++i) h = (h ^ (uint32_t)tok[i]) * 0x100000001B3ull;
-  return (uint32_t)(h ^ (h >> 32));
+  for (int i = 0; i < kMissTokens; ++i) {
+    h = (h ^ (uint32_t)tok[i]) * 0x100000001B3ull;
+    h ^= h >> 29;
+  }
+  return h ^ (h >> 32) ^ 0x5851F42D4C957F2Dull;  // (never 0 for an all-zero row's words)
 }
 
 __device__ __forceinline__ bool miss_key_is(const int32_t* row, ShortKey key) {
@@ -60,15 +67,16 @@ __device__ __forceinline__ int32_t* miss_row(const VocabView& v, uint32_t h, int
 __device__ __forceinline__ int miss_cache_find(const VocabView& v, ShortKey key, int n, uint32_t h, int32_t* tok) {
   for (int probe = 0; probe < kMissProbes; ++probe) {
     int32_t* row = miss_row(v, h, probe);
-    const int32_t state = MissState(row[kMissState]).load(cuda::memory_order_acquire);
+    const int32_t state = MissState(row[kMissState]).load(cuda::memory_order_relaxed);
     if (state == 0) return 0;
     if ((state & 0xFF) != 2 || (state >> 16) != n) continue;  // being written, or another length
     if (!miss_key_is(row, key)) continue;
     const int4 a = __ldcg(reinterpret_cast<const int4*>(row) + 1), b = __ldcg(reinterpret_cast<const int4*>(row) + 2),
                c = __ldcg(reinterpret_cast<const int4*>(row) + 3);
-    const int32_t held[kMissTokens] = {a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
+    const int32_t held[kMissTokens] = {a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
+    const uint64_t check = (uint64_t)(uint32_t)a.z << 32 | (uint32_t)a.y;
     const int count = (state >> 8) & 0xFF;
-    if (count < 1 || count > n || count > kMissTokens || miss_check(key, state, held) != (uint32_t)a.y) return 0;
+    if (a.x != state || count < 1 || count > n || count > kMissTokens || miss_check(key, state, held) != check) return 0;
 #pragma unroll
     for (int i = 0; i < kMissTokens; ++i)
       if (i < count) tok[i] = held[i];
@@ -94,7 +102,8 @@ __device__ __forceinline__ void miss_cache_put(const VocabView& v, ShortKey key,
     if (seen == 0 && state.compare_exchange_strong(seen, kMissBusy, cuda::memory_order_relaxed)) {
       reinterpret_cast<int4*>(row)[0] = make_int4((int32_t)key.lo, (int32_t)(key.lo >> 32), (int32_t)key.hi,
                                                   (int32_t)(key.hi >> 32));
-      row[kMissCheck] = (int32_t)miss_check(key, ready, held);
+      const uint64_t check = miss_check(key, ready, held);
+      row[kMissCheck] = (int32_t)(uint32_t)check, row[kMissCheck + 1] = (int32_t)(uint32_t)(check >> 32);
 #pragma unroll
       for (int i = 0; i < kMissTokens; ++i) row[kMissFirstToken + i] = held[i];
       state.store(ready, cuda::memory_order_release);

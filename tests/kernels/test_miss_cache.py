@@ -21,6 +21,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_devices(), reason="no 
 
 _M64 = (1 << 64) - 1
 _READY_TAG = 2  # a ready row's state: length << 16 | count << 8 | 2
+_FIRST_TOKEN = 7  # a row: key (4 words), state, check (2 words), tokens
+_TOKENS = MISS_CACHE_ROW_INTS - _FIRST_TOKEN
 
 
 def short_key(piece: bytes) -> tuple[int, int]:
@@ -39,17 +41,18 @@ def check_word(piece: bytes, state: int, tokens: list[int]) -> int:
     """miss_check (ffi/cuda/miss_cache.cuh) in Python integers."""
     lo, hi = short_key(piece)
     h = ((lo * 0x9E3779B97F4A7C15) & _M64) ^ ((hi * 0xC2B2AE3D27D4EB4F) & _M64) ^ (state & 0xFFFFFFFF)
-    for t in tokens + [0] * (10 - len(tokens)):
+    for t in tokens + [0] * (_TOKENS - len(tokens)):
         h = ((h ^ (t & 0xFFFFFFFF)) * 0x100000001B3) & _M64
-    return (h ^ (h >> 32)) & 0xFFFFFFFF
+        h ^= h >> 29
+    return h ^ (h >> 32) ^ 0x5851F42D4C957F2D
 
 
 def planted_row(piece: bytes, tokens: list[int], check_delta: int = 0) -> np.ndarray:
     lo, hi = short_key(piece)
     state = len(piece) << 16 | len(tokens) << 8 | _READY_TAG
-    words = [lo & 0xFFFFFFFF, lo >> 32, hi & 0xFFFFFFFF, hi >> 32, state]
-    words += [(check_word(piece, state, tokens) + check_delta) & 0xFFFFFFFF]
-    words += tokens + [0] * (MISS_CACHE_ROW_INTS - 6 - len(tokens))
+    check = (check_word(piece, state, tokens) + check_delta) & _M64
+    words = [lo & 0xFFFFFFFF, lo >> 32, hi & 0xFFFFFFFF, hi >> 32, state, check & 0xFFFFFFFF, check >> 32]
+    words += tokens + [0] * (_TOKENS - len(tokens))
     return np.array(words, dtype=np.uint32).view(np.int32)
 
 
@@ -104,7 +107,7 @@ def test_a_planted_row_is_read_and_a_bad_check_is_not():
     assert encode_with(dataclasses.replace(tables, miss_cache=own), piece.decode()) == want
     kept = np.asarray(own)  # the kernel kept the piece where it hashes
     assert kept[row, 4] == (len(piece) << 16 | len(want) << 8 | _READY_TAG)
-    assert kept[row, 6 : 6 + len(want)].tolist() == want
+    assert kept[row, _FIRST_TOKEN : _FIRST_TOKEN + len(want)].tolist() == want
     # A row written by hand is what the kernel returns for its piece; with a wrong check word,
     # the kernel merges the piece instead.
     for delta, expected in ((0, [11, 22, 33]), (1, want)):
