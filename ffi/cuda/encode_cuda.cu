@@ -33,6 +33,7 @@
 //   cuda/huge_pieces.cuh    long rows: pieces longer than a tile, by stitched spans
 //   cuda/sub_spans.cuh      a text merged in warp sub-spans (spans, the few rows' long pieces)
 //   cuda/piece_kernel.cuh   exact mode piece-parallel, the default where a call allows it
+//   cuda/miss_cache.cuh     its cache of merged misses (an operand it writes)
 //   cuda/char_piece_kernel.cuh  the same for SentencePiece-style BPE
 //   cuda/nfc_prepass.cuh    NFC tokenizers: the rows checked, and normalized where they change
 // This file: the launcher (one block per string, or the tile pipeline) and the FFI handlers.

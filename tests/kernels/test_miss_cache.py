@@ -92,7 +92,9 @@ def test_ids_with_the_cache_empty_filled_and_off(data_dir, monkeypatch, batch, w
 def encode_with(tables, text: str, width: int = 64) -> list[int]:
     data, lengths = bb.pack_strings([text.encode()], max_len=width)
     device = device_for("gpu")
-    ids, counts = bb.encode(jax.device_put(data, device), jax.device_put(lengths, device), tables, max_tokens=width)
+    ids, counts = bb.encode(
+        jax.device_put(data, device), jax.device_put(lengths, device), tables, max_tokens=width
+    )
     return np.asarray(ids)[0, : int(counts[0])].tolist()
 
 
