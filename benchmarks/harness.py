@@ -5,6 +5,7 @@ checked against a reference before it is timed)."""
 from __future__ import annotations
 
 import gc
+import os
 import resource
 import statistics
 import time
@@ -308,6 +309,19 @@ def time_ours(
         g = ours.fn(mode, bs, T, chain=k)
         dev = measure(lambda: g(data_dev, lengths_dev)[0].block_until_ready(), target_s=target_s)
         row.update(device_s=dev["s"] / k, device_reps=dev["reps"], device_from=f"chain of {k}")
+        # Every call of the chain after the first finds this batch's misses in the misses'
+        # cache (ffi/cuda/miss_cache.cuh): device_s is its best case; the same chain with the
+        # cache off (the handler reads BLOCKBPE_MISS_CACHE at every call) is the other bound.
+        before = os.environ.get("BLOCKBPE_MISS_CACHE")
+        os.environ["BLOCKBPE_MISS_CACHE"] = "0"
+        try:
+            off = measure(lambda: g(data_dev, lengths_dev)[0].block_until_ready(), target_s=target_s)
+        finally:
+            if before is None:
+                del os.environ["BLOCKBPE_MISS_CACHE"]
+            else:
+                os.environ["BLOCKBPE_MISS_CACHE"] = before
+        row.update(device_no_cache_s=off["s"] / k, device_no_cache_MBps=total_bytes / (off["s"] / k) / 1e6)
     else:
         row.update(device_s=lat["s"], device_from="latency (call too long for dispatch to matter)")
     row["device_MBps"] = total_bytes / row["device_s"] / 1e6

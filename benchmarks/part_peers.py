@@ -92,6 +92,7 @@ def part_peers(ctx, res, budget):
                             "device_s",
                             "MBps",
                             "device_MBps",
+                            "device_no_cache_MBps",
                         )
                         if k in timed[best]
                     },
@@ -252,7 +253,8 @@ def e2e(ctx, ours, tok, texts, mode, bs, L, T, total):
 def summarize_targets(res) -> dict:
     """The performance targets against this run's numbers (cl100k, War and Peace)."""
     t: dict = {
-        "note": "device = GPU time per call (a chain of calls in one executable); "
+        "note": "device = GPU time per call (a chain of calls in one executable: after the first call the "
+        "misses' cache holds the batch's misses); device_no_cache = the same chain with BLOCKBPE_MISS_CACHE=0; "
         "latency = one jitted call + block_until_ready (dispatch included)"
     }
     rows = {(r["batch"], r["bytes"]): r for r in res.get("peers", {}).get("rows", []) if "ours" in r}
@@ -270,8 +272,10 @@ def summarize_targets(res) -> dict:
             "target": ">= 50 GB/s (exact)",
             "mode": mode,
             "GBps_device": e["device_MBps"] / 1e3,
+            "GBps_device_no_cache": e.get("device_no_cache_MBps", e["device_MBps"]) / 1e3,
             "GBps_with_dispatch": e["MBps"] / 1e3,
-            "met": mode == "exact" and e["device_MBps"] >= 50e3,
+            # (judged without the misses' cache: text it has not seen)
+            "met": mode == "exact" and e.get("device_no_cache_MBps", e["device_MBps"]) >= 50e3,
         }
     for cell in ((1024, 4096), (1024, 512)):
         mode, e = ours(cell)

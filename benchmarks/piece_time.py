@@ -9,8 +9,9 @@ cross:    both kernels on the same packed inputs (War and Peace, code, wikitext,
           rows the piece kernel left to encode_kernel (BLOCKBPE_PIECE_FILL=0: their count is -3).
 time:     cl100k 1024 x 4096, 1024 x 512, 64 x 512 (War and Peace excerpts, as kernel_time.py):
           both kernels checked against tiktoken, then device time (a chain of calls in one
-          executable, as run_all.py's "device" column), old and new alternated --rounds times in
-          the same executable (the handler reads BLOCKBPE_KERNEL per call); then the piece
+          executable, as run_all.py's "device" column), old, new and new without the misses'
+          cache (BLOCKBPE_MISS_CACHE=0) alternated --rounds times in the same executable (the
+          handler reads both variables per call); then the piece
           kernel at each chunk size (BLOCKBPE_PIECE_CHUNK).
 families: 1024 x 4096 old vs new for the other families (ids checked equal between kernels).
 Writes DIR/piece_time.json.
@@ -83,11 +84,14 @@ def load_family(label: str, path: pathlib.Path):
     return bb.Tokenizer.from_hf(Tokenizer.from_str(json.dumps(doc)))
 
 
-def kernel(name: str | None, chunk: int | None = None, fill: bool = True):
+def kernel(name: str | None, chunk: int | None = None, fill: bool = True, cache: bool = True):
     """Select the kernel for the calls that follow (read per call by the CUDA handler): "block"
-    (encode_kernel), "piece", or None (the handler's default, as on entry)."""
-    for k in ("BLOCKBPE_KERNEL", "BLOCKBPE_PIECE_CHUNK", "BLOCKBPE_PIECE_FILL"):
+    (encode_kernel), "piece", or None (the handler's default, as on entry); cache=False: the
+    piece kernel without its misses' cache."""
+    for k in ("BLOCKBPE_KERNEL", "BLOCKBPE_PIECE_CHUNK", "BLOCKBPE_PIECE_FILL", "BLOCKBPE_MISS_CACHE"):
         os.environ.pop(k, None)
+    if not cache:
+        os.environ["BLOCKBPE_MISS_CACHE"] = "0"
     if name:
         os.environ["BLOCKBPE_KERNEL"] = name
     if chunk:
@@ -201,14 +205,20 @@ def part_cross(root, dev, families, report, rng):
 
 
 def time_shape(ours, f, g, data, lengths, total, rounds, target_s):
-    out = {"old_us": [], "new_us": []}
+    # (new: after the chain's first call the misses' cache holds this batch's misses, its best
+    # case; new_no_cache: the same calls with the cache off, the other bound)
+    out = {"old_us": [], "new_us": [], "new_no_cache_us": []}
     for _ in range(rounds):
-        for name, key in (("block", "old_us"), ("piece", "new_us")):
-            kernel(name)
+        for name, key, cache in (
+            ("block", "old_us", True),
+            ("piece", "new_us", True),
+            ("piece", "new_no_cache_us", False),
+        ):
+            kernel(name, cache=cache)
             m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=target_s)
             out[key].append(m["s"] / Ours.CHAIN * 1e6)
     kernel("block")
-    for key in ("old_us", "new_us"):
+    for key in ("old_us", "new_us", "new_no_cache_us"):
         med = statistics.median(out[key])
         out[key.replace("_us", "_median_us")] = med
         out[key.replace("_us", "_GBps")] = total / (med * 1e-6) / 1e9

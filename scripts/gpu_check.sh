@@ -58,7 +58,8 @@ r = json.load(open(sys.argv[1]))
 for row in r.get("time", []) + r.get("families", []):
     if "new_median_us" in row:
         print(f"{row['family']} {row['batch']}x{row['bytes']}: old {row['old_median_us']:.1f} us ({row['old_GBps']:.1f} GB/s), "
-              f"new {row['new_median_us']:.1f} us ({row['new_GBps']:.1f} GB/s), x{row['speedup']:.2f}; pending rows "
+              f"new {row['new_median_us']:.1f} us ({row['new_GBps']:.1f} GB/s), x{row['speedup']:.2f}; "
+              f"new without the misses' cache {row.get('new_no_cache_median_us', float('nan')):.1f} us; pending rows "
               f"{row['pending_rows']}; by chunk {row.get('new_us_by_chunk')}")
     else:
         print("not timed:", row)
