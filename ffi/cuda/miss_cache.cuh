@@ -32,7 +32,7 @@ namespace {
 
 constexpr int kMissState = 4, kMissCheck = 5, kMissFirstToken = 7;  // (the check: words 5 and 6)
 constexpr int kMissTokens = kMissCacheInts - kMissFirstToken;        // 9: longer results are not kept
-constexpr int kMissProbes = 4;                                   // rows tried from the home row
+constexpr int kMissProbes = 4;                                       // rows tried from the home row
 constexpr int32_t kMissBusy = 1;
 
 using MissState = cuda::atomic_ref<int32_t, cuda::thread_scope_device>;
@@ -49,7 +49,7 @@ __device__ __forceinline__ uint64_t miss_check(ShortKey key, int32_t state, cons
     h = (h ^ (uint32_t)tok[i]) * 0x100000001B3ull;
     h ^= h >> 29;
   }
-  return h ^ (h >> 32) ^ 0x5851F42D4C957F2Dull;  // (never 0 for an all-zero row's words)
+  return h ^ (h >> 32) ^ 0x5851F42D4C957F2Dull;  // (so an unwritten check word, 0, fits no all-zero row)
 }
 
 __device__ __forceinline__ bool miss_key_is(const int32_t* row, ShortKey key) {
