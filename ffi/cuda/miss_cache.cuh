@@ -113,13 +113,10 @@ __device__ __forceinline__ void miss_cache_put(const VocabView& v, ShortKey key,
   }
 }
 
-// The piece text[0..m) from the cache, if there: its tokens into tok[0..count); returns count,
-// or 0. read_short_key(p, n): the piece's short key (short_key, or a kernel's read by words).
-template <class ReadShortKey>
-__device__ __forceinline__ int find_merged_miss(const VocabView& v, const uint8_t* text, int m, int32_t* tok,
-                                                ReadShortKey read_short_key) {
+// The piece with short key `key` (m bytes) from the cache, if there: its tokens into
+// tok[0..count); returns count, or 0.
+__device__ __forceinline__ int find_merged_miss(const VocabView& v, ShortKey key, int m, int32_t* tok) {
   if (!v.miss_cache || m > kShortKeyLen) return 0;
-  const ShortKey key = read_short_key(text, m);
   return miss_cache_find(v, key, m, short_key_hash(key, m), tok);
 }
 

@@ -148,14 +148,16 @@ __device__ __forceinline__ ShortKey short_key_at(const uint8_t* p, int n) {
 template <int kChunk>
 __device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChunk>& s, int at, int m, int row) {
   const uint8_t* text = s.text + at;
-  const auto read_key = [](const uint8_t* p, int n) { return short_key_at(p, n); };
-  const int32_t whole = m == 1 ? __ldg(v.byte_ids + text[0]) : lookup_piece(v, text, m, read_key);
+  // (a short piece's key read once: for the piece table, then for the misses' cache)
+  const ShortKey key = m <= kShortKeyLen ? short_key_at(text, m) : ShortKey{0, 0};
+  const int32_t whole =
+      m == 1 ? __ldg(v.byte_ids + text[0]) : lookup_piece(v, text, m, [&](const uint8_t*, int) { return key; });
   s.count[at] = 1;
   if (whole >= 0) {
     s.tok[at] = whole;
     return;
   }
-  if (const int c = find_merged_miss(v, text, m, s.tok + at, read_key)) {  // merged before
+  if (const int c = find_merged_miss(v, key, m, s.tok + at)) {  // merged before
     s.count[at] = (uint8_t)c;
     return;
   }
