@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blockbpe_jax import testing
-from helpers import device_for, gpu_devices, load_tokenizer, tiktoken_enc
+from helpers import corpus_rows, device_for, gpu_devices, load_tokenizer, tiktoken_enc
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]
 
@@ -26,14 +25,7 @@ def encode(tok, rows, width, allowed_special="none"):
 def test_piece_and_block_equal_tiktoken(data_dir, monkeypatch, batch, width):
     tok = load_tokenizer("cl100k", "tiktoken")
     enc = tiktoken_enc("cl100k", "exact")
-    rows = []  # excerpts of 1..width bytes from every shared corpus, in turn
-    pools = [
-        testing.excerpts(testing.read_corpus(p), 1, width - 3, seed=k)
-        for k, p in enumerate(testing.corpus_paths(data_dir))
-    ]
-    for k in range(batch):
-        pool = pools[k % len(pools)]
-        rows.append(pool[k // len(pools) % len(pool)].decode("utf-8", "ignore"))
+    rows = corpus_rows(data_dir, batch, width)
     want = enc.encode_ordinary_batch(rows)
     results = {}
     for kernel in (None, "piece", "block"):

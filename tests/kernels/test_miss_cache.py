@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 import blockbpe_jax as bb
-from blockbpe_jax import testing
 from blockbpe_jax.tables import build
 from blockbpe_jax.tables.sets import MISS_CACHE_ROW_INTS
-from helpers import device_for, gpu_devices, load_tokenizer, tiktoken_enc
+from helpers import corpus_rows, device_for, gpu_devices, load_tokenizer, tiktoken_enc
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]
 
@@ -54,18 +53,6 @@ def planted_row(piece: bytes, tokens: list[int], check_delta: int = 0) -> np.nda
     words = [lo & 0xFFFFFFFF, lo >> 32, hi & 0xFFFFFFFF, hi >> 32, state, check & 0xFFFFFFFF, check >> 32]
     words += tokens + [0] * (_TOKENS - len(tokens))
     return np.array(words, dtype=np.uint32).view(np.int32)
-
-
-def corpus_rows(data_dir, batch, width):
-    pools = [
-        testing.excerpts(testing.read_corpus(p), 1, width - 3, seed=k)
-        for k, p in enumerate(testing.corpus_paths(data_dir))
-    ]
-    rows = []
-    for k in range(batch):
-        pool = pools[k % len(pools)]
-        rows.append(pool[k // len(pools) % len(pool)].decode("utf-8", "ignore"))
-    return rows
 
 
 def encode(tok, rows, width):
