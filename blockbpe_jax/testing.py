@@ -325,3 +325,13 @@ ADVERSARIAL = {
     "base64": _base64_text,
     "apostrophes": lambda rng, n: bytes(rng.choice(b"'sS tl") for _ in range(n)),
 }
+
+
+def corpus_rows(data_dir, batch: int, width: int) -> list[str]:
+    """`batch` excerpts of 1..width - 3 bytes from every shared corpus under data_dir, in turn."""
+    pools = [excerpts(read_corpus(p), 1, width - 3, seed=k) for k, p in enumerate(corpus_paths(data_dir))]
+    rows = []
+    for k in range(batch):
+        pool = pools[k % len(pools)]
+        rows.append(pool[k // len(pools) % len(pool)].decode("utf-8", "ignore"))
+    return rows

@@ -293,19 +293,6 @@ def corpus_texts(data_dir: Path, per_corpus: int, seed: int) -> list[str]:
     return texts
 
 
-def corpus_rows(data_dir: Path, batch: int, width: int) -> list[str]:
-    """`batch` excerpts of 1..width - 3 bytes from every shared corpus, in turn."""
-    pools = [
-        testing.excerpts(testing.read_corpus(p), 1, width - 3, seed=k)
-        for k, p in enumerate(testing.corpus_paths(data_dir))
-    ]
-    rows = []
-    for k in range(batch):
-        pool = pools[k % len(pools)]
-        rows.append(pool[k // len(pools) % len(pool)].decode("utf-8", "ignore"))
-    return rows
-
-
 MIXED = [
     "Hello 12345 world日本語のテキスト、カタカナ。ひらがな 中文123汉字 'll x's don't\n\n  y \t\u3000z",
     "!!?? a-b $5.00 é e\u0301 ٣٤٥ 𝟘𝟙 \U0001f600\U0001f44d\U0001f3fd x\u200dy",

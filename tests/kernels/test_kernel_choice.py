@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import corpus_rows, device_for, gpu_devices, load_tokenizer, tiktoken_enc
+from blockbpe_jax import testing
+from helpers import device_for, gpu_devices, load_tokenizer, tiktoken_enc
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]
 
@@ -25,7 +26,7 @@ def encode(tok, rows, width, allowed_special="none"):
 def test_piece_and_block_equal_tiktoken(data_dir, monkeypatch, batch, width):
     tok = load_tokenizer("cl100k", "tiktoken")
     enc = tiktoken_enc("cl100k", "exact")
-    rows = corpus_rows(data_dir, batch, width)
+    rows = testing.corpus_rows(data_dir, batch, width)
     want = enc.encode_ordinary_batch(rows)
     results = {}
     for kernel in (None, "piece", "block"):

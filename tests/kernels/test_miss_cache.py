@@ -14,7 +14,8 @@ import pytest
 import blockbpe_jax as bb
 from blockbpe_jax.tables import build
 from blockbpe_jax.tables.sets import MISS_CACHE_ROW_INTS
-from helpers import corpus_rows, device_for, gpu_devices, load_tokenizer, tiktoken_enc
+from blockbpe_jax import testing
+from helpers import device_for, gpu_devices, load_tokenizer, tiktoken_enc
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]
 
@@ -64,7 +65,7 @@ def encode(tok, rows, width):
 @pytest.mark.parametrize("batch, width", [(64, 512), (96, 4096)])
 def test_ids_with_the_cache_empty_filled_and_off(data_dir, monkeypatch, batch, width):
     tok = load_tokenizer("cl100k", "tiktoken")
-    rows = corpus_rows(data_dir, batch, width)
+    rows = testing.corpus_rows(data_dir, batch, width)
     want = tiktoken_enc("cl100k", "exact").encode_ordinary_batch(rows)
     cache = tok.tables(device=device_for("gpu")).miss_cache
     assert cache.shape[1] == MISS_CACHE_ROW_INTS and cache.shape[0] > 1
