@@ -10,7 +10,8 @@
 #  FAMILIES_ARGS, CLOCKS_ARGS: options of benchmarks/families.py, stage_clocks.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
 #  CORPUS_ARGS, CORPUS_PROFILE_MB, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages;
-#  PIECE_ARGS, PIECE_TIMEOUT, PIECE_TEST_TIMEOUT, PIECE_SHAPES, NCU_TIMEOUT, VARIANT_NCU_SHAPES: the piece kernel's stages;
+#  PIECE_ARGS, PIECE_TIMEOUT, PIECE_TEST_TIMEOUT, PIECE_SHAPES, NCU_TIMEOUT, VARIANT_NCU_SHAPES,
+#  VARIANT_NCU_ARGS (more options of benchmarks/profile_kernel.py): the piece kernel's stages;
 #  RAY_ENGINE_ARGS, PYARROW_TARBALL: the ray_engine stage; JSONL_DEVICE_ARGS: options of
 #  benchmarks/jsonl_device.py; FUZZ_CAMPAIGN_ARGS, FUZZ_CAMPAIGN_TIMEOUT: the fuzz_campaign stage).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
@@ -202,7 +203,7 @@ PY
           f="$OUT/variant_$name/ncu_${shape/:/x}.txt"
           XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=$path timeout "${NCU_TIMEOUT:-120}" ncu \
             --kernel-name regex:piece_kernel --launch-skip 2 --launch-count 1 --metrics "$M" --section LaunchStats \
-            python3 benchmarks/profile_kernel.py --batch "${shape%:*}" --bytes "${shape#*:}" > "$f" 2>&1
+            python3 benchmarks/profile_kernel.py --batch "${shape%:*}" --bytes "${shape#*:}" ${VARIANT_NCU_ARGS:-} > "$f" 2>&1
           echo "ncu $name $shape: exit $?"
           grep -E "gpu__time_duration|smsp__inst_executed.sum|issue_active|Registers Per" "$f" | sed 's/  */ /g'
         done
