@@ -22,7 +22,9 @@
 //      their symbols packed at their first slot and looked up by lookup_word; one symbol is
 //      its own token; a miss of up to kShortPieceLen symbols goes on the block's merge lists
 //      (merge_in_lanes up to kLanePieceLen symbols, merge_in_warp beyond, both with the
-//      first-only ranks: cuda/lane_merges.cuh), then its runs (merge_segment_runs);
+//      first-only ranks: cuda/lane_merges.cuh), then its runs (merge_segment_runs), unless the
+//      misses' cache has it (cuda/miss_cache.cuh; a word whose symbols are its text's
+//      characters, keyed by that text), which then keeps the merged ones;
 //   4. one block scan of the threads' token counts places every word's tokens in its row.
 // A word is a segment of encode_chars, so these are its rules; nothing here defines one.
 //
@@ -66,6 +68,7 @@ struct CharPieceSmem {
   // Tokens of the word whose first symbol is at the slot (at most kShortPieceLen).
   uint8_t count[kSlots];
   __align__(16) uint8_t text[kPieceThreads * kChunk];
+  uint8_t text_tail[16];          // read, never used, by short_key_at near text's end
   uint32_t masks[kPieceThreads];  // every chunk's word starts
   uint32_t dirty[kPieceThreads];  // a character whose symbol's token bytes are not its text starts here
   uint8_t hard[kPieceThreads];    // a word of the row is left to encode_chars_kernel
@@ -83,6 +86,9 @@ struct CharPieceSmem {
   int16_t lane_s0[kPieceLaneList], lane_len[kPieceLaneList];
   int16_t sorted_s0[kPieceLaneList], sorted_len[kPieceLaneList];
   int16_t wide_s0[kPieceWideList], wide_len[kPieceWideList];
+  // Where the misses' cache may keep a listed word (lane list g, wide list kPieceLaneList + g):
+  // its text's block position | (bytes - 1) << 12 (kMissText), else kNotKept.
+  uint16_t kept_text[kPieceLaneList + kPieceWideList];
   int by_len[kLanePieceLen + 1];  // lane-list words per length, then where the next one goes
   int n_lane, n_wide, next_bin;
   int32_t ascii_ids[128];  // the char table's ASCII entries (CharView::ascii_ids), read at every byte
@@ -105,6 +111,8 @@ __device__ __forceinline__ bool any_dirty(const uint32_t* dirty, int from, int t
   return false;
 }
 
+constexpr uint16_t kNotKept = 0xFFFF;  // (a word of 16 bytes starts at most at 4080)
+
 // One word: at its first byte's block position at, len bytes, of the block's row `row` (whose
 // first byte is at block position row * row_stride). Its tokens go to tok[first ...] and
 // count[first], first being its first symbol's slot; a miss goes on the merge lists (symbols
@@ -115,7 +123,10 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
   const int slot = at + row + 1;
   const int with_prefix = at == row * row_stride && s.prefixed[row];
   const int first = slot - with_prefix;
-  const bool clean = !with_prefix && len <= v.max_piece_len && !any_dirty<kChunk>(s.dirty, at, at + len);
+  // (plain: its symbols are its text's characters, so its text is a key of the misses' cache)
+  const bool plain = !with_prefix && !any_dirty<kChunk>(s.dirty, at, at + len);
+  const bool clean = plain && len <= v.max_piece_len;
+  const bool keyed = plain && len <= kShortKeyLen && v.miss_cache;
   int32_t whole = c.whole_words && clean ? lookup_piece(v, s.text + at, len) : -1;
   if (whole < 0) {
     // The symbols packed from the first slot (a pieced character's other bytes hold kDeleted);
@@ -133,16 +144,26 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
     }
     if (m > 1 && c.whole_words && !clean) whole = lookup_word(v, s.tok + first, m);
     if (whole < 0 && m > 1) {
+      if (keyed) {  // merged before: the tokens from the misses' cache
+        const int got = find_merged_miss(v, short_key_at(s.text + at, len), len, s.tok + first);
+        if (got) {
+          s.count[first] = (uint8_t)got;
+          return;
+        }
+      }
       s.count[first] = (uint8_t)m;  // (until the merges write the count)
       const bool lanes = m <= kLanePieceLen;
       const int g = atomicAdd(lanes ? &s.n_lane : &s.n_wide, 1);
       if (g >= (lanes ? kPieceLaneList : kPieceWideList)) {
         s.hard[row] = 1;
-      } else if (lanes) {
-        s.lane_s0[g] = (int16_t)first, s.lane_len[g] = (int16_t)m;
-        atomicAdd(&s.by_len[m], 1);
       } else {
-        s.wide_s0[g] = (int16_t)first, s.wide_len[g] = (int16_t)m;
+        s.kept_text[g + (lanes ? 0 : kPieceLaneList)] = keyed ? (uint16_t)(at | (len - 1) << 12) : kNotKept;
+        if (lanes) {
+          s.lane_s0[g] = (int16_t)first, s.lane_len[g] = (int16_t)m;
+          atomicAdd(&s.by_len[m], 1);
+        } else {
+          s.wide_s0[g] = (int16_t)first, s.wide_len[g] = (int16_t)m;
+        }
       }
       return;
     }
@@ -323,6 +344,15 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
       s.count[at] = (uint8_t)merge_segment_runs(c, s.tok + at, s.count[at]);
     }
     __syncthreads();
+  }
+  if (v.miss_cache) {  // the merged words the cache may keep (their tokens from their first slot)
+    for (int g = t; g < n_lane + n_wide; g += kPieceThreads) {
+      const uint16_t e = s.kept_text[g < n_lane ? g : kPieceLaneList + g - n_lane];
+      if (e == kNotKept) continue;
+      const int first = g < n_lane ? s.lane_s0[g] : s.wide_s0[g - n_lane], len = (e >> 12) + 1;
+      const ShortKey key = short_key_at(s.text + (e & 0xFFF), len);
+      miss_cache_put(v, key, len, short_key_hash(key, len), s.tok + first, s.count[first]);
+    }
   }
   const int prefix_slot = row_at + r;  // (the first word's first slot where the row is prefixed)
   const auto first_slot = [&](int i) { return i == 0 && s.prefixed[r] ? prefix_slot : prefix_slot + 1 + i; };

@@ -21,6 +21,7 @@ fact about the vocabularies that lets the kernel look a word up by its own text.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import jax
@@ -29,6 +30,7 @@ import pytest
 
 import blockbpe_jax as bb
 from blockbpe_jax.tables import build
+from blockbpe_jax.tables.sets import MISS_CACHE_ROW_INTS
 
 import families
 from helpers import EDGES, MIXED, SPACES, corpus_texts, gpu_devices
@@ -179,6 +181,35 @@ def test_gpu_corpora(model, piece_kernel, data_dir):
     check_rows(tok, encode, cut, width=4096)
     check_rows(tok, encode, [t.encode()[:500].decode("utf-8", "ignore") for t in texts] * 5, width=512)
     check_rows(tok, encode, [t.encode()[:60].decode("utf-8", "ignore") for t in texts] * 40, width=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
+def test_gpu_misses_cache(model, piece_kernel, data_dir):
+    """The misses' cache (ffi/cuda/miss_cache.cuh) in this kernel, a cache of its own so that
+    earlier tests' words are not in it: the ids equal the reference with the cache empty, with
+    the words the first call kept found there, and with the cache off (BLOCKBPE_MISS_CACHE=0);
+    the first call kept some."""
+    tok, encode = model
+    dev = gpu_devices()[0]
+    texts = [t.encode()[:2000].decode("utf-8", "ignore") for t in corpus_texts(data_dir, 8, seed=17)]
+    texts += adversarial()
+    want = [reference_ids(encode, t) for t in texts]
+    own = jax.device_put(np.zeros((1 << 12, MISS_CACHE_ROW_INTS), np.int32), dev)
+    tables = dataclasses.replace(tok.tables("none", device=dev), miss_cache=own)
+    data, lengths = bb.pack_strings(texts, max_len=2048)
+    data, lengths = jax.device_put(data, dev), jax.device_put(lengths, dev)
+
+    def ids():
+        out = bb.encode(data, lengths, tables, max_tokens=2050)
+        got, counts = np.asarray(out.ids), np.asarray(out.counts)
+        return [got[i, : counts[i]].tolist() for i in range(len(texts))]
+
+    assert ids() == want
+    assert (np.asarray(own)[:, 4] != 0).sum() > 0, "the kernel kept no merged word"
+    assert ids() == want
+    piece_kernel.setenv("BLOCKBPE_MISS_CACHE", "0")
+    assert ids() == want
 
 
 @pytest.mark.gpu
