@@ -4,6 +4,7 @@ checked against a reference before it is timed)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import resource
@@ -53,6 +54,22 @@ class Clock:
     def __exit__(self, *exc) -> None:
         self.wall = time.perf_counter() - self._t
         self.cpu = time.process_time() - self._cpu + self._children() - self._kids
+
+
+@contextlib.contextmanager
+def miss_cache_off():
+    """The misses' cache (ffi/cuda/miss_cache.cuh) neither read nor written by the calls inside
+    (BLOCKBPE_MISS_CACHE=0: the handler reads it at every call, so jitted functions need no
+    recompiling)."""
+    before = os.environ.get("BLOCKBPE_MISS_CACHE")
+    os.environ["BLOCKBPE_MISS_CACHE"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["BLOCKBPE_MISS_CACHE"]
+        else:
+            os.environ["BLOCKBPE_MISS_CACHE"] = before
 
 
 def cpu_per_gb(cpu_s: float, nbytes: int) -> float:
@@ -311,16 +328,9 @@ def time_ours(
         row.update(device_s=dev["s"] / k, device_reps=dev["reps"], device_from=f"chain of {k}")
         # Every call of the chain after the first finds this batch's misses in the misses'
         # cache (ffi/cuda/miss_cache.cuh): device_s is its best case; the same chain with the
-        # cache off (the handler reads BLOCKBPE_MISS_CACHE at every call) is the other bound.
-        before = os.environ.get("BLOCKBPE_MISS_CACHE")
-        os.environ["BLOCKBPE_MISS_CACHE"] = "0"
-        try:
+        # cache off is the other bound.
+        with miss_cache_off():
             off = measure(lambda: g(data_dev, lengths_dev)[0].block_until_ready(), target_s=target_s)
-        finally:
-            if before is None:
-                del os.environ["BLOCKBPE_MISS_CACHE"]
-            else:
-                os.environ["BLOCKBPE_MISS_CACHE"] = before
         row.update(device_no_cache_s=off["s"] / k, device_no_cache_MBps=total_bytes / (off["s"] / k) / 1e6)
     else:
         row.update(device_s=lat["s"], device_from="latency (call too long for dispatch to matter)")
