@@ -2,6 +2,8 @@
 // with the tokens their merges gave, so that the next occurrence of the piece, in this call or
 // a later one, costs a probe instead of its merge passes. The merges of the misses are over a
 // third of the piece kernel's time (docs/performance.md), and text repeats its rare words.
+// Both piece kernels use it: piece_kernel.cuh by a piece's bytes, char_piece_kernel.cuh by a
+// word's text where that text alone fixes its symbols (docs/design.md).
 //
 // It is the vocabulary's operand `miss_cache` (int32[C, kMissCacheInts], created zeroed with its
 // tables on each device: blockbpe_jax/tables/sets.py), so it never serves another vocabulary,
