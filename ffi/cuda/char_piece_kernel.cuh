@@ -87,7 +87,7 @@ struct CharPieceSmem {
   int16_t sorted_s0[kPieceLaneList], sorted_len[kPieceLaneList];
   int16_t wide_s0[kPieceWideList], wide_len[kPieceWideList];
   // Where the misses' cache may keep a listed word (lane list g, wide list kPieceLaneList + g):
-  // its text's block position | (bytes - 1) << 12 (kMissText), else kNotKept.
+  // its text's block position | (bytes - 1) << 12, else kNotKept.
   uint16_t kept_text[kPieceLaneList + kPieceWideList];
   int by_len[kLanePieceLen + 1];  // lane-list words per length, then where the next one goes
   int n_lane, n_wide, next_bin;
