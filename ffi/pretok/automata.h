@@ -56,11 +56,16 @@ BBPE_HD int live_count(uint64_t live) {
   return __builtin_popcountll(live) / 4;
 #endif
 }
-// Whether every live state has the same image.
+// Whether every live state has the same image (state 0's, broadcast to a 32-bit word's nibbles
+// and compared with both halves: no 64-bit multiply).
 BBPE_HD bool map_is_constant(uint64_t m, uint64_t live) {
-  return ((m ^ map_constant((uint8_t)(m & 15))) & live) == 0;
+  const uint32_t first = ((uint32_t)m & 15u) * 0x11111111u;
+  return ((((uint32_t)m ^ first) & (uint32_t)live) | (((uint32_t)(m >> 32) ^ first) & (uint32_t)(live >> 32))) == 0;
 }
 BBPE_HD uint8_t map_apply(uint64_t m, uint8_t x) { return (uint8_t)((m >> (4 * x)) & 15); }
+// map_apply for a state kept in a 32-bit word: in the chunk loops, a byte-sized state costs a
+// byte insert or extract on the GPU at every step.
+BBPE_HD uint32_t map_image(uint64_t m, uint32_t x) { return (uint32_t)(m >> (4 * x)) & 15u; }
 #if defined(__CUDA_ARCH__)
 // "a, then b" on the GPU: byte permutes instead of sixteen nibble lookups. b's even images
 // (the low nibble of each of its 8 bytes) and odd images (the high nibbles) as two 8-byte
@@ -158,34 +163,37 @@ BBPE_HD uint8_t stage_class(const PretokTables& tab, const uint8_t* text, int n,
 // state (a map_apply per byte instead of a map_then). The first step is the map itself, and
 // later ones compose over the live states only. The result differs from the full composition
 // only at dead states, which no caller ever applies it to.
+// (The flags and the state are words, not bool and uint8_t: each step of the unrolled loops
+// would otherwise extend or insert a byte on the GPU.)
 struct ChunkMap {
   uint64_t live;                // the automaton's states (map_is_constant looks at these)
   int states;                   // how many: the live nibbles are the low ones
   uint64_t m = kMapIdentity;    // the map so far, while it is not constant
-  bool fresh = true;            // no step yet
-  bool constant = false;
-  uint8_t state = 0;            // the one image, once it is
+  int fresh = 1;                // nothing composed yet (identity steps only)
+  int constant = 0;
+  uint32_t state = 0;           // the one image, once it is
   BBPE_HD explicit ChunkMap(uint64_t live_states) : live(live_states), states(live_count(live_states)) {}
   BBPE_HD void then(uint64_t step) {
     if (constant) {
-      state = map_apply(step, state);
+      state = map_image(step, state);
     } else {
       m = fresh ? step : map_then_live(m, step, states);
-      fresh = false;
+      fresh = fresh && m == kMapIdentity;
       constant = map_is_constant(m, live);
-      state = (uint8_t)(m & 15);
+      state = (uint32_t)m & 15u;
     }
   }
-  BBPE_HD uint64_t map() const { return constant ? map_constant(state) : m; }
+  BBPE_HD uint64_t map() const { return constant ? map_constant((uint8_t)state) : m; }
 };
 
 // Backward map of a chunk: nibble x = T at the chunk's first byte when T after its end is x.
+// (A continuation byte's step, kClassNone's, is the identity: stepped like any other, with no
+// test at every byte.)
 template <bool kBoundaries = true, class C>
 BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
   ChunkMap acc(tab.bwd_live);
   BBPE_UNROLL
-  for (int i = cnt - 1; i >= 0; --i)
-    if (cls[i] != kClassNone) acc.then(bwd_step<kBoundaries>(tab, (uint8_t)cls[i]));
+  for (int i = cnt - 1; i >= 0; --i) acc.then(bwd_step<kBoundaries>(tab, (uint8_t)cls[i]));
   return acc.map();
 }
 
@@ -195,23 +203,23 @@ BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
 template <bool kBoundaries = true, class C, class K>
 BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const C* cls, int cnt, uint8_t t_end,
                                  K* key) {
-  uint8_t t = t_end;
+  uint32_t t = t_end;
   BBPE_UNROLL
   for (int i = cnt - 1; i >= 0; --i) {
     const uint8_t c = (uint8_t)cls[i];
     key[i] = (K)(c * 16 + t);
-    t = map_apply(bwd_step<kBoundaries>(tab, c), t);
+    t = map_image(bwd_step<kBoundaries>(tab, c), t);
   }
-  return t;
+  return (uint8_t)t;
 }
 
-// Forward map of a chunk: nibble x = S after the chunk when S before it is x.
+// Forward map of a chunk: nibble x = S after the chunk when S before it is x. (Keys below 16,
+// continuation bytes', step by the identity.)
 template <bool kBoundaries = true, class K>
 BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const K* key, int cnt) {
   ChunkMap acc(tab.fwd_live);
   BBPE_UNROLL
-  for (int i = 0; i < cnt; ++i)
-    if (key[i] >= 16) acc.then(fwd_step<kBoundaries>(tab, (uint16_t)key[i]));  // (keys < 16: continuation bytes)
+  for (int i = 0; i < cnt; ++i) acc.then(fwd_step<kBoundaries>(tab, (uint16_t)key[i]));
   return acc.map();
 }
 
@@ -219,12 +227,13 @@ BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const K* key, int cnt) {
 template <bool kBoundaries = true, class K>
 BBPE_HD uint8_t chunk_fwd_replay(const PretokTables& tab, const K* key, int cnt, uint8_t s,
                                  uint8_t* flags, int valid) {
+  uint32_t st = s;
   BBPE_UNROLL
   for (int i = 0; i < cnt; ++i) {
-    if (i < valid) flags[i] = fwd_flag<kBoundaries>(tab, (uint16_t)key[i], s);
-    s = map_apply(fwd_step<kBoundaries>(tab, (uint16_t)key[i]), s);
+    if (i < valid) flags[i] = fwd_flag<kBoundaries>(tab, (uint16_t)key[i], (uint8_t)st);
+    st = map_image(fwd_step<kBoundaries>(tab, (uint16_t)key[i]), st);
   }
-  return s;
+  return (uint8_t)st;
 }
 
 // The state at a chunk's edge without a scan. A chunk's map is usually constant (see
