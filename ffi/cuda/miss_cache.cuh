@@ -42,12 +42,15 @@ using MissState = cuda::atomic_ref<int32_t, cuda::thread_scope_device>;
 // A ready row's state: its piece's length and token count (never 0 or kMissBusy).
 __device__ __forceinline__ int32_t miss_ready(int len, int count) { return len << 16 | count << 8 | 2; }
 
-// The check word: the row's words folded by multiply-xorshift steps (a zero word where another
-// is written changes it).
-__device__ __forceinline__ uint64_t miss_check(ShortKey key, int32_t state, const int32_t (&tok)[kMissTokens]) {
+// The check word: the row's key, state and its count's tokens (those a reader returns) folded
+// by multiply-xorshift steps (a zero word where another is written changes it). Only `count`
+// tokens: a hit costs a step per token it returns, not one per slot of the row.
+__device__ __forceinline__ uint64_t miss_check(ShortKey key, int32_t state, const int32_t (&tok)[kMissTokens],
+                                               int count) {
   uint64_t h = key.lo * 0x9E3779B97F4A7C15ull ^ key.hi * 0xC2B2AE3D27D4EB4Full ^ (uint32_t)state;
 #pragma unroll
   for (int i = 0; i < kMissTokens; ++i) {
+    if (i >= count) break;
     h = (h ^ (uint32_t)tok[i]) * 0x100000001B3ull;
     h ^= h >> 29;
   }
@@ -78,7 +81,8 @@ __device__ __forceinline__ int miss_cache_find(const VocabView& v, ShortKey key,
     const int32_t held[kMissTokens] = {a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
     const uint64_t check = (uint64_t)(uint32_t)a.z << 32 | (uint32_t)a.y;
     const int count = (state >> 8) & 0xFF;
-    if (a.x != state || count < 1 || count > n || count > kMissTokens || miss_check(key, state, held) != check) return 0;
+    if (a.x != state || count < 1 || count > n || count > kMissTokens || miss_check(key, state, held, count) != check)
+      return 0;
 #pragma unroll
     for (int i = 0; i < kMissTokens; ++i)
       if (i < count) tok[i] = held[i];
@@ -104,7 +108,7 @@ __device__ __forceinline__ void miss_cache_put(const VocabView& v, ShortKey key,
     if (seen == 0 && state.compare_exchange_strong(seen, kMissBusy, cuda::memory_order_relaxed)) {
       reinterpret_cast<int4*>(row)[0] = make_int4((int32_t)key.lo, (int32_t)(key.lo >> 32), (int32_t)key.hi,
                                                   (int32_t)(key.hi >> 32));
-      const uint64_t check = miss_check(key, ready, held);
+      const uint64_t check = miss_check(key, ready, held, count);
       row[kMissCheck] = (int32_t)(uint32_t)check, row[kMissCheck + 1] = (int32_t)(uint32_t)(check >> 32);
 #pragma unroll
       for (int i = 0; i < kMissTokens; ++i) row[kMissFirstToken + i] = held[i];

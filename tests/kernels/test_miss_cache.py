@@ -41,7 +41,7 @@ def check_word(piece: bytes, state: int, tokens: list[int]) -> int:
     """miss_check (ffi/cuda/miss_cache.cuh) in Python integers."""
     lo, hi = short_key(piece)
     h = ((lo * 0x9E3779B97F4A7C15) & _M64) ^ ((hi * 0xC2B2AE3D27D4EB4F) & _M64) ^ (state & 0xFFFFFFFF)
-    for t in tokens + [0] * (_TOKENS - len(tokens)):
+    for t in tokens:
         h = ((h ^ (t & 0xFFFFFFFF)) * 0x100000001B3) & _M64
         h ^= h >> 29
     return h ^ (h >> 32) ^ 0x5851F42D4C957F2D
