@@ -4,7 +4,7 @@ pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, bad rows with
 check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape), pieces
 longer than a tile in long rows (stitched spans, and merged whole through the test hook),
 long pieces of few rows in warp sub-spans, the piece kernel (rows left pending included), its
-SentencePiece BPE form. Exits non-zero if any result differs from the CPU handler's."""
+SentencePiece BPE form, Lowercase in it. Exits non-zero if any result differs from the CPU handler's."""
 
 import os
 
@@ -215,4 +215,35 @@ if spec is not None:
                 allowed_special="none",
             )
     del os.environ["BLOCKBPE_KERNEL"], os.environ["BLOCKBPE_PIECE_CHUNK"]
+# Lowercase in the piece kernel: cl100k's tokenizer.json with HF's Lowercase normalizer, rows
+# lowercased in place there; a row with a code point that is not (U+0130) left pending, which
+# encode_kernel then reports (-2), as the CPU handler does.
+import json  # noqa: E402
+import tempfile  # noqa: E402
+
+lower_doc = json.loads((root / "vocab" / "cl100k_hf" / "tokenizer.json").read_bytes())
+lower_doc["normalizer"] = {"type": "Lowercase"}
+lower_path = pathlib.Path(tempfile.mkdtemp()) / "tokenizer.json"
+lower_path.write_text(json.dumps(lower_doc))
+lower_tok = bb.Tokenizer.from_file(lower_path)
+lower_rows = [t.upper() for t in texts[:16]] + [
+    "\u0130stanbul ISTANBUL",
+    "\u039f\u0394\u039f\u03a3 KELVIN \u212a",
+    "",
+]
+os.environ["BLOCKBPE_KERNEL"] = "piece"
+for width, chunk in ((512, "2"), (1024, "4"), (4096, "16")):
+    os.environ["BLOCKBPE_PIECE_CHUNK"] = chunk
+    rows = [r.encode()[:width] for r in lower_rows] * 2
+    data_l, lengths_l = bb.pack_strings(rows, max_len=width)
+    compare(
+        f"piece kernel lowercase {len(rows)}x{width} chunk {chunk}",
+        lower_tok,
+        data_l,
+        lengths_l,
+        block_sizes=(256,),
+        max_tokens=width + 2,
+        allowed_special="none",
+    )
+del os.environ["BLOCKBPE_KERNEL"], os.environ["BLOCKBPE_PIECE_CHUNK"]
 raise SystemExit(1 if bad else 0)

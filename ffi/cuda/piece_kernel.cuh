@@ -24,21 +24,19 @@
 //      (cuda/miss_cache.cuh), which then keeps the merged ones; tokens parked at the piece's
 //      bytes in shared memory;
 //   5. one block scan of the threads' token counts places every piece's tokens in its row.
-// Eight block barriers in all (five more for each further stage), none per merge rank. The rules are the shared ones
-// (core/bpe_core.h, pretok/automata.h, pretok/tables.h): nothing here defines a rule.
-// (The misses are merged warp-cooperatively, not each in its own thread with merge_segment: a
-// thread's serial passes over a piece, table probe after table probe, keep its block waiting;
-// docs/performance.md, "The piece-parallel kernel".)
+// Eight block barriers (five more a further stage, one with Lowercase), none per merge rank.
+// The rules are the shared ones (core/bpe_core.h, pretok/*.h): nothing here defines a rule.
+// (Misses are merged warp-cooperatively, not a thread each with merge_segment, whose serial
+// passes keep the block waiting: docs/performance.md, "The piece-parallel kernel".)
 //
 // What it leaves to the block-per-string kernel, decided on the host by shape and tables
-// (piece_eligible): bytes mode, SentencePiece-style symbols (cuda/char_piece_kernel.cuh's),
-// NFC or Lowercase normalizers that run on
-// the device, calls with allowed special tokens, rows wider than kPieceMaxLen bytes or tiled
-// (tiled_rows). Decided on the device per row: a row
-// holding a piece longer than kShortPieceLen bytes that the piece table lacks, or whose
-// block's merge lists are full (kPieceLaneList, kPieceWideList), is marked
-// kCountPending, and the block-per-string kernel, launched right after with pending_only, does
-// those rows (and returns at once for the others).
+// (piece_eligible): bytes mode, SentencePiece-style symbols (cuda/char_piece_kernel.cuh's), an
+// NFC normalizer that runs on the device, calls with allowed special tokens, rows wider than
+// kPieceMaxLen bytes or tiled (tiled_rows). Decided on the device per row: a row holding a
+// piece longer than kShortPieceLen bytes that the piece table lacks, whose block's merge lists
+// are full (kPieceLaneList, kPieceWideList), or (Lowercase) a code point not lowercased in
+// place, is marked kCountPending, and the block-per-string kernel, launched right after with
+// pending_only, does those rows (and returns at once for the others).
 // Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
 #pragma once
 
@@ -55,6 +53,7 @@
 #include "cuda/lane_merges.cuh"
 #include "cuda/miss_cache.cuh"
 #include "pretok/automata.h"
+#include "pretok/lowercase.h"
 #include "pretok/tables.h"
 
 namespace bbpe {
@@ -84,8 +83,7 @@ struct PieceSmem {
   int32_t tok[kPieceThreads * kChunk];        // tokens, parked at their piece's bytes
   __align__(16) uint8_t text[kPieceThreads * kChunk];
   uint8_t text_tail[16];                      // read, never used, by short_key_at near text's end
-  // Tokens of the piece that starts at the byte: 1 for a token, at most kShortPieceLen for a
-  // merged miss (bytes, not ints: 12 KB of the block's shared memory).
+  // Tokens of the piece that starts at the byte, up to kShortPieceLen (bytes: 12 KB less than ints).
   uint8_t count[kPieceThreads * kChunk];
   uint8_t hard[kPieceThreads];                // a piece of the row is left to encode_kernel
   // The merge lists (block positions and lengths: < 4096, so 16 bits), the lane list also
@@ -103,20 +101,12 @@ struct PieceSmem {
 // never classified: byte_class reads only below n).
 template <int kChunk>
 __device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int valid, bool whole) {
+  static_assert(kChunk == 2 || kChunk == 4 || kChunk == 8 || kChunk == 16, "one vector load a chunk");
+  using Word = std::conditional_t<kChunk == 16, uint4,
+                                  std::conditional_t<kChunk == 8, uint2, std::conditional_t<kChunk == 4, uint32_t, uint16_t>>>;
   if (whole && (reinterpret_cast<uintptr_t>(src) % kChunk) == 0) {
-    if constexpr (kChunk == 16) {
-      *reinterpret_cast<uint4*>(dst) = __ldg(reinterpret_cast<const uint4*>(src));
-      return;
-    } else if constexpr (kChunk == 8) {
-      *reinterpret_cast<uint2*>(dst) = __ldg(reinterpret_cast<const uint2*>(src));
-      return;
-    } else if constexpr (kChunk == 4) {
-      *reinterpret_cast<uint32_t*>(dst) = __ldg(reinterpret_cast<const uint32_t*>(src));
-      return;
-    } else if constexpr (kChunk == 2) {
-      *reinterpret_cast<uint16_t*>(dst) = __ldg(reinterpret_cast<const uint16_t*>(src));
-      return;
-    }
+    *reinterpret_cast<Word*>(dst) = __ldg(reinterpret_cast<const Word*>(src));
+    return;
   }
 #pragma unroll
   for (int i = 0; i < kChunk; ++i)
@@ -362,6 +352,16 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   if (valid > 0)
     load_chunk<kChunk>(p.data + b * (int64_t)p.max_len + base, text + base, valid, base + kChunk <= p.max_len);
   __syncthreads();
+  if (p.pretok.lower) {  // Lowercase (pretok/lowercase.h), read from the input, which no thread writes
+    const uint8_t* src = p.data + b * (int64_t)p.max_len;
+    bool suspect = false;  // (a row encode_kernel then reports)
+    for (int i = base; i < base + valid; ++i) {
+      suspect |= lower_suspect_at(p.pretok, src, n, nullptr, i);
+      text[i] = lowered_byte(p.pretok, src, n, nullptr, i);
+    }
+    if (suspect) s.hard[r] = 1;
+    __syncthreads();
+  }
 
   // 1-3. The pre-tokenizer's stages: the chunk's piece starts.
   uint32_t fm = stage_starts<kChunk, false>(s, p.pretok.classes(0), text, n, k, nv, base, valid, 0);
@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
 // Whether a call can run the piece kernel (see the top of this file).
 inline bool piece_eligible(const EncodeParams& p) {
   return p.pretok_stages >= 1 && p.symbols == kSymbolsBytes && p.special.count == 0 && !p.pretok.nfc &&
-         !p.pretok.lower && p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
+         p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
          !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
 }
 

@@ -25,6 +25,7 @@ from helpers import (
     assert_same,
     corpus_texts,
     encode_raw,
+    gpu_devices,
     may_cross_special,
     unicodedata16,
 )
@@ -177,6 +178,34 @@ def test_fuzz_lowercase(lower_tok, texts):
     texts = [t for t in texts if t] or ["x"]
     assert_same(tok, texts, reference(hf), allowed_special="all")
     check_primitive(tok, hf, texts)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
+@pytest.mark.parametrize("chunk", ["2", "4", "8", "16"])
+def test_piece_kernel_lowercases_in_place(lower_tok, data_dir, monkeypatch, chunk):
+    """Lowercase alone, in a call without specials: the piece kernel (ffi/cuda/piece_kernel.cuh)
+    lowercases the rows itself. With no second launch (BLOCKBPE_PIECE_FILL=0) every row it can
+    lowercase in place has HF's ids and the others are left pending (count -3); with it,
+    encode_kernel reports those (-2)."""
+    tok, hf = lower_tok
+    if tok.nfc:
+        pytest.skip("a call with an NFC normalizer on the device is left to encode_kernel")
+    monkeypatch.setenv("BLOCKBPE_KERNEL", "piece")
+    monkeypatch.setenv("BLOCKBPE_PIECE_CHUNK", chunk)
+    texts = [t.encode()[:900].decode("utf-8", "ignore") for t in corpus_texts(data_dir, 2, seed=23)]
+    texts += [t.upper() for t in texts] + MIXED + [t.replace(EOT, " ") for t in CASED]
+    plain = [in_place(tok, t) for t in texts]
+    assert any(plain) and not all(plain)
+    want = [hf.encode(t, add_special_tokens=False).ids for t in texts]
+    for fill, left in (("0", -3), ("1", -2)):
+        monkeypatch.setenv("BLOCKBPE_PIECE_FILL", fill)
+        ids, counts = encode_raw(tok, texts, ("gpu", 256), allowed_special="none")
+        for i, t in enumerate(texts):
+            if plain[i]:
+                assert ids[i, : counts[i]].tolist() == want[i], t[:80]
+            else:
+                assert counts[i] == left, t[:80]
 
 
 def test_assume_normalized_skips_the_device_rewrite(lower_tok):
