@@ -345,15 +345,14 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     }
     __syncthreads();
   }
-  if (v.miss_cache) {  // the merged words the cache may keep (their tokens from their first slot)
-    for (int g = t; g < n_lane + n_wide; g += kPieceThreads) {
-      const uint16_t e = s.kept_text[g < n_lane ? g : kPieceLaneList + g - n_lane];
-      if (e == kNotKept) continue;
-      const int first = g < n_lane ? s.lane_s0[g] : s.wide_s0[g - n_lane], len = (e >> 12) + 1;
-      const ShortKey key = short_key_at(s.text + (e & 0xFFF), len);
-      miss_cache_put(v, key, len, short_key_hash(key, len), s.tok + first, s.count[first]);
-    }
-  }
+  const auto kept = [&](int g, int& at, int& len, int& first) {  // (the words the cache may keep)
+    const uint16_t e = s.kept_text[g < n_lane ? g : kPieceLaneList + g - n_lane];
+    if (e == kNotKept) return false;
+    at = e & 0xFFF, len = (e >> 12) + 1, first = g < n_lane ? s.lane_s0[g] : s.wide_s0[g - n_lane];
+    return true;
+  };
+  keep_merged_misses<kPieceThreads>(v, s.text, s.tok, s.count, n_lane + n_wide, kept,
+                                    [](const uint8_t* q, int m) { return short_key_at(q, m); });
   const int prefix_slot = row_at + r;  // (the first word's first slot where the row is prefixed)
   const auto first_slot = [&](int i) { return i == 0 && s.prefixed[r] ? prefix_slot : prefix_slot + 1 + i; };
   // 4. Placement (the queues' room, read by step 3, becomes the rows' sums: a barrier after the

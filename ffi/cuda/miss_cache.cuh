@@ -126,19 +126,31 @@ __device__ __forceinline__ int find_merged_miss(const VocabView& v, ShortKey key
   return miss_cache_find(v, key, m, short_key_hash(key, m), tok);
 }
 
-// After a block's merges: the listed misses (the piece at text + list[g], lens[g] bytes, has
-// count[list[g]] tokens at tok + list[g]) into the cache, a thread each of kThreads.
+// After a block's merges: the n listed misses into the cache, a thread each of kThreads.
+// listed(g, at, m, first) says whether listed miss g may be kept and sets where it is: its m
+// bytes at text + at, its count[first] tokens at tok + first.
+template <int kThreads, class Count, class Listed, class ReadShortKey>
+__device__ __forceinline__ void keep_merged_misses(const VocabView& v, const uint8_t* text, const int32_t* tok,
+                                                   const Count* count, int n, Listed listed,
+                                                   ReadShortKey read_short_key) {
+  if (!v.miss_cache) return;
+  for (int g = (int)threadIdx.x; g < n; g += kThreads) {
+    int at, m, first;
+    if (!listed(g, at, m, first) || m > kShortKeyLen) continue;
+    const ShortKey key = read_short_key(text + at, m);
+    miss_cache_put(v, key, m, short_key_hash(key, m), tok + first, count[first]);
+  }
+}
+// The same for misses listed by their block position (list[g], also their tokens') and length.
 template <int kThreads, class Entry, class Count, class ReadShortKey>
 __device__ __forceinline__ void keep_merged_misses(const VocabView& v, const uint8_t* text, const int32_t* tok,
                                                    const Count* count, const Entry* list, const Entry* lens, int n,
                                                    ReadShortKey read_short_key) {
-  if (!v.miss_cache) return;
-  for (int g = (int)threadIdx.x; g < n; g += kThreads) {
-    const int at = list[g], m = lens[g];
-    if (m > kShortKeyLen) continue;
-    const ShortKey key = read_short_key(text + at, m);
-    miss_cache_put(v, key, m, short_key_hash(key, m), tok + at, count[at]);
-  }
+  const auto listed = [&](int g, int& at, int& m, int& first) {
+    at = first = list[g], m = lens[g];
+    return true;
+  };
+  keep_merged_misses<kThreads>(v, text, tok, count, n, listed, read_short_key);
 }
 
 }  // namespace
