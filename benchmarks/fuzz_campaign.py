@@ -34,9 +34,9 @@ kernel, seed, chunk size, workers, mix, seconds) and per family strings, bytes, 
 (and the first KEEP_MISMATCHES with their input in base64 and the string's number, which
 fuzz_chunks.regenerate makes again), seconds, per variant; a family whose files are not there
 is recorded as skipped, one that raised with its error (the others go on). --time-budget stops
-handing out chunks when the run has used that many seconds, checks the chunks already handed
-out (CHUNKS_AHEAD a process at most), and records each family's strings done (complete:
-false) or skipped.
+handing out chunks when the run has used that many seconds and stops waiting for those handed
+out (a slow family's CHUNKS_AHEAD a process would outlast the budget), and records each
+family's strings checked by then (complete: false) or skipped.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def campaign(
     on_family=lambda row: None,
 ) -> list[dict]:
     """Checks `plan` ([(family key, strings)], in order) with a pool of `workers` processes;
-    stops handing out chunks at `deadline` (time.monotonic()). Returns a row per family (its
+    stops handing out chunks, and waiting for them, at `deadline` (time.monotonic()). Returns a row per family (its
     summary, why it was skipped, or the error that stopped it: one family's error does not stop
     the others); `on_family(row)` as each is done."""
     root = testing.data_dir()
@@ -144,6 +144,10 @@ def campaign(
             ((key, _, c, _), last), result = in_flight.popleft()
             if key in failed:
                 continue
+            left = deadline - time.monotonic()
+            result.wait(None if left == float("inf") else max(left, 0.0))
+            if not result.ready():  # the budget is spent: the chunks still in flight are dropped
+                break
             try:
                 chunk = result.get()
                 if key not in checks:
