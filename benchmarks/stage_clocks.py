@@ -5,12 +5,22 @@ builds leave them out):
 
     BLOCKBPE_STAGE_CLOCKS=ON pip install --no-build-isolation --no-deps -e .
     python3 benchmarks/stage_clocks.py --out results/ [--corpus code_python_stdlib.py.txt.gz] [--blocks]
+        [--kernel default|block] [--no-cache]
 
 For each shape it runs a few warm encodes of excerpts of a corpus file (War and Peace unless
 --corpus names another in the data folder's corpus/) and prints, per block, the average
-cycles thread 0 spent in each stage (load, specials, pretokenize, initial tokens, segments:
-whole-piece lookups; merges: short pieces merged lane-parallel or a warp each; output, or the
-block-wide merge passes), and the fraction of blocks that needed the passes. --blocks adds
+cycles thread 0 spent in each stage, and the fraction of blocks that needed the block-wide
+passes. --kernel default (the kernels each call runs by default): the piece kernels where a
+call allows them (ffi/cuda/piece_kernel.cuh: load = the step tables, the chunks and Lowercase;
+pretokenize; segments = the pieces looked up whole and in the misses' cache; merges = the
+misses merged; keep = the merged misses put in the cache; output = the placement;
+char_piece_kernel: specials, initial = character symbols and word starts, then the same),
+run without their second launch (BLOCKBPE_PIECE_FILL=0: its blocks would overwrite the block
+marks), so a row they leave pending is counted (pending_rows) but not encoded. --kernel block,
+the block-per-string kernel for every call (load, specials, pretokenize, initial tokens,
+segments: whole-piece lookups; merges: short pieces merged lane-parallel or a warp each;
+output, or the block-wide merge passes). The calls after the first find the batch's misses in
+the misses' cache; --no-cache runs with it off (BLOCKBPE_MISS_CACHE=0). --blocks adds
 the blocks of the last call over time: the kernel's span, block durations (p50 / p99 / max)
 and the slowest blocks' stages, what averages hide (a few slow blocks the kernel waits for). SentencePiece
 BPE (mistral-v1): initial = character symbols, prefixes and word flags; merges = words merged
@@ -40,7 +50,9 @@ SHAPES = [
     ("mistral-v1", "exact", 1024, 4096),
     ("llama2-gguf", "exact", 1024, 4096),
     ("gemma3-gguf", "exact", 1024, 4096),
+    ("llama2-gguf", "exact", 64, 512),
 ]
+PENDING = -3  # a row's count when a piece kernel left it to the block kernel (kCountPending)
 GGUF_FILES = {"llama2-gguf": "ggml-vocab-llama-spm.gguf", "gemma3-gguf": "gemma-3-270m-q4_k_m.gguf.part00"}
 
 
@@ -96,7 +108,17 @@ def main(argv=None) -> int:
         "--corpus", default="war_and_peace_en.txt", help="a file of the data folder's corpus/"
     )
     parser.add_argument("--blocks", action="store_true", help="the last call's blocks over time too")
+    parser.add_argument("--kernel", choices=("default", "block"), default="default")
+    parser.add_argument("--no-cache", action="store_true", help="the misses' cache off")
     args = parser.parse_args(argv)
+    # (the CUDA handler reads these at every call)
+    if args.kernel == "block":
+        os.environ["BLOCKBPE_KERNEL"] = "block"
+    else:
+        os.environ.pop("BLOCKBPE_KERNEL", None)
+        os.environ["BLOCKBPE_PIECE_FILL"] = "0"
+    if args.no_cache:
+        os.environ["BLOCKBPE_MISS_CACHE"] = "0"
     cuda = native.cuda
     if cuda is None or not hasattr(cuda, "read_stage_clocks"):
         print("stage_clocks: needs a CUDA build with BLOCKBPE_STAGE_CLOCKS=ON", file=sys.stderr)
@@ -131,13 +153,24 @@ def main(argv=None) -> int:
         f(data, lengths, tables)[1].block_until_ready()  # compile + warm-up
         cuda.read_stage_clocks()  # zero
         for _ in range(args.calls):
-            f(data, lengths, tables)[1].block_until_ready()
+            counts = f(data, lengths, tables)[1]
+            counts.block_until_ready()
         clocks = dict(cuda.read_stage_clocks())
         marks = np.asarray(cuda.read_block_marks(), np.uint64)  # (the last call's)
         blocks = max(1, clocks["blocks"])
         per_block = {
             k: round(clocks[k] / blocks)
-            for k in ("load", "specials", "pretokenize", "initial", "segments", "merges", "output", "passes")
+            for k in (
+                "load",
+                "specials",
+                "pretokenize",
+                "initial",
+                "segments",
+                "merges",
+                "keep",
+                "output",
+                "passes",
+            )
         }
         row = {
             "vocab": vocab,
@@ -145,6 +178,9 @@ def main(argv=None) -> int:
             "batch": batch,
             "bytes": length,
             "block_size": args.block_size,
+            "kernel": args.kernel,
+            "cache": not args.no_cache,
+            "pending_rows": int((np.asarray(counts) == PENDING).sum()),
             "cycles_per_block": per_block,
             "total_cycles_per_block": sum(per_block.values()),
             "long_block_fraction": round(clocks["long_blocks"] / blocks, 4),

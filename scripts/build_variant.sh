@@ -2,7 +2,7 @@
 # A whole build of the package from another work tree (a kernel or table variant), for the
 # device's `so_variants` stage (scripts/gpu_check.sh): TREE's Python package and its two native
 # modules, built for PYTHON (3.12 on the GPU machine, with nanobind), into .variants/NAME/.
-#   scripts/build_variant.sh NAME TREE PYTHON
+#   [STAGE_CLOCKS=ON] scripts/build_variant.sh NAME TREE PYTHON   (ON: with the stage clocks)
 # (.variants/ travels in the device call's carry; .git/info/exclude ignores it.)
 set -euo pipefail
 name=${1:?usage: scripts/build_variant.sh NAME TREE PYTHON}; tree=$(cd "${2:?}" && pwd); py=${3:?}
@@ -10,7 +10,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 ffi_include=$(python3 -c "import jax.ffi; print(jax.ffi.include_dir())")
 cmake -S "$tree" -B "$tree/build/variant" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$py" \
   -DXLA_FFI_INCLUDE_DIR="$ffi_include" -DBLOCKBPE_CUDA=ON -DBLOCKBPE_CUDA_ARCH=90 \
-  -DBLOCKBPE_TILE_BYTES=2048 -DBLOCKBPE_STAGE_CLOCKS=OFF > /dev/null
+  -DBLOCKBPE_TILE_BYTES=2048 -DBLOCKBPE_STAGE_CLOCKS="${STAGE_CLOCKS:-OFF}" > /dev/null
 cmake --build "$tree/build/variant"
 out=$here/.variants/$name
 rm -rf "$out" && mkdir -p "$out"

@@ -210,7 +210,7 @@ PY
       done ;;
     clocks)
       BLOCKBPE_STAGE_CLOCKS=ON build build_clocks.log || { tail -30 "$OUT/build_clocks.log"; exit 1; }
-      BLOCKBPE_KERNEL=block python3 benchmarks/stage_clocks.py --out "$OUT" ${CLOCKS_ARGS:-} 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
+      python3 benchmarks/stage_clocks.py --out "$OUT" ${CLOCKS_ARGS:-} 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
     corpus)    # the corpus job vs the CPU tokenizers, >= 1 GB (benchmarks/corpus_job.py)
       python3 benchmarks/corpus_job.py --out "$OUT" --threads "$(nproc)" ${CORPUS_ARGS:-} 2>&1 \
         | tee "$OUT/corpus_job.log" | tail -30 ;;

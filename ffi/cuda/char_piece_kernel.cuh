@@ -189,6 +189,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   static_assert(kPieceWarps * kPieceQueue * 4 <= sizeof(int2) * kPieceThreads, "the queues fit the slots' room");
   extern __shared__ __align__(16) uint8_t char_piece_smem[];
   CharPieceSmem<kChunk>& s = *reinterpret_cast<CharPieceSmem<kChunk>*>(char_piece_smem);
+  StageClock clock;
   const VocabView& v = p.vocab;
   CharView c = char_view(p.chars);
   const int t = threadIdx.x;
@@ -240,6 +241,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
           accept_special_cluster(match_len, n, i, sp);
   }
   __syncthreads();
+  clock.mark(kSpecials ? kClockSpecials : kClockLoad);
 
   // 1. The symbols of the characters that start in the chunk (one that starts in an earlier
   // chunk is that chunk's), and the row's dummy prefix.
@@ -311,6 +313,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   if (hard) s.hard[r] = 1;
   s.masks[t] = fm;
   __syncthreads();
+  clock.mark(kClockInitial);
 
   // 3. The warp's words; then the misses, by all the block's warps.
   deal_warp_pieces<kChunk>(s.queue + (t / 32) * kPieceQueue, r, row_at, n, s.masks + t + 1, k < nv ? nv - 1 - k : 0,
@@ -318,6 +321,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
                              encode_word<kChunk>(v, c, s, at, len, row, row_stride);
                            });
   __syncthreads();  // (the lists are complete; the queues are no longer read: their room is the slots')
+  clock.mark(kClockSegments);
   if (t < 32) longest_first_offsets(s.by_len);
   __syncthreads();
   const int n_lane = min(s.n_lane, kPieceLaneList), n_wide = min(s.n_wide, kPieceWideList);
@@ -345,6 +349,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     }
     __syncthreads();
   }
+  clock.mark(kClockMerges);  // (the merges and the runs)
   const auto kept = [&](int g, int& at, int& len, int& first) {  // (the words the cache may keep)
     const uint16_t e = s.kept_text[g < n_lane ? g : kPieceLaneList + g - n_lane];
     if (e == kNotKept) return false;
@@ -353,11 +358,14 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   };
   keep_merged_misses<kPieceThreads>(v, s.text, s.tok, s.count, n_lane + n_wide, kept,
                                     [](const uint8_t* q, int m) { return short_key_at(q, m); });
+  clock.mark(kClockKeep);  // (thread 0's own puts)
   const int prefix_slot = row_at + r;  // (the first word's first slot where the row is prefixed)
   const auto first_slot = [&](int i) { return i == 0 && s.prefixed[r] ? prefix_slot : prefix_slot + 1 + i; };
   // 4. Placement (the queues' room, read by step 3, becomes the rows' sums: a barrier after the
   // scan); a pending row is encode_chars_kernel's.
   place_row_tokens<true>(p, s, r, k, cpr, b, in_row, bad, fm, [&](int i) { return first_slot(base + i); });
+  clock.mark(kClockOutput);
+  clock.count(kClockBlocks, true);
 }
 
 // ------------------------------------------------------------------------------------------

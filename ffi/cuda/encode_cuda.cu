@@ -33,6 +33,7 @@
 //   cuda/huge_pieces.cuh    long rows: pieces longer than a tile, by stitched spans
 //   cuda/sub_spans.cuh      a text merged in warp sub-spans (spans, the few rows' long pieces)
 //   cuda/piece_kernel.cuh   exact mode piece-parallel, the default where a call allows it
+//   cuda/piece_launch.cuh   the piece kernels' launch: the kernel asked for, the chunk size
 //   cuda/miss_cache.cuh     its cache of merged misses (an operand it writes)
 //   cuda/char_piece_kernel.cuh  the same for SentencePiece-style BPE
 //   cuda/nfc_prepass.cuh    NFC tokenizers: the rows checked, and normalized where they change
@@ -262,8 +263,8 @@ ffi::Error encode_window_cuda(cudaStream_t stream, const EncodeParams& base, con
 // Reads and zeroes the stage clocks (the names in StageClockSlot order).
 std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks() {
   static const char* names[kStageClockSlots] = {
-      "load", "specials", "pretokenize", "initial", "segments", "merges", "output", "passes",
-      "blocks", "long_blocks"};
+      "load", "specials", "pretokenize", "initial", "segments", "merges", "keep", "output",
+      "passes", "blocks", "long_blocks"};
   unsigned long long host[kStageClockSlots] = {};
   cudaDeviceSynchronize();
   cudaMemcpyFromSymbol(host, g_stage_clocks, sizeof(host));

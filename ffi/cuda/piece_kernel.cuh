@@ -41,8 +41,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include <cub/block/block_scan.cuh>
@@ -52,6 +50,8 @@
 #include "cuda/block_common.cuh"
 #include "cuda/lane_merges.cuh"
 #include "cuda/miss_cache.cuh"
+#include "cuda/piece_launch.cuh"
+#include "cuda/stage_clock.cuh"
 #include "pretok/automata.h"
 #include "pretok/lowercase.h"
 #include "pretok/tables.h"
@@ -59,7 +59,6 @@
 namespace bbpe {
 namespace {
 
-constexpr int kPieceThreads = 256;
 constexpr int kPieceWarps = kPieceThreads / 32;
 constexpr int kPieceMaxLen = 4096;   // widest rows: 256 chunks of 16 bytes
 // Misses of 2..kLanePieceLen bytes a block merges: a 4 KiB row of a book's table of contents
@@ -333,6 +332,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   static_assert(kPieceThreads * kChunk <= 4096 && kPieceThreads <= 256, "encode_warp_pieces packs a piece in a word");
   extern __shared__ __align__(16) uint8_t piece_kernel_smem[];
   PieceSmem<kChunk>& s = *reinterpret_cast<PieceSmem<kChunk>*>(piece_kernel_smem);
+  StageClock clock;
   const int t = threadIdx.x;
   load_stage_tables(s, p.pretok.tables);
   const int r = t / cpr, k = t - r * cpr;  // the thread's row in the block, its chunk in the row
@@ -362,6 +362,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
     if (suspect) s.hard[r] = 1;
     __syncthreads();
   }
+  clock.mark(kClockLoad);
 
   // 1-3. The pre-tokenizer's stages: the chunk's piece starts.
   uint32_t fm = stage_starts<kChunk, false>(s, p.pretok.classes(0), text, n, k, nv, base, valid, 0);
@@ -373,10 +374,12 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   }
   s.masks[t] = fm;
   __syncthreads();
+  clock.mark(kClockPretokenize);
 
   // 4. The warp's pieces; then the misses, by all the block's warps.
   encode_warp_pieces<kChunk>(p.vocab, s, r, row_at, n, s.masks + t + 1, k < nv ? nv - 1 - k : 0, fm, base);
   __syncthreads();  // (the lists are complete; the maps are no longer read: their room is the slots')
+  clock.mark(kClockSegments);
   // The lane list sorted by length, longest first (a counting sort): a bin then holds pieces
   // of similar pass counts, and the longest bins are claimed first.
   if (t < 32) longest_first_offsets(s.by_len);
@@ -401,10 +404,14 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
                           BytesAsTokens{s.text, p.vocab.byte_ids});
   }
   __syncthreads();
+  clock.mark(kClockMerges);
   keep_merged_misses<kPieceThreads>(p.vocab, s.text, s.tok, s.count, s.lane_s0, s.lane_len, n_lane,
                                     [](const uint8_t* q, int m) { return short_key_at(q, m); });
+  clock.mark(kClockKeep);  // (thread 0's own puts: the block's wait for the others' is the placement's)
   // 5. Placement.
   place_row_tokens<false>(p, s, r, k, cpr, b, in_row, bad, fm, [&](int i) { return row_at + base + i; });
+  clock.mark(kClockOutput);
+  clock.count(kClockBlocks, true);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -415,72 +422,6 @@ inline bool piece_eligible(const EncodeParams& p) {
   return p.pretok_stages >= 1 && p.symbols == kSymbolsBytes && p.special.count == 0 && !p.pretok.nfc &&
          p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
          !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
-}
-
-// The kernel BLOCKBPE_KERNEL asks for (read per call, as the handler's test hooks are): unset or
-// "piece", the piece kernel wherever piece_eligible holds; "block", encode_kernel for every call
-// (benchmarks, the block kernel's tests and profiles). Any other value is the caller's mistake.
-enum class KernelChoice { kPiece, kBlock, kUnknown };
-inline KernelChoice kernel_choice() {
-  const char* k = std::getenv("BLOCKBPE_KERNEL");
-  if (!k || !*k || std::strcmp(k, "piece") == 0) return KernelChoice::kPiece;
-  return std::strcmp(k, "block") == 0 ? KernelChoice::kBlock : KernelChoice::kUnknown;
-}
-
-inline int device_sms() {
-  static std::atomic<int> sms_of[64];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 132;
-  int sms = sms_of[device & 63].load(std::memory_order_relaxed);
-  if (sms == 0) {
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) sms = 132;
-    sms_of[device & 63].store(sms, std::memory_order_relaxed);
-  }
-  return sms;
-}
-
-// Bytes per chunk: the largest of 16, 8, 4, 2 that still gives two blocks per SM (fewer bytes a
-// thread is more parallelism for small calls), but at least what a row of L bytes needs
-// (L <= 256 chunks). BLOCKBPE_PIECE_CHUNK overrides it (benchmarks), within what L allows.
-inline int piece_chunk(int64_t batch, int64_t max_len) {
-  int least = 2;
-  while ((int64_t)least * kPieceThreads < max_len) least *= 2;
-  const auto blocks = [&](int c) {
-    const int64_t cpr = (max_len + c - 1) / c, rows = kPieceThreads / cpr;
-    return (batch + rows - 1) / rows;
-  };
-  int c = 16;
-  while (c > least && blocks(c) < 2 * device_sms()) c /= 2;
-  if (const char* f = std::getenv("BLOCKBPE_PIECE_CHUNK")) {
-    const int want = std::atoi(f);
-    if (want == 2 || want == 4 || want == 8 || want == 16) c = want < least ? least : want;
-  }
-  return c;
-}
-
-// A kernel of kChunk-byte chunks over the call's rows (piece_kernel, char_piece_kernel): a
-// block of kPieceThreads holds floor(kPieceThreads / chunks a row) whole rows.
-template <auto kKernel, int kChunk>
-cudaError_t launch_chunk_rows(const EncodeParams& p, size_t smem, cudaStream_t stream) {
-  const int cpr = (int)((p.max_len + kChunk - 1) / kChunk);
-  const int rows = kPieceThreads / cpr;
-  const int64_t grid = (p.batch + rows - 1) / rows;
-  if (grid > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  const cudaError_t err = allow_all_smem<kKernel>();
-  if (err != cudaSuccess) return err;
-  kKernel<<<(unsigned)grid, kPieceThreads, smem, stream>>>(p, cpr, rows);
-  return cudaGetLastError();
-}
-
-// launch(std::integral_constant<int, kChunk>) at the chunk size piece_chunk picks for the call.
-template <class Launch>
-cudaError_t at_piece_chunk(const EncodeParams& p, Launch launch) {
-  switch (piece_chunk(p.batch, p.max_len)) {
-    case 2: return launch(std::integral_constant<int, 2>{});
-    case 4: return launch(std::integral_constant<int, 4>{});
-    case 8: return launch(std::integral_constant<int, 8>{});
-    default: return launch(std::integral_constant<int, 16>{});
-  }
 }
 
 // The piece kernel over the call (piece_eligible(p) must hold); the rows it leaves pending

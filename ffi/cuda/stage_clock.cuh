@@ -12,7 +12,7 @@ namespace {
 // thread 0 of every block adds the cycles of each stage to device counters, which
 // benchmarks/stage_clocks.py reads through the CUDA module (read_stage_clocks, read_block_marks).
 enum StageClockSlot : int {
-  kClockLoad, kClockSpecials, kClockPretokenize, kClockInitial, kClockSegments, kClockMerges,
+  kClockLoad, kClockSpecials, kClockPretokenize, kClockInitial, kClockSegments, kClockMerges, kClockKeep,
   kClockOutput, kClockPasses, kClockBlocks, kClockLongBlocks, kStageClockSlots
 };
 #ifdef BBPE_STAGE_CLOCKS
