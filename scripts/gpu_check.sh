@@ -209,8 +209,15 @@ PY
         done
       done ;;
     clocks)
-      BLOCKBPE_STAGE_CLOCKS=ON build build_clocks.log || { tail -30 "$OUT/build_clocks.log"; exit 1; }
-      python3 benchmarks/stage_clocks.py --out "$OUT" ${CLOCKS_ARGS:-} 2>&1 | tee "$OUT/stage_clocks.log" | tail -12 ;;
+      # A clocks build made elsewhere (STAGE_CLOCKS=ON scripts/build_variant.sh clocks TREE PYTHON,
+      # then moved from .variants/clocks to .clocks) when carried; else the tree rebuilt here.
+      if [ -d .clocks/blockbpe_jax ]; then
+        PYTHONPATH=$PWD/.clocks:$PYTHONPATH python3 benchmarks/stage_clocks.py --out "$OUT" ${CLOCKS_ARGS:-} 2>&1 \
+          | tee "$OUT/stage_clocks.log" | tail -12
+      else
+        BLOCKBPE_STAGE_CLOCKS=ON build build_clocks.log || { tail -30 "$OUT/build_clocks.log"; exit 1; }
+        python3 benchmarks/stage_clocks.py --out "$OUT" ${CLOCKS_ARGS:-} 2>&1 | tee "$OUT/stage_clocks.log" | tail -12
+      fi ;;
     corpus)    # the corpus job vs the CPU tokenizers, >= 1 GB (benchmarks/corpus_job.py)
       python3 benchmarks/corpus_job.py --out "$OUT" --threads "$(nproc)" ${CORPUS_ARGS:-} 2>&1 \
         | tee "$OUT/corpus_job.log" | tail -30 ;;
