@@ -7,6 +7,7 @@ long pieces of few rows in warp sub-spans, the piece kernel (rows left pending i
 SentencePiece BPE form, Lowercase in it. Exits non-zero if any result differs from the CPU handler's."""
 
 import os
+import sys
 
 import jax
 import numpy as np
@@ -44,6 +45,27 @@ def compare(label, tokenizer, data, lengths, block_sizes=(256, 512, 1024), **kw)
         bad += not same
         print(f"{label} block={bs}: {'ok' if same else 'DIFFERENT'}")
     return ref
+
+
+def compare_in_piece_kernels(label, tokenizers, rows, shapes, extra_tokens=0, **kw):
+    """compare() in the piece kernels (BLOCKBPE_KERNEL=piece) of each (name, tokenizer) on
+    `rows` cut to each (width, chunk size) of `shapes`, the chunk size forced."""
+    os.environ["BLOCKBPE_KERNEL"] = "piece"
+    for width, chunk in shapes:
+        os.environ["BLOCKBPE_PIECE_CHUNK"] = chunk
+        cut = [r[:width] for r in rows]
+        data_c, lengths_c = bb.pack_strings(cut, max_len=width)
+        for name, tokenizer in tokenizers:
+            compare(
+                f"{label}{name} {len(cut)}x{width} chunk {chunk}",
+                tokenizer,
+                data_c,
+                lengths_c,
+                block_sizes=(256,),
+                max_tokens=width + extra_tokens,
+                **kw,
+            )
+    del os.environ["BLOCKBPE_KERNEL"], os.environ["BLOCKBPE_PIECE_CHUNK"]
 
 
 for max_len in (4096, 12000):  # shared memory, then the global workspace
@@ -106,11 +128,15 @@ data, lengths = bb.pack_strings(rewrite_texts + ["<|endoftext|>cafe\u0301<|endof
 compare("nfc rewrite with specials", rewrite_tok, data, lengths, max_tokens=2048, allowed_special="all")
 # SentencePiece BPE (merges over characters): Mistral v7 with its user-defined pieces, runs of
 # spaces, bytes that are not UTF-8, in shared memory and in the workspace.
-import importlib.util, pathlib  # noqa: E401,E402
+# (the files found as the tests find them: mistral-common, or copies in BLOCKBPE_FAMILY_FILES)
+import pathlib  # noqa: E402
 
-spec = importlib.util.find_spec("mistral_common")
-if spec is not None:
-    sp_path = pathlib.Path(spec.origin).parent / "data" / "mistral_instruct_tokenizer_241114.model.v7"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+import families as family_files  # noqa: E402
+
+sp_path, v1_path = family_files.locate("mistral-v7-spm")[0], family_files.locate("mistral-v1-spm")[0]
+print("SentencePiece files:", sp_path, v1_path)
+if sp_path is not None:
     sp_tok = bb.Tokenizer.from_file(sp_path)
     sp_texts = [t.encode() for t in texts] + [
         b"[REF]x " * 40,
@@ -170,26 +196,15 @@ piece_rows = [t.encode() for t in texts[:16]] + [
     mixed[:4000],
     b" ".join(testing.ADVERSARIAL["letters_a_j"](random.Random(k), 9) for k in range(400))[:4096],
 ]
-os.environ["BLOCKBPE_KERNEL"] = "piece"
-for width, chunk in ((512, "2"), (512, "16"), (1000, "4"), (4096, "16")):
-    os.environ["BLOCKBPE_PIECE_CHUNK"] = chunk
-    rows = [r[:width] for r in piece_rows] * 3
-    data_p, lengths_p = bb.pack_strings(rows, max_len=width)
-    compare(
-        f"piece kernel {len(rows)}x{width} chunk {chunk}",
-        tok,
-        data_p,
-        lengths_p,
-        block_sizes=(256,),
-        max_tokens=width,
-    )
-del os.environ["BLOCKBPE_KERNEL"], os.environ["BLOCKBPE_PIECE_CHUNK"]
+compare_in_piece_kernels(
+    "piece kernel", [("", tok)], piece_rows * 3, ((512, "2"), (512, "16"), (1000, "4"), (4096, "16"))
+)
 # SentencePiece BPE in the piece kernel (ffi/cuda/char_piece_kernel.cuh): Mistral v7 (its
 # user-defined pieces: the instantiation with specials) and v1 (none); rows left pending (a
 # word of over 64 symbols) for encode_chars_kernel; invalid UTF-8, `▁` in the text, space runs;
 # every chunk size the widths give.
-if spec is not None:
-    v1_tok = bb.Tokenizer.from_file(pathlib.Path(spec.origin).parent / "data" / "tokenizer.model.v1")
+if sp_path is not None and v1_path is not None:
+    v1_tok = bb.Tokenizer.from_file(v1_path)
     sp_rows = [t.encode() for t in texts[:16]] + [
         b"",
         b" ",
@@ -199,22 +214,14 @@ if spec is not None:
         mixed[:4000],
         " \u2581\u2581 a  b\t".encode() * 60,
     ]
-    os.environ["BLOCKBPE_KERNEL"] = "piece"
-    for width, chunk in ((512, "2"), (512, "16"), (1000, "4"), (4096, "16")):
-        os.environ["BLOCKBPE_PIECE_CHUNK"] = chunk
-        rows = [r[:width] for r in sp_rows] * 3
-        data_s, lengths_s = bb.pack_strings(rows, max_len=width)
-        for label, sp_model in (("v7", sp_tok), ("v1", v1_tok)):
-            compare(
-                f"char piece kernel {label} {len(rows)}x{width} chunk {chunk}",
-                sp_model,
-                data_s,
-                lengths_s,
-                block_sizes=(256,),
-                max_tokens=width + 2,
-                allowed_special="none",
-            )
-    del os.environ["BLOCKBPE_KERNEL"], os.environ["BLOCKBPE_PIECE_CHUNK"]
+    compare_in_piece_kernels(
+        "char piece kernel ",
+        [("v7", sp_tok), ("v1", v1_tok)],
+        sp_rows * 3,
+        ((512, "2"), (512, "16"), (1000, "4"), (4096, "16")),
+        extra_tokens=2,
+        allowed_special="none",
+    )
 # Lowercase in the piece kernel: cl100k's tokenizer.json with HF's Lowercase normalizer, rows
 # lowercased in place there; a row with a code point that is not (U+0130) left pending, which
 # encode_kernel then reports (-2), as the CPU handler does.
@@ -231,19 +238,12 @@ lower_rows = [t.upper() for t in texts[:16]] + [
     "\u039f\u0394\u039f\u03a3 KELVIN \u212a",
     "",
 ]
-os.environ["BLOCKBPE_KERNEL"] = "piece"
-for width, chunk in ((512, "2"), (1024, "4"), (4096, "16")):
-    os.environ["BLOCKBPE_PIECE_CHUNK"] = chunk
-    rows = [r.encode()[:width] for r in lower_rows] * 2
-    data_l, lengths_l = bb.pack_strings(rows, max_len=width)
-    compare(
-        f"piece kernel lowercase {len(rows)}x{width} chunk {chunk}",
-        lower_tok,
-        data_l,
-        lengths_l,
-        block_sizes=(256,),
-        max_tokens=width + 2,
-        allowed_special="none",
-    )
-del os.environ["BLOCKBPE_KERNEL"], os.environ["BLOCKBPE_PIECE_CHUNK"]
+compare_in_piece_kernels(
+    "piece kernel lowercase",
+    [("", lower_tok)],
+    [r.encode() for r in lower_rows] * 2,
+    ((512, "2"), (1024, "4"), (4096, "16")),
+    extra_tokens=2,
+    allowed_special="none",
+)
 raise SystemExit(1 if bad else 0)
