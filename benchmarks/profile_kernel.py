@@ -11,6 +11,10 @@ ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 python3 b
 one 3.3 MB book, so a few batches of them hold most of its passages: with --split-book the warm
 batches are excerpts of the book's first half and the profiled batch of its second half, text
 the cache has not seen.
+
+--family KEY: a family file of tests/families.py instead of --vocab (mistral-v1-spm,
+mistral-v7-spm, llama2-gguf, gemma3-gguf, gemma4-gguf: the SentencePiece-style kernel,
+char_piece_kernel), found as the tests find it (mistral-common, or BLOCKBPE_FAMILY_FILES).
 """
 
 import argparse
@@ -28,6 +32,7 @@ from harness import excerpts
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--vocab", default="cl100k")
+parser.add_argument("--family", default=None, help="a key of tests/families.py's FILES instead")
 parser.add_argument("--batch", type=int, default=1024)
 parser.add_argument("--bytes", type=int, default=4096)
 parser.add_argument("--mode", default="exact")
@@ -39,7 +44,20 @@ parser.add_argument("--adversarial", choices=sorted(testing.ADVERSARIAL), defaul
 args = parser.parse_args()
 
 root = testing.data_dir()
-tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[args.vocab][0])
+if args.family:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+    import families as family_files
+
+    if args.family not in family_files.FILES:
+        raise SystemExit(
+            f"profile_kernel: unknown --family {args.family!r}; one of {sorted(family_files.FILES)}"
+        )
+    path, why = family_files.locate(args.family)
+    if path is None:
+        raise SystemExit(f"profile_kernel: {why}")
+    tok = bb.Tokenizer.from_gguf(path) if args.family.endswith("-gguf") else bb.Tokenizer.from_file(path)
+else:
+    tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[args.vocab][0])
 raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()
 warm_raw = raw
 if args.split_book:

@@ -104,8 +104,9 @@ for stage in $stages; do
     srcprofile)
       # Where the kernel's warps stall, per source line (the build has -lineinfo): the full
       # set with source counters on one encode; the report and its source page come back.
-      # SRC_KERNEL=piece_kernel profiles the piece kernel instead of encode_kernel (BLOCKBPE_KERNEL=block).
-      src=${SRC_KERNEL:-encode_kernel}; sel=block; [ "$src" = piece_kernel ] && sel=piece
+      # SRC_KERNEL=piece_kernel (char_piece_kernel, with PROFILE_ARGS="--family mistral-v7-spm")
+      # profiles a piece kernel instead of encode_kernel (BLOCKBPE_KERNEL=block).
+      src=${SRC_KERNEL:-encode_kernel}; sel=block; case $src in *piece_kernel) sel=piece ;; esac
       XLA_PYTHON_CLIENT_PREALLOCATE=false BLOCKBPE_KERNEL=$sel timeout "${NCU_TIMEOUT:-300}" \
         ncu --kernel-name regex:"$src" --launch-skip 2 --launch-count 1 --set full \
         --import-source yes -f -o "$OUT/encode_full" python3 benchmarks/profile_kernel.py ${PROFILE_ARGS:-} \
