@@ -63,6 +63,21 @@ class Shim:
         self.lib.bbpe_special_accept.argtypes = [vp, i, i, vp]
         self.lib.bbpe_pretokenize_tiles_once.argtypes = [vp, ctypes.c_int64, vp, i, vp, i, i, i, vp, vp]
         self.lib.bbpe_pretokenize_tiles_once.restype = i
+        self.lib.bbpe_chunk_classes.argtypes = [vp, ctypes.c_int64, vp, i, vp, i, vp, vp]
+        self.lib.bbpe_chunk_classes.restype = i
+
+    def chunk_classes(self, pattern, data: bytes, chunk: int, special: np.ndarray | None = None):
+        """(every byte's class by byte_class, the same by chunk_classes over chunks of `chunk`
+        bytes, as the piece kernels compute them), stage 0 of the pattern's pre-tokenizer."""
+        op = self.pretokenizer(pattern).operand()
+        buf = np.frombuffer(data, np.uint8).copy() if data else np.zeros(1, np.uint8)
+        each, chunks = np.full(max(len(data), 1), 255, np.uint8), np.full(max(len(data), 1), 254, np.uint8)
+        rc = self.lib.bbpe_chunk_classes(
+            self._ptr(op), op.size, self._ptr(buf), len(data), self._ptr(special), chunk,
+            self._ptr(each), self._ptr(chunks),
+        )  # fmt: skip
+        assert rc == 0
+        return each[: len(data)], chunks[: len(data)]
 
     def tiles_once(self, pattern, data: bytes, tile: int, items: int, margin: int):
         """(flags, settled per tile) of the host model of tile_pretokenize_once (stage 0; the flags

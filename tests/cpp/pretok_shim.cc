@@ -1,5 +1,8 @@
 // C ABI over ffi/pretok/ (sequential.h, chunked.h; and two core/bpe_core.h rules) for tests/test_pretokenize.py (loaded
 // with ctypes): the pre-tokenizer operand that blockbpe_jax/pretok builds goes in as bytes.
+#include <algorithm>
+#include <type_traits>
+
 #include "core/bpe_core.h"
 #include "pretok/chunked.h"
 #include "pretok/sequential.h"
@@ -23,6 +26,35 @@ int bbpe_pretokenize(const uint8_t* op, int64_t op_bytes, int stages, const uint
 }
 
 int bbpe_pretok_lookback() { return bbpe::kPretokLookback; }
+
+// Every byte's class (stage 0) two ways: out_each[i] = byte_class at i (the rule), out_chunks[i]
+// from chunk_classes<chunk> over chunks of `chunk` bytes at base = chunk index * chunk with the
+// chunk's bytes of the text valid, as the piece kernels call it (chunk 2, 4, 8 or 16; the host's
+// byte_classes uses 16 only). Returns -1 when the operand does not fit or the size is not one.
+int bbpe_chunk_classes(const uint8_t* op, int64_t op_bytes, const uint8_t* text, int n, const uint8_t* is_special,
+                       int chunk, uint8_t* out_each, uint8_t* out_chunks) {
+  bbpe::PretokView v;
+  if (!bbpe::pretok_view(op, op_bytes, 1, /*normalizer=*/0, &v)) return -1;
+  const bbpe::PretokTables& tab = v.tables[0];
+  const bbpe::ClassTable ct = v.classes(0);
+  for (int i = 0; i < n; ++i) out_each[i] = bbpe::byte_class(tab, text, n, is_special, i, ct);
+  const auto by_chunks = [&](auto size) {
+    constexpr int kChunk = decltype(size)::value;
+    for (int base = 0; base < n; base += kChunk) {
+      uint8_t c[kChunk];
+      bbpe::chunk_classes<kChunk>(tab, text, n, is_special, base, std::min(kChunk, n - base), ct, c);
+      for (int k = 0; k < kChunk && base + k < n; ++k) out_chunks[base + k] = c[k];
+    }
+    return 0;
+  };
+  switch (chunk) {
+    case 2: return by_chunks(std::integral_constant<int, 2>{});
+    case 4: return by_chunks(std::integral_constant<int, 4>{});
+    case 8: return by_chunks(std::integral_constant<int, 8>{});
+    case 16: return by_chunks(std::integral_constant<int, 16>{});
+    default: return -1;
+  }
+}
 
 // A host model of tile_pretokenize_once (cuda/tile_pipeline.cuh), stage 0: each tile of
 // tile_bytes in chunks of `items` bytes, its edge states from the chunks within margin_bytes
