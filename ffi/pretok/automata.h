@@ -62,10 +62,10 @@ BBPE_HD bool map_is_constant(uint64_t m, uint64_t live) {
   const uint32_t first = ((uint32_t)m & 15u) * 0x11111111u;
   return ((((uint32_t)m ^ first) & (uint32_t)live) | (((uint32_t)(m >> 32) ^ first) & (uint32_t)(live >> 32))) == 0;
 }
-BBPE_HD uint8_t map_apply(uint64_t m, uint8_t x) { return (uint8_t)((m >> (4 * x)) & 15); }
-// map_apply for a state kept in a 32-bit word: in the chunk loops, a byte-sized state costs a
-// byte insert or extract on the GPU at every step.
+// The image of state x, for a state kept in a 32-bit word (in the chunk loops a byte-sized
+// state costs a byte insert or extract on the GPU at every step), and as a byte.
 BBPE_HD uint32_t map_image(uint64_t m, uint32_t x) { return (uint32_t)(m >> (4 * x)) & 15u; }
+BBPE_HD uint8_t map_apply(uint64_t m, uint8_t x) { return (uint8_t)map_image(m, x); }
 #if defined(__CUDA_ARCH__)
 // "a, then b" on the GPU: byte permutes instead of sixteen nibble lookups. b's even images
 // (the low nibble of each of its 8 bytes) and odd images (the high nibbles) as two 8-byte
@@ -94,6 +94,13 @@ __device__ __forceinline__ uint64_t map_then_bytes(uint64_t a, uint64_t b) {
   const uint32_t hi = prmt(quad[2] | quad[2] >> 4, quad[3] | quad[3] >> 4, 0x6420u);
   return (uint64_t)hi << 32 | lo;
 }
+#else
+// "a, then b" on the host, nibble by nibble over the first `states` states.
+inline uint64_t map_then_nibbles(uint64_t a, uint64_t b, int states) {
+  uint64_t r = 0;
+  for (int x = 0; x < states && x < 16; ++x) r |= (uint64_t)map_apply(b, map_apply(a, (uint8_t)x)) << (4 * x);
+  return r;
+}
 #endif
 
 // "a, then b" over the first `states` states only (the images of the others are 0): the
@@ -106,10 +113,7 @@ BBPE_HD_OUTLINE uint64_t map_then_live(uint64_t a, uint64_t b, int states) {
 #if defined(__CUDA_ARCH__)
   return map_then_bytes(a, b);
 #else
-  uint64_t r = 0;
-  for (int x = 0; x < 16; ++x)
-    if (x < states) r |= (uint64_t)map_apply(b, map_apply(a, (uint8_t)x)) << (4 * x);
-  return r;
+  return map_then_nibbles(a, b, states);
 #endif
 }
 // All 16 states.
@@ -117,9 +121,7 @@ BBPE_HD_OUTLINE uint64_t map_then(uint64_t a, uint64_t b) {
 #if defined(__CUDA_ARCH__)
   return map_then_bytes(a, b);
 #else
-  uint64_t r = 0;
-  for (int x = 0; x < 16; ++x) r |= (uint64_t)map_apply(b, map_apply(a, (uint8_t)x)) << (4 * x);
-  return r;
+  return map_then_nibbles(a, b, 16);
 #endif
 }
 
