@@ -52,10 +52,9 @@ if args.family:
         raise SystemExit(
             f"profile_kernel: unknown --family {args.family!r}; one of {sorted(family_files.FILES)}"
         )
-    path, why = family_files.locate(args.family)
-    if path is None:
+    tok, why = family_files.tokenizer(args.family)
+    if tok is None:
         raise SystemExit(f"profile_kernel: {why}")
-    tok = bb.Tokenizer.from_gguf(path) if args.family.endswith("-gguf") else bb.Tokenizer.from_file(path)
 else:
     tok = bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[args.vocab][0])
 raw = (root / "corpus" / "war_and_peace_en.txt").read_bytes()

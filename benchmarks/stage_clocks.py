@@ -24,8 +24,9 @@ the misses' cache; --no-cache runs with it off (BLOCKBPE_MISS_CACHE=0). --blocks
 the blocks of the last call over time: the kernel's span, block durations (p50 / p99 / max)
 and the slowest blocks' stages, what averages hide (a few slow blocks the kernel waits for). SentencePiece
 BPE (mistral-v1): initial = character symbols, prefixes and word flags; merges = words merged
-one per thread and packed; passes = long words; output = runs and output. The GGUF families
-(llama2-gguf, gemma3-gguf) are read from $BLOCKBPE_FAMILY_FILES (docs/families.md).
+one per thread and packed; passes = long words; output = runs and output. The family files
+(mistral-v1, llama2-gguf, gemma3-gguf) are found as the tests find them: their package, or a
+copy in $BLOCKBPE_FAMILY_FILES (docs/families.md).
 """
 
 import argparse
@@ -53,18 +54,17 @@ SHAPES = [
     ("llama2-gguf", "exact", 64, 512),
 ]
 PENDING = -3  # a row's count when a piece kernel left it to the block kernel (kCountPending)
-GGUF_FILES = {"llama2-gguf": "ggml-vocab-llama-spm.gguf", "gemma3-gguf": "gemma-3-270m-q4_k_m.gguf.part00"}
+FAMILY_FILES = {"mistral-v1": "mistral-v1-spm", "llama2-gguf": "llama2-gguf", "gemma3-gguf": "gemma3-gguf"}
 
 
 def load(vocab: str, root: pathlib.Path) -> bb.Tokenizer | None:
-    if vocab in GGUF_FILES:
-        path = pathlib.Path(os.environ.get("BLOCKBPE_FAMILY_FILES", "/nonexistent")) / GGUF_FILES[vocab]
-        return bb.Tokenizer.from_gguf(path) if path.is_file() else None
-    if vocab == "mistral-v1":  # SentencePiece BPE, from the mistral-common package
-        import importlib.util
+    """The shape's tokenizer: a shared vocabulary, or a family file found as the tests find it
+    (tests/families.py: its package, or a copy in BLOCKBPE_FAMILY_FILES); None when absent."""
+    if vocab in FAMILY_FILES:
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+        import families as family_files
 
-        spec = importlib.util.find_spec("mistral_common")
-        return bb.Tokenizer.from_file(pathlib.Path(spec.origin).parent / "data" / "tokenizer.model.v1")
+        return family_files.tokenizer(FAMILY_FILES[vocab])[0]
     return bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[vocab][0])
 
 
@@ -132,7 +132,8 @@ def main(argv=None) -> int:
         tok = load(vocab, root)
         if tok is None:
             print(
-                f"stage_clocks: {vocab} skipped (its file is not in $BLOCKBPE_FAMILY_FILES)", file=sys.stderr
+                f"stage_clocks: {vocab} skipped (its family file is not there: docs/families.md)",
+                file=sys.stderr,
             )
             continue
         texts = [raw[i * length % len(raw) :][:length] for i in range(batch)]

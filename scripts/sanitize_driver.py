@@ -134,10 +134,12 @@ import pathlib  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 import families as family_files  # noqa: E402
 
-sp_path, v1_path = family_files.locate("mistral-v7-spm")[0], family_files.locate("mistral-v1-spm")[0]
-print("SentencePiece files:", sp_path, v1_path)
-if sp_path is not None:
-    sp_tok = bb.Tokenizer.from_file(sp_path)
+(sp_tok, sp_why), (v1_tok, v1_why) = (
+    family_files.tokenizer("mistral-v7-spm"),
+    family_files.tokenizer("mistral-v1-spm"),
+)
+print("SentencePiece files:", sp_why or "mistral-v7-spm found", "/", v1_why or "mistral-v1-spm found")
+if sp_tok is not None:
     sp_texts = [t.encode() for t in texts] + [
         b"[REF]x " * 40,
         b" " * 2000 + b"y",
@@ -203,8 +205,7 @@ compare_in_piece_kernels(
 # user-defined pieces: the instantiation with specials) and v1 (none); rows left pending (a
 # word of over 64 symbols) for encode_chars_kernel; invalid UTF-8, `▁` in the text, space runs;
 # every chunk size the widths give.
-if sp_path is not None and v1_path is not None:
-    v1_tok = bb.Tokenizer.from_file(v1_path)
+if sp_tok is not None and v1_tok is not None:
     sp_rows = [t.encode() for t in texts[:16]] + [
         b"",
         b" ",

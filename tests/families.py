@@ -212,6 +212,17 @@ def locate(key: str) -> tuple[Path | None, str]:
     return (path, "") if path.is_file() else (None, f"{key}: {path} not found ({f.requirement})")
 
 
+def tokenizer(key: str):
+    """(our Tokenizer of family file `key`, "") where `locate` finds the file, else (None, why):
+    for the benchmarks and scripts that time or sanitize a family outside pytest."""
+    import blockbpe_jax as bb
+
+    path, why = locate(key)
+    if path is None:
+        return None, why
+    return (bb.Tokenizer.from_gguf(path) if FILES[key].fmt == "gguf" else bb.Tokenizer.from_file(path)), ""
+
+
 def require(key: str, check: bool = True) -> Path:
     """The file for a test: skips when it is absent, or differs from the one documented."""
     import pytest
