@@ -56,6 +56,11 @@ class Clock:
         self.cpu = time.process_time() - self._cpu + self._children() - self._kids
 
 
+# A row's count inside a call when a piece kernel left it to the block kernel and no second
+# launch ran (BLOCKBPE_PIECE_FILL=0): binding/encode_params.h kCountPending.
+COUNT_PENDING = -3
+
+
 @contextlib.contextmanager
 def miss_cache_off():
     """The misses' cache (ffi/cuda/miss_cache.cuh) neither read nor written by the calls inside

@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax import testing  # noqa: E402
 from blockbpe_jax.vocab import KNOWN_PATTERNS  # noqa: E402
-from harness import Ours, compare_rows, excerpts, measure  # noqa: E402
+from harness import COUNT_PENDING, Ours, compare_rows, excerpts, measure  # noqa: E402
 
 FAMILIES = [  # (label, vocab file under data/vocab)
     ("cl100k", "tiktoken/cl100k_base.tiktoken"),
@@ -176,7 +176,7 @@ def part_cross(root, dev, families, report, rng):
                 "input": name,
                 "rows": len(texts),
                 "L": L,
-                "pending_rows": int((cp == -3).sum()),
+                "pending_rows": int((cp == COUNT_PENDING).sum()),
             }
             for chunk in (2, 4, 8, 16):
                 if chunk * 256 < L:
@@ -242,7 +242,7 @@ def part_time(root, dev, report, rounds, shapes, label="cl100k", tok=None):
         ids0, c0 = run_encode(f, data, lengths)
         kernel("piece", fill=False)
         _, cp = run_encode(f, data, lengths)
-        row["pending_rows"] = int((cp == -3).sum())
+        row["pending_rows"] = int((cp == COUNT_PENDING).sum())
         kernel("piece")
         ids1, c1 = run_encode(f, data, lengths)
         kernel("block")

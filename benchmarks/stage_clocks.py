@@ -41,6 +41,9 @@ import numpy as np
 import blockbpe_jax as bb
 from blockbpe_jax import native, testing
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from harness import COUNT_PENDING  # noqa: E402
+
 SHAPES = [
     ("cl100k", "exact", 1024, 4096),
     ("cl100k", "exact", 1024, 512),
@@ -53,7 +56,6 @@ SHAPES = [
     ("gemma3-gguf", "exact", 1024, 4096),
     ("llama2-gguf", "exact", 64, 512),
 ]
-PENDING = -3  # a row's count when a piece kernel left it to the block kernel (kCountPending)
 FAMILY_FILES = {"mistral-v1": "mistral-v1-spm", "llama2-gguf": "llama2-gguf", "gemma3-gguf": "gemma3-gguf"}
 
 
@@ -181,7 +183,7 @@ def main(argv=None) -> int:
             "block_size": args.block_size,
             "kernel": args.kernel,
             "cache": not args.no_cache,
-            "pending_rows": int((np.asarray(counts) == PENDING).sum()),
+            "pending_rows": int((np.asarray(counts) == COUNT_PENDING).sum()),
             "cycles_per_block": per_block,
             "total_cycles_per_block": sum(per_block.values()),
             "long_block_fraction": round(clocks["long_blocks"] / blocks, 4),
