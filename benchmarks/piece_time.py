@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax import testing  # noqa: E402
 from blockbpe_jax.vocab import KNOWN_PATTERNS  # noqa: E402
-from harness import COUNT_PENDING, Ours, compare_rows, excerpts, measure  # noqa: E402
+from harness import COUNT_PENDING, Ours, compare_rows, device_time, excerpts  # noqa: E402
 
 FAMILIES = [  # (label, vocab file under data/vocab)
     ("cl100k", "tiktoken/cl100k_base.tiktoken"),
@@ -215,8 +215,7 @@ def time_shape(ours, f, g, data, lengths, total, rounds, target_s):
             ("piece", "new_no_cache_us", False),
         ):
             kernel(name, cache=cache)
-            m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=target_s)
-            out[key].append(m["s"] / Ours.CHAIN * 1e6)
+            out[key].append(device_time(g, data, lengths, chain=Ours.CHAIN, target_s=target_s)["s"] * 1e6)
     kernel("block")
     for key in ("old_us", "new_us", "new_no_cache_us"):
         med = statistics.median(out[key])
@@ -262,8 +261,7 @@ def part_time(root, dev, report, rounds, shapes, label="cl100k", tok=None):
                 if chunk * 256 < L:
                     continue
                 kernel("piece", chunk=chunk)
-                m = measure(lambda: g(data, lengths)[0].block_until_ready(), target_s=0.4)
-                sweep[str(chunk)] = m["s"] / Ours.CHAIN * 1e6
+                sweep[str(chunk)] = device_time(g, data, lengths, chain=Ours.CHAIN, target_s=0.4)["s"] * 1e6
             kernel("block")
             row["new_us_by_chunk"] = sweep
         rows.append(row)
