@@ -128,6 +128,10 @@ __device__ void merge_in_lanes(const VocabView& v, int32_t* tok, Count* rank, co
         const bool merges = cand && ((leftmost_first_merges(cands) >> order) & 1);
         merged = __ballot_sync(~0u, merges);
         if (merged == 0) {  // (uniform) write back
+          // (Each lane's first_token read of tok[] is long done, its value passed on through
+          // the shuffles, but racecheck sees no order in shuffles: the lanes' write-back into
+          // positions other lanes read is ordered explicitly.)
+          __syncwarp();
           if (living) {
             tok[piece_s0 + __popc(alive & below & ~(lanes_upto(head) >> 1))] = t;
             if (lane == head) rank[piece_s0] = (Count)__popc(alive & lanes_upto(tail - 1) & ~(lanes_upto(head) >> 1));
