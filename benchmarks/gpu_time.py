@@ -3,8 +3,8 @@ with its caches warm (ncu --clock-control none --cache-control none): what the G
 without the host's dispatch and launches. Per shape, the first call on text the misses' cache
 has not seen and the same batch's next call (benchmarks/profile_kernel.py --warm-seeds K
 --split-book: K batches of the book's first half, then two calls on excerpts of its second
-half). ncu's defaults (base clocks, caches flushed) read about a third higher; they serve
-A/B comparisons of builds (scripts/gpu_check.sh so_variants), this the figures to quote.
+half). ncu's defaults (base clocks, caches flushed) read higher; they serve A/B comparisons
+of builds (scripts/gpu_check.sh so_variants), this the figures to quote.
 
     python3 benchmarks/gpu_time.py [--out DIR] [--shapes 1024:4096,1024:512,64:512]
         [--vocab cl100k | --family KEY] [--warm-seeds 2]
