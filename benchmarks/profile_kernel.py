@@ -28,6 +28,7 @@ import numpy as np
 
 import blockbpe_jax as bb
 from blockbpe_jax import testing
+import harness
 from harness import excerpts
 
 parser = argparse.ArgumentParser()
@@ -45,9 +46,7 @@ args = parser.parse_args()
 
 root = testing.data_dir()
 if args.family:
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
-    import families as family_files
-
+    family_files = harness.family_files()
     if args.family not in family_files.FILES:
         raise SystemExit(
             f"profile_kernel: unknown --family {args.family!r}; one of {sorted(family_files.FILES)}"

@@ -42,7 +42,7 @@ import blockbpe_jax as bb
 from blockbpe_jax import native, testing
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from harness import COUNT_PENDING  # noqa: E402
+from harness import COUNT_PENDING, family_files  # noqa: E402
 
 SHAPES = [
     ("cl100k", "exact", 1024, 4096),
@@ -63,10 +63,7 @@ def load(vocab: str, root: pathlib.Path) -> bb.Tokenizer | None:
     """The shape's tokenizer: a shared vocabulary, or a family file found as the tests find it
     (tests/families.py: its package, or a copy in BLOCKBPE_FAMILY_FILES); None when absent."""
     if vocab in FAMILY_FILES:
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
-        import families as family_files
-
-        return family_files.tokenizer(FAMILY_FILES[vocab])[0]
+        return family_files().tokenizer(FAMILY_FILES[vocab])[0]
     return bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[vocab][0])
 
 
@@ -161,20 +158,8 @@ def main(argv=None) -> int:
         clocks = dict(cuda.read_stage_clocks())
         marks = np.asarray(cuda.read_block_marks(), np.uint64)  # (the last call's)
         blocks = max(1, clocks["blocks"])
-        per_block = {
-            k: round(clocks[k] / blocks)
-            for k in (
-                "load",
-                "specials",
-                "pretokenize",
-                "initial",
-                "segments",
-                "merges",
-                "keep",
-                "output",
-                "passes",
-            )
-        }
+        # (the stages in the module's order: ffi/cuda/stage_clock.cuh; blocks are counts)
+        per_block = {k: round(v / blocks) for k, v in clocks.items() if k not in ("blocks", "long_blocks")}
         row = {
             "vocab": vocab,
             "mode": mode,
