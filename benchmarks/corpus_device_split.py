@@ -23,13 +23,16 @@ def run_device_split_ab(label, path, texts, nbytes, tok, ps, work, args, read_fl
     print(f"[{label}] {len(texts)} documents, {nbytes / MB:.1f} MB: device split off / on", flush=True)
     r: dict = dict(corpus=label, documents=len(texts), bytes=nbytes)
 
+    window = {"window_bytes": int(args.window_mb * (1 << 20))} if args.window_mb else {}
+    r["window_bytes"] = window.get("window_bytes", "default")
+
     def arrays(on: bool):
-        got, offsets = tok.encode_files_to_arrays([path], jsonl_field="text", device_split=on)
+        got, offsets = tok.encode_files_to_arrays([path], jsonl_field="text", device_split=on, **window)
         return got, np.diff(offsets)
 
     def shards(on: bool):
         out = work / f"{label}_split_{on}"
-        tok.encode_files([path], out / "shard", jsonl_field="text", overwrite=True, device_split=on)
+        tok.encode_files([path], out / "shard", jsonl_field="text", overwrite=True, device_split=on, **window)
         return out
 
     ref = None  # (ids, counts) of the first call, option off

@@ -54,7 +54,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -73,7 +72,7 @@ from corpora import build_long, build_mixed, source_texts  # noqa: E402
 from corpora import unique_documents  # noqa: E402, F401
 from corpus_device_split import device_split_table, run_device_split_ab, run_nfc_ab  # noqa: E402
 from corpus_peers import MB, compare, run_peers  # noqa: E402
-from harness import Clock, cpu_per_gb  # noqa: E402
+from harness import Clock, cpu_per_gb, run_command  # noqa: E402
 
 from blockbpe_jax.testing import data_dir  # noqa: E402
 
@@ -113,24 +112,24 @@ def run_cli(corpus: Path, vocab: Path, out: Path, timeout: float) -> dict:
         "-q",
         "--overwrite",
     ]
-    try:
-        with Clock() as clock:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    p = run_command(cmd, timeout)
+    if p["timed_out"]:
         return dict(status=f"not run to the end (over {timeout:.0f} s)", command=" ".join(cmd))
-    wall = clock.wall
-    if p.returncode != 0:
-        return dict(status=f"failed (exit {p.returncode}): {p.stderr.strip()[-500:]}", command=" ".join(cmd))
+    if p["returncode"] != 0:
+        return dict(
+            status=f"failed (exit {p['returncode']}): {p['stderr'].strip()[-500:]}", command=" ".join(cmd)
+        )
     meta = json.loads((out / "shard.json").read_text())
     return dict(
         status="ok",
         command=" ".join(cmd),
-        wall_s=wall,
-        cpu_s=clock.cpu,
+        wall_s=p["wall_s"],
+        cpu_s=p["cpu_s"],
+        peak_rss_bytes=p["peak_rss_bytes"],
         job_s=meta["seconds"],
         tokens=meta["tokens"],
         documents=meta["documents"],
-        stdout=p.stdout.strip(),
+        stdout=p["stdout"].strip(),
         output_bytes=output_bytes(out / "shard"),
     )
 
@@ -335,6 +334,12 @@ def main() -> None:
         default="off",
         help="the job's blocks split on the device: off, on (the whole benchmark), both (only "
         "the in-process job off and on, ids compared)",
+    )
+    ap.add_argument(
+        "--window-mb",
+        type=float,
+        default=0,
+        help="with --device-split both: the in-process jobs' window_bytes in MiB (0: the job's default)",
     )
     ap.add_argument(
         "--nfc-corpora",

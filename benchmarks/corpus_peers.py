@@ -7,7 +7,6 @@ documents."""
 from __future__ import annotations
 
 import itertools
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 import peers as peer_lib
-from harness import Clock, cpu_per_gb
+from harness import Clock, cpu_per_gb, run_command
 
 MB = 1e6
 
@@ -99,19 +98,18 @@ def peer_command(corpus_path, vocab, ids, counts, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="peer_command_") as work:
         out = str(Path(work) / "gigatoken")
         cmd = [sys.executable, "-c", PEER_COMMAND, str(corpus_path), str(vocab), out]
-        try:
-            with Clock() as clock:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
+        p = run_command(cmd, timeout)
+        if p["timed_out"]:
             return dict(status=f"not run to the end (over {timeout:.0f} s)")
-        if p.returncode != 0:
-            return dict(status=f"failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
+        if p["returncode"] != 0:
+            return dict(status=f"failed (exit {p['returncode']}): {p['stderr'].strip()[-300:]}")
         got = np.fromfile(out + ".bin", np.uint32), np.diff(np.fromfile(out + ".idx", np.int64))
     diff = compare("gigatoken_command", got, ids, counts)
     return dict(
         api="a fresh process: from_tiktoken + encode_files(JsonlFileSource) + .bin/.idx written",
-        seconds=clock.wall,
-        cpu_s=clock.cpu,
+        seconds=p["wall_s"],
+        cpu_s=p["cpu_s"],
+        peak_rss_bytes=p["peak_rss_bytes"],
         status="ids differ" if diff else "ok",
         ids_equal=not diff,
         **({"detail": diff} if diff else {}),

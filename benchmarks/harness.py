@@ -90,6 +90,45 @@ def miss_cache_off():
             os.environ["BLOCKBPE_MISS_CACHE"] = before
 
 
+def run_command(cmd: list[str], timeout: float) -> dict:
+    """`cmd` as a child process, measured: returncode, wall_s, cpu_s (the child's user and
+    system CPU over all its threads) and peak_rss_bytes (its resident high-water mark), both
+    from wait4 for that child alone, and its stdout / stderr (text); timed_out where it ran
+    past `timeout` seconds (then it was killed). Output goes through files, so a chatty
+    child never blocks on a full pipe."""
+    import subprocess
+    import tempfile
+    import threading
+
+    killed = threading.Event()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err)
+
+        def kill():
+            killed.set()
+            p.kill()
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            _, status, ru = os.wait4(p.pid, 0)
+        finally:
+            timer.cancel()
+        wall = time.perf_counter() - t
+        p.returncode = os.waitstatus_to_exitcode(status)  # (reaped here: Popen must not wait)
+        out.seek(0), err.seek(0)
+        return dict(
+            returncode=p.returncode,
+            timed_out=killed.is_set(),
+            wall_s=wall,
+            cpu_s=ru.ru_utime + ru.ru_stime,
+            peak_rss_bytes=ru.ru_maxrss * 1024,  # (Linux reports KiB)
+            stdout=out.read().decode(errors="replace"),
+            stderr=err.read().decode(errors="replace"),
+        )
+
+
 def cpu_per_gb(cpu_s: float, nbytes: int) -> float:
     """Host CPU seconds per GB (1e9 bytes) of input text."""
     return cpu_s / (nbytes / 1e9)

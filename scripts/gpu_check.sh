@@ -2,14 +2,14 @@
 # One device call: build against the machine's own jax, run the GPU tests, optionally the
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
-#                        [sharded] [families] [ktime] [gputime] [p9] [corpus] [corpus_profile] [corpus_stages] [single] [hostbatch]
+#                        [sharded] [families] [ktime] [gputime] [p9] [corpus] [corpus_scale] [corpus_profile] [corpus_stages] [single] [hostbatch]
 #                        [variants] [clocks] [kernels] [piece] [piece_profile] [piece_test] [block_test] [ray_engine]
 #                        [jsonl_device] [fuzz_campaign] [so_variants]
 # (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); PYTEST_WORKERS: pytest-xdist
 #  processes; TEST_TIMEOUT: seconds for `test`; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS, GPUTIME_ARGS: options of benchmarks/families.py, stage_clocks.py, gpu_time.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
-#  CORPUS_ARGS, CORPUS_PROFILE_MB, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages;
+#  CORPUS_ARGS, CORPUS_SCALE_ARGS, CORPUS_PROFILE_MB, CORPUS_PROFILE_ARGS, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages;
 #  PIECE_ARGS, PIECE_TIMEOUT, PIECE_TEST_TIMEOUT, PIECE_SHAPES, NCU_TIMEOUT, VARIANT_NCU_SHAPES,
 #  VARIANT_NCU_ARGS (more options of benchmarks/profile_kernel.py): the piece kernel's stages;
 #  RAY_ENGINE_ARGS, PYARROW_TARBALL: the ray_engine stage; JSONL_DEVICE_ARGS: options of
@@ -224,14 +224,16 @@ PY
     corpus)    # the corpus job vs the CPU tokenizers, >= 1 GB (benchmarks/corpus_job.py)
       python3 benchmarks/corpus_job.py --out "$OUT" --threads "$(nproc)" ${CORPUS_ARGS:-} 2>&1 \
         | tee "$OUT/corpus_job.log" | tail -30 ;;
+    corpus_scale)  # the command on a >= 10 GB corpus next to gigatoken's: wall, CPU-s/GB, peak memory
+                   # (benchmarks/corpus_cli_scale.py; CORPUS_SCALE_ARGS, e.g. "--gb 10 --workdir /tmp")
+      python3 benchmarks/corpus_cli_scale.py --out "$OUT" ${CORPUS_SCALE_ARGS:-} 2>&1 \
+        | tee "$OUT/corpus_cli_scale.log" | tail -12 ;;
     corpus_profile)  # encode_files cold/warm, compiles, per-thread samples; window sizes A/B
+                     # (CORPUS_PROFILE_ARGS: more options of benchmarks/profile_corpus.py)
       for w in ${CORPUS_WINDOWS_MB:-16 64}; do
-        for fake in "" --fake-encode; do
-          tag="w${w}${fake:+_fake}"
-          python3 benchmarks/profile_corpus.py --mb "${CORPUS_PROFILE_MB:-300}" --window-mb "$w" $fake \
-            --out "$OUT/profile_corpus_$tag" > "$OUT/profile_corpus_$tag.txt" 2>&1
-          echo "== $tag"; grep -E "^(cold|warm)|compiles" "$OUT/profile_corpus_$tag.txt"
-        done
+        python3 benchmarks/profile_corpus.py --mb "${CORPUS_PROFILE_MB:-300}" --window-mb "$w" \
+          ${CORPUS_PROFILE_ARGS:-} --out "$OUT/profile_corpus_w$w" > "$OUT/profile_corpus_w$w.txt" 2>&1
+        echo "== window $w MB"; grep -E "^(cold|warm)|compiles" "$OUT/profile_corpus_w$w.txt"
       done ;;
     corpus_stages)  # reading and encoding alone and together, GIL wake-up lateness (benchmarks/corpus_stages.py)
       python3 benchmarks/corpus_stages.py --mb "${CORPUS_PROFILE_MB:-300}" > "$OUT/corpus_stages.txt" 2>&1
