@@ -381,11 +381,22 @@ class FlatSlot:
         self._native = native.cuda.DeviceBytes(device.local_hardware_id, size) if available(device) else None
         self._view = None
 
-    def to_device(self):
-        """The bytes of `host` on the device (returns once they are there, on a CUDA GPU)."""
+    def to_device(self, source=None):
+        """The bytes of `host` on the device (returns once they are there, on a CUDA GPU); or
+        those of `source` (uint8[n], n <= size) in place of host's first n: on a CUDA GPU one
+        DMA straight from it (page-locked memory for the link's speed: the device split's
+        blocks where the reader read them), `host` left as it was; elsewhere a new array."""
         if self._native is None:
-            return jax.device_put(self.host, self.device)
+            if source is None:
+                return jax.device_put(self.host, self.device)
+            import numpy as np
+
+            padded = np.zeros(self.size, np.uint8)
+            padded[: source.size] = source
+            return jax.device_put(padded, self.device)
+        if source is not None and source.size > self.size:
+            raise ValueError(f"FlatSlot.to_device: {source.size} bytes for a slot of {self.size}")
         if self._view is None:
             self._view = jax.dlpack.from_dlpack(self._native.array())
-        self._native.fill(self.host)
+        self._native.fill(self.host if source is None else source)
         return self._view

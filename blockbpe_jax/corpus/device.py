@@ -109,9 +109,9 @@ def device_functions():
 
 
 # The kinds of kept buffers: a window's `raw` (on its device), its bytes (staging.FlatSlot, for its
-# device), its ids read back (host memory) and the device split's documents read back (host
-# memory, corpus.device_split)
-RAW, FLAT, IDS, DOCS = "raw", "flat", "host ids", "host documents"
+# device), its ids read back (host memory), the device split's documents read back (host
+# memory, corpus.device_split) and the reader's blocks the split copies to its device
+RAW, FLAT, IDS, DOCS, READ = "raw", "flat", "host ids", "host documents", "read blocks"
 
 
 class WindowBuffers:
@@ -131,7 +131,8 @@ class WindowBuffers:
     # ids until they are written.
     # The device split's blocks in flight hold a slot each too (corpus.device_split.IN_FLIGHT),
     # and its windows their documents read back from the split until the ids are read back.
-    KEEP = {FLAT: 16, RAW: 6, IDS: 6, DOCS: 12}
+    # The reader's buffers (corpus.inputs.files.BlockBuffers): BLOCK_BUFFERS a job.
+    KEEP = {FLAT: 16, RAW: 6, IDS: 6, DOCS: 12, READ: 8}
     _spare: list = []  # ((kind, device), buffer), most recent last
     _lock = threading.Lock()
 
@@ -208,6 +209,21 @@ class WindowBuffers:
         with self._lock:
             kept = self._reuse(DOCS, nbytes)
         return kept if kept is not None else staging.pinned_empty(nbytes, self.device)
+
+    def read_block(self, nbytes: int) -> np.ndarray:
+        """A host buffer of `nbytes` for the reader's blocks (corpus.inputs.files.BlockBuffers)
+        while the device split copies them to the device straight from where they were read:
+        page-locked on a CUDA GPU, a kept one when there is one of this size (a job's blocks
+        are one size, mostly)."""
+        from .. import staging
+
+        with self._lock:
+            kept = self._reuse(READ, nbytes)
+        return kept if kept is not None else staging.pinned_empty(nbytes, self.device)
+
+    def give_back_read_block(self, buffer: np.ndarray) -> None:
+        """A reader's buffer, once the job's reading is over, for the next jobs."""
+        self._keep(READ, buffer)
 
     def table(self, entries: int) -> np.ndarray:
         """A document table for `entries` rows: int32[2, E] zeros (start, length: zero entries

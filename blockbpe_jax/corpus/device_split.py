@@ -1,9 +1,12 @@
 """The corpus job's blocks of lines split on the device (the option `device_split`, off by
 default; BLOCKBPE_DEVICE_SPLIT=1 turns it on where the option is not given).
 
-With it on, the reader (corpus.documents) does no byte work on a block of lines or JSONL: it
-copies the block as read into one of the engine's page-locked slots (`WindowBuffers.flat_slot`),
-one DMA takes it to the device, and `bbpe_split_lines` (corpus.inputs.device_lines;
+With it on, the reader (corpus.documents) does no byte work on a block of lines or JSONL: on a
+CUDA GPU it reads a file's blocks into page-locked buffers (`WindowBuffers.read_block`,
+through corpus.inputs.files.BlockBuffers), from which one DMA takes each block to the device
+(into one of the engine's slots' device memory, `WindowBuffers.flat_slot`); a block from
+anywhere else (decompressed, small files read together) is first copied into the slot's
+page-locked memory. Then `bbpe_split_lines` (corpus.inputs.device_lines;
 ffi/core/json_lines.h) splits, checks and decodes it there into the documents, each followed by
 the packing separator: what the host reader joins into the slot. The status, offsets
 and lines come back, and where the job packs short documents (which reads their bytes: native
@@ -58,6 +61,10 @@ LINE_BYTES = 64
 # are they (tests turn this off to run the GPU's way: the documents read back into a kept
 # buffer, `_host_bytes`).
 DOCUMENTS_ON_HOST_ON_CPU = True
+# On the CPU backend a block is copied into its slot (tests turn this on to run the GPU's way:
+# the reader's blocks in the pool's buffers, each taken to the device from there, the slot's
+# host memory never written).
+DIRECT_ON_CPU = False
 
 
 def wanted(option: bool | None) -> bool:
@@ -153,6 +160,9 @@ class DeviceSplit:
         self.device, self.buffers, self.sep = device, buffers, bytes(sep)
         self.in_flight = in_flight
         self.host_documents = device.platform == "cpu" and DOCUMENTS_ON_HOST_ON_CPU
+        # blocks in page-locked memory go to the device straight from it
+        self.direct = staging.available(device) or (device.platform == "cpu" and DIRECT_ON_CPU)
+        self.direct_blocks = 0  # blocks that did (the tests count them)
         self.max_lines = 0  # the job's line capacity (grows for blocks of very short lines)
         self.blocks = self.given_up = 0  # blocks split on the device; of those, given up on
         self.pending = 0  # blocks dispatched, not yet read back
@@ -162,19 +172,28 @@ class DeviceSplit:
         """Whether the device split can take the field's name (else the host reader reads)."""
         return device_field(field)
 
+    def read_pool(self):
+        """The pool of page-locked memory the reader's blocks should be read into
+        (corpus.inputs.files.BlockBuffers' `page_locked`): the engine's WindowBuffers where
+        blocks go to the device straight from it, else None."""
+        return self.buffers if self.direct else None
+
     def split(self, block, field: str | None):
         """`dispatch(block, field).result()`: a block split and read back at once."""
         return self.dispatch(block, field).result()
 
-    def dispatch(self, block, field: str | None) -> "PendingSplit":
+    def dispatch(self, block, field: str | None, page_locked: bool = False) -> "PendingSplit":
         """A block of whole lines sent to the device and its split dispatched; nothing waits
         for the device.
 
         Args:
             block: the block's bytes (a buffer of the reader's, reused after this returns:
-                they are copied into a page-locked slot, which the split holds until its
-                results are read).
+                they are on the device by then, in the device memory of a slot the split
+                holds until its results are read).
             field: the JSONL field, or None for plain lines.
+            page_locked: whether the block is in page-locked memory (`read_pool`'s): then
+                one DMA takes it to the device from there; else it is first copied into the
+                slot's page-locked memory.
 
         Returns:
             the PendingSplit whose `result()` gives the block's documents.
@@ -182,8 +201,13 @@ class DeviceSplit:
         host_block = np.frombuffer(block, np.uint8)
         slot = self.buffers.flat_slot(host_block.size)
         try:
-            copy_in_parts(slot.host[: host_block.size], host_block)
-            pending = PendingSplit(self, slot, host_block.size, field)
+            if page_locked and self.direct:
+                on_device = slot.to_device(host_block)
+                self.direct_blocks += 1
+            else:
+                copy_in_parts(slot.host[: host_block.size], host_block)
+                on_device = slot.to_device()  # (one DMA on a CUDA GPU)
+            pending = PendingSplit(self, slot, on_device, host_block.size, field)
         except BaseException:
             self.buffers.give_back_flat(slot)
             raise
@@ -228,14 +252,18 @@ class DeviceSplit:
 
 class PendingSplit:
     """One block's split, dispatched (`DeviceSplit.dispatch`), its results not yet read.
-    Holds the block's page-locked slot (its device bytes are the split's input) until
+    Holds the block's slot (its device bytes, `on_device`, are the split's input) until
     `result()` or `discard()`; one of them must be called, once, by the thread that reads."""
 
-    def __init__(self, owner: DeviceSplit, slot, size: int, field):
-        self.owner, self.slot, self.size, self.field = owner, slot, size, field
-        self.on_device = slot.to_device()  # (one DMA on a CUDA GPU)
+    def __init__(self, owner: DeviceSplit, slot, on_device, size: int, field):
+        self.owner, self.slot, self.on_device, self.size, self.field = owner, slot, on_device, size, field
         self.block = None  # (result(), where the split gives up: the block's bytes)
-        self.out = owner._dispatch_step(self.on_device, size, field, slot.size)
+        self.out = owner._dispatch_step(on_device, size, field, slot.size)
+
+    def _block_bytes(self) -> np.ndarray:
+        """The block's bytes, read back from the device (the reader's buffer they came from
+        may hold another block by now): for the rare blocks the split asks more of."""
+        return staging.read_back([self.on_device], [self.size])[0]
 
     def result(self):
         """The block's documents (waits for this block's split only).
@@ -252,14 +280,14 @@ class PendingSplit:
             data, offsets, lines, status = self.out
             (status,) = staging.read_back([status])
             while status[CODE] == TOO_MANY_LINES:  # (more lines than the job's capacity: grown)
-                newlines = int(np.count_nonzero(self.slot.host[: self.size] == ord("\n")))
+                newlines = int(np.count_nonzero(self._block_bytes() == ord("\n")))
                 owner.max_lines = max(2 * owner.max_lines, pow2(newlines + 1, 64))
                 data, offsets, lines, status = owner._dispatch_step(
                     self.on_device, self.size, self.field, self.slot.size
                 )
                 (status,) = staging.read_back([status])
             if status[CODE] == GIVE_UP:
-                self.block = bytes(self.slot.host[: self.size])
+                self.block = bytes(self._block_bytes())
         finally:
             self._release()
         owner.blocks += 1

@@ -114,7 +114,9 @@ def _windows(
     paths, split, chunk, jsonl_field, window_bytes, threads, join, ahead, parquet
 ) -> Iterator[Window]:
     threads, lines = threads or READ_THREADS, jsonl_field is not None or split == "lines"
-    buffers = BlockBuffers()  # what inputs not read ahead are read into, one after another
+    # what inputs not read ahead are read into, one after another (page-locked while the
+    # device split takes blocks to the device straight from them)
+    buffers = BlockBuffers(page_locked=lambda: _read_pool(join))
     # (small inputs' groups are read by a thread, a group ahead of their split here)
     grouped = "lines" if lines else "file" if split == "file" else None
     units = in_background(
@@ -153,6 +155,14 @@ def _windows(
                 )
     finally:
         units.close()
+        buffers.close()
+
+
+def _read_pool(join):
+    """The pool of page-locked memory the engine's device split wants blocks read into
+    (DeviceSplit.read_pool), or None."""
+    on_device = join.device_split if join is not None else None
+    return on_device.read_pool() if on_device is not None else None
 
 
 def _whole(path: Path) -> bytes:
@@ -311,7 +321,8 @@ def _line_windows(path: Path, fi: int, field: str | None, window_bytes: int, thr
                 for block in blocks:
                     on_device = _device_split(join, field) if native_field else None
                     if on_device is not None:
-                        pending.append(on_device.dispatch(block, field))
+                        locked = not taken and source.page_locked(block)
+                        pending.append(on_device.dispatch(block, field, locked))
                         yield from settle(on_device.in_flight - 1)
                         continue
                     yield from settle(0)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from blockbpe_jax.corpus import device_split as device_split_module
 from blockbpe_jax.corpus import job as corpus
+from blockbpe_jax.corpus.device import WindowBuffers
 from blockbpe_jax.corpus.types import CorpusError
 
 import corpus_shared
@@ -206,6 +207,46 @@ def test_the_gpus_host_bytes_on_the_cpu(root, cl100k, tmp_path, splits, monkeypa
     )
     assert_same(cl100k, [path], jsonl_field="question", window_bytes=16 << 10, pack_width=pack_width)
     assert used(splits)[0] > 4 and all(s.sep == (b"<|endoftext|>" if pack_width else b"") for s in splits)
+
+
+@pytest.mark.parametrize("kind", DEVICES)
+def test_blocks_go_to_the_device_from_where_they_were_read(root, cl100k, tmp_path, splits, monkeypatch, kind):
+    """A file's blocks are read into the pool's buffers (page-locked on a GPU) and each goes to
+    the device from there, its slot's host memory never written (filled with newlines here, so
+    that reading it anywhere would show): the same documents and errors, with blocks the split
+    gives up on and blocks of more lines than its first capacity (both read back from the
+    device for the host). On the CPU backend by DIRECT_ON_CPU (DOCUMENTS_ON_HOST_ON_CPU off)."""
+    monkeypatch.setattr(device_split_module, "DIRECT_ON_CPU", True)
+    monkeypatch.setattr(device_split_module, "DOCUMENTS_ON_HOST_ON_CPU", False)
+    take = WindowBuffers.flat_slot
+
+    def stale(self, need):
+        slot = take(self, need)
+        slot.host[:] = ord("\n")
+        return slot
+
+    monkeypatch.setattr(WindowBuffers, "flat_slot", stale)
+    device = device_of(kind)
+    lines = gsm8k(root, tmp_path, "question").read_text().splitlines()
+    lines[300] = f'{{"a": {"[" * 100 + "]" * 100}, "question": "deep nesting"}}'  # (given up on)
+    lines[700] = '{"question": "' + "\\n" * 3000 + '"}'
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert_same(cl100k, [path], jsonl_field="question", window_bytes=16 << 10, device=device)
+    assert used(splits)[1] >= 1
+    short = tmp_path / "short.txt"  # (~8 bytes a line: more lines than a block's first guess)
+    short.write_text("".join(f"w{k % 997}\n" for k in range(40000)))
+    assert_same(cl100k, [short], window_bytes=64 << 10, device=device)
+    assert splits[-1].max_lines >= 8192  # (grown past its first guess: 64 KiB blocks of ~8,000 lines)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines[:900] + ['{"question": 3}'] + lines[900:]) + "\n")
+    error = outcome(cl100k, [bad], True, jsonl_field="question", window_bytes=16 << 10, device=device)
+    assert error == outcome(
+        cl100k, [bad], False, jsonl_field="question", window_bytes=16 << 10, device=device
+    )
+    assert isinstance(error, str) and f"{bad}:901" in error
+    # (every block went from where it was read: a job that raised dispatched some it never read back)
+    assert all(s.direct_blocks >= s.blocks > 0 for s in splits) and used(splits)[0] > 10
 
 
 # --------------------------------------------------------------------------------------------

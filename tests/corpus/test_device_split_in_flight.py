@@ -36,8 +36,8 @@ def events(monkeypatch) -> list:
     log: list = []
     dispatch, result = device_split_module.DeviceSplit.dispatch, device_split_module.PendingSplit.result
 
-    def dispatching(self, block, field):
-        pending = dispatch(self, block, field)
+    def dispatching(self, block, field, page_locked=False):
+        pending = dispatch(self, block, field, page_locked)
         pending.number = getattr(self, "dispatched", 0)
         self.dispatched = pending.number + 1
         log.append(("dispatch", pending.number))

@@ -73,6 +73,57 @@ def test_block_buffers_kept_from_one_file_to_the_next(tmp_path):
     assert len(made[0]) == file_blocks.BLOCK_BUFFERS and same == [True, True, False, True]
 
 
+class FakePool:
+    """A stand-in for the engine's WindowBuffers as BlockBuffers' pool of page-locked memory:
+    hands out plain arrays and records what it made and got back."""
+
+    def __init__(self):
+        self.made, self.back = [], []
+
+    def read_block(self, nbytes):
+        self.made.append(np.full(nbytes, 0xFF, np.uint8))  # (stale bytes a reader must overwrite)
+        return self.made[-1]
+
+    def give_back_read_block(self, a):
+        self.back.append(a)
+
+
+def test_block_buffers_from_the_device_splits_pool(tmp_path):
+    """While the device split wants blocks in page-locked memory (BlockBuffers' `page_locked`),
+    the reader's buffers come from its pool: those made before it did are made again there,
+    a line longer than a buffer grows it from the pool, the blocks are the file's bytes and say
+    they are page-locked (only then), and every pool buffer goes back once, never while in
+    use: a smaller one when a later block outgrows it, the rest at close()."""
+    rng = random.Random(9)
+    lines = [b"w" * rng.randrange(0, 900) + b"\n" for _ in range(300)]
+    lines.insert(150, b"L" * 20000 + b"\n")
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"".join(lines))
+    pool, wanted = FakePool(), [None]
+    buffers = file_blocks.BlockBuffers(page_locked=lambda: wanted[0])
+    got, locked = [], []
+    with open(path, "rb") as f:
+        for k, block in enumerate(file_blocks.blocks_of_lines(f, 4096, buffers)):
+            if k == 2:
+                wanted[0] = pool  # (the engine's device split starts after the first blocks)
+            got.append(bytes(block))
+            locked.append(buffers.page_locked(block))
+    assert b"".join(got) == path.read_bytes()
+    assert locked[:3] == [False] * 3 and all(locked[3:])
+    assert not buffers.page_locked(memoryview(b"x")) and not buffers.page_locked(b"x")
+    assert any(a.size >= 20000 for a in pool.made)  # (the long line grew a buffer from the pool)
+    current = list(buffers.arrays)
+    assert all(any(a is m for m in pool.made) for a in current)
+    # (while reading, only buffers of the pool too small for a later block went back, none in use)
+    early = list(pool.back)
+    assert all(any(b is m for m in pool.made) and not any(b is a for a in current) for b in early)
+    buffers.close()
+    assert len(pool.back) == len(early) + len(current) and all(
+        any(b is a for b in pool.back) for a in current
+    )
+    assert len({id(b) for b in pool.back}) == len(pool.back) and buffers.arrays == []
+
+
 def test_large_reads_are_made_by_threads(tmp_path, monkeypatch):
     """A plain file's large reads (`read_at`, ranges on threads) give the file's bytes, stop
     where it ends, and leave the file's position after them; blocks made of such reads are the

@@ -157,12 +157,59 @@ BLOCK_BUFFERS = 4  # the reader's buffers, used in turn
 class BlockBuffers:
     """The buffers a reader's blocks are read into in turn, kept from one file to the next of
     a job's inputs (read one after another): a fresh buffer costs its page faults, as much as
-    the read, and a job of many files paid them for each."""
+    the read, and a job of many files paid them for each.
 
-    def __init__(self, turns: int = BLOCK_BUFFERS):
+    `page_locked`: None, or a callable that returns None or, while the job's device split
+    copies blocks straight from where they were read (corpus/device_split.py), the pool of
+    page-locked memory it wants them in (`read_block(n)`, `give_back_read_block(a)`: the
+    engine's corpus.device.WindowBuffers, which keeps them for the next jobs). A buffer made
+    before the split started is made again there; `close()` gives them back."""
+
+    def __init__(self, turns: int = BLOCK_BUFFERS, page_locked=None):
         self.turns = turns
         self.arrays: list[np.ndarray] = []  # (made as needed and not zeroed: a small file touches little)
         self.blocks = 0  # blocks read into them: the next one goes into arrays[blocks % turns]
+        self._page_locked = page_locked
+        self._pools: list = []  # per array: the pool it came from, or None
+
+    def buffer(self, slot: int, need: int, size: int) -> np.ndarray:
+        """arrays[slot], made (`size` bytes) where it is missing, smaller than `need`, or not
+        page-locked while the device split wants it to be."""
+        pool = self._page_locked() if self._page_locked else None
+        if (
+            len(self.arrays) <= slot
+            or self.arrays[slot].size < need
+            or (pool and self._pools[slot] is not pool)
+        ):
+            self._set(slot, pool, size)
+        return self.arrays[slot]
+
+    def grown(self, slot: int, kept: int, need: int) -> np.ndarray:
+        """arrays[slot] made again with `need` bytes, its first `kept` bytes copied (the old one
+        stays alive while a view of it does; it goes back to no pool)."""
+        old = self.arrays[slot]
+        self._pools[slot] = None
+        self._set(slot, self._page_locked() if self._page_locked else None, need)
+        self.arrays[slot][:kept] = old[:kept]
+        return self.arrays[slot]
+
+    def page_locked(self, block) -> bool:
+        """Whether `block` (a view blocks_of_lines gave) is in page-locked memory."""
+        owner = block.obj if isinstance(block, memoryview) else None
+        return any(owner is a and p is not None for a, p in zip(self.arrays, self._pools))
+
+    def close(self) -> None:
+        """The page-locked buffers back to their pool (the job's reading is over)."""
+        for a, pool in zip(self.arrays, self._pools):
+            if pool is not None:
+                pool.give_back_read_block(a)
+        self.arrays, self._pools = [], []
+
+    def _set(self, slot: int, pool, size: int) -> None:
+        if slot < len(self.arrays) and self._pools[slot] is not None:
+            self._pools[slot].give_back_read_block(self.arrays[slot])
+        made = pool.read_block(size) if pool else np.empty(size, np.uint8)
+        self.arrays[slot : slot + 1], self._pools[slot : slot + 1] = [made], [pool]
 
 
 def blocks_of_lines(f, size: int, buffers: BlockBuffers | int = BLOCK_BUFFERS) -> Iterator[memoryview]:
@@ -174,15 +221,11 @@ def blocks_of_lines(f, size: int, buffers: BlockBuffers | int = BLOCK_BUFFERS) -
     it (the old one stays alive while a view of it does)."""
     if isinstance(buffers, int):
         buffers = BlockBuffers(buffers)
-    turns, arrays = buffers.turns, buffers.arrays
     tail = memoryview(b"")  # the unfinished line after the last block
     while True:
-        slot, need = buffers.blocks % turns, len(tail) + size
+        slot, need = buffers.blocks % buffers.turns, len(tail) + size
         buffers.blocks += 1
-        if len(arrays) <= slot or arrays[slot].size < need:  # (room for the tails of most lines)
-            made = np.empty(max(need, size + size // 8), np.uint8)
-            arrays[slot : slot + 1] = [made]
-        buf = arrays[slot]
+        buf = buffers.buffer(slot, need, max(need, size + size // 8))  # (room for the tails of most lines)
         buf[: len(tail)] = tail
         n = searched = len(tail)
         while True:
@@ -191,7 +234,7 @@ def blocks_of_lines(f, size: int, buffers: BlockBuffers | int = BLOCK_BUFFERS) -
             if n < need or end:
                 break
             searched, need = n, 2 * need  # (no line ends in the buffer: a larger one)
-            buf = arrays[slot] = np.concatenate([buf[:n], np.empty(need - n, np.uint8)])
+            buf = buffers.grown(slot, n, need)
         if n < need:  # the end of the file
             if n:
                 yield memoryview(buf)[:n]
