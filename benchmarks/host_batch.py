@@ -12,6 +12,10 @@ medians of --reps calls after a warm-up call:
                encode_batch on the default device, ids copied back and cut into lists
                (skipped when that device is the CPU)
   tiktoken     `Encoding.encode_ordinary_batch(texts, num_threads=os.cpu_count())`
+and, on a GPU, the ids as arrays on the host (no lists), two ways:
+  gpu_padded   `tok.encode_batch(texts).numpy()`: the padded [B, T] ids and the counts copied back
+  gpu_flat     `tok.encode_batch(texts).flat_numpy()`: the rows compacted on the device, only
+               their ids copied back (flat, with the counts)
 Every path's ids are checked equal to tiktoken's. Writes DIR/host_batch.json and prints a table.
 """
 
@@ -59,6 +63,20 @@ def main() -> None:
             row[f"{name}_MBps"] = nbytes / secs / 1e6
             row[f"{name}_over_tiktoken"] = ref_s / secs
             row[f"{name}_ids_equal"] = got == ref
+        if gpu is not None:
+            import numpy as np
+
+            want = np.concatenate([np.asarray(r, np.int64) for r in ref])
+            width = max(16, 1 << (max(len(t.encode()) for t in texts) - 1).bit_length())
+            for name, read in (("gpu_padded", "numpy"), ("gpu_flat", "flat_numpy")):
+                secs, (ids, counts) = median_s(
+                    lambda read=read: getattr(tok.encode_batch(texts, max_len=width, device=dev), read)(),
+                    args.reps,
+                )
+                if ids.ndim == 2:  # (the padded rows cut at their counts)
+                    ids = ids[np.arange(ids.shape[1])[None, :] < counts[:, None]]
+                row[f"{name}_MBps"] = nbytes / secs / 1e6
+                row[f"{name}_ids_equal"] = bool(np.array_equal(ids, want))
         rows_out.append(row)
         print(json.dumps(row), flush=True)
     doc = dict(
@@ -72,12 +90,15 @@ def main() -> None:
     (out_dir / "host_batch.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(
         "shape | ours host MB/s | ours GPU MB/s | tiktoken MB/s (threads) | host / tiktoken | GPU / tiktoken"
+        " | GPU arrays, padded / flat MB/s"
     )
+    nan = float("nan")
     for r in rows_out:
         print(
-            f"{r['rows']}x{r['bytes_per_row']} | {r['ours_host_MBps']:.0f} | {r.get('ours_gpu_MBps', float('nan')):.0f}"
+            f"{r['rows']}x{r['bytes_per_row']} | {r['ours_host_MBps']:.0f} | {r.get('ours_gpu_MBps', nan):.0f}"
             f" | {r['tiktoken_MBps']:.0f} ({threads}) | {r['ours_host_over_tiktoken']:.2f} | "
-            f"{r.get('ours_gpu_over_tiktoken', float('nan')):.2f}"
+            f"{r.get('ours_gpu_over_tiktoken', nan):.2f} | {r.get('gpu_padded_MBps', nan):.0f} / "
+            f"{r.get('gpu_flat_MBps', nan):.0f}"
         )
 
 

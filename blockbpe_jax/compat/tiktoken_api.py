@@ -271,15 +271,18 @@ class Encoding:
             step = max(1, _ROWS_BYTES // width)
             for s in range(0, len(rows), step):
                 chunk = rows[s : s + step]
-                ids, counts = self.tokenizer.encode_batch(
+                enc = self.tokenizer.encode_batch(
                     [raw[k] for k in chunk], max_len=width, allowed_special=key or "none",
                     mode=self.mode, device=device,
-                ).numpy()  # fmt: skip
+                )  # fmt: skip
+                flat, counts = enc.flat_numpy()  # (the rows' ids alone cross to the host)
                 counts = counts.tolist()  # (Python ints: NumPy's reductions cost more on a few rows)
-                if min(counts) < 0 or max(counts) > ids.shape[1]:
+                if min(counts) < 0 or max(counts) > enc.ids.shape[1]:
                     raise RuntimeError(f"encode failed: counts {counts} (width {width})")
+                flat, at = flat.tolist(), 0
                 for j, k in enumerate(chunk):
-                    out[k] = ids[j, : counts[j]].tolist()
+                    out[k] = flat[at : at + counts[j]]
+                    at += counts[j]
         return out
 
     def encode_ordinary(self, text: str) -> list[int]:

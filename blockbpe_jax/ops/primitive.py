@@ -111,6 +111,31 @@ class Encoded(NamedTuple):
         ids, counts = read_back([self.ids, self.counts])
         return ids, counts
 
+    def flat_numpy(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, counts) as NumPy arrays with the ids flat: int32[sum(kept)], row b's
+        kept[b] = clip(counts[b], 0, T) ids back to back, from sum(kept[:b]). The rows are
+        compacted on the device first (`ragged.flat_ids`), so that only their ids cross to
+        the host, not the padding: for rows a quarter full, a quarter of `numpy()`'s copy.
+        Waits for them. `ids` must be [B, T]."""
+        from ..staging import read_back
+        from .ragged import flat_ids
+
+        if np.ndim(self.ids) != 2 or np.ndim(self.counts) != 1:
+            raise ValueError(
+                f"flat_numpy: ids must be [B, T] with counts [B], got {list(np.shape(self.ids))}"
+            )
+        (counts,) = read_back([self.counts])
+        kept = np.clip(counts, 0, self.ids.shape[1])
+        total = int(kept.sum())
+        if not isinstance(self.ids, jax.Array):  # (host arrays: compacted here)
+            ids = np.asarray(self.ids)
+            return ids[np.arange(ids.shape[1])[None, :] < kept[:, None]], counts
+        if total == 0:
+            return np.zeros(0, self.ids.dtype), counts
+        size = max(1024, 1 << (total - 1).bit_length())  # (a few sizes: a few executables)
+        (ids,) = read_back([flat_ids(self.ids, self.counts, size=size)], [total])
+        return ids, counts
+
 
 # Bounded: max_tokens and pad_id are the caller's (a function per value, each holding its
 # executables); the last 256 kept, far more than a program's few shapes.
