@@ -12,6 +12,7 @@ UTF-8 text (ensure_ascii=False), JSONL with every non-ASCII character escaped
   parse    the file's blocks (WINDOW_BYTES) already in memory, split and parsed (the pure parse rate)
   windows  `documents.iter_windows` on the file: reading included, what the job's reader
            thread does
+Each row's host CPU-seconds per GB (every thread of the process) beside its wall time.
 Writes DIR/corpus_reader.json and prints a table.
 """
 
@@ -22,7 +23,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -30,6 +30,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from corpus_job import source_texts, unique_documents  # noqa: E402
+from harness import Clock, cpu_per_gb  # noqa: E402
 
 from blockbpe_jax.corpus import documents
 from blockbpe_jax.corpus.inputs import lines as line_reader
@@ -59,19 +60,28 @@ def blocks_of(path: Path) -> list[bytes]:
             out.append(b)
 
 
-def best_of(fn, repeat: int) -> float:
-    times = []
+def best_of(fn, repeat: int) -> tuple[float, float]:
+    """(wall, host CPU) seconds of the fastest of `repeat` calls."""
+    runs = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        with Clock() as clock:
+            fn()
+        runs.append((clock.wall, clock.cpu))
+    return min(runs)
 
 
-def result(corpus: str, size: int, path: str, stage: str, threads: int, t: float) -> dict:
-    """A row of the table: `size` bytes of `corpus` read in `t` seconds."""
+def result(corpus: str, size: int, path: str, stage: str, threads: int, timed: tuple[float, float]) -> dict:
+    """A row of the table: `size` bytes of `corpus` read in `timed` (wall, CPU) seconds."""
+    t, cpu = timed
     return dict(
-        corpus=corpus, MB=size / MB, path=path, stage=stage, threads=threads, seconds=t, MBps=size / MB / t
+        corpus=corpus,
+        MB=size / MB,
+        path=path,
+        stage=stage,
+        threads=threads,
+        seconds=t,
+        MBps=size / MB / t,
+        cpu_s_per_GB=cpu_per_gb(cpu, size),
     )
 
 
@@ -105,7 +115,7 @@ def main() -> None:
             assert all(p is not None for p in python)
             t = best_of(lambda: [line_reader.fast_block(b, field) for b in blocks], args.repeat)
             results.append(result(name, size, "python (_fast_block)", "parse", 1, t))
-            print(f"{name}: {size / MB:.0f} MB, python {size / MB / t:.0f} MB/s", flush=True)
+            print(f"{name}: {size / MB:.0f} MB, python {results[-1]['MBps']:.0f} MB/s", flush=True)
             for n in threads:
                 got = [native.cpu.split_documents(b, field, n) for b in blocks]
                 for (data, offsets, _, _), (blobs, _) in zip(got, python):
@@ -127,10 +137,13 @@ def main() -> None:
                 )
     meta = dict(cpu_count=os.cpu_count(), window_bytes=documents.WINDOW_BYTES)
     (out / "corpus_reader.json").write_text(json.dumps(dict(meta=meta, results=results), indent=1))
-    lines = ["corpus | MB | path | stage | threads | seconds | MB/s", "---|---:|---|---|---:|---:|---:"]
+    lines = [
+        "corpus | MB | path | stage | threads | seconds | MB/s | host CPU-s/GB",
+        "---|---:|---|---|---:|---:|---:|---:",
+    ]
     lines += [
         f"{r['corpus']} | {r['MB']:.0f} | {r['path']} | {r['stage']} | {r['threads']} | "
-        f"{r['seconds']:.3f} | {r['MBps']:.0f}"
+        f"{r['seconds']:.3f} | {r['MBps']:.0f} | {r['cpu_s_per_GB']:.2f}"
         for r in results
     ]
     (out / "corpus_reader.txt").write_text("\n".join(lines) + "\n")
