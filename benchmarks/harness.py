@@ -171,6 +171,36 @@ def _measure(fn, min_reps, max_reps, target_s, warmup, warmup_s, slow_s, slow_re
     return {"s": statistics.median(ts), "min_s": min(ts), "reps": len(ts)}
 
 
+def fresh_copies(texts: list) -> list:
+    """New str objects with the same texts: without the UTF-8 form CPython keeps beside a str
+    once something asked for it (a str read from a file, a JSON record or a dataset has none;
+    a batch timed again and again would have it from the first call on: every str-taking
+    tokenizer, ours and the peers, then skips its encoding). bytes items stay as they are."""
+    return [(t + "\0")[:-1] if isinstance(t, str) and t else t for t in texts]
+
+
+def measure_fresh(fn, texts: list, *, reps: int = 7) -> dict:
+    """Median wall time of fn(fresh) over `reps` calls, each on its own fresh_copies(texts)
+    made untimed before it (after one untimed warm-up call; the cyclic GC paused as in
+    `measure`)."""
+    gc.collect()
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        fn(fresh_copies(texts))
+        ts = []
+        for _ in range(reps):
+            batch = fresh_copies(texts)
+            t = time.perf_counter()
+            fn(batch)
+            ts.append(time.perf_counter() - t)
+            del batch
+    finally:
+        if paused:
+            gc.enable()
+    return {"s": statistics.median(ts), "min_s": min(ts), "reps": len(ts)}
+
+
 def device_time(g, *args, chain: int, executions: int = 8, target_s: float = 0.3) -> dict:
     """Per-encode device time of `g(*args)`, an executable of `chain` encodes (Ours.fn(chain=)):
     `executions` of it dispatched back to back and one sync at the end, medians of such bursts

@@ -9,27 +9,107 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "core/host_threads.h"
+#include "core/utf8.h"
 #include "nanobind/nanobind.h"
 
 namespace bbpe {
 
-// One string's UTF-8 bytes, borrowed from its Python object (str: its cached UTF-8 form).
-using StringView = std::pair<const char*, Py_ssize_t>;
+// The UTF-8 form of a str's code units (1, 2 or 4 bytes each: CPython's compact forms, whose
+// width is that of the str's largest code point), which CPython would make with the GIL held,
+// on one thread, and keep beside the str: here it is counted and written by the packing
+// threads, the GIL released. utf8_bytes: the form's bytes, or -1 where a unit is a surrogate
+// (no UTF-8 form: CPython's encoder refuses it, and so does string_views, with its error).
+template <class Unit>
+inline int64_t utf8_bytes(const Unit* units, int64_t n) {
+  int64_t extra = 0;
+  bool surrogates = false;
+  // (in blocks with narrow sums and no branch: the compiler vectorizes the inner loop)
+  for (int64_t at = 0; at < n; at += 4096) {
+    const int m = (int)std::min<int64_t>(4096, n - at);
+    const Unit* u = units + at;
+    // (sums that fit the units' own width: m * 3 < 65536 more bytes in a block)
+    std::conditional_t<sizeof(Unit) <= 2, uint16_t, uint32_t> more = 0;
+    Unit bad = 0;
+    for (int i = 0; i < m; ++i) {
+      more += u[i] >= 0x80;
+      if constexpr (sizeof(Unit) > 1) {
+        more += u[i] >= 0x800;
+        bad |= (Unit)(u[i] - 0xD800u) < 0x800u;
+      }
+      if constexpr (sizeof(Unit) > 2) more += u[i] >= 0x10000;
+    }
+    extra += more, surrogates |= bad != 0;
+  }
+  return surrogates ? -1 : n + extra;
+}
+template <class Unit>
+inline void write_utf8(const Unit* units, int64_t n, uint8_t* out) {
+  // (most text is mostly ASCII: 8 units at a time while they all are)
+  constexpr uint64_t kHigh = sizeof(Unit) == 1 ? 0x8080808080808080ull
+                             : sizeof(Unit) == 2 ? 0xFF80FF80FF80FF80ull
+                                                 : 0xFFFFFF80FFFFFF80ull;
+  int64_t i = 0;
+  while (i < n) {
+    if (i + 8 <= n) {
+      uint64_t words[sizeof(Unit)];
+      std::memcpy(words, units + i, sizeof(words));
+      uint64_t high = 0;
+      for (uint64_t w : words) high |= w & kHigh;
+      if (!high) {
+        for (int k = 0; k < 8; ++k) out[k] = (uint8_t)units[i + k];
+        out += 8, i += 8;
+        continue;
+      }
+    }
+    const uint32_t c = units[i++];
+    if (c < 0x80) {
+      *out++ = (uint8_t)c;
+      continue;
+    }
+    const int len = utf8_length(c);
+    for (int k = 0; k < len; ++k) *out++ = utf8_byte(c, len, k);
+  }
+}
+
+// One item's text: its UTF-8 bytes where they exist already (bytes, an ASCII str, a str whose
+// UTF-8 form CPython made before), else the str's code units (kind: their width), borrowed
+// from the item either way.
+struct StringView {
+  const void* data = nullptr;
+  int64_t units = 0;  // (kind 0: bytes)
+  int64_t bytes = 0;  // UTF-8 bytes; -1: a surrogate (kind > 0, once measured)
+  int kind = 0;       // 0: UTF-8; 1, 2, 4: code units of that many bytes
+  // Its UTF-8 bytes to out[0..bytes).
+  void write(uint8_t* out) const {
+    switch (kind) {
+      case 0: if (bytes) std::memcpy(out, data, (size_t)bytes); break;
+      case 1: write_utf8(static_cast<const uint8_t*>(data), units, out); break;
+      case 2: write_utf8(static_cast<const uint16_t*>(data), units, out); break;
+      default: write_utf8(static_cast<const uint32_t*>(data), units, out); break;
+    }
+  }
+  void measure() {
+    if (kind == 1) bytes = utf8_bytes(static_cast<const uint8_t*>(data), units);
+    else if (kind == 2) bytes = utf8_bytes(static_cast<const uint16_t*>(data), units);
+    else if (kind == 4) bytes = utf8_bytes(static_cast<const uint32_t*>(data), units);
+  }
+};
 
 // max_len < 0: the longest view rounded up to a power of two, at least 16.
 inline void default_width(const std::vector<StringView>& views, int64_t& max_len) {
   if (max_len >= 0) return;
-  Py_ssize_t longest = 0;
-  for (auto& v : views) longest = std::max(longest, v.second);
+  int64_t longest = 0;
+  for (auto& v : views) longest = std::max(longest, v.bytes);
   max_len = 16;
   while (max_len < longest) max_len *= 2;
 }
 
-// The items' bytes (no copy), borrowed from `items`: a private list of them (a new reference
+// The items' texts (no copy), borrowed from `items`: a private list of them (a new reference
 // to each), so they stay valid while it lives, whatever other threads do to the caller's
 // sequence once the GIL is released.
 struct StringViews {
@@ -37,9 +117,28 @@ struct StringViews {
   std::vector<StringView> views;
 };
 
-// Reads every item's bytes and the row width: `max_len`, or when max_len < 0 the longest
-// string rounded up to a power of two, at least 16. Raises TypeError for an item that is
-// neither str nor bytes, ValueError for a string longer than max_len.
+// A str's view: its UTF-8 form where it has one (ASCII: its own bytes), else its code units.
+inline StringView str_view(PyObject* o) {
+  const int64_t n = PyUnicode_GET_LENGTH(o);
+  if (PyUnicode_IS_ASCII(o)) return {PyUnicode_DATA(o), n, n, 0};
+  if (PyUnicode_IS_COMPACT(o)) {
+    const auto* compact = reinterpret_cast<const PyCompactUnicodeObject*>(o);
+    if (compact->utf8) return {compact->utf8, compact->utf8_length, compact->utf8_length, 0};
+    return {PyUnicode_DATA(o), n, -1, (int)PyUnicode_KIND(o)};
+  }
+  Py_ssize_t size = 0;  // (a legacy str: CPython's UTF-8 form)
+  const char* p = PyUnicode_AsUTF8AndSize(o, &size);
+  if (!p) throw nanobind::python_error();
+  return {p, size, size, 0};
+}
+
+constexpr int64_t kMeasureUnitsPerThread = int64_t(1) << 20;
+
+// Reads every item's text and the row width: `max_len`, or when max_len < 0 the longest
+// string rounded up to a power of two, at least 16. Raises, for the first item that has one,
+// TypeError for an item that is neither str nor bytes, UnicodeEncodeError (CPython's own) for
+// a str with a surrogate, ValueError for a string longer than max_len. The UTF-8 forms of
+// non-ASCII strs are measured on the host threads, the GIL released.
 inline StringViews string_views(nanobind::handle texts, int64_t& max_len) {
   PyObject* list = PySequence_List(texts.ptr());
   if (!list) throw nanobind::python_error();
@@ -48,26 +147,40 @@ inline StringViews string_views(nanobind::handle texts, int64_t& max_len) {
   const size_t batch = nanobind::len(items);
   std::vector<StringView>& views = out.views;
   views.resize(batch);
-  for (size_t b = 0; b < batch; ++b) {
-    PyObject* o = items[b].ptr();
-    const char* p = nullptr;
-    Py_ssize_t n = 0;
+  size_t read = 0;  // the items before the first that is neither str nor bytes
+  int64_t units = 0;  // code units to measure
+  for (; read < batch; ++read) {
+    PyObject* o = items[read].ptr();
     if (PyUnicode_Check(o)) {
-      p = PyUnicode_AsUTF8AndSize(o, &n);
-      if (!p) throw nanobind::python_error();
+      views[read] = str_view(o);
+      if (views[read].kind) units += views[read].units;
     } else if (PyBytes_Check(o)) {
-      p = PyBytes_AS_STRING(o);
-      n = PyBytes_GET_SIZE(o);
+      const int64_t n = PyBytes_GET_SIZE(o);
+      views[read] = {PyBytes_AS_STRING(o), n, n, 0};
     } else {
-      throw nanobind::type_error(
-          ("pack_strings: item " + std::to_string(b) + " is neither str nor bytes").c_str());
+      break;
     }
-    if (max_len >= 0 && n > max_len)
-      throw nanobind::value_error(("pack_strings: string " + std::to_string(b) + " has " +
-                                   std::to_string(n) + " bytes, more than max_len=" +
-                                   std::to_string(max_len)).c_str());
-    views[b] = {p, n};
   }
+  if (units) {
+    nanobind::gil_scoped_release unlocked;
+    over_ranges((int64_t)read, units, kMeasureUnitsPerThread, [&](int64_t lo, int64_t hi) {
+      for (int64_t b = lo; b < hi; ++b) views[b].measure();
+    });
+  }
+  for (size_t b = 0; b < read; ++b) {
+    if (views[b].bytes < 0) {  // (CPython's encoder names the surrogate and its position)
+      Py_ssize_t size = 0;
+      const char* p = PyUnicode_AsUTF8AndSize(items[b].ptr(), &size);
+      if (!p) throw nanobind::python_error();
+      views[b] = {p, size, size, 0};
+    }
+    if (max_len >= 0 && views[b].bytes > max_len)
+      throw nanobind::value_error(("pack_strings: string " + std::to_string(b) + " has " +
+                                   std::to_string(views[b].bytes) + " bytes, more than max_len=" +
+                                   std::to_string(max_len)).c_str());
+  }
+  if (read < batch)
+    throw nanobind::type_error(("pack_strings: item " + std::to_string(read) + " is neither str nor bytes").c_str());
   default_width(views, max_len);
   return out;
 }
@@ -83,9 +196,9 @@ inline void write_rows_unlocked(const std::vector<StringView>& views, int64_t ma
   auto write = [&](int64_t lo, int64_t hi) {  // rows [first + lo, first + hi)
     for (int64_t b = first + lo; b < first + hi; ++b) {
       uint8_t* row = data + b * max_len;
-      if (views[b].second) std::memcpy(row, views[b].first, views[b].second);
-      std::memset(row + views[b].second, 0, max_len - views[b].second);
-      lengths[b] = (int32_t)views[b].second;
+      views[b].write(row);
+      std::memset(row + views[b].bytes, 0, max_len - views[b].bytes);
+      lengths[b] = (int32_t)views[b].bytes;
     }
   };
   over_ranges(last - first, (last - first) * max_len, bytes_per_thread, write);

@@ -160,13 +160,13 @@ class HostEncoder {
       }
       const GcPaused paused;
       out.append(id_list(0, scratch.tok.data(), n));
-      drop_if_long(scratch, views[0].second);
+      drop_if_long(scratch, views[0].bytes);
       return out;
     }
     std::vector<std::vector<int32_t>> ids(batch);
     std::vector<int> counts(batch);
     int64_t text_bytes = 0;
-    for (const auto& v : views) text_bytes += v.second;
+    for (const auto& v : views) text_bytes += v.bytes;
     {
       nb::gil_scoped_release unlocked;
       bbpe::over_ranges(batch, text_bytes, bbpe::kHostBytesPerThread, [&](int64_t lo, int64_t hi) {
@@ -174,7 +174,7 @@ class HostEncoder {
         for (int64_t b = lo; b < hi; ++b) {
           const int n = counts[b] = encode_one(views[b], scratch, 1);
           ids[b].assign(scratch.tok.begin(), scratch.tok.begin() + std::max(0, n));
-          drop_if_long(scratch, views[b].second);
+          drop_if_long(scratch, views[b].bytes);
         }
       }, bbpe::host_cores());
     }
@@ -206,10 +206,18 @@ class HostEncoder {
     ~GcPaused() { if (was_enabled) PyGC_Enable(); }
   };
 
-  // One string's tokens into scratch.tok[0..count); returns count.
-  int encode_one(const std::pair<const char*, int64_t>& text, bbpe::CpuScratch& scratch, int threads) const {
+  // One string's tokens into scratch.tok[0..count); returns count. (A str without a UTF-8 form
+  // yet: written into this thread's buffer first.)
+  int encode_one(const bbpe::StringView& text, bbpe::CpuScratch& scratch, int threads) const {
     scratch.filter = filter_.get();
-    const int n = bbpe::encode_string(params_, (const uint8_t*)text.first, (int)text.second, scratch, threads);
+    const uint8_t* bytes = static_cast<const uint8_t*>(text.data);
+    if (text.kind) {
+      thread_local std::vector<uint8_t> utf8;
+      utf8.resize((size_t)text.bytes);
+      text.write(utf8.data());
+      bytes = utf8.data();
+    }
+    const int n = bbpe::encode_string(params_, bytes, (int)text.bytes, scratch, threads);
     for (int j = 0; j < n; ++j) scratch.tok[j] = bbpe::token_id(scratch.tok[j]);
     return n;
   }
