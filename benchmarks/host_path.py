@@ -20,6 +20,9 @@ from list[str] to ids on the device, each checked equal to the device-resident i
               and the deletion of the imported arrays cost 100-300 us per batch)
   api / api_numpy  Tokenizer.encode_batch, one batch, with staging and with
               BLOCKBPE_STAGING=0 (NumPy arrays handed to the jitted call)
+  pack_fresh / api_fresh  pack_strings and api on new str objects with the same texts,
+              each made untimed before its call (harness.fresh_copies: strs without the UTF-8
+              form CPython keeps once asked for it, as strs read from a file are)
   stream_api  an input pipeline: 8 different batches through the public
               Tokenizer.encode_batch one after another (async dispatch: the host packs and
               puts batch i+1 while the GPU encodes batch i), one block at the end; time per
@@ -51,7 +54,7 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 
-from harness import excerpts, measure  # noqa: E402
+from harness import excerpts, measure, measure_fresh  # noqa: E402
 
 
 def median_us(samples: list[float]) -> float:
@@ -249,6 +252,11 @@ def main() -> None:
                 row[name] = measure(fn, target_s=0.3, max_reps=100)["s"]
             except Exception as e:  # noqa: BLE001
                 row[name + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        # strs as they come (no UTF-8 form made yet: harness.fresh_copies), packed and whole
+        row["pack_fresh_s"] = measure_fresh(lambda t: bb.pack_strings(t, max_len=L), texts)["s"]
+        if staging.available(dev):
+            row["api_fresh_s"] = measure_fresh(api, texts)["s"]
+            row["api_fresh_MBps"] = total / row["api_fresh_s"] / 1e6
         for name, fn in paths.items():
             try:
                 row[name + "_equal"] = bool(np.array_equal(np.asarray(fn()), ref))

@@ -132,7 +132,7 @@ inline StringView str_view(PyObject* o) {
   return {p, size, size, 0};
 }
 
-constexpr int64_t kMeasureUnitsPerThread = int64_t(1) << 20;
+constexpr int64_t kMeasureUnitsPerThread = int64_t(1) << 18;  // (a batch of a few MiB: eight threads)
 
 // Reads every item's text and the row width: `max_len`, or when max_len < 0 the longest
 // string rounded up to a power of two, at least 16. Raises, for the first item that has one,
