@@ -16,7 +16,10 @@ and, on a GPU, the ids as arrays on the host (no lists), two ways:
   gpu_padded   `tok.encode_batch(texts).numpy()`: the padded [B, T] ids and the counts copied back
   gpu_flat     `tok.encode_batch(texts).flat_numpy()`: the rows compacted on the device, only
                their ids copied back (flat, with the counts)
-Every path's ids are checked equal to tiktoken's. Writes DIR/host_batch.json and prints a table.
+Each path also on strs as they come (`*_fresh_*`: new str objects with the same texts before
+every call, harness.fresh_copies: no UTF-8 form made yet, which every other timing finds made
+after its first call). Every path's ids are checked equal to tiktoken's. Writes
+DIR/host_batch.json and prints a table.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from single_string import cl100k_setup  # noqa: E402
-from harness import median_s, spread_excerpts  # noqa: E402
+from harness import measure_fresh, median_s, spread_excerpts  # noqa: E402
 
 
 def main() -> None:
@@ -57,12 +60,19 @@ def main() -> None:
         row = dict(rows=rows, bytes_per_row=size, bytes=nbytes)
         ref_s, ref = median_s(lambda: enc.encode_ordinary_batch(texts, num_threads=threads), args.reps)
         row["tiktoken_MBps"] = nbytes / ref_s / 1e6
+        fresh_s = measure_fresh(
+            lambda t: enc.encode_ordinary_batch(t, num_threads=threads), texts, reps=args.reps
+        )
+        row["tiktoken_fresh_MBps"] = nbytes / fresh_s["s"] / 1e6
         paths = [("ours_host", host)] + ([("ours_gpu", gpu)] if gpu is not None else [])
         for name, api in paths:
             secs, got = median_s(lambda api=api: api.encode_ordinary_batch(texts), args.reps)
             row[f"{name}_MBps"] = nbytes / secs / 1e6
             row[f"{name}_over_tiktoken"] = ref_s / secs
             row[f"{name}_ids_equal"] = got == ref
+            fresh = measure_fresh(api.encode_ordinary_batch, texts, reps=args.reps)["s"]
+            row[f"{name}_fresh_MBps"] = nbytes / fresh / 1e6
+            row[f"{name}_fresh_over_tiktoken"] = fresh_s["s"] / fresh
         if gpu is not None:
             import numpy as np
 
@@ -90,7 +100,7 @@ def main() -> None:
     (out_dir / "host_batch.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(
         "shape | ours host MB/s | ours GPU MB/s | tiktoken MB/s (threads) | host / tiktoken | GPU / tiktoken"
-        " | GPU arrays, padded / flat MB/s"
+        " | GPU arrays, padded / flat MB/s | fresh strs: host / GPU / tiktoken MB/s"
     )
     nan = float("nan")
     for r in rows_out:
@@ -98,7 +108,8 @@ def main() -> None:
             f"{r['rows']}x{r['bytes_per_row']} | {r['ours_host_MBps']:.0f} | {r.get('ours_gpu_MBps', nan):.0f}"
             f" | {r['tiktoken_MBps']:.0f} ({threads}) | {r['ours_host_over_tiktoken']:.2f} | "
             f"{r.get('ours_gpu_over_tiktoken', nan):.2f} | {r.get('gpu_padded_MBps', nan):.0f} / "
-            f"{r.get('gpu_flat_MBps', nan):.0f}"
+            f"{r.get('gpu_flat_MBps', nan):.0f} | {r['ours_host_fresh_MBps']:.0f} / "
+            f"{r.get('ours_gpu_fresh_MBps', nan):.0f} / {r['tiktoken_fresh_MBps']:.0f}"
         )
 
 
