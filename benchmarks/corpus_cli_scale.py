@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE.parent))
 import peers as peer_lib  # noqa: E402
 from corpora import build_mixed, source_texts  # noqa: E402
 from corpus_job import run_cli  # noqa: E402
-from corpus_peers import MB, PEER_COMMAND  # noqa: E402
+from corpus_peers import MB, PEER_COMMAND, compare_counts  # noqa: E402
 from harness import cpu_per_gb, run_command  # noqa: E402
 
 from blockbpe_jax.testing import data_dir  # noqa: E402
@@ -62,12 +62,9 @@ def compare_flat(ours: list[tuple[np.ndarray, np.ndarray]], ids: np.ndarray, cou
     """'' where the shards `ours` hold the documents `counts` and the ids `ids` (one flat
     array: the peer's), else where they first differ."""
     ours_counts = np.concatenate([c for _, c in ours]) if ours else np.zeros(0, np.int64)
-    if len(ours_counts) != len(counts):
-        return f"{len(counts)} documents, ours {len(ours_counts)}"
-    bad = np.flatnonzero(ours_counts != counts)
-    if bad.size:
-        j = int(bad[0])
-        return f"document {j} has {int(counts[j])} tokens, ours {int(ours_counts[j])}"
+    differ = compare_counts("the peer", counts, ours_counts)
+    if differ:
+        return differ
     at = 0
     for shard_ids, _ in ours:
         if at + len(shard_ids) > len(ids):

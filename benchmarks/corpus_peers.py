@@ -31,15 +31,23 @@ def flatten_awkward(arr) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(ak.flatten(arr), np.uint32), np.asarray(ak.num(arr), np.int64)
 
 
+def compare_counts(name: str, theirs: np.ndarray, ours: np.ndarray) -> str:
+    """'' when the per-document token counts are equal, else the first difference."""
+    if len(theirs) != len(ours):
+        return f"{name}: {len(theirs)} documents, ours {len(ours)}"
+    bad = np.flatnonzero(theirs != ours)
+    if bad.size:
+        j = int(bad[0])
+        return f"{name}: document {j} has {int(theirs[j])} tokens, ours {int(ours[j])}"
+    return ""
+
+
 def compare(name: str, got: tuple[np.ndarray, np.ndarray], ids: np.ndarray, counts: np.ndarray) -> str:
     """'' when equal, else where the first difference is."""
     g_ids, g_counts = got
-    if len(g_counts) != len(counts):
-        return f"{name}: {len(g_counts)} documents, ours {len(counts)}"
-    bad = np.flatnonzero(g_counts != counts)
-    if bad.size:
-        j = int(bad[0])
-        return f"{name}: document {j} has {int(g_counts[j])} tokens, ours {int(counts[j])}"
+    differ = compare_counts(name, g_counts, counts)
+    if differ:
+        return differ
     if not np.array_equal(g_ids, ids):
         t = int(np.argmax(g_ids != ids))
         j = int(np.searchsorted(np.cumsum(counts), t, "right"))
