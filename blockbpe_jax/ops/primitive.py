@@ -90,6 +90,11 @@ class TableSource(Protocol):
     def tables(self, allowed_special, device) -> EncodeTables: ...
 
 
+# Encoded.flat_numpy: padded ids of at least this many bytes are compacted on the device (a
+# copy of the rows' ids alone, for an executable per batch shape); smaller ones cross whole.
+FLAT_ON_DEVICE_BYTES = 1 << 22
+
+
 class Encoded(NamedTuple):
     """Padded ids and the true token count of each string.
 
@@ -113,10 +118,11 @@ class Encoded(NamedTuple):
 
     def flat_numpy(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, counts) as NumPy arrays with the ids flat: int32[sum(kept)], row b's
-        kept[b] = clip(counts[b], 0, T) ids back to back, from sum(kept[:b]). The rows are
-        compacted on the device first (`ragged.flat_ids`), so that only their ids cross to
-        the host, not the padding: for rows a quarter full, a quarter of `numpy()`'s copy.
-        Waits for them. `ids` must be [B, T]."""
+        kept[b] = clip(counts[b], 0, T) ids back to back, from sum(kept[:b]). Large batches
+        (padded ids of FLAT_ON_DEVICE_BYTES or more) are compacted on the device first
+        (`ragged.flat_ids`: an executable per shape), so that only their ids cross to the
+        host, not the padding: for rows a quarter full, a quarter of `numpy()`'s copy; smaller
+        ones are copied whole and compacted here. Waits for them. `ids` must be [B, T]."""
         from ..staging import read_back
         from .ragged import flat_ids
 
@@ -124,12 +130,12 @@ class Encoded(NamedTuple):
             raise ValueError(
                 f"flat_numpy: ids must be [B, T] with counts [B], got {list(np.shape(self.ids))}"
             )
-        (counts,) = read_back([self.counts])
-        kept = np.clip(counts, 0, self.ids.shape[1])
-        total = int(kept.sum())
-        if not isinstance(self.ids, jax.Array):  # (host arrays: compacted here)
-            ids = np.asarray(self.ids)
+        if not isinstance(self.ids, jax.Array) or np.size(self.ids) * 4 < FLAT_ON_DEVICE_BYTES:
+            ids, counts = read_back([self.ids, self.counts])
+            kept = np.clip(counts, 0, ids.shape[1])
             return ids[np.arange(ids.shape[1])[None, :] < kept[:, None]], counts
+        (counts,) = read_back([self.counts])
+        total = int(np.clip(counts, 0, self.ids.shape[1]).sum())
         if total == 0:
             return np.zeros(0, self.ids.dtype), counts
         size = max(1024, 1 << (total - 1).bit_length())  # (a few sizes: a few executables)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import blockbpe_jax as bb
 from blockbpe_jax import testing
+from blockbpe_jax.ops import primitive
 from blockbpe_jax.ops.primitive import Encoded
 from blockbpe_jax.ops.ragged import encode_ragged, gather_rows, pack_ragged, unflatten
 
@@ -83,16 +84,23 @@ def rows_back_to_back(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.concatenate([ids[b, : max(0, min(int(c), width))] for b, c in enumerate(counts)] + [ids[:0, 0]])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(
     shape=st.tuples(st.integers(1, 9), st.integers(1, 12)),
     seed=st.integers(0, 2**32 - 1),
     on_device=st.booleans(),
+    compacted_there=st.booleans(),
 )
-def test_flat_numpy_is_the_rows_back_to_back(shape, seed, on_device):
+def test_flat_numpy_is_the_rows_back_to_back(shape, seed, on_device, compacted_there, monkeypatch):
     """Any counts (failed rows' -1 and -2: none of their ids; truncated rows' over T: T ids;
-    empty rows; all rows empty), on the device (compacted there by flat_ids) or host arrays:
-    the flat ids are each row's, in order, and the counts come back as they are."""
+    empty rows; all rows empty), on the device (compacted there by flat_ids, or copied whole
+    and compacted on the host, by size) or host arrays: the flat ids are each row's, in order,
+    and the counts come back as they are."""
+    monkeypatch.setattr(primitive, "FLAT_ON_DEVICE_BYTES", 0 if compacted_there else 1 << 30)
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, 200_000, shape).astype(np.int32)
     counts = rng.integers(-2, shape[1] + 3, shape[0]).astype(np.int32)
