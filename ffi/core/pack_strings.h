@@ -23,13 +23,14 @@
 
 namespace bbpe {
 
-// The UTF-8 form of a str's code units (1, 2 or 4 bytes each: CPython's compact forms, whose
-// width is that of the str's largest code point), which CPython would make with the GIL held,
-// on one thread, and keep beside the str: here it is counted and written by the packing
-// threads, the GIL released. utf8_bytes: the form's bytes, or -1 where a unit is a surrogate
-// (no UTF-8 form: CPython's encoder refuses it, and so does string_views, with its error).
+// A str's UTF-8 form from its code units (1, 2 or 4 bytes each: CPython's compact forms,
+// whose width is that of the str's widest character). CPython makes that form only when asked,
+// with the GIL held, on one thread, and keeps it beside the str; here it is counted and
+// written by the packing threads with the GIL released. utf8_bytes: the form's length, or -1
+// where a unit is a surrogate (which has no UTF-8 form: CPython's encoder refuses it, and so
+// does string_views, with that encoder's error); write_utf8: the form itself.
 #if defined(__SSE2__)
-// utf8_bytes of 16-bit units (a str with a code point of U+0100..U+FFFF: curly quotes, dashes,
+// utf8_bytes of 16-bit units (a str with a character of U+0100..U+FFFF: curly quotes, dashes,
 // most scripts), 8 at a time: per lane, how many are below U+0080 and U+0800, and whether any
 // is a surrogate.
 inline int64_t utf8_bytes_ucs2(const uint16_t* units, int64_t n) {
@@ -86,10 +87,11 @@ inline int64_t utf8_bytes(const Unit* units, int64_t n) {
   }
   return surrogates ? -1 : n + extra;
 }
+
 // Writes units[0..16) to out[0..16) as bytes and returns how many of them, from the first,
-// are ASCII (the bytes after those are anything: the caller writes them again). SSE2, in every
-// x86-64: a few instructions for 16 characters of the mostly-ASCII text most strs hold, where
-// a byte at a time was most of the packing's time; elsewhere a loop.
+// are ASCII (the bytes after those are anything: the caller writes them again). With SSE2
+// (every x86-64) a few instructions for 16 characters of the mostly-ASCII text most strs
+// hold, several times fewer than a character at a time; elsewhere a loop.
 template <class Unit>
 inline int ascii_prefix16(const Unit* units, uint8_t* out) {
 #if defined(__SSE2__)
@@ -98,7 +100,7 @@ inline int ascii_prefix16(const Unit* units, uint8_t* out) {
   __m128i bytes, ascii;  // the units as bytes; 0xFF where a unit is ASCII
   if constexpr (sizeof(Unit) == 1) {
     bytes = _mm_loadu_si128(in);
-    ascii = _mm_cmplt_epi8(bytes, zero) ^ _mm_set1_epi8(-1);
+    ascii = _mm_cmpgt_epi8(bytes, _mm_set1_epi8(-1));  // (signed: ASCII bytes are the non-negative ones)
   } else if constexpr (sizeof(Unit) == 2) {
     const __m128i a = _mm_loadu_si128(in), b = _mm_loadu_si128(in + 1), high = _mm_set1_epi16((short)0xFF80);
     bytes = _mm_packus_epi16(a, b);
@@ -129,11 +131,8 @@ inline void write_utf8(const Unit* units, int64_t n, uint8_t* out) {
   while (i < n) {
     if (i + 16 <= n) {  // (16 units make at least 16 bytes: the store stays in the string's)
       const int k = ascii_prefix16(units + i, out);
-      if (k == 16) {  // (a constant step: the next load need not wait for this one's mask)
-        out += 16, i += 16;
-        continue;
-      }
       out += k, i += k;
+      if (k == 16) continue;
     }
     const uint32_t c = units[i++];  // (the next one that is not ASCII, or one of the last 15)
     const int len = utf8_length(c);
