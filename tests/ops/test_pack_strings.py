@@ -7,6 +7,7 @@ written into the rows without being made and kept beside the str."""
 from __future__ import annotations
 
 import ctypes
+import subprocess
 import sys
 
 import numpy as np
@@ -15,6 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import blockbpe_jax as bb
+
+from helpers import compile_sanitized
 
 _as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
 _as_utf8.restype = ctypes.c_void_p
@@ -124,3 +127,19 @@ def test_long_rows_of_every_width():
         rows, lengths = bb.pack_strings(texts)
         want, want_lengths = expected(texts, None)
         assert np.array_equal(rows, want) and np.array_equal(lengths, want_lengths), (narrow, wide)
+
+
+def test_transcoding_under_address_and_undefined_behaviour_sanitizers(tmp_path):
+    """The transcoding (ffi/core/utf8_units.h) built with AddressSanitizer and
+    UndefinedBehaviorSanitizer (tests/cpp/utf8_units_sanitized.cc): strings of each unit width
+    and every length to 70 and some long ones, in memory of their exact size and written into
+    memory of exactly their UTF-8 length, against an encoder written out in the test: no read
+    or write past either, no undefined behaviour, every byte and length right, surrogates
+    refused."""
+    binary = compile_sanitized(
+        "utf8_units_sanitized.cc", tmp_path / "utf8_units_sanitized", "address,undefined"
+    )
+    run = subprocess.run([str(binary)], capture_output=True, text=True)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert "ERROR" not in run.stderr and "runtime error" not in run.stderr, run.stderr[-3000:]
+    assert run.stdout.strip().endswith("strings, 0 differ") and int(run.stdout.split()[0]) > 8000

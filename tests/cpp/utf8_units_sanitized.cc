@@ -1,0 +1,97 @@
+// core/utf8_units.h (the packers' UTF-8 from a str's code units) under AddressSanitizer and
+// UndefinedBehaviorSanitizer: random strings of 1-, 2- and 4-byte units (runs of ASCII and of
+// each wider range, surrogates among the 16-bit and 32-bit ones), every length from 0 to 70
+// and some long ones, each in memory of its exact size and written into memory of exactly its
+// UTF-8 length (a read or write past either fails here), against an encoder written out here.
+// Prints the strings checked; exit 0 when all agree.
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/utf8_units.h"
+
+namespace {
+
+// A code point's UTF-8, bit by bit (not utf8_byte's code).
+void encode(uint32_t c, std::vector<uint8_t>& out) {
+  if (c < 0x80) {
+    out.push_back((uint8_t)c);
+  } else if (c < 0x800) {
+    out.push_back((uint8_t)(0xC0 | (c >> 6)));
+    out.push_back((uint8_t)(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    out.push_back((uint8_t)(0xE0 | (c >> 12)));
+    out.push_back((uint8_t)(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back((uint8_t)(0x80 | (c & 0x3F)));
+  } else {
+    out.push_back((uint8_t)(0xF0 | (c >> 18)));
+    out.push_back((uint8_t)(0x80 | ((c >> 12) & 0x3F)));
+    out.push_back((uint8_t)(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back((uint8_t)(0x80 | (c & 0x3F)));
+  }
+}
+
+template <class Unit>
+uint32_t draw(std::mt19937_64& rng, int kind) {
+  const uint32_t top = sizeof(Unit) == 1 ? 0xFF : sizeof(Unit) == 2 ? 0xFFFF : 0x10FFFF;
+  switch (kind) {
+    case 0: return (uint32_t)(rng() % 0x80);                            // ASCII
+    case 1: return 0x80 + (uint32_t)(rng() % 0x80);                     // Latin-1's upper half
+    case 2: return sizeof(Unit) > 1 ? 0x100 + (uint32_t)(rng() % 0x700) : 0x41;  // two bytes
+    case 3: return sizeof(Unit) > 1 ? 0xD800 + (uint32_t)(rng() % 0x800) : 0x42;  // surrogates
+    default: return (uint32_t)(rng() % (top + 1));
+  }
+}
+
+template <class Unit>
+int check(std::mt19937_64& rng, int64_t n, bool surrogates) {
+  std::unique_ptr<Unit[]> units(new Unit[n > 0 ? n : 1]);
+  const int mostly = (int)(rng() % 3);  // (long runs of one kind: ASCII, or wider ones)
+  for (int64_t i = 0; i < n; ++i) {
+    int kind = rng() % 4 ? mostly : (int)(rng() % 5);
+    if (kind == 3 && !surrogates) kind = 4;
+    uint32_t c = draw<Unit>(rng, kind);
+    if (!surrogates && c >= 0xD800 && c < 0xE000) c = 0x41;
+    units[i] = (Unit)c;
+  }
+  std::vector<uint8_t> want;
+  bool has_surrogate = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t c = units[i];
+    has_surrogate |= c >= 0xD800 && c < 0xE000;
+    encode(c, want);
+  }
+  const int64_t bytes = bbpe::utf8_bytes(units.get(), n);
+  if (has_surrogate) {
+    if (bytes != -1) return std::printf("%zu-byte units, n=%lld: a surrogate, counted %lld\n", sizeof(Unit), (long long)n, (long long)bytes), 1;
+    return 0;
+  }
+  if (bytes != (int64_t)want.size())
+    return std::printf("%zu-byte units, n=%lld: %lld bytes, want %zu\n", sizeof(Unit), (long long)n, (long long)bytes, want.size()), 1;
+  std::unique_ptr<uint8_t[]> out(new uint8_t[bytes > 0 ? bytes : 1]);
+  bbpe::write_utf8(units.get(), n, out.get());
+  for (int64_t i = 0; i < bytes; ++i)
+    if (out[i] != want[i]) return std::printf("%zu-byte units, n=%lld: byte %lld differs\n", sizeof(Unit), (long long)n, (long long)i), 1;
+  return 0;
+}
+
+template <class Unit>
+int check_all(std::mt19937_64& rng, long& checked) {
+  int bad = 0;
+  for (int rep = 0; rep < 40; ++rep)
+    for (int64_t n = 0; n <= 70; ++n, ++checked) bad += check<Unit>(rng, n, rep % 4 == 3);
+  for (int64_t n : {1000, 4096, 4097, 65536 + 13}) bad += check<Unit>(rng, n, false), ++checked;
+  return bad;
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937_64 rng(17);
+  long checked = 0;
+  const int bad = check_all<uint8_t>(rng, checked) + check_all<uint16_t>(rng, checked) + check_all<uint32_t>(rng, checked);
+  std::printf("%ld strings, %d differ\n", checked, bad);
+  return bad ? 1 : 0;
+}
