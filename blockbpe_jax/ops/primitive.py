@@ -120,11 +120,11 @@ class Encoded(NamedTuple):
         """(ids, counts) as NumPy arrays with the ids flat: int32[sum(kept)], row b's
         kept[b] = clip(counts[b], 0, T) ids back to back, from sum(kept[:b]). Large batches
         (padded ids of FLAT_ON_DEVICE_BYTES or more) are compacted on the device first
-        (`ragged.flat_ids`: an executable per shape), so that only their ids cross to the
+        (`flat_ids`: an executable per shape), so that only their ids cross to the
         host, not the padding: for rows a quarter full, a quarter of `numpy()`'s copy; smaller
         ones are copied whole and compacted here. Waits for them. `ids` must be [B, T]."""
         from ..staging import read_back
-        from .ragged import flat_ids
+        from .flat_ids import flat_ids
 
         if np.ndim(self.ids) != 2 or np.ndim(self.counts) != 1:
             raise ValueError(

@@ -1,15 +1,12 @@
-"""Ragged layouts: one flat byte buffer plus offsets in, instead of a padded [B, L] array, and
-the ids out flat, instead of padded [B, T].
+"""Ragged input: one flat byte buffer plus offsets instead of a padded [B, L] array.
 
-In, the host then only concatenates the strings (no padding bytes to build or to copy to the
+The host then only concatenates the strings (no padding bytes to build or to copy to the
 device); the padded layout the kernel reads is gathered on the device, inside the same jitted
-computation as the encode. Out (`flat_ids`, `Encoded.flat_numpy`), only the rows' ids cross
-back to the host, not their padding.
+computation as the encode. (The ids out flat: `Encoded.flat_numpy`, ops/flat_ids.py.)
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Sequence
 
 import jax
@@ -71,17 +68,3 @@ def gather_rows(flat, starts, lengths, width: int):
     rows = jax.vmap(lambda s: jax.lax.dynamic_slice(flat, (s,), (width,)))(starts)
     inside = jnp.arange(width, dtype=jnp.int32)[None, :] < lengths[:, None]
     return jnp.where(inside, rows, jnp.uint8(0))
-
-
-@functools.partial(jax.jit, static_argnames="size")
-def flat_ids(ids, counts, *, size: int):
-    """int32[size] on the device, jittable: row b's first kept[b] = clip(counts[b], 0, T) ids
-    back to back (row b from sum(kept[:b])), positions past sum(kept) unspecified (a gather per
-    position: its row by a binary search of the rows' ends)."""
-    rows, width = ids.shape
-    kept = jnp.clip(counts, 0, width).astype(jnp.int32)
-    ends = jnp.cumsum(kept)
-    at = jnp.arange(size, dtype=jnp.int32)
-    row = jnp.minimum(jnp.searchsorted(ends, at, side="right"), max(rows - 1, 0)).astype(jnp.int32)
-    col = jnp.clip(at - (ends[row] - kept[row]), 0, max(width - 1, 0))
-    return ids[row, col]
