@@ -83,7 +83,7 @@ def compare_flat(ours: list[tuple[np.ndarray, np.ndarray]], ids: np.ndarray, cou
 def sample_against_reference(ours, texts: list[str], reference, n: int, threads: int) -> dict:
     """`n` documents at random: their ids in `ours` against tiktoken's."""
     ends = np.concatenate([[0], np.cumsum(np.concatenate([c for _, c in ours]))])
-    shard_of = np.concatenate([[k] * len(c) for k, (_, c) in enumerate(ours)]).astype(np.int64)
+    shard_of = np.repeat(np.arange(len(ours)), [len(c) for _, c in ours])
     firsts = np.concatenate([[0], np.cumsum([len(i) for i, _ in ours])])
     pick = sorted(random.Random(3).sample(range(len(texts)), min(len(texts), n)))
     want = reference.encode_ordinary_batch([texts[i] for i in pick], num_threads=threads)
