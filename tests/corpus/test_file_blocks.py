@@ -124,6 +124,29 @@ def test_block_buffers_from_the_device_splits_pool(tmp_path):
     assert len({id(b) for b in pool.back}) == len(pool.back) and buffers.arrays == []
 
 
+def test_block_buffers_kept_from_one_job_to_the_next(tmp_path, monkeypatch):
+    """A job's reader gives its buffers back when its reading is over (close) and the next
+    job's reader takes them (no fresh pages to fault in), each buffer once; their blocks are
+    each job's file."""
+    monkeypatch.setattr(file_blocks, "KEPT", file_blocks.KeptBuffers())
+    paths = []
+    for k in range(2):
+        paths.append(tmp_path / f"in{k}.txt")
+        paths[-1].write_bytes(b"".join(b"%d " % k + b"v" * (j % 900) + b"\n" for j in range(300)))
+    used = []
+    for path in paths:
+        buffers = file_blocks.BlockBuffers()
+        with open(path, "rb") as f:
+            assert (
+                b"".join(bytes(b) for b in file_blocks.blocks_of_lines(f, 8192, buffers)) == path.read_bytes()
+            )
+        used.append(list(buffers.arrays))
+        assert not any(buffers.page_locked(memoryview(a)) for a in used[-1])
+        buffers.close()
+    assert len(used[0]) == file_blocks.BLOCK_BUFFERS
+    assert sorted(map(id, used[1])) == sorted(map(id, used[0]))  # the same buffers, each once
+
+
 def test_large_reads_are_made_by_threads(tmp_path, monkeypatch):
     """A plain file's large reads (`read_at`, ranges on threads) give the file's bytes, stop
     where it ends, and leave the file's position after them; blocks made of such reads are the

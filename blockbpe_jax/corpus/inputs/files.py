@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -154,16 +155,44 @@ def first_stream(paths: Sequence[Path]) -> Path | None:
 BLOCK_BUFFERS = 4  # the reader's buffers, used in turn
 
 
+class KeptBuffers:
+    """Plain host buffers for readers' blocks, kept from one job to the next (BlockBuffers'
+    pool where no page-locked memory is wanted): a fresh buffer costs its page faults, as much
+    as the read of its bytes. (No block is read into a buffer given back: the documents a
+    reader yields are copies, so a buffer is free once its job's reading is over.)"""
+
+    KEEP = 2 * BLOCK_BUFFERS
+
+    def __init__(self):
+        self._spare: list[np.ndarray] = []  # most recent last
+        self._lock = threading.Lock()
+
+    def read_block(self, nbytes: int) -> np.ndarray:
+        with self._lock:
+            for k in range(len(self._spare) - 1, -1, -1):
+                if self._spare[k].size == nbytes:
+                    return self._spare.pop(k)
+        return np.empty(nbytes, np.uint8)
+
+    def give_back_read_block(self, buffer: np.ndarray) -> None:
+        with self._lock:
+            self._spare.append(buffer)
+            del self._spare[: -self.KEEP]
+
+
+KEPT = KeptBuffers()
+
+
 class BlockBuffers:
     """The buffers a reader's blocks are read into in turn, kept from one file to the next of
-    a job's inputs (read one after another): a fresh buffer costs its page faults, as much as
-    the read, and a job of many files paid them for each.
+    a job's inputs (read one after another) and, given back by `close()`, for the next jobs: a
+    fresh buffer costs its page faults, as much as the read.
 
     `page_locked`: None, or a callable that returns None or, while the job's device split
     copies blocks straight from where they were read (corpus/device_split.py), the pool of
     page-locked memory it wants them in (`read_block(n)`, `give_back_read_block(a)`: the
     engine's corpus.device.WindowBuffers, which keeps them for the next jobs). A buffer made
-    before the split started is made again there; `close()` gives them back."""
+    before the split started is made again there. Other buffers come from KEPT."""
 
     def __init__(self, turns: int = BLOCK_BUFFERS, page_locked=None):
         self.turns = turns
@@ -188,7 +217,7 @@ class BlockBuffers:
         """arrays[slot] made again with `need` bytes, its first `kept` bytes copied (the old one
         stays alive while a view of it does; it goes back to no pool)."""
         old = self.arrays[slot]
-        self._pools[slot] = None
+        self._pools[slot] = None  # (not given back: a view of it may be in use)
         self._set(slot, self._page_locked() if self._page_locked else None, need)
         self.arrays[slot][:kept] = old[:kept]
         return self.arrays[slot]
@@ -196,10 +225,10 @@ class BlockBuffers:
     def page_locked(self, block) -> bool:
         """Whether `block` (a view blocks_of_lines gave) is in page-locked memory."""
         owner = block.obj if isinstance(block, memoryview) else None
-        return any(owner is a and p is not None for a, p in zip(self.arrays, self._pools))
+        return any(owner is a and p not in (None, KEPT) for a, p in zip(self.arrays, self._pools))
 
     def close(self) -> None:
-        """The page-locked buffers back to their pool (the job's reading is over)."""
+        """The buffers back to their pools (the job's reading is over)."""
         for a, pool in zip(self.arrays, self._pools):
             if pool is not None:
                 pool.give_back_read_block(a)
@@ -208,8 +237,8 @@ class BlockBuffers:
     def _set(self, slot: int, pool, size: int) -> None:
         if slot < len(self.arrays) and self._pools[slot] is not None:
             self._pools[slot].give_back_read_block(self.arrays[slot])
-        made = pool.read_block(size) if pool else np.empty(size, np.uint8)
-        self.arrays[slot : slot + 1], self._pools[slot : slot + 1] = [made], [pool]
+        pool = pool or KEPT
+        self.arrays[slot : slot + 1], self._pools[slot : slot + 1] = [pool.read_block(size)], [pool]
 
 
 def blocks_of_lines(f, size: int, buffers: BlockBuffers | int = BLOCK_BUFFERS) -> Iterator[memoryview]:
