@@ -10,6 +10,7 @@ device.py            the window's steps on the device and its buffers
 executable_cache.py  the job's executables kept on disk
 progress.py          the progress bar
 background.py        iterators run ahead on threads
+spares.py            buffers of finished work kept for the next (windows', readers')
 token_column.py      an Arrow table's text column -> its token column (the Ray stage's, HF datasets')
 ray_stage.py         the job as a Ray Data stage; ray_job.py, the job over a Ray cluster
                      (`python -m blockbpe_jax.corpus.ray_job`)

@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .spares import Spares
+
 
 def pow2(n: int, floor: int = 16) -> int:
     return max(floor, 1 << max(0, n - 1).bit_length())
@@ -133,7 +135,7 @@ class WindowBuffers:
     # and its windows their documents read back from the split until the ids are read back.
     # The reader's buffers (corpus.inputs.files.BlockBuffers): BLOCK_BUFFERS a job.
     KEEP = {FLAT: 16, RAW: 6, IDS: 6, DOCS: 12, READ: 8}
-    _spare: list = []  # ((kind, device), buffer), most recent last
+    _spare = Spares()  # by (kind, device)
     _lock = threading.Lock()
 
     def __init__(self, device):
@@ -153,8 +155,7 @@ class WindowBuffers:
 
     def take(self, size: int, zeros):
         """A `raw` of `size` slots (`raw_slots`): a kept one, else `zeros(size)`."""
-        with self._lock:
-            raw = self._reuse(RAW, size)
+        raw = self._reuse(RAW, size)
         return raw if raw is not None else zeros(size)
 
     def flat_slot(self, need: int):
@@ -204,22 +205,14 @@ class WindowBuffers:
         """A host buffer of `nbytes` for the device split's documents read back
         (`staging.read_back(into=...)`): page-locked on a CUDA GPU, a kept one when there is one
         of this size (the split's capacity: one size a job, mostly)."""
-        from .. import staging
-
-        with self._lock:
-            kept = self._reuse(DOCS, nbytes)
-        return kept if kept is not None else staging.pinned_empty(nbytes, self.device)
+        return self._host_buffer(DOCS, nbytes)
 
     def read_block(self, nbytes: int) -> np.ndarray:
         """A host buffer of `nbytes` for the reader's blocks (corpus.inputs.files.BlockBuffers)
         while the device split copies them to the device straight from where they were read:
         page-locked on a CUDA GPU, a kept one when there is one of this size (a job's blocks
         are one size, mostly)."""
-        from .. import staging
-
-        with self._lock:
-            kept = self._reuse(READ, nbytes)
-        return kept if kept is not None else staging.pinned_empty(nbytes, self.device)
+        return self._host_buffer(READ, nbytes)
 
     def give_back_read_block(self, buffer: np.ndarray) -> None:
         """A reader's buffer, once the job's reading is over, for the next jobs."""
@@ -270,32 +263,27 @@ class WindowBuffers:
     def host_ids(self, nbytes: int) -> np.ndarray:
         """A host buffer for a window's ids read back (`staging.read_back(into=...)`):
         page-locked on a CUDA GPU, a kept one when there is one of this size."""
-        from .. import staging
-
-        with self._lock:
-            kept = self._reuse(IDS, nbytes)
-        return kept if kept is not None else staging.pinned_empty(nbytes, self.device)
+        return self._host_buffer(IDS, nbytes)
 
     def give_back_ids(self, buffer: np.ndarray) -> None:
         """A window's ids buffer, once the writer has copied them out."""
         self._keep(IDS, buffer)
 
+    def _host_buffer(self, kind: str, nbytes: int) -> np.ndarray:
+        """A kept host buffer of `kind` and `nbytes`, else a new one: page-locked on a CUDA GPU."""
+        from .. import staging
+
+        kept = self._reuse(kind, nbytes)
+        return kept if kept is not None else staging.pinned_empty(nbytes, self.device)
+
     def _reuse(self, kind: str, size: int):
-        """A kept buffer of `kind` for this device and of `size`, taken out of the pool, or None
-        (lock held)."""
-        for k in range(len(self._spare) - 1, -1, -1):
-            if self._spare[k][0] == (kind, self.device) and self._spare[k][1].size == size:
-                return self._spare.pop(k)[1]
-        return None
+        """A kept buffer of `kind` for this device and of `size`, taken out of the pool, or None."""
+        return self._spare.take((kind, self.device), size)
 
     def _keep(self, kind: str, buffer) -> None:
         """Keeps a finished window's buffer, dropping the oldest beyond KEEP of its kind
         (whatever their device)."""
-        with self._lock:
-            self._spare.append(((kind, self.device), buffer))
-            same = [k for k, ((o, _), _) in enumerate(self._spare) if o == kind]
-            for k in reversed(same[: -self.KEEP[kind]]):
-                del self._spare[k]
+        self._spare.keep((kind, self.device), buffer, self.KEEP[kind], group=kind)
 
 
 def compile_ahead(wanted) -> None:

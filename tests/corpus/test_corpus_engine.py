@@ -17,6 +17,7 @@ import pytest
 from blockbpe_jax.corpus import job as corpus, documents, device as window_device, engine as window_encode
 from blockbpe_jax import native, staging
 from blockbpe_jax.corpus.shards.flat import ArraysWriter
+from blockbpe_jax.corpus.spares import Spares
 
 import corpus_shared
 from corpus_shared import encode_batch_ids
@@ -78,7 +79,7 @@ def test_dense_rows_redone_into_a_grown_buffer(tmp_path, r50k, monkeypatch):
     grown = []
     real_grow = fns.grow
     monkeypatch.setattr(fns, "grow", lambda raw, size: grown.append(size) or real_grow(raw, size=size))
-    monkeypatch.setattr(window_device.WindowBuffers, "_spare", [])
+    monkeypatch.setattr(window_device.WindowBuffers, "_spare", Spares())
     docs = [("\U00020000" * (40 + i) + " x").encode() for i in range(16)]
     docs[3] = b""
     src = tmp_path / "in.jsonl"
@@ -96,7 +97,7 @@ def test_later_jobs_reuse_every_window_buffer(tmp_path, r50k, monkeypatch):
     later jobs allocate only when they have more in flight than any job before (timing), so
     over four jobs no more are made than are kept (on a GPU each is a page-locked allocation of
     milliseconds; keeping 6 of the 7-8 in flight made 2 in every later job)."""
-    monkeypatch.setattr(window_device.WindowBuffers, "_spare", [])
+    monkeypatch.setattr(window_device.WindowBuffers, "_spare", Spares())
     made = []
     real = staging.FlatSlot.__init__
     monkeypatch.setattr(

@@ -8,13 +8,13 @@ from __future__ import annotations
 import io
 import os
 import stat
-import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from ... import native
+from ..spares import Spares
 from ..types import CorpusError
 
 STDIN = Path("/dev/stdin")  # the input `-` names
@@ -164,20 +164,14 @@ class KeptBuffers:
     KEEP = 2 * BLOCK_BUFFERS
 
     def __init__(self):
-        self._spare: list[np.ndarray] = []  # most recent last
-        self._lock = threading.Lock()
+        self._spares = Spares()
 
     def read_block(self, nbytes: int) -> np.ndarray:
-        with self._lock:
-            for k in range(len(self._spare) - 1, -1, -1):
-                if self._spare[k].size == nbytes:
-                    return self._spare.pop(k)
-        return np.empty(nbytes, np.uint8)
+        kept = self._spares.take("read blocks", nbytes)
+        return kept if kept is not None else np.empty(nbytes, np.uint8)
 
     def give_back_read_block(self, buffer: np.ndarray) -> None:
-        with self._lock:
-            self._spare.append(buffer)
-            del self._spare[: -self.KEEP]
+        self._spares.keep("read blocks", buffer, self.KEEP)
 
 
 KEPT = KeptBuffers()
