@@ -142,11 +142,20 @@ def measure(fn, *, min_reps=5, max_reps=200, target_s=0.3, warmup=1, warmup_s=0.
     least `min_reps` (at least `slow_reps` when one call takes more than `slow_s`). Python's
     cyclic garbage collector is run first and paused while timing, as `timeit` does, for
     ours and the peers alike (the harness holds millions of reference ids by then)."""
+    with gc_paused():
+        return _measure(fn, min_reps, max_reps, target_s, warmup, warmup_s, slow_s, slow_reps)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Python's cyclic garbage collector run once, then paused inside the block (as `timeit`
+    does): a collection walking the harness's millions of reference ids must not land in a
+    timed call."""
     gc.collect()
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _measure(fn, min_reps, max_reps, target_s, warmup, warmup_s, slow_s, slow_reps)
+        yield
     finally:
         if paused:
             gc.enable()
@@ -183,10 +192,7 @@ def measure_fresh(fn, texts: list, *, reps: int = 7) -> dict:
     """Median wall time of fn(fresh) over `reps` calls, each on its own fresh_copies(texts)
     made untimed before it (after one untimed warm-up call; the cyclic GC paused as in
     `measure`)."""
-    gc.collect()
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         fn(fresh_copies(texts))
         ts = []
         for _ in range(reps):
@@ -195,9 +201,6 @@ def measure_fresh(fn, texts: list, *, reps: int = 7) -> dict:
             fn(batch)
             ts.append(time.perf_counter() - t)
             del batch
-    finally:
-        if paused:
-            gc.enable()
     return {"s": statistics.median(ts), "min_s": min(ts), "reps": len(ts)}
 
 

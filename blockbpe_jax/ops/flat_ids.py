@@ -1,5 +1,6 @@
-"""The ids of a padded [B, T] result back to back on the device (`flat_ids`), so that only
-the rows' ids cross to the host, not their padding: `Encoded.flat_numpy`'s device step."""
+"""The ids of a padded [B, T] result back to back: on the device (`flat_ids`), so that only
+the rows' ids cross to the host, not their padding, and on the host (`flat_rows`):
+`Encoded.flat_numpy`'s two ways."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+
+def flat_rows(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Row b's first clip(counts[b], 0, T) ids of host ids [B, T], back to back."""
+    kept = np.clip(counts, 0, ids.shape[1])
+    return ids[np.arange(ids.shape[1])[None, :] < kept[:, None]]
 
 
 @functools.partial(jax.jit, static_argnames="size")

@@ -124,7 +124,7 @@ class Encoded(NamedTuple):
         host, not the padding: for rows a quarter full, a quarter of `numpy()`'s copy; smaller
         ones are copied whole and compacted here. Waits for them. `ids` must be [B, T]."""
         from ..staging import read_back
-        from .flat_ids import flat_ids
+        from .flat_ids import flat_ids, flat_rows
 
         if np.ndim(self.ids) != 2 or np.ndim(self.counts) != 1:
             raise ValueError(
@@ -132,8 +132,7 @@ class Encoded(NamedTuple):
             )
         if not isinstance(self.ids, jax.Array) or np.size(self.ids) * 4 < FLAT_ON_DEVICE_BYTES:
             ids, counts = read_back([self.ids, self.counts])
-            kept = np.clip(counts, 0, ids.shape[1])
-            return ids[np.arange(ids.shape[1])[None, :] < kept[:, None]], counts
+            return flat_rows(ids, counts), counts
         (counts,) = read_back([self.counts])
         total = int(np.clip(counts, 0, self.ids.shape[1]).sum())
         if total == 0:
