@@ -18,30 +18,6 @@
 
 namespace bbpe {
 
-// One item's text: its UTF-8 bytes where they exist already (bytes, an ASCII str, a str whose
-// UTF-8 form CPython made before), else the str's code units (kind: their width), borrowed
-// from the item either way.
-struct StringView {
-  const void* data = nullptr;
-  int64_t units = 0;  // (kind 0: bytes)
-  int64_t bytes = 0;  // UTF-8 bytes; -1: a surrogate (kind > 0, once measured)
-  int kind = 0;       // 0: UTF-8; 1, 2, 4: code units of that many bytes
-  // Its UTF-8 bytes to out[0..bytes).
-  void write(uint8_t* out) const {
-    switch (kind) {
-      case 0: if (bytes) std::memcpy(out, data, (size_t)bytes); break;
-      case 1: write_utf8(static_cast<const uint8_t*>(data), units, out); break;
-      case 2: write_utf8(static_cast<const uint16_t*>(data), units, out); break;
-      default: write_utf8(static_cast<const uint32_t*>(data), units, out); break;
-    }
-  }
-  void measure() {
-    if (kind == 1) bytes = utf8_bytes(static_cast<const uint8_t*>(data), units);
-    else if (kind == 2) bytes = utf8_bytes(static_cast<const uint16_t*>(data), units);
-    else if (kind == 4) bytes = utf8_bytes(static_cast<const uint32_t*>(data), units);
-  }
-};
-
 // max_len < 0: the longest view rounded up to a power of two, at least 16.
 inline void default_width(const std::vector<StringView>& views, int64_t& max_len) {
   if (max_len >= 0) return;
@@ -131,17 +107,17 @@ inline StringViews string_views(nanobind::handle texts, int64_t& max_len) {
 // its byte count. Rows are independent, so a batch of several MiB is written by several
 // threads: one core's memcpy and memset speed is what encode_batch's host side waits for at
 // 1024 x 4096. Needs no GIL (a thread without it may call this): the views' owners are the
-// caller's (StringViews::items), kept alive until it returns.
+// caller's (StringViews::items), kept alive until it returns. streaming: rows a device reads
+// next, written with non-temporal stores (core/stream_stores.h), each thread's fenced.
 inline void write_rows_unlocked(const std::vector<StringView>& views, int64_t max_len, uint8_t* data,
                                 int32_t* lengths, int64_t first, int64_t last,
-                                int64_t bytes_per_thread = int64_t(1) << 19) {
+                                int64_t bytes_per_thread = int64_t(1) << 19, bool streaming = false) {
   auto write = [&](int64_t lo, int64_t hi) {  // rows [first + lo, first + hi)
     for (int64_t b = first + lo; b < first + hi; ++b) {
-      uint8_t* row = data + b * max_len;
-      views[b].write(row);
-      std::memset(row + views[b].bytes, 0, max_len - views[b].bytes);
+      views[b].write_row(data + b * max_len, max_len, streaming);
       lengths[b] = (int32_t)views[b].bytes;
     }
+    if (streaming) stream_fence();
   };
   over_ranges(last - first, (last - first) * max_len, bytes_per_thread, write);
 }

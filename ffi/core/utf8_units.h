@@ -1,6 +1,6 @@
 // A str's UTF-8 form from its code units, on the host: the packers' (core/pack_strings.h)
-// transcoding, apart from Python so that tests/cpp/utf8_units_sanitized.cc runs it under the
-// sanitizers.
+// transcoding and their rows, apart from Python so that tests/cpp/utf8_units_sanitized.cc runs
+// them under the sanitizers.
 #pragma once
 
 #if defined(__SSE2__)
@@ -9,8 +9,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
+#include "core/stream_stores.h"
 #include "core/utf8.h"
 
 namespace bbpe {
@@ -117,8 +120,9 @@ inline int ascii_prefix16(const Unit* units, uint8_t* out) {
 #endif
 }
 
+// Writes the units' UTF-8 form to out (utf8_bytes of them) and returns its end.
 template <class Unit>
-inline void write_utf8(const Unit* units, int64_t n, uint8_t* out) {
+inline uint8_t* write_utf8(const Unit* units, int64_t n, uint8_t* out) {
   int64_t i = 0;
   while (i < n) {
     if (i + 16 <= n) {  // (16 units make at least 16 bytes: the store stays in the string's)
@@ -130,6 +134,60 @@ inline void write_utf8(const Unit* units, int64_t n, uint8_t* out) {
     const int len = utf8_length(c);
     for (int k = 0; k < len; ++k) *out++ = utf8_byte(c, len, k);
   }
+  return out;
 }
+
+// One item's text (core/pack_strings.h reads them from Python's objects): its UTF-8 bytes
+// where they exist already (bytes, an ASCII str, a str whose UTF-8 form CPython made before),
+// else the str's code units (kind: their width), borrowed from the item either way.
+struct StringView {
+  const void* data = nullptr;
+  int64_t units = 0;  // (kind 0: bytes)
+  int64_t bytes = 0;  // UTF-8 bytes; -1: a surrogate (kind > 0, once measured)
+  int kind = 0;       // 0: UTF-8; 1, 2, 4: code units of that many bytes
+
+  // Its UTF-8 bytes to out[0..bytes).
+  void write(uint8_t* out) const {
+    switch (kind) {
+      case 0: if (bytes) std::memcpy(out, data, (size_t)bytes); break;
+      case 1: write_utf8(static_cast<const uint8_t*>(data), units, out); break;
+      case 2: write_utf8(static_cast<const uint16_t*>(data), units, out); break;
+      default: write_utf8(static_cast<const uint32_t*>(data), units, out); break;
+    }
+  }
+  void measure() {
+    if (kind == 1) bytes = utf8_bytes(static_cast<const uint8_t*>(data), units);
+    else if (kind == 2) bytes = utf8_bytes(static_cast<const uint16_t*>(data), units);
+    else if (kind == 4) bytes = utf8_bytes(static_cast<const uint32_t*>(data), units);
+  }
+
+  // A padded row, row[0..width) (width >= bytes): the UTF-8 bytes, then zeros. streaming:
+  // with non-temporal stores (core/stream_stores.h; the caller fences), a str's code units
+  // transcoded a piece at a time into this thread's buffer first (the stores need whole
+  // 16-byte blocks, which a transcoded character's bytes seldom are).
+  void write_row(uint8_t* row, int64_t width, bool streaming) const {
+    if (!streaming) {
+      write(row);
+      std::memset(row + bytes, 0, (size_t)(width - bytes));
+      return;
+    }
+    StreamWriter out(row, row + width);
+    if (kind == 0) {
+      out.put(static_cast<const uint8_t*>(data), bytes);
+    } else {
+      constexpr int64_t kPieceUnits = 4096;  // (at most 16 KiB of UTF-8)
+      thread_local std::vector<uint8_t> piece;
+      piece.resize((size_t)(4 * kPieceUnits));
+      for (int64_t u = 0; u < units; u += kPieceUnits) {
+        const int64_t n = std::min(kPieceUnits, units - u);
+        const uint8_t* end = kind == 1   ? write_utf8(static_cast<const uint8_t*>(data) + u, n, piece.data())
+                             : kind == 2 ? write_utf8(static_cast<const uint16_t*>(data) + u, n, piece.data())
+                                         : write_utf8(static_cast<const uint32_t*>(data) + u, n, piece.data());
+        out.put(piece.data(), end - piece.data());
+      }
+    }
+    out.zeros();
+  }
+};
 
 }  // namespace bbpe

@@ -140,6 +140,9 @@ class HostStaging {
     if (const char* parts = std::getenv("BLOCKBPE_STAGING_PARTS")) max_parts_ = std::clamp<int64_t>(std::atoll(parts), 1, 64);
     // BLOCKBPE_STAGING_BACKGROUND=0: packed on the caller's thread before upload returns (A/B).
     if (const char* bg = std::getenv("BLOCKBPE_STAGING_BACKGROUND")) background_ = std::atoi(bg) != 0;
+    // BLOCKBPE_STAGING_STREAM=1: the rows written with non-temporal stores (core/stream_stores.h),
+    // off until an H200 A/B says which is faster.
+    if (const char* st = std::getenv("BLOCKBPE_STAGING_STREAM")) streaming_ = std::atoi(st) != 0;
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate");
@@ -256,7 +259,7 @@ class HostStaging {
     for (int64_t k = 0; k < parts && err == cudaSuccess; ++k) {
       const int64_t first = batch * k / parts, last = batch * (k + 1) / parts;
       write_rows_unlocked(strings_->views, max_len, host, lengths, first, last,
-                          std::max<int64_t>(kPartBytes / 8, 1 << 16));
+                          std::max<int64_t>(kPartBytes / 8, 1 << 16), streaming_);
       const size_t at = (size_t)(first * max_len), end = k + 1 < parts ? (size_t)(last * max_len) : lengths_at_ + batch * 4;
       err = cudaMemcpyAsync(device + at, host + at, end - at, cudaMemcpyHostToDevice, stream_);
     }
@@ -301,6 +304,7 @@ class HostStaging {
   int device_;
   int64_t max_parts_ = kMaxParts;
   bool background_ = true;
+  bool streaming_ = false;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t copied_ = nullptr;
   std::unique_ptr<PinnedHost> host_;

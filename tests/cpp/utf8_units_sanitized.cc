@@ -2,10 +2,14 @@
 // UndefinedBehaviorSanitizer: random strings of 1-, 2- and 4-byte units (runs of ASCII and of
 // each wider range, surrogates among the 16-bit and 32-bit ones), every length from 0 to 70
 // and some long ones, each in memory of its exact size and written into memory of exactly its
-// UTF-8 length (a read or write past either fails here), against an encoder written out here.
+// UTF-8 length (a read or write past either fails here), against an encoder written out here;
+// the same texts as padded rows (StringView::write_row), plainly and with the non-temporal
+// stores of core/stream_stores.h, at every alignment, and StreamWriter on its own.
 // Prints the strings checked; exit 0 when all agree.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -71,10 +75,67 @@ int check(std::mt19937_64& rng, int64_t n, bool surrogates) {
   if (bytes != (int64_t)want.size())
     return std::printf("%zu-byte units, n=%lld: %lld bytes, want %zu\n", sizeof(Unit), (long long)n, (long long)bytes, want.size()), 1;
   std::unique_ptr<uint8_t[]> out(new uint8_t[bytes > 0 ? bytes : 1]);
-  bbpe::write_utf8(units.get(), n, out.get());
+  if (bbpe::write_utf8(units.get(), n, out.get()) != out.get() + bytes)
+    return std::printf("%zu-byte units, n=%lld: write_utf8's end is not the form's\n", sizeof(Unit), (long long)n), 1;
   for (int64_t i = 0; i < bytes; ++i)
     if (out[i] != want[i]) return std::printf("%zu-byte units, n=%lld: byte %lld differs\n", sizeof(Unit), (long long)n, (long long)i), 1;
+  // The same text as a padded row, plainly and with non-temporal stores, at every alignment
+  // of the row's start, in a row a few bytes wider (or much wider) than the text: the text,
+  // then zeros, and the canary bytes on either side untouched.
+  const bbpe::StringView view{units.get(), n, bytes, (int)sizeof(Unit)};
+  for (const int64_t width : {bytes, bytes + 1 + (int64_t)(rng() % 40), bytes + 100 + (int64_t)(rng() % 200)}) {
+    for (int streaming = 0; streaming < 2; ++streaming) {
+      for (int off = 0; off < 16; ++off) {
+        std::unique_ptr<uint8_t[]> room(new uint8_t[off + width + 16]);
+        std::memset(room.get(), 0xAA, (size_t)(off + width + 16));
+        view.write_row(room.get() + off, width, streaming != 0);
+        bbpe::stream_fence();
+        for (int64_t i = 0; i < off + width + 16; ++i) {
+          const int64_t at = i - off;
+          const uint8_t expect = at < 0 || at >= width ? 0xAA : at < bytes ? want[at] : 0;
+          if (room[i] != expect)
+            return std::printf("%zu-byte units, n=%lld: row of width %lld at offset %d (streaming %d): byte %lld is %d, want %d\n",
+                               sizeof(Unit), (long long)n, (long long)width, off, streaming, (long long)at, room[i], expect), 1;
+        }
+      }
+    }
+  }
   return 0;
+}
+
+// StreamWriter on its own: a range of every length 0..100 at every alignment, filled by puts
+// of random sizes (0 to 40 bytes) then zeros; the bytes put, the zeros after, and the canary
+// bytes on either side untouched.
+int check_stream_writer(std::mt19937_64& rng, long& checked) {
+  int bad = 0;
+  for (int64_t size = 0; size <= 100; ++size) {
+    for (int off = 0; off < 16; ++off, ++checked) {
+      std::vector<uint8_t> src((size_t)size + 1);
+      for (auto& b : src) b = (uint8_t)(1 + rng() % 255);
+      const int64_t filled = (int64_t)(rng() % (size + 1));  // then zeros
+      std::unique_ptr<uint8_t[]> room(new uint8_t[off + size + 16]);
+      std::memset(room.get(), 0xAA, (size_t)(off + size + 16));
+      bbpe::StreamWriter out(room.get() + off, room.get() + off + size);
+      for (int64_t at = 0; at < filled;) {
+        const int64_t k = std::min<int64_t>(filled - at, (int64_t)(rng() % 41));
+        out.put(src.data() + at, k);
+        at += k;
+      }
+      out.zeros();
+      bbpe::stream_fence();
+      if (out.left() != 0) bad += std::printf("StreamWriter: %lld bytes left after zeros\n", (long long)out.left()) > 0;
+      for (int64_t i = 0; i < off + size + 16; ++i) {
+        const int64_t at = i - off;
+        const uint8_t expect = at < 0 || at >= size ? 0xAA : at < filled ? src[at] : 0;
+        if (room[i] != expect) {
+          bad += std::printf("StreamWriter: size %lld at offset %d, %lld put: byte %lld is %d, want %d\n", (long long)size,
+                             off, (long long)filled, (long long)at, room[i], expect) > 0;
+          break;
+        }
+      }
+    }
+  }
+  return bad;
 }
 
 template <class Unit>
@@ -91,7 +152,8 @@ int check_all(std::mt19937_64& rng, long& checked) {
 int main() {
   std::mt19937_64 rng(17);
   long checked = 0;
-  const int bad = check_all<uint8_t>(rng, checked) + check_all<uint16_t>(rng, checked) + check_all<uint32_t>(rng, checked);
+  const int bad = check_all<uint8_t>(rng, checked) + check_all<uint16_t>(rng, checked) + check_all<uint32_t>(rng, checked) +
+                  check_stream_writer(rng, checked);
   std::printf("%ld strings, %d differ\n", checked, bad);
   return bad ? 1 : 0;
 }

@@ -413,6 +413,37 @@ def test_the_batch_is_packed_after_upload_returns_gpu(tok, corpus_texts):
     np.testing.assert_array_equal(np.asarray(out.ids), np.asarray(ref.ids))
 
 
+@needs_gpu
+@pytest.mark.parametrize("streaming", ["0", "1"])
+def test_staged_rows_with_and_without_non_temporal_stores_gpu(monkeypatch, corpus_texts, streaming):
+    """BLOCKBPE_STAGING_STREAM (read when a slot is made; core/stream_stores.h): the device copy
+    of the packed rows is pack_strings' either way, for fresh strs of every code unit width and
+    bytes, in rows whose width is not a multiple of 16 (rows that share 16-byte blocks with their
+    neighbours, written by different threads) and in rows of 4 KiB, in parts and not."""
+    monkeypatch.setenv("BLOCKBPE_STAGING_STREAM", streaming)
+    device = gpu_devices()[0]
+    slot = native.cuda.HostStaging(device.local_hardware_id)
+    extra = [
+        "",
+        "ascii only",
+        "latin-1 ünïcödé",
+        "bmp — “quotes” 日本語",
+        "astral 🎉🎉 ok",
+        b"raw \xff\xfe bytes",
+    ]
+    base = (corpus_texts * 2)[:1200] + extra
+    for width in (4096, 4093, 1000):
+        items = [t[: width // 4] if width < 4096 and isinstance(t, str) else t for t in base]
+        want_rows, want_lengths = bb.pack_strings(items, max_len=width)
+        for _ in range(2):
+            fresh = [t.encode().decode() if isinstance(t, str) else t for t in items]
+            slot.upload(fresh, width)
+            slot.wait()
+            data, lengths = (jax.dlpack.from_dlpack(a) for a in slot.device_arrays())
+            np.testing.assert_array_equal(np.asarray(data), want_rows)
+            np.testing.assert_array_equal(np.asarray(lengths), want_lengths)
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     n=st.integers(0, 8),
