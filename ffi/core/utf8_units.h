@@ -136,11 +136,14 @@ inline uint8_t* put_utf8(uint32_t c, uint8_t* out) {
   }
 }
 
-// Writes the units' UTF-8 form to out (utf8_bytes of them) and returns its end. ASCII 16 units
-// at a time; a run of other characters (a word of Cyrillic or CJK, a dash) one character at a
-// time until the next ASCII one, without going back to the 16-unit test at each (which costs
-// a mispredicted branch a character: ~5 ns a character of Russian or Chinese text).
-template <class Unit>
+// Writes the units' UTF-8 form to out (utf8_bytes of them) and returns its end: ASCII 16
+// units at a time, any other character alone. runs: a text mostly outside ASCII (Cyrillic,
+// CJK), whose runs of such characters are written one after another until the next ASCII
+// one rather than back through the 16-unit test at each, which costs a mispredicted branch a
+// character there (one thread, 1M units: Chinese 5.8 -> 1.0 ns a unit, Russian 4.9 -> 2.1)
+// but slows text with a few such characters (English with dashes: 0.14 -> 0.22; a template
+// parameter, since even a flag tested in the loop slows that text by a quarter).
+template <bool kRuns = false, class Unit>
 inline uint8_t* write_utf8(const Unit* units, int64_t n, uint8_t* out) {
   int64_t i = 0;
   while (i < n) {
@@ -149,9 +152,9 @@ inline uint8_t* write_utf8(const Unit* units, int64_t n, uint8_t* out) {
       out += k, i += k;
       if (k == 16) continue;
     }
-    do {  // (from the next one that is not ASCII, or one of the last 15)
-      out = put_utf8(units[i++], out);
-    } while (i < n && units[i] >= 0x80);
+    out = put_utf8(units[i++], out);  // (the next one that is not ASCII, or one of the last 15)
+    if (kRuns)
+      while (i < n && units[i] >= 0x80) out = put_utf8(units[i++], out);
   }
   return out;
 }
@@ -167,12 +170,22 @@ struct StringView {
 
   // Its UTF-8 bytes to out[0..bytes).
   void write(uint8_t* out) const {
-    switch (kind) {
-      case 0: if (bytes) std::memcpy(out, data, (size_t)bytes); break;
-      case 1: write_utf8(static_cast<const uint8_t*>(data), units, out); break;
-      case 2: write_utf8(static_cast<const uint16_t*>(data), units, out); break;
-      default: write_utf8(static_cast<const uint32_t*>(data), units, out); break;
+    if (kind == 0) {
+      if (bytes) std::memcpy(out, data, (size_t)bytes);
+      return;
     }
+    write_units(0, units, out);
+  }
+  // The UTF-8 of code units [from, from + n) to out; returns its end (kind > 0, measured).
+  uint8_t* write_units(int64_t from, int64_t n, uint8_t* out) const {
+    if (2 * (bytes - units) >= units) return write_kind<true>(from, n, out);  // (half a byte more a unit, or more)
+    return write_kind<false>(from, n, out);
+  }
+  template <bool kRuns>
+  uint8_t* write_kind(int64_t from, int64_t n, uint8_t* out) const {
+    if (kind == 1) return write_utf8<kRuns>(static_cast<const uint8_t*>(data) + from, n, out);
+    if (kind == 2) return write_utf8<kRuns>(static_cast<const uint16_t*>(data) + from, n, out);
+    return write_utf8<kRuns>(static_cast<const uint32_t*>(data) + from, n, out);
   }
   void measure() {
     if (kind == 1) bytes = utf8_bytes(static_cast<const uint8_t*>(data), units);
@@ -198,10 +211,7 @@ struct StringView {
       thread_local std::vector<uint8_t> piece;
       piece.resize((size_t)(4 * kPieceUnits));
       for (int64_t u = 0; u < units; u += kPieceUnits) {
-        const int64_t n = std::min(kPieceUnits, units - u);
-        const uint8_t* end = kind == 1   ? write_utf8(static_cast<const uint8_t*>(data) + u, n, piece.data())
-                             : kind == 2 ? write_utf8(static_cast<const uint16_t*>(data) + u, n, piece.data())
-                                         : write_utf8(static_cast<const uint32_t*>(data) + u, n, piece.data());
+        const uint8_t* end = write_units(u, std::min(kPieceUnits, units - u), piece.data());
         out.put(piece.data(), end - piece.data());
       }
     }

@@ -79,6 +79,10 @@ int check(std::mt19937_64& rng, int64_t n, bool surrogates) {
     return std::printf("%zu-byte units, n=%lld: write_utf8's end is not the form's\n", sizeof(Unit), (long long)n), 1;
   for (int64_t i = 0; i < bytes; ++i)
     if (out[i] != want[i]) return std::printf("%zu-byte units, n=%lld: byte %lld differs\n", sizeof(Unit), (long long)n, (long long)i), 1;
+  std::unique_ptr<uint8_t[]> out_runs(new uint8_t[bytes > 0 ? bytes : 1]);  // (the other loop: runs of wide characters)
+  if (bbpe::write_utf8<true>(units.get(), n, out_runs.get()) != out_runs.get() + bytes ||
+      (bytes && std::memcmp(out_runs.get(), want.data(), (size_t)bytes) != 0))
+    return std::printf("%zu-byte units, n=%lld: write_utf8<true> differs\n", sizeof(Unit), (long long)n), 1;
   // The same text as a padded row, plainly and with non-temporal stores, at every alignment
   // of the row's start, in a row a few bytes wider (or much wider) than the text: the text,
   // then zeros, and the canary bytes on either side untouched.
