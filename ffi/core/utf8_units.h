@@ -137,12 +137,12 @@ inline uint8_t* put_utf8(uint32_t c, uint8_t* out) {
 }
 
 // Writes the units' UTF-8 form to out (utf8_bytes of them) and returns its end: ASCII 16
-// units at a time, any other character alone. runs: a text mostly outside ASCII (Cyrillic,
-// CJK), whose runs of such characters are written one after another until the next ASCII
-// one rather than back through the 16-unit test at each, which costs a mispredicted branch a
-// character there (one thread, 1M units: Chinese 5.8 -> 1.0 ns a unit, Russian 4.9 -> 2.1)
-// but slows text with a few such characters (English with dashes: 0.14 -> 0.22; a template
-// parameter, since even a flag tested in the loop slows that text by a quarter).
+// units at a time, any other character alone. kRuns (texts mostly outside ASCII: Cyrillic,
+// CJK): a run of such characters written one after another until the next ASCII one rather
+// than back through the 16-unit test at each, which costs a mispredicted branch a character
+// there (one thread, 1M units: Chinese 5.8 -> 1.0 ns a unit, Russian 4.9 -> 2.1). Text with
+// a few such characters keeps the plain loop (English with dashes: no gain, and the run loop
+// measured slower in some builds).
 template <bool kRuns = false, class Unit>
 inline uint8_t* write_utf8(const Unit* units, int64_t n, uint8_t* out) {
   int64_t i = 0;
