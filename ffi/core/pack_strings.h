@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/host_threads.h"
-#include "core/utf8_units.h"
+#include "core/text_view.h"
 #include "nanobind/nanobind.h"
 
 namespace bbpe {

@@ -1,6 +1,7 @@
 // A str's UTF-8 form from its code units, on the host: the packers' (core/pack_strings.h)
-// transcoding and their rows, apart from Python so that tests/cpp/utf8_units_sanitized.cc runs
-// them under the sanitizers.
+// transcoding, apart from Python so that tests/cpp/utf8_units_sanitized.cc runs it under the
+// sanitizers (core/text_view.h picks the writer for a text; core/utf8_ucs2_ssse3.h writes
+// 16-bit units faster where the CPU allows).
 #pragma once
 
 #if defined(__SSE2__)
@@ -9,11 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
-#include <vector>
 
-#include "core/stream_stores.h"
 #include "core/utf8.h"
 
 namespace bbpe {
@@ -158,65 +156,5 @@ inline uint8_t* write_utf8(const Unit* units, int64_t n, uint8_t* out) {
   }
   return out;
 }
-
-// One item's text (core/pack_strings.h reads them from Python's objects): its UTF-8 bytes
-// where they exist already (bytes, an ASCII str, a str whose UTF-8 form CPython made before),
-// else the str's code units (kind: their width), borrowed from the item either way.
-struct StringView {
-  const void* data = nullptr;
-  int64_t units = 0;  // (kind 0: bytes)
-  int64_t bytes = 0;  // UTF-8 bytes; -1: a surrogate (kind > 0, once measured)
-  int kind = 0;       // 0: UTF-8; 1, 2, 4: code units of that many bytes
-
-  // Its UTF-8 bytes to out[0..bytes).
-  void write(uint8_t* out) const {
-    if (kind == 0) {
-      if (bytes) std::memcpy(out, data, (size_t)bytes);
-      return;
-    }
-    write_units(0, units, out);
-  }
-  // The UTF-8 of code units [from, from + n) to out; returns its end (kind > 0, measured).
-  uint8_t* write_units(int64_t from, int64_t n, uint8_t* out) const {
-    if (2 * (bytes - units) >= units) return write_kind<true>(from, n, out);  // (half a byte more a unit, or more)
-    return write_kind<false>(from, n, out);
-  }
-  template <bool kRuns>
-  uint8_t* write_kind(int64_t from, int64_t n, uint8_t* out) const {
-    if (kind == 1) return write_utf8<kRuns>(static_cast<const uint8_t*>(data) + from, n, out);
-    if (kind == 2) return write_utf8<kRuns>(static_cast<const uint16_t*>(data) + from, n, out);
-    return write_utf8<kRuns>(static_cast<const uint32_t*>(data) + from, n, out);
-  }
-  void measure() {
-    if (kind == 1) bytes = utf8_bytes(static_cast<const uint8_t*>(data), units);
-    else if (kind == 2) bytes = utf8_bytes(static_cast<const uint16_t*>(data), units);
-    else if (kind == 4) bytes = utf8_bytes(static_cast<const uint32_t*>(data), units);
-  }
-
-  // A padded row, row[0..width) (width >= bytes): the UTF-8 bytes, then zeros. streaming:
-  // with non-temporal stores (core/stream_stores.h; the caller fences), a str's code units
-  // transcoded a piece at a time into this thread's buffer first (the stores need whole
-  // 16-byte blocks, which a transcoded character's bytes seldom are).
-  void write_row(uint8_t* row, int64_t width, bool streaming) const {
-    if (!streaming) {
-      write(row);
-      std::memset(row + bytes, 0, (size_t)(width - bytes));
-      return;
-    }
-    StreamWriter out(row, row + width);
-    if (kind == 0) {
-      out.put(static_cast<const uint8_t*>(data), bytes);
-    } else {
-      constexpr int64_t kPieceUnits = 4096;  // (at most 16 KiB of UTF-8)
-      thread_local std::vector<uint8_t> piece;
-      piece.resize((size_t)(4 * kPieceUnits));
-      for (int64_t u = 0; u < units; u += kPieceUnits) {
-        const uint8_t* end = write_units(u, std::min(kPieceUnits, units - u), piece.data());
-        out.put(piece.data(), end - piece.data());
-      }
-    }
-    out.zeros();
-  }
-};
 
 }  // namespace bbpe

@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "core/utf8_units.h"
+#include "core/text_view.h"
 
 namespace {
 
@@ -52,7 +52,8 @@ uint32_t draw(std::mt19937_64& rng, int kind) {
 template <class Unit>
 int check(std::mt19937_64& rng, int64_t n, bool surrogates) {
   std::unique_ptr<Unit[]> units(new Unit[n > 0 ? n : 1]);
-  const int mostly = (int)(rng() % 3);  // (long runs of one kind: ASCII, or wider ones)
+  int mostly = (int)(rng() % 4);  // (long runs of one kind: ASCII, or wider ones, or any)
+  if (mostly == 3) mostly = 4;
   for (int64_t i = 0; i < n; ++i) {
     int kind = rng() % 4 ? mostly : (int)(rng() % 5);
     if (kind == 3 && !surrogates) kind = 4;
@@ -83,6 +84,16 @@ int check(std::mt19937_64& rng, int64_t n, bool surrogates) {
   if (bbpe::write_utf8<true>(units.get(), n, out_runs.get()) != out_runs.get() + bytes ||
       (bytes && std::memcmp(out_runs.get(), want.data(), (size_t)bytes) != 0))
     return std::printf("%zu-byte units, n=%lld: write_utf8<true> differs\n", sizeof(Unit), (long long)n), 1;
+#if defined(BBPE_UTF8_SSSE3)
+  if constexpr (sizeof(Unit) == 2) {  // (the eight-unit steps, where this CPU has SSSE3)
+    if (bbpe::has_ssse3()) {
+      std::unique_ptr<uint8_t[]> out_simd(new uint8_t[bytes > 0 ? bytes : 1]);
+      if (bbpe::write_utf8_ucs2_ssse3(units.get(), n, out_simd.get()) != out_simd.get() + bytes ||
+          (bytes && std::memcmp(out_simd.get(), want.data(), (size_t)bytes) != 0))
+        return std::printf("2-byte units, n=%lld: write_utf8_ucs2_ssse3 differs\n", (long long)n), 1;
+    }
+  }
+#endif
   // The same text as a padded row, plainly and with non-temporal stores, at every alignment
   // of the row's start, in a row a few bytes wider (or much wider) than the text: the text,
   // then zeros, and the canary bytes on either side untouched.
@@ -148,6 +159,7 @@ int check_all(std::mt19937_64& rng, long& checked) {
   for (int rep = 0; rep < 40; ++rep)
     for (int64_t n = 0; n <= 70; ++n, ++checked) bad += check<Unit>(rng, n, rep % 4 == 3);
   for (int64_t n : {1000, 4096, 4097, 65536 + 13}) bad += check<Unit>(rng, n, false), ++checked;
+  for (int rep = 0; rep < 200; ++rep, ++checked) bad += check<Unit>(rng, 32 + (int64_t)(rng() % 200), false);
   return bad;
 }
 
