@@ -1,6 +1,6 @@
 // One item's text for the packers (core/pack_strings.h reads them from Python's objects): UTF-8
 // bytes, or a str's code units written as UTF-8 by the writer that suits them
-// (core/utf8_units.h, core/utf8_ucs2_ssse3.h), and the padded row it makes, plainly or with
+// (core/utf8_units.h, core/utf8_ssse3.h), and the padded row it makes, plainly or with
 // non-temporal stores (core/stream_stores.h). Apart from Python, like the writers, so that
 // tests/cpp/utf8_units_sanitized.cc runs it under the sanitizers.
 #pragma once
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/stream_stores.h"
-#include "core/utf8_ucs2_ssse3.h"
+#include "core/utf8_ssse3.h"
 #include "core/utf8_units.h"
 
 namespace bbpe {
@@ -35,11 +35,16 @@ struct StringView {
   }
   // The UTF-8 of code units [from, from + n) to out; returns its end (kind > 0, measured).
   uint8_t* write_units(int64_t from, int64_t n, uint8_t* out) const {
-    if (2 * (bytes - units) < units) return write_kind<false>(from, n, out);  // (mostly ASCII)
+    // (The choices by the text's extra bytes a unit, from the writers' speeds on one thread:
+    // docs/performance.md, "Strings as they come".)
+    const int64_t extra = bytes - units;
 #if defined(BBPE_UTF8_SSSE3)
-    if (kind == 2 && has_ssse3()) return write_utf8_ucs2_ssse3(static_cast<const uint16_t*>(data) + from, n, out);
+    if (kind == 1 && 64 * extra >= units && has_ssse3())  // (an accented letter in 64 or more)
+      return write_utf8_latin1_ssse3(static_cast<const uint8_t*>(data) + from, n, out);
+    if (kind == 2 && 2 * extra >= units && has_ssse3())  // (mostly outside ASCII: Cyrillic, CJK)
+      return write_utf8_ucs2_ssse3(static_cast<const uint16_t*>(data) + from, n, out);
 #endif
-    return write_kind<true>(from, n, out);
+    return 2 * extra >= units ? write_kind<true>(from, n, out) : write_kind<false>(from, n, out);
   }
   template <bool kRuns>
   uint8_t* write_kind(int64_t from, int64_t n, uint8_t* out) const {

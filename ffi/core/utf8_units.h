@@ -1,6 +1,6 @@
 // A str's UTF-8 form from its code units, on the host: the packers' (core/pack_strings.h)
 // transcoding, apart from Python so that tests/cpp/utf8_units_sanitized.cc runs it under the
-// sanitizers (core/text_view.h picks the writer for a text; core/utf8_ucs2_ssse3.h writes
+// sanitizers (core/text_view.h picks the writer for a text; core/utf8_ssse3.h writes
 // 16-bit units faster where the CPU allows).
 #pragma once
 

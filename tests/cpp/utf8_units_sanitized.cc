@@ -85,12 +85,14 @@ int check(std::mt19937_64& rng, int64_t n, bool surrogates) {
       (bytes && std::memcmp(out_runs.get(), want.data(), (size_t)bytes) != 0))
     return std::printf("%zu-byte units, n=%lld: write_utf8<true> differs\n", sizeof(Unit), (long long)n), 1;
 #if defined(BBPE_UTF8_SSSE3)
-  if constexpr (sizeof(Unit) == 2) {  // (the eight-unit steps, where this CPU has SSSE3)
+  if constexpr (sizeof(Unit) <= 2) {  // (the eight-unit steps, where this CPU has SSSE3)
     if (bbpe::has_ssse3()) {
       std::unique_ptr<uint8_t[]> out_simd(new uint8_t[bytes > 0 ? bytes : 1]);
-      if (bbpe::write_utf8_ucs2_ssse3(units.get(), n, out_simd.get()) != out_simd.get() + bytes ||
-          (bytes && std::memcmp(out_simd.get(), want.data(), (size_t)bytes) != 0))
-        return std::printf("2-byte units, n=%lld: write_utf8_ucs2_ssse3 differs\n", (long long)n), 1;
+      uint8_t* end;
+      if constexpr (sizeof(Unit) == 1) end = bbpe::write_utf8_latin1_ssse3(units.get(), n, out_simd.get());
+      else end = bbpe::write_utf8_ucs2_ssse3(units.get(), n, out_simd.get());
+      if (end != out_simd.get() + bytes || (bytes && std::memcmp(out_simd.get(), want.data(), (size_t)bytes) != 0))
+        return std::printf("%zu-byte units, n=%lld: the SSSE3 writer differs\n", sizeof(Unit), (long long)n), 1;
     }
   }
 #endif

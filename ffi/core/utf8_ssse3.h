@@ -1,12 +1,13 @@
 // The UTF-8 form of 16-bit code units (a str whose widest character is in U+0100..U+FFFF:
-// Cyrillic, CJK, curly quotes and dashes), eight units a step with SSSE3's byte shuffle:
-// core/utf8_units.h's write_utf8 writes a character outside ASCII alone, which costs a
-// mispredicted branch a character in text made of them (one thread: Russian ~2 ns a unit,
-// Chinese ~1). Each unit's bytes are computed in its lane (the rule of core/utf8.h, in vector
-// form: 0xxxxxxx, 110xxxxx 10xxxxxx, 1110xxxx 10xxxxxx 10xxxxxx) and one shuffle from a table
-// indexed by the lanes' lengths packs them. Built for SSSE3 whatever the compiler's target
-// (a function attribute), taken where the CPU has it (has_ssse3); surrogates never reach it
-// (utf8_bytes refuses a str that holds one, and CPython's encoder words the error).
+// Cyrillic, CJK, curly quotes and dashes) and of 8-bit ones (Latin-1), eight units a step with
+// SSSE3's byte shuffle. core/utf8_units.h's write_utf8 writes a character outside ASCII alone,
+// which costs a mispredicted branch a character in text made of them (one thread: Russian
+// ~2 ns a unit, Chinese ~1). Here each unit's bytes are computed in its lane (the rule of
+// core/utf8.h, in vector form: 0xxxxxxx, 110xxxxx 10xxxxxx, 1110xxxx 10xxxxxx 10xxxxxx) and one
+// shuffle from a table indexed by the lanes' lengths packs them. Built for SSSE3 whatever the
+// compiler's target (a function attribute), taken where the CPU has it (has_ssse3);
+// surrogates never reach it (utf8_bytes refuses a str that holds one, and CPython's encoder
+// words the error).
 #pragma once
 
 #include <cstdint>
@@ -83,6 +84,18 @@ __attribute__((target("ssse3"))) inline int utf8_of_4(__m128i c, uint8_t* out) {
   return kUtf8Shuffles.three_len[index];
 }
 
+// Eight units below U+0800 in 16-bit lanes (ascii: 0xFFFF where a lane is ASCII) -> their
+// UTF-8 at out (16 bytes stored); returns its length.
+__attribute__((target("ssse3"))) inline int utf8_of_8_below800(__m128i v, __m128i ascii, uint8_t* out) {
+  const __m128i lead = _mm_or_si128(_mm_srli_epi16(v, 6), _mm_set1_epi16(0xC0));
+  const __m128i last = _mm_or_si128(_mm_and_si128(v, _mm_set1_epi16(0x3F)), _mm_set1_epi16(0x80));
+  const __m128i lanes = _mm_or_si128(_mm_and_si128(ascii, v), _mm_andnot_si128(ascii, _mm_or_si128(lead, _mm_slli_epi16(last, 8))));
+  const int mask = _mm_movemask_epi8(_mm_packs_epi16(ascii, _mm_setzero_si128())) & 0xFF;
+  const __m128i shuffle = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kUtf8Shuffles.two[mask]));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_shuffle_epi8(lanes, shuffle));
+  return kUtf8Shuffles.two_len[mask];
+}
+
 // Eight units at units[0..8) -> their UTF-8 at out; returns its length (at most 24; up to
 // 28 bytes past out are stored). Eight ASCII units, eight of one or two bytes and eight of
 // three (a CJK run) each take one path of their own; a mix, two groups of four.
@@ -95,15 +108,8 @@ __attribute__((target("ssse3"))) inline int utf8_of_8_ucs2(const uint16_t* units
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(v, zero));
     return 8;
   }
+  if (below800_mask == 0xFFFF) return utf8_of_8_below800(v, ascii, out);
   const __m128i low6 = _mm_or_si128(_mm_and_si128(v, _mm_set1_epi16(0x3F)), _mm_set1_epi16(0x80));  // 10xxxxxx, the last byte
-  if (below800_mask == 0xFFFF) {  // one or two bytes each: 16-bit lanes
-    const __m128i lead = _mm_or_si128(_mm_srli_epi16(v, 6), _mm_set1_epi16(0xC0));
-    const __m128i lanes = _mm_or_si128(_mm_and_si128(ascii, v), _mm_andnot_si128(ascii, _mm_or_si128(lead, _mm_slli_epi16(low6, 8))));
-    const int mask = _mm_movemask_epi8(_mm_packs_epi16(ascii, zero)) & 0xFF;
-    const __m128i shuffle = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kUtf8Shuffles.two[mask]));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_shuffle_epi8(lanes, shuffle));
-    return kUtf8Shuffles.two_len[mask];
-  }
   if (below800_mask == 0) {  // three bytes each: lead and middle bytes in one vector, last bytes in another
     const __m128i lead = _mm_or_si128(_mm_srli_epi16(v, 12), _mm_set1_epi16(0xE0));
     const __m128i mid = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(v, 6), _mm_set1_epi16(0x3F)), _mm_set1_epi16(0x80));
@@ -127,6 +133,20 @@ __attribute__((target("ssse3"))) inline int utf8_of_8_ucs2(const uint16_t* units
 __attribute__((target("ssse3"))) inline uint8_t* write_utf8_ucs2_ssse3(const uint16_t* units, int64_t n, uint8_t* out) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 8) out += utf8_of_8_ucs2(units + i, out);
+  return write_utf8<true>(units + i, n - i, out);
+}
+
+// write_utf8 of 8-bit units (Latin-1: a str whose widest character is in U+0080..U+00FF, as
+// French or German text without curly quotes), eight units a step, every step the same (one or
+// two bytes each: write_utf8's 16-unit ASCII test fails at every accented letter); the last
+// units (fewer than 16: a step stores 16 bytes, which the units left must fill) by write_utf8.
+__attribute__((target("ssse3"))) inline uint8_t* write_utf8_latin1_ssse3(const uint8_t* units, int64_t n, uint8_t* out) {
+  const __m128i zero = _mm_setzero_si128(), high = _mm_set1_epi16((short)0xFF80);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 8) {
+    const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(units + i)), zero);
+    out += utf8_of_8_below800(v, _mm_cmpeq_epi16(_mm_and_si128(v, high), zero), out);
+  }
   return write_utf8<true>(units + i, n - i, out);
 }
 #endif
