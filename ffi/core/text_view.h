@@ -16,9 +16,9 @@
 
 namespace bbpe {
 
-// One item's text (core/pack_strings.h reads them from Python's objects): its UTF-8 bytes
-// where they exist already (bytes, an ASCII str, a str whose UTF-8 form CPython made before),
-// else the str's code units (kind: their width), borrowed from the item either way.
+// Its UTF-8 bytes where they exist already (bytes, an ASCII str, a str whose UTF-8 form
+// CPython made before), else the str's code units (kind: their width), borrowed from the item
+// either way.
 struct StringView {
   const void* data = nullptr;
   int64_t units = 0;  // (kind 0: bytes)
