@@ -65,10 +65,25 @@ code_points = st.one_of(
     st.characters(min_codepoint=0x100, max_codepoint=0xFFFF),
     st.characters(min_codepoint=0x10000),
 )
+# Text of one script's letters between ASCII spaces and punctuation, long enough for the eight-
+# unit writers (core/utf8_ssse3.h) and with shares of non-ASCII letters on either side of the
+# choices core/text_view.h makes: Latin-1 accents, Latin Extended-A, Greek, Cyrillic, CJK.
+SCRIPTS = [(0xC0, 0xFF), (0x100, 0x17F), (0x3B1, 0x3C9), (0x430, 0x44F), (0x4E00, 0x9FFF)]
+script_text = st.tuples(st.sampled_from(SCRIPTS), st.integers(1, 64)).flatmap(
+    lambda s: st.text(
+        st.one_of(
+            st.characters(min_codepoint=s[0][0], max_codepoint=s[0][1]),
+            *[st.characters(max_codepoint=0x7F)] * s[1],  # (1 to 64 ASCII draws to one letter)
+        ),
+        min_size=16,
+        max_size=2000,
+    )
+)
 item = st.one_of(
     st.text(code_points, max_size=40).map(lambda t: "".join(t)),  # (fresh: no UTF-8 form)
     st.text(code_points, max_size=40).map(lambda t: with_utf8_form("" + t + "")),
     st.text(st.characters(min_codepoint=0x80, max_codepoint=0xFFFF), min_size=30, max_size=3000),
+    script_text,
     st.binary(max_size=40),
 )
 
