@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from . import pretok, staging
+from .pretok import nfc_data
 from .text_rows import pack_strings, text_list, without_surrogates
 from .vocab import gguf, sentencepiece, tekken
 from .ops import primitive
@@ -279,12 +280,17 @@ class Tokenizer:
                 return self._rows_on_host(out, texts, split, allowed_special, run, max_tokens is None, pad_id)
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
-            # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how).
+            # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how). With NFC
+            # on the device the packer also looks for a code point NFC may change: a batch
+            # without one has no row to encode again, so nothing waits for its counts.
+            nfc = nfc_data.operand() if device_nfc and not normalized else None
             try:
-                staged = staging.stage_strings(texts, max_len=max_len, device=target)
+                staged = staging.stage_strings(texts, max_len=max_len, device=target, nfc=nfc)
             except UnicodeEncodeError:  # surrogates: as tiktoken (the slot was given back)
                 texts, split = self._normalized(without_surrogates(raw), mode, allowed_special)[::2]
-                staged = staging.stage_strings(texts, max_len=max_len, device=target)
+                staged = staging.stage_strings(texts, max_len=max_len, device=target, nfc=nfc)
+            if nfc is not None and not staged.nfc_unsafe and not split:
+                finish = None
             return staging.StagedBatch(run, staged=staged, finish=finish)
         try:
             data, lengths = pack_strings(texts, max_len=max_len)

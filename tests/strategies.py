@@ -396,3 +396,18 @@ def json_values(texts, *, nan: bool = False, max_leaves: int = 8):
         lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(texts, inner, max_size=3)),
         max_leaves=max_leaves,
     )
+
+
+# Code points NFC acts on (combining marks, composites, Hangul, singletons, astral marks) among
+# a few that it leaves alone; texts of them, or of any code point.
+NFC_CHARS = st.sampled_from(
+    list("aeiouAEOKxyz '\n")
+    + list("\u0300\u0301\u0302\u0303\u0307\u0308\u030a\u030c\u0316\u0323\u0327\u0328\u0334\u0338\u0345")
+    + list("\u0344\u0340\u0341\u0343\u0f73\u0f75\u0f81\u093c\u0915\u0958\u09c7\u09be\u09d7\u0b47\u0b56")
+    + list("\u1100\u1112\u1161\u1175\u11a7\u11a8\u11c2\u11c3\uac00\uac01\ud7a3\u3131")
+    + list("\u0627\u0651\u064e\u0653\u0654\u0655\u05d9\u05b4\u05bc\u05c1\u05e9\u0e4d\u0e32")
+    + list("\u212b\u00c5\u2126\u1e0a\u1e9b\u1f82\u1fb4\u0385\u03b1\u0313\u3099\u304b\u30ab\u309a")
+    + ["\U0001d15e", "\U0001d165", "\U0001d160", "\U000110a5", "\U000110ba", "\U00011131", "\U00011127"]
+    + ["\U00016d67", "\U000105d2\u0307", "\U0001f600", "\u4e2d", "\u0416"]
+)
+NFC_TEXT = st.lists(NFC_CHARS, max_size=40).map("".join) | st.text(ANY_CHAR, max_size=40)
