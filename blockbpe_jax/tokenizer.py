@@ -205,8 +205,10 @@ class Tokenizer:
         tokenizer with a normalizer (NFC, Lowercase) gets its strings normalized here first
         (`normalize`), but NFC alone, which the executors normalize (ffi/pretok/nfc_normalize.h);
         the rare rows they report (their NFC wider than L, or hundreds of combining marks on
-        one letter) are normalized here and encoded again, which waits for the counts. A str's
-        surrogates are as tiktoken has them: a pair joined into its code point, a lone one U+FFFD.
+        one letter) are normalized here and encoded again, which waits for the counts, unless
+        no text has a code point NFC may change (the packer looks on a GPU: then no row can be
+        reported). A str's surrogates are as tiktoken has them: a pair joined into its code
+        point, a lone one U+FFFD.
         """
         return self._staged_batch(
             texts,
@@ -226,8 +228,9 @@ class Tokenizer:
         GPU each batch is packed into pinned memory and its copy started before the batch
         before it is encoded, so that packing, copying and encoding overlap (elsewhere this is
         encode_batch in a loop). The results are dispatched, not waited for, but an NFC
-        tokenizer's, whose counts are read for reported rows once the next batch is
-        dispatched. A bad batch raises after the result of the batch before it."""
+        tokenizer's where a text has a code point NFC may change, whose counts are read for
+        reported rows once the next batch is dispatched. A bad batch raises after the result
+        of the batch before it."""
         return staging.pipelined(lambda batch: self._staged_batch(batch, **kwargs), batches)
 
     @functools.cached_property
