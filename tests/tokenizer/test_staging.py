@@ -12,27 +12,17 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import blockbpe_jax as bb
-from blockbpe_jax import native, staging, testing
-from blockbpe_jax.ops import primitive as ops
+from blockbpe_jax import native, staging
 from blockbpe_jax.vocab import KNOWN_PATTERNS
 
-from helpers import gpu_devices, load_tokenizer, oracle
+from helpers import gpu_devices, oracle
+import staging_shared
 
-needs_gpu = pytest.mark.skipif(
-    not gpu_devices() or not ops.HAS_CUDA_MODULE,
-    reason="no GPU visible to JAX, or no CUDA module in this build",
-)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer("cl100k", "tiktoken")
-
-
-@pytest.fixture(scope="module")
-def corpus_texts():
-    raw = b"".join(testing.read_corpus(p) for p in testing.corpus_paths())
-    return [t.decode("utf-8", "replace") for t in testing.excerpts(raw, 0, 4000, seed=3)[:600]]
+needs_gpu = staging_shared.needs_gpu
+tok, corpus_texts = (
+    staging_shared.tok,
+    staging_shared.corpus_texts,
+)  # (module-scoped fixtures, requested by name)
 
 
 def _reference(tok, texts, max_len):
