@@ -5,6 +5,8 @@ against the tables' own set of them (pretok.nfc_data.unsafe_code_points)."""
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 from blockbpe_jax import native
 from blockbpe_jax.pretok import nfc_data
 
+from helpers import compile_sanitized
 from strategies import NFC_TEXT, fuzz, raw_bytes
 
 UNSAFE = nfc_data.unsafe_code_points()
@@ -71,3 +74,21 @@ def test_one_code_point_nfc_may_change_anywhere():
                 "bytes",
             )
         assert not native.cpu.nfc_unsafe([safe + tail], op)
+
+
+def test_the_look_under_address_and_undefined_behaviour_sanitizers(tmp_path):
+    """core/nfc_unsafe.h built with AddressSanitizer and UndefinedBehaviorSanitizer
+    (tests/cpp/nfc_unsafe_sanitized.cc) over this operand: texts of 16-bit and 32-bit units and
+    UTF-8 (invalid bytes among them) of every length to 100 and some long ones, in memory of
+    their exact size, against every code point's property: no read past a text, no undefined
+    behaviour, every answer right."""
+    operand = tmp_path / "nfc_operand.bin"
+    nfc_data.operand().astype("<i4").tofile(operand)
+    binary = compile_sanitized(
+        "nfc_unsafe_sanitized.cc", tmp_path / "nfc_unsafe_sanitized", "address,undefined"
+    )
+    run = subprocess.run([str(binary), str(operand)], capture_output=True, text=True)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert "ERROR" not in run.stderr and "runtime error" not in run.stderr, run.stderr[-3000:]
+    out = run.stdout.split()
+    assert run.stdout.strip().endswith("0 differ") and int(out[0]) > 9000 and int(out[2].lstrip("(")) > 1000
