@@ -61,7 +61,7 @@ class _Slot:
     def fill(self, texts, max_len: int, nfc=None) -> tuple[int, int]:
         """Checks `texts` and starts packing and copying them (on the slot's own thread, while
         the caller goes on to dispatch the encode); returns the shape (B, L) for `views`. nfc:
-        an NFC tokenizer's normalization operand, for `native.nfc_unsafe` (HostStaging.upload)."""
+        an NFC tokenizer's normalization operand: HostStaging.upload then answers `nfc_unsafe`."""
         if self.encode_waits and self.native.copy_pending:
             raise RuntimeError(
                 "blockbpe_jax staging: a staged batch was handed to a computation that did not "

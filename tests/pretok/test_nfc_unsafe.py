@@ -1,4 +1,4 @@
-"""Which texts NFC may change (native.cpu.nfc_unsafe, ffi/core/text_view.h: what HostStaging.upload
+"""Which texts NFC may change (native.cpu.nfc_unsafe, ffi/core/nfc_unsafe.h: what HostStaging.upload
 answers for an NFC tokenizer's encode_batch, which then reads no counts back when it says no):
 any item, str of any width or bytes, with a code point that is not a normalization boundary,
 against the tables' own set of them (pretok.nfc_data.unsafe_code_points)."""
@@ -38,7 +38,7 @@ no_surrogate = NFC_TEXT.map(lambda s: "".join(c for c in s if not 0xD800 <= ord(
     )
 )
 def test_texts_with_a_code_point_nfc_may_change(items):
-    """native.cpu.nfc_unsafe (core/text_view.h, what HostStaging.upload answers for an NFC
+    """native.cpu.nfc_unsafe (core/nfc_unsafe.h, what HostStaging.upload answers for an NFC
     tokenizer's encode_batch, which then reads no counts back when it says no): whether any
     item, str of any width or bytes, has a code point that is not a normalization boundary."""
     items = [i for i in items if not isinstance(i, str) or not any(0xD800 <= ord(c) < 0xE000 for c in i)]
