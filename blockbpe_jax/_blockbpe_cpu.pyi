@@ -11,8 +11,6 @@ from numpy.typing import NDArray
 
 def pack_strings(texts: object, max_len: int) -> tuple: ...
 
-def nfc_unsafe(texts: object, operand: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> bool: ...
-
 def self_encoding(pair_table: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], byte_ids: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], token_offsets: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], token_data: Annotated[NDArray[numpy.uint8], dict(order='C', device='cpu', writable=False)], ids: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu', writable=False)], rank_is_id: bool) -> NDArray[numpy.uint8]:
     """
     uint8[len(ids)]: 1 where the token's bytes, merged by the merge rule, give that one token.

@@ -58,17 +58,16 @@ class _Slot:
         self.generation = -1  # the device buffer the views see
         self.encode_waits = False  # the last fill went to an encode that waits for its copy
 
-    def fill(self, texts, max_len: int, nfc=None) -> tuple[int, int]:
+    def fill(self, texts, max_len: int) -> tuple[int, int]:
         """Checks `texts` and starts packing and copying them (on the slot's own thread, while
-        the caller goes on to dispatch the encode); returns the shape (B, L) for `views`. nfc:
-        an NFC tokenizer's normalization operand: HostStaging.upload then answers `nfc_unsafe`."""
+        the caller goes on to dispatch the encode); returns the shape (B, L) for `views`."""
         if self.encode_waits and self.native.copy_pending:
             raise RuntimeError(
                 "blockbpe_jax staging: a staged batch was handed to a computation that did not "
                 "wait for its copy (its results may be wrong); please report this"
             )
         self.encode_waits = False
-        return self.native.upload(texts, max_len, nfc)
+        return self.native.upload(texts, max_len)
 
     def views(self, batch: int, width: int, *, wait: bool = True) -> tuple:
         """(data uint8[B, L], lengths int32[B]) of the last fill: once its copy has ended, or
@@ -101,8 +100,6 @@ class Staged:
     def __init__(self, pool: "_Pool", slot: _Slot, shape: tuple[int, int]):
         self._pool, self._slot, self._shape = pool, slot, shape
         self._arrays = None
-        # (stage_strings given an NFC operand: whether a text has a code point NFC may change)
-        self.nfc_unsafe = bool(slot.native.nfc_unsafe)
 
     @property
     def data(self):
@@ -267,13 +264,11 @@ def pinned_empty(nbytes: int, device):
     return native.cuda.pinned_empty(nbytes) if available(device) else np.empty(nbytes, np.uint8)
 
 
-def stage_strings(texts, *, max_len: int | None, device, nfc=None) -> Staged:
+def stage_strings(texts, *, max_len: int | None, device) -> Staged:
     """Packs `texts` (like `pack_strings`) straight into pinned memory and uploads them to
     `device` (a CUDA GPU), both in the background. Raises at once what `pack_strings` raises
-    for bad items or lengths. nfc: an NFC tokenizer's normalization operand
-    (pretok.nfc_data.operand()); the result's `nfc_unsafe` then says whether a text has a code
-    point NFC may change (without one the encode neither rewrites nor reports a row)."""
-    return _stage(device, lambda slot: slot.fill(texts, -1 if max_len is None else int(max_len), nfc))
+    for bad items or lengths."""
+    return _stage(device, lambda slot: slot.fill(texts, -1 if max_len is None else int(max_len)))
 
 
 def _stage(device, fill) -> Staged:

@@ -11,7 +11,6 @@ import jax
 import numpy as np
 
 from . import pretok, staging
-from .pretok import nfc_data
 from .text_rows import pack_strings, text_list, without_surrogates
 from .vocab import gguf, sentencepiece, tekken
 from .ops import primitive
@@ -205,10 +204,8 @@ class Tokenizer:
         tokenizer with a normalizer (NFC, Lowercase) gets its strings normalized here first
         (`normalize`), but NFC alone, which the executors normalize (ffi/pretok/nfc_normalize.h);
         the rare rows they report (their NFC wider than L, or hundreds of combining marks on
-        one letter) are normalized here and encoded again, which waits for the counts, unless
-        no text has a code point NFC may change (the packer looks on a GPU: then no row can be
-        reported). A str's surrogates are as tiktoken has them: a pair joined into its code
-        point, a lone one U+FFFD.
+        one letter) are normalized here and encoded again, which waits for the counts. A str's
+        surrogates are as tiktoken has them: a pair joined into its code point, a lone one U+FFFD.
         """
         return self._staged_batch(
             texts,
@@ -228,9 +225,8 @@ class Tokenizer:
         GPU each batch is packed into pinned memory and its copy started before the batch
         before it is encoded, so that packing, copying and encoding overlap (elsewhere this is
         encode_batch in a loop). The results are dispatched, not waited for, but an NFC
-        tokenizer's where a text has a code point NFC may change, whose counts are read for
-        reported rows once the next batch is dispatched. A bad batch raises after the result
-        of the batch before it."""
+        tokenizer's, whose counts are read for reported rows once the next batch is
+        dispatched. A bad batch raises after the result of the batch before it."""
         return staging.pipelined(lambda batch: self._staged_batch(batch, **kwargs), batches)
 
     @functools.cached_property
@@ -283,17 +279,12 @@ class Tokenizer:
                 return self._rows_on_host(out, texts, split, allowed_special, run, max_tokens is None, pad_id)
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
-            # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how). With NFC
-            # on the device the packer also looks for a code point NFC may change: a batch
-            # without one has no row to encode again, so nothing waits for its counts.
-            nfc = nfc_data.operand() if device_nfc and not normalized else None
+            # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how).
             try:
-                staged = staging.stage_strings(texts, max_len=max_len, device=target, nfc=nfc)
+                staged = staging.stage_strings(texts, max_len=max_len, device=target)
             except UnicodeEncodeError:  # surrogates: as tiktoken (the slot was given back)
                 texts, split = self._normalized(without_surrogates(raw), mode, allowed_special)[::2]
-                staged = staging.stage_strings(texts, max_len=max_len, device=target, nfc=nfc)
-            if nfc is not None and not staged.nfc_unsafe and not split:
-                finish = None
+                staged = staging.stage_strings(texts, max_len=max_len, device=target)
             return staging.StagedBatch(run, staged=staged, finish=finish)
         try:
             data, lengths = pack_strings(texts, max_len=max_len)

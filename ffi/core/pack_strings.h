@@ -6,7 +6,6 @@
 #include <Python.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -34,7 +33,6 @@ inline void default_width(const std::vector<StringView>& views, int64_t& max_len
 struct StringViews {
   nanobind::list items;
   std::vector<StringView> views;
-  bool nfc_unsafe = false;  // (string_views given NFC data: whether a text has an unsafe code point)
 };
 
 // A str's view: its UTF-8 form where it has one (ASCII: its own bytes), else its code units.
@@ -52,26 +50,14 @@ inline StringView str_view(PyObject* o) {
   return {p, size, size, 0};
 }
 
-// The NFC normalization operand (blockbpe_jax/pretok/nfc_data.py) read as NfcData, or a
-// ValueError naming `what`.
-inline NfcData nfc_data_of(const int32_t* ints, int64_t n, const char* what) {
-  NfcData d;
-  if (!nfc_data_view(ints, n, &d))
-    throw nanobind::value_error(
-        (std::string(what) + ": the operand does not fit its header (blockbpe_jax/pretok/nfc_data.py)").c_str());
-  return d;
-}
-
 constexpr int64_t kMeasureUnitsPerThread = int64_t(1) << 18;  // (a batch of a few MiB: eight threads)
 
 // Reads every item's text and the row width: `max_len`, or when max_len < 0 the longest
 // string rounded up to a power of two, at least 16. Raises, for the first item that has one,
 // TypeError for an item that is neither str nor bytes, UnicodeEncodeError (CPython's own) for
 // a str with a surrogate, ValueError for a string longer than max_len. The UTF-8 forms of
-// non-ASCII strs are measured on the host threads, the GIL released. nfc: an NFC tokenizer's
-// normalization data; then `nfc_unsafe` says whether any text has a code point NFC may change
-// (StringView::nfc_unsafe), looked for on the same threads.
-inline StringViews string_views(nanobind::handle texts, int64_t& max_len, const NfcData* nfc = nullptr) {
+// non-ASCII strs are measured on the host threads, the GIL released.
+inline StringViews string_views(nanobind::handle texts, int64_t& max_len) {
   PyObject* list = PySequence_List(texts.ptr());
   if (!list) throw nanobind::python_error();
   StringViews out{nanobind::steal<nanobind::list>(list), {}};
@@ -114,18 +100,6 @@ inline StringViews string_views(nanobind::handle texts, int64_t& max_len, const 
   if (read < batch)
     throw nanobind::type_error(("pack_strings: item " + std::to_string(read) + " is neither str nor bytes").c_str());
   default_width(views, max_len);
-  if (nfc) {
-    int64_t bytes = 0;
-    for (const StringView& v : views) bytes += v.bytes;
-    std::atomic<bool> unsafe{false};
-    nanobind::gil_scoped_release unlocked;
-    over_ranges((int64_t)batch, bytes, kMeasureUnitsPerThread, [&](int64_t lo, int64_t hi) {
-      NfcUnsafeSpans spans(*nfc);
-      for (int64_t b = lo; b < hi && !unsafe.load(std::memory_order_relaxed); ++b)
-        if (views[b].nfc_unsafe(spans)) unsafe.store(true, std::memory_order_relaxed);
-    });
-    out.nfc_unsafe = unsafe.load();
-  }
   return out;
 }
 

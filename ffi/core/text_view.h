@@ -1,9 +1,8 @@
 // One item's text for the packers (core/pack_strings.h reads them from Python's objects): UTF-8
 // bytes, or a str's code units written as UTF-8 by the writer that suits them
-// (core/utf8_units.h, core/utf8_ssse3.h), the padded row it makes, plainly or with non-temporal
-// stores (core/stream_stores.h), and whether NFC may change it (core/nfc_unsafe.h). Apart from
-// Python, like the writers, so that tests/cpp/utf8_units_sanitized.cc runs it under the
-// sanitizers.
+// (core/utf8_units.h, core/utf8_ssse3.h), and the padded row it makes, plainly or with
+// non-temporal stores (core/stream_stores.h). Apart from Python, like the writers, so that
+// tests/cpp/utf8_units_sanitized.cc runs it under the sanitizers.
 #pragma once
 
 #include <algorithm>
@@ -11,7 +10,6 @@
 #include <cstring>
 #include <vector>
 
-#include "core/nfc_unsafe.h"
 #include "core/stream_stores.h"
 #include "core/utf8_ssse3.h"
 #include "core/utf8_units.h"
@@ -58,15 +56,6 @@ struct StringView {
     if (kind == 1) bytes = utf8_bytes(static_cast<const uint8_t*>(data), units);
     else if (kind == 2) bytes = utf8_bytes(static_cast<const uint16_t*>(data), units);
     else if (kind == 4) bytes = utf8_bytes(static_cast<const uint32_t*>(data), units);
-  }
-
-  // Whether NFC may change the text (core/nfc_unsafe.h); never a Latin-1 str's (every code
-  // point below kNfcFirstUnsafe is safe).
-  bool nfc_unsafe(NfcUnsafeSpans& spans) const {
-    if (kind == 1) return false;
-    if (kind == 2) return units_nfc_unsafe(static_cast<const uint16_t*>(data), units, spans);
-    if (kind == 4) return units_nfc_unsafe(static_cast<const uint32_t*>(data), units, spans);
-    return utf8_nfc_unsafe(static_cast<const uint8_t*>(data), bytes, spans);
   }
 
   // A padded row, row[0..width) (width >= bytes): the UTF-8 bytes, then zeros. streaming:

@@ -109,15 +109,6 @@ static nb::tuple pack_strings(nb::handle texts, int64_t max_len) {
   return nb::make_tuple(owned_array(data, 2, shape), owned_array(lengths, 1, shape));
 }
 
-// Whether any of the texts (list[str | bytes]) has a code point NFC may change (a code point
-// with kNfcPropUnsafe in the operand, blockbpe_jax/pretok/nfc_data.py): the check HostStaging's
-// upload makes for an NFC tokenizer's encode_batch, here for the CPU and the tests.
-static bool nfc_unsafe(nb::handle texts, HostArray<const int32_t, 1> operand) {
-  const bbpe::NfcData d = bbpe::nfc_data_of(operand.data(), (int64_t)operand.shape(0), "nfc_unsafe");
-  int64_t max_len = -1;
-  return bbpe::string_views(texts, max_len, &d).nfc_unsafe;
-}
-
 // One tokenizer's host tables bound once, for the tiktoken-style API's calls on host strings
 // without XLA: a jitted call costs tens of microseconds, converting the thirteen operands a few,
 // both more than a short string's encode. The tables pass the FFI handler's checks
@@ -365,7 +356,6 @@ static nb::ndarray<nb::numpy, uint8_t> char_self_encoding(S32Array pair_table, S
 
 NB_MODULE(_blockbpe_cpu, m) {
   m.def("pack_strings", &pack_strings, nb::arg("texts"), nb::arg("max_len"));
-  m.def("nfc_unsafe", &nfc_unsafe, nb::arg("texts"), nb::arg("operand"));
   m.def("self_encoding", &self_encoding, nb::arg("pair_table"), nb::arg("byte_ids"), nb::arg("token_offsets"),
         nb::arg("token_data"), nb::arg("ids"), nb::arg("rank_is_id"),
         "uint8[len(ids)]: 1 where the token's bytes, merged by the merge rule, give that one token.");

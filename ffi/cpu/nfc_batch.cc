@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "core/host_threads.h"
-#include "core/pack_strings.h"
 #include "core/special_tokens.h"
 #include "cpu/arrays.h"
 #include "pretok/nfc_normalize.h"
@@ -51,7 +50,9 @@ void check_row_offsets(const char* what, const int64_t* off, int64_t rows, int64
 // (data, offsets int64[rows + 1], the operand, part) -> (bytes uint8, offsets int64[rows + 1]).
 nb::tuple nfc_normalize(HostArray<const uint8_t, 1> data, HostArray<const int64_t, 1> offsets,
                         HostArray<const int32_t, 1> operand, int part) {
-  const bbpe::NfcData d = bbpe::nfc_data_of(operand.data(), (int64_t)operand.shape(0), "nfc_normalize");
+  bbpe::NfcData d;
+  if (!bbpe::nfc_data_view(operand.data(), (int64_t)operand.shape(0), &d))
+    throw nb::value_error("nfc_normalize: the operand does not fit its header (blockbpe_jax/pretok/nfc_data.py)");
   const int64_t rows = (int64_t)offsets.shape(0) - 1, total = (int64_t)data.shape(0);
   const int64_t* off = offsets.data();
   check_row_offsets("nfc_normalize", off, rows, total, INT32_MAX / 3, "2**31 / 3");

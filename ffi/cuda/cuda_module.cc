@@ -12,7 +12,6 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -23,7 +22,6 @@
 #include "cuda/staged_uploads.h"
 #include "nanobind/nanobind.h"
 #include "nanobind/ndarray.h"
-#include "nanobind/stl/optional.h"
 #include "nanobind/stl/pair.h"
 #include "nanobind/stl/string.h"
 #include "nanobind/stl/vector.h"
@@ -170,15 +168,9 @@ class HostStaging {
   HostStaging& operator=(const HostStaging&) = delete;
 
   // Checks `texts` (the rule of core/pack_strings.h) and starts packing them into the pinned
-  // buffer and copying them to the device. Returns (batch, max_len) of the packed rows. nfc:
-  // an NFC tokenizer's normalization operand; `nfc_unsafe` then says whether a text has a code
-  // point NFC may change (else the encode neither rewrites nor reports a row).
-  std::pair<int64_t, int64_t> upload(nb::handle texts, int64_t max_len,
-                                     std::optional<nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> nfc) {
-    std::optional<NfcData> nfc_data;
-    if (nfc) nfc_data = nfc_data_of(nfc->data(), (int64_t)nfc->shape(0), "HostStaging.upload");
-    StringViews strings = string_views(texts, max_len, nfc_data ? &*nfc_data : nullptr);
-    nfc_unsafe_ = strings.nfc_unsafe;
+  // buffer and copying them to the device. Returns (batch, max_len) of the packed rows.
+  std::pair<int64_t, int64_t> upload(nb::handle texts, int64_t max_len) {
+    StringViews strings = string_views(texts, max_len);
     const int64_t batch = (int64_t)strings.views.size();
     if (batch == 0 || max_len == 0) throw nb::value_error("HostStaging: empty batch or rows");
     // Lengths after the rows, at a 256-byte boundary (JAX imports aligned buffers only).
@@ -251,8 +243,6 @@ class HostStaging {
   // Whether the last upload's copy is still registered: no encode has waited for it yet.
   bool copy_pending() const { return device_buffer_ && StagedUploads::get().pending(device_buffer_->ptr); }
 
-  // The last upload's: whether a text has a code point NFC may change (false without `nfc`).
-  bool nfc_unsafe() const { return nfc_unsafe_; }
   size_t capacity() const { return capacity_; }
   int64_t generation() const { return generation_; }
 
@@ -315,7 +305,6 @@ class HostStaging {
   int64_t max_parts_ = kMaxParts;
   bool background_ = true;
   bool streaming_ = false;
-  bool nfc_unsafe_ = false;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t copied_ = nullptr;
   std::unique_ptr<PinnedHost> host_;
@@ -472,8 +461,7 @@ NB_MODULE(_blockbpe_cuda, m) {
   bbpe::bind_set_window_plan(m);
   nb::class_<bbpe::HostStaging>(m, "HostStaging")
       .def(nb::init<int>(), nb::arg("device"))
-      .def("upload", &bbpe::HostStaging::upload, nb::arg("texts"), nb::arg("max_len"), nb::arg("nfc") = nb::none())
-      .def_prop_ro("nfc_unsafe", &bbpe::HostStaging::nfc_unsafe)
+      .def("upload", &bbpe::HostStaging::upload, nb::arg("texts"), nb::arg("max_len"))
       .def("wait", &bbpe::HostStaging::wait)
       .def_prop_ro("copy_pending", &bbpe::HostStaging::copy_pending)
       .def("device_arrays", &bbpe::HostStaging::device_arrays)

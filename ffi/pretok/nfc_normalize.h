@@ -231,11 +231,10 @@ BBPE_HD_OUTLINE bool nfc_may_change_at(const NfcData& d, const uint8_t* text, in
   return (prev_prop & kNfcPropTrail) || nfc_compose(d, prev, cp) >= 0;
 }
 
-// U+0300, the first code point with kNfcPropUnsafe, and its lead byte: a byte below it never
+// The lead byte of U+0300, the first code point with kNfcPropUnsafe: a byte below it never
 // starts one (ASCII, continuation bytes, and the leads of U+0080..U+02FF, which are starters
 // that neither decompose to a non-starter nor compose backwards in any Unicode version; a
 // test checks the operand), so the checks skip such bytes, and text made of them, at once.
-constexpr uint32_t kNfcFirstUnsafe = 0x300;
 constexpr uint8_t kNfcFirstUnsafeLead = 0xCC;
 
 // Whether any code point of text[0..n) may change under NFC (nfc_may_change_at): a row for

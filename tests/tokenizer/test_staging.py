@@ -175,12 +175,9 @@ class FakeHostStaging:
         self._raw = None
         self.generation = 0
         self._shape = None
-        self.nfc_unsafe = False
 
-    def upload(self, texts, max_len, nfc=None):
-        shape = self._put(*native.cpu.pack_strings(texts, max_len))
-        self.nfc_unsafe = nfc is not None and native.cpu.nfc_unsafe(texts, nfc)
-        return shape
+    def upload(self, texts, max_len):
+        return self._put(*native.cpu.pack_strings(texts, max_len))
 
     def _put(self, data, lengths):
         batch, width = data.shape
@@ -240,33 +237,6 @@ def test_staged_path_logic_on_cpu(tok, corpus_texts, cpu_staging):
     assert pool.count <= staging.MAX_SLOTS
     assert FakeHostStaging.imports < len(shapes)  # a shape seen again reuses its views
     _check_stream(tok, corpus_texts, cpu_staging)
-
-
-def test_nfc_batches_wait_for_counts_only_where_nfc_may_change(
-    nfc_tok, corpus_texts, cpu_staging, monkeypatch
-):
-    """An NFC tokenizer's staged batch (the stand-in): the packer says whether a text has a code
-    point NFC may change (HostStaging.upload's nfc_unsafe); a batch without one does not wait for
-    its counts (no row can be reported: StagedBatch.finishes false), one with one does, and
-    either way its ids are HF's."""
-    from blockbpe_jax.pretok import nfc_data
-
-    tok, hf = nfc_tok
-    monkeypatch.setattr(
-        staging, "read_back", lambda arrays: [np.asarray(a) for a in arrays]
-    )  # (no GPU reader)
-    unsafe = nfc_data.unsafe_code_points()
-    safe = [t for t in corpus_texts[:60] if not any(unsafe[ord(c)] for c in t)][:30]
-    plain = safe + ["café — “quotes” 日本語 Жук", "Å ascii", b"bytes \xe2\x80\x94 ok"]
-    marked = plain[:10] + ["cafe\u0301", "\u212b", b"e\xcc\x81"]
-    for texts, waits in ((plain, False), (marked, True)):
-        batch = tok._staged_batch(texts, device=cpu_staging)
-        assert batch.finishes == waits
-        out = batch.encode()
-        ids, counts = np.asarray(out.ids), np.asarray(out.counts)
-        for k, t in enumerate(texts):
-            text = t.decode() if isinstance(t, bytes) else t
-            assert ids[k, : counts[k]].tolist() == hf.encode(text, add_special_tokens=False).ids, k
 
 
 def test_a_copy_no_encode_waited_for_is_an_error(tok, cpu_staging):
@@ -355,23 +325,6 @@ def test_staged_rows_with_and_without_non_temporal_stores_gpu(monkeypatch, corpu
             data, lengths = (jax.dlpack.from_dlpack(a) for a in slot.device_arrays())
             np.testing.assert_array_equal(np.asarray(data), want_rows)
             np.testing.assert_array_equal(np.asarray(lengths), want_lengths)
-
-
-@needs_gpu
-def test_upload_says_whether_nfc_may_change_gpu(corpus_texts):
-    """HostStaging.upload with an NFC operand answers nfc_unsafe as the CPU module's check does
-    (core/text_view.h, on the packer's threads), and without one, false."""
-    from blockbpe_jax.pretok import nfc_data
-
-    slot = native.cuda.HostStaging(gpu_devices()[0].local_hardware_id)
-    operand = nfc_data.operand()
-    for extra in ([], ["cafe\u0301"], [b"x\xcc\x81"], ["\u212b"], ["Жук 日本語 — ok"]):
-        texts = corpus_texts[:100] + extra
-        slot.upload(texts, 4096, operand)
-        assert slot.nfc_unsafe == native.cpu.nfc_unsafe(texts, operand), extra
-        slot.upload(texts, 4096)
-        assert not slot.nfc_unsafe
-    slot.wait()
 
 
 @settings(max_examples=300, deadline=None)
