@@ -109,8 +109,8 @@ __attribute__((target("ssse3"))) inline int utf8_of_8_ucs2(const uint16_t* units
     return 8;
   }
   if (below800_mask == 0xFFFF) return utf8_of_8_below800(v, ascii, out);
-  const __m128i low6 = _mm_or_si128(_mm_and_si128(v, _mm_set1_epi16(0x3F)), _mm_set1_epi16(0x80));  // 10xxxxxx, the last byte
   if (below800_mask == 0) {  // three bytes each: lead and middle bytes in one vector, last bytes in another
+    const __m128i low6 = _mm_or_si128(_mm_and_si128(v, _mm_set1_epi16(0x3F)), _mm_set1_epi16(0x80));  // 10xxxxxx
     const __m128i lead = _mm_or_si128(_mm_srli_epi16(v, 12), _mm_set1_epi16(0xE0));
     const __m128i mid = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(v, 6), _mm_set1_epi16(0x3F)), _mm_set1_epi16(0x80));
     const __m128i lead_mid = _mm_or_si128(lead, _mm_slli_epi16(mid, 8));  // unit j: bytes 2j, 2j + 1

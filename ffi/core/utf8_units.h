@@ -1,7 +1,7 @@
 // A str's UTF-8 form from its code units, on the host: the packers' (core/pack_strings.h)
 // transcoding, apart from Python so that tests/cpp/utf8_units_sanitized.cc runs it under the
-// sanitizers (core/text_view.h picks the writer for a text; core/utf8_ssse3.h writes
-// 16-bit units faster where the CPU allows).
+// sanitizers (core/text_view.h picks the writer for a text; core/utf8_ssse3.h writes 16-bit
+// and Latin-1 units mostly outside ASCII faster where the CPU has SSSE3).
 #pragma once
 
 #if defined(__SSE2__)
@@ -135,12 +135,13 @@ inline uint8_t* put_utf8(uint32_t c, uint8_t* out) {
 }
 
 // Writes the units' UTF-8 form to out (utf8_bytes of them) and returns its end: ASCII 16
-// units at a time, any other character alone. kRuns (texts mostly outside ASCII: Cyrillic,
-// CJK): a run of such characters written one after another until the next ASCII one rather
-// than back through the 16-unit test at each, which costs a mispredicted branch a character
-// there (one thread, 1M units: Chinese 5.8 -> 1.0 ns a unit, Russian 4.9 -> 2.1). Text with
-// a few such characters keeps the plain loop (English with dashes: no gain, and the run loop
-// measured slower in some builds).
+// units at a time, any other character alone. kRuns (texts mostly outside ASCII where
+// core/utf8_ssse3.h does not serve: no SSSE3, 32-bit units, its writers' last units): a run of
+// such characters written one after another until the next ASCII one rather than back through
+// the 16-unit test at each, which costs a mispredicted branch a character there (one thread,
+// 1M units: Chinese 5.8 -> 1.0 ns a unit, Russian 4.9 -> 2.1). Text with a few such characters
+// keeps the plain loop (English with dashes: no gain, and the run loop measured slower in
+// some builds).
 template <bool kRuns = false, class Unit>
 inline uint8_t* write_utf8(const Unit* units, int64_t n, uint8_t* out) {
   int64_t i = 0;
