@@ -140,8 +140,8 @@ class HostStaging {
     if (const char* parts = std::getenv("BLOCKBPE_STAGING_PARTS")) max_parts_ = std::clamp<int64_t>(std::atoll(parts), 1, 64);
     // BLOCKBPE_STAGING_BACKGROUND=0: packed on the caller's thread before upload returns (A/B).
     if (const char* bg = std::getenv("BLOCKBPE_STAGING_BACKGROUND")) background_ = std::atoi(bg) != 0;
-    // BLOCKBPE_STAGING_STREAM=1: the rows written with non-temporal stores (core/stream_stores.h),
-    // off until an H200 A/B says which is faster.
+    // BLOCKBPE_STAGING_STREAM=0: the rows written with plain stores, not the non-temporal ones of
+    // core/stream_stores.h (A/B: docs/performance.md, "Strings as they come").
     if (const char* st = std::getenv("BLOCKBPE_STAGING_STREAM")) streaming_ = std::atoi(st) != 0;
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -304,7 +304,7 @@ class HostStaging {
   int device_;
   int64_t max_parts_ = kMaxParts;
   bool background_ = true;
-  bool streaming_ = false;
+  bool streaming_ = true;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t copied_ = nullptr;
   std::unique_ptr<PinnedHost> host_;
