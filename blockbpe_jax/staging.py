@@ -314,38 +314,46 @@ class StagedBatch:
     def finish(self, out):
         return out if self._finish is None else self._finish(out)
 
+    def ready(self, out) -> bool:
+        """Whether `finish(out)` would not wait: no finish, or the result computed."""
+        return self._finish is None or _is_ready(out.counts) is True
+
     def cancel(self) -> None:
         if self._staged is not None:
             self._staged.cancel()
             self._staged = None
 
 
+# Batches that finish (StagedBatch.finishes) dispatched and not yet finished: beyond this many,
+# the oldest is waited for. With one, each batch's finish waited for the batch dispatched just
+# before it, whose copy and encode were still running: the host stalled a batch's latency.
+MAX_UNFINISHED = 2
+
+
 def pipelined(prepare, batches):
     """`prepare(batch).encode()` of each batch, in order, as a generator, with each batch
     prepared (packed, its copy started) before the batch before it is encoded. A batch whose
-    `finish` waits for its result (StagedBatch.finishes) is finished once the batch after it
-    is dispatched, so that the device has work while the host waits. An error preparing or
-    dispatching a batch is raised after the result of the batch before it."""
+    `finish` waits for its result (StagedBatch.finishes) is finished once its result is ready
+    or once MAX_UNFINISHED batches after it are dispatched, so that the device has work while
+    the host waits. An error preparing or dispatching a batch is raised after the result of
+    the batch before it."""
     ahead: list[StagedBatch] = []  # prepared, not yet dispatched; oldest first
-    held: list = []  # (batch, its dispatched result) to finish after the next dispatch
+    held: list = []  # (batch, its dispatched result), oldest first: yielded in this order
 
-    def finish_held():
-        while held:
+    def release(every: bool = False):
+        while held and (every or len(held) > MAX_UNFINISHED or held[0][0].ready(held[0][1])):
             batch, out = held.pop(0)
-            yield batch.finish(out)
+            yield batch.finish(out) if batch.finishes else out
 
     def dispatch_oldest():
         batch = ahead.pop(0)
         try:
             out = batch.dispatch()
         except BaseException:
-            yield from finish_held()
+            yield from release(every=True)
             raise
-        yield from finish_held()
-        if batch.finishes:
-            held.append((batch, out))
-        else:
-            yield out
+        held.append((batch, out))
+        yield from release()
 
     try:
         for batch in batches:
@@ -354,13 +362,13 @@ def pipelined(prepare, batches):
             except BaseException:
                 while ahead:
                     yield from dispatch_oldest()
-                yield from finish_held()
+                yield from release(every=True)
                 raise
             if len(ahead) == 2:
                 yield from dispatch_oldest()
         while ahead:
             yield from dispatch_oldest()
-        yield from finish_held()
+        yield from release(every=True)
     finally:  # the consumer stopped early, or the iterable raised
         for batch in ahead:
             batch.cancel()

@@ -25,7 +25,7 @@ def pack_strings(
     try:
         return _blockbpe_cpu.pack_strings(texts, limit)
     except UnicodeEncodeError as e:
-        k = next(k for k, t in enumerate(texts) if isinstance(t, str) and _SURROGATE.search(t))
+        k = next(k for k, t in enumerate(texts) if isinstance(t, str) and has_surrogate(t))
         raise UnicodeEncodeError(
             e.encoding, e.object, e.start, e.end,
             f"{e.reason}: texts[{k}] holds a surrogate (Tokenizer.encode_batch and the tiktoken "
@@ -33,15 +33,20 @@ def pack_strings(
         ) from None  # fmt: skip
 
 
+def has_surrogate(text: str) -> bool:
+    """Whether a str holds a surrogate (an ASCII str cannot: the scan is skipped)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def surrogates_as_tiktoken(text: str) -> str:
+    """The str with its surrogates as tiktoken treats them: a pair joined into its code point,
+    a lone one replaced by U+FFFD (UTF-8 has no surrogates)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def without_surrogates(texts: list) -> list:
-    """The texts with their str's surrogates as tiktoken treats them: a pair joined into its
-    code point, a lone one replaced by U+FFFD (UTF-8 has no surrogates)."""
-    return [
-        t.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        if isinstance(t, str) and _SURROGATE.search(t)
-        else t
-        for t in texts
-    ]
+    """The texts, each str's surrogates as tiktoken treats them (`surrogates_as_tiktoken`)."""
+    return [surrogates_as_tiktoken(t) if isinstance(t, str) and has_surrogate(t) else t for t in texts]
 
 
 def text_list(texts, max_len) -> list:

@@ -225,8 +225,9 @@ class Tokenizer:
         GPU each batch is packed into pinned memory and its copy started before the batch
         before it is encoded, so that packing, copying and encoding overlap (elsewhere this is
         encode_batch in a loop). The results are dispatched, not waited for, but an NFC
-        tokenizer's, whose counts are read for reported rows once the next batch is
-        dispatched. A bad batch raises after the result of the batch before it."""
+        tokenizer's, whose counts are read for reported rows once they are ready or two later
+        batches are dispatched (staging.MAX_UNFINISHED). A bad batch raises after the result
+        of the batch before it."""
         return staging.pipelined(lambda batch: self._staged_batch(batch, **kwargs), batches)
 
     @functools.cached_property
@@ -274,9 +275,7 @@ class Tokenizer:
         if (device_nfc and not normalized) or split:
 
             def finish(out):  # (waits for the counts: encode_stream does it a batch later)
-                # (from the raw texts, as packed: surrogates as tiktoken has them)
-                texts = without_surrogates(raw)
-                return self._rows_on_host(out, texts, split, allowed_special, run, max_tokens is None, pad_id)
+                return self._rows_on_host(out, raw, split, allowed_special, run, max_tokens is None, pad_id)
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
             # GPU: pinned staging, one DMA, a DLPack view (staging.py says why and how).
@@ -323,8 +322,8 @@ class Tokenizer:
         """`out` with some rows encoded again: those the executors reported (count -2: the
         row's NFC does not fit its width, or has a segment of hundreds of combining marks, or
         may change in a call with specials on the GPU; pretok/nfc_normalize.h, cuda/nfc_prepass.cuh)
-        and those in `split` (packed empty: `_normalized`), from their raw `texts`, normalized
-        here around their specials. Reads the counts back (waits for the call; one pinned
+        and those in `split` (packed empty: `_normalized`), from their raw `texts` (their
+        surrogates as tiktoken has them, as packed), normalized here around their specials. Reads the counts back (waits for the call; one pinned
         copy, staging.read_back: JAX's own copy has a large fixed cost); widens the ids where a
         row's tokens need more columns than `out` has and the caller did not fix max_tokens."""
         import jax.numpy as jnp
@@ -333,7 +332,11 @@ class Tokenizer:
         bad = np.union1d(np.flatnonzero(counts == -2), np.asarray(sorted(split), dtype=np.int64))
         if not bad.size:
             return out
-        sub, parts = self._normalize_around_specials([texts[i] for i in bad], allowed_special)
+        # (surrogates looked for in these rows alone: a regex over a whole batch of strs costs
+        # milliseconds, where the batch's encode takes one)
+        sub, parts = self._normalize_around_specials(
+            without_surrogates([texts[i] for i in bad]), allowed_special
+        )
         device = next(iter(out.ids.devices()))
         whole = [j for j in range(len(sub)) if j not in parts]
         if parts:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import re
 from typing import AbstractSet, Collection, Literal, Sequence
 
 import jax
@@ -34,11 +33,11 @@ import numpy as np
 
 from .hf_batch import hf_call
 from ..tables.specials import NotIn, literal_search
+from ..text_rows import has_surrogate, surrogates_as_tiktoken
 
 __all__ = ["Encoding", "hf_call"]
 
 _ROWS_BYTES = 1 << 24  # padded bytes per device call in a batch
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def raise_disallowed_special_token(token: str):
@@ -57,7 +56,7 @@ def _utf8(text: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:  # surrogates: pairs joined, lone ones -> U+FFFD (as tiktoken)
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+        return surrogates_as_tiktoken(text).encode("utf-8")
 
 
 def _not_an_instance(value, of: str) -> TypeError:
@@ -314,7 +313,7 @@ class Encoding:
         """uint32 ids; as tiktoken's, a text holding a surrogate (lone or paired) raises
         UnicodeEncodeError (`encode` replaces them)."""
         allowed = self._allowed(allowed_special, disallowed_special, (text,))
-        if not text.isascii() and _SURROGATE.search(text):
+        if has_surrogate(text):
             text.encode("utf-8")  # (raises tiktoken's UnicodeEncodeError)
         return np.asarray(self._encode_texts([text], allowed)[0], dtype=np.uint32)
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from blockbpe_jax.pretok import nfc_data
 from blockbpe_jax.pretok import normalizer as norm
 from blockbpe_jax.pretok import unicode as uni
+from blockbpe_jax.text_rows import without_surrogates
 
 from helpers import corpus_texts, documented_over_report, gpu_devices, may_cross_special
 from strategies import NFC_TEXT, fuzz, raw_bytes
@@ -343,6 +344,25 @@ def test_reported_rows_cpu(nfc_tok):
     check_encode_batch(tok, hf, REPORTED, cpu)
     check_encode_batch(tok, hf, REPORTED[:1], cpu)  # its NFC outgrows the batch's width
     check_encode_batch(tok, hf, ["x" * 3000, REPORTED[1]], cpu)  # reported rows packed narrower
+
+
+def test_reported_rows_with_surrogates_cpu(nfc_tok):
+    """Reported rows and others holding surrogates: encoded as tiktoken reads such strs (a
+    pair joined into its code point, a lone one U+FFFD), the reported ones normalized on the
+    host from their raw text."""
+    import jax
+
+    tok, hf = nfc_tok
+    texts = [
+        "\u0958" * 5 + "a\ud83d",
+        "\ud83d\udc4da" + "\u0301" * 300 + " b\ud800",
+        "short \udfff",
+        "\ud83d\udc4d e\u0301",
+    ]
+    ids, counts = tok.encode_batch(texts, device=jax.devices("cpu")[0], max_len=16 * 1024)
+    ids, counts = np.asarray(ids), np.asarray(counts)
+    assert [ids[i, : counts[i]].tolist() for i in range(len(texts))] == hf_ids(hf, without_surrogates(texts))
+    assert raw_ids(tok, [without_surrogates(texts)[1]], jax.devices("cpu")[0], 2048) == [-2]
 
 
 def check_encode_stream(tok, hf, batches, device):

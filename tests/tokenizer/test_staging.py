@@ -333,20 +333,25 @@ def test_staged_rows_with_and_without_non_temporal_stores_gpu(monkeypatch, corpu
     bad=st.one_of(st.none(), st.integers(0, 7)),
     bad_dispatch=st.booleans(),
     finishing=st.sets(st.integers(0, 7)),
+    ready=st.sets(st.integers(0, 7)),
     stop_after=st.one_of(st.none(), st.integers(1, 8)),
 )
-def test_pipelined_order_errors_and_cleanup(n, bad, bad_dispatch, finishing, stop_after):
+def test_pipelined_order_errors_and_cleanup(n, bad, bad_dispatch, finishing, ready, stop_after):
     """staging.pipelined: results in order, a batch that fails to stage (or to dispatch) raises
     right after the result of the batch before it, every staged batch is either dispatched or
     cancelled (whether the consumer reads everything, stops early or meets the error), and a
-    batch that finishes (an NFC tokenizer's: it waits for its result) is finished only after
-    the next batch is dispatched, where there is one."""
+    batch that finishes (an NFC tokenizer's: it waits for its result) whose result is not ready
+    is finished only after the next batch is dispatched, where there is one, and at the latest
+    once MAX_UNFINISHED batches after it are."""
     events = []
 
     class Prepared:
         def __init__(self, k):
             self.k = k
             self.finishes = k in finishing
+
+        def ready(self, out):
+            return not self.finishes or out in ready
 
         def dispatch(self):
             if bad_dispatch and self.k == bad:
@@ -391,7 +396,10 @@ def test_pipelined_order_errors_and_cleanup(n, bad, bad_dispatch, finishing, sto
         for k in got
         if ("stage", k + 1) in events
     )
+    late = staging.MAX_UNFINISHED + 1
     for k in got:
         assert (("finish", k) in events) == (k in finishing)
-        if k in finishing and ("dispatch", k + 1) in events:
+        if k in finishing and k not in ready and ("dispatch", k + 1) in events:
             assert events.index(("dispatch", k + 1)) < events.index(("finish", k))
+        if k in finishing and ("dispatch", k + late) in events:
+            assert events.index(("finish", k)) < events.index(("dispatch", k + late))
