@@ -157,6 +157,9 @@ def load_tiktoken_file(
 
 def from_tiktoken_encoding(enc) -> Vocab:
     """Build a Vocab from a ``tiktoken.Encoding`` (its mergeable ranks, specials and pattern)."""
+    if not all(hasattr(enc, a) for a in ("name", "_mergeable_ranks", "_special_tokens", "_pat_str")):
+        hint = " (for an encoding's name, Tokenizer.from_tiktoken_name)" if isinstance(enc, str) else ""
+        raise TypeError(f"expected a tiktoken.Encoding, got {type(enc).__name__}{hint}")
     where = f"tiktoken.Encoding({enc.name!r})"
     ranks: dict[bytes, int] = dict(enc._mergeable_ranks)
     seen: dict[int, bytes] = {}

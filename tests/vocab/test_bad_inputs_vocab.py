@@ -117,6 +117,15 @@ def test_exact_mode_on_tiktoken_encoding_with_bytes_pattern(data_dir):
     assert np.asarray(exact.ids).tolist() == np.asarray(out.ids).tolist()
 
 
+def test_from_tiktoken_takes_an_encoding():
+    """A name or another object where a tiktoken.Encoding belongs: a TypeError naming it (and,
+    for a name, the constructor that takes one), not an AttributeError from inside."""
+    with pytest.raises(TypeError, match=r"expected a tiktoken.Encoding, got str \(for an encoding's name, "):
+        bb.Tokenizer.from_tiktoken("cl100k_base")
+    with pytest.raises(TypeError, match=r"expected a tiktoken.Encoding, got dict$"):
+        bb.Tokenizer.from_tiktoken({"name": "x"})
+
+
 # ---------------------------------------------------------------------------------------------
 # Malformed vocabulary files: bb.VocabError naming the file and line (or JSON path)
 # ---------------------------------------------------------------------------------------------
