@@ -57,4 +57,11 @@ def text_list(texts, max_len) -> list:
         )
     if max_len is not None and (not isinstance(max_len, (int, np.integer)) or max_len < 0):
         raise ValueError(f"pack_strings: max_len must be a non-negative int or None, got {max_len!r}")
-    return texts if isinstance(texts, list) else list(texts)
+    if isinstance(texts, list):
+        return texts
+    try:
+        return list(texts)
+    except TypeError:
+        raise TypeError(
+            f"pack_strings: texts must be a sequence of str/bytes, got {type(texts).__name__}"
+        ) from None

@@ -76,6 +76,10 @@ class Tokenizer:
         `sentencepiece.SentencePieceProcessor` (its serialized model)."""
         if isinstance(model, (str, os.PathLike)):
             return cls(sentencepiece.load_sentencepiece_model(model))
+        if not callable(getattr(model, "serialized_model_proto", None)):
+            raise TypeError(
+                f"expected a .model path or a sentencepiece.SentencePieceProcessor, got {type(model).__name__}"
+            )
         return cls(
             sentencepiece.vocab_from_sentencepiece(
                 model.serialized_model_proto(), "<sentencepiece.SentencePieceProcessor>"
@@ -98,6 +102,13 @@ class Tokenizer:
     @classmethod
     def from_hf(cls, tokenizer) -> "Tokenizer":
         """From a `tokenizers.Tokenizer` (byte-level BPE), via its JSON serialisation."""
+        if not callable(getattr(tokenizer, "to_str", None)):
+            hint = (
+                " (for a tokenizer.json file, Tokenizer.from_file)"
+                if isinstance(tokenizer, (str, os.PathLike))
+                else ""
+            )
+            raise TypeError(f"expected a tokenizers.Tokenizer, got {type(tokenizer).__name__}{hint}")
         doc = json.loads(tokenizer.to_str())
         return cls(vocab_from_tokenizer_json(doc, "<tokenizers.Tokenizer>"))
 
@@ -133,7 +144,13 @@ class Tokenizer:
             raise ValueError(
                 f"allowed_special must be 'all', 'none' or a collection of special tokens, got {what}"
             )
-        names = tuple(sorted(set(allowed_special)))
+        try:
+            names = tuple(sorted(set(allowed_special)))
+        except TypeError:  # (not iterable, or items that do not sort: not token strings)
+            raise TypeError(
+                "allowed_special must be 'all', 'none' or a collection of special tokens, "
+                f"got {type(allowed_special).__name__}"
+            ) from None
         unknown = [s for s in names if s not in self.vocab.special_tokens]
         if unknown:
             raise ValueError(f"not special tokens of {self.vocab.name}: {unknown}")
@@ -263,7 +280,7 @@ class Tokenizer:
                 data,
                 lengths,
                 self.tables(allowed, device),
-                max_tokens=width or data.shape[1] + self._prefix_tokens,
+                max_tokens=width if width is not None else data.shape[1] + self._prefix_tokens,
                 pad_id=pad_id,
                 mode=mode,
                 block_size=block_size,

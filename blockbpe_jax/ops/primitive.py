@@ -321,6 +321,10 @@ def encode(
                 "tok.tables(allowed_special=...) instead"
             )
     else:
+        if not callable(getattr(tokenizer, "tables", None)):
+            raise TypeError(
+                f"encode: tokenizer must be a Tokenizer or its EncodeTables, got {type(tokenizer).__name__}"
+            )
         # Tables go where the data is (a concrete single-device array); under a trace, to
         # JAX's default device.
         concrete = isinstance(data, jax.Array) and not isinstance(data, jax.core.Tracer)

@@ -209,6 +209,30 @@ def test_unknown_allowed_special(tok, packed, allowed, message):
         tok.encode_batch(TEXTS, allowed_special=allowed, device=CPU)
 
 
+@pytest.mark.parametrize("allowed", [5, 2.5, [1, "a"]])
+def test_allowed_special_not_a_collection_of_names(tok, packed, allowed):
+    data, lengths = packed
+    want = "allowed_special must be 'all', 'none' or a collection of special tokens, got"
+    with pytest.raises(TypeError, match=want):
+        bb.encode(data, lengths, tok, max_tokens=8, allowed_special=allowed)
+    with pytest.raises(TypeError, match=want):
+        tok.encode_batch(TEXTS, allowed_special=allowed, device=CPU)
+
+
+@pytest.mark.parametrize("tokenizer", [None, "cl100k_base", 3])
+def test_tokenizer_not_a_tokenizer(packed, tokenizer):
+    data, lengths = packed
+    with pytest.raises(TypeError, match="encode: tokenizer must be a Tokenizer or its EncodeTables, got"):
+        bb.encode(data, lengths, tokenizer, max_tokens=8)
+
+
+@pytest.mark.parametrize("max_tokens", [0, -1])
+def test_encode_batch_max_tokens_not_positive(tok, max_tokens):
+    """0 is not "the default" (None is): it is refused as encode refuses it."""
+    with pytest.raises(ValueError, match="max_tokens must be a positive int"):
+        tok.encode_batch(TEXTS, max_tokens=max_tokens, device=CPU)
+
+
 def test_allowed_special_with_tables(tok, packed):
     data, lengths = packed
     with pytest.raises(
@@ -265,6 +289,14 @@ def test_pack_strings_lone_surrogate():
 def test_pack_strings_bare_string():
     with pytest.raises(TypeError):
         bb.pack_strings("hello")
+
+
+@pytest.mark.parametrize("texts", [None, 3])
+def test_pack_strings_not_a_sequence(tok, texts):
+    with pytest.raises(TypeError, match="pack_strings: texts must be a sequence of str/bytes, got"):
+        bb.pack_strings(texts)
+    with pytest.raises(TypeError, match="pack_strings: texts must be a sequence of str/bytes, got"):
+        tok.encode_batch(texts, device=CPU)
 
 
 def test_pack_strings_negative_max_len():

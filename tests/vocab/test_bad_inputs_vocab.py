@@ -117,13 +117,24 @@ def test_exact_mode_on_tiktoken_encoding_with_bytes_pattern(data_dir):
     assert np.asarray(exact.ids).tolist() == np.asarray(out.ids).tolist()
 
 
-def test_from_tiktoken_takes_an_encoding():
-    """A name or another object where a tiktoken.Encoding belongs: a TypeError naming it (and,
-    for a name, the constructor that takes one), not an AttributeError from inside."""
+def test_constructors_take_their_objects():
+    """A name, path or other object where a tiktoken.Encoding, a tokenizers.Tokenizer or a
+    SentencePieceProcessor belongs: a TypeError naming what came (and, for a name or path, the
+    constructor that takes one), not an AttributeError from inside."""
     with pytest.raises(TypeError, match=r"expected a tiktoken.Encoding, got str \(for an encoding's name, "):
         bb.Tokenizer.from_tiktoken("cl100k_base")
     with pytest.raises(TypeError, match=r"expected a tiktoken.Encoding, got dict$"):
         bb.Tokenizer.from_tiktoken({"name": "x"})
+    with pytest.raises(
+        TypeError, match=r"expected a tokenizers.Tokenizer, got str \(for a tokenizer.json file, "
+    ):
+        bb.Tokenizer.from_hf("tokenizer.json")
+    with pytest.raises(TypeError, match=r"expected a tokenizers.Tokenizer, got NoneType$"):
+        bb.Tokenizer.from_hf(None)
+    with pytest.raises(
+        TypeError, match=r"expected a .model path or a sentencepiece.SentencePieceProcessor, got int"
+    ):
+        bb.Tokenizer.from_sentencepiece(123)
 
 
 # ---------------------------------------------------------------------------------------------
