@@ -48,10 +48,14 @@ def version() -> str:
 
 
 def check_positive(*named: tuple[str, int | None]) -> None:
-    """CLIError for the first (option, value) whose value is given and below 1."""
-    for name, val in named:
-        if val is not None and val < 1:
-            raise CLIError(f"{name} must be a positive integer, got {val}")
+    """CLIError for the first (option, value) whose value is given and below 1 (the job's
+    rule: corpus.types.check_positive)."""
+    from ..corpus.types import check_positive as job_rule
+
+    try:
+        job_rule(*named)
+    except (TypeError, ValueError) as e:
+        raise CLIError(str(e)) from None
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import native, staging
 from .background import in_background, map_in_background, stop_background
-from .types import Window
+from .types import Window, check_positive
 from .device import CompiledReads, CompiledWindows, WindowBuffers, compile_ahead, device_functions
 from .types import CorpusError
 from .nfc import device_nfc_available, document_bytes, encode_normalized_again
@@ -131,6 +131,11 @@ class WindowEncoder:
     ):
         import jax
 
+        from ..ops.primitive import BLOCK_SIZES
+
+        check_positive(("batch_bytes", batch_bytes), ("max_docs", max_docs), ("max_len", max_len))
+        if block_size not in BLOCK_SIZES:
+            raise ValueError(f"block_size must be one of {BLOCK_SIZES}, got {block_size!r}")
         self.tok, self.writer, self.paths, self.progress = tok, writer, paths, progress
         self.batch_bytes, self.max_docs, self.max_len = batch_bytes, max_docs, max_len
         self.allowed_special = allowed_special

@@ -36,7 +36,7 @@ from .shards.flat import (
     read_shards,  # noqa: F401 (with read_array_records: the readers of what the job writes)
     sidecar_inputs,
 )
-from .types import CorpusError, VerifyError
+from .types import CorpusError, VerifyError, check_positive
 from .progress import Progress
 
 
@@ -95,7 +95,29 @@ def read_ahead(paths, *, split="lines", jsonl_field=None, window_bytes=WINDOW_BY
     """Starts reading the files (a window ahead) for a later `encode_files(..., read=...)` with
     the same paths, split, jsonl_field and window_bytes: the command reads its input while the
     vocabulary and the accelerator load."""
+    check_read_options(jsonl_field, window_bytes)
     return ReadAhead(paths, split, jsonl_field, window_bytes)
+
+
+# What encode_files writes: flat .bin/.idx, ArrayRecord, Megatron (every token), or padded
+# npz / npy rows (max_tokens wide).
+FORMATS = ("flat", "arrayrecord", "megatron", "npz", "npy")
+
+
+def check_tokenizer(tok) -> None:
+    """TypeError unless `tok` is a blockbpe_jax.Tokenizer."""
+    from ..tokenizer import Tokenizer
+
+    if not isinstance(tok, Tokenizer):
+        raise TypeError(f"tok must be a blockbpe_jax.Tokenizer, got {type(tok).__name__}")
+
+
+def check_read_options(jsonl_field, window_bytes) -> None:
+    """TypeError / ValueError for a JSONL field that is not a name, or window bytes that are not
+    a positive int."""
+    if jsonl_field is not None and not isinstance(jsonl_field, str):
+        raise TypeError(f"jsonl_field must be a field name (str) or None, got {type(jsonl_field).__name__}")
+    check_positive(("window_bytes", window_bytes))
 
 
 def encode_files(
@@ -123,6 +145,12 @@ def encode_files(
     `preprocess_data --append-eod` (`corpus.eod`; the sidecar's "append_eod" names it). Raises
     CorpusError (one line, file:line) on a bad input or an existing output without overwrite.
     options: how the inputs are read and encoded (`encode_documents_of`)."""
+    check_tokenizer(tok)
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    if fmt in ("flat", "arrayrecord", "megatron") and (max_tokens is not None or pad_id != 0):
+        raise ValueError(f"max_tokens and pad_id apply to fmt npz / npy ({fmt} shards keep every token)")
+    check_positive(("shard_tokens", shard_tokens), ("shard_docs", shard_docs), ("max_tokens", max_tokens))
     paths = check_inputs(paths)
     eod = eod_id(tok, append_eod)
     directory, name = os.path.split(os.path.expanduser(os.fspath(out_prefix)))
@@ -195,6 +223,7 @@ def encode_files_to_arrays(
     document's ids back to back (uint16 when the vocabulary fits, else uint32) and int64
     offsets, one per document plus one (document j is ids[offsets[j]:offsets[j + 1]]), the
     flat layout of `encode_files`. append_eod, options: as encode_files'."""
+    check_tokenizer(tok)
     paths = check_inputs(paths)
     eod = eod_id(tok, append_eod)
     writer = ArraysWriter(tok.vocab.n_vocab, input_bytes=_input_bytes(paths) or 0)
@@ -258,6 +287,8 @@ def encode_documents_of(
     "NFC: on the device or on the host"); else the host normalizes every window."""
     from .device_split import wanted
 
+    check_tokenizer(tok)
+    check_read_options(jsonl_field, window_bytes)
     split_kind, chunk = parse_split(split)
     bar = Progress(_input_bytes(paths), enabled=progress)
     t0 = time.perf_counter()

@@ -1,5 +1,6 @@
-"""The types the corpus job's readers, engine and writers share: its errors and a window of
-documents (`Window`, what a reader hands to the engine and the engine to a writer)."""
+"""The types the corpus job's readers, engine and writers share: its errors, the rule of its
+counting options (`check_positive`) and a window of documents (`Window`, what a reader hands
+to the engine and the engine to a writer)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,19 @@ class CorpusError(ValueError):
 class VerifyError(CorpusError):
     """The shards do not hold what they should (corrupt file, ids that differ from the
     reference)."""
+
+
+def check_positive(*named: tuple[str, object]) -> None:
+    """For each (name, value) given (not None): TypeError unless an int, ValueError unless 1 or
+    more. The job's sizes and counts (window bytes, batch bytes, documents per call or shard,
+    tokens per shard, lengths): a zero or negative one would mean nothing, or never end."""
+    for name, value in named:
+        if value is None:
+            continue
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value}")
 
 
 class Doc(NamedTuple):

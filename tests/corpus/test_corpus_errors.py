@@ -270,3 +270,65 @@ def test_gzip_documents_with_and_without_isal(tmp_path, monkeypatch):
     monkeypatch.setattr(compressed_input, "_fast_gzip", gzip)
     assert read() == fast and fast[1] == list(range(1, 20001))
     assert fast[0][7] == json.loads(lines[7])["text"].encode()
+
+
+# The Python API's options: the CLI checks its flags before the job starts; a call from
+# Python gets the same rule (corpus.types.check_positive) and never hangs or fails later with
+# another name (a zero window once read nothing forever).
+BAD_OPTIONS = [
+    (dict(window_bytes=0), ValueError, "window_bytes must be a positive integer, got 0"),
+    (dict(window_bytes=-5), ValueError, "window_bytes must be a positive integer, got -5"),
+    (dict(window_bytes=1.5), TypeError, "window_bytes must be a positive integer, got float 1.5"),
+    (dict(batch_bytes=0), ValueError, "batch_bytes must be a positive integer, got 0"),
+    (dict(max_docs=0), ValueError, "max_docs must be a positive integer, got 0"),
+    (dict(max_len=-1), ValueError, "max_len must be a positive integer, got -1"),
+    (dict(block_size=3), ValueError, r"block_size must be one of \(256, 512, 1024\), got 3"),
+    (dict(jsonl_field=5), TypeError, "jsonl_field must be a field name"),
+]
+
+
+@pytest.mark.parametrize("options, error, message", BAD_OPTIONS)
+def test_bad_options_from_python(tmp_path, r50k, options, error, message):
+    path = tmp_path / "docs.txt"
+    path.write_text("one\ntwo\n")
+    with pytest.raises(error, match=message):
+        corpus.encode_files_to_arrays(r50k, [path], **options)
+    with pytest.raises(error, match=message):
+        corpus.encode_files(r50k, [path], tmp_path / "out" / "s", **options)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        (dict(fmt="parquet"), ValueError, r"fmt must be one of \('flat', "),
+        (dict(shard_tokens=0), ValueError, "shard_tokens must be a positive integer, got 0"),
+        (dict(shard_docs=0), ValueError, "shard_docs must be a positive integer, got 0"),
+        (dict(fmt="npz", max_tokens=0), ValueError, "max_tokens must be a positive integer, got 0"),
+        (dict(max_tokens=8), ValueError, r"max_tokens and pad_id apply to fmt npz / npy \(flat shards"),
+        (dict(fmt="megatron", pad_id=1), ValueError, r"apply to fmt npz / npy \(megatron shards"),
+    ],
+)
+def test_bad_output_options_from_python(tmp_path, r50k, options, error, message):
+    path = tmp_path / "docs.txt"
+    path.write_text("one\ntwo\n")
+    with pytest.raises(error, match=message):
+        corpus.encode_files(r50k, [path], tmp_path / "out" / "s", **options)
+    assert not (tmp_path / "out").exists()
+
+
+def test_inputs_and_tokenizer_from_python(tmp_path, r50k):
+    """One path may be given alone (not read as a sequence of one-letter paths); anything else
+    that is no sequence of paths, or a tokenizer that is none, is a TypeError naming it."""
+    path = tmp_path / "docs.txt"
+    path.write_text("one\ntwo\n")
+    for one in (path, str(path)):
+        ids, offsets = corpus.encode_files_to_arrays(r50k, one)
+        want = corpus.encode_files_to_arrays(r50k, [path])
+        assert ids.tolist() == want[0].tolist() and offsets.tolist() == want[1].tolist()
+    with pytest.raises(TypeError, match="the inputs must be a path or a sequence of paths, got NoneType"):
+        corpus.encode_files_to_arrays(r50k, None)
+    with pytest.raises(TypeError, match="tok must be a blockbpe_jax.Tokenizer, got str"):
+        corpus.encode_files_to_arrays("r50k_base", [path])
+    with pytest.raises(TypeError, match="tok must be a blockbpe_jax.Tokenizer, got NoneType"):
+        corpus.encode_files(None, [path], tmp_path / "out" / "s")

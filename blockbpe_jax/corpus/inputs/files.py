@@ -37,6 +37,10 @@ def check_inputs(paths: Sequence[str | os.PathLike]) -> Inputs:
     path's string; a Path made again, or asked for its string, costs as much again on 3.12.)"""
     if isinstance(paths, Inputs):
         return paths
+    if isinstance(paths, (str, bytes, os.PathLike)):  # one input, not a sequence of characters
+        paths = [paths]
+    elif not hasattr(paths, "__iter__"):
+        raise TypeError(f"the inputs must be a path or a sequence of paths, got {type(paths).__name__}")
     out, sizes, streams = [], [], set()
     for p in paths:
         name = os.fspath(p)
