@@ -459,6 +459,13 @@ class Tokenizer:
     def decode_bytes(self, ids, counts) -> list[bytes]:
         """Token ids (padded rows plus counts) back to byte strings."""
         ids, counts = staging.read_back([ids, counts])
+        if not np.issubdtype(ids.dtype, np.integer) or not np.issubdtype(counts.dtype, np.integer):
+            raise TypeError(f"decode: ids and counts must be integers, got {ids.dtype} and {counts.dtype}")
+        if ids.ndim < 1 or counts.shape != ids.shape[:-1]:
+            raise ValueError(
+                f"decode: counts must have the shape of the ids' rows, {list(ids.shape[:-1])}, "
+                f"got {list(counts.shape)}"
+            )
         if (counts < 0).any():
             b = int(np.flatnonzero(counts.reshape(-1) < 0)[0])
             raise ValueError(

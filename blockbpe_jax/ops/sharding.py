@@ -77,6 +77,8 @@ def encode_sharded(
     Returns:
       Encoded(ids int32[B, T], counts int32[B]) sharded as NamedSharding(mesh, P(axis)).
     """
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"encode_sharded: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
     if axis not in mesh.axis_names:
         raise ValueError(f"encode_sharded: mesh has axes {mesh.axis_names}, not {axis!r}")
     if not isinstance(tables, EncodeTables):
@@ -152,6 +154,8 @@ def encode_process_local(
       (devices ordered by process), process k's local row j is global row k * rows + j.
       Read another process's rows with `multihost_utils.process_allgather`.
     """
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"encode_sharded: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
     if axis not in mesh.axis_names:
         raise ValueError(f"encode_process_local: mesh has axes {mesh.axis_names}, not {axis!r}")
     if isinstance(texts, tuple) and len(texts) == 2 and all(isinstance(a, np.ndarray) for a in texts):

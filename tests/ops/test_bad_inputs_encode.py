@@ -330,3 +330,21 @@ def test_decode_negative_id(tok):
 def test_decode_negative_count(tok):
     with pytest.raises(ValueError, match="count"):
         tok.decode(np.array([[15339, 1917, 0]], np.int32), np.array([-1]))
+
+
+def test_decode_counts_not_matching_the_rows(tok):
+    ids = np.array([[15339, 1917], [15339, 0]], np.int32)
+    with pytest.raises(
+        ValueError, match=r"decode: counts must have the shape of the ids' rows, \[2\], got \[3\]"
+    ):
+        tok.decode(ids, np.array([2, 1, 1]))
+    with pytest.raises(ValueError, match=r"the ids' rows, \[2\], got \[\]"):
+        tok.decode(ids, np.array(2))
+    with pytest.raises(TypeError, match="decode: ids and counts must be integers, got float32 and int64"):
+        tok.decode(ids.astype(np.float32), np.array([2, 1]))
+
+
+def test_encode_sharded_without_a_mesh(tok, packed):
+    data, lengths = packed
+    with pytest.raises(TypeError, match="encode_sharded: mesh must be a jax.sharding.Mesh, got NoneType"):
+        bb.encode_sharded(data, lengths, tok.tables(device=CPU), None, max_tokens=8)
