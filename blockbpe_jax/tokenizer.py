@@ -291,7 +291,7 @@ class Tokenizer:
         finish = None
         if (device_nfc and not normalized) or split:
 
-            def finish(out):  # (waits for the counts: encode_stream does it a batch later)
+            def finish(out):  # (waits for the counts: encode_stream once ready or two batches on)
                 return self._rows_on_host(out, raw, split, allowed_special, run, max_tokens is None, pad_id)
 
         if staging.available(target) and len(texts) > 0 and max_len != 0:
@@ -340,9 +340,10 @@ class Tokenizer:
         row's NFC does not fit its width, or has a segment of hundreds of combining marks, or
         may change in a call with specials on the GPU; pretok/nfc_normalize.h, cuda/nfc_prepass.cuh)
         and those in `split` (packed empty: `_normalized`), from their raw `texts` (their
-        surrogates as tiktoken has them, as packed), normalized here around their specials. Reads the counts back (waits for the call; one pinned
-        copy, staging.read_back: JAX's own copy has a large fixed cost); widens the ids where a
-        row's tokens need more columns than `out` has and the caller did not fix max_tokens."""
+        surrogates as tiktoken has them, as packed), normalized here around their specials.
+        Reads the counts back (waits for the call; one pinned copy, staging.read_back: JAX's
+        own copy has a large fixed cost); widens the ids where a row's tokens need more columns
+        than `out` has and the caller did not fix max_tokens."""
         import jax.numpy as jnp
 
         (counts,) = staging.read_back([out.counts])

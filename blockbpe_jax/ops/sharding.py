@@ -155,7 +155,7 @@ def encode_process_local(
       Read another process's rows with `multihost_utils.process_allgather`.
     """
     if not isinstance(mesh, jax.sharding.Mesh):
-        raise TypeError(f"encode_sharded: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+        raise TypeError(f"encode_process_local: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
     if axis not in mesh.axis_names:
         raise ValueError(f"encode_process_local: mesh has axes {mesh.axis_names}, not {axis!r}")
     if isinstance(texts, tuple) and len(texts) == 2 and all(isinstance(a, np.ndarray) for a in texts):
