@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..corpus.documents import SPLITS_HELP, WINDOW_BYTES
+from ..corpus.shards import EVERY_TOKEN_FORMATS, FORMATS
 from ..corpus.shards.flat import DEFAULT_SHARD_TOKENS
 from ..corpus.plan import DEFAULT_PACK_WIDTH
 from .common import (
@@ -42,9 +43,7 @@ def cmd_encode(args) -> int:
         raise CLIError(f"--pack-width must be 0 or more, got {args.pack_width}")
     if chunk and args.max_len and chunk > args.max_len:
         raise CLIError(f"--split chunk:{chunk} makes documents longer than --max-len {args.max_len}")
-    if args.format in ("flat", "arrayrecord", "megatron") and (
-        args.max_tokens is not None or args.pad_id is not None
-    ):
+    if args.format in EVERY_TOKEN_FORMATS and (args.max_tokens is not None or args.pad_id is not None):
         raise CLIError(
             f"--max-tokens and --pad-id apply to --format npz/npy ({args.format} shards keep every token)"
         )
@@ -196,7 +195,7 @@ def add_parsers(sub) -> None:
     )
     e.add_argument(
         "--format",
-        choices=("flat", "arrayrecord", "megatron", "npz", "npy"),
+        choices=FORMATS,
         default="flat",
         help="flat: .bin/.idx token shards (default); arrayrecord: NAME_<k>.array_record, "
         "one record per document (its ids as little-endian uint16/uint32 bytes; needs "

@@ -15,9 +15,8 @@ import numpy as np
 
 from .. import native, staging
 from .background import in_background, map_in_background, stop_background
-from .types import Window, check_positive
+from .types import CorpusError, Window, check_positive
 from .device import CompiledReads, CompiledWindows, WindowBuffers, compile_ahead, device_functions
-from .types import CorpusError
 from .nfc import device_nfc_available, document_bytes, encode_normalized_again
 from .shards.flat import token_dtype
 from .plan import (

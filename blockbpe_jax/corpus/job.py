@@ -25,6 +25,7 @@ from .eod import AppendEod, eod_id
 from .shards.array_records import ArrayRecordWriter, read_array_records  # noqa: F401
 from .shards.megatron import MegatronWriter
 from .inputs.files import check_inputs, first_stream, input_sizes
+from .shards import EVERY_TOKEN_FORMATS, FORMATS
 from .shards.padded import PaddedWriter
 from .shards.flat import (
     DEFAULT_SHARD_TOKENS,
@@ -99,11 +100,6 @@ def read_ahead(paths, *, split="lines", jsonl_field=None, window_bytes=WINDOW_BY
     return ReadAhead(paths, split, jsonl_field, window_bytes)
 
 
-# What encode_files writes: flat .bin/.idx, ArrayRecord, Megatron (every token), or padded
-# npz / npy rows (max_tokens wide).
-FORMATS = ("flat", "arrayrecord", "megatron", "npz", "npy")
-
-
 def check_tokenizer(tok) -> None:
     """TypeError unless `tok` is a blockbpe_jax.Tokenizer (by what the job uses of it: the
     tokenizer module imports this one)."""
@@ -147,14 +143,14 @@ def encode_files(
     check_tokenizer(tok)
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
-    if fmt in ("flat", "arrayrecord", "megatron") and (max_tokens is not None or pad_id != 0):
+    if fmt in EVERY_TOKEN_FORMATS and (max_tokens is not None or pad_id != 0):
         raise ValueError(f"max_tokens and pad_id apply to fmt npz / npy ({fmt} shards keep every token)")
     check_positive(("shard_tokens", shard_tokens), ("shard_docs", shard_docs), ("max_tokens", max_tokens))
     paths = check_inputs(paths)
     eod = eod_id(tok, append_eod)
     directory, name = os.path.split(os.path.expanduser(os.fspath(out_prefix)))
     directory = Path(directory or ".")
-    if fmt in ("flat", "arrayrecord", "megatron") and not name:
+    if fmt in EVERY_TOKEN_FORMATS and not name:
         raise CorpusError(f"{out_prefix}: a {fmt} output needs a file name prefix (DIR/NAME)")
     created = make_output_directory(directory)
     try:

@@ -21,6 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
+from . import EVERY_TOKEN_FORMATS
 from ..types import CorpusError, VerifyError
 
 FLAT_FORMAT = "blockbpe-flat-v1"
@@ -58,7 +59,7 @@ def sidecar_path(prefix: str | os.PathLike) -> Path:
 
 def check_output(directory: Path, name: str, overwrite: bool, fmt: str) -> None:
     """Refuses (or, with overwrite, clears) an existing output of this prefix."""
-    if fmt in ("flat", "arrayrecord", "megatron"):
+    if fmt in EVERY_TOKEN_FORMATS:
         old = (
             [directory / f"{name}.json"]
             + sorted(directory.glob(f"{name}_[0-9]*.bin"))
