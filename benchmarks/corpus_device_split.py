@@ -67,39 +67,44 @@ def run_device_split_ab(label, path, texts, nbytes, tok, ps, work, args, read_fl
     return r
 
 
-def nfc_tokenizers():
-    """(NFC tokenizer, the same vocabulary without a normalizer): llama3's tokenizer.json with
-    Qwen2's split (benchmarks/nfc_throughput.py's), with and without the NFC normalizer."""
+def normalizing_tokenizers() -> dict:
+    """{"nfc", "lower", "plain": Tokenizer}: llama3's tokenizer.json with Qwen2's split
+    (benchmarks/nfc_throughput.py's) with an NFC normalizer, a Lowercase one, and none."""
     import blockbpe_jax as bb
     from blockbpe_jax.vocab.hf_json import vocab_from_tokenizer_json
     from nfc_throughput import tokenizer_doc
 
-    return tuple(
-        bb.Tokenizer(vocab_from_tokenizer_json(tokenizer_doc(nfc), f"llama3-{'nfc' if nfc else 'plain'}"))
-        for nfc in (True, False)
-    )
+    return {
+        name: bb.Tokenizer(
+            vocab_from_tokenizer_json(tokenizer_doc(None if name == "plain" else name), f"llama3-{name}")
+        )
+        for name in ("nfc", "lower", "plain")
+    }
 
 
-# An NFC tokenizer's job (encode_files_to_arrays): where NFC runs, and the split
+# A normalizing tokenizer's job (encode_files_to_arrays): where its normalizer runs, and the split
 NFC_VARIANTS = (
-    ("nfc host, split off", "nfc", dict(device_nfc=False, device_split=False)),
+    ("nfc host, split off", "nfc", dict(device_normalizer=False, device_split=False)),
     ("nfc device, split off", "nfc", dict(device_split=False)),
     ("nfc device, split on", "nfc", dict(device_split=True)),
+    ("lower host, split off", "lower", dict(device_normalizer=False, device_split=False)),
+    ("lower device, split off", "lower", dict(device_split=False)),
+    ("lower device, split on", "lower", dict(device_split=True)),
     ("no normalizer, split off", "plain", dict(device_split=False)),
     ("no normalizer, split on", "plain", dict(device_split=True)),
 )
 
 
 def run_nfc_ab(label, path, texts, nbytes, args) -> dict:
-    """The NFC tokenizer's job in process on `path` (field "text"): NFC_VARIANTS alternated,
-    the first round cold, the median of --reps warm; the NFC runs' ids compared with the host
-    NFC run's, the plain ones' with each other; the NFC ratio of must-show 2 (device NFC over
-    the same vocabulary without a normalizer, split on and off). The corpus is in NFC but for
+    """The normalizing tokenizers' jobs in process on `path` (field "text"): NFC_VARIANTS
+    alternated, the first round cold, the median of --reps warm; each normalizer's runs' ids
+    compared with its host run's, the plain ones' with each other; the ratios of P12's
+    must-show 2 (the normalizer on the device over the same vocabulary without one, split on
+    and off). The corpus is in NFC but for
     the odd document (War and Peace's mojibake, WikiText): the device checks every row."""
-    nfc_tok, plain_tok = nfc_tokenizers()
-    toks = dict(nfc=nfc_tok, plain=plain_tok)
-    print(f"[{label}] NFC tokenizer: {len(texts)} documents, {nbytes / MB:.1f} MB", flush=True)
-    r: dict = dict(corpus=f"{label} (llama3 + NFC)", documents=len(texts), bytes=nbytes)
+    toks = normalizing_tokenizers()
+    print(f"[{label}] NFC / Lowercase tokenizers: {len(texts)} documents, {nbytes / MB:.1f} MB", flush=True)
+    r: dict = dict(corpus=f"{label} (llama3 + NFC / Lowercase)", documents=len(texts), bytes=nbytes)
     refs: dict = {}
     for rep in range(1 + args.reps):
         for name, which, options in NFC_VARIANTS:
@@ -111,10 +116,11 @@ def run_nfc_ab(label, path, texts, nbytes, args) -> dict:
             del got, ids, offsets
             _record(r, name, clock, diff, rep, nbytes)
     _summarize(r, nbytes)
-    for split in ("off", "on"):
-        nfc, plain = r.get(f"nfc device, split {split}"), r.get(f"no normalizer, split {split}")
-        if nfc and plain and "warm_s" in nfc and "warm_s" in plain:
-            r[f"nfc_over_plain_split_{split}"] = plain["warm_s"] / nfc["warm_s"]
+    for which in ("nfc", "lower"):
+        for split in ("off", "on"):
+            norm, plain = r.get(f"{which} device, split {split}"), r.get(f"no normalizer, split {split}")
+            if norm and plain and "warm_s" in norm and "warm_s" in plain:
+                r[f"{which}_over_plain_split_{split}"] = plain["warm_s"] / norm["warm_s"]
     return r
 
 
@@ -166,12 +172,13 @@ def device_split_table(results: list[dict]) -> str:
             lines.append(
                 f"{head} | first call's sample equal to tiktoken | | | | | {r['reference_sample']['equal_to_tiktoken']}"
             )
-        for split in ("off", "on"):
-            if f"nfc_over_plain_split_{split}" in r:
-                lines.append(
-                    f"{head} | NFC device / no normalizer, split {split} (warm) | | | "
-                    f"{r[f'nfc_over_plain_split_{split}']:.0%} | | |"
-                )
+        for which, label in (("nfc", "NFC"), ("lower", "Lowercase")):
+            for split in ("off", "on"):
+                if f"{which}_over_plain_split_{split}" in r:
+                    lines.append(
+                        f"{head} | {label} device / no normalizer, split {split} (warm) | | | "
+                        f"{r[f'{which}_over_plain_split_{split}']:.0%} | | |"
+                    )
         if "error" in r:
             lines.append(f"{head} | ERROR: {r['error']} | | | | | |")
     return "\n".join(lines) + "\n"

@@ -1,21 +1,23 @@
 #!/usr/bin/env python3
-"""An NFC tokenizer against the same vocabulary without a normalizer: encode_batch end to end
-and the primitive on device-resident rows (the executors normalize NFC themselves,
-ffi/pretok/nfc_normalize.h and ffi/cuda/nfc_prepass.cuh).
+"""Tokenizers with a normalizer (NFC, Lowercase, NFC then Lowercase) against the same vocabulary
+without one: encode_batch end to end and the primitive on device-resident rows (the executors
+normalize themselves: ffi/pretok/nfc_normalize.h, ffi/cuda/nfc_prepass.cuh, pretok/lowercase.h).
 
     python3 benchmarks/nfc_throughput.py --out DIR [--rows 1024] [--bytes 4096] [--reps 10]
+        [--normalizers nfc,lower,nfc_lower]
 
-llama3's tokenizer.json with Qwen2's split (tests' synthetic.nfc_tokenizer), once with
-"normalizer": {"type": "NFC"} and once with none; War and Peace excerpts (NFC text, as nearly
-all text is) and the same excerpts with every "e" and "a" followed by U+0301 (text not in NFC,
-where every row takes the pre-pass's slow path). Medians of --reps calls after a warm-up:
+llama3's tokenizer.json with Qwen2's split (tests' synthetic.nfc_tokenizer), once with each
+normalizer of --normalizers and once with none; War and Peace excerpts (NFC text, as nearly
+all text is; cased) and the same excerpts with every "e" and "a" followed by U+0301 (text not
+in NFC, where every row takes the NFC pre-pass's slow path). Medians of --reps calls after a
+warm-up:
   e2e        tok.encode_batch(texts) with the ids waited for (packing, copy, encode)
   stream     tok.encode_stream of --stream copies of the batch, all waited for, per batch (an NFC
              tokenizer reads each batch's counts back once the next is dispatched)
   device     bb.encode on rows already on the device, waited for
-  host_nfc   texts normalized on the host first (Tokenizer.normalize: the native batch for NFC alone),
-             then encode_batch's packing and the encode with the check off
-Every NFC path's ids are checked equal to HF tokenizers' (when installed) or to host_nfc's.
+  host_normalized  texts normalized on the host first (Tokenizer.normalize), then encode_batch's
+             packing and the encode with the check off
+Every path's ids are checked equal to HF tokenizers' (when installed) or to host_normalized's.
 Writes DIR/nfc_throughput.json and prints GB/s of input bytes.
 """
 
@@ -34,9 +36,13 @@ from blockbpe_jax.testing import QWEN2_PATTERN, data_dir, read_corpus  # noqa: E
 from harness import median_s, spread_excerpts  # noqa: E402
 
 
-def tokenizer_doc(nfc: bool) -> dict:
+NFC, LOWER = {"type": "NFC"}, {"type": "Lowercase"}
+NORMALIZERS = {"nfc": NFC, "lower": LOWER, "nfc_lower": {"type": "Sequence", "normalizers": [NFC, LOWER]}}
+
+
+def tokenizer_doc(normalizer: str | None) -> dict:
     doc = json.loads((data_dir() / "vocab" / "llama3" / "tokenizer.json").read_bytes())
-    doc["normalizer"] = {"type": "NFC"} if nfc else None
+    doc["normalizer"] = NORMALIZERS[normalizer] if normalizer else None
     split = {"type": "Split", "pattern": {"Regex": QWEN2_PATTERN}, "behavior": "Isolated", "invert": False}
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
     doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, byte_level]}
@@ -50,7 +56,11 @@ def main() -> None:
     ap.add_argument("--bytes", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--stream", type=int, default=4)
+    ap.add_argument("--normalizers", default="nfc,lower,nfc_lower", help="of " + ",".join(NORMALIZERS))
     args = ap.parse_args()
+    normalizers = args.normalizers.split(",")
+    if not set(normalizers) <= set(NORMALIZERS):
+        ap.error(f"--normalizers: each of {', '.join(NORMALIZERS)}")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     import jax
@@ -75,8 +85,8 @@ def main() -> None:
     toks, hfs = {}, {}
     from blockbpe_jax.vocab.hf_json import vocab_from_tokenizer_json
 
-    for name, nfc in (("nfc", True), ("plain", False)):
-        doc = tokenizer_doc(nfc)
+    for name in [*normalizers, "plain"]:
+        doc = tokenizer_doc(None if name == "plain" else name)
         toks[name] = bb.Tokenizer(vocab_from_tokenizer_json(doc, f"llama3-{name}"))
         hfs[name] = HfTokenizer.from_str(json.dumps(doc)) if HfTokenizer else None
 
@@ -119,9 +129,9 @@ def main() -> None:
             row["device_gbps"] = nbytes / s / 1e9
             dgot = rows_of(*dout)
             row["device_reported_rows"] = int(sum(1 for r in np.asarray(dout.counts) if r == -2))
-            if tok_name == "nfc":
+            if tok_name != "plain":
 
-                def host_nfc(tok=tok, texts=texts):
+                def host_normalized(tok=tok, texts=texts):
                     norm = tok.normalize(texts)
                     d, n = bb.pack_strings(norm)
                     d, n = jax.device_put((d, n), dev)
@@ -129,8 +139,8 @@ def main() -> None:
                     jax.block_until_ready(out)
                     return out
 
-                s, hout = median_s(host_nfc, min(args.reps, 3))  # (slow: a few calls)
-                row["host_nfc_gbps"] = nbytes / s / 1e9
+                s, hout = median_s(host_normalized, min(args.reps, 3))  # (slow: a few calls)
+                row["host_normalized_gbps"] = nbytes / s / 1e9
                 want = rows_of(*hout)
             else:
                 want = got
@@ -143,17 +153,17 @@ def main() -> None:
             results.append(row)
             print(json.dumps(row), flush=True)
     for text_name in inputs:
-        nfc = next(r for r in results if r["text"] == text_name and r["tokenizer"] == "nfc")
         plain = next(r for r in results if r["text"] == text_name and r["tokenizer"] == "plain")
-        print(
-            f"{text_name:13s} e2e NFC {nfc['e2e_gbps']:.2f} vs plain {plain['e2e_gbps']:.2f} GB/s "
-            f"({nfc['e2e_gbps'] / plain['e2e_gbps']:.0%}); stream NFC {nfc['stream_gbps']:.2f} vs plain "
-            f"{plain['stream_gbps']:.2f} GB/s ({nfc['stream_gbps'] / plain['stream_gbps']:.0%}); device NFC "
-            f"{nfc['device_gbps']:.2f} vs "
-            f"plain {plain['device_gbps']:.2f} GB/s ({nfc['device_gbps'] / plain['device_gbps']:.0%}); "
-            f"normalized on the host first {nfc['host_nfc_gbps']:.2f} GB/s; ids equal: {nfc['e2e_ids_equal']} "
-            f"{nfc['device_ids_equal']}"
-        )
+        for name in normalizers:
+            r = next(r for r in results if r["text"] == text_name and r["tokenizer"] == name)
+            print(
+                f"{text_name:13s} {name:9s} e2e {r['e2e_gbps']:.2f} vs plain {plain['e2e_gbps']:.2f} GB/s "
+                f"({r['e2e_gbps'] / plain['e2e_gbps']:.0%}); stream {r['stream_gbps']:.2f} vs plain "
+                f"{plain['stream_gbps']:.2f} GB/s ({r['stream_gbps'] / plain['stream_gbps']:.0%}); device "
+                f"{r['device_gbps']:.2f} vs plain {plain['device_gbps']:.2f} GB/s "
+                f"({r['device_gbps'] / plain['device_gbps']:.0%}); normalized on the host first "
+                f"{r['host_normalized_gbps']:.2f} GB/s; ids equal: {r['e2e_ids_equal']} {r['device_ids_equal']}"
+            )
     (out_dir / "nfc_throughput.json").write_text(json.dumps(results, indent=1))
 
 

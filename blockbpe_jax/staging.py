@@ -291,7 +291,7 @@ def _stage(device, fill) -> Staged:
 class StagedBatch:
     """A packed batch and the call that encodes it: `encode()` once (or `dispatch()`, then
     `finish()` of its result), or `cancel()`. finish: a last step on the dispatched result
-    that waits for it (an NFC tokenizer's reported rows, encoded again), or None."""
+    that waits for it (a normalizing tokenizer's reported rows, encoded again), or None."""
 
     def __init__(self, run, *, staged=None, arrays=None, finish=None):
         self._run, self._staged, self._arrays, self._finish = run, staged, arrays, finish

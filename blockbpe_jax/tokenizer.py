@@ -176,10 +176,10 @@ class Tokenizer:
         return self.nfc or self.lowercase
 
     @property
-    def _device_nfc(self) -> bool:
-        """Whether exact mode leaves the normalizer to the executors: NFC alone, which they
-        normalize (ffi/pretok/nfc_normalize.h), so encode_batch sends the text as it is."""
-        return bool(self.vocab.pretokenizer) and self.vocab.pretokenizer.normalizer.steps == ("nfc",)
+    def _device_normalizes(self) -> bool:
+        """Whether exact mode leaves the normalizer to the executors (`Normalizer.on_device`):
+        encode_batch then sends the text as it is and normalizes the rows they report."""
+        return bool(self.vocab.pretokenizer) and self.vocab.pretokenizer.normalizer.on_device
 
     def _pretok(self) -> tuple[np.ndarray, int, str | None]:
         """(operand, stages, None) of the pre-tokenizer, or (placeholder, -1, why exact mode is
@@ -217,11 +217,11 @@ class Tokenizer:
         reuse compiled shapes); `max_tokens` defaults to the most tokens L bytes can give, which
         never truncates: L, or L + 1 where a SentencePiece dummy prefix may come first. On a CUDA
         GPU the strings are packed into pinned memory and copied by one DMA
-        (`blockbpe_jax/staging.py`); elsewhere the NumPy arrays travel with the call. A
-        tokenizer with a normalizer (NFC, Lowercase) gets its strings normalized here first
-        (`normalize`), but NFC alone, which the executors normalize (ffi/pretok/nfc_normalize.h);
-        the rare rows they report (their NFC wider than L, or hundreds of combining marks on
-        one letter) are normalized here and encoded again, which waits for the counts. A str's
+        (`blockbpe_jax/staging.py`); elsewhere the NumPy arrays travel with the call. The
+        normalizer (NFC, Lowercase) is the executors' (`pretok.Normalizer.on_device`, else it
+        runs here first); the rare rows they report (NFC wider than L, hundreds of marks on a
+        letter, a code point such as U+0130 not lowercased in place) are normalized here and
+        encoded again, which waits for the counts. A str's
         surrogates are as tiktoken has them: a pair joined into its code point, a lone one U+FFFD.
         """
         return self._staged_batch(
@@ -241,7 +241,7 @@ class Tokenizer:
         """`encode_batch(batch, **kwargs)` of each batch, in order, as a generator. On a CUDA
         GPU each batch is packed into pinned memory and its copy started before the batch
         before it is encoded, so that packing, copying and encoding overlap (elsewhere this is
-        encode_batch in a loop). The results are dispatched, not waited for, but an NFC
+        encode_batch in a loop). The results are dispatched, not waited for, but a normalizing
         tokenizer's, whose counts are read for reported rows once they are ready or two later
         batches are dispatched (staging.MAX_UNFINISHED). A bad batch raises after the result
         of the batch before it."""
@@ -272,7 +272,7 @@ class Tokenizer:
         texts, normalized, split = self._normalized(raw, mode, allowed_special)
         target = device or jax.devices()[0]
 
-        device_nfc = mode == "exact" and self._device_nfc
+        on_device = mode == "exact" and self._device_normalizes
 
         # Packing guarantees 0 <= lengths <= L: no need for the handler's read-back.
         def run(data, lengths, normalized=normalized, allowed=allowed_special, width=max_tokens):
@@ -289,7 +289,7 @@ class Tokenizer:
             )
 
         finish = None
-        if (device_nfc and not normalized) or split:
+        if (on_device and not normalized) or split:
 
             def finish(out):  # (waits for the counts: encode_stream once ready or two batches on)
                 return self._rows_on_host(out, raw, split, allowed_special, run, max_tokens is None, pad_id)
@@ -312,13 +312,14 @@ class Tokenizer:
         # (else the NumPy arrays ride along with the jitted call to the default device)
         return staging.StagedBatch(run, arrays=(data, lengths), finish=finish)
 
-    def _normalized(self, texts: list, mode: str, allowed_special="none") -> tuple[list, bool, dict]:
+    def _normalized(self, texts: list, mode: str, allowed_special="none", *, on_host=False) -> tuple:
         """(the texts as encode sees them, whether they were normalized, the rows to encode in
         parts): exact mode on a tokenizer with a normalizer normalizes first (encode then
-        trusts the text), but NFC alone, which the executors normalize. A row whose normalized
-        text the encode would match other specials in (`_normalize_around_specials`) is left
-        empty here, and its parts (normalized gaps, special ids) returned for `_join_parts`."""
-        if not (mode == "exact" and self.normalizes and not self._device_nfc):
+        trusts the text), but not where the executors do (`_device_normalizes`) unless
+        `on_host`. A row whose normalized text the encode would match other specials in
+        (`_normalize_around_specials`) is left empty here, its parts (normalized gaps, special
+        ids) returned for `_join_parts`."""
+        if not (mode == "exact" and self.normalizes and (on_host or not self._device_normalizes)):
             return texts, False, {}
         out, parts = self._normalize_around_specials(texts, allowed_special)
         return [t[:0] if k in parts else t for k, t in enumerate(out)], True, parts
@@ -338,7 +339,7 @@ class Tokenizer:
     def _rows_on_host(self, out, texts, split, allowed_special, run, widen: bool, pad_id: int):
         """`out` with some rows encoded again: those the executors reported (count -2: the
         row's NFC does not fit its width, or has a segment of hundreds of combining marks, or
-        may change in a call with specials on the GPU; pretok/nfc_normalize.h, cuda/nfc_prepass.cuh)
+        may change in a call with specials on the GPU, or a code point is not lowercased in place)
         and those in `split` (packed empty: `_normalized`), from their raw `texts` (their
         surrogates as tiktoken has them, as packed), normalized here around their specials.
         Reads the counts back (waits for the call; one pinned copy, staging.read_back: JAX's

@@ -1,17 +1,24 @@
 """What the corpus job's test files (tests/corpus/, tests/compat/test_hf_datasets.py) share: the
 fixtures (the shared data directory, cl100k and r50k tokenizers, War and Peace, rows of the
-corpora with tiktoken's ids) and the reference ids."""
+corpora with tiktoken's ids), the reference ids, and the normalizer's two paths compared
+(on the device or on the host: `assert_paths_agree`, the `engines` fixture)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 import blockbpe_jax as bb
 from blockbpe_jax._data import find_data_dir
+from blockbpe_jax.corpus import engine as engine_module
+from blockbpe_jax.corpus import job as corpus
+from blockbpe_jax.corpus.types import CorpusError
+
+from helpers import gpu_devices
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +83,61 @@ def want(root, texts) -> list[list[int]]:
 
     tok = bb.Tokenizer.from_file(root / CL100K)
     return tiktoken_oracle("cl100k", tok, tok.vocab.pattern).encode_ordinary_batch(texts)
+
+
+# The normalizer on the device or on the host (test_corpus_nfc.py, test_corpus_lowercase.py)
+FIELD = "text"
+DEVICES = [pytest.param("cpu", id="cpu")] + [
+    pytest.param("gpu", id="gpu", marks=pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX"))
+]
+
+
+def device_of(kind: str):
+    return jax.devices("cpu")[0] if kind == "cpu" else gpu_devices()[0]
+
+
+@pytest.fixture
+def engines(monkeypatch) -> list:
+    """The WindowEncoders the jobs of a test make (which normalizer path each took, and how
+    many documents it normalized on the host after the device reported them)."""
+    made = []
+    init = engine_module.WindowEncoder.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(engine_module.WindowEncoder, "__init__", recording)
+    return made
+
+
+def outcome(tok, paths, device_normalizer, **options):
+    """(ids, offsets) of the job in memory, or the text of the CorpusError it raises."""
+    try:
+        return corpus.encode_files_to_arrays(tok, paths, device_normalizer=device_normalizer, **options)
+    except CorpusError as e:
+        return str(e)
+
+
+def assert_paths_agree(tok, paths, engines, **options):
+    """The job with the normalizer on the device (device split off and on) gives what the
+    host's normalizer gives; returns that."""
+    host = outcome(tok, paths, False, device_split=False, **options)
+    assert not engines[-1].device_normalizer and engines[-1].host_normalizes
+    for split in (False, True):
+        device = outcome(tok, paths, None, device_split=split, **options)
+        e = engines[-1]
+        assert e.device_normalizer and not e.host_normalizes and (e.device_split is not None) == split
+        if isinstance(host, str) or isinstance(device, str):
+            assert device == host
+        else:
+            assert device[0].dtype == host[0].dtype and np.array_equal(device[0], host[0])
+            assert np.array_equal(device[1], host[1])
+    return host
+
+
+def write_jsonl(path, docs, ensure_ascii=False):
+    path.write_text(
+        "".join(json.dumps({"id": i, FIELD: d}, ensure_ascii=ensure_ascii) + "\n" for i, d in enumerate(docs))
+    )
+    return path

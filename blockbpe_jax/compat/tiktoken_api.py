@@ -251,7 +251,13 @@ class Encoding:
                 pass
         raw = [_utf8(t) for t in texts]
         normalized, assumed, parts = tok._normalized(raw, self.mode, key)
-        out = encoder.encode(normalized)
+        try:
+            out = encoder.encode(normalized)
+        except RuntimeError as e:  # a row the executor reports (count -2: pretok/lowercase.h)
+            if assumed or "reported count -2" not in str(e):
+                raise
+            normalized, assumed, parts = tok._normalized(raw, self.mode, key, on_host=True)
+            out = self._sets.host_encoder(key, self.mode, assumed).encode(normalized)
         if parts:  # (rows whose normalized text spells other specials: Tokenizer._normalize_around_specials)
             gaps = self._sets.host_encoder((), self.mode, assumed)
             joined = tok._join_parts([parts.get(k) for k in range(len(out))], gaps.encode)

@@ -24,9 +24,9 @@ A block the split gives up on (a line the shared rules cannot decide as json.loa
 read by the host as where its native reader gives up (corpus.documents: `fast_block`, then
 line by line), which takes it or raises the host reader's one-line file:line error.
 
-The engine turns the option off where the host normalizes the documents (any normalizer but
-NFC alone, which the encode calls normalize: corpus/nfc.py); parquet inputs and
-`--split file|chunk:N` are not read as lines, so it changes nothing there. Blocks read before
+The engine turns the option off where the host normalizes the documents (Lowercase then NFC,
+or device_normalizer=False; the others the encode calls apply: corpus/device_normalizer.py);
+parquet inputs and `--split file|chunk:N` are not read as lines, so it changes nothing there. Blocks read before
 the engine starts (`corpus.job.read_ahead`, while the vocabulary and device load) are split on
 the host.
 On the CPU backend the same split runs through its CPU executor.

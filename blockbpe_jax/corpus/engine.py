@@ -17,7 +17,7 @@ from .. import native, staging
 from .background import in_background, map_in_background, stop_background
 from .types import CorpusError, Window, check_positive
 from .device import CompiledReads, CompiledWindows, WindowBuffers, compile_ahead, device_functions
-from .nfc import device_nfc_available, document_bytes, encode_normalized_again
+from .device_normalizer import device_normalizer_available, document_bytes, encode_normalized_again
 from .shards.flat import token_dtype
 from .plan import (
     DEFAULT_BATCH_BYTES,
@@ -86,7 +86,7 @@ def encode_documents(
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
     window's ids, back to back in input order in the shard dtype, to `writer.add`
     (`WindowEncoder` says how; `options` are its own: mode, allowed_special, batch_bytes,
-    max_docs, max_len, block_size, device, progress, pack_width, device_split, device_nfc). `join`: the
+    max_docs, max_len, block_size, device, progress, pack_width, device_split, device_normalizer). `join`: the
     JoinInto the windows' reader was given (opened here when short documents are packed, and
     given the device split when that option is on)."""
     WindowEncoder(tok, writer, paths, **options).run(windows, join)
@@ -126,7 +126,7 @@ class WindowEncoder:
         progress=None,
         pack_width=DEFAULT_PACK_WIDTH,
         device_split=False,
-        device_nfc=None,
+        device_normalizer=None,
     ):
         import jax
 
@@ -150,20 +150,21 @@ class WindowEncoder:
         self.pack = packing(
             tok, mode, allowed_special, min(pack_width, max_len) if max_len and pack_width else pack_width
         )
-        # Where the normalizer runs (docs/corpus.md, "NFC"): NFC alone on the device, in the
-        # encode calls' front end (`device_nfc`; the documents' bytes go as read), else (any
-        # other normalizer, or device_nfc=False) on the host in plan_window, the calls then
-        # trusting the text.
+        # Where the normalizer runs (docs/corpus.md, "The normalizer"): on the device, in the
+        # encode calls' front end, where the executors apply it (`device_normalizer`: NFC,
+        # Lowercase, NFC then Lowercase; the documents' bytes go as read), else (Lowercase then
+        # NFC, or device_normalizer=False) on the host in plan_window, the calls then trusting
+        # the text.
         normalizes = mode == "exact" and tok.normalizes
-        self.device_nfc = (
+        self.device_normalizer = (
             normalizes
-            and device_nfc is not False
-            and device_nfc_available(tok, self.pack.sep if self.pack else b"")
+            and device_normalizer is not False
+            and device_normalizer_available(tok, self.pack.sep if self.pack else b"")
         )
-        self.host_normalizes = normalizes and not self.device_nfc
+        self.host_normalizes = normalizes and not self.device_normalizer
         self.static = dict(mode=mode, block_size=block_size)
         self.encodes = CompiledWindows(tables, self.target, **self.static, assume_nfc=self.host_normalizes)
-        self.trusted_encodes = None  # (device_nfc: made for the first rows normalized on the host)
+        self.trusted_encodes = None  # (device_normalizer: made for the first rows normalized on the host)
         self.packed_encodes = None  # (made when short documents are packed: only packed calls use it)
         if self.pack:
             self.packed_encodes = CompiledWindows(
@@ -221,10 +222,12 @@ class WindowEncoder:
         if not w.ndocs:
             return None
         lengths = w.lengths
-        # (device NFC: a document over max_len may be within it once normalized, as the host
+        # (on the device: a document over max_len may be within it once normalized, as the host
         # path measures it: that window is normalized here)
         too_long = self.max_len is not None and lengths.max() > self.max_len
-        if self.host_normalizes or (self.device_nfc and too_long):  # the width must fit the normalized text
+        if self.host_normalizes or (
+            self.device_normalizer and too_long
+        ):  # the width must fit the normalized text
             w = Window.of(self.normalized_documents(w), w.positions, w.file_index, w.consumed)
             lengths = w.lengths
         if self.max_len is not None and lengths.max() > self.max_len:
@@ -354,7 +357,7 @@ class WindowEncoder:
         got = np.empty(n, np.int64)  # the counts in plan order from here on (core/window_layout.h)
         native.cpu.counts_in_plan_order(np.asarray(work.counts), perm, src, packed, got)
         widths = np.array([p.width for p in plan], np.int64)
-        if self.device_nfc:
+        if self.device_normalizer:
             raw, end = encode_normalized_again(self, work, got, raw, end, widths)
         redo = np.flatnonzero(got > work.kept)
         if redo.size:  # more tokens than the first pass kept: these rows at full width

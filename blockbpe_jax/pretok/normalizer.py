@@ -46,6 +46,14 @@ class Normalizer:
     def lowercase(self) -> bool:
         return "lowercase" in self.steps
 
+    @property
+    def on_device(self) -> bool:
+        """Whether the executors apply the steps to raw text themselves, reporting (count -2)
+        only the rows they cannot: NFC (ffi/pretok/nfc_normalize.h), Lowercase (in place,
+        lowercase.h), NFC then Lowercase. Lowercase then NFC they only check (a row passes when
+        its lowercase is in NFC as well), so the host applies it."""
+        return self.steps in (("nfc",), ("lowercase",), ("nfc", "lowercase"))
+
 
 def hf_component(config: object, where: str, steps_key: str) -> tuple[object, list | None]:
     """A tokenizer.json normalizer or pre-tokenizer object as (its type, the list of its steps

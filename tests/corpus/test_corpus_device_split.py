@@ -355,7 +355,7 @@ def test_blocks_only_json_loads_takes(root, cl100k, tmp_path, splits, kind):
 
 def test_nfc_tokenizer(data_dir, tmp_path, splits):
     """An NFC tokenizer: with NFC on the device (the default where available) the blocks are
-    split on the device too; where the host normalizes (device_nfc=False, as for any other
+    split on the device too; where the host normalizes (device_normalizer=False, as for any other
     normalizer) they are not (plan_window normalizes the host's bytes). The same ids either way."""
     from helpers import unicodedata16
     from synthetic import nfc_tokenizer
@@ -365,7 +365,7 @@ def test_nfc_tokenizer(data_dir, tmp_path, splits):
     assert tok.nfc
     path = tmp_path / "nfc.jsonl"
     path.write_text("".join(json.dumps({FIELD: t}) + "\n" for t in ["cafe\u0301", "\u212b x", "plain"] * 50))
-    host = assert_same(tok, [path], jsonl_field=FIELD, window_bytes=1024, device_nfc=False)
+    host = assert_same(tok, [path], jsonl_field=FIELD, window_bytes=1024, device_normalizer=False)
     assert splits == []
     on = assert_same(tok, [path], jsonl_field=FIELD, window_bytes=1024)
     assert used(splits)[0] > 3

@@ -1,6 +1,6 @@
 """The corpus job for an NFC tokenizer with the normalizer left to the encode calls (NFC on the
-device: `device_nfc`, corpus/engine.py) against the job normalizing on the host
-(device_nfc=False; the path every other normalizer takes): the same ids and offsets, the same
+device: `device_normalizer`, corpus/engine.py) against the job normalizing on the host
+(device_normalizer=False; the path every other normalizer takes): the same ids and offsets, the same
 shards byte for byte, the same one-line errors, with the device split on and off; on text in
 NFC, text that is not (combining marks, singletons, expanding compositions), rows whose NFC
 outgrows their width, segments too long for the executors (normalized on the host again),
@@ -13,79 +13,29 @@ from __future__ import annotations
 
 import json
 
-import jax
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blockbpe_jax.corpus import engine as engine_module
 from blockbpe_jax.corpus import job as corpus
-from blockbpe_jax.corpus import nfc as nfc_module
-from blockbpe_jax.corpus.types import CorpusError
+from blockbpe_jax.corpus import device_normalizer as normalizer_module
 
 import corpus_shared
-from corpus_shared import utf8_cut
-from helpers import gpu_devices, unicodedata16
+from corpus_shared import DEVICES, FIELD, assert_paths_agree, device_of, outcome, utf8_cut, write_jsonl
+from helpers import unicodedata16
 
 # corpus_shared's fixtures, requested by name below
 root, cl100k, war_and_peace = corpus_shared.root, corpus_shared.cl100k, corpus_shared.war_and_peace
-FIELD = "text"
-DEVICES = [pytest.param("cpu", id="cpu")] + [
-    pytest.param("gpu", id="gpu", marks=pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX"))
-]
-
-
-def device_of(kind: str):
-    return jax.devices("cpu")[0] if kind == "cpu" else gpu_devices()[0]
+engines = corpus_shared.engines
 
 
 @pytest.fixture
 def tok(nfc_tok):
     unicodedata16()  # (the reference's Unicode version, which the tables hold)
     ours, _ = nfc_tok
-    assert ours.nfc and ours._device_nfc
+    assert ours.nfc and ours._device_normalizes
     return ours
-
-
-@pytest.fixture
-def engines(monkeypatch) -> list:
-    """The WindowEncoders the jobs of a test make (which normalizer path each took, and how
-    many documents it normalized on the host after the device reported them)."""
-    made = []
-    init = engine_module.WindowEncoder.__init__
-
-    def recording(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(engine_module.WindowEncoder, "__init__", recording)
-    return made
-
-
-def outcome(tok, paths, device_nfc, **options):
-    """(ids, offsets) of the job in memory, or the text of the CorpusError it raises."""
-    try:
-        return corpus.encode_files_to_arrays(tok, paths, device_nfc=device_nfc, **options)
-    except CorpusError as e:
-        return str(e)
-
-
-def assert_paths_agree(tok, paths, engines, **options):
-    """The job with NFC on the device (device split off and on) gives what the host's NFC
-    gives; returns that."""
-    host = outcome(tok, paths, False, device_split=False, **options)
-    assert not engines[-1].device_nfc and engines[-1].host_normalizes
-    for split in (False, True):
-        device = outcome(tok, paths, None, device_split=split, **options)
-        e = engines[-1]
-        assert e.device_nfc and not e.host_normalizes and (e.device_split is not None) == split
-        if isinstance(host, str) or isinstance(device, str):
-            assert device == host
-        else:
-            assert device[0].dtype == host[0].dtype and np.array_equal(device[0], host[0])
-            assert np.array_equal(device[1], host[1])
-    return host
 
 
 # Documents NFC changes: a decomposed accent, singletons (Angstrom and Kelvin signs, Greek
@@ -118,13 +68,6 @@ def nfc_documents(war_and_peace: bytes, n: int = 600) -> list[str]:
         if i % 97 == 50:
             docs.append(" ".join(lines[i : i + 40]) + "\u0958" * 200)  # (a long row that outgrows its width)
     return docs
-
-
-def write_jsonl(path, docs, ensure_ascii=False):
-    path.write_text(
-        "".join(json.dumps({"id": i, FIELD: d}, ensure_ascii=ensure_ascii) + "\n" for i, d in enumerate(docs))
-    )
-    return path
 
 
 @pytest.mark.parametrize("kind", DEVICES)
@@ -168,7 +111,9 @@ def test_reported_rows_are_normalized_on_the_host_only(tok, war_and_peace, tmp_p
     corpus.encode_files_to_arrays(tok, [path], jsonl_field=FIELD, window_bytes=16 << 10, pack_width=0)
     assert sum(calls) == engines[-1].normalized_on_host > 0
     calls.clear()
-    corpus.encode_files_to_arrays(tok, [path], jsonl_field=FIELD, window_bytes=16 << 10, device_nfc=False)
+    corpus.encode_files_to_arrays(
+        tok, [path], jsonl_field=FIELD, window_bytes=16 << 10, device_normalizer=False
+    )
     assert sum(calls) == len(nfc_documents(war_and_peace))
 
 
@@ -186,7 +131,7 @@ def test_written_shards_byte_for_byte(tok, war_and_peace, tmp_path, engines):
     path = write_jsonl(tmp_path / "nfc.jsonl", nfc_documents(war_and_peace))
     outs = []
     for name, options in [
-        ("host", dict(device_nfc=False)),
+        ("host", dict(device_normalizer=False)),
         ("device", {}),
         ("split", dict(device_split=True)),
     ]:
@@ -200,7 +145,7 @@ def test_written_shards_byte_for_byte(tok, war_and_peace, tmp_path, engines):
             **options,
         )
         outs.append(tmp_path / name)
-    assert engines[0].host_normalizes and engines[1].device_nfc and engines[2].device_split is not None
+    assert engines[0].host_normalizes and engines[1].device_normalizer and engines[2].device_split is not None
     names = sorted(p.name for p in outs[0].iterdir())
     assert len(names) > 3
     for other in outs[1:]:
@@ -230,15 +175,15 @@ def test_max_len_error_as_the_host_path(tok, tmp_path, engines, where):
 
 
 def test_which_path_runs(nfc_tok, cl100k):
-    """NFC alone: on the device unless device_nfc=False; a separator NFC could rewrite or
+    """NFC alone: on the device unless device_normalizer=False; a separator NFC could rewrite or
     spell keeps the host path; no normalizer: neither."""
     tok, _ = nfc_tok
-    assert nfc_module.device_nfc_available(tok, b"<|end_of_text|>")
-    assert nfc_module.device_nfc_available(tok, b"")
-    assert not nfc_module.device_nfc_available(tok, "\u212b".encode())  # (NFC rewrites it)
-    assert not nfc_module.device_nfc_available(tok, b"<K>")  # (NFC spells K from U+212A)
-    assert not nfc_module.device_nfc_available(tok, "\u0301x".encode())  # (not a boundary)
-    assert not nfc_module.device_nfc_available(cl100k, b"")
+    assert normalizer_module.device_normalizer_available(tok, b"<|end_of_text|>")
+    assert normalizer_module.device_normalizer_available(tok, b"")
+    assert not normalizer_module.device_normalizer_available(tok, "\u212b".encode())  # (NFC rewrites it)
+    assert not normalizer_module.device_normalizer_available(tok, b"<K>")  # (NFC spells K from U+212A)
+    assert not normalizer_module.device_normalizer_available(tok, "\u0301x".encode())  # (not a boundary)
+    assert not normalizer_module.device_normalizer_available(cl100k, b"")
 
 
 @st.composite
@@ -278,12 +223,12 @@ def test_generated_text(tok, nfc_tok, tmp_path_factory, data):
     pack_width = data.draw(st.sampled_from([0, 64, 1024]))
     path = write_jsonl(tmp_path_factory.mktemp("g") / "g.jsonl", docs, data.draw(st.booleans()))
     got = []
-    for device_nfc, split in ((False, False), (None, False), (None, True)):
+    for device_normalizer, split in ((False, False), (None, False), (None, True)):
         got.append(
             outcome(
                 tok,
                 [path],
-                device_nfc,
+                device_normalizer,
                 device_split=split,
                 jsonl_field=FIELD,
                 window_bytes=window,

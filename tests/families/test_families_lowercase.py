@@ -1,6 +1,6 @@
 """A Lowercase normalizer (alone, NFC then Lowercase, Lowercase then NFC) on a byte-level
-tokenizer.json, against HF tokenizers on the same JSON: encode_batch (normalized on the host)
-and the raw primitive (NFC first: normalized by the executors; lowercased on the device; a row
+tokenizer.json, against HF tokenizers on the same JSON: encode_batch (the executors normalize,
+the host only the rows they report; Lowercase then NFC on the host) and the raw primitive (NFC first: normalized by the executors; lowercased on the device; a row
 it cannot lowercase in place, or (Lowercase then NFC) that may not be in NFC, gets count -2,
 never other ids)."""
 
@@ -155,7 +155,7 @@ def test_lowercase_tokenizer(lower_tok, data_dir, backend):
     assert tok.tables(device=CPU).lowercase
     texts = corpus_texts(data_dir, 4, seed=21) + MIXED + CASED
     texts += [t.upper() for t in corpus_texts(data_dir, 2, seed=22)]
-    assert_same(tok, texts, reference(hf), backend, "all")  # encode_batch: normalized first
+    assert_same(tok, texts, reference(hf), backend, "all")  # encode_batch
     check_primitive(tok, hf, texts, backend)  # raw bytes: lowercased on the device
 
 

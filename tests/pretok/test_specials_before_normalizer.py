@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import blockbpe_jax as bb
 from blockbpe_jax import testing
 from blockbpe_jax.corpus.types import CorpusError
+from blockbpe_jax.pretok import normalizer
 
 from helpers import gpu_devices
 from strategies import fuzz
@@ -123,7 +124,7 @@ def check(pair, texts, device, allowed):
         raw = text.encode()
         # (a row of exactly max_len bytes, which the executors normalize: a host normalizer's
         # text must fit max_len as it comes out)
-        if tok._device_nfc and len(raw) and len(raw) % 16 == 0:
+        if tok._device_normalizes and len(raw) and len(raw) % 16 == 0:
             assert _encode_batch(tok, [text], allowed, device, max_len=len(raw)) == [want], text
     if device.platform == "cpu":
         enc = tok.as_tiktoken()
@@ -172,7 +173,7 @@ def test_reported_rows_cpu(llama3_norm, allowed):
     encodes again normalized on the host around their specials: the rows encoded whole and
     those encoded in parts in one batch, the ids widened past max_len."""
     pair = llama3_norm
-    if not pair[0]._device_nfc:
+    if not pair[0]._device_normalizes:
         pytest.skip("the host normalizes first (its text must fit max_len)")
     assert max(len(t.encode()) for t in REPORTED) <= 40
     assert _encode_batch(pair[0], REPORTED, allowed, CPU, max_len=40) == _reference(pair, REPORTED, allowed)
@@ -215,30 +216,46 @@ def _corpus_ids(tok, docs, tmp_path, **options):
     return [ids[offsets[k] : offsets[k + 1]].tolist() for k in range(len(offsets) - 1)]
 
 
+def _not_lowered_in_place(text: str) -> bool:
+    """Whether text has a code point the executors do not lowercase in place (they report it)."""
+    index = normalizer.lower_tables()[0]
+    return any(index[ord(c)] == normalizer.LOWER_FLAG for c in text)
+
+
 CORPUS_DEVICES = [pytest.param("cpu", id="cpu")] + [
     pytest.param("gpu", id="gpu", marks=pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX"))
 ]
 
 
 @pytest.mark.parametrize("kind", CORPUS_DEVICES)
-@pytest.mark.parametrize("device_nfc", [None, False])
-def test_corpus_job(llama3_norm, cl100k_lower, tmp_path, kind, device_nfc):
-    """The corpus job normalizes documents around their specials (NFC on the device, or the
+@pytest.mark.parametrize("device_normalizer", [None, False])
+def test_corpus_job(llama3_norm, cl100k_lower, tmp_path, kind, device_normalizer):
+    """The corpus job normalizes documents around their specials (on the device, or the
     host's normalizer), and refuses a document whose normalized text spells a special its raw
-    text does not have where the host normalizes it (it cannot encode it in parts)."""
+    text does not have where the host normalizes it (it cannot encode it in parts): every
+    document with device_normalizer=False, else those the executors report (on the GPU any
+    that NFC may change next to a special; a code point whose lowercase is not in place)."""
     device = CPU if kind == "cpu" else gpu_devices()[0]
     for pair, texts in ((llama3_norm, NFC_TEXTS), (cl100k_lower, LOWER_TEXTS)):
         # (the texts whose normalized form spells a special that the raw text does not have)
         # (none with NFC then Lowercase: "<|K;|>" lowercases to no special)
         spelled = [t for t in texts if t and pair[0]._normalize_around_specials([t], "all")[1]]
         docs = [t for t in texts if t and t not in spelled]
-        got = _corpus_ids(pair[0], docs, tmp_path, device=device, device_nfc=device_nfc, pack_width=0)
+        got = _corpus_ids(
+            pair[0], docs, tmp_path, device=device, device_normalizer=device_normalizer, pack_width=0
+        )
         assert got == _reference(pair, docs, "all")
         for text in spelled:  # (the CPU executor, normalizing, encodes it as HF does)
-            host = device_nfc is False or not pair[0]._device_nfc or kind == "gpu"
+            reported = (kind == "gpu" and pair[0].nfc) or (pair[0].lowercase and _not_lowered_in_place(text))
+            host = device_normalizer is False or not pair[0]._device_normalizes or reported
             try:
                 got = _corpus_ids(
-                    pair[0], [text], tmp_path, device=device, device_nfc=device_nfc, pack_width=0
+                    pair[0],
+                    [text],
+                    tmp_path,
+                    device=device,
+                    device_normalizer=device_normalizer,
+                    pack_width=0,
                 )
             except CorpusError as e:
                 assert host and "spells a special" in str(e), e
@@ -298,7 +315,7 @@ def test_specials_gpu(llama3_norm, cl100k_lower, allowed, kernel, monkeypatch):
     check(cl100k_lower, LOWER_TEXTS, gpu, allowed)
     long_rows = [t * 40 for t in NFC_TEXTS if t]  # (the tile pipeline's rows)
     check(llama3_norm, long_rows, gpu, allowed)
-    if llama3_norm[0]._device_nfc:
+    if llama3_norm[0]._device_normalizes:
         want = _reference(llama3_norm, REPORTED, allowed)
         assert _encode_batch(llama3_norm[0], REPORTED, allowed, gpu, max_len=40) == want
 

@@ -1,8 +1,8 @@
-"""NFC in the corpus job on the device (docs/corpus.md, "NFC: on the device or on the host"):
-whether the job may leave a tokenizer's normalizer to the encode calls
-(`device_nfc_available`), and the documents they report, normalized on the host and encoded
-again (`encode_normalized_again`, from the engine's finishing step). Where the host normalizes
-instead, corpus.engine.plan_window does it for the whole window."""
+"""The normalizer in the corpus job on the device (docs/corpus.md, "The normalizer: on the device
+or on the host"): whether the job may leave a tokenizer's normalizer to the encode calls
+(`device_normalizer_available`), and the documents they report, normalized on the host and
+encoded again (`encode_normalized_again`, from the engine's finishing step). Where the host
+normalizes instead, corpus.engine.plan_window does it for the whole window."""
 
 from __future__ import annotations
 
@@ -15,15 +15,17 @@ from .types import CorpusError, Window
 NOT_NORMALIZED = -2  # a row's count where the executors could not normalize it (kCountNotNormalized)
 
 
-def device_nfc_available(tok, sep: bytes) -> bool:
-    """Whether the corpus job leaves the tokenizer's normalizer to the encode calls (docs/corpus.md,
-    "NFC"): a normalizer of NFC alone (both executors normalize it: ffi/pretok/nfc_normalize.h),
-    and a packing separator (b"": none) that NFC leaves in place in any row: every code point
-    of it a normalization boundary and none of them in the decomposition of a code point NFC
-    rewrites (NFC could spell the separator out of a document's text otherwise)."""
-    if not tok._device_nfc:
+def device_normalizer_available(tok, sep: bytes) -> bool:
+    """Whether the corpus job leaves the tokenizer's normalizer to the encode calls (docs/corpus.md):
+    one the executors apply themselves (Tokenizer._device_normalizes: NFC, Lowercase, NFC then
+    Lowercase) and, with NFC, a packing separator (b"": none) that NFC leaves in place in any
+    row: every code point of it a normalization boundary and none of them in the decomposition
+    of a code point NFC rewrites (NFC could spell the separator out of a document's text
+    otherwise). Lowercase needs no such test: it rewrites code points one at a time, and the
+    separator, a special token matched in the raw text, is not lowercased."""
+    if not tok._device_normalizes:
         return False
-    if not sep:
+    if not sep or not tok.nfc:
         return True
     from ..pretok import nfc_data, unicode
 
@@ -48,9 +50,10 @@ def document_bytes(w: Window, docs=None) -> list[bytes]:
 
 
 def encode_normalized_again(engine, work, got: np.ndarray, raw, end: int, widths: np.ndarray):
-    """With NFC on the device: the documents the encode calls reported (count -2, a row
-    whose NFC outgrows its width or holds a segment of hundreds of combining marks;
-    ffi/pretok/nfc_normalize.h), and every document of a packed call where one is (a row
+    """With the normalizer on the device: the documents the encode calls reported (count -2, a
+    row whose NFC outgrows its width or holds a segment of hundreds of combining marks,
+    ffi/pretok/nfc_normalize.h, or with a code point whose lowercase is not written in place,
+    pretok/lowercase.h), and every document of a packed call where one is (a row
     reported, or whose separator NFC joined to the next document's first code point,
     writes no separators: the call's later slots moved), normalized on the host around
     their specials (engine.normalized_documents) and encoded again, trusted, at widths that fit them, into `raw` from `end`. Updates got,
