@@ -58,6 +58,11 @@ def nfc_normalize(data: Annotated[NDArray[numpy.uint8], dict(shape=(None,), orde
     NFC of each row data[offsets[i]:offsets[i + 1]] (ffi/pretok/nfc_normalize.h) -> (bytes, offsets); part > 0: each row rewritten in the parts of nfc_part_start, as the CUDA pre-pass does.
     """
 
+def lowercase_batch(data: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], offsets: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], operand: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> tuple:
+    """
+    Lowercase of each row data[offsets[i]:offsets[i + 1]] in place (ffi/pretok/lowercase.h) -> (bytes, flagged): a flagged row has a code point whose lowercase is not rewritten in place, and is left as it is.
+    """
+
 def special_spans(special_offsets: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], special_data: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], escaped: bool, data: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], offsets: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> NDArray[numpy.int64]:
     """
     int64[m, 4]: the specials accepted in each row data[offsets[i]:offsets[i + 1]] (ffi/core/special_tokens.h), as (row, start, end, index in the special tables), in row order.

@@ -206,44 +206,81 @@ def pretok_operand(vocab) -> tuple[np.ndarray, int, str | None]:
 def normalize_texts(norm, texts) -> list:
     """`Tokenizer.normalize`'s loop: each str through `norm`; bytes decoded first, and where
     they are not valid UTF-8, normalized in their valid parts, each other byte a starter kept
-    as it is (as the executors do: ffi/pretok/nfc_normalize.h, lowercase.h). NFC alone runs
-    natively, all texts in one call (`_nfc_natively`)."""
-    if tuple(norm.steps) == ("nfc",):
-        done = _nfc_natively(texts)
-        if done is not None:
-            return done
-    out = []
-    for t in texts:
-        if isinstance(t, bytes):
-            try:
-                t = normalizer.apply(norm, t.decode("utf-8")).encode("utf-8")
-            except UnicodeDecodeError:
-                t = normalizer.apply(norm, t.decode("utf-8", "surrogateescape")).encode(
-                    "utf-8", "surrogateescape"
-                )
-        elif isinstance(t, str):
-            t = normalizer.apply(norm, t)
-        out.append(t)
+    as it is (as the executors do: ffi/pretok/nfc_normalize.h, lowercase.h). Every step list
+    runs natively over all texts at once (`_normalize_natively`); a text that cannot (a str
+    with a lone surrogate) goes through `normalizer.apply`, one that is neither str nor bytes
+    is kept as it is.
+
+    Args:
+        norm: the `normalizer.Normalizer`.
+        texts: str and bytes.
+
+    Returns:
+        The normalized texts in their order, each str or bytes as it came.
+    """
+    texts = list(texts)
+    out = list(texts)
+    try:
+        if not all(isinstance(t, (str, bytes)) for t in texts):
+            raise TypeError
+        raw = [t if isinstance(t, bytes) else t.encode("utf-8") for t in texts]
+        native = range(len(texts))
+    except (TypeError, UnicodeEncodeError):  # (the rows that can, one at a time)
+        native, raw = [], []
+        for k, t in enumerate(texts):
+            if isinstance(t, str):
+                try:
+                    raw.append(t.encode("utf-8"))
+                except UnicodeEncodeError:
+                    out[k] = normalizer.apply(norm, t)
+                    continue
+            elif isinstance(t, bytes):
+                raw.append(t)
+            else:
+                continue
+            native.append(k)
+    for k, row in zip(native, _normalize_natively(norm.steps, raw)):
+        out[k] = row if isinstance(texts[k], bytes) else row.decode("utf-8")
     return out
 
 
-def _nfc_natively(texts) -> list | None:
-    """NFC of str and bytes texts by the executors' own rewrite on the CPU
-    (pretok.nfc_data.normalize_batch; invalid UTF-8 kept as starters, as normalizer.nfc on
-    surrogate-escaped text), in one call over host threads: the per-text Python path
-    (normalizer.nfc) runs a few MB/s. None when a text is neither str nor bytes or a str holds
-    a lone surrogate (the loop then handles them)."""
-    from ..pretok import nfc_data
+def _normalize_natively(steps, raw: list[bytes]) -> list[bytes]:
+    """The steps over UTF-8 rows (invalid UTF-8 kept, as `normalizer.apply` on the text decoded
+    with surrogateescape), each step over all rows in one native call on host threads
+    (pretok.nfc_data.normalize_batch, pretok.lower_data.lowercase_batch): the per-text Python
+    path runs a few MB/s. A row that lowercase_batch flags (a code point whose lowercase is not
+    rewritten in place: U+0130, U+2126, ...) takes normalizer.lowercase for that step."""
+    from ..pretok import lower_data, nfc_data
 
-    try:
-        raw = [t if isinstance(t, bytes) else t.encode("utf-8") for t in texts]
-    except (UnicodeEncodeError, AttributeError):
-        return None
-    if any(not isinstance(t, (str, bytes)) for t in texts):
-        return None
-    offsets = np.zeros(len(raw) + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, raw), np.int64, len(raw)), out=offsets[1:])
-    data, ends = nfc_data.normalize_batch(b"".join(raw), offsets)
-    buf, ends = data.tobytes(), ends.tolist()
-    rows = [buf[a:b] for a, b in zip(ends[:-1], ends[1:])]
-    return [row if isinstance(t, bytes) else row.decode("utf-8") for row, t in zip(rows, texts)]
+    if not steps or not raw:
+        return list(raw)
+    data, offsets = _flat(raw)
+    for step in steps:
+        if step == "nfc":
+            data, offsets = nfc_data.normalize_batch(data, offsets)
+            continue
+        data, flagged = lower_data.lowercase_batch(data, offsets)
+        if flagged.any():
+            rows = _split(data, offsets)
+            for k in np.flatnonzero(flagged).tolist():
+                rows[k] = _lowercase_row(rows[k])
+            data, offsets = _flat(rows)
+    return _split(data, offsets)
+
+
+def _flat(rows: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(data uint8, offsets int64[rows + 1]) of the rows."""
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, rows), np.int64, len(rows)), out=offsets[1:])
+    return np.frombuffer(b"".join(rows), np.uint8), offsets
+
+
+def _split(data: np.ndarray, offsets: np.ndarray) -> list[bytes]:
+    buf, ends = data.tobytes(), offsets.tolist()
+    return [buf[a:b] for a, b in zip(ends[:-1], ends[1:])]
+
+
+def _lowercase_row(row: bytes) -> bytes:
+    """normalizer.lowercase of a UTF-8 row, each byte of invalid UTF-8 kept (surrogateescape:
+    Lowercase leaves the escapes' code points alone)."""
+    return normalizer.lowercase(row.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")

@@ -1,7 +1,9 @@
 // The CPU module's nfc_normalize: NFC of a batch of rows by pretok/nfc_normalize.h, the same
 // rewrite the CUDA pre-pass makes (blockbpe_jax/pretok/nfc_data.py calls it; the tests hold it
-// to HF tokenizers' NFC). And special_spans: the specials the executors accept in each row
-// (core/special_tokens.h), for the host's normalizer, which leaves them as they are.
+// to HF tokenizers' NFC). lowercase_batch: Lowercase of a batch by the executors' in-place
+// rewrite (pretok/lowercase.h; blockbpe_jax/pretok/lower_data.py calls it). And special_spans:
+// the specials the executors accept in each row (core/special_tokens.h), for the host's
+// normalizer, which leaves them as they are.
 
 #include <algorithm>
 #include <cstring>
@@ -11,11 +13,12 @@
 #include "core/host_threads.h"
 #include "core/special_tokens.h"
 #include "cpu/arrays.h"
+#include "pretok/lowercase.h"
 #include "pretok/nfc_normalize.h"
 
 namespace {
 
-constexpr int64_t kNfcBytesPerThread = 64 << 10;
+constexpr int64_t kBatchBytesPerThread = 64 << 10;
 
 // NFC of text[0..n) to out (room for 3n bytes), whole (part 0) or in the parts of
 // nfc_part_start, as the CUDA pre-pass's threads write them; the length, or < 0.
@@ -62,7 +65,7 @@ nb::tuple nfc_normalize(HostArray<const uint8_t, 1> data, HostArray<const int64_
   bool failed = false;
   {
     nb::gil_scoped_release unlocked;
-    bbpe::over_ranges(rows, total, kNfcBytesPerThread, [&](int64_t lo, int64_t hi) {
+    bbpe::over_ranges(rows, total, kBatchBytesPerThread, [&](int64_t lo, int64_t hi) {
       std::vector<uint32_t> scratch;
       for (int64_t r = lo; r < hi; ++r) {
         const int n = (int)(off[r + 1] - off[r]);
@@ -82,6 +85,63 @@ nb::tuple nfc_normalize(HostArray<const uint8_t, 1> data, HostArray<const int64_
     std::memcpy(out + out_offsets[r], wide.data() + 3 * off[r], (size_t)lengths[(size_t)r]);
   const size_t out_shape[1] = {(size_t)out_offsets[rows]}, offsets_shape[1] = {(size_t)rows + 1};
   return nb::make_tuple(owned_array(out, 1, out_shape), owned_array(out_offsets, 1, offsets_shape));
+}
+
+// The Lowercase operand of lowercase_batch (blockbpe_jax/pretok/lower_data.py writes it): the
+// pre-tokenizer operand's Lowercase part alone, int32 lower_deltas[kLowerDeltas], then the
+// delta-index table (stage1 uint16[kClassStage1Len], its blocks of 256 bytes). False when its
+// size does not fit that layout.
+bool lower_view(const uint8_t* base, int64_t bytes, bbpe::PretokView* v) {
+  const int64_t fixed = bbpe::kLowerDeltas * 4 + bbpe::kClassStage1Len * 2;
+  if (bytes < fixed + 256 || (bytes - fixed) % 256 != 0) return false;
+  *v = bbpe::PretokView{};
+  v->lower = true;
+  v->lower_table = 0;
+  v->lower_deltas = reinterpret_cast<const int32_t*>(base);
+  v->stage1 = reinterpret_cast<const uint16_t*>(base + bbpe::kLowerDeltas * 4);
+  v->stage2 = base + fixed;
+  v->n_blocks = (uint32_t)((bytes - fixed) / 256);
+  return true;
+}
+
+// Lowercase of text[0..n) in place; false (the row partly rewritten) at a code point whose
+// lowercase the executors do not write in place (lower_suspect_at).
+bool lower_row(const bbpe::PretokView& v, uint8_t* text, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (bbpe::lower_suspect_at(v, text, n, nullptr, i)) return false;
+    bbpe::lower_in_place_at(v, text, n, nullptr, i);
+  }
+  return true;
+}
+
+// (data, offsets int64[rows + 1], the operand) -> (bytes uint8 of len(data), flagged bool[rows]):
+// each row lowercased in place (the same offsets), a flagged row (one with a code point whose
+// lowercase changes its UTF-8 length or is not one code point) left as it is, for the caller's
+// rule. Invalid UTF-8 stays as it is.
+nb::tuple lowercase_batch(HostArray<const uint8_t, 1> data, HostArray<const int64_t, 1> offsets,
+                          HostArray<const uint8_t, 1> operand) {
+  bbpe::PretokView v;
+  if (!lower_view(operand.data(), (int64_t)operand.shape(0), &v))
+    throw nb::value_error("lowercase_batch: the operand does not fit its layout (blockbpe_jax/pretok/lower_data.py)");
+  const int64_t rows = (int64_t)offsets.shape(0) - 1, total = (int64_t)data.shape(0);
+  const int64_t* off = offsets.data();
+  check_row_offsets("lowercase_batch", off, rows, total, INT32_MAX, "2**31");
+  uint8_t* out = new uint8_t[total + 1];
+  bool* flagged = new bool[rows + 1];
+  {
+    nb::gil_scoped_release unlocked;
+    bbpe::over_ranges(rows, total, kBatchBytesPerThread, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t n = off[r + 1] - off[r];
+        uint8_t* row = out + off[r];
+        std::memcpy(row, data.data() + off[r], (size_t)n);
+        flagged[r] = !lower_row(v, row, (int)n);
+        if (flagged[r]) std::memcpy(row, data.data() + off[r], (size_t)n);
+      }
+    });
+  }
+  const size_t out_shape[1] = {(size_t)total}, flagged_shape[1] = {(size_t)rows};
+  return nb::make_tuple(owned_array(out, 1, out_shape), owned_array(flagged, 1, flagged_shape));
 }
 
 // (special_offsets, special_data, escaped, data, offsets int64[rows + 1]) -> int64[m, 4]: each
@@ -130,6 +190,9 @@ void bind_nfc_normalize(nb::module_& m) {
         nb::arg("part") = 0,
         "NFC of each row data[offsets[i]:offsets[i + 1]] (ffi/pretok/nfc_normalize.h) -> (bytes, offsets); "
         "part > 0: each row rewritten in the parts of nfc_part_start, as the CUDA pre-pass does.");
+  m.def("lowercase_batch", &lowercase_batch, nb::arg("data"), nb::arg("offsets"), nb::arg("operand"),
+        "Lowercase of each row data[offsets[i]:offsets[i + 1]] in place (ffi/pretok/lowercase.h) -> (bytes, "
+        "flagged): a flagged row has a code point whose lowercase is not rewritten in place, and is left as it is.");
   m.def("special_spans", &special_spans, nb::arg("special_offsets"), nb::arg("special_data"), nb::arg("escaped"),
         nb::arg("data"), nb::arg("offsets"),
         "int64[m, 4]: the specials accepted in each row data[offsets[i]:offsets[i + 1]] (ffi/core/special_tokens.h), "
