@@ -96,19 +96,24 @@ def device_of(kind: str):
     return jax.devices("cpu")[0] if kind == "cpu" else gpu_devices()[0]
 
 
-@pytest.fixture
-def engines(monkeypatch) -> list:
-    """The WindowEncoders the jobs of a test make (which normalizer path each took, and how
-    many documents it normalized on the host after the device reported them)."""
+def instances_made(monkeypatch, cls) -> list:
+    """The objects of class cls made while the test runs, in order (its __init__ wrapped)."""
     made = []
-    init = engine_module.WindowEncoder.__init__
+    init = cls.__init__
 
     def recording(self, *args, **kwargs):
         init(self, *args, **kwargs)
         made.append(self)
 
-    monkeypatch.setattr(engine_module.WindowEncoder, "__init__", recording)
+    monkeypatch.setattr(cls, "__init__", recording)
     return made
+
+
+@pytest.fixture
+def engines(monkeypatch) -> list:
+    """The WindowEncoders the jobs of a test make (which normalizer path each took, and how
+    many documents it normalized on the host after the device reported them)."""
+    return instances_made(monkeypatch, engine_module.WindowEncoder)
 
 
 def outcome(tok, paths, device_normalizer, **options):
@@ -128,12 +133,17 @@ def assert_paths_agree(tok, paths, engines, **options):
         device = outcome(tok, paths, None, device_split=split, **options)
         e = engines[-1]
         assert e.device_normalizer and not e.host_normalizes and (e.device_split is not None) == split
-        if isinstance(host, str) or isinstance(device, str):
-            assert device == host
-        else:
-            assert device[0].dtype == host[0].dtype and np.array_equal(device[0], host[0])
-            assert np.array_equal(device[1], host[1])
+        assert_same_outcome(device, host)
     return host
+
+
+def assert_same_outcome(got, want) -> None:
+    """Two `outcome`s alike: the same error text, or the same ids (and dtype) and offsets."""
+    if isinstance(got, str) or isinstance(want, str):
+        assert got == want
+    else:
+        assert got[0].dtype == want[0].dtype and np.array_equal(got[0], want[0])
+        assert np.array_equal(got[1], want[1])
 
 
 def write_jsonl(path, docs, ensure_ascii=False):

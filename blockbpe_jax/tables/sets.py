@@ -224,9 +224,9 @@ def normalize_texts(norm, texts) -> list:
         if not all(isinstance(t, (str, bytes)) for t in texts):
             raise TypeError
         raw = [t if isinstance(t, bytes) else t.encode("utf-8") for t in texts]
-        native = range(len(texts))
+        natively = range(len(texts))
     except (TypeError, UnicodeEncodeError):  # (the rows that can, one at a time)
-        native, raw = [], []
+        natively, raw = [], []
         for k, t in enumerate(texts):
             if isinstance(t, str):
                 try:
@@ -238,8 +238,8 @@ def normalize_texts(norm, texts) -> list:
                 raw.append(t)
             else:
                 continue
-            native.append(k)
-    for k, row in zip(native, _normalize_natively(norm.steps, raw)):
+            natively.append(k)
+    for k, row in zip(natively, _normalize_natively(norm.steps, raw)):
         out[k] = row if isinstance(texts[k], bytes) else row.decode("utf-8")
     return out
 

@@ -23,7 +23,7 @@ from blockbpe_jax.corpus.device import WindowBuffers
 from blockbpe_jax.corpus.types import CorpusError
 
 import corpus_shared
-from corpus_shared import utf8_cut
+from corpus_shared import assert_same_outcome, instances_made, utf8_cut
 from helpers import gpu_devices
 from test_jsonl_device import bad_jsonl_block, jsonl_block
 
@@ -44,15 +44,7 @@ def device_of(kind: str):
 def splits(monkeypatch) -> list:
     """The DeviceSplit objects the jobs of a test make (their counts of blocks split on the
     device and given up on show which path a job took)."""
-    made = []
-    init = device_split_module.DeviceSplit.__init__
-
-    def recording(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(device_split_module.DeviceSplit, "__init__", recording)
-    return made
+    return instances_made(monkeypatch, device_split_module.DeviceSplit)
 
 
 def outcome(tok, paths, on: bool, **options):
@@ -69,11 +61,7 @@ def assert_same(tok, paths, **options):
     error); returns the result off."""
     off = outcome(tok, paths, False, **options)
     on = outcome(tok, paths, True, **options)
-    if isinstance(off, str) or isinstance(on, str):
-        assert on == off
-    else:
-        assert on[0].dtype == off[0].dtype and np.array_equal(on[0], off[0])
-        assert np.array_equal(on[1], off[1])
+    assert_same_outcome(on, off)
     return off
 
 
