@@ -86,9 +86,9 @@ def encode_documents(
     one power-of-two width; any length: max_tokens never cuts a document) and hands each
     window's ids, back to back in input order in the shard dtype, to `writer.add`
     (`WindowEncoder` says how; `options` are its own: mode, allowed_special, batch_bytes,
-    max_docs, max_len, block_size, device, progress, pack_width, device_split, device_normalizer). `join`: the
-    JoinInto the windows' reader was given (opened here when short documents are packed, and
-    given the device split when that option is on)."""
+    max_docs, max_len, block_size, device, progress, pack_width, device_split,
+    device_normalizer). `join`: the JoinInto the windows' reader was given (opened here when
+    short documents are packed, and given the device split when that option is on)."""
     WindowEncoder(tok, writer, paths, **options).run(windows, join)
 
 
@@ -222,12 +222,10 @@ class WindowEncoder:
         if not w.ndocs:
             return None
         lengths = w.lengths
-        # (on the device: a document over max_len may be within it once normalized, as the host
-        # path measures it: that window is normalized here)
+        # (the width must fit the normalized text; on the device, a document over max_len may be
+        # within it once normalized, as the host path measures it: that window is normalized here)
         too_long = self.max_len is not None and lengths.max() > self.max_len
-        if self.host_normalizes or (
-            self.device_normalizer and too_long
-        ):  # the width must fit the normalized text
+        if self.host_normalizes or (self.device_normalizer and too_long):
             w = Window.of(self.normalized_documents(w), w.positions, w.file_index, w.consumed)
             lengths = w.lengths
         if self.max_len is not None and lengths.max() > self.max_len:

@@ -276,8 +276,8 @@ def encode_documents_of(
     `encode_documents`. device_split: blocks of lines and JSONL split, checked and decoded on
     the device (corpus/device_split.py; the same documents and errors); None: on where the
     environment sets BLOCKBPE_DEVICE_SPLIT=1, else off. Ignored where the host normalizes (below),
-    for parquet inputs and `split` file or chunk:N. The engine's option device_normalizer (None: on
-    where available; False: off): a normalizer the executors apply (NFC, Lowercase, NFC then
+    for parquet inputs and `split` file or chunk:N. The engine's option device_normalizer (None:
+    on where available; False: off): a normalizer the executors apply (NFC, Lowercase, NFC then
     Lowercase) left to the encode calls on the device, the host normalizing only the rows they
     report (corpus/device_normalizer.py; docs/corpus.md, "The normalizer: on the device or on
     the host"); else the host normalizes every window."""

@@ -1,6 +1,6 @@
 """The corpus job for an NFC tokenizer with the normalizer left to the encode calls (NFC on the
 device: `device_normalizer`, corpus/engine.py) against the job normalizing on the host
-(device_normalizer=False; the path every other normalizer takes): the same ids and offsets, the same
+(device_normalizer=False; the path of Lowercase then NFC): the same ids and offsets, the same
 shards byte for byte, the same one-line errors, with the device split on and off; on text in
 NFC, text that is not (combining marks, singletons, expanding compositions), rows whose NFC
 outgrows their width, segments too long for the executors (normalized on the host again),
