@@ -283,8 +283,7 @@ def encode_documents_of(
     the host"); else the host normalizes every window."""
     from .device_split import wanted
 
-    check_tokenizer(tok)
-    check_read_options(jsonl_field, window_bytes)
+    check_read_options(jsonl_field, window_bytes)  # (its callers checked tok)
     split_kind, chunk = parse_split(split)
     bar = Progress(_input_bytes(paths), enabled=progress)
     t0 = time.perf_counter()

@@ -3,8 +3,7 @@ the executors' in-place rule of ffi/pretok/lowercase.h), from normalizer.lower_t
 call that lowercases a batch of rows with it on the CPU.
 
 Layout, uint8: the Lowercase part of the pre-tokenizer operand (tables.pack) alone:
-int32[LOWER_DELTAS] deltas, then the delta-index table as a class table (stage1 uint16[4352],
-its blocks of 256 bytes: tables.class_blocks).
+int32[LOWER_DELTAS] deltas, then the delta-index table as a class table (tables.class_tables).
 """
 
 from __future__ import annotations
@@ -14,17 +13,14 @@ import functools
 import numpy as np
 
 from . import normalizer as norm
-from .tables import class_blocks
+from .tables import class_tables
 
 
 @functools.lru_cache(maxsize=1)
 def operand() -> np.ndarray:
     """The operand, uint8 (read-only)."""
     index, deltas, _ = norm.lower_tables()
-    stage1, blocks = class_blocks(index)
-    out = np.concatenate(
-        [deltas.astype("<i4").view(np.uint8), stage1.astype("<u2").view(np.uint8), blocks.reshape(-1)]
-    )
+    out = class_tables([deltas.astype("<i4").view(np.uint8)], [index])
     out.setflags(write=False)
     return out
 

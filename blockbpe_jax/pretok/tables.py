@@ -112,6 +112,13 @@ def pack(stages: list[Automata], nfc: bool = False, lowercase: bool = False) -> 
         index, deltas, _ = norm.lower_tables()
         per_cp.append(index)
         head.append(deltas.astype("<i4").view(np.uint8))
+    return class_tables(head, per_cp)
+
+
+def class_tables(head: list[np.ndarray], per_cp: list[np.ndarray]) -> np.ndarray:
+    """The operand's tail after `head` (uint8 arrays: the stages' records, Lowercase's deltas):
+    each per-code-point table's stage1, then their blocks, padded to the largest count (the
+    layout of ffi/pretok/tables.h's class_tables_view)."""
     split = [class_blocks(t) for t in per_cp]
     n_blocks = max(b.shape[0] for _, b in split)
     stage1 = np.concatenate([s1 for s1, _ in split])

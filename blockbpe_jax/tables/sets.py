@@ -219,26 +219,19 @@ def normalize_texts(norm, texts) -> list:
         The normalized texts in their order, each str or bytes as it came.
     """
     texts = list(texts)
-    out = list(texts)
-    try:
-        if not all(isinstance(t, (str, bytes)) for t in texts):
-            raise TypeError
-        raw = [t if isinstance(t, bytes) else t.encode("utf-8") for t in texts]
-        natively = range(len(texts))
-    except (TypeError, UnicodeEncodeError):  # (the rows that can, one at a time)
-        natively, raw = [], []
-        for k, t in enumerate(texts):
-            if isinstance(t, str):
-                try:
-                    raw.append(t.encode("utf-8"))
-                except UnicodeEncodeError:
-                    out[k] = normalizer.apply(norm, t)
-                    continue
-            elif isinstance(t, bytes):
-                raw.append(t)
-            else:
+    out, natively, raw = list(texts), [], []  # (natively: the indices of raw's rows)
+    for k, t in enumerate(texts):
+        if isinstance(t, str):
+            try:
+                raw.append(t.encode("utf-8"))
+            except UnicodeEncodeError:  # (a lone surrogate: the text alone)
+                out[k] = normalizer.apply(norm, t)
                 continue
-            natively.append(k)
+        elif isinstance(t, bytes):
+            raw.append(t)
+        else:
+            continue
+        natively.append(k)
     for k, row in zip(natively, _normalize_natively(norm.steps, raw)):
         out[k] = row if isinstance(texts[k], bytes) else row.decode("utf-8")
     return out

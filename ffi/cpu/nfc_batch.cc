@@ -88,20 +88,13 @@ nb::tuple nfc_normalize(HostArray<const uint8_t, 1> data, HostArray<const int64_
 }
 
 // The Lowercase operand of lowercase_batch (blockbpe_jax/pretok/lower_data.py writes it): the
-// pre-tokenizer operand's Lowercase part alone, int32 lower_deltas[kLowerDeltas], then the
-// delta-index table (stage1 uint16[kClassStage1Len], its blocks of 256 bytes). False when its
-// size does not fit that layout.
+// pre-tokenizer operand's Lowercase part alone, its deltas and one class table
+// (pretok/tables.h: class_tables_view). False when its size does not fit that layout.
 bool lower_view(const uint8_t* base, int64_t bytes, bbpe::PretokView* v) {
-  const int64_t fixed = bbpe::kLowerDeltas * 4 + bbpe::kClassStage1Len * 2;
-  if (bytes < fixed + 256 || (bytes - fixed) % 256 != 0) return false;
   *v = bbpe::PretokView{};
   v->lower = true;
   v->lower_table = 0;
-  v->lower_deltas = reinterpret_cast<const int32_t*>(base);
-  v->stage1 = reinterpret_cast<const uint16_t*>(base + bbpe::kLowerDeltas * 4);
-  v->stage2 = base + fixed;
-  v->n_blocks = (uint32_t)((bytes - fixed) / 256);
-  return true;
+  return bbpe::class_tables_view(base, bytes, 1, true, v);
 }
 
 // Lowercase of text[0..n) in place; false (the row partly rewritten) at a code point whose

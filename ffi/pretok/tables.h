@@ -83,6 +83,19 @@ BBPE_HD int64_t pretok_operand_bytes(int n_stages, int n_tables, int64_t n_block
 // The `normalizer` attribute, bits: the operand has NFC tables, it has Lowercase tables, the
 // caller normalized the text already (no check, no rewrite).
 enum NormalizerAttr : int { kNormNfc = 1, kNormLower = 2, kNormTrusted = 4, kNormAll = 7 };
+// The class tables of an operand, from `base` (after the stages' records) to base + bytes:
+// Lowercase's deltas (has_lower), then n_tables stage1 arrays, then their blocks. Sets v's
+// lower_deltas, stage1, stage2 and n_blocks; false when the size does not fit.
+BBPE_HD bool class_tables_view(const uint8_t* base, int64_t bytes, int n_tables, bool has_lower, PretokView* v) {
+  const int64_t fixed = pretok_operand_bytes(0, n_tables, 0, has_lower);
+  const int64_t per_block = (int64_t)n_tables * 256;
+  if (bytes < fixed + per_block || (bytes - fixed) % per_block != 0) return false;
+  v->lower_deltas = has_lower ? reinterpret_cast<const int32_t*>(base) : nullptr;
+  v->stage1 = reinterpret_cast<const uint16_t*>(base + (has_lower ? kLowerDeltas * 4 : 0));
+  v->stage2 = reinterpret_cast<const uint8_t*>(v->stage1) + n_tables * kClassStage1Len * 2;
+  v->n_blocks = (uint32_t)((bytes - fixed) / per_block);
+  return true;
+}
 // The view of an operand of `bytes` bytes at `base` (host or device pointer); false when its
 // size does not fit the layout.
 BBPE_HD bool pretok_view(const uint8_t* base, int64_t bytes, int n_stages, int norm, PretokView* v) {
@@ -96,16 +109,9 @@ BBPE_HD bool pretok_view(const uint8_t* base, int64_t bytes, int n_stages, int n
   const bool has_lower = norm & kNormLower;
   const int n_tables = n_stages + ((norm & kNormNfc) ? 1 : 0) + (has_lower ? 1 : 0);
   v->lower_table = n_tables - 1;
-  const int64_t fixed = pretok_operand_bytes(n_stages, n_tables, 0, has_lower);
-  const int64_t per_block = (int64_t)n_tables * 256;
-  if (bytes < fixed + per_block || (bytes - fixed) % per_block != 0) return false;
   const int64_t head = n_stages * (int64_t)sizeof(PretokTables);
   v->tables = reinterpret_cast<const PretokTables*>(base);
-  if (has_lower) v->lower_deltas = reinterpret_cast<const int32_t*>(base + head);
-  v->stage1 = reinterpret_cast<const uint16_t*>(base + head + (has_lower ? kLowerDeltas * 4 : 0));
-  v->stage2 = reinterpret_cast<const uint8_t*>(v->stage1) + n_tables * kClassStage1Len * 2;
-  v->n_blocks = (uint32_t)((bytes - fixed) / per_block);
-  return true;
+  return bytes >= head && class_tables_view(base + head, bytes - head, n_tables, has_lower, v);
 }
 
 // The table's byte for a code point: the class in the low bits; in the first stage's table of
