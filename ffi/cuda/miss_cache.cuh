@@ -68,20 +68,23 @@ __device__ __forceinline__ int32_t* miss_row(const VocabView& v, uint32_t h, int
 }
 
 // The tokens of the piece with short key `key` (n bytes, hash h = short_key_hash(key, n)) into
-// tok[0..count) if the cache holds it; returns count (1..n), or 0.
+// tok[0..count) if the cache holds it; returns count (1..n), or 0. A row is read whole, its four
+// int4 at once (one round trip to L2 where state, then key, then tokens took three): the
+// reads are plain, the check word refuses a row seen half written.
 __device__ __forceinline__ int miss_cache_find(const VocabView& v, ShortKey key, int n, uint32_t h, int32_t* tok) {
   for (int probe = 0; probe < kMissProbes; ++probe) {
-    int32_t* row = miss_row(v, h, probe);
-    const int32_t state = MissState(row[kMissState]).load(cuda::memory_order_relaxed);
+    const int4* row = reinterpret_cast<const int4*>(miss_row(v, h, probe));
+    const int4 k = __ldcg(row), a = __ldcg(row + 1), b = __ldcg(row + 2), c = __ldcg(row + 3);
+    const int32_t state = a.x;  // (kMissState)
     if (state == 0) return 0;
     if ((state & 0xFF) != 2 || (state >> 16) != n) continue;  // being written, or another length
-    if (!miss_key_is(row, key)) continue;
-    const int4 a = __ldcg(reinterpret_cast<const int4*>(row) + 1), b = __ldcg(reinterpret_cast<const int4*>(row) + 2),
-               c = __ldcg(reinterpret_cast<const int4*>(row) + 3);
+    if ((uint32_t)k.x != (uint32_t)key.lo || (uint32_t)k.y != (uint32_t)(key.lo >> 32) ||
+        (uint32_t)k.z != (uint32_t)key.hi || (uint32_t)k.w != (uint32_t)(key.hi >> 32))
+      continue;
     const int32_t held[kMissTokens] = {a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
     const uint64_t check = (uint64_t)(uint32_t)a.z << 32 | (uint32_t)a.y;
     const int count = (state >> 8) & 0xFF;
-    if (a.x != state || count < 1 || count > n || count > kMissTokens || miss_check(key, state, held, count) != check)
+    if (count < 1 || count > n || count > kMissTokens || miss_check(key, state, held, count) != check)
       return 0;
 #pragma unroll
     for (int i = 0; i < kMissTokens; ++i)
