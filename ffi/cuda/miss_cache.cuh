@@ -57,10 +57,13 @@ __device__ __forceinline__ uint64_t miss_check(ShortKey key, int32_t state, cons
   return h ^ (h >> 32) ^ 0x5851F42D4C957F2Dull;  // (so an unwritten check word, 0, fits no all-zero row)
 }
 
-__device__ __forceinline__ bool miss_key_is(const int32_t* row, ShortKey key) {
-  const int4 k = __ldcg(reinterpret_cast<const int4*>(row));
+// Whether a row's key (its first int4, as read) is `key`; miss_key_is reads it first.
+__device__ __forceinline__ bool miss_key_equals(int4 k, ShortKey key) {
   return (uint32_t)k.x == (uint32_t)key.lo && (uint32_t)k.y == (uint32_t)(key.lo >> 32) &&
          (uint32_t)k.z == (uint32_t)key.hi && (uint32_t)k.w == (uint32_t)(key.hi >> 32);
+}
+__device__ __forceinline__ bool miss_key_is(const int32_t* row, ShortKey key) {
+  return miss_key_equals(__ldcg(reinterpret_cast<const int4*>(row)), key);
 }
 
 __device__ __forceinline__ int32_t* miss_row(const VocabView& v, uint32_t h, int probe) {
@@ -78,9 +81,7 @@ __device__ __forceinline__ int miss_cache_find(const VocabView& v, ShortKey key,
     const int32_t state = a.x;  // (kMissState)
     if (state == 0) return 0;
     if ((state & 0xFF) != 2 || (state >> 16) != n) continue;  // being written, or another length
-    if ((uint32_t)k.x != (uint32_t)key.lo || (uint32_t)k.y != (uint32_t)(key.lo >> 32) ||
-        (uint32_t)k.z != (uint32_t)key.hi || (uint32_t)k.w != (uint32_t)(key.hi >> 32))
-      continue;
+    if (!miss_key_equals(k, key)) continue;
     const int32_t held[kMissTokens] = {a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
     const uint64_t check = (uint64_t)(uint32_t)a.z << 32 | (uint32_t)a.y;
     const int count = (state >> 8) & 0xFF;
