@@ -204,7 +204,7 @@ compare_in_piece_kernels(
 # SentencePiece BPE in the piece kernel (ffi/cuda/char_piece_kernel.cuh): Mistral v7 (its
 # user-defined pieces: the instantiation with specials) and v1 (none); rows left pending (a
 # word of over 64 symbols) for encode_chars_kernel; invalid UTF-8, `▁` in the text, space runs;
-# every chunk size the widths give.
+# words cut at byte pieces, a row's prefix alone; every chunk size the widths give.
 if sp_tok is not None and v1_tok is not None:
     sp_rows = [t.encode() for t in texts[:16]] + [
         b"",
@@ -214,6 +214,8 @@ if sp_tok is not None and v1_tok is not None:
         b"a\xff\xe2\x96 b\xc3" * 60,
         mixed[:4000],
         " \u2581\u2581 a  b\t".encode() * 60,
+        b"\nfirst line\n\nnext" * 20,  # (word bounds: a byte piece first, after the prefix)
+        b"2023 was 12345\x01x" * 20,
     ]
     compare_in_piece_kernels(
         "char piece kernel ",

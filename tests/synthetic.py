@@ -178,3 +178,26 @@ def tiny_spm(**extra) -> dict:
     }
     meta.update(extra)
     return meta
+
+
+def spm_model(pieces: list[str]):
+    """A SentencePiece BPE model with byte fallback: <unk>, <s>, </s>, the 256 byte pieces, then
+    `pieces` (normal), each scoring above the ones after it; the dummy prefix, spaces as `▁`."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as model_pb2
+
+    m = model_pb2.ModelProto()
+    m.trainer_spec.model_type = model_pb2.TrainerSpec.BPE
+    m.trainer_spec.byte_fallback = True
+    m.normalizer_spec.name = "identity"
+    m.normalizer_spec.add_dummy_prefix = True
+    m.normalizer_spec.remove_extra_whitespaces = False
+    m.normalizer_spec.escape_whitespaces = True
+    kinds = model_pb2.ModelProto.SentencePiece
+    for text, kind in [("<unk>", kinds.UNKNOWN), ("<s>", kinds.CONTROL), ("</s>", kinds.CONTROL)]:
+        m.pieces.add(piece=text, score=0.0, type=kind)
+    for b in range(256):
+        m.pieces.add(piece=f"<0x{b:02X}>", score=0.0, type=kinds.BYTE)
+    for k, text in enumerate(pieces):
+        m.pieces.add(piece=text, score=-float(k), type=kinds.NORMAL)
+    return spm.SentencePieceProcessor(model_proto=m.SerializeToString())

@@ -51,6 +51,7 @@ import numpy as np
 
 from ..vocab.char_bpe import MAX_JOINERS
 from ..vocab import Vocab
+from . import word_bounds
 from .whole_words import whole_word_ids
 
 __all__ = [
@@ -357,7 +358,9 @@ def _piece_rows(token_data: np.ndarray, ids, lengths, starts, capacity: int) -> 
 SYMBOLS_BYTES, SYMBOLS_CHARS = 0, 1  # the `symbols` attribute (ffi/core/char_symbols.h)
 CHAR_TABLE_ESCAPED, CHAR_TABLE_JOINERS = 134, 135  # kCharTableEscaped, kCharTableJoiners
 CHAR_TABLE_WHOLE_WORDS = CHAR_TABLE_JOINERS + MAX_JOINERS  # kCharTableWholeWords
-CHAR_TABLE_HEADER = CHAR_TABLE_WHOLE_WORDS + 1  # kCharTableHeader
+CHAR_TABLE_BOUNDS = CHAR_TABLE_WHOLE_WORDS + 1  # kCharTableBounds
+CHAR_TABLE_ISOLATED = CHAR_TABLE_BOUNDS + 1  # kCharTableIsolated
+CHAR_TABLE_HEADER = CHAR_TABLE_ISOLATED + word_bounds.MAX_ISOLATED  # kCharTableHeader
 
 
 def _build_char_tables(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair_table: np.ndarray) -> tuple:
@@ -382,6 +385,9 @@ def _build_char_tables(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair
     char_table[128:132] = (cl.replacement_id, cl.prefix_id, cl.prefix_rule, cl.word_start_id)
     char_table[CHAR_TABLE_ESCAPED] = int(cl.escaped_specials)
     char_table[CHAR_TABLE_JOINERS : CHAR_TABLE_JOINERS + len(cl.joiners)] = cl.joiners
+    isolated = word_bounds.isolated_ids(vocab)
+    char_table[CHAR_TABLE_BOUNDS] = word_bounds.bounds_base(vocab)
+    char_table[CHAR_TABLE_ISOLATED : CHAR_TABLE_ISOLATED + len(isolated)] = isolated
     if runs:
         char_table[132:134] = (runs.run_id, runs.long_id)
         for m, row in enumerate(runs.table):

@@ -69,7 +69,10 @@ constexpr int kSymbolsChars = 1;  // SentencePiece-style BPE (this file)
 //   [135, 143)      the joiners: piece ids after which a `▁` does not start a word, -1 after
 //                   the last
 //   [143]           1: the piece table holds whole words (lookup_word), else 0
-//   [144 + m*W + k] for m in [0, T): the ids of a run of m characters, -1 after the last
+//   [144]           the id of the byte-fallback piece <0x00> where the 256 byte pieces' ids
+//                   run on from it and no merge holds one (is_bound), else -1
+//   [145, 161)      the isolated characters' piece ids (is_isolated), -1 after the last
+//   [161 + m*W + k] for m in [0, T): the ids of a run of m characters, -1 after the last
 // T, P (the length of piece [133]) and W are attributes, not table entries: the host checks
 // them against the operand's size without reading device memory. T = 0: no run rule.
 constexpr int kCharTablePrefix = 129;
@@ -77,7 +80,10 @@ constexpr int kCharTableEscaped = 134;
 constexpr int kCharTableJoiners = 135;
 constexpr int kMaxJoiners = 8;
 constexpr int kCharTableWholeWords = kCharTableJoiners + kMaxJoiners;
-constexpr int kCharTableHeader = kCharTableWholeWords + 1;
+constexpr int kCharTableBounds = kCharTableWholeWords + 1;
+constexpr int kCharTableIsolated = kCharTableBounds + 1;
+constexpr int kMaxIsolated = 16;
+constexpr int kCharTableHeader = kCharTableIsolated + kMaxIsolated;
 constexpr int32_t kPrefixEverySegment = 1;   // also after each special token (else: text start)
 constexpr int32_t kPrefixUnlessSpace = 2;    // not where the segment starts with ' ' or `▁`
 constexpr int32_t kPrefixBeforeSpecial = 4;  // at the text start even before a special token
@@ -99,11 +105,14 @@ struct CharView {  // the same, read (char_view): what the rules below use
   const int32_t* run_table;  // [T][W]
   const int32_t* joiners;    // [kMaxJoiners]
   bool whole_words;          // segments are looked up whole first (lookup_word)
+  int32_t bounds_base;       // <0x00>'s id where byte pieces are words of their own, else -1
+  const int32_t* isolated;   // [kMaxIsolated]
 };
 BBPE_HD CharView char_view(const CharTable& t) {
   const int32_t* c = t.data;
   return CharView{c, c[128], c[kCharTablePrefix], c[130], c[131], c[132], c[133], t.run_long, t.run_step,
-                  t.run_width, c + kCharTableHeader, c + kCharTableJoiners, c[kCharTableWholeWords] == 1};
+                  t.run_width, c + kCharTableHeader, c + kCharTableJoiners, c[kCharTableWholeWords] == 1,
+                  c[kCharTableBounds], c + kCharTableIsolated};
 }
 
 // Whether a `▁` of a special token also matches a space (special_match_at's `escaped`).
@@ -198,14 +207,52 @@ BBPE_HD int char_symbols_at(const VocabView& v, const CharView& c, const uint8_t
   return len;
 }
 
-// Token i (of the dense symbols) starts a word: a `▁` after a symbol that no piece joins to a
-// following `▁` (the joiners).
-BBPE_HD bool starts_word(const CharView& c, const int32_t* tok, int i) {
-  if (i == 0 || c.word_start_id < 0 || token_id(tok[i]) != c.word_start_id) return false;
-  const int32_t before = token_id(tok[i - 1]);
+// Word bounds. No merge crosses a point where the symbols on either side can never be in one
+// piece, so each side merges on its own, and the text cut there into words (segments) encodes
+// to the same tokens. Three such points are known at load (blockbpe_jax/tables/word_bounds.py):
+//   a `▁` after a symbol that no piece joins to a following `▁` (the joiners): the words of
+//   sentencepiece's own pre-split, the most common;
+//   either side of a byte-fallback piece, where no merge holds one (sentencepiece needs every
+//   character of a piece to be a piece, so a character without one is bytes that never merge;
+//   Llama 2's and Mistral's newline is one): is_bound, the id alone;
+//   where an isolated character's symbol meets a different one: an ASCII character every piece
+//   holding which is a run of it (Gemma 4's newline and tab, Llama 2's digits), and whose piece
+//   no other character shares.
+
+// Whether `id` is a byte-fallback piece that no merge holds.
+BBPE_HD bool is_bound(const CharView& c, int32_t id) {
+  return c.bounds_base >= 0 && (uint32_t)(id - c.bounds_base) < 256u;
+}
+
+// Whether `id` is an isolated character's piece (all entries compared: no chain of reads).
+BBPE_HD bool is_isolated(const CharView& c, int32_t id) {
+  bool found = false;
+  for (int k = 0; k < kMaxIsolated; ++k) found |= c.isolated[k] == id;
+  return found && id >= 0;
+}
+
+// Whether a `▁` symbol `at` after the symbol `before` starts a word (the joiners' rule).
+BBPE_HD bool space_starts_word(const CharView& c, int32_t before, int32_t at) {
+  if (c.word_start_id < 0 || at != c.word_start_id) return false;
   for (int k = 0; k < kMaxJoiners && c.joiners[k] >= 0; ++k)
     if (c.joiners[k] == before) return false;
   return true;
+}
+
+// Whether the symbol `at` after the symbol `before` (token ids) starts a word: one of the bounds
+// above, the isolation of either symbol given (is_isolated's answers, which the piece kernel
+// reads off their bytes).
+BBPE_HD bool word_starts_between(const CharView& c, int32_t before, int32_t at, bool before_isolated,
+                                 bool at_isolated) {
+  return space_starts_word(c, before, at) || is_bound(c, before) || is_bound(c, at) ||
+         (before != at && (before_isolated || at_isolated));
+}
+
+// Token i (of the dense symbols) starts a word.
+BBPE_HD bool starts_word(const CharView& c, const int32_t* tok, int i) {
+  if (i == 0) return false;
+  const int32_t before = token_id(tok[i - 1]), at = token_id(tok[i]);
+  return word_starts_between(c, before, at, is_isolated(c, before), is_isolated(c, at));
 }
 
 // The piece whose token bytes the symbols tok[0..m) spell, when the piece table holds it (a

@@ -72,7 +72,8 @@ struct CharPieceSmem {
   uint32_t masks[kPieceThreads];  // every chunk's word starts
   uint32_t dirty[kPieceThreads];  // a character whose symbol's token bytes are not its text starts here
   uint8_t hard[kPieceThreads];    // a word of the row is left to encode_chars_kernel
-  uint8_t prefixed[kPieceThreads];  // the row's first word starts with the dummy prefix
+  uint8_t prefixed[kPieceThreads];  // the row's dummy prefix: 0, kPrefixInWord or kPrefixAlone
+  uint32_t isolated_ascii[4];       // the ASCII bytes whose pieces are isolated (is_isolated)
   union {
     uint32_t queue[kPieceWarps * kPieceQueue];  // step 3: each warp's words
     int2 slots[kPieceThreads];                  // the merges: each warp's 32 merge slots
@@ -113,6 +114,11 @@ __device__ __forceinline__ bool any_dirty(const uint32_t* dirty, int from, int t
 
 constexpr uint16_t kNotKept = 0xFFFF;  // (a word of 16 bytes starts at most at 4080)
 
+// A row's dummy prefix (CharPieceSmem::prefixed): none, the first symbol of the row's first word,
+// or a word of its own (the first symbol starts one: its token is placed with the first word's,
+// as one run from the prefix's slot).
+constexpr uint8_t kPrefixInWord = 1, kPrefixAlone = 2;
+
 // One word: at its first byte's block position at, len bytes, of the block's row `row` (whose
 // first byte is at block position row * row_stride). Its tokens go to tok[first ...] and
 // count[first], first being its first symbol's slot; a miss goes on the merge lists (symbols
@@ -121,13 +127,14 @@ template <int kChunk>
 __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& c, CharPieceSmem<kChunk>& s, int at,
                                             int len, int row, int row_stride) {
   const int slot = at + row + 1;
-  const int with_prefix = at == row * row_stride && s.prefixed[row];
+  const int with_prefix = at == row * row_stride && s.prefixed[row] == kPrefixInWord;
   const int first = slot - with_prefix;
   // (plain: its symbols are its text's characters, so its text is a key of the misses' cache)
   const bool plain = !with_prefix && !any_dirty<kChunk>(s.dirty, at, at + len);
   const bool clean = plain && len <= v.max_piece_len;
   const bool keyed = plain && len <= kShortKeyLen && v.miss_cache;
-  int32_t whole = c.whole_words && clean ? lookup_piece(v, s.text + at, len) : -1;
+  // (a clean word of one byte is its symbol: no key is one byte)
+  int32_t whole = c.whole_words && clean && len > 1 ? lookup_piece(v, s.text + at, len) : -1;
   if (whole < 0) {
     // The symbols packed from the first slot (a pieced character's other bytes hold kDeleted);
     // forward, so in place. (A clean word of one symbol is its symbol either way: the table's
@@ -193,7 +200,12 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   const VocabView& v = p.vocab;
   CharView c = char_view(p.chars);
   const int t = threadIdx.x;
-  if (t < 128) s.ascii_ids[t] = __ldg(c.ascii_ids + t);
+  if (t < 128) {
+    const int32_t id = __ldg(c.ascii_ids + t);
+    s.ascii_ids[t] = id;
+    const uint32_t isolated = __ballot_sync(~0u, id >= 0 && is_isolated(c, id));
+    if ((t & 31) == 0) s.isolated_ascii[t / 32] = isolated;
+  }
   c.ascii_ids = s.ascii_ids;  // (after the first barrier below)
   const int r = t / cpr, k = t - r * cpr;  // the thread's row in the block, its chunk in the row
   const int64_t b = (int64_t)blockIdx.x * rows_per_block + r;
@@ -244,17 +256,24 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   clock.mark(kSpecials ? kClockSpecials : kClockLoad);
 
   // 1. The symbols of the characters that start in the chunk (one that starts in an earlier
-  // chunk is that chunk's), and the row's dummy prefix.
-  uint32_t dirty = 0, spaces = 0;  // chunk bits: U+2581 or U+FFFD for an invalid byte; a `▁` symbol
-  uint32_t fm = 0;                 // the word starts known here: the row's, the specials' and after them
+  // chunk is that chunk's), the row's dummy prefix, and the word starts between two of the
+  // chunk's symbols (word_starts_between; an isolated piece is one ASCII character's alone, so
+  // a symbol is isolated where its byte is such a character, not a special's).
+  const auto isolated_at = [&](int i) {
+    const uint8_t byte = text[i];
+    return byte < 0x80 && !(kSpecials && sp[i]) && ((s.isolated_ascii[byte >> 5] >> (byte & 31)) & 1);
+  };
+  uint32_t dirty = 0;  // chunk bits: U+2581 or U+FFFD for an invalid byte
+  uint32_t fm = 0;     // the chunk's word starts
   bool hard = false;
   if (in_row && k == 0) {
     const bool prefix = n > 0 && prefix_before(c, text, n, sp, 0);
     sym[-1] = prefix ? c.prefix_id : kDeleted;
-    s.prefixed[r] = prefix;
+    s.prefixed[r] = prefix ? kPrefixInWord : 0;
     hard = prefix && kSpecials && sp[0] == 2;  // the prefix alone is a segment
   }
   if (k == 0 && n > 0) fm = 1u;
+  int walked = base + valid;  // the first byte the walk reaches (the symbols before it: step 2)
   if (valid > 0) {
     const int32_t space_piece = c.ascii_ids[' '];
     int i = base;
@@ -263,6 +282,16 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
       uint32_t cp;
       if (lead >= 0) i = lead + utf8_decode(text, n, sp, lead, &cp);
     }
+    walked = i;
+    // The symbol before the next one when it is the chunk's (kDeleted: not known here), and
+    // whether it is isolated.
+    int32_t before = kDeleted;
+    bool before_isolated = false;
+    const auto step_to = [&](int at, int32_t symbol, bool isolated) {
+      if (before != kDeleted && at - base < kChunk && word_starts_between(c, before, symbol, before_isolated, isolated))
+        fm |= 1u << (at - base);
+      before = symbol, before_isolated = isolated;
+    };
     while (i < base + valid) {
       if (kSpecials && sp[i]) {  // an accepted special: its id at its first byte, a word
         sym[i] = kDeleted;
@@ -271,6 +300,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
           sym[i] = __ldg(p.special.ids + special_match_with(s.specials, p.special, text, n, i, escaped, len));
           dirty |= 1u << (i - base);
           fm |= 1u << (i - base);
+          before = sym[i], before_isolated = false;  // (what follows starts a segment)
         }
         ++i;
         continue;
@@ -289,9 +319,12 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
         // byte differ from their text)
         if (step > 1 ? first_symbol == space_piece : (text[i] >= 0x80 && first_symbol == c.replacement_id))
           dirty |= 1u << (i - base);
-        if (first_symbol == c.word_start_id) spaces |= 1u << (i - base);
+        step_to(i, first_symbol, isolated_at(i));
       } else {
-        for (int j = 0; j < count; ++j) hard |= sym[i + j] == c.word_start_id;  // (a byte piece never is `▁`)
+        for (int j = 0; j < count; ++j) {
+          hard |= sym[i + j] == c.word_start_id;  // (a byte piece never is `▁`)
+          step_to(i + j, sym[i + j], false);
+        }
       }
       i += step;
     }
@@ -299,16 +332,21 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   s.dirty[t] = dirty;
   __syncthreads();
 
-  // 2. The words that start at a `▁` that the symbol before it does not join (the row's first
-  // byte too: after a dummy prefix it may start a word, leaving the prefix alone).
-  for (uint32_t rest = spaces & ~(k == 0 ? fm & ~1u : fm); rest; rest &= rest - 1) {
-    const int i = base + __ffs(rest) - 1;
+  // 2. Whether the chunk's symbols before the walk's first byte and at it start a word, their
+  // symbol before being an earlier chunk's (or the row's dummy prefix: where the row's first
+  // symbol starts a word after it, the prefix is a word of its own).
+  for (int i = base; i <= walked && i < base + valid; ++i) {
+    if (sym[i] == kDeleted || (kSpecials && sp[i])) continue;  // (a special's first byte starts a word)
     int j = i - 1;
     while (j >= 0 && sym[j] == kDeleted) --j;  // (the lead of a pieced character, or a special's first byte)
-    const int32_t pair[2] = {j >= 0 ? sym[j] : sym[-1], sym[i]};
-    if (pair[0] == kDeleted || !starts_word(c, pair, 1)) continue;  // (i == 0 without a prefix: the row's start)
-    if (i == 0) hard = true;  // the prefix alone is a segment
-    fm |= 1u << (i - base);
+    const int32_t before = j >= 0 ? sym[j] : sym[-1];  // (kDeleted: the row's start, no prefix)
+    if (before == kDeleted || !word_starts_between(c, token_id(before), sym[i], j >= 0 && isolated_at(j), isolated_at(i)))
+      continue;
+    if (i == 0) {
+      s.prefixed[r] = kPrefixAlone;
+    } else {
+      fm |= 1u << (i - base);
+    }
   }
   if (hard) s.hard[r] = 1;
   s.masks[t] = fm;
@@ -360,6 +398,8 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
                                     [](const uint8_t* q, int m) { return short_key_at(q, m); });
   clock.mark(kClockKeep);  // (thread 0's own puts)
   const int prefix_slot = row_at + r;  // (the first word's first slot where the row is prefixed)
+  // (a prefix alone: its token and the first word's, from its slot, as one run)
+  if (in_row && k == 0 && s.prefixed[r] == kPrefixAlone) s.count[prefix_slot] = 1 + s.count[prefix_slot + 1];
   const auto first_slot = [&](int i) { return i == 0 && s.prefixed[r] ? prefix_slot : prefix_slot + 1 + i; };
   // 4. Placement (the queues' room, read by step 3, becomes the rows' sums: a barrier after the
   // scan); a pending row is encode_chars_kernel's.

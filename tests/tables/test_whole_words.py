@@ -25,11 +25,12 @@ from hypothesis import strategies as st
 
 import blockbpe_jax as bb
 from blockbpe_jax.ops import primitive
-from blockbpe_jax.tables import build, probe, whole_words
+from blockbpe_jax.tables import build, probe, whole_words, word_bounds
 
 import families
 from helpers import BACKENDS, EDGES, MIXED, SPACES, assert_same, corpus_texts, ours
 from strategies import fuzz, raw_bytes, spaces_text, unicode_text
+from synthetic import spm_model
 
 spm = pytest.importorskip("sentencepiece", reason="the reference library `sentencepiece` is not installed")
 from sentencepiece import sentencepiece_model_pb2 as model_pb2  # noqa: E402
@@ -177,26 +178,6 @@ def test_fuzz_bytes(model, texts):
 # Constructed models
 
 
-def spm_model(pieces: list[str]) -> spm.SentencePieceProcessor:
-    """A SentencePiece BPE model with byte fallback: <unk>, <s>, </s>, the 256 byte pieces, then
-    `pieces` (normal), each scoring above the ones after it; the dummy prefix, spaces as `▁`."""
-    m = model_pb2.ModelProto()
-    m.trainer_spec.model_type = model_pb2.TrainerSpec.BPE
-    m.trainer_spec.byte_fallback = True
-    m.normalizer_spec.name = "identity"
-    m.normalizer_spec.add_dummy_prefix = True
-    m.normalizer_spec.remove_extra_whitespaces = False
-    m.normalizer_spec.escape_whitespaces = True
-    kinds = model_pb2.ModelProto.SentencePiece
-    for text, kind in [("<unk>", kinds.UNKNOWN), ("<s>", kinds.CONTROL), ("</s>", kinds.CONTROL)]:
-        m.pieces.add(piece=text, score=0.0, type=kind)
-    for b in range(256):
-        m.pieces.add(piece=f"<0x{b:02X}>", score=0.0, type=kinds.BYTE)
-    for k, text in enumerate(pieces):
-        m.pieces.add(piece=text, score=-float(k), type=kinds.NORMAL)
-    return spm.SentencePieceProcessor(model_proto=m.SerializeToString())
-
-
 def texts_over(alphabet: str, rng, count=300, longest=12) -> list[str]:
     return ["".join(rng.choice(list(alphabet), size=rng.integers(0, longest))) for _ in range(count)]
 
@@ -253,7 +234,8 @@ def test_more_joiners_than_the_table_holds(backend):
 def test_rule_off_where_bytes_do_not_spell_symbols(monkeypatch):
     """A vocabulary whose byte piece <0x63> ('c', no piece here) reads as b"b": a word `▁a` +
     <0x63> spells `▁ab`. The rule is off there (no words in the table); forced on, it would
-    give `▁ab` where sentencepiece gives `▁a` <0x63>."""
+    give `▁ab` where sentencepiece gives `▁a` <0x63> (with the byte bounds off: they make
+    <0x63> a word of its own, which would hide the gate's work)."""
     sp = spm_model([SPACE, "a", "b", SPACE + "a", "ab", SPACE + "ab"])
     vocab = bb.Tokenizer.from_sentencepiece(sp).vocab
     token_bytes = list(vocab.token_bytes)
@@ -264,4 +246,5 @@ def test_rule_off_where_bytes_do_not_spell_symbols(monkeypatch):
     assert tables.char_table[build.CHAR_TABLE_WHOLE_WORDS] == 0 and not word_ids(tables)
     assert ours(bb.Tokenizer(edited), ["ac"]) == [sp.encode("ac")]
     monkeypatch.setattr(whole_words, "bytes_spell_symbols", lambda vocab: True)
+    monkeypatch.setattr(word_bounds, "bounds_base", lambda vocab: -1)
     assert ours(bb.Tokenizer(edited), ["ac"]) == [[sp.piece_to_id(SPACE + "ab")]] != [sp.encode("ac")]

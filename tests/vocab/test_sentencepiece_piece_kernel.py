@@ -101,6 +101,12 @@ def adversarial() -> list:
         "<b>bold</b> <table><tr>\n  <td>x</td>",
         "\n" * 40 + "x" + "\t" * 33 + " " * 35,
         "x\n \n\u2581\u2581\n  \u2581 y",
+        "\nfirst line",  # (word bounds: the dummy prefix a word of its own before them)
+        "\n\n\u2581x",
+        "2023 was 12345 x1y22",
+        "\x01\x01a\x02\tb\x7f",
+        " \nx",
+        "\u2581\nx",
     ]
     # multi-byte characters at every offset of a 16-byte chunk (and of 2, 4, 8)
     for k in range(18):
@@ -231,15 +237,45 @@ def test_gpu_pending_rows(model, piece_kernel):
 def may_be_pending(tok, encode, item) -> bool:
     """Whether the kernel may leave the row pending: it can hold a word of over 64 symbols (a
     word is at most a run of spaces and the bytes up to the next space, and the dummy prefix; a
-    symbol is at least a byte; specials and `▁` only cut words shorter), or its dummy prefix is
-    a segment of its own (the row starts with a piece sentencepiece always matches, as v7's
-    `[REF]`: the reference's first token is the prefix alone)."""
+    symbol is at least a byte; specials, `▁` and the other bounds only cut words shorter), or
+    its dummy prefix is a segment of its own before a special (the row starts with a piece
+    sentencepiece always matches, as v7's `[REF]`)."""
     raw = item if isinstance(item, bytes) else item.encode()
     if any(len(word) + 1 > 64 for word in re.findall(rb" *[^ ]*", raw)):
         return True
     prefix_id = tok.vocab.char_level.prefix_id
     want = reference_ids(encode, item)
-    return prefix_id >= 0 and len(want) > 0 and want[0] == prefix_id
+    specials = set(tok.vocab.special_tokens.values())
+    return prefix_id >= 0 and len(want) > 1 and want[0] == prefix_id and want[1] in specials
+
+
+def bounded_characters(tok) -> list[str]:
+    """ASCII characters whose symbol starts a word wherever it meets another (a byte piece where
+    the bounds are on, an isolated character: tables/word_bounds.py), a few of each kind."""
+    table = build.build_vocab_tables(tok.vocab).char_table
+    isolated = set(table[build.CHAR_TABLE_ISOLATED : build.CHAR_TABLE_HEADER].tolist()) - {-1}
+    bytes_bound = table[build.CHAR_TABLE_BOUNDS] >= 0
+    found = [chr(x) for x in range(1, 128) if (table[x] < 0 and bytes_bound) or table[x] in isolated]
+    common = [ch for ch in found if ch in "\n\t0123456789"]
+    return (common + [ch for ch in found if ch not in common])[:8]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
+def test_gpu_bounded_words_are_not_pending(model, piece_kernel):
+    """Rows of 80+ symbols without a space but cut every few characters by a bound (a
+    character without a piece, an isolated one) hold no word of over 64 symbols, so the kernel
+    encodes them itself; so does it a row whose first character starts a word after the dummy
+    prefix (the prefix's token then placed before that word's). Without the second launch:
+    none pending, every row equal to the reference."""
+    tok, encode = model
+    cuts = bounded_characters(tok)
+    if not cuts:
+        pytest.skip(f"{tok.vocab.name}: no word bounds besides `▁`")
+    piece_kernel.setenv("BLOCKBPE_PIECE_FILL", "0")
+    items = [("abcdefghijk" + ch) * 8 for ch in cuts] + [ch + "first words" for ch in cuts]
+    items += [ch * 3 + "x y" + ch for ch in cuts] + ["".join(cuts) * 12]
+    assert check_rows(tok, encode, items, width=512, pending_ok=True) == []
 
 
 def test_words_spell_their_text(model):
