@@ -12,9 +12,10 @@
 //      bytes, U+FFFD's piece for an invalid byte), each at its first byte's slot (a row's
 //      slots are its bytes' positions shifted by one, the slot before its first byte holding
 //      its dummy prefix); kDeleted at a pieced character's other bytes;
-//   2. the words: a `▁` after a symbol that is no joiner starts one (starts_word, with the
-//      symbol before read across chunks), and the row's first symbol does; a mask of word
-//      starts per chunk;
+//   2. the words: where word_starts_between holds (a `▁` after a symbol that is no joiner, a
+//      byte-fallback piece and the symbol after it, an isolated character next to another:
+//      char_symbols.h, "Word bounds"; the symbol before read across chunks), and the row's first
+//      symbol; a mask of word starts per chunk;
 //   3. the words that start in a warp's chunks dealt to its lanes (deal_warp_pieces): a word
 //      whose token bytes are its own text (no U+2581, no U+FFFD for an invalid byte, no dummy
 //      prefix: `▁` spells a space, every other symbol its character, bytes_spell_symbols) is
@@ -37,10 +38,10 @@
 // Left to encode_chars_kernel, decided on the host (char_piece_eligible): rows wider than
 // kPieceMaxLen bytes or tiled. Decided on the device per row (kCountPending, then
 // encode_chars_kernel with pending_only): a word of more than kShortPieceLen symbols that is no
-// piece (a row without word starts is one word), full merge lists, a dummy prefix that is a
-// segment of its own (before a special that starts the text, or before a `▁` that starts it
-// where `▁` joins no `▁`), and a dummy prefix after a special (HF's Prepend normalizer: a
-// segment's prefix has no slot of its own here).
+// piece (a row without word starts is one word), full merge lists, a dummy prefix before a
+// special that starts the text, and a dummy prefix after a special (HF's Prepend normalizer: a
+// segment's prefix has no slot of its own here). A dummy prefix that is a word of its own
+// before the row's first word (kPrefixAlone) is placed by this kernel.
 // Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
 #pragma once
 
