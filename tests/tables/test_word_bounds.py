@@ -90,7 +90,7 @@ def test_generated_texts(model, text):
 
 
 def test_a_wrong_rule_is_caught(model, monkeypatch):
-    """'2' is no isolated character ("2b" is a piece): listed as one, the text "2b" is cut
+    """'2' is no isolated character ("2b" is a piece): listed as one, the text "a2b" is cut
     between its characters and encodes wrong, which the comparisons above would catch."""
     sp, _ = model
     monkeypatch.setattr(word_bounds, "isolated_ids", lambda vocab: (sp.piece_to_id("2"),))
