@@ -48,7 +48,7 @@ def isolated_ids(vocab: Vocab) -> tuple[int, ...]:
     cl, tb = vocab.char_level, vocab.token_bytes
     specials = set(vocab.special_tokens.values())
     owners: dict[int, int] = {}
-    for ch, i in cl.char_ids.items():
+    for i in cl.char_ids.values():
         owners[i] = owners.get(i, 0) + 1
     taken = specials | set(vocab.byte_ids) | {cl.replacement_id, cl.prefix_id, cl.word_start_id}
     pieces = {i for i, b in enumerate(tb) if b is not None and i not in specials}
