@@ -44,9 +44,10 @@ when it differs from the table's.
 
 The Unicode versions come from unicodedata2 releases (PyPI): the installed one, wheels, or an
 sdist built here (9.0.0.post4 needs two one-line fixes for Python 3.11, applied on the fly).
-The probes need tiktoken==0.14.0 and tokenizers==0.23.3 (their Unicode versions are the point).
+The probes need tiktoken==0.14.0 and tokenizers==0.23.3 (their Unicode versions are the point),
+the scripts regex==2026.5.9 (a later release may know another Unicode version's scripts).
 
-Usage: pip install unicodedata2==16.0.0 regex tiktoken==0.14.0 tokenizers==0.23.3
+Usage: pip install unicodedata2==16.0.0 regex==2026.5.9 tiktoken==0.14.0 tokenizers==0.23.3
        python scripts/gen_unicode_data.py [--check] [--cache DIR]
 (The other unicodedata2 releases are fetched with pip into the cache, ~/.cache/blockbpe_jax/
 unicodedata2 by default; the first run takes about a minute.)
@@ -83,7 +84,7 @@ WHITE_SPACE = (
 )
 PRETOK = pathlib.Path(__file__).resolve().parent.parent / "blockbpe_jax" / "pretok"
 REGEX_VERSION, NFC_VERSION = "16.0.0", "9.0.0"
-REFERENCES = {"tiktoken": "0.14.0", "tokenizers": "0.23.3"}
+REFERENCES = {"tiktoken": "0.14.0", "tokenizers": "0.23.3", "regex": "2026.5.9"}  # (regex: the scripts)
 # Unicode versions whose data the fingerprints come from (pip spec of each unicodedata2).
 VERSIONS = {
     "9.0.0": "9.0.0.post4",
@@ -243,7 +244,7 @@ def build(cache: pathlib.Path) -> dict[str, dict[str, np.ndarray]]:
     import tiktoken
     import tokenizers
 
-    for name, module in (("tiktoken", tiktoken), ("tokenizers", tokenizers)):
+    for name, module in (("tiktoken", tiktoken), ("tokenizers", tokenizers), ("regex", regex)):
         if module.__version__ != REFERENCES[name]:
             wrong_version(f"{name} is {module.__version__}, need {REFERENCES[name]}")
     data = {v: unicode_data(v, spec, cache, GC_NAMES) for v, spec in VERSIONS.items()}
