@@ -29,9 +29,7 @@ def bounds_base(vocab: Vocab) -> int:
     held = range(base, base + 256)
     cl = vocab.char_level
     others = set(cl.char_ids.values()) | set(vocab.special_tokens.values())
-    others |= {cl.replacement_id, cl.prefix_id, cl.word_start_id}
-    if cl.runs is not None:
-        others |= {cl.runs.run_id, cl.runs.long_id} | {i for row in cl.runs.table for i in row}
+    others |= {cl.replacement_id, cl.prefix_id, cl.word_start_id} | _run_rule_ids(cl)
     if any(i in held for i in others):
         return -1
     for (a, b), (_, m) in vocab.merges.items():
@@ -52,9 +50,7 @@ def isolated_ids(vocab: Vocab) -> tuple[int, ...]:
         owners[i] = owners.get(i, 0) + 1
     taken = specials | set(vocab.byte_ids) | {cl.replacement_id, cl.prefix_id, cl.word_start_id}
     pieces = {i for i, b in enumerate(tb) if b is not None and i not in specials}
-    pieces |= {m for _, m in vocab.merges.values()}
-    if cl.runs is not None:
-        pieces |= {cl.runs.run_id, cl.runs.long_id} | {i for row in cl.runs.table for i in row}
+    pieces |= {m for _, m in vocab.merges.values()} | _run_rule_ids(cl)
     holding = _pieces_by_ascii(tb, pieces)
     found = []
     for ch in sorted(map(chr, range(128)), key=lambda ch: (ch not in _COMMON, ch)):
@@ -64,6 +60,13 @@ def isolated_ids(vocab: Vocab) -> tuple[int, ...]:
         if all(set(tb[j]) == {ord(ch)} for j in holding.get(ord(ch), ())):
             found.append(i)
     return tuple(found[:MAX_ISOLATED])
+
+
+def _run_rule_ids(cl) -> set[int]:
+    """The pieces the run rule writes (char_symbols.h, merge_run), which no merge makes."""
+    if cl.runs is None:
+        return set()
+    return {cl.runs.run_id, cl.runs.long_id} | {i for row in cl.runs.table for i in row}
 
 
 def _pieces_by_ascii(token_bytes, ids) -> dict[int, list[int]]:
