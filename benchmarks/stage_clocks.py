@@ -53,10 +53,16 @@ SHAPES = [
     ("r50k", "bytes", 1024, 4096),
     ("mistral-v1", "exact", 1024, 4096),
     ("llama2-gguf", "exact", 1024, 4096),
+    ("mistral-v7", "exact", 1024, 4096),  # the specials stage with a few specials (Gemma 3: many)
     ("gemma3-gguf", "exact", 1024, 4096),
     ("llama2-gguf", "exact", 64, 512),
 ]
-FAMILY_FILES = {"mistral-v1": "mistral-v1-spm", "llama2-gguf": "llama2-gguf", "gemma3-gguf": "gemma3-gguf"}
+FAMILY_FILES = {
+    "mistral-v1": "mistral-v1-spm",
+    "mistral-v7": "mistral-v7-spm",
+    "llama2-gguf": "llama2-gguf",
+    "gemma3-gguf": "gemma3-gguf",
+}
 
 
 def load(vocab: str, root: pathlib.Path) -> bb.Tokenizer | None:
