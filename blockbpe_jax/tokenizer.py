@@ -333,8 +333,9 @@ class Tokenizer:
         """(the texts normalized around the specials encode accepts in them, the rows to
         encode in parts): `specials.normalize_around` with this tokenizer's tables."""
         tables = self.tables(allowed_special, host=True)
-        escaped = bool(self.vocab.char_level is not None and self.vocab.char_level.escaped_specials)
-        return specials.normalize_around(tables, escaped, self._normalize_texts, texts)
+        return specials.normalize_around(
+            tables, specials.specials_escaped(self.vocab), self._normalize_texts, texts
+        )
 
     def _rows_on_host(self, out, texts, split, allowed_special, run, widen: bool, pad_id: int):
         """`out` with some rows encoded again: those the executors reported (count -2: the

@@ -40,6 +40,7 @@ class EncodeTables:
     special_offsets: jax.Array
     special_data: jax.Array
     special_ids: jax.Array
+    special_starts: jax.Array  # where the specials can start (ffi/core/special_tokens.h, SpecialStarts)
     pretok: jax.Array  # the pre-tokenizer's tables (uint8, ffi/pretok/tables.h)
     nfc_pairs: jax.Array  # NFC composition pairs int32[K, 2] (a stand-in row without NFC)
     char_table: jax.Array  # SentencePiece BPE's character tables (ffi/core/char_symbols.h)

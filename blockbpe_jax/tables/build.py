@@ -52,6 +52,7 @@ import numpy as np
 from ..vocab.char_bpe import MAX_JOINERS
 from ..vocab import Vocab
 from . import word_bounds
+from .specials import specials_escaped
 from .whole_words import whole_word_ids
 
 __all__ = [
@@ -383,7 +384,7 @@ def _build_char_tables(vocab: Vocab, offsets: np.ndarray, data: np.ndarray, pair
         if len(ch) == 1 and ord(ch) < 128:
             char_table[ord(ch)] = i
     char_table[128:132] = (cl.replacement_id, cl.prefix_id, cl.prefix_rule, cl.word_start_id)
-    char_table[CHAR_TABLE_ESCAPED] = int(cl.escaped_specials)
+    char_table[CHAR_TABLE_ESCAPED] = int(specials_escaped(vocab))
     char_table[CHAR_TABLE_JOINERS : CHAR_TABLE_JOINERS + len(cl.joiners)] = cl.joiners
     isolated = word_bounds.isolated_ids(vocab)
     char_table[CHAR_TABLE_BOUNDS] = word_bounds.bounds_base(vocab)
@@ -452,6 +453,7 @@ class SpecialTables:
     special_offsets: np.ndarray  # int32[S+1]
     special_data: np.ndarray  # uint8[max(1, D)], longest first, ties by bytes
     special_ids: np.ndarray  # int32[max(1, S)]; a dummy 0 when S == 0
+    special_starts: np.ndarray  # uint8: where they can start, their runs (ffi/core/special_tokens.h)
     count: int  # S
 
 
@@ -477,9 +479,13 @@ def build_special_tables(vocab: Vocab, allowed: str | Iterable[str] | None) -> S
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     offsets[1:] = np.cumsum([len(b) for b, _ in encoded], dtype=np.int64)
     data = np.frombuffer(b"".join(b for b, _ in encoded), dtype=np.uint8).copy()
+    data = data if data.size else np.zeros(1, dtype=np.uint8)
+    from .. import native
+
     return SpecialTables(
         special_offsets=offsets,
-        special_data=data if data.size else np.zeros(1, dtype=np.uint8),
+        special_data=data,
         special_ids=np.asarray([i for _, i in encoded] or [0], dtype=np.int32),
+        special_starts=native.cpu.special_starts(offsets, data, specials_escaped(vocab)),
         count=len(encoded),
     )

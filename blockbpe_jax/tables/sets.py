@@ -31,6 +31,9 @@ from .lru import BoundedCache
 MISS_CACHE_ROW_INTS = 16
 MISS_CACHE_ROWS = 1 << 18
 _NO_MISS_CACHE = np.zeros((1, MISS_CACHE_ROW_INTS), dtype=np.int32)
+# The operands of one set of allowed specials (SpecialTables' arrays); the others are the
+# vocabulary's, shared by every set.
+SPECIAL_OPERANDS = ("special_offsets", "special_data", "special_ids", "special_starts")
 
 
 def miss_cache_rows() -> int:
@@ -48,7 +51,7 @@ def miss_cache_rows() -> int:
 
 
 def _special_bytes(sp: SpecialTables) -> int:
-    return sp.special_offsets.nbytes + sp.special_data.nbytes + sp.special_ids.nbytes
+    return sum(getattr(sp, n).nbytes for n in SPECIAL_OPERANDS)
 
 
 class TableSets:
@@ -117,7 +120,7 @@ class TableSets:
             self._nfc_pairs = pretok.nfc_pairs(*self._normalizer(), rewrite=rewrite)
         return (
             *(t.pair_table, t.byte_ids, t.piece_table, t.token_offsets, t.token_data),
-            *(sp.special_offsets, sp.special_data, sp.special_ids),
+            *(getattr(sp, n) for n in SPECIAL_OPERANDS),
             *(self.pretok()[0], self._nfc_pairs, t.char_table, _NO_MISS_CACHE),
         )
 
@@ -130,17 +133,23 @@ class TableSets:
     def _build_tables(self, key: tuple, device) -> primitive.EncodeTables:
         arrays = list(self.host_arrays(key))
         if device != "host":
+            names = primitive.TABLE_OPERANDS
             # Concrete arrays even when first asked for inside a trace (no tracer is cached).
             with jax.ensure_compile_time_eval():
                 base = self._bases.get(device)
                 if base is None:
-                    base = [jax.device_put(a, device) for a in (*arrays[:5], *arrays[8:-1])]
+                    # (the vocabulary's arrays, shared by every set of allowed specials)
+                    base = {
+                        n: jax.device_put(a, device)
+                        for n, a in zip(names, arrays)
+                        if n not in SPECIAL_OPERANDS and n != "miss_cache"
+                    }
                     # (zeros made there: a fresh cache per device, never copied from another)
                     rows = miss_cache_rows() if getattr(device, "platform", "") == "gpu" else 1
-                    base.append(jax.numpy.zeros((rows, MISS_CACHE_ROW_INTS), np.int32, device=device))
+                    base["miss_cache"] = jax.numpy.zeros((rows, MISS_CACHE_ROW_INTS), np.int32, device=device)
                     with self._lock:
                         base = self._bases.setdefault(device, base)
-                arrays = [*base[:5], *(jax.device_put(a, device) for a in arrays[5:8]), *base[5:]]
+                arrays = [base[n] if n in base else jax.device_put(a, device) for n, a in zip(names, arrays)]
         vocab, t = self.vocab, self.vocab_tables
         _, exact, error = self.pretok()
         nfc, lowercase = self._normalizer()
@@ -173,9 +182,7 @@ class TableSets:
 
 def _table_set_bytes(t: primitive.EncodeTables) -> int:
     """What one cached EncodeTables holds of its own: its special tables (the rest is shared)."""
-    return sum(
-        int(np.prod(a.shape)) * a.dtype.itemsize for a in (t.special_offsets, t.special_data, t.special_ids)
-    )
+    return sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in (getattr(t, n) for n in SPECIAL_OPERANDS))
 
 
 def pretok_operand(vocab) -> tuple[np.ndarray, int, str | None]:

@@ -29,6 +29,12 @@ def eot_token(vocab) -> int:
     )
 
 
+def specials_escaped(vocab) -> bool:
+    """Whether a `▁` of the vocabulary's specials also matches a space (SentencePiece's escaped
+    specials: the char table's flag, and the special_starts table built for them)."""
+    return vocab.char_level is not None and vocab.char_level.escaped_specials
+
+
 def n_vocab(vocab) -> int:
     """The largest id + 1 (tiktoken's `max_token_value + 1`)."""
     tb = vocab.token_bytes

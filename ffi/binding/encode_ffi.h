@@ -109,6 +109,10 @@ inline ffi::Error make_table_params(const char* target, const TableOperands& t, 
   if (n_special < 0 || (int64_t)t.special_ids.size < (n_special > 0 ? n_special : 1) ||
       t.special_data.size < 1)
     return bad("special-token tables are inconsistent");
+  if (t.special_starts.size != (int64_t)sizeof(SpecialStarts) ||
+      reinterpret_cast<uintptr_t>(t.special_starts.data) % alignof(SpecialStarts) != 0)
+    return bad("special_starts must be uint8[" + std::to_string(sizeof(SpecialStarts)) +
+               "], 4-byte aligned: the table the CPU module's special_starts builds for the same specials");
   if (a.pretok_stages < 0 || a.pretok_stages > kMaxPretokStages)
     return bad("pretok_stages must be in [0, " + std::to_string(kMaxPretokStages) + "], got " +
                std::to_string(a.pretok_stages));
@@ -158,8 +162,8 @@ inline ffi::Error make_table_params(const char* target, const TableOperands& t, 
                        t.token_offsets.data, t.token_data.data,
                        (int32_t)t.token_offsets.size - 1, a.max_piece_len,
                        (int64_t)t.token_data.size, a.rank_is_id != 0};
-  p->special = SpecialView{t.special_offsets.data, t.special_data.data,
-                           t.special_ids.data, (int32_t)n_special};
+  p->special = SpecialView{t.special_offsets.data, t.special_data.data, t.special_ids.data, (int32_t)n_special,
+                           reinterpret_cast<const SpecialStarts*>(t.special_starts.data)};
   // The misses' cache: rows of kMissCacheInts, a power of two of them; one row is none. (The
   // kernels write it: the one operand they do, cuda/miss_cache.cuh.)
   const int64_t cache_rows = t.miss_cache.size / kMissCacheInts;

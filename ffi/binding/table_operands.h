@@ -26,6 +26,7 @@ namespace ffi = xla::ffi;
   X(special_offsets, S32, int32_t) /* [S + 1] */                                          \
   X(special_data, U8, uint8_t)     /* the specials' bytes */                              \
   X(special_ids, S32, int32_t)     /* [max(S, 1)] */                                      \
+  X(special_starts, U8, uint8_t)   /* sizeof(SpecialStarts) (core/special_tokens.h) */    \
   X(pretok, U8, uint8_t)           /* pretok_operand_bytes(...) (pretok/tables.h) */      \
   X(nfc_pairs, S32, int32_t)       /* [K, 2], K >= 1 (nfc.h), or odd: nfc_normalize.h */  \
   X(char_table, S32, int32_t)      /* [kCharTableHeader + T * W] or [1] (char_symbols.h) */ \

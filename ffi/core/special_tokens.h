@@ -10,12 +10,15 @@
 
 namespace bbpe {
 
-// Special tokens, built by blockbpe_jax/tables.py.
+struct SpecialStarts;
+
+// Special tokens, built by blockbpe_jax/tables/build.py.
 struct SpecialView {
   const int32_t* offsets;  // [count + 1] into data; sorted longest first
   const uint8_t* data;
   const int32_t* ids;
   int32_t count;
+  const SpecialStarts* starts = nullptr;  // their SpecialStarts, built at load (the special_starts operand)
 };
 
 // How many bytes of text[i..n) special k matches, or -1. With `escaped` (SentencePiece
@@ -105,12 +108,12 @@ struct SpecialStarts {
 // of one of the two run kinds (its bits in run_kinds: 1 or 2) is matched by run_match_at.
 enum RunKind : int { kRunOfBytes = 1, kRunOfSpaces = 2, kNotRun = 3 };
 
-BBPE_HD bool is_escaped_space(const uint8_t* d, int q, int len) {  // `▁` at d[q] (char_symbols.h)
+inline bool is_escaped_space(const uint8_t* d, int q, int len) {  // `▁` at d[q] (char_symbols.h)
   return q + 2 < len && d[q] == 0xE2 && d[q + 1] == 0x96 && d[q + 2] == 0x81;
 }
 
 // Special k's RunKind, and its count of units (`units`: bytes, or `▁`s).
-BBPE_HD int special_run_kind(const SpecialView& s, int k, bool escaped, int& units) {
+inline int special_run_kind(const SpecialView& s, int k, bool escaped, int& units) {
   const uint8_t* d = s.data + s.offsets[k];
   const int len = s.offsets[k + 1] - s.offsets[k];
   units = 0;
@@ -132,7 +135,7 @@ BBPE_HD int special_run_kind(const SpecialView& s, int k, bool escaped, int& uni
 // byte, or the text's end), as special_text_len matches it: literally, or with `escaped`, a
 // `▁` of the special as one space.
 template <class F>
-BBPE_HD void special_start_pairs(const SpecialView& s, int k, bool escaped, F&& f) {
+inline void special_start_pairs(const SpecialView& s, int k, bool escaped, F&& f) {
   const uint8_t* d = s.data + s.offsets[k];
   const int len = s.offsets[k + 1] - s.offsets[k];
   if (len <= 0) return;
@@ -148,40 +151,31 @@ BBPE_HD void special_start_pairs(const SpecialView& s, int k, bool escaped, F&& 
   if (escaped && is_escaped_space(d, 0, len)) from(' ', 3);
 }
 
-// Slots for the first bytes marked nonzero, in byte order (build_special_starts' steps).
-BBPE_HD void assign_special_slots(SpecialStarts& t) {
-  int next = 0;
-  for (int b = 0; b < 256; ++b)
-    if (t.slot[b]) t.slot[b] = next < SpecialStarts::kSlots ? (uint8_t)++next : SpecialStarts::kAlways;
-}
-
-// or_word(word, bits) ORs bits into one of the table's words (atomically on the GPU) and returns
-// the word as it was.
-template <class Or>
-BBPE_HD void mark_special_start(SpecialStarts& t, int first, int second, Or&& or_word) {
+// The second byte `second` (-1: any, or the text's end) after the first byte `first`.
+inline void mark_special_start(SpecialStarts& t, int first, int second) {
   const int s = t.slot[first];
   if (s == 0 || s == SpecialStarts::kAlways) return;
   if (second < 0) {
-    for (int w = 0; w < 8; ++w) or_word(t.second[s - 1][w], 0xFFFFFFFFu);
+    for (int w = 0; w < 8; ++w) t.second[s - 1][w] = 0xFFFFFFFFu;
   } else {
-    or_word(t.second[s - 1][second >> 5], 1u << (second & 31));
+    t.second[s - 1][second >> 5] |= 1u << (second & 31);
   }
 }
 
 // Special k (of that RunKind and units) in the run table of the slot of `first`. The tables
 // hold distinct specials (one per name), so a slot's runs have one special per unit count; were
 // two the same bytes, the slot would be left to special_match_at.
-template <class Or>
-BBPE_HD void mark_special_run(SpecialStarts& t, int first, int k, int kind, int units, Or&& or_word) {
+inline void mark_special_run(SpecialStarts& t, int first, int k, int kind, int units) {
   const int s = t.slot[first];
   if (s == 0 || s == SpecialStarts::kAlways) return;
   if (kind != kNotRun) {
     const int shift = 16 * ((units - 1) & 1);
-    const uint32_t mine = (uint32_t)k + 1;
-    const uint32_t was = (or_word(t.run_special[s - 1][(units - 1) >> 1], mine << shift) >> shift) & 0xFFFFu;
+    uint32_t& word = t.run_special[s - 1][(units - 1) >> 1];
+    const uint32_t mine = (uint32_t)k + 1, was = (word >> shift) & 0xFFFFu;
+    word |= mine << shift;
     if (was != 0 && was != mine) kind = kNotRun;
   }
-  or_word(t.run_kinds, (uint32_t)kind << 2 * (s - 1));
+  t.run_kinds |= (uint32_t)kind << 2 * (s - 1);
 }
 
 BBPE_HD bool special_may_start(const SpecialStarts& t, const uint8_t* text, int n, int i) {
@@ -192,7 +186,7 @@ BBPE_HD bool special_may_start(const SpecialStarts& t, const uint8_t* text, int 
   return (t.second[s - 1][b >> 5] >> (b & 31)) & 1u;
 }
 
-BBPE_HD uint8_t special_first_byte(const SpecialView& s, int k) {
+inline uint8_t special_first_byte(const SpecialView& s, int k) {
   return s.offsets[k + 1] > s.offsets[k] ? s.data[s.offsets[k]] : 0;
 }
 
@@ -246,41 +240,34 @@ BBPE_HD int special_match_with(const SpecialStarts& t, const SpecialView& s, con
                           &text_len);
 }
 
-// The table, built by the thread `self` of `stride` threads taking every stride-th special:
-// one thread on the CPU (build_special_starts below); a block's threads on the GPU, with its
-// barrier as `sync` and an atomic OR as `or_word` (cuda/block_begin.cuh).
-template <class Sync, class Or>
-BBPE_HD void build_special_starts(const SpecialView& s, bool escaped, SpecialStarts& t, int self, int stride,
-                                  Sync&& sync, Or&& or_word) {
-  for (int b = self; b < 256; b += stride) t.slot[b] = 0;
-  for (int w = self; w < SpecialStarts::kSlots * 8; w += stride) t.second[w / 8][w % 8] = 0;
-  for (int w = self; w < SpecialStarts::kSlots * SpecialStarts::kMaxRun / 2; w += stride)
-    t.run_special[w / (SpecialStarts::kMaxRun / 2)][w % (SpecialStarts::kMaxRun / 2)] = 0;
-  if (self == 0) t.run_kinds = 0;
-  sync();
-  for (int k = self; k < s.count; k += stride)
-    special_start_pairs(s, k, escaped, [&](int first, int) { t.slot[first] = 1; });
-  sync();
-  if (self == 0) assign_special_slots(t);
-  sync();
-  for (int k = self; k < s.count; k += stride) {
+// The table of the specials `s`, built once per set of specials at load (the CPU module's
+// special_starts makes the special_starts operand; the executors copy it or read it as it is):
+// the first bytes that start a special get slots in byte order, then each special marks the
+// second bytes it may start with and, where it is a run, its entry of run_special.
+inline void build_special_starts(const SpecialView& s, bool escaped, SpecialStarts& t) {
+  t = SpecialStarts{};
+  for (int k = 0; k < s.count; ++k) special_start_pairs(s, k, escaped, [&](int first, int) { t.slot[first] = 1; });
+  int next = 0;
+  for (int b = 0; b < 256; ++b)
+    if (t.slot[b]) t.slot[b] = next < SpecialStarts::kSlots ? (uint8_t)++next : SpecialStarts::kAlways;
+  for (int k = 0; k < s.count; ++k) {
     int units = 0;
     const int kind = special_run_kind(s, k, escaped, units);
     special_start_pairs(s, k, escaped, [&](int first, int second) {
-      mark_special_start(t, first, second, or_word);
-      mark_special_run(t, first, k, kind, units, or_word);
+      mark_special_start(t, first, second);
+      mark_special_run(t, first, k, kind, units);
     });
     if (s.count <= SpecialStarts::kFirstBytes) t.first[k] = special_first_byte(s, k);
   }
-  sync();
 }
 
-inline void build_special_starts(const SpecialView& s, bool escaped, SpecialStarts& t) {
-  build_special_starts(s, escaped, t, 0, 1, [] {}, [](uint32_t& word, uint32_t bits) {
-    const uint32_t was = word;
-    word |= bits;
-    return was;
-  });
+// The operand's table copied into `to` by the thread `self` of `stride` (a block's shared
+// memory on the GPU; the caller's barrier comes before the reads).
+BBPE_HD void copy_special_starts(const SpecialStarts* from, SpecialStarts& to, int self, int stride) {
+  static_assert(sizeof(SpecialStarts) % 4 == 0, "copied a word at a time");
+  const uint32_t* src = reinterpret_cast<const uint32_t*>(from);
+  uint32_t* dst = reinterpret_cast<uint32_t*>(&to);
+  for (int w = self; w < (int)(sizeof(SpecialStarts) / 4); w += stride) dst[w] = src[w];
 }
 
 // Leftmost-first resolution of the matches. lens[i]: the bytes of text that the special matched

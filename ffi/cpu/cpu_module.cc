@@ -376,6 +376,7 @@ NB_MODULE(_blockbpe_cpu, m) {
       .def("encode", &HostEncoder::encode, nb::arg("texts"));
   bind_corpus_helpers(m);
   bind_nfc_normalize(m);
+  bind_special_tables(m);
   // The CPU handler reads lengths for free, so the "unchecked" target checks them too.
   bbpe::bind_registrations(m, reinterpret_cast<void*>(BbpeEncodeCpu), reinterpret_cast<void*>(BbpeEncodeCpu),
                            reinterpret_cast<void*>(BbpeEncodeWindowCpu));

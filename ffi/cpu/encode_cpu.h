@@ -275,11 +275,9 @@ inline void match_specials(const EncodeParams& p, const uint8_t* text, int n, Cp
   s.tok.resize(n + 1);
   if (p.special.count <= 0) return;  // s.tok holds each position's match until initial_token
   const bool escaped = p.symbols == kSymbolsChars && specials_escaped(p.chars);
-  // (a vocabulary may always match hundreds of specials: Gemma's user-defined pieces)
-  SpecialStarts starts;
-  build_special_starts(p.special, escaped, starts);
   s.rank.resize(n + 1);  // each match's length, until the merges use rank
-  match_specials_in(starts, p.special, text, n, escaped, s.tok.data(), s.rank.data(), s.is_special.data());
+  match_specials_in(*p.special.starts, p.special, text, n, escaped, s.tok.data(), s.rank.data(),
+                    s.is_special.data());
 }
 
 // NFC of text[0..n) into s.normalized (cap bytes at most) with the accepted specials as they are:

@@ -1,9 +1,7 @@
 // The CPU module's nfc_normalize: NFC of a batch of rows by pretok/nfc_normalize.h, the same
 // rewrite the CUDA pre-pass makes (blockbpe_jax/pretok/nfc_data.py calls it; the tests hold it
 // to HF tokenizers' NFC). lowercase_batch: Lowercase of a batch by the executors' in-place
-// rewrite (pretok/lowercase.h; blockbpe_jax/pretok/lower_data.py calls it). And special_spans:
-// the specials the executors accept in each row (core/special_tokens.h), for the host's
-// normalizer, which leaves them as they are.
+// rewrite (pretok/lowercase.h; blockbpe_jax/pretok/lower_data.py calls it).
 
 #include <algorithm>
 #include <cstring>
@@ -11,7 +9,6 @@
 #include <vector>
 
 #include "core/host_threads.h"
-#include "core/special_tokens.h"
 #include "cpu/arrays.h"
 #include "pretok/lowercase.h"
 #include "pretok/nfc_normalize.h"
@@ -36,18 +33,6 @@ int normalize_row(const bbpe::NfcData& d, const uint8_t* text, int n, int part, 
     w += got;
   }
   return w;
-}
-
-// Rows of a flat buffer, row r = data[off[r], off[r + 1]): the offsets run from 0 to the
-// buffer's `total` bytes without falling, each row at most max_row bytes (`limit` in words).
-void check_row_offsets(const char* what, const int64_t* off, int64_t rows, int64_t total, int64_t max_row,
-                       const char* limit) {
-  if (rows < 0 || off[0] != 0 || off[rows] != total)
-    throw nb::value_error((std::string(what) + ": offsets must run from 0 to len(data)").c_str());
-  for (int64_t r = 0; r < rows; ++r)
-    if (off[r + 1] < off[r] || off[r + 1] - off[r] > max_row)
-      throw nb::value_error(
-          (std::string(what) + ": offsets must be non-decreasing, rows under " + limit + " bytes").c_str());
 }
 
 // (data, offsets int64[rows + 1], the operand, part) -> (bytes uint8, offsets int64[rows + 1]).
@@ -137,45 +122,6 @@ nb::tuple lowercase_batch(HostArray<const uint8_t, 1> data, HostArray<const int6
   return nb::make_tuple(owned_array(out, 1, out_shape), owned_array(flagged, 1, flagged_shape));
 }
 
-// (special_offsets, special_data, escaped, data, offsets int64[rows + 1]) -> int64[m, 4]: each
-// accepted special (row, first byte, end byte, index in the special tables) in row order, as
-// encode_string matches them (cpu/encode_cpu.h: match_specials).
-nb::ndarray<nb::numpy, int64_t> special_spans(HostArray<const int32_t, 1> special_offsets,
-                                              HostArray<const uint8_t, 1> special_data, bool escaped,
-                                              HostArray<const uint8_t, 1> data, HostArray<const int64_t, 1> offsets) {
-  const int64_t count = (int64_t)special_offsets.shape(0) - 1;
-  const int32_t* so = special_offsets.data();
-  if (count < 0 || so[0] != 0) throw nb::value_error("special_spans: special_offsets must start at 0");
-  for (int64_t k = 0; k < count; ++k)
-    if (so[k + 1] < so[k] || so[k + 1] > (int64_t)special_data.shape(0))
-      throw nb::value_error("special_spans: special_offsets must be non-decreasing, within special_data");
-  const int64_t rows = (int64_t)offsets.shape(0) - 1, total = (int64_t)data.shape(0);
-  const int64_t* off = offsets.data();
-  check_row_offsets("special_spans", off, rows, total, INT32_MAX, "2**31");
-  std::vector<int64_t> spans;
-  if (count > 0) {
-    const bbpe::SpecialView s{so, special_data.data(), nullptr, (int32_t)count};
-    bbpe::SpecialStarts starts;
-    bbpe::build_special_starts(s, escaped, starts);
-    std::vector<int32_t> lens, match;
-    std::vector<uint8_t> is_special;
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint8_t* text = data.data() + off[r];
-      const int n = (int)(off[r + 1] - off[r]);
-      lens.resize((size_t)n + 1);
-      match.resize((size_t)n + 1);
-      is_special.assign((size_t)n + 1, 0);
-      bbpe::match_specials_in(starts, s, text, n, escaped, match.data(), lens.data(), is_special.data());
-      for (int i = 0; i < n; ++i)
-        if (is_special[i] == 2) spans.insert(spans.end(), {r, i, i + lens[i], match[i]});
-    }
-  }
-  int64_t* out = new int64_t[spans.size() + 1];
-  std::copy(spans.begin(), spans.end(), out);
-  const size_t shape[2] = {spans.size() / 4, 4};
-  return owned_array(out, 2, shape);
-}
-
 }  // namespace
 
 void bind_nfc_normalize(nb::module_& m) {
@@ -186,8 +132,4 @@ void bind_nfc_normalize(nb::module_& m) {
   m.def("lowercase_batch", &lowercase_batch, nb::arg("data"), nb::arg("offsets"), nb::arg("operand"),
         "Lowercase of each row data[offsets[i]:offsets[i + 1]] in place (ffi/pretok/lowercase.h) -> (bytes, "
         "flagged): a flagged row has a code point whose lowercase is not rewritten in place, and is left as it is.");
-  m.def("special_spans", &special_spans, nb::arg("special_offsets"), nb::arg("special_data"), nb::arg("escaped"),
-        nb::arg("data"), nb::arg("offsets"),
-        "int64[m, 4]: the specials accepted in each row data[offsets[i]:offsets[i + 1]] (ffi/core/special_tokens.h), "
-        "as (row, start, end, index in the special tables), in row order.");
 }

@@ -44,9 +44,9 @@ __device__ __noinline__ void pretokenize_block(
 // the special, lens[i]: the bytes it covers, 0 where none); then the matches are resolved
 // leftmost-first (core/special_tokens.h), a thread walking each cluster from its first match,
 // into is_special. kChars: the table of the positions that can start a special and of the runs
-// (SpecialStarts; as cpu/encode_cpu.h), built by the block in shared memory, and the specials'
-// `▁` matching a space where specials_escaped. Not inlined: the kernels' other stages keep their
-// registers as they were.
+// (SpecialStarts, built at load: the special_starts operand) copied to shared memory, and the
+// specials' `▁` matching a space where specials_escaped. Not inlined: the kernels' other stages
+// keep their registers as they were.
 template <int kThreads, bool kChars>
 __device__ __noinline__ void mark_special_tokens(const EncodeParams& p, const uint8_t* text, int n, int32_t* tok,
                                                  int32_t* lens, uint8_t* is_special) {
@@ -54,15 +54,12 @@ __device__ __noinline__ void mark_special_tokens(const EncodeParams& p, const ui
   if (threadIdx.x == 0) longest_special = 0;
   const bool escaped = kChars && specials_escaped(p.chars);
   const SpecialStarts* starts = nullptr;
-  if constexpr (kChars) {  // (the build's barriers put the 0 above before the atomicMax below)
+  if constexpr (kChars) {
     __shared__ SpecialStarts table;
-    build_special_starts(
-        p.special, escaped, table, threadIdx.x, kThreads, [] { __syncthreads(); },
-        [](uint32_t& word, uint32_t bits) { return atomicOr(&word, bits); });
+    copy_special_starts(p.special.starts, table, threadIdx.x, kThreads);
     starts = &table;
-  } else {
-    __syncthreads();
   }
+  __syncthreads();  // (the 0 above before the atomicMax below; the table before its reads)
   int longest = 0;
   for (int i = threadIdx.x; i < n; i += kThreads) {
     int len = 0;

@@ -182,10 +182,9 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
 
 // kSpecials: the call has special tokens (Gemma's and Mistral v7's user-defined pieces, which
 // sentencepiece always matches; those allowed in the call): matched at every byte of the chunk
-// (special_match_with, the table built by the block as cuda/block_begin.cuh builds it), the
-// matches resolved leftmost-first a cluster per thread (accept_special_cluster), then each
-// accepted special is a word of its own and a word starts after it (initial_char_token's
-// segments). A kernel of its own: the text without specials pays none of it.
+// (special_match_with, the table built at load copied to shared memory), the matches resolved
+// leftmost-first a cluster per thread (accept_special_cluster), then each accepted special is a
+// word of its own and a word starts after it (initial_char_token's segments). A kernel of its own: the text without specials pays none of it.
 template <int kChunk, bool kSpecials>
 __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __grid_constant__ EncodeParams p, int cpr,
                                                                    int rows_per_block) {
@@ -236,9 +235,8 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   if constexpr (kSpecials) {
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) sp[base + j] = 0;
-    build_special_starts(
-        p.special, escaped, s.specials, t, kPieceThreads, [] { __syncthreads(); },
-        [](uint32_t& word, uint32_t bits) { return atomicOr(&word, bits); });
+    copy_special_starts(p.special.starts, s.specials, t, kPieceThreads);
+    __syncthreads();
     int longest = 0;
     for (int i = base; i < base + valid; ++i) {
       int len = 0;

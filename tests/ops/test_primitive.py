@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import blockbpe_jax as bb
+from blockbpe_jax.ops.primitive import TABLE_OPERANDS
 from blockbpe_jax.tables.build import CHAR_TABLE_HEADER
 
 from helpers import BACKENDS, device_for, load_tokenizer, vocab_path
@@ -177,48 +178,60 @@ def test_handler_rejects_malformed_tables(tok):
         0
     ].block_until_ready()
     call(tables)  # well-formed: fine
-    call([*tables[:11], np.zeros((8, 16), np.int32)])  # a misses' cache (which the CPU ignores)
-    for index, bad, message in [
-        (0, np.zeros((0, 4), np.int32), "pair_table"),
-        (0, np.zeros((3, 4), np.int32), "power of two"),
-        (1, np.zeros(10, np.int32), "byte_ids"),
-        (2, tables[2].reshape(-1, 4), r"piece_table must be int32\[Q, 8\]"),
-        (3, np.zeros(1, np.int32), "empty"),
-        (11, np.zeros((4, 8), np.int32), r"miss_cache must be int32\[C, 16\]"),
-        (11, np.zeros((3, 16), np.int32), r"miss_cache must be int32\[C, 16\] with C a power of two"),
+
+    def edit(tabs, name, array):  # the operands with one replaced
+        at = TABLE_OPERANDS.index(name)
+        return [*tabs[:at], array, *tabs[at + 1 :]]
+
+    call(edit(tables, "miss_cache", np.zeros((8, 16), np.int32)))  # a misses' cache (which the CPU ignores)
+    for name, bad, message in [
+        ("pair_table", np.zeros((0, 4), np.int32), "pair_table"),
+        ("pair_table", np.zeros((3, 4), np.int32), "power of two"),
+        ("byte_ids", np.zeros(10, np.int32), "byte_ids"),
+        ("piece_table", tables[2].reshape(-1, 4), r"piece_table must be int32\[Q, 8\]"),
+        ("token_offsets", np.zeros(1, np.int32), "empty"),
+        ("special_starts", np.zeros(8, np.uint8), r"special_starts must be uint8\[\d+\]"),
+        ("miss_cache", np.zeros((4, 8), np.int32), r"miss_cache must be int32\[C, 16\]"),
+        (
+            "miss_cache",
+            np.zeros((3, 16), np.int32),
+            r"miss_cache must be int32\[C, 16\] with C a power of two",
+        ),
     ]:
-        broken = list(tables)
-        broken[index] = bad
         with pytest.raises(jax.errors.JaxRuntimeError, match=message):
-            call(broken)
+            call(edit(tables, name, bad))
     # The pre-tokenizer operand must fit the layout of the stages named.
     exact = list(tok.host_tables())
     attrs["pretok_stages"] = np.int32(1)
-    for op, stages in [(np.zeros(5, np.uint8), 1), (exact[8], 2), (exact[8], 9)]:
-        broken = exact[:8] + [op] + exact[9:]
+    pretok = exact[TABLE_OPERANDS.index("pretok")]
+    for op, stages in [(np.zeros(5, np.uint8), 1), (pretok, 2), (pretok, 9)]:
         attrs["pretok_stages"] = np.int32(stages)
         with pytest.raises(jax.errors.JaxRuntimeError, match="pre-tokenizer operand|pretok_stages"):
-            call(broken)
+            call(edit(exact, "pretok", op))
     attrs["pretok_stages"] = np.int32(0)
     with pytest.raises(jax.errors.JaxRuntimeError, match="nfc_pairs must be int32"):
-        call(exact[:9] + [np.zeros(3, np.int32)] + exact[10:])
+        call(edit(exact, "nfc_pairs", np.zeros(3, np.int32)))
     # Merges over characters (symbols=1) need the character tables' layout, and no pre-tokenizer.
     attrs["symbols"] = np.int32(1)
     H = CHAR_TABLE_HEADER
-    for char_table in (exact[10], np.zeros(H - 1, np.int32), np.full(H + 1, -1, np.int32)):
+    for char_table in (
+        exact[TABLE_OPERANDS.index("char_table")],
+        np.zeros(H - 1, np.int32),
+        np.full(H + 1, -1, np.int32),
+    ):
         with pytest.raises(jax.errors.JaxRuntimeError, match=rf"char_table must be int32\[{H} \+ T \* W\]"):
-            call(exact[:10] + [char_table] + exact[11:])
-    call(exact[:10] + [np.full(H, -1, np.int32)] + exact[11:])  # a well-formed table without runs
+            call(edit(exact, "char_table", char_table))
+    call(edit(exact, "char_table", np.full(H, -1, np.int32)))  # a well-formed table without runs
     for long, step, width in ((3, 4, 2), (3, 0, 2), (3, 2, 0), (-1, 1, 1)):  # P > T, P = 0, W = 0
         attrs.update(run_long=np.int32(long), run_step=np.int32(step), run_width=np.int32(width))
         with pytest.raises(jax.errors.JaxRuntimeError, match="char_table must be"):
-            call(exact[:10] + [np.full(H + max(long * width, 0), -1, np.int32)] + exact[11:])
+            call(edit(exact, "char_table", np.full(H + max(long * width, 0), -1, np.int32)))
     attrs.update(run_long=np.int32(3), run_step=np.int32(2), run_width=np.int32(2))
-    call(exact[:10] + [np.full(H + 6, -1, np.int32)] + exact[11:])  # a well-formed run layout
+    call(edit(exact, "char_table", np.full(H + 6, -1, np.int32)))  # a well-formed run layout
     attrs.update(run_long=np.int32(0), run_step=np.int32(0), run_width=np.int32(0))
     attrs["pretok_stages"] = np.int32(1)
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"symbols=1 \(characters\) takes pretok_stages=0"):
-        call(exact[:10] + [np.full(134, -1, np.int32)] + exact[11:])
+        call(edit(exact, "char_table", np.full(H, -1, np.int32)))
     attrs["symbols"] = np.int32(2)
     with pytest.raises(jax.errors.JaxRuntimeError, match="symbols must be 0"):
         call(tables)
