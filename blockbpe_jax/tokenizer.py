@@ -333,9 +333,8 @@ class Tokenizer:
         """(the texts normalized around the specials encode accepts in them, the rows to
         encode in parts): `specials.normalize_around` with this tokenizer's tables."""
         tables = self.tables(allowed_special, host=True)
-        return specials.normalize_around(
-            tables, specials.specials_escaped(self.vocab), self._normalize_texts, texts
-        )
+        escaped = specials.specials_escaped(self.vocab)
+        return specials.normalize_around(tables, escaped, self._normalize_texts, texts)
 
     def _rows_on_host(self, out, texts, split, allowed_special, run, widen: bool, pad_id: int):
         """`out` with some rows encoded again: those the executors reported (count -2: the
