@@ -1,6 +1,6 @@
-"""The table of where specials can start (`SpecialStarts`, ffi/core/special_tokens.h), which every
-executor matches SentencePiece-style specials with: the specials it lets the executors accept
-are those a plain scan accepts. Checked through the CPU module's `special_spans` (the
+"""The table of where specials can start (`SpecialStarts`, ffi/core/special_tokens.h), built once
+per set of specials at load and read by every executor: the specials it lets the executors
+accept are those a plain scan accepts. Checked through the CPU module's `special_spans` (the
 same builder and matcher) against the rule written here in Python: at each position the first
 special in table order that matches (with `escaped`, a `▁` of a special also matches a space),
 accepted leftmost-first. The specials are drawn to hit what the table special-cases: runs of one
@@ -112,3 +112,14 @@ def test_a_wrong_rule_is_caught():
     specials, texts = [LOW * 2], [b"a  b"]
     assert spans(specials, texts, True) == [[(1, 3, 0)]] == [accepted(specials, texts[0], True)]
     assert spans(specials, texts, False) == [[]] == [accepted(specials, texts[0], False)]
+
+
+def test_the_operand():
+    """special_starts: one fixed size whatever the specials, and equal for equal specials."""
+    small = native.cpu.special_starts(*tables([b"<a>"]), False)
+    large = native.cpu.special_starts(*tables([bytes([c]) + b"x" for c in range(40, 120)]), True)
+    assert small.dtype == np.uint8 and small.shape == large.shape
+    assert np.array_equal(small, native.cpu.special_starts(*tables([b"<a>"]), False))
+    assert not np.array_equal(small, large)
+    with pytest.raises(ValueError, match="special_offsets must be non-decreasing"):
+        native.cpu.special_starts(np.array([0, 5], np.int32), np.zeros(3, np.uint8), False)
