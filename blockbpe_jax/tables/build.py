@@ -461,7 +461,11 @@ def build_special_tables(vocab: Vocab, allowed: str | Iterable[str] | None) -> S
     """Tables of the special tokens to match in text: "all", None (none), or a set of names.
 
     Sorted longest first (ties by bytes) so a linear scan's first match is the longest match,
-    which is what tiktoken and HF do when one special is a prefix of another."""
+    which is what tiktoken and HF do when one special is a prefix of another. Their
+    `special_starts` (where one can start, their runs) is built here, once per set, by the CPU
+    module for every executor."""
+    from .. import native
+
     if allowed is None:
         names: list[str] = list(vocab.always_special)
     elif allowed == "all":
@@ -480,8 +484,6 @@ def build_special_tables(vocab: Vocab, allowed: str | Iterable[str] | None) -> S
     offsets[1:] = np.cumsum([len(b) for b, _ in encoded], dtype=np.int64)
     data = np.frombuffer(b"".join(b for b, _ in encoded), dtype=np.uint8).copy()
     data = data if data.size else np.zeros(1, dtype=np.uint8)
-    from .. import native
-
     return SpecialTables(
         special_offsets=offsets,
         special_data=data,

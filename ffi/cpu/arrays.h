@@ -28,7 +28,7 @@ nb::ndarray<nb::numpy, T> owned_array(T* data, size_t ndim, const size_t* shape)
 // Rows of a flat buffer, row r = data[off[r], off[r + 1]): the offsets run from 0 to the
 // buffer's `total` bytes without falling, each row at most max_row bytes (`limit` in words).
 inline void check_row_offsets(const char* what, const int64_t* off, int64_t rows, int64_t total, int64_t max_row,
-                       const char* limit) {
+                              const char* limit) {
   if (rows < 0 || off[0] != 0 || off[rows] != total)
     throw nb::value_error((std::string(what) + ": offsets must run from 0 to len(data)").c_str());
   for (int64_t r = 0; r < rows; ++r)
