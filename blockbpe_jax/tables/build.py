@@ -44,7 +44,7 @@ the layout with it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Iterable
 
 import numpy as np
@@ -62,6 +62,7 @@ __all__ = [
     "VocabTables",
     "build_vocab_tables",
     "SpecialTables",
+    "SPECIAL_OPERANDS",
     "build_special_tables",
     "whole_piece_ids",
 ]
@@ -455,6 +456,11 @@ class SpecialTables:
     special_ids: np.ndarray  # int32[max(1, S)]; a dummy 0 when S == 0
     special_starts: np.ndarray  # uint8: where they can start, their runs (ffi/core/special_tokens.h)
     count: int  # S
+
+
+# The operands of one set of allowed specials (SpecialTables' arrays); the others are the
+# vocabulary's, shared by every set.
+SPECIAL_OPERANDS = tuple(f.name for f in fields(SpecialTables) if f.name != "count")
 
 
 def build_special_tables(vocab: Vocab, allowed: str | Iterable[str] | None) -> SpecialTables:

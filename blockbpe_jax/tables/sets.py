@@ -21,7 +21,7 @@ from ..ops import primitive
 from .. import pretok
 from .cache import vocab_tables
 from ..pretok import normalizer
-from .build import SpecialTables, build_special_tables
+from .build import SPECIAL_OPERANDS, SpecialTables, build_special_tables
 from .lru import BoundedCache
 
 
@@ -31,9 +31,6 @@ from .lru import BoundedCache
 MISS_CACHE_ROW_INTS = 16
 MISS_CACHE_ROWS = 1 << 18
 _NO_MISS_CACHE = np.zeros((1, MISS_CACHE_ROW_INTS), dtype=np.int32)
-# The operands of one set of allowed specials (SpecialTables' arrays); the others are the
-# vocabulary's, shared by every set.
-SPECIAL_OPERANDS = ("special_offsets", "special_data", "special_ids", "special_starts")
 
 
 def miss_cache_rows() -> int:
@@ -50,8 +47,10 @@ def miss_cache_rows() -> int:
     return max(rows, 1)
 
 
-def _special_bytes(sp: SpecialTables) -> int:
-    return sum(getattr(sp, n).nbytes for n in SPECIAL_OPERANDS)
+def _special_bytes(t: SpecialTables | primitive.EncodeTables) -> int:
+    """What a set of allowed specials holds of its own: its special arrays (NumPy's or JAX's; the
+    rest of an EncodeTables is shared)."""
+    return sum(getattr(t, n).nbytes for n in SPECIAL_OPERANDS)
 
 
 class TableSets:
@@ -127,7 +126,7 @@ class TableSets:
     def encode_tables(self, key: tuple, device) -> primitive.EncodeTables:
         """EncodeTables for `key` on `device` ("host": over the NumPy arrays)."""
         return self._tables.get_or_build(
-            (device, key), lambda: self._build_tables(key, device), lambda t: _table_set_bytes(t)
+            (device, key), lambda: self._build_tables(key, device), _special_bytes
         )
 
     def _build_tables(self, key: tuple, device) -> primitive.EncodeTables:
@@ -178,11 +177,6 @@ class TableSets:
             ),
             lambda _: 1,
         )
-
-
-def _table_set_bytes(t: primitive.EncodeTables) -> int:
-    """What one cached EncodeTables holds of its own: its special tables (the rest is shared)."""
-    return sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in (getattr(t, n) for n in SPECIAL_OPERANDS))
 
 
 def pretok_operand(vocab) -> tuple[np.ndarray, int, str | None]:
