@@ -68,7 +68,7 @@ def special_starts(special_offsets: Annotated[NDArray[numpy.int32], dict(shape=(
     uint8[sizeof(SpecialStarts)]: which positions can start one of the specials, and their runs (ffi/core/special_tokens.h), the encode's special_starts operand.
     """
 
-def special_spans(special_offsets: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], special_data: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], escaped: bool, data: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], offsets: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> NDArray[numpy.int64]:
+def special_spans(special_offsets: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], special_data: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], special_starts: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], escaped: bool, data: Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], offsets: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> NDArray[numpy.int64]:
     """
     int64[m, 4]: the specials accepted in each row data[offsets[i]:offsets[i + 1]] (ffi/core/special_tokens.h), as (row, start, end, index in the special tables), in row order.
     """

@@ -136,6 +136,7 @@ def accepted_spans(tables, escaped: bool, texts: list[bytes]) -> list[list[tuple
     spans = native.cpu.special_spans(
         np.asarray(tables.special_offsets, dtype=np.int32),
         np.asarray(tables.special_data, dtype=np.uint8),
+        np.asarray(tables.special_starts, dtype=np.uint8),
         escaped,
         data,
         offsets,

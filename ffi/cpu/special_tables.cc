@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/special_tokens.h"
@@ -37,20 +38,26 @@ nb::ndarray<nb::numpy, uint8_t> special_starts(HostArray<const int32_t, 1> speci
   return owned_array(out, 1, shape);
 }
 
-// (special_offsets, special_data, escaped, data, offsets int64[rows + 1]) -> int64[m, 4]: each
-// accepted special (row, first byte, end byte, index in the special tables) in row order, as
-// encode_string matches them (cpu/encode_cpu.h: match_specials).
+// (special_offsets, special_data, special_starts, escaped, data, offsets int64[rows + 1]) ->
+// int64[m, 4]: each accepted special (row, first byte, end byte, index in the special tables) in
+// row order, as encode_string matches them (cpu/encode_cpu.h: match_specials). special_starts:
+// the table special_starts built for these specials with this `escaped`.
 nb::ndarray<nb::numpy, int64_t> special_spans(HostArray<const int32_t, 1> special_offsets,
-                                              HostArray<const uint8_t, 1> special_data, bool escaped,
+                                              HostArray<const uint8_t, 1> special_data,
+                                              HostArray<const uint8_t, 1> special_starts, bool escaped,
                                               HostArray<const uint8_t, 1> data, HostArray<const int64_t, 1> offsets) {
   const bbpe::SpecialView s = special_view("special_spans", special_offsets, special_data);
+  if (special_starts.shape(0) != sizeof(bbpe::SpecialStarts))
+    throw nb::value_error(("special_spans: special_starts must hold " + std::to_string(sizeof(bbpe::SpecialStarts)) +
+                           " bytes (the special_starts table), not " + std::to_string(special_starts.shape(0)))
+                              .c_str());
+  bbpe::SpecialStarts starts;  // (a copy: the array's bytes need not be aligned for the struct)
+  std::memcpy(&starts, special_starts.data(), sizeof starts);
   const int64_t rows = (int64_t)offsets.shape(0) - 1, total = (int64_t)data.shape(0);
   const int64_t* off = offsets.data();
   check_row_offsets("special_spans", off, rows, total, INT32_MAX, "2**31");
   std::vector<int64_t> spans;
   if (s.count > 0) {
-    bbpe::SpecialStarts starts;
-    bbpe::build_special_starts(s, escaped, starts);
     std::vector<int32_t> lens, match;
     std::vector<uint8_t> is_special;
     for (int64_t r = 0; r < rows; ++r) {
@@ -76,8 +83,8 @@ void bind_special_tables(nb::module_& m) {
   m.def("special_starts", &special_starts, nb::arg("special_offsets"), nb::arg("special_data"), nb::arg("escaped"),
         "uint8[sizeof(SpecialStarts)]: which positions can start one of the specials, and their runs "
         "(ffi/core/special_tokens.h), the encode's special_starts operand.");
-  m.def("special_spans", &special_spans, nb::arg("special_offsets"), nb::arg("special_data"), nb::arg("escaped"),
-        nb::arg("data"), nb::arg("offsets"),
+  m.def("special_spans", &special_spans, nb::arg("special_offsets"), nb::arg("special_data"),
+        nb::arg("special_starts"), nb::arg("escaped"), nb::arg("data"), nb::arg("offsets"),
         "int64[m, 4]: the specials accepted in each row data[offsets[i]:offsets[i + 1]] (ffi/core/special_tokens.h), "
         "as (row, start, end, index in the special tables), in row order.");
 }

@@ -1,11 +1,11 @@
-"""The table of where specials can start (`SpecialStarts`, ffi/core/special_tokens.h), built once
-per set of specials at load and read by every executor: the specials it lets the executors
-accept are those a plain scan accepts. Checked through the CPU module's `special_spans` (the
-same builder and matcher) against the rule written here in Python: at each position the first
+"""The table of where specials can start (`SpecialStarts`, ffi/core/special_tokens.h), built once per
+set of specials at load and read by every executor: the specials it lets the executors accept are
+those a plain scan accepts. Checked through the CPU module's `special_starts` and `special_spans`
+(the same builder and matcher) against the rule written here in Python: at each position the first
 special in table order that matches (with `escaped`, a `▁` of a special also matches a space),
 accepted leftmost-first. The specials are drawn to hit what the table special-cases: runs of one
-unit (up to and past its 32), `▁` runs with `escaped`, more first bytes than its 15 slots,
-specials that are prefixes of one another.
+unit (up to and past its 32), `▁` runs with `escaped`, more first bytes than its 15 slots, specials
+that are prefixes of one another.
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ def spans(specials: list[bytes], texts: list[bytes], escaped: bool) -> list[list
     offsets, data = tables(specials)
     text_offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     text_offsets[1:] = np.cumsum([len(t) for t in texts])
+    starts = native.cpu.special_starts(offsets, data, escaped)
     rows = native.cpu.special_spans(
-        offsets, data, escaped, np.frombuffer(b"".join(texts), dtype=np.uint8), text_offsets
+        offsets, data, starts, escaped, np.frombuffer(b"".join(texts), dtype=np.uint8), text_offsets
     )
     out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
     for row, start, end, index in rows.tolist():
@@ -123,3 +124,6 @@ def test_the_operand():
     assert not np.array_equal(small, large)
     with pytest.raises(ValueError, match="special_offsets must be non-decreasing"):
         native.cpu.special_starts(np.array([0, 5], np.int32), np.zeros(3, np.uint8), False)
+    text, offsets = np.frombuffer(b"<a>", np.uint8), np.array([0, 3], np.int64)
+    with pytest.raises(ValueError, match="special_starts must hold"):
+        native.cpu.special_spans(*tables([b"<a>"]), small[:-4], False, text, offsets)
