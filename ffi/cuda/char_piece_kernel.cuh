@@ -184,7 +184,8 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
 // sentencepiece always matches; those allowed in the call): matched at every byte of the chunk
 // (special_match_with, the table built at load copied to shared memory), the matches resolved
 // leftmost-first a cluster per thread (accept_special_cluster), then each accepted special is a
-// word of its own and a word starts after it (initial_char_token's segments). A kernel of its own: the text without specials pays none of it.
+// word of its own and a word starts after it (initial_char_token's segments). A kernel of its
+// own: the text without specials pays none of it.
 template <int kChunk, bool kSpecials>
 __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __grid_constant__ EncodeParams p, int cpr,
                                                                    int rows_per_block) {
