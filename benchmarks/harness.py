@@ -267,6 +267,22 @@ def median_s(fn, reps: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
+def interleaved_medians(fns: dict, reps: int) -> dict:
+    """{name: (median seconds, the last result)} of `reps` rounds, each calling every fn() once,
+    in an order that rotates from round to round, after one untimed call of each. Where the
+    calls compare (A against B), timed by turns: one after another, whichever came first or
+    second ran on a machine in another state (clocks, caches, the host's pools)."""
+    names = list(fns)
+    out = {n: fns[n]() for n in names}
+    times: dict = {n: [] for n in names}
+    for r in range(reps):
+        for n in names[r % len(names) :] + names[: r % len(names)]:
+            t = time.perf_counter()
+            out[n] = fns[n]()
+            times[n].append(time.perf_counter() - t)
+    return {n: (statistics.median(times[n]), out[n]) for n in names}
+
+
 def pack_ljust(texts, max_len: int):
     """A padding packer in two C loops (str.encode, bytes.ljust + join): the reference for
     what `bb.pack_strings` could cost. Same output as pack_strings (the array is read-only)."""

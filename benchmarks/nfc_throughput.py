@@ -10,7 +10,7 @@ llama3's tokenizer.json with Qwen2's split (tests' synthetic.nfc_tokenizer), onc
 normalizer of --normalizers and once with none; War and Peace excerpts (NFC text, as nearly
 all text is; cased) and the same excerpts with every "e" and "a" followed by U+0301 (text not
 in NFC, where every row takes the NFC pre-pass's slow path). Medians of --reps calls after a
-warm-up:
+warm-up, the tokenizers timed by turns (a round calls each once, in a rotating order):
   e2e        tok.encode_batch(texts) with the ids waited for (packing, copy, encode)
   stream     tok.encode_stream of --stream copies of the batch, all waited for, per batch (an NFC
              tokenizer reads each batch's counts back once the next is dispatched)
@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from blockbpe_jax.testing import QWEN2_PATTERN, data_dir, read_corpus  # noqa: E402
-from harness import median_s, spread_excerpts  # noqa: E402
+from harness import interleaved_medians, median_s, spread_excerpts  # noqa: E402
 
 
 NFC, LOWER = {"type": "NFC"}, {"type": "Lowercase"}
@@ -86,7 +86,7 @@ def main() -> None:
     toks, hfs = {}, {}
     from blockbpe_jax.vocab.hf_json import vocab_from_tokenizer_json
 
-    for name in ["plain", *normalizers]:  # (plain first: every normalizer timed after it, warm)
+    for name in ["plain", *normalizers]:
         doc = tokenizer_doc(None if name == "plain" else name)
         toks[name] = bb.Tokenizer(vocab_from_tokenizer_json(doc, f"llama3-{name}"))
         hfs[name] = HfTokenizer.from_str(json.dumps(doc)) if HfTokenizer else None
@@ -95,43 +95,46 @@ def main() -> None:
         ids, counts = np.asarray(ids), np.asarray(counts)
         return [ids[i, : counts[i]].tolist() for i in range(len(counts))]
 
-    # The GPU's and the host's clocks ramp up under load: a second of encodes before any timing,
-    # so the first tokenizer timed is not the only one timed at idle clocks.
+    # The GPU's and the host's clocks ramp up under load: a second of encodes before any timing;
+    # then every path times the tokenizers by turns (harness.interleaved_medians): timed one
+    # after another, whichever came first read slower than the rest, plain or NFC alike.
     warm_until = time.perf_counter() + 1.0
     while time.perf_counter() < warm_until:
         jax.block_until_ready(toks["plain"].encode_batch(base, device=dev))
     results = []
     for text_name, texts in inputs.items():
         nbytes = sum(len(t.encode()) for t in texts)
+
+        def e2e(tok, texts=texts):
+            out = tok.encode_batch(texts, device=dev)
+            jax.block_until_ready(out)
+            return out
+
+        def stream(tok, texts=texts):
+            outs = list(tok.encode_stream([texts] * args.stream, device=dev))
+            jax.block_until_ready(outs)
+            return outs
+
+        data, lengths = jax.device_put(bb.pack_strings(texts), dev)
+
+        def device(tok, data=data, lengths=lengths):
+            out = bb.encode(data, lengths, tok, max_tokens=data.shape[1])
+            jax.block_until_ready(out)
+            return out
+
+        timed = {
+            path: interleaved_medians({n: (lambda f=f, t=t: f(t)) for n, t in toks.items()}, args.reps)
+            for path, f in (("e2e", e2e), ("stream", stream), ("device", device))
+        }
         for tok_name, tok in toks.items():
             row = {"text": text_name, "tokenizer": tok_name, "rows": len(texts), "bytes": nbytes}
-
-            def e2e(tok=tok, texts=texts):
-                out = tok.encode_batch(texts, device=dev)
-                jax.block_until_ready(out)
-                return out
-
-            s, out = median_s(e2e, args.reps)
+            s, out = timed["e2e"][tok_name]
             row["e2e_gbps"] = nbytes / s / 1e9
             got = rows_of(*out)
-
-            def stream(tok=tok, texts=texts):
-                outs = list(tok.encode_stream([texts] * args.stream, device=dev))
-                jax.block_until_ready(outs)
-                return outs
-
-            s, souts = median_s(stream, args.reps)
+            s, souts = timed["stream"][tok_name]
             row["stream_gbps"] = nbytes * args.stream / s / 1e9
             stream_same = all(rows_of(*o) == got for o in souts)
-            data, lengths = bb.pack_strings(texts)
-            data, lengths = jax.device_put((data, lengths), dev)
-
-            def device(tok=tok, data=data, lengths=lengths):
-                out = bb.encode(data, lengths, tok, max_tokens=data.shape[1])
-                jax.block_until_ready(out)
-                return out
-
-            s, dout = median_s(device, args.reps)
+            s, dout = timed["device"][tok_name]
             row["device_gbps"] = nbytes / s / 1e9
             dgot = rows_of(*dout)
             row["device_reported_rows"] = int(sum(1 for r in np.asarray(dout.counts) if r == -2))
