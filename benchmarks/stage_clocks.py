@@ -14,7 +14,8 @@ passes. --kernel default (the kernels each call runs by default): the piece kern
 call allows them (ffi/cuda/piece_kernel.cuh: load = the step tables, the chunks and Lowercase;
 pretokenize; segments = the pieces looked up whole and in the misses' cache; merges = the
 misses merged; keep = the merged misses put in the cache; output = the placement;
-char_piece_kernel: specials, initial = character symbols and word starts, then the same),
+char_piece_kernel: load = the chunks and, with specials, their table's copy; specials = the
+matching; initial = character symbols and word starts, then the same),
 run without their second launch (BLOCKBPE_PIECE_FILL=0: its blocks would overwrite the block
 marks), so a row they leave pending is counted (pending_rows) but not encoded. --kernel block,
 the block-per-string kernel for every call (load, specials, pretokenize, initial tokens,

@@ -238,6 +238,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     for (int j = 0; j < kChunk; ++j) sp[base + j] = 0;
     copy_special_starts(p.special.starts, s.specials, t, kPieceThreads);
     __syncthreads();
+    clock.mark(kClockLoad);  // (the chunks and the table; the stage after it: the matching)
     int longest = 0;
     for (int i = base; i < base + valid; ++i) {
       int len = 0;
