@@ -95,7 +95,6 @@ struct CharPieceSmem {
   int n_lane, n_wide, next_bin;
   int32_t ascii_ids[128];  // the char table's ASCII entries (CharView::ascii_ids), read at every byte
   int longest_special;  // kSpecials: the block's longest match (0: none)
-  SpecialStarts specials;  // kSpecials: which bytes can start a special, and the runs
   typename cub::BlockScan<int, kPieceThreads>::TempStorage scan;
 };
 
@@ -182,7 +181,8 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
 
 // kSpecials: the call has special tokens (Gemma's and Mistral v7's user-defined pieces, which
 // sentencepiece always matches; those allowed in the call): matched at every byte of the chunk
-// (special_match_with, the table built at load copied to shared memory), the matches resolved
+// (special_match_with, the table built at load read from global memory) unless no byte of the
+// block can start one, the matches resolved
 // leftmost-first a cluster per thread (accept_special_cluster), then each accepted special is a
 // word of its own and a word starts after it (initial_char_token's segments). A kernel of its
 // own: the text without specials pays none of it.
@@ -233,16 +233,24 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     load_chunk<kChunk>(p.data + b * (int64_t)p.max_len + base, s.text + row_at + base, valid,
                        base + kChunk <= p.max_len);
   const bool escaped = kSpecials && specials_escaped(p.chars);
+  // kSpecials: the table is read where it is (global memory, through L1: 2 KB that every block
+  // reads), and a block none of whose bytes can start a special skips the matching.
+  const SpecialStarts* specials = p.special.starts;  // (null without specials: not read)
+  bool may_start = false;
   if constexpr (kSpecials) {
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j) sp[base + j] = 0;
-    copy_special_starts(p.special.starts, s.specials, t, kPieceThreads);
-    __syncthreads();
-    clock.mark(kClockLoad);  // (the chunks and the table; the stage after it: the matching)
+    for (int j = 0; j < kChunk; ++j) {
+      sp[base + j] = 0;
+      if (j < valid) may_start |= __ldg(specials->slot + text[base + j]) != 0;  // (its own chunk's bytes)
+    }
+  }
+  const bool block_may_start = __syncthreads_or(may_start);  // (kSpecials only)
+  clock.mark(kClockLoad);
+  if (block_may_start) {
     int longest = 0;
     for (int i = base; i < base + valid; ++i) {
       int len = 0;
-      match_len[i] = special_match_with(s.specials, p.special, text, n, i, escaped, len) >= 0 ? len : 0;
+      match_len[i] = special_match_with(*specials, p.special, text, n, i, escaped, len) >= 0 ? len : 0;
       longest = max(longest, match_len[i]);
     }
     if (longest > 0) atomicMax(&s.longest_special, longest);
@@ -252,9 +260,9 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
       for (int i = base; i < base + valid; ++i)
         if (match_len[i] > 0 && !special_covered(match_len, i, block_longest))
           accept_special_cluster(match_len, n, i, sp);
+    __syncthreads();
   }
-  __syncthreads();
-  clock.mark(kSpecials ? kClockSpecials : kClockLoad);
+  if constexpr (kSpecials) clock.mark(kClockSpecials);
 
   // 1. The symbols of the characters that start in the chunk (one that starts in an earlier
   // chunk is that chunk's), the row's dummy prefix, and the word starts between two of the
@@ -298,7 +306,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
         sym[i] = kDeleted;
         if (sp[i] == 2) {
           int len = 0;
-          sym[i] = __ldg(p.special.ids + special_match_with(s.specials, p.special, text, n, i, escaped, len));
+          sym[i] = __ldg(p.special.ids + special_match_with(*specials, p.special, text, n, i, escaped, len));
           dirty |= 1u << (i - base);
           fm |= 1u << (i - base);
           before = sym[i], before_isolated = false;  // (what follows starts a segment)
