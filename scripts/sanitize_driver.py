@@ -199,7 +199,10 @@ piece_rows = [t.encode() for t in texts[:16]] + [
     b" ".join(testing.ADVERSARIAL["letters_a_j"](random.Random(k), 9) for k in range(400))[:4096],
 ]
 compare_in_piece_kernels(
-    "piece kernel", [("", tok)], piece_rows * 3, ((512, "2"), (512, "16"), (1000, "4"), (4096, "16"))
+    "piece kernel",
+    [("", tok), (" 3 stages", staged_tok)],  # (staged: blocks that skip a stage and blocks that do not)
+    piece_rows * 3,
+    ((512, "2"), (512, "16"), (1000, "4"), (4096, "16")),
 )
 # SentencePiece BPE in the piece kernel (ffi/cuda/char_piece_kernel.cuh): Mistral v7 (its
 # user-defined pieces: the instantiation with specials) and v1 (none); rows left pending (a

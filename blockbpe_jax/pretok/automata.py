@@ -178,6 +178,63 @@ def _merge_states(gbwd: np.ndarray, trans: dict, nf_raw: int):
     return pb.tolist(), pf.tolist()
 
 
+# ASCII in the order of its frequency in English prose: the classes a stage's inert set tries
+# first (inert_classes), so that prose is what it lets a block skip.
+_PROSE_ORDER = " etaoinshrdlucmfwypvbgkjqxzETAOINSHRDLUCMFWYPVBGKJQXZ,.\n'\"-;:!?()"
+
+
+def _only_first_flagged(a: Automata, classes: Sequence[int]) -> bool:
+    """Whether every text whose code points all have a class in `classes` gets no piece start
+    but its first: the forward flag is 0 at every later code point, whatever the text. The
+    run's positions as nodes (S[i], T[i]); an edge per class c and T[i+1] with G(T[i+1], c) =
+    T[i] (run_automata's steps); a text is a path from (fwd_init, any T) to (any S, bwd_init).
+    Checked on every edge after the first step of a path that can reach an end."""
+    nb, nf = a.n_bwd, a.n_fwd
+    edges = {}  # (s, t) -> [((s', t2), flag)]
+    for s in range(nf):
+        for t in range(nb):
+            edges[s, t] = [
+                ((int(a.fwd[c, t2, s]), t2), int(a.flag[c, t2, s]))
+                for c in classes
+                for t2 in range(nb)
+                if a.bwd[c, t2] == t
+            ]
+    later, todo = set(), [v for t in range(nb) for v, _ in edges[a.fwd_init, t]]
+    while todo:  # nodes reached after one step or more
+        node = todo.pop()
+        if node not in later:
+            later.add(node)
+            todo.extend(v for v, _ in edges[node])
+    ends, changed = {(s, a.bwd_init) for s in range(nf)}, True
+    while changed:  # nodes from which an end can be reached
+        changed = False
+        for node, out in edges.items():
+            if node not in ends and any(v in ends for v, _ in out):
+                ends.add(node)
+                changed = True
+    return not any(flag and v in ends for node in later for v, flag in edges[node])
+
+
+def inert_classes(a: Automata) -> int:
+    """The stage's inert classes as a bit mask (PretokTables.inert, ffi/pretok/tables.h): a set
+    of classes such that a text of only those (any sub-text between earlier stages' piece
+    starts) gets no piece start from this stage but its first, so a kernel may skip the stage
+    where every byte is of such a class. Built greedily, prose's ASCII classes first; 0 unless
+    it holds the classes of ' ' and 'a' (a stage that cuts prose would never be skipped: its
+    check would only cost). Bit 0, the continuation bytes (no step), is set with the rest."""
+    order = list(dict.fromkeys(int(a.class_of_cp[ord(ch)]) for ch in _PROSE_ORDER))
+    by_size = np.argsort(-np.bincount(a.class_of_cp, minlength=a.n_classes), kind="stable")
+    order += [int(c) for c in by_size if c not in order]
+    needed = {int(a.class_of_cp[ord(" ")]), int(a.class_of_cp[ord("a")])}
+    chosen: list[int] = []
+    for c in order:
+        if c > CLS_SPECIAL and _only_first_flagged(a, chosen + [c]):
+            chosen.append(c)
+        elif c in needed:
+            return 0
+    return sum(1 << c for c in chosen) | 1 << CLS_NONE
+
+
 def run_automata(
     a: Automata, text: str, specials: Sequence[tuple[int, int]] = (), boundaries=frozenset()
 ) -> list[int]:

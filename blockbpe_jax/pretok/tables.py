@@ -15,6 +15,7 @@ import numpy as np
 
 from . import normalizer as norm
 from . import unicode as uni
+from .automata import inert_classes
 from .compiler import MAX_CLASSES, MAX_STATES, INVALID_BYTE_STAND_IN, Automata
 
 MARK_MAYBE, MARK_NON_STARTER, MARK_NOT_NFC = 0x20, 0x40, 0x80  # kMarkMaybe, ... (ffi/pretok/nfc.h)
@@ -33,7 +34,8 @@ PRETOK_TABLES_DTYPE = np.dtype(
         ("bwd_init", "u1"),
         ("fwd_init", "u1"),
         ("invalid_class", "u1"),
-        ("pad", "u1", (5,)),
+        ("inert", "<u4"),
+        ("pad", "u1", (1,)),
         ("bwd_live", "<u8"),
         ("fwd_live", "<u8"),
     ]
@@ -69,6 +71,7 @@ def stage_tables(a: Automata) -> np.ndarray:
     t["ascii"] = a.class_of_cp[:128]
     t["bwd_init"], t["fwd_init"] = a.bwd_init, a.fwd_init
     t["invalid_class"] = a.class_of_cp[INVALID_BYTE_STAND_IN]
+    t["inert"] = inert_classes(a)
     t["bwd_live"], t["fwd_live"] = _live(a.n_bwd), _live(a.n_fwd)
     return t
 

@@ -24,7 +24,9 @@
 //      (cuda/miss_cache.cuh), which then keeps the merged ones; tokens parked at the piece's
 //      bytes in shared memory;
 //   5. one block scan of the threads' token counts places every piece's tokens in its row.
-// Eight block barriers (five more a further stage, one with Lowercase), none per merge rank.
+// Eight block barriers (five more a further stage, one with Lowercase, one a stage with inert
+// classes), none per merge rank; a stage is skipped in a block whose bytes are all of its inert
+// classes (pretok/tables.h).
 // The rules are the shared ones (core/bpe_core.h, pretok/*.h): nothing here defines a rule.
 // (Misses are merged warp-cooperatively, not a thread each with merge_segment, whose serial
 // passes keep the block waiting: docs/performance.md, "The piece-parallel kernel".)
@@ -251,6 +253,15 @@ __device__ __forceinline__ uint32_t stage_starts(PieceSmem<kChunk>& s, const Cla
   const int t = threadIdx.x;
   uint16_t key[kChunk];
   chunk_classes<kChunk>(tab, text, n, nullptr, base, valid, ct, key);
+  // A block whose every byte is of the stage's inert classes (pretok/tables.h): the stage adds
+  // no start to the earlier stages' and the text's first (DeepSeek's digit and CJK splits on
+  // text without digits or CJK).
+  if (const uint32_t inert = inert_class_mask(tab)) {
+    bool all_inert = true;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) all_inert &= (inert >> key[i]) & 1u;
+    if (__syncthreads_and(all_inert)) return earlier | (k == 0 && n > 0 ? 1u : 0u);
+  }
   if (kBoundaries) {
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) key[i] = with_boundary((uint8_t)key[i], (earlier >> i) & 1);

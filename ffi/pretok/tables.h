@@ -38,10 +38,20 @@ struct PretokTables {
   uint8_t ascii[128];
   uint8_t bwd_init, fwd_init;
   uint8_t invalid_class;      // class of a byte that is not part of valid UTF-8
-  uint8_t pad[5];
+  uint8_t inert[4];           // the inert classes' bit mask, little-endian (inert_class_mask)
+  uint8_t pad[1];
   uint64_t bwd_live, fwd_live;  // 0xF in the nibble of every state the automaton has
 };
 static_assert(sizeof(PretokTables) == 5528, "blockbpe_jax/pretok/tables.py mirrors this layout");
+
+// A set of classes (bit c: class c; 0 where the stage has none) such that a sub-text whose
+// bytes are all of those classes gets no piece start from the stage but its first
+// (blockbpe_jax/pretok/automata.py's inert_classes proves it on the automata): where every
+// byte of a text is, the stage's starts are the earlier stages' and the text's first byte,
+// and a kernel may skip the stage's automata (cuda/piece_kernel.cuh, stage_starts).
+BBPE_HD uint32_t inert_class_mask(const PretokTables& tab) {
+  return tab.inert[0] | (uint32_t)tab.inert[1] << 8 | (uint32_t)tab.inert[2] << 16 | (uint32_t)tab.inert[3] << 24;
+}
 
 // Code point -> class of one stage, two-stage: stage2[stage1[cp >> 8] * 256 + (cp & 255)].
 constexpr int kClassStage1Len = 0x110000 >> 8;
