@@ -241,7 +241,7 @@ BBPE_HD int special_match_with(const SpecialStarts& t, const SpecialView& s, con
 }
 
 // The table of the specials `s`, built once per set of specials at load (the CPU module's
-// special_starts makes the special_starts operand; the executors copy it or read it as it is):
+// special_starts makes the special_starts operand; every executor reads it as it is):
 // the first bytes that start a special get slots in byte order, then each special marks the
 // second bytes it may start with and, where it is a run, its entry of run_special.
 inline void build_special_starts(const SpecialView& s, bool escaped, SpecialStarts& t) {
@@ -259,15 +259,6 @@ inline void build_special_starts(const SpecialView& s, bool escaped, SpecialStar
     });
     if (s.count <= SpecialStarts::kFirstBytes) t.first[k] = special_first_byte(s, k);
   }
-}
-
-// The operand's table copied into `to` by the thread `self` of `stride` (a block's shared
-// memory on the GPU; the caller's barrier comes before the reads).
-BBPE_HD void copy_special_starts(const SpecialStarts* from, SpecialStarts& to, int self, int stride) {
-  static_assert(sizeof(SpecialStarts) % 4 == 0, "copied a word at a time");
-  const uint32_t* src = reinterpret_cast<const uint32_t*>(from);
-  uint32_t* dst = reinterpret_cast<uint32_t*>(&to);
-  for (int w = self; w < (int)(sizeof(SpecialStarts) / 4); w += stride) dst[w] = src[w];
 }
 
 // Leftmost-first resolution of the matches. lens[i]: the bytes of text that the special matched

@@ -44,28 +44,20 @@ __device__ __noinline__ void pretokenize_block(
 // the special, lens[i]: the bytes it covers, 0 where none); then the matches are resolved
 // leftmost-first (core/special_tokens.h), a thread walking each cluster from its first match,
 // into is_special, through the table of the positions that can start a special and of the runs
-// (SpecialStarts, built at load: the special_starts operand). kChars: that table copied to
-// shared memory, and the specials' `▁` matching a space where specials_escaped. Not inlined:
-// the kernels' other stages keep their registers as they were.
+// (SpecialStarts, built at load: the special_starts operand, read where it is, as the piece
+// kernels read it). kChars: the specials' `▁` matching a space where specials_escaped. Not
+// inlined: the kernels' other stages keep their registers as they were.
 template <int kThreads, bool kChars>
 __device__ __noinline__ void mark_special_tokens(const EncodeParams& p, const uint8_t* text, int n, int32_t* tok,
                                                  int32_t* lens, uint8_t* is_special) {
   __shared__ int longest_special;  // the longest match (0: none)
   if (threadIdx.x == 0) longest_special = 0;
   const bool escaped = kChars && specials_escaped(p.chars);
-  // (in shared memory for SentencePiece-style symbols, whose specials Gemma matches by the
-  // hundred; read where it is otherwise, the block kernels' shared memory left as it was)
-  const SpecialStarts* starts = p.special.starts;
-  if constexpr (kChars) {
-    __shared__ SpecialStarts table;
-    copy_special_starts(p.special.starts, table, threadIdx.x, kThreads);
-    starts = &table;
-  }
-  __syncthreads();  // (the 0 above before the atomicMax below; the table before its reads)
+  __syncthreads();  // (the 0 above before the atomicMax below)
   int longest = 0;
   for (int i = threadIdx.x; i < n; i += kThreads) {
     int len = 0;
-    const int k = special_match_with(*starts, p.special, text, n, i, escaped, len);
+    const int k = special_match_with(*p.special.starts, p.special, text, n, i, escaped, len);
     tok[i] = k;
     lens[i] = k >= 0 ? len : 0;
     longest = max(longest, lens[i]);

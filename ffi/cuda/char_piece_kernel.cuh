@@ -182,10 +182,10 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
 // kSpecials: the call has special tokens (Gemma's and Mistral v7's user-defined pieces, which
 // sentencepiece always matches; those allowed in the call): matched at every byte of the chunk
 // (special_match_with, the table built at load read from global memory) unless no byte of the
-// block can start one, the matches resolved
-// leftmost-first a cluster per thread (accept_special_cluster), then each accepted special is a
-// word of its own and a word starts after it (initial_char_token's segments). A kernel of its
-// own: the text without specials pays none of it.
+// block can start one, the matches resolved leftmost-first a cluster per thread
+// (accept_special_cluster), then each accepted special is a word of its own and a word starts
+// after it (initial_char_token's segments). A kernel of its own: the text without specials pays
+// none of it.
 template <int kChunk, bool kSpecials>
 __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __grid_constant__ EncodeParams p, int cpr,
                                                                    int rows_per_block) {
