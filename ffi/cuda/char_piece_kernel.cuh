@@ -234,32 +234,41 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
                        base + kChunk <= p.max_len);
   const bool escaped = kSpecials && specials_escaped(p.chars);
   // kSpecials: the table is read where it is (global memory, through L1: 2 KB that every block
-  // reads), and a block none of whose bytes can start a special skips the matching.
+  // reads). The chunk's bytes with a first-byte slot are found first, by independent loads; a
+  // block with none skips the matching, the others match at those bytes only.
   const SpecialStarts* specials = p.special.starts;  // (null without specials: not read)
-  bool may_start = false;
+  uint32_t slots = 0;  // bit j: byte base + j has a slot
   if constexpr (kSpecials) {
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
       sp[base + j] = 0;
-      if (j < valid) may_start |= __ldg(specials->slot + text[base + j]) != 0;  // (its own chunk's bytes)
+      if (j < valid && __ldg(specials->slot + text[base + j]) != 0) slots |= 1u << j;
     }
   }
-  const bool block_may_start = __syncthreads_or(may_start);  // (kSpecials only)
+  const bool block_may_start = __syncthreads_or(slots != 0);  // (kSpecials only)
   clock.mark(kClockLoad);
   if (block_may_start) {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j)
+      if (j < valid) match_len[base + j] = 0;
     int longest = 0;
-    for (int i = base; i < base + valid; ++i) {
+    uint32_t matched = 0;
+    for (uint32_t rest = slots; rest; rest &= rest - 1) {
+      const int i = base + __ffs(rest) - 1;
       int len = 0;
-      match_len[i] = special_match_with(*specials, p.special, text, n, i, escaped, len) >= 0 ? len : 0;
-      longest = max(longest, match_len[i]);
+      if (special_match_with(*specials, p.special, text, n, i, escaped, len) >= 0 && len > 0) {
+        match_len[i] = len;
+        longest = max(longest, len);
+        matched |= 1u << (i - base);
+      }
     }
     if (longest > 0) atomicMax(&s.longest_special, longest);
     __syncthreads();
     const int block_longest = s.longest_special;  // (a bound for the lookback: any row's)
-    if (block_longest > 0)
-      for (int i = base; i < base + valid; ++i)
-        if (match_len[i] > 0 && !special_covered(match_len, i, block_longest))
-          accept_special_cluster(match_len, n, i, sp);
+    for (uint32_t rest = block_longest > 0 ? matched : 0; rest; rest &= rest - 1) {
+      const int i = base + __ffs(rest) - 1;
+      if (!special_covered(match_len, i, block_longest)) accept_special_cluster(match_len, n, i, sp);
+    }
     __syncthreads();
   }
   if constexpr (kSpecials) clock.mark(kClockSpecials);
