@@ -111,6 +111,42 @@ cudaError_t allow_all_smem() {
   return err;
 }
 
+// The fill launch after a piece kernel (encode_cuda.cu) is a programmatic dependent launch
+// (sm_90): the GPU schedules its blocks once every block of the piece kernel has started
+// (allow_dependent_launch, at the piece kernels' start) instead of after the whole grid has
+// ended and the launch's own latency, and each of its blocks waits for the piece kernel's grid
+// to end and its writes to be visible (wait_for_previous_grid) before it reads a count. In a
+// kernel launched plainly both are no-ops.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// `kernel`(p) on `grid` blocks of `threads`, allowed to be scheduled before the stream's
+// previous kernel ends (the kernel calls wait_for_previous_grid before it reads that kernel's
+// output).
+template <class Kernel, class Params>
+cudaError_t launch_dependent(Kernel kernel, unsigned grid, int threads, size_t smem, cudaStream_t stream,
+                             const Params& p) {
+  cudaLaunchAttribute early;
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, p);
+}
+
 // The grid of a kernel that strides over `work` blocks' worth of items (for_huge_tiles): one
 // wave, as many of its blocks as the current device runs at once, where a block per item would
 // cost the scheduling of every item though most return at once. Counted once per device

@@ -198,6 +198,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   extern __shared__ __align__(16) uint8_t char_piece_smem[];
   CharPieceSmem<kChunk>& s = *reinterpret_cast<CharPieceSmem<kChunk>*>(char_piece_smem);
   StageClock clock;
+  allow_dependent_launch();  // (the fill launch's blocks wait for this grid's end: encode_cuda.cu)
   const VocabView& v = p.vocab;
   CharView c = char_view(p.chars);
   const int t = threadIdx.x;

@@ -127,7 +127,10 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_chars_kernel(
     const __grid_constant__ EncodeParams p) {
   BBPE_BLOCK_KERNEL_STATE(kThreads);
-  if (p.pending_only && p.counts[blockIdx.x] != kCountPending) return;  // (char_piece_kernel did the row)
+  if (p.pending_only) {  // (char_piece_kernel did the others)
+    wait_for_previous_grid();
+    if (p.counts[blockIdx.x] != kCountPending) return;
+  }
   if (!begin_block<kThreads, true>(p, smem, a, out, n, clock)) return;
   n = encode_chars<kThreads>(p, a, n, tmp, clock);
   for (int j = threadIdx.x; j < min(n, p.max_tokens); j += kThreads) out[j] = token_id(a.tok[j]);

@@ -80,6 +80,7 @@ cudaError_t launch(const EncodeParams& p, cudaStream_t stream) {
   cudaError_t err = chars ? allow_all_smem<encode_chars_kernel<kThreads>>() : allow_all_smem<encode_kernel<kThreads>>();
   if (err != cudaSuccess) return err;
   const auto kernel = chars ? encode_chars_kernel<kThreads> : encode_kernel<kThreads>;
+  if (p.pending_only) return launch_dependent(kernel, (unsigned)p.batch, kThreads, smem, stream, p);
   kernel<<<(unsigned)p.batch, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }

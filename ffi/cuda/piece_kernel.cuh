@@ -344,6 +344,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   extern __shared__ __align__(16) uint8_t piece_kernel_smem[];
   PieceSmem<kChunk>& s = *reinterpret_cast<PieceSmem<kChunk>*>(piece_kernel_smem);
   StageClock clock;
+  allow_dependent_launch();  // (the fill launch's blocks wait for this grid's end: encode_cuda.cu)
   const int t = threadIdx.x;
   load_stage_tables(s, p.pretok.tables);
   const int r = t / cpr, k = t - r * cpr;  // the thread's row in the block, its chunk in the row
