@@ -113,6 +113,10 @@ def adversarial() -> list:
         texts.append("a" * k + "\u65e5\u672c\u8a9e x")
         texts.append(" " * k + "\U0001f600y \u00e9")
         texts.append("w" * k + " \u2581\u2581 " + "\ufffd")
+    # a special's first byte at every offset, so its second is sometimes the next chunk's first
+    # (where the kernel reads it from global memory to test the pair)
+    for k in range(18):
+        texts += ["a" * k + special + "b" for special in ("  ", "\n\n", "\t\t", "<b>", "[REF]")]
     texts += [" " * k + "x" for k in (1, 2, 15, 16, 17, 31, 32, 33, 40)]
     texts += ["a" + " " * k + "b" for k in (2, 3, 16, 17, 30)]
     return texts + MIXED + EDGES + SPACES[:30]
