@@ -30,8 +30,8 @@
 // A word is a segment of encode_chars, so these are its rules; nothing here defines one.
 //
 // Special tokens (Mistral v7's and Gemma's user-defined pieces, which sentencepiece always
-// matches, and those a call allows): the kSpecials instantiation matches them at every byte of
-// the chunk before step 1 and resolves the matches leftmost-first, a cluster per thread (the
+// matches, and those a call allows): the kSpecials instantiation matches them at the chunk's
+// bytes that may start one before step 1 and resolves the matches leftmost-first, a cluster per thread (the
 // rules of core/special_tokens.h, as cuda/block_begin.cuh runs them); an accepted special is a
 // word of its own, and the text after it starts one.
 //
@@ -180,9 +180,9 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
 }
 
 // kSpecials: the call has special tokens (Gemma's and Mistral v7's user-defined pieces, which
-// sentencepiece always matches; those allowed in the call): matched at every byte of the chunk
-// (special_match_with, the table built at load read from global memory) unless no byte of the
-// block can start one, the matches resolved leftmost-first a cluster per thread
+// sentencepiece always matches; those allowed in the call): matched at the chunk's bytes that
+// have a first-byte slot (special_match_with, on the table built at load), unless no byte of
+// the block has one, the matches resolved leftmost-first a cluster per thread
 // (accept_special_cluster), then each accepted special is a word of its own and a word starts
 // after it (initial_char_token's segments). A kernel of its own: the text without specials pays
 // none of it.
