@@ -31,9 +31,9 @@
 //
 // Special tokens (Mistral v7's and Gemma's user-defined pieces, which sentencepiece always
 // matches, and those a call allows): the kSpecials instantiation matches them at the chunk's
-// bytes that may start one before step 1 and resolves the matches leftmost-first, a cluster per thread (the
-// rules of core/special_tokens.h, as cuda/block_begin.cuh runs them); an accepted special is a
-// word of its own, and the text after it starts one.
+// bytes that may start one before step 1 and resolves the matches leftmost-first, a cluster
+// per thread (the rules of core/special_tokens.h, as cuda/block_begin.cuh runs them); an
+// accepted special is a word of its own, and the text after it starts one.
 //
 // Left to encode_chars_kernel, decided on the host (char_piece_eligible): rows wider than
 // kPieceMaxLen bytes or tiled. Decided on the device per row (kCountPending, then
