@@ -70,6 +70,15 @@ __device__ __noinline__ void mark_special_tokens(const EncodeParams& p, const ui
   __syncthreads();
 }
 
+// Whether a block kernel's row b is not its to encode: in the fill launch after a piece kernel
+// (pending_only), every row that kernel did not leave pending, read once its grid has ended
+// (wait_for_previous_grid: the launch may be scheduled before).
+__device__ __forceinline__ bool done_by_piece_kernel(const EncodeParams& p, int64_t b) {
+  if (!p.pending_only) return false;
+  wait_for_previous_grid();
+  return p.counts[b] != kCountPending;
+}
+
 // The start of every block: its arrays, its string loaded, the special tokens marked (a.tok[i]:
 // the special matched at i, is_special; a.rank is left holding the matches' lengths). False (the row written and flagged) for a length
 // outside [0, max_len], which only an unchecked call can pass. kChars: SentencePiece-style

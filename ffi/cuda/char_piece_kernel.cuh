@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     return byte < 0x80 && !(kSpecials && sp[i]) && ((s.isolated_ascii[byte >> 5] >> (byte & 31)) & 1);
   };
   uint32_t dirty = 0;  // chunk bits: U+2581 or U+FFFD for an invalid byte
-  uint32_t fm = 0;     // the chunk's word starts
+  uint32_t fm = row_start_bit(k, n);  // the chunk's word starts
   bool hard = false;
   if (in_row && k == 0) {
     const bool prefix = n > 0 && prefix_before(c, text, n, sp, 0);
@@ -291,7 +291,6 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     s.prefixed[r] = prefix ? kPrefixInWord : 0;
     hard = prefix && kSpecials && sp[0] == 2;  // the prefix alone is a segment
   }
-  if (k == 0 && n > 0) fm = 1u;
   int walked = base + valid;  // the first byte the walk reaches (the symbols before it: step 2)
   if (valid > 0) {
     const int32_t space_piece = c.ascii_ids[' '];

@@ -127,10 +127,7 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_chars_kernel(
     const __grid_constant__ EncodeParams p) {
   BBPE_BLOCK_KERNEL_STATE(kThreads);
-  if (p.pending_only) {  // (char_piece_kernel did the others)
-    wait_for_previous_grid();
-    if (p.counts[blockIdx.x] != kCountPending) return;
-  }
+  if (done_by_piece_kernel(p, blockIdx.x)) return;
   if (!begin_block<kThreads, true>(p, smem, a, out, n, clock)) return;
   n = encode_chars<kThreads>(p, a, n, tmp, clock);
   for (int j = threadIdx.x; j < min(n, p.max_tokens); j += kThreads) out[j] = token_id(a.tok[j]);

@@ -140,10 +140,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kThreads>) encode_ke
     const __grid_constant__ EncodeParams p) {
   BBPE_BLOCK_KERNEL_STATE(kThreads);
   const int64_t b = blockIdx.x;
-  if (p.pending_only) {  // (the piece kernel did the others)
-    wait_for_previous_grid();
-    if (p.counts[b] != kCountPending) return;
-  }
+  if (done_by_piece_kernel(p, b)) return;
   const int cap = (int)padded_len(p.max_len < 1 ? 1 : p.max_len);
   if (!begin_block<kThreads>(p, smem, a, out, n, clock)) return;
   if (p.pretok.nfc || p.pretok.lower) {  // a string that may not be normalized is reported

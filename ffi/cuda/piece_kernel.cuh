@@ -240,6 +240,10 @@ __device__ __forceinline__ void load_stage_tables(PieceSmem<kChunk>& s, const Pr
   for (int k = threadIdx.x; k < (int)(sizeof(PretokTables) / 8); k += kPieceThreads) dst[k] = __ldg(src + k);
 }
 
+// The bit of a row's first byte where the thread's chunk (k: its index in its row) holds it:
+// a text's start starts a piece (a segment), whatever the automata say.
+__device__ __forceinline__ uint32_t row_start_bit(int k, int n) { return k == 0 && n > 0 ? 1u : 0u; }
+
 // One stage of the pre-tokenizer over the thread's chunk (steps 1-3; its tables in s.tab):
 // the classes, the backward automaton (T after the chunk from the next chunks' maps), the
 // forward one (S before it from the previous chunks' maps). Returns the chunk's piece starts as
@@ -260,7 +264,7 @@ __device__ __forceinline__ uint32_t stage_starts(PieceSmem<kChunk>& s, const Cla
     bool all_inert = true;
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) all_inert &= (inert >> key[i]) & 1u;
-    if (__syncthreads_and(all_inert)) return earlier | (k == 0 && n > 0 ? 1u : 0u);
+    if (__syncthreads_and(all_inert)) return earlier | row_start_bit(k, n);
   }
   if (kBoundaries) {
 #pragma unroll
@@ -283,8 +287,7 @@ __device__ __forceinline__ uint32_t stage_starts(PieceSmem<kChunk>& s, const Cla
 #pragma unroll
   for (int i = 0; i < kChunk; ++i)
     if (i < valid && flags[i]) fm |= 1u << i;
-  if (k == 0 && n > 0) fm |= 1u;  // (the text's start starts a segment)
-  return fm;
+  return fm | row_start_bit(k, n);
 }
 
 // The last step of piece_kernel and char_piece_kernel: each row's tokens into its output row.
