@@ -25,10 +25,10 @@ from .build import SPECIAL_OPERANDS, SpecialTables, build_special_tables
 from .lru import BoundedCache
 
 
-# The misses' cache on each device (ffi/cuda/miss_cache.cuh): rows of 16 int32, 2**18 of them
-# (16 MB) unless BLOCKBPE_MISS_CACHE_ROWS says otherwise (a power of two; 1 or 0: none). The host's
+# The misses' cache on each device (ffi/cuda/miss_cache.cuh): rows of 32 int32, 2**18 of them
+# (32 MB) unless BLOCKBPE_MISS_CACHE_ROWS says otherwise (a power of two; 1 or 0: none). The host's
 # tables get none (the CPU encoder does not use it).
-MISS_CACHE_ROW_INTS = 16
+MISS_CACHE_ROW_INTS = 32
 MISS_CACHE_ROWS = 1 << 18
 _NO_MISS_CACHE = np.zeros((1, MISS_CACHE_ROW_INTS), dtype=np.int32)
 

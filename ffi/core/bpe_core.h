@@ -47,13 +47,13 @@ struct VocabView {
   int32_t max_piece_len;         // longest piece in piece_table; 0: no piece is looked up whole
   int64_t token_data_len;        // bytes in token_data
   bool rank_is_id;               // every pair's rank is its merged id (tiktoken vocabularies)
-  // The GPU's cache of merged misses ([miss_mask + 1][16], cuda/miss_cache.cuh), or null. The
+  // The GPU's cache of merged misses ([miss_mask + 1][32], cuda/miss_cache.cuh), or null. The
   // one table the kernels write: an operand that only speeds them up (what it holds is what
   // the merges give), so a call's ids never depend on it.
   int32_t* miss_cache = nullptr;
   uint32_t miss_mask = 0;
 };
-constexpr int kMissCacheInts = 16;  // a row of the misses' cache: 64 bytes
+constexpr int kMissCacheInts = 32;  // a row of the misses' cache: 128 bytes
 
 // The pair hash: a multiply-xorshift mix of (left, right). tables.py mirrors it in NumPy.
 BBPE_HD uint32_t pair_hash(uint32_t left, uint32_t right) {

@@ -25,7 +25,8 @@
 //      (merge_in_lanes up to kLanePieceLen symbols, merge_in_warp beyond, both with the
 //      first-only ranks: cuda/lane_merges.cuh), then its runs (merge_segment_runs), unless the
 //      misses' cache has it (cuda/miss_cache.cuh; a word whose symbols are its text's
-//      characters, keyed by that text), which then keeps the merged ones;
+//      characters, keyed by that text up to kMissLongKeyLen bytes), which then keeps the
+//      merged ones;
 //   4. one block scan of the threads' token counts places every word's tokens in its row.
 // A word is a segment of encode_chars, so these are its rules; nothing here defines one.
 //
@@ -90,7 +91,7 @@ struct CharPieceSmem {
   int16_t wide_s0[kPieceWideList], wide_len[kPieceWideList];
   // Where the misses' cache may keep a listed word (lane list g, wide list kPieceLaneList + g):
   // its text's block position | (bytes - 1) << 12, else kNotKept.
-  uint16_t kept_text[kPieceLaneList + kPieceWideList];
+  uint32_t kept_text[kPieceLaneList + kPieceWideList];
   int by_len[kLanePieceLen + 1];  // lane-list words per length, then where the next one goes
   int n_lane, n_wide, next_bin;
   int32_t ascii_ids[128];  // the char table's ASCII entries (CharView::ascii_ids), read at every byte
@@ -112,7 +113,7 @@ __device__ __forceinline__ bool any_dirty(const uint32_t* dirty, int from, int t
   return false;
 }
 
-constexpr uint16_t kNotKept = 0xFFFF;  // (a word of 16 bytes starts at most at 4080)
+constexpr uint32_t kNotKept = 0xFFFFFFFF;
 
 // A row's dummy prefix (CharPieceSmem::prefixed): none, the first symbol of the row's first word,
 // or a word of its own (the first symbol starts one: its token is placed with the first word's,
@@ -132,7 +133,7 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
   // (plain: its symbols are its text's characters, so its text is a key of the misses' cache)
   const bool plain = !with_prefix && !any_dirty<kChunk>(s.dirty, at, at + len);
   const bool clean = plain && len <= v.max_piece_len;
-  const bool keyed = plain && len <= kShortKeyLen && v.miss_cache;
+  const bool keyed = plain && len <= kMissLongKeyLen && v.miss_cache;
   // (a clean word of one byte is its symbol: no key is one byte)
   int32_t whole = c.whole_words && clean && len > 1 ? lookup_piece(v, s.text + at, len) : -1;
   if (whole < 0) {
@@ -152,7 +153,8 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
     if (m > 1 && c.whole_words && !clean) whole = lookup_word(v, s.tok + first, m);
     if (whole < 0 && m > 1) {
       if (keyed) {  // merged before: the tokens from the misses' cache
-        const int got = find_merged_miss(v, short_key_at(s.text + at, len), len, s.tok + first);
+        const MissKey key = miss_key_at(s.text + at, len, [](const uint8_t* q, int n) { return short_key_at(q, n); });
+        const int got = find_merged_miss<kMissLongKeyLen>(v, key, len, s.tok + first);
         if (got) {
           s.count[first] = (uint8_t)got;
           return;
@@ -164,7 +166,7 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
       if (g >= (lanes ? kPieceLaneList : kPieceWideList)) {
         s.hard[row] = 1;
       } else {
-        s.kept_text[g + (lanes ? 0 : kPieceLaneList)] = keyed ? (uint16_t)(at | (len - 1) << 12) : kNotKept;
+        s.kept_text[g + (lanes ? 0 : kPieceLaneList)] = keyed ? (uint32_t)(at | (len - 1) << 12) : kNotKept;
         if (lanes) {
           s.lane_s0[g] = (int16_t)first, s.lane_len[g] = (int16_t)m;
           atomicAdd(&s.by_len[m], 1);
@@ -407,13 +409,13 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   }
   clock.mark(kClockMerges);  // (the merges and the runs)
   const auto kept = [&](int g, int& at, int& len, int& first) {  // (the words the cache may keep)
-    const uint16_t e = s.kept_text[g < n_lane ? g : kPieceLaneList + g - n_lane];
+    const uint32_t e = s.kept_text[g < n_lane ? g : kPieceLaneList + g - n_lane];
     if (e == kNotKept) return false;
     at = e & 0xFFF, len = (e >> 12) + 1, first = g < n_lane ? s.lane_s0[g] : s.wide_s0[g - n_lane];
     return true;
   };
-  keep_merged_misses<kPieceThreads>(v, s.text, s.tok, s.count, n_lane + n_wide, kept,
-                                    [](const uint8_t* q, int m) { return short_key_at(q, m); });
+  keep_merged_misses<kPieceThreads, kMissLongKeyLen>(v, s.text, s.tok, s.count, n_lane + n_wide, kept,
+                                                     [](const uint8_t* q, int m) { return short_key_at(q, m); });
   clock.mark(kClockKeep);  // (thread 0's own puts)
   const int prefix_slot = row_at + r;  // (the first word's first slot where the row is prefixed)
   // (a prefix alone: its token and the first word's, from its slot, as one run)

@@ -10,6 +10,7 @@ import pytest
 import blockbpe_jax as bb
 from blockbpe_jax.ops.primitive import TABLE_OPERANDS
 from blockbpe_jax.tables.build import CHAR_TABLE_HEADER
+from blockbpe_jax.tables.sets import MISS_CACHE_ROW_INTS
 
 from helpers import BACKENDS, device_for, load_tokenizer, vocab_path
 
@@ -183,7 +184,9 @@ def test_handler_rejects_malformed_tables(tok):
         at = TABLE_OPERANDS.index(name)
         return [*tabs[:at], array, *tabs[at + 1 :]]
 
-    call(edit(tables, "miss_cache", np.zeros((8, 16), np.int32)))  # a misses' cache (which the CPU ignores)
+    call(
+        edit(tables, "miss_cache", np.zeros((8, MISS_CACHE_ROW_INTS), np.int32))
+    )  # a misses' cache (which the CPU ignores)
     for name, bad, message in [
         ("pair_table", np.zeros((0, 4), np.int32), "pair_table"),
         ("pair_table", np.zeros((3, 4), np.int32), "power of two"),
@@ -191,11 +194,11 @@ def test_handler_rejects_malformed_tables(tok):
         ("piece_table", tables[2].reshape(-1, 4), r"piece_table must be int32\[Q, 8\]"),
         ("token_offsets", np.zeros(1, np.int32), "empty"),
         ("special_starts", np.zeros(8, np.uint8), r"special_starts must be uint8\[\d+\]"),
-        ("miss_cache", np.zeros((4, 8), np.int32), r"miss_cache must be int32\[C, 16\]"),
+        ("miss_cache", np.zeros((4, 8), np.int32), rf"miss_cache must be int32\[C, {MISS_CACHE_ROW_INTS}\]"),
         (
             "miss_cache",
-            np.zeros((3, 16), np.int32),
-            r"miss_cache must be int32\[C, 16\] with C a power of two",
+            np.zeros((3, MISS_CACHE_ROW_INTS), np.int32),
+            rf"miss_cache must be int32\[C, {MISS_CACHE_ROW_INTS}\] with C a power of two",
         ),
     ]:
         with pytest.raises(jax.errors.JaxRuntimeError, match=message):

@@ -34,6 +34,7 @@ from blockbpe_jax.tables.sets import MISS_CACHE_ROW_INTS
 
 import families
 from helpers import EDGES, MIXED, SPACES, corpus_texts, gpu_devices
+from miss_cache_rows import STATE, home_row, planted_row
 
 spm = pytest.importorskip("sentencepiece", reason="the reference library `sentencepiece` is not installed")
 
@@ -199,7 +200,7 @@ def test_gpu_misses_cache(model, piece_kernel, data_dir):
     """The misses' cache (ffi/cuda/miss_cache.cuh) in this kernel, a cache of its own so that
     earlier tests' words are not in it: the ids equal the reference with the cache empty, with
     the words the first call kept found there, and with the cache off (BLOCKBPE_MISS_CACHE=0);
-    the first call kept some."""
+    the first call kept some, words of over 16 bytes among them (a row's second half)."""
     tok, encode = model
     dev = gpu_devices()[0]
     texts = [t.encode()[:2000].decode("utf-8", "ignore") for t in corpus_texts(data_dir, 8, seed=17)]
@@ -216,10 +217,46 @@ def test_gpu_misses_cache(model, piece_kernel, data_dir):
         return [got[i, : counts[i]].tolist() for i in range(len(texts))]
 
     assert ids() == want
-    assert (np.asarray(own)[:, 4] != 0).sum() > 0, "the kernel kept no merged word"
+    states = np.asarray(own)[:, STATE]
+    assert (states != 0).sum() > 0, "the kernel kept no merged word"
+    assert ((states >> 16) > 16).sum() > 0, "the kernel kept no merged word of over 16 bytes"
     assert ids() == want
     piece_kernel.setenv("BLOCKBPE_MISS_CACHE", "0")
     assert ids() == want
+
+
+LONG_WORD = b" extraordinarily,"  # 17 bytes: a long key of the misses' cache, a miss in every model
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")
+def test_gpu_long_word_in_the_cache(model, piece_kernel):
+    """A word of 17 bytes is kept in its row's long half by the kernel that merged it, and a row
+    planted there is what the kernel returns for the word (so the long lookup really runs); a
+    row with a wrong check word is ignored."""
+    tok, encode = model
+    dev = gpu_devices()[0]
+    text = "a" + LONG_WORD.decode()  # (the row's first word, which may take the prefix, is "a")
+    want, head = reference_ids(encode, text), reference_ids(encode, "a")
+    word_ids = want[len(head) :]
+    assert want[: len(head)] == head and 1 < len(word_ids) <= 21
+    rows = 1 << 10
+    row, expected_row = home_row(LONG_WORD, rows), planted_row(LONG_WORD, word_ids)
+    own = jax.device_put(np.zeros((rows, MISS_CACHE_ROW_INTS), np.int32), dev)
+    tables = dataclasses.replace(tok.tables("none", device=dev), miss_cache=own)
+
+    def ids(t):
+        data, lengths = bb.pack_strings([text], max_len=64)
+        out = bb.encode(jax.device_put(data, dev), jax.device_put(lengths, dev), t, max_tokens=66)
+        return np.asarray(out.ids)[0, : int(out.counts[0])].tolist()
+
+    assert ids(tables) == want
+    assert np.asarray(own)[row].tolist() == expected_row.tolist()
+    for delta, expected in ((0, head + [11, 22, 33]), (1, want)):
+        planted = np.zeros((rows, MISS_CACHE_ROW_INTS), np.int32)
+        planted[row] = planted_row(LONG_WORD, [11, 22, 33], delta)
+        cache = jax.device_put(planted, dev)
+        assert ids(dataclasses.replace(tables, miss_cache=cache)) == expected
 
 
 @pytest.mark.gpu
