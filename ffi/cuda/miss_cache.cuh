@@ -68,18 +68,29 @@ __device__ __forceinline__ uint32_t miss_key_hash(const MissKey& key, int n) {
 // The check word: the row's key, state and its count's tokens (those a reader returns) folded
 // by multiply-xorshift steps (a zero word where another is written changes it). Only `count`
 // tokens: a hit costs a step per token it returns, not one per slot of the row.
+// In steps (a reader folds a long key's later tokens as it loads them, holding none):
+// miss_check_start, a miss_check_step per token in order, miss_check_end.
+__device__ __forceinline__ uint64_t miss_check_start(const MissKey& key, int32_t state) {
+  const uint64_t h = key.head.lo * 0x9E3779B97F4A7C15ull ^ key.head.hi * 0xC2B2AE3D27D4EB4Full ^ (uint32_t)state;
+  return h ^ key.tail.lo * 0xD6E8FEB86659FD93ull ^ key.tail.hi * 0xA0761D6478BD642Full;
+}
+__device__ __forceinline__ uint64_t miss_check_step(uint64_t h, int32_t tok) {
+  h = (h ^ (uint32_t)tok) * 0x100000001B3ull;
+  return h ^ (h >> 29);
+}
+__device__ __forceinline__ uint64_t miss_check_end(uint64_t h) {
+  return h ^ (h >> 32) ^ 0x5851F42D4C957F2Dull;  // (so an unwritten check word, 0, fits no all-zero row)
+}
 template <int kHeld>
 __device__ __forceinline__ uint64_t miss_check(const MissKey& key, int32_t state, const int32_t (&tok)[kHeld],
                                                int count) {
-  uint64_t h = key.head.lo * 0x9E3779B97F4A7C15ull ^ key.head.hi * 0xC2B2AE3D27D4EB4Full ^ (uint32_t)state;
-  h ^= key.tail.lo * 0xD6E8FEB86659FD93ull ^ key.tail.hi * 0xA0761D6478BD642Full;
+  uint64_t h = miss_check_start(key, state);
 #pragma unroll
   for (int i = 0; i < kHeld; ++i) {
     if (i >= count) break;
-    h = (h ^ (uint32_t)tok[i]) * 0x100000001B3ull;
-    h ^= h >> 29;
+    h = miss_check_step(h, tok[i]);
   }
-  return h ^ (h >> 32) ^ 0x5851F42D4C957F2Dull;  // (so an unwritten check word, 0, fits no all-zero row)
+  return miss_check_end(h);
 }
 
 // Whether a key's int4 (as read) is `key`; miss_key_is reads it first.
@@ -103,7 +114,6 @@ __device__ __forceinline__ int32_t* miss_row(const VocabView& v, uint32_t h, int
 template <int kMaxLen>
 __device__ __forceinline__ int miss_cache_find(const VocabView& v, const MissKey& key, int n, uint32_t h, int32_t* tok) {
   constexpr bool kLong = kMaxLen > kShortKeyLen;
-  constexpr int kHeld = kLong ? kMissLongTokens : kMissTokens;
   for (int probe = 0; probe < kMissProbes; ++probe) {
     const int32_t* row = miss_row(v, h, probe);
     const int4* quads = reinterpret_cast<const int4*>(row);
@@ -113,25 +123,45 @@ __device__ __forceinline__ int miss_cache_find(const VocabView& v, const MissKey
     if ((state & 0xFF) != 2 || (state >> 16) != n) continue;  // being written, or another length
     if (!miss_key_equals(k, key.head)) continue;
     if (kLong && n > kShortKeyLen && !miss_key_is(row + kMissKeyTail, key.tail)) continue;
-    int32_t held[kHeld] = {a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
+    const int32_t held[kMissTokens] = {a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
     const uint64_t check = (uint64_t)(uint32_t)a.z << 32 | (uint32_t)a.y;
     const int count = (state >> 8) & 0xFF;
     const int most = n > kShortKeyLen ? kMissLongTokens : kMissTokens;
     if (count < 1 || count > n || count > most) return 0;
-    if constexpr (kLong) {
-      if (count > kMissTokens) {
+    // A long key's tokens past the first kMissTokens: folded into the check as loaded, then
+    // loaded again (L2) into tok only once the check holds, so that no more are held at once.
+    const int4* more = reinterpret_cast<const int4*>(row + kMissMoreTokens);
+    constexpr int kMoreQuads = (kMissCacheInts - kMissMoreTokens) / 4;
+    uint64_t sum = miss_check_start(key, state);
 #pragma unroll
-        for (int q = 0; q < (kMissCacheInts - kMissMoreTokens) / 4; ++q) {
-          const int4 d = __ldcg(reinterpret_cast<const int4*>(row + kMissMoreTokens) + q);
-          held[kMissTokens + 4 * q] = d.x, held[kMissTokens + 4 * q + 1] = d.y;
-          held[kMissTokens + 4 * q + 2] = d.z, held[kMissTokens + 4 * q + 3] = d.w;
-        }
+    for (int i = 0; i < kMissTokens; ++i)
+      if (i < count) sum = miss_check_step(sum, held[i]);
+    if constexpr (kLong) {
+#pragma unroll
+      for (int q = 0; q < kMoreQuads; ++q) {
+        if (kMissTokens + 4 * q >= count) break;
+        const int4 d = __ldcg(more + q);
+        const int32_t four[4] = {d.x, d.y, d.z, d.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (kMissTokens + 4 * q + j < count) sum = miss_check_step(sum, four[j]);
       }
     }
-    if (miss_check(key, state, held, count) != check) return 0;
+    if (miss_check_end(sum) != check) return 0;
 #pragma unroll
-    for (int i = 0; i < kHeld; ++i)
+    for (int i = 0; i < kMissTokens; ++i)
       if (i < count) tok[i] = held[i];
+    if constexpr (kLong) {
+#pragma unroll
+      for (int q = 0; q < kMoreQuads; ++q) {
+        if (kMissTokens + 4 * q >= count) break;
+        const int4 d = __ldcg(more + q);
+        const int32_t four[4] = {d.x, d.y, d.z, d.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (kMissTokens + 4 * q + j < count) tok[kMissTokens + 4 * q + j] = four[j];
+      }
+    }
     return count;
   }
   return 0;
