@@ -248,6 +248,23 @@ BBPE_HD bool word_starts_between(const CharView& c, int32_t before, int32_t at, 
          (before != at && (before_isolated || at_isolated));
 }
 
+// The same rule on facts known per symbol, for a walk whose symbols come from a small set it
+// looks up (the piece kernel's ASCII bytes): symbol_facts once per symbol of the set, then
+// word_starts_between_facts(before, its facts, at, its facts) == word_starts_between.
+enum : uint8_t { kFactWordStart = 1, kFactJoiner = 2, kFactBound = 4, kFactIsolated = 8 };
+BBPE_HD uint8_t symbol_facts(const CharView& c, int32_t id, bool isolated) {
+  uint8_t facts = isolated ? kFactIsolated : 0;
+  if (c.word_start_id >= 0 && id == c.word_start_id) facts |= kFactWordStart;
+  for (int k = 0; k < kMaxJoiners && c.joiners[k] >= 0; ++k)
+    if (c.joiners[k] == id) facts |= kFactJoiner;
+  if (is_bound(c, id)) facts |= kFactBound;
+  return facts;
+}
+BBPE_HD bool word_starts_between_facts(int32_t before, uint8_t before_facts, int32_t at, uint8_t at_facts) {
+  return ((at_facts & kFactWordStart) && !(before_facts & kFactJoiner)) || ((before_facts | at_facts) & kFactBound) ||
+         (before != at && ((before_facts | at_facts) & kFactIsolated));
+}
+
 // Token i (of the dense symbols) starts a word.
 BBPE_HD bool starts_word(const CharView& c, const int32_t* tok, int i) {
   if (i == 0) return false;

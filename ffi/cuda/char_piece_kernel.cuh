@@ -95,6 +95,10 @@ struct CharPieceSmem {
   int by_len[kLanePieceLen + 1];  // lane-list words per length, then where the next one goes
   int n_lane, n_wide, next_bin;
   int32_t ascii_ids[128];  // the char table's ASCII entries (CharView::ascii_ids), read at every byte
+  // An ASCII byte's symbol where no special is at or just before it (its piece, else its
+  // byte piece: what char_symbols_at gives) and that symbol's facts (symbol_facts).
+  int32_t ascii_symbols[128];
+  uint8_t ascii_facts[128];
   int longest_special;  // kSpecials: the block's longest match (0: none)
   typename cub::BlockScan<int, kPieceThreads>::TempStorage scan;
 };
@@ -207,8 +211,12 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   if (t < 128) {
     const int32_t id = __ldg(c.ascii_ids + t);
     s.ascii_ids[t] = id;
-    const uint32_t isolated = __ballot_sync(~0u, id >= 0 && is_isolated(c, id));
-    if ((t & 31) == 0) s.isolated_ascii[t / 32] = isolated;
+    const bool isolated = id >= 0 && is_isolated(c, id);
+    const uint32_t isolated_bits = __ballot_sync(~0u, isolated);
+    if ((t & 31) == 0) s.isolated_ascii[t / 32] = isolated_bits;
+    const int32_t symbol = id >= 0 ? id : __ldg(v.byte_ids + t);
+    s.ascii_symbols[t] = symbol;
+    s.ascii_facts[t] = symbol_facts(c, symbol, isolated);
   }
   c.ascii_ids = s.ascii_ids;  // (after the first barrier below)
   const int r = t / cpr, k = t - r * cpr;  // the thread's row in the block, its chunk in the row
@@ -312,7 +320,26 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
         fm |= 1u << (at - base);
       before = symbol, before_isolated = isolated;
     };
+    // Runs of ASCII bytes with no special at or just before them (most of prose) take a byte's
+    // symbol and word-bound facts from the block's tables (the walk's own steps would give the
+    // same symbols and starts at several times the instructions); the walk steps over the
+    // bytes between runs.
+    uint8_t before_facts = 0;  // (in a run: the facts of `before`)
     while (i < base + valid) {
+      if (text[i] < 0x80 && !(kSpecials && block_may_start && (sp[i] || (i > 0 && sp[i - 1])))) {
+        before_facts = before == kDeleted ? 0 : symbol_facts(c, before, before_isolated);
+        for (; i < base + valid; ++i) {
+          const uint8_t byte = text[i];
+          if (byte >= 0x80 || (kSpecials && block_may_start && sp[i])) break;
+          const int32_t symbol = s.ascii_symbols[byte];
+          const uint8_t facts = s.ascii_facts[byte];
+          sym[i] = symbol;
+          if (before != kDeleted && word_starts_between_facts(before, before_facts, symbol, facts))
+            fm |= 1u << (i - base);
+          before = symbol, before_isolated = (facts & kFactIsolated) != 0, before_facts = facts;
+        }
+        continue;
+      }
       if (kSpecials && sp[i]) {  // an accepted special: its id at its first byte, a word
         sym[i] = kDeleted;
         if (sp[i] == 2) {
