@@ -3,7 +3,9 @@
 # device's `so_variants` stage (scripts/gpu_check.sh): TREE's Python package and its two native
 # modules, built for PYTHON (3.12 on the GPU machine, with nanobind), into .variants/NAME/.
 #   [STAGE_CLOCKS=ON] scripts/build_variant.sh NAME TREE PYTHON   (ON: with the stage clocks)
-# (.variants/ travels in the device call's carry; .git/info/exclude ignores it.)
+# (.variants/ travels in the device call's carry; .git/info/exclude ignores it.) A variant's tests:
+#   PYTHONPATH=.variants/NAME:$PYTHONPATH python3 -P -m pytest ...
+# (-P: plain `python3 -m` puts the working directory, this tree's package, before PYTHONPATH.)
 set -euo pipefail
 name=${1:?usage: scripts/build_variant.sh NAME TREE PYTHON}; tree=$(cd "${2:?}" && pwd); py=${3:?}
 here=$(cd "$(dirname "$0")/.." && pwd)

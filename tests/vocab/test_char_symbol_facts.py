@@ -37,7 +37,9 @@ def test_facts_rule_equals_word_starts_between(key, checker, tmp_path):
     np.asarray(tables.char_table, np.int32).tofile(chars)
     np.asarray(tables.byte_ids, np.int32).tofile(byte_ids)
     n_ids = tok.n_vocab
-    run = subprocess.run([str(checker), str(chars), str(byte_ids), str(n_ids)], capture_output=True, text=True)
+    run = subprocess.run(
+        [str(checker), str(chars), str(byte_ids), str(n_ids)], capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     pairs, starts = (int(x) for x in run.stdout.split()[1:4:2])
     assert pairs == 128 * 128 + n_ids * 2 * 128
