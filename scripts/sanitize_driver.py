@@ -197,6 +197,10 @@ piece_rows = [t.encode() for t in texts[:16]] + [
     b"a\xff\xe2\x96 b\xc3" * 60,
     mixed[:4000],
     b" ".join(testing.ADVERSARIAL["letters_a_j"](random.Random(k), 9) for k in range(400))[:4096],
+    # misses of 17-32 bytes (the misses' cache's long keys), each twice: kept, then found
+    b" ".join(
+        testing.ADVERSARIAL["letters_a_j"](random.Random(k // 2), 16 + k // 2 % 16) for k in range(160)
+    )[:4096],
 ]
 compare_in_piece_kernels(
     "piece kernel",
