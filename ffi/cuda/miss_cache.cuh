@@ -130,38 +130,32 @@ __device__ __forceinline__ int miss_cache_find(const VocabView& v, const MissKey
     if (count < 1 || count > n || count > most) return 0;
     // A long key's tokens past the first kMissTokens: folded into the check as loaded, then
     // loaded again (L2) into tok only once the check holds, so that no more are held at once.
+    // each_more_token(f): f(i, token i) for those of them below count, in order, as loaded.
     const int4* more = reinterpret_cast<const int4*>(row + kMissMoreTokens);
     constexpr int kMoreQuads = (kMissCacheInts - kMissMoreTokens) / 4;
+    const auto each_more_token = [&](auto f) {
+      if constexpr (kLong) {
+#pragma unroll
+        for (int q = 0; q < kMoreQuads; ++q) {
+          if (kMissTokens + 4 * q >= count) break;
+          const int4 d = __ldcg(more + q);
+          const int32_t four[4] = {d.x, d.y, d.z, d.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (kMissTokens + 4 * q + j < count) f(kMissTokens + 4 * q + j, four[j]);
+        }
+      }
+    };
     uint64_t sum = miss_check_start(key, state);
 #pragma unroll
     for (int i = 0; i < kMissTokens; ++i)
       if (i < count) sum = miss_check_step(sum, held[i]);
-    if constexpr (kLong) {
-#pragma unroll
-      for (int q = 0; q < kMoreQuads; ++q) {
-        if (kMissTokens + 4 * q >= count) break;
-        const int4 d = __ldcg(more + q);
-        const int32_t four[4] = {d.x, d.y, d.z, d.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (kMissTokens + 4 * q + j < count) sum = miss_check_step(sum, four[j]);
-      }
-    }
+    each_more_token([&](int, int32_t x) { sum = miss_check_step(sum, x); });
     if (miss_check_end(sum) != check) return 0;
 #pragma unroll
     for (int i = 0; i < kMissTokens; ++i)
       if (i < count) tok[i] = held[i];
-    if constexpr (kLong) {
-#pragma unroll
-      for (int q = 0; q < kMoreQuads; ++q) {
-        if (kMissTokens + 4 * q >= count) break;
-        const int4 d = __ldcg(more + q);
-        const int32_t four[4] = {d.x, d.y, d.z, d.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (kMissTokens + 4 * q + j < count) tok[kMissTokens + 4 * q + j] = four[j];
-      }
-    }
+    each_more_token([&](int i, int32_t x) { tok[i] = x; });
     return count;
   }
   return 0;
