@@ -4,8 +4,8 @@
 # modules, built for PYTHON (3.12 on the GPU machine, with nanobind), into .variants/NAME/.
 #   [STAGE_CLOCKS=ON] scripts/build_variant.sh NAME TREE PYTHON   (ON: with the stage clocks)
 # (.variants/ travels in the device call's carry; .git/info/exclude ignores it.) A variant's tests:
-#   PYTHONPATH=.variants/NAME:$PYTHONPATH python3 -P -m pytest ...
-# (-P: plain `python3 -m` puts the working directory, this tree's package, before PYTHONPATH.)
+# scripts/gpu_check.sh so_variant_tests, which runs `python3 -P -m pytest` with the variant first
+# on PYTHONPATH (plain `python3 -m` puts the working directory, this tree's package, first).
 set -euo pipefail
 name=${1:?usage: scripts/build_variant.sh NAME TREE PYTHON}; tree=$(cd "${2:?}" && pwd); py=${3:?}
 here=$(cd "$(dirname "$0")/.." && pwd)

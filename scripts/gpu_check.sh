@@ -4,7 +4,7 @@
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
 #                        [sharded] [families] [ktime] [gputime] [p9] [corpus] [corpus_scale] [corpus_profile] [corpus_stages] [single] [hostbatch]
 #                        [variants] [clocks] [kernels] [piece] [piece_profile] [piece_test] [block_test] [ray_engine]
-#                        [jsonl_device] [fuzz_campaign] [so_variants]
+#                        [jsonl_device] [fuzz_campaign] [so_variants] [so_variant_tests]
 # (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); PYTEST_WORKERS: pytest-xdist
 #  processes; TEST_TIMEOUT: seconds for `test`; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
 #  FAMILIES_ARGS, CLOCKS_ARGS, GPUTIME_ARGS: options of benchmarks/families.py, stage_clocks.py, gpu_time.py;
@@ -12,7 +12,7 @@
 #  CORPUS_ARGS, CORPUS_SCALE_ARGS, CORPUS_PROFILE_MB, CORPUS_PROFILE_ARGS, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages;
 #  PIECE_ARGS, PIECE_TIMEOUT, PIECE_TEST_TIMEOUT, PIECE_SHAPES, NCU_TIMEOUT, VARIANT_NCU_SHAPES,
 #  VARIANT_NCU_ARGS (more options of benchmarks/profile_kernel.py): the piece kernel's stages;
-#  RAY_ENGINE_ARGS, PYARROW_TARBALL: the ray_engine stage; JSONL_DEVICE_ARGS: options of
+#  SO_VARIANTS: the builds of so_variant_tests; RAY_ENGINE_ARGS, PYARROW_TARBALL: the ray_engine stage; JSONL_DEVICE_ARGS: options of
 #  benchmarks/jsonl_device.py; FUZZ_CAMPAIGN_ARGS, FUZZ_CAMPAIGN_TIMEOUT: the fuzz_campaign stage).
 # `variants` and `clocks` rebuild (kernel variants, stage clocks), so they go last.
 # Needs the shared data carried in .carry/data (see docs/build.md) and, for the peers,
@@ -210,6 +210,23 @@ PY
           echo "ncu $name $shape: exit $?"
           grep -E "gpu__time_duration|smsp__inst_executed.sum|issue_active|Registers Per" "$f" | sed 's/  */ /g'
         done
+      done ;;
+    so_variant_tests)
+      # Every GPU test (PYTEST_K, PYTEST_PATHS) on each build of SO_VARIANTS (names under
+      # .variants/, default all) with its own package: `python3 -P` (plain `-m pytest` puts the
+      # working directory, this tree's package, before PYTHONPATH), its test files where it
+      # carries them (.variants/NAME/tests_overlay/tests, over tests/ for the run, then restored).
+      for name in ${SO_VARIANTS:-$(ls .variants)}; do
+        path=$PWD/.variants/$name:$PYTHONPATH
+        if ! PYTHONPATH=$path python3 -P -c "import blockbpe_jax as b, sys; print(b.__file__); sys.exit('/.variants/$name/' not in b.__file__)"; then
+          echo "pytest ($name): its package is not the one imported (an editable install's finder?)"; continue
+        fi
+        overlay=.variants/$name/tests_overlay/tests
+        [ -d "$overlay" ] && { rm -rf /tmp/tests_kept && cp -r tests /tmp/tests_kept && cp -r "$overlay/." tests/; }
+        PYTHONPATH=$path timeout "${TEST_TIMEOUT:-3000}" python3 -P -m pytest -q -rf --tb=short -p no:cacheprovider $xdist \
+          -k "${PYTEST_K:-gpu}" ${PYTEST_PATHS:-tests} > "$OUT/pytest_$name.log" 2>&1
+        echo "pytest ($name): exit $?"; tail -1 "$OUT/pytest_$name.log"; grep -E "^FAILED" "$OUT/pytest_$name.log" | head
+        [ -d "$overlay" ] && { rm -rf tests && cp -r /tmp/tests_kept tests; }
       done ;;
     clocks)
       # A clocks build made elsewhere (STAGE_CLOCKS=ON scripts/build_variant.sh clocks TREE PYTHON,
