@@ -248,6 +248,13 @@ BBPE_HD bool word_starts_between(const CharView& c, int32_t before, int32_t at, 
          (before != at && (before_isolated || at_isolated));
 }
 
+// The symbol of ASCII byte b where no special covers it, as char_symbols_at makes it: its piece,
+// else its byte piece. The piece kernel's ASCII runs read it from a table of the 128.
+BBPE_HD int32_t ascii_symbol(const VocabView& v, const CharView& c, uint8_t b) {
+  const int32_t piece = c.ascii_ids[b];
+  return piece >= 0 ? piece : v.byte_ids[b];
+}
+
 // The same rule on facts known per symbol, for a walk whose symbols come from a small set it
 // looks up (the piece kernel's ASCII bytes): symbol_facts once per symbol of the set, then
 // word_starts_between_facts(before, its facts, at, its facts) == word_starts_between.

@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     const bool isolated = id >= 0 && is_isolated(c, id);
     const uint32_t isolated_bits = __ballot_sync(~0u, isolated);
     if ((t & 31) == 0) s.isolated_ascii[t / 32] = isolated_bits;
-    const int32_t symbol = id >= 0 ? id : __ldg(v.byte_ids + t);
+    const int32_t symbol = ascii_symbol(v, c, (uint8_t)t);  // (c.ascii_ids: still the table's)
     s.ascii_symbols[t] = symbol;
     s.ascii_facts[t] = symbol_facts(c, symbol, isolated);
   }

@@ -54,15 +54,17 @@ using MissState = cuda::atomic_ref<int32_t, cuda::thread_scope_device>;
 __device__ __forceinline__ int32_t miss_ready(int len, int count) { return len << 16 | count << 8 | 2; }
 
 // A key of up to kMissLongKeyLen bytes: bytes 0..15 and 16..31 as short keys (tail zero for a
-// key of up to kShortKeyLen bytes, whose hash and check are then the short key's own).
+// key of up to kShortKeyLen bytes, whose hash and check are then the short key's own). The
+// tail enters the hash and the check word as its words times these (tests/miss_cache_rows.py
+// mirrors them).
 struct MissKey {
   ShortKey head, tail;
 };
+constexpr uint64_t kMissTailMulLo = 0xD6E8FEB86659FD93ull, kMissTailMulHi = 0xA0761D6478BD642Full;
 __device__ __forceinline__ uint32_t miss_key_hash(const MissKey& key, int n) {
   if (n <= kShortKeyLen) return short_key_hash(key.head, n);
-  return short_key_hash(ShortKey{key.head.lo ^ key.tail.lo * 0xD6E8FEB86659FD93ull,
-                                 key.head.hi ^ key.tail.hi * 0xA0761D6478BD642Full},
-                        n);
+  return short_key_hash(
+      ShortKey{key.head.lo ^ key.tail.lo * kMissTailMulLo, key.head.hi ^ key.tail.hi * kMissTailMulHi}, n);
 }
 
 // The check word: the row's key, state and its count's tokens (those a reader returns) folded
@@ -72,7 +74,7 @@ __device__ __forceinline__ uint32_t miss_key_hash(const MissKey& key, int n) {
 // miss_check_start, a miss_check_step per token in order, miss_check_end.
 __device__ __forceinline__ uint64_t miss_check_start(const MissKey& key, int32_t state) {
   const uint64_t h = key.head.lo * 0x9E3779B97F4A7C15ull ^ key.head.hi * 0xC2B2AE3D27D4EB4Full ^ (uint32_t)state;
-  return h ^ key.tail.lo * 0xD6E8FEB86659FD93ull ^ key.tail.hi * 0xA0761D6478BD642Full;
+  return h ^ key.tail.lo * kMissTailMulLo ^ key.tail.hi * kMissTailMulHi;
 }
 __device__ __forceinline__ uint64_t miss_check_step(uint64_t h, int32_t tok) {
   h = (h ^ (uint32_t)tok) * 0x100000001B3ull;
@@ -100,6 +102,10 @@ __device__ __forceinline__ bool miss_key_equals(int4 k, ShortKey key) {
 }
 __device__ __forceinline__ bool miss_key_is(const int32_t* row, ShortKey key) {
   return miss_key_equals(__ldcg(reinterpret_cast<const int4*>(row)), key);
+}
+__device__ __forceinline__ void miss_key_store(int32_t* row, ShortKey key) {
+  reinterpret_cast<int4*>(row)[0] =
+      make_int4((int32_t)key.lo, (int32_t)(key.lo >> 32), (int32_t)key.hi, (int32_t)(key.hi >> 32));
 }
 
 __device__ __forceinline__ int32_t* miss_row(const VocabView& v, uint32_t h, int probe) {
@@ -180,15 +186,13 @@ __device__ __forceinline__ void miss_cache_put(const VocabView& v, const MissKey
     MissState state(row[kMissState]);
     int32_t seen = state.load(cuda::memory_order_relaxed);
     if (seen == 0 && state.compare_exchange_strong(seen, kMissBusy, cuda::memory_order_relaxed)) {
-      reinterpret_cast<int4*>(row)[0] = make_int4((int32_t)key.head.lo, (int32_t)(key.head.lo >> 32),
-                                                  (int32_t)key.head.hi, (int32_t)(key.head.hi >> 32));
+      miss_key_store(row, key.head);
       const uint64_t check = miss_check(key, ready, held, count);
       row[kMissCheck] = (int32_t)(uint32_t)check, row[kMissCheck + 1] = (int32_t)(uint32_t)(check >> 32);
 #pragma unroll
       for (int i = 0; i < kMissTokens; ++i) row[kMissFirstToken + i] = held[i];
       if (long_key) {
-        reinterpret_cast<int4*>(row + kMissKeyTail)[0] = make_int4(
-            (int32_t)key.tail.lo, (int32_t)(key.tail.lo >> 32), (int32_t)key.tail.hi, (int32_t)(key.tail.hi >> 32));
+        miss_key_store(row + kMissKeyTail, key.tail);
 #pragma unroll
         for (int i = kMissTokens; i < kHeld; ++i) row[kMissMoreTokens + i - kMissTokens] = held[i];
       }

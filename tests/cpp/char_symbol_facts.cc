@@ -28,13 +28,15 @@ int main(int argc, char** argv) {
   const long n_ids = std::atol(argv[3]);
   if (chars.size() < size_t(kCharTableHeader) || byte_ids.size() != 256 || n_ids <= 0) return 2;
   const CharView c = char_view(CharTable{chars.data(), 0, 0, 0});
+  VocabView v{};
+  v.byte_ids = byte_ids.data();
   int32_t symbol[128];
   uint8_t facts[128];
   bool isolated[128];
   for (int b = 0; b < 128; ++b) {
     const int32_t id = c.ascii_ids[b];
     isolated[b] = id >= 0 && is_isolated(c, id);
-    symbol[b] = id >= 0 ? id : byte_ids[b];
+    symbol[b] = ascii_symbol(v, c, (uint8_t)b);
     facts[b] = symbol_facts(c, symbol[b], isolated[b]);
   }
   long bad = 0, starts = 0, pairs = 0;
