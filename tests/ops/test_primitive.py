@@ -184,9 +184,8 @@ def test_handler_rejects_malformed_tables(tok):
         at = TABLE_OPERANDS.index(name)
         return [*tabs[:at], array, *tabs[at + 1 :]]
 
-    call(
-        edit(tables, "miss_cache", np.zeros((8, MISS_CACHE_ROW_INTS), np.int32))
-    )  # a misses' cache (which the CPU ignores)
+    # a misses' cache (which the CPU ignores)
+    call(edit(tables, "miss_cache", np.zeros((8, MISS_CACHE_ROW_INTS), np.int32)))
     for name, bad, message in [
         ("pair_table", np.zeros((0, 4), np.int32), "pair_table"),
         ("pair_table", np.zeros((3, 4), np.int32), "power of two"),

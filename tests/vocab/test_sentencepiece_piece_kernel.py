@@ -115,7 +115,6 @@ def adversarial() -> list:
         texts.append(" " * k + "\U0001f600y \u00e9")
         texts.append("w" * k + " \u2581\u2581 " + "\ufffd")
     # a special's first byte at every offset, so its second is sometimes the next chunk's first
-    # (where the kernel reads it from global memory to test the pair)
     for k in range(18):
         texts += ["a" * k + special + "b" for special in ("  ", "\n\n", "\t\t", "<b>", "[REF]")]
     texts += [" " * k + "x" for k in (1, 2, 15, 16, 17, 31, 32, 33, 40)]
