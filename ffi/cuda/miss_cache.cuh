@@ -1,11 +1,11 @@
 // The misses' cache: pieces that the piece table lacks (misses), with the tokens their merges
 // gave, so that the next occurrence of the piece, in this call or a later one, costs a probe
 // instead of its merge passes. The merges of the misses are over a third of the piece kernel's
-// time (docs/performance.md), and text repeats its rare words. Both piece kernels use it:
-// piece_kernel.cuh by a piece's bytes (up to kShortKeyLen), char_piece_kernel.cuh by a word's
-// text where that text alone fixes its symbols (up to kMissLongKeyLen: a word runs from one
-// space to the next, and one longer than 16 bytes left out would be merged again at every call,
-// a chain of passes that sets its block's time; docs/design.md).
+// time (docs/performance.md), and text repeats its rare words. Both piece kernels use it, with
+// keys of up to kMissLongKeyLen bytes: piece_kernel.cuh by a piece's bytes, char_piece_kernel.cuh
+// by a word's text where that text alone fixes its symbols (a word runs from one space to the
+// next; one longer than 16 bytes left out would be merged again at every call, a chain of
+// passes that sets its block's time; docs/design.md).
 //
 // It is the vocabulary's operand `miss_cache` (int32[C, kMissCacheInts], created zeroed with its
 // tables on each device: blockbpe_jax/tables/sets.py), so it never serves another vocabulary,
@@ -238,16 +238,17 @@ __device__ __forceinline__ void keep_merged_misses(const VocabView& v, const uin
     miss_cache_put<kMaxLen>(v, key, m, miss_key_hash(key, m), tok + first, count[first]);
   }
 }
-// The same for misses listed by their block position (list[g], also their tokens') and length.
-template <int kThreads, class Entry, class Count, class ReadShortKey>
+// The same for misses listed by their block position (list[g], also their tokens') and length
+// (0: not merged here, e.g. found in the cache before the merges).
+template <int kThreads, int kMaxLen = kShortKeyLen, class Entry, class Count, class ReadShortKey>
 __device__ __forceinline__ void keep_merged_misses(const VocabView& v, const uint8_t* text, const int32_t* tok,
                                                    const Count* count, const Entry* list, const Entry* lens, int n,
                                                    ReadShortKey read_short_key) {
   const auto listed = [&](int g, int& at, int& m, int& first) {
     at = first = list[g], m = lens[g];
-    return true;
+    return m > 0;
   };
-  keep_merged_misses<kThreads>(v, text, tok, count, n, listed, read_short_key);
+  keep_merged_misses<kThreads, kMaxLen>(v, text, tok, count, n, listed, read_short_key);
 }
 
 }  // namespace

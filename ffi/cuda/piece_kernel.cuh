@@ -94,6 +94,7 @@ struct PieceSmem {
   int32_t wide_s0[kPieceWideList], wide_len[kPieceWideList];
   int by_len[kLanePieceLen + 1];  // lane-list pieces per length, then where the next one goes
   int n_lane, n_wide, next_bin;
+  int lane_found;  // lane-list pieces found in the misses' cache before the merges (long_misses_found)
   typename cub::BlockScan<int, kPieceThreads>::TempStorage scan;
 };
 
@@ -166,6 +167,36 @@ __device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChun
   } else {
     s.wide_s0[slot] = at, s.wide_len[slot] = m;
   }
+}
+
+// Warp 0, once the lane list is complete: its pieces of kShortKeyLen + 1 .. kLanePieceLen bytes
+// that the misses' cache holds (under their key of up to kMissLongKeyLen bytes) get their tokens
+// from it and leave the list (length 0, by_len and lane_found counted), so that a long word
+// merged in an earlier call costs a probe, not a lane's chain of passes (the slowest lanes of
+// a block). Here rather than in encode_piece, whose registers are all taken: a block without
+// such a piece pays one ballot.
+template <int kChunk>
+__device__ __forceinline__ void long_misses_found(const VocabView& v, PieceSmem<kChunk>& s, int n_lane) {
+  static_assert(kLanePieceLen <= kMissLongKeyLen && kLanePieceLen - kShortKeyLen <= 32, "a lane per long length");
+  const int lane = threadIdx.x & 31;
+  int found = 0;
+  const bool any = __any_sync(~0u, lane < kLanePieceLen - kShortKeyLen && s.by_len[kShortKeyLen + 1 + lane] > 0);
+  if (any && v.miss_cache) {
+    for (int g = lane; g < n_lane; g += 32) {
+      const int m = s.lane_len[g];
+      if (m <= kShortKeyLen) continue;
+      const int at = s.lane_s0[g];
+      const MissKey key = miss_key_at(s.text + at, m, [](const uint8_t* q, int n) { return short_key_at(q, n); });
+      const int c = find_merged_miss<kMissLongKeyLen>(v, key, m, s.tok + at);
+      if (c == 0) continue;
+      s.count[at] = (uint8_t)c;
+      s.lane_len[g] = 0;
+      atomicSub(&s.by_len[m], 1);
+      ++found;
+    }
+  }
+  found = __reduce_add_sync(~0u, found);
+  if (lane == 0) s.lane_found = found;
 }
 
 // The pieces that start in a warp's 32 chunks, dealt to its lanes in turn: a chunk holds 0 to
@@ -397,13 +428,20 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   clock.mark(kClockSegments);
   // The lane list sorted by length, longest first (a counting sort): a bin then holds pieces
   // of similar pass counts, and the longest bins are claimed first.
-  if (t < 32) longest_first_offsets(s.by_len);
-  __syncthreads();
   const int n_lane = min(s.n_lane, kPieceLaneList);
+  if (t < 32) {
+    long_misses_found(p.vocab, s, n_lane);
+    __syncwarp();
+    longest_first_offsets(s.by_len);
+  }
+  __syncthreads();
   for (int g = t; g < n_lane; g += kPieceThreads) {
-    const int m = s.lane_len[g], at = atomicAdd(&s.by_len[m], 1);
+    const int m = s.lane_len[g];
+    if (m == 0) continue;  // (found in the cache)
+    const int at = atomicAdd(&s.by_len[m], 1);
     s.sorted_s0[at] = s.lane_s0[g], s.sorted_len[at] = (int16_t)m;
   }
+  const int n_sorted = n_lane - s.lane_found;
   {
     const int warp = t / 32;
     int2* slots = s.slots + warp * 32;
@@ -415,12 +453,12 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
       if ((t & 31) == 0) s.count[at] = (uint8_t)c;
     }
     __syncthreads();  // (the sorted list is complete)
-    merge_in_lanes<false>(p.vocab, s.tok, s.count, s.sorted_s0, s.sorted_len, n_lane, &s.next_bin,
+    merge_in_lanes<false>(p.vocab, s.tok, s.count, s.sorted_s0, s.sorted_len, n_sorted, &s.next_bin,
                           BytesAsTokens{s.text, p.vocab.byte_ids});
   }
   __syncthreads();
   clock.mark(kClockMerges);
-  keep_merged_misses<kPieceThreads>(p.vocab, s.text, s.tok, s.count, s.lane_s0, s.lane_len, n_lane,
+  keep_merged_misses<kPieceThreads, kMissLongKeyLen>(p.vocab, s.text, s.tok, s.count, s.lane_s0, s.lane_len, n_lane,
                                     [](const uint8_t* q, int m) { return short_key_at(q, m); });
   clock.mark(kClockKeep);  // (thread 0's own puts: the block's wait for the others' is the placement's)
   // 5. Placement.

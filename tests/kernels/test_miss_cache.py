@@ -1,7 +1,8 @@
 """The piece kernel's cache of merged misses (ffi/cuda/miss_cache.cuh): the ids are tiktoken's
 whether the cache is empty, filled by an earlier call, or off (BLOCKBPE_MISS_CACHE=0); the kernel
 fills it; a row planted by hand is what the kernel returns for its piece (so the lookup really
-runs), and a row whose check word is wrong is ignored. GPU only."""
+runs), and a row whose check word is wrong is ignored, for a piece of up to 16 bytes and for a
+longer one (up to 32: looked up before the lane merges, kept in the row's second half). GPU only."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import blockbpe_jax as bb
 from blockbpe_jax.tables.sets import MISS_CACHE_ROW_INTS
 from blockbpe_jax import testing
 from helpers import device_for, gpu_devices, load_tokenizer, tiktoken_enc
-from miss_cache_rows import FIRST_TOKEN, STATE, home_row, planted_row, state
+from miss_cache_rows import STATE, home_row, planted_row
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_devices(), reason="no GPU visible to JAX")]
 
@@ -50,9 +51,11 @@ def encode_with(tables, text: str, width: int = 64) -> list[int]:
     return np.asarray(ids)[0, : int(counts[0])].tolist()
 
 
-def test_a_planted_row_is_read_and_a_bad_check_is_not():
+# Misses in cl100k (several tokens each): a short key, and a long one (17-32 bytes: found before
+# the merges, kept in a row's second half too).
+@pytest.mark.parametrize("piece", [b" Bolkonskiy", b" Drubetskoyvasilievich"])
+def test_a_planted_row_is_read_and_a_bad_check_is_not(piece):
     tok = load_tokenizer("cl100k", "tiktoken")
-    piece = b" Bolkonskiy"  # a miss in cl100k: several tokens
     want = tiktoken_enc("cl100k", "exact").encode_ordinary(piece.decode())
     assert len(want) > 1
     tables = tok.tables(device=device_for("gpu"))
@@ -60,8 +63,7 @@ def test_a_planted_row_is_read_and_a_bad_check_is_not():
     own = jax.device_put(np.zeros((rows, MISS_CACHE_ROW_INTS), np.int32), device_for("gpu"))
     assert encode_with(dataclasses.replace(tables, miss_cache=own), piece.decode()) == want
     kept = np.asarray(own)  # the kernel kept the piece where it hashes
-    assert kept[row, STATE] == state(piece, len(want))
-    assert kept[row, FIRST_TOKEN : FIRST_TOKEN + len(want)].tolist() == want
+    assert kept[row].tolist() == planted_row(piece, want).tolist()
     # A row written by hand is what the kernel returns for its piece; with a wrong check word,
     # the kernel merges the piece instead.
     for delta, expected in ((0, [11, 22, 33]), (1, want)):
