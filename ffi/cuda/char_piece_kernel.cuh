@@ -138,8 +138,10 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
   const bool plain = !with_prefix && !any_dirty<kChunk>(s.dirty, at, at + len);
   const bool clean = plain && len <= v.max_piece_len;
   const bool keyed = plain && len <= kMissLongKeyLen && v.miss_cache;
-  // (a clean word of one byte is its symbol: no key is one byte)
-  int32_t whole = c.whole_words && clean && len > 1 ? lookup_piece(v, s.text + at, len) : -1;
+  // (a clean word of one byte is its symbol: no key is one byte; a key read by words, as the
+  // misses' cache reads it below, not a byte at a time)
+  const auto read_key = [](const uint8_t* q, int n) { return short_key_at(q, n); };
+  int32_t whole = c.whole_words && clean && len > 1 ? lookup_piece(v, s.text + at, len, read_key) : -1;
   if (whole < 0) {
     // The symbols packed from the first slot (a pieced character's other bytes hold kDeleted);
     // forward, so in place. (A clean word of one symbol is its symbol either way: the table's
@@ -157,7 +159,7 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
     if (m > 1 && c.whole_words && !clean) whole = lookup_word(v, s.tok + first, m);
     if (whole < 0 && m > 1) {
       if (keyed) {  // merged before: the tokens from the misses' cache
-        const MissKey key = miss_key_at(s.text + at, len, [](const uint8_t* q, int n) { return short_key_at(q, n); });
+        const MissKey key = miss_key_at(s.text + at, len, read_key);
         const int got = find_merged_miss<kMissLongKeyLen>(v, key, len, s.tok + first);
         if (got) {
           s.count[first] = (uint8_t)got;
