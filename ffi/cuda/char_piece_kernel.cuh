@@ -322,22 +322,29 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
         fm |= 1u << (at - base);
       before = symbol, before_isolated = isolated;
     };
-    // Runs of ASCII bytes with no special at or just before them (most of prose) take a byte's
-    // symbol and word-bound facts from the block's tables (the walk's own steps would give the
-    // same symbols and starts at several times the instructions); the walk steps over the
-    // bytes between runs.
+    // Runs of ASCII bytes that are no special's (most of prose) take a byte's symbol and
+    // word-bound facts from the block's tables (the walk's own steps would give the same
+    // symbols and starts at several times the instructions); the walk steps over the bytes
+    // between runs. A byte right after a special starts a segment (as in the walk below): a
+    // run takes it too, so that a special (Gemma's newline) costs its lane one walk step, not two.
     uint8_t before_facts = 0;  // (in a run: the facts of `before`)
     while (i < base + valid) {
-      if (text[i] < 0x80 && !(kSpecials && block_may_start && (sp[i] || (i > 0 && sp[i - 1])))) {
+      if (text[i] < 0x80 && !(kSpecials && block_may_start && sp[i])) {
         before_facts = before == kDeleted ? 0 : symbol_facts(c, before, before_isolated);
+        bool after_special = kSpecials && block_may_start && i > 0 && sp[i - 1];  // (only a run's first byte)
         for (; i < base + valid; ++i) {
           const uint8_t byte = text[i];
           if (byte >= 0x80 || (kSpecials && block_may_start && sp[i])) break;
           const int32_t symbol = s.ascii_symbols[byte];
           const uint8_t facts = s.ascii_facts[byte];
           sym[i] = symbol;
-          if (before != kDeleted && word_starts_between_facts(before, before_facts, symbol, facts))
+          if (after_special) {
             fm |= 1u << (i - base);
+            hard |= prefix_before(c, text, n, sp, i);
+            after_special = false;
+          } else if (before != kDeleted && word_starts_between_facts(before, before_facts, symbol, facts)) {
+            fm |= 1u << (i - base);
+          }
           before = symbol, before_isolated = (facts & kFactIsolated) != 0, before_facts = facts;
         }
         continue;
