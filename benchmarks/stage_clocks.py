@@ -23,7 +23,9 @@ segments: whole-piece lookups; merges: short pieces merged lane-parallel or a wa
 output, or the block-wide merge passes). The calls after the first find the batch's misses in
 the misses' cache; --no-cache runs with it off (BLOCKBPE_MISS_CACHE=0). --blocks adds
 the blocks of the last call over time: the kernel's span, block durations (p50 / p99 / max)
-and the slowest blocks' stages, what averages hide (a few slow blocks the kernel waits for). SentencePiece
+and the slowest blocks' stages and merged pieces, what averages hide (a few slow blocks the
+kernel waits for). merged_pieces_per_block: the piece kernels' misses merged (not found whole
+or in the misses' cache) per block, averaged over the calls. SentencePiece
 BPE (mistral-v1): initial = character symbols, prefixes and word flags; merges = words merged
 one per thread and packed; passes = long words; output = runs and output. The family files
 (mistral-v1, llama2-gguf, gemma3-gguf) are found as the tests find them: their package, or a
@@ -75,9 +77,9 @@ def load(vocab: str, root: pathlib.Path) -> bb.Tokenizer | None:
 
 
 def block_timeline(marks: np.ndarray, stages: list[str], slowest: int = 5) -> dict:
-    """The last call's blocks over time, from read_block_marks (rows: each stage's end, then the
-    start and the SM; 0 where a block did not get there), in microseconds."""
-    marks = marks.reshape(-1, len(stages) + 2).astype(np.int64)
+    """The last call's blocks over time, from read_block_marks (rows: each stage's end, 0 where a
+    block did not get there; then the start, the SM and the pieces merged), in microseconds."""
+    marks = marks.reshape(-1, len(stages) + 3).astype(np.int64)
     marks = marks[marks[:, len(stages)] > 0]
     start = marks[:, len(stages)]
     ends = np.where(marks[:, : len(stages)] > 0, marks[:, : len(stages)], start[:, None])
@@ -92,7 +94,12 @@ def block_timeline(marks: np.ndarray, stages: list[str], slowest: int = 5) -> di
                 took[stages[k]] = round((marks[b, k] - at) / 1e3, 1)
                 at = marks[b, k]
         rows.append(
-            {"start_us": round((start[b] - t0) / 1e3, 1), "us": round(float(dur[b]), 1), "stages_us": took}
+            {
+                "start_us": round((start[b] - t0) / 1e3, 1),
+                "us": round(float(dur[b]), 1),
+                "stages_us": took,
+                "merged_pieces": int(marks[b, len(stages) + 2]),
+            }
         )
     return {
         "blocks": int(len(marks)),
@@ -166,7 +173,8 @@ def main(argv=None) -> int:
         marks = np.asarray(cuda.read_block_marks(), np.uint64)  # (the last call's)
         blocks = max(1, clocks["blocks"])
         # (the stages in the module's order: ffi/cuda/stage_clock.cuh; blocks are counts)
-        per_block = {k: round(v / blocks) for k, v in clocks.items() if k not in ("blocks", "long_blocks")}
+        counts_only = ("blocks", "long_blocks", "merged_pieces")
+        per_block = {k: round(v / blocks) for k, v in clocks.items() if k not in counts_only}
         row = {
             "vocab": vocab,
             "mode": mode,
@@ -179,6 +187,7 @@ def main(argv=None) -> int:
             "cycles_per_block": per_block,
             "total_cycles_per_block": sum(per_block.values()),
             "long_block_fraction": round(clocks["long_blocks"] / blocks, 4),
+            "merged_pieces_per_block": round(clocks["merged_pieces"] / blocks, 2),
             "corpus": args.corpus,
         }
         if args.blocks:

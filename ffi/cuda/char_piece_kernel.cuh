@@ -419,6 +419,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   if (t < 32) longest_first_offsets(s.by_len);
   __syncthreads();
   const int n_lane = min(s.n_lane, kPieceLaneList), n_wide = min(s.n_wide, kPieceWideList);
+  clock.merged(n_lane + n_wide);
   for (int g = t; g < n_lane; g += kPieceThreads) {
     const int m = s.lane_len[g], at = atomicAdd(&s.by_len[m], 1);
     s.sorted_s0[at] = s.lane_s0[g], s.sorted_len[at] = (int16_t)m;

@@ -481,6 +481,7 @@ NB_MODULE(_blockbpe_cuda, m) {
         "Reads and zeroes the kernel's stage clocks (a BLOCKBPE_STAGE_CLOCKS=ON build only).");
   m.def("read_block_marks", &bbpe::read_block_marks,
         "Reads and zeroes the blocks' marks of the last launch, flat: per block the global timer (ns) at the end "
-        "of each stage (read_stage_clocks' order), then at its start, then its SM (a BLOCKBPE_STAGE_CLOCKS=ON build).");
+        "of each stage (read_stage_clocks' order), then at its start, its SM and the pieces it merged (a "
+        "BLOCKBPE_STAGE_CLOCKS=ON build).");
 #endif
 }

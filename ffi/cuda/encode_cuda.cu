@@ -265,7 +265,7 @@ ffi::Error encode_window_cuda(cudaStream_t stream, const EncodeParams& base, con
 std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks() {
   static const char* names[kStageClockSlots] = {
       "load", "specials", "pretokenize", "initial", "segments", "merges", "keep", "output",
-      "passes", "blocks", "long_blocks"};
+      "passes", "blocks", "long_blocks", "merged_pieces"};
   unsigned long long host[kStageClockSlots] = {};
   cudaDeviceSynchronize();
   cudaMemcpyFromSymbol(host, g_stage_clocks, sizeof(host));
@@ -277,7 +277,7 @@ std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks() {
 }
 
 // Reads and zeroes the blocks' marks: kMarkedBlocks rows of kBlockMarkSlots (the stages in
-// StageClockSlot order, then the start and the SM; 0: not reached), flat.
+// StageClockSlot order, 0 where not reached; then the start, the SM and the pieces merged), flat.
 std::vector<unsigned long long> read_block_marks() {
   std::vector<unsigned long long> host((size_t)kMarkedBlocks * kBlockMarkSlots);
   cudaDeviceSynchronize();

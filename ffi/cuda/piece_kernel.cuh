@@ -441,11 +441,11 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
     const int at = atomicAdd(&s.by_len[m], 1);
     s.sorted_s0[at] = s.lane_s0[g], s.sorted_len[at] = (int16_t)m;
   }
-  const int n_sorted = n_lane - s.lane_found;
+  const int n_sorted = n_lane - s.lane_found, n_wide = min(s.n_wide, kPieceWideList);
+  clock.merged(n_sorted + n_wide);
   {
     const int warp = t / 32;
     int2* slots = s.slots + warp * 32;
-    const int n_wide = min(s.n_wide, kPieceWideList);
     for (int g = warp; g < n_wide; g += kPieceWarps) {
       const int at = s.wide_s0[g];
       const int c = merge_in_warp<false>(p.vocab, s.tok + at, s.wide_len[g], slots,

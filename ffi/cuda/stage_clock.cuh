@@ -13,15 +13,15 @@ namespace {
 // benchmarks/stage_clocks.py reads through the CUDA module (read_stage_clocks, read_block_marks).
 enum StageClockSlot : int {
   kClockLoad, kClockSpecials, kClockPretokenize, kClockInitial, kClockSegments, kClockMerges, kClockKeep,
-  kClockOutput, kClockPasses, kClockBlocks, kClockLongBlocks, kStageClockSlots
+  kClockOutput, kClockPasses, kClockBlocks, kClockLongBlocks, kClockMergedPieces, kStageClockSlots
 };
 #ifdef BBPE_STAGE_CLOCKS
 __device__ unsigned long long g_stage_clocks[kStageClockSlots];
 // And per block (the first kMarkedBlocks of a launch): the global timer (ns) when it started,
-// its SM, and when it ended each stage it ran: the blocks over time, for what the sums above
-// hide (a few slow blocks that the whole kernel waits for).
+// its SM, when it ended each stage it ran, and how many pieces it merged: the blocks over
+// time, for what the sums above hide (a few slow blocks that the whole kernel waits for).
 constexpr int kMarkedBlocks = 8192;
-enum BlockMarkSlot : int { kMarkStart = kStageClockSlots, kMarkSm, kBlockMarkSlots };
+enum BlockMarkSlot : int { kMarkStart = kStageClockSlots, kMarkSm, kMarkMerged, kBlockMarkSlots };
 __device__ unsigned long long g_block_marks[kMarkedBlocks][kBlockMarkSlots];
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
@@ -52,11 +52,19 @@ struct StageClock {
   __device__ void count(int slot, bool yes) {
     if (threadIdx.x == 0 && yes) atomicAdd(&g_stage_clocks[slot], 1ull);
   }
+  // The pieces the block merged (the piece kernels' misses not found whole or in the cache).
+  __device__ void merged(int pieces) {
+    if (threadIdx.x == 0) {
+      atomicAdd(&g_stage_clocks[kClockMergedPieces], (unsigned long long)pieces);
+      if (blockIdx.x < kMarkedBlocks) g_block_marks[blockIdx.x][kMarkMerged] = (unsigned long long)pieces;
+    }
+  }
 };
 #else
 struct StageClock {
   __device__ void mark(int) {}
   __device__ void count(int, bool) {}
+  __device__ void merged(int) {}
 };
 #endif
 
