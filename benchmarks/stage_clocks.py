@@ -24,7 +24,7 @@ output, or the block-wide merge passes). The calls after the first find the batc
 the misses' cache; --no-cache runs with it off (BLOCKBPE_MISS_CACHE=0). --blocks adds
 the blocks of the last call over time: the kernel's span, block durations (p50 / p99 / max)
 and the slowest blocks' stages and merged pieces, what averages hide (a few slow blocks the
-kernel waits for). merged_pieces_per_block: the piece kernels' misses merged (not found whole
+kernel waits for); `block` is the grid's index (its rows: block x the rows a block holds). merged_pieces_per_block: the piece kernels' misses merged (not found whole
 or in the misses' cache) per block, averaged over the calls. SentencePiece
 BPE (mistral-v1): initial = character symbols, prefixes and word flags; merges = words merged
 one per thread and packed; passes = long words; output = runs and output. The family files
@@ -80,7 +80,8 @@ def block_timeline(marks: np.ndarray, stages: list[str], slowest: int = 5) -> di
     """The last call's blocks over time, from read_block_marks (rows: each stage's end, 0 where a
     block did not get there; then the start, the SM and the pieces merged), in microseconds."""
     marks = marks.reshape(-1, len(stages) + 3).astype(np.int64)
-    marks = marks[marks[:, len(stages)] > 0]
+    ran = np.flatnonzero(marks[:, len(stages)] > 0)  # (the blocks' indices in the grid)
+    marks = marks[ran]
     start = marks[:, len(stages)]
     ends = np.where(marks[:, : len(stages)] > 0, marks[:, : len(stages)], start[:, None])
     end = ends.max(axis=1)
@@ -95,6 +96,7 @@ def block_timeline(marks: np.ndarray, stages: list[str], slowest: int = 5) -> di
                 at = marks[b, k]
         rows.append(
             {
+                "block": int(ran[b]),
                 "start_us": round((start[b] - t0) / 1e3, 1),
                 "us": round(float(dur[b]), 1),
                 "stages_us": took,
