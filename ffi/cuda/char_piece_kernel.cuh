@@ -159,7 +159,7 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
     if (m > 1 && c.whole_words && !clean) whole = lookup_word(v, s.tok + first, m);
     if (whole < 0 && m > 1) {
       if (keyed) {  // merged before: the tokens from the misses' cache
-        const MissKey key = miss_key_at(s.text + at, len, read_key);
+        const MissKey key = miss_key_at(s.text + at, len);
         const int got = find_merged_miss<kMissLongKeyLen>(v, key, len, s.tok + first);
         if (got) {
           s.count[first] = (uint8_t)got;
@@ -451,8 +451,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     at = e & 0xFFF, len = (e >> 12) + 1, first = g < n_lane ? s.lane_s0[g] : s.wide_s0[g - n_lane];
     return true;
   };
-  keep_merged_misses<kPieceThreads, kMissLongKeyLen>(v, s.text, s.tok, s.count, n_lane + n_wide, kept,
-                                                     [](const uint8_t* q, int m) { return short_key_at(q, m); });
+  keep_merged_misses<kPieceThreads>(v, s.text, s.tok, s.count, n_lane + n_wide, kept);
   clock.mark(kClockKeep);  // (thread 0's own puts)
   const int prefix_slot = row_at + r;  // (the first word's first slot where the row is prefixed)
   // (a prefix alone: its token and the first word's, from its slot, as one run)

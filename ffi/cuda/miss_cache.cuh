@@ -215,40 +215,55 @@ __device__ __forceinline__ int find_merged_miss(const VocabView& v, ShortKey key
   return find_merged_miss(v, MissKey{key, ShortKey{0, 0}}, m, tok);
 }
 
-// The key of the m (<= kMissLongKeyLen) bytes at p, read by read_short_key(q, n) (n <=
-// kShortKeyLen bytes at q: short_key_at, cuda/piece_kernel.cuh).
-template <class ReadShortKey>
-__device__ __forceinline__ MissKey miss_key_at(const uint8_t* p, int m, ReadShortKey read_short_key) {
-  if (m <= kShortKeyLen) return MissKey{read_short_key(p, m), ShortKey{0, 0}};
-  return MissKey{read_short_key(p, kShortKeyLen), read_short_key(p + kShortKeyLen, m - kShortKeyLen)};
+// The n (<= kShortKeyLen) bytes at p as a short key (core/bpe_core.h), from five aligned
+// words of shared memory and four funnel shifts instead of a load per byte; the bytes past n
+// masked off a word at a time (__funnelshift_lc clamps the shift at 32: a whole word kept).
+// The bytes up to 19 past p are read: past text's end, at most the 16 bytes of the piece
+// kernels' text_tail (PieceSmem, CharPieceSmem; p is inside text, whose size is a multiple of 16).
+// Both piece kernels read every key this way, of the piece table and of this cache.
+__device__ __forceinline__ ShortKey short_key_at(const uint8_t* p, int n) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+  const uint32_t shift = (uint32_t)(a & 3) * 8;
+  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
+  const int bits = 8 * n;
+  const uint32_t k0 = __funnelshift_r(w0, w1, shift) & __funnelshift_lc(~0u, 0u, bits);
+  const uint32_t k1 = __funnelshift_r(w1, w2, shift) & __funnelshift_lc(~0u, 0u, max(bits - 32, 0));
+  const uint32_t k2 = __funnelshift_r(w2, w3, shift) & __funnelshift_lc(~0u, 0u, max(bits - 64, 0));
+  const uint32_t k3 = __funnelshift_r(w3, w4, shift) & __funnelshift_lc(~0u, 0u, max(bits - 96, 0));
+  return ShortKey{(uint64_t)k1 << 32 | k0, (uint64_t)k3 << 32 | k2};
 }
 
-// After a block's merges: the n listed misses of up to kMaxLen bytes into the cache, a thread
-// each of kThreads. listed(g, at, m, first) says whether listed miss g may be kept and sets
-// where it is: its m bytes at text + at, its count[first] tokens at tok + first.
-template <int kThreads, int kMaxLen = kShortKeyLen, class Count, class Listed, class ReadShortKey>
+// The key of the m (<= kMissLongKeyLen) bytes at p (a piece kernel's text in shared memory).
+__device__ __forceinline__ MissKey miss_key_at(const uint8_t* p, int m) {
+  if (m <= kShortKeyLen) return MissKey{short_key_at(p, m), ShortKey{0, 0}};
+  return MissKey{short_key_at(p, kShortKeyLen), short_key_at(p + kShortKeyLen, m - kShortKeyLen)};
+}
+
+// After a block's merges: the n listed misses (keys of up to kMissLongKeyLen bytes) into the
+// cache, a thread each of kThreads. listed(g, at, m, first) says whether listed miss g may be
+// kept and sets where it is: its m bytes at text + at, its count[first] tokens at tok + first.
+template <int kThreads, class Count, class Listed>
 __device__ __forceinline__ void keep_merged_misses(const VocabView& v, const uint8_t* text, const int32_t* tok,
-                                                   const Count* count, int n, Listed listed,
-                                                   ReadShortKey read_short_key) {
+                                                   const Count* count, int n, Listed listed) {
   if (!v.miss_cache) return;
   for (int g = (int)threadIdx.x; g < n; g += kThreads) {
     int at, m, first;
-    if (!listed(g, at, m, first) || m > kMaxLen) continue;
-    const MissKey key = miss_key_at(text + at, m, read_short_key);
-    miss_cache_put<kMaxLen>(v, key, m, miss_key_hash(key, m), tok + first, count[first]);
+    if (!listed(g, at, m, first) || m > kMissLongKeyLen) continue;
+    const MissKey key = miss_key_at(text + at, m);
+    miss_cache_put<kMissLongKeyLen>(v, key, m, miss_key_hash(key, m), tok + first, count[first]);
   }
 }
 // The same for misses listed by their block position (list[g], also their tokens') and length
 // (0: not merged here, e.g. found in the cache before the merges).
-template <int kThreads, int kMaxLen = kShortKeyLen, class Entry, class Count, class ReadShortKey>
+template <int kThreads, class Entry, class Count>
 __device__ __forceinline__ void keep_merged_misses(const VocabView& v, const uint8_t* text, const int32_t* tok,
-                                                   const Count* count, const Entry* list, const Entry* lens, int n,
-                                                   ReadShortKey read_short_key) {
+                                                   const Count* count, const Entry* list, const Entry* lens, int n) {
   const auto listed = [&](int g, int& at, int& m, int& first) {
     at = first = list[g], m = lens[g];
     return m > 0;
   };
-  keep_merged_misses<kThreads, kMaxLen>(v, text, tok, count, n, listed, read_short_key);
+  keep_merged_misses<kThreads>(v, text, tok, count, n, listed);
 }
 
 }  // namespace

@@ -115,24 +115,6 @@ __device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int
     if (i < valid) dst[i] = src[i];
 }
 
-// The n (<= kShortKeyLen) bytes at p as a short key (core/bpe_core.h), from five aligned
-// words of shared memory and four funnel shifts instead of a load per byte; the bytes past n
-// masked off a word at a time (__funnelshift_lc clamps the shift at 32: a whole word kept).
-// The bytes up to 19 past p are read: past text's end, at most the 16 bytes of
-// PieceSmem's text_tail (p is inside text, whose size is a multiple of 16).
-__device__ __forceinline__ ShortKey short_key_at(const uint8_t* p, int n) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
-  const uint32_t shift = (uint32_t)(a & 3) * 8;
-  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
-  const int bits = 8 * n;
-  const uint32_t k0 = __funnelshift_r(w0, w1, shift) & __funnelshift_lc(~0u, 0u, bits);
-  const uint32_t k1 = __funnelshift_r(w1, w2, shift) & __funnelshift_lc(~0u, 0u, max(bits - 32, 0));
-  const uint32_t k2 = __funnelshift_r(w2, w3, shift) & __funnelshift_lc(~0u, 0u, max(bits - 64, 0));
-  const uint32_t k3 = __funnelshift_r(w3, w4, shift) & __funnelshift_lc(~0u, 0u, max(bits - 96, 0));
-  return ShortKey{(uint64_t)k1 << 32 | k0, (uint64_t)k3 << 32 | k2};
-}
-
 // One piece at block position at, m bytes long (the row at block position row_at): a one-byte
 // piece or a token -> tok[at], count[at] = 1; a miss -> its tokens from the misses' cache, else
 // onto the block's merge lists (the merge reads its bytes as byte tokens, BytesAsTokens, and
@@ -186,7 +168,7 @@ __device__ __forceinline__ void long_misses_found(const VocabView& v, PieceSmem<
       const int m = s.lane_len[g];
       if (m <= kShortKeyLen) continue;
       const int at = s.lane_s0[g];
-      const MissKey key = miss_key_at(s.text + at, m, [](const uint8_t* q, int n) { return short_key_at(q, n); });
+      const MissKey key = miss_key_at(s.text + at, m);
       const int c = find_merged_miss<kMissLongKeyLen>(v, key, m, s.tok + at);
       if (c == 0) continue;
       s.count[at] = (uint8_t)c;
@@ -458,8 +440,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   }
   __syncthreads();
   clock.mark(kClockMerges);
-  keep_merged_misses<kPieceThreads, kMissLongKeyLen>(p.vocab, s.text, s.tok, s.count, s.lane_s0, s.lane_len, n_lane,
-                                    [](const uint8_t* q, int m) { return short_key_at(q, m); });
+  keep_merged_misses<kPieceThreads>(p.vocab, s.text, s.tok, s.count, s.lane_s0, s.lane_len, n_lane);
   clock.mark(kClockKeep);  // (thread 0's own puts: the block's wait for the others' is the placement's)
   // 5. Placement.
   place_row_tokens<false>(p, s, r, k, cpr, b, in_row, bad, fm, [&](int i) { return row_at + base + i; });
