@@ -327,6 +327,12 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     // symbols and starts at several times the instructions); the walk steps over the bytes
     // between runs. A byte right after a special starts a segment (as in the walk below): a
     // run takes it too, so that a special (Gemma's newline) costs its lane one walk step, not two.
+    // The text after a special starts a segment (HF's prefix before every segment: a row that
+    // needs one is left to encode_chars).
+    const auto segment_after_special = [&](int at) {
+      fm |= 1u << (at - base);
+      hard |= prefix_before(c, text, n, sp, at);
+    };
     uint8_t before_facts = 0;  // (in a run: the facts of `before`)
     while (i < base + valid) {
       if (text[i] < 0x80 && !(kSpecials && block_may_start && sp[i])) {
@@ -339,8 +345,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
           const uint8_t facts = s.ascii_facts[byte];
           sym[i] = symbol;
           if (after_special) {
-            fm |= 1u << (i - base);
-            hard |= prefix_before(c, text, n, sp, i);
+            segment_after_special(i);
             after_special = false;
           } else if (before != kDeleted && word_starts_between_facts(before, before_facts, symbol, facts)) {
             fm |= 1u << (i - base);
@@ -361,10 +366,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
         ++i;
         continue;
       }
-      if (kSpecials && i > 0 && sp[i - 1]) {  // the text after a special starts a segment
-        fm |= 1u << (i - base);
-        hard |= prefix_before(c, text, n, sp, i);  // (HF's prefix before every segment: left to encode_chars)
-      }
+      if (kSpecials && i > 0 && sp[i - 1]) segment_after_special(i);
       int count;
       const int step = char_symbols_at(v, c, text, n, sp, i, sym + i, &count);
       const int32_t first_symbol = sym[i];
