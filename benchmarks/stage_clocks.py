@@ -77,10 +77,21 @@ def load(vocab: str, root: pathlib.Path) -> bb.Tokenizer | None:
     return bb.Tokenizer.from_file(root / "vocab" / testing.VOCAB_FILES[vocab][0])
 
 
+def first_merged(mark: np.ndarray) -> str | None:
+    """A block's first merged piece from its marks (length, bytes 0..7, bytes 8..15), as
+    "length: bytes" (its first 16 bytes), or None where it merged none."""
+    m = int(mark[0])
+    if m == 0:
+        return None
+    head = int(mark[1]).to_bytes(8, "little", signed=True) + int(mark[2]).to_bytes(8, "little", signed=True)
+    return f"{m}: {head[: min(m, 16)]!r}"
+
+
 def block_timeline(marks: np.ndarray, stages: list[str], slowest: int = 5) -> dict:
     """The last call's blocks over time, from read_block_marks (rows: each stage's end, 0 where a
-    block did not get there; then the start, the SM and the pieces merged), in microseconds."""
-    marks = marks.reshape(-1, len(stages) + 3).astype(np.int64)
+    block did not get there; then the start, the SM, the pieces merged and the first of them), in
+    microseconds."""
+    marks = marks.reshape(-1, len(stages) + 6).astype(np.uint64).astype(np.int64)
     ran = np.flatnonzero(marks[:, len(stages)] > 0)  # (the blocks' indices in the grid)
     marks = marks[ran]
     start = marks[:, len(stages)]
@@ -102,6 +113,7 @@ def block_timeline(marks: np.ndarray, stages: list[str], slowest: int = 5) -> di
                 "us": round(float(dur[b]), 1),
                 "stages_us": took,
                 "merged_pieces": int(marks[b, len(stages) + 2]),
+                "first_merged": first_merged(marks[b, len(stages) + 3 :]),
             }
         )
     return {

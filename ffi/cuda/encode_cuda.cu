@@ -277,7 +277,8 @@ std::vector<std::pair<std::string, unsigned long long>> read_stage_clocks() {
 }
 
 // Reads and zeroes the blocks' marks: kMarkedBlocks rows of kBlockMarkSlots (the stages in
-// StageClockSlot order, 0 where not reached; then the start, the SM and the pieces merged), flat.
+// StageClockSlot order, 0 where not reached; then the start, the SM, the pieces merged and the
+// first of them: its length, its bytes 0..7 and 8..15, little-endian), flat.
 std::vector<unsigned long long> read_block_marks() {
   std::vector<unsigned long long> host((size_t)kMarkedBlocks * kBlockMarkSlots);
   cudaDeviceSynchronize();

@@ -435,6 +435,8 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
       if ((t & 31) == 0) s.count[at] = (uint8_t)c;
     }
     __syncthreads();  // (the sorted list is complete)
+    if (n_wide > 0) clock.merged_piece(s.text + s.wide_s0[0], s.wide_len[0]);
+    else if (n_sorted > 0) clock.merged_piece(s.text + s.sorted_s0[0], s.sorted_len[0]);
     merge_in_lanes<false>(p.vocab, s.tok, s.count, s.sorted_s0, s.sorted_len, n_sorted, &s.next_bin,
                           BytesAsTokens{s.text, p.vocab.byte_ids});
   }

@@ -18,10 +18,13 @@ enum StageClockSlot : int {
 #ifdef BBPE_STAGE_CLOCKS
 __device__ unsigned long long g_stage_clocks[kStageClockSlots];
 // And per block (the first kMarkedBlocks of a launch): the global timer (ns) when it started,
-// its SM, when it ended each stage it ran, and how many pieces it merged: the blocks over
-// time, for what the sums above hide (a few slow blocks that the whole kernel waits for).
+// its SM, when it ended each stage it ran, how many pieces it merged and the first of them (its
+// length, its first 16 bytes): the blocks over time, for what the sums above hide (a few slow
+// blocks that the whole kernel waits for, and what they merge that the misses' cache did not hold).
 constexpr int kMarkedBlocks = 8192;
-enum BlockMarkSlot : int { kMarkStart = kStageClockSlots, kMarkSm, kMarkMerged, kBlockMarkSlots };
+enum BlockMarkSlot : int {
+  kMarkStart = kStageClockSlots, kMarkSm, kMarkMerged, kMarkMergedLen, kMarkMergedHead, kMarkMergedTail, kBlockMarkSlots
+};
 __device__ unsigned long long g_block_marks[kMarkedBlocks][kBlockMarkSlots];
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
@@ -59,12 +62,23 @@ struct StageClock {
       if (blockIdx.x < kMarkedBlocks) g_block_marks[blockIdx.x][kMarkMerged] = (unsigned long long)pieces;
     }
   }
+  // The first piece the block merged: m bytes at `at` (shared memory).
+  __device__ void merged_piece(const uint8_t* at, int m) {
+    if (threadIdx.x == 0 && blockIdx.x < kMarkedBlocks) {
+      unsigned long long head = 0, tail = 0;
+      for (int i = 0; i < m && i < 16; ++i) (i < 8 ? head : tail) |= (unsigned long long)at[i] << (8 * (i & 7));
+      g_block_marks[blockIdx.x][kMarkMergedLen] = (unsigned long long)m;
+      g_block_marks[blockIdx.x][kMarkMergedHead] = head;
+      g_block_marks[blockIdx.x][kMarkMergedTail] = tail;
+    }
+  }
 };
 #else
 struct StageClock {
   __device__ void mark(int) {}
   __device__ void count(int, bool) {}
   __device__ void merged(int) {}
+  __device__ void merged_piece(const uint8_t*, int) {}
 };
 #endif
 
