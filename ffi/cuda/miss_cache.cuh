@@ -17,9 +17,12 @@
 // 64-bit check word, tokens 0..8; then, for a key of 17..32 bytes (a long key: the
 // SentencePiece-style kernel's words run from one space to the next, newlines and quotes
 // included), its bytes 16..31 (4 words) and tokens 9..20. A short key's row is its first 64
-// bytes alone. State: 0 empty; kMissBusy while its writer fills it; else ready: the key's length
-// and token count. Rows are written once: a writer claims an empty row with a compare-and-swap,
-// fills it, then publishes the state with a release store. A reader does not acquire (a
+// bytes alone. State: 0 empty; busy while its writer fills it (the key's length and a tag of its
+// hash: miss_busy); else ready: the key's length and token count. Rows are written once: a writer
+// claims an empty row with a compare-and-swap, fills it, then publishes the state with a release
+// store. A writer that finds its piece there, ready or busy, stops: in a call's first encode
+// every block that holds a frequent miss keeps it at once, and copies of it filling its four
+// probe rows and its neighbours' left other pieces no row, to be merged again at every call. A reader does not acquire (a
 // load-acquire at GPU scope invalidates the SM's L1, where the piece and pair tables' rows
 // stay between probes), so it may see a ready state with parts of the row not yet written
 // (zeros); the check word, a 64-bit hash of the whole row, refuses such a row, as it does one
@@ -44,14 +47,16 @@ constexpr int kMissMoreTokens = 20;  // a long key's tokens 9..
 constexpr int kMissLongTokens = kMissTokens + kMissCacheInts - kMissMoreTokens;  // 21
 constexpr int kMissLongKeyLen = 2 * kShortKeyLen;
 constexpr int kMissProbes = 4;  // rows tried from the home row
-constexpr int32_t kMissBusy = 1;
 static_assert(kMissFirstToken + kMissTokens == kMissKeyTail && kMissKeyTail + 4 == kMissMoreTokens,
               "a short key's row is the first 64 bytes of a row");
 
 using MissState = cuda::atomic_ref<int32_t, cuda::thread_scope_device>;
 
-// A ready row's state: its key's length and token count (never 0 or kMissBusy).
+// A ready row's state: its key's length and token count (low byte 2). A busy row's: its key's
+// length and the top byte of its hash (low byte 1), so that a second writer of the same piece
+// sees it is being kept (another piece of that length and tag in the row only goes unkept).
 __device__ __forceinline__ int32_t miss_ready(int len, int count) { return len << 16 | count << 8 | 2; }
+__device__ __forceinline__ int32_t miss_busy(int len, uint32_t h) { return len << 16 | (int32_t)(h >> 24) << 8 | 1; }
 
 // A key of up to kMissLongKeyLen bytes: bytes 0..15 and 16..31 as short keys (tail zero for a
 // key of up to kShortKeyLen bytes, whose hash and check are then the short key's own). The
@@ -168,8 +173,8 @@ __device__ __forceinline__ int miss_cache_find(const VocabView& v, const MissKey
 }
 
 // Keeps the piece (key `key`, n bytes, hash h) with its merged tokens tok[0..count) (their ids:
-// token_id), unless the result is longer than a row holds, the piece is there already, or its
-// rows are taken.
+// token_id), unless the result is longer than a row holds, the piece is there already or being
+// kept, or its rows are taken.
 template <int kMaxLen>
 __device__ __forceinline__ void miss_cache_put(const VocabView& v, const MissKey& key, int n, uint32_t h,
                                                const int32_t* tok, int count) {
@@ -180,12 +185,12 @@ __device__ __forceinline__ void miss_cache_put(const VocabView& v, const MissKey
   int32_t held[kHeld];
 #pragma unroll
   for (int i = 0; i < kHeld; ++i) held[i] = i < count ? token_id(tok[i]) : 0;
-  const int32_t ready = miss_ready(n, count);
+  const int32_t ready = miss_ready(n, count), busy = miss_busy(n, h);
   for (int probe = 0; probe < kMissProbes; ++probe) {
     int32_t* row = miss_row(v, h, probe);
     MissState state(row[kMissState]);
-    int32_t seen = state.load(cuda::memory_order_relaxed);
-    if (seen == 0 && state.compare_exchange_strong(seen, kMissBusy, cuda::memory_order_relaxed)) {
+    int32_t seen = state.load(cuda::memory_order_relaxed);  // (a failed exchange sets it to what it found)
+    if (seen == 0 && state.compare_exchange_strong(seen, busy, cuda::memory_order_relaxed)) {
       miss_key_store(row, key.head);
       const uint64_t check = miss_check(key, ready, held, count);
       row[kMissCheck] = (int32_t)(uint32_t)check, row[kMissCheck + 1] = (int32_t)(uint32_t)(check >> 32);
@@ -199,6 +204,7 @@ __device__ __forceinline__ void miss_cache_put(const VocabView& v, const MissKey
       state.store(ready, cuda::memory_order_release);
       return;
     }
+    if (seen == busy) return;
     if (seen == ready && miss_key_is(row, key.head) && (!long_key || miss_key_is(row + kMissKeyTail, key.tail)))
       return;  // (a stale read: at worst a second row)
   }

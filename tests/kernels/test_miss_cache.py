@@ -71,3 +71,28 @@ def test_a_planted_row_is_read_and_a_bad_check_is_not(piece):
         planted[row] = planted_row(piece, [11, 22, 33], delta)
         cache = jax.device_put(planted, device_for("gpu"))
         assert encode_with(dataclasses.replace(tables, miss_cache=cache), piece.decode()) == expected
+
+
+def test_a_miss_every_block_merges_at_once_is_kept_once():
+    """Every row holds the same miss, so in the first call every block merges it and keeps it at
+    once: one row holds it. (Copies of a frequent miss in its probe rows and its neighbours' left
+    other misses no row: merged again at every call, they set the slowest blocks' time.)"""
+    piece = b" Bolkonskiy"
+    tok = load_tokenizer("cl100k", "tiktoken")
+    want = tiktoken_enc("cl100k", "exact").encode_ordinary(piece.decode())
+    tables = tok.tables(device=device_for("gpu"))
+    own = jax.device_put(np.zeros((1024, MISS_CACHE_ROW_INTS), np.int32), device_for("gpu"))
+    data, lengths = bb.pack_strings([piece] * 512, max_len=64)
+    device = device_for("gpu")
+    ids, counts = bb.encode(
+        jax.device_put(data, device),
+        jax.device_put(lengths, device),
+        dataclasses.replace(tables, miss_cache=own),
+        max_tokens=64,
+    )
+    ids, counts = np.asarray(ids), np.asarray(counts)
+    assert all(ids[k, : counts[k]].tolist() == want for k in range(len(ids)))
+    kept = np.asarray(own)
+    row = planted_row(piece, want)
+    assert sum(kept[r].tolist() == row.tolist() for r in range(len(kept))) == 1
+    assert (kept[:, STATE] != 0).sum() == 1  # (no row left claimed and not written either)
