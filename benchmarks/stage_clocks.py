@@ -83,6 +83,8 @@ def first_merged(mark: np.ndarray) -> str | None:
     m = int(mark[0])
     if m == 0:
         return None
+    if m < 0:
+        return "a word the misses' cache does not key by its text"
     head = int(mark[1]).to_bytes(8, "little", signed=True) + int(mark[2]).to_bytes(8, "little", signed=True)
     return f"{m}: {head[: min(m, 16)]!r}"
 

@@ -435,6 +435,10 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
       if ((t & 31) == 0) s.count[at] = (uint8_t)count;
     }
     __syncthreads();  // (the sorted list is complete)
+    if (n_lane + n_wide > 0) {  // (the first listed word, by its text where the cache keys it so)
+      const uint32_t e = s.kept_text[n_lane > 0 ? 0 : kPieceLaneList];
+      clock.merged_piece(s.text + (e == kNotKept ? 0 : e & 0xFFF), e == kNotKept ? -1 : (int)(e >> 12) + 1);
+    }
     merge_in_lanes<true>(v, s.tok, s.count, s.sorted_s0, s.sorted_len, n_lane, &s.next_bin,
                          TokensIn{s.tok});
   }

@@ -62,7 +62,8 @@ struct StageClock {
       if (blockIdx.x < kMarkedBlocks) g_block_marks[blockIdx.x][kMarkMerged] = (unsigned long long)pieces;
     }
   }
-  // The first piece the block merged: m bytes at `at` (shared memory).
+  // The first piece the block merged: m bytes at `at` (shared memory); m = -1: a piece whose
+  // bytes are not its key (a SentencePiece-style word the misses' cache does not keep).
   __device__ void merged_piece(const uint8_t* at, int m) {
     if (threadIdx.x == 0 && blockIdx.x < kMarkedBlocks) {
       unsigned long long head = 0, tail = 0;
