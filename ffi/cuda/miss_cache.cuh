@@ -21,12 +21,12 @@
 // hash: miss_busy); else ready: the key's length and token count. Rows are written once: a writer
 // claims an empty row with a compare-and-swap, fills it, then publishes the state with a release
 // store. A writer that finds its piece there, ready or busy, stops: in a call's first encode
-// every block that holds a frequent miss keeps it at once, and copies of it filling its four
-// probe rows and its neighbours' left other pieces no row, to be merged again at every call. A reader does not acquire (a
-// load-acquire at GPU scope invalidates the SM's L1, where the piece and pair tables' rows
-// stay between probes), so it may see a ready state with parts of the row not yet written
-// (zeros); the check word, a 64-bit hash of the whole row, refuses such a row, as it does one
-// copied while written (by something other than these kernels).
+// every block holding a frequent miss keeps it at once, and its copies would fill its four probe
+// rows and spill into others', leaving some misses no row (merged again at every call). A reader
+// does not acquire (a load-acquire at GPU scope invalidates the SM's L1, where the piece and pair
+// tables' rows stay between probes), so it may see a ready state with parts of the row not yet
+// written (zeros); the check word, a 64-bit hash of the whole row, refuses such a row, as it
+// does one copied while written (by something other than these kernels).
 // Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
 #pragma once
 
