@@ -24,7 +24,9 @@ output, or the block-wide merge passes). The calls after the first find the batc
 the misses' cache; --no-cache runs with it off (BLOCKBPE_MISS_CACHE=0). --blocks adds
 the blocks of the last call over time: the kernel's span, block durations (p50 / p99 / max)
 and the slowest blocks' stages and merged pieces, what averages hide (a few slow blocks the
-kernel waits for); `block` is the grid's index (its rows: block x the rows a block holds).
+kernel waits for); `block` is the grid's index (its rows: block x the rows a block holds);
+`first_merged` the first piece (or word) it merged, its length and first 16 bytes (with the
+cache warm: what the cache did not hold).
 merged_pieces_per_block: the piece kernels' misses merged (not found whole or in the misses'
 cache) per block, averaged over the calls. SentencePiece
 BPE (mistral-v1): initial = character symbols, prefixes and word flags; merges = words merged
