@@ -91,15 +91,20 @@ def first_merged(mark: np.ndarray) -> str | None:
     return f"{m}: {head[: min(m, 16)]!r}"
 
 
+# A block's marks after its stages' ends (ffi/cuda/stage_clock.cuh, BlockMarkSlot): its start,
+# its SM, the pieces it merged, the first of them (length, bytes 0..7, bytes 8..15).
+START, MERGED, FIRST_MERGED, AFTER_STAGES = 0, 2, 3, 6
+
+
 def block_timeline(marks: np.ndarray, stages: list[str], slowest: int = 5) -> dict:
     """The last call's blocks over time, from read_block_marks (rows: each stage's end, 0 where a
-    block did not get there; then the start, the SM, the pieces merged and the first of them), in
-    microseconds."""
-    marks = marks.reshape(-1, len(stages) + 6).astype(np.uint64).astype(np.int64)
-    ran = np.flatnonzero(marks[:, len(stages)] > 0)  # (the blocks' indices in the grid)
+    block did not get there; then the marks above), in microseconds."""
+    n = len(stages)
+    marks = marks.reshape(-1, n + AFTER_STAGES).astype(np.uint64).astype(np.int64)
+    ran = np.flatnonzero(marks[:, n + START] > 0)  # (the blocks' indices in the grid)
     marks = marks[ran]
-    start = marks[:, len(stages)]
-    ends = np.where(marks[:, : len(stages)] > 0, marks[:, : len(stages)], start[:, None])
+    start = marks[:, n + START]
+    ends = np.where(marks[:, :n] > 0, marks[:, :n], start[:, None])
     end = ends.max(axis=1)
     t0, dur = start.min(), (end - start) / 1e3
     rows = []
@@ -116,8 +121,8 @@ def block_timeline(marks: np.ndarray, stages: list[str], slowest: int = 5) -> di
                 "start_us": round((start[b] - t0) / 1e3, 1),
                 "us": round(float(dur[b]), 1),
                 "stages_us": took,
-                "merged_pieces": int(marks[b, len(stages) + 2]),
-                "first_merged": first_merged(marks[b, len(stages) + 3 :]),
+                "merged_pieces": int(marks[b, n + MERGED]),
+                "first_merged": first_merged(marks[b, n + FIRST_MERGED :]),
             }
         )
     return {

@@ -422,6 +422,14 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   __syncthreads();
   const int n_lane = min(s.n_lane, kPieceLaneList), n_wide = min(s.n_wide, kPieceWideList);
   clock.merged(n_lane + n_wide);
+  // Listed word g (the lane list's, then the wide one's): whether the cache may keep it, and where
+  // its text (at, len) and its tokens (first) are.
+  const auto kept = [&](int g, int& at, int& len, int& first) {
+    const uint32_t e = s.kept_text[g < n_lane ? g : kPieceLaneList + g - n_lane];
+    if (e == kNotKept) return false;
+    at = e & 0xFFF, len = (e >> 12) + 1, first = g < n_lane ? s.lane_s0[g] : s.wide_s0[g - n_lane];
+    return true;
+  };
   for (int g = t; g < n_lane; g += kPieceThreads) {
     const int m = s.lane_len[g], at = atomicAdd(&s.by_len[m], 1);
     s.sorted_s0[at] = s.lane_s0[g], s.sorted_len[at] = (int16_t)m;
@@ -436,8 +444,9 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     }
     __syncthreads();  // (the sorted list is complete)
     if (n_lane + n_wide > 0) {  // (the first listed word, by its text where the cache keys it so)
-      const uint32_t e = s.kept_text[n_lane > 0 ? 0 : kPieceLaneList];
-      clock.merged_piece(s.text + (e == kNotKept ? 0 : e & 0xFFF), e == kNotKept ? -1 : (int)(e >> 12) + 1);
+      int at = 0, len = -1, first;
+      kept(0, at, len, first);
+      clock.merged_piece(s.text + at, len);
     }
     merge_in_lanes<true>(v, s.tok, s.count, s.sorted_s0, s.sorted_len, n_lane, &s.next_bin,
                          TokensIn{s.tok});
@@ -451,12 +460,6 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     __syncthreads();
   }
   clock.mark(kClockMerges);  // (the merges and the runs)
-  const auto kept = [&](int g, int& at, int& len, int& first) {  // (the words the cache may keep)
-    const uint32_t e = s.kept_text[g < n_lane ? g : kPieceLaneList + g - n_lane];
-    if (e == kNotKept) return false;
-    at = e & 0xFFF, len = (e >> 12) + 1, first = g < n_lane ? s.lane_s0[g] : s.wide_s0[g - n_lane];
-    return true;
-  };
   keep_merged_misses<kPieceThreads>(v, s.text, s.tok, s.count, n_lane + n_wide, kept);
   clock.mark(kClockKeep);  // (thread 0's own puts)
   const int prefix_slot = row_at + r;  // (the first word's first slot where the row is prefixed)
