@@ -283,23 +283,24 @@ __device__ __forceinline__ uint32_t stage_starts(PieceSmem<kChunk>& s, const Cla
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) key[i] = with_boundary((uint8_t)key[i], (earlier >> i) & 1);
   }
-  s.maps[t] = chunk_bwd_map<kBoundaries>(tab, key, kChunk);
+  // Each map's pass also writes what the chunk alone fixes (the keys before the backward map
+  // turns constant, the flags after the forward one does), so the replays after the edge
+  // states cover only the chunk's last bytes, then its first ones, not all of them.
+  int replay_from, replay_to;
+  s.maps[t] = chunk_bwd_map_keys<kBoundaries>(tab, key, kChunk, &replay_from, [&](int i, uint16_t v) { key[i] = v; });
   __syncthreads();
   uint8_t t_end = tab.bwd_init & 15;
   if (k < nv) edge_state(s.maps, t + 1, 1, nv - 1 - k, tab.bwd_live, tab.bwd_init & 15, nv, &t_end);
-  chunk_bwd_replay<kBoundaries>(tab, key, kChunk, t_end, key);
-  const uint64_t fwd = chunk_fwd_map<kBoundaries>(tab, key, kChunk);
+  chunk_bwd_replay_from<kBoundaries>(tab, key, kChunk, t_end, key, replay_from);
+  uint32_t fm = 0;
+  const auto flag = [&](int i, uint8_t f) { fm |= (uint32_t)f << i; };
+  const uint64_t fwd = chunk_fwd_map_flags<kBoundaries>(tab, key, kChunk, valid, &replay_to, flag);
   __syncthreads();  // (every thread is done with the backward maps)
   s.maps[t] = fwd;
   __syncthreads();
   uint8_t s_before = tab.fwd_init & 15;
   if (k < nv) edge_state(s.maps, t - 1, -1, k, tab.fwd_live, tab.fwd_init & 15, nv, &s_before);
-  uint8_t flags[kChunk];
-  chunk_fwd_replay<kBoundaries>(tab, key, kChunk, s_before, flags, valid);
-  uint32_t fm = 0;
-#pragma unroll
-  for (int i = 0; i < kChunk; ++i)
-    if (i < valid && flags[i]) fm |= 1u << i;
+  chunk_fwd_replay_upto<kBoundaries>(tab, key, kChunk, s_before, valid, replay_to, flag);
   return fm | row_start_bit(k, n);
 }
 

@@ -188,54 +188,102 @@ struct ChunkMap {
   BBPE_HD uint64_t map() const { return constant ? map_constant((uint8_t)state) : m; }
 };
 
-// Backward map of a chunk: nibble x = T at the chunk's first byte when T after its end is x.
-// (A continuation byte's step, kClassNone's, is the identity: stepped like any other, with no
-// test at every byte.)
-template <bool kBoundaries = true, class C>
-BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
+// Backward map of a chunk (nibble x = T at the chunk's first byte when T after its end is x),
+// and on the way the keys (chunk_bwd_replay's) of the bytes whose T after them the chunk's own
+// later bytes fix: once the map is constant, T is its one image whatever T after the chunk is.
+// Those bytes are a prefix of the chunk: key(i, key) for i < *replay_from; the replay then writes
+// only the rest (chunk_bwd_replay_from). (A continuation byte's step, kClassNone's, is the
+// identity: stepped like any other, with no test at every byte.)
+template <bool kBoundaries = true, class C, class Key>
+BBPE_HD uint64_t chunk_bwd_map_keys(const PretokTables& tab, const C* cls, int cnt, int* replay_from, Key key) {
   ChunkMap acc(tab.bwd_live);
+  int from = cnt;
   BBPE_UNROLL
-  for (int i = cnt - 1; i >= 0; --i) acc.then(bwd_step<kBoundaries>(tab, (uint8_t)cls[i]));
+  for (int i = cnt - 1; i >= 0; --i) {
+    const uint8_t c = (uint8_t)cls[i];
+    if (acc.constant) key(i, (uint16_t)(c * 16 + acc.state));
+    else from = i;
+    acc.then(bwd_step<kBoundaries>(tab, c));
+  }
+  *replay_from = from;
   return acc.map();
 }
+// The map alone.
+template <bool kBoundaries = true, class C>
+BBPE_HD uint64_t chunk_bwd_map(const PretokTables& tab, const C* cls, int cnt) {
+  int from;
+  return chunk_bwd_map_keys<kBoundaries>(tab, cls, cnt, &from, [](int, uint16_t) {});
+}
 
-// Backward replay from T after the chunk. Turns each class into the key of its forward step,
-// key[i] = cls[i] * 16 + T[i+1] (cls and key may be the same array); returns T at the
-// chunk's start.
+// Backward replay from T after the chunk, over its bytes from..cnt - 1. Turns each class into
+// the key of its forward step, key[i] = cls[i] * 16 + T[i+1] (cls and key may be the same
+// array); returns T at byte `from` (the chunk's start with from = 0: chunk_bwd_replay).
 template <bool kBoundaries = true, class C, class K>
-BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const C* cls, int cnt, uint8_t t_end,
-                                 K* key) {
+BBPE_HD uint8_t chunk_bwd_replay_from(const PretokTables& tab, const C* cls, int cnt, uint8_t t_end, K* key,
+                                      int from) {
   uint32_t t = t_end;
   BBPE_UNROLL
   for (int i = cnt - 1; i >= 0; --i) {
+    if (i < from) break;
     const uint8_t c = (uint8_t)cls[i];
     key[i] = (K)(c * 16 + t);
     t = map_image(bwd_step<kBoundaries>(tab, c), t);
   }
   return (uint8_t)t;
 }
-
-// Forward map of a chunk: nibble x = S after the chunk when S before it is x. (Keys below 16,
-// continuation bytes', step by the identity.)
-template <bool kBoundaries = true, class K>
-BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const K* key, int cnt) {
-  ChunkMap acc(tab.fwd_live);
-  BBPE_UNROLL
-  for (int i = 0; i < cnt; ++i) acc.then(fwd_step<kBoundaries>(tab, (uint16_t)key[i]));
-  return acc.map();
+template <bool kBoundaries = true, class C, class K>
+BBPE_HD uint8_t chunk_bwd_replay(const PretokTables& tab, const C* cls, int cnt, uint8_t t_end, K* key) {
+  return chunk_bwd_replay_from<kBoundaries>(tab, cls, cnt, t_end, key, 0);
 }
 
-// Forward replay from S before the chunk: writes flags[i] for i < valid; returns S after it.
+// Forward map of a chunk (nibble x = S after the chunk when S before it is x; keys below 16,
+// continuation bytes', step by the identity), and on the way the flags (chunk_fwd_replay's) of
+// the bytes whose S before them the chunk's own earlier bytes fix: once the map is constant, S
+// is its one image whatever S before the chunk is. Those bytes are a suffix of the chunk:
+// flag(i, flag) for *replay_to <= i < valid; the replay then gives the others
+// (chunk_fwd_replay_upto). (flag, not an array: the piece kernel keeps them as bits, one register
+// live until the replay, where sixteen bytes spilled.)
+template <bool kBoundaries = true, class K, class Flag>
+BBPE_HD uint64_t chunk_fwd_map_flags(const PretokTables& tab, const K* key, int cnt, int valid, int* replay_to,
+                                     Flag flag) {
+  ChunkMap acc(tab.fwd_live);
+  int to = 0;
+  BBPE_UNROLL
+  for (int i = 0; i < cnt; ++i) {
+    const uint16_t k = (uint16_t)key[i];
+    if (!acc.constant) to = i + 1;
+    else if (i < valid) flag(i, fwd_flag<kBoundaries>(tab, k, (uint8_t)acc.state));
+    acc.then(fwd_step<kBoundaries>(tab, k));
+  }
+  *replay_to = to;
+  return acc.map();
+}
+// The map alone.
 template <bool kBoundaries = true, class K>
-BBPE_HD uint8_t chunk_fwd_replay(const PretokTables& tab, const K* key, int cnt, uint8_t s,
-                                 uint8_t* flags, int valid) {
+BBPE_HD uint64_t chunk_fwd_map(const PretokTables& tab, const K* key, int cnt) {
+  int to;
+  return chunk_fwd_map_flags<kBoundaries>(tab, key, cnt, 0, &to, [](int, uint8_t) {});
+}
+
+// Forward replay from S before the chunk over its bytes 0..to - 1: flag(i, flag) for i < valid
+// among them; returns S after byte to - 1.
+template <bool kBoundaries = true, class K, class Flag>
+BBPE_HD uint8_t chunk_fwd_replay_upto(const PretokTables& tab, const K* key, int cnt, uint8_t s, int valid, int to,
+                                      Flag flag) {
   uint32_t st = s;
   BBPE_UNROLL
   for (int i = 0; i < cnt; ++i) {
-    if (i < valid) flags[i] = fwd_flag<kBoundaries>(tab, (uint16_t)key[i], (uint8_t)st);
+    if (i >= to) break;
+    if (i < valid) flag(i, fwd_flag<kBoundaries>(tab, (uint16_t)key[i], (uint8_t)st));
     st = map_image(fwd_step<kBoundaries>(tab, (uint16_t)key[i]), st);
   }
   return (uint8_t)st;
+}
+// The whole chunk's replay: writes flags[i] for i < valid; returns S after the chunk.
+template <bool kBoundaries = true, class K>
+BBPE_HD uint8_t chunk_fwd_replay(const PretokTables& tab, const K* key, int cnt, uint8_t s, uint8_t* flags,
+                                 int valid) {
+  return chunk_fwd_replay_upto<kBoundaries>(tab, key, cnt, s, valid, cnt, [&](int i, uint8_t f) { flags[i] = f; });
 }
 
 // The state at a chunk's edge without a scan. A chunk's map is usually constant (see

@@ -1,7 +1,8 @@
-// The CUDA block decomposition of the pre-tokenizer on the host (chunk maps, edge states, the
-// scans when edge_state does not reach, replays): the CPU tests check the parallel algorithm
-// itself on any chunk size through it (tests/cpp/pretok_shim.cc), and the host encode of one
-// long text runs it with a chunk per thread (cpu/encode_cpu.h).
+// The CUDA block decomposition of the pre-tokenizer on the host (chunk maps with what each chunk
+// fixes alone, edge states, the scans when edge_state does not reach, replays), as piece_kernel
+// runs it: the CPU tests check the parallel algorithm itself on any chunk size through it
+// (tests/cpp/pretok_shim.cc), and the host encode of one long text runs it with a chunk per
+// thread (cpu/encode_cpu.h).
 #pragma once
 
 #include <algorithm>
@@ -27,6 +28,7 @@ inline void pretokenize_chunked(const PretokView& v, const uint8_t* text, int n,
   std::vector<uint8_t> cls(n), edge(nch);
   std::vector<uint16_t> key(n);
   std::vector<uint64_t> map(nch);
+  std::vector<int> replay(nch);  // per chunk: where the replay after the edge states starts / ends
   auto cnt = [&](size_t c) { return (int)std::min<int64_t>(chunk, n - (int64_t)c * chunk); };
   for (int st = 0; st < v.n_stages; ++st) {
     const PretokTables& tab = v.tables[st];
@@ -36,7 +38,7 @@ inline void pretokenize_chunked(const PretokView& v, const uint8_t* text, int n,
       byte_classes(tab, text, n, is_special_byte, ct, cls.data(), from, to);
       if (st > 0)
         for (int i = from; i < to; ++i) cls[i] = with_boundary(cls[i], piece_start[i]);
-      map[c] = chunk_bwd_map(tab, &cls[from], cnt(c));
+      map[c] = chunk_bwd_map_keys(tab, &cls[from], cnt(c), &replay[c], [&](int i, uint16_t k) { key[from + i] = k; });
     });
     // edge[c] = T after chunk c.
     bool ok = true;
@@ -47,8 +49,9 @@ inline void pretokenize_chunked(const PretokView& v, const uint8_t* text, int n,
       for (int c = (int)nch - 1; c >= 0; --c) { edge[c] = map_apply(acc, tab.bwd_init & 15); acc = map_then(acc, map[c]); }
     }
     on_threads(nch, threads, [&](size_t c) {  // keys, forward maps
-      chunk_bwd_replay(tab, &cls[c * chunk], cnt(c), edge[c], &key[c * chunk]);
-      map[c] = chunk_fwd_map(tab, &key[c * chunk], cnt(c));
+      chunk_bwd_replay_from(tab, &cls[c * chunk], cnt(c), edge[c], &key[c * chunk], replay[c]);
+      uint8_t* flags = &piece_start[c * chunk];
+      map[c] = chunk_fwd_map_flags(tab, &key[c * chunk], cnt(c), cnt(c), &replay[c], [&](int i, uint8_t f) { flags[i] = f; });
     });
     // edge[c] = S before chunk c.
     ok = true;
@@ -59,7 +62,8 @@ inline void pretokenize_chunked(const PretokView& v, const uint8_t* text, int n,
       for (int c = 0; c < (int)nch; ++c) { edge[c] = map_apply(acc, tab.fwd_init & 15); acc = map_then(acc, map[c]); }
     }
     on_threads(nch, threads, [&](size_t c) {  // flags
-      chunk_fwd_replay(tab, &key[c * chunk], cnt(c), edge[c], &piece_start[c * chunk], cnt(c));
+      uint8_t* flags = &piece_start[c * chunk];
+      chunk_fwd_replay_upto(tab, &key[c * chunk], cnt(c), edge[c], cnt(c), replay[c], [&](int i, uint8_t f) { flags[i] = f; });
     });
   }
 }
