@@ -24,9 +24,12 @@ import pathlib
 import re
 import subprocess
 import sys
-import time
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import write_report  # noqa: E402
+
 UNITS_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 
 
@@ -98,13 +101,7 @@ def main(argv=None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        report = {
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "warm_seeds": args.warm_seeds,
-            "rows": rows,
-        }
-        (args.out / "gpu_time.json").write_text(json.dumps(report, indent=1))
+        write_report(args.out, "gpu_time.json", rows, warm_seeds=args.warm_seeds)
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.util
+import json
 import os
 import pathlib
 import resource
@@ -19,6 +20,13 @@ import numpy as np
 
 def log(*a):
     print(*a, flush=True)
+
+
+def write_report(out: pathlib.Path, name: str, rows: list, **fields) -> None:
+    """DIR/name, a benchmark's JSON report: the date (UTC), `fields`, then the rows."""
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **fields, "rows": rows}
+    (out / name).write_text(json.dumps(report, indent=1))
 
 
 # --------------------------------------------------------------------------------------------

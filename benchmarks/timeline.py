@@ -40,7 +40,7 @@ import jax  # noqa: E402
 
 import blockbpe_jax as bb  # noqa: E402
 from blockbpe_jax import testing  # noqa: E402
-from harness import Ours, excerpts  # noqa: E402
+from harness import Ours, excerpts, write_report  # noqa: E402
 
 OURS = ("piece_kernel", "encode_kernel", "encode_chars_kernel")
 SKIP_CALLS = 4  # the first calls of a burst wait on the host's first dispatches
@@ -147,13 +147,7 @@ def main(argv=None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        report = {
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "device": str(gpu[0]),
-            "rows": rows,
-        }
-        (args.out / "timeline.json").write_text(json.dumps(report, indent=1))
+        write_report(args.out, "timeline.json", rows, device=str(gpu[0]))
     return 0
 
 
