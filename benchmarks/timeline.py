@@ -16,9 +16,12 @@ Per encode, medians over the calls after the first few: period_us (from one call
 to the next call's), busy_us (the part of it some kernel ran: the GPU's own time), idle_us (the
 rest: the GPU waiting for the host), piece_us and fill_us (the two launches of an encode; the
 fill launch starts early and waits for the piece kernel, so its span overlaps), other_us
-(kernels of the executable that are not the encode's: XLA's fusions), and host_us (the host's
-time to dispatch one encode, without the sync). The profiler slows the host's dispatch, so
-host_us and idle_us read high; the kernels' times hold. Needs a GPU; writes DIR/timeline.json.
+(kernels of the executable that are not the encode's: XLA's fusions); host_us (the host's time
+to dispatch one encode, without the sync, timed on a burst without the profiler, which slows the
+host: idle_us reads high), and from the traced burst the host's spans per encode: host_jit_us
+(the jitted call's whole dispatch), host_execute_us (the executable's run) and host_handler_us
+(the encode's own thunk: the FFI handler and its launches). Needs a GPU; writes
+DIR/timeline.json.
 """
 
 from __future__ import annotations
@@ -46,13 +49,18 @@ OURS = ("piece_kernel", "encode_kernel", "encode_chars_kernel")
 SKIP_CALLS = 4  # the first calls of a burst wait on the host's first dispatches
 
 
-def kernel_events(trace_dir: str) -> list[tuple[int, int, str]]:
-    """(start_ns, end_ns, name) of every event on the GPU's stream lines that ran our kernels."""
+def load_trace(trace_dir: str):
+    """The profile jax.profiler.trace wrote under trace_dir (jax.profiler.ProfileData)."""
     paths = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
     if not paths:
         raise RuntimeError(f"no profile written under {trace_dir}")
+    return jax.profiler.ProfileData.from_file(paths[0])
+
+
+def kernel_events(profile) -> list[tuple[int, int, str]]:
+    """(start_ns, end_ns, name) of every event on the GPU's stream lines that ran our kernels."""
     events = []
-    for plane in jax.profiler.ProfileData.from_file(paths[0]).planes:
+    for plane in profile.planes:
         if not plane.name.startswith("/device:GPU"):
             continue
         for line in plane.lines:
@@ -60,6 +68,32 @@ def kernel_events(trace_dir: str) -> list[tuple[int, int, str]]:
             if any(any(k in name for k in OURS) for _, _, name in evs):
                 events.extend(evs)
     return sorted(events)
+
+
+# The host's spans per call (the /host:CPU plane): the jitted function's whole dispatch, the
+# executable's run (XLA's thunks), and the encode's own thunk (the FFI handler: its launches).
+HOST_SPANS = {
+    "host_jit_us": lambda n: n.startswith("PjitFunction"),
+    "host_execute_us": lambda n: n.endswith("ExecuteHelperOnSingleDevice"),
+    "host_handler_us": lambda n: n.startswith(("ffi_call", "custom-call")),
+}
+
+
+def host_spans(profile) -> dict[str, list[float]]:
+    """Each HOST_SPANS entry's event durations (us) on the host's plane, in order, the outermost
+    only (the jitted call's dispatch shows as two nested events)."""
+    out = {k: [] for k in HOST_SPANS}
+    for plane in profile.planes:
+        if plane.name != "/host:CPU":
+            continue
+        for line in plane.lines:
+            ends = dict.fromkeys(HOST_SPANS, float("-inf"))
+            for e in sorted(line.events, key=lambda e: e.start_ns):
+                for key, match in HOST_SPANS.items():
+                    if match(e.name) and e.start_ns >= ends[key]:
+                        out[key].append(e.duration_ns / 1e3)
+                        ends[key] = e.start_ns + e.duration_ns
+    return out
 
 
 def union_ns(spans: list[tuple[float, float]]) -> float:
@@ -97,16 +131,21 @@ def per_call(events: list[tuple[int, int, str]], encodes_per_call: int) -> dict:
     return out
 
 
-def run_burst(f, args, calls: int) -> tuple[float, list]:
-    """`calls` calls dispatched back to back under the profiler; the host's dispatch time per call."""
+def run_burst(f, args, calls: int) -> tuple[float, list, dict]:
+    """`calls` calls dispatched back to back, once without the profiler (the host's dispatch time
+    per call), then under it: (host_s, kernel events, host spans)."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        out = f(*args)
+    host = (time.perf_counter() - t0) / calls
+    jax.block_until_ready(out)
     trace = tempfile.mkdtemp(prefix="bbpe_timeline_")
     with jax.profiler.trace(trace):
-        t0 = time.perf_counter()
         for _ in range(calls):
             out = f(*args)
-        host = (time.perf_counter() - t0) / calls
         jax.block_until_ready(out)
-    return host, kernel_events(trace)
+    profile = load_trace(trace)
+    return host, kernel_events(profile), host_spans(profile)
 
 
 def main(argv=None) -> int:
@@ -136,12 +175,16 @@ def main(argv=None) -> int:
             try:
                 for _ in range(3):
                     jax.block_until_ready(f(data, lengths))
-                host, events = run_burst(f, (data, lengths), args.calls)
+                host, events, spans = run_burst(f, (data, lengths), args.calls)
             finally:
                 os.environ.pop("BLOCKBPE_PIECE_FILL", None)
             row = {"vocabulary": args.vocab, "batch": batch, "bytes": length, "way": way}
             row.update(per_call(events, chain))
             row["host_us"] = round(host * 1e6 / chain, 2)
+            for key, durations in spans.items():  # (per encode: a chain's executable runs `chain`)
+                per = durations[SKIP_CALLS:] or durations
+                if per:
+                    row[key] = round(statistics.median(per) / (1 if key == "host_handler_us" else chain), 2)
             if row.get("period_us"):
                 row["GBps"] = round(int(lengths.sum()) / (row["period_us"] * 1e-6) / 1e9, 2)
             rows.append(row)
