@@ -2,12 +2,13 @@
 # One device call: build against the machine's own jax, run the GPU tests, optionally the
 # benchmarks and compute-sanitizer. Logs and JSON go to $OUT (the device tool brings them back).
 #   scripts/gpu_check.sh [test] [fuzz] [profile] [srcprofile] [bench] [hostpath] [sanitize]
-#                        [sharded] [families] [ktime] [gputime] [p9] [corpus] [corpus_scale] [corpus_profile] [corpus_stages] [single] [hostbatch]
+#                        [sharded] [families] [ktime] [gputime] [timeline] [p9] [corpus] [corpus_scale] [corpus_profile] [corpus_stages] [single] [hostbatch]
 #                        [variants] [clocks] [kernels] [piece] [piece_profile] [piece_test] [block_test] [ray_engine]
 #                        [jsonl_device] [fuzz_campaign] [so_variants] [so_variant_tests]
 # (PYTEST_K: pytest -k expression; PYTEST_PATHS: test files (default tests/); PYTEST_WORKERS: pytest-xdist
 #  processes; TEST_TIMEOUT: seconds for `test`; BLOCKBPE_BENCH_ONLY: benchmark parts; PROFILE_ARGS;
-#  FAMILIES_ARGS, CLOCKS_ARGS, GPUTIME_ARGS: options of benchmarks/families.py, stage_clocks.py, gpu_time.py;
+#  FAMILIES_ARGS, CLOCKS_ARGS, GPUTIME_ARGS, TIMELINE_ARGS: options of benchmarks/families.py, stage_clocks.py,
+#  gpu_time.py, timeline.py;
 #  FUZZ_EXAMPLES: examples per GPU-vs-CPU fuzz test; VARIANTS: patch files for `variants`;
 #  CORPUS_ARGS, CORPUS_SCALE_ARGS, CORPUS_PROFILE_MB, CORPUS_PROFILE_ARGS, CORPUS_WINDOWS_MB, SINGLE_ARGS: the corpus and single stages;
 #  PIECE_ARGS, PIECE_TIMEOUT, PIECE_TEST_TIMEOUT, PIECE_SHAPES, NCU_TIMEOUT, VARIANT_NCU_SHAPES,
@@ -98,6 +99,8 @@ for stage in $stages; do
       python3 benchmarks/kernel_time.py --label head --out "$OUT" 2>&1 | tee "$OUT/ktime.log" | tail -8 ;;
     gputime)   # the GPU's time per call at its own clocks, every kernel summed (benchmarks/gpu_time.py)
       python3 benchmarks/gpu_time.py --out "$OUT" ${GPUTIME_ARGS:-} 2>&1 | tee "$OUT/gpu_time.log" | tail -4 | cut -c1-400 ;;
+    timeline)  # encodes back to back on the GPU's own timeline, the host's spans (benchmarks/timeline.py)
+      python3 benchmarks/timeline.py --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -9 | cut -c1-400 ;;
     profile)
       BLOCKBPE_KERNEL=block ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
