@@ -97,6 +97,7 @@ def host_spans(profile) -> dict[str, list[float]]:
 
 
 def union_ns(spans: list[tuple[float, float]]) -> float:
+    """The time some span covers (overlaps counted once)."""
     total, end = 0.0, float("-inf")
     for s, e in sorted(spans):
         if e > end:
@@ -107,8 +108,7 @@ def union_ns(spans: list[tuple[float, float]]) -> float:
 
 def per_call(events: list[tuple[int, int, str]], encodes_per_call: int) -> dict:
     """Medians per encode over the calls of a burst (a call starts at its first piece kernel)."""
-    starts = [s for s, _, name in events if "piece_kernel" in name]
-    starts = starts[:: max(1, encodes_per_call)] if encodes_per_call > 1 else starts
+    starts = [s for s, _, name in events if "piece_kernel" in name][::encodes_per_call]
     rows = []
     for a, b in zip(starts[SKIP_CALLS:], starts[SKIP_CALLS + 1 :]):
         inside = [(s, min(e, b), name) for s, e, name in events if a <= s < b]
