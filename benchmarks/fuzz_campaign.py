@@ -35,8 +35,9 @@ kernel, seed, chunk size, workers, mix, seconds) and per family strings, bytes, 
 fuzz_chunks.regenerate makes again), seconds, per variant; a family whose files are not there
 is recorded as skipped, one that raised with its error (the others go on). --time-budget stops
 handing out chunks when the run has used that many seconds and stops waiting for those handed
-out (a slow family's CHUNKS_AHEAD a process would outlast the budget), and records each
-family's strings checked by then (complete: false) or skipped.
+out (a slow family's CHUNKS_AHEAD a process would outlast the budget) or checking them (a
+family stopped early drops the batches it has not sent: stopping costs at most those in flight),
+and records each family's strings checked by then (complete: false) or skipped.
 """
 
 from __future__ import annotations
@@ -146,8 +147,8 @@ def campaign(
                 continue
             left = deadline - time.monotonic()
             result.wait(None if left == float("inf") else max(left, 0.0))
-            if not result.ready():  # the budget is spent: the chunks still in flight are dropped
-                break
+            if not result.ready() or time.monotonic() >= deadline:
+                break  # the budget is spent: the chunks still in flight are dropped
             try:
                 chunk = result.get()
                 if key not in checks:

@@ -227,9 +227,12 @@ class FamilyCheck:
         self.tally["truncated_rows"] += int((counts > T).sum())
 
     def finish(self, complete: bool) -> dict:
-        """The family's last batches sent and read; its summary."""
+        """The family's last batches sent (only when `complete`: a run out of time drops what it
+        has not sent, so that stopping costs at most the batches in flight) and read; its summary."""
         for name, width in sorted(self.gathering):
-            self._send(name, width, self.gathering.pop((name, width)))
+            batch = self.gathering.pop((name, width))
+            if complete:
+                self._send(name, width, batch)
         while self.in_flight:
             self._receive()
         t = self.tally

@@ -103,6 +103,23 @@ def test_a_wrong_reference_id_is_reported_with_its_input():
     assert chunks.regenerate(root, "gpt2_hf", 3, bad["string"]) == (group.variant, raw)
 
 
+def test_a_family_stopped_early_drops_the_batches_it_has_not_sent():
+    """finish(complete=False), as a spent time budget calls it, sends nothing more: the strings
+    still gathering are not checked (nor counted); finish(complete=True) sends and checks them."""
+    fc = campaign()
+    root = fc.testing.data_dir()
+    fc.fuzz_chunks.init_worker(str(root))
+    chunk = fc.fuzz_chunks.run_chunk("r50k", 5, 0, 120)
+    family = fc.load_family(root, "r50k", 1)
+    cpu = fc.jax.devices("cpu")[0]
+    counts = []
+    for complete in (False, True):
+        check = fc.fuzz_check.FamilyCheck(family, 120, cpu, 1 << 24, corrupt=False)
+        check.add_chunk(chunk)  # (batches of 1 << 24 bytes: none is full, so none is sent yet)
+        counts.append(check.finish(complete=complete)["strings"])
+    assert counts == [0, 120]
+
+
 def test_families_with_counts_of_their_own_in_one_run(tmp_path):
     report = run(tmp_path, "r50k=40,llama3_hf=2100,qwen2_nfc=30")
     rows = report["families"]
