@@ -7,7 +7,7 @@ half). ncu's defaults (base clocks, caches flushed) read higher; they serve A/B 
 of builds (scripts/gpu_check.sh so_variants), this the figures to quote.
 
     python3 benchmarks/gpu_time.py [--out DIR] [--shapes 1024:4096,1024:512,64:512]
-        [--vocab cl100k | --family KEY] [--warm-seeds 2]
+        [--vocab cl100k | --family KEY] [--warm-seeds 2] [--allowed-special none|all]
 
 Needs a GPU and ncu; writes DIR/gpu_time.json. `parse` reads a saved ncu CSV
 (`ncu --csv --metrics gpu__time_duration.sum ...` of profile_kernel.py) the same way.
@@ -64,13 +64,13 @@ def parse(text: str, calls_run: int, calls_kept: int) -> dict:
     return {"input_bytes": int(m.group(1)) if m else None, "calls": out}
 
 
-def profile(batch: int, length: int, source: list[str], warm_seeds: int) -> dict:
+def profile(batch: int, length: int, source: list[str], warm_seeds: int, allowed: str = "none") -> dict:
     cmd = [
         "ncu", "--csv", "--clock-control", "none", "--cache-control", "none",
         "--metrics", "gpu__time_duration.sum",
         sys.executable, str(HERE / "profile_kernel.py"),
         "--batch", str(batch), "--bytes", str(length), "--calls", "2",
-        "--warm-seeds", str(warm_seeds), "--split-book", *source,
+        "--warm-seeds", str(warm_seeds), "--split-book", "--allowed-special", allowed, *source,
     ]  # fmt: skip
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
@@ -91,13 +91,15 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", default="cl100k")
     ap.add_argument("--family", default=None, help="a key of tests/families.py's FILES instead")
     ap.add_argument("--warm-seeds", type=int, default=2)
+    ap.add_argument("--allowed-special", choices=["none", "all"], default="none", help="the tables' specials")
     args = ap.parse_args(argv)
     source = ["--family", args.family] if args.family else ["--vocab", args.vocab]
     rows = []
     for shape in args.shapes.split(","):
         batch, length = (int(x) for x in shape.split(":"))
         row = {"vocabulary": args.family or args.vocab, "batch": batch, "bytes": length}
-        row.update(profile(batch, length, source, args.warm_seeds))
+        row["allowed_special"] = args.allowed_special
+        row.update(profile(batch, length, source, args.warm_seeds, args.allowed_special))
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:

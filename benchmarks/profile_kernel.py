@@ -1,7 +1,8 @@
 """One warm encode of 1024 excerpts of 4096 War and Peace bytes (cl100k; harness.excerpts, so
 every row is full), for ncu / compute-sanitizer;
 --adversarial KIND: rows of one of testing.ADVERSARIAL's strings instead (e.g. --batch 1
---bytes 65536 --adversarial cjk: one huge piece through the long-row kernels).
+--bytes 65536 --adversarial cjk: one huge piece through the long-row kernels);
+--allowed-special all: the call matches the vocabulary's specials (a kernel instantiation of its own).
 
 ncu --kernel-name regex:encode_kernel --launch-skip 2 --launch-count 1 python3 benchmarks/profile_kernel.py
 
@@ -42,6 +43,7 @@ parser.add_argument("--calls", type=int, default=3)
 parser.add_argument("--warm-seeds", type=int, default=0)
 parser.add_argument("--split-book", action="store_true", help="warm on the first half, profile the second")
 parser.add_argument("--adversarial", choices=sorted(testing.ADVERSARIAL), default=None)
+parser.add_argument("--allowed-special", choices=["none", "all"], default="none", help="the tables' specials")
 args = parser.parse_args()
 
 root = testing.data_dir()
@@ -70,7 +72,7 @@ if args.adversarial:
     texts = [testing.ADVERSARIAL[args.adversarial](random.Random(i), args.bytes) for i in range(args.batch)]
 data, lengths = bb.pack_strings(texts, max_len=args.bytes)
 data, lengths = jax.device_put(data), jax.device_put(lengths)
-tables = tok.tables()
+tables = tok.tables(args.allowed_special)
 f = jax.jit(
     lambda d, l, t: bb.encode(
         d, l, t, max_tokens=args.bytes, mode=args.mode, block_size=args.block_size, check_lengths=False
