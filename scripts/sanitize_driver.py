@@ -3,8 +3,8 @@ block size, special tokens, the shared-memory and the global-workspace paths, a 
 pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, bad rows with
 check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape), pieces
 longer than a tile in long rows (stitched spans, and merged whole through the test hook),
-long pieces of few rows in warp sub-spans, the piece kernel (rows left pending included), its
-SentencePiece BPE form, Lowercase in it. Exits non-zero if any result differs from the CPU handler's."""
+long pieces of few rows in warp sub-spans, the piece kernel (rows left pending included, calls
+with specials), its SentencePiece BPE form, Lowercase in it. Exits non-zero if any result differs from the CPU handler's."""
 
 import os
 import sys
@@ -208,6 +208,20 @@ compare_in_piece_kernels(
     piece_rows * 3,
     ((512, "2"), (512, "16"), (1000, "4"), (4096, "16")),
 )
+# Calls with specials allowed (the piece kernel's instantiation with specials, where the build
+# has one): specials at rows' starts and ends, back to back, across chunk edges, half a special.
+eot = b"<|endoftext|>"
+special_rows = [
+    (eot * k + row[: 37 * k] + b"<|fim_prefix|><|endof" + row[37 * k :] + eot)[:4096]
+    for k, row in enumerate(piece_rows)
+]
+compare_in_piece_kernels(
+    "piece kernel specials",
+    [("", tok), (" 3 stages", staged_tok)],
+    special_rows * 2,
+    ((512, "2"), (512, "8"), (1000, "4"), (4096, "16")),
+    allowed_special="all",
+)
 # SentencePiece BPE in the piece kernel (ffi/cuda/char_piece_kernel.cuh): Mistral v7 (its
 # user-defined pieces: the instantiation with specials) and v1 (none); rows left pending (a
 # word of over 64 symbols) for encode_chars_kernel; invalid UTF-8, `▁` in the text, space runs;
@@ -248,12 +262,13 @@ lower_rows = [t.upper() for t in texts[:16]] + [
     "\u039f\u0394\u039f\u03a3 KELVIN \u212a",
     "",
 ]
-compare_in_piece_kernels(
-    "piece kernel lowercase",
-    [("", lower_tok)],
-    [r.encode() for r in lower_rows] * 2,
-    ((512, "2"), (1024, "4"), (4096, "16")),
-    extra_tokens=2,
-    allowed_special="none",
-)
+for allowed in ("none", "all"):
+    compare_in_piece_kernels(
+        f"piece kernel lowercase ({allowed} specials)",
+        [("", lower_tok)],
+        [r.encode() + b"<|endoftext|>" + r.encode()[:40] for r in lower_rows] * 2,
+        ((512, "2"), (1024, "4"), (4096, "16")),
+        extra_tokens=2,
+        allowed_special=allowed,
+    )
 raise SystemExit(1 if bad else 0)
