@@ -97,8 +97,8 @@ def main(argv=None) -> int:
     rows = []
     for shape in args.shapes.split(","):
         batch, length = (int(x) for x in shape.split(":"))
-        row = {"vocabulary": args.family or args.vocab, "batch": batch, "bytes": length}
-        row["allowed_special"] = args.allowed_special
+        row = {"vocabulary": args.family or args.vocab, "batch": batch, "bytes": length,
+               "allowed_special": args.allowed_special}  # fmt: skip
         row.update(profile(batch, length, source, args.warm_seeds, args.allowed_special))
         rows.append(row)
         print(json.dumps(row), flush=True)

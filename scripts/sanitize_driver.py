@@ -4,7 +4,8 @@ pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, bad rows with
 check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape), pieces
 longer than a tile in long rows (stitched spans, and merged whole through the test hook),
 long pieces of few rows in warp sub-spans, the piece kernel (rows left pending included, calls
-with specials), its SentencePiece BPE form, Lowercase in it. Exits non-zero if any result differs from the CPU handler's."""
+with specials), its SentencePiece BPE form, Lowercase in it. Exits non-zero if any result
+differs from the CPU handler's."""
 
 import os
 import sys
@@ -266,7 +267,7 @@ for allowed in ("none", "all"):
     compare_in_piece_kernels(
         f"piece kernel lowercase ({allowed} specials)",
         [("", lower_tok)],
-        [r.encode() + b"<|endoftext|>" + r.encode()[:40] for r in lower_rows] * 2,
+        [r.encode() + eot + r.encode()[:40] for r in lower_rows] * 2,
         ((512, "2"), (1024, "4"), (4096, "16")),
         extra_tokens=2,
         allowed_special=allowed,
