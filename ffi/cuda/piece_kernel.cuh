@@ -8,8 +8,10 @@
 // the call's [B, L] data at stride L: a block takes floor(256 / ceil(L / kChunk)) rows, so a
 // batch of short rows fills the grid as well as one of long rows), and each thread owns its
 // chunk from the bytes to the ids:
-//   1. the chunk's bytes to shared memory; their classes (chunk_classes, pretok/tables.h), the
-//      chunk's backward map (pretok/automata.h);
+//   1. the chunk's bytes to shared memory; with special tokens in the call, those that match
+//      there (find_specials: a special's bytes then end the sub-text before them, its first
+//      byte starts a piece that is its id, the byte after it starts one); the bytes' classes
+//      (chunk_classes, pretok/tables.h), the chunk's backward map (pretok/automata.h);
 //   2. T after the chunk from the next chunks' maps of the same row (edge_state, unbounded:
 //      exact, and at most 255 maps of one block), the backward replay, the forward map;
 //   3. S before the chunk from the previous chunks' maps; the forward replay: the chunk's
@@ -25,16 +27,17 @@
 //      bytes in shared memory;
 //   5. one block scan of the threads' token counts places every piece's tokens in its row.
 // Eight block barriers (five more a further stage, one with Lowercase, one a stage with inert
-// classes), none per merge rank; a stage is skipped in a block whose bytes are all of its inert
-// classes (pretok/tables.h).
+// classes, one with special tokens and three where a block has a byte that may start one), none
+// per merge rank; a stage is skipped in a block whose bytes are all of its inert classes
+// (pretok/tables.h).
 // The rules are the shared ones (core/bpe_core.h, pretok/*.h): nothing here defines a rule.
 // (Misses are merged warp-cooperatively, not a thread each with merge_segment, whose serial
 // passes keep the block waiting: docs/performance.md, "The piece-parallel kernel".)
 //
 // What it leaves to the block-per-string kernel, decided on the host by shape and tables
 // (piece_eligible): bytes mode, SentencePiece-style symbols (cuda/char_piece_kernel.cuh's), an
-// NFC normalizer that runs on the device, calls with allowed special tokens, rows wider than
-// kPieceMaxLen bytes or tiled (tiled_rows). Decided on the device per row: a row holding a
+// NFC normalizer that runs on the device, special tokens with Lowercase or with the NFC
+// normalization, rows wider than kPieceMaxLen bytes or tiled (tiled_rows). Decided on the device per row: a row holding a
 // piece longer than kShortPieceLen bytes that the piece table lacks, whose block's merge lists
 // are full (kPieceLaneList, kPieceWideList), or (Lowercase) a code point not lowercased in
 // place, is marked kCountPending, and the block-per-string kernel, launched right after with
@@ -49,6 +52,7 @@
 
 #include "binding/encode_params.h"
 #include "core/bpe_core.h"
+#include "core/special_tokens.h"
 #include "cuda/block_common.cuh"
 #include "cuda/lane_merges.cuh"
 #include "cuda/miss_cache.cuh"
@@ -95,6 +99,7 @@ struct PieceSmem {
   int by_len[kLanePieceLen + 1];  // lane-list pieces per length, then where the next one goes
   int n_lane, n_wide, next_bin;
   int lane_found;  // lane-list pieces found in the misses' cache before the merges (long_misses_found)
+  int longest_special;  // kSpecials: the block's longest match (0: none)
   typename cub::BlockScan<int, kPieceThreads>::TempStorage scan;
 };
 
@@ -119,8 +124,12 @@ __device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int
 // piece or a token -> tok[at], count[at] = 1; a miss -> its tokens from the misses' cache, else
 // onto the block's merge lists (the merge reads its bytes as byte tokens, BytesAsTokens, and
 // writes tok[at ...] and count[at]); marks the row hard when the piece is left to encode_kernel.
-template <int kChunk>
+template <int kChunk, bool kSpecials>
 __device__ __forceinline__ void encode_piece(const VocabView& v, PieceSmem<kChunk>& s, int at, int m, int row) {
+  if (kSpecials && s.count[at] == 2) {  // an accepted special: its id is at tok[at] (find_specials)
+    s.count[at] = 1;
+    return;
+  }
   const uint8_t* text = s.text + at;
   // (a short piece's key read once: for the piece table, then for the misses' cache)
   const ShortKey key = m <= kShortKeyLen ? short_key_at(text, m) : ShortKey{0, 0};
@@ -234,14 +243,14 @@ __device__ __forceinline__ void deal_warp_pieces(uint32_t* queue, int row, int r
   }
 }
 
-template <int kChunk>
+template <int kChunk, bool kSpecials>
 __device__ __forceinline__ void encode_warp_pieces(const VocabView& v, PieceSmem<kChunk>& s, int row, int row_at,
                                                    int n, const uint32_t* next_masks, int next_chunks, uint32_t fm,
                                                    int base) {
   static_assert(kPieceWarps * kPieceQueue * 4 <= sizeof(uint64_t) * kPieceThreads, "the queues fit the maps' room");
   uint32_t* queue = reinterpret_cast<uint32_t*>(s.maps) + (threadIdx.x / 32) * kPieceQueue;
   deal_warp_pieces<kChunk>(queue, row, row_at, n, next_masks, next_chunks, fm, base,
-                           [&](int at, int m, int r) { encode_piece<kChunk>(v, s, at, m, r); });
+                           [&](int at, int m, int r) { encode_piece<kChunk, kSpecials>(v, s, at, m, r); });
 }
 
 // A stage's step tables to shared memory (every thread calls it; the caller synchronizes).
@@ -262,14 +271,17 @@ __device__ __forceinline__ uint32_t row_start_bit(int k, int n) { return k == 0 
 // forward one (S before it from the previous chunks' maps). Returns the chunk's piece starts as
 // a bit mask. kBoundaries: `earlier` holds the piece starts of the stages before (both automata
 // restart there, and they stay starts: pretok/automata.h, "Stages"). Every thread of the block
-// calls it (it synchronizes); k: the chunk's index in its row, nv: the row's chunks with bytes.
+// calls it (it synchronizes); k: the chunk's index in its row, nv: the row's chunks with bytes;
+// sp: the row's specials' marks by byte (find_specials; null: none), their bytes of class
+// kClassSpecial, which end the sub-text before them (pretok/automata.h, "Special tokens").
 template <int kChunk, bool kBoundaries>
 __device__ __forceinline__ uint32_t stage_starts(PieceSmem<kChunk>& s, const ClassTable& ct, const uint8_t* text,
-                                                 int n, int k, int nv, int base, int valid, uint32_t earlier) {
+                                                 const uint8_t* sp, int n, int k, int nv, int base, int valid,
+                                                 uint32_t earlier) {
   const PretokTables& tab = s.tab;
   const int t = threadIdx.x;
   uint16_t key[kChunk];
-  chunk_classes<kChunk>(tab, text, n, nullptr, base, valid, ct, key);
+  chunk_classes<kChunk>(tab, text, n, sp, base, valid, ct, key);
   // A block whose every byte is of the stage's inert classes (pretok/tables.h): the stage adds
   // no start to the earlier stages' and the text's first (DeepSeek's digit and CJK splits on
   // text without digits or CJK).
@@ -348,9 +360,73 @@ __device__ __forceinline__ void place_row_tokens(const EncodeParams& p, Smem& s,
   if (k == 0) p.counts[b] = bad ? -1 : total;
 }
 
+// kSpecials: the specials the call matches (those it allows), by the rules of core/special_tokens.h
+// as cuda/char_piece_kernel.cuh runs them: the thread's chunk's bytes that have a first-byte
+// slot are matched (a block with none skips the rest and returns false), the matches' lengths
+// in tok's room (match_len, row-relative); once every match is known, each cluster is resolved
+// from its first match (leftmost first), marking sp (2 at an accepted special's first byte, 1 at
+// its others, 0 elsewhere; in count's room until step 4 writes the counts); then each thread
+// puts the id of every special that starts in its chunk at tok[its first byte]. Every thread of
+// the block calls it (it synchronizes). Returns whether the block has a special.
+template <int kChunk>
+__device__ __forceinline__ bool find_specials(const EncodeParams& p, PieceSmem<kChunk>& s, const uint8_t* text,
+                                              int32_t* match_len, uint8_t* sp, int n, int base, int valid) {
+  const SpecialStarts& starts = *p.special.starts;
+  uint32_t slots = 0;  // bit j: byte base + j has a slot
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) {
+    sp[base + j] = 0;
+    if (j < valid && __ldg(starts.slot + text[base + j]) != 0) slots |= 1u << j;
+  }
+  if (!__syncthreads_or(slots != 0)) return false;
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j)
+    if (j < valid) match_len[base + j] = 0;
+  int longest = 0;
+  uint32_t matched = 0;
+  for (uint32_t rest = slots; rest; rest &= rest - 1) {
+    const int i = base + __ffs(rest) - 1;
+    int len = 0;
+    if (special_match_with(starts, p.special, text, n, i, false, len) >= 0 && len > 0) {
+      match_len[i] = len;
+      longest = max(longest, len);
+      matched |= 1u << (i - base);
+    }
+  }
+  if (longest > 0) atomicMax(&s.longest_special, longest);
+  __syncthreads();
+  const int block_longest = s.longest_special;  // (a bound for the lookback: any row's)
+  for (uint32_t rest = block_longest > 0 ? matched : 0; rest; rest &= rest - 1) {
+    const int i = base + __ffs(rest) - 1;
+    if (!special_covered(match_len, i, block_longest)) accept_special_cluster(match_len, n, i, sp);
+  }
+  __syncthreads();  // (the marks are complete; match_len is no longer read)
+  for (uint32_t rest = matched; rest; rest &= rest - 1) {
+    const int i = base + __ffs(rest) - 1;
+    int len = 0;
+    if (sp[i] == 2) match_len[i] = __ldg(p.special.ids + special_match_with(starts, p.special, text, n, i, false, len));
+  }
+  return block_longest > 0;
+}
+
+// The piece starts the specials give the thread's chunk: an accepted special's first byte and
+// the byte after its last start pieces; its other bytes start none.
+template <int kChunk>
+__device__ __forceinline__ uint32_t special_starts(const uint8_t* sp, int base, int valid, uint32_t fm) {
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) {
+    if (j >= valid) break;
+    const int i = base + j;
+    const bool after = i > 0 && sp[i - 1] != 0 && sp[i] != 1;
+    if (sp[i] == 2 || after) fm |= 1u << j;
+    else if (sp[i] == 1) fm &= ~(1u << j);
+  }
+  return fm;
+}
+
 // kStaged: the pre-tokenizer has more than one stage (a kernel of its own: the stage loop
 // spills registers at 16-byte chunks).
-template <int kChunk, bool kStaged>
+template <int kChunk, bool kStaged, bool kSpecials>
 __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_constant__ EncodeParams p, int cpr,
                                                               int rows_per_block) {
   static_assert(kChunk <= 32, "a chunk's piece starts are one 32-bit mask");
@@ -376,11 +452,18 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   const int row_at = r * cpr * kChunk;              // the row's first position in shared memory
   uint8_t* text = s.text + row_at;
   if (t < rows_per_block) s.hard[t] = 0;
-  if (t == 0) s.n_lane = s.n_wide = s.next_bin = 0;
+  if (t == 0) s.n_lane = s.n_wide = s.next_bin = s.longest_special = 0;
   if (t <= kLanePieceLen) s.by_len[t] = 0;
   if (valid > 0)
     load_chunk<kChunk>(p.data + b * (int64_t)p.max_len + base, text + base, valid, base + kChunk <= p.max_len);
   __syncthreads();
+  // kSpecials: the specials' marks by byte (null where the block has none; piece_eligible: no
+  // Lowercase with them).
+  uint8_t* sp = nullptr;
+  if constexpr (kSpecials) {
+    uint8_t* marks = s.count + row_at;
+    if (find_specials<kChunk>(p, s, text, s.tok + row_at, marks, n, base, valid)) sp = marks;
+  }
   if (p.pretok.lower) {  // Lowercase (pretok/lowercase.h), read from the input, which no thread writes
     const uint8_t* src = p.data + b * (int64_t)p.max_len;
     bool suspect = false;  // (a row encode_kernel then reports)
@@ -394,19 +477,20 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   clock.mark(kClockLoad);
 
   // 1-3. The pre-tokenizer's stages: the chunk's piece starts.
-  uint32_t fm = stage_starts<kChunk, false>(s, p.pretok.classes(0), text, n, k, nv, base, valid, 0);
+  uint32_t fm = stage_starts<kChunk, false>(s, p.pretok.classes(0), text, sp, n, k, nv, base, valid, 0);
   for (int st = 1; kStaged && st < p.pretok_stages; ++st) {
     __syncthreads();  // (every thread is done with the tables and the maps)
     load_stage_tables(s, p.pretok.tables + st);
     __syncthreads();
-    fm = stage_starts<kChunk, true>(s, p.pretok.classes(st), text, n, k, nv, base, valid, fm);
+    fm = stage_starts<kChunk, true>(s, p.pretok.classes(st), text, sp, n, k, nv, base, valid, fm);
   }
+  if (kSpecials && sp) fm = special_starts<kChunk>(sp, base, valid, fm);
   s.masks[t] = fm;
   __syncthreads();
   clock.mark(kClockPretokenize);
 
   // 4. The warp's pieces; then the misses, by all the block's warps.
-  encode_warp_pieces<kChunk>(p.vocab, s, r, row_at, n, s.masks + t + 1, k < nv ? nv - 1 - k : 0, fm, base);
+  encode_warp_pieces<kChunk, kSpecials>(p.vocab, s, r, row_at, n, s.masks + t + 1, k < nv ? nv - 1 - k : 0, fm, base);
   __syncthreads();  // (the lists are complete; the maps are no longer read: their room is the slots')
   clock.mark(kClockSegments);
   // The lane list sorted by length, longest first (a counting sort): a bin then holds pieces
@@ -456,22 +540,25 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
 
 // Whether a call can run the piece kernel (see the top of this file).
 inline bool piece_eligible(const EncodeParams& p) {
-  return p.pretok_stages >= 1 && p.symbols == kSymbolsBytes && p.special.count == 0 && !p.pretok.nfc &&
+  return p.pretok_stages >= 1 && p.symbols == kSymbolsBytes && !p.pretok.nfc &&
+         (p.special.count == 0 || (!p.pretok.lower && !p.nfc_rewrite.ints)) &&
          p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
          !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
 }
 
 // The piece kernel over the call (piece_eligible(p) must hold); the rows it leaves pending
 // are then encode_kernel's (the caller's launch with pending_only).
-template <bool kStaged>
-cudaError_t launch_pieces_staged(const EncodeParams& p, cudaStream_t stream) {
+template <bool kStaged, bool kSpecials>
+cudaError_t launch_pieces_with(const EncodeParams& p, cudaStream_t stream) {
   return at_piece_chunk(p, [&](auto chunk) {
     constexpr int kChunk = decltype(chunk)::value;
-    return launch_chunk_rows<piece_kernel<kChunk, kStaged>, kChunk>(p, sizeof(PieceSmem<kChunk>), stream);
+    return launch_chunk_rows<piece_kernel<kChunk, kStaged, kSpecials>, kChunk>(p, sizeof(PieceSmem<kChunk>), stream);
   });
 }
 inline cudaError_t launch_pieces(const EncodeParams& p, cudaStream_t stream) {
-  return p.pretok_stages > 1 ? launch_pieces_staged<true>(p, stream) : launch_pieces_staged<false>(p, stream);
+  const bool staged = p.pretok_stages > 1, specials = p.special.count > 0;
+  if (specials) return staged ? launch_pieces_with<true, true>(p, stream) : launch_pieces_with<false, true>(p, stream);
+  return staged ? launch_pieces_with<true, false>(p, stream) : launch_pieces_with<false, false>(p, stream);
 }
 
 }  // namespace
