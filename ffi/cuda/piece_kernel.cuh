@@ -27,7 +27,7 @@
 //      bytes in shared memory;
 //   5. one block scan of the threads' token counts places every piece's tokens in its row.
 // Eight block barriers (five more a further stage, one with Lowercase, one a stage with inert
-// classes, one with special tokens and three where a block has a byte that may start one), none
+// classes, one with special tokens and two more where a block has a byte that may start one), none
 // per merge rank; a stage is skipped in a block whose bytes are all of its inert classes
 // (pretok/tables.h).
 // The rules are the shared ones (core/bpe_core.h, pretok/*.h): nothing here defines a rule.
