@@ -27,7 +27,8 @@
 //      bytes in shared memory;
 //   5. one block scan of the threads' token counts places every piece's tokens in its row.
 // Eight block barriers (five more a further stage, one with Lowercase, one a stage with inert
-// classes, one with special tokens and two more where a block has a byte that may start one), none
+// classes, one with special tokens and two more where a block has a byte that may start one, one
+// more with both specials and Lowercase), none
 // per merge rank; a stage is skipped in a block whose bytes are all of its inert classes
 // (pretok/tables.h).
 // The rules are the shared ones (core/bpe_core.h, pretok/*.h): nothing here defines a rule.
@@ -36,8 +37,8 @@
 //
 // What it leaves to the block-per-string kernel, decided on the host by shape and tables
 // (piece_eligible): bytes mode, SentencePiece-style symbols (cuda/char_piece_kernel.cuh's), an
-// NFC normalizer that runs on the device, special tokens with Lowercase or with the NFC
-// normalization, rows wider than kPieceMaxLen bytes or tiled (tiled_rows). Decided on the device per row: a row holding a
+// NFC normalizer that runs on the device, special tokens with the NFC normalization, rows wider
+// than kPieceMaxLen bytes or tiled (tiled_rows). Decided on the device per row: a row holding a
 // piece longer than kShortPieceLen bytes that the piece table lacks, whose block's merge lists
 // are full (kPieceLaneList, kPieceWideList), or (Lowercase) a code point not lowercased in
 // place, is marked kCountPending, and the block-per-string kernel, launched right after with
@@ -457,19 +458,20 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   if (valid > 0)
     load_chunk<kChunk>(p.data + b * (int64_t)p.max_len + base, text + base, valid, base + kChunk <= p.max_len);
   __syncthreads();
-  // kSpecials: the specials' marks by byte (null where the block has none; piece_eligible: no
-  // Lowercase with them).
+  // kSpecials: the specials' marks by byte (null where the block has none), matched in the text
+  // as it comes: Lowercase leaves their bytes as they are (as encode_kernel does).
   uint8_t* sp = nullptr;
   if constexpr (kSpecials) {
     uint8_t* marks = s.count + row_at;
     if (find_specials<kChunk>(p, s, text, s.tok + row_at, marks, n, base, valid)) sp = marks;
   }
   if (p.pretok.lower) {  // Lowercase (pretok/lowercase.h), read from the input, which no thread writes
+    if constexpr (kSpecials) __syncthreads();  // (find_specials' last reads of the text are done)
     const uint8_t* src = p.data + b * (int64_t)p.max_len;
     bool suspect = false;  // (a row encode_kernel then reports)
     for (int i = base; i < base + valid; ++i) {
-      suspect |= lower_suspect_at(p.pretok, src, n, nullptr, i);
-      text[i] = lowered_byte(p.pretok, src, n, nullptr, i);
+      suspect |= lower_suspect_at(p.pretok, src, n, sp, i);
+      text[i] = lowered_byte(p.pretok, src, n, sp, i);
     }
     if (suspect) s.hard[r] = 1;
     __syncthreads();
@@ -541,7 +543,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
 // Whether a call can run the piece kernel (see the top of this file).
 inline bool piece_eligible(const EncodeParams& p) {
   return p.pretok_stages >= 1 && p.symbols == kSymbolsBytes && !p.pretok.nfc &&
-         (p.special.count == 0 || (!p.pretok.lower && !p.nfc_rewrite.ints)) &&
+         (p.special.count == 0 || !p.nfc_rewrite.ints) &&
          p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
          !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
 }
