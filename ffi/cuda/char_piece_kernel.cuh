@@ -55,6 +55,7 @@
 #include "core/char_symbols.h"
 #include "core/special_tokens.h"
 #include "cuda/block_common.cuh"
+#include "cuda/chunk_specials.cuh"
 #include "cuda/lane_merges.cuh"
 #include "cuda/piece_kernel.cuh"
 
@@ -246,45 +247,21 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     load_chunk<kChunk>(p.data + b * (int64_t)p.max_len + base, s.text + row_at + base, valid,
                        base + kChunk <= p.max_len);
   const bool escaped = kSpecials && specials_escaped(p.chars);
-  // kSpecials: the table is read where it is (global memory, through L1: 2 KB that every block
-  // reads). The chunk's bytes with a first-byte slot are found first, by independent loads; a
-  // block with none skips the matching, the others match at those bytes only.
+  // kSpecials: the specials' marks (cuda/chunk_specials.cuh); a block with no byte that may start
+  // one skips the matching. (Its first barrier ends the loads: the load stage's clock stops
+  // before it.)
   const SpecialStarts* specials = p.special.starts;  // (null without specials: not read)
-  uint32_t slots = 0;  // bit j: byte base + j has a slot
+  bool block_may_start = false;
   if constexpr (kSpecials) {
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      sp[base + j] = 0;
-      if (j < valid && __ldg(specials->slot + text[base + j]) != 0) slots |= 1u << j;
-    }
-  }
-  const bool block_may_start = __syncthreads_or(slots != 0);  // (kSpecials only)
-  clock.mark(kClockLoad);
-  if (block_may_start) {
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j)
-      if (j < valid) match_len[base + j] = 0;
-    int longest = 0;
-    uint32_t matched = 0;
-    for (uint32_t rest = slots; rest; rest &= rest - 1) {
-      const int i = base + __ffs(rest) - 1;
-      int len = 0;
-      if (special_match_with(*specials, p.special, text, n, i, escaped, len) >= 0 && len > 0) {
-        match_len[i] = len;
-        longest = max(longest, len);
-        matched |= 1u << (i - base);
-      }
-    }
-    if (longest > 0) atomicMax(&s.longest_special, longest);
+    clock.mark(kClockLoad);
+    uint32_t matched;
+    block_may_start = match_chunk_specials<kChunk>(p, text, n, base, valid, escaped, match_len, sp,
+                                                   &s.longest_special, &matched);
+    clock.mark(kClockSpecials);
+  } else {
     __syncthreads();
-    const int block_longest = s.longest_special;  // (a bound for the lookback: any row's)
-    for (uint32_t rest = block_longest > 0 ? matched : 0; rest; rest &= rest - 1) {
-      const int i = base + __ffs(rest) - 1;
-      if (!special_covered(match_len, i, block_longest)) accept_special_cluster(match_len, n, i, sp);
-    }
-    __syncthreads();
+    clock.mark(kClockLoad);
   }
-  if constexpr (kSpecials) clock.mark(kClockSpecials);
 
   // 1. The symbols of the characters that start in the chunk (one that starts in an earlier
   // chunk is that chunk's), the row's dummy prefix, and the word starts between two of the

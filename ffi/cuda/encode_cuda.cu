@@ -36,6 +36,7 @@
 //   cuda/piece_launch.cuh   the piece kernels' launch: the kernel asked for, the chunk size
 //   cuda/miss_cache.cuh     its cache of merged misses (an operand it writes)
 //   cuda/char_piece_kernel.cuh  the same for SentencePiece-style BPE
+//   cuda/chunk_specials.cuh the special tokens of a piece kernel's chunks
 //   cuda/nfc_prepass.cuh    NFC tokenizers: the rows checked, and normalized where they change
 // This file: the launcher (one block per string, or the tile pipeline) and the FFI handlers.
 #include <cuda_runtime.h>

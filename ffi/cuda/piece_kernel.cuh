@@ -55,6 +55,7 @@
 #include "core/bpe_core.h"
 #include "core/special_tokens.h"
 #include "cuda/block_common.cuh"
+#include "cuda/chunk_specials.cuh"
 #include "cuda/lane_merges.cuh"
 #include "cuda/miss_cache.cuh"
 #include "cuda/piece_launch.cuh"
@@ -361,53 +362,25 @@ __device__ __forceinline__ void place_row_tokens(const EncodeParams& p, Smem& s,
   if (k == 0) p.counts[b] = bad ? -1 : total;
 }
 
-// kSpecials: the specials the call matches (those it allows), by the rules of core/special_tokens.h
-// as cuda/char_piece_kernel.cuh runs them: the thread's chunk's bytes that have a first-byte
-// slot are matched (a block with none skips the rest and returns false), the matches' lengths
-// in tok's room (match_len, row-relative); once every match is known, each cluster is resolved
-// from its first match (leftmost first), marking sp (2 at an accepted special's first byte, 1 at
-// its others, 0 elsewhere; in count's room until step 4 writes the counts); then each thread
-// puts the id of every special that starts in its chunk at tok[its first byte]. Every thread of
-// the block calls it (it synchronizes). Returns whether the block has a special.
+// kSpecials: the specials the call matches (those it allows), marked in sp (match_chunk_specials,
+// cuda/chunk_specials.cuh; the matches' lengths in tok's room, the marks in count's room until
+// step 4 writes the counts, both row-relative); then each thread puts the id of every special
+// that starts in its chunk at tok[its first byte]. Every thread of the block calls it (it
+// synchronizes). Returns whether the block has a special.
 template <int kChunk>
 __device__ __forceinline__ bool find_specials(const EncodeParams& p, PieceSmem<kChunk>& s, const uint8_t* text,
                                               int32_t* match_len, uint8_t* sp, int n, int base, int valid) {
-  const SpecialStarts& starts = *p.special.starts;
-  uint32_t slots = 0;  // bit j: byte base + j has a slot
-#pragma unroll
-  for (int j = 0; j < kChunk; ++j) {
-    sp[base + j] = 0;
-    if (j < valid && __ldg(starts.slot + text[base + j]) != 0) slots |= 1u << j;
-  }
-  if (!__syncthreads_or(slots != 0)) return false;
-#pragma unroll
-  for (int j = 0; j < kChunk; ++j)
-    if (j < valid) match_len[base + j] = 0;
-  int longest = 0;
-  uint32_t matched = 0;
-  for (uint32_t rest = slots; rest; rest &= rest - 1) {
+  uint32_t matched;
+  if (!match_chunk_specials<kChunk>(p, text, n, base, valid, false, match_len, sp, &s.longest_special, &matched) ||
+      s.longest_special == 0)
+    return false;
+  for (uint32_t rest = matched; rest; rest &= rest - 1) {  // (match_len is no longer read)
     const int i = base + __ffs(rest) - 1;
     int len = 0;
-    if (special_match_with(starts, p.special, text, n, i, false, len) >= 0 && len > 0) {
-      match_len[i] = len;
-      longest = max(longest, len);
-      matched |= 1u << (i - base);
-    }
+    if (sp[i] == 2)
+      match_len[i] = __ldg(p.special.ids + special_match_with(*p.special.starts, p.special, text, n, i, false, len));
   }
-  if (longest > 0) atomicMax(&s.longest_special, longest);
-  __syncthreads();
-  const int block_longest = s.longest_special;  // (a bound for the lookback: any row's)
-  for (uint32_t rest = block_longest > 0 ? matched : 0; rest; rest &= rest - 1) {
-    const int i = base + __ffs(rest) - 1;
-    if (!special_covered(match_len, i, block_longest)) accept_special_cluster(match_len, n, i, sp);
-  }
-  __syncthreads();  // (the marks are complete; match_len is no longer read)
-  for (uint32_t rest = matched; rest; rest &= rest - 1) {
-    const int i = base + __ffs(rest) - 1;
-    int len = 0;
-    if (sp[i] == 2) match_len[i] = __ldg(p.special.ids + special_match_with(starts, p.special, text, n, i, false, len));
-  }
-  return block_longest > 0;
+  return true;
 }
 
 // The piece starts the specials give the thread's chunk: an accepted special's first byte and
