@@ -36,13 +36,13 @@
 // passes keep the block waiting: docs/performance.md, "The piece-parallel kernel".)
 //
 // What it leaves to the block-per-string kernel, decided on the host by shape and tables
-// (piece_eligible): bytes mode, SentencePiece-style symbols (cuda/char_piece_kernel.cuh's), an
-// NFC normalizer that runs on the device, special tokens with the NFC normalization, rows wider
-// than kPieceMaxLen bytes or tiled (tiled_rows). Decided on the device per row: a row holding a
-// piece longer than kShortPieceLen bytes that the piece table lacks, whose block's merge lists
-// are full (kPieceLaneList, kPieceWideList), or (Lowercase) a code point not lowercased in
-// place, is marked kCountPending, and the block-per-string kernel, launched right after with
-// pending_only, does those rows (and returns at once for the others).
+// (piece_eligible): bytes mode, SentencePiece-style symbols (cuda/char_piece_kernel.cuh's), the
+// NFC check (the rows the NFC normalization rewrites are encode_kernel's: cuda/nfc_prepass.cuh),
+// rows wider than kPieceMaxLen bytes or tiled (tiled_rows). Decided on the device per row: a row
+// holding a piece longer than kShortPieceLen bytes that the piece table lacks, whose block's
+// merge lists are full (kPieceLaneList, kPieceWideList), or (Lowercase) a code point not
+// lowercased in place, is marked kCountPending, and the block-per-string kernel, launched right
+// after with pending_only, does those rows (and returns at once for the others).
 // Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
 #pragma once
 
@@ -516,7 +516,6 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
 // Whether a call can run the piece kernel (see the top of this file).
 inline bool piece_eligible(const EncodeParams& p) {
   return p.pretok_stages >= 1 && p.symbols == kSymbolsBytes && !p.pretok.nfc &&
-         (p.special.count == 0 || !p.nfc_rewrite.ints) &&
          p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
          !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
 }
