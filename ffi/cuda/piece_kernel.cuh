@@ -435,8 +435,10 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   // as it comes: Lowercase leaves their bytes as they are (as encode_kernel does).
   uint8_t* sp = nullptr;
   if constexpr (kSpecials) {
+    clock.mark(kClockLoad);
     uint8_t* marks = s.count + row_at;
     if (find_specials<kChunk>(p, s, text, s.tok + row_at, marks, n, base, valid)) sp = marks;
+    clock.mark(kClockSpecials);
   }
   if (p.pretok.lower) {  // Lowercase (pretok/lowercase.h), read from the input, which no thread writes
     if constexpr (kSpecials) __syncthreads();  // (find_specials' last reads of the text are done)
