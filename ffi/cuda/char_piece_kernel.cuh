@@ -36,8 +36,8 @@
 // per thread (the rules of core/special_tokens.h, as cuda/block_begin.cuh runs them); an
 // accepted special is a word of its own, and the text after it starts one.
 //
-// Left to encode_chars_kernel, decided on the host (char_piece_eligible): rows wider than
-// kPieceMaxLen bytes or tiled. Decided on the device per row (kCountPending, then
+// Left to encode_chars_kernel, decided on the host (char_piece_eligible, cuda/piece_calls.cuh):
+// rows wider than kPieceMaxLen bytes or tiled. Decided on the device per row (kCountPending, then
 // encode_chars_kernel with pending_only): a word of more than kShortPieceLen symbols that is no
 // piece (a row without word starts is one word), full merge lists, a dummy prefix before a
 // special that starts the text, and a dummy prefix after a special (HF's Prepend normalizer: a
@@ -58,6 +58,7 @@
 #include "cuda/chunk_specials.cuh"
 #include "cuda/lane_merges.cuh"
 #include "cuda/piece_kernel.cuh"
+#include "cuda/row_tokens.cuh"
 
 namespace bbpe {
 namespace {
@@ -448,28 +449,6 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   place_row_tokens<true>(p, s, r, k, cpr, b, in_row, bad, fm, [&](int i) { return first_slot(base + i); });
   clock.mark(kClockOutput);
   clock.count(kClockBlocks, true);
-}
-
-// ------------------------------------------------------------------------------------------
-// Host side.
-
-// Whether a call can run char_piece_kernel (see the top of this file).
-inline bool char_piece_eligible(const EncodeParams& p) {
-  return p.symbols == kSymbolsChars && p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
-         !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
-}
-
-// char_piece_kernel over the call (char_piece_eligible(p) must hold); the rows it leaves
-// pending are then encode_chars_kernel's (the caller's launch with pending_only).
-template <bool kSpecials>
-cudaError_t launch_char_pieces_with(const EncodeParams& p, cudaStream_t stream) {
-  return at_piece_chunk(p, [&](auto chunk) {
-    constexpr int kChunk = decltype(chunk)::value;
-    return launch_chunk_rows<char_piece_kernel<kChunk, kSpecials>, kChunk>(p, sizeof(CharPieceSmem<kChunk>), stream);
-  });
-}
-inline cudaError_t launch_char_pieces(const EncodeParams& p, cudaStream_t stream) {
-  return p.special.count > 0 ? launch_char_pieces_with<true>(p, stream) : launch_char_pieces_with<false>(p, stream);
 }
 
 }  // namespace

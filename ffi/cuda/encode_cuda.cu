@@ -59,6 +59,7 @@
 #include "cuda/encode_kernel.cuh"
 #include "cuda/jsonl_split.cuh"  // bbpe_split_lines, its own target
 #include "cuda/nfc_prepass.cuh"
+#include "cuda/piece_calls.cuh"
 #include "cuda/piece_kernel.cuh"
 #include "cuda/stage_clock.cuh"
 #include "cuda/staged_uploads.h"

@@ -1,6 +1,7 @@
 // The piece-parallel exact kernel: `piece_kernel`, the exact-mode default wherever a call allows
-// it (piece_eligible); BLOCKBPE_KERNEL=block selects the block-per-string kernel
-// (encode_kernel.cuh) for every call instead (kernel_choice, read per call by encode_cuda.cu).
+// it (piece_eligible, cuda/piece_calls.cuh); BLOCKBPE_KERNEL=block selects the block-per-string
+// kernel (encode_kernel.cuh) for every call instead (kernel_choice, read per call by
+// encode_cuda.cu).
 //
 // What it does differently. The block-per-string kernel runs a string's whole pipeline in one
 // block, with block-wide barriers between its stages and, for long pieces, per merge pass.
@@ -59,6 +60,7 @@
 #include "cuda/lane_merges.cuh"
 #include "cuda/miss_cache.cuh"
 #include "cuda/piece_launch.cuh"
+#include "cuda/row_tokens.cuh"
 #include "cuda/stage_clock.cuh"
 #include "pretok/automata.h"
 #include "pretok/lowercase.h"
@@ -318,50 +320,6 @@ __device__ __forceinline__ uint32_t stage_starts(PieceSmem<kChunk>& s, const Cla
   return fm | row_start_bit(k, n);
 }
 
-// The last step of piece_kernel and char_piece_kernel: each row's tokens into its output row.
-// One scan over the block's threads' token counts, made per row by its first thread's prefix;
-// a thread then writes its pieces' tokens (the piece starting at bit i of fm has s.count[slot(i)]
-// tokens from s.tok[slot(i)]), the row's first thread the count: kCountPending where the row is
-// left to the block kernel (s.hard), -1 for a bad length. kSyncAfterScan: the rows' sums share
-// room with something threads read until the scan.
-template <bool kSyncAfterScan, class Smem, class Slot>
-__device__ __forceinline__ void place_row_tokens(const EncodeParams& p, Smem& s, int r, int k, int cpr, int64_t b,
-                                                 bool in_row, bool bad, uint32_t fm, Slot slot) {
-  int my_tokens = 0;
-  if (in_row)
-    for (uint32_t rest = fm; rest; rest &= rest - 1) my_tokens += s.count[slot(__ffs(rest) - 1)];
-  int before;
-  cub::BlockScan<int, kPieceThreads>(s.scan).ExclusiveSum(my_tokens, before);
-  if (kSyncAfterScan) __syncthreads();
-  if (in_row && k == 0) s.row_base[r] = before;
-  __syncthreads();
-  int at = 0;
-  if (in_row) {
-    at = before - s.row_base[r];
-    if (k == cpr - 1) s.row_total[r] = at + my_tokens;
-  }
-  __syncthreads();
-  if (!in_row) return;
-  const int total = s.row_total[r];
-  int32_t* out = p.ids + b * (int64_t)p.max_tokens;
-  const int T = p.max_tokens;
-  if (s.hard[r]) {  // the block kernel (pending_only) writes the row
-    if (k == 0) p.counts[b] = kCountPending;
-    return;
-  }
-  if (!bad) {
-    for (uint32_t rest = fm; rest; rest &= rest - 1) {
-      const int f = slot(__ffs(rest) - 1);
-      const int c = s.count[f];
-      for (int j = 0; j < c; ++j)
-        if (at + j < T) out[at + j] = token_id(s.tok[f + j]);
-      at += c;
-    }
-  }
-  for (int j = (bad ? 0 : total) + k; j < T; j += cpr) out[j] = p.pad_id;
-  if (k == 0) p.counts[b] = bad ? -1 : total;
-}
-
 // kSpecials: the specials the call matches (those it allows), marked in sp (match_chunk_specials,
 // cuda/chunk_specials.cuh; the matches' lengths in tok's room, the marks in count's room until
 // step 4 writes the counts, both row-relative); then each thread puts the id of every special
@@ -510,31 +468,6 @@ __global__ void __launch_bounds__(kPieceThreads, 4) piece_kernel(const __grid_co
   place_row_tokens<false>(p, s, r, k, cpr, b, in_row, bad, fm, [&](int i) { return row_at + base + i; });
   clock.mark(kClockOutput);
   clock.count(kClockBlocks, true);
-}
-
-// ------------------------------------------------------------------------------------------
-// Host side.
-
-// Whether a call can run the piece kernel (see the top of this file).
-inline bool piece_eligible(const EncodeParams& p) {
-  return p.pretok_stages >= 1 && p.symbols == kSymbolsBytes && !p.pretok.nfc &&
-         p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
-         !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
-}
-
-// The piece kernel over the call (piece_eligible(p) must hold); the rows it leaves pending
-// are then encode_kernel's (the caller's launch with pending_only).
-template <bool kStaged, bool kSpecials>
-cudaError_t launch_pieces_with(const EncodeParams& p, cudaStream_t stream) {
-  return at_piece_chunk(p, [&](auto chunk) {
-    constexpr int kChunk = decltype(chunk)::value;
-    return launch_chunk_rows<piece_kernel<kChunk, kStaged, kSpecials>, kChunk>(p, sizeof(PieceSmem<kChunk>), stream);
-  });
-}
-inline cudaError_t launch_pieces(const EncodeParams& p, cudaStream_t stream) {
-  const bool staged = p.pretok_stages > 1, specials = p.special.count > 0;
-  if (specials) return staged ? launch_pieces_with<true, true>(p, stream) : launch_pieces_with<false, true>(p, stream);
-  return staged ? launch_pieces_with<true, false>(p, stream) : launch_pieces_with<false, false>(p, stream);
 }
 
 }  // namespace

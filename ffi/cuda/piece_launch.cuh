@@ -1,6 +1,7 @@
 // The piece kernels' launch, on the host: which kernel BLOCKBPE_KERNEL asks for, the chunk size
 // a call's shape gets, and a launch of kChunk-byte chunks over the call's rows. Shared by
-// cuda/piece_kernel.cuh and cuda/char_piece_kernel.cuh, which decide which calls they take.
+// cuda/piece_kernel.cuh and cuda/char_piece_kernel.cuh (which calls each takes:
+// cuda/piece_calls.cuh).
 // Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
 #pragma once
 
