@@ -268,6 +268,61 @@ BBPE_HD Bits first_only_candidates(Bits cand, Bits flagged) {
   return cand & ~(flagged & (cand << 1));
 }
 
+// Where a pass at a first-only rank may go further, as the reference would (docs/families.md,
+// "First-only ranks"; tests/vocab/test_gemma4.py):
+//
+// The walk: after the pass merged a candidate of a run of adjacent ones into `made`, the
+// reference's next merge is the run's next candidate (two places on) unless a pair that merge
+// formed, (before, made) or (made, after), ranks at or below the pass's rank (then that pair is
+// the reference's next merge, and the walk stops for the next pass to take it). before / after:
+// the neighbouring token ids, -1 where there is none (a segment's edge).
+BBPE_HD bool first_only_walk_goes_on(const VocabView& v, int32_t before, int32_t made, int32_t after,
+                                     int32_t lowest) {
+  const auto above = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return true;
+    const int32_t r = lookup_pair(v, left, right, nullptr);
+    return r == kNoRank || r > lowest;
+  };
+  return above(before, made) && above(made, after);
+}
+
+// The fast-forward: a run of `run` tokens c (c c c ...) whose first pair is the pass's first
+// candidate, at the first-only rank `lowest` of (c, c). Where (c^j, c) merges into c^(j+1) at a
+// rank below `lowest` for every j from 2 until the longest run piece c^L (no (c^L, c) merge, and
+// no (c^L, c^j) merge either: c^L never takes part again), the reference grows c^L from the
+// run's first token, then c^L after it, ..., then c^r of what is left (r = run % L): each growth
+// step ranks below every other pair of the segment (whose lowest was `lowest`), unless the token
+// before the run (`before`, -1 for none) merges with the growing piece first, which is checked:
+// (before, c^j) must rank above (c^j, c) while c^j grows, and (before, c^L) above `lowest` when a
+// second chunk follows. Returns L with ids[0..L) = c^1..c^L (ids: kMaxRunChunk entries), or 0
+// where any condition fails (the pass then merges as before).
+constexpr int kMaxRunChunk = 64;
+BBPE_HD int run_chunk_length(const VocabView& v, int32_t c, int32_t before, int run, int32_t lowest, int32_t* ids) {
+  ids[0] = c;
+  int32_t made = -1;
+  if (lookup_pair(v, c, c, &made) != lowest) return 0;
+  ids[1] = made;
+  int length = 2;  // c^length is ids[length - 1]
+  while (length < run) {  // grow c^length by one c, as the reference would next
+    const int32_t grow = lookup_pair(v, ids[length - 1], c, &made);
+    if (grow == kNoRank) break;  // c^length is the longest run piece
+    if (grow >= lowest || length == kMaxRunChunk) return 0;
+    if (before >= 0) {
+      const int32_t r = lookup_pair(v, before, ids[length - 1], nullptr);
+      if (r != kNoRank && r < grow) return 0;
+    }
+    ids[length++] = made;
+  }
+  if (run <= length) return length;  // the run is one chunk: c^run
+  if (before >= 0) {
+    const int32_t r = lookup_pair(v, before, ids[length - 1], nullptr);
+    if (r != kNoRank && r < lowest) return 0;
+  }
+  for (int j = 0; j < length; ++j)
+    if (lookup_pair(v, ids[length - 1], ids[j], nullptr) != kNoRank) return 0;
+  return length;
+}
+
 // ---------------------------------------------------------------------------------------------
 // One merge pass, as scan operators. A pass merges, in every segment, all non-overlapping
 // occurrences of that segment's lowest-rank pair, leftmost first within runs such as "a a a"
@@ -284,6 +339,9 @@ BBPE_HD Bits first_only_candidates(Bits cand, Bits flagged) {
 // apply the same rule to all segments at once.
 // With kFirstOnly (SentencePiece-style vocabularies, whose ranks carry the first-only flag), a
 // candidate at a first-only rank merges only where the pair before it is no candidate.
+// At a first-only rank a pass also walks each run of candidates as far as the reference would
+// (first_only_walk_goes_on), and where the segment's first candidate starts a run of one symbol
+// whose pieces grow from the left, the pass is that run's chunks alone (run_chunk_length).
 template <bool kFirstOnly = false>
 BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m) {
   for (int i = 0; i < m; ++i) rank[i] = rank_at(v, tok, i, m);
@@ -291,15 +349,47 @@ BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* ran
     int32_t lowest = kNoRank;
     for (int i = 0; i + 1 < m; ++i) lowest = rank[i] < lowest ? rank[i] : lowest;
     if (lowest == kNoRank) return m;
+    if (kFirstOnly && first_only_rank(lowest)) {
+      int at = 0;
+      while (rank[at] != lowest) ++at;
+      const int32_t c = token_id(tok[at]);
+      int run = 1;
+      while (at + run < m && !starts_segment(tok[at + run]) && token_id(tok[at + run]) == c) ++run;
+      int32_t ids[kMaxRunChunk];
+      const int chunk = token_id(tok[at + 1]) == c
+                            ? run_chunk_length(v, c, at > 0 ? token_id(tok[at - 1]) : -1, run, lowest, ids)
+                            : 0;
+      if (chunk > 0) {
+        int j = at;
+        for (int k = 0; k < run; k += chunk, ++j) {
+          tok[j] = ids[(run - k < chunk ? run - k : chunk) - 1] | (k == 0 ? tok[at] & kSegStart : 0);
+          fresh[j] = 1;
+        }
+        for (int i = at + run; i < m; ++i, ++j) {
+          tok[j] = tok[i], rank[j] = rank[i], fresh[j] = 0;
+        }
+        m = j;
+        for (int i = 0; i < m; ++i)
+          if (fresh[i] || (i + 1 < m && fresh[i + 1])) rank[i] = rank_at(v, tok, i, m);
+        continue;
+      }
+    }
+    const bool walks = kFirstOnly && first_only_rank(lowest);
+    bool walking = false;  // the previous token of the output is a merge the walk goes on from
     int j = 0;
     for (int i = 0; i < m; ++i, ++j) {
       // (rank[i - 1] is still the pass's: the writes so far went to indices below i - 1, or
       // to i - 1 with the value it held)
       const bool merges = i + 1 < m && rank[i] == lowest &&
-                          !(kFirstOnly && i > 0 && first_only_demoted(lowest, rank[i - 1]));
+                          (walking || !(kFirstOnly && i > 0 && first_only_demoted(lowest, rank[i - 1])));
       tok[j] = merges ? (merged_id(v, lowest, tok[i], tok[i + 1]) | (tok[i] & kSegStart)) : tok[i];
       rank[j] = rank[i];  // still right unless this token or the next one is fresh
       fresh[j] = merges;
+      if (walks)
+        walking = merges && first_only_walk_goes_on(v, j > 0 && !starts_segment(tok[j]) ? token_id(tok[j - 1]) : -1,
+                                                    token_id(tok[j]),
+                                                    i + 2 < m && !starts_segment(tok[i + 2]) ? token_id(tok[i + 2]) : -1,
+                                                    lowest);
       i += merges;        // the right half is consumed
     }
     m = j;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -181,10 +182,20 @@ inline int merge_segment_tree(const VocabView& v, int32_t* tok, int m, CpuScratc
 
 // Merges one segment tok[0..m) in place; returns its token count.
 // (kFirstOnly: the ranks carry the first-only flag, core/bpe_core.h: SentencePiece-style BPE)
+// Test hook BLOCKBPE_CPU_PASSES=1 (read once a process): long segments too by merge_segment's
+// passes, so that the CPU tests run the passes' rules (the block kernel's) on long runs.
+inline bool cpu_passes_only() {
+  static const bool on = [] {
+    const char* e = std::getenv("BLOCKBPE_CPU_PASSES");
+    return e && e[0] == '1';
+  }();
+  return on;
+}
+
 template <bool kFirstOnly = false>
 inline int merge_one_segment(const VocabView& v, int32_t* tok, int m, CpuScratch& s) {
   if (m < 2) return m;
-  if (m > kTreeMergeMinLen) return merge_segment_tree<kFirstOnly>(v, tok, m, s);
+  if (m > kTreeMergeMinLen && !cpu_passes_only()) return merge_segment_tree<kFirstOnly>(v, tok, m, s);
   return merge_segment<kFirstOnly>(v, tok, s.rank.data(), s.fresh.data(), m);
 }
 
@@ -377,8 +388,8 @@ inline int encode_string(const EncodeParams& p, const uint8_t* text, int n, CpuS
   on_threads(parts, (int)parts, [&](size_t k) {
     CpuScratch own;  // (the merges' arrays; s.tok is shared, each part writing its own range)
     own.filter = s.filter;
-    own.rank.resize(kTreeMergeMinLen + 1);
-    own.fresh.resize(kTreeMergeMinLen + 1);
+    own.rank.resize(cpu_passes_only() ? n + 1 : kTreeMergeMinLen + 1);
+    own.fresh.resize(cpu_passes_only() ? n + 1 : kTreeMergeMinLen + 1);
     kept[k] = merge_segments(p, text, n, s, cuts[k], cuts[k + 1], own);
   });
   int count = kept[0];

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import codecs
 import functools
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given
@@ -268,3 +271,39 @@ def test_random_run_orders(backend, tmp_path):
         flagged += any(rank & 1 for rank, _ in tok.vocab.merges.values())
         assert_same(tok, texts, reference(Tokenizer.from_file(str(path))), backend)
     assert flagged > 5  # (the first-only passes were exercised)
+
+
+# ---------------------------------------------------------------------------------------------
+# The passes on long runs. The CPU merges a segment of over 32 symbols with its tree
+# (merge_segment_tree), which never walks; the passes (merge_segment: the first-only walk and
+# the runs' fast-forward, ffi/core/bpe_core.h) take it under the test hook BLOCKBPE_CPU_PASSES=1,
+# read once a process: the run tests above again, in a child process with the hook.
+
+PASSES_TESTS = "random_run_orders or whitespace_runs or runs_of_every_run_character or mixed_runs"
+
+
+@pytest.mark.skipif(os.environ.get("BLOCKBPE_CPU_PASSES") == "1", reason="(the child process itself)")
+def test_long_runs_by_passes():
+    env = {**os.environ, "BLOCKBPE_CPU_PASSES": "1", "JAX_PLATFORMS": "cpu"}
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            __file__,
+            "-k",
+            f"({PASSES_TESTS}) and cpu",
+            "-rs",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
+    assert " passed" in child.stdout.splitlines()[-1], child.stdout[-2000:]
