@@ -360,6 +360,7 @@ BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* ran
                             ? run_chunk_length(v, c, at > 0 ? token_id(tok[at - 1]) : -1, run, lowest, ids)
                             : 0;
       if (chunk > 0) {
+        for (int i = 0; i < at; ++i) fresh[i] = 0;
         int j = at;
         for (int k = 0; k < run; k += chunk, ++j) {
           tok[j] = ids[(run - k < chunk ? run - k : chunk) - 1] | (k == 0 ? tok[at] & kSegStart : 0);
