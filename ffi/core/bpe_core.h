@@ -347,11 +347,11 @@ BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* ran
   for (int i = 0; i < m; ++i) rank[i] = rank_at(v, tok, i, m);
   for (;;) {
     int32_t lowest = kNoRank;
-    for (int i = 0; i + 1 < m; ++i) lowest = rank[i] < lowest ? rank[i] : lowest;
+    int at = 0;  // the segment's first candidate
+    for (int i = 0; i + 1 < m; ++i)
+      if (rank[i] < lowest) lowest = rank[i], at = i;
     if (lowest == kNoRank) return m;
     if (kFirstOnly && first_only_rank(lowest)) {
-      int at = 0;
-      while (rank[at] != lowest) ++at;
       const int32_t c = token_id(tok[at]);
       int run = 1;
       while (at + run < m && !starts_segment(tok[at + run]) && token_id(tok[at + run]) == c) ++run;
@@ -386,11 +386,13 @@ BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* ran
       tok[j] = merges ? (merged_id(v, lowest, tok[i], tok[i + 1]) | (tok[i] & kSegStart)) : tok[i];
       rank[j] = rank[i];  // still right unless this token or the next one is fresh
       fresh[j] = merges;
-      if (walks)
-        walking = merges && first_only_walk_goes_on(v, j > 0 && !starts_segment(tok[j]) ? token_id(tok[j - 1]) : -1,
-                                                    token_id(tok[j]),
-                                                    i + 2 < m && !starts_segment(tok[i + 2]) ? token_id(tok[i + 2]) : -1,
-                                                    lowest);
+      if (walks && merges) {
+        const int32_t before = j > 0 && !starts_segment(tok[j]) ? token_id(tok[j - 1]) : -1;
+        const int32_t after = i + 2 < m && !starts_segment(tok[i + 2]) ? token_id(tok[i + 2]) : -1;
+        walking = first_only_walk_goes_on(v, before, token_id(tok[j]), after, lowest);
+      } else {
+        walking = false;
+      }
       i += merges;        // the right half is consumed
     }
     m = j;

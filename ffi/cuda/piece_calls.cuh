@@ -14,11 +14,14 @@
 namespace bbpe {
 namespace {
 
+// Whether a call's shape suits either piece kernel: rows of 1 .. kPieceMaxLen bytes, not tiled.
+inline bool piece_shape(const EncodeParams& p) {
+  return p.max_len >= 1 && p.max_len <= kPieceMaxLen && !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
+}
+
 // Whether a call can run the piece kernel (the top of cuda/piece_kernel.cuh says what it leaves).
 inline bool piece_eligible(const EncodeParams& p) {
-  return p.pretok_stages >= 1 && p.symbols == kSymbolsBytes && !p.pretok.nfc &&
-         p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
-         !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
+  return p.pretok_stages >= 1 && p.symbols == kSymbolsBytes && !p.pretok.nfc && piece_shape(p);
 }
 
 // The piece kernel over the call (piece_eligible(p) must hold); the rows it leaves pending
@@ -38,10 +41,7 @@ inline cudaError_t launch_pieces(const EncodeParams& p, cudaStream_t stream) {
 
 // Whether a call can run char_piece_kernel (the top of cuda/char_piece_kernel.cuh says what it
 // leaves).
-inline bool char_piece_eligible(const EncodeParams& p) {
-  return p.symbols == kSymbolsChars && p.max_len >= 1 && p.max_len <= kPieceMaxLen &&
-         !tiled_rows(p.batch, p.max_len, p.pretok_stages, p.symbols);
-}
+inline bool char_piece_eligible(const EncodeParams& p) { return p.symbols == kSymbolsChars && piece_shape(p); }
 
 // char_piece_kernel over the call (char_piece_eligible(p) must hold); the rows it leaves
 // pending are then encode_chars_kernel's (the caller's launch with pending_only).

@@ -29,9 +29,8 @@
 //   5. one block scan of the threads' token counts places every piece's tokens in its row.
 // Eight block barriers (five more a further stage, one with Lowercase, one a stage with inert
 // classes, one with special tokens and two more where a block has a byte that may start one, one
-// more with both specials and Lowercase), none
-// per merge rank; a stage is skipped in a block whose bytes are all of its inert classes
-// (pretok/tables.h).
+// more with both specials and Lowercase), none per merge rank; a stage is skipped in a block
+// whose bytes are all of its inert classes (pretok/tables.h).
 // The rules are the shared ones (core/bpe_core.h, pretok/*.h): nothing here defines a rule.
 // (Misses are merged warp-cooperatively, not a thread each with merge_segment, whose serial
 // passes keep the block waiting: docs/performance.md, "The piece-parallel kernel".)
