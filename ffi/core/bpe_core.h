@@ -343,6 +343,10 @@ BBPE_HD int run_chunk_length(const VocabView& v, int32_t c, int32_t before, int 
 // (first_only_walk_goes_on), and where the segment's first candidate starts a run of one symbol
 // whose pieces grow from the left, the pass is that run's chunks alone (run_chunk_length).
 template <bool kFirstOnly = false>
+BBPE_HD_OUTLINE int merge_segment_pass(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m,
+                                       int32_t lowest, int at);
+
+template <bool kFirstOnly = false>
 BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m) {
   for (int i = 0; i < m; ++i) rank[i] = rank_at(v, tok, i, m);
   for (;;) {
@@ -351,54 +355,65 @@ BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* ran
     for (int i = 0; i + 1 < m; ++i)
       if (rank[i] < lowest) lowest = rank[i], at = i;
     if (lowest == kNoRank) return m;
-    if (kFirstOnly && first_only_rank(lowest)) {
-      const int32_t c = token_id(tok[at]);
-      int run = 1;
-      while (at + run < m && !starts_segment(tok[at + run]) && token_id(tok[at + run]) == c) ++run;
-      int32_t ids[kMaxRunChunk];
-      const int chunk = token_id(tok[at + 1]) == c
-                            ? run_chunk_length(v, c, at > 0 ? token_id(tok[at - 1]) : -1, run, lowest, ids)
-                            : 0;
-      if (chunk > 0) {
-        for (int i = 0; i < at; ++i) fresh[i] = 0;
-        int j = at;
-        for (int k = 0; k < run; k += chunk, ++j) {
-          tok[j] = ids[(run - k < chunk ? run - k : chunk) - 1] | (k == 0 ? tok[at] & kSegStart : 0);
-          fresh[j] = 1;
-        }
-        for (int i = at + run; i < m; ++i, ++j) {
-          tok[j] = tok[i], rank[j] = rank[i], fresh[j] = 0;
-        }
-        m = j;
-        for (int i = 0; i < m; ++i)
-          if (fresh[i] || (i + 1 < m && fresh[i + 1])) rank[i] = rank_at(v, tok, i, m);
-        continue;
-      }
-    }
-    const bool walks = kFirstOnly && first_only_rank(lowest);
-    bool walking = false;  // the previous token of the output is a merge the walk goes on from
-    int j = 0;
-    for (int i = 0; i < m; ++i, ++j) {
-      // (rank[i - 1] is still the pass's: the writes so far went to indices below i - 1, or
-      // to i - 1 with the value it held)
-      const bool merges = i + 1 < m && rank[i] == lowest &&
-                          (walking || !(kFirstOnly && i > 0 && first_only_demoted(lowest, rank[i - 1])));
-      tok[j] = merges ? (merged_id(v, lowest, tok[i], tok[i + 1]) | (tok[i] & kSegStart)) : tok[i];
-      rank[j] = rank[i];  // still right unless this token or the next one is fresh
-      fresh[j] = merges;
-      if (walks && merges) {
-        const int32_t before = j > 0 && !starts_segment(tok[j]) ? token_id(tok[j - 1]) : -1;
-        const int32_t after = i + 2 < m && !starts_segment(tok[i + 2]) ? token_id(tok[i + 2]) : -1;
-        walking = first_only_walk_goes_on(v, before, token_id(tok[j]), after, lowest);
-      } else {
-        walking = false;
-      }
-      i += merges;        // the right half is consumed
-    }
-    m = j;
-    for (int i = 0; i < m; ++i)
-      if (fresh[i] || (i + 1 < m && fresh[i + 1])) rank[i] = rank_at(v, tok, i, m);
+    m = merge_segment_pass<kFirstOnly>(v, tok, rank, fresh, m, lowest, at);
   }
+}
+
+// One pass of merge_segment over tok[0..m) (rank[0..m) the pairs' ranks), whose lowest rank
+// `lowest` is first met at pair `at`: the tokens rewritten in place, the pairs next to a merge
+// ranked again; returns the new count. The GPU's block passes call it too, by one thread, for a
+// segment whose pass walks (cuda/merge_passes.cuh).
+template <bool kFirstOnly>
+BBPE_HD_OUTLINE int merge_segment_pass(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m,
+                                       int32_t lowest, int at) {
+  if (kFirstOnly && first_only_rank(lowest)) {
+    const int32_t c = token_id(tok[at]);
+    int run = 1;
+    while (at + run < m && !starts_segment(tok[at + run]) && token_id(tok[at + run]) == c) ++run;
+    int32_t ids[kMaxRunChunk];
+    const int chunk = token_id(tok[at + 1]) == c
+                          ? run_chunk_length(v, c, at > 0 ? token_id(tok[at - 1]) : -1, run, lowest, ids)
+                          : 0;
+    if (chunk > 0) {
+      for (int i = 0; i < at; ++i) fresh[i] = 0;
+      int j = at;
+      for (int k = 0; k < run; k += chunk, ++j) {
+        tok[j] = ids[(run - k < chunk ? run - k : chunk) - 1] | (k == 0 ? tok[at] & kSegStart : 0);
+        fresh[j] = 1;
+      }
+      for (int i = at + run; i < m; ++i, ++j) {
+        tok[j] = tok[i], rank[j] = rank[i], fresh[j] = 0;
+      }
+      m = j;
+      for (int i = 0; i < m; ++i)
+        if (fresh[i] || (i + 1 < m && fresh[i + 1])) rank[i] = rank_at(v, tok, i, m);
+      return m;
+    }
+  }
+  const bool walks = kFirstOnly && first_only_rank(lowest);
+  bool walking = false;  // the previous token of the output is a merge the walk goes on from
+  int j = 0;
+  for (int i = 0; i < m; ++i, ++j) {
+    // (rank[i - 1] is still the pass's: the writes so far went to indices below i - 1, or
+    // to i - 1 with the value it held)
+    const bool merges = i + 1 < m && rank[i] == lowest &&
+                        (walking || !(kFirstOnly && i > 0 && first_only_demoted(lowest, rank[i - 1])));
+    tok[j] = merges ? (merged_id(v, lowest, tok[i], tok[i + 1]) | (tok[i] & kSegStart)) : tok[i];
+    rank[j] = rank[i];  // still right unless this token or the next one is fresh
+    fresh[j] = merges;
+    if (walks && merges) {
+      const int32_t before = j > 0 && !starts_segment(tok[j]) ? token_id(tok[j - 1]) : -1;
+      const int32_t after = i + 2 < m && !starts_segment(tok[i + 2]) ? token_id(tok[i + 2]) : -1;
+      walking = first_only_walk_goes_on(v, before, token_id(tok[j]), after, lowest);
+    } else {
+      walking = false;
+    }
+    i += merges;        // the right half is consumed
+  }
+  m = j;
+  for (int i = 0; i < m; ++i)
+    if (fresh[i] || (i + 1 < m && fresh[i + 1])) rank[i] = rank_at(v, tok, i, m);
+  return m;
 }
 
 // The same leftmost-first selection for pairs given as bits (bit i: pair (i, i+1) has its

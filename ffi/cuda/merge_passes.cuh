@@ -13,6 +13,45 @@
 namespace bbpe {
 namespace {
 
+// A pass of the segments whose lowest rank is first-only and that hold adjacent candidates: a
+// pass over them all at once would merge only each run's first candidate (one merge of a
+// 48k-symbol run a pass), where the reference goes on along the run (core/bpe_core.h,
+// first_only_walk_goes_on, run_chunk_length). So the thread that holds such a segment's start
+// applies merge_segment_pass to it alone, leaving kDeleted after its tokens; the other segments
+// wait for the next pass (segments do not interact). Then tokens and ranks are compacted;
+// returns the new count. walk_end[s]: segment s's end, with kWalks where it walks; [lo, hi):
+// this thread's positions.
+constexpr int32_t kWalks = (int32_t)0x80000000u;
+template <int kThreads>
+__device__ __noinline__ int walk_segments(const VocabView& v, BlockArrays& a, const int32_t* seg_min,
+                                          const int32_t* walk_end, int lo, int hi,
+                                          typename Scans<kThreads>::Storage& tmp) {
+  for (int s = lo; s < hi; ++s) {
+    if ((walk_end[s] & kWalks) == 0) continue;  // (set at walking segments' starts only)
+    const int end = walk_end[s] & ~kWalks, lowest = seg_min[s];
+    int at = s;
+    while (a.rank[at] != lowest) ++at;
+    // (fresh marks: the segment's own bytes of a.merged, free in this pass)
+    const int m = merge_segment_pass<true>(v, a.tok + s, a.rank + s, reinterpret_cast<uint8_t*>(a.merged + s),
+                                           end - s, lowest, at - s);
+    for (int i = s + m; i < end; ++i) a.tok[i] = kDeleted;
+  }
+  __syncthreads();
+  int mine = 0;
+  for (int i = lo; i < hi; ++i) mine += a.tok[i] != kDeleted;
+  int first, total;
+  typename Scans<kThreads>::IntScan(tmp.count).ExclusiveSum(mine, first, total);
+  for (int i = lo, j = first; i < hi; ++i) {
+    if (a.tok[i] == kDeleted) continue;
+    a.next_tok[j] = a.tok[i];
+    a.next_rank[j++] = a.rank[i];
+  }
+  __syncthreads();
+  int32_t* t = a.tok; a.tok = a.next_tok; a.next_tok = t;
+  t = a.rank; a.rank = a.next_rank; a.next_rank = t;
+  return total;
+}
+
 // Merge passes over a.tok / a.rank (n tokens); returns the final count, or the count once it
 // is at most stop_at (the caller moves the tokens and goes on). kFirstOnly: the ranks carry the
 // first-only flag (core/bpe_core.h; the SentencePiece kernel).
@@ -27,28 +66,47 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
     return r != kNoRank && r == lowest && !(kFirstOnly && i > 0 && first_only_demoted(r, a.rank[i - 1]));
   };
   while (n > stop_at) {
+    // walk_end[s]: segment s's end, with kWalks where it walks (next_rank: free until step 3)
+    int32_t* walk_end = a.next_rank;
     const int per = (n + kThreads - 1) / kThreads;
     const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
     // 1. Segment minima, written at each segment's start index (into next_tok: free now).
     int32_t* seg_min = a.next_tok;
     SegMin local{-1, kNoRank};
-    for (int i = lo; i < hi; ++i)
+    for (int i = lo; i < hi; ++i) {
       local = seg_min_combine(local, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
+      if (kFirstOnly) walk_end[i] = 0;  // (the scan's barrier orders it before the ends' writes)
+    }
     SegMin carry;
     typename Scans<kThreads>::SegMinScan(tmp.seg).ExclusiveScan(local, carry, SegMin{-1, kNoRank},
                                                                 SegMinOp());
     SegMin run = carry;
     for (int i = lo; i < hi; ++i) {
       run = seg_min_combine(run, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
-      if (i + 1 == n || starts_segment(a.tok[i + 1])) seg_min[run.start] = run.rank;
+      if (i + 1 == n || starts_segment(a.tok[i + 1])) {
+        seg_min[run.start] = run.rank;
+        if (kFirstOnly) walk_end[run.start] = i + 1;
+      }
     }
     __syncthreads();
-    // 2. Candidates, leftmost-first selection and surviving counts in one scan.
+    // 2. Candidates, leftmost-first selection and surviving counts in one scan. At a first-only
+    // rank, a segment with adjacent candidates walks this pass instead (below).
     MergeCarry mine = merge_carry_identity();
+    bool walk = false;
     run = carry;
     for (int i = lo; i < hi; ++i) {
       run = seg_min_combine(run, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
-      mine = merge_carry_push(mine, candidate(i, seg_min[run.start]));
+      const int32_t lowest = seg_min[run.start];
+      mine = merge_carry_push(mine, candidate(i, lowest));
+      if (kFirstOnly && lowest != kNoRank && i > 0 && a.rank[i] == lowest &&
+          first_only_demoted(lowest, a.rank[i - 1])) {
+        atomicOr(&walk_end[run.start], kWalks);
+        walk = true;
+      }
+    }
+    if (kFirstOnly && __syncthreads_or(walk)) {
+      n = walk_segments<kThreads>(v, a, seg_min, walk_end, lo, hi, tmp);
+      continue;
     }
     MergeCarry before, total;
     typename Scans<kThreads>::CarryScan(tmp.carry).ExclusiveScan(
