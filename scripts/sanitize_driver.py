@@ -150,6 +150,13 @@ if sp_tok is not None:
     for max_len in (4096, 12000):
         data, lengths = bb.pack_strings(sp_texts, max_len=max_len)
         compare(f"sentencepiece L={max_len}", sp_tok, data, lengths, max_tokens=2048, allowed_special="all")
+# Gemma 4 (first-only ranks): long runs of one character, whose block passes walk them.
+g4_tok, g4_why = family_files.tokenizer("gemma4-gguf")
+print("Gemma 4 file:", g4_why or "found")
+if g4_tok is not None:
+    g4_texts = [pre + c * k for c in ("a", " ", "\n", "=") for k in (70, 700, 3000) for pre in ("", "x")]
+    data_g4, lengths_g4 = bb.pack_strings(g4_texts, max_len=4096)
+    compare("gemma 4 runs", g4_tok, data_g4, lengths_g4, max_tokens=4096, allowed_special="all")
 lengths_bad = lengths.copy()
 lengths_bad[0] = max_len + 1
 out = bb.encode(

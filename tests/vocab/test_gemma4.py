@@ -85,6 +85,20 @@ def test_whitespace_runs(gemma4, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_long_runs(gemma4, backend):
+    """Runs of thousands of one flagged character, alone and between words: the GPU's block
+    passes walk them (a pass a merge would take thousands of passes)."""
+    _, tok, hf, _ = gemma4
+    texts = [
+        pre + c * k + post
+        for c in ("a", " ", "\n", "\t", "=", ".")
+        for k in (999, 4096, 12_345)
+        for pre, post in (("", ""), ("x", " y"))
+    ]
+    assert_same(tok, texts, reference(hf), backend, HF_SPECIALS)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_runs_of_every_run_character(gemma4, backend):
     """Runs of 1..200 of every character some merge makes runs of (274 on Gemma 4: whitespace,
     punctuation, letters, digits of several scripts, emoji; 214 of them with a first-only
@@ -279,7 +293,9 @@ def test_random_run_orders(backend, tmp_path):
 # the runs' fast-forward, ffi/core/bpe_core.h) take it under the test hook BLOCKBPE_CPU_PASSES=1,
 # read once a process: the run tests above again, in a child process with the hook.
 
-PASSES_TESTS = "random_run_orders or whitespace_runs or runs_of_every_run_character or mixed_runs"
+PASSES_TESTS = (
+    "long_runs or random_run_orders or whitespace_runs or runs_of_every_run_character or mixed_runs"
+)
 
 
 @pytest.mark.skipif(os.environ.get("BLOCKBPE_CPU_PASSES") == "1", reason="(the child process itself)")
