@@ -1,11 +1,11 @@
 """Small GPU workload for compute-sanitizer (scripts/gpu_check.sh sanitize): every mode and
 block size, special tokens, the shared-memory and the global-workspace paths, a three-stage
-pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, bad rows with
-check_lengths=False, Tokenizer.encode_batch's pinned staging (refills and a new shape), pieces
-longer than a tile in long rows (stitched spans, and merged whole through the test hook),
-long pieces of few rows in warp sub-spans, the piece kernel (rows left pending included, calls
-with specials), its SentencePiece BPE form, Lowercase in it. Exits non-zero if any result
-differs from the CPU handler's."""
+pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, Gemma 4's long runs (the block
+passes' walk), bad rows with check_lengths=False, Tokenizer.encode_batch's pinned staging
+(refills and a new shape), pieces longer than a tile in long rows (stitched spans, and merged
+whole through the test hook), long pieces of few rows in warp sub-spans, the piece kernel (rows
+left pending included, calls with specials), its SentencePiece BPE form, Lowercase in it. Exits
+non-zero if any result differs from the CPU handler's."""
 
 import os
 import sys

@@ -366,49 +366,44 @@ BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* ran
 template <bool kFirstOnly>
 BBPE_HD_OUTLINE int merge_segment_pass(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m,
                                        int32_t lowest, int at) {
+  int32_t ids[kMaxRunChunk];
+  int run = 1, chunk = 0;  // the fast-forward's run at `at` and its chunk length (0: none)
   if (kFirstOnly && first_only_rank(lowest)) {
     const int32_t c = token_id(tok[at]);
-    int run = 1;
     while (at + run < m && !starts_segment(tok[at + run]) && token_id(tok[at + run]) == c) ++run;
-    int32_t ids[kMaxRunChunk];
-    const int chunk = token_id(tok[at + 1]) == c
-                          ? run_chunk_length(v, c, at > 0 ? token_id(tok[at - 1]) : -1, run, lowest, ids)
-                          : 0;
-    if (chunk > 0) {
-      for (int i = 0; i < at; ++i) fresh[i] = 0;
-      int j = at;
-      for (int k = 0; k < run; k += chunk, ++j) {
-        tok[j] = ids[(run - k < chunk ? run - k : chunk) - 1] | (k == 0 ? tok[at] & kSegStart : 0);
-        fresh[j] = 1;
-      }
-      for (int i = at + run; i < m; ++i, ++j) {
-        tok[j] = tok[i], rank[j] = rank[i], fresh[j] = 0;
-      }
-      m = j;
-      for (int i = 0; i < m; ++i)
-        if (fresh[i] || (i + 1 < m && fresh[i + 1])) rank[i] = rank_at(v, tok, i, m);
-      return m;
-    }
+    if (token_id(tok[at + 1]) == c)
+      chunk = run_chunk_length(v, c, at > 0 ? token_id(tok[at - 1]) : -1, run, lowest, ids);
   }
-  const bool walks = kFirstOnly && first_only_rank(lowest);
-  bool walking = false;  // the previous token of the output is a merge the walk goes on from
   int j = 0;
-  for (int i = 0; i < m; ++i, ++j) {
-    // (rank[i - 1] is still the pass's: the writes so far went to indices below i - 1, or
-    // to i - 1 with the value it held)
-    const bool merges = i + 1 < m && rank[i] == lowest &&
-                        (walking || !(kFirstOnly && i > 0 && first_only_demoted(lowest, rank[i - 1])));
-    tok[j] = merges ? (merged_id(v, lowest, tok[i], tok[i + 1]) | (tok[i] & kSegStart)) : tok[i];
-    rank[j] = rank[i];  // still right unless this token or the next one is fresh
-    fresh[j] = merges;
-    if (walks && merges) {
-      const int32_t before = j > 0 && !starts_segment(tok[j]) ? token_id(tok[j - 1]) : -1;
-      const int32_t after = i + 2 < m && !starts_segment(tok[i + 2]) ? token_id(tok[i + 2]) : -1;
-      walking = first_only_walk_goes_on(v, before, token_id(tok[j]), after, lowest);
-    } else {
-      walking = false;
+  if (chunk > 0) {  // the pass is the run's chunks alone
+    for (; j < at; ++j) fresh[j] = 0;
+    for (int k = 0; k < run; k += chunk, ++j) {
+      tok[j] = ids[(run - k < chunk ? run - k : chunk) - 1] | (k == 0 ? tok[at] & kSegStart : 0);
+      fresh[j] = 1;
     }
-    i += merges;        // the right half is consumed
+    for (int i = at + run; i < m; ++i, ++j) {
+      tok[j] = tok[i], rank[j] = rank[i], fresh[j] = 0;
+    }
+  } else {
+    const bool walks = kFirstOnly && first_only_rank(lowest);
+    bool walking = false;  // the previous token of the output is a merge the walk goes on from
+    for (int i = 0; i < m; ++i, ++j) {
+      // (rank[i - 1] is still the pass's: the writes so far went to indices below i - 1, or
+      // to i - 1 with the value it held)
+      const bool merges = i + 1 < m && rank[i] == lowest &&
+                          (walking || !(kFirstOnly && i > 0 && first_only_demoted(lowest, rank[i - 1])));
+      tok[j] = merges ? (merged_id(v, lowest, tok[i], tok[i + 1]) | (tok[i] & kSegStart)) : tok[i];
+      rank[j] = rank[i];  // still right unless this token or the next one is fresh
+      fresh[j] = merges;
+      if (walks && merges) {
+        const int32_t before = j > 0 && !starts_segment(tok[j]) ? token_id(tok[j - 1]) : -1;
+        const int32_t after = i + 2 < m && !starts_segment(tok[i + 2]) ? token_id(tok[i + 2]) : -1;
+        walking = first_only_walk_goes_on(v, before, token_id(tok[j]), after, lowest);
+      } else {
+        walking = false;
+      }
+      i += merges;  // the right half is consumed
+    }
   }
   m = j;
   for (int i = 0; i < m; ++i)

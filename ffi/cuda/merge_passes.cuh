@@ -61,10 +61,11 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
   // Pair i is a candidate: its rank is its segment's lowest (and, at a first-only rank, the
   // pair before it is not a candidate: first_only_demoted; that pair is in the same segment
   // whenever it has the same rank, and a.rank stays as it is until the compaction).
-  const auto candidate = [&](int i, int32_t lowest) {
-    const int32_t r = a.rank[i];
-    return r != kNoRank && r == lowest && !(kFirstOnly && i > 0 && first_only_demoted(r, a.rank[i - 1]));
+  const auto at_lowest = [&](int i, int32_t lowest) { return a.rank[i] != kNoRank && a.rank[i] == lowest; };
+  const auto demoted = [&](int i, int32_t lowest) {
+    return kFirstOnly && i > 0 && first_only_demoted(lowest, a.rank[i - 1]);
   };
+  const auto candidate = [&](int i, int32_t lowest) { return at_lowest(i, lowest) && !demoted(i, lowest); };
   while (n > stop_at) {
     // walk_end[s]: segment s's end, with kWalks where it walks (next_rank: free until step 3)
     int32_t* walk_end = a.next_rank;
@@ -97,9 +98,9 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
     for (int i = lo; i < hi; ++i) {
       run = seg_min_combine(run, SegMin{starts_segment(a.tok[i]) ? i : -1, a.rank[i]});
       const int32_t lowest = seg_min[run.start];
-      mine = merge_carry_push(mine, candidate(i, lowest));
-      if (kFirstOnly && lowest != kNoRank && i > 0 && a.rank[i] == lowest &&
-          first_only_demoted(lowest, a.rank[i - 1])) {
+      const bool lowest_here = at_lowest(i, lowest), waits = demoted(i, lowest);
+      mine = merge_carry_push(mine, lowest_here && !waits);
+      if (kFirstOnly && lowest_here && waits) {  // adjacent candidates
         atomicOr(&walk_end[run.start], kWalks);
         walk = true;
       }
