@@ -3,11 +3,12 @@ with its caches warm (ncu --clock-control none --cache-control none): what the G
 without the host's dispatch and launches. Per shape, the first call on text the misses' cache
 has not seen and the same batch's next call (benchmarks/profile_kernel.py --warm-seeds K
 --split-book: K batches of the book's first half, then two calls on excerpts of its second
-half). ncu's defaults (base clocks, caches flushed) read higher; they serve A/B comparisons
-of builds (scripts/gpu_check.sh so_variants), this the figures to quote.
+half; with --warm-book the warm calls read every row of the first half instead: the steady
+state of a pipeline that has seen much of one author's text). ncu's defaults (base clocks,
+caches flushed) read higher; they serve A/B comparisons of builds (scripts/gpu_check.sh so_variants), this the figures to quote.
 
     python3 benchmarks/gpu_time.py [--out DIR] [--shapes 1024:4096,1024:512,64:512]
-        [--vocab cl100k | --family KEY] [--warm-seeds 2] [--allowed-special none|all]
+        [--vocab cl100k | --family KEY] [--warm-seeds 2 | --warm-book] [--allowed-special none|all]
 
 Needs a GPU and ncu; writes DIR/gpu_time.json. `parse` reads a saved ncu CSV
 (`ncu --csv --metrics gpu__time_duration.sum ...` of profile_kernel.py) the same way.
@@ -64,19 +65,27 @@ def parse(text: str, calls_run: int, calls_kept: int) -> dict:
     return {"input_bytes": int(m.group(1)) if m else None, "calls": out}
 
 
-def profile(batch: int, length: int, source: list[str], warm_seeds: int, allowed: str = "none") -> dict:
+def profile(
+    batch: int,
+    length: int,
+    source: list[str],
+    warm_seeds: int,
+    allowed: str = "none",
+    warm_book: bool = False,
+) -> dict:
     cmd = [
         "ncu", "--csv", "--clock-control", "none", "--cache-control", "none",
         "--metrics", "gpu__time_duration.sum",
         sys.executable, str(HERE / "profile_kernel.py"),
         "--batch", str(batch), "--bytes", str(length), "--calls", "2",
         "--warm-seeds", str(warm_seeds), "--split-book", "--allowed-special", allowed, *source,
-    ]  # fmt: skip
+    ] + (["--warm-book"] if warm_book else [])  # fmt: skip
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     if run.returncode:
         raise RuntimeError(f"ncu exited {run.returncode}: {(run.stdout + run.stderr)[-600:]}")
-    got = parse(run.stdout, warm_seeds + 2, 2)
+    warm = re.search(r"warm calls: (\d+)", run.stdout)
+    got = parse(run.stdout, (int(warm.group(1)) if warm else warm_seeds) + 2, 2)
     for call, label in zip(got["calls"], ("unseen", "again")):
         call["text"] = label
         if got["input_bytes"]:
@@ -91,6 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", default="cl100k")
     ap.add_argument("--family", default=None, help="a key of tests/families.py's FILES instead")
     ap.add_argument("--warm-seeds", type=int, default=2)
+    ap.add_argument("--warm-book", action="store_true", help="warm on every row of the book's first half")
     ap.add_argument("--allowed-special", choices=["none", "all"], default="none", help="the tables' specials")
     args = ap.parse_args(argv)
     source = ["--family", args.family] if args.family else ["--vocab", args.vocab]
@@ -98,12 +108,13 @@ def main(argv=None) -> int:
     for shape in args.shapes.split(","):
         batch, length = (int(x) for x in shape.split(":"))
         row = {"vocabulary": args.family or args.vocab, "batch": batch, "bytes": length,
-               "allowed_special": args.allowed_special}  # fmt: skip
-        row.update(profile(batch, length, source, args.warm_seeds, args.allowed_special))
+               "allowed_special": args.allowed_special, "warm": "book" if args.warm_book else args.warm_seeds}  # fmt: skip
+        row.update(profile(batch, length, source, args.warm_seeds, args.allowed_special, args.warm_book))
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:
-        write_report(args.out, "gpu_time.json", rows, warm_seeds=args.warm_seeds)
+        name = "gpu_time_warm_book.json" if args.warm_book else "gpu_time.json"
+        write_report(args.out, name, rows, warm_seeds=args.warm_seeds, warm_book=args.warm_book)
     return 0
 
 

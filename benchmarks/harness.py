@@ -256,6 +256,19 @@ def excerpts(raw: bytes, batch: int, length: int, seed: int = 0) -> list[str]:
     return out
 
 
+def book_rows(raw: bytes, length: int) -> list[str]:
+    """All of `raw` in consecutive rows of at most `length` bytes, cut on UTF-8 character
+    boundaries (every byte in exactly one row)."""
+    out, s, n = [], 0, len(raw)
+    while s < n:
+        e = min(n, s + length)
+        while e > s + 1 and e < n and (raw[e] & 0xC0) == 0x80:
+            e -= 1
+        out.append(raw[s:e].decode("utf-8"))
+        s = e
+    return out
+
+
 def spread_excerpts(prose: str, rows: int, size: int) -> list[str]:
     """`rows` excerpts of at most `size` UTF-8 bytes each, starting at evenly spread places
     (deterministic; a cut character at either end is dropped)."""

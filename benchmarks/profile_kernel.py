@@ -30,7 +30,7 @@ import numpy as np
 import blockbpe_jax as bb
 from blockbpe_jax import testing
 import harness
-from harness import excerpts
+from harness import book_rows, excerpts
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--vocab", default="cl100k")
@@ -42,6 +42,9 @@ parser.add_argument("--block-size", type=int, default=256)
 parser.add_argument("--calls", type=int, default=3)
 parser.add_argument("--warm-seeds", type=int, default=0)
 parser.add_argument("--split-book", action="store_true", help="warm on the first half, profile the second")
+parser.add_argument(
+    "--warm-book", action="store_true", help="with --split-book: warm on every row of the first half"
+)
 parser.add_argument("--adversarial", choices=sorted(testing.ADVERSARIAL), default=None)
 parser.add_argument("--allowed-special", choices=["none", "all"], default="none", help="the tables' specials")
 args = parser.parse_args()
@@ -78,9 +81,17 @@ f = jax.jit(
         d, l, t, max_tokens=args.bytes, mode=args.mode, block_size=args.block_size, check_lengths=False
     )
 )
-for seed in range(1, args.warm_seeds + 1):
-    warm = bb.pack_strings(excerpts(warm_raw, args.batch, args.bytes, seed=seed), max_len=args.bytes)
-    f(*jax.device_put(warm), tables)[1].block_until_ready()
+if args.warm_book and not args.split_book:
+    raise SystemExit("profile_kernel: --warm-book needs --split-book")
+warm_batches = [
+    excerpts(warm_raw, args.batch, args.bytes, seed=seed) for seed in range(1, args.warm_seeds + 1)
+]
+if args.warm_book:
+    rows = book_rows(warm_raw, args.bytes)
+    warm_batches = [rows[i : i + args.batch] for i in range(0, len(rows), args.batch)]
+for warm in warm_batches:
+    f(*jax.device_put(bb.pack_strings(warm, max_len=args.bytes)), tables)[1].block_until_ready()
+print("warm calls:", len(warm_batches))
 for _ in range(args.calls):
     ids, counts = f(data, lengths, tables)
     counts.block_until_ready()
