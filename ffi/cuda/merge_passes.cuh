@@ -13,9 +13,24 @@
 namespace bbpe {
 namespace {
 
-// A pass of the segments whose lowest rank is first-only and that hold adjacent candidates: a
-// pass over them all at once would merge only each run's first candidate (one merge of a
-// 48k-symbol run a pass), where the reference goes on along the run (core/bpe_core.h,
+// A segment walks where it holds a run of at least kWalkRun adjacent candidates that covers a
+// multiple of kWalkRun (so every run of 2 * kWalkRun - 1 or more, found by checks at every
+// kWalkRun-th position): a pass over them all at once takes at least kWalkRun / 2 passes for such
+// a run, and one thread's pass over the segment costs about as much as a few dozen block passes.
+// Shorter runs (Gemma 4's `aaa` in words of random letters: a hundred passes of a word of
+// thousands of symbols) stay with the block passes.
+constexpr int kWalkRun = 32;
+// Whether the pairs i - kWalkRun + 1 .. i (i >= kWalkRun - 1) all have rank `lowest`.
+__device__ bool long_candidate_run(const int32_t* rank, int i, int32_t lowest) {
+  if (i < kWalkRun - 1) return false;
+  bool all = true;
+  for (int k = 1; k < kWalkRun; ++k) all &= rank[i - k] == lowest;
+  return all;
+}
+
+// A pass of the segments whose lowest rank is first-only and that hold a long run of adjacent
+// candidates: a pass over them all at once would merge only each run's first candidate (one
+// merge of a 48k-symbol run a pass), where the reference goes on along the run (core/bpe_core.h,
 // first_only_walk_goes_on, run_chunk_length). So the thread that holds such a segment's start
 // applies merge_segment_pass to it alone, leaving kDeleted after its tokens; the other segments
 // wait for the next pass (segments do not interact). Then tokens and ranks are compacted;
@@ -91,7 +106,7 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
     }
     __syncthreads();
     // 2. Candidates, leftmost-first selection and surviving counts in one scan. At a first-only
-    // rank, a segment with adjacent candidates walks this pass instead (below).
+    // rank, a segment with a long run of adjacent candidates walks this pass instead (below).
     MergeCarry mine = merge_carry_identity();
     bool walk = false;
     run = carry;
@@ -100,7 +115,7 @@ __device__ __noinline__ int merge_passes(const VocabView& v, BlockArrays& a, int
       const int32_t lowest = seg_min[run.start];
       const bool lowest_here = at_lowest(i, lowest), waits = demoted(i, lowest);
       mine = merge_carry_push(mine, lowest_here && !waits);
-      if (kFirstOnly && lowest_here && waits) {  // adjacent candidates
+      if (kFirstOnly && lowest_here && waits && i % kWalkRun == 0 && long_candidate_run(a.rank, i, lowest)) {
         atomicOr(&walk_end[run.start], kWalks);
         walk = true;
       }
