@@ -5,7 +5,8 @@ has not seen and the same batch's next call (benchmarks/profile_kernel.py --warm
 --split-book: K batches of the book's first half, then two calls on excerpts of its second
 half; with --warm-book the warm calls read every row of the first half instead: the steady
 state of a pipeline that has seen much of one author's text). ncu's defaults (base clocks,
-caches flushed) read higher; they serve A/B comparisons of builds (scripts/gpu_check.sh so_variants), this the figures to quote.
+caches flushed) read higher; they serve A/B comparisons of builds (scripts/gpu_check.sh
+so_variants), this the figures to quote.
 
     python3 benchmarks/gpu_time.py [--out DIR] [--shapes 1024:4096,1024:512,64:512]
         [--vocab cl100k | --family KEY] [--warm-seeds 2 | --warm-book] [--allowed-special none|all]
@@ -84,8 +85,10 @@ def profile(
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     if run.returncode:
         raise RuntimeError(f"ncu exited {run.returncode}: {(run.stdout + run.stderr)[-600:]}")
-    warm = re.search(r"warm calls: (\d+)", run.stdout)
-    got = parse(run.stdout, (int(warm.group(1)) if warm else warm_seeds) + 2, 2)
+    warm = re.search(r"warm calls: (\d+)", run.stdout)  # (profile_kernel.py says how many)
+    if not warm:
+        raise RuntimeError(f"profile_kernel.py did not say its warm calls: {run.stdout[-600:]}")
+    got = parse(run.stdout, int(warm.group(1)) + 2, 2)
     for call, label in zip(got["calls"], ("unseen", "again")):
         call["text"] = label
         if got["input_bytes"]:

@@ -83,12 +83,11 @@ f = jax.jit(
 )
 if args.warm_book and not args.split_book:
     raise SystemExit("profile_kernel: --warm-book needs --split-book")
-warm_batches = [
-    excerpts(warm_raw, args.batch, args.bytes, seed=seed) for seed in range(1, args.warm_seeds + 1)
-]
 if args.warm_book:
     rows = book_rows(warm_raw, args.bytes)
     warm_batches = [rows[i : i + args.batch] for i in range(0, len(rows), args.batch)]
+else:
+    warm_batches = [excerpts(warm_raw, args.batch, args.bytes, seed=k) for k in range(1, args.warm_seeds + 1)]
 for warm in warm_batches:
     f(*jax.device_put(bb.pack_strings(warm, max_len=args.bytes)), tables)[1].block_until_ready()
 print("warm calls:", len(warm_batches))

@@ -329,40 +329,10 @@ BBPE_HD int run_chunk_length(const VocabView& v, int32_t c, int32_t before, int 
 // (the sweep of GPT-2's original encoder; on the shared vocabularies it reproduces tiktoken's
 // and HF's sequential lowest-rank-first merging exactly).
 
-// The pass rule applied by one thread to one segment held in tok[0..m), in place: pass after
-// pass, merge every leftmost-first occurrence of the segment's lowest-rank pair. rank[0..m) is
-// scratch; fresh[0..m) marks the tokens a pass created, so only pairs next to a merge are
-// looked up again. Returns the segment's final token count. The CPU handler runs every segment
-// this way; the CUDA kernel runs the same passes over pieces of up to 32 bytes lane-parallel
-// (merge_in_lanes), of 33-64 bytes a warp each (merge_in_warp), both with
-// leftmost_first_merges below, and everything else with the block-wide passes below, which
-// apply the same rule to all segments at once.
-// With kFirstOnly (SentencePiece-style vocabularies, whose ranks carry the first-only flag), a
-// candidate at a first-only rank merges only where the pair before it is no candidate.
-// At a first-only rank a pass also walks each run of candidates as far as the reference would
-// (first_only_walk_goes_on), and where the segment's first candidate starts a run of one symbol
-// whose pieces grow from the left, the pass is that run's chunks alone (run_chunk_length).
-template <bool kFirstOnly = false>
-BBPE_HD_OUTLINE int merge_segment_pass(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m,
-                                       int32_t lowest, int at);
-
-template <bool kFirstOnly = false>
-BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m) {
-  for (int i = 0; i < m; ++i) rank[i] = rank_at(v, tok, i, m);
-  for (;;) {
-    int32_t lowest = kNoRank;
-    int at = 0;  // the segment's first candidate
-    for (int i = 0; i + 1 < m; ++i)
-      if (rank[i] < lowest) lowest = rank[i], at = i;
-    if (lowest == kNoRank) return m;
-    m = merge_segment_pass<kFirstOnly>(v, tok, rank, fresh, m, lowest, at);
-  }
-}
-
-// One pass of merge_segment over tok[0..m) (rank[0..m) the pairs' ranks), whose lowest rank
-// `lowest` is first met at pair `at`: the tokens rewritten in place, the pairs next to a merge
-// ranked again; returns the new count. The GPU's block passes call it too, by one thread, for a
-// segment whose pass walks (cuda/merge_passes.cuh).
+// One pass of merge_segment (below) over tok[0..m) (rank[0..m) the pairs' ranks), whose lowest
+// rank `lowest` is first met at pair `at`: the tokens rewritten in place, the pairs next to a
+// merge ranked again; returns the new count. The GPU's block passes call it too, by one thread,
+// for a segment whose pass walks (cuda/merge_passes.cuh).
 template <bool kFirstOnly>
 BBPE_HD_OUTLINE int merge_segment_pass(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m,
                                        int32_t lowest, int at) {
@@ -409,6 +379,32 @@ BBPE_HD_OUTLINE int merge_segment_pass(const VocabView& v, int32_t* tok, int32_t
   for (int i = 0; i < m; ++i)
     if (fresh[i] || (i + 1 < m && fresh[i + 1])) rank[i] = rank_at(v, tok, i, m);
   return m;
+}
+
+// The pass rule applied by one thread to one segment held in tok[0..m), in place: pass after
+// pass, merge every leftmost-first occurrence of the segment's lowest-rank pair. rank[0..m) is
+// scratch; fresh[0..m) marks the tokens a pass created, so only pairs next to a merge are
+// looked up again. Returns the segment's final token count. The CPU handler runs every segment
+// this way; the CUDA kernel runs the same passes over pieces of up to 32 bytes lane-parallel
+// (merge_in_lanes), of 33-64 bytes a warp each (merge_in_warp), both with
+// leftmost_first_merges below, and everything else with the block-wide passes below, which
+// apply the same rule to all segments at once.
+// With kFirstOnly (SentencePiece-style vocabularies, whose ranks carry the first-only flag), a
+// candidate at a first-only rank merges only where the pair before it is no candidate.
+// At a first-only rank a pass also walks each run of candidates as far as the reference would
+// (first_only_walk_goes_on), and where the segment's first candidate starts a run of one symbol
+// whose pieces grow from the left, the pass is that run's chunks alone (run_chunk_length).
+template <bool kFirstOnly = false>
+BBPE_HD_OUTLINE int merge_segment(const VocabView& v, int32_t* tok, int32_t* rank, uint8_t* fresh, int m) {
+  for (int i = 0; i < m; ++i) rank[i] = rank_at(v, tok, i, m);
+  for (;;) {
+    int32_t lowest = kNoRank;
+    int at = 0;  // the segment's first candidate
+    for (int i = 0; i + 1 < m; ++i)
+      if (rank[i] < lowest) lowest = rank[i], at = i;
+    if (lowest == kNoRank) return m;
+    m = merge_segment_pass<kFirstOnly>(v, tok, rank, fresh, m, lowest, at);
+  }
 }
 
 // The same leftmost-first selection for pairs given as bits (bit i: pair (i, i+1) has its
