@@ -268,10 +268,13 @@ inline void build_special_starts(const SpecialView& s, bool escaped, SpecialStar
 // whatever came before it: so it is cut there into clusters, each walked from its first match
 // (accept_special_cluster) independently of the others, in parallel on the GPU
 // (cuda/block_begin.cuh). is_special: 2 at the first byte of each accepted match, 1 at its
-// other bytes; other entries are left as they are (callers zero them first).
+// other bytes; other entries are left as they are (callers zero them first). `lens` is anything
+// indexed as an array of lengths: an int32_t pointer, or a view that unpacks what the caller
+// keeps beside each length (the piece kernels' SpecialMatches, cuda/chunk_specials.cuh).
 
 // Whether a match starting before i reaches past i (longest: no match is longer).
-BBPE_HD bool special_covered(const int32_t* lens, int i, int longest) {
+template <class Lens>
+BBPE_HD bool special_covered(const Lens& lens, int i, int longest) {
   for (int j = i - 1; j >= 0 && j > i - longest; --j)
     if (lens[j] > i - j) return true;
   return false;
@@ -279,7 +282,8 @@ BBPE_HD bool special_covered(const int32_t* lens, int i, int longest) {
 
 // The walk from the match at i, which no earlier match covers, to the next position that no
 // match reaches past (or the end): its accepted matches marked in is_special.
-BBPE_HD void accept_special_cluster(const int32_t* lens, int n, int i, uint8_t* is_special) {
+template <class Lens>
+BBPE_HD void accept_special_cluster(const Lens& lens, int n, int i, uint8_t* is_special) {
   int at = i, reach = i;  // reach: the furthest end of the matches that start in [i, at)
   do {
     const int len = lens[at], step = len > 0 ? len : 1;

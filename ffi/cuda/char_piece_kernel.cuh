@@ -251,7 +251,6 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   // kSpecials: the specials' marks (cuda/chunk_specials.cuh); a block with no byte that may start
   // one skips the matching. (Its first barrier ends the loads: the load stage's clock stops
   // before it.)
-  const SpecialStarts* specials = p.special.starts;  // (null without specials: not read)
   bool block_may_start = false;
   if constexpr (kSpecials) {
     clock.mark(kClockLoad);
@@ -333,13 +332,13 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
         continue;
       }
       if (kSpecials && sp[i]) {  // an accepted special: its id at its first byte, a word
-        sym[i] = kDeleted;
-        if (sp[i] == 2) {
-          int len = 0;
-          sym[i] = __ldg(p.special.ids + special_match_with(*specials, p.special, text, n, i, escaped, len));
+        if (sp[i] == 2) {  // (its match's entry still in the symbols' room: no thread wrote byte i yet)
+          sym[i] = accepted_special_id(p, match_len[i], text, n, i, escaped);
           dirty |= 1u << (i - base);
           fm |= 1u << (i - base);
           before = sym[i], before_isolated = false;  // (what follows starts a segment)
+        } else {
+          sym[i] = kDeleted;
         }
         ++i;
         continue;

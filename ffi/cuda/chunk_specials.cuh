@@ -12,11 +12,37 @@
 namespace bbpe {
 namespace {
 
+// A match as match_chunk_specials keeps it, by byte: the bytes of text it covers (0: none) in the
+// low kMatchLenBits (a piece kernel's rows are shorter), and above them 1 + the special, so that
+// an accepted one's id needs no second match (0 where the index does not fit: matched again).
+constexpr int kMatchLenBits = 13;
+constexpr int32_t kMatchLenMask = (1 << kMatchLenBits) - 1;
+
+__device__ __forceinline__ int32_t special_match_entry(int k, int len) {
+  const uint32_t special = (uint32_t)k + 1;
+  return len | (int32_t)(special < (1u << (31 - kMatchLenBits)) ? special << kMatchLenBits : 0);
+}
+
+// The lengths of a chunk's matches, as core/special_tokens.h's resolution reads them.
+struct SpecialMatchLens {
+  const int32_t* entries;
+  __device__ __forceinline__ int32_t operator[](int i) const { return entries[i] & kMatchLenMask; }
+};
+
+// The id of the special accepted at byte i, from its entry (special_match_entry).
+__device__ __forceinline__ int32_t accepted_special_id(const EncodeParams& p, int32_t entry, const uint8_t* text,
+                                                       int n, int i, bool escaped) {
+  int k = (entry >> kMatchLenBits) - 1, len = 0;
+  if (k < 0) k = special_match_with(*p.special.starts, p.special, text, n, i, escaped, len);
+  return __ldg(p.special.ids + k);
+}
+
 // The specials of the thread's chunk, bytes [base, base + kChunk) of its row (text, n: the row;
 // match_len and sp: the row's, by byte). sp's chunk bytes are zeroed; the bytes with a first-byte
 // slot (SpecialStarts, read where it is: 2 KB that every block reads through L1) are matched,
-// the lengths in match_len; once every thread's are known, each cluster is resolved from its
-// first match, leftmost first, into sp: 2 at an accepted special's first byte, 1 at its others.
+// their entries (special_match_entry) in match_len; once every thread's are known, each cluster
+// is resolved from its first match, leftmost first, into sp: 2 at an accepted special's first
+// byte, 1 at its others.
 // Every thread of the block calls it, and its first barrier also ends the chunks' loads. Returns
 // whether any byte of the block has a slot (else only sp was written); *longest (the block's,
 // zeroed before the call) is then its longest match, 0 for none; *matched: the chunk's bytes
@@ -41,8 +67,9 @@ __device__ __forceinline__ bool match_chunk_specials(const EncodeParams& p, cons
   for (uint32_t rest = slots; rest; rest &= rest - 1) {
     const int i = base + __ffs(rest) - 1;
     int len = 0;
-    if (special_match_with(*starts, p.special, text, n, i, escaped, len) >= 0 && len > 0) {
-      match_len[i] = len;
+    const int special = special_match_with(*starts, p.special, text, n, i, escaped, len);
+    if (special >= 0 && len > 0) {
+      match_len[i] = special_match_entry(special, len);
       mine = max(mine, len);
       *matched |= 1u << (i - base);
     }
@@ -50,9 +77,10 @@ __device__ __forceinline__ bool match_chunk_specials(const EncodeParams& p, cons
   if (mine > 0) atomicMax(longest, mine);
   __syncthreads();
   const int block_longest = *longest;  // (a bound for the lookback: any row's)
+  const SpecialMatchLens lens{match_len};
   for (uint32_t rest = block_longest > 0 ? *matched : 0; rest; rest &= rest - 1) {
     const int i = base + __ffs(rest) - 1;
-    if (!special_covered(match_len, i, block_longest)) accept_special_cluster(match_len, n, i, sp);
+    if (!special_covered(lens, i, block_longest)) accept_special_cluster(lens, n, i, sp);
   }
   __syncthreads();
   return true;

@@ -70,6 +70,7 @@ namespace {
 
 constexpr int kPieceWarps = kPieceThreads / 32;
 constexpr int kPieceMaxLen = 4096;   // widest rows: 256 chunks of 16 bytes
+static_assert(kPieceMaxLen <= kMatchLenMask, "a match's length fits its entry (chunk_specials.cuh)");
 // Misses of 2..kLanePieceLen bytes a block merges: a 4 KiB row of a book's table of contents
 // ("CHAPTER XVII", indented) has 549 in GPT-2's vocabulary.
 constexpr int kPieceLaneList = 1024;
@@ -333,9 +334,7 @@ __device__ __forceinline__ bool find_specials(const EncodeParams& p, PieceSmem<k
     return false;
   for (uint32_t rest = matched; rest; rest &= rest - 1) {  // (match_len is no longer read)
     const int i = base + __ffs(rest) - 1;
-    int len = 0;
-    if (sp[i] == 2)
-      match_len[i] = __ldg(p.special.ids + special_match_with(*p.special.starts, p.special, text, n, i, false, len));
+    if (sp[i] == 2) match_len[i] = accepted_special_id(p, match_len[i], text, n, i, false);
   }
   return true;
 }
