@@ -270,7 +270,7 @@ inline void build_special_starts(const SpecialView& s, bool escaped, SpecialStar
 // (cuda/block_begin.cuh). is_special: 2 at the first byte of each accepted match, 1 at its
 // other bytes; other entries are left as they are (callers zero them first). `lens` is anything
 // indexed as an array of lengths: an int32_t pointer, or a view that unpacks what the caller
-// keeps beside each length (the piece kernels' SpecialMatches, cuda/chunk_specials.cuh).
+// keeps beside each length (the piece kernels' SpecialMatchLens, cuda/chunk_specials.cuh).
 
 // Whether a match starting before i reaches past i (longest: no match is longer).
 template <class Lens>

@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
   int32_t* sym = s.tok + row_at + r + 1;  // the row's symbols by byte; sym[-1]: its dummy prefix
   // kSpecials: the specials' marks by byte (initial_char_token's is_special: 2 at an accepted
   // special's first byte, 1 at its others), in the counts' room until step 3 writes the counts;
-  // the matches' lengths in the symbols' room until step 1 writes the symbols.
+  // the matches' entries (special_match_entry) in the symbols' room until step 1 writes the symbols.
   uint8_t* sp = kSpecials ? s.count + row_at + r + 1 : nullptr;
   int32_t* match_len = sym;
   if (t < rows_per_block) s.hard[t] = 0;

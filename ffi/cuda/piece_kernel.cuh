@@ -321,7 +321,7 @@ __device__ __forceinline__ uint32_t stage_starts(PieceSmem<kChunk>& s, const Cla
 }
 
 // kSpecials: the specials the call matches (those it allows), marked in sp (match_chunk_specials,
-// cuda/chunk_specials.cuh; the matches' lengths in tok's room, the marks in count's room until
+// cuda/chunk_specials.cuh; the matches' entries in tok's room, the marks in count's room until
 // step 4 writes the counts, both row-relative); then each thread puts the id of every special
 // that starts in its chunk at tok[its first byte]. Every thread of the block calls it (it
 // synchronizes). Returns whether the block has a special.
