@@ -20,7 +20,8 @@ namespace {
 // Shorter runs (Gemma 4's `aaa` in words of random letters: a hundred passes of a word of
 // thousands of symbols) stay with the block passes.
 constexpr int kWalkRun = 32;
-// Whether the pairs i - kWalkRun + 1 .. i (i >= kWalkRun - 1) all have rank `lowest`.
+// Whether the kWalkRun - 1 pairs before pair i all have rank `lowest` (false for i < kWalkRun - 1;
+// the caller has pair i's: with them, a run of kWalkRun candidates ending at i).
 __device__ bool long_candidate_run(const int32_t* rank, int i, int32_t lowest) {
   if (i < kWalkRun - 1) return false;
   bool all = true;
