@@ -31,7 +31,7 @@ merged_pieces_per_block: the piece kernels' misses merged (not found whole or in
 cache) per block, averaged over the calls. SentencePiece
 BPE (mistral-v1): initial = character symbols, prefixes and word flags; merges = words merged
 one per thread and packed; passes = long words; output = runs and output. The family files
-(mistral-v1, llama2-gguf, gemma3-gguf) are found as the tests find them: their package, or a
+(mistral-v1, llama2-gguf, gemma3-gguf, gemma4-gguf) are found as the tests find them: their package, or a
 copy in $BLOCKBPE_FAMILY_FILES (docs/families.md).
 """
 
@@ -61,6 +61,7 @@ SHAPES = [
     ("llama2-gguf", "exact", 1024, 4096),
     ("mistral-v7", "exact", 1024, 4096),  # the specials stage with a few specials (Gemma 3: many)
     ("gemma3-gguf", "exact", 1024, 4096),
+    ("gemma4-gguf", "exact", 1024, 4096),  # Gemma 3's vocabulary without its specials
     ("llama2-gguf", "exact", 64, 512),
 ]
 FAMILY_FILES = {
@@ -68,6 +69,7 @@ FAMILY_FILES = {
     "mistral-v7": "mistral-v7-spm",
     "llama2-gguf": "llama2-gguf",
     "gemma3-gguf": "gemma3-gguf",
+    "gemma4-gguf": "gemma4-gguf",
 }
 
 
