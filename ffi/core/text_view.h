@@ -1,6 +1,6 @@
 // One item's text for the packers (core/pack_strings.h reads them from Python's objects): UTF-8
 // bytes, or a str's code units written as UTF-8 by the writer that suits them
-// (core/utf8_units.h, core/utf8_ssse3.h), and the padded row it makes, plainly or with
+// (core/utf8_units.h, core/utf8_ssse3.h, core/utf8_avx512.h), and the padded row it makes, plainly or with
 // non-temporal stores (core/stream_stores.h). Apart from Python, like the writers, so that
 // tests/cpp/utf8_units_sanitized.cc runs it under the sanitizers.
 #pragma once
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/stream_stores.h"
+#include "core/utf8_avx512.h"
 #include "core/utf8_ssse3.h"
 #include "core/utf8_units.h"
 
@@ -44,6 +45,10 @@ struct StringView {
     if (kind == 2 && 2 * extra >= units && has_ssse3())  // (mostly outside ASCII: Cyrillic, CJK)
       return write_utf8_ucs2_ssse3(static_cast<const uint16_t*>(data) + from, n, out);
 #endif
+#if defined(BBPE_UTF8_AVX512)
+    if (kind == 2 && has_avx512_utf8())  // (mostly ASCII: English with curly quotes or dashes)
+      return write_utf8_ucs2_avx512(static_cast<const uint16_t*>(data) + from, n, out);
+#endif
     return 2 * extra >= units ? write_kind<true>(from, n, out) : write_kind<false>(from, n, out);
   }
   template <bool kRuns>
@@ -54,6 +59,9 @@ struct StringView {
   }
   void measure() {
     if (kind == 1) bytes = utf8_bytes(static_cast<const uint8_t*>(data), units);
+#if defined(BBPE_UTF8_AVX512)
+    else if (kind == 2 && has_avx512_utf8()) bytes = utf8_bytes_ucs2_avx512(static_cast<const uint16_t*>(data), units);
+#endif
     else if (kind == 2) bytes = utf8_bytes(static_cast<const uint16_t*>(data), units);
     else if (kind == 4) bytes = utf8_bytes(static_cast<const uint32_t*>(data), units);
   }

@@ -1,4 +1,5 @@
-// core/utf8_units.h (the packers' UTF-8 from a str's code units) under AddressSanitizer and
+// core/utf8_units.h (the packers' UTF-8 from a str's code units; core/utf8_ssse3.h's and
+// core/utf8_avx512.h's writers where the CPU has them) under AddressSanitizer and
 // UndefinedBehaviorSanitizer: random strings of 1-, 2- and 4-byte units (runs of ASCII and of
 // each wider range, surrogates among the 16-bit and 32-bit ones), every length from 0 to 70
 // and some long ones, each in memory of its exact size and written into memory of exactly its
@@ -69,6 +70,12 @@ int check(std::mt19937_64& rng, int64_t n, bool surrogates) {
     encode(c, want);
   }
   const int64_t bytes = bbpe::utf8_bytes(units.get(), n);
+#if defined(BBPE_UTF8_AVX512)
+  if constexpr (sizeof(Unit) == 2) {  // (the 32-unit count, where this CPU has AVX-512)
+    if (bbpe::has_avx512_utf8() && bbpe::utf8_bytes_ucs2_avx512(units.get(), n) != bytes)
+      return std::printf("2-byte units, n=%lld: the AVX-512 count differs\n", (long long)n), 1;
+  }
+#endif
   if (has_surrogate) {
     if (bytes != -1) return std::printf("%zu-byte units, n=%lld: a surrogate, counted %lld\n", sizeof(Unit), (long long)n, (long long)bytes), 1;
     return 0;
@@ -93,6 +100,16 @@ int check(std::mt19937_64& rng, int64_t n, bool surrogates) {
       else end = bbpe::write_utf8_ucs2_ssse3(units.get(), n, out_simd.get());
       if (end != out_simd.get() + bytes || (bytes && std::memcmp(out_simd.get(), want.data(), (size_t)bytes) != 0))
         return std::printf("%zu-byte units, n=%lld: the SSSE3 writer differs\n", sizeof(Unit), (long long)n), 1;
+    }
+  }
+#endif
+#if defined(BBPE_UTF8_AVX512)
+  if constexpr (sizeof(Unit) == 2) {  // (the 32-unit steps, where this CPU has AVX-512)
+    if (bbpe::has_avx512_utf8()) {
+      std::unique_ptr<uint8_t[]> out_simd(new uint8_t[bytes > 0 ? bytes : 1]);
+      uint8_t* end = bbpe::write_utf8_ucs2_avx512(units.get(), n, out_simd.get());
+      if (end != out_simd.get() + bytes || (bytes && std::memcmp(out_simd.get(), want.data(), (size_t)bytes) != 0))
+        return std::printf("2-byte units, n=%lld: the AVX-512 writer differs\n", (long long)n), 1;
     }
   }
 #endif
