@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Where end-to-end time goes between a Python list[str] and padded ids on the GPU.
 
-    python3 benchmarks/host_path.py --out DIR [--cells 64x512,1024x512,1024x2048,1024x4096]
+    python3 benchmarks/host_path.py --out DIR [--cells 64x512,1024x512,1024x2048,1024x4096] [--ascii]
 
-cl100k, exact mode, War and Peace excerpts (the issue-4 cells). For each cell: the pieces
-(pack_strings, device_put of one array, the encode on device-resident input) and whole paths
+cl100k, exact mode, War and Peace excerpts (the issue-4 cells; --ascii: made ASCII, so that a
+run with and one without shows what the 16-bit strs' transcoding costs). For each cell: the
+pieces (pack_strings, device_put of one array, the encode on device-resident input) and whole paths
 from list[str] to ids on the device, each checked equal to the device-resident ids:
   two_puts    pack_strings, device_put(data), device_put(lengths), jitted encode
   tuple_put   the same with one device_put((data, lengths)) call
@@ -101,6 +102,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--cells", default="64x512,1024x512,1024x2048,1024x4096")
+    ap.add_argument(
+        "--ascii",
+        action="store_true",
+        help="every character outside ASCII made '?': strs CPython stores a byte a character, "
+        "whose UTF-8 needs no count or transcoding (the excerpts as they are: 16-bit strs)",
+    )
     args = ap.parse_args()
 
     import jax
@@ -125,12 +132,15 @@ def main() -> None:
         "device": str(dev.device_kind),
         "jax": jax.__version__,
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "text": "ascii" if args.ascii else "as is",
         "cells": [],
     }
 
     for cell in args.cells.split(","):
         B, L = map(int, cell.split("x"))
         texts = excerpts(raw, B, L)
+        if args.ascii:
+            texts = [t.encode("ascii", "replace").decode() for t in texts]
         total = sum(len(t.encode()) for t in texts)
         d_np, l_np = bb.pack_strings(texts, max_len=L)
         d_dev, l_dev = jax.device_put(d_np, dev), jax.device_put(l_np, dev)
@@ -163,6 +173,8 @@ def main() -> None:
 
         n_stream = 8
         stream_texts = [texts] + [excerpts(raw, B, L, seed=s) for s in range(1, n_stream)]
+        if args.ascii:
+            stream_texts = [[t.encode("ascii", "replace").decode() for t in ts] for ts in stream_texts]
         stream_refs = [ref] + [
             np.asarray(enc(*jax.device_put(bb.pack_strings(t, max_len=L), dev), tables, L)[0])
             for t in stream_texts[1:]
