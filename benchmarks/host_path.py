@@ -136,11 +136,12 @@ def main() -> None:
         "cells": [],
     }
 
+    def as_text(texts: list[str]) -> list[str]:  # (--ascii: each character outside ASCII '?')
+        return [t.encode("ascii", "replace").decode() for t in texts] if args.ascii else texts
+
     for cell in args.cells.split(","):
         B, L = map(int, cell.split("x"))
-        texts = excerpts(raw, B, L)
-        if args.ascii:
-            texts = [t.encode("ascii", "replace").decode() for t in texts]
+        texts = as_text(excerpts(raw, B, L))
         total = sum(len(t.encode()) for t in texts)
         d_np, l_np = bb.pack_strings(texts, max_len=L)
         d_dev, l_dev = jax.device_put(d_np, dev), jax.device_put(l_np, dev)
@@ -172,9 +173,7 @@ def main() -> None:
             return block(enc(d, l, tables, L)[0])
 
         n_stream = 8
-        stream_texts = [texts] + [excerpts(raw, B, L, seed=s) for s in range(1, n_stream)]
-        if args.ascii:
-            stream_texts = [[t.encode("ascii", "replace").decode() for t in ts] for ts in stream_texts]
+        stream_texts = [texts] + [as_text(excerpts(raw, B, L, seed=s)) for s in range(1, n_stream)]
         stream_refs = [ref] + [
             np.asarray(enc(*jax.device_put(bb.pack_strings(t, max_len=L), dev), tables, L)[0])
             for t in stream_texts[1:]

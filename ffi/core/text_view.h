@@ -1,8 +1,8 @@
 // One item's text for the packers (core/pack_strings.h reads them from Python's objects): UTF-8
 // bytes, or a str's code units written as UTF-8 by the writer that suits them
-// (core/utf8_units.h, core/utf8_ssse3.h, core/utf8_avx512.h), and the padded row it makes, plainly or with
-// non-temporal stores (core/stream_stores.h). Apart from Python, like the writers, so that
-// tests/cpp/utf8_units_sanitized.cc runs it under the sanitizers.
+// (core/utf8_units.h, core/utf8_ssse3.h, core/utf8_avx512.h), and the padded row it makes,
+// plainly or with non-temporal stores (core/stream_stores.h). Apart from Python, like the
+// writers, so that tests/cpp/utf8_units_sanitized.cc runs it under the sanitizers.
 #pragma once
 
 #include <algorithm>
