@@ -121,7 +121,9 @@ for stage in $stages; do
       ncu --import "$OUT/encode_full.ncu-rep" --page source --csv --print-source cuda \
         > "$OUT/ncu_source_cuda.csv" 2>> "$OUT/ncu_source.err"
       ncu --import "$OUT/encode_full.ncu-rep" --page details > "$OUT/ncu_details.txt" 2>&1
-      ls -la "$OUT"/ncu_* "$OUT"/encode_full* ;;
+      python3 benchmarks/ncu_source.py "$OUT/ncu_source.csv" > "$OUT/ncu_source_report.txt" 2>&1
+      python3 benchmarks/ncu_source.py "$OUT/ncu_source.csv" --by instructions >> "$OUT/ncu_source_report.txt" 2>&1
+      head -20 "$OUT/ncu_source_report.txt"; ls -la "$OUT"/ncu_* "$OUT"/encode_full* ;;
     fuzz)
       BLOCKBPE_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-200} BLOCKBPE_HYPOTHESIS_RANDOM=1 python3 -m pytest -q \
         -p no:cacheprovider --hypothesis-show-statistics tests/fuzz/test_fuzz_gpu.py \
