@@ -80,15 +80,22 @@ FULL = os.environ.get("BLOCKBPE_FULL", "") not in ("", "0")
 
 
 @functools.cache
-def span_stitch_model():
-    """benchmarks/span_stitch.py, the CPU model of huge pieces' spans (ffi/core/span_stitch.h)."""
+def benchmark_module(name: str, module_name: str = ""):
+    """benchmarks/<name>.py loaded as a module, registered in sys.modules as `module_name` (else
+    `name`): dataclasses look their module up there."""
     import importlib.util
+    import sys
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "span_stitch.py"
-    spec = importlib.util.spec_from_file_location("blockbpe_span_stitch", path)
+    spec = importlib.util.spec_from_file_location(module_name or name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def span_stitch_model():
+    """benchmarks/span_stitch.py, the CPU model of huge pieces' spans (ffi/core/span_stitch.h)."""
+    return benchmark_module("span_stitch", "blockbpe_span_stitch")
 
 
 def gpu_devices() -> list:

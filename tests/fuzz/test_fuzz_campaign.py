@@ -10,30 +10,21 @@ on their seed alone)."""
 from __future__ import annotations
 
 import base64
-import functools
-import importlib.util
 import json
 import os
 import random
-import sys
 import unicodedata
 
 import numpy as np
 import pytest
 
-from helpers import REPO, is_utf8
+from helpers import benchmark_module, is_utf8
 
 pytestmark = pytest.mark.usefixtures("data_dir")
 
 
-@functools.cache
 def campaign():
-    path = REPO / "benchmarks" / "fuzz_campaign.py"
-    spec = importlib.util.spec_from_file_location("fuzz_campaign", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fuzz_campaign"] = module  # (dataclasses look their module up)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("fuzz_campaign")
 
 
 def run(tmp_path, families: str, *options) -> dict:

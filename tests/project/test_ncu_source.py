@@ -6,13 +6,10 @@ line range in address order with branch targets made relative."""
 from __future__ import annotations
 
 import csv
-import functools
-import importlib.util
-import sys
 
 import pytest
 
-from helpers import REPO
+from helpers import benchmark_module
 
 HEADER = [
     "Line No",
@@ -33,14 +30,8 @@ HEADER = [
 BASE = 0x7F0000001000
 
 
-@functools.cache
 def tool():
-    path = REPO / "benchmarks" / "ncu_source.py"
-    spec = importlib.util.spec_from_file_location("ncu_source", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["ncu_source"] = module  # (dataclasses look their module up)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("ncu_source")
 
 
 def cuda(line, source, samples, inst, threads, barrier, wait):
