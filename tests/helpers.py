@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import gzip
+import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -81,21 +83,12 @@ FULL = os.environ.get("BLOCKBPE_FULL", "") not in ("", "0")
 
 @functools.cache
 def benchmark_module(name: str, module_name: str = ""):
-    """benchmarks/<name>.py loaded as a module, registered in sys.modules as `module_name` (else
-    `name`): dataclasses look their module up there."""
-    import importlib.util
-    import sys
-
+    """benchmarks/<name>.py as a module, in sys.modules as `module_name` or `name` (dataclasses look there)."""
     spec = importlib.util.spec_from_file_location(module_name or name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def span_stitch_model():
-    """benchmarks/span_stitch.py, the CPU model of huge pieces' spans (ffi/core/span_stitch.h)."""
-    return benchmark_module("span_stitch", "blockbpe_span_stitch")
 
 
 def gpu_devices() -> list:

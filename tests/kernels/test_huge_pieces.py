@@ -27,7 +27,7 @@ import pytest
 
 from blockbpe_jax import testing
 
-from helpers import gpu_devices, load_tokenizer, span_stitch_model
+from helpers import benchmark_module, gpu_devices, load_tokenizer
 from long_rows_shared import (
     TILE,
     assert_equals_tiktoken,
@@ -215,7 +215,8 @@ def test_second_round_stitches_what_the_first_cannot(monkeypatch, name):
     monkeypatch.setenv("BLOCKBPE_STITCH_FALLBACK", "0")
     for bs in (256, 1024):
         assert_equals_tiktoken(name, rows, run(tok, rows, block_size=bs, **kw))
-    model = span_stitch_model()
+    # (benchmarks/span_stitch.py: the CPU model of ffi/core/span_stitch.h)
+    model = benchmark_module("span_stitch", "blockbpe_span_stitch")
     enc = model.piece_encoder(name)
 
     def first_round_fails(row: bytes) -> bool:

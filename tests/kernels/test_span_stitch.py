@@ -17,9 +17,9 @@ import pytest
 
 from blockbpe_jax import native, testing
 
-from helpers import vocab_path, span_stitch_model
+from helpers import benchmark_module, vocab_path
 
-span_stitch = span_stitch_model()
+span_stitch = benchmark_module("span_stitch", "blockbpe_span_stitch")
 
 MARGIN = ALIGN = 256  # kStitchMargin, kStitchAlign
 TILE = native.cpu.tile_bytes  # kTileBytes as built (CMake BLOCKBPE_TILE_BYTES)
