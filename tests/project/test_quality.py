@@ -8,9 +8,7 @@ the recorded full run.
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -18,12 +16,9 @@ import pytest
 
 from blockbpe_jax import testing
 
-from helpers import load_tokenizer
+from helpers import benchmark_module, load_tokenizer
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "quality.py"
-_spec = importlib.util.spec_from_file_location("blockbpe_quality", _PATH)
-quality = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(quality)
+quality = benchmark_module("quality", "blockbpe_quality")
 
 N_GSM8K = 400
 
