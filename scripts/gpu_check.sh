@@ -67,6 +67,18 @@ for row in r.get("time", []) + r.get("families", []):
         print("not timed:", row)
 PY
 }
+variant_path() {  # PYTHONPATH with .variants/NAME's package first ("base": this tree's); fails loudly
+  # when another package is the one imported. (A warm machine kept a variant's native modules
+  # and not its Python files between calls: its folder was then a namespace directory, and
+  # Python passed over it for this tree's package with main's modules.)
+  [ "$1" = base ] && { echo "$PYTHONPATH"; return; }
+  local path=$PWD/.variants/$1:$PYTHONPATH
+  if ! PYTHONPATH=$path python3 -P -c "import blockbpe_jax as b, sys; sys.exit('/.variants/$1/' not in (b.__file__ or ''))"; then
+    echo "variant $1: its package is not the one imported (files missing? an editable install's finder?)" >&2
+    return 1
+  fi
+  echo "$path"
+}
 t0=$(date +%s)
 # (USE_PREBUILT=0: build even when .prebuilt/ matches)
 if [ "${USE_PREBUILT:-1}" = 1 ] && prebuilt > "$OUT/build.log" 2>&1; then
@@ -193,7 +205,7 @@ PY
       # benchmarks/piece_time.py (PIECE_ARGS), then this tree ("base"); ROUNDS times in turn.
       for round in $(seq "${ROUNDS:-1}"); do
         for d in .variants/*/ base; do
-          name=$(basename "$d"); path=$PYTHONPATH; [ "$name" = base ] || path=$PWD/$d:$PYTHONPATH
+          name=$(basename "$d"); path=$(variant_path "$name") || continue
           mkdir -p "$OUT/variant_$name/$round"
           PYTHONPATH=$path timeout "${PIECE_TIMEOUT:-300}" python3 benchmarks/piece_time.py \
             --out "$OUT/variant_$name/$round" ${PIECE_ARGS:-} > "$OUT/variant_$name/$round/piece_time.log" 2>&1
@@ -207,7 +219,7 @@ PY
       M=gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
       for shape in ${VARIANT_NCU_SHAPES:-}; do
         for d in .variants/*/ base; do
-          name=$(basename "$d"); path=$PYTHONPATH; [ "$name" = base ] || path=$PWD/$d:$PYTHONPATH
+          name=$(basename "$d"); path=$(variant_path "$name") || continue
           f="$OUT/variant_$name/ncu_${shape/:/x}.txt"
           XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=$path timeout "${NCU_TIMEOUT:-120}" ncu \
             --kernel-name regex:piece_kernel --launch-skip 2 --launch-count 1 --metrics "$M" --section LaunchStats \
@@ -222,10 +234,7 @@ PY
       # working directory, this tree's package, before PYTHONPATH), its test files where it
       # carries them (.variants/NAME/tests_overlay/tests, over tests/ for the run, then restored).
       for name in ${SO_VARIANTS:-$(ls .variants)}; do
-        path=$PWD/.variants/$name:$PYTHONPATH
-        if ! PYTHONPATH=$path python3 -P -c "import blockbpe_jax as b, sys; print(b.__file__); sys.exit('/.variants/$name/' not in b.__file__)"; then
-          echo "pytest ($name): its package is not the one imported (an editable install's finder?)"; continue
-        fi
+        path=$(variant_path "$name") || continue
         overlay=.variants/$name/tests_overlay/tests
         [ -d "$overlay" ] && { rm -rf /tmp/tests_kept && cp -r tests /tmp/tests_kept && cp -r "$overlay/." tests/; }
         PYTHONPATH=$path timeout "${TEST_TIMEOUT:-3000}" python3 -P -m pytest -q -rf --tb=short -p no:cacheprovider $xdist \
