@@ -68,9 +68,9 @@ for row in r.get("time", []) + r.get("families", []):
 PY
 }
 variant_path() {  # PYTHONPATH with .variants/NAME's package first ("base": this tree's); fails loudly
-  # when another package is the one imported. (A warm machine kept a variant's native modules
-  # and not its Python files between calls: its folder was then a namespace directory, and
-  # Python passed over it for this tree's package with main's modules.)
+  # when another package is the one imported. (A warm machine may keep a variant's native
+  # modules and not its Python files between calls: its folder is then a namespace directory,
+  # which Python passes over for this tree's package and modules.)
   [ "$1" = base ] && { echo "$PYTHONPATH"; return; }
   local path=$PWD/.variants/$1:$PYTHONPATH
   if ! PYTHONPATH=$path python3 -P -c "import blockbpe_jax as b, sys; sys.exit('/.variants/$1/' not in (b.__file__ or ''))"; then
