@@ -82,9 +82,10 @@ FULL = os.environ.get("BLOCKBPE_FULL", "") not in ("", "0")
 
 
 @functools.cache
-def benchmark_module(name: str, module_name: str = ""):
-    """benchmarks/<name>.py as a module, in sys.modules as `module_name` or `name` (dataclasses look there)."""
-    spec = importlib.util.spec_from_file_location(module_name or name, REPO / "benchmarks" / f"{name}.py")
+def benchmark_module(name: str):
+    """benchmarks/<name>.py as a module, in sys.modules as `name` (dataclasses look there; the
+    benchmarks import each other by that name)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

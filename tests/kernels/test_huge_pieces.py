@@ -216,7 +216,7 @@ def test_second_round_stitches_what_the_first_cannot(monkeypatch, name):
     for bs in (256, 1024):
         assert_equals_tiktoken(name, rows, run(tok, rows, block_size=bs, **kw))
     # (benchmarks/span_stitch.py: the CPU model of ffi/core/span_stitch.h)
-    model = benchmark_module("span_stitch", "blockbpe_span_stitch")
+    model = benchmark_module("span_stitch")
     enc = model.piece_encoder(name)
 
     def first_round_fails(row: bytes) -> bool:

@@ -19,7 +19,7 @@ from blockbpe_jax import native, testing
 
 from helpers import benchmark_module, vocab_path
 
-span_stitch = benchmark_module("span_stitch", "blockbpe_span_stitch")
+span_stitch = benchmark_module("span_stitch")
 
 MARGIN = ALIGN = 256  # kStitchMargin, kStitchAlign
 TILE = native.cpu.tile_bytes  # kTileBytes as built (CMake BLOCKBPE_TILE_BYTES)

@@ -18,7 +18,7 @@ from blockbpe_jax import testing
 
 from helpers import benchmark_module, load_tokenizer
 
-quality = benchmark_module("quality", "blockbpe_quality")
+quality = benchmark_module("quality")
 
 N_GSM8K = 400
 
