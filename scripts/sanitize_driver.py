@@ -4,8 +4,9 @@ pre-tokenizer, an NFC tokenizer, a SentencePiece BPE model, Gemma 4's long runs 
 passes' walk), bad rows with check_lengths=False, Tokenizer.encode_batch's pinned staging
 (refills and a new shape), pieces longer than a tile in long rows (stitched spans, and merged
 whole through the test hook), long pieces of few rows in warp sub-spans, the piece kernel (rows
-left pending included, calls with specials), its SentencePiece BPE form, Lowercase in it. Exits
-non-zero if any result differs from the CPU handler's."""
+left pending included, calls with specials), its SentencePiece BPE form (Gemma 3's runs of
+specials among them), Lowercase in it. Exits non-zero if any result differs from the CPU
+handler's."""
 
 import os
 import sys
@@ -251,6 +252,28 @@ if sp_tok is not None and v1_tok is not None:
         [("v7", sp_tok), ("v1", v1_tok)],
         sp_rows * 3,
         ((512, "2"), (512, "16"), (1000, "4"), (4096, "16")),
+        extra_tokens=2,
+        allowed_special="none",
+    )
+# Gemma 3's always-matched runs (newlines, tabs, `▁` for spaces) in the piece kernel: one-byte
+# specials inside ASCII runs, runs across chunk edges and past 31 units, rows with a tag
+# (`<b>`), characters past ASCII between specials and ASCII bytes.
+g3_tok, g3_why = family_files.tokenizer("gemma3-gguf")
+print("Gemma 3 file:", g3_why or "found")
+if g3_tok is not None:
+    g3_rows = [t.encode() for t in texts[:16]] + [
+        b"a\n\nb\tc  d\n" * 40,
+        b"x" + b"\n" * 70 + b"y" + b" " * 45 + b"\t" * 33,
+        " \u2581 \u2581\u2581  z".encode() * 50,
+        b"<b>x</b>\n\n  y" * 30,
+        # (characters past ASCII among specials, runs and ASCII bytes)
+        "\u00e9\n\u00e0 b\u2581c \u201cd\u201d\n\n\tx\u00ff".encode() * 40,
+    ]
+    compare_in_piece_kernels(
+        "char piece kernel ",
+        [("gemma3", g3_tok)],
+        g3_rows * 2,
+        ((512, "2"), (1000, "4"), (4096, "16")),
         extra_tokens=2,
         allowed_special="none",
     )

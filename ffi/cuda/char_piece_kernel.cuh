@@ -290,8 +290,46 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
       if (lead >= 0) i = lead + utf8_decode(text, n, sp, lead, &cp);
     }
     walked = i;
-    // The symbol before the next one when it is the chunk's (kDeleted: not known here), and
-    // whether it is isolated.
+    const bool specials_here = kSpecials && block_may_start;  // (else sp is all zero)
+    // The text after a special starts a segment (HF's prefix before every segment: a row that
+    // needs one is left to encode_chars).
+    const auto segment_after_special = [&](int at) {
+      fm |= 1u << (at - base);
+      hard |= prefix_before(c, text, n, sp, at);
+    };
+    // A. The chunk's ASCII bytes that are no special's (most of prose), every lane on the same
+    // byte of its chunk: a byte's symbol and word-bound facts from the block's tables (the walk's
+    // own steps would give the same symbols and starts at several times the instructions), and
+    // the word start between two such bytes. A lane that walked its characters past ASCII
+    // between runs would leave the warp's other lanes to run their rest of the chunk without it,
+    // and come back to its own later: a warp would take two or three turns over its chunks.
+    uint32_t ascii_run = 0;  // bit j: byte base + j took its symbol here
+    {
+      int32_t before = kDeleted;  // the byte before's symbol when it took one here
+      uint8_t before_facts = 0;
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        const int at = base + j;
+        const uint8_t byte = j < valid ? text[at] : 0x80;
+        if (at >= walked && byte < 0x80 && !(specials_here && sp[at])) {
+          const int32_t symbol = s.ascii_symbols[byte];
+          const uint8_t facts = s.ascii_facts[byte];
+          sym[at] = symbol;
+          ascii_run |= 1u << j;
+          if (specials_here && at > 0 && sp[at - 1]) {
+            segment_after_special(at);
+          } else if (before != kDeleted && word_starts_between_facts(before, before_facts, symbol, facts)) {
+            fm |= 1u << j;
+          }
+          before = symbol, before_facts = facts;
+        } else {
+          before = kDeleted;
+        }
+      }
+    }
+    // B. The other bytes from the walk's first one (characters past ASCII, specials' bytes), in
+    // order, a step a character: each lane's next one in the same turn. The symbol before the
+    // next one when it is the chunk's (kDeleted: not known here), and whether it is isolated.
     int32_t before = kDeleted;
     bool before_isolated = false;
     const auto step_to = [&](int at, int32_t symbol, bool isolated) {
@@ -299,37 +337,13 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
         fm |= 1u << (at - base);
       before = symbol, before_isolated = isolated;
     };
-    // Runs of ASCII bytes that are no special's (most of prose) take a byte's symbol and
-    // word-bound facts from the block's tables (the walk's own steps would give the same
-    // symbols and starts at several times the instructions); the walk steps over the bytes
-    // between runs. A byte right after a special starts a segment (as in the walk below): a
-    // run takes it too, so that a special (Gemma's newline) costs its lane one walk step, not two.
-    // The text after a special starts a segment (HF's prefix before every segment: a row that
-    // needs one is left to encode_chars).
-    const auto segment_after_special = [&](int at) {
-      fm |= 1u << (at - base);
-      hard |= prefix_before(c, text, n, sp, at);
-    };
-    uint8_t before_facts = 0;  // (in a run: the facts of `before`)
-    while (i < base + valid) {
-      if (text[i] < 0x80 && !(kSpecials && block_may_start && sp[i])) {
-        before_facts = before == kDeleted ? 0 : symbol_facts(c, before, before_isolated);
-        bool after_special = kSpecials && block_may_start && i > 0 && sp[i - 1];  // (only a run's first byte)
-        for (; i < base + valid; ++i) {
-          const uint8_t byte = text[i];
-          if (byte >= 0x80 || (kSpecials && block_may_start && sp[i])) break;
-          const int32_t symbol = s.ascii_symbols[byte];
-          const uint8_t facts = s.ascii_facts[byte];
-          sym[i] = symbol;
-          if (after_special) {
-            segment_after_special(i);
-            after_special = false;
-          } else if (before != kDeleted && word_starts_between_facts(before, before_facts, symbol, facts)) {
-            fm |= 1u << (i - base);
-          }
-          before = symbol, before_isolated = (facts & kFactIsolated) != 0, before_facts = facts;
-        }
-        continue;
+    const int skipped = min(walked - base, kChunk);
+    uint32_t rest = ~ascii_run & ((1u << valid) - 1) & ~((1u << skipped) - 1);  // (valid, skipped <= 16)
+    while (rest) {
+      i = base + __ffs(rest) - 1;
+      if (i > base && ((ascii_run >> (i - 1 - base)) & 1)) {  // after an ASCII byte of A
+        before = sym[i - 1];
+        before_isolated = (s.ascii_facts[text[i - 1]] & kFactIsolated) != 0;
       }
       if (kSpecials && sp[i]) {  // an accepted special: its id at its first byte, a word
         if (sp[i] == 2) {  // (its match's entry still in the symbols' room: no thread wrote byte i yet)
@@ -341,27 +355,35 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
           sym[i] = kDeleted;
         }
         ++i;
-        continue;
-      }
-      if (kSpecials && i > 0 && sp[i - 1]) segment_after_special(i);
-      int count;
-      const int step = char_symbols_at(v, c, text, n, sp, i, sym + i, &count);
-      const int32_t first_symbol = sym[i];
-      if (count == 1) {
-        for (int j = 1; j < step; ++j) sym[i + j] = kDeleted;
-        // (under the whole-word gate every piece spells its character and `▁` a space, the
-        // loaders' one character that shares its piece: only U+2581 and U+FFFD for an invalid
-        // byte differ from their text)
-        if (step > 1 ? first_symbol == space_piece : (text[i] >= 0x80 && first_symbol == c.replacement_id))
-          dirty |= 1u << (i - base);
-        step_to(i, first_symbol, isolated_at(i));
       } else {
-        for (int j = 0; j < count; ++j) {
-          hard |= sym[i + j] == c.word_start_id;  // (a byte piece never is `▁`)
-          step_to(i + j, sym[i + j], false);
+        if (kSpecials && i > 0 && sp[i - 1]) segment_after_special(i);
+        int count;
+        const int step = char_symbols_at(v, c, text, n, sp, i, sym + i, &count);
+        const int32_t first_symbol = sym[i];
+        if (count == 1) {
+          for (int j = 1; j < step; ++j) sym[i + j] = kDeleted;
+          // (under the whole-word gate every piece spells its character and `▁` a space, the
+          // loaders' one character that shares its piece: only U+2581 and U+FFFD for an invalid
+          // byte differ from their text)
+          if (step > 1 ? first_symbol == space_piece : (text[i] >= 0x80 && first_symbol == c.replacement_id))
+            dirty |= 1u << (i - base);
+          step_to(i, first_symbol, isolated_at(i));
+        } else {
+          for (int j = 0; j < count; ++j) {
+            hard |= sym[i + j] == c.word_start_id;  // (a byte piece never is `▁`)
+            step_to(i + j, sym[i + j], false);
+          }
+        }
+        i += step;
+        // The ASCII byte of A right after this character: its word start, which A could not see.
+        if (i - base < valid && ((ascii_run >> (i - base)) & 1) && before != kDeleted) {
+          const uint8_t byte = text[i];
+          if (word_starts_between_facts(before, symbol_facts(c, before, before_isolated), s.ascii_symbols[byte],
+                                        s.ascii_facts[byte]))
+            fm |= 1u << (i - base);
         }
       }
-      i += step;
+      rest &= i - base < 32 ? ~0u << (i - base) : 0u;
     }
   }
   s.dirty[t] = dirty;
