@@ -74,7 +74,9 @@ struct CharPieceSmem {
   __align__(16) uint8_t text[kPieceThreads * kChunk];
   uint8_t text_tail[16];          // read, never used, by short_key_at near text's end
   uint32_t masks[kPieceThreads];  // every chunk's word starts
-  uint32_t dirty[kPieceThreads];  // a character whose symbol's token bytes are not its text starts here
+  // Each chunk's byte marks (ByteMarks): a character whose symbol's token bytes are not its text
+  // starts here (bits 0-15); the byte's symbol slot may hold kDeleted (bits 16-31).
+  uint32_t byte_marks[kPieceThreads];
   uint8_t hard[kPieceThreads];    // a word of the row is left to encode_chars_kernel
   uint8_t prefixed[kPieceThreads];  // the row's dummy prefix: 0, kPrefixInWord or kPrefixAlone
   uint32_t isolated_ascii[4];       // the ASCII bytes whose pieces are isolated (is_isolated)
@@ -105,18 +107,28 @@ struct CharPieceSmem {
   typename cub::BlockScan<int, kPieceThreads>::TempStorage scan;
 };
 
-// Whether a character whose symbols' token bytes differ from its text starts in block
-// positions [from, to) (the dirty masks: bit i of chunk c is block position c * kChunk + i).
-template <int kChunk>
-__device__ __forceinline__ bool any_dirty(const uint32_t* dirty, int from, int to) {
-  for (int c = from / kChunk; c * kChunk < to; ++c) {
-    uint32_t m = dirty[c];
-    const int lo = from - c * kChunk, hi = to - c * kChunk;  // bits [lo, hi) of this chunk
-    if (lo > 0) m &= ~0u << lo;
-    if (hi < kChunk) m &= (1u << hi) - 1;
-    if (m) return true;
+// A chunk's byte marks (CharPieceSmem::byte_marks): bit i and bit 16 + i of chunk c are block
+// position c * kChunk + i (kChunk <= 16).
+struct ByteMarks {
+  static constexpr uint32_t kDirty = 0xFFFFu;  // a character whose symbol's token bytes are not its text starts here
+  static constexpr uint32_t kMayBeDeleted = 0xFFFF0000u;  // the byte's symbol slot may hold kDeleted
+  __device__ __forceinline__ static uint32_t of(uint32_t dirty, uint32_t may_be_deleted) {
+    return (dirty & 0xFFFFu) | may_be_deleted << 16;
   }
-  return false;
+};
+
+// The byte marks of block positions [from, to), both halves ORed over the chunks they span.
+template <int kChunk>
+__device__ __forceinline__ uint32_t marks_between(const uint32_t* byte_marks, int from, int to) {
+  uint32_t any = 0;
+  for (int c = from / kChunk; c * kChunk < to; ++c) {
+    const int lo = from - c * kChunk, hi = to - c * kChunk;  // bits [lo, hi) of this chunk
+    uint32_t bits = 0xFFFFu;
+    if (lo > 0) bits &= ~0u << lo;
+    if (hi < kChunk) bits &= (1u << hi) - 1;
+    any |= byte_marks[c] & (bits | bits << 16);
+  }
+  return any;
 }
 
 constexpr uint32_t kNotKept = 0xFFFFFFFF;
@@ -136,8 +148,9 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
   const int slot = at + row + 1;
   const int with_prefix = at == row * row_stride && s.prefixed[row] == kPrefixInWord;
   const int first = slot - with_prefix;
+  const uint32_t marks = marks_between<kChunk>(s.byte_marks, at, at + len);
   // (plain: its symbols are its text's characters, so its text is a key of the misses' cache)
-  const bool plain = !with_prefix && !any_dirty<kChunk>(s.dirty, at, at + len);
+  const bool plain = !with_prefix && !(marks & ByteMarks::kDirty);
   const bool clean = plain && len <= v.max_piece_len;
   const bool keyed = plain && len <= kMissLongKeyLen && v.miss_cache;
   // (a clean word of one byte is its symbol: no key is one byte; a key read by words, as the
@@ -148,11 +161,15 @@ __device__ __forceinline__ void encode_word(const VocabView& v, const CharView& 
     // The symbols packed from the first slot (a pieced character's other bytes hold kDeleted);
     // forward, so in place. (A clean word of one symbol is its symbol either way: the table's
     // keys of one character are its 2-4-byte pieces, what char_at looks up, and no key is one
-    // byte.)
-    int m = with_prefix;
-    for (int j = slot; j < slot + len && m <= kShortPieceLen; ++j) {
-      const int32_t x = s.tok[j];
-      if (x != kDeleted) s.tok[first + m++] = x;
+    // byte.) Without a prefix or a byte that may hold kDeleted (a word of ASCII bytes) they are
+    // packed already: a symbol a byte.
+    int m = len;
+    if (with_prefix || (marks & ByteMarks::kMayBeDeleted)) {
+      m = with_prefix;
+      for (int j = slot; j < slot + len && m <= kShortPieceLen; ++j) {
+        const int32_t x = s.tok[j];
+        if (x != kDeleted) s.tok[first + m++] = x;
+      }
     }
     if (m > kShortPieceLen) {
       s.hard[row] = 1;
@@ -272,6 +289,9 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     return byte < 0x80 && !(kSpecials && sp[i]) && ((s.isolated_ascii[byte >> 5] >> (byte & 31)) & 1);
   };
   uint32_t dirty = 0;  // chunk bits: U+2581 or U+FFFD for an invalid byte
+  // Chunk bits: bytes whose symbol slot may hold kDeleted (a special's other bytes, a pieced
+  // character's; before the walk's first byte, an earlier chunk's character's, whatever its symbols).
+  uint32_t may_be_deleted = 0;
   uint32_t fm = row_start_bit(k, n);  // the chunk's word starts
   bool hard = false;
   if (in_row && k == 0) {
@@ -290,6 +310,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
       if (lead >= 0) i = lead + utf8_decode(text, n, sp, lead, &cp);
     }
     walked = i;
+    may_be_deleted = (1u << min(walked - base, kChunk)) - 1;
     const bool specials_here = kSpecials && block_may_start;  // (else sp is all zero)
     // The text after a special starts a segment (HF's prefix before every segment: a row that
     // needs one is left to encode_chars).
@@ -353,6 +374,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
           before = sym[i], before_isolated = false;  // (what follows starts a segment)
         } else {
           sym[i] = kDeleted;
+          may_be_deleted |= 1u << (i - base);
         }
         ++i;
       } else {
@@ -362,6 +384,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
         const int32_t first_symbol = sym[i];
         if (count == 1) {
           for (int j = 1; j < step; ++j) sym[i + j] = kDeleted;
+          may_be_deleted |= ((1u << step) - 2) << (i - base);  // (bits past the chunk: dropped below)
           // (under the whole-word gate every piece spells its character and `▁` a space, the
           // loaders' one character that shares its piece: only U+2581 and U+FFFD for an invalid
           // byte differ from their text)
@@ -386,7 +409,7 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
       rest &= i - base < 32 ? ~0u << (i - base) : 0u;
     }
   }
-  s.dirty[t] = dirty;
+  s.byte_marks[t] = ByteMarks::of(dirty, may_be_deleted & ((1u << kChunk) - 1));
   __syncthreads();
 
   // 2. Whether the chunk's symbols before the walk's first byte and at it start a word, their
