@@ -1,0 +1,140 @@
+"""A kernel's machine code (SASS) counted by source line, without a GPU: what a change to a
+device function does to the instructions of the lines it touches, before a device call.
+
+    python3 scripts/sass_lines.py [--tree DIR] [--kernel REGEX] [--range FILE:FROM-TO ...]
+        [--opcodes N] [OTHER_TREE]
+
+Compiles DIR's ffi/cuda/encode_cuda.cu (default: this checkout) for sm_90 with line info,
+disassembles it with nvdisasm and counts the instructions of the first kernel whose mangled
+name matches REGEX (default: char_piece_kernel<16, true>, Gemma 3's), in total and on each
+--range (a file's base name and its lines, e.g. char_piece_kernel.cuh:321-350; several add
+up), by opcode. With OTHER_TREE, the same for that tree beside it (its own --range values
+follow a `--` separator where its lines moved: `--range A:1-9 -- --range A:3-11`).
+
+nvdisasm is not part of the CUDA toolkit these machines have: the wheel nvidia-cuda-nvdisasm
+holds it (`pip download --no-deps nvidia-cuda-nvdisasm`, unzip, nvidia/cu13/bin/nvdisasm);
+the NVDISASM variable or PATH finds it. These are static counts (each instruction once, a loop
+body once): they say what a straight-line stretch costs a thread, not what a loop does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
+INSTRUCTION = re.compile(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+SECTION = re.compile(r"^\s*\.section\s+\.text\.(\S+?),")
+
+
+def parse_range(text: str) -> tuple[str, int, int]:
+    """'file.cuh:10-20' -> ('file.cuh', 10, 20)."""
+    m = re.fullmatch(r"([^:]+):(\d+)-(\d+)", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"a range is FILE:FROM-TO, not {text!r}")
+    return m.group(1), int(m.group(2)), int(m.group(3))
+
+
+def count(
+    disassembly: str, kernel: str, ranges: list[tuple[str, int, int]]
+) -> tuple[str, int, collections.Counter]:
+    """(the kernel's name, its instructions, the ranges' instructions by opcode) from nvdisasm
+    -g -c output: the first .text section whose name matches `kernel`."""
+    name, total, opcodes = None, 0, collections.Counter()
+    where = (None, 0)
+    for line in disassembly.splitlines():
+        m = SECTION.match(line)
+        if m:
+            if name is not None:
+                break  # (the kernel's section ended)
+            if re.search(kernel, m.group(1)):
+                name = m.group(1)
+            continue
+        if name is None:
+            continue
+        m = LINE.search(line)
+        if m:
+            where = (pathlib.Path(m.group(1)).name, int(m.group(2)))
+            continue
+        m = INSTRUCTION.match(line)
+        if m:
+            total += 1
+            if any(where[0] == f and lo <= where[1] <= hi for f, lo, hi in ranges):
+                opcodes[m.group(1)] += 1
+    if name is None:
+        raise SystemExit(f"no kernel matches {kernel!r}")
+    return name, total, opcodes
+
+
+def disassemble(tree: pathlib.Path, nvdisasm: str) -> str:
+    """The tree's encode_cuda.cu, compiled with line info and disassembled."""
+    ffi_include = subprocess.run(
+        [sys.executable, "-c", "import jax.ffi; print(jax.ffi.include_dir())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = pathlib.Path(tmp) / "encode.cubin"
+        subprocess.run(
+            [
+                "nvcc",
+                "-arch=sm_90",
+                "-std=c++17",
+                "--expt-relaxed-constexpr",
+                "-lineinfo",
+                "-cubin",
+                str(tree / "ffi/cuda/encode_cuda.cu"),
+                "-I",
+                str(tree / "ffi"),
+                "-I",
+                ffi_include,
+                "-o",
+                str(cubin),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return subprocess.run(
+            [nvdisasm, "-g", "-c", str(cubin)], check=True, capture_output=True, text=True
+        ).stdout
+
+
+def report(label: str, name: str, total: int, opcodes: collections.Counter, top: int) -> None:
+    print(f"{label}: {name}")
+    print(
+        f"  {total} instructions; in the ranges {sum(opcodes.values())}: "
+        + ", ".join(f"{op} {n}" for op, n in opcodes.most_common(top))
+    )
+
+
+def main(argv: list[str]) -> None:
+    parts = argv[argv.index("--") + 1 :] if "--" in argv else None
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", type=pathlib.Path, default=REPO)
+    ap.add_argument("--kernel", default=r"char_piece_kernelILi16ELb1E")
+    ap.add_argument("--range", dest="ranges", type=parse_range, action="append", default=[])
+    ap.add_argument("--opcodes", type=int, default=10, help="the most frequent opcodes to print")
+    ap.add_argument("other", nargs="?", type=pathlib.Path)
+    args = ap.parse_args(argv[: argv.index("--")] if parts is not None else argv)
+    other_ranges = ap.parse_args(parts).ranges if parts is not None else args.ranges
+    nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
+    if not nvdisasm:
+        raise SystemExit("nvdisasm not found: set NVDISASM (the wheel nvidia-cuda-nvdisasm holds it)")
+    for label, tree, ranges in [("tree", args.tree, args.ranges)] + (
+        [("other", args.other, other_ranges)] if args.other else []
+    ):
+        report(f"{label} {tree}", *count(disassemble(tree, nvdisasm), args.kernel, ranges), args.opcodes)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
