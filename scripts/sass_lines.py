@@ -31,7 +31,7 @@ import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
-INSTRUCTION = re.compile(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+INSTRUCTION = re.compile(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]*)?")
 SECTION = re.compile(r"^\s*\.section\s+\.text\.(\S+?),")
 
 
@@ -47,7 +47,9 @@ def count(
     disassembly: str, kernel: str, ranges: list[tuple[str, int, int]]
 ) -> tuple[str, int, collections.Counter]:
     """(the kernel's name, its instructions, the ranges' instructions by opcode) from nvdisasm
-    -g -c output: the first .text section whose name matches `kernel`."""
+    -g -c output: the first .text section whose name matches `kernel`. Under the key "generic":
+    the kernel's generic loads and stores (LD, ST) but atomics' strong ones, wherever they are:
+    a shared-memory access through a pointer made from an integer becomes one."""
     name, total, opcodes = None, 0, collections.Counter()
     where = (None, 0)
     for line in disassembly.splitlines():
@@ -67,6 +69,8 @@ def count(
         m = INSTRUCTION.match(line)
         if m:
             total += 1
+            if m.group(1) in ("LD", "ST") and ".STRONG" not in (m.group(2) or ""):
+                opcodes["generic"] += 1
             if any(where[0] == f and lo <= where[1] <= hi for f, lo, hi in ranges):
                 opcodes[m.group(1)] += 1
     if name is None:
@@ -111,8 +115,9 @@ def disassemble(tree: pathlib.Path, nvdisasm: str) -> str:
 
 def report(label: str, name: str, total: int, opcodes: collections.Counter, top: int) -> None:
     print(f"{label}: {name}")
+    generic = opcodes.pop("generic", 0)
     print(
-        f"  {total} instructions; in the ranges {sum(opcodes.values())}: "
+        f"  {total} instructions, {generic} generic loads or stores; in the ranges {sum(opcodes.values())}: "
         + ", ".join(f"{op} {n}" for op, n in opcodes.most_common(top))
     )
 
