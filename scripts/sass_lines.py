@@ -1,15 +1,17 @@
 """A kernel's machine code (SASS) counted by source line, without a GPU: what a change to a
 device function does to the instructions of the lines it touches, before a device call.
 
-    python3 scripts/sass_lines.py [--tree DIR] [--kernel REGEX] [--range FILE:FROM-TO ...]
-        [--opcodes N] [OTHER_TREE]
+    python3 scripts/sass_lines.py [--kernel REGEX] [--range FILE:FROM-TO ...] [--opcodes N]
+        [TREE [OTHER]]
 
-Compiles DIR's ffi/cuda/encode_cuda.cu (default: this checkout) for sm_90 with line info,
-disassembles it with nvdisasm and counts the instructions of the first kernel whose mangled
-name matches REGEX (default: char_piece_kernel<16, true>, Gemma 3's), in total and on each
---range (a file's base name and its lines, e.g. char_piece_kernel.cuh:321-350; several add
-up), by opcode. With OTHER_TREE, the same for that tree beside it (its own --range values
-follow a `--` separator where its lines moved: `--range A:1-9 -- --range A:3-11`).
+Compiles TREE's ffi/cuda/encode_cuda.cu as scripts/compare_codegen.py does (CMakeLists.txt's
+flags, line info among them; TREE and OTHER a git revision, a directory holding an ffi/, or
+"work", the default TREE), disassembles it with nvdisasm and counts the instructions of the
+first kernel whose mangled name matches REGEX (default: char_piece_kernel<16, true>, Gemma
+3's), in total, its generic loads and stores, and on each --range (a file's base name and its
+lines, e.g. char_piece_kernel.cuh:321-350; several add up), by opcode. With OTHER, the same for
+it beside (its own --range values follow a `--` separator where its lines moved: `--range
+A:1-9 -- --range A:3-11`).
 
 nvdisasm is not part of the CUDA toolkit these machines have: the wheel nvidia-cuda-nvdisasm
 holds it (`pip download --no-deps nvidia-cuda-nvdisasm`, unzip, nvidia/cu13/bin/nvdisasm);
@@ -29,7 +31,10 @@ import subprocess
 import sys
 import tempfile
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from compare_codegen import CUDA_FLAGS, export, include_flags  # noqa: E402
+
 LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 INSTRUCTION = re.compile(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]*)?")
 SECTION = re.compile(r"^\s*\.section\s+\.text\.(\S+?),")
@@ -78,35 +83,24 @@ def count(
     return name, total, opcodes
 
 
-def disassemble(tree: pathlib.Path, nvdisasm: str) -> str:
-    """The tree's encode_cuda.cu, compiled with line info and disassembled."""
-    ffi_include = subprocess.run(
-        [sys.executable, "-c", "import jax.ffi; print(jax.ffi.include_dir())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+def disassemble(tree: str, nvdisasm: str) -> str:
+    """The tree's encode_cuda.cu (compare_codegen's export and flags), disassembled."""
     with tempfile.TemporaryDirectory() as tmp:
+        ffi = export(tree, pathlib.Path(tmp))
         cubin = pathlib.Path(tmp) / "encode.cubin"
         subprocess.run(
             [
                 "nvcc",
-                "-arch=sm_90",
-                "-std=c++17",
-                "--expt-relaxed-constexpr",
-                "-lineinfo",
+                *CUDA_FLAGS,
+                "-I" + str(ffi),
+                *include_flags(),
                 "-cubin",
-                str(tree / "ffi/cuda/encode_cuda.cu"),
-                "-I",
-                str(tree / "ffi"),
-                "-I",
-                ffi_include,
+                str(ffi / "cuda/encode_cuda.cu"),
                 "-o",
                 str(cubin),
             ],
             check=True,
             capture_output=True,
-            text=True,
         )
         return subprocess.run(
             [nvdisasm, "-g", "-c", str(cubin)], check=True, capture_output=True, text=True
@@ -125,11 +119,11 @@ def report(label: str, name: str, total: int, opcodes: collections.Counter, top:
 def main(argv: list[str]) -> None:
     parts = argv[argv.index("--") + 1 :] if "--" in argv else None
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tree", type=pathlib.Path, default=REPO)
     ap.add_argument("--kernel", default=r"char_piece_kernelILi16ELb1E")
     ap.add_argument("--range", dest="ranges", type=parse_range, action="append", default=[])
     ap.add_argument("--opcodes", type=int, default=10, help="the most frequent opcodes to print")
-    ap.add_argument("other", nargs="?", type=pathlib.Path)
+    ap.add_argument("tree", nargs="?", default="work")
+    ap.add_argument("other", nargs="?")
     args = ap.parse_args(argv[: argv.index("--")] if parts is not None else argv)
     other_ranges = ap.parse_args(parts).ranges if parts is not None else args.ranges
     nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
