@@ -133,6 +133,33 @@ __device__ __forceinline__ uint32_t marks_between(const uint32_t* byte_marks, in
 
 constexpr uint32_t kNotKept = 0xFFFFFFFF;
 
+// Which of a row's bytes [base - 1, base + kChunk) hold a special's mark (sp, by byte: the
+// counts' room, 4-byte aligned), as bits from bit 0; bit 0 (the byte before the chunk) is 0 at the
+// row's first byte, whose slot before is the dummy prefix's. Read as aligned words, each
+// realigned by a funnel shift, so the loads are independent of each other; marks past the
+// string's bytes are whatever their slots hold (the caller tests only a string's bytes).
+template <int kChunk>
+__device__ __forceinline__ uint32_t special_byte_bits(const uint8_t* sp, int base) {
+  const uint8_t* first = sp + base - 1;
+  const int misaligned = (int)(reinterpret_cast<uintptr_t>(first) & 3);
+  // (from the pointer, not from an integer: the compiler keeps its shared-memory loads)
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(first - misaligned);
+  const uint32_t shift = 8 * (uint32_t)misaligned;
+  constexpr int kNibbles = (kChunk + 1 + 3) / 4;  // (4 bytes a nibble of bits; the last past the chunk's)
+  uint32_t w[kNibbles + 1];
+#pragma unroll
+  for (int q = 0; q <= kNibbles; ++q) w[q] = words[q];
+  uint32_t bits = 0;
+#pragma unroll
+  for (int q = 0; q < kNibbles; ++q) {
+    // (a byte's low bit of __vcmpne4, at bits 0, 8, 16, 24, moved to bits 28-31 by one multiply:
+    // the product's other terms fall below bit 28 at distinct bits, so nothing carries)
+    const uint32_t nonzero = __vcmpne4(__funnelshift_r(w[q], w[q + 1], shift), 0) & 0x01010101u;
+    bits |= ((nonzero * 0x10204080u) >> 28) << (4 * q);
+  }
+  return base > 0 ? bits : bits & ~1u;
+}
+
 // A row's dummy prefix (CharPieceSmem::prefixed): none, the first symbol of the row's first word,
 // or a word of its own (the first symbol starts one: its token is placed with the first word's,
 // as one run from the prefix's slot).
@@ -324,20 +351,26 @@ __global__ void __launch_bounds__(kPieceThreads, 4) char_piece_kernel(const __gr
     // the word start between two such bytes. A lane that walked its characters past ASCII
     // between runs would leave the warp's other lanes to run their rest of the chunk without it,
     // and come back to its own later: a warp would take two or three turns over its chunks.
+    // The chunk's bytes and marks are read into registers first: read in the loop, after its
+    // stores to the symbols (which the compiler must assume may alias bytes), each byte's reads
+    // would wait for the byte before's.
     uint32_t ascii_run = 0;  // bit j: byte base + j took its symbol here
     {
+      const ChunkBytes<kChunk> bytes(text + base);
+      // bit j + 1: byte base + j is a special's; bit 0: the byte before the chunk
+      const uint32_t special_bytes = specials_here ? special_byte_bits<kChunk>(sp, base) : 0;
       int32_t before = kDeleted;  // the byte before's symbol when it took one here
       uint8_t before_facts = 0;
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
         const int at = base + j;
-        const uint8_t byte = j < valid ? text[at] : 0x80;
-        if (at >= walked && byte < 0x80 && !(specials_here && sp[at])) {
+        const uint8_t byte = j < valid ? bytes[j] : 0x80;
+        if (at >= walked && byte < 0x80 && !((special_bytes >> (j + 1)) & 1)) {
           const int32_t symbol = s.ascii_symbols[byte];
           const uint8_t facts = s.ascii_facts[byte];
           sym[at] = symbol;
           ascii_run |= 1u << j;
-          if (specials_here && at > 0 && sp[at - 1]) {
+          if ((special_bytes >> j) & 1) {
             segment_after_special(at);
           } else if (before != kDeleted && word_starts_between_facts(before, before_facts, symbol, facts)) {
             fm |= 1u << j;

@@ -111,10 +111,12 @@ struct PieceSmem {
 // the row's L bytes and both ends are aligned (the bytes past the string's length are read but
 // never classified: byte_class reads only below n).
 template <int kChunk>
+using ChunkWord = std::conditional_t<kChunk == 16, uint4,
+                                     std::conditional_t<kChunk == 8, uint2, std::conditional_t<kChunk == 4, uint32_t, uint16_t>>>;
+template <int kChunk>
 __device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int valid, bool whole) {
   static_assert(kChunk == 2 || kChunk == 4 || kChunk == 8 || kChunk == 16, "one vector load a chunk");
-  using Word = std::conditional_t<kChunk == 16, uint4,
-                                  std::conditional_t<kChunk == 8, uint2, std::conditional_t<kChunk == 4, uint32_t, uint16_t>>>;
+  using Word = ChunkWord<kChunk>;
   if (whole && (reinterpret_cast<uintptr_t>(src) % kChunk) == 0) {
     *reinterpret_cast<Word*>(dst) = __ldg(reinterpret_cast<const Word*>(src));
     return;
@@ -123,6 +125,20 @@ __device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int
   for (int i = 0; i < kChunk; ++i)
     if (i < valid) dst[i] = src[i];
 }
+
+// A chunk's bytes in shared memory (load_chunk's dst, aligned to kChunk) as registers, by one
+// vector load; bytes past the string's are whatever the chunk's room held.
+template <int kChunk>
+struct ChunkBytes {
+  uint32_t w[(kChunk + 3) / 4];
+  __device__ __forceinline__ explicit ChunkBytes(const uint8_t* chunk) {
+    const ChunkWord<kChunk> v = *reinterpret_cast<const ChunkWord<kChunk>*>(chunk);
+    if constexpr (kChunk == 16) w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    else if constexpr (kChunk == 8) w[0] = v.x, w[1] = v.y;
+    else w[0] = v;
+  }
+  __device__ __forceinline__ uint8_t operator[](int j) const { return (uint8_t)(w[j >> 2] >> (8 * (j & 3))); }
+};
 
 // One piece at block position at, m bytes long (the row at block position row_at): a one-byte
 // piece or a token -> tok[at], count[at] = 1; a miss -> its tokens from the misses' cache, else
