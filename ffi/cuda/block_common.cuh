@@ -57,6 +57,20 @@ struct MergeCarryOp {
   }
 };
 
+// The N 4-byte words of bytes from byte shift / 8 of aligned word w[0] on, each joined from
+// w[q] and w[q + 1] by a funnel shift: N + 1 aligned loads, independent of each other, where
+// reading the bytes one at a time would take 4N loads. The caller derives w from its byte
+// pointer; a pointer derived from the byte pointer (p - its misalignment) keeps shared-memory
+// loads LDS, one cast from an integer makes them generic.
+template <int N>
+__device__ __forceinline__ void realigned_words(const uint32_t* w, uint32_t shift, uint32_t (&out)[N]) {
+  uint32_t aligned[N + 1];
+#pragma unroll
+  for (int q = 0; q <= N; ++q) aligned[q] = w[q];
+#pragma unroll
+  for (int q = 0; q < N; ++q) out[q] = __funnelshift_r(aligned[q], aligned[q + 1], shift);
+}
+
 // Exact mode: pieces up to kLanePieceLen bytes are merged lane-parallel (a warp packs several
 // into its 32 lanes, merge_in_lanes); up to kShortPieceLen bytes by one warp each (two tokens a
 // lane, merge_in_warp); longer ones by the block passes.

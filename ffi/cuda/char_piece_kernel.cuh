@@ -135,8 +135,8 @@ constexpr uint32_t kNotKept = 0xFFFFFFFF;
 
 // Which of a row's bytes [base - 1, base + kChunk) hold a special's mark (sp, by byte: the
 // counts' room, 4-byte aligned), as bits from bit 0; bit 0 (the byte before the chunk) is 0 at the
-// row's first byte, whose slot before is the dummy prefix's. Read as aligned words, each
-// realigned by a funnel shift, so the loads are independent of each other; marks past the
+// row's first byte, whose slot before is the dummy prefix's. Read as aligned words
+// (realigned_words), so the loads are independent of each other; marks past the
 // string's bytes are whatever their slots hold (the caller tests only a string's bytes).
 template <int kChunk>
 __device__ __forceinline__ uint32_t special_byte_bits(const uint8_t* sp, int base) {
@@ -144,17 +144,15 @@ __device__ __forceinline__ uint32_t special_byte_bits(const uint8_t* sp, int bas
   const int misaligned = (int)(reinterpret_cast<uintptr_t>(first) & 3);
   // (from the pointer, not from an integer: the compiler keeps its shared-memory loads)
   const uint32_t* words = reinterpret_cast<const uint32_t*>(first - misaligned);
-  const uint32_t shift = 8 * (uint32_t)misaligned;
   constexpr int kNibbles = (kChunk + 1 + 3) / 4;  // (4 bytes a nibble of bits; the last past the chunk's)
-  uint32_t w[kNibbles + 1];
-#pragma unroll
-  for (int q = 0; q <= kNibbles; ++q) w[q] = words[q];
+  uint32_t w[kNibbles];
+  realigned_words<kNibbles>(words, 8 * (uint32_t)misaligned, w);
   uint32_t bits = 0;
 #pragma unroll
   for (int q = 0; q < kNibbles; ++q) {
     // (a byte's low bit of __vcmpne4, at bits 0, 8, 16, 24, moved to bits 28-31 by one multiply:
     // the product's other terms fall below bit 28 at distinct bits, so nothing carries)
-    const uint32_t nonzero = __vcmpne4(__funnelshift_r(w[q], w[q + 1], shift), 0) & 0x01010101u;
+    const uint32_t nonzero = __vcmpne4(w[q], 0) & 0x01010101u;
     bits |= ((nonzero * 0x10204080u) >> 28) << (4 * q);
   }
   return base > 0 ? bits : bits & ~1u;

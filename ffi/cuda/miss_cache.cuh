@@ -222,21 +222,24 @@ __device__ __forceinline__ int find_merged_miss(const VocabView& v, ShortKey key
 }
 
 // The n (<= kShortKeyLen) bytes at p as a short key (core/bpe_core.h), from five aligned
-// words of shared memory and four funnel shifts instead of a load per byte; the bytes past n
+// words of shared memory (realigned_words) instead of a load per byte; the bytes past n
 // masked off a word at a time (__funnelshift_lc clamps the shift at 32: a whole word kept).
 // The bytes up to 19 past p are read: past text's end, at most the 16 bytes of the piece
 // kernels' text_tail (PieceSmem, CharPieceSmem; p is inside text, whose size is a multiple of 16).
 // Both piece kernels read every key this way, of the piece table and of this cache.
 __device__ __forceinline__ ShortKey short_key_at(const uint8_t* p, int n) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  // (from an integer, so these loads are generic: the shared-memory form, realigned_words' other
+  // way, was no faster here; docs/performance.md)
   const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
   const uint32_t shift = (uint32_t)(a & 3) * 8;
-  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
+  uint32_t k[4];
+  realigned_words<4>(w, shift, k);
   const int bits = 8 * n;
-  const uint32_t k0 = __funnelshift_r(w0, w1, shift) & __funnelshift_lc(~0u, 0u, bits);
-  const uint32_t k1 = __funnelshift_r(w1, w2, shift) & __funnelshift_lc(~0u, 0u, max(bits - 32, 0));
-  const uint32_t k2 = __funnelshift_r(w2, w3, shift) & __funnelshift_lc(~0u, 0u, max(bits - 64, 0));
-  const uint32_t k3 = __funnelshift_r(w3, w4, shift) & __funnelshift_lc(~0u, 0u, max(bits - 96, 0));
+  const uint32_t k0 = k[0] & __funnelshift_lc(~0u, 0u, bits);
+  const uint32_t k1 = k[1] & __funnelshift_lc(~0u, 0u, max(bits - 32, 0));
+  const uint32_t k2 = k[2] & __funnelshift_lc(~0u, 0u, max(bits - 64, 0));
+  const uint32_t k3 = k[3] & __funnelshift_lc(~0u, 0u, max(bits - 96, 0));
   return ShortKey{(uint64_t)k1 << 32 | k0, (uint64_t)k3 << 32 | k2};
 }
 
