@@ -136,8 +136,8 @@ constexpr uint32_t kNotKept = 0xFFFFFFFF;
 // Which of a row's bytes [base - 1, base + kChunk) hold a special's mark (sp, by byte: the
 // counts' room, 4-byte aligned), as bits from bit 0; bit 0 (the byte before the chunk) is 0 at the
 // row's first byte, whose slot before is the dummy prefix's. Read as aligned words
-// (realigned_words), so the loads are independent of each other; marks past the
-// string's bytes are whatever their slots hold (the caller tests only a string's bytes).
+// (realigned_words), so the loads are independent of each other; marks past the string's
+// bytes are whatever their slots hold (the caller tests only a string's bytes).
 template <int kChunk>
 __device__ __forceinline__ uint32_t special_byte_bits(const uint8_t* sp, int base) {
   const uint8_t* first = sp + base - 1;

@@ -107,12 +107,14 @@ struct PieceSmem {
   typename cub::BlockScan<int, kPieceThreads>::TempStorage scan;
 };
 
-// A chunk's bytes from global to shared memory: one vector load when the chunk lies inside
-// the row's L bytes and both ends are aligned (the bytes past the string's length are read but
-// never classified: byte_class reads only below n).
+// A chunk of kChunk bytes as one vector.
 template <int kChunk>
 using ChunkWord = std::conditional_t<kChunk == 16, uint4,
                                      std::conditional_t<kChunk == 8, uint2, std::conditional_t<kChunk == 4, uint32_t, uint16_t>>>;
+
+// A chunk's bytes from global to shared memory: one vector load when the chunk lies inside
+// the row's L bytes and both ends are aligned (the bytes past the string's length are read but
+// never classified: byte_class reads only below n).
 template <int kChunk>
 __device__ __forceinline__ void load_chunk(const uint8_t* src, uint8_t* dst, int valid, bool whole) {
   static_assert(kChunk == 2 || kChunk == 4 || kChunk == 8 || kChunk == 16, "one vector load a chunk");
