@@ -43,6 +43,8 @@
 // special that starts the text, and a dummy prefix after a special (HF's Prepend normalizer: a
 // segment's prefix has no slot of its own here). A dummy prefix that is a word of its own
 // before the row's first word (kPrefixAlone) is placed by this kernel.
+// Why one file: the helpers above the kernel exist for its steps alone and read its shared memory's
+// layout (CharPieceSmem, the byte marks, the specials' marks by bit); apart, each would need the rest.
 // Part of the one CUDA translation unit, encode_cuda.cu (an unnamed namespace).
 #pragma once
 
