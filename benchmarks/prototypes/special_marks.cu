@@ -167,6 +167,10 @@ Input read_input(const char* path) {
     std::exit(2);
   }
   in.escaped = head[0], in.count = head[1], in.batch = head[3], in.max_len = head[4];
+  if (in.max_len % 16 != 0) {  // (the kernel stores a row's marks 16 bytes at a time)
+    std::fprintf(stderr, "special_marks: rows of %d bytes, not a multiple of 16\n", in.max_len);
+    std::exit(2);
+  }
   read_into(f, in.offsets, in.count + 1);
   read_into(f, in.ids, std::max(in.count, 1));
   read_into(f, in.data, head[2]);
