@@ -128,13 +128,15 @@ class Shim:
         out.may, out.by_run = out.may.astype(bool), out.by_run.astype(bool)
         return out
 
-    def special_accept(self, lens, reverse: bool = False) -> np.ndarray:
+    def special_accept(self, lens, reverse: bool = False, listed_parts: int = 0) -> np.ndarray:
         """is_special (2: a match's first byte, 1: its others) of the leftmost-first resolution
-        of matches of lengths `lens` (0: none): accept_special_matches, or (reverse) its clusters
-        walked from the last one back."""
+        of matches of lengths `lens` (0: none): accept_special_matches, (reverse) its clusters
+        walked from the last one back, or (listed_parts > 0) the matches listed in byte order and
+        resolved listed_parts at a time (accept_listed_specials)."""
         lens = np.ascontiguousarray(lens, np.int32)
         out = np.zeros(max(len(lens), 1), np.uint8)
-        self.lib.bbpe_special_accept(self._ptr(lens), len(lens), int(reverse), self._ptr(out))
+        order = listed_parts + 1 if listed_parts > 0 else int(reverse)
+        self.lib.bbpe_special_accept(self._ptr(lens), len(lens), order, self._ptr(out))
         return out[: len(lens)]
 
     @staticmethod

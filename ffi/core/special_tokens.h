@@ -303,6 +303,24 @@ BBPE_HD void accept_special_matches(const int32_t* lens, int n, uint8_t* is_spec
     if (lens[i] > 0 && !special_covered(lens, i, longest)) accept_special_cluster(lens, n, i, is_special);
 }
 
+// The same resolution over matches listed in byte order (a pass that lists the few it finds
+// rather than keep a length for every byte): m.first(e) and m.len(e) (> 0) are the e-th match's
+// first byte and the bytes of text it covers, for e in [0, count). A match counts unless it
+// starts before `reach`, the end of the last one counted; returns the new reach, so that a long
+// list can be resolved in parts, in order (0 before the first). Marks is_special as
+// accept_special_matches does.
+template <class Matches>
+BBPE_HD int accept_listed_specials(const Matches& m, int count, int reach, uint8_t* is_special) {
+  for (int e = 0; e < count; ++e) {
+    const int at = m.first(e), len = m.len(e);
+    if (at < reach) continue;
+    is_special[at] = 2;
+    for (int j = at + 1; j < at + len; ++j) is_special[j] = 1;
+    reach = at + len;
+  }
+  return reach;
+}
+
 // The specials of a whole text on the host (the CPU executor, cpu/encode_cpu.h, and the host's
 // normalizer, which leaves them as they are: cpu/nfc_batch.cc): match[i] the special matched at
 // i (-1: none), lens[i] the bytes of text it covers (0: none), and the accepted ones marked in

@@ -2,6 +2,7 @@
 // with ctypes): the pre-tokenizer operand that blockbpe_jax/pretok builds goes in as bytes.
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "core/bpe_core.h"
 #include "pretok/chunked.h"
@@ -143,12 +144,30 @@ void bbpe_special_starts(const int32_t* offsets, const uint8_t* data, int count,
 }
 
 // The leftmost-first resolution of matches of lengths lens[0..n) (0: none) into is_special
-// (zeroed first): accept_special_matches (order 0), or its clusters walked from the last one
-// back (order 1), as any order of the GPU's threads may walk them.
+// (zeroed first): accept_special_matches (order 0), its clusters walked from the last one
+// back (order 1), as any order of the GPU's threads may walk them, or the matches listed in
+// byte order and resolved in parts of order - 1 entries (order >= 2: accept_listed_specials).
 void bbpe_special_accept(const int32_t* lens, int n, int order, uint8_t* is_special) {
   for (int i = 0; i < n; ++i) is_special[i] = 0;
   if (order == 0) {
     bbpe::accept_special_matches(lens, n, is_special);
+    return;
+  }
+  if (order >= 2) {
+    struct Listed {  // the list's entries from `from` on
+      const int32_t* lens;
+      const std::vector<int>& at;
+      int from;
+      int first(int e) const { return at[from + e]; }
+      int len(int e) const { return lens[at[from + e]]; }
+    };
+    std::vector<int> at;
+    for (int i = 0; i < n; ++i)
+      if (lens[i] > 0) at.push_back(i);
+    int reach = 0;
+    for (int from = 0; from < (int)at.size(); from += order - 1)
+      reach = bbpe::accept_listed_specials(Listed{lens, at, from}, std::min(order - 1, (int)at.size() - from), reach,
+                                           is_special);
     return;
   }
   int longest = 0;

@@ -3,7 +3,8 @@ special_match_with (SpecialStarts' pair filter, and run_match_at for first bytes
 are all runs of one unit, as Gemma 3's newline, tab and `\u2581` runs) finds the special and the
 length that special_match_at finds, on hypothesis text rich in runs of every length; and the
 leftmost-first acceptance by clusters (accept_special_cluster, walked in any order as the GPU's
-threads walk them) equals the plain left-to-right walk. BLOCKBPE_FULL=1 runs more examples.
+threads walk them, or over matches listed in byte order) equals the plain left-to-right walk.
+BLOCKBPE_FULL=1 runs more examples.
 """
 
 from __future__ import annotations
@@ -106,8 +107,9 @@ def test_gemma_like_runs_are_counted_and_equal_the_scan(shim):
 @given(data=st.data(), n=st.integers(0, 300))
 def test_cluster_acceptance_equals_the_walk(shim, data, n):
     """Any matches (every position a match of 1..40 bytes or none, as long as it fits; runs of
-    nested matches, chains of overlaps): the clusters walked first to last and last to first
-    accept what the left-to-right walk accepts."""
+    nested matches, chains of overlaps): the clusters walked first to last and last to first,
+    and the matches listed in byte order and resolved a few at a time, accept what the
+    left-to-right walk accepts."""
     density = data.draw(st.sampled_from([0.05, 0.3, 0.9, 1.0]))
     lens = [
         data.draw(st.integers(1, min(40, n - i))) if data.draw(st.floats(0, 1)) < density else 0
@@ -116,6 +118,8 @@ def test_cluster_acceptance_equals_the_walk(shim, data, n):
     want = leftmost_first(lens)
     assert shim.special_accept(lens).tolist() == want, lens
     assert shim.special_accept(lens, reverse=True).tolist() == want, lens
+    part = data.draw(st.integers(1, max(1, n)))
+    assert shim.special_accept(lens, listed_parts=part).tolist() == want, (lens, part)
 
 
 def test_a_special_twice_leaves_its_slot_to_the_scan(shim):
