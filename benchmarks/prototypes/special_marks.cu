@@ -30,24 +30,30 @@ namespace {
 
 constexpr int kWarps = 4;          // rows a block
 constexpr int kMaxRow = 4096;      // the piece kernels' longest row
-constexpr int kMaxFound = 1024;    // matches a row keeps in order; past it, the row's lane 0 walks
 constexpr int kStripe = 32 * 16;   // bytes a warp reads a step: 16 a lane
+constexpr int kMaxFound = 1024;    // matches a row lists before they are resolved (>= a stripe's)
 
-// A match as the list keeps it: its first byte (12 bits) and the bytes of text it covers.
-__device__ __forceinline__ uint32_t found_entry(int at, int len) { return (uint32_t)at | (uint32_t)len << 12; }
+// The warp's list of matches, in byte order: each one's first byte (12 bits) and the bytes of
+// text it covers above them (accept_listed_specials reads them through first and len).
+struct FoundList {
+  const uint32_t* entries;
+  __device__ int first(int e) const { return (int)(entries[e] & 0xFFF); }
+  __device__ int len(int e) const { return (int)(entries[e] >> 12); }
+};
 
 // Every row's marks (initial_char_token's is_special: 2 at an accepted special's first byte, 1
 // at its other bytes, 0 elsewhere; marks past a row's length are 0 up to its 16-byte end), a
 // warp per row. Each lane reads 16 bytes a step and looks up their slots; only a byte with a
 // slot is matched (special_match_with, which reads the text where it lies: the bytes a match
 // reads past the lane's 16 come from L1). The warp lists its matches in byte order; lane 0
-// walks the list leftmost-first (a match counts unless an earlier counted one covers its first
-// byte), as accept_special_matches walks its clusters.
+// resolves the list leftmost-first (accept_listed_specials) when the next step's might not fit,
+// and at the row's end.
 __global__ void __launch_bounds__(32 * kWarps) special_marks_kernel(bbpe::SpecialView s, bool escaped,
                                                                    const uint8_t* data, const int32_t* lengths,
                                                                    int batch, int max_len, uint8_t* marks) {
   __shared__ __align__(16) uint8_t row_marks[kWarps][kMaxRow];
   __shared__ uint32_t found[kWarps][kMaxFound];
+  __shared__ uint16_t stripe_lens[kWarps][kStripe];  // a step's matches' lengths, by byte
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = (int64_t)blockIdx.x * kWarps + warp;
   if (row >= batch) return;  // (a whole warp: nothing below waits on another warp)
@@ -56,9 +62,11 @@ __global__ void __launch_bounds__(32 * kWarps) special_marks_kernel(bbpe::Specia
   const bbpe::SpecialStarts& t = *s.starts;
   uint8_t* mine = row_marks[warp];
   uint32_t* list = found[warp];
+  uint16_t* lens = stripe_lens[warp];
   const int padded = (n + 15) & ~15;
   for (int q = lane * 16; q < padded; q += kStripe) *reinterpret_cast<uint4*>(mine + q) = make_uint4(0, 0, 0, 0);
-  int count = 0;  // the row's matches so far (the same in every lane)
+  int count = 0;  // matches listed and not yet resolved (the same in every lane)
+  int reach = 0;  // lane 0: the end of the last match counted
   for (int base0 = 0; base0 < n; base0 += kStripe) {
     const int base = base0 + lane * 16;
     uint32_t slots = 0;
@@ -75,19 +83,15 @@ __global__ void __launch_bounds__(32 * kWarps) special_marks_kernel(bbpe::Specia
       for (int j = 0; j < 16; ++j) slots |= (uint32_t)(__ldg(t.slot + b[j]) != 0) << j;
       slots &= n - base >= 16 ? 0xFFFFu : (1u << (n - base)) - 1;
     }
-    uint32_t entries[4];  // (a lane rarely has more than one match in 16 bytes; more: walked below)
-    int here = 0;
-    bool more = false;
+    uint32_t matched = 0;  // bit j: a special matches at byte base + j (its length in lens)
     for (uint32_t rest = slots; rest; rest &= rest - 1) {
-      const int i = base + __ffs(rest) - 1;
+      const int j = __ffs(rest) - 1;
       int len = 0;
-      const int k = bbpe::special_match_with(t, s, text, n, i, escaped, len);
-      if (k >= 0 && len > 0) {
-        if (here < 4) entries[here++] = found_entry(i, len);
-        else more = true;
-      }
+      const int k = bbpe::special_match_with(t, s, text, n, base + j, escaped, len);
+      if (k >= 0 && len > 0) matched |= 1u << j, lens[lane * 16 + j] = (uint16_t)len;
     }
-    int before = here;  // the lanes before this one: their matches' count (an inclusive scan less mine)
+    const int here = __popc(matched);
+    int before = here;  // then less mine: the matches of the lanes before this one
 #pragma unroll
     for (int d = 1; d < 32; d *= 2) {
       const int v = __shfl_up_sync(~0u, before, d);
@@ -95,39 +99,21 @@ __global__ void __launch_bounds__(32 * kWarps) special_marks_kernel(bbpe::Specia
     }
     const int total = __shfl_sync(~0u, before, 31);
     before -= here;
-    const bool overflow = __any_sync(~0u, more) || count + total > kMaxFound;
-    if (overflow) {
-      count = kMaxFound + 1;  // (the list is given up: lane 0 walks the row)
-      break;
+    if (count + total > kMaxFound) {  // (the list so far resolved first: this step's always fits)
+      __syncwarp();
+      if (lane == 0) reach = bbpe::accept_listed_specials(FoundList{list}, count, reach, mine);
+      __syncwarp();
+      count = 0;
     }
-    for (int e = 0; e < here; ++e) list[count + before + e] = entries[e];
+    int e = count + before;
+    for (uint32_t rest = matched; rest; rest &= rest - 1) {
+      const int j = __ffs(rest) - 1;
+      list[e++] = (uint32_t)(base + j) | (uint32_t)lens[lane * 16 + j] << 12;
+    }
     count += total;
   }
   __syncwarp();
-  if (lane == 0) {
-    if (count <= kMaxFound) {
-      int reach = 0;  // the end of the last match counted
-      for (int e = 0; e < count; ++e) {
-        const int at = (int)(list[e] & 0xFFF), len = (int)(list[e] >> 12);
-        if (at < reach) continue;
-        mine[at] = 2;
-        for (int j = at + 1; j < at + len; ++j) mine[j] = 1;
-        reach = at + len;
-      }
-    } else {  // (rows of many matches: the rule itself, a byte at a time)
-      for (int at = 0; at < n;) {
-        int len = 0;
-        const int k = bbpe::special_match_with(t, s, text, n, at, escaped, len);
-        if (k >= 0 && len > 0) {
-          mine[at] = 2;
-          for (int j = at + 1; j < at + len; ++j) mine[j] = 1;
-          at += len;
-        } else {
-          ++at;
-        }
-      }
-    }
-  }
+  if (lane == 0) bbpe::accept_listed_specials(FoundList{list}, count, reach, mine);
   __syncwarp();
   uint8_t* out = marks + row * (int64_t)max_len;
   for (int q = lane * 16; q < padded; q += kStripe)

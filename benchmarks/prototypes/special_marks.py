@@ -7,8 +7,8 @@ specials and War and Peace excerpts: exact against the CPU executor's rule, and 
 Writes the batch and the family's specials (the set a call with `allowed_special` passes:
 tables/build.py's build_special_tables) to DIR/special_marks.bin, builds special_marks.cu with
 nvcc where its binary is older than the source (--dense: that many rows more, of specials, runs
-of spaces, newlines and tabs and short words: the rows whose matches overflow a lane's or the
-row's list), runs it and prints its JSON line (also
+of spaces, newlines and tabs and short words: rows whose matches outgrow the warp's list, which
+it then resolves in parts), runs it and prints its JSON line (also
 DIR/special_marks.json). Exit status 1 where a mark differs, 3 without a GPU (the host's marks
 alone: their count). The family files as
 tests/families.py finds them ($BLOCKBPE_FAMILY_FILES).
