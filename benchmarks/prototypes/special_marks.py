@@ -4,13 +4,13 @@ specials and War and Peace excerpts: exact against the CPU executor's rule, and 
     python3 benchmarks/prototypes/special_marks.py [--family gemma3-gguf] [--allowed none|all]
         [--batch 1024] [--bytes 4096] [--dense ROWS] [--launches 50] [--out DIR]
 
-Writes the batch and the family's specials (the set a call with `allowed_special` passes:
-tables/build.py's build_special_tables) to DIR/special_marks.bin, builds special_marks.cu with
-nvcc where its binary is older than the source (--dense: that many rows more, of specials, runs
-of spaces, newlines and tabs and short words: rows whose matches outgrow the warp's list, which
-it then resolves in parts), runs it and prints its JSON line (also
-DIR/special_marks.json). Exit status 1 where a mark differs, 3 without a GPU (the host's marks
-alone: their count). The family files as
+Writes the batch (--dense: that many rows more, of specials, runs of spaces, newlines and tabs
+and short words: rows whose matches outgrow the warp's list, which it then resolves in parts)
+and the family's specials (the set a call with `allowed_special` passes: tables/build.py's
+build_special_tables) to DIR/special_marks.bin, builds special_marks.cu with nvcc ($CUDACXX,
+else on PATH, else /usr/local/cuda/bin) where its binary is older than the source, runs it and
+prints its JSON line (also DIR/special_marks.json). Exit status 1 where a mark differs, 3
+without a GPU (the host's marks alone: their count). The family files are found as
 tests/families.py finds them ($BLOCKBPE_FAMILY_FILES).
 """
 
@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import random
+import shutil
 import subprocess
 import sys
 
@@ -93,8 +95,9 @@ def build(out: pathlib.Path) -> pathlib.Path:
     """special_marks.cu compiled into `out` (again only where the source is newer)."""
     source, binary = HERE / "special_marks.cu", out / "special_marks"
     if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
+        nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
         cmd = [
-            "nvcc",
+            nvcc,
             "-std=c++17",
             "-O3",
             "-arch=sm_90",
