@@ -70,6 +70,7 @@ def test_runs_match_what_special_match_at_finds(shim, runs, others, order, text,
     want = leftmost_first(m.length.tolist())
     assert shim.special_accept(m.length_with).tolist() == want
     assert shim.special_accept(m.length_with, reverse=True).tolist() == want
+    assert shim.special_accept(m.length_with, listed_parts=3).tolist() == want
 
 
 def gemma_like() -> list[bytes]:
