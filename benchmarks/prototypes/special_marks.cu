@@ -29,17 +29,20 @@ namespace {
   } while (0)
 
 constexpr int kWarps = 4;          // rows a block
-constexpr int kMaxRow = 4096;      // the piece kernels' longest row
+constexpr int kMaxRow = 4096;      // the piece kernels' longest row (kPieceMaxLen)
 constexpr int kStripe = 32 * 16;   // bytes a warp reads a step: 16 a lane
 constexpr int kMaxFound = 1024;    // matches a row lists before they are resolved (>= a stripe's)
 
 // The warp's list of matches, in byte order: each one's first byte (12 bits) and the bytes of
 // text it covers above them (accept_listed_specials reads them through first and len).
 struct FoundList {
+  static constexpr int kFirstBits = 12;
   const uint32_t* entries;
-  __device__ int first(int e) const { return (int)(entries[e] & 0xFFF); }
-  __device__ int len(int e) const { return (int)(entries[e] >> 12); }
+  __device__ static uint32_t entry(int first, int len) { return (uint32_t)first | (uint32_t)len << kFirstBits; }
+  __device__ int first(int e) const { return (int)(entries[e] & ((1u << kFirstBits) - 1)); }
+  __device__ int len(int e) const { return (int)(entries[e] >> kFirstBits); }
 };
+static_assert((1 << FoundList::kFirstBits) >= kMaxRow, "a row's first bytes fit an entry");
 
 // Every row's marks (initial_char_token's is_special: 2 at an accepted special's first byte, 1
 // at its other bytes, 0 elsewhere; marks past a row's length are 0 up to its 16-byte end), a
@@ -108,7 +111,7 @@ __global__ void __launch_bounds__(32 * kWarps) special_marks_kernel(bbpe::Specia
     int e = count + before;
     for (uint32_t rest = matched; rest; rest &= rest - 1) {
       const int j = __ffs(rest) - 1;
-      list[e++] = (uint32_t)(base + j) | (uint32_t)lens[lane * 16 + j] << 12;
+      list[e++] = FoundList::entry(base + j, lens[lane * 16 + j]);
     }
     count += total;
   }
