@@ -280,6 +280,12 @@ BBPE_HD bool special_covered(const Lens& lens, int i, int longest) {
   return false;
 }
 
+// An accepted match of len bytes at `at`, marked: 2 at its first byte, 1 at its others.
+BBPE_HD void mark_accepted_special(uint8_t* is_special, int at, int len) {
+  is_special[at] = 2;
+  for (int j = at + 1; j < at + len; ++j) is_special[j] = 1;
+}
+
 // The walk from the match at i, which no earlier match covers, to the next position that no
 // match reaches past (or the end): its accepted matches marked in is_special.
 template <class Lens>
@@ -287,10 +293,9 @@ BBPE_HD void accept_special_cluster(const Lens& lens, int n, int i, uint8_t* is_
   int at = i, reach = i;  // reach: the furthest end of the matches that start in [i, at)
   do {
     const int len = lens[at], step = len > 0 ? len : 1;
-    for (int j = at; j < at + step; ++j) {
-      if (len > 0) is_special[j] = j == at ? 2 : 1;
+    if (len > 0) mark_accepted_special(is_special, at, len);
+    for (int j = at; j < at + step; ++j)
       if (j + lens[j] > reach) reach = j + lens[j];
-    }
     at += step;
   } while (at < n && reach > at);
 }
@@ -307,15 +312,13 @@ BBPE_HD void accept_special_matches(const int32_t* lens, int n, uint8_t* is_spec
 // rather than keep a length for every byte): m.first(e) and m.len(e) (> 0) are the e-th match's
 // first byte and the bytes of text it covers, for e in [0, count). A match counts unless it
 // starts before `reach`, the end of the last one counted; returns the new reach, so that a long
-// list can be resolved in parts, in order (0 before the first). Marks is_special as
-// accept_special_matches does.
+// list can be resolved in parts, in order (0 before the first).
 template <class Matches>
 BBPE_HD int accept_listed_specials(const Matches& m, int count, int reach, uint8_t* is_special) {
   for (int e = 0; e < count; ++e) {
     const int at = m.first(e), len = m.len(e);
     if (at < reach) continue;
-    is_special[at] = 2;
-    for (int j = at + 1; j < at + len; ++j) is_special[j] = 1;
+    mark_accepted_special(is_special, at, len);
     reach = at + len;
   }
   return reach;
