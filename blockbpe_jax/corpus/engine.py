@@ -17,6 +17,7 @@ from .. import native, staging
 from .background import in_background, map_in_background, stop_background
 from .types import CorpusError, Window, check_positive
 from .device import CompiledReads, CompiledWindows, WindowBuffers, compile_ahead, device_functions
+from .device_split import DeviceSplit, wanted
 from .device_normalizer import device_normalizer_available, document_bytes, encode_normalized_again
 from .shards.flat import token_dtype
 from .plan import (
@@ -125,7 +126,7 @@ class WindowEncoder:
         device=None,
         progress=None,
         pack_width=DEFAULT_PACK_WIDTH,
-        device_split=False,
+        device_split=None,
         device_normalizer=None,
     ):
         import jax
@@ -174,12 +175,10 @@ class WindowEncoder:
                 **self.static,
                 assume_nfc=self.host_normalizes,
             )
-        # Blocks of lines split on the device (corpus/device_split.py); not where the host
-        # normalizes: plan_window normalizes the documents' host bytes.
+        # Blocks of lines split on the device (corpus/device_split.py; by default on a GPU); not
+        # where the host normalizes: plan_window normalizes the documents' host bytes.
         self.device_split = None
-        if device_split and not self.host_normalizes:
-            from .device_split import DeviceSplit
-
+        if wanted(device_split, self.target) and not self.host_normalizes:
             self.device_split = DeviceSplit(self.target, self.buffers, self.pack.sep if self.pack else b"")
         self.stored = []  # futures of store(), oldest first (touched by finish's thread, then run's)
         self.written = []  # futures of write(), oldest first (touched by store's thread, then run's)

@@ -274,15 +274,14 @@ def encode_documents_of(
     ...)`'s, whose thread is already reading the same inputs); mode, allowed_special, max_len
     and the engine's other options (batch_bytes, max_docs, pack_width, block_size, device):
     `encode_documents`. device_split: blocks of lines and JSONL split, checked and decoded on
-    the device (corpus/device_split.py; the same documents and errors); None: on where the
-    environment sets BLOCKBPE_DEVICE_SPLIT=1, else off. Ignored where the host normalizes (below),
+    the device (corpus/device_split.py; the same documents and errors); None: as
+    BLOCKBPE_DEVICE_SPLIT (1 or 0) says where it is set, else on where the device is a GPU
+    (`device_split.wanted`). Ignored where the host normalizes (below),
     for parquet inputs and `split` file or chunk:N. The engine's option device_normalizer (None:
     on where available; False: off): a normalizer the executors apply (NFC, Lowercase, NFC then
     Lowercase) left to the encode calls on the device, the host normalizing only the rows they
     report (corpus/device_normalizer.py; docs/corpus.md, "The normalizer: on the device or on
     the host"); else the host normalizes every window."""
-    from .device_split import wanted
-
     check_read_options(jsonl_field, window_bytes)  # (its callers checked tok)
     split_kind, chunk = parse_split(split)
     bar = Progress(_input_bytes(paths), enabled=progress)
@@ -303,7 +302,7 @@ def encode_documents_of(
             max_len=max_len,
             progress=bar,
             join=join,
-            device_split=wanted(device_split),
+            device_split=device_split,
             **engine,
         )
     except BaseException:

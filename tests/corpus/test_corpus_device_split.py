@@ -8,6 +8,7 @@ long lines, blank lines and CRLF, and on generated JSONL. Each job runs on the C
 from __future__ import annotations
 
 import gzip
+import types
 import json
 from pathlib import Path
 
@@ -388,8 +389,25 @@ def test_environment_turns_it_on(root, cl100k, tmp_path, splits, monkeypatch):
     on = corpus.encode_files_to_arrays(cl100k, [path], jsonl_field="question")
     assert used(splits)[0] >= 1
     assert np.array_equal(on[0], off[0]) and np.array_equal(on[1], off[1])
+
+
+def test_on_by_default_on_a_gpu(monkeypatch):
+    """Not given, the option is on where the job's device is a GPU and off on the CPU backend;
+    BLOCKBPE_DEVICE_SPLIT (1 or 0) decides over the device, the option over both; any other
+    value of the variable is an error naming it."""
+    wanted = device_split_module.wanted
+    gpu, cpu = types.SimpleNamespace(platform="gpu"), jax.devices("cpu")[0]
+    monkeypatch.delenv(device_split_module.ENV, raising=False)
+    assert wanted(None, gpu) and not wanted(None, cpu)
+    assert wanted(True, cpu) and not wanted(False, gpu)
     monkeypatch.setenv(device_split_module.ENV, "0")
-    assert not device_split_module.wanted(None) and device_split_module.wanted(True)
+    assert not wanted(None, gpu) and wanted(True, gpu)
+    monkeypatch.setenv(device_split_module.ENV, "1")
+    assert wanted(None, cpu) and not wanted(False, cpu)
+    monkeypatch.setenv(device_split_module.ENV, "yes")
+    with pytest.raises(ValueError, match="BLOCKBPE_DEVICE_SPLIT must be 0 or 1, got 'yes'"):
+        wanted(None, gpu)
+    assert wanted(True, gpu)  # (the variable is read only where the option is not given)
 
 
 @pytest.mark.parametrize("what", ["jsonl", "text"])
