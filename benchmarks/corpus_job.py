@@ -34,8 +34,9 @@ all documents. A peer that does not import is "unavailable"; one whose time exce
 "not run" (nothing is extrapolated). Writes DIR/corpus_job.json and DIR/corpus_job.txt.
 The corpora are built by corpora.py, the peers are run by corpus_peers.py.
 
---device-split on: everything above with the corpus job's blocks split on the device
-(BLOCKBPE_DEVICE_SPLIT=1, corpus/device_split.py; the cli's processes inherit it).
+--device-split on / off: everything above with the corpus job's blocks split on the device or
+on the host (BLOCKBPE_DEVICE_SPLIT=1 / 0, corpus/device_split.py; the cli's processes inherit
+it); without it, the job's default (on where the device is a GPU).
 --device-split both: only the in-process job with the option off and on, alternated on the
 same corpora (encode_files_to_arrays, and encode_files writing flat shards): the first call
 of each compiles ("cold"), the median of --reps warm calls after it; every result's ids and
@@ -43,8 +44,11 @@ offsets compared with the first call's (option off), whose sample is checked aga
 tiktoken; no cli and no peers. Then, on --nfc-corpora (default mixed), an NFC tokenizer's job
 (llama3's vocabulary, Qwen2's split, NFC) with NFC on the host, on the device, and on the
 device with the split, and the same vocabulary without a normalizer, split off and on
-(benchmarks/corpus_device_split.py: run_nfc_ab; NFC runs' ids compared with the host NFC
+(benchmarks/corpus_ab.py: run_nfc_ab; NFC runs' ids compared with the host NFC
 run's). Writes DIR/corpus_job_device_split.json and .txt.
+--pack-widths W,W,...: only the in-process job with each pack width, alternated as above (the
+first width's first call the reference); the device split as --device-split on / off says, else
+the job's default. Writes DIR/corpus_job_pack_widths.json and .txt.
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ from corpora import build_long, build_mixed, source_texts  # noqa: E402
 
 # re-exported: benchmarks/corpus_reader.py imports it from corpus_job
 from corpora import unique_documents  # noqa: E402, F401
-from corpus_device_split import device_split_table, run_device_split_ab, run_nfc_ab  # noqa: E402
+from corpus_ab import DEVICE_SPLIT_VARIANTS, ab_table, pack_width_variants, run_nfc_ab, run_options_ab  # noqa: E402
 from corpus_peers import MB, compare, run_peers  # noqa: E402
 from harness import Clock, cpu_per_gb, run_command  # noqa: E402
 
@@ -331,15 +335,19 @@ def main() -> None:
     ap.add_argument(
         "--device-split",
         choices=("off", "on", "both"),
-        default="off",
         help="the job's blocks split on the device: off, on (the whole benchmark), both (only "
-        "the in-process job off and on, ids compared)",
+        "the in-process job off and on, ids compared); default: the job's (on on a GPU)",
+    )
+    ap.add_argument(
+        "--pack-widths",
+        help="W,W,...: only the in-process job with each pack width, alternated, ids compared",
     )
     ap.add_argument(
         "--window-mb",
         type=float,
         default=0,
-        help="with --device-split both: the in-process jobs' window_bytes in MiB (0: the job's default)",
+        help="with --device-split both or --pack-widths: the in-process jobs' window_bytes in MiB "
+        "(0: the job's default)",
     )
     ap.add_argument(
         "--nfc-corpora",
@@ -348,8 +356,11 @@ def main() -> None:
         "NFC on the host, on the device, with the split; the vocabulary without a normalizer)",
     )
     args = ap.parse_args()
-    if args.device_split == "on":  # (before anything reads it; the cli's processes inherit it)
-        os.environ["BLOCKBPE_DEVICE_SPLIT"] = "1"
+    widths = [int(w) for w in args.pack_widths.split(",")] if args.pack_widths else None
+    if widths and args.device_split == "both":
+        ap.error("--pack-widths and --device-split both are two benchmarks: run one at a time")
+    if args.device_split in ("on", "off"):  # (before anything reads it; the cli's processes inherit it)
+        os.environ["BLOCKBPE_DEVICE_SPLIT"] = "1" if args.device_split == "on" else "0"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     args.data = data_dir()
@@ -358,6 +369,7 @@ def main() -> None:
     import jax
 
     import blockbpe_jax as bb
+    from blockbpe_jax.corpus.device_split import wanted
 
     ps = peer_lib.load(args.data, "cl100k", threads=args.threads, only=("tokie",))
     tok = bb.Tokenizer.from_file(vocab)
@@ -378,9 +390,16 @@ def main() -> None:
         build_s = time.perf_counter() - t
         print(f"corpora built in {build_s:.1f} s", flush=True)
         for label, (path, texts, nbytes) in built.items():
-            if args.device_split == "both":
+            if widths:
+                variants = pack_width_variants(widths)
                 results.append(
-                    run_device_split_ab(label, path, texts, nbytes, tok, ps, work, args, read_flat)
+                    run_options_ab(label, path, texts, nbytes, tok, ps, work, args, read_flat, variants)
+                )
+            elif args.device_split == "both":
+                results.append(
+                    run_options_ab(
+                        label, path, texts, nbytes, tok, ps, work, args, read_flat, DEVICE_SPLIT_VARIANTS
+                    )
                 )
                 if label in args.nfc_corpora.split(","):
                     results.append(run_nfc_ab(label, path, texts, nbytes, args))
@@ -388,19 +407,22 @@ def main() -> None:
                 results.append(run_corpus(label, path, texts, nbytes, tok, ps, vocab, work, args))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if args.device_split == "both":
+    split = wanted(None, jax.devices()[0])  # (the option as the jobs not told otherwise run it)
+    if widths or args.device_split == "both":
+        name = "corpus_job_pack_widths" if widths else "corpus_job_device_split"
         doc = dict(
-            benchmark="corpus_job_device_split",
+            benchmark=name,
             vocab="cl100k",
             device=str(jax.devices()[0]),
             cpu_count=os.cpu_count(),
             build_s=build_s,
             reps=args.reps,
+            device_split=split if widths else "both",
             results=results,
         )
-        (out / "corpus_job_device_split.json").write_text(json.dumps(doc, indent=2) + "\n")
-        text = device_split_table(results)
-        (out / "corpus_job_device_split.txt").write_text(text)
+        (out / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+        text = ab_table(results)
+        (out / f"{name}.txt").write_text(text)
         print(text)
         return
     doc = dict(
@@ -408,7 +430,7 @@ def main() -> None:
         vocab="cl100k",
         device=str(jax.devices()[0]),
         xla_compilation_cache=os.environ.get("BLOCKBPE_XLA_CACHE", "1") != "0",
-        device_split=os.environ.get("BLOCKBPE_DEVICE_SPLIT", "0") == "1",
+        device_split=split,
         threads=args.threads,
         cpu_count=os.cpu_count(),
         build_s=build_s,

@@ -1,8 +1,8 @@
-"""The corpus job with its blocks split on the device (the option device_split,
-corpus/device_split.py) and without, alternated on the same corpus, ids compared; and an NFC
-tokenizer's job with NFC on the host, on the device, and on the device with the device split,
-next to the same vocabulary without a normalizer (`run_nfc_ab`):
-`benchmarks/corpus_job.py --device-split both` runs them on that benchmark's corpora."""
+"""The corpus job's A/B runs: sets of options alternated on the same corpus in one process, ids
+compared (`run_options_ab`: the device split off and on, pack widths), and an NFC tokenizer's job
+with NFC on the host, on the device, and on the device with the device split, next to the same
+vocabulary without a normalizer (`run_nfc_ab`). `benchmarks/corpus_job.py --device-split both`
+and `--pack-widths W,W` run them on that benchmark's corpora."""
 
 from __future__ import annotations
 
@@ -15,43 +15,59 @@ from corpus_peers import MB, compare
 from harness import Clock, cpu_per_gb
 
 
-def run_device_split_ab(label, path, texts, nbytes, tok, ps, work, args, read_flat) -> dict:
-    """The job in process with the device split off and on, alternated (--device-split both):
-    `path`'s JSONL (field "text", its documents `texts`, `nbytes` bytes), with `tok`; ps: the
-    peers (their tiktoken anchors the first call's ids); read_flat(prefix) -> (ids, counts) of
-    flat shards. Returns the runs' times, host CPU and whether their ids equal the first's."""
-    print(f"[{label}] {len(texts)} documents, {nbytes / MB:.1f} MB: device split off / on", flush=True)
+# The device split off and on (--device-split both), the first the reference.
+DEVICE_SPLIT_VARIANTS = (
+    ("device_split=off", dict(device_split=False)),
+    ("device_split=on", dict(device_split=True)),
+)
+
+
+def pack_width_variants(widths: list[int]) -> tuple:
+    """(name, options) of each pack width (--pack-widths), the first the reference."""
+    return tuple((f"pack_width={w}", dict(pack_width=w)) for w in widths)
+
+
+def run_options_ab(label, path, texts, nbytes, tok, ps, work, args, read_flat, variants) -> dict:
+    """The job in process under each of `variants` ((name, encode_files options) pairs),
+    alternated: `path`'s JSONL (field "text", its documents `texts`, `nbytes` bytes), with
+    `tok`; ps: the peers (their tiktoken anchors the first call's ids); read_flat(prefix) ->
+    (ids, counts) of flat shards. Returns the runs' times, host CPU and whether their ids equal
+    the first variant's first call's."""
+    names = " / ".join(name for name, _ in variants)
+    print(f"[{label}] {len(texts)} documents, {nbytes / MB:.1f} MB: {names}", flush=True)
     r: dict = dict(corpus=label, documents=len(texts), bytes=nbytes)
 
     window = {"window_bytes": int(args.window_mb * (1 << 20))} if args.window_mb else {}
     r["window_bytes"] = window.get("window_bytes", "default")
 
-    def arrays(on: bool):
-        got, offsets = tok.encode_files_to_arrays([path], jsonl_field="text", device_split=on, **window)
+    def arrays(k: int):
+        got, offsets = tok.encode_files_to_arrays([path], jsonl_field="text", **variants[k][1], **window)
         return got, np.diff(offsets)
 
-    def shards(on: bool):
-        out = work / f"{label}_split_{on}"
-        tok.encode_files([path], out / "shard", jsonl_field="text", overwrite=True, device_split=on, **window)
+    def shards(k: int):
+        out = work / f"{label}_variant_{k}"
+        tok.encode_files(
+            [path], out / "shard", jsonl_field="text", overwrite=True, **variants[k][1], **window
+        )
         return out
 
-    ref = None  # (ids, counts) of the first call, option off
+    ref = None  # (ids, counts) of the first call, the first variant
     for api, call in (("encode_files_to_arrays", arrays), ("encode_files", shards)):
         for rep in range(1 + args.reps):
-            for on in (False, True):
+            for k, (name, _) in enumerate(variants):
                 with Clock() as clock:
-                    got = call(on)
+                    got = call(k)
                 if api == "encode_files":
                     # (compared on the last run only: reading the shards back is not the job's)
                     got = read_flat(got / "shard") if rep == args.reps else None
                     if got is not None:
-                        shutil.rmtree(work / f"{label}_split_{on}", ignore_errors=True)
+                        shutil.rmtree(work / f"{label}_variant_{k}", ignore_errors=True)
                 if ref is None:
                     ref = got
                     r["tokens"] = int(len(ref[0]))
-                diff = "" if got is None else compare(f"{api} device_split={on}", got, *ref)
+                diff = "" if got is None else compare(f"{api} {name}", got, *ref)
                 del got
-                _record(r, f"{api} device_split={'on' if on else 'off'}", clock, diff, rep, nbytes)
+                _record(r, f"{api} {name}", clock, diff, rep, nbytes)
     _summarize(r, nbytes)
     # the reference run anchored to tiktoken on a sample
     rng = random.Random(3)
@@ -130,7 +146,7 @@ def _record(r: dict, name: str, clock, diff: str, rep: int, nbytes: int) -> None
     e = r.setdefault(name, dict(runs_s=[], runs_cpu_s=[]))
     e["runs_s"].append(clock.wall)
     e["runs_cpu_s"].append(clock.cpu)
-    e["ids_equal_off"] = e.get("ids_equal_off", True) and not diff
+    e["ids_equal"] = e.get("ids_equal", True) and not diff
     if diff:
         e["detail"] = diff
     print(
@@ -155,9 +171,9 @@ def _summarize(r: dict, nbytes: int) -> None:
                 )
 
 
-def device_split_table(results: list[dict]) -> str:
+def ab_table(results: list[dict]) -> str:
     lines = [
-        "corpus | documents | MB | path | cold s | warm s | MB/s (warm) | host CPU-s/GB | ids equal off",
+        "corpus | documents | MB | path | cold s | warm s | MB/s (warm) | host CPU-s/GB | ids equal the first's",
         "---|---:|---:|---|---:|---:|---:|---:|---",
     ]
     for r in results:
@@ -166,7 +182,7 @@ def device_split_table(results: list[dict]) -> str:
             if isinstance(e, dict) and "warm_s" in e:
                 lines.append(
                     f"{head} | {name} | {e['cold_s']:.2f} | {e['warm_s']:.2f} | {e['MBps']:.1f} | "
-                    f"{e['cpu_s_per_GB']:.1f} | {e['ids_equal_off']}"
+                    f"{e['cpu_s_per_GB']:.1f} | {e['ids_equal']}"
                 )
         if "reference_sample" in r:
             lines.append(
