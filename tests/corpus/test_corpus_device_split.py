@@ -8,8 +8,9 @@ long lines, blank lines and CRLF, and on generated JSONL. Each job runs on the C
 from __future__ import annotations
 
 import gzip
-import types
 import json
+import threading
+import types
 from pathlib import Path
 
 import jax
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from blockbpe_jax.corpus import device_split as device_split_module
+from blockbpe_jax.corpus import documents as documents_module
 from blockbpe_jax.corpus import job as corpus
 from blockbpe_jax.corpus.device import WindowBuffers
 from blockbpe_jax.corpus.types import CorpusError
@@ -389,6 +391,31 @@ def test_environment_turns_it_on(root, cl100k, tmp_path, splits, monkeypatch):
     on = corpus.encode_files_to_arrays(cl100k, [path], jsonl_field="question")
     assert used(splits)[0] >= 1
     assert np.array_equal(on[0], off[0]) and np.array_equal(on[1], off[1])
+
+
+def test_read_ahead_then_split_on_the_device(root, cl100k, tmp_path, splits, monkeypatch):
+    """The command's way with the split on (its default on a GPU): the blocks read before the
+    engine starts (`read_ahead`) are split on the host, the later ones on the device; the
+    shards are those of the job without the split."""
+    path = gsm8k(root, tmp_path, "question")
+    options = dict(jsonl_field="question", window_bytes=4096)
+    corpus.encode_files(cl100k, [path], tmp_path / "off" / "s", device_split=False, **options)
+    assert splits == []
+    host_split, split_here = threading.Event(), documents_module._split
+
+    def splitting(*args):
+        out = split_here(*args)
+        host_split.set()
+        return out
+
+    monkeypatch.setattr(documents_module, "_split", splitting)
+    read = corpus.read_ahead([path], **options)
+    assert host_split.wait(60)  # (a block split on the host before the engine starts)
+    corpus.encode_files(cl100k, [path], tmp_path / "ahead" / "s", read=read, device_split=True, **options)
+    assert used(splits)[0] >= 1  # (and the later blocks on the device)
+    off = corpus.read_shards(tmp_path / "off" / "s")
+    for a, b in zip(corpus.read_shards(tmp_path / "ahead" / "s"), off, strict=True):
+        assert np.array_equal(a, b)
 
 
 def test_on_by_default_on_a_gpu(monkeypatch):
