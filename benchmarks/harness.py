@@ -223,7 +223,7 @@ def device_time(g, *args, chain: int, executions: int = 8, target_s: float = 0.3
     timed is the GPU's work, as in a training loop that does not wait for its batches; where
     the host's dispatch is the slower (small calls), the host's pace. (Timing one execution
     and its sync instead adds a share of the dispatch and the sync to every encode:
-    docs/performance.md, "Piece kernel, round 9".)"""
+    docs/kernel_rounds.md, "Piece kernel, round 9".)"""
 
     def burst():
         for _ in range(executions):

@@ -215,7 +215,8 @@ PY
         done
       done
       # Then, per VARIANT_NCU_SHAPES (e.g. "1024:4096 1024:512"), each build's piece kernel under
-      # ncu with clocks locked: steadier than device time between processes (docs/performance.md).
+      # ncu with clocks locked: steadier than device time between processes (docs/kernel_rounds.md,
+      # "Piece kernel, round 4").
       M=gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
       for shape in ${VARIANT_NCU_SHAPES:-}; do
         for d in .variants/*/ base; do

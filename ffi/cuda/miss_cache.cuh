@@ -1,11 +1,11 @@
 // The misses' cache: pieces that the piece table lacks (misses), with the tokens their merges
 // gave, so that the next occurrence of the piece, in this call or a later one, costs a probe
 // instead of its merge passes. The merges of the misses are over a third of the piece kernel's
-// time (docs/performance.md), and text repeats its rare words. Both piece kernels use it, with
-// keys of up to kMissLongKeyLen bytes: piece_kernel.cuh by a piece's bytes, char_piece_kernel.cuh
-// by a word's text where that text alone fixes its symbols (a word runs from one space to the
-// next; one longer than 16 bytes left out would be merged again at every call, a chain of
-// passes that sets its block's time; docs/design.md).
+// time (docs/kernel_rounds.md, "Piece kernel, round 5"), and text repeats its rare words. Both
+// piece kernels use it, with keys of up to kMissLongKeyLen bytes: piece_kernel.cuh by a piece's
+// bytes, char_piece_kernel.cuh by a word's text where that text alone fixes its symbols (a word
+// runs from one space to the next; one longer than 16 bytes left out would be merged again at
+// every call, a chain of passes that sets its block's time; docs/design.md).
 //
 // It is the vocabulary's operand `miss_cache` (int32[C, kMissCacheInts], created zeroed with its
 // tables on each device: blockbpe_jax/tables/sets.py), so it never serves another vocabulary,
@@ -230,7 +230,7 @@ __device__ __forceinline__ int find_merged_miss(const VocabView& v, ShortKey key
 __device__ __forceinline__ ShortKey short_key_at(const uint8_t* p, int n) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   // (from an integer, so these loads are generic: the shared-memory form, realigned_words' other
-  // way, was no faster here; docs/performance.md)
+  // way, was no faster here; docs/kernel_rounds.md, "Piece kernel, round 29")
   const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
   const uint32_t shift = (uint32_t)(a & 3) * 8;
   uint32_t k[4];

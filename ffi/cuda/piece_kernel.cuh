@@ -33,7 +33,8 @@
 // whose bytes are all of its inert classes (pretok/tables.h).
 // The rules are the shared ones (core/bpe_core.h, pretok/*.h): nothing here defines a rule.
 // (Misses are merged warp-cooperatively, not a thread each with merge_segment, whose serial
-// passes keep the block waiting: docs/performance.md, "The piece-parallel kernel".)
+// passes keep the block waiting: docs/kernel_rounds.md, "The piece-parallel kernel (issue P11,
+// first piece)".)
 //
 // What it leaves to the block-per-string kernel, decided on the host by shape and tables
 // (piece_eligible): bytes mode, SentencePiece-style symbols (cuda/char_piece_kernel.cuh's), the
