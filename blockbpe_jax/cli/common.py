@@ -24,10 +24,12 @@ class CLIError(Exception):
 def check_environment() -> None:
     """Settings the package reads from the environment, checked before any work (a bad one is a
     usage error, not a traceback halfway through a job)."""
+    from ..corpus.device_split import environment_setting
     from ..disk_cache import max_bytes
 
     try:
         max_bytes()
+        environment_setting()
     except ValueError as e:
         raise CLIError(str(e)) from None
 

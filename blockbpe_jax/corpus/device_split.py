@@ -68,6 +68,18 @@ DOCUMENTS_ON_HOST_ON_CPU = True
 DIRECT_ON_CPU = False
 
 
+def environment_setting() -> bool | None:
+    """BLOCKBPE_DEVICE_SPLIT as set: True for 1, False for 0, None where unset or empty.
+
+    Raises:
+        ValueError: it is set to something else.
+    """
+    env = os.environ.get(ENV, "")
+    if env not in ("", "0", "1"):
+        raise ValueError(f"{ENV} must be 0 or 1, got {env!r}")
+    return env == "1" if env else None
+
+
 def wanted(option: bool | None, device) -> bool:
     """Whether a job on `device` splits its blocks of lines there: `option` where given, else
     BLOCKBPE_DEVICE_SPLIT (1: on, 0: off) where set, else on where the device is a GPU. (On a
@@ -79,10 +91,8 @@ def wanted(option: bool | None, device) -> bool:
     """
     if option is not None:
         return bool(option)
-    env = os.environ.get(ENV, "")
-    if env not in ("", "0", "1"):
-        raise ValueError(f"{ENV} must be 0 or 1, got {env!r}")
-    return env == "1" if env else getattr(device, "platform", None) == "gpu"
+    env = environment_setting()
+    return env if env is not None else getattr(device, "platform", None) == "gpu"
 
 
 class SplitBytes:

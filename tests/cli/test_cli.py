@@ -271,9 +271,10 @@ def _unknown_copy(vocab_path: Path, stem: Path) -> Path:
         "bad_pack_width",
         "bad_window_bytes",
         "exact_without_pattern",
+        "bad_device_split_variable",
     ],
 )
-def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, case):
+def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, case, monkeypatch):
     bad_tiktoken, bad_json = _bad_vocab_files(tmp_path)
     jsonl = tmp_path / "x.jsonl"
     jsonl.write_text('{"text": "a"}\n{"body": "b"}\n')
@@ -324,7 +325,13 @@ def test_errors_exit_2_with_one_line(capsys, tmp_path, small_text, vocab_path, c
             ["encode", small_text, "-o", out, "--vocab", _unknown_copy(vocab_path, tmp_path / "mine")],
             "--mode exact: exact mode is not supported for mine: it has no pre-tokenizer pattern",
         ),
+        "bad_device_split_variable": (
+            ["encode", small_text, "-o", out, "--vocab", vocab_path],
+            "BLOCKBPE_DEVICE_SPLIT must be 0 or 1, got 'on'",
+        ),
     }[case]
+    if case == "bad_device_split_variable":
+        monkeypatch.setenv("BLOCKBPE_DEVICE_SPLIT", "on")
     rc, stdout, err = run_cli(capsys, *argv)
     assert rc == 2
     lines = err.strip().splitlines()
